@@ -1,0 +1,104 @@
+# Helpers shared by every folder: components of libzckpt, tests, fuzz targets.
+
+set(ZCK_INCLUDE_DIRS
+  ${PROJECT_SOURCE_DIR}/lib
+  ${PROJECT_SOURCE_DIR}/formats
+  ${PROJECT_SOURCE_DIR}/cuda
+  ${PROJECT_BINARY_DIR}/lib)
+
+# zck_component(NAME SOURCES a.c b.c [LIBS dep...])
+# An object library whose objects end up in libzckpt.
+function(zck_component name)
+  cmake_parse_arguments(Z "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(zck_${name} OBJECT ${Z_SOURCES})
+  target_include_directories(zck_${name} PUBLIC ${ZCK_INCLUDE_DIRS})
+  target_compile_options(zck_${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:${ZCK_C_FLAGS}>)
+  target_compile_definitions(zck_${name} PRIVATE _GNU_SOURCE)
+  set_target_properties(zck_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  if(Z_LIBS)
+    target_link_libraries(zck_${name} PUBLIC ${Z_LIBS})
+  endif()
+  set_property(GLOBAL APPEND PROPERTY ZCK_COMPONENTS zck_${name})
+  set_property(GLOBAL APPEND PROPERTY ZCK_COMPONENT_LIBS ${Z_LIBS})
+endfunction()
+
+# Links every registered component into libzckpt (static, used by our own programs)
+# and libzckpt.so (installed).
+function(zck_finish_library)
+  get_property(comps GLOBAL PROPERTY ZCK_COMPONENTS)
+  get_property(libs GLOBAL PROPERTY ZCK_COMPONENT_LIBS)
+  list(REMOVE_DUPLICATES libs)
+  set(objs)
+  foreach(c ${comps})
+    list(APPEND objs $<TARGET_OBJECTS:${c}>)
+  endforeach()
+  foreach(kind STATIC SHARED)
+    if(kind STREQUAL "STATIC")
+      set(t zckpt)
+    else()
+      set(t zckpt_shared)
+    endif()
+    add_library(${t} ${kind} ${objs})
+    foreach(d ${ZCK_INCLUDE_DIRS})
+      target_include_directories(${t} PUBLIC $<BUILD_INTERFACE:${d}>)
+    endforeach()
+    target_include_directories(${t} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+    target_link_libraries(${t} PUBLIC ${libs} Threads::Threads m)
+    set_target_properties(${t} PROPERTIES OUTPUT_NAME zckpt VERSION ${PROJECT_VERSION}
+      SOVERSION ${PROJECT_VERSION_MAJOR} LINKER_LANGUAGE C)
+  endforeach()
+  if(ZCK_HAVE_CUDA)
+    set_target_properties(zckpt zckpt_shared PROPERTIES CUDA_RESOLVE_DEVICE_SYMBOLS ON)
+  endif()
+endfunction()
+
+# zck_program(NAME SOURCES ...) : an executable of ours linked to libzckpt.
+function(zck_program name)
+  cmake_parse_arguments(Z "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${Z_SOURCES})
+  target_compile_options(${name} PRIVATE ${ZCK_C_FLAGS})
+  target_compile_definitions(${name} PRIVATE _GNU_SOURCE)
+  target_link_libraries(${name} PRIVATE zckpt ${Z_LIBS})
+endfunction()
+
+# zck_test(NAME SOURCES a.c ... [LABELS unit format ...] [ARGS ...])
+# Exit code 77 means skipped (e.g. a GPU test on a machine without a GPU).
+function(zck_test name)
+  cmake_parse_arguments(Z "" "" "SOURCES;LABELS;ARGS;LIBS" ${ARGN})
+  zck_program(${name} SOURCES ${Z_SOURCES} LIBS zck_testlib ${Z_LIBS})
+  add_test(NAME ${name} COMMAND ${name} ${Z_ARGS})
+  zck_test_properties(${name} "${Z_LABELS}")
+endfunction()
+
+# zck_script_test(NAME COMMAND ... [LABELS ...]) : a test that is a shell command.
+function(zck_script_test name)
+  cmake_parse_arguments(Z "" "" "COMMAND;LABELS" ${ARGN})
+  add_test(NAME ${name} COMMAND ${Z_COMMAND})
+  zck_test_properties(${name} "${Z_LABELS}")
+endfunction()
+
+function(zck_test_properties name labels)
+  if(NOT labels)
+    set(labels unit)
+  endif()
+  set_tests_properties(${name} PROPERTIES
+    LABELS "${labels}"
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "ZCK_SOURCE_DIR=${PROJECT_SOURCE_DIR};ZCK_FIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures;ZCK_BIN=$<TARGET_FILE:zckpt-cli>;ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
+    TIMEOUT 600)
+endfunction()
+
+# zck_fuzz_target(NAME SOURCE file.c CORPUS dir)
+# Always: a replay program run by ctest (label fuzz) over every file of the corpus.
+# With ZCK_FUZZ=ON and clang: also a libFuzzer binary fuzz_<NAME>.
+function(zck_fuzz_target name)
+  cmake_parse_arguments(Z "" "SOURCE;CORPUS" "" ${ARGN})
+  zck_program(fuzz_${name}_replay SOURCES ${Z_SOURCE} ${PROJECT_SOURCE_DIR}/tests/common/fuzz_replay_main.c)
+  add_test(NAME fuzz_${name}_replay COMMAND fuzz_${name}_replay ${Z_CORPUS})
+  zck_test_properties(fuzz_${name}_replay "fuzz")
+  if(ZCK_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+    zck_program(fuzz_${name} SOURCES ${Z_SOURCE})
+    target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)
+    target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)
+  endif()
+endfunction()

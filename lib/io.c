@@ -1,0 +1,419 @@
+/* io.c: bounds-checked inputs, atomic outputs, fault injection. See io.h. */
+#include "io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- fault injection */
+
+static _Atomic uint64_t zck__fault_count[ZCK_IO_OP_COUNT];
+static uint64_t zck__fault_nth[ZCK_IO_OP_COUNT];
+static int zck__fault_errno[ZCK_IO_OP_COUNT];
+static atomic_int zck__fault_parsed;
+
+static void zck__fault_parse_env(void) {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&zck__fault_parsed, &expected, 1)) return;
+  const char *spec = getenv("ZCK_FAULT");
+  if (!spec || !*spec) return;
+  static const char *names[ZCK_IO_OP_COUNT] = {"read", "write", "fsync", "rename", "open"};
+  char op[16] = {0}, err[16] = {0};
+  unsigned long long nth = 0;
+  int got = sscanf(spec, "%15[a-z]:%llu:%15s", op, &nth, err);
+  if (got < 2) return;
+  int e = EIO;
+  if (got == 3) {
+    if (!strcmp(err, "ENOSPC")) e = ENOSPC;
+    else if (!strcmp(err, "EIO")) e = EIO;
+    else if (!strcmp(err, "EDQUOT")) e = EDQUOT;
+    else if (!strcmp(err, "SHORT")) e = -1; /* a short write: half the bytes then ENOSPC */
+    else if (!strcmp(err, "KILL")) e = -9;  /* simulate a crash: _exit(137) */
+  }
+  for (int i = 0; i < ZCK_IO_OP_COUNT; i++)
+    if (!strcmp(op, names[i])) { zck__fault_nth[i] = nth; zck__fault_errno[i] = e; }
+}
+
+void zck__io_fault_set(zck__io_op op, uint64_t nth, int err) {
+  atomic_store(&zck__fault_parsed, 1);
+  zck__fault_nth[op] = nth;
+  zck__fault_errno[op] = err;
+  atomic_store(&zck__fault_count[op], 0);
+}
+
+int zck__io_fault(zck__io_op op) {
+  zck__fault_parse_env();
+  if (!zck__fault_nth[op]) return 0;
+  uint64_t n = atomic_fetch_add(&zck__fault_count[op], 1) + 1;
+  if (n != zck__fault_nth[op]) return 0;
+  if (zck__fault_errno[op] == -9) _exit(137);
+  return zck__fault_errno[op];
+}
+
+/* ---- raw calls with retries */
+
+zck_status zck__pread_all(int fd, void *data, size_t n, uint64_t off, const char *name) {
+  uint8_t *p = data;
+  while (n) {
+    int fe = zck__io_fault(ZCK_IO_OP_READ);
+    if (fe > 0) return zck__fail_errno(fe, "%s: read of %zu bytes at offset %llu failed", name, n, (unsigned long long)off);
+    ssize_t r = pread(fd, p, n, (off_t)off);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return zck__fail_errno(errno, "%s: read of %zu bytes at offset %llu failed", name, n, (unsigned long long)off);
+    }
+    if (r == 0)
+      return zck__fail(ZCK_ERR_TRUNCATED, "%s: truncated: file ends before offset %llu", name,
+                       (unsigned long long)(off + n));
+    p += r; n -= (size_t)r; off += (uint64_t)r;
+  }
+  return ZCK_OK;
+}
+
+zck_status zck__pwrite_all(int fd, const void *data, size_t n, uint64_t off, const char *name) {
+  const uint8_t *p = data;
+  while (n) {
+    int fe = zck__io_fault(ZCK_IO_OP_WRITE);
+    if (fe == -1 && n > 1) { /* short write, then the disk is full */
+      ssize_t r = pwrite(fd, p, n / 2, (off_t)off);
+      (void)r;
+      fe = ENOSPC;
+    }
+    if (fe > 0) return zck__fail_errno(fe, "%s: write of %zu bytes at offset %llu failed", name, n, (unsigned long long)off);
+    ssize_t r = pwrite(fd, p, n, (off_t)off);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return zck__fail_errno(errno, "%s: write of %zu bytes at offset %llu failed", name, n, (unsigned long long)off);
+    }
+    p += r; n -= (size_t)r; off += (uint64_t)r;
+  }
+  return ZCK_OK;
+}
+
+zck_status zck__fsync_path(const char *path, bool is_dir) {
+  int fd = open(path, (is_dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return zck__fail_errno(errno, "%s: cannot open for fsync", path);
+  int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
+  int r = fe ? -1 : fsync(fd);
+  int e = fe ? fe : errno;
+  close(fd);
+  if (r != 0 && !(is_dir && e == EINVAL)) return zck__fail_errno(e, "%s: fsync failed", path);
+  return ZCK_OK;
+}
+
+/* ---- sources */
+
+zck_status zck__source_open(zck__source *src, const char *path) {
+  memset(src, 0, sizeof *src);
+  src->fd = -1;
+  int fe = zck__io_fault(ZCK_IO_OP_OPEN);
+  if (fe) return zck__fail_errno(fe, "%s: cannot open", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return zck__fail_errno(errno, "%s: cannot open", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return zck__fail_errno(e, "%s: cannot stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: is a directory, expected a file", path);
+  }
+  src->name = zck__strdup(path);
+  if (!src->name) { close(fd); return ZCK_ERR_NO_MEMORY; }
+  src->fd = fd;
+  src->size = (uint64_t)st.st_size;
+  return ZCK_OK;
+}
+
+void zck__source_memory(zck__source *src, const char *name, const void *data, uint64_t size) {
+  memset(src, 0, sizeof *src);
+  src->fd = -1;
+  src->name = zck__strdup(name ? name : "<memory>");
+  src->mem = data;
+  src->size = size;
+}
+
+zck_status zck__source_read(const zck__source *src, void *dst, size_t n, uint64_t off) {
+  uint64_t end;
+  if (!zck__add_u64(off, n, &end) || end > src->size)
+    return zck__fail(ZCK_ERR_TRUNCATED, "%s: truncated: need bytes %llu..%llu but the file has %llu",
+                     src->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)src->size);
+  if (!n) return ZCK_OK;
+  if (src->mem) {
+    memcpy(dst, src->mem + off, n);
+    return ZCK_OK;
+  }
+  return zck__pread_all(src->fd, dst, n, off, src->name);
+}
+
+const uint8_t *zck__source_peek(const zck__source *src, uint64_t off, uint64_t n) {
+  uint64_t end;
+  if (!src->mem || !zck__add_u64(off, n, &end) || end > src->size) return NULL;
+  return src->mem + off;
+}
+
+void zck__source_close(zck__source *src) {
+  if (!src) return;
+  if (src->fd >= 0) close(src->fd);
+  free(src->name);
+  memset(src, 0, sizeof *src);
+  src->fd = -1;
+}
+
+zck_status zck__read_small_file(const char *path, size_t max, char **out, size_t *len) {
+  zck__source src;
+  *out = NULL;
+  ZCK_TRY(zck__source_open(&src, path));
+  if (src.size > max) {
+    zck__source_close(&src);
+    return zck__fail(ZCK_ERR_LIMIT, "%s: %llu bytes, more than the %zu expected", path, (unsigned long long)src.size, max);
+  }
+  char *buf = zck__malloc((size_t)src.size + 1);
+  if (!buf) { zck__source_close(&src); return ZCK_ERR_NO_MEMORY; }
+  zck_status s = zck__source_read(&src, buf, (size_t)src.size, 0);
+  if (s == ZCK_OK) {
+    buf[src.size] = 0;
+    if (len) *len = (size_t)src.size;
+    *out = buf;
+  } else {
+    free(buf);
+  }
+  zck__source_close(&src);
+  return s;
+}
+
+/* ---- temporary names beside the final path */
+
+static char *zck__tmp_sibling(const char *final_path) {
+  char *copy1 = zck__strdup(final_path), *copy2 = zck__strdup(final_path);
+  char *res = NULL;
+  if (copy1 && copy2) {
+    size_t n = strlen(copy1);
+    while (n > 1 && copy1[n - 1] == '/') copy1[--n] = 0, copy2[n] = 0;
+    const char *dir = dirname(copy1), *base = basename(copy2);
+    res = zck__sprintf("%s/.%s.zck-tmp-%ld", dir, base, (long)getpid());
+  }
+  free(copy1);
+  free(copy2);
+  return res;
+}
+
+static char *zck__parent_dir(const char *path) {
+  char *copy = zck__strdup(path);
+  if (!copy) return NULL;
+  size_t n = strlen(copy);
+  while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+  char *res = zck__strdup(dirname(copy));
+  free(copy);
+  return res;
+}
+
+/* ---- single output files */
+
+zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  f->path = zck__strdup(final_path);
+  f->tmp_path = zck__tmp_sibling(final_path);
+  if (!f->path || !f->tmp_path) { zck__outfile_abort(f); return ZCK_ERR_NO_MEMORY; }
+  int fe = zck__io_fault(ZCK_IO_OP_OPEN);
+  f->fd = fe ? -1 : open(f->tmp_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd < 0) {
+    zck_status s = zck__fail_errno(fe ? fe : errno, "%s: cannot create output", final_path);
+    free(f->tmp_path);
+    f->tmp_path = NULL;
+    zck__outfile_abort(f);
+    return s;
+  }
+  return ZCK_OK;
+}
+
+zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off) {
+  return zck__pwrite_all(f->fd, data, n, off, f->path);
+}
+
+zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size) {
+  if (ftruncate(f->fd, (off_t)size) != 0) return zck__fail_errno(errno, "%s: cannot set size", f->path);
+  return ZCK_OK;
+}
+
+zck_status zck__outfile_commit(zck__outfile *f) {
+  int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
+  if (fe || fsync(f->fd) != 0) return zck__fail_errno(fe ? fe : errno, "%s: fsync failed", f->path);
+  if (close(f->fd) != 0) { f->fd = -1; return zck__fail_errno(errno, "%s: close failed", f->path); }
+  f->fd = -1;
+  fe = zck__io_fault(ZCK_IO_OP_RENAME);
+  if (fe || rename(f->tmp_path, f->path) != 0)
+    return zck__fail_errno(fe ? fe : errno, "%s: cannot rename into place", f->path);
+  free(f->tmp_path);
+  f->tmp_path = NULL;
+  char *parent = zck__parent_dir(f->path);
+  zck_status s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
+  free(parent);
+  free(f->path);
+  f->path = NULL;
+  return s;
+}
+
+void zck__outfile_abort(zck__outfile *f) {
+  if (!f) return;
+  if (f->fd >= 0) close(f->fd);
+  if (f->tmp_path) unlink(f->tmp_path);
+  free(f->tmp_path);
+  free(f->path);
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+}
+
+/* ---- directories */
+
+zck_status zck__mkdirs(const char *path) {
+  char *p = zck__strdup(path);
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  for (char *c = p + 1; ; c++) {
+    if (*c == '/' || *c == 0) {
+      char saved = *c;
+      *c = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+        zck_status s = zck__fail_errno(errno, "%s: cannot create directory", p);
+        free(p);
+        return s;
+      }
+      *c = saved;
+      if (!saved) break;
+    }
+  }
+  free(p);
+  return ZCK_OK;
+}
+
+zck_status zck__remove_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return errno == ENOENT ? ZCK_OK : zck__fail_errno(errno, "%s: cannot stat", path);
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(path);
+    if (!d) return zck__fail_errno(errno, "%s: cannot open directory", path);
+    struct dirent *e;
+    zck_status s = ZCK_OK;
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char *child = zck__path_join(path, e->d_name);
+      if (!child) { s = ZCK_ERR_NO_MEMORY; break; }
+      zck_status cs = zck__remove_tree(child);
+      free(child);
+      if (cs != ZCK_OK && s == ZCK_OK) s = cs;
+    }
+    closedir(d);
+    if (s != ZCK_OK) return s;
+    if (rmdir(path) != 0) return zck__fail_errno(errno, "%s: cannot remove directory", path);
+    return ZCK_OK;
+  }
+  if (unlink(path) != 0) return zck__fail_errno(errno, "%s: cannot remove", path);
+  return ZCK_OK;
+}
+
+static bool zck__dir_is_empty(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return false;
+  struct dirent *e;
+  bool empty = true;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) { empty = false; break; }
+  closedir(d);
+  return empty;
+}
+
+zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overwrite) {
+  memset(d, 0, sizeof *d);
+  struct stat st;
+  if (stat(final_path, &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return zck__fail(ZCK_ERR_EXISTS, "%s: exists and is not a directory", final_path);
+    if (!zck__dir_is_empty(final_path) && !overwrite)
+      return zck__fail(ZCK_ERR_EXISTS, "%s: exists and is not empty (use --overwrite to replace it)", final_path);
+    d->replace = true;
+  }
+  d->path = zck__strdup(final_path);
+  d->tmp_path = zck__tmp_sibling(final_path);
+  if (!d->path || !d->tmp_path) { zck__outdir_abort(d); return ZCK_ERR_NO_MEMORY; }
+  char *parent = zck__parent_dir(final_path);
+  if (!parent) { zck__outdir_abort(d); return ZCK_ERR_NO_MEMORY; }
+  zck_status s = zck__mkdirs(parent);
+  free(parent);
+  if (s != ZCK_OK) { zck__outdir_abort(d); return s; }
+  zck__remove_tree(d->tmp_path); /* a stale one from a crashed run of the same pid */
+  if (mkdir(d->tmp_path, 0755) != 0) {
+    s = zck__fail_errno(errno, "%s: cannot create output directory", final_path);
+    free(d->tmp_path);
+    d->tmp_path = NULL;
+    zck__outdir_abort(d);
+    return s;
+  }
+  return ZCK_OK;
+}
+
+char *zck__outdir_file(const zck__outdir *d, const char *name) { return zck__path_join(d->tmp_path, name); }
+
+static zck_status zck__fsync_tree(const char *path) {
+  DIR *dir = opendir(path);
+  if (!dir) return zck__fail_errno(errno, "%s: cannot open directory", path);
+  struct dirent *e;
+  zck_status s = ZCK_OK;
+  while (s == ZCK_OK && (e = readdir(dir))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *child = zck__path_join(path, e->d_name);
+    if (!child) { s = ZCK_ERR_NO_MEMORY; break; }
+    struct stat st;
+    if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) s = zck__fsync_tree(child);
+    else if (S_ISREG(st.st_mode)) s = zck__fsync_path(child, false);
+    free(child);
+  }
+  closedir(dir);
+  if (s == ZCK_OK) s = zck__fsync_path(path, true);
+  return s;
+}
+
+zck_status zck__outdir_commit(zck__outdir *d) {
+  ZCK_TRY(zck__fsync_tree(d->tmp_path));
+  char *old = NULL;
+  if (d->replace) {
+    /* Move the old tree aside first; rename(2) cannot replace a non-empty directory. */
+    old = zck__sprintf("%s.zck-old-%ld", d->tmp_path, (long)getpid());
+    if (!old) return ZCK_ERR_NO_MEMORY;
+    if (rename(d->path, old) != 0 && errno != ENOENT) {
+      zck_status s = zck__fail_errno(errno, "%s: cannot move the existing directory aside", d->path);
+      free(old);
+      return s;
+    }
+  }
+  int fe = zck__io_fault(ZCK_IO_OP_RENAME);
+  if (fe || rename(d->tmp_path, d->path) != 0) {
+    zck_status s = zck__fail_errno(fe ? fe : errno, "%s: cannot rename output into place", d->path);
+    if (old) { rename(old, d->path); free(old); }
+    return s;
+  }
+  free(d->tmp_path);
+  d->tmp_path = NULL;
+  if (old) { zck__remove_tree(old); free(old); }
+  char *parent = zck__parent_dir(d->path);
+  zck_status s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
+  free(parent);
+  return s;
+}
+
+void zck__outdir_abort(zck__outdir *d) {
+  if (!d) return;
+  if (d->tmp_path) zck__remove_tree(d->tmp_path);
+  free(d->tmp_path);
+  free(d->path);
+  memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,87 @@
+/* io.h: every byte zckpt reads or writes goes through here.
+ *
+ * - zck__source: a random-access input (a file read with pread, or a memory buffer, so
+ *   tests and fuzzers never touch the disk). Reads are bounds-checked: asking past the
+ *   end is a "truncated" error naming the source, the offset and the size.
+ * - zck__outfile: an output written under a temporary name beside its final path, then
+ *   committed (fsync, rename, fsync of the directory) or aborted (unlinked).
+ * - zck__outdir: a whole output directory built under a temporary name and renamed into
+ *   place in one step, so a reader never sees half of it.
+ * - fault injection: ZCK_FAULT="op:N[:errno]" (op = read|write|fsync|rename|open) makes the
+ *   Nth such call fail, so the full-disk / EIO / crash paths are tested without root.
+ */
+#ifndef ZCK_IO_H
+#define ZCK_IO_H
+
+#include "util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- inputs */
+typedef struct zck__source {
+  char *name;            /* for messages: the path, or "<memory>" */
+  uint64_t size;
+  int fd;                /* -1 for memory sources */
+  const uint8_t *mem;    /* memory sources */
+} zck__source;
+
+zck_status zck__source_open(zck__source *src, const char *path);
+void zck__source_memory(zck__source *src, const char *name, const void *data, uint64_t size);
+/* Reads exactly n bytes at off; ZCK_ERR_TRUNCATED if the range passes the end. */
+zck_status zck__source_read(const zck__source *src, void *dst, size_t n, uint64_t off);
+/* Pointer into a memory source, NULL for files. */
+const uint8_t *zck__source_peek(const zck__source *src, uint64_t off, uint64_t n);
+void zck__source_close(zck__source *src);
+
+/* Reads a whole small file into a NUL-terminated buffer (max bytes, else LIMIT). */
+zck_status zck__read_small_file(const char *path, size_t max, char **out, size_t *len);
+
+/* ---- outputs */
+typedef struct zck__outfile {
+  int fd;
+  char *path;      /* final path */
+  char *tmp_path;  /* where it is written until commit */
+} zck__outfile;
+
+/* Creates "<dir>/.<name>.zck-tmp-<pid>" for the final path. */
+zck_status zck__outfile_create(zck__outfile *f, const char *final_path);
+zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off);
+zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size);
+/* fsync + rename over the final path + fsync of the directory. Closes the file. */
+zck_status zck__outfile_commit(zck__outfile *f);
+/* Closes and unlinks the temporary file. Safe on a zeroed or committed outfile. */
+void zck__outfile_abort(zck__outfile *f);
+
+/* pwrite/pread of exactly n bytes with EINTR/short-count retries (and fault injection). */
+zck_status zck__pwrite_all(int fd, const void *data, size_t n, uint64_t off, const char *name);
+zck_status zck__pread_all(int fd, void *data, size_t n, uint64_t off, const char *name);
+zck_status zck__fsync_path(const char *path, bool is_dir);
+
+/* ---- output directories */
+typedef struct zck__outdir {
+  char *path;      /* final directory */
+  char *tmp_path;  /* "<parent>/.<name>.zck-tmp-<pid>" while being written */
+  bool replace;    /* an existing final directory is replaced at commit */
+} zck__outdir;
+
+/* Fails with ZCK_ERR_EXISTS if path exists and is non-empty, unless overwrite. */
+zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overwrite);
+/* Path of a file inside the temporary directory (caller frees). */
+char *zck__outdir_file(const zck__outdir *d, const char *name);
+/* fsyncs every file in it, renames it into place, fsyncs the parent. */
+zck_status zck__outdir_commit(zck__outdir *d);
+/* Removes the temporary tree. Safe after commit or on a zeroed struct. */
+void zck__outdir_abort(zck__outdir *d);
+/* rm -r of a tree we made (never follows symlinks). */
+zck_status zck__remove_tree(const char *path);
+zck_status zck__mkdirs(const char *path);
+
+/* ---- fault injection */
+typedef enum { ZCK_IO_OP_READ, ZCK_IO_OP_WRITE, ZCK_IO_OP_FSYNC, ZCK_IO_OP_RENAME, ZCK_IO_OP_OPEN, ZCK_IO_OP_COUNT } zck__io_op;
+/* Returns 0, or the errno the injected fault wants. Thread-safe. */
+int zck__io_fault(zck__io_op op);
+/* Programmatic control for tests: fail the nth (1-based) op with err; n = 0 disables. */
+void zck__io_fault_set(zck__io_op op, uint64_t nth, int err);
+
+#endif

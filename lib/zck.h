@@ -1,0 +1,92 @@
+/* zck.h: the public interface of libzckpt.
+ *
+ * zckpt moves ZeRO-sharded training state between layouts (DeepSpeed shards, safetensors,
+ * universal checkpoints) as copy plans. This header is all a library user needs; the
+ * per-format headers under formats/ are internal to the project.
+ *
+ * Conventions (as in zstd and NCCL):
+ *  - every fallible call returns a zck_status; ZCK_OK is 0;
+ *  - on failure, zck_last_error() returns one line describing what went wrong, with the
+ *    file, tensor and byte offset where known ("FILE: what is wrong"); it is per thread;
+ *  - the caller owns output buffers; every create/open has a free/close accepting NULL.
+ */
+#ifndef ZCK_H
+#define ZCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZCK_VERSION_MAJOR 0
+#define ZCK_VERSION_MINOR 1
+#define ZCK_VERSION_PATCH 0
+#define ZCK_VERSION_STRING "0.1.0"
+
+/* ---- status */
+typedef enum zck_status {
+  ZCK_OK = 0,
+  ZCK_ERR_INVALID_ARG,   /* API misuse or bad option value */
+  ZCK_ERR_IO,            /* read/write/fsync/rename failed (errno in the message) */
+  ZCK_ERR_NOT_FOUND,     /* a file, entry, key or tensor that must exist does not */
+  ZCK_ERR_FORMAT,        /* malformed or hostile input */
+  ZCK_ERR_TRUNCATED,     /* input shorter than its own header says */
+  ZCK_ERR_UNSUPPORTED,   /* well-formed but not handled (e.g. compressed zip entry) */
+  ZCK_ERR_LIMIT,         /* a safety limit (depth, memo, object count, size) exceeded */
+  ZCK_ERR_MISMATCH,      /* inputs disagree (world size, shapes, checksums) */
+  ZCK_ERR_NO_MEMORY,
+  ZCK_ERR_NO_SPACE,      /* ENOSPC / EDQUOT on write */
+  ZCK_ERR_EXISTS,        /* output exists and overwriting was not asked for */
+  ZCK_ERR_DAMAGED,       /* checksum or structural damage found by verify */
+  ZCK_ERR_NO_DEVICE,     /* built without CUDA, or no GPU present */
+  ZCK_ERR_INTERNAL
+} zck_status;
+
+/* Name of a status ("format error", ...). Never NULL. */
+const char *zck_status_name(zck_status s);
+/* The calling thread's last error message; "" if none. Valid until the next zckpt call. */
+const char *zck_last_error(void);
+/* Clears the calling thread's error message. */
+void zck_clear_error(void);
+const char *zck_version(void);
+
+/* ---- element types */
+typedef enum zck_dtype {
+  ZCK_DTYPE_INVALID = 0,
+  ZCK_F64, ZCK_F32, ZCK_F16, ZCK_BF16,
+  ZCK_I64, ZCK_I32, ZCK_I16, ZCK_I8,
+  ZCK_U64, ZCK_U32, ZCK_U16, ZCK_U8,
+  ZCK_BOOL,
+  ZCK_F8_E4M3, ZCK_F8_E5M2,
+  ZCK_C64, ZCK_C128,
+  ZCK_DTYPE_COUNT
+} zck_dtype;
+
+/* Bytes per element (0 for INVALID). */
+size_t zck_dtype_size(zck_dtype t);
+/* torch spelling without the prefix: "float32", "bfloat16", "int64", "bool", ... */
+const char *zck_dtype_name(zck_dtype t);
+/* Parses user spellings: fp32|float32|f32|float, bf16|bfloat16, fp16|float16|half, ... */
+zck_dtype zck_dtype_parse(const char *s);
+/* safetensors spelling ("F32", "BF16", ...) and back; NULL / INVALID when there is none. */
+const char *zck_dtype_safetensors_name(zck_dtype t);
+zck_dtype zck_dtype_from_safetensors(const char *s);
+/* torch storage class name ("FloatStorage", "BFloat16Storage", ...) and back. */
+const char *zck_dtype_torch_storage(zck_dtype t);
+zck_dtype zck_dtype_from_torch_storage(const char *s);
+/* 1 if zck_convert can convert between the two types. */
+int zck_dtype_convertible(zck_dtype dst, zck_dtype src);
+/* Converts n elements. Float narrowing rounds to nearest even exactly as torch's .to()
+ * does (NaN stays NaN, overflow to inf). Same type is a memcpy. */
+zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type, const void *src, size_t n);
+
+/* ---- checksums */
+/* XXH3-64 of a byte range (the manifest's per-tensor checksum). */
+uint64_t zck_xxh3(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZCK_H */

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zckpt builds with, only those that are missing.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libhdf5-dev libzstd-dev libcjson-dev libxxhash-dev zlib1g-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  echo "installing: ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,41 @@
+/* cli.h: shared habits of every zckpt subcommand.
+ * Exit codes: 0 ok, 1 runtime error, 2 usage error (3 is verify's "damaged").
+ * Messages are one line on stderr: "zckpt: error: FILE: what is wrong". */
+#ifndef ZCK_CLI_H
+#define ZCK_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zck.h"
+
+enum { ZCK_EXIT_OK = 0, ZCK_EXIT_ERROR = 1, ZCK_EXIT_USAGE = 2, ZCK_EXIT_DAMAGED = 3 };
+
+typedef struct zck_cli_command {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} zck_cli_command;
+
+/* Prints "zckpt: error: <msg>" and returns ZCK_EXIT_ERROR. */
+int zck_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints the library's last error as a runtime error. */
+int zck_cli_fail(zck_status s);
+/* Prints "zckpt CMD: <msg> (see 'zckpt CMD --help')" and returns ZCK_EXIT_USAGE. */
+int zck_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses sizes in Hugging Face units: "5GB" = 5*10^9, "10GiB" = 10*2^30, "100MB", "42" bytes. */
+bool zck_cli_parse_size(const char *s, uint64_t *out);
+/* Progress shown only when stderr is a terminal and not quiet. */
+typedef struct zck_cli_progress {
+  bool enabled;
+  const char *label;
+  uint64_t total, done;
+  double last_draw;
+} zck_cli_progress;
+void zck_cli_progress_init(zck_cli_progress *p, const char *label, uint64_t total, bool quiet);
+void zck_cli_progress_update(void *p, uint64_t done_bytes);
+void zck_cli_progress_finish(zck_cli_progress *p);
+/* Prints a shape as [a, b, c]. */
+void zck_cli_format_shape(char *buf, size_t n, const int64_t *shape, int ndim);
+
+#endif
