@@ -1,0 +1,117 @@
+/* pickle.h: a small pickle VM (reader) and emitter (writer) for protocol-2 streams as
+ * torch.save and DeepSpeed write them.
+ *
+ * The reader never executes anything: GLOBAL only names a (module, name) pair, and
+ * REDUCE / NEWOBJ / BUILD build inert ZCK_PK_OBJECT nodes that the caller interprets
+ * (torch/ knows _rebuild_tensor_v2, DeepSpeed's classes, ...). A few well-known callables
+ * are folded into native nodes while loading, because every consumer wants them so:
+ *   collections.OrderedDict()          -> ZCK_PK_DICT (ordered = 1; BUILD state kept in attrs)
+ *   builtins.set / __builtin__.set(l)  -> ZCK_PK_SET
+ *   torch.Size(tuple)                  -> ZCK_PK_TUPLE (tag = ZCK_PK_TAG_TORCH_SIZE)
+ *   _codecs.encode(str, 'latin1')      -> ZCK_PK_BYTES (how protocol 2 spells bytes)
+ * Persistent ids (BINPERSID) become ZCK_PK_PERSID nodes holding the pid object.
+ * Limits (depth, memo entries, object count, string size) make hostile input an error.
+ * Nodes live in an arena freed at once with zck_pk_doc_free.
+ */
+#ifndef ZCK_PICKLE_H
+#define ZCK_PICKLE_H
+
+#include "util.h"
+
+typedef enum zck_pk_kind {
+  ZCK_PK_NONE, ZCK_PK_BOOL, ZCK_PK_INT, ZCK_PK_BIGINT, ZCK_PK_FLOAT,
+  ZCK_PK_STR, ZCK_PK_BYTES,
+  ZCK_PK_TUPLE, ZCK_PK_LIST, ZCK_PK_DICT, ZCK_PK_SET,
+  ZCK_PK_GLOBAL,   /* module.name, unapplied */
+  ZCK_PK_OBJECT,   /* callable(*args) via REDUCE or cls.__new__(cls, *args) via NEWOBJ, + BUILD state */
+  ZCK_PK_PERSID,   /* persistent id */
+} zck_pk_kind;
+
+enum { ZCK_PK_TAG_NONE = 0, ZCK_PK_TAG_TORCH_SIZE = 1 };
+
+typedef struct zck_pk zck_pk;
+struct zck_pk {
+  zck_pk_kind kind;
+  int tag;                          /* ZCK_PK_TAG_* */
+  union {
+    int b;                          /* BOOL */
+    int64_t i;                      /* INT (fits in int64) */
+    double f;                       /* FLOAT */
+    struct { char *data; size_t len; } str;   /* STR (utf-8, NUL-terminated), BYTES,
+                                                 BIGINT (little-endian two's complement) */
+    struct { zck_pk **items; size_t len; } seq; /* TUPLE, LIST, SET */
+    struct {
+      zck_pk **keys, **values;      /* in insertion order */
+      size_t len;
+      int ordered;                  /* from collections.OrderedDict */
+      zck_pk *attrs;                /* BUILD state (e.g. {'_metadata': ...}), or NULL */
+    } dict;
+    struct { char *module, *name; } global;
+    struct {
+      zck_pk *callable;             /* a GLOBAL node */
+      zck_pk *args;                 /* a TUPLE node */
+      int newobj;                   /* 1 = NEWOBJ, 0 = REDUCE */
+      zck_pk *state;                /* BUILD argument or NULL */
+      zck_pk *list_items;           /* APPENDS onto the object (a LIST node) or NULL */
+      zck_pk *dict_items;           /* SETITEMS onto the object (a DICT node) or NULL */
+    } obj;
+    struct { zck_pk *pid; } persid;
+  } u;
+};
+
+typedef struct zck_pk_limits {
+  size_t max_depth;       /* nesting of containers; default 256 */
+  size_t max_memo;        /* memo entries; default 1<<20 */
+  size_t max_objects;     /* nodes; default 1<<22 */
+  size_t max_string;      /* bytes in one string; default 1<<28 */
+} zck_pk_limits;
+#define ZCK_PK_LIMITS_INIT {256, 1u << 20, 1u << 22, 1u << 28}
+
+typedef struct zck_pk_doc zck_pk_doc;   /* the arena + root */
+
+/* Runs the VM over data. name is used in messages ("FILE: data.pkl: byte 123: ..."). */
+zck_status zck_pickle_load(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
+                           zck_pk_doc **out);
+const zck_pk *zck_pk_doc_root(const zck_pk_doc *doc);
+void zck_pk_doc_free(zck_pk_doc *doc);
+
+/* ---- helpers for consumers */
+/* Value of a str key in a DICT (NULL if absent or not a dict). */
+const zck_pk *zck_pk_dict_get(const zck_pk *dict, const char *key);
+/* 1 if node is a GLOBAL (or OBJECT whose callable is) module.name. */
+int zck_pk_is_global(const zck_pk *node, const char *module, const char *name);
+/* INT (or BOOL) value into *out; 0 if not an int. */
+int zck_pk_as_int(const zck_pk *node, int64_t *out);
+/* FLOAT or INT as double; 0 if neither. */
+int zck_pk_as_double(const zck_pk *node, double *out);
+/* STR value or NULL. */
+const char *zck_pk_as_str(const zck_pk *node);
+/* Human-readable one-line summary (for inspect): "dict(3)", "LossScaler(...)", "1.5". */
+void zck_pk_summary(const zck_pk *node, char *buf, size_t n);
+
+/* ---- building trees (for the emitter); nodes belong to the doc */
+zck_pk_doc *zck_pk_doc_new(void);
+void zck_pk_doc_set_root(zck_pk_doc *doc, zck_pk *root);
+zck_pk *zck_pk_new_none(zck_pk_doc *d);
+zck_pk *zck_pk_new_bool(zck_pk_doc *d, int b);
+zck_pk *zck_pk_new_int(zck_pk_doc *d, int64_t v);
+zck_pk *zck_pk_new_float(zck_pk_doc *d, double v);
+zck_pk *zck_pk_new_str(zck_pk_doc *d, const char *s);
+zck_pk *zck_pk_new_bytes(zck_pk_doc *d, const void *p, size_t n);
+zck_pk *zck_pk_new_tuple(zck_pk_doc *d, size_t n);          /* items filled by caller */
+zck_pk *zck_pk_new_list(zck_pk_doc *d);
+zck_pk *zck_pk_new_dict(zck_pk_doc *d, int ordered);
+zck_pk *zck_pk_new_global(zck_pk_doc *d, const char *module, const char *name);
+zck_pk *zck_pk_new_object(zck_pk_doc *d, zck_pk *callable, zck_pk *args, int newobj, zck_pk *state);
+zck_pk *zck_pk_new_persid(zck_pk_doc *d, zck_pk *pid);
+/* Appends (lists, sets, tuples built incrementally) and inserts (dicts). 0 on OOM. */
+int zck_pk_append(zck_pk_doc *d, zck_pk *seq, zck_pk *item);
+int zck_pk_dict_set(zck_pk_doc *d, zck_pk *dict, zck_pk *key, zck_pk *value);
+
+/* Emits a protocol-2 stream CPython's unpickler (and torch.load, weights_only when the
+ * globals allow) reads back as the same tree. OrderedDict, set, torch.Size, bytes are
+ * spelled the way CPython's pickler spells them. Identical node pointers are memoized
+ * (written once, then BINGET), so shared objects stay shared. */
+zck_status zck_pickle_dump(const zck_pk *root, zck__buf *out);
+
+#endif

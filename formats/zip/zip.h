@@ -1,0 +1,63 @@
+/* zip.h: the zip container of torch.save archives.
+ *
+ * Reader: parses the end-of-central-directory record (ZIP64 included) and the central
+ * directory; every entry is then a (data offset, size) pair in the source, so tensor data
+ * is read in place, never copied through the container. Only stored (method 0) entries
+ * carry data zckpt reads; others are listed but reading them is ZCK_ERR_UNSUPPORTED.
+ *
+ * Writer: reserve-then-fill, so many threads can write entry data with pwrite at known
+ * offsets. Data starts at 64-byte aligned offsets (as torch writes, so mmap'd tensors are
+ * aligned). CRC32s are per entry, combinable from per-range CRCs (zck_crc32_combine).
+ */
+#ifndef ZCK_ZIP_H
+#define ZCK_ZIP_H
+
+#include "io.h"
+
+typedef struct zck_zip_entry {
+  char *name;
+  uint64_t data_offset;   /* absolute offset of the first data byte in the source */
+  uint64_t size;          /* uncompressed size (== compressed size for stored entries) */
+  uint64_t comp_size;
+  uint32_t crc32;
+  uint16_t method;        /* 0 = stored */
+} zck_zip_entry;
+
+typedef struct zck_zip zck_zip;
+
+/* Opens the archive in src (which must outlive the zck_zip). Validates the directory:
+ * offsets/sizes inside the file, no overlapping entries, sane names, record counts. */
+zck_status zck_zip_open(const zck__source *src, zck_zip **out);
+void zck_zip_close(zck_zip *z);
+size_t zck_zip_count(const zck_zip *z);
+const zck_zip_entry *zck_zip_entry_at(const zck_zip *z, size_t i);
+/* Exact-name lookup (hash table); NULL if absent. */
+const zck_zip_entry *zck_zip_find(const zck_zip *z, const char *name);
+const zck__source *zck_zip_source(const zck_zip *z);
+/* Reads the whole of a stored entry into dst (entry->size bytes) and checks its CRC. */
+zck_status zck_zip_read_entry(const zck_zip *z, const zck_zip_entry *e, void *dst);
+/* Reads a range of a stored entry (no CRC check: partial). */
+zck_status zck_zip_read_range(const zck_zip *z, const zck_zip_entry *e, void *dst, uint64_t n, uint64_t off);
+
+/* ---- writer */
+typedef struct zck_zip_writer zck_zip_writer;
+
+/* Writes into an outfile the caller created and later commits. */
+zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w);
+/* Reserves an entry of `size` bytes: returns its index and the absolute offset where the
+ * caller must write its data. Data offsets are 64-byte aligned. */
+zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t size, size_t *index,
+                                  uint64_t *data_offset);
+/* Records the CRC32 of a reserved entry's data (computed by whoever wrote it). */
+void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc);
+/* reserve + pwrite + crc in one call, for small entries (data.pkl, version, ...). */
+zck_status zck_zip_writer_add(zck_zip_writer *w, const char *name, const void *data, uint64_t size);
+/* Writes local headers, central directory, ZIP64 records when needed, end record. */
+zck_status zck_zip_writer_finish(zck_zip_writer *w);
+void zck_zip_writer_free(zck_zip_writer *w);
+
+/* CRC32 (zlib's polynomial). combine(crc(A), crc(B), len(B)) == crc(A||B). */
+uint32_t zck_crc32(uint32_t crc, const void *data, size_t n);
+uint32_t zck_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+#endif
