@@ -52,6 +52,10 @@ zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t 
 void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc);
 /* reserve + pwrite + crc in one call, for small entries (data.pkl, version, ...). */
 zck_status zck_zip_writer_add(zck_zip_writer *w, const char *name, const void *data, uint64_t size);
+/* Testing aid: write every entry with ZIP64 extra fields and sentinel values, and the end
+ * record with sentinels, as if the archive were larger than 4 GiB. Call before the first
+ * reserve. */
+void zck_zip_writer_force_zip64(zck_zip_writer *w, bool on);
 /* Writes local headers, central directory, ZIP64 records when needed, end record. */
 zck_status zck_zip_writer_finish(zck_zip_writer *w);
 void zck_zip_writer_free(zck_zip_writer *w);
