@@ -1,0 +1,425 @@
+/* hf_writer.c: Hugging Face sharded output (specs/safetensors-and-hdf5.md §2): the shard
+ * assignment of huggingface_hub's split_state_dict_into_shards_factory, the file names of
+ * SAFETENSORS_WEIGHTS_FILE_PATTERN, the index file as huggingface_hub (json.dump indent=2)
+ * or transformers / DeepSpeed zero_to_fp32 (sort_keys=True, "\n") write it, and an output
+ * directory that appears in one rename (zck__outdir). */
+#include "st_internal.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sizes */
+
+zck_status zck_hf_parse_size(const char *s, uint64_t *bytes) {
+  const char *b = s, *e = s + strlen(s);
+  while (b < e && isspace((unsigned char)*b)) b++;
+  while (e > b && isspace((unsigned char)e[-1])) e--;
+  size_t n = (size_t)(e - b);
+  bool digits = n > 0;
+  for (size_t i = 0; i < n; i++) digits = digits && isdigit((unsigned char)b[i]);
+  if (digits) { /* an int: bytes */
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+      if (!zck__mul_u64(v, 10, &v) || !zck__add_u64(v, (uint64_t)(b[i] - '0'), &v))
+        return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s' is too large", s);
+    *bytes = v;
+    return ZCK_OK;
+  }
+  double mult;
+  size_t ulen;
+  char u[4] = {0};
+  for (size_t i = 0; i < 3 && i < n; i++) u[i] = (char)toupper((unsigned char)b[n - (n < 3 ? n : 3) + i]);
+  if (n >= 3 && (!strcmp(u, "GIB") || !strcmp(u, "MIB") || !strcmp(u, "KIB"))) {
+    mult = u[0] == 'G' ? 1073741824.0 : u[0] == 'M' ? 1048576.0 : 1024.0;
+    ulen = 3;
+  } else {
+    /* parse_size_to_int: the last two characters, upper-cased, one of TB GB MB KB */
+    char u2[3] = {n >= 2 ? (char)toupper((unsigned char)b[n - 2]) : 0, n >= 1 ? (char)toupper((unsigned char)b[n - 1]) : 0, 0};
+    if (!strcmp(u2, "TB")) mult = 1e12;
+    else if (!strcmp(u2, "GB")) mult = 1e9;
+    else if (!strcmp(u2, "MB")) mult = 1e6;
+    else if (!strcmp(u2, "KB")) mult = 1e3;
+    else return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s': unit not supported (use TB, GB, MB, KB, GiB, MiB, KiB or bytes)", s);
+    ulen = 2;
+  }
+  /* float(value): digits with an optional fraction and exponent (no sign, no hex, no inf) */
+  const char *ve = b + n - ulen;
+  while (ve > b && isspace((unsigned char)ve[-1])) ve--;
+  char num[64];
+  size_t vn = (size_t)(ve - b);
+  bool ok = vn > 0 && vn < sizeof num;
+  for (size_t i = 0; ok && i < vn; i++) {
+    char c = b[i];
+    ok = isdigit((unsigned char)c) || c == '.' || c == 'e' || c == 'E' || ((c == '+' || c == '-') && i > 0 &&
+                                                                            (b[i - 1] == 'e' || b[i - 1] == 'E'));
+  }
+  char *end = NULL;
+  double v = 0;
+  if (ok) {
+    memcpy(num, b, vn);
+    num[vn] = 0;
+    v = strtod(num, &end);
+    ok = end == num + vn && isfinite(v);
+  }
+  if (!ok) return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s': cannot parse the number", s);
+  double r = v * mult; /* int(value * multiplier): one IEEE multiply, then truncation */
+  if (!(r < 18446744073709551616.0)) return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s' is too large", s);
+  *bytes = (uint64_t)r;
+  return ZCK_OK;
+}
+
+/* ---- shard assignment */
+
+void zck_hf_assign_shards(const uint64_t *sizes, size_t n, uint64_t max_shard_size, uint32_t *shard_of, size_t *nshards) {
+  /* A shard gets its number when it is appended to shard_list: an oversized tensor at once,
+   * the open shard when it is closed. Members of the open shard are marked UINT32_MAX from
+   * open_start on (oversized tensors in between already have their number). */
+  size_t count = 0, open_start = 0, open_len = 0;
+  uint64_t cur = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t sz = sizes[i];
+    if (sz > max_shard_size) {
+      shard_of[i] = (uint32_t)count++;
+      continue;
+    }
+    if (sz > max_shard_size - cur) { /* cur + sz > max, without overflow (cur <= max) */
+      for (size_t j = open_start; j < i; j++)
+        if (shard_of[j] == UINT32_MAX) shard_of[j] = (uint32_t)count;
+      count++;
+      cur = 0;
+      open_len = 0;
+    }
+    if (!open_len) open_start = i;
+    shard_of[i] = UINT32_MAX;
+    cur += sz;
+    open_len++;
+  }
+  if (open_len) {
+    for (size_t j = open_start; j < n; j++)
+      if (shard_of[j] == UINT32_MAX) shard_of[j] = (uint32_t)count;
+    count++;
+  }
+  *nshards = count;
+}
+
+/* ---- the writer */
+
+typedef struct zck__hf_item {
+  const char *name;
+  zck_st_dtype dtype;
+  int ndim;
+  const uint64_t *shape;
+  uint64_t nbytes;
+  uint32_t shard;
+  size_t local;             /* index in its shard's zck_st_writer */
+} zck__hf_item;
+
+struct zck_hf_writer {
+  char *out_dir;
+  zck_hf_options opts;
+  char *prefix;
+  zck__hf_item *items;
+  size_t count, cap;
+  zck__strmap names;
+  char **md_keys, **md_values;
+  size_t md_count, md_cap;
+  zck__arena arena;
+  size_t nshards;
+  zck_st_writer **shards;
+  char **shard_names;
+  zck__outdir dir;
+  bool laid_out, dir_created, committed;
+};
+
+zck_status zck_hf_writer_new(const char *out_dir, const zck_hf_options *opts, zck_hf_writer **out) {
+  *out = NULL;
+  zck_hf_writer *w = zck__calloc(1, sizeof *w);
+  if (!w) return ZCK_ERR_NO_MEMORY;
+  zck_hf_options defaults = ZCK_HF_OPTIONS_INIT;
+  w->opts = opts ? *opts : defaults;
+  if (!w->opts.max_shard_size) w->opts.max_shard_size = ZCK_HF_DEFAULT_MAX_SHARD;
+  w->out_dir = zck__strdup(out_dir);
+  w->prefix = zck__strdup(w->opts.prefix ? w->opts.prefix : "model");
+  w->opts.prefix = NULL;
+  zck_status s = (w->out_dir && w->prefix) ? zck__strmap_init(&w->names, 64) : ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK && (!*w->prefix || strchr(w->prefix, '/')))
+    s = zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: file name prefix '%s' must be a plain name", w->prefix);
+  if (s != ZCK_OK) {
+    zck_hf_writer_free(w);
+    return s;
+  }
+  *out = w;
+  return ZCK_OK;
+}
+
+void zck_hf_writer_free(zck_hf_writer *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->nshards; i++) zck_st_writer_free(w->shards ? w->shards[i] : NULL);
+  /* removes the temporary tree unless committed; after a commit it only frees the names */
+  if (w->dir_created) zck__outdir_abort(&w->dir);
+  if (w->shard_names)
+    for (size_t i = 0; i < w->nshards; i++) free(w->shard_names[i]);
+  free(w->shard_names);
+  free(w->shards);
+  free(w->items);
+  free(w->md_keys);
+  free(w->md_values);
+  free(w->out_dir);
+  free(w->prefix);
+  zck__strmap_free(&w->names);
+  zck__arena_free(&w->arena);
+  free(w);
+}
+
+zck_status zck_hf_writer_set_metadata(zck_hf_writer *w, const char *key, const char *value) {
+  ZCK_ASSERT(!w->laid_out);
+  if (!strcmp(key, "total_size") || !strcmp(key, "total_parameters"))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: metadata key \"%s\" is computed, not set", key);
+  char *v = zck__arena_strndup(&w->arena, value, strlen(value));
+  if (!v) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < w->md_count; i++)
+    if (!strcmp(w->md_keys[i], key)) { w->md_values[i] = v; return ZCK_OK; }
+  if (w->md_count == w->md_cap) {
+    size_t cap = w->md_cap ? w->md_cap * 2 : 8;
+    char **k = zck__realloc(w->md_keys, cap * sizeof *k);
+    if (!k) return ZCK_ERR_NO_MEMORY;
+    w->md_keys = k;
+    char **vv = zck__realloc(w->md_values, cap * sizeof *vv);
+    if (!vv) return ZCK_ERR_NO_MEMORY;
+    w->md_values = vv;
+    w->md_cap = cap;
+  }
+  char *k = zck__arena_strndup(&w->arena, key, strlen(key));
+  if (!k) return ZCK_ERR_NO_MEMORY;
+  w->md_keys[w->md_count] = k;
+  w->md_values[w->md_count++] = v;
+  return ZCK_OK;
+}
+
+zck_status zck_hf_writer_add(zck_hf_writer *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
+                             size_t *index) {
+  ZCK_ASSERT(!w->laid_out);
+  ZCK_ASSERT((unsigned)dtype < ZCK_ST_DTYPE_COUNT && ndim >= 0 && (ndim == 0 || shape));
+  char q[ZCK__QNAME_MAX];
+  uint64_t numel = 1, nbits;
+  for (int d = 0; d < ndim; d++)
+    if (!zck__mul_u64(numel, shape[d], &numel))
+      return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: tensor %s: element count overflows", zck__qname(name, q));
+  if (!zck__mul_u64(numel, zck_st_dtype_bits(dtype), &nbits) || nbits % 8)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: tensor %s: size is not a whole number of bytes", zck__qname(name, q));
+  if (w->count == w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 64;
+    zck__hf_item *it = zck__realloc(w->items, cap * sizeof *it);
+    if (!it) return ZCK_ERR_NO_MEMORY;
+    w->items = it;
+    w->cap = cap;
+  }
+  char *nm = zck__arena_strndup(&w->arena, name, strlen(name));
+  if (!nm) return ZCK_ERR_NO_MEMORY;
+  bool dup;
+  ZCK_TRY(zck__strmap_put(&w->names, nm, w->count, &dup, NULL));
+  if (dup) return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: tensor %s added twice", zck__qname(name, q));
+  zck__hf_item *it = &w->items[w->count];
+  memset(it, 0, sizeof *it);
+  it->name = nm;
+  it->dtype = dtype;
+  it->ndim = ndim;
+  if (ndim) {
+    uint64_t *sh = zck__arena_alloc(&w->arena, (size_t)ndim * sizeof *sh);
+    if (!sh) return ZCK_ERR_NO_MEMORY;
+    memcpy(sh, shape, (size_t)ndim * sizeof *sh);
+    it->shape = sh;
+  }
+  it->nbytes = nbits / 8;
+  if (index) *index = w->count;
+  w->count++;
+  return ZCK_OK;
+}
+
+size_t zck_hf_writer_shard_count(const zck_hf_writer *w) {
+  ZCK_ASSERT(w->laid_out);
+  return w->nshards;
+}
+
+const char *zck_hf_writer_shard_name(const zck_hf_writer *w, size_t shard) {
+  ZCK_ASSERT(w->laid_out && shard < w->nshards);
+  return w->shard_names[shard];
+}
+
+zck_status zck_hf_writer_layout(zck_hf_writer *w) {
+  ZCK_ASSERT(!w->laid_out);
+  uint64_t *sizes = zck__malloc((w->count ? w->count : 1) * sizeof *sizes);
+  uint32_t *shard_of = zck__malloc((w->count ? w->count : 1) * sizeof *shard_of);
+  if (!sizes || !shard_of) { free(sizes); free(shard_of); return ZCK_ERR_NO_MEMORY; }
+  for (size_t i = 0; i < w->count; i++) sizes[i] = w->items[i].nbytes;
+  size_t nshards;
+  zck_hf_assign_shards(sizes, w->count, w->opts.max_shard_size, shard_of, &nshards);
+  for (size_t i = 0; i < w->count; i++) w->items[i].shard = shard_of[i];
+  free(sizes);
+  free(shard_of);
+  if (nshards == 0) nshards = 1; /* no tensors: one empty model.safetensors */
+  w->shards = zck__calloc(nshards, sizeof *w->shards);
+  w->shard_names = zck__calloc(nshards, sizeof *w->shard_names);
+  if (!w->shards || !w->shard_names) return ZCK_ERR_NO_MEMORY;
+  w->nshards = nshards;
+  for (size_t s = 0; s < nshards; s++) {
+    w->shard_names[s] = nshards == 1 ? zck__sprintf("%s.safetensors", w->prefix)
+                                     : zck__sprintf("%s-%05zu-of-%05zu.safetensors", w->prefix, s + 1, nshards);
+    if (!w->shard_names[s]) return ZCK_ERR_NO_MEMORY;
+    ZCK_TRY(zck_st_writer_new(&w->shards[s]));
+    if (nshards == 1)
+      for (size_t m = 0; m < w->md_count; m++) ZCK_TRY(zck_st_writer_set_metadata(w->shards[s], w->md_keys[m], w->md_values[m]));
+  }
+  for (size_t i = 0; i < w->count; i++) {
+    zck__hf_item *it = &w->items[i];
+    ZCK_TRY(zck_st_writer_add(w->shards[it->shard], it->name, it->dtype, it->ndim, it->shape, &it->local));
+  }
+  for (size_t s = 0; s < nshards; s++) ZCK_TRY(zck_st_writer_layout(w->shards[s]));
+  ZCK_TRY(zck__outdir_create(&w->dir, w->out_dir, w->opts.overwrite));
+  w->dir_created = true;
+  for (size_t s = 0; s < nshards; s++) {
+    char *p = zck__outdir_file(&w->dir, w->shard_names[s]);
+    if (!p) return ZCK_ERR_NO_MEMORY;
+    zck_status st = zck_st_writer_open(w->shards[s], p);
+    free(p);
+    ZCK_TRY(st);
+  }
+  w->laid_out = true;
+  return ZCK_OK;
+}
+
+zck_hf_slot zck_hf_writer_slot(const zck_hf_writer *w, size_t index) {
+  ZCK_ASSERT(w->laid_out && index < w->count);
+  const zck__hf_item *it = &w->items[index];
+  const zck_st_tensor *t = zck_st_writer_tensor(w->shards[it->shard], it->local);
+  zck_hf_slot slot = {it->shard, zck_st_writer_fd(w->shards[it->shard]), t->offset, t->nbytes};
+  return slot;
+}
+
+zck_status zck_hf_writer_write(zck_hf_writer *w, size_t index, const void *data, uint64_t off, uint64_t n) {
+  ZCK_ASSERT(w->laid_out && index < w->count);
+  const zck__hf_item *it = &w->items[index];
+  return zck_st_writer_write(w->shards[it->shard], it->local, data, off, n);
+}
+
+char *zck_hf_writer_extra_path(const zck_hf_writer *w, const char *name) {
+  ZCK_ASSERT(w->laid_out && !w->committed);
+  return zck__outdir_file(&w->dir, name);
+}
+
+/* ---- the index file */
+
+static int zck__hf_cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int zck__hf_cmp_item_name(const void *a, const void *b) {
+  return strcmp((*(const zck__hf_item *const *)a)->name, (*(const zck__hf_item *const *)b)->name);
+}
+
+/* Python json.dumps(index, indent=2[, sort_keys=True]) (ensure_ascii on). */
+static zck_status zck__hf_index_json(zck_hf_writer *w, zck__buf *b) {
+  bool sorted = w->opts.style == ZCK_HF_INDEX_SORTED;
+  uint64_t total = 0;
+  for (size_t i = 0; i < w->count; i++)
+    if (!zck__add_u64(total, w->items[i].nbytes, &total))
+      return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: total size overflows 64 bits");
+
+  /* metadata entries as (key, rendered value) */
+  size_t nm = w->md_count + 2;
+  const char **keys = zck__calloc(nm, sizeof *keys);
+  char **vals = zck__calloc(nm, sizeof *vals);
+  const zck__hf_item **order = zck__calloc(w->count ? w->count : 1, sizeof *order);
+  zck_status s = (keys && vals && order) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t k = 0;
+  if (s == ZCK_OK) {
+    if (w->opts.with_total_parameters) {
+      keys[k] = "total_parameters";
+      vals[k++] = zck__sprintf("%llu", (unsigned long long)w->opts.total_parameters);
+    }
+    keys[k] = "total_size";
+    vals[k++] = zck__sprintf("%llu", (unsigned long long)total);
+    for (size_t i = 0; i < w->md_count; i++) {
+      zck__buf tmp;
+      zck__buf_init(&tmp);
+      zck__json_str_python(&tmp, w->md_values[i]);
+      zck__buf_byte(&tmp, 0);
+      keys[k] = w->md_keys[i];
+      vals[k++] = tmp.failed ? NULL : (char *)tmp.data;
+      if (tmp.failed) zck__buf_free(&tmp);
+    }
+    for (size_t i = 0; i < k; i++)
+      if (!vals[i]) s = ZCK_ERR_NO_MEMORY;
+  }
+  if (s == ZCK_OK) {
+    if (sorted) { /* sort (key, value) pairs by key: sort an index permutation through the keys */
+      const char **pairs = zck__calloc(k * 2, sizeof *pairs);
+      if (!pairs) s = ZCK_ERR_NO_MEMORY;
+      else {
+        for (size_t i = 0; i < k; i++) pairs[2 * i] = keys[i], pairs[2 * i + 1] = vals[i];
+        qsort(pairs, k, 2 * sizeof *pairs, zck__hf_cmp_str);
+        for (size_t i = 0; i < k; i++) keys[i] = pairs[2 * i], vals[i] = (char *)pairs[2 * i + 1];
+        free(pairs);
+      }
+    }
+  }
+  if (s == ZCK_OK) {
+    zck__buf_str(b, "{\n  \"metadata\": {");
+    for (size_t i = 0; i < k; i++) {
+      zck__buf_str(b, i ? ",\n    " : "\n    ");
+      zck__json_str_python(b, keys[i]);
+      zck__buf_str(b, ": ");
+      zck__buf_str(b, vals[i]);
+    }
+    zck__buf_str(b, "\n  },\n  \"weight_map\": {");
+    /* huggingface_hub: shard by shard, each in insertion order; sorted: by name */
+    size_t n = 0;
+    for (size_t sh = 0; sh < w->nshards; sh++)
+      for (size_t i = 0; i < w->count; i++)
+        if (w->items[i].shard == sh) order[n++] = &w->items[i];
+    if (sorted) qsort(order, n, sizeof *order, zck__hf_cmp_item_name);
+    for (size_t i = 0; i < n; i++) {
+      zck__buf_str(b, i ? ",\n    " : "\n    ");
+      zck__json_str_python(b, order[i]->name);
+      zck__buf_str(b, ": ");
+      zck__json_str_python(b, w->shard_names[order[i]->shard]);
+    }
+    zck__buf_str(b, n ? "\n  }\n}" : "}\n}");
+    if (sorted) zck__buf_byte(b, '\n');
+    if (b->failed) s = zck__fail(ZCK_ERR_NO_MEMORY, "HF writer: out of memory building the index");
+  }
+  /* keys[] point into the writer or at literals; vals[] are ours */
+  if (vals)
+    for (size_t i = 0; i < k; i++) free(vals[i]);
+  free(keys);
+  free(vals);
+  free(order);
+  return s;
+}
+
+zck_status zck_hf_writer_commit(zck_hf_writer *w) {
+  ZCK_ASSERT(w->laid_out && !w->committed);
+  for (size_t s = 0; s < w->nshards; s++) ZCK_TRY(zck_st_writer_commit(w->shards[s]));
+  if (w->nshards > 1) {
+    zck__buf b;
+    zck__buf_init(&b);
+    zck_status s = zck__hf_index_json(w, &b);
+    char *name = zck__sprintf("%s.safetensors.index.json", w->prefix);
+    char *path = name ? zck__outdir_file(&w->dir, name) : NULL;
+    if (s == ZCK_OK && !path) s = ZCK_ERR_NO_MEMORY;
+    zck__outfile f = {.fd = -1};
+    if (s == ZCK_OK) s = zck__outfile_create(&f, path);
+    if (s == ZCK_OK) s = zck__outfile_pwrite(&f, b.data, b.len, 0);
+    if (s == ZCK_OK) s = zck__outfile_commit(&f);
+    zck__outfile_abort(&f);
+    zck__buf_free(&b);
+    free(name);
+    free(path);
+    ZCK_TRY(s);
+  }
+  ZCK_TRY(zck__outdir_commit(&w->dir));
+  w->committed = true;
+  return ZCK_OK;
+}

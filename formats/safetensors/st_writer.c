@@ -1,0 +1,247 @@
+/* st_writer.c: writes safetensors files the way the reference serializer does
+ * (safetensors/src/tensor.rs prepare()): tensors sorted by dtype descending in the enum
+ * order, then by name (byte order); laid out back to back from offset 0; compact serde_json
+ * header with "__metadata__" first; spaces up to a multiple of 8. With the same tensors and
+ * at most one metadata entry the output is byte-identical to safetensors' save_file (the
+ * reference keeps metadata in a HashMap, so with more entries its order is random).
+ *
+ * Reserve-then-fill: after layout + open the file has its final size and every tensor its
+ * offset, so the copy executor's threads pwrite data in any order. */
+#include "st_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct zck_st_writer {
+  zck_st_tensor *tensors;  /* in add order */
+  size_t count, cap;
+  zck__strmap map;
+  char **md_keys, **md_values;
+  size_t md_count, md_cap;
+  zck__arena arena;
+  zck__buf header;         /* 8-byte length + padded JSON */
+  uint64_t file_size;
+  bool laid_out, opened, committed;
+  zck__outfile out;
+  char *path;
+};
+
+zck_status zck_st_writer_new(zck_st_writer **out) {
+  *out = NULL;
+  zck_st_writer *w = zck__calloc(1, sizeof *w);
+  if (!w) return ZCK_ERR_NO_MEMORY;
+  w->out.fd = -1;
+  zck__buf_init(&w->header);
+  zck_status s = zck__strmap_init(&w->map, 64);
+  if (s == ZCK_OK) s = zck_st_writer_set_metadata(w, "format", "pt");
+  if (s != ZCK_OK) {
+    zck_st_writer_free(w);
+    return s;
+  }
+  *out = w;
+  return ZCK_OK;
+}
+
+void zck_st_writer_free(zck_st_writer *w) {
+  if (!w) return;
+  if (w->opened && !w->committed) zck__outfile_abort(&w->out);
+  free(w->tensors);
+  free(w->md_keys);
+  free(w->md_values);
+  free(w->path);
+  zck__strmap_free(&w->map);
+  zck__arena_free(&w->arena);
+  zck__buf_free(&w->header);
+  free(w);
+}
+
+static zck_status zck__st_check_utf8(const char *what, const char *s) {
+  size_t n = strlen(s);
+  if (zck__utf8_check((const uint8_t *)s, n) != n) {
+    char q[ZCK__QNAME_MAX];
+    return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: %s \"%s\" is not valid UTF-8", what, zck__qname(s, q));
+  }
+  return ZCK_OK;
+}
+
+zck_status zck_st_writer_set_metadata(zck_st_writer *w, const char *key, const char *value) {
+  ZCK_ASSERT(!w->laid_out);
+  ZCK_TRY(zck__st_check_utf8("metadata key", key));
+  ZCK_TRY(zck__st_check_utf8("metadata value", value));
+  char *v = zck__arena_strndup(&w->arena, value, strlen(value));
+  if (!v) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < w->md_count; i++) {
+    if (!strcmp(w->md_keys[i], key)) {
+      w->md_values[i] = v;
+      return ZCK_OK;
+    }
+  }
+  if (w->md_count == w->md_cap) {
+    size_t cap = w->md_cap ? w->md_cap * 2 : 8;
+    char **k = zck__realloc(w->md_keys, cap * sizeof *k);
+    if (!k) return ZCK_ERR_NO_MEMORY;
+    w->md_keys = k;
+    char **vv = zck__realloc(w->md_values, cap * sizeof *vv);
+    if (!vv) return ZCK_ERR_NO_MEMORY;
+    w->md_values = vv;
+    w->md_cap = cap;
+  }
+  char *k = zck__arena_strndup(&w->arena, key, strlen(key));
+  if (!k) return ZCK_ERR_NO_MEMORY;
+  w->md_keys[w->md_count] = k;
+  w->md_values[w->md_count++] = v;
+  return ZCK_OK;
+}
+
+zck_status zck_st_writer_add(zck_st_writer *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
+                             size_t *index) {
+  ZCK_ASSERT(!w->laid_out);
+  ZCK_ASSERT((unsigned)dtype < ZCK_ST_DTYPE_COUNT && ndim >= 0 && (ndim == 0 || shape));
+  char q[ZCK__QNAME_MAX];
+  if (!strcmp(name, "__metadata__"))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: \"__metadata__\" cannot be a tensor name");
+  ZCK_TRY(zck__st_check_utf8("tensor name", name));
+  uint64_t numel = 1, nbits;
+  for (int d = 0; d < ndim; d++)
+    if (!zck__mul_u64(numel, shape[d], &numel))
+      return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: tensor %s: element count overflows", zck__qname(name, q));
+  if (!zck__mul_u64(numel, zck_st_dtype_bits(dtype), &nbits))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: tensor %s: size overflows", zck__qname(name, q));
+  if (nbits % 8)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: tensor %s: %llu %s elements are not a whole number of bytes",
+                     zck__qname(name, q), (unsigned long long)numel, zck_st_dtype_name(dtype));
+  if (w->count == w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 64;
+    zck_st_tensor *t = zck__realloc(w->tensors, cap * sizeof *t);
+    if (!t) return ZCK_ERR_NO_MEMORY;
+    w->tensors = t;
+    w->cap = cap;
+  }
+  char *nm = zck__arena_strndup(&w->arena, name, strlen(name));
+  if (!nm) return ZCK_ERR_NO_MEMORY;
+  bool dup;
+  ZCK_TRY(zck__strmap_put(&w->map, nm, w->count, &dup, NULL));
+  if (dup) return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: tensor %s added twice", zck__qname(name, q));
+  zck_st_tensor *t = &w->tensors[w->count];
+  memset(t, 0, sizeof *t);
+  t->name = nm;
+  t->st_dtype = dtype;
+  t->dtype = zck_st_dtype_to_zck(dtype);
+  t->ndim = ndim;
+  if (ndim) {
+    uint64_t *sh = zck__arena_alloc(&w->arena, (size_t)ndim * sizeof *sh);
+    if (!sh) return ZCK_ERR_NO_MEMORY;
+    memcpy(sh, shape, (size_t)ndim * sizeof *sh);
+    t->shape = sh;
+  }
+  t->numel = numel;
+  t->nbytes = nbits / 8;
+  if (index) *index = w->count;
+  w->count++;
+  return ZCK_OK;
+}
+
+/* prepare(): right.dtype().cmp(&left.dtype()).then(lname.cmp(rname)) */
+static int zck__st_cmp_write_order(const void *a, const void *b) {
+  const zck_st_tensor *x = *(const zck_st_tensor *const *)a, *y = *(const zck_st_tensor *const *)b;
+  if (x->st_dtype != y->st_dtype) return x->st_dtype > y->st_dtype ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+zck_status zck_st_writer_layout(zck_st_writer *w) {
+  ZCK_ASSERT(!w->laid_out);
+  zck_st_tensor **order = zck__malloc((w->count ? w->count : 1) * sizeof *order);
+  if (!order) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < w->count; i++) order[i] = &w->tensors[i];
+  qsort(order, w->count, sizeof *order, zck__st_cmp_write_order);
+
+  zck__buf *b = &w->header;
+  b->len = 0;
+  zck__buf_u64le(b, 0); /* patched below */
+  zck__buf_str(b, "{\"__metadata__\":{");
+  for (size_t i = 0; i < w->md_count; i++) {
+    if (i) zck__buf_byte(b, ',');
+    zck__json_str_serde(b, w->md_keys[i]);
+    zck__buf_byte(b, ':');
+    zck__json_str_serde(b, w->md_values[i]);
+  }
+  zck__buf_byte(b, '}');
+  uint64_t off = 0;
+  for (size_t i = 0; i < w->count; i++) {
+    zck_st_tensor *t = order[i];
+    t->begin = off;
+    if (!zck__add_u64(off, t->nbytes, &off)) {
+      free(order);
+      return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: total data size overflows");
+    }
+    t->end = off;
+    zck__buf_byte(b, ',');
+    zck__json_str_serde(b, t->name);
+    zck__buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", zck_st_dtype_name(t->st_dtype));
+    for (int d = 0; d < t->ndim; d++) zck__buf_printf(b, d ? ",%llu" : "%llu", (unsigned long long)t->shape[d]);
+    zck__buf_printf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->begin, (unsigned long long)t->end);
+  }
+  free(order);
+  zck__buf_byte(b, '}');
+  while ((b->len - 8) % 8) zck__buf_byte(b, ' ');
+  if (b->failed) return zck__fail(ZCK_ERR_NO_MEMORY, "safetensors writer: out of memory building the header");
+  uint64_t n = b->len - 8;
+  if (n > ZCK_ST_MAX_HEADER)
+    return zck__fail(ZCK_ERR_LIMIT, "safetensors writer: header of %llu bytes exceeds the 100,000,000-byte limit",
+                     (unsigned long long)n);
+  zck__put64(b->data, n);
+  for (size_t i = 0; i < w->count; i++) w->tensors[i].offset = b->len + w->tensors[i].begin;
+  if (!zck__add_u64(b->len, off, &w->file_size))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: file size overflows");
+  w->laid_out = true;
+  return ZCK_OK;
+}
+
+const zck_st_tensor *zck_st_writer_tensor(const zck_st_writer *w, size_t index) {
+  ZCK_ASSERT(w->laid_out && index < w->count);
+  return &w->tensors[index];
+}
+
+size_t zck_st_writer_count(const zck_st_writer *w) { return w->count; }
+
+uint64_t zck_st_writer_file_size(const zck_st_writer *w) {
+  ZCK_ASSERT(w->laid_out);
+  return w->file_size;
+}
+
+const uint8_t *zck_st_writer_header(const zck_st_writer *w, size_t *len) {
+  ZCK_ASSERT(w->laid_out);
+  if (len) *len = w->header.len;
+  return w->header.data;
+}
+
+zck_status zck_st_writer_open(zck_st_writer *w, const char *path) {
+  ZCK_ASSERT(w->laid_out && !w->opened);
+  w->path = zck__strdup(path);
+  if (!w->path) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck__outfile_create(&w->out, path));
+  w->opened = true;
+  ZCK_TRY(zck__outfile_pwrite(&w->out, w->header.data, w->header.len, 0));
+  ZCK_TRY(zck__outfile_truncate(&w->out, w->file_size));
+  return ZCK_OK;
+}
+
+int zck_st_writer_fd(const zck_st_writer *w) {
+  ZCK_ASSERT(w->opened);
+  return w->out.fd;
+}
+
+zck_status zck_st_writer_write(zck_st_writer *w, size_t index, const void *data, uint64_t off, uint64_t n) {
+  ZCK_ASSERT(w->opened && !w->committed && index < w->count);
+  const zck_st_tensor *t = &w->tensors[index];
+  uint64_t end;
+  ZCK_ASSERT(zck__add_u64(off, n, &end) && end <= t->nbytes && n <= SIZE_MAX);
+  return zck__pwrite_all(w->out.fd, data, (size_t)n, t->offset + off, w->path);
+}
+
+zck_status zck_st_writer_commit(zck_st_writer *w) {
+  ZCK_ASSERT(w->opened && !w->committed);
+  ZCK_TRY(zck__outfile_commit(&w->out));
+  w->committed = true;
+  return ZCK_OK;
+}
