@@ -27,7 +27,9 @@ typedef enum zck_pk_kind {
   ZCK_PK_PERSID,   /* persistent id */
 } zck_pk_kind;
 
-enum { ZCK_PK_TAG_NONE = 0, ZCK_PK_TAG_TORCH_SIZE = 1 };
+/* Tags refine a kind: TORCH_SIZE on a TUPLE (torch.Size(...)); FROZENSET on a SET
+ * (frozenset(...) / FROZENSET); BYTEARRAY on BYTES (bytearray(...) / BYTEARRAY8). */
+enum { ZCK_PK_TAG_NONE = 0, ZCK_PK_TAG_TORCH_SIZE = 1, ZCK_PK_TAG_FROZENSET = 2, ZCK_PK_TAG_BYTEARRAY = 3 };
 
 typedef struct zck_pk zck_pk;
 struct zck_pk {
@@ -69,16 +71,35 @@ typedef struct zck_pk_limits {
 
 typedef struct zck_pk_doc zck_pk_doc;   /* the arena + root */
 
-/* Runs the VM over data. name is used in messages ("FILE: data.pkl: byte 123: ..."). */
+/* Runs the VM over data. name is used in messages ("FILE: data.pkl: byte 123: ..."), limits
+ * may be NULL (defaults). Malformed streams are ZCK_ERR_FORMAT "NAME: byte OFFSET: what",
+ * a limit is ZCK_ERR_LIMIT. Notes on the tree it builds:
+ *  - GLOBAL modules are normalised as Python 3 does with fix_imports: __builtin__ ->
+ *    builtins, copy_reg -> copyreg;
+ *  - memo GETs share nodes, so the tree is a DAG and, in hostile input, may hold cycles
+ *    (a list appended to itself); the longest acyclic path is checked against max_depth;
+ *  - dict keys are kept as given, duplicates included (zck_pk_dict_get returns the last);
+ *  - LONG1/LONG4/INT/LONG values that fit int64 are INT, others BIGINT;
+ *  - STRING/BINSTRING/SHORT_BINSTRING (Python 2 str) become STR when valid UTF-8, else BYTES;
+ *  - trailing bytes after STOP are ignored. */
 zck_status zck_pickle_load(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
                            zck_pk_doc **out);
 const zck_pk *zck_pk_doc_root(const zck_pk_doc *doc);
 void zck_pk_doc_free(zck_pk_doc *doc);
+/* Every node of the doc in creation order (for a loaded doc: the order of the stream, so
+ * GLOBAL nodes appear in the order the stream names them, folded ones included). */
+size_t zck_pk_doc_node_count(const zck_pk_doc *doc);
+const zck_pk *zck_pk_doc_node_at(const zck_pk_doc *doc, size_t i);
+/* 1 if the loaded stream used opcode byte op (for weights_only-style checks). */
+int zck_pk_doc_opcode_seen(const zck_pk_doc *doc, uint8_t op);
+/* Protocol from PROTO (0 if none). */
+int zck_pk_doc_protocol(const zck_pk_doc *doc);
 
 /* ---- helpers for consumers */
 /* Value of a str key in a DICT (NULL if absent or not a dict). */
 const zck_pk *zck_pk_dict_get(const zck_pk *dict, const char *key);
-/* 1 if node is a GLOBAL (or OBJECT whose callable is) module.name. */
+/* 1 if node is a GLOBAL (or OBJECT whose callable is) module.name ("builtins" and
+ * "__builtin__" are the same module). */
 int zck_pk_is_global(const zck_pk *node, const char *module, const char *name);
 /* INT (or BOOL) value into *out; 0 if not an int. */
 int zck_pk_as_int(const zck_pk *node, int64_t *out);
@@ -86,7 +107,8 @@ int zck_pk_as_int(const zck_pk *node, int64_t *out);
 int zck_pk_as_double(const zck_pk *node, double *out);
 /* STR value or NULL. */
 const char *zck_pk_as_str(const zck_pk *node);
-/* Human-readable one-line summary (for inspect): "dict(3)", "LossScaler(...)", "1.5". */
+/* Human-readable one-line summary (for inspect): "dict(3)", "LossScaler(...)", "1.5".
+ * Bounded in depth and length; cycle-safe. */
 void zck_pk_summary(const zck_pk *node, char *buf, size_t n);
 
 /* ---- building trees (for the emitter); nodes belong to the doc */
@@ -111,7 +133,10 @@ int zck_pk_dict_set(zck_pk_doc *d, zck_pk *dict, zck_pk *key, zck_pk *value);
 /* Emits a protocol-2 stream CPython's unpickler (and torch.load, weights_only when the
  * globals allow) reads back as the same tree. OrderedDict, set, torch.Size, bytes are
  * spelled the way CPython's pickler spells them. Identical node pointers are memoized
- * (written once, then BINGET), so shared objects stay shared. */
+ * (written once, then BINGET), so shared objects stay shared; GLOBALs are memoized by
+ * name, as CPython memoizes the class object. A tree loaded from a CPython protocol-2
+ * stream dumps back to the same bytes. Appends to out. Nesting deeper than 1000 (or a
+ * cycle through REDUCE arguments, which CPython cannot pickle either) is ZCK_ERR_LIMIT. */
 zck_status zck_pickle_dump(const zck_pk *root, zck__buf *out);
 
 #endif

@@ -1,0 +1,375 @@
+/* pk_doc.c: the node arena of a pickle doc, node constructors for the emitter's callers,
+ * and the read helpers consumers use (dict lookup, int/str access, summaries). */
+#include "pk_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- arena
+
+zck_pk_doc *zck_pk_doc_new(void) { return zck__calloc(1, sizeof(zck_pk_doc)); }
+
+zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind) {
+  if (d->max_objects && d->count >= d->max_objects) {
+    d->hit_limit = true;
+    zck__fail(ZCK_ERR_LIMIT, "more than %zu objects", d->max_objects);
+    return NULL;
+  }
+  if (d->count == d->nblocks * ZCK__PK_BLOCK) {
+    zck__pkn **nb = zck__realloc(d->blocks, (d->nblocks + 1) * sizeof *nb);
+    if (!nb) return NULL;
+    d->blocks = nb;
+    nb[d->nblocks] = zck__calloc(ZCK__PK_BLOCK, sizeof(zck__pkn));
+    if (!nb[d->nblocks]) return NULL;
+    d->nblocks++;
+  }
+  zck__pkn *n = &d->blocks[d->count / ZCK__PK_BLOCK][d->count % ZCK__PK_BLOCK];
+  d->count++;
+  n->pub.kind = kind;
+  return &n->pub;
+}
+
+static void pk_free_owned(zck_pk *n) {
+  switch (n->kind) {
+  case ZCK_PK_STR: case ZCK_PK_BYTES: case ZCK_PK_BIGINT: free(n->u.str.data); break;
+  case ZCK_PK_TUPLE: case ZCK_PK_LIST: case ZCK_PK_SET: free(n->u.seq.items); break;
+  case ZCK_PK_DICT: free(n->u.dict.keys); free(n->u.dict.values); break;
+  case ZCK_PK_GLOBAL: free(n->u.global.module); free(n->u.global.name); break;
+  default: break;
+  }
+}
+
+void zck_pk_doc_free(zck_pk_doc *d) {
+  if (!d) return;
+  for (size_t i = 0; i < d->count; i++) pk_free_owned(&d->blocks[i / ZCK__PK_BLOCK][i % ZCK__PK_BLOCK].pub);
+  for (size_t b = 0; b < d->nblocks; b++) free(d->blocks[b]);
+  free(d->blocks);
+  free(d);
+}
+
+const zck_pk *zck_pk_doc_root(const zck_pk_doc *d) { return d ? d->root : NULL; }
+void zck_pk_doc_set_root(zck_pk_doc *d, zck_pk *root) { d->root = root; }
+size_t zck_pk_doc_node_count(const zck_pk_doc *d) { return d ? d->count : 0; }
+const zck_pk *zck_pk_doc_node_at(const zck_pk_doc *d, size_t i) {
+  if (!d || i >= d->count) return NULL;
+  return &d->blocks[i / ZCK__PK_BLOCK][i % ZCK__PK_BLOCK].pub;
+}
+int zck_pk_doc_opcode_seen(const zck_pk_doc *d, uint8_t op) { return d && (d->ops_seen[op >> 3] >> (op & 7)) & 1; }
+int zck_pk_doc_protocol(const zck_pk_doc *d) { return d ? d->protocol : 0; }
+
+bool zck__pk_reserve(zck_pk *node, size_t n) {
+  zck__pkn *w = (zck__pkn *)node;
+  if (n <= w->cap) return true;
+  size_t cap = w->cap ? w->cap : 4;
+  while (cap < n) {
+    if (cap > SIZE_MAX / 2 / sizeof(zck_pk *)) { zck__fail(ZCK_ERR_NO_MEMORY, "container too large"); return false; }
+    cap *= 2;
+  }
+  if (node->kind == ZCK_PK_DICT) {
+    zck_pk **k = zck__realloc(node->u.dict.keys, cap * sizeof *k);
+    if (!k) return false;
+    node->u.dict.keys = k;
+    zck_pk **v = zck__realloc(node->u.dict.values, cap * sizeof *v);
+    if (!v) return false;
+    node->u.dict.values = v;
+  } else {
+    zck_pk **it = zck__realloc(node->u.seq.items, cap * sizeof *it);
+    if (!it) return false;
+    node->u.seq.items = it;
+  }
+  w->cap = cap;
+  return true;
+}
+
+zck_pk *zck__pk_new_blob(zck_pk_doc *d, zck_pk_kind kind, const void *p, size_t n) {
+  zck_pk *node = zck__pk_alloc(d, kind);
+  if (!node) return NULL;
+  if (n == SIZE_MAX) { zck__fail(ZCK_ERR_NO_MEMORY, "string too large"); return NULL; }
+  char *s = zck__malloc(n + 1);
+  if (!s) return NULL;
+  if (n) memcpy(s, p, n);
+  s[n] = 0;
+  node->u.str.data = s;
+  node->u.str.len = n;
+  return node;
+}
+
+const char *zck__pk_module_py3(const char *module) {
+  if (!strcmp(module, "__builtin__") || !strcmp(module, "exceptions")) return "builtins";
+  if (!strcmp(module, "copy_reg")) return "copyreg";
+  return module;
+}
+
+/* Lib/_compat_pickle.py's NAME_MAPPING / REVERSE_NAME_MAPPING for the names a protocol-2
+ * pickle can carry: the unpickler reads Python 2 spellings, the pickler writes them. */
+static const struct { const char *m2, *n2, *m3, *n3; } zck__pk_names[] = {
+  {"__builtin__", "xrange", "builtins", "range"}, {"__builtin__", "unichr", "builtins", "chr"},
+  {"__builtin__", "unicode", "builtins", "str"}, {"__builtin__", "long", "builtins", "int"},
+  {"itertools", "izip", "builtins", "zip"}, {"itertools", "imap", "builtins", "map"},
+  {"itertools", "ifilter", "builtins", "filter"},
+  {"__builtin__", "basestring", "builtins", "str"}, {"__builtin__", "reduce", "functools", "reduce"},
+  {"__builtin__", "intern", "sys", "intern"}, {"exceptions", "StandardError", "builtins", "Exception"},
+};
+static const char *const zck__pk_py2_exceptions[] = {
+  "ArithmeticError", "AssertionError", "AttributeError", "BaseException", "BufferError", "BytesWarning",
+  "DeprecationWarning", "EOFError", "EnvironmentError", "Exception", "FloatingPointError", "FutureWarning",
+  "GeneratorExit", "IOError", "ImportError", "ImportWarning", "IndentationError", "IndexError", "KeyError",
+  "KeyboardInterrupt", "LookupError", "MemoryError", "NameError", "NotImplementedError", "OSError",
+  "OverflowError", "PendingDeprecationWarning", "ReferenceError", "RuntimeError", "RuntimeWarning",
+  "StopIteration", "SyntaxError", "SyntaxWarning", "SystemError", "SystemExit", "TabError", "TypeError",
+  "UnboundLocalError", "UnicodeDecodeError", "UnicodeEncodeError", "UnicodeError", "UnicodeTranslateError",
+  "UnicodeWarning", "UserWarning", "ValueError", "Warning", "ZeroDivisionError",
+};
+static const char *const zck__pk_py3_oserrors[] = {
+  "BrokenPipeError", "ChildProcessError", "ConnectionAbortedError", "ConnectionError", "ConnectionRefusedError",
+  "ConnectionResetError", "FileExistsError", "FileNotFoundError", "InterruptedError", "IsADirectoryError",
+  "NotADirectoryError", "PermissionError", "ProcessLookupError", "TimeoutError",
+};
+
+void zck__pk_global_py3(const char **module, const char **name) {
+  for (size_t i = 0; i < sizeof zck__pk_names / sizeof zck__pk_names[0]; i++)
+    if (!strcmp(*module, zck__pk_names[i].m2) && !strcmp(*name, zck__pk_names[i].n2)) {
+      *module = zck__pk_names[i].m3;
+      *name = zck__pk_names[i].n3;
+      return;
+    }
+  *module = zck__pk_module_py3(*module);
+}
+
+void zck__pk_global_py2(const char **module, const char **name) {
+  if (!strcmp(*module, "builtins")) {
+    for (size_t i = 0; i < 7; i++)   /* the reversible entries of the table */
+      if (!strcmp(*name, zck__pk_names[i].n3)) {
+        *module = zck__pk_names[i].m2;
+        *name = zck__pk_names[i].n2;
+        return;
+      }
+    for (size_t i = 0; i < sizeof zck__pk_py2_exceptions / sizeof *zck__pk_py2_exceptions; i++)
+      if (!strcmp(*name, zck__pk_py2_exceptions[i])) { *module = "exceptions"; return; }
+    for (size_t i = 0; i < sizeof zck__pk_py3_oserrors / sizeof *zck__pk_py3_oserrors; i++)
+      if (!strcmp(*name, zck__pk_py3_oserrors[i])) { *module = "exceptions"; *name = "OSError"; return; }
+    if (!strcmp(*name, "ModuleNotFoundError")) { *module = "exceptions"; *name = "ImportError"; return; }
+    *module = "__builtin__";
+    return;
+  }
+  if (!strcmp(*module, "copyreg")) *module = "copy_reg";
+}
+
+int zck__pk_utf8_valid(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80) { i++; continue; }
+    size_t len;
+    uint32_t cp, min;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    if (n - i < len) return 0;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xC0) != 0x80) return 0;
+      cp = cp << 6 | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF) return 0;   /* overlong or out of range; surrogates pass */
+    i += len;
+  }
+  return 1;
+}
+
+// ---- constructors
+
+zck_pk *zck_pk_new_none(zck_pk_doc *d) { return zck__pk_alloc(d, ZCK_PK_NONE); }
+zck_pk *zck_pk_new_bool(zck_pk_doc *d, int b) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_BOOL);
+  if (n) n->u.b = b != 0;
+  return n;
+}
+zck_pk *zck_pk_new_int(zck_pk_doc *d, int64_t v) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_INT);
+  if (n) n->u.i = v;
+  return n;
+}
+zck_pk *zck_pk_new_float(zck_pk_doc *d, double v) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_FLOAT);
+  if (n) n->u.f = v;
+  return n;
+}
+zck_pk *zck_pk_new_str(zck_pk_doc *d, const char *s) { return zck__pk_new_blob(d, ZCK_PK_STR, s, strlen(s)); }
+zck_pk *zck_pk_new_bytes(zck_pk_doc *d, const void *p, size_t n) { return zck__pk_new_blob(d, ZCK_PK_BYTES, p, n); }
+zck_pk *zck_pk_new_tuple(zck_pk_doc *d, size_t n) {
+  zck_pk *t = zck__pk_alloc(d, ZCK_PK_TUPLE);
+  if (!t || !zck__pk_reserve(t, n)) return NULL;
+  for (size_t i = 0; i < n; i++) t->u.seq.items[i] = NULL;
+  t->u.seq.len = n;
+  return t;
+}
+zck_pk *zck_pk_new_list(zck_pk_doc *d) { return zck__pk_alloc(d, ZCK_PK_LIST); }
+zck_pk *zck_pk_new_dict(zck_pk_doc *d, int ordered) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_DICT);
+  if (n) n->u.dict.ordered = ordered != 0;
+  return n;
+}
+zck_pk *zck_pk_new_global(zck_pk_doc *d, const char *module, const char *name) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_GLOBAL);
+  if (!n) return NULL;
+  zck__pk_global_py3(&module, &name);
+  n->u.global.module = zck__strdup(module);
+  n->u.global.name = zck__strdup(name);
+  if (!n->u.global.module || !n->u.global.name) return NULL;
+  return n;
+}
+zck_pk *zck_pk_new_object(zck_pk_doc *d, zck_pk *callable, zck_pk *args, int newobj, zck_pk *state) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_OBJECT);
+  if (!n) return NULL;
+  n->u.obj.callable = callable;
+  n->u.obj.args = args;
+  n->u.obj.newobj = newobj != 0;
+  n->u.obj.state = state;
+  return n;
+}
+zck_pk *zck_pk_new_persid(zck_pk_doc *d, zck_pk *pid) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_PERSID);
+  if (n) n->u.persid.pid = pid;
+  return n;
+}
+
+int zck_pk_append(zck_pk_doc *d, zck_pk *seq, zck_pk *item) {
+  (void)d;
+  if (!seq || !item) return 0;
+  ZCK_ASSERT(seq->kind == ZCK_PK_LIST || seq->kind == ZCK_PK_TUPLE || seq->kind == ZCK_PK_SET);
+  if (!zck__pk_reserve(seq, seq->u.seq.len + 1)) return 0;
+  seq->u.seq.items[seq->u.seq.len++] = item;
+  return 1;
+}
+
+int zck_pk_dict_set(zck_pk_doc *d, zck_pk *dict, zck_pk *key, zck_pk *value) {
+  (void)d;
+  if (!dict || !key || !value) return 0;
+  ZCK_ASSERT(dict->kind == ZCK_PK_DICT);
+  if (!zck__pk_reserve(dict, dict->u.dict.len + 1)) return 0;
+  dict->u.dict.keys[dict->u.dict.len] = key;
+  dict->u.dict.values[dict->u.dict.len++] = value;
+  return 1;
+}
+
+// ---- read helpers
+
+const zck_pk *zck_pk_dict_get(const zck_pk *dict, const char *key) {
+  if (!dict || dict->kind != ZCK_PK_DICT) return NULL;
+  size_t klen = strlen(key);
+  for (size_t i = dict->u.dict.len; i-- > 0;) {   /* last wins, as a later SETITEM would */
+    const zck_pk *k = dict->u.dict.keys[i];
+    if (k->kind == ZCK_PK_STR && k->u.str.len == klen && !memcmp(k->u.str.data, key, klen))
+      return dict->u.dict.values[i];
+  }
+  return NULL;
+}
+
+int zck_pk_is_global(const zck_pk *node, const char *module, const char *name) {
+  if (node && node->kind == ZCK_PK_OBJECT) node = node->u.obj.callable;
+  if (!node || node->kind != ZCK_PK_GLOBAL) return 0;
+  zck__pk_global_py3(&module, &name);
+  return !strcmp(node->u.global.module, module) && !strcmp(node->u.global.name, name);
+}
+
+int zck_pk_as_int(const zck_pk *node, int64_t *out) {
+  if (!node) return 0;
+  if (node->kind == ZCK_PK_INT) { *out = node->u.i; return 1; }
+  if (node->kind == ZCK_PK_BOOL) { *out = node->u.b; return 1; }
+  return 0;
+}
+
+int zck_pk_as_double(const zck_pk *node, double *out) {
+  if (!node) return 0;
+  if (node->kind == ZCK_PK_FLOAT) { *out = node->u.f; return 1; }
+  if (node->kind == ZCK_PK_INT) { *out = (double)node->u.i; return 1; }
+  return 0;
+}
+
+const char *zck_pk_as_str(const zck_pk *node) {
+  return node && node->kind == ZCK_PK_STR ? node->u.str.data : NULL;
+}
+
+// ---- summary
+
+typedef struct sumbuf { char *p; size_t n, len; } sumbuf;
+
+static void sum_put(sumbuf *b, const char *fmt, ...) ZCK__PRINTF(2, 3);
+static void sum_put(sumbuf *b, const char *fmt, ...) {
+  if (b->len + 1 >= b->n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vsnprintf(b->p + b->len, b->n - b->len, fmt, ap);
+  va_end(ap);
+  if (r < 0) return;
+  b->len += (size_t)r;
+  if (b->len >= b->n) b->len = b->n - 1;
+}
+
+static void sum_node(sumbuf *b, const zck_pk *n, int depth) {
+  if (!n) { sum_put(b, "?"); return; }
+  if (depth > 3) { sum_put(b, "..."); return; }
+  switch (n->kind) {
+  case ZCK_PK_NONE: sum_put(b, "None"); return;
+  case ZCK_PK_BOOL: sum_put(b, n->u.b ? "True" : "False"); return;
+  case ZCK_PK_INT: sum_put(b, "%lld", (long long)n->u.i); return;
+  case ZCK_PK_BIGINT: sum_put(b, "int(%zu bytes)", n->u.str.len); return;
+  case ZCK_PK_FLOAT: sum_put(b, "%.17g", n->u.f); return;
+  case ZCK_PK_STR:
+    if (n->u.str.len <= 40) sum_put(b, "'%s'", n->u.str.data);
+    else sum_put(b, "'%.37s...'", n->u.str.data);
+    return;
+  case ZCK_PK_BYTES: sum_put(b, "%s(%zu)", n->tag == ZCK_PK_TAG_BYTEARRAY ? "bytearray" : "bytes", n->u.str.len); return;
+  case ZCK_PK_GLOBAL: sum_put(b, "%s.%s", n->u.global.module, n->u.global.name); return;
+  case ZCK_PK_PERSID: sum_put(b, "persid("); sum_node(b, n->u.persid.pid, depth + 1); sum_put(b, ")"); return;
+  case ZCK_PK_DICT: sum_put(b, "%s(%zu)", n->u.dict.ordered ? "OrderedDict" : "dict", n->u.dict.len); return;
+  case ZCK_PK_LIST: sum_put(b, "list(%zu)", n->u.seq.len); return;
+  case ZCK_PK_SET: sum_put(b, "%s(%zu)", n->tag == ZCK_PK_TAG_FROZENSET ? "frozenset" : "set", n->u.seq.len); return;
+  case ZCK_PK_TUPLE:
+    sum_put(b, n->tag == ZCK_PK_TAG_TORCH_SIZE ? "torch.Size([" : "(");
+    if (depth >= 2) sum_put(b, "...");
+    else
+      for (size_t i = 0; i < n->u.seq.len && b->len + 1 < b->n; i++) {
+        if (i) sum_put(b, ", ");
+        if (i >= 8) { sum_put(b, "..."); break; }
+        sum_node(b, n->u.seq.items[i], depth + 1);
+      }
+    sum_put(b, n->tag == ZCK_PK_TAG_TORCH_SIZE ? "])" : (n->u.seq.len == 1 ? ",)" : ")"));
+    return;
+  case ZCK_PK_OBJECT: {
+    const zck_pk *c = n->u.obj.callable;
+    const char *name = c && c->kind == ZCK_PK_GLOBAL ? c->u.global.name : "?";
+    if (c && c->kind == ZCK_PK_GLOBAL && !strcmp(c->u.global.name, "getattr") && n->u.obj.args &&
+        n->u.obj.args->kind == ZCK_PK_TUPLE && n->u.obj.args->u.seq.len == 2 && depth < 2) {
+      /* enum member as Python >= 3.11 pickles it: getattr(Cls, 'NAME') */
+      sum_node(b, n->u.obj.args->u.seq.items[0], depth + 1);
+      const char *m = zck_pk_as_str(n->u.obj.args->u.seq.items[1]);
+      sum_put(b, ".%s", m ? m : "?");
+      return;
+    }
+    sum_put(b, "%s(", name);
+    if (depth < 2 && n->u.obj.args && n->u.obj.args->kind == ZCK_PK_TUPLE && n->u.obj.args->u.seq.len <= 2) {
+      for (size_t i = 0; i < n->u.obj.args->u.seq.len; i++) {
+        if (i) sum_put(b, ", ");
+        sum_node(b, n->u.obj.args->u.seq.items[i], depth + 1);
+      }
+    } else {
+      sum_put(b, "...");
+    }
+    sum_put(b, ")");
+    return;
+  }
+  }
+  sum_put(b, "?");
+}
+
+void zck_pk_summary(const zck_pk *node, char *buf, size_t n) {
+  if (!n) return;
+  sumbuf b = {buf, n, 0};
+  buf[0] = 0;
+  sum_node(&b, node, 0);
+  buf[b.len] = 0;
+}

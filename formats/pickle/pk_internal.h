@@ -1,0 +1,65 @@
+/* pk_internal.h: what the pickle VM, the emitter and the node arena share: the node
+ * wrapper (public zck_pk + bookkeeping), the doc arena, and the opcode bytes. */
+#ifndef ZCK_PK_INTERNAL_H
+#define ZCK_PK_INTERNAL_H
+
+#include "pickle.h"
+
+/* A node as allocated: the public part first, so a zck_pk * is a zck__pkn *. */
+typedef struct zck__pkn {
+  zck_pk pub;
+  size_t cap;        /* allocated slots of seq.items, or of dict.keys / dict.values */
+  uint32_t height;   /* scratch for the depth check */
+  uint8_t state;     /* scratch: 0 unvisited, 1 on the DFS stack, 2 done */
+} zck__pkn;
+
+#define ZCK__PK_BLOCK 1024
+
+struct zck_pk_doc {
+  zck__pkn **blocks;
+  size_t nblocks, count;
+  size_t max_objects;      /* 0 = no limit (trees built by hand) */
+  bool hit_limit;          /* the last allocation failed on max_objects */
+  zck_pk *root;
+  int protocol;
+  uint8_t ops_seen[32];
+};
+
+/* A zeroed node of the kind, or NULL with ZCK_ERR_NO_MEMORY / ZCK_ERR_LIMIT set. */
+zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind);
+/* Grows seq.items (or the dict arrays) to hold at least n entries. false + error on failure. */
+bool zck__pk_reserve(zck_pk *node, size_t n);
+/* STR/BYTES/BIGINT node owning a copy of p[0..n) plus a NUL. */
+zck_pk *zck__pk_new_blob(zck_pk_doc *d, zck_pk_kind kind, const void *p, size_t n);
+/* Module spelling as Python 3 reads it (fix_imports): __builtin__ -> builtins. */
+const char *zck__pk_module_py3(const char *module);
+/* (module, name) as Python 3's unpickler maps Python 2 names (__builtin__ long -> builtins
+ * int), and back as the protocol-2 pickler writes them. Pointers to static strings or
+ * to the inputs. */
+void zck__pk_global_py3(const char **module, const char **name);
+void zck__pk_global_py2(const char **module, const char **name);
+/* 1 if s[0..n) is UTF-8 as CPython's "surrogatepass" decoder accepts it. */
+int zck__pk_utf8_valid(const uint8_t *s, size_t n);
+
+/* ---- opcodes (cpython Lib/pickle.py) */
+enum {
+  ZPK_MARK = '(', ZPK_STOP = '.', ZPK_POP = '0', ZPK_POP_MARK = '1', ZPK_DUP = '2',
+  ZPK_FLOAT = 'F', ZPK_INT = 'I', ZPK_BININT = 'J', ZPK_BININT1 = 'K', ZPK_LONG = 'L',
+  ZPK_BININT2 = 'M', ZPK_NONE = 'N', ZPK_PERSID = 'P', ZPK_BINPERSID = 'Q', ZPK_REDUCE = 'R',
+  ZPK_STRING = 'S', ZPK_BINSTRING = 'T', ZPK_SHORT_BINSTRING = 'U', ZPK_UNICODE = 'V',
+  ZPK_BINUNICODE = 'X', ZPK_APPEND = 'a', ZPK_BUILD = 'b', ZPK_GLOBAL = 'c', ZPK_DICT = 'd',
+  ZPK_EMPTY_DICT = '}', ZPK_APPENDS = 'e', ZPK_GET = 'g', ZPK_BINGET = 'h', ZPK_INST = 'i',
+  ZPK_LONG_BINGET = 'j', ZPK_LIST = 'l', ZPK_EMPTY_LIST = ']', ZPK_OBJ = 'o', ZPK_PUT = 'p',
+  ZPK_BINPUT = 'q', ZPK_LONG_BINPUT = 'r', ZPK_SETITEM = 's', ZPK_TUPLE = 't',
+  ZPK_EMPTY_TUPLE = ')', ZPK_SETITEMS = 'u', ZPK_BINFLOAT = 'G',
+  ZPK_PROTO = 0x80, ZPK_NEWOBJ = 0x81, ZPK_EXT1 = 0x82, ZPK_EXT2 = 0x83, ZPK_EXT4 = 0x84,
+  ZPK_TUPLE1 = 0x85, ZPK_TUPLE2 = 0x86, ZPK_TUPLE3 = 0x87, ZPK_NEWTRUE = 0x88, ZPK_NEWFALSE = 0x89,
+  ZPK_LONG1 = 0x8a, ZPK_LONG4 = 0x8b,
+  ZPK_BINBYTES = 'B', ZPK_SHORT_BINBYTES = 'C',
+  ZPK_SHORT_BINUNICODE = 0x8c, ZPK_BINUNICODE8 = 0x8d, ZPK_BINBYTES8 = 0x8e, ZPK_EMPTY_SET = 0x8f,
+  ZPK_ADDITEMS = 0x90, ZPK_FROZENSET = 0x91, ZPK_NEWOBJ_EX = 0x92, ZPK_STACK_GLOBAL = 0x93,
+  ZPK_MEMOIZE = 0x94, ZPK_FRAME = 0x95,
+  ZPK_BYTEARRAY8 = 0x96, ZPK_NEXT_BUFFER = 0x97, ZPK_READONLY_BUFFER = 0x98,
+};
+
+#endif
