@@ -127,7 +127,8 @@ static inline uint32_t zck_model_owner(const zck_model *m, uint32_t p) {
   return m->params[p].tied_to >= 0 ? (uint32_t)m->params[p].tied_to : p;
 }
 /* The trainable params of group g in group order (not frozen, not aliases): what
- * DeepSpeed flattens. Writes up to cap indices to out and returns the count. */
+ * DeepSpeed flattens. Writes up to cap indices to out and returns how many there are
+ * (which may exceed cap: call with cap 0 to size the array). */
 size_t zck_model_group_trainable(const zck_model *m, uint32_t g, uint32_t *out, size_t cap);
 /* Copies the numel of every param into out[0..n_params). */
 void zck_model_numels(const zck_model *m, uint64_t *out);

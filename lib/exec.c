@@ -1,0 +1,479 @@
+/* exec.c: runs copy plans (read, convert, write) on the thread pool with one bounded
+ * staging buffer per thread; checksums of what it wrote; read-back hashing.
+ *
+ * Work is cut into batches: runs of consecutive extents (in plan order) reading one
+ * source store front to back with small gaps, spanning at most half a staging buffer, so
+ * one pread serves many small tensors. An extent longer than that is a batch of its own,
+ * streamed in chunks. The other half of the buffer receives dtype conversions. */
+#include "exec.h"
+
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zlib.h>
+
+/* Source bytes between two extents that are read and dropped rather than split the read. */
+#define ZCK__GAP_BYTES 4096
+
+// ---- CRC helpers
+
+uint32_t zck_crc32_combine(uint32_t a, uint32_t b, uint64_t len_b) {
+  return (uint32_t)crc32_combine(a, b, (z_off_t)len_b);
+}
+
+uint32_t zck_crc32_zeros(uint64_t n) {
+  static const uint8_t zero = 0;
+  uint32_t res = 0, unit = (uint32_t)crc32(0, &zero, 1);
+  uint64_t unit_len = 1;
+  while (n) {
+    if (n & 1) res = zck_crc32_combine(res, unit, unit_len);
+    n >>= 1;
+    if (n) {
+      unit = zck_crc32_combine(unit, unit, unit_len);
+      unit_len <<= 1;
+    }
+  }
+  return res;
+}
+
+/* zlib's crc32 takes a uInt length. */
+static uint32_t crc_update(uint32_t crc, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n) {
+    uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+    crc = (uint32_t)crc32(crc, b, k);
+    b += k;
+    n -= k;
+  }
+  return crc;
+}
+
+// ---- execution context
+
+typedef struct batch {
+  uint32_t job;
+  size_t first, n;       /* extents [first, first + n) of the job's plan */
+  uint64_t lo, hi;       /* source element span */
+} batch;
+
+typedef struct job_state {
+  uint32_t *ext_crc;     /* per extent, when the job wants CRCs */
+  size_t *crc_order;     /* extents sorted by (dst_store, dst_off) */
+} job_state;
+
+typedef struct exec_ctx {
+  const zck_exec_job *jobs;
+  size_t n_jobs;
+  job_state *js;
+  batch *batches;
+  size_t n_batches;
+  size_t staging, half;
+  uint8_t **bufs;        /* [workers], allocated by each worker on first use */
+  const zck_exec_opts *o;
+  atomic_int failed;
+  pthread_mutex_t lock;
+  uint64_t done, total;  /* bytes written, under lock */
+} exec_ctx;
+
+static const char *store_label(const zck_store *s, char *buf, size_t cap, const char *side, uint32_t id) {
+  if (s->name) return s->name;
+  snprintf(buf, cap, "%s store %u", side, id);
+  return buf;
+}
+
+/* ---- store access: read count elements at element off into dst (src dtype bytes) */
+static zck_status store_read(const zck_store *s, uint32_t id, void *dst, uint64_t off, uint64_t count) {
+  size_t es = zck_dtype_size(s->dtype);
+  size_t nb = (size_t)(count * es);
+  char lb[64];
+  switch (s->kind) {
+  case ZCK_STORE_MEMORY: memcpy(dst, (const uint8_t *)s->mem + off * es, nb); return ZCK_OK;
+  case ZCK_STORE_SOURCE: return zck__source_read(s->source, dst, nb, s->base + off * es);
+  case ZCK_STORE_FD: return zck__pread_all(s->fd, dst, nb, s->base + off * es, store_label(s, lb, sizeof lb, "source", id));
+  case ZCK_STORE_CALLBACK: {
+    zck_status st = s->read(s->ctx, dst, off, count);
+    if (st != ZCK_OK && s->name) return zck__error_prepend(st, "%s", s->name);
+    return st;
+  }
+  default: return zck__fail(ZCK_ERR_INTERNAL, "reading an unbound store");
+  }
+}
+
+static zck_status store_write(const zck_store *s, uint32_t id, const void *src, uint64_t off, uint64_t count) {
+  size_t es = zck_dtype_size(s->dtype);
+  size_t nb = (size_t)(count * es);
+  char lb[64];
+  switch (s->kind) {
+  case ZCK_STORE_MEMORY: memmove((uint8_t *)s->mem + off * es, src, nb); return ZCK_OK;
+  case ZCK_STORE_FD: return zck__pwrite_all(s->fd, src, nb, s->base + off * es, store_label(s, lb, sizeof lb, "target", id));
+  case ZCK_STORE_CALLBACK: {
+    zck_status st = s->write(s->ctx, src, off, count);
+    if (st != ZCK_OK && s->name) return zck__error_prepend(st, "%s", s->name);
+    return st;
+  }
+  default: return zck__fail(ZCK_ERR_INTERNAL, "writing a store that cannot be written");
+  }
+}
+
+static void report(exec_ctx *c, uint64_t bytes) {
+  if (!c->o->progress) {
+    return;
+  }
+  pthread_mutex_lock(&c->lock);
+  c->done += bytes;
+  c->o->progress(c->o->progress_ctx, c->done, c->total);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Converts and writes count elements of one extent whose source elements are at sp,
+ * starting at element `at` of the extent. Updates the extent CRC. */
+static zck_status emit(exec_ctx *c, uint8_t *cbuf, size_t job, size_t ei, const void *sp, uint64_t at, uint64_t count,
+                       uint32_t *crc) {
+  const zck_exec_job *j = &c->jobs[job];
+  const zck_extent *e = &j->plan->ext[ei];
+  const zck_store *S = &j->src[e->src_store], *D = &j->dst[e->dst_store];
+  size_t ds = zck_dtype_size(D->dtype), ss = zck_dtype_size(S->dtype);
+  uint64_t doff = e->dst_off + at;
+  if (D->kind == ZCK_STORE_MEMORY) {
+    uint8_t *dp = (uint8_t *)D->mem + doff * ds;
+    ZCK_TRY(zck_convert(D->dtype, dp, S->dtype, sp, (size_t)count));
+    if (crc) *crc = crc_update(*crc, dp, (size_t)(count * ds));
+    if (c->o->written) c->o->written(c->o->written_ctx, job, e->dst_store, doff, count, dp, (size_t)(count * ds));
+    return ZCK_OK;
+  }
+  if (D->dtype == S->dtype) {
+    ZCK_TRY(store_write(D, e->dst_store, sp, doff, count));
+    if (crc) *crc = crc_update(*crc, sp, (size_t)(count * ds));
+    if (c->o->written) c->o->written(c->o->written_ctx, job, e->dst_store, doff, count, sp, (size_t)(count * ds));
+    return ZCK_OK;
+  }
+  uint64_t step = c->half / ds;
+  const uint8_t *s8 = sp;
+  for (uint64_t k = 0; k < count; k += step) {
+    if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
+    uint64_t n = count - k < step ? count - k : step;
+    ZCK_TRY(zck_convert(D->dtype, cbuf, S->dtype, s8 + k * ss, (size_t)n));
+    ZCK_TRY(store_write(D, e->dst_store, cbuf, doff + k, n));
+    if (crc) *crc = crc_update(*crc, cbuf, (size_t)(n * ds));
+    if (c->o->written) c->o->written(c->o->written_ctx, job, e->dst_store, doff + k, n, cbuf, (size_t)(n * ds));
+  }
+  return ZCK_OK;
+}
+
+static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) {
+  const zck_exec_job *j = &c->jobs[b->job];
+  const zck_extent *e0 = &j->plan->ext[b->first];
+  const zck_store *S = &j->src[e0->src_store];
+  size_t ss = zck_dtype_size(S->dtype);
+  uint32_t *ext_crc = c->js[b->job].ext_crc;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    const zck_extent *e = &j->plan->ext[b->first + i];
+    bytes += e->count * zck_dtype_size(j->dst[e->dst_store].dtype);
+  }
+  if (S->kind == ZCK_STORE_MEMORY) { /* no staging for the source side */
+    for (size_t i = 0; i < b->n; i++) {
+      const zck_extent *e = &j->plan->ext[b->first + i];
+      uint32_t crc = 0;
+      if (!c->bufs[thread] && j->dst[e->dst_store].dtype != S->dtype && j->dst[e->dst_store].kind != ZCK_STORE_MEMORY)
+        if (!(c->bufs[thread] = zck__malloc(c->staging))) return ZCK_ERR_NO_MEMORY;
+      ZCK_TRY(emit(c, c->bufs[thread] ? c->bufs[thread] + c->half : NULL, b->job, b->first + i,
+                   (const uint8_t *)S->mem + e->src_off * ss, 0, e->count, ext_crc ? &crc : NULL));
+      if (ext_crc) ext_crc[b->first + i] = crc;
+    }
+    report(c, bytes);
+    return ZCK_OK;
+  }
+  if (!c->bufs[thread] && !(c->bufs[thread] = zck__malloc(c->staging))) return ZCK_ERR_NO_MEMORY;
+  uint8_t *rbuf = c->bufs[thread], *cbuf = rbuf + c->half;
+  if ((b->hi - b->lo) * ss <= c->half) { /* one read for the whole batch */
+    const zck_store *D = &j->dst[e0->dst_store];
+    if (b->n == 1 && D->kind == ZCK_STORE_MEMORY && D->dtype == S->dtype && !ext_crc && !c->o->written) {
+      ZCK_TRY(store_read(S, e0->src_store, (uint8_t *)D->mem + e0->dst_off * zck_dtype_size(D->dtype), e0->src_off,
+                         e0->count));
+      report(c, bytes);
+      return ZCK_OK;
+    }
+    ZCK_TRY(store_read(S, e0->src_store, rbuf, b->lo, b->hi - b->lo));
+    for (size_t i = 0; i < b->n; i++) {
+      const zck_extent *e = &j->plan->ext[b->first + i];
+      uint32_t crc = 0;
+      ZCK_TRY(emit(c, cbuf, b->job, b->first + i, rbuf + (e->src_off - b->lo) * ss, 0, e->count,
+                   ext_crc ? &crc : NULL));
+      if (ext_crc) ext_crc[b->first + i] = crc;
+    }
+    report(c, bytes);
+    return ZCK_OK;
+  }
+  /* one long extent, streamed */
+  uint64_t step = c->half / ss;
+  uint32_t crc = 0;
+  size_t dsz = zck_dtype_size(j->dst[e0->dst_store].dtype);
+  for (uint64_t k = 0; k < e0->count; k += step) {
+    if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
+    uint64_t n = e0->count - k < step ? e0->count - k : step;
+    ZCK_TRY(store_read(S, e0->src_store, rbuf, e0->src_off + k, n));
+    ZCK_TRY(emit(c, cbuf, b->job, b->first, rbuf, k, n, ext_crc ? &crc : NULL));
+    report(c, n * dsz);
+  }
+  if (ext_crc) ext_crc[b->first] = crc;
+  return ZCK_OK;
+}
+
+static zck_status run_batch(void *ctx, size_t item, unsigned thread) {
+  exec_ctx *c = ctx;
+  if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
+  zck_status s = run_batch_inner(c, &c->batches[item], thread);
+  if (s != ZCK_OK) atomic_store(&c->failed, 1);
+  return s;
+}
+
+// ---- validation before any byte moves
+
+static zck_status check_store_range(const zck_store *s, uint32_t id, const char *side, uint64_t off, uint64_t count,
+                                    const zck_extent *e) {
+  char lb[64];
+  const char *name = store_label(s, lb, sizeof lb, side, id);
+  uint64_t end;
+  ZCK_FAIL_IF(s->kind == ZCK_STORE_UNBOUND, ZCK_ERR_INVALID_ARG, "%s store %u is used by the plan but not bound", side,
+              id);
+  size_t es = zck_dtype_size(s->dtype);
+  ZCK_FAIL_IF(!es, ZCK_ERR_INVALID_ARG, "%s: no valid dtype", name);
+  ZCK_FAIL_IF(!zck__add_u64(off, count, &end) || end > s->numel, ZCK_ERR_FORMAT,
+              "%s: needs elements [%llu, %llu) (parameter %u) but holds %llu", name, (unsigned long long)off,
+              (unsigned long long)(off + count), e->param, (unsigned long long)s->numel);
+  uint64_t bytes;
+  ZCK_FAIL_IF(!zck__mul_u64(end, es, &bytes) || bytes > ((uint64_t)1 << 62) || s->base > ((uint64_t)1 << 62),
+              ZCK_ERR_LIMIT, "%s: element %llu is beyond any file", name, (unsigned long long)end);
+  if (s->kind == ZCK_STORE_SOURCE) {
+    uint64_t lo = s->base + off * es, hi = s->base + bytes;
+    ZCK_FAIL_IF(hi > s->source->size, ZCK_ERR_TRUNCATED, "%s: truncated: need bytes %llu..%llu but the file has %llu",
+                s->source->name, (unsigned long long)lo, (unsigned long long)hi,
+                (unsigned long long)s->source->size);
+  }
+  return ZCK_OK;
+}
+
+static zck_status check_job(const zck_exec_job *j, size_t job, uint64_t *total) {
+  const zck_plan *p = j->plan;
+  for (size_t i = 0; i < p->n; i++) {
+    const zck_extent *e = &p->ext[i];
+    ZCK_FAIL_IF(e->src_store >= p->n_src_stores || e->dst_store >= p->n_dst_stores, ZCK_ERR_INVALID_ARG,
+                "copy job %zu: extent %zu names store %u -> %u beyond the plan's %zu -> %zu", job, i, e->src_store,
+                e->dst_store, p->n_src_stores, p->n_dst_stores);
+    const zck_store *S = &j->src[e->src_store], *D = &j->dst[e->dst_store];
+    ZCK_TRY(check_store_range(S, e->src_store, "source", e->src_off, e->count, e));
+    ZCK_TRY(check_store_range(D, e->dst_store, "target", e->dst_off, e->count, e));
+    ZCK_FAIL_IF(S->kind == ZCK_STORE_CALLBACK && !S->read, ZCK_ERR_INVALID_ARG, "%s: cannot be read",
+                S->name ? S->name : "a source store");
+    ZCK_FAIL_IF(D->kind == ZCK_STORE_SOURCE || (D->kind == ZCK_STORE_CALLBACK && !D->write), ZCK_ERR_INVALID_ARG,
+                "%s: cannot be written", D->name ? D->name : "a target store");
+    ZCK_FAIL_IF(!zck_dtype_convertible(D->dtype, S->dtype), ZCK_ERR_UNSUPPORTED, "%s: cannot convert %s to %s for %s",
+                S->name ? S->name : "source", zck_dtype_name(S->dtype), zck_dtype_name(D->dtype),
+                D->name ? D->name : "the target");
+    *total += e->count * zck_dtype_size(D->dtype);
+  }
+  return ZCK_OK;
+}
+
+static int cmp_crc_order_r(const void *a, const void *b, void *ctx) {
+  const zck_extent *ext = ctx;
+  const zck_extent *x = &ext[*(const size_t *)a], *y = &ext[*(const size_t *)b];
+  if (x->dst_store != y->dst_store) return x->dst_store < y->dst_store ? -1 : 1;
+  if (x->dst_off != y->dst_off) return x->dst_off < y->dst_off ? -1 : 1;
+  return 0;
+}
+
+/* Sorts the job's extents by destination and rejects overlaps (a CRC needs each byte
+ * written once). */
+static zck_status prepare_crc(const zck_exec_job *j, size_t job, job_state *js) {
+  const zck_plan *p = j->plan;
+  js->ext_crc = zck__calloc(p->n ? p->n : 1, sizeof *js->ext_crc);
+  js->crc_order = zck__malloc((p->n ? p->n : 1) * sizeof *js->crc_order);
+  if (!js->ext_crc || !js->crc_order) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < p->n; i++) js->crc_order[i] = i;
+  if (p->n > 1) qsort_r(js->crc_order, p->n, sizeof *js->crc_order, cmp_crc_order_r, p->ext);
+  for (size_t i = 1; i < p->n; i++) {
+    const zck_extent *a = &p->ext[js->crc_order[i - 1]], *b = &p->ext[js->crc_order[i]];
+    if (a->dst_store == b->dst_store && a->dst_off + a->count > b->dst_off) {
+      const zck_store *D = &j->dst[b->dst_store];
+      return zck__fail(ZCK_ERR_INVALID_ARG, "copy job %zu: %s: element %llu is written twice, so it has no CRC", job,
+                       D->name ? D->name : "a target store", (unsigned long long)b->dst_off);
+    }
+  }
+  return ZCK_OK;
+}
+
+static void assemble_crc(const zck_exec_job *j, const job_state *js) {
+  const zck_plan *p = j->plan;
+  size_t k = 0;
+  for (size_t st = 0; st < p->n_dst_stores; st++) {
+    const zck_store *D = &j->dst[st];
+    size_t es = zck_dtype_size(D->dtype);
+    uint64_t pos = 0, end = D->kind == ZCK_STORE_UNBOUND ? 0 : D->numel * es;
+    uint32_t crc = 0;
+    for (; k < p->n && p->ext[js->crc_order[k]].dst_store == st; k++) {
+      const zck_extent *e = &p->ext[js->crc_order[k]];
+      uint64_t at = e->dst_off * es, len = e->count * es;
+      if (at > pos) crc = zck_crc32_combine(crc, zck_crc32_zeros(at - pos), at - pos);
+      crc = zck_crc32_combine(crc, js->ext_crc[js->crc_order[k]], len);
+      pos = at + len;
+    }
+    if (end > pos) crc = zck_crc32_combine(crc, zck_crc32_zeros(end - pos), end - pos);
+    j->dst_crc32[st] = crc;
+  }
+}
+
+// ---- batching
+
+static bool readable_in_batches(const zck_store *s) { return s->kind != ZCK_STORE_MEMORY; }
+
+static zck_status make_batches(exec_ctx *c) {
+  size_t total = 0;
+  for (size_t jn = 0; jn < c->n_jobs; jn++) total += c->jobs[jn].plan->n;
+  c->batches = zck__malloc((total ? total : 1) * sizeof *c->batches);
+  if (!c->batches) return ZCK_ERR_NO_MEMORY;
+  size_t nb = 0;
+  for (size_t jn = 0; jn < c->n_jobs; jn++) {
+    const zck_exec_job *j = &c->jobs[jn];
+    const zck_plan *p = j->plan;
+    for (size_t i = 0; i < p->n;) {
+      const zck_extent *e = &p->ext[i];
+      const zck_store *S = &j->src[e->src_store];
+      size_t ss = zck_dtype_size(S->dtype);
+      batch b = {(uint32_t)jn, i, 1, e->src_off, e->src_off + e->count};
+      uint64_t limit = c->half / ss;
+      if (!readable_in_batches(S)) limit = (uint64_t)c->half * 64 / ss; /* memory: group small work only */
+      size_t k = i + 1;
+      if (b.hi - b.lo <= limit) {
+        for (; k < p->n; k++) {
+          const zck_extent *f = &p->ext[k];
+          if (f->src_store != e->src_store || f->src_off < b.hi || (f->src_off - b.hi) * ss > ZCK__GAP_BYTES) break;
+          uint64_t hi = f->src_off + f->count;
+          if (hi - b.lo > limit) break;
+          b.hi = hi;
+          b.n++;
+        }
+      }
+      c->batches[nb++] = b;
+      i = k;
+    }
+  }
+  c->n_batches = nb;
+  return ZCK_OK;
+}
+
+// ---- entry points
+
+zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_opts *opts) {
+  static const zck_exec_opts defaults = ZCK_EXEC_OPTS_INIT;
+  exec_ctx c;
+  memset(&c, 0, sizeof c);
+  c.jobs = jobs;
+  c.n_jobs = n_jobs;
+  c.o = opts ? opts : &defaults;
+  c.staging = c.o->staging_bytes ? c.o->staging_bytes : ZCK_EXEC_DEFAULT_STAGING;
+  if (c.staging < 64) c.staging = 64;
+  c.half = (c.staging / 2) & ~(size_t)15;
+  atomic_init(&c.failed, 0);
+  zck_status s = ZCK_OK;
+  c.js = zck__calloc(n_jobs ? n_jobs : 1, sizeof *c.js);
+  if (!c.js) return ZCK_ERR_NO_MEMORY;
+  for (size_t jn = 0; jn < n_jobs && s == ZCK_OK; jn++) {
+    s = check_job(&jobs[jn], jn, &c.total);
+    if (s == ZCK_OK && jobs[jn].dst_crc32) s = prepare_crc(&jobs[jn], jn, &c.js[jn]);
+  }
+  if (s == ZCK_OK) s = make_batches(&c);
+  unsigned workers = zck__worker_count(c.n_batches, c.o->threads);
+  if (s == ZCK_OK && !(c.bufs = zck__calloc(workers, sizeof *c.bufs))) s = ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK) {
+    pthread_mutex_init(&c.lock, NULL);
+    s = zck__parallel_for(c.n_batches, workers, run_batch, &c);
+    pthread_mutex_destroy(&c.lock);
+  }
+  if (s == ZCK_OK)
+    for (size_t jn = 0; jn < n_jobs; jn++)
+      if (jobs[jn].dst_crc32) assemble_crc(&jobs[jn], &c.js[jn]);
+  if (c.bufs)
+    for (unsigned i = 0; i < workers; i++) free(c.bufs[i]);
+  free(c.bufs);
+  free(c.batches);
+  for (size_t jn = 0; jn < n_jobs; jn++) {
+    free(c.js[jn].ext_crc);
+    free(c.js[jn].crc_order);
+  }
+  free(c.js);
+  return s;
+}
+
+zck_status zck_exec_plan(const zck_plan *plan, const zck_store *src, const zck_store *dst, uint32_t *dst_crc32,
+                         const zck_exec_opts *opts) {
+  zck_exec_job j = {plan, src, dst, dst_crc32};
+  return zck_exec_run(&j, 1, opts);
+}
+
+// ---- hashing after the fact
+
+typedef struct hash_ctx {
+  const zck_store *stores;
+  size_t staging;
+  uint8_t **bufs;
+  uint64_t *xxh3;
+  uint32_t *crc;
+} hash_ctx;
+
+static zck_status hash_one(void *ctx, size_t item, unsigned thread) {
+  hash_ctx *h = ctx;
+  const zck_store *s = &h->stores[item];
+  if (s->kind == ZCK_STORE_UNBOUND) return ZCK_OK;
+  size_t es = zck_dtype_size(s->dtype);
+  ZCK_FAIL_IF(!es, ZCK_ERR_INVALID_ARG, "%s: no valid dtype", s->name ? s->name : "store");
+  XXH3_state_t *st = NULL;
+  if (h->xxh3) {
+    st = XXH3_createState();
+    if (!st) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+    XXH3_64bits_reset(st);
+  }
+  uint32_t crc = 0;
+  zck_status r = ZCK_OK;
+  if (s->kind == ZCK_STORE_MEMORY) {
+    if (st) XXH3_64bits_update(st, s->mem, (size_t)(s->numel * es));
+    crc = crc_update(crc, s->mem, (size_t)(s->numel * es));
+  } else {
+    if (!h->bufs[thread] && !(h->bufs[thread] = zck__malloc(h->staging))) r = ZCK_ERR_NO_MEMORY;
+    uint64_t step = h->staging / es;
+    for (uint64_t k = 0; r == ZCK_OK && k < s->numel; k += step) {
+      uint64_t n = s->numel - k < step ? s->numel - k : step;
+      r = store_read(s, (uint32_t)item, h->bufs[thread], k, n);
+      if (r != ZCK_OK) break;
+      if (st) XXH3_64bits_update(st, h->bufs[thread], (size_t)(n * es));
+      if (h->crc) crc = crc_update(crc, h->bufs[thread], (size_t)(n * es));
+    }
+  }
+  if (r == ZCK_OK) {
+    if (st) h->xxh3[item] = XXH3_64bits_digest(st);
+    if (h->crc) h->crc[item] = crc;
+  }
+  XXH3_freeState(st);
+  return r;
+}
+
+zck_status zck_exec_hash_stores(const zck_store *stores, size_t n, const zck_exec_opts *opts, uint64_t *xxh3_out,
+                                uint32_t *crc32_out) {
+  static const zck_exec_opts defaults = ZCK_EXEC_OPTS_INIT;
+  const zck_exec_opts *o = opts ? opts : &defaults;
+  hash_ctx h = {stores, o->staging_bytes ? o->staging_bytes : ZCK_EXEC_DEFAULT_STAGING, NULL, xxh3_out, crc32_out};
+  if (h.staging < 64) h.staging = 64;
+  unsigned workers = zck__worker_count(n, o->threads);
+  h.bufs = zck__calloc(workers, sizeof *h.bufs);
+  if (!h.bufs) return ZCK_ERR_NO_MEMORY;
+  zck_status s = zck__parallel_for(n, workers, hash_one, &h);
+  for (unsigned i = 0; i < workers; i++) free(h.bufs[i]);
+  free(h.bufs);
+  return s;
+}
