@@ -123,8 +123,13 @@ zck_status zck_st_writer_new(zck_st_writer **out);
 /* Adds (or replaces the value of) a metadata entry; entries keep insertion order after
  * "format". Values are strings, as the format requires. */
 zck_status zck_st_writer_set_metadata(zck_st_writer *w, const char *key, const char *value);
+/* Removes every metadata entry, "format" included; with none, the header has no
+ * "__metadata__" at all (as save_file(metadata=None)). For faithful copies of existing
+ * files: set the entries again in the source's order to reproduce its header exactly. */
+void zck_st_writer_clear_metadata(zck_st_writer *w);
 /* Adds a tensor; *index (optional) is its index for zck_st_writer_tensor, in add order.
- * Fails on a duplicate or empty name, "__metadata__", or numel*bits not a multiple of 8. */
+ * Fails on a duplicate name, "__metadata__", a name that is not UTF-8, or numel*bits not a
+ * multiple of 8. */
 zck_status zck_st_writer_add(zck_st_writer *w, const char *name, zck_st_dtype dtype, int ndim,
                              const uint64_t *shape, size_t *index);
 /* Orders the tensors and builds the header; no more adds after this. Fails if the header

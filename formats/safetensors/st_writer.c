@@ -93,6 +93,11 @@ zck_status zck_st_writer_set_metadata(zck_st_writer *w, const char *key, const c
   return ZCK_OK;
 }
 
+void zck_st_writer_clear_metadata(zck_st_writer *w) {
+  ZCK_ASSERT(!w->laid_out);
+  w->md_count = 0;
+}
+
 zck_status zck_st_writer_add(zck_st_writer *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
                              size_t *index) {
   ZCK_ASSERT(!w->laid_out);
@@ -158,14 +163,17 @@ zck_status zck_st_writer_layout(zck_st_writer *w) {
   zck__buf *b = &w->header;
   b->len = 0;
   zck__buf_u64le(b, 0); /* patched below */
-  zck__buf_str(b, "{\"__metadata__\":{");
-  for (size_t i = 0; i < w->md_count; i++) {
-    if (i) zck__buf_byte(b, ',');
-    zck__json_str_serde(b, w->md_keys[i]);
-    zck__buf_byte(b, ':');
-    zck__json_str_serde(b, w->md_values[i]);
+  zck__buf_byte(b, '{');
+  if (w->md_count) {
+    zck__buf_str(b, "\"__metadata__\":{");
+    for (size_t i = 0; i < w->md_count; i++) {
+      if (i) zck__buf_byte(b, ',');
+      zck__json_str_serde(b, w->md_keys[i]);
+      zck__buf_byte(b, ':');
+      zck__json_str_serde(b, w->md_values[i]);
+    }
+    zck__buf_byte(b, '}');
   }
-  zck__buf_byte(b, '}');
   uint64_t off = 0;
   for (size_t i = 0; i < w->count; i++) {
     zck_st_tensor *t = order[i];
@@ -175,7 +183,7 @@ zck_status zck_st_writer_layout(zck_st_writer *w) {
       return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: total data size overflows");
     }
     t->end = off;
-    zck__buf_byte(b, ',');
+    if (i || w->md_count) zck__buf_byte(b, ',');
     zck__json_str_serde(b, t->name);
     zck__buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", zck_st_dtype_name(t->st_dtype));
     for (int d = 0; d < t->ndim; d++) zck__buf_printf(b, d ? ",%llu" : "%llu", (unsigned long long)t->shape[d]);
