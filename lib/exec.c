@@ -443,7 +443,7 @@ static zck_status hash_one(void *ctx, size_t item, unsigned thread) {
   zck_status r = ZCK_OK;
   if (s->kind == ZCK_STORE_MEMORY) {
     if (st) XXH3_64bits_update(st, s->mem, (size_t)(s->numel * es));
-    crc = crc_update(crc, s->mem, (size_t)(s->numel * es));
+    if (h->crc) crc = crc_update(crc, s->mem, (size_t)(s->numel * es));
   } else {
     if (!h->bufs[thread] && !(h->bufs[thread] = zck__malloc(h->staging))) r = ZCK_ERR_NO_MEMORY;
     uint64_t step = h->staging / es;

@@ -2,6 +2,7 @@
  * rules, deepspeed-checkpoint.md §3 for where they come from). */
 #include "layout.h"
 
+#include "model.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -502,4 +503,28 @@ uint64_t zck_layout_param_covered(const zck_layout *l, uint32_t p) {
   if (p >= l->n_params) return 0;
   for (size_t i = l->param_first[p]; i < l->param_first[p + 1]; i++) n += l->pieces[i].count;
   return n;
+}
+
+zck_status zck_layout_model_groups(const zck_model *m, zck_group_spec **out, size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  size_t n_groups = 0, n_idx = 0;
+  for (size_t g = 0; g < m->n_groups; g++) {
+    size_t k = zck_model_group_trainable(m, (uint32_t)g, NULL, 0);
+    n_groups += k > 0;
+    n_idx += k;
+  }
+  zck_group_spec *specs = zck__malloc((n_groups ? n_groups : 1) * sizeof *specs + (n_idx ? n_idx : 1) * sizeof(uint32_t));
+  if (!specs) return ZCK_ERR_NO_MEMORY;
+  uint32_t *idx = (uint32_t *)(specs + n_groups);
+  size_t k = 0, j = 0;
+  for (size_t g = 0; g < m->n_groups; g++) {
+    size_t c = zck_model_group_trainable(m, (uint32_t)g, idx + j, n_idx - j);
+    if (!c) continue;
+    specs[k++] = (zck_group_spec){idx + j, c, (int32_t)g};
+    j += c;
+  }
+  *out = specs;
+  *n_out = n_groups;
+  return ZCK_OK;
 }

@@ -172,6 +172,13 @@ static inline uint32_t zck_layout_store_id(const zck_layout *l, uint32_t group, 
 /* Elements of param p that this layout maps (sum of its pieces' counts). */
 uint64_t zck_layout_param_covered(const zck_layout *l, uint32_t p);
 
+/* The flat groups DeepSpeed builds from a manifest: per optimizer param group, its
+ * trainable params (not frozen, not tied aliases) in group order; groups with none are
+ * skipped (opt_group keeps the model's group index). No round-robin is applied. *out is
+ * one allocation (free() it), like zck_zero3_sub_groups. */
+struct zck_model;
+zck_status zck_layout_model_groups(const struct zck_model *m, zck_group_spec **out, size_t *n_out);
+
 /* Round-robin order of DeepSpeed's round_robin_gradients (_round_robin_reorder): the
  * entries at positions i % w == 0 in order, then i % w == 1, ... out must not alias in. */
 void zck_round_robin_order(const uint32_t *in, size_t n, uint32_t w, uint32_t *out);

@@ -1,4 +1,5 @@
 /* test_model.c: the model manifest builder. */
+#include "layout.h"
 #include "model.h"
 #include "test.h"
 
@@ -73,6 +74,23 @@ int main(void) {
   ZT_EQ_INT(zck_model_group_trainable(m, g1, tr, 1), 2);
   ZT_EQ_INT(tr[0], 4);
   ZT_EQ_INT(zck_model_group_trainable(m, g1, NULL, 0), 2);
+
+  /* DeepSpeed's flat groups: trainable params only, empty groups skipped */
+  uint32_t g2, g3;
+  ZT_OK(zck_model_add_group(m, &g2)); /* empty */
+  ZT_OK(zck_model_add_group(m, &g3));
+  ZT_OK(zck_model_group_add_param(m, g3, 5));
+  zck_group_spec *specs;
+  size_t n_specs;
+  ZT_OK(zck_layout_model_groups(m, &specs, &n_specs));
+  ZT_EQ_INT(n_specs, 3);
+  ZT_EQ_INT(specs[0].n_params, 1);
+  ZT_EQ_INT(specs[0].params[0], i_wte);
+  ZT_EQ_INT(specs[1].opt_group, 1);
+  ZT_EQ_INT(specs[1].params[1], i_ln);
+  ZT_EQ_INT(specs[2].opt_group, 3);
+  ZT_EQ_INT(specs[2].params[0], 5);
+  free(specs);
 
   double betas[] = {0.9, 0.999};
   ZT_OK(zck_model_group_set_float(m, g0, "lr", 1e-3));
