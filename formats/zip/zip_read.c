@@ -358,6 +358,10 @@ zck_status zck_zip_open(const zck__source *src, zck_zip **out) {
     ZCK_CHECK_GOTO(zck__source_read(src, cd_copy, (size_t)end.cd_size, end.cd_offset), s, done);
     cd = cd_copy;
   }
+  if (!z->count && end.cd_size) {
+    s = ZFAIL(ZCK_ERR_FORMAT, "Z-08", "central directory has %llu bytes but the end record lists no entries", ULL(end.cd_size));
+    goto done;
+  }
   if (z->count) {
     ZCK_CHECK_GOTO(zck__zip_parse_cd(z, &end, cd, lhos), s, done);
     ZCK_CHECK_GOTO(zck__zip_resolve_locals(z, &end, lhos, ranges), s, done);

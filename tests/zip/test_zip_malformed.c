@@ -93,9 +93,9 @@ static void put64(blob b, size_t at, uint64_t v) { ZT_ASSERT(at + 8 <= b.n); zck
 int main(void) {
   blob base = build(false), big = build(true), classic = strip_zip64(base);
   blob c;
-  dump(copy(base), "valid");
-  dump(copy(big), "valid-zip64");
-  dump(copy(classic), "valid-classic");
+  dump(base, "valid");
+  dump(big, "valid-zip64");
+  dump(classic, "valid-classic");
 
   /* all three bases open */
   blob bases[] = {base, big, classic};
@@ -164,6 +164,9 @@ int main(void) {
   expect_open(c, "cdpast", ZCK_ERR_FORMAT, "Z-08", "runs past the end records");
   c = copy(classic); put16(c, eocd(c) + 8, 2); put16(c, eocd(c) + 10, 2);
   expect_open(c, "cdtrail", ZCK_ERR_FORMAT, "Z-08", "bytes after its 2 entries");
+
+  c = copy(classic); put16(c, eocd(c) + 8, 0); put16(c, eocd(c) + 10, 0);
+  expect_open(c, "cdnoentries", ZCK_ERR_FORMAT, "Z-08", "lists no entries");
 
   /* Z-09: bad entry signature; a name running past the directory; a broken extra chain */
   c = copy(base); c.d[cd_entry(c, 1)] = 'Q';
