@@ -1,0 +1,253 @@
+/* torch_write.c: writing torch.save files, reserve-then-fill.
+ *
+ * Storages are reserved in the zip writer as they are added (data/0, data/1, ...), so their
+ * file offsets are known before any tensor data exists and copy executors can pwrite them
+ * from many threads. The tensor nodes share their constant parts the way torch.save's
+ * pickle shares them ('storage', 'cpu', the storage class and the key of a storage are one
+ * object each), so data.pkl comes out as torch itself would write it for the same tree.
+ * finish() pickles the tree, adds data.pkl, version and .data/serialization_id, writes the
+ * directory and commits the file atomically (zck__outfile). */
+#include "torch_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct wstorage {
+  zck_dtype dtype;
+  uint64_t numel, nbytes;
+  size_t zip_index;
+  uint64_t data_offset;
+  uint32_t crc;            /* running CRC over the bytes written in order so far */
+  uint64_t crc_len;
+  bool out_of_order;
+  bool crc_set;            /* set_crc() gave the CRC of the whole data */
+  zck_pk *key;             /* the key str node, shared by every tensor of the storage */
+} wstorage;
+
+struct zck_torch_writer {
+  zck__outfile out;
+  zck_zip_writer *zip;
+  zck_pk_doc *doc;
+  wstorage *st;
+  size_t n, cap;
+  zck_pk *g_v2, *g_v3, *g_param, *g_untyped, *s_storage, *s_cpu;
+  zck_pk *storage_class[ZCK_DTYPE_COUNT], *dtype_global[ZCK_DTYPE_COUNT];
+  bool finished;
+};
+
+#define ZCK__TORCH_PREFIX "archive"
+
+zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out) {
+  *out = NULL;
+  zck_torch_writer *w = zck__calloc(1, sizeof *w);
+  if (!w) return ZCK_ERR_NO_MEMORY;
+  w->out.fd = -1;
+  zck_status s = zck__outfile_create(&w->out, path);
+  if (s != ZCK_OK) { free(w); return s; }
+  s = zck_zip_writer_create(&w->out, &w->zip);
+  if (s == ZCK_OK && !(w->doc = zck_pk_doc_new())) s = ZCK_ERR_NO_MEMORY;
+  /* byteorder first: data.pkl can only be written once the tree is complete (see torch.h) */
+  if (s == ZCK_OK) s = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/byteorder", "little", 6);
+  if (s != ZCK_OK) {
+    zck_torch_writer_free(w);
+    return s;
+  }
+  *out = w;
+  return ZCK_OK;
+}
+
+zck_pk_doc *zck_torch_writer_doc(zck_torch_writer *w) { return w->doc; }
+
+zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, uint64_t numel, size_t *storage_index,
+                                        uint64_t *data_file_offset) {
+  ZCK_ASSERT(!w->finished);
+  size_t esz = zck_dtype_size(dtype);
+  if (!esz) return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage of an invalid dtype", w->out.path);
+  if (!zck__torch_storage_class(dtype)) {
+    bool known;
+    if (zck__torch_dtype_global(zck_dtype_name(dtype), &known) != dtype)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: torch has no dtype for %s", w->out.path, zck_dtype_name(dtype));
+  }
+  uint64_t nbytes;
+  if (!zck__mul_u64(numel, esz, &nbytes) || nbytes > ((uint64_t)1 << 62))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage of %llu x %s is too large", w->out.path, (unsigned long long)numel,
+                     zck_dtype_name(dtype));
+  if (w->n == w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 16;
+    wstorage *ns = zck__realloc(w->st, cap * sizeof *ns);
+    if (!ns) return ZCK_ERR_NO_MEMORY;
+    w->st = ns;
+    w->cap = cap;
+  }
+  wstorage *s = &w->st[w->n];
+  memset(s, 0, sizeof *s);
+  char name[64], key[24];
+  snprintf(key, sizeof key, "%zu", w->n);
+  snprintf(name, sizeof name, ZCK__TORCH_PREFIX "/data/%s", key);
+  ZCK_TRY(zck_zip_writer_reserve(w->zip, name, nbytes, &s->zip_index, &s->data_offset));
+  if (!(s->key = zck_pk_new_str(w->doc, key))) return ZCK_ERR_NO_MEMORY;
+  s->dtype = dtype;
+  s->numel = numel;
+  s->nbytes = nbytes;
+  *storage_index = w->n++;
+  *data_file_offset = s->data_offset;
+  return ZCK_OK;
+}
+
+static zck_pk *shared(zck_torch_writer *w, zck_pk **slot, zck_pk *(*make)(zck_pk_doc *, const char *, const char *),
+                      const char *a, const char *b) {
+  if (!*slot) *slot = make(w->doc, a, b);
+  return *slot;
+}
+static zck_pk *new_str2(zck_pk_doc *d, const char *s, const char *unused) { (void)unused; return zck_pk_new_str(d, s); }
+
+static zck_pk *int_tuple(zck_torch_writer *w, int n, const int64_t *v) {
+  zck_pk *t = zck_pk_new_tuple(w->doc, (size_t)n);
+  if (!t) return NULL;
+  for (int i = 0; i < n; i++)
+    if (!(t->u.seq.items[i] = zck_pk_new_int(w->doc, v[i]))) return NULL;
+  return t;
+}
+
+zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int ndim, const int64_t *shape,
+                                const int64_t *stride, uint64_t storage_offset, int requires_grad) {
+  ZCK_ASSERT(!w->finished && storage_index < w->n && ndim >= 0);
+  const wstorage *s = &w->st[storage_index];
+  if (ndim > ZCK_TORCH_MAX_DIMS) {
+    zck__fail(ZCK_ERR_INVALID_ARG, "%s: tensor of %d dimensions", w->out.path, ndim);
+    return NULL;
+  }
+  int64_t cstride[ZCK_TORCH_MAX_DIMS];
+  if (!stride) {   /* contiguous */
+    int64_t acc = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+      cstride[i] = acc;
+      if (shape[i] > 0 && acc <= INT64_MAX / shape[i]) acc *= shape[i];
+    }
+    stride = cstride;
+  }
+  uint64_t numel = 1, span = 0, t;
+  bool bad = storage_offset > INT64_MAX;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || stride[i] < 0) bad = true;
+    else {
+      bad |= !zck__mul_u64(numel, (uint64_t)shape[i], &numel);
+      if (shape[i] > 0) bad |= !zck__mul_u64((uint64_t)shape[i] - 1, (uint64_t)stride[i], &t) || !zck__add_u64(span, t, &span);
+    }
+  }
+  uint64_t need = storage_offset;
+  if (!bad && numel > 0) bad |= !zck__add_u64(need, span, &need) || !zck__add_u64(need, 1, &need);
+  if (bad || need > s->numel) {
+    zck__fail(ZCK_ERR_INVALID_ARG, "%s: tensor view (offset %llu) does not fit storage %zu of %llu elements", w->out.path,
+              (unsigned long long)storage_offset, storage_index, (unsigned long long)s->numel);
+    return NULL;
+  }
+  const char *cls = zck__torch_storage_class(s->dtype);
+  zck_pk_doc *d = w->doc;
+  zck_pk *pid = zck_pk_new_tuple(d, 5);
+  if (!pid) return NULL;
+  pid->u.seq.items[0] = shared(w, &w->s_storage, new_str2, "storage", NULL);
+  pid->u.seq.items[1] = cls ? shared(w, &w->storage_class[s->dtype], zck_pk_new_global, "torch", cls)
+                            : shared(w, &w->g_untyped, zck_pk_new_global, "torch.storage", "UntypedStorage");
+  pid->u.seq.items[2] = s->key;
+  pid->u.seq.items[3] = shared(w, &w->s_cpu, new_str2, "cpu", NULL);
+  pid->u.seq.items[4] = zck_pk_new_int(d, (int64_t)(cls ? s->numel : s->nbytes));
+  zck_pk *persid = zck_pk_new_persid(d, pid);
+  zck_pk *args = zck_pk_new_tuple(d, cls ? 6 : 7);
+  if (!persid || !args) return NULL;
+  args->u.seq.items[0] = persid;
+  args->u.seq.items[1] = zck_pk_new_int(d, (int64_t)storage_offset);
+  args->u.seq.items[2] = int_tuple(w, ndim, shape);
+  args->u.seq.items[3] = int_tuple(w, ndim, stride);
+  args->u.seq.items[4] = zck_pk_new_bool(d, requires_grad);
+  args->u.seq.items[5] = zck_pk_new_dict(d, 1);   /* backward_hooks: a fresh OrderedDict() */
+  if (!cls) args->u.seq.items[6] = shared(w, &w->dtype_global[s->dtype], zck_pk_new_global, "torch", zck_dtype_name(s->dtype));
+  zck_pk *fn = cls ? shared(w, &w->g_v2, zck_pk_new_global, "torch._utils", "_rebuild_tensor_v2")
+                   : shared(w, &w->g_v3, zck_pk_new_global, "torch._utils", "_rebuild_tensor_v3");
+  for (size_t i = 0; i < 5; i++)
+    if (!pid->u.seq.items[i]) return NULL;
+  for (size_t i = 0; i < args->u.seq.len; i++)
+    if (!args->u.seq.items[i]) return NULL;
+  if (!fn) return NULL;
+  return zck_pk_new_object(d, fn, args, 0, NULL);
+}
+
+zck_pk *zck_torch_writer_parameter(zck_torch_writer *w, zck_pk *tensor, int requires_grad) {
+  ZCK_ASSERT(tensor);
+  zck_pk *args = zck_pk_new_tuple(w->doc, 3);
+  zck_pk *fn = shared(w, &w->g_param, zck_pk_new_global, "torch._utils", "_rebuild_parameter");
+  if (!args || !fn) return NULL;
+  args->u.seq.items[0] = tensor;
+  args->u.seq.items[1] = zck_pk_new_bool(w->doc, requires_grad);
+  args->u.seq.items[2] = zck_pk_new_dict(w->doc, 1);
+  if (!args->u.seq.items[1] || !args->u.seq.items[2]) return NULL;
+  return zck_pk_new_object(w->doc, fn, args, 0, NULL);
+}
+
+zck_status zck_torch_writer_write(zck_torch_writer *w, size_t storage_index, const void *data, size_t nbytes,
+                                  uint64_t byte_off) {
+  ZCK_ASSERT(!w->finished && storage_index < w->n);
+  wstorage *s = &w->st[storage_index];
+  uint64_t end;
+  if (!zck__add_u64(byte_off, nbytes, &end) || end > s->nbytes)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage %zu: bytes %llu..%llu written but it has %llu", w->out.path, storage_index,
+                     (unsigned long long)byte_off, (unsigned long long)byte_off + nbytes, (unsigned long long)s->nbytes);
+  if (!nbytes) return ZCK_OK;
+  ZCK_TRY(zck__outfile_pwrite(&w->out, data, nbytes, s->data_offset + byte_off));
+  if (!s->out_of_order && byte_off == s->crc_len) {
+    s->crc = zck_crc32(s->crc, data, nbytes);
+    s->crc_len += nbytes;
+  } else {
+    s->out_of_order = true;
+  }
+  return ZCK_OK;
+}
+
+void zck_torch_writer_set_crc(zck_torch_writer *w, size_t storage_index, uint32_t crc) {
+  ZCK_ASSERT(!w->finished && storage_index < w->n);
+  w->st[storage_index].crc = crc;
+  w->st[storage_index].crc_set = true;
+}
+
+zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
+  ZCK_ASSERT(!w->finished && root);
+  uint32_t all_crc = 0;
+  for (size_t i = 0; i < w->n; i++) {
+    wstorage *s = &w->st[i];
+    if (!s->crc_set && (s->out_of_order || s->crc_len != s->nbytes))
+      return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage %zu: %s and no CRC was set", w->out.path, i,
+                       s->out_of_order ? "written out of order" : "data not completely written");
+    zck_zip_writer_set_crc(w->zip, s->zip_index, s->crc);
+    all_crc = zck_crc32_combine(all_crc, s->crc, s->nbytes);
+  }
+  zck__buf pkl;
+  zck__buf_init(&pkl);
+  zck_status st = zck_pickle_dump(root, &pkl);
+  if (st != ZCK_OK) {
+    zck__buf_free(&pkl);
+    return zck__error_prepend(st, "%s: data.pkl", w->out.path);
+  }
+  st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/data.pkl", pkl.data, pkl.len);
+  /* .data/serialization_id: torch writes two %020u numbers (a hash of the record names
+   * and the combined CRCs); it is only logged on load, so ours hashes the pickle instead. */
+  char sid[48];
+  snprintf(sid, sizeof sid, "%020llu%020llu", (unsigned long long)(zck_xxh3(pkl.data, pkl.len) % 10000000000000000000ULL),
+           (unsigned long long)(((uint64_t)all_crc << 32 | zck_crc32(0, pkl.data, pkl.len)) % 10000000000000000000ULL));
+  zck__buf_free(&pkl);
+  if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/version", "3\n", 2);
+  if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/.data/serialization_id", sid, 40);
+  if (st == ZCK_OK) st = zck_zip_writer_finish(w->zip);
+  if (st == ZCK_OK) st = zck__outfile_commit(&w->out);
+  if (st == ZCK_OK) w->finished = true;
+  return st;
+}
+
+void zck_torch_writer_free(zck_torch_writer *w) {
+  if (!w) return;
+  if (!w->finished) zck__outfile_abort(&w->out);
+  zck_zip_writer_free(w->zip);
+  zck_pk_doc_free(w->doc);
+  free(w->st);
+  free(w);
+}
