@@ -86,6 +86,46 @@ zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type, const 
 /* XXH3-64 of a byte range (the manifest's per-tensor checksum). */
 uint64_t zck_xxh3(const void *data, size_t n);
 
+
+/* ---- jobs
+ * Each job is one copy plan run by the parallel executor, with its output committed
+ * atomically: on any error nothing is left at the destination. Option structs are
+ * versioned by their initializer macro, so fields can be added later. */
+
+/* Progress: bytes written so far and in total (called from worker threads, serialized). */
+typedef void (*zck_progress_cb)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+
+typedef enum zck_output_format {
+  ZCK_OUT_AUTO = 0,        /* from the output name: *.safetensors, *.pt / *.bin, else a directory */
+  ZCK_OUT_SAFETENSORS,     /* one .safetensors file */
+  ZCK_OUT_HF_DIR,          /* model.safetensors or model-0000i-of-0000N.safetensors + index */
+  ZCK_OUT_TORCH            /* one torch.save file (a state dict) */
+} zck_output_format;
+
+typedef struct zck_convert_opts {
+  zck_dtype dtype;            /* ZCK_DTYPE_INVALID: keep each tensor's dtype */
+  zck_output_format format;
+  uint64_t max_shard_size;    /* HF directory output, bytes; 0 = 5GB (HF default) */
+  unsigned threads;           /* 0 = all cores */
+  int overwrite;              /* replace an existing output */
+  zck_progress_cb progress;
+  void *progress_ctx;
+} zck_convert_opts;
+#define ZCK_CONVERT_OPTS_INIT {ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL}
+
+/* A state dict of tensors between .pt/.bin and safetensors (file, index or directory). */
+zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts);
+
+typedef struct zck_inspect_opts {
+  int json;                   /* machine-readable output */
+  int max_values;             /* non-tensor values listed; 0 = 200 */
+} zck_inspect_opts;
+#define ZCK_INSPECT_OPTS_INIT {0, 0}
+
+/* Describes a .pt/.bin, a safetensors file or index, an HF or DeepSpeed checkpoint
+ * directory, on `out` (a FILE *). */
+zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -84,6 +85,12 @@ void zck_cli_progress_update(void *vp, uint64_t done) {
   fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %.1f/%.1f MB", p->label, filled, "##############################",
           width - filled, "", p->total ? 100.0 * (double)done / (double)p->total : 100.0, done / 1e6, p->total / 1e6);
   fflush(stderr);
+}
+
+void zck_cli_progress_cb(void *vp, uint64_t done, uint64_t total) {
+  zck_cli_progress *p = vp;
+  if (p) p->total = total;
+  zck_cli_progress_update(vp, done);
 }
 
 void zck_cli_progress_finish(zck_cli_progress *p) {

@@ -1,0 +1,44 @@
+/* convert.c: `zckpt convert`: a state dict between torch and safetensors files. */
+#include <string.h>
+
+#include "tensor_set.h"
+
+static bool zck__has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+zck_output_format zck__output_format_of(const char *out) {
+  if (zck__has_suffix(out, ".safetensors")) return ZCK_OUT_SAFETENSORS;
+  if (zck__has_suffix(out, ".pt") || zck__has_suffix(out, ".bin") || zck__has_suffix(out, ".pth")) return ZCK_OUT_TORCH;
+  return ZCK_OUT_HF_DIR;
+}
+
+zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts) {
+  zck_convert_opts o = ZCK_CONVERT_OPTS_INIT;
+  if (opts) o = *opts;
+  if (o.dtype != ZCK_DTYPE_INVALID && o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16 && o.dtype != ZCK_F64)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16, fp16 or fp64");
+  zck__tensor_set s;
+  zck__set_init(&s);
+  zck_status st = zck__set_from_path(&s, in);
+  if (st == ZCK_OK && o.dtype != ZCK_DTYPE_INVALID) {
+    /* Like torch's .to(dtype) on a state dict of floats: integer and bool tensors
+     * (position ids, counters, masks) keep their type. */
+    for (size_t i = 0; i < s.n; i++) {
+      zck_dtype d = s.v[i].dtype;
+      if (d == ZCK_F32 || d == ZCK_F16 || d == ZCK_BF16 || d == ZCK_F64) s.v[i].out_dtype = o.dtype;
+    }
+  }
+  zck__write_opts wo = {o.threads, o.max_shard_size, o.overwrite != 0, o.progress, o.progress_ctx};
+  zck_output_format fmt = o.format ? o.format : zck__output_format_of(out);
+  if (st == ZCK_OK) {
+    switch (fmt) {
+    case ZCK_OUT_SAFETENSORS: st = zck__write_safetensors_file(&s, out, &wo); break;
+    case ZCK_OUT_TORCH: st = zck__write_torch_file(&s, out, &wo); break;
+    default: st = zck__write_safetensors_dir(&s, out, &wo, NULL, NULL, 0); break;
+    }
+  }
+  zck__set_free(&s);
+  return st;
+}

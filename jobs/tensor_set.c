@@ -1,0 +1,388 @@
+/* tensor_set.c: named tensor lists, their readers (torch, safetensors) and writers
+ * (safetensors file, HF directory, torch file), each write being one copy plan. */
+#include "tensor_set.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "layout.h"
+#include "plan.h"
+#include "safetensors/safetensors.h"
+#include "torch/torch.h"
+
+void zck__set_init(zck__tensor_set *s) { memset(s, 0, sizeof *s); }
+
+void zck__set_free(zck__tensor_set *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n; i++) free(s->v[i].name);
+  free(s->v);
+  for (size_t i = 0; i < s->n_meta; i++) { free(s->meta_keys[i]); free(s->meta_values[i]); }
+  free(s->meta_keys);
+  free(s->meta_values);
+  for (size_t i = s->n_cleanups; i-- > 0;) s->cleanups[i](s->cleanup_ctx[i]);
+  free(s->cleanups);
+  free(s->cleanup_ctx);
+  memset(s, 0, sizeof *s);
+}
+
+zck_status zck__set_add(zck__tensor_set *s, const char *name, zck_dtype dtype, int ndim, const int64_t *shape,
+                        zck_store src) {
+  if (ndim < 0 || ndim > ZCK_SET_MAX_DIMS)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "tensor %s: %d dimensions (at most %d supported)", name, ndim, ZCK_SET_MAX_DIMS);
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    zck__tensor_entry *v = zck__realloc(s->v, cap * sizeof *v);
+    if (!v) return ZCK_ERR_NO_MEMORY;
+    s->v = v;
+    s->cap = cap;
+  }
+  zck__tensor_entry *e = &s->v[s->n];
+  memset(e, 0, sizeof *e);
+  e->name = zck__strdup(name);
+  if (!e->name) return ZCK_ERR_NO_MEMORY;
+  e->dtype = dtype;
+  e->ndim = ndim;
+  e->numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    e->shape[d] = shape[d];
+    if (shape[d] < 0 || !zck__mul_u64(e->numel, (uint64_t)shape[d], &e->numel)) {
+      free(e->name);
+      return zck__fail(ZCK_ERR_FORMAT, "tensor %s: invalid shape", name);
+    }
+  }
+  e->src = src;
+  s->n++;
+  return ZCK_OK;
+}
+
+static zck_status zck__append_str(char ***arr, size_t n, const char *v) {
+  char **p = zck__realloc(*arr, (n + 1) * sizeof *p);
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  *arr = p;
+  p[n] = zck__strdup(v);
+  return p[n] ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
+zck_status zck__set_add_meta(zck__tensor_set *s, const char *key, const char *value) {
+  ZCK_TRY(zck__append_str(&s->meta_keys, s->n_meta, key));
+  zck_status st = zck__append_str(&s->meta_values, s->n_meta, value);
+  if (st != ZCK_OK) { free(s->meta_keys[s->n_meta]); return st; }
+  s->n_meta++;
+  return ZCK_OK;
+}
+
+zck_status zck__set_on_free(zck__tensor_set *s, zck__set_cleanup_fn fn, void *ctx) {
+  zck__set_cleanup_fn *f = zck__realloc(s->cleanups, (s->n_cleanups + 1) * sizeof *f);
+  if (!f) { fn(ctx); return ZCK_ERR_NO_MEMORY; }
+  s->cleanups = f;
+  void **c = zck__realloc(s->cleanup_ctx, (s->n_cleanups + 1) * sizeof *c);
+  if (!c) { fn(ctx); return ZCK_ERR_NO_MEMORY; }
+  s->cleanup_ctx = c;
+  f[s->n_cleanups] = fn;
+  c[s->n_cleanups] = ctx;
+  s->n_cleanups++;
+  return ZCK_OK;
+}
+
+uint64_t zck__set_out_bytes(const zck__tensor_set *s) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < s->n; i++) total += s->v[i].numel * zck_dtype_size(zck__entry_out_dtype(&s->v[i]));
+  return total;
+}
+
+/* ---- sniffing */
+
+static bool zck__is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
+static bool zck__is_file(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISREG(st.st_mode); }
+
+static bool zck__dir_has(const char *dir, const char *name) {
+  char *p = zck__path_join(dir, name);
+  bool r = p && (zck__is_file(p) || zck__is_dir(p));
+  free(p);
+  return r;
+}
+
+static bool zck__ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+zck__path_kind zck__sniff_path(const char *path) {
+  if (zck__is_dir(path)) {
+    if (zck__dir_has(path, "latest") || zck__dir_has(path, "latest_universal") ||
+        zck__dir_has(path, "mp_rank_00_model_states.pt") || zck__dir_has(path, "zero_pp_rank_0_mp_rank_00_model_states.pt"))
+      return ZCK__PATH_DEEPSPEED;
+    if (zck__dir_has(path, "model.safetensors") || zck__dir_has(path, "model.safetensors.index.json"))
+      return ZCK__PATH_HF_DIR;
+    return ZCK__PATH_UNKNOWN;
+  }
+  if (zck__ends_with(path, ".index.json")) return ZCK__PATH_HF_DIR;
+  zck__source src;
+  if (zck__source_open(&src, path) != ZCK_OK) return ZCK__PATH_UNKNOWN;
+  uint8_t head[9] = {0};
+  zck__path_kind kind = ZCK__PATH_UNKNOWN;
+  if (src.size >= 4 && zck__source_read(&src, head, src.size >= 9 ? 9 : 4, 0) == ZCK_OK) {
+    if (head[0] == 'P' && head[1] == 'K') kind = ZCK__PATH_TORCH;
+    else if (src.size >= 9 && head[8] == '{') kind = ZCK__PATH_SAFETENSORS;
+    else if (head[0] == 0x80) kind = ZCK__PATH_TORCH; /* legacy pickle: the torch reader explains */
+  }
+  zck__source_close(&src);
+  zck_clear_error();
+  return kind;
+}
+
+/* ---- readers */
+
+static void zck__close_torch(void *f) { zck_torch_close(f); }
+static void zck__close_hf(void *c) { zck_hf_close(c); }
+
+typedef struct zck__torch_view_ctx {
+  const zck_torch_file *file;
+  const zck_torch_tensor *t;
+} zck__torch_view_ctx;
+
+static zck_status zck__torch_view_read(void *ctx, void *dst, uint64_t off, uint64_t count) {
+  zck__torch_view_ctx *c = ctx;
+  return zck_torch_tensor_read(c->file, c->t, dst, off, count);
+}
+
+static void zck__free_ptr(void *p) { free(p); }
+
+zck_status zck__set_from_torch(zck__tensor_set *s, const char *path) {
+  zck_torch_file *f = NULL;
+  ZCK_TRY(zck_torch_open(path, NULL, &f));
+  ZCK_TRY(zck__set_on_free(s, zck__close_torch, f));
+  zck_torch_named *named = NULL;
+  size_t count = 0;
+  const zck_pk *root = zck_torch_root(f);
+  /* HF .bin files are state dicts; DeepSpeed model files keep theirs under "module" */
+  const zck_pk *sd = zck_pk_dict_get(root, "module");
+  if (!sd || (sd->kind != ZCK_PK_DICT)) sd = zck_pk_dict_get(root, "state_dict");
+  if (!sd || (sd->kind != ZCK_PK_DICT)) sd = root;
+  ZCK_TRY_CTX(zck_torch_state_dict(f, sd, &named, &count), "%s", path);
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; i < count && st == ZCK_OK; i++) {
+    const zck_torch_tensor *t = named[i].tensor;
+    zck_store store;
+    if (zck_torch_tensor_contiguous(t)) {
+      store = zck_store_source(zck_torch_source(f), zck_torch_tensor_file_offset(f, t), t->dtype, t->numel, path);
+    } else {
+      zck__torch_view_ctx *c = zck__malloc(sizeof *c);
+      if (!c) { st = ZCK_ERR_NO_MEMORY; break; }
+      c->file = f;
+      c->t = t;
+      st = zck__set_on_free(s, zck__free_ptr, c);
+      if (st != ZCK_OK) break;
+      store = zck_store_callback(zck__torch_view_read, NULL, c, t->dtype, t->numel, path);
+    }
+    st = zck__set_add(s, named[i].name, t->dtype, t->ndim, t->shape, store);
+  }
+  zck_torch_named_free(named, count);
+  if (st != ZCK_OK) return zck__error_prepend(st, "%s", path);
+  if (s->n == 0) return zck__fail(ZCK_ERR_FORMAT, "%s: holds no tensors", path);
+  return ZCK_OK;
+}
+
+zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path) {
+  zck_hf_checkpoint *c = NULL;
+  ZCK_TRY(zck_hf_open(path, &c));
+  ZCK_TRY(zck__set_on_free(s, zck__close_hf, c));
+  for (size_t i = 0; i < zck_hf_count(c); i++) {
+    const zck_hf_tensor *ht = zck_hf_tensor_at(c, i);
+    const zck_st_tensor *t = ht->t;
+    if (t->dtype == ZCK_DTYPE_INVALID)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s is not supported", zck_st_path(ht->file), t->name,
+                       zck_st_dtype_name(t->st_dtype));
+    int64_t shape[ZCK_SET_MAX_DIMS];
+    if (t->ndim > ZCK_SET_MAX_DIMS)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: too many dimensions", zck_st_path(ht->file), t->name);
+    for (int d = 0; d < t->ndim; d++) shape[d] = (int64_t)t->shape[d];
+    zck_store store = zck_store_source(zck_st_source(ht->file), t->offset, t->dtype, t->numel, zck_st_path(ht->file));
+    ZCK_TRY(zck__set_add(s, t->name, t->dtype, t->ndim, shape, store));
+  }
+  if (zck_hf_count(c) == 1 || zck_hf_shard_count(c) == 1) {
+    const zck_st_file *f = zck_hf_shard(c, 0);
+    for (size_t i = 0; f && i < zck_st_metadata_count(f); i++) {
+      const char *k, *v;
+      zck_st_metadata_at(f, i, &k, &v);
+      if (strcmp(k, "format")) ZCK_TRY(zck__set_add_meta(s, k, v));
+    }
+  }
+  return ZCK_OK;
+}
+
+zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
+  switch (zck__sniff_path(path)) {
+  case ZCK__PATH_TORCH: return zck__set_from_torch(s, path);
+  case ZCK__PATH_SAFETENSORS:
+  case ZCK__PATH_HF_DIR: return zck__set_from_safetensors(s, path);
+  case ZCK__PATH_DEEPSPEED:
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: is a DeepSpeed checkpoint; use 'zckpt consolidate'", path);
+  default: break;
+  }
+  if (!zck__is_file(path) && !zck__is_dir(path)) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no such file or directory", path);
+  return zck__fail(ZCK_ERR_FORMAT, "%s: not a torch .pt/.bin, safetensors file or checkpoint directory", path);
+}
+
+/* ---- the copy: whole tensors to whole tensors */
+
+static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
+                                const zck__write_opts *o) {
+  uint64_t *numel = zck__malloc((s->n ? s->n : 1) * sizeof *numel);
+  zck_store *src = zck__malloc((s->n ? s->n : 1) * sizeof *src);
+  zck_layout *layout = NULL;
+  zck_plan *plan = NULL;
+  zck_status st = (numel && src) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) {
+    for (size_t i = 0; i < s->n; i++) { numel[i] = s->v[i].numel; src[i] = s->v[i].src; }
+    st = zck_layout_whole(s->n, numel, NULL, s->n, &layout);
+  }
+  if (st == ZCK_OK) st = zck_plan_build(layout, layout, NULL, &plan);
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
+    eo.threads = o ? o->threads : 0;
+    eo.progress = o ? o->progress : NULL;
+    eo.progress_ctx = o ? o->progress_ctx : NULL;
+    st = zck_exec_plan(plan, src, dst, crc_out, &eo);
+  }
+  zck_plan_free(plan);
+  zck_layout_free(layout);
+  free(numel);
+  free(src);
+  return st;
+}
+
+static zck_status zck__st_dtype(const zck__tensor_entry *e, zck_st_dtype *out) {
+  if (!zck_st_dtype_from_zck(zck__entry_out_dtype(e), out))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "tensor %s: dtype %s cannot be stored in safetensors", e->name,
+                     zck_dtype_name(zck__entry_out_dtype(e)));
+  return ZCK_OK;
+}
+
+static void zck__shape_u64(const zck__tensor_entry *e, uint64_t *shape) {
+  for (int d = 0; d < e->ndim; d++) shape[d] = (uint64_t)e->shape[d];
+}
+
+zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
+  zck_st_writer *w = NULL;
+  zck_store *dst = NULL;
+  zck_status st = zck_st_writer_new(&w);
+  for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_st_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+    zck_st_dtype sd;
+    uint64_t shape[ZCK_SET_MAX_DIMS];
+    st = zck__st_dtype(&s->v[i], &sd);
+    zck__shape_u64(&s->v[i], shape);
+    if (st == ZCK_OK) st = zck_st_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, NULL);
+  }
+  if (st == ZCK_OK) st = zck_st_writer_layout(w);
+  if (st == ZCK_OK && !(o && o->overwrite) && zck__is_file(path))
+    st = zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
+  if (st == ZCK_OK) st = zck_st_writer_open(w, path);
+  if (st == ZCK_OK) {
+    dst = zck__calloc(s->n ? s->n : 1, sizeof *dst);
+    if (!dst) st = ZCK_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+    const zck_st_tensor *t = zck_st_writer_tensor(w, i);
+    dst[i] = zck_store_fd(zck_st_writer_fd(w), t->offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel, path);
+  }
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
+  if (st == ZCK_OK) st = zck_st_writer_commit(w);
+  free(dst);
+  zck_st_writer_free(w);
+  return st;
+}
+
+zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir, const zck__write_opts *o,
+                                      const char *const *extra_names, const char *const *extra_texts,
+                                      size_t n_extra) {
+  zck_hf_options ho = ZCK_HF_OPTIONS_INIT;
+  ho.max_shard_size = o ? o->max_shard_size : 0;
+  ho.overwrite = o ? o->overwrite : false;
+  ho.style = ZCK_HF_INDEX_SORTED; /* as transformers' save_pretrained and zero_to_fp32 */
+  zck_hf_writer *w = NULL;
+  zck_store *dst = NULL;
+  zck_status st = zck_hf_writer_new(dir, &ho, &w);
+  for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_hf_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+    zck_st_dtype sd;
+    uint64_t shape[ZCK_SET_MAX_DIMS];
+    st = zck__st_dtype(&s->v[i], &sd);
+    zck__shape_u64(&s->v[i], shape);
+    if (st == ZCK_OK) st = zck_hf_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, NULL);
+  }
+  if (st == ZCK_OK) st = zck_hf_writer_layout(w);
+  if (st == ZCK_OK) {
+    dst = zck__calloc(s->n ? s->n : 1, sizeof *dst);
+    if (!dst) st = ZCK_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+    zck_hf_slot slot = zck_hf_writer_slot(w, i);
+    dst[i] = zck_store_fd(slot.fd, slot.offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel,
+                          zck_hf_writer_shard_name(w, slot.shard));
+  }
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
+  for (size_t i = 0; st == ZCK_OK && i < n_extra; i++) {
+    char *p = zck_hf_writer_extra_path(w, extra_names[i]);
+    zck__outfile f;
+    if (!p) { st = ZCK_ERR_NO_MEMORY; break; }
+    st = zck__outfile_create(&f, p);
+    if (st == ZCK_OK) st = zck__outfile_pwrite(&f, extra_texts[i], strlen(extra_texts[i]), 0);
+    if (st == ZCK_OK) st = zck__outfile_commit(&f);
+    else zck__outfile_abort(&f);
+    free(p);
+  }
+  if (st == ZCK_OK) st = zck_hf_writer_commit(w);
+  free(dst);
+  zck_hf_writer_free(w);
+  return st;
+}
+
+/* Torch storages are written through the torch writer so it can track them. */
+typedef struct zck__torch_dst_ctx {
+  zck_torch_writer *w;
+  size_t storage;
+  size_t elem_size;
+} zck__torch_dst_ctx;
+
+static zck_status zck__torch_dst_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  zck__torch_dst_ctx *c = ctx;
+  return zck_torch_writer_write(c->w, c->storage, src, (size_t)(count * c->elem_size), off * c->elem_size);
+}
+
+zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
+  if (!(o && o->overwrite) && zck__is_file(path))
+    return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
+  zck_torch_writer *w = NULL;
+  ZCK_TRY(zck_torch_writer_create(path, &w));
+  zck_pk_doc *doc = zck_torch_writer_doc(w);
+  zck_pk *root = zck_pk_new_dict(doc, 1);
+  size_t n = s->n ? s->n : 1;
+  zck_store *dst = zck__calloc(n, sizeof *dst);
+  zck__torch_dst_ctx *ctx = zck__calloc(n, sizeof *ctx);
+  uint32_t *crc = zck__calloc(n, sizeof *crc);
+  zck_status st = (root && dst && ctx && crc) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+    const zck__tensor_entry *e = &s->v[i];
+    zck_dtype dt = zck__entry_out_dtype(e);
+    size_t si;
+    uint64_t off;
+    st = zck_torch_writer_add_storage(w, dt, e->numel, &si, &off);
+    if (st != ZCK_OK) break;
+    zck_pk *t = zck_torch_writer_tensor(w, si, e->ndim, e->shape, NULL, 0, 0);
+    zck_pk *k = zck_pk_new_str(doc, e->name);
+    if (!t || !k || !zck_pk_dict_set(doc, root, k, t)) { st = t ? ZCK_ERR_NO_MEMORY : ZCK_ERR_INTERNAL; break; }
+    ctx[i] = (zck__torch_dst_ctx){w, si, zck_dtype_size(dt)};
+    dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
+  }
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o);
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
+  if (st == ZCK_OK) st = zck_torch_writer_finish(w, root);
+  zck_torch_writer_free(w);
+  free(dst);
+  free(ctx);
+  free(crc);
+  return st;
+}

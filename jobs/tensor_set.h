@@ -1,0 +1,90 @@
+/* tensor_set.h: a named list of whole tensors, each readable through a zck_store.
+ *
+ * It is the common currency of the state-dict jobs (convert, consolidate): a reader turns
+ * a .pt file, a safetensors file/index or a DeepSpeed checkpoint into a tensor set whose
+ * stores point at the bytes in place; a writer reserves one output tensor per entry and
+ * the copy happens in one plan run by the parallel executor (exec.h). Nothing here loops
+ * over tensor data.
+ */
+#ifndef ZCK_TENSOR_SET_H
+#define ZCK_TENSOR_SET_H
+
+#include "exec.h"
+#include "model.h"
+
+#define ZCK_SET_MAX_DIMS 16
+
+typedef struct zck__tensor_entry {
+  char *name;
+  zck_dtype dtype;            /* dtype of the source elements */
+  int ndim;
+  int64_t shape[ZCK_SET_MAX_DIMS];
+  uint64_t numel;
+  zck_store src;              /* row-major elements of the tensor */
+  zck_dtype out_dtype;        /* dtype to write (set by the job); INVALID = dtype */
+} zck__tensor_entry;
+
+/* A cleanup the set runs when freed (closing the files its stores read from). */
+typedef void (*zck__set_cleanup_fn)(void *ctx);
+
+typedef struct zck__tensor_set {
+  zck__tensor_entry *v;
+  size_t n, cap;
+  /* metadata to carry into safetensors "__metadata__" / the index (key, value pairs) */
+  char **meta_keys, **meta_values;
+  size_t n_meta;
+  zck__set_cleanup_fn *cleanups;
+  void **cleanup_ctx;
+  size_t n_cleanups;
+} zck__tensor_set;
+
+void zck__set_init(zck__tensor_set *s);
+void zck__set_free(zck__tensor_set *s);
+/* Appends an entry (name copied). */
+zck_status zck__set_add(zck__tensor_set *s, const char *name, zck_dtype dtype, int ndim, const int64_t *shape,
+                        zck_store src);
+zck_status zck__set_add_meta(zck__tensor_set *s, const char *key, const char *value);
+zck_status zck__set_on_free(zck__tensor_set *s, zck__set_cleanup_fn fn, void *ctx);
+/* Total bytes of the output (out dtypes). */
+uint64_t zck__set_out_bytes(const zck__tensor_set *s);
+static inline zck_dtype zck__entry_out_dtype(const zck__tensor_entry *e) {
+  return e->out_dtype ? e->out_dtype : e->dtype;
+}
+
+/* ---- readers */
+/* Every tensor of a torch .pt/.bin file (a state dict, nested dicts flattened with '.'). */
+zck_status zck__set_from_torch(zck__tensor_set *s, const char *path);
+/* Every tensor of a safetensors file, index or HF checkpoint directory. */
+zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path);
+/* By file kind (see zck__path_kind). */
+zck_status zck__set_from_path(zck__tensor_set *s, const char *path);
+
+typedef enum { ZCK__PATH_UNKNOWN, ZCK__PATH_TORCH, ZCK__PATH_SAFETENSORS, ZCK__PATH_HF_DIR,
+               ZCK__PATH_DEEPSPEED } zck__path_kind;
+/* Sniffs a path: a zip file is torch, a file whose 8-byte header length is followed by '{'
+ * is safetensors, a *.index.json or a directory with model.safetensors(.index.json) is an
+ * HF checkpoint, a directory with `latest`, global_step* or *_model_states.pt is DeepSpeed. */
+zck__path_kind zck__sniff_path(const char *path);
+
+/* The output kind a path names: .safetensors, .pt, .bin or .pth files, else an HF directory. */
+zck_output_format zck__output_format_of(const char *out);
+
+/* ---- writers: one plan, executed in parallel, committed atomically */
+typedef struct zck__write_opts {
+  unsigned threads;
+  uint64_t max_shard_size;    /* HF directory output; 0 = 5GB */
+  bool overwrite;
+  zck_progress_fn progress;
+  void *progress_ctx;
+} zck__write_opts;
+
+/* One .safetensors file. */
+zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o);
+/* An HF directory: model.safetensors or model-0000i-of-0000N.safetensors + index. */
+zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir, const zck__write_opts *o,
+                                      const char *const *extra_names, const char *const *extra_texts,
+                                      size_t n_extra);
+/* A torch.save file holding an OrderedDict name -> tensor (loads with weights_only=True). */
+zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o);
+
+#endif

@@ -1,0 +1,75 @@
+/* cmd_convert.c: `zckpt convert IN OUT`: state dicts between torch and safetensors. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const char zck__convert_help[] =
+  "usage: zckpt convert [options] IN OUT\n"
+  "\n"
+  "Converts a state dict of tensors. IN: a torch .pt/.bin file, a safetensors file, an\n"
+  "HF index (*.safetensors.index.json) or directory. OUT: *.safetensors (one file),\n"
+  "*.pt/*.bin (torch.save, loads with weights_only=True), or anything else: an HF\n"
+  "directory (model.safetensors, or model-0000i-of-0000N.safetensors + index).\n"
+  "\n"
+  "options:\n"
+  "  --dtype fp32|bf16|fp16   cast floating tensors (round to nearest even, as torch)\n"
+  "  --max-shard-size SIZE    HF directory shards, HF units (5GB, 500MB, 2GiB); default 5GB\n"
+  "  --format safetensors|hf|pt  force the output kind\n"
+  "  --threads N              worker threads (default: all cores)\n"
+  "  --overwrite              replace an existing output\n"
+  "  -q, --quiet              no progress bar\n"
+  "  -h, --help               this help\n";
+
+int zck_cmd_convert(int argc, char **argv) {
+  static const struct option opts[] = {
+    {"dtype", required_argument, 0, 'd'}, {"max-shard-size", required_argument, 0, 's'},
+    {"format", required_argument, 0, 'f'}, {"threads", required_argument, 0, 't'},
+    {"overwrite", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
+  zck_convert_opts o = ZCK_CONVERT_OPTS_INIT;
+  bool quiet = false;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+    switch (c) {
+    case 'd':
+      o.dtype = zck_dtype_parse(optarg);
+      if (o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16)
+        return zck_cli_usage_error("convert", "--dtype must be fp32, bf16 or fp16, not '%s'", optarg);
+      break;
+    case 's':
+      if (!zck_cli_parse_size(optarg, &o.max_shard_size) || o.max_shard_size == 0)
+        return zck_cli_usage_error("convert", "--max-shard-size: cannot read '%s' (e.g. 5GB, 500MB, 2GiB)", optarg);
+      break;
+    case 'f':
+      if (!strcmp(optarg, "safetensors")) o.format = ZCK_OUT_SAFETENSORS;
+      else if (!strcmp(optarg, "hf")) o.format = ZCK_OUT_HF_DIR;
+      else if (!strcmp(optarg, "pt")) o.format = ZCK_OUT_TORCH;
+      else return zck_cli_usage_error("convert", "--format must be safetensors, hf or pt");
+      break;
+    case 't': {
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*end || n < 1 || n > 256) return zck_cli_usage_error("convert", "--threads must be 1..256");
+      o.threads = (unsigned)n;
+      break;
+    }
+    case 'o': o.overwrite = 1; break;
+    case 'q': quiet = true; break;
+    case 'h': fputs(zck__convert_help, stdout); return ZCK_EXIT_OK;
+    default: return zck_cli_usage_error("convert", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (argc - optind != 2) return zck_cli_usage_error("convert", "expected IN and OUT");
+  zck_cli_progress bar;
+  zck_cli_progress_init(&bar, "convert", 0, quiet);
+  o.progress = zck_cli_progress_cb;
+  o.progress_ctx = &bar;
+  zck_status s = zck_convert_file(argv[optind], argv[optind + 1], &o);
+  zck_cli_progress_finish(&bar);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}

@@ -1,0 +1,35 @@
+/* cmd_inspect.c: `zckpt inspect PATH [--json]`. */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "commands.h"
+
+static const char zck__inspect_help[] =
+  "usage: zckpt inspect [--json] PATH\n"
+  "\n"
+  "Shows what PATH holds: a torch .pt/.bin file, a safetensors file, an HF index or\n"
+  "checkpoint directory, or a DeepSpeed checkpoint (root with `latest`, a tag folder,\n"
+  "or an HF checkpoint-N/ folder): tensors with name, dtype, shape and bytes, and the\n"
+  "other values summarised.\n"
+  "\n"
+  "options:\n"
+  "  --json         machine-readable output\n"
+  "  -h, --help     this help\n";
+
+int zck_cmd_inspect(int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  zck_inspect_opts o = ZCK_INSPECT_OPTS_INIT;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'j': o.json = 1; break;
+    case 'h': fputs(zck__inspect_help, stdout); return ZCK_EXIT_OK;
+    default: return zck_cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (argc - optind != 1) return zck_cli_usage_error("inspect", "expected one PATH");
+  zck_status s = zck_inspect(argv[optind], &o, stdout);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}
