@@ -1,0 +1,231 @@
+/* deepspeed.h: DeepSpeed ZeRO checkpoint directories (stages 1-3), read and written.
+ *
+ * On disk (deepspeed-checkpoint.md §1-3):
+ *   <root>/latest                      the tag, no newline
+ *   <root>/<tag>/mp_rank_00_model_states.pt                    stages 1-2
+ *   <root>/<tag>/zero_pp_rank_{r}_mp_rank_00_model_states.pt   stage 3, one per dp rank
+ *   <root>/<tag>/[bf16_]zero_pp_rank_{r}_mp_rank_00_optim_states.pt   one per dp rank
+ * Every file is a torch.save zip. The model file holds `module` (16-bit weights; stage-3
+ * params are [0]-shaped placeholders), `param_shapes` (the flat order, per flat group or
+ * sub-group: the only index into the fp32 data), frozen-param shapes and fragments,
+ * `shared_params` (tied aliases), `buffer_names`, counters, `ds_config`, `ds_version`.
+ * Each optimizer file holds this rank's fp32 master partition of every flat group
+ * (`single_partition_of_fp32_groups`, stage 1/2, lean; `fp32_flat_groups`, stage 3) and the
+ * torch optimizer state (exp_avg / exp_avg_sq per flat group, step, param_groups).
+ *
+ * Reader: zck_ds_open() DESCRIBES a checkpoint without touching tensor data: it parses
+ * only the pickles (and reads the 4-byte `step` tensor), validates that the files agree
+ * with each other and that the shapes add up to the partitions (malformed-inputs.md §9:
+ * one-line errors naming the file, the group, rank and numbers), and exposes
+ *   - a model manifest (lib/model.h): params in module.parameters() order with shapes,
+ *     lp dtype, optimizer group, frozen flag and tied aliases; buffers; param groups with
+ *     their hyper-parameters;
+ *   - "parts": a layout (lib/layout.h) over the manifest's param index space plus one
+ *     store (lib/exec.h) per layout store, bound in place to the tensor's bytes inside its
+ *     .pt file (absolute offset, dtype). A consumer plans (plan.h) and executes (exec.h).
+ *   - the zero_to_fp32 output recipe (zck_ds_outputs) so a consolidation reproduces
+ *     DeepSpeed 0.19's zero_to_fp32 bit for bit.
+ * Writer: zck_ds_writer_create() lays out every file DeepSpeed would write for a stage /
+ * world size, reserving each tensor's bytes; the caller fills them through the writer's
+ * parts (callback stores, any thread), then zck_ds_writer_commit() finishes the files,
+ * renames the tag folder into place and writes `latest` last, atomically.
+ * zck_ds_copy() does the whole copy from an opened checkpoint into a writer (reshard).
+ */
+#ifndef ZCK_DEEPSPEED_H
+#define ZCK_DEEPSPEED_H
+
+#include "exec.h"
+#include "layout.h"
+#include "model.h"
+#include "torch/torch.h"
+
+#include <stdbool.h>
+
+/* ---- reader */
+
+typedef struct zck_ds_ckpt zck_ds_ckpt;
+
+typedef struct zck_ds_open_opts {
+  const char *tag;                 /* NULL: the tag named by <path>/latest */
+  bool require_optimizer_state;    /* fail (DS-48) when exp_avg / exp_avg_sq are absent */
+  zck_torch_open_opts torch;       /* limits for every .pt file */
+} zck_ds_open_opts;
+#define ZCK_DS_OPEN_OPTS_INIT {NULL, false, ZCK_TORCH_OPEN_OPTS_INIT}
+
+/* What a checkpoint is; fixed after open. Strings belong to the checkpoint. */
+typedef struct zck_ds_info {
+  const char *root;                /* folder holding `latest` (or the tag folder's parent) */
+  const char *tag;
+  const char *dir;                 /* <root>/<tag> */
+  int stage;                       /* 1, 2 or 3 (zero_stage of the optimizer files) */
+  uint32_t world_size;             /* W = partition_count = number of optimizer files */
+  bool bf16_prefix;                /* optimizer files are bf16_zero_pp_rank_* */
+  zck_dtype lp_dtype;              /* 16-bit training dtype (module params); F32 without mixed precision */
+  zck_dtype master_dtype;          /* dtype of the fp32 partitions (F32 unless bf16 master weights) */
+  zck_dtype state_dtype;           /* exp_avg / exp_avg_sq dtype; INVALID without optimizer state */
+  const char *ds_version;          /* NULL if absent (warned) */
+  int64_t global_steps, skipped_steps;
+  int64_t global_samples;          /* -1 if absent */
+  int64_t dp_world_size;           /* from the model file (== world_size) */
+  size_t n_flat_groups;            /* stage 1/2: optimizer groups; stage 3: sub-groups */
+  uint64_t sub_group_size;         /* ds_config zero_optimization.sub_group_size (default 1e9) */
+  bool round_robin;                /* ds_config zero_optimization.round_robin_gradients */
+  uint32_t param_align;            /* 1, or parameter_alignment's element multiple (stage 1/2) */
+  bool has_optimizer_state;        /* exp_avg and exp_avg_sq exist for every flat group */
+  bool step_is_tensor;             /* torch Adam/AdamW (0-dim float32) vs FusedAdam/CPUAdam (int) */
+  double step;                     /* the optimizer step of flat group 0 (0 without state) */
+  double clip_grad;                /* stage 1/2 clip_grad, else ds_config gradient_clipping, else 0 */
+  bool has_frozen_shapes;          /* frozen_param_shapes saved (stage 2/3, not excluded) */
+  bool has_shared_params;          /* shared_params present (files >= v0.9.0) */
+  size_t n_warnings;               /* DS-24, DS-27, DS-28, ...: continue-and-report items */
+  const char *const *warnings;
+} zck_ds_info;
+
+/* Opens and validates the checkpoint at path: a save root with `latest` (an HF
+ * checkpoint-N/ folder is one), or a tag folder. opts may be NULL. Errors are one line,
+ * "FILE: what is wrong", following malformed-inputs.md §9. */
+zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ckpt **out);
+void zck_ds_close(zck_ds_ckpt *c);
+
+const zck_ds_info *zck_ds_info_of(const zck_ds_ckpt *c);
+const zck_model *zck_ds_model(const zck_ds_ckpt *c);
+
+/* Parts of a checkpoint (and of a writer's output), each a layout over the manifest's
+ * param index space with stores[layout->n_stores]. */
+typedef enum zck_ds_part {
+  ZCK_DS_FP32 = 0,     /* trainable params, fp32 master: ZeRO layout (zero12 / zero3), stores =
+                          flat group g of rank r (id g*W + r); a store's numel is what the file
+                          holds (stage 1/2: lean length; stage 3: L_s) */
+  ZCK_DS_EXP_AVG,      /* same layout; stores = the padded state tensors (P / L_s) */
+  ZCK_DS_EXP_AVG_SQ,
+  ZCK_DS_LP,           /* 16-bit module weights, whole tensors (zck_layout_whole, one store per
+                          owner param): stage 1/2 only (stage-3 module entries are empty) */
+  ZCK_DS_FROZEN,       /* frozen params: stage 1 `module` tensors, stage 2 frozen_param_fragments
+                          (whole tensors), stage 3 frozen_param_fragments per rank (zero3 layout,
+                          one sub-group per frozen param, store s*W + r); lp dtype */
+  ZCK_DS_PART_COUNT
+} zck_ds_part;
+
+typedef struct zck_ds_view {
+  const zck_layout *layout;
+  const zck_store *stores;
+} zck_ds_view;
+
+/* The part, or ZCK_ERR_NOT_FOUND (message says why: no optimizer state, no frozen
+ * params, stage 3 has no LP, ...). The view stays valid until zck_ds_close. */
+zck_status zck_ds_get(const zck_ds_ckpt *c, zck_ds_part part, zck_ds_view *out);
+
+/* Buffers: a whole layout over the BUFFER index space (model->buffers) and one store per
+ * buffer, bound to the rank-0 model file's `module` tensor (module dtype). NULL layout
+ * when there are no buffers. */
+zck_ds_view zck_ds_buffers(const zck_ds_ckpt *c);
+
+/* ---- the zero_to_fp32 recipe
+ * get_fp32_state_dict_from_zero_checkpoint (DeepSpeed 0.19.8) builds, in this order:
+ *   1. buffers: every `module` entry named in buffer_names, in module order; floating
+ *      buffers become float32 (`v.float() if v.is_floating_point() else v`: integer and
+ *      bool buffers keep their dtype; the spec's "every buffer" is true of older versions);
+ *   2. frozen params, in frozen_param_shapes order, in the lp dtype (not cast). Stage 1
+ *      never saves frozen_param_shapes, so stage-1 frozen params are NOT in the output;
+ *   3. trainable params in param_shapes order (flat groups / sub-groups concatenated),
+ *      master dtype (float32);
+ *   4. tied aliases from shared_params, in its order, only when the source name is in the
+ *      output; the alias is the same tensor object as its source.
+ * Each entry names where its values come from; consolidate copies them through the parts
+ * above and converts to `dtype`. */
+typedef enum zck_ds_out_kind {
+  ZCK_DS_OUT_BUFFER = 0,   /* index = buffer index; source: zck_ds_buffers */
+  ZCK_DS_OUT_FROZEN,       /* index = param index; source: ZCK_DS_FROZEN */
+  ZCK_DS_OUT_TRAINABLE,    /* index = param index; source: ZCK_DS_FP32 */
+  ZCK_DS_OUT_ALIAS         /* index = param index of the alias; alias_of = output entry */
+} zck_ds_out_kind;
+
+typedef struct zck_ds_output {
+  const char *name;
+  zck_ds_out_kind kind;
+  uint32_t index;
+  int32_t alias_of;        /* ALIAS: index into the outputs array of the source; else -1 */
+  zck_dtype dtype;         /* the dtype zero_to_fp32 gives the tensor */
+  zck_dtype src_dtype;     /* the dtype stored in the checkpoint */
+  int ndim;
+  const int64_t *shape;
+  uint64_t numel;
+} zck_ds_output;
+
+const zck_ds_output *zck_ds_outputs(const zck_ds_ckpt *c, size_t *n);
+
+/* Pickled objects of the rank-0 files, for writers that carry them over (NULL if absent). */
+const zck_pk *zck_ds_ds_config(const zck_ds_ckpt *c);     /* model file ds_config */
+const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c);  /* model file lr_scheduler (may be None) */
+const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c);   /* optimizer file loss_scaler */
+const zck_pk *zck_ds_client_state(const zck_ds_ckpt *c);  /* the model file's root dict */
+
+/* ---- writer */
+
+typedef struct zck_ds_writer zck_ds_writer;
+
+typedef struct zck_ds_write_opts {
+  int stage;                       /* 1, 2 or 3 */
+  uint32_t world_size;             /* W >= 1 */
+  uint64_t sub_group_size;         /* stage 3; 0: DeepSpeed's default 1e9 */
+  zck_dtype lp_dtype;              /* BF16 (bf16_ prefix), F16 or F32; INVALID: the manifest's */
+  bool round_robin;                /* zero_optimization.round_robin_gradients (stage 1/2) */
+  uint32_t param_align;            /* zero_optimization.parameter_alignment: 0/1 off, else the
+                                      element multiple (16 / gcd(16, lp size)) */
+  const char *tag;                 /* NULL: "global_step<global_steps>" */
+  bool overwrite;                  /* replace an existing <root>/<tag> */
+  bool save_latest;                /* write <root>/latest (last, atomically) */
+  int64_t global_steps, skipped_steps;
+  int64_t global_samples;          /* -1: omit */
+  bool has_optimizer_state;        /* write exp_avg / exp_avg_sq / step; false: state {} */
+  bool step_is_tensor;             /* true: 0-dim float32 tensor (torch Adam); false: int */
+  double step;
+  double clip_grad;
+  const char *ds_version;          /* NULL: "0.19.8" */
+  const zck_pk *ds_config;         /* deep-copied (zero_optimization.stage / sub_group_size /
+                                      bf16.enabled updated); NULL: a minimal config */
+  const zck_pk *lr_scheduler;      /* deep-copied; NULL: None */
+  const zck_pk *loss_scaler;       /* deep-copied; NULL: LossScaler(cur_scale=1.0, dynamic=False) */
+} zck_ds_write_opts;
+#define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL}
+
+/* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
+ * step, scheduler, ds_config, ...). The pointers borrow from c. */
+void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o);
+
+/* Creates <root>/<tag> under a temporary name with every file reserved. m must outlive
+ * the writer. Fails with ZCK_ERR_EXISTS if the tag folder exists (unless overwrite). */
+zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o,
+                                zck_ds_writer **out);
+
+/* Target parts (same meaning as zck_ds_get; stores are callbacks that pwrite into the
+ * reserved regions; call from any thread). ZCK_DS_LP: stage 1/2 module tensors of every
+ * owner param (frozen ones included; stage-2 frozen_param_fragments share their storage).
+ * ZCK_DS_FROZEN: stage 3 only (frozen_param_fragments per rank). Absent parts:
+ * ZCK_ERR_NOT_FOUND. */
+zck_status zck_ds_writer_get(const zck_ds_writer *w, zck_ds_part part, zck_ds_view *out);
+/* Buffers of model file `rank` (stage 1/2: rank 0 only; stage 3: every rank holds all). */
+zck_ds_view zck_ds_writer_buffers(const zck_ds_writer *w, uint32_t rank);
+/* Number of model files (1, or W for stage 3). */
+uint32_t zck_ds_writer_model_files(const zck_ds_writer *w);
+
+/* CRC-32 of a target store's whole data (exec's dst_crc32 gives it). Every store with
+ * numel > 0 needs one before commit; a store nobody wrote holds zeros and gets its CRC
+ * automatically. For buffers, part is ZCK_DS_PART_COUNT and rank names the model file. */
+void zck_ds_writer_set_crc(zck_ds_writer *w, zck_ds_part part, uint32_t rank, uint32_t store, uint32_t crc);
+
+/* Finishes every file, renames the tag folder into place, then writes `latest`. */
+zck_status zck_ds_writer_commit(zck_ds_writer *w);
+/* Frees; an uncommitted output is removed. NULL is fine. */
+void zck_ds_writer_free(zck_ds_writer *w);
+
+/* ---- copy (reshard) */
+
+/* Fills every part of w from c: fp32 (+ exp_avg / exp_avg_sq when both have them), the
+ * lp module weights (trainable params cast from fp32 with RNE, frozen params from c's
+ * frozen / lp part), stage-3 frozen fragments and buffers, on one thread pool; sets the
+ * CRCs. The manifest w was created with must be c's (same param indices). */
+zck_status zck_ds_copy(const zck_ds_ckpt *c, zck_ds_writer *w, const zck_exec_opts *opts);
+
+#endif

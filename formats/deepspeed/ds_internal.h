@@ -1,0 +1,146 @@
+/* ds_internal.h: what the DeepSpeed reader and writer share inside formats/deepspeed. */
+#ifndef ZCK_DS_INTERNAL_H
+#define ZCK_DS_INTERNAL_H
+
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/ds_files.h"
+
+/* DeepSpeed's defaults (runtime/zero/config.py). */
+#define ZCK__DS_DEFAULT_SUB_GROUP_SIZE ((uint64_t)1000000000)
+#define ZCK__DS_DEFAULT_VERSION "0.19.8"
+
+/* A tensor found in a pickle, copied out of the torch file so the file can be closed. */
+typedef struct zck__ds_tref {
+  zck_dtype dtype;
+  int ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  uint64_t numel;
+  uint64_t offset;       /* absolute byte offset of element 0 in the file */
+  bool contiguous;
+} zck__ds_tref;
+
+typedef struct zck__ds_named_shape {
+  char *name;
+  int ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  uint64_t numel;
+} zck__ds_named_shape;
+
+typedef struct zck__ds_shape_list {
+  zck__ds_named_shape *v;
+  size_t n;
+} zck__ds_shape_list;
+
+/* What we keep of one model-states file. */
+typedef struct zck__ds_model_file {
+  const zck__ds_rankfile *file;
+  zck__source src;                 /* kept open: frozen fragments / buffers are read through it */
+  bool src_open;
+  /* module, in order */
+  char **module_names;
+  zck__ds_tref *module_t;
+  size_t n_module;
+  char **buffer_names;
+  size_t n_buffer_names;
+  zck__ds_shape_list *param_shapes; /* one list per flat group / sub-group */
+  size_t n_param_shapes;
+  bool has_frozen_shapes;
+  zck__ds_shape_list frozen_shapes;
+  bool has_frozen_frags;
+  char **frag_names;
+  zck__ds_tref *frag_t;
+  size_t n_frags;
+  bool has_shared;
+  char **shared_alias, **shared_src;
+  size_t n_shared;
+  int64_t dp_world_size, mp_world_size, global_steps, skipped_steps, global_samples;
+  char *ds_version;
+} zck__ds_model_file;
+
+/* One flat group's tensors in an optimizer file. */
+typedef struct zck__ds_flat {
+  zck__ds_tref fp32;
+  bool has_state;
+  zck__ds_tref exp_avg, exp_avg_sq;
+} zck__ds_flat;
+
+typedef struct zck__ds_optim_file {
+  const zck__ds_rankfile *file;
+  zck__source src;
+  bool src_open;
+  int zero_stage;
+  uint32_t partition_count;        /* max of the list (stage 1/2) or the int (stage 3) */
+  zck__ds_flat *flat;
+  size_t n_flat;
+  int64_t *group_paddings;         /* stage 1/2 [n_flat] */
+  bool has_param_paddings;
+  int64_t **param_paddings;        /* stage 1/2: [n_flat][params of the group] */
+  size_t *n_param_paddings;
+  char *ds_version;
+} zck__ds_optim_file;
+
+struct zck_ds_ckpt {
+  zck__ds_fileset fs;
+  zck_torch_open_opts topts;
+  zck_ds_info info;
+  char **warnings;
+  size_t n_warnings;
+  zck__ds_model_file *models;      /* 1 (stage 1/2) or W (stage 3) */
+  size_t n_models;
+  zck__ds_optim_file *optims;      /* W */
+  /* rank-0 files kept open for their pickled objects */
+  zck_torch_file *model0, *optim0;
+  const zck_pk *ds_config, *lr_scheduler, *loss_scaler, *param_groups;
+  zck_model *model;
+  int64_t *param_mod;              /* [n_params]: index of the param's `module` entry in models[0] */
+  int64_t *buffer_mod;             /* [n_buffers]: same for buffers */
+  uint32_t *flat_params;           /* params of param_shapes in flat order (all groups) */
+  size_t *flat_first;              /* [n_flat + 1] into flat_params */
+  /* parts */
+  zck_layout *train_layout, *lp_layout, *frozen_layout, *buffer_layout;
+  zck_store *stores[ZCK_DS_PART_COUNT];
+  zck_store *buffer_stores;
+  char **store_names;              /* owned names for the stores' messages */
+  size_t n_store_names, cap_store_names;
+  char *lp_missing;                 /* why ZCK_DS_LP is unavailable (stage 1/2) */
+  zck_ds_output *outputs;
+  size_t n_outputs;
+};
+
+/* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */
+/* A shape: torch.Size, tuple or list of non-negative ints. */
+zck_status zck__ds_shape(const zck_pk *node, zck__ds_named_shape *out, const char *what);
+/* A tensor node of f, copied out. */
+zck_status zck__ds_tensor(const zck_torch_file *f, const zck_pk *node, zck__ds_tref *out, const char *what);
+/* zero_stage: ZeroStageEnum(n), getattr(ZeroStageEnum, 'name') or a plain int. -1 if not one. */
+int zck__ds_zero_stage(const zck_pk *node);
+/* A list of ints. */
+zck_status zck__ds_int_list(const zck_pk *node, int64_t **out, size_t *n, const char *what);
+/* Deep copy of a tree from another doc into d (cycle-safe via a small memo). NULL on OOM
+ * or a cycle deeper than the limit. */
+zck_pk *zck__ds_pk_copy(zck_pk_doc *d, const zck_pk *node);
+/* d[key] for a STR key in a dict node being built (the last one wins, as Python's). */
+zck_pk *zck__ds_pk_get_mut(zck_pk *dict, const char *key);
+
+/* ---- ds_read.c */
+zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool keep_open_torch, bool full);
+zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool keep_torch);
+void zck__ds_model_file_free(zck__ds_model_file *mf);
+void zck__ds_optim_file_free(zck__ds_optim_file *of);
+zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);
+
+/* ---- ds_manifest.c */
+zck_status zck__ds_build_manifest(zck_ds_ckpt *c);
+
+/* ---- ds_describe.c */
+zck_status zck__ds_describe(zck_ds_ckpt *c);
+const char *zck__ds_store_name(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);
+
+/* ---- ds_math.c: the flat order and fragment math shared by reader and writer */
+/* Per-param padding of parameter_alignment (stage_1_and_2.py): after every param but the
+ * last, (-offset) % align zeros. out[n]. */
+void zck__ds_param_paddings(const uint64_t *numels, size_t n, uint32_t align, int64_t *out);
+/* DeepSpeed's element multiple for parameter_alignment: 16 / gcd(16, elem size). */
+uint32_t zck__ds_param_align_for(zck_dtype lp);
+
+#endif

@@ -1,0 +1,220 @@
+/* ds_open.c: zck_ds_open: find the files, read every file's metadata, check that the
+ * files agree with each other (stage, world size, rank set, versions), then describe
+ * (ds_describe.c). Also the reader's accessors and zck_ds_close. */
+#include "ds_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool same_shape_lists(const zck__ds_model_file *a, const zck__ds_model_file *b) {
+  if (a->n_param_shapes != b->n_param_shapes) return false;
+  for (size_t g = 0; g < a->n_param_shapes; g++) {
+    const zck__ds_shape_list *x = &a->param_shapes[g], *y = &b->param_shapes[g];
+    if (x->n != y->n) return false;
+    for (size_t i = 0; i < x->n; i++) {
+      if (strcmp(x->v[i].name, y->v[i].name) || x->v[i].ndim != y->v[i].ndim) return false;
+      for (int d = 0; d < x->v[i].ndim; d++)
+        if (x->v[i].shape[d] != y->v[i].shape[d]) return false;
+    }
+  }
+  return true;
+}
+
+static bool str_eq(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+/* Reads rank 0's optimizer file first: it gives the stage and the world size the rest of
+ * the file set is checked against. */
+static zck_status read_optims(zck_ds_ckpt *c) {
+  zck__ds_fileset *fs = &c->fs;
+  if (fs->optims[0].rank != 0) {
+    char *name = zck__ds_optim_name(fs->prefix, 0);
+    zck_status s = zck__fail(ZCK_ERR_NOT_FOUND, "%s/%s: missing optimizer file for dp rank 0 (found %zu others, first %s)",
+                             fs->dir, name ? name : "?", fs->n_optims, fs->optims[0].name);
+    free(name);
+    return s;
+  }
+  zck__ds_optim_file o0 = {.file = &fs->optims[0]};
+  c->optims = zck__calloc(1, sizeof *c->optims);
+  if (!c->optims) return ZCK_ERR_NO_MEMORY;
+  c->optims[0] = o0;
+  ZCK_TRY(zck__ds_read_optim_file(c, &c->optims[0], true));
+  const zck__ds_optim_file *r0 = &c->optims[0];
+  uint32_t w = r0->partition_count;
+  int stage = r0->zero_stage;
+  char who[600];
+  snprintf(who, sizeof who, "partition_count in %s", fs->optims[0].name);
+  ZCK_TRY(zck__ds_check_ranks(fs, w, stage, who));
+  c->info.stage = stage;
+  c->info.world_size = w;
+  zck__ds_optim_file *all = zck__realloc(c->optims, w * sizeof *all);
+  if (!all) return ZCK_ERR_NO_MEMORY;
+  c->optims = all;
+  r0 = &c->optims[0];
+  for (uint32_t r = 1; r < w; r++) {
+    memset(&c->optims[r], 0, sizeof c->optims[r]);
+    c->optims[r].file = &fs->optims[r];
+  }
+  for (uint32_t r = 1; r < w; r++) {
+    zck__ds_optim_file *o = &c->optims[r];
+    ZCK_TRY(zck__ds_read_optim_file(c, o, false));
+    const char *p = o->file->path;
+    if (o->zero_stage != stage)  /* DS-42 */
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: zero_stage %d but %s has %d", p, o->zero_stage, fs->optims[0].name, stage);
+    if (o->partition_count != w)  /* DS-43 */
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count %u but %s has %u (mixed checkpoints?)", p,
+                       o->partition_count, fs->optims[0].name, w);
+    if (o->n_flat != r0->n_flat)  /* DS-50 */
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: %zu flat groups but %s has %zu", p, o->n_flat, fs->optims[0].name,
+                       r0->n_flat);
+    if (!str_eq(o->ds_version, r0->ds_version))
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_version '%s' but %s has '%s'", p, o->ds_version ? o->ds_version : "(none)",
+                       fs->optims[0].name, r0->ds_version ? r0->ds_version : "(none)");
+  }
+  return ZCK_OK;
+}
+
+static zck_status read_models(zck_ds_ckpt *c) {
+  zck__ds_fileset *fs = &c->fs;
+  uint32_t w = c->info.world_size;
+  c->n_models = c->info.stage == 3 ? w : 1;
+  c->models = zck__calloc(c->n_models, sizeof *c->models);
+  if (!c->models) return ZCK_ERR_NO_MEMORY;
+  for (size_t r = 0; r < c->n_models; r++) c->models[r].file = c->info.stage == 3 ? &fs->z3_models[r] : &fs->model;
+  ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true, true));
+  const zck__ds_model_file *m0 = &c->models[0];
+  for (size_t r = 1; r < c->n_models; r++) {
+    zck__ds_model_file *m = &c->models[r];
+    ZCK_TRY(zck__ds_read_model_file(c, m, false, false));
+    const char *p = m->file->path;
+    /* DS-32 */
+    if (!same_shape_lists(m, m0))
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: param_shapes differ from %s", p, m0->file->name);
+    if (m->dp_world_size != m0->dp_world_size)
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: dp_world_size %lld but %s has %lld", p, (long long)m->dp_world_size,
+                       m0->file->name, (long long)m0->dp_world_size);
+    if (!str_eq(m->ds_version, m0->ds_version))
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_version '%s' but %s has '%s'", p, m->ds_version ? m->ds_version : "(none)",
+                       m0->file->name, m0->ds_version ? m0->ds_version : "(none)");
+    if (m->has_frozen_frags != m0->has_frozen_frags)
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments %s but %s %s", p,
+                       m->has_frozen_frags ? "present" : "absent", m0->file->name,
+                       m0->has_frozen_frags ? "has them" : "does not");
+    /* Only the frozen fragments of the other ranks are used: drop the rest now. */
+    for (size_t i = 0; i < m->n_module; i++) free(m->module_names[i]);
+    free(m->module_names);
+    free(m->module_t);
+    m->module_names = NULL;
+    m->module_t = NULL;
+    m->n_module = 0;
+  }
+  if (m0->dp_world_size != (int64_t)w)  /* DS-44 */
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: dp_world_size %lld but there are %u optimizer files (partition_count %u)",
+                     m0->file->path, (long long)m0->dp_world_size, w, w);
+  return ZCK_OK;
+}
+
+zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ckpt **out) {
+  ZCK_ASSERT(path && out);
+  *out = NULL;
+  zck_ds_open_opts o = ZCK_DS_OPEN_OPTS_INIT;
+  if (opts) o = *opts;
+  zck_ds_ckpt *c = zck__calloc(1, sizeof *c);
+  if (!c) return ZCK_ERR_NO_MEMORY;
+  c->topts = o.torch;
+  zck_status s = zck__ds_find(path, o.tag, &c->fs);
+  if (s == ZCK_OK) s = read_optims(c);
+  if (s == ZCK_OK) s = read_models(c);
+  if (s == ZCK_OK) s = zck__ds_describe(c);
+  if (s == ZCK_OK && o.require_optimizer_state && !c->info.has_optimizer_state)  /* DS-48 */
+    s = zck__fail(ZCK_ERR_NOT_FOUND,
+                  "%s: no optimizer state (exp_avg / exp_avg_sq): saved before the first optimizer step, or removed",
+                  c->fs.dir);
+  if (s != ZCK_OK) {
+    zck_ds_close(c);
+    return s;
+  }
+  *out = c;
+  return ZCK_OK;
+}
+
+void zck_ds_close(zck_ds_ckpt *c) {
+  if (!c) return;
+  for (size_t i = 0; i < c->n_models; i++) zck__ds_model_file_free(&c->models[i]);
+  free(c->models);
+  if (c->optims)
+    for (uint32_t r = 0; r < (c->info.world_size ? c->info.world_size : 1); r++) zck__ds_optim_file_free(&c->optims[r]);
+  free(c->optims);
+  zck_torch_close(c->model0);
+  zck_torch_close(c->optim0);
+  zck_model_free(c->model);
+  zck_layout_free(c->train_layout);
+  zck_layout_free(c->lp_layout);
+  zck_layout_free(c->frozen_layout);
+  zck_layout_free(c->buffer_layout);
+  for (int p = 0; p < ZCK_DS_PART_COUNT; p++) free(c->stores[p]);
+  free(c->buffer_stores);
+  for (size_t i = 0; i < c->n_store_names; i++) free(c->store_names[i]);
+  free(c->store_names);
+  free(c->outputs);
+  for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
+  free(c->warnings);
+  free(c->lp_missing);
+  free(c->param_mod);
+  free(c->buffer_mod);
+  free(c->flat_params);
+  free(c->flat_first);
+  zck__ds_fileset_free(&c->fs);
+  free(c);
+}
+
+const zck_ds_info *zck_ds_info_of(const zck_ds_ckpt *c) { return &c->info; }
+const zck_model *zck_ds_model(const zck_ds_ckpt *c) { return c->model; }
+
+zck_status zck_ds_get(const zck_ds_ckpt *c, zck_ds_part part, zck_ds_view *out) {
+  ZCK_ASSERT(part >= 0 && part < ZCK_DS_PART_COUNT);
+  memset(out, 0, sizeof *out);
+  switch (part) {
+  case ZCK_DS_FP32:
+    out->layout = c->train_layout;
+    break;
+  case ZCK_DS_EXP_AVG:
+  case ZCK_DS_EXP_AVG_SQ:
+    if (!c->info.has_optimizer_state)
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) in this checkpoint", c->fs.dir);
+    out->layout = c->train_layout;
+    break;
+  case ZCK_DS_LP:
+    if (c->info.stage == 3)
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s: stage-3 model files hold no 16-bit weights (module entries are empty)",
+                       c->fs.dir);
+    if (!c->lp_layout)
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s: 16-bit module weights unavailable: %s", c->fs.dir,
+                       c->lp_missing ? c->lp_missing : "not saved");
+    out->layout = c->lp_layout;
+    break;
+  case ZCK_DS_FROZEN:
+    if (!c->frozen_layout) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no frozen parameters", c->fs.dir);
+    out->layout = c->frozen_layout;
+    break;
+  default:
+    return zck__fail(ZCK_ERR_INVALID_ARG, "unknown part %d", (int)part);
+  }
+  out->stores = c->stores[part];
+  return ZCK_OK;
+}
+
+zck_ds_view zck_ds_buffers(const zck_ds_ckpt *c) {
+  zck_ds_view v = {c->buffer_layout, c->buffer_stores};
+  return v;
+}
+
+const zck_ds_output *zck_ds_outputs(const zck_ds_ckpt *c, size_t *n) {
+  *n = c->n_outputs;
+  return c->outputs;
+}
+
+const zck_pk *zck_ds_ds_config(const zck_ds_ckpt *c) { return c->ds_config; }
+const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c) { return c->lr_scheduler; }
+const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c) { return c->loss_scaler; }
+const zck_pk *zck_ds_client_state(const zck_ds_ckpt *c) { return c->model0 ? zck_torch_root(c->model0) : NULL; }
