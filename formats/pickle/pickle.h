@@ -123,6 +123,7 @@ zck_pk *zck_pk_new_bytes(zck_pk_doc *d, const void *p, size_t n);
 zck_pk *zck_pk_new_tuple(zck_pk_doc *d, size_t n);          /* items filled by caller */
 zck_pk *zck_pk_new_list(zck_pk_doc *d);
 zck_pk *zck_pk_new_dict(zck_pk_doc *d, int ordered);
+zck_pk *zck_pk_new_set(zck_pk_doc *d, int frozen);           /* items via zck_pk_append */
 zck_pk *zck_pk_new_global(zck_pk_doc *d, const char *module, const char *name);
 zck_pk *zck_pk_new_object(zck_pk_doc *d, zck_pk *callable, zck_pk *args, int newobj, zck_pk *state);
 zck_pk *zck_pk_new_persid(zck_pk_doc *d, zck_pk *pid);

@@ -212,6 +212,11 @@ zck_pk *zck_pk_new_dict(zck_pk_doc *d, int ordered) {
   if (n) n->u.dict.ordered = ordered != 0;
   return n;
 }
+zck_pk *zck_pk_new_set(zck_pk_doc *d, int frozen) {
+  zck_pk *n = zck__pk_alloc(d, ZCK_PK_SET);
+  if (n && frozen) n->tag = ZCK_PK_TAG_FROZENSET;
+  return n;
+}
 zck_pk *zck_pk_new_global(zck_pk_doc *d, const char *module, const char *name) {
   zck_pk *n = zck__pk_alloc(d, ZCK_PK_GLOBAL);
   if (!n) return NULL;

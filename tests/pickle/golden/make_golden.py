@@ -5,6 +5,8 @@ Usage: python3 tests/pickle/golden/make_golden.py   (writes next to this script)
 
 Each <name>.pkl is pickle.dumps(obj, protocol=2) of a representative object; the test
 loads it with zckpt's VM, dumps it with zckpt's emitter and expects the same bytes.
+proto/<name>.p<N>.pkl is the same object at protocol N (0, 1, 3, 4, 5): it must load to
+the same tree as <name>.pkl.
 torch.Size is imitated by a class of that qualified name (it pickles identically:
 GLOBAL torch Size, ((dims...),) REDUCE). torch_<name>.pkl are the data.pkl records of
 the real-torch fixtures in tests/fixtures/torch (copied when present).
@@ -91,6 +93,13 @@ def main():
     for name, obj in objects().items():
         with open(os.path.join(HERE, name + ".pkl"), "wb") as f:
             f.write(pickle.dumps(obj, protocol=2))
+    # the same objects at the other protocols (the test compares the trees they load to)
+    os.makedirs(os.path.join(HERE, "proto"), exist_ok=True)
+    objs = objects()
+    for name in ("basic", "ints", "floats", "ordered", "shared", "tuples", "sets", "sizes", "memo300"):
+        for proto in (0, 1, 3, 4, 5):
+            with open(os.path.join(HERE, "proto", f"{name}.p{proto}.pkl"), "wb") as f:
+                f.write(pickle.dumps(objs[name], protocol=proto))
     fx = os.path.join(HERE, "..", "..", "fixtures", "torch")
     if os.path.isdir(fx):
         for fn in sorted(os.listdir(fx)):
