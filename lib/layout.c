@@ -519,12 +519,15 @@ zck_status zck_layout_model_groups(const zck_model *m, zck_group_spec **out, siz
   uint32_t *idx = (uint32_t *)(specs + n_groups);
   size_t k = 0, j = 0;
   for (size_t g = 0; g < m->n_groups; g++) {
-    size_t c = zck_model_group_trainable(m, (uint32_t)g, idx + j, n_idx - j);
+    size_t c = zck_model_group_trainable(m, (uint32_t)g, idx + j, n_idx - j), kept = 0;
+    for (size_t i = 0; i < c; i++) /* drop zero-element params in place */
+      if (m->params[idx[j + i]].numel) idx[j + kept++] = idx[j + i];
+    c = kept;
     if (!c) continue;
     specs[k++] = (zck_group_spec){idx + j, c, (int32_t)g};
     j += c;
   }
   *out = specs;
-  *n_out = n_groups;
+  *n_out = k; /* at most n_groups: zero-element params may empty a group */
   return ZCK_OK;
 }

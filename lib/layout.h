@@ -29,6 +29,12 @@
  *  concatenation of its params' p-slots, padding included: L_s = sum p, no extra
  *  alignment. fp32_flat_groups, exp_avg and exp_avg_sq all have L_s elements.
  *
+ * param_slice_mappings (stage 1/2): the pieces of store (g, r) in store order give every
+ * fragment_address(start = store_off, numel = count). DeepSpeed computes them in group
+ * (bit16_groups) order even when round_robin_gradients reorders the flat buffer (checked
+ * against real checkpoints in tests/core/test_fixtures.c), so build the layout for the
+ * mappings from the un-reordered group and the one for the data from param_shapes order.
+ *
  * Store numbering of the DeepSpeed constructors: store id = group * W + rank (group = flat
  * group for stage 1/2, sub-group for stage 3). zck_layout_store_id() computes it.
  */
@@ -172,8 +178,10 @@ static inline uint32_t zck_layout_store_id(const zck_layout *l, uint32_t group, 
 /* Elements of param p that this layout maps (sum of its pieces' counts). */
 uint64_t zck_layout_param_covered(const zck_layout *l, uint32_t p);
 
-/* The flat groups DeepSpeed builds from a manifest: per optimizer param group, its
- * trainable params (not frozen, not tied aliases) in group order; groups with none are
+/* The flat groups DeepSpeed builds from a manifest: per optimizer param group, the params
+ * it optimizes (not frozen, not tied aliases, at least one element: DeepSpeed >= 0.19.8's
+ * is_optimized_parameter records zero-element params with the frozen ones; they hold no
+ * elements, so the geometry is the same either way) in group order; groups with none are
  * skipped (opt_group keeps the model's group index). No round-robin is applied. *out is
  * one allocation (free() it), like zck_zero3_sub_groups. */
 struct zck_model;

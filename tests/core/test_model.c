@@ -80,6 +80,14 @@ int main(void) {
   ZT_OK(zck_model_add_group(m, &g2)); /* empty */
   ZT_OK(zck_model_add_group(m, &g3));
   ZT_OK(zck_model_group_add_param(m, g3, 5));
+  int64_t zero[] = {0};
+  uint32_t i_empty, g4;
+  ZT_OK(zck_model_add_param(m, "empty", 1, zero, ZCK_BF16, &i_empty));
+  ZT_OK(zck_model_group_add_param(m, g3, i_empty)); /* skipped: no elements */
+  uint32_t i_empty2;
+  ZT_OK(zck_model_add_param(m, "empty2", 1, zero, ZCK_BF16, &i_empty2));
+  ZT_OK(zck_model_add_group(m, &g4)); /* only a zero-element param: no flat group */
+  ZT_OK(zck_model_group_add_param(m, g4, i_empty2));
   zck_group_spec *specs;
   size_t n_specs;
   ZT_OK(zck_layout_model_groups(m, &specs, &n_specs));
@@ -90,6 +98,7 @@ int main(void) {
   ZT_EQ_INT(specs[1].params[1], i_ln);
   ZT_EQ_INT(specs[2].opt_group, 3);
   ZT_EQ_INT(specs[2].params[0], 5);
+  ZT_EQ_INT(specs[2].n_params, 1);
   free(specs);
 
   double betas[] = {0.9, 0.999};
