@@ -1,0 +1,66 @@
+/* ckpt.h: checkpoints of zckpt-train in the Hugging Face Trainer layout (deepspeed-checkpoint.md
+ * §6.2): OUTPUT_DIR/checkpoint-<step>/ holding the DeepSpeed checkpoint (latest,
+ * global_step<N>/ with the model-states and per-rank optimizer files), model.safetensors
+ * (16-bit weights, stage 1/2, or stage 3 with stage3_gather_16bit_weights_on_model_save),
+ * config.json (a GPT2Config transformers loads) and trainer_state.json. Rotation
+ * (--save-total-limit, keeping the best), best-model tracking and --load-best-model-at-end
+ * follow the Trainer. Resume reads the DeepSpeed checkpoint back into the rank partitions.
+ *
+ * The ranks are threads: every rank calls the collective entry points; rank 0 writes the
+ * files from all ranks' in-memory partitions through the DeepSpeed writer (a copy plan from
+ * the engine's ZeRO layout to the writer's), and every rank reads its own partitions back.
+ */
+#ifndef ZE_CKPT_H
+#define ZE_CKPT_H
+
+#include "train.h"
+#include "zero.h"
+
+#include <pthread.h>
+
+typedef struct cJSON cJSON;
+
+typedef struct ze_ckpt_tracker {
+  const ze_train_args *a;
+  const ze_gpt2_config *cfg;
+  const zck_model *model;
+  const ze_zero_plan *plan;
+  const cJSON *ds_json;
+  bool gather16;                 /* stage 3: write model.safetensors too */
+  ze_zero_rank *ranks[64];       /* registered by each rank thread */
+  char **saved;                  /* checkpoint folders, oldest first */
+  size_t n_saved;
+  char *best_checkpoint;
+  double best_metric;            /* eval_loss of the best evaluation (NAN: none yet) */
+  int64_t best_step;             /* step of that evaluation */
+  cJSON *log_history;            /* trainer_state.json log_history */
+  zck_status shared_status;      /* rank 0's outcome of a collective save/load */
+} ze_ckpt_tracker;
+
+/* What a resume reads (the checkpoint stays open until the ranks restored from it). */
+typedef struct ze_ckpt_state {
+  void *ds;                      /* zck_ds_ckpt */
+  char *path;
+  int64_t global_step;
+  int64_t optimizer_step;
+} ze_ckpt_state;
+
+zck_status ze_ckpt_tracker_init(ze_ckpt_tracker *t, const ze_train_args *a, const ze_gpt2_config *cfg,
+                                const zck_model *model, const ze_zero_plan *plan, const cJSON *ds_json, bool gather16);
+void ze_ckpt_tracker_free(ze_ckpt_tracker *t);
+
+/* log_history entries (rank 0 only). */
+void ze_ckpt_log(ze_ckpt_tracker *t, int64_t step, const char *key, double loss, double grad_norm, double lr);
+void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss);
+
+/* Collective: OUTPUT_DIR/checkpoint-<step>/, then rotation. */
+zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step);
+/* Opens a checkpoint to resume from (before the ranks start); checks it fits this run. */
+zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st);
+/* Per rank: copies this rank's partitions from st, then gathers (collective). */
+zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr);
+/* Collective: reloads every rank from the best checkpoint (HF _load_best_model). */
+zck_status ze_ckpt_load_best(ze_ckpt_tracker *t, ze_zero_rank *zr);
+void ze_ckpt_state_free(ze_ckpt_state *st);
+
+#endif

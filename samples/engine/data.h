@@ -1,0 +1,30 @@
+/* data.h: the synthetic corpus the engine trains on: lines of additions ("12+7=19\n"),
+ * generated from the seed, split into a training text and an evaluation text. Tokens are
+ * bytes (vocabulary 256). Training sample k of a run is a window of T+1 bytes at a position
+ * that depends only on (seed, k), so the data seen does not depend on the rank count. */
+#ifndef ZE_DATA_H
+#define ZE_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ze_corpus {
+  uint64_t seed;
+  uint8_t *train;
+  size_t n_train;
+  uint8_t *eval;
+  size_t n_eval;
+} ze_corpus;
+
+/* Generates about train_bytes + eval_bytes of text (each at least 2*(T+1)). false on
+ * allocation failure. */
+bool ze_corpus_make(ze_corpus *c, uint64_t seed, size_t train_bytes, size_t eval_bytes);
+void ze_corpus_free(ze_corpus *c);
+
+/* Training window of sample k: out[0..T] (inputs are out[0..T), targets out[1..T]). */
+void ze_corpus_train_window(const ze_corpus *c, uint64_t k, int T, int *out);
+/* Evaluation window i of n (evenly spaced over the eval text). */
+void ze_corpus_eval_window(const ze_corpus *c, int i, int n, int T, int *out);
+
+#endif

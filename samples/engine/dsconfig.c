@@ -1,0 +1,377 @@
+/* dsconfig.c: "auto" resolution and mismatch rules of HF's DeepSpeed integration (see
+ * dsconfig.h; transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig). */
+#include "dsconfig.h"
+
+#include "io.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+// ---- Python-style printing of values
+
+void ze_py_float_repr(double v, char *buf, size_t cap) {
+  if (isnan(v)) {
+    snprintf(buf, cap, "nan");
+    return;
+  }
+  if (isinf(v)) {
+    snprintf(buf, cap, v < 0 ? "-inf" : "inf");
+    return;
+  }
+  /* shortest digits that round-trip, then Python's 'r' layout */
+  char e[40];
+  int prec;
+  for (prec = 1; prec <= 17; prec++) {
+    snprintf(e, sizeof e, "%.*e", prec - 1, v);
+    if (strtod(e, NULL) == v) break;
+  }
+  /* e = "-d.ddde+XX" */
+  char digits[24];
+  int nd = 0;
+  const char *p = e;
+  bool neg = *p == '-';
+  if (neg) p++;
+  for (; *p && *p != 'e'; p++)
+    if (*p >= '0' && *p <= '9') digits[nd++] = *p;
+  int exp10 = atoi(p + 1);
+  while (nd > 1 && digits[nd - 1] == '0') nd--;
+  digits[nd] = 0;
+  char out[64];
+  int o = 0;
+  if (neg) out[o++] = '-';
+  if (exp10 < -4 || exp10 >= 16) {
+    out[o++] = digits[0];
+    if (nd > 1) {
+      out[o++] = '.';
+      for (int i = 1; i < nd; i++) out[o++] = digits[i];
+    }
+    o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+  } else if (exp10 < 0) {
+    out[o++] = '0';
+    out[o++] = '.';
+    for (int i = 0; i < -exp10 - 1; i++) out[o++] = '0';
+    for (int i = 0; i < nd; i++) out[o++] = digits[i];
+    out[o] = 0;
+  } else {
+    for (int i = 0; i <= exp10; i++) out[o++] = i < nd ? digits[i] : '0';
+    out[o++] = '.';
+    if (nd > exp10 + 1)
+      for (int i = exp10 + 1; i < nd; i++) out[o++] = digits[i];
+    else
+      out[o++] = '0';
+    out[o] = 0;
+  }
+  snprintf(buf, cap, "%s", out);
+}
+
+/* A value on the HF side: a number (int or float), a bool, or a list of floats. */
+typedef struct hf_val {
+  enum { HV_INT, HV_FLOAT, HV_BOOL, HV_FLOATS } kind;
+  double v[2];
+  int n;
+} hf_val;
+
+static hf_val hv_int(int64_t i) { return (hf_val){HV_INT, {(double)i, 0}, 1}; }
+static hf_val hv_float(double f) { return (hf_val){HV_FLOAT, {f, 0}, 1}; }
+static hf_val hv_bool(bool b) { return (hf_val){HV_BOOL, {b ? 1.0 : 0.0, 0}, 1}; }
+static hf_val hv_floats2(double a, double b) { return (hf_val){HV_FLOATS, {a, b}, 2}; }
+
+static void hv_print(const hf_val *h, zck__buf *b) {
+  char f[40];
+  switch (h->kind) {
+  case HV_INT: zck__buf_printf(b, "%lld", (long long)h->v[0]); break;
+  case HV_BOOL: zck__buf_str(b, h->v[0] != 0.0 ? "True" : "False"); break;
+  case HV_FLOAT: ze_py_float_repr(h->v[0], f, sizeof f); zck__buf_str(b, f); break;
+  case HV_FLOATS:
+    zck__buf_byte(b, '[');
+    for (int i = 0; i < h->n; i++) {
+      ze_py_float_repr(h->v[i], f, sizeof f);
+      zck__buf_printf(b, "%s%s", i ? ", " : "", f);
+    }
+    zck__buf_byte(b, ']');
+    break;
+  }
+}
+
+/* json.load's value as Python would print it in an f-string. */
+static void json_print(const cJSON *j, zck__buf *b) {
+  char f[40];
+  if (cJSON_IsBool(j)) zck__buf_str(b, cJSON_IsTrue(j) ? "True" : "False");
+  else if (cJSON_IsNull(j)) zck__buf_str(b, "None");
+  else if (cJSON_IsString(j)) zck__buf_str(b, j->valuestring);
+  else if (cJSON_IsNumber(j)) {
+    double v = j->valuedouble;
+    /* cJSON forgets whether "4" or "4.0" was written; integral values print as ints */
+    if (v == floor(v) && fabs(v) < 9e15) zck__buf_printf(b, "%lld", (long long)v);
+    else {
+      ze_py_float_repr(v, f, sizeof f);
+      zck__buf_str(b, f);
+    }
+  } else if (cJSON_IsArray(j)) {
+    zck__buf_byte(b, '[');
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++) {
+      if (i) zck__buf_str(b, ", ");
+      if (cJSON_IsString(c)) zck__buf_printf(b, "'%s'", c->valuestring);
+      else json_print(c, b);
+    }
+    zck__buf_byte(b, ']');
+  } else {
+    char *t = cJSON_PrintUnformatted(j);
+    zck__buf_str(b, t ? t : "?");
+    cJSON_free(t);
+  }
+}
+
+/* Python's ds_val != hf_val. */
+static bool json_equals_hv(const cJSON *j, const hf_val *h) {
+  if (h->kind == HV_FLOATS) {
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != h->n) return false;
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++) {
+      double x;
+      if (cJSON_IsNumber(c)) x = c->valuedouble;
+      else if (cJSON_IsBool(c)) x = cJSON_IsTrue(c) ? 1.0 : 0.0;
+      else return false;
+      if (x != h->v[i]) return false;
+    }
+    return true;
+  }
+  double x;
+  if (cJSON_IsNumber(j)) x = j->valuedouble;
+  else if (cJSON_IsBool(j)) x = cJSON_IsTrue(j) ? 1.0 : 0.0; /* True == 1 in Python */
+  else return false;
+  return x == h->v[0];
+}
+
+static cJSON *hv_to_json(const hf_val *h) {
+  switch (h->kind) {
+  case HV_INT:
+  case HV_FLOAT: return cJSON_CreateNumber(h->v[0]);
+  case HV_BOOL: return cJSON_CreateBool(h->v[0] != 0.0);
+  case HV_FLOATS: return cJSON_CreateDoubleArray(h->v, h->n);
+  }
+  return NULL;
+}
+
+// ---- fill_match
+
+typedef struct resolver {
+  cJSON *root;
+  zck__buf mismatches;
+  int n_mismatch;
+} resolver;
+
+/* find_config_node: the parent object of a dotted key, or NULL when a section is missing. */
+static cJSON *find_node(cJSON *root, const char *key, const char **leaf) {
+  cJSON *node = root;
+  const char *p = key;
+  for (;;) {
+    const char *dot = strchr(p, '.');
+    if (!dot) break;
+    char part[64];
+    size_t n = (size_t)(dot - p) < sizeof part - 1 ? (size_t)(dot - p) : sizeof part - 1;
+    memcpy(part, p, n);
+    part[n] = 0;
+    node = cJSON_GetObjectItemCaseSensitive(node, part);
+    if (!node || !cJSON_IsObject(node)) return NULL;
+    p = dot + 1;
+  }
+  *leaf = p;
+  return node;
+}
+
+static bool is_auto(const cJSON *j) { return cJSON_IsString(j) && !strcmp(j->valuestring, "auto"); }
+
+static void fill(resolver *r, const char *ds_key, hf_val hv, const char *hf_key, bool must_match) {
+  const char *leaf;
+  cJSON *node = find_node(r->root, ds_key, &leaf);
+  if (!node) return;
+  cJSON *cur = cJSON_GetObjectItemCaseSensitive(node, leaf);
+  if (is_auto(cur)) {
+    cJSON_ReplaceItemInObjectCaseSensitive(node, leaf, hv_to_json(&hv));
+    return;
+  }
+  if (!must_match || !cur || cJSON_IsNull(cur)) return;
+  if (json_equals_hv(cur, &hv)) return;
+  zck__buf_printf(&r->mismatches, "\n- ds %s=", ds_key);
+  json_print(cur, &r->mismatches);
+  zck__buf_printf(&r->mismatches, " vs hf %s=", hf_key);
+  hv_print(&hv, &r->mismatches);
+  r->n_mismatch++;
+}
+
+static bool json_true(const cJSON *root, const char *key) {
+  const char *leaf;
+  cJSON *node = find_node((cJSON *)root, key, &leaf);
+  const cJSON *v = node ? cJSON_GetObjectItemCaseSensitive(node, leaf) : NULL;
+  return v && cJSON_IsTrue(v);
+}
+
+static const cJSON *json_get(const cJSON *root, const char *key) {
+  const char *leaf;
+  cJSON *node = find_node((cJSON *)root, key, &leaf);
+  return node ? cJSON_GetObjectItemCaseSensitive(node, leaf) : NULL;
+}
+
+static int64_t warmup_for(const ze_train_args *a) {
+  if (a->warmup_steps > 0) return a->warmup_steps;
+  return (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
+}
+
+// ---- resolution and the engine's own checks
+
+static zck_status resolve(cJSON *root, const char *name, const ze_train_args *a, ze_ds_config *out) {
+  resolver r = {root, {0}, 0};
+  zck__buf_init(&r.mismatches);
+  int64_t B = a->per_device_train_batch_size, GAS = a->gradient_accumulation_steps;
+  /* trainer_config_process */
+  fill(&r, "train_micro_batch_size_per_gpu", hv_int(B), "per_device_train_batch_size", true);
+  fill(&r, "gradient_accumulation_steps", hv_int(GAS), "gradient_accumulation_steps", true);
+  fill(&r, "train_batch_size", hv_int((int64_t)a->ranks * B * GAS), "train_batch_size (calculated)", true);
+  fill(&r, "gradient_clipping", hv_float(a->max_grad_norm), "max_grad_norm", true);
+  fill(&r, "optimizer.params.lr", hv_float(a->learning_rate), "learning_rate", true);
+  fill(&r, "optimizer.params.betas", hv_floats2(a->adam_beta1, a->adam_beta2), "adam_beta1+adam_beta2", true);
+  fill(&r, "optimizer.params.eps", hv_float(a->adam_epsilon), "adam_epsilon", true);
+  fill(&r, "optimizer.params.weight_decay", hv_float(a->weight_decay), "weight_decay", true);
+  fill(&r, "scheduler.params.warmup_min_lr", hv_int(0), NULL, false);
+  fill(&r, "scheduler.params.warmup_max_lr", hv_float(a->learning_rate), "learning_rate", true);
+  fill(&r, "fp16.enabled", hv_bool(false), "fp16|fp16_full_eval", true);
+  fill(&r, "bf16.enabled", hv_bool(a->bf16), "bf16|bf16_full_eval", true);
+  /* the stage: accelerate takes it from the config; --zero-stage must agree with it */
+  const cJSON *zo = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
+  if (zo && cJSON_IsObject(zo)) {
+    if (a->zero_stage > 0) fill(&r, "zero_optimization.stage", hv_int(a->zero_stage), "zero_stage", true);
+    else fill(&r, "zero_optimization.stage", hv_int(2), NULL, false);
+  }
+  bool zero3 = false;
+  const cJSON *st = json_get(root, "zero_optimization.stage");
+  if (st && cJSON_IsNumber(st) && st->valuedouble == 3) zero3 = true;
+  /* trainer_config_finalize: hidden-size keys, scheduler steps */
+  int64_t h = a->model.n_embd;
+  fill(&r, "zero_optimization.reduce_bucket_size", hv_int(h * h), NULL, false);
+  if (zero3) {
+    fill(&r, "zero_optimization.stage3_prefetch_bucket_size", hv_int((int64_t)(0.9 * (double)h * (double)h)), NULL,
+         false);
+    fill(&r, "zero_optimization.stage3_param_persistence_threshold", hv_int(10 * h), NULL, false);
+  }
+  fill(&r, "scheduler.params.total_num_steps", hv_int(a->max_steps), "num_training_steps (calculated)", true);
+  int64_t wu = warmup_for(a);
+  fill(&r, "scheduler.params.warmup_num_steps", hv_int(wu > 1 ? wu : 1), "warmup_steps", true);
+  if (r.n_mismatch) {
+    out->message = zck__sprintf("Please correct the following DeepSpeed config values that mismatch "
+                                "TrainingArguments values:%.*s\nThe easiest method is to set these DeepSpeed "
+                                "config values to 'auto'.",
+                                (int)r.mismatches.len, (const char *)r.mismatches.data);
+    zck__buf_free(&r.mismatches);
+    if (!out->message) return ZCK_ERR_NO_MEMORY;
+    return zck__fail(ZCK_ERR_MISMATCH, "%s", out->message);
+  }
+  zck__buf_free(&r.mismatches);
+
+  /* what the engine reads */
+  ZCK_FAIL_IF(!zo || !cJSON_IsObject(zo), ZCK_ERR_INVALID_ARG,
+              "%s: no \"zero_optimization\" section (accelerate requires one)", name);
+  st = json_get(root, "zero_optimization.stage");
+  ZCK_FAIL_IF(!st || !cJSON_IsNumber(st) || st->valuedouble != floor(st->valuedouble), ZCK_ERR_INVALID_ARG,
+              "%s: zero_optimization.stage must be an integer", name);
+  ZCK_FAIL_IF(st->valuedouble < 1 || st->valuedouble > 3, ZCK_ERR_UNSUPPORTED,
+              "%s: zero_optimization.stage=%g: zckpt-train runs ZeRO stages 1, 2 and 3", name, st->valuedouble);
+  out->stage = (int)st->valuedouble;
+  const cJSON *sg = json_get(root, "zero_optimization.sub_group_size");
+  out->sub_group_size = 1000000000ull;
+  if (sg && !cJSON_IsNull(sg)) {
+    ZCK_FAIL_IF(!cJSON_IsNumber(sg) || sg->valuedouble < 1 || sg->valuedouble > 1e18, ZCK_ERR_INVALID_ARG,
+                "%s: zero_optimization.sub_group_size must be a positive number", name);
+    out->sub_group_size = (uint64_t)sg->valuedouble;
+  }
+  ZCK_FAIL_IF(json_true(root, "zero_optimization.round_robin_gradients"), ZCK_ERR_UNSUPPORTED,
+              "%s: zero_optimization.round_robin_gradients is not supported by zckpt-train", name);
+  ZCK_FAIL_IF(json_true(root, "zero_optimization.elastic_checkpoint"), ZCK_ERR_UNSUPPORTED,
+              "%s: zero_optimization.elastic_checkpoint is not supported by zckpt-train", name);
+  static const char *const offload[] = {"zero_optimization.offload_optimizer.device",
+                                        "zero_optimization.offload_param.device"};
+  for (int i = 0; i < 2; i++) {
+    const cJSON *d = json_get(root, offload[i]);
+    ZCK_FAIL_IF(d && cJSON_IsString(d) && strcmp(d->valuestring, "none"), ZCK_ERR_UNSUPPORTED,
+                "%s: %s=%s: offloading is not supported by zckpt-train", name, offload[i], d->valuestring);
+  }
+  out->gather_16bit_on_save = json_true(root, "zero_optimization.stage3_gather_16bit_weights_on_model_save") ||
+                              json_true(root, "zero_optimization.stage3_gather_fp16_weights_on_model_save") ||
+                              json_true(root, "zero_optimization.gather_16bit_weights_on_model_save");
+  const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+  if (opt && !cJSON_IsNull(opt)) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(opt, "type");
+    ZCK_FAIL_IF(!type || !cJSON_IsString(type) ||
+                    (strcasecmp(type->valuestring, "AdamW") && strcasecmp(type->valuestring, "Adam")),
+                ZCK_ERR_UNSUPPORTED, "%s: optimizer.type must be \"AdamW\" or \"Adam\"", name);
+    const cJSON *wm = json_get(root, "optimizer.params.adam_w_mode");
+    ZCK_FAIL_IF(wm && cJSON_IsFalse(wm), ZCK_ERR_UNSUPPORTED,
+                "%s: optimizer.params.adam_w_mode=false (L2 Adam) is not supported by zckpt-train", name);
+    out->has_optimizer = true;
+  }
+  const cJSON *sched = cJSON_GetObjectItemCaseSensitive(root, "scheduler");
+  ZCK_FAIL_IF(sched && !cJSON_IsNull(sched), ZCK_ERR_UNSUPPORTED,
+              "%s: \"scheduler\": DeepSpeed schedulers are not supported by zckpt-train; remove the section to use "
+              "--lr-scheduler-type",
+              name);
+  ZCK_FAIL_IF(json_true(root, "fp16.enabled"), ZCK_ERR_UNSUPPORTED, "%s: fp16 is not supported; use bf16", name);
+  return ZCK_OK;
+}
+
+zck_status ze_ds_config_parse(const char *text, const char *name, const ze_train_args *a, ze_ds_config *out) {
+  memset(out, 0, sizeof *out);
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+  if (!root) {
+    size_t off = end ? (size_t)(end - text) : 0;
+    return zck__fail(ZCK_ERR_FORMAT, "%s: invalid JSON at byte %zu", name, off);
+  }
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: the top level is not a JSON object", name);
+  }
+  zck_status s = resolve(root, name, a, out);
+  if (s != ZCK_OK) {
+    cJSON_Delete(root);
+    char *msg = out->message;
+    memset(out, 0, sizeof *out);
+    out->message = msg;
+    return s;
+  }
+  out->json = root;
+  return ZCK_OK;
+}
+
+zck_status ze_ds_config_load(const char *path, const ze_train_args *a, ze_ds_config *out) {
+  char *text = NULL;
+  size_t len = 0;
+  memset(out, 0, sizeof *out);
+  ZCK_TRY(zck__read_small_file(path, 16 << 20, &text, &len));
+  zck_status s = ze_ds_config_parse(text, path, a, out);
+  free(text);
+  return s;
+}
+
+zck_status ze_ds_config_default(const ze_train_args *a, int stage, ze_ds_config *out) {
+  memset(out, 0, sizeof *out);
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\","
+           " \"train_batch_size\": \"auto\", \"gradient_clipping\": \"auto\","
+           " \"bf16\": {\"enabled\": \"auto\"}, \"zero_optimization\": {\"stage\": %d}}",
+           stage);
+  return ze_ds_config_parse(text, "<default DeepSpeed config>", a, out);
+}
+
+void ze_ds_config_free(ze_ds_config *c) {
+  if (!c) return;
+  cJSON_Delete(c->json);
+  free(c->message);
+  memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,47 @@
+/* dsconfig.h: a DeepSpeed config (ds_config.json) as the HF Trainer sees it.
+ *
+ * "auto" values are filled from the training arguments and explicit values that disagree
+ * are collected, exactly as transformers' HfTrainerDeepSpeedConfig does
+ * (trainer_config_process + trainer_config_finalize, deepspeed-checkpoint.md §7.2); every
+ * mismatch is reported at once in HF's message:
+ *   Please correct the following DeepSpeed config values that mismatch TrainingArguments values:
+ *   - ds gradient_accumulation_steps=4 vs hf gradient_accumulation_steps=2
+ *   The easiest method is to set these DeepSpeed config values to 'auto'.
+ * Values print as Python prints them (5e-05, [0.9, 0.999], True). Then the keys the engine
+ * needs are read, and what it cannot do (DeepSpeed schedulers, offload, round-robin
+ * gradients, fp16) is refused with one line naming the key.
+ */
+#ifndef ZE_DSCONFIG_H
+#define ZE_DSCONFIG_H
+
+#include "train.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct cJSON cJSON;
+
+typedef struct ze_ds_config {
+  cJSON *json;                  /* the resolved config (what a checkpoint records as ds_config) */
+  int stage;
+  bool has_optimizer;           /* an "optimizer" section: DeepSpeed builds ONE param group */
+  uint64_t sub_group_size;      /* zero_optimization.sub_group_size, default 1e9 */
+  bool gather_16bit_on_save;    /* zero_optimization.stage3_gather_16bit_weights_on_model_save */
+  char *message;                /* on ZCK_ERR_MISMATCH: the whole multi-line HF message (the
+                                   thread's error line may be too short for many mismatches) */
+} ze_ds_config;
+
+/* Parses text (name is for messages) and resolves it against a; a->zero_stage, when set,
+ * must agree with zero_optimization.stage. On failure only `message` may be set; free the
+ * struct with ze_ds_config_free either way. */
+zck_status ze_ds_config_parse(const char *text, const char *name, const ze_train_args *a, ze_ds_config *out);
+/* Reads and resolves a file. */
+zck_status ze_ds_config_load(const char *path, const ze_train_args *a, ze_ds_config *out);
+/* The config a run without --deepspeed behaves as (recorded in checkpoints). */
+zck_status ze_ds_config_default(const ze_train_args *a, int stage, ze_ds_config *out);
+void ze_ds_config_free(ze_ds_config *c);
+
+/* Python's repr() of a float ("5e-05", "0.001", "1.0", "1e+16"). */
+void ze_py_float_repr(double v, char *buf, size_t cap);
+
+#endif

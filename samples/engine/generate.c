@@ -1,0 +1,171 @@
+/* generate.c: greedy generation with ZeRO-3 parameters gathered at once or per module
+ * (see generate.h). */
+#include "generate.h"
+
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct gen_ctx {
+  const ze_gpt2_config *c;
+  ze_zero_rank *zr;
+  bool gather_all;
+  float *full;                 /* gather_all: the whole model (fp32) */
+  float *module_buf;           /* per-module mode: the running module's tensors */
+  ze_param_spec *specs;
+  size_t cur_bytes, peak_bytes;
+  zck_status status;
+} gen_ctx;
+
+static void gen_account(gen_ctx *g, long delta) {
+  g->cur_bytes = (size_t)((long)g->cur_bytes + delta);
+  if (g->cur_bytes > g->peak_bytes) g->peak_bytes = g->cur_bytes;
+}
+
+/* Where param p's partition lives: the trainable or the frozen layout, group, slot offset. */
+static bool gen_locate(const ze_zero_plan *plan, uint32_t p, const zck_layout **l, size_t *g, uint64_t *off) {
+  const zck_layout *ls[2] = {plan->train, plan->frozen};
+  for (int k = 0; k < 2; k++) {
+    if (!ls[k]) continue;
+    for (size_t gi = 0; gi < ls[k]->n_groups; gi++) {
+      const zck_layout_group *gr = &ls[k]->groups[gi];
+      for (size_t i = 0; i < gr->n_params; i++)
+        if (gr->params[i] == p) {
+          *l = ls[k];
+          *g = gi;
+          *off = gr->offsets[i];
+          return true;
+        }
+    }
+  }
+  return false;
+}
+
+/* All-gathers param p (stage 3) into dst (numel fp32). Collective. */
+static zck_status gen_gather_param(gen_ctx *g, uint32_t p, float *dst) {
+  ze_zero_rank *zr = g->zr;
+  const ze_zero_plan *plan = zr->plan;
+  zck_dtype lp = plan->o.lp_dtype;
+  size_t es = zck_dtype_size(lp);
+  const zck_layout *l;
+  size_t gi;
+  uint64_t off;
+  if (!gen_locate(plan, p, &l, &gi, &off)) return zck__fail(ZCK_ERR_INTERNAL, "parameter %u has no partition", p);
+  uint64_t n = plan->numel[p], part = zck_zero3_partition(n, plan->o.world);
+  const void *src = l == plan->train ? zr->lp[gi] : zr->frozen_lp[gi];
+  size_t tmp_bytes = (size_t)(part * plan->o.world * es);
+  void *tmp = zck__malloc(tmp_bytes ? tmp_bytes : 1);
+  if (!tmp) return ZCK_ERR_NO_MEMORY;
+  gen_account(g, (long)tmp_bytes);
+  zck_status s = zr->comm->all_gather(zr->comm, (const uint8_t *)src + off * es, tmp, part, lp);
+  if (s == ZCK_OK) zck_convert(ZCK_F32, dst, lp, tmp, n);
+  free(tmp);
+  gen_account(g, -(long)tmp_bytes);
+  return s;
+}
+
+static bool gen_fetch(void *ctx, int module, ze_gpt2_params *p) {
+  gen_ctx *g = ctx;
+  if (g->gather_all || g->zr->plan->o.stage < 3) {
+    ze_gpt2_carve(g->c, g->full, p);
+    return true;
+  }
+  size_t bytes = ze_gpt2_module_numel(g->c, module) * sizeof(float);
+  g->module_buf = zck__malloc(bytes);
+  if (!g->module_buf) {
+    g->status = ZCK_ERR_NO_MEMORY;
+    return false;
+  }
+  gen_account(g, (long)bytes);
+  int idx[12];
+  int k = ze_gpt2_module_tensors(g->c, module, idx);
+  float *dst = g->module_buf;
+  for (int i = 0; i < k; i++) {
+    g->status = gen_gather_param(g, (uint32_t)idx[i], dst);
+    if (g->status != ZCK_OK) return false;
+    dst += g->specs[idx[i]].numel;
+  }
+  ze_gpt2_carve_module(g->c, module, g->module_buf, p);
+  return true;
+}
+
+static void gen_release(void *ctx, int module) {
+  gen_ctx *g = ctx;
+  if (!g->module_buf) return;
+  gen_account(g, -(long)(ze_gpt2_module_numel(g->c, module) * sizeof(float)));
+  free(g->module_buf);
+  g->module_buf = NULL;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+zck_status ze_generate(const ze_gpt2_config *c, ze_zero_rank *zr, bool gather_all, const char *prompt, int n_tokens,
+                       char **text_out, double *seconds, size_t *peak_bytes) {
+  *text_out = NULL;
+  const ze_zero_plan *plan = zr->plan;
+  gen_ctx g = {c, zr, gather_all, NULL, NULL, NULL, 0, 0, ZCK_OK};
+  size_t n_specs = ze_gpt2_n_tensors(c);
+  int T = c->max_seq_len;
+  size_t plen = strlen(prompt);
+  int *tokens = zck__calloc(plen + (size_t)n_tokens + 1, sizeof(int));
+  float *logits = zck__calloc((size_t)c->vocab_size, sizeof(float));
+  char *text = zck__calloc((size_t)n_tokens + 1, 1);
+  ze_gpt2_ws *ws = ze_gpt2_ws_new(c, 1, T);
+  g.specs = zck__calloc(n_specs, sizeof *g.specs);
+  zck_status s = ZCK_OK;
+  if (!tokens || !logits || !text || !ws || !g.specs) {
+    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for generation");
+    goto done;
+  }
+  ze_gpt2_param_specs(c, g.specs);
+  ZCK_CHECK_GOTO(zr->comm->barrier(zr->comm), s, done);
+  double t0 = now_seconds();
+  if (plan->o.stage < 3) {
+    g.full = zr->work; /* whole parameters already live on every rank */
+    g.peak_bytes = plan->model_numel * sizeof(float);
+  } else if (gather_all) {
+    size_t bytes = plan->model_numel * sizeof(float);
+    g.full = zck__malloc(bytes);
+    if (!g.full) {
+      s = ZCK_ERR_NO_MEMORY;
+      goto done;
+    }
+    gen_account(&g, (long)bytes);
+    for (size_t i = 0; i < n_specs; i++) ZCK_CHECK_GOTO(gen_gather_param(&g, (uint32_t)i, g.full + g.specs[i].offset), s, done);
+  }
+  for (size_t i = 0; i < plen; i++) tokens[i] = (unsigned char)prompt[i];
+  int n = (int)plen;
+  if (n == 0) tokens[n++] = '\n';
+  ze_fetch f = {&g, gen_fetch, gen_release};
+  for (int t = 0; t < n_tokens; t++) {
+    int ctx = n < T ? n : T;
+    if (!ze_gpt2_infer_last(c, &f, ws, tokens + n - ctx, ctx, logits)) {
+      s = g.status != ZCK_OK ? g.status : zck__fail(ZCK_ERR_INTERNAL, "generation failed");
+      goto done;
+    }
+    int best = 0;
+    for (int v = 1; v < c->vocab_size; v++)
+      if (logits[v] > logits[best]) best = v;
+    tokens[n++] = best;
+    text[t] = (char)best;
+  }
+  *seconds = now_seconds() - t0;
+  *peak_bytes = g.peak_bytes;
+  *text_out = text;
+  text = NULL;
+done:
+  if (g.module_buf) free(g.module_buf);
+  if (g.full && g.full != zr->work) free(g.full);
+  free(g.specs);
+  ze_gpt2_ws_free(ws);
+  free(tokens);
+  free(logits);
+  free(text);
+  return s;
+}

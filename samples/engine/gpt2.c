@@ -1,0 +1,626 @@
+/* gpt2.c: the parameter table, activations, and forward/backward of GPT-2 (see gpt2.h).
+ * Kernels follow llm.c's train_gpt2.c, adapted to HF layouts (Conv1D weights [in, out],
+ * per-layer parameter order) and with an O(T) softmax backward. */
+#include "gpt2.h"
+
+#include "rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- parameter table
+
+bool ze_gpt2_config_valid(const ze_gpt2_config *c, char *why, size_t cap) {
+  const char *bad = NULL;
+  if (c->vocab_size < 2 || c->vocab_size > (1 << 20)) bad = "vocab size must be in [2, 2^20]";
+  else if (c->max_seq_len < 1 || c->max_seq_len > 65536) bad = "sequence length must be in [1, 65536]";
+  else if (c->n_layer < 1 || c->n_layer > ZE_MAX_LAYERS) bad = "n_layer must be in [1, 64]";
+  else if (c->n_head < 1 || c->n_embd < 1 || c->n_embd > 65536) bad = "n_head and n_embd must be positive";
+  else if (c->n_embd % c->n_head) bad = "n_embd must be a multiple of n_head";
+  if (bad && why) snprintf(why, cap, "%s", bad);
+  return !bad;
+}
+
+size_t ze_gpt2_n_tensors(const ze_gpt2_config *c) { return 2 + 12 * (size_t)c->n_layer + 2; }
+
+/* Walks the table in parameters() order: fills specs and/or carves pointers. */
+static size_t gpt2_walk(const ze_gpt2_config *c, ze_param_spec *specs, float *flat, ze_gpt2_params *p) {
+  size_t V = (size_t)c->vocab_size, T = (size_t)c->max_seq_len, C = (size_t)c->n_embd;
+  size_t n = 0, off = 0;
+#define ZE_ADD(slot, layer_, decay_, nd, d0, d1, ...)                                         \
+  do {                                                                                        \
+    size_t numel_ = (size_t)(d0) * (size_t)((nd) == 2 ? (d1) : 1);                           \
+    if (specs) {                                                                              \
+      ze_param_spec *s_ = &specs[n];                                                          \
+      snprintf(s_->name, sizeof s_->name, __VA_ARGS__);                                       \
+      s_->ndim = (nd);                                                                        \
+      s_->shape[0] = (int64_t)(d0);                                                           \
+      s_->shape[1] = (nd) == 2 ? (int64_t)(d1) : 0;                                           \
+      s_->numel = numel_;                                                                     \
+      s_->offset = off;                                                                       \
+      s_->decay = (decay_);                                                                   \
+      s_->layer = (layer_);                                                                   \
+    }                                                                                         \
+    if (p) (slot) = flat + off;                                                               \
+    n++;                                                                                      \
+    off += numel_;                                                                            \
+  } while (0)
+  ze_gpt2_params dummy;
+  ze_gpt2_params *q = p ? p : &dummy;
+  ZE_ADD(q->wte, -1, true, 2, V, C, "transformer.wte.weight");
+  ZE_ADD(q->wpe, -1, true, 2, T, C, "transformer.wpe.weight");
+  for (int l = 0; l < c->n_layer; l++) {
+    ze_block_params *b = &q->h[l];
+    ZE_ADD(b->ln_1_w, l, false, 1, C, 0, "transformer.h.%d.ln_1.weight", l);
+    ZE_ADD(b->ln_1_b, l, false, 1, C, 0, "transformer.h.%d.ln_1.bias", l);
+    ZE_ADD(b->attn_w, l, true, 2, C, 3 * C, "transformer.h.%d.attn.c_attn.weight", l);
+    ZE_ADD(b->attn_b, l, false, 1, 3 * C, 0, "transformer.h.%d.attn.c_attn.bias", l);
+    ZE_ADD(b->attn_proj_w, l, true, 2, C, C, "transformer.h.%d.attn.c_proj.weight", l);
+    ZE_ADD(b->attn_proj_b, l, false, 1, C, 0, "transformer.h.%d.attn.c_proj.bias", l);
+    ZE_ADD(b->ln_2_w, l, false, 1, C, 0, "transformer.h.%d.ln_2.weight", l);
+    ZE_ADD(b->ln_2_b, l, false, 1, C, 0, "transformer.h.%d.ln_2.bias", l);
+    ZE_ADD(b->fc_w, l, true, 2, C, 4 * C, "transformer.h.%d.mlp.c_fc.weight", l);
+    ZE_ADD(b->fc_b, l, false, 1, 4 * C, 0, "transformer.h.%d.mlp.c_fc.bias", l);
+    ZE_ADD(b->fc_proj_w, l, true, 2, 4 * C, C, "transformer.h.%d.mlp.c_proj.weight", l);
+    ZE_ADD(b->fc_proj_b, l, false, 1, C, 0, "transformer.h.%d.mlp.c_proj.bias", l);
+  }
+  ZE_ADD(q->ln_f_w, -2, false, 1, C, 0, "transformer.ln_f.weight");
+  ZE_ADD(q->ln_f_b, -2, false, 1, C, 0, "transformer.ln_f.bias");
+#undef ZE_ADD
+  return off;
+}
+
+size_t ze_gpt2_numel(const ze_gpt2_config *c) { return gpt2_walk(c, NULL, NULL, NULL); }
+void ze_gpt2_param_specs(const ze_gpt2_config *c, ze_param_spec *specs) { gpt2_walk(c, specs, NULL, NULL); }
+void ze_gpt2_carve(const ze_gpt2_config *c, float *flat, ze_gpt2_params *p) {
+  memset(p, 0, sizeof *p);
+  gpt2_walk(c, NULL, flat, p);
+}
+
+static int spec_module(const ze_gpt2_config *c, int layer) { return layer == -2 ? c->n_layer : layer; }
+
+int ze_gpt2_module_tensors(const ze_gpt2_config *c, int module, int *spec_index) {
+  if (module == -1) {
+    spec_index[0] = 0;
+    spec_index[1] = 1;
+    return 2;
+  }
+  if (module == c->n_layer) {
+    int n = (int)ze_gpt2_n_tensors(c);
+    spec_index[0] = n - 2;
+    spec_index[1] = n - 1;
+    spec_index[2] = 0; /* wte for lm_head */
+    return 3;
+  }
+  for (int i = 0; i < 12; i++) spec_index[i] = 2 + 12 * module + i;
+  return 12;
+}
+
+size_t ze_gpt2_module_numel(const ze_gpt2_config *c, int module) {
+  size_t n = ze_gpt2_n_tensors(c), total = 0;
+  ze_param_spec *specs = calloc(n, sizeof *specs);
+  if (!specs) abort();
+  ze_gpt2_param_specs(c, specs);
+  int idx[12];
+  int k = ze_gpt2_module_tensors(c, module, idx);
+  for (int i = 0; i < k; i++) total += specs[idx[i]].numel;
+  free(specs);
+  return total;
+}
+
+void ze_gpt2_carve_module(const ze_gpt2_config *c, int module, float *buf, ze_gpt2_params *p) {
+  size_t n = ze_gpt2_n_tensors(c);
+  ze_param_spec *specs = calloc(n, sizeof *specs);
+  if (!specs) abort();
+  ze_gpt2_param_specs(c, specs);
+  int idx[12];
+  int k = ze_gpt2_module_tensors(c, module, idx);
+  size_t off = 0;
+  for (int i = 0; i < k; i++) {
+    const ze_param_spec *s = &specs[idx[i]];
+    float *ptr = buf + off;
+    off += s->numel;
+    int m = spec_module(c, s->layer);
+    if (idx[i] == 0) p->wte = ptr;
+    else if (idx[i] == 1) p->wpe = ptr;
+    else if (m == c->n_layer) {
+      if (idx[i] == (int)n - 2) p->ln_f_w = ptr;
+      else p->ln_f_b = ptr;
+    } else {
+      ze_block_params *b = &p->h[m];
+      float **slots[12] = {&b->ln_1_w, &b->ln_1_b, &b->attn_w, &b->attn_b, &b->attn_proj_w, &b->attn_proj_b,
+                           &b->ln_2_w, &b->ln_2_b, &b->fc_w, &b->fc_b, &b->fc_proj_w, &b->fc_proj_b};
+      *slots[(idx[i] - 2) % 12] = ptr;
+    }
+  }
+  free(specs);
+}
+
+void ze_gpt2_init(const ze_gpt2_config *c, float *flat, uint64_t seed) {
+  size_t n = ze_gpt2_n_tensors(c);
+  ze_param_spec *specs = calloc(n, sizeof *specs);
+  if (!specs) abort();
+  ze_gpt2_param_specs(c, specs);
+  uint64_t state = seed ^ 0x6770743269696e69ull; /* "gpt2iini" */
+  double proj_std = 0.02 / sqrt(2.0 * c->n_layer);
+  for (size_t i = 0; i < n; i++) {
+    const ze_param_spec *s = &specs[i];
+    float *x = flat + s->offset;
+    const char *tail = strrchr(s->name, '.');
+    bool is_bias = !strcmp(tail, ".bias");
+    bool is_ln = strstr(s->name, ".ln_") != NULL;
+    if (is_ln && !is_bias) {
+      for (size_t j = 0; j < s->numel; j++) x[j] = 1.0f;
+    } else if (is_bias) {
+      memset(x, 0, s->numel * sizeof *x);
+    } else {
+      double std = strstr(s->name, "c_proj.weight") ? proj_std : 0.02;
+      for (size_t j = 0; j < s->numel; j++) x[j] = (float)(std * ze_normal(&state));
+    }
+  }
+  free(specs);
+}
+
+// ---- activations
+
+typedef struct ze_block_acts {
+  float *ln_1;                 /* (B, T, C) */
+  float *ln_1_mean, *ln_1_rstd;/* (B, T) */
+  float *qkv;                  /* (B, T, 3C) */
+  float *att;                  /* (B, H, T, T) softmax probabilities */
+  float *atty;                 /* (B, T, C) */
+  float *attproj;              /* (B, T, C) */
+  float *res2;                 /* (B, T, C) */
+  float *ln_2;                 /* (B, T, C) */
+  float *ln_2_mean, *ln_2_rstd;/* (B, T) */
+  float *fch;                  /* (B, T, 4C) */
+  float *fch_gelu;             /* (B, T, 4C) */
+  float *fcproj;               /* (B, T, C) */
+  float *res3;                 /* (B, T, C) */
+} ze_block_acts;
+
+typedef struct ze_acts {
+  float *encoded;              /* (B, T, C) */
+  ze_block_acts h[ZE_MAX_LAYERS];
+  float *ln_f;                 /* (B, T, C) */
+  float *ln_f_mean, *ln_f_rstd;/* (B, T) */
+  float *logits;               /* (B, T, V); backward: dlogits */
+  float *probs;                /* (B, T, V) */
+  float *losses;               /* (B, T) */
+} ze_acts;
+
+struct ze_gpt2_ws {
+  int B, T;
+  size_t n;                    /* floats per ze_acts buffer */
+  float *mem, *gmem;
+  ze_acts a, g;                /* activations and their gradients */
+};
+
+static size_t acts_walk(const ze_gpt2_config *c, int B, int T, float *mem, ze_acts *a) {
+  size_t BT = (size_t)B * T, C = (size_t)c->n_embd, V = (size_t)c->vocab_size, H = (size_t)c->n_head;
+  size_t off = 0;
+#define ZE_ACT(slot, count) do { if (a) (slot) = mem + off; off += (count); } while (0)
+  ze_acts dummy;
+  ze_acts *q = a ? a : &dummy;
+  ZE_ACT(q->encoded, BT * C);
+  for (int l = 0; l < c->n_layer; l++) {
+    ze_block_acts *b = &q->h[l];
+    ZE_ACT(b->ln_1, BT * C);
+    ZE_ACT(b->ln_1_mean, BT);
+    ZE_ACT(b->ln_1_rstd, BT);
+    ZE_ACT(b->qkv, BT * 3 * C);
+    ZE_ACT(b->att, (size_t)B * H * T * T);
+    ZE_ACT(b->atty, BT * C);
+    ZE_ACT(b->attproj, BT * C);
+    ZE_ACT(b->res2, BT * C);
+    ZE_ACT(b->ln_2, BT * C);
+    ZE_ACT(b->ln_2_mean, BT);
+    ZE_ACT(b->ln_2_rstd, BT);
+    ZE_ACT(b->fch, BT * 4 * C);
+    ZE_ACT(b->fch_gelu, BT * 4 * C);
+    ZE_ACT(b->fcproj, BT * C);
+    ZE_ACT(b->res3, BT * C);
+  }
+  ZE_ACT(q->ln_f, BT * C);
+  ZE_ACT(q->ln_f_mean, BT);
+  ZE_ACT(q->ln_f_rstd, BT);
+  ZE_ACT(q->logits, BT * V);
+  ZE_ACT(q->probs, BT * V);
+  ZE_ACT(q->losses, BT);
+#undef ZE_ACT
+  return off;
+}
+
+ze_gpt2_ws *ze_gpt2_ws_new(const ze_gpt2_config *c, int B, int T) {
+  ze_gpt2_ws *ws = calloc(1, sizeof *ws);
+  if (!ws) return NULL;
+  ws->B = B;
+  ws->T = T;
+  ws->n = acts_walk(c, B, T, NULL, NULL);
+  ws->mem = calloc(ws->n, sizeof(float));
+  ws->gmem = calloc(ws->n, sizeof(float));
+  if (!ws->mem || !ws->gmem) {
+    ze_gpt2_ws_free(ws);
+    return NULL;
+  }
+  acts_walk(c, B, T, ws->mem, &ws->a);
+  acts_walk(c, B, T, ws->gmem, &ws->g);
+  return ws;
+}
+
+void ze_gpt2_ws_free(ze_gpt2_ws *ws) {
+  if (!ws) return;
+  free(ws->mem);
+  free(ws->gmem);
+  free(ws);
+}
+
+size_t ze_gpt2_ws_bytes(const ze_gpt2_ws *ws) { return 2 * ws->n * sizeof(float); }
+const float *ze_gpt2_logits(const ze_gpt2_ws *ws) { return ws->a.logits; }
+const float *ze_gpt2_losses(const ze_gpt2_ws *ws) { return ws->a.losses; }
+
+// ---- kernels
+
+/* Dot product with eight running sums in a fixed pattern: the same bits at every
+ * optimisation level, and the lanes map onto SIMD registers at -O3. */
+static inline float dot(const float *restrict a, const float *restrict b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* y[j] += a * x[j] */
+static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
+  for (int j = 0; j < n; j++) y[j] += a * x[j];
+}
+
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int BT, int T, int C) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *e = wte + (size_t)inp[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+    float *o = out + (size_t)bt * C;
+    for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+  }
+}
+
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int BT, int T, int C) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *d = dout + (size_t)bt * C;
+    float *de = dwte + (size_t)inp[bt] * C, *dp = dwpe + (size_t)(bt % T) * C;
+    for (int i = 0; i < C; i++) {
+      de[i] += d[i];
+      dp[i] += d[i];
+    }
+  }
+}
+
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                              int BT, int C) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *x = inp + (size_t)bt * C;
+    float m = 0.0f;
+    for (int i = 0; i < C; i++) m += x[i];
+    m /= (float)C;
+    float v = 0.0f;
+    for (int i = 0; i < C; i++) {
+      float d = x[i] - m;
+      v += d * d;
+    }
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + ZE_LN_EPS);
+    float *o = out + (size_t)bt * C;
+    for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * w[i] + b[i];
+    mean[bt] = m;
+    rstd[bt] = s;
+  }
+}
+
+static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int BT, int C) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *d = dout + (size_t)bt * C, *x = inp + (size_t)bt * C;
+    float *dx = dinp + (size_t)bt * C;
+    float m = mean[bt], s = rstd[bt];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int i = 0; i < C; i++) {
+      float norm = (x[i] - m) * s;
+      float dnorm = w[i] * d[i];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= (float)C;
+    dnorm_norm_mean /= (float)C;
+    for (int i = 0; i < C; i++) {
+      float norm = (x[i] - m) * s;
+      float dnorm = w[i] * d[i];
+      db[i] += d[i];
+      dw[i] += norm * d[i];
+      dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+/* HF Conv1D: out (BT, OC) = inp (BT, IC) @ w (IC, OC) + b (OC). */
+static void conv1d_forward(float *out, const float *inp, const float *w, const float *b, int BT, int IC, int OC) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *x = inp + (size_t)bt * IC;
+    float *o = out + (size_t)bt * OC;
+    for (int j = 0; j < OC; j++) o[j] = b ? b[j] : 0.0f;
+    for (int i = 0; i < IC; i++) axpy(o, x[i], w + (size_t)i * OC, OC);
+  }
+}
+
+static void conv1d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                            int BT, int IC, int OC) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *d = dout + (size_t)bt * OC, *x = inp + (size_t)bt * IC;
+    float *dx = dinp + (size_t)bt * IC;
+    for (int i = 0; i < IC; i++) dx[i] += dot(d, w + (size_t)i * OC, OC);
+    for (int i = 0; i < IC; i++) axpy(dw + (size_t)i * OC, x[i], d, OC);
+    if (db)
+      for (int j = 0; j < OC; j++) db[j] += d[j];
+  }
+}
+
+/* lm_head tied to wte (V, C), nn.Linear layout: logits (BT, V) = inp (BT, C) @ wte^T. */
+static void lm_head_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *x = inp + (size_t)bt * C;
+    float *o = logits + (size_t)bt * V;
+    for (int v = 0; v < V; v++) o[v] = dot(x, wte + (size_t)v * C, C);
+  }
+}
+
+static void lm_head_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte, int BT,
+                             int C, int V) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *d = dlogits + (size_t)bt * V, *x = inp + (size_t)bt * C;
+    float *dx = dinp + (size_t)bt * C;
+    for (int v = 0; v < V; v++) {
+      axpy(dx, d[v], wte + (size_t)v * C, C);
+      axpy(dwte + (size_t)v * C, d[v], x, C);
+    }
+  }
+}
+
+/* Causal self-attention. qkv (B, T, 3C) = [q | k | v], head h uses dims h*hs .. (h+1)*hs.
+ * att (B, H, T, T) keeps the probabilities; out (B, T, C). */
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
+  int C3 = 3 * C, hs = C / H;
+  float scale = 1.0f / sqrtf((float)hs);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++) {
+        const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        float *a = att + (((size_t)b * H + h) * T + t) * T;
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+          float s = dot(q, k, hs) * scale;
+          a[t2] = s;
+          if (s > maxv) maxv = s;
+        }
+        float sum = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          float e = expf(a[t2] - maxv);
+          a[t2] = e;
+          sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+        float *o = out + ((size_t)b * T + t) * C + h * hs;
+        for (int i = 0; i < hs; i++) o[i] = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+          float p = a[t2];
+          for (int i = 0; i < hs; i++) o[i] += p * v[i];
+        }
+      }
+}
+
+/* datt_tmp: T floats of scratch. */
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *datt, int B,
+                               int T, int C, int H) {
+  int C3 = 3 * C, hs = C / H;
+  float scale = 1.0f / sqrtf((float)hs);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++) {
+        const float *a = att + (((size_t)b * H + h) * T + t) * T;
+        const float *d = dout + ((size_t)b * T + t) * C + h * hs;
+        const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+        /* out = sum_t2 att[t2] v[t2] */
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+          float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+          float s = 0.0f;
+          for (int i = 0; i < hs; i++) {
+            s += v[i] * d[i];
+            dv[i] += a[t2] * d[i];
+          }
+          datt[t2] = s;
+        }
+        /* softmax: dpre[t2] = att[t2] * (datt[t2] - sum_t3 att[t3] datt[t3]) */
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * datt[t2];
+        for (int t2 = 0; t2 <= t; t2++) {
+          float dpre = a[t2] * (datt[t2] - dot) * scale;
+          const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+          float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+          for (int i = 0; i < hs; i++) {
+            dq[i] += k[i] * dpre;
+            dk[i] += q[i] * dpre;
+          }
+        }
+      }
+}
+
+#define ZE_GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+static void gelu_forward(float *out, const float *inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + tanhf(ZE_GELU_S * (x + cube)));
+  }
+}
+
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float cube = 0.044715f * x * x * x;
+    float arg = ZE_GELU_S * (x + cube);
+    float th = tanhf(arg);
+    float sech2 = 1.0f - th * th;
+    float local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * ZE_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void residual_backward(float *da, float *db, const float *dout, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+/* probs = softmax(logits), losses = -log probs[target]. */
+static void softmax_xent_forward(float *probs, float *losses, const float *logits, const int *targets, int BT, int V) {
+  for (int bt = 0; bt < BT; bt++) {
+    const float *z = logits + (size_t)bt * V;
+    float *p = probs + (size_t)bt * V;
+    float maxv = -INFINITY;
+    for (int v = 0; v < V; v++)
+      if (z[v] > maxv) maxv = z[v];
+    float sum = 0.0f;
+    for (int v = 0; v < V; v++) {
+      p[v] = expf(z[v] - maxv);
+      sum += p[v];
+    }
+    float inv = 1.0f / sum;
+    for (int v = 0; v < V; v++) p[v] *= inv;
+    if (targets) losses[bt] = -logf(p[targets[bt]]);
+  }
+}
+
+// ---- forward / backward
+
+float ze_gpt2_forward(const ze_gpt2_config *c, const ze_gpt2_params *w, ze_gpt2_ws *ws, const int *inputs,
+                      const int *targets, int B, int T) {
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
+  ze_acts *a = &ws->a;
+  /* a smaller batch reuses the buffers with its own strides */
+  if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
+  acts_walk(c, B, T, ws->mem, a);
+  encoder_forward(a->encoded, inputs, w->wte, w->wpe, BT, T, C);
+  const float *x = a->encoded;
+  for (int l = 0; l < c->n_layer; l++) {
+    const ze_block_params *p = &w->h[l];
+    ze_block_acts *h = &a->h[l];
+    layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C);
+    conv1d_forward(h->qkv, h->ln_1, p->attn_w, p->attn_b, BT, C, 3 * C);
+    attention_forward(h->atty, h->att, h->qkv, B, T, C, H);
+    conv1d_forward(h->attproj, h->atty, p->attn_proj_w, p->attn_proj_b, BT, C, C);
+    residual_forward(h->res2, x, h->attproj, (size_t)BT * C);
+    layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, p->ln_2_w, p->ln_2_b, BT, C);
+    conv1d_forward(h->fch, h->ln_2, p->fc_w, p->fc_b, BT, C, 4 * C);
+    gelu_forward(h->fch_gelu, h->fch, (size_t)BT * 4 * C);
+    conv1d_forward(h->fcproj, h->fch_gelu, p->fc_proj_w, p->fc_proj_b, BT, 4 * C, C);
+    residual_forward(h->res3, h->res2, h->fcproj, (size_t)BT * C);
+    x = h->res3;
+  }
+  layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, w->ln_f_w, w->ln_f_b, BT, C);
+  lm_head_forward(a->logits, a->ln_f, w->wte, BT, C, V);
+  if (!targets) return 0.0f;
+  softmax_xent_forward(a->probs, a->losses, a->logits, targets, BT, V);
+  double sum = 0.0;
+  for (int bt = 0; bt < BT; bt++) sum += a->losses[bt];
+  return (float)(sum / BT);
+}
+
+void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze_gpt2_params *g, ze_gpt2_ws *ws,
+                      const int *inputs, const int *targets, int B, int T, float scale) {
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
+  ze_acts *a = &ws->a, *d = &ws->g;
+  if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
+  acts_walk(c, B, T, ws->gmem, d);
+  memset(ws->gmem, 0, ws->n * sizeof(float));
+  /* dlogits = (probs - onehot) * dloss, dloss = scale / BT for every position */
+  float dloss = scale / (float)BT;
+  for (int bt = 0; bt < BT; bt++) {
+    const float *p = a->probs + (size_t)bt * V;
+    float *dz = d->logits + (size_t)bt * V;
+    for (int v = 0; v < V; v++) dz[v] = (p[v] - (v == targets[bt] ? 1.0f : 0.0f)) * dloss;
+  }
+  lm_head_backward(d->ln_f, g->wte, d->logits, a->ln_f, w->wte, BT, C, V);
+  const float *xl = c->n_layer ? a->h[c->n_layer - 1].res3 : a->encoded;
+  float *dxl = c->n_layer ? d->h[c->n_layer - 1].res3 : d->encoded;
+  layernorm_backward(dxl, g->ln_f_w, g->ln_f_b, d->ln_f, xl, w->ln_f_w, a->ln_f_mean, a->ln_f_rstd, BT, C);
+  float *datt = d->losses; /* (B, T) >= T floats of scratch no longer needed */
+  for (int l = c->n_layer - 1; l >= 0; l--) {
+    const ze_block_params *p = &w->h[l];
+    const ze_block_params *gp = &g->h[l];
+    ze_block_acts *h = &a->h[l], *dh = &d->h[l];
+    const float *x = l ? a->h[l - 1].res3 : a->encoded;
+    float *dx = l ? d->h[l - 1].res3 : d->encoded;
+    residual_backward(dh->res2, dh->fcproj, dh->res3, (size_t)BT * C);
+    conv1d_backward(dh->fch_gelu, gp->fc_proj_w, gp->fc_proj_b, dh->fcproj, h->fch_gelu, p->fc_proj_w, BT, 4 * C, C);
+    gelu_backward(dh->fch, h->fch, dh->fch_gelu, (size_t)BT * 4 * C);
+    conv1d_backward(dh->ln_2, gp->fc_w, gp->fc_b, dh->fch, h->ln_2, p->fc_w, BT, C, 4 * C);
+    layernorm_backward(dh->res2, gp->ln_2_w, gp->ln_2_b, dh->ln_2, h->res2, p->ln_2_w, h->ln_2_mean, h->ln_2_rstd, BT, C);
+    residual_backward(dx, dh->attproj, dh->res2, (size_t)BT * C);
+    conv1d_backward(dh->atty, gp->attn_proj_w, gp->attn_proj_b, dh->attproj, h->atty, p->attn_proj_w, BT, C, C);
+    attention_backward(dh->qkv, dh->atty, h->qkv, h->att, datt, B, T, C, H);
+    conv1d_backward(dh->ln_1, gp->attn_w, gp->attn_b, dh->qkv, h->ln_1, p->attn_w, BT, C, 3 * C);
+    layernorm_backward(dx, gp->ln_1_w, gp->ln_1_b, dh->ln_1, x, p->ln_1_w, h->ln_1_mean, h->ln_1_rstd, BT, C);
+  }
+  encoder_backward(g->wte, g->wpe, d->encoded, inputs, BT, T, C);
+}
+
+// ---- inference, module by module
+
+bool ze_gpt2_infer_last(const ze_gpt2_config *c, const ze_fetch *f, ze_gpt2_ws *ws, const int *tokens, int n,
+                        float *logits) {
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head;
+  if (n < 1 || n > ws->T || n > c->max_seq_len) return false;
+  ze_acts *a = &ws->a;
+  acts_walk(c, 1, n, ws->mem, a);
+  ze_gpt2_params p;
+  memset(&p, 0, sizeof p);
+  if (!f->fetch(f->ctx, -1, &p)) return false;
+  encoder_forward(a->encoded, tokens, p.wte, p.wpe, n, n, C);
+  if (f->release) f->release(f->ctx, -1);
+  const float *x = a->encoded;
+  for (int l = 0; l < c->n_layer; l++) {
+    if (!f->fetch(f->ctx, l, &p)) return false;
+    const ze_block_params *b = &p.h[l];
+    ze_block_acts *h = &a->h[l];
+    layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, b->ln_1_w, b->ln_1_b, n, C);
+    conv1d_forward(h->qkv, h->ln_1, b->attn_w, b->attn_b, n, C, 3 * C);
+    attention_forward(h->atty, h->att, h->qkv, 1, n, C, H);
+    conv1d_forward(h->attproj, h->atty, b->attn_proj_w, b->attn_proj_b, n, C, C);
+    residual_forward(h->res2, x, h->attproj, (size_t)n * C);
+    layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, b->ln_2_w, b->ln_2_b, n, C);
+    conv1d_forward(h->fch, h->ln_2, b->fc_w, b->fc_b, n, C, 4 * C);
+    gelu_forward(h->fch_gelu, h->fch, (size_t)n * 4 * C);
+    conv1d_forward(h->fcproj, h->fch_gelu, b->fc_proj_w, b->fc_proj_b, n, 4 * C, C);
+    residual_forward(h->res3, h->res2, h->fcproj, (size_t)n * C);
+    if (f->release) f->release(f->ctx, l);
+    x = h->res3;
+  }
+  if (!f->fetch(f->ctx, c->n_layer, &p)) return false;
+  layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p.ln_f_w, p.ln_f_b, n, C);
+  lm_head_forward(logits, a->ln_f + (size_t)(n - 1) * C, p.wte, 1, C, V);
+  if (f->release) f->release(f->ctx, c->n_layer);
+  return true;
+}

@@ -1,0 +1,120 @@
+/* gpt2.h: a GPT-2 decoder on the CPU in fp32, the llm.c way, with Hugging Face's names.
+ *
+ * Parameters live in one flat float buffer in the order of GPT2LMHeadModel.parameters()
+ * (transformer.wte.weight, transformer.wpe.weight, transformer.h.0.ln_1.weight, ...,
+ * transformer.ln_f.bias); ze_gpt2_carve() points the fields of ze_gpt2_params into it, so a
+ * parameter is an offset range of the buffer. lm_head.weight is tied to wte and has no storage.
+ * Linear layers are HF Conv1D: weight [in, out], y = x @ W + b. GELU is "gelu_new" (tanh).
+ * Activation memory is a second flat buffer carved the same way (ze_gpt2_ws).
+ *
+ * Determinism: every loop has a fixed order and no threads, so the same inputs give the same
+ * bits. The engine is built with -ffp-contract=off so that holds across optimisation levels.
+ */
+#ifndef ZE_GPT2_H
+#define ZE_GPT2_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ZE_MAX_LAYERS 64
+#define ZE_LN_EPS 1e-5f
+
+typedef struct ze_gpt2_config {
+  int vocab_size;   /* V: byte-level, 256 */
+  int max_seq_len;  /* T: n_positions */
+  int n_layer;      /* L */
+  int n_head;       /* H */
+  int n_embd;       /* C, a multiple of H */
+} ze_gpt2_config;
+
+typedef struct ze_block_params {
+  float *ln_1_w, *ln_1_b;      /* (C) */
+  float *attn_w;               /* (C, 3C)  attn.c_attn.weight */
+  float *attn_b;               /* (3C) */
+  float *attn_proj_w;          /* (C, C)   attn.c_proj.weight */
+  float *attn_proj_b;          /* (C) */
+  float *ln_2_w, *ln_2_b;      /* (C) */
+  float *fc_w;                 /* (C, 4C)  mlp.c_fc.weight */
+  float *fc_b;                 /* (4C) */
+  float *fc_proj_w;            /* (4C, C)  mlp.c_proj.weight */
+  float *fc_proj_b;            /* (C) */
+} ze_block_params;
+
+typedef struct ze_gpt2_params {
+  float *wte;                  /* (V, C), also lm_head.weight */
+  float *wpe;                  /* (T, C) */
+  ze_block_params h[ZE_MAX_LAYERS];
+  float *ln_f_w, *ln_f_b;      /* (C) */
+} ze_gpt2_params;
+
+/* One parameter of the table, in parameters() order. */
+typedef struct ze_param_spec {
+  char name[64];               /* HF name */
+  int ndim;
+  int64_t shape[2];
+  size_t numel;
+  size_t offset;               /* element offset in the flat buffer */
+  bool decay;                  /* HF Trainer's decay group (not a bias, not a LayerNorm) */
+  int layer;                   /* block index, -1 for embeddings, -2 for ln_f */
+} ze_param_spec;
+
+/* Checks the configuration; writes a one-line reason into why. */
+bool ze_gpt2_config_valid(const ze_gpt2_config *c, char *why, size_t cap);
+/* Number of parameter tensors (lm_head excluded) and total elements. */
+size_t ze_gpt2_n_tensors(const ze_gpt2_config *c);
+size_t ze_gpt2_numel(const ze_gpt2_config *c);
+/* Fills specs[0 .. ze_gpt2_n_tensors) (specs may be NULL). */
+void ze_gpt2_param_specs(const ze_gpt2_config *c, ze_param_spec *specs);
+/* Points p's fields into flat (ze_gpt2_numel floats). */
+void ze_gpt2_carve(const ze_gpt2_config *c, float *flat, ze_gpt2_params *p);
+/* GPT-2 initialisation of transformers (_init_weights): N(0, 0.02) for weights and
+ * embeddings, N(0, 0.02/sqrt(2L)) for the c_proj weights, zero biases, LayerNorm 1/0;
+ * drawn from a generator seeded with `seed`, in parameter order. */
+void ze_gpt2_init(const ze_gpt2_config *c, float *flat, uint64_t seed);
+
+/* ---- training workspace: activations and their gradients for a (B, T) batch */
+typedef struct ze_gpt2_ws ze_gpt2_ws;
+ze_gpt2_ws *ze_gpt2_ws_new(const ze_gpt2_config *c, int B, int T);
+void ze_gpt2_ws_free(ze_gpt2_ws *ws);
+/* Bytes held by the workspace. */
+size_t ze_gpt2_ws_bytes(const ze_gpt2_ws *ws);
+
+/* Forward over inputs (B, T) (token ids < V). With targets (B, T), returns the mean
+ * cross-entropy over the B*T positions; else returns 0 and only logits are valid.
+ * B, T must not exceed those of the workspace. */
+float ze_gpt2_forward(const ze_gpt2_config *c, const ze_gpt2_params *w, ze_gpt2_ws *ws, const int *inputs,
+                      const int *targets, int B, int T);
+/* Logits (B, T, V) of the last forward. */
+const float *ze_gpt2_logits(const ze_gpt2_ws *ws);
+/* Per-position losses (B, T) of the last forward. */
+const float *ze_gpt2_losses(const ze_gpt2_ws *ws);
+/* Backward of `scale` * mean loss of the last forward (which must have had targets):
+ * gradients are ADDED into g (carved from a buffer the caller zeroes when it wants). */
+void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze_gpt2_params *g, ze_gpt2_ws *ws,
+                      const int *inputs, const int *targets, int B, int T, float scale);
+
+/* Modules for module-at-a-time execution: -1 = embeddings (wte, wpe), 0..L-1 = blocks,
+ * L = final (ln_f.weight, ln_f.bias, then wte again for the tied lm_head). */
+/* Elements of a module's tensors. */
+size_t ze_gpt2_module_numel(const ze_gpt2_config *c, int module);
+/* Spec indices of a module's tensors in buffer order (up to 12); returns the count. */
+int ze_gpt2_module_tensors(const ze_gpt2_config *c, int module, int *spec_index);
+/* Points the fields `module` uses into buf, which holds its tensors in that order. */
+void ze_gpt2_carve_module(const ze_gpt2_config *c, int module, float *buf, ze_gpt2_params *p);
+
+/* ---- inference on one sequence, one module at a time (for ZeRO-3 generation).
+ * The caller fetches a module's parameters before it runs and may release them after:
+ * module -1 = embeddings (wte, wpe), 0..L-1 = blocks, L = final (ln_f, and wte for lm_head). */
+typedef struct ze_fetch {
+  void *ctx;
+  /* fills the fields of p that `module` needs; returns false on failure */
+  bool (*fetch)(void *ctx, int module, ze_gpt2_params *p);
+  void (*release)(void *ctx, int module);
+} ze_fetch;
+
+/* Logits (V) of the last position of tokens[0..n) (n <= T of the workspace, B = 1). */
+bool ze_gpt2_infer_last(const ze_gpt2_config *c, const ze_fetch *f, ze_gpt2_ws *ws, const int *tokens, int n,
+                        float *logits);
+
+#endif

@@ -1,0 +1,546 @@
+/* train.c: the training loop of zckpt-train: manifest, ZeRO plan, rank threads (see train.h). */
+#include "train.h"
+
+#include "ckpt.h"
+#include "comm.h"
+#include "data.h"
+#include "dsconfig.h"
+#include "generate.h"
+#include "hf.h"
+#include "io.h"
+#include "optim.h"
+#include "util.h"
+#include "zck_cuda.h"
+#include "zero.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ZE_MAX_RANKS 64
+
+void ze_train_args_default(ze_train_args *a) {
+  memset(a, 0, sizeof *a);
+  a->model = (ze_gpt2_config){256, 64, 2, 4, 64};
+  a->max_steps = 200;
+  a->per_device_train_batch_size = 8;
+  a->gradient_accumulation_steps = 1;
+  a->learning_rate = 1e-3;
+  a->weight_decay = 0.0;
+  a->adam_beta1 = 0.9;
+  a->adam_beta2 = 0.999;
+  a->adam_epsilon = 1e-8;
+  a->max_grad_norm = 1.0;
+  a->lr_scheduler_type = "linear";
+  a->seed = 42;
+  a->logging_steps = 10;
+  a->save_steps = 500;
+  a->metric_for_best_model = "eval_loss";
+  a->ranks = 1;
+  a->device = "cpu";
+  a->sub_group_size = 1000000000ull;
+  a->eval_samples = 32;
+  a->prompt = "12+7=";
+  a->gather_for_generation = ZE_GATHER_ON;
+}
+
+void ze_train_result_free(ze_train_result *r) {
+  if (!r) return;
+  free(r->losses);
+  free(r->grad_norms);
+  free(r->lrs);
+  free(r->eval_losses);
+  free(r->eval_steps_at);
+  free(r->generated[0]);
+  free(r->generated[1]);
+  free(r->best_checkpoint);
+  free(r->message);
+  free(r->params);
+  memset(r, 0, sizeof *r);
+}
+
+// ---- the run shared by the rank threads
+
+typedef struct ze_rank_thread {
+  struct ze_run *run;
+  zck_comm *comm;
+  pthread_t thread;
+  zck_status status;
+  char msg[1024];
+} ze_rank_thread;
+
+typedef struct ze_run {
+  const ze_train_args *a;
+  ze_gpt2_config cfg;
+  ze_param_spec *specs;
+  size_t n_specs;
+  zck_model *model;
+  ze_ds_config ds;
+  ze_zero_plan plan;
+  ze_corpus corpus;
+  float *init;                 /* initial fp32 weights, model order */
+  int64_t warmup, first_step;
+  ze_ckpt_state resume;        /* loaded when resuming */
+  bool resuming;
+  ze_train_result *res;
+  ze_ckpt_tracker tracker;     /* saved checkpoints, best metric */
+} ze_run;
+
+static void ze_log(const ze_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ze_log(const ze_run *run, const char *fmt, ...) {
+  if (run->a->quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double ze_train_lr(const ze_train_args *a, int64_t warmup, int64_t step) {
+  if (!strcmp(a->lr_scheduler_type, "constant")) return a->learning_rate;
+  if (!strcmp(a->lr_scheduler_type, "constant_with_warmup"))
+    return a->learning_rate * (step < warmup ? (double)step / (double)(warmup > 1 ? warmup : 1) : 1.0);
+  return a->learning_rate * ze_lr_linear_factor(step, warmup, a->max_steps);
+}
+
+// ---- manifest: HF names, HF Trainer param groups
+
+static bool frozen_by_args(const ze_train_args *a, const char *name) {
+  for (int i = 0; i < a->n_freeze; i++)
+    if (!strncmp(name, a->freeze[i], strlen(a->freeze[i]))) return true;
+  return false;
+}
+
+/* torch.optim.AdamW param_group keys, in the order state_dict() shows them (torch 2.x),
+ * plus initial_lr from the LambdaLR wrapping it. */
+static zck_status add_group_hparams(zck_model *m, uint32_t g, const ze_train_args *a, double wd) {
+  double betas[2] = {a->adam_beta1, a->adam_beta2};
+  ZCK_TRY(zck_model_group_set_float(m, g, "weight_decay", wd));
+  ZCK_TRY(zck_model_group_set_float(m, g, "lr", a->learning_rate));
+  ZCK_TRY(zck_model_group_set_floats(m, g, "betas", betas, 2));
+  ZCK_TRY(zck_model_group_set_float(m, g, "eps", a->adam_epsilon));
+  ZCK_TRY(zck_model_group_set_bool(m, g, "amsgrad", false));
+  ZCK_TRY(zck_model_group_set_bool(m, g, "maximize", false));
+  ZCK_TRY(zck_model_group_set_none(m, g, "foreach"));
+  ZCK_TRY(zck_model_group_set_bool(m, g, "capturable", false));
+  ZCK_TRY(zck_model_group_set_bool(m, g, "differentiable", false));
+  ZCK_TRY(zck_model_group_set_none(m, g, "fused"));
+  ZCK_TRY(zck_model_group_set_bool(m, g, "decoupled_weight_decay", true));
+  ZCK_TRY(zck_model_group_set_float(m, g, "initial_lr", a->learning_rate));
+  return ZCK_OK;
+}
+
+zck_status ze_build_manifest(const ze_train_args *a, const ze_gpt2_config *cfg, bool one_group, zck_model **out) {
+  *out = NULL;
+  size_t n = ze_gpt2_n_tensors(cfg);
+  ze_param_spec *specs = zck__calloc(n, sizeof *specs);
+  zck_model *m = zck_model_new();
+  if (!specs || !m) {
+    free(specs);
+    zck_model_free(m);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  ze_gpt2_param_specs(cfg, specs);
+  zck_dtype lp = a->bf16 ? ZCK_BF16 : ZCK_F32;
+  zck_status s = ZCK_OK;
+  size_t n_trainable = 0;
+  for (size_t i = 0; i < n && s == ZCK_OK; i++) {
+    s = zck_model_add_param(m, specs[i].name, specs[i].ndim, specs[i].shape, lp, NULL);
+    if (s == ZCK_OK && frozen_by_args(a, specs[i].name)) zck_model_set_frozen(m, (uint32_t)i, true);
+    if (!frozen_by_args(a, specs[i].name)) n_trainable++;
+  }
+  /* lm_head.weight: in state_dict() (last), tied to transformer.wte.weight */
+  uint32_t head = 0;
+  int64_t head_shape[2] = {cfg->vocab_size, cfg->n_embd};
+  if (s == ZCK_OK) s = zck_model_add_param(m, "lm_head.weight", 2, head_shape, lp, &head);
+  if (s == ZCK_OK) s = zck_model_set_tied(m, head, 0);
+  if (s == ZCK_OK && !n_trainable) s = zck__fail(ZCK_ERR_INVALID_ARG, "--freeze: every parameter is frozen, nothing to train");
+  /* HF Trainer: [decay params], [no-decay params] (trainable only; empty groups dropped as
+   * DeepSpeed does). A DeepSpeed "optimizer" section: one group, decay on everything. */
+  for (int pass = 0; pass < (one_group ? 1 : 2) && s == ZCK_OK; pass++) {
+    uint32_t g = UINT32_MAX;
+    for (size_t i = 0; i < n && s == ZCK_OK; i++) {
+      if (m->params[i].frozen) continue;
+      if (!one_group && specs[i].decay != (pass == 0)) continue;
+      if (g == UINT32_MAX) {
+        s = zck_model_add_group(m, &g);
+        if (s == ZCK_OK) s = add_group_hparams(m, g, a, one_group || pass == 0 ? a->weight_decay : 0.0);
+      }
+      if (s == ZCK_OK) s = zck_model_group_add_param(m, g, (uint32_t)i);
+    }
+  }
+  free(specs);
+  if (s != ZCK_OK) {
+    zck_model_free(m);
+    return s;
+  }
+  *out = m;
+  return ZCK_OK;
+}
+
+// ---- one rank
+
+static zck_status rank_eval(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws, float *out_loss) {
+  const ze_train_args *a = run->a;
+  int T = run->cfg.max_seq_len, n = a->eval_samples, W = zr->comm->size;
+  ze_gpt2_params w;
+  ze_gpt2_carve(&run->cfg, zr->work, &w);
+  float *losses = zck__calloc((size_t)n, sizeof(float));
+  int *win = zck__calloc((size_t)T + 1, sizeof(int));
+  if (!losses || !win) {
+    free(losses);
+    free(win);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for evaluation");
+  }
+  /* each window's loss lands in its own slot; summing zeros is exact, so the result does
+   * not depend on W */
+  for (int i = zr->comm->rank; i < n; i += W) {
+    ze_corpus_eval_window(&run->corpus, i, n, T, win);
+    losses[i] = ze_gpt2_forward(&run->cfg, &w, ws, win, win + 1, 1, T);
+  }
+  zck_status s = zr->comm->all_reduce(zr->comm, losses, losses, (size_t)n, ZCK_F32, ZCK_COMM_SUM);
+  double sum = 0.0;
+  for (int i = 0; i < n; i++) sum += losses[i];
+  *out_loss = (float)(sum / n);
+  free(losses);
+  free(win);
+  return s;
+}
+
+/* --dump-dir: the final weights and a logits probe, for checks against transformers. */
+static zck_status ze_dump_weights(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws) {
+  const char *dir = run->a->dump_dir;
+  int T = run->cfg.max_seq_len;
+  ZCK_TRY_CTX(zck__mkdirs(dir), "--dump-dir");
+  char *cfg = zck__path_join(dir, "config.json"), *model = zck__path_join(dir, "model.safetensors"),
+       *probe = zck__path_join(dir, "probe.safetensors");
+  int *win = zck__calloc((size_t)T + 1, sizeof(int));
+  zck_status s = cfg && model && probe && win ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK) s = ze_hf_write_config(cfg, &run->cfg, ZCK_F32);
+  if (s == ZCK_OK) s = ze_hf_write_weights(model, &run->cfg, zr->work, ZCK_F32);
+  if (s == ZCK_OK) {
+    ze_gpt2_params w;
+    ze_gpt2_carve(&run->cfg, zr->work, &w);
+    ze_corpus_eval_window(&run->corpus, 0, run->a->eval_samples, T, win);
+    float loss = ze_gpt2_forward(&run->cfg, &w, ws, win, win + 1, 1, T);
+    s = ze_hf_write_probe(probe, &run->cfg, win, win + 1, T, ze_gpt2_logits(ws), loss);
+  }
+  free(cfg);
+  free(model);
+  free(probe);
+  free(win);
+  return s;
+}
+
+static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  zck_comm *comm = rt->comm;
+  int r = comm->rank, W = comm->size;
+  int B = a->per_device_train_batch_size, GAS = a->gradient_accumulation_steps, T = run->cfg.max_seq_len;
+  bool lead = r == 0;
+  zck_status s = ZCK_OK;
+  ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
+  int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
+  int *inputs = zck__calloc((size_t)B * T, sizeof(int)), *targets = zck__calloc((size_t)B * T, sizeof(int));
+  float *micro = zck__calloc((size_t)GAS * W, sizeof(float));
+  if (!ws || !tok || !inputs || !targets || !micro) {
+    s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for activations", r);
+    goto done;
+  }
+  ze_gpt2_params w, g;
+  ze_gpt2_carve(&run->cfg, zr->work, &w);
+  ze_gpt2_carve(&run->cfg, zr->gwork, &g);
+  int64_t G = (int64_t)W * B * GAS;
+  double t_log = now_seconds(), loss_acc = 0.0;
+  int64_t n_acc = 0;
+  for (int64_t step = run->first_step; step < a->max_steps; step++) {
+    double lr = ze_train_lr(a, run->warmup, step);
+    memset(micro, 0, (size_t)GAS * W * sizeof *micro);
+    for (int m = 0; m < GAS; m++) {
+      /* sample k of the global batch of step `step` goes to rank (k / B) % W, micro-batch
+       * k / (B W): every W sees the same samples in each optimizer step */
+      for (int b = 0; b < B; b++) {
+        uint64_t k = (uint64_t)(step * G + ((int64_t)m * W + r) * B + b);
+        int *win = tok + (size_t)b * (T + 1);
+        ze_corpus_train_window(&run->corpus, k, T, win);
+        memcpy(inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
+        memcpy(targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
+      }
+      micro[m * W + r] = ze_gpt2_forward(&run->cfg, &w, ws, inputs, targets, B, T);
+      ze_gpt2_backward(&run->cfg, &w, &g, ws, inputs, targets, B, T, 1.0f / (float)GAS);
+      ZCK_CHECK_GOTO(ze_zero_reduce(zr, m == GAS - 1), s, done);
+    }
+    ZCK_CHECK_GOTO(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM), s, done);
+    double sum = 0.0;
+    for (int i = 0; i < GAS * W; i++) sum += micro[i];
+    float loss = (float)(sum / (GAS * W));
+    double norm;
+    ZCK_CHECK_GOTO(ze_zero_grad_norm(zr, &norm), s, done);
+    ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
+    ZCK_CHECK_GOTO(ze_zero_step(zr, &hp, ze_clip_factor(norm, a->max_grad_norm)), s, done);
+    int64_t global = step + 1, i = step - run->first_step;
+    if (lead) {
+      run->res->losses[i] = loss;
+      run->res->grad_norms[i] = norm;
+      run->res->lrs[i] = lr;
+      run->res->steps = i + 1;
+    }
+    loss_acc += loss;
+    n_acc++;
+    if (lead && a->logging_steps > 0 && (global % a->logging_steps == 0 || global == a->max_steps)) {
+      double t = now_seconds();
+      ze_log(run, "step %lld/%lld | loss %.6f | grad_norm %.4f | lr %.4e | %.1f ms/step", (long long)global,
+             (long long)a->max_steps, loss_acc / (double)n_acc, norm, lr, 1e3 * (t - t_log) / (double)n_acc);
+      ze_ckpt_log(&run->tracker, global, "loss", loss_acc / (double)n_acc, norm, ze_train_lr(a, run->warmup, global));
+      t_log = t;
+      loss_acc = 0.0;
+      n_acc = 0;
+    }
+    bool do_eval = a->eval_steps > 0 && global % a->eval_steps == 0;
+    if (do_eval) {
+      float el;
+      ZCK_CHECK_GOTO(rank_eval(run, zr, ws, &el), s, done);
+      if (lead) {
+        run->res->eval_losses[run->res->n_eval] = el;
+        run->res->eval_steps_at[run->res->n_eval++] = global;
+        ze_log(run, "eval step %lld | eval_loss %.6f", (long long)global, el);
+        ze_ckpt_log_eval(&run->tracker, global, el);
+      }
+    }
+    bool do_save = a->output_dir && a->save_steps > 0 && (global % a->save_steps == 0 || global == a->max_steps);
+    if (do_save) ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
+  }
+  float final_eval;
+  ZCK_CHECK_GOTO(rank_eval(run, zr, ws, &final_eval), s, done);
+  if (lead) {
+    run->res->final_eval_loss = final_eval;
+    ze_log(run, "final eval_loss %.6f", final_eval);
+  }
+  if (a->load_best_model_at_end && run->tracker.best_checkpoint) {
+    ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
+    if (lead) ze_log(run, "loaded the best model from %s", run->tracker.best_checkpoint);
+  }
+  if (lead && a->keep_params) {
+    run->res->params = zck__malloc(run->plan.model_numel * sizeof(float));
+    if (!run->res->params) {
+      s = ZCK_ERR_NO_MEMORY;
+      goto done;
+    }
+    memcpy(run->res->params, zr->work, run->plan.model_numel * sizeof(float));
+    run->res->n_params = run->plan.model_numel;
+  }
+  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, zr, ws), s, done);
+  if (a->generate_tokens > 0) {
+    int modes[2], n_modes = 0;
+    if (a->gather_for_generation != ZE_GATHER_OFF) modes[n_modes++] = 0;
+    if (a->gather_for_generation != ZE_GATHER_ON) modes[n_modes++] = 1;
+    for (int i = 0; i < n_modes; i++) {
+      int md = modes[i];
+      char *text = NULL;
+      double secs = 0;
+      size_t peak = 0;
+      ZCK_CHECK_GOTO(ze_generate(&run->cfg, zr, md == 0, a->prompt, a->generate_tokens, &text, &secs, &peak), s, done);
+      if (lead) {
+        run->res->generated[md] = text;
+        run->res->gen_seconds[md] = secs;
+        run->res->gen_peak_bytes[md] = peak;
+        ze_log(run, "generate (gather_for_generation=%s): %.2f ms, peak gathered parameters %.1f KiB",
+               md == 0 ? "on" : "off", 1e3 * secs, (double)peak / 1024.0);
+      } else {
+        free(text);
+      }
+    }
+  }
+done:
+  ze_gpt2_ws_free(ws);
+  free(tok);
+  free(inputs);
+  free(targets);
+  free(micro);
+  return s;
+}
+
+static void *rank_main(void *arg) {
+  ze_rank_thread *rt = arg;
+  ze_run *run = rt->run;
+  ze_zero_rank zr;
+  zck_status s = ze_zero_rank_init(&zr, &run->plan, rt->comm, run->init);
+  if (s == ZCK_OK && run->resuming) s = ze_ckpt_restore_rank(&run->resume, &zr);
+  if (s == ZCK_OK) {
+    s = rank_loop(rt, &zr);
+    ze_zero_rank_free(&zr);
+  }
+  rt->status = s;
+  if (s != ZCK_OK) {
+    snprintf(rt->msg, sizeof rt->msg, "%s", zck_last_error());
+    rt->comm->abort(rt->comm);
+  }
+  return NULL;
+}
+
+// ---- the run
+
+static zck_status check_args(const ze_train_args *a) {
+  char why[128];
+  ZCK_FAIL_IF(!ze_gpt2_config_valid(&a->model, why, sizeof why), ZCK_ERR_INVALID_ARG, "model: %s", why);
+  ZCK_FAIL_IF(a->model.vocab_size < 256, ZCK_ERR_INVALID_ARG, "model: the byte-level vocabulary needs 256 entries");
+  ZCK_FAIL_IF(a->ranks < 1 || a->ranks > ZE_MAX_RANKS, ZCK_ERR_INVALID_ARG, "--ranks %d: must be in [1, %d]",
+              a->ranks, ZE_MAX_RANKS);
+  ZCK_FAIL_IF(a->max_steps < 1, ZCK_ERR_INVALID_ARG, "--max-steps must be positive");
+  ZCK_FAIL_IF(a->per_device_train_batch_size < 1 || a->gradient_accumulation_steps < 1, ZCK_ERR_INVALID_ARG,
+              "batch size and gradient accumulation steps must be positive");
+  ZCK_FAIL_IF(a->eval_samples < 1, ZCK_ERR_INVALID_ARG, "--eval-samples must be positive");
+  ZCK_FAIL_IF(strcmp(a->lr_scheduler_type, "linear") && strcmp(a->lr_scheduler_type, "constant") &&
+                  strcmp(a->lr_scheduler_type, "constant_with_warmup"),
+              ZCK_ERR_INVALID_ARG, "--lr-scheduler-type %s: supported: linear, constant, constant_with_warmup",
+              a->lr_scheduler_type);
+  ZCK_FAIL_IF(strcmp(a->metric_for_best_model, "eval_loss") && strcmp(a->metric_for_best_model, "loss"),
+              ZCK_ERR_INVALID_ARG, "--metric-for-best-model %s: only eval_loss is computed", a->metric_for_best_model);
+  if (a->load_best_model_at_end) {
+    ZCK_FAIL_IF(a->eval_steps <= 0, ZCK_ERR_INVALID_ARG, "--load-best-model-at-end needs --eval-steps");
+    ZCK_FAIL_IF(!a->output_dir || a->save_steps <= 0, ZCK_ERR_INVALID_ARG,
+                "--load-best-model-at-end needs --output-dir and --save-steps");
+    ZCK_FAIL_IF(a->save_steps % a->eval_steps, ZCK_ERR_INVALID_ARG,
+                "--load_best_model_at_end requires the saving steps to be a round multiple of the evaluation "
+                "steps, but found %lld, which is not a round multiple of %lld.",
+                (long long)a->save_steps, (long long)a->eval_steps);
+  }
+  ZCK_FAIL_IF(strcmp(a->device, "cpu") && strcmp(a->device, "cuda"), ZCK_ERR_INVALID_ARG,
+              "--device %s: must be cpu or cuda", a->device);
+  return ZCK_OK;
+}
+
+static void run_free(ze_run *run) {
+  ze_ckpt_tracker_free(&run->tracker);
+  ze_ckpt_state_free(&run->resume);
+  ze_zero_plan_free(&run->plan);
+  zck_model_free(run->model);
+  ze_ds_config_free(&run->ds);
+  ze_corpus_free(&run->corpus);
+  free(run->init);
+  free(run->specs);
+}
+
+zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
+  memset(res, 0, sizeof *res);
+  ZCK_TRY(check_args(a));
+  ze_run run;
+  memset(&run, 0, sizeof run);
+  run.a = a;
+  run.res = res;
+  run.cfg = a->model;
+  zck_status s = ZCK_OK;
+  zck_comm *comms[ZE_MAX_RANKS] = {0};
+  ze_rank_thread threads[ZE_MAX_RANKS];
+  int W = a->ranks;
+
+  /* DeepSpeed config: given, or the one a plain run amounts to */
+  if (a->deepspeed)
+    s = ze_ds_config_load(a->deepspeed, a, &run.ds);
+  else
+    s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run.ds);
+  if (s != ZCK_OK) goto done;
+  if (!strcmp(a->device, "cuda")) {
+    s = zck__fail(ZCK_ERR_NO_DEVICE, "--device cuda: this zckpt-train runs on the CPU only (%s)",
+                  zck_cuda_built() ? "the CUDA engine is not written yet" : "built without CUDA");
+    goto done;
+  }
+  ZCK_CHECK_GOTO(ze_build_manifest(a, &run.cfg, run.ds.has_optimizer, &run.model), s, done);
+  run.n_specs = ze_gpt2_n_tensors(&run.cfg);
+  run.specs = zck__calloc(run.n_specs, sizeof *run.specs);
+  uint64_t *model_off = zck__calloc(run.model->n_params, sizeof *model_off);
+  size_t model_numel = ze_gpt2_numel(&run.cfg);
+  run.init = zck__calloc(model_numel, sizeof(float));
+  if (!run.specs || !model_off || !run.init) {
+    free(model_off);
+    s = ZCK_ERR_NO_MEMORY;
+    goto done;
+  }
+  ze_gpt2_param_specs(&run.cfg, run.specs);
+  for (size_t i = 0; i < run.n_specs; i++) model_off[i] = run.specs[i].offset;
+  model_off[run.n_specs] = 0; /* lm_head.weight -> wte */
+  ze_zero_opts zo = {run.ds.stage, (uint32_t)W, a->bf16 ? ZCK_BF16 : ZCK_F32, run.ds.sub_group_size};
+  s = ze_zero_plan_build(&run.plan, run.model, model_off, model_numel, &zo);
+  free(model_off);
+  if (s != ZCK_OK) goto done;
+  size_t T = (size_t)run.cfg.max_seq_len;
+  if (!ze_corpus_make(&run.corpus, a->seed, 32 * 1024 + 8 * T, 4 * 1024 + 8 * T)) {
+    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
+    goto done;
+  }
+  ze_gpt2_init(&run.cfg, run.init, a->seed);
+  run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
+  ZCK_CHECK_GOTO(ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json,
+                                      run.ds.gather_16bit_on_save),
+                 s, done);
+  if (a->resume_from_checkpoint) {
+    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume), s, done);
+    run.resuming = true;
+    run.first_step = run.resume.global_step;
+    ZCK_FAIL_IF(run.first_step >= a->max_steps, ZCK_ERR_INVALID_ARG,
+                "%s: the checkpoint is at step %lld, not before --max-steps %lld", a->resume_from_checkpoint,
+                (long long)run.first_step, (long long)a->max_steps);
+  }
+  int64_t n_steps = a->max_steps - run.first_step;
+  size_t n_evals = a->eval_steps > 0 ? (size_t)(a->max_steps / a->eval_steps) + 1 : 1;
+  res->first_step = run.first_step;
+  res->losses = zck__calloc((size_t)n_steps, sizeof *res->losses);
+  res->grad_norms = zck__calloc((size_t)n_steps, sizeof *res->grad_norms);
+  res->lrs = zck__calloc((size_t)n_steps, sizeof *res->lrs);
+  res->eval_losses = zck__calloc(n_evals, sizeof *res->eval_losses);
+  res->eval_steps_at = zck__calloc(n_evals, sizeof *res->eval_steps_at);
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at) {
+    s = ZCK_ERR_NO_MEMORY;
+    goto done;
+  }
+
+  ze_log(&run,
+         "zckpt-train: GPT-2 L=%d H=%d C=%d T=%d V=%d (%zu parameters) | ZeRO-%d on %d rank%s (local threads) | %s | "
+         "global batch %d x %d tokens",
+         run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size, model_numel,
+         run.ds.stage, W, W > 1 ? "s" : "", a->bf16 ? "bf16" : "fp32",
+         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len);
+  if (run.resuming)
+    ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
+
+  ZCK_CHECK_GOTO(zck_comm_local_create(W, comms), s, done);
+  int started = 0;
+  for (int r = 0; r < W; r++) {
+    threads[r] = (ze_rank_thread){&run, comms[r], 0, ZCK_OK, ""};
+    if (pthread_create(&threads[r].thread, NULL, rank_main, &threads[r])) {
+      s = zck__fail(ZCK_ERR_INTERNAL, "cannot start rank thread %d", r);
+      comms[0]->abort(comms[0]);
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++) pthread_join(threads[r].thread, NULL);
+  zck_comm_local_destroy(comms, W);
+  if (s == ZCK_OK) {
+    /* report the first real failure, not the "another rank failed" of the others */
+    int pick = -1;
+    for (int r = 0; r < W; r++)
+      if (threads[r].status != ZCK_OK && (pick < 0 || (threads[pick].status == ZCK_ERR_INTERNAL &&
+                                                       strstr(threads[pick].msg, "another rank failed"))))
+        pick = r;
+    if (pick >= 0) s = zck__fail(threads[pick].status, "%s", threads[pick].msg);
+  }
+  if (s == ZCK_OK && run.tracker.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.best_checkpoint);
+done:
+  if (s != ZCK_OK) {
+    ze_train_result_free(res);
+    if (run.ds.message) res->message = zck__strdup(run.ds.message);
+  }
+  run_free(&run);
+  return s;
+}

@@ -1,0 +1,89 @@
+/* train.h: the zckpt-train engine as a library: arguments (Hugging Face TrainingArguments
+ * names), one call that trains, and the results the tests look at.
+ *
+ * ze_train_run() builds the model manifest (HF GPT2LMHeadModel names, decay / no-decay param
+ * groups as the HF Trainer makes them), the ZeRO plan, W rank threads over the local comm
+ * backend, and runs the loop:
+ *   for each optimizer step: per micro-batch forward, backward, reduce; clip; AdamW;
+ *   log every logging_steps; evaluate every eval_steps; save every save_steps.
+ * Progress goes to stderr; generated text (if asked) to stdout.
+ */
+#ifndef ZE_TRAIN_H
+#define ZE_TRAIN_H
+
+#include "gpt2.h"
+#include "zck.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ZE_MAX_FREEZE 16
+
+typedef enum ze_gather_mode { ZE_GATHER_ON = 0, ZE_GATHER_OFF, ZE_GATHER_BOTH } ze_gather_mode;
+
+typedef struct ze_train_args {
+  /* ---- model (GPT2Config) */
+  ze_gpt2_config model;
+  /* ---- Hugging Face TrainingArguments */
+  const char *output_dir;           /* NULL: nothing is written */
+  int64_t max_steps;
+  int per_device_train_batch_size;
+  int gradient_accumulation_steps;
+  double learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, max_grad_norm;
+  int64_t warmup_steps;
+  double warmup_ratio;              /* used when warmup_steps == 0 (HF: ceil(ratio * max_steps)) */
+  const char *lr_scheduler_type;    /* "linear" or "constant" */
+  uint64_t seed;
+  bool bf16;
+  int64_t logging_steps, eval_steps, save_steps; /* 0: never (eval_steps 0: only at the end) */
+  int64_t save_total_limit;         /* 0: keep all */
+  bool load_best_model_at_end;
+  const char *metric_for_best_model;
+  const char *resume_from_checkpoint;
+  const char *freeze[ZE_MAX_FREEZE]; /* parameter-name prefixes made frozen */
+  int n_freeze;
+  /* ---- engine */
+  int ranks;                        /* W */
+  int zero_stage;                   /* 0: from the DeepSpeed config, else 2 */
+  const char *device;               /* "cpu" or "cuda" */
+  const char *deepspeed;            /* ds_config.json path or NULL */
+  uint64_t sub_group_size;          /* stage 3 (from the config; default 1e9) */
+  int eval_samples;                 /* evaluation windows */
+  int generate_tokens;              /* 0: no generation */
+  const char *prompt;
+  ze_gather_mode gather_for_generation;
+  bool quiet;                       /* no progress lines */
+  bool keep_params;                 /* return the final weights in the result */
+  const char *dump_dir;             /* write weights + a logits probe for interop tests */
+} ze_train_args;
+
+void ze_train_args_default(ze_train_args *a);
+
+typedef struct ze_train_result {
+  int64_t first_step;               /* 0, or the step resumed from */
+  int64_t steps;                    /* optimizer steps run in this call */
+  float *losses;                    /* [steps] mean training loss of each step */
+  double *grad_norms;               /* [steps] before clipping */
+  double *lrs;                      /* [steps] learning rate used */
+  float *eval_losses;               /* [n_eval] */
+  int64_t *eval_steps_at;           /* [n_eval] global step of each evaluation */
+  size_t n_eval;
+  float final_eval_loss;
+  char *generated[2];               /* text after the prompt: [0] gathered, [1] layer by layer */
+  double gen_seconds[2];
+  size_t gen_peak_bytes[2];         /* peak bytes of gathered parameters while generating */
+  float *params;                    /* keep_params: final weights (fp32 values of the 16-bit
+                                       weights), model order, n_params floats */
+  size_t n_params;
+  char *best_checkpoint;            /* with load_best_model_at_end */
+  char *message;                    /* on failure, when the error is longer than one line
+                                       (the DeepSpeed config mismatch list): the whole text */
+} ze_train_result;
+
+void ze_train_result_free(ze_train_result *r);
+
+/* Trains. On failure the message is in zck_last_error() of the calling thread. */
+zck_status ze_train_run(const ze_train_args *a, ze_train_result *r);
+
+#endif
