@@ -30,7 +30,8 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
       if (d == ZCK_F32 || d == ZCK_F16 || d == ZCK_BF16 || d == ZCK_F64) s.v[i].out_dtype = o.dtype;
     }
   }
-  zck__write_opts wo = {o.threads, o.max_shard_size, o.overwrite != 0, o.progress, o.progress_ctx};
+  zck__write_opts wo = {.threads = o.threads, .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0,
+                        .progress = o.progress, .progress_ctx = o.progress_ctx};
   zck_output_format fmt = o.format ? o.format : zck__output_format_of(out);
   if (st == ZCK_OK) {
     switch (fmt) {

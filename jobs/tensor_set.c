@@ -52,6 +52,8 @@ zck_status zck__set_add(zck__tensor_set *s, const char *name, zck_dtype dtype, i
     }
   }
   e->src = src;
+  e->alias_of = -1;
+  e->tied_to = -1;
   s->n++;
   return ZCK_OK;
 }
@@ -87,7 +89,8 @@ zck_status zck__set_on_free(zck__tensor_set *s, zck__set_cleanup_fn fn, void *ct
 
 uint64_t zck__set_out_bytes(const zck__tensor_set *s) {
   uint64_t total = 0;
-  for (size_t i = 0; i < s->n; i++) total += s->v[i].numel * zck_dtype_size(zck__entry_out_dtype(&s->v[i]));
+  for (size_t i = 0; i < s->n; i++)
+    if (s->v[i].alias_of < 0) total += s->v[i].numel * zck_dtype_size(zck__entry_out_dtype(&s->v[i]));
   return total;
 }
 
@@ -229,14 +232,29 @@ zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
 
 static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
                                 const zck__write_opts *o) {
-  uint64_t *numel = zck__malloc((s->n ? s->n : 1) * sizeof *numel);
-  zck_store *src = zck__malloc((s->n ? s->n : 1) * sizeof *src);
+  if (o && o->fill) return o->fill(o->fill_ctx, s, dst, crc_out);
+  /* entries without a destination (aliases) have nothing to copy */
+  /* one whole-tensor store per entry on both sides; aliases have nothing to copy */
+  size_t n = s->n ? s->n : 1;
+  uint64_t *numel = zck__malloc(n * sizeof *numel);
+  uint32_t *owners = zck__malloc(n * sizeof *owners);
+  zck_store *src = zck__malloc(n * sizeof *src);
+  zck_store *dsts = zck__malloc(n * sizeof *dsts);
+  uint32_t *crcs = zck__calloc(n, sizeof *crcs);
   zck_layout *layout = NULL;
   zck_plan *plan = NULL;
-  zck_status st = (numel && src) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status st = (numel && owners && src && dsts && crcs) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t k = 0;
   if (st == ZCK_OK) {
-    for (size_t i = 0; i < s->n; i++) { numel[i] = s->v[i].numel; src[i] = s->v[i].src; }
-    st = zck_layout_whole(s->n, numel, NULL, s->n, &layout);
+    for (size_t i = 0; i < s->n; i++) {
+      numel[i] = s->v[i].numel;
+      if (dst[i].kind == ZCK_STORE_UNBOUND) continue;
+      owners[k] = (uint32_t)i;
+      src[k] = s->v[i].src;
+      dsts[k] = dst[i];
+      k++;
+    }
+    st = zck_layout_whole(s->n, numel, owners, k, &layout);
   }
   if (st == ZCK_OK) st = zck_plan_build(layout, layout, NULL, &plan);
   if (st == ZCK_OK) {
@@ -244,12 +262,17 @@ static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, 
     eo.threads = o ? o->threads : 0;
     eo.progress = o ? o->progress : NULL;
     eo.progress_ctx = o ? o->progress_ctx : NULL;
-    st = zck_exec_plan(plan, src, dst, crc_out, &eo);
+    st = zck_exec_plan(plan, src, dsts, crc_out ? crcs : NULL, &eo);
   }
+  if (st == ZCK_OK && crc_out)
+    for (size_t j = 0; j < k; j++) crc_out[owners[j]] = crcs[j];
   zck_plan_free(plan);
   zck_layout_free(layout);
   free(numel);
+  free(owners);
   free(src);
+  free(dsts);
+  free(crcs);
   return st;
 }
 
@@ -269,12 +292,15 @@ zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *pat
   zck_store *dst = NULL;
   zck_status st = zck_st_writer_new(&w);
   for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_st_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
+  size_t *slot = zck__calloc(s->n ? s->n : 1, sizeof *slot);
+  if (!slot) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
     zck_st_dtype sd;
     uint64_t shape[ZCK_SET_MAX_DIMS];
+    if (s->v[i].alias_of >= 0) continue;
     st = zck__st_dtype(&s->v[i], &sd);
     zck__shape_u64(&s->v[i], shape);
-    if (st == ZCK_OK) st = zck_st_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, NULL);
+    if (st == ZCK_OK) st = zck_st_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, &slot[i]);
   }
   if (st == ZCK_OK) st = zck_st_writer_layout(w);
   if (st == ZCK_OK && !(o && o->overwrite) && zck__is_file(path))
@@ -285,11 +311,13 @@ zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *pat
     if (!dst) st = ZCK_ERR_NO_MEMORY;
   }
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    const zck_st_tensor *t = zck_st_writer_tensor(w, i);
+    if (s->v[i].alias_of >= 0) continue;
+    const zck_st_tensor *t = zck_st_writer_tensor(w, slot[i]);
     dst[i] = zck_store_fd(zck_st_writer_fd(w), t->offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel, path);
   }
   if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
   if (st == ZCK_OK) st = zck_st_writer_commit(w);
+  free(slot);
   free(dst);
   zck_st_writer_free(w);
   return st;
@@ -306,12 +334,15 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
   zck_store *dst = NULL;
   zck_status st = zck_hf_writer_new(dir, &ho, &w);
   for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_hf_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
+  size_t *slot = zck__calloc(s->n ? s->n : 1, sizeof *slot);
+  if (!slot) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
     zck_st_dtype sd;
     uint64_t shape[ZCK_SET_MAX_DIMS];
+    if (s->v[i].alias_of >= 0) continue;
     st = zck__st_dtype(&s->v[i], &sd);
     zck__shape_u64(&s->v[i], shape);
-    if (st == ZCK_OK) st = zck_hf_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, NULL);
+    if (st == ZCK_OK) st = zck_hf_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, &slot[i]);
   }
   if (st == ZCK_OK) st = zck_hf_writer_layout(w);
   if (st == ZCK_OK) {
@@ -319,11 +350,19 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
     if (!dst) st = ZCK_ERR_NO_MEMORY;
   }
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    zck_hf_slot slot = zck_hf_writer_slot(w, i);
-    dst[i] = zck_store_fd(slot.fd, slot.offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel,
-                          zck_hf_writer_shard_name(w, slot.shard));
+    if (s->v[i].alias_of >= 0) continue;
+    zck_hf_slot hs = zck_hf_writer_slot(w, slot[i]);
+    dst[i] = zck_store_fd(hs.fd, hs.offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel,
+                          zck_hf_writer_shard_name(w, hs.shard));
   }
   if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
+  if (st == ZCK_OK && o && o->torch_bin_too) {
+    char *p = zck_hf_writer_extra_path(w, "pytorch_model.bin");
+    zck__write_opts to = *o;
+    to.overwrite = true;
+    st = p ? zck__write_torch_file(s, p, &to) : ZCK_ERR_NO_MEMORY;
+    free(p);
+  }
   for (size_t i = 0; st == ZCK_OK && i < n_extra; i++) {
     char *p = zck_hf_writer_extra_path(w, extra_names[i]);
     zck__outfile f;
@@ -335,6 +374,7 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
     free(p);
   }
   if (st == ZCK_OK) st = zck_hf_writer_commit(w);
+  free(slot);
   free(dst);
   zck_hf_writer_free(w);
   return st;
@@ -369,16 +409,21 @@ zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, con
     zck_dtype dt = zck__entry_out_dtype(e);
     size_t si;
     uint64_t off;
-    st = zck_torch_writer_add_storage(w, dt, e->numel, &si, &off);
-    if (st != ZCK_OK) break;
+    if (e->tied_to >= 0) {
+      si = ctx[e->tied_to].storage; /* the same storage: torch.load gives tied tensors */
+    } else {
+      st = zck_torch_writer_add_storage(w, dt, e->numel, &si, &off);
+      if (st != ZCK_OK) break;
+    }
     zck_pk *t = zck_torch_writer_tensor(w, si, e->ndim, e->shape, NULL, 0, 0);
     zck_pk *k = zck_pk_new_str(doc, e->name);
     if (!t || !k || !zck_pk_dict_set(doc, root, k, t)) { st = t ? ZCK_ERR_NO_MEMORY : ZCK_ERR_INTERNAL; break; }
     ctx[i] = (zck__torch_dst_ctx){w, si, zck_dtype_size(dt)};
-    dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
+    if (e->tied_to < 0) dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
   }
   if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o);
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++)
+    if (s->v[i].tied_to < 0) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
   if (st == ZCK_OK) st = zck_torch_writer_finish(w, root);
   zck_torch_writer_free(w);
   free(dst);

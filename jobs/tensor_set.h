@@ -22,6 +22,11 @@ typedef struct zck__tensor_entry {
   uint64_t numel;
   zck_store src;              /* row-major elements of the tensor */
   zck_dtype out_dtype;        /* dtype to write (set by the job); INVALID = dtype */
+  int32_t alias_of;           /* >= 0: a tied alias of entry alias_of, holding no data of its
+                                 own: safetensors writers leave it out (save_pretrained does),
+                                 the torch writer makes it a view of the same storage */
+  int32_t tied_to;            /* >= 0: shares the data of that entry (torch files keep the tie
+                                 even when alias_of is cleared to write a copy) */
 } zck__tensor_entry;
 
 /* A cleanup the set runs when freed (closing the files its stores read from). */
@@ -70,10 +75,18 @@ zck__path_kind zck__sniff_path(const char *path);
 zck_output_format zck__output_format_of(const char *out);
 
 /* ---- writers: one plan, executed in parallel, committed atomically */
+/* Fills the reserved outputs: dst[i] is where entry i goes (UNBOUND for aliases); when
+ * crc is non-NULL the filler must store each destination's CRC-32 there (exec's
+ * dst_crc32). The default filler copies every entry from its own src store. */
+typedef zck_status (*zck__fill_fn)(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc);
+
 typedef struct zck__write_opts {
+  zck__fill_fn fill;          /* NULL: copy each entry's src */
+  void *fill_ctx;
   unsigned threads;
   uint64_t max_shard_size;    /* HF directory output; 0 = 5GB */
   bool overwrite;
+  bool torch_bin_too;         /* HF directory: also pytorch_model.bin, in the same commit */
   zck_progress_fn progress;
   void *progress_ctx;
 } zck__write_opts;

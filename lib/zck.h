@@ -126,6 +126,31 @@ typedef struct zck_inspect_opts {
  * directory, on `out` (a FILE *). */
 zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *out);
 
+typedef struct zck_consolidate_opts {
+  const char *tag;            /* NULL: the tag named by `latest` */
+  zck_dtype dtype;            /* INVALID: zero_to_fp32's dtypes (fp32 params, frozen params in
+                                 their 16-bit dtype, floating buffers fp32); else every floating
+                                 tensor is cast to it (round to nearest even) */
+  uint64_t max_shard_size;    /* bytes; 0 = 5GB (HF default) */
+  int exclude_frozen;         /* leave frozen parameters out */
+  int keep_tied;              /* write tied aliases as tensors of their own */
+  int safetensors;            /* write safetensors (default 1) */
+  int torch_bin;              /* write pytorch_model.bin (tied aliases share storage) */
+  int force;                  /* accept a checkpoint that fails the completeness checks */
+  unsigned threads;           /* 0 = all cores */
+  int overwrite;
+  zck_progress_cb progress;
+  void *progress_ctx;
+} zck_consolidate_opts;
+#define ZCK_CONSOLIDATE_OPTS_INIT {NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL}
+
+/* A DeepSpeed ZeRO-1/2/3 checkpoint (root with `latest`, tag folder, or HF checkpoint-N/)
+ * to whole tensors, equal bit for bit to DeepSpeed's zero_to_fp32. OUT: a directory (HF
+ * layout: model.safetensors or shards + index; pytorch_model.bin with torch_bin), or one
+ * *.safetensors / *.bin file. Reads only the fp32 partitions (in place), the frozen and
+ * buffer tensors, never exp_avg / exp_avg_sq. */
+zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

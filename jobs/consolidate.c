@@ -1,0 +1,282 @@
+/* consolidate.c: `zckpt consolidate`: a DeepSpeed ZeRO checkpoint to whole tensors.
+ *
+ * The DeepSpeed reader describes the checkpoint (manifest, ZeRO layout of the fp32
+ * partitions, frozen fragments, buffers, and zero_to_fp32's output recipe); the writer
+ * reserves one output tensor per recipe entry; then one thread pool runs a copy plan per
+ * source part (fp32 partitions, frozen params, buffers, kept aliases) straight from the
+ * rank files into the output files, converting dtypes on the way. Memory is the
+ * executor's staging buffers, whatever the model size.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "deepspeed/deepspeed.h"
+#include "plan.h"
+#include "tensor_set.h"
+
+/* What each set entry is, in deepspeed terms. */
+typedef struct zck__cons_entry {
+  zck_ds_out_kind kind;   /* BUFFER / FROZEN / TRAINABLE (aliases resolved to their source's) */
+  uint32_t index;         /* buffer or param index of the data */
+} zck__cons_entry;
+
+typedef struct zck__cons_ctx {
+  const zck_ds_ckpt *ckpt;
+  zck__cons_entry *entries;   /* [set->n] */
+  unsigned threads;
+  zck_progress_cb progress;
+  void *progress_ctx;
+} zck__cons_ctx;
+
+/* One copy job: every entry of one kind whose data lives in `view`. Entries that need the
+ * same param twice (a kept alias) go to a second job, since a whole-tensor target layout
+ * holds each param once. */
+typedef struct zck__cons_job {
+  zck_layout *dst_layout;
+  zck_plan *plan;
+  zck_store *dst;           /* [n] by target store */
+  uint32_t *crc;            /* [n] */
+  size_t *entry_of_store;   /* [n] */
+  size_t n;
+} zck__cons_job;
+
+static void zck__cons_job_free(zck__cons_job *j) {
+  zck_plan_free(j->plan);
+  zck_layout_free(j->dst_layout);
+  free(j->dst);
+  free(j->crc);
+  free(j->entry_of_store);
+  memset(j, 0, sizeof *j);
+}
+
+/* Takes every entry of `kind` not yet done whose param is not already in this job. */
+static zck_status zck__cons_job_build(zck__cons_job *j, const zck_ds_view *src, const zck__tensor_set *s,
+                                      const zck__cons_ctx *c, const zck_store *dst, zck_ds_out_kind kind,
+                                      uint8_t *done) {
+  memset(j, 0, sizeof *j);
+  size_t n_index = src->layout->n_params;
+  uint64_t *numel = zck__calloc(n_index ? n_index : 1, sizeof *numel);
+  uint8_t *taken = zck__calloc(n_index ? n_index : 1, 1);
+  uint32_t *owners = zck__malloc((s->n ? s->n : 1) * sizeof *owners);
+  j->dst = zck__calloc(s->n ? s->n : 1, sizeof *j->dst);
+  j->crc = zck__calloc(s->n ? s->n : 1, sizeof *j->crc);
+  j->entry_of_store = zck__calloc(s->n ? s->n : 1, sizeof *j->entry_of_store);
+  zck_status st = (numel && taken && owners && j->dst && j->crc && j->entry_of_store) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n_index; i++) numel[i] = src->layout->param_numel[i];
+  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+    const zck__cons_entry *e = &c->entries[i];
+    if (e->kind != kind || dst[i].kind == ZCK_STORE_UNBOUND || done[i]) continue;
+    if (e->index >= n_index) {
+      st = zck__fail(ZCK_ERR_INTERNAL, "tensor %s: index %u outside its part", s->v[i].name, e->index);
+      break;
+    }
+    if (taken[e->index]) continue;
+    taken[e->index] = 1;
+    done[i] = 1;
+    owners[j->n] = e->index;
+    j->dst[j->n] = dst[i];
+    j->entry_of_store[j->n] = i;
+    j->n++;
+  }
+  if (st == ZCK_OK && j->n) st = zck_layout_whole(n_index, numel, owners, j->n, &j->dst_layout);
+  if (st == ZCK_OK && j->n) st = zck_plan_build(src->layout, j->dst_layout, NULL, &j->plan);
+  free(numel);
+  free(taken);
+  free(owners);
+  return st;
+}
+
+static zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out) {
+  const zck__cons_ctx *c = vctx;
+  enum { MAX_JOBS = 24 };
+  zck__cons_job jobs[MAX_JOBS];
+  zck_exec_job ej[MAX_JOBS];
+  size_t nj = 0;
+  uint8_t *done = zck__calloc(s->n ? s->n : 1, 1);
+  if (!done) return ZCK_ERR_NO_MEMORY;
+  zck_ds_view views[3];
+  zck_ds_out_kind kinds[3] = {ZCK_DS_OUT_TRAINABLE, ZCK_DS_OUT_FROZEN, ZCK_DS_OUT_BUFFER};
+  bool have[3] = {false, false, false};
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; i < s->n; i++) {
+    if (c->entries[i].kind == ZCK_DS_OUT_TRAINABLE) have[0] = true;
+    if (c->entries[i].kind == ZCK_DS_OUT_FROZEN) have[1] = true;
+    if (c->entries[i].kind == ZCK_DS_OUT_BUFFER) have[2] = true;
+  }
+  if (have[0]) st = zck_ds_get(c->ckpt, ZCK_DS_FP32, &views[0]);
+  if (st == ZCK_OK && have[1]) st = zck_ds_get(c->ckpt, ZCK_DS_FROZEN, &views[1]);
+  if (st == ZCK_OK && have[2]) {
+    views[2] = zck_ds_buffers(c->ckpt);
+    if (!views[2].layout) st = zck__fail(ZCK_ERR_INTERNAL, "buffers listed but none described");
+  }
+  for (int k = 0; st == ZCK_OK && k < 3; k++) {
+    if (!have[k]) continue;
+    /* the first job takes each param once; kept aliases of it land in the next one */
+    for (;;) {
+      if (nj == MAX_JOBS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "too many names tied to one tensor"); break; }
+      st = zck__cons_job_build(&jobs[nj], &views[k], s, c, dst, kinds[k], done);
+      if (st != ZCK_OK || !jobs[nj].n) { zck__cons_job_free(&jobs[nj]); break; }
+      ej[nj] = (zck_exec_job){jobs[nj].plan, views[k].stores, jobs[nj].dst, crc_out ? jobs[nj].crc : NULL};
+      nj++;
+    }
+  }
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
+    eo.threads = c->threads;
+    eo.progress = c->progress;
+    eo.progress_ctx = c->progress_ctx;
+    st = zck_exec_run(ej, nj, &eo);
+  }
+  for (size_t j = 0; j < nj; j++) {
+    if (st == ZCK_OK && crc_out)
+      for (size_t k = 0; k < jobs[j].n; k++) crc_out[jobs[j].entry_of_store[k]] = jobs[j].crc[k];
+    zck__cons_job_free(&jobs[j]);
+  }
+  free(done);
+  return st;
+}
+
+static bool zck__cons_floating(zck_dtype t) { return t == ZCK_F32 || t == ZCK_F16 || t == ZCK_BF16 || t == ZCK_F64; }
+
+/* The tied-alias map save_pretrained would drop, as metadata {"alias": "source", ...}. */
+static zck_status zck__cons_tied_meta(zck__tensor_set *s) {
+  cJSON *m = NULL;
+  for (size_t i = 0; i < s->n; i++) {
+    if (s->v[i].alias_of < 0) continue;
+    if (!m && !(m = cJSON_CreateObject())) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+    cJSON_AddStringToObject(m, s->v[i].name, s->v[s->v[i].alias_of].name);
+  }
+  if (!m) return ZCK_OK;
+  char *text = cJSON_PrintUnformatted(m);
+  cJSON_Delete(m);
+  if (!text) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  zck_status st = zck__set_add_meta(s, "tied_parameters", text);
+  cJSON_free(text);
+  return st;
+}
+
+/* Side files of an HF checkpoint-N/ folder that make the output loadable on its own. */
+static void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n) {
+  static const char *candidates[] = {"config.json", "generation_config.json"};
+  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+    char *p = zck__path_join(root, candidates[i]);
+    char *text = NULL;
+    if (p && zck__read_small_file(p, 1 << 20, &text, NULL) == ZCK_OK) {
+      char **nn = realloc(*names, (*n + 1) * sizeof *nn);
+      char **tt = realloc(*texts, (*n + 1) * sizeof *tt);
+      if (nn) *names = nn;
+      if (tt) *texts = tt;
+      if (nn && tt) {
+        nn[*n] = strdup(candidates[i]);
+        tt[*n] = text;
+        (*n)++;
+        text = NULL;
+      }
+    }
+    free(text);
+    free(p);
+  }
+  zck_clear_error();
+}
+
+zck_status zck_consolidate(const char *path, const char *out, const zck_consolidate_opts *opts) {
+  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+  if (opts) o = *opts;
+  if (o.dtype != ZCK_DTYPE_INVALID && !zck__cons_floating(o.dtype))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16 or fp16");
+  zck_output_format fmt = zck__output_format_of(out);
+  if (fmt == ZCK_OUT_SAFETENSORS) { o.safetensors = 1; o.torch_bin = 0; }
+  if (fmt == ZCK_OUT_TORCH) { o.safetensors = 0; o.torch_bin = 1; }
+  if (!o.safetensors && !o.torch_bin) return zck__fail(ZCK_ERR_INVALID_ARG, "nothing to write: choose safetensors or pt");
+
+  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
+  dopts.tag = o.tag;
+  zck_ds_ckpt *ck = NULL;
+  ZCK_TRY(zck_ds_open(path, &dopts, &ck));
+  size_t n_out = 0;
+  const zck_ds_output *outs = zck_ds_outputs(ck, &n_out);
+
+  zck__tensor_set s;
+  zck__set_init(&s);
+  zck__cons_entry *entries = zck__calloc(n_out ? n_out : 1, sizeof *entries);
+  int32_t *set_index = zck__malloc((n_out ? n_out : 1) * sizeof *set_index);
+  zck_status st = (entries && set_index) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n_out; i++) {
+    const zck_ds_output *d = &outs[i];
+    set_index[i] = -1;
+    const zck_ds_output *data = d;
+    if (d->kind == ZCK_DS_OUT_ALIAS) {
+      if (d->alias_of < 0 || (size_t)d->alias_of >= n_out || set_index[d->alias_of] < 0) continue; /* source left out */
+      data = &outs[d->alias_of];
+    }
+    if (data->kind == ZCK_DS_OUT_FROZEN && o.exclude_frozen) continue;
+    zck_store unbound = {0};
+    st = zck__set_add(&s, d->name, d->src_dtype, d->ndim, d->shape, unbound);
+    if (st != ZCK_OK) break;
+    zck__tensor_entry *e = &s.v[s.n - 1];
+    e->out_dtype = (o.dtype && zck__cons_floating(d->dtype)) ? o.dtype : d->dtype;
+    if (d->kind == ZCK_DS_OUT_ALIAS) {
+      e->out_dtype = s.v[set_index[d->alias_of]].out_dtype;
+      /* safetensors cannot share storage: an alias is dropped (and recorded) unless kept */
+      e->alias_of = set_index[d->alias_of];
+      e->tied_to = set_index[d->alias_of];
+    }
+    entries[s.n - 1] = (zck__cons_entry){data->kind, data->index};
+    set_index[i] = (int32_t)(s.n - 1);
+  }
+  zck__cons_ctx ctx = {ck, entries, o.threads, o.progress, o.progress_ctx};
+  zck__write_opts wo = {.fill = zck__cons_fill, .fill_ctx = &ctx, .threads = o.threads,
+                        .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0,
+                        .progress = o.progress, .progress_ctx = o.progress_ctx};
+  char **side_names = NULL, **side_texts = NULL;
+  size_t n_side = 0;
+  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) zck__cons_side_files(zck_ds_info_of(ck)->root, &side_names, &side_texts, &n_side);
+
+  if (st == ZCK_OK && o.safetensors) {
+    if (o.keep_tied) {
+      for (size_t i = 0; i < s.n; i++) s.v[i].alias_of = -1; /* written as copies */
+    } else {
+      st = zck__cons_tied_meta(&s);
+    }
+  }
+  if (st == ZCK_OK) {
+    if (fmt == ZCK_OUT_SAFETENSORS) {
+      st = zck__write_safetensors_file(&s, out, &wo);
+    } else if (fmt == ZCK_OUT_TORCH) {
+      st = zck__write_torch_file(&s, out, &wo);
+    } else if (o.safetensors) {
+      wo.torch_bin_too = o.torch_bin != 0; /* pytorch_model.bin joins the same atomic directory */
+      st = zck__write_safetensors_dir(&s, out, &wo, (const char *const *)side_names,
+                                      (const char *const *)side_texts, n_side);
+    } else {
+      zck__outdir d;
+      st = zck__outdir_create(&d, out, o.overwrite != 0);
+      if (st == ZCK_OK) {
+        char *bin = zck__outdir_file(&d, "pytorch_model.bin");
+        st = bin ? zck__write_torch_file(&s, bin, &wo) : ZCK_ERR_NO_MEMORY;
+        free(bin);
+        for (size_t i = 0; st == ZCK_OK && i < n_side; i++) {
+          char *p = zck__outdir_file(&d, side_names[i]);
+          zck__outfile f;
+          st = p ? zck__outfile_create(&f, p) : ZCK_ERR_NO_MEMORY;
+          if (st == ZCK_OK) st = zck__outfile_pwrite(&f, side_texts[i], strlen(side_texts[i]), 0);
+          if (st == ZCK_OK) st = zck__outfile_commit(&f);
+          else if (p) zck__outfile_abort(&f);
+          free(p);
+        }
+        if (st == ZCK_OK) st = zck__outdir_commit(&d);
+      }
+      zck__outdir_abort(&d);
+    }
+  }
+  for (size_t i = 0; i < n_side; i++) { free(side_names[i]); free(side_texts[i]); }
+  free(side_names);
+  free(side_texts);
+  zck__set_free(&s);
+  free(entries);
+  free(set_index);
+  zck_ds_close(ck);
+  return st;
+}

@@ -1,0 +1,85 @@
+/* cmd_consolidate.c: `zckpt consolidate CKPT OUT`. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const char zck__consolidate_help[] =
+  "usage: zckpt consolidate [options] CHECKPOINT OUT\n"
+  "\n"
+  "Turns a DeepSpeed ZeRO-1/2/3 checkpoint into whole tensors, equal bit for bit to\n"
+  "DeepSpeed's zero_to_fp32.py. CHECKPOINT: the save root holding `latest`, a tag\n"
+  "folder (global_stepN), or a Hugging Face checkpoint-N/ folder. OUT: a directory\n"
+  "(model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json),\n"
+  "or one *.safetensors or *.bin file. Reads only the fp32 partitions, in place.\n"
+  "\n"
+  "options:\n"
+  "  --tag TAG                the tag folder to read instead of `latest`\n"
+  "  --dtype fp32|bf16|fp16   cast floating tensors (default: zero_to_fp32's dtypes:\n"
+  "                           fp32 params, frozen params in their 16-bit dtype)\n"
+  "  --max-shard-size SIZE    HF shard size (5GB, 500MB, 2GiB); default 5GB\n"
+  "  --format safetensors|pt|both  pt: pytorch_model.bin; both: the two (default safetensors)\n"
+  "  --exclude-frozen         leave frozen parameters out\n"
+  "  --keep-tied              write tied aliases as tensors too (default: once, as\n"
+  "                           save_pretrained; the alias is recorded in the metadata)\n"
+  "  --threads N              worker threads (default: all cores)\n"
+  "  --overwrite              replace an existing output\n"
+  "  -q, --quiet              no progress bar\n"
+  "  -h, --help               this help\n";
+
+int zck_cmd_consolidate(int argc, char **argv) {
+  static const struct option opts[] = {
+    {"tag", required_argument, 0, 'T'}, {"dtype", required_argument, 0, 'd'},
+    {"max-shard-size", required_argument, 0, 's'}, {"format", required_argument, 0, 'f'},
+    {"exclude-frozen", no_argument, 0, 'x'}, {"keep-tied", no_argument, 0, 'k'},
+    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'},
+    {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+  bool quiet = false;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+    switch (c) {
+    case 'T': o.tag = optarg; break;
+    case 'd':
+      o.dtype = zck_dtype_parse(optarg);
+      if (o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16)
+        return zck_cli_usage_error("consolidate", "--dtype must be fp32, bf16 or fp16, not '%s'", optarg);
+      break;
+    case 's':
+      if (!zck_cli_parse_size(optarg, &o.max_shard_size) || o.max_shard_size == 0)
+        return zck_cli_usage_error("consolidate", "--max-shard-size: cannot read '%s' (e.g. 5GB, 500MB, 2GiB)", optarg);
+      break;
+    case 'f':
+      if (!strcmp(optarg, "safetensors")) { o.safetensors = 1; o.torch_bin = 0; }
+      else if (!strcmp(optarg, "pt")) { o.safetensors = 0; o.torch_bin = 1; }
+      else if (!strcmp(optarg, "both")) { o.safetensors = 1; o.torch_bin = 1; }
+      else return zck_cli_usage_error("consolidate", "--format must be safetensors, pt or both");
+      break;
+    case 'x': o.exclude_frozen = 1; break;
+    case 'k': o.keep_tied = 1; break;
+    case 't': {
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*end || n < 1 || n > 256) return zck_cli_usage_error("consolidate", "--threads must be 1..256");
+      o.threads = (unsigned)n;
+      break;
+    }
+    case 'o': o.overwrite = 1; break;
+    case 'q': quiet = true; break;
+    case 'h': fputs(zck__consolidate_help, stdout); return ZCK_EXIT_OK;
+    default: return zck_cli_usage_error("consolidate", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (argc - optind != 2) return zck_cli_usage_error("consolidate", "expected CHECKPOINT and OUT");
+  zck_cli_progress bar;
+  zck_cli_progress_init(&bar, "consolidate", 0, quiet);
+  o.progress = zck_cli_progress_cb;
+  o.progress_ctx = &bar;
+  zck_status s = zck_consolidate(argv[optind], argv[optind + 1], &o);
+  zck_cli_progress_finish(&bar);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}
