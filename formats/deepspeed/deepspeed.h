@@ -186,21 +186,28 @@ typedef struct zck_ds_write_opts {
                                       bf16.enabled updated); NULL: a minimal config */
   const zck_pk *lr_scheduler;      /* deep-copied; NULL: None */
   const zck_pk *loss_scaler;       /* deep-copied; NULL: LossScaler(cur_scale=1.0, dynamic=False) */
+  const zck_pk *module_attrs;      /* deep-copied BUILD state of `module` ({'_metadata': ...}); NULL: none */
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */
 void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o);
 
 /* Creates <root>/<tag> under a temporary name with every file reserved. m must outlive
- * the writer. Fails with ZCK_ERR_EXISTS if the tag folder exists (unless overwrite). */
+ * the writer. Fails with ZCK_ERR_EXISTS if the tag folder exists (unless overwrite).
+ * The files follow DeepSpeed 0.19.8 (key order included) with these choices: one storage
+ * per tensor (DeepSpeed saves views of its flat buffers); `module` lists the params (in
+ * manifest order, aliases as views of their source's storage) then the buffers; stage-3
+ * placeholders share one empty storage; no zero_to_fp32.py is copied to the root. */
 zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o,
                                 zck_ds_writer **out);
 
-/* Target parts (same meaning as zck_ds_get; stores are callbacks that pwrite into the
- * reserved regions; call from any thread). ZCK_DS_LP: stage 1/2 module tensors of every
+/* Target parts (same meaning as zck_ds_get; stores are write callbacks that pwrite into
+ * the reserved regions, from any thread, and record a CRC-32 per written range so the zip
+ * entries' CRCs are assembled at commit without reading anything back; ranges of one store
+ * must not overlap; elements nobody writes stay zero). ZCK_DS_LP: stage 1/2 module tensors of every
  * owner param (frozen ones included; stage-2 frozen_param_fragments share their storage).
  * ZCK_DS_FROZEN: stage 3 only (frozen_param_fragments per rank). Absent parts:
  * ZCK_ERR_NOT_FOUND. */
@@ -209,11 +216,6 @@ zck_status zck_ds_writer_get(const zck_ds_writer *w, zck_ds_part part, zck_ds_vi
 zck_ds_view zck_ds_writer_buffers(const zck_ds_writer *w, uint32_t rank);
 /* Number of model files (1, or W for stage 3). */
 uint32_t zck_ds_writer_model_files(const zck_ds_writer *w);
-
-/* CRC-32 of a target store's whole data (exec's dst_crc32 gives it). Every store with
- * numel > 0 needs one before commit; a store nobody wrote holds zeros and gets its CRC
- * automatically. For buffers, part is ZCK_DS_PART_COUNT and rank names the model file. */
-void zck_ds_writer_set_crc(zck_ds_writer *w, zck_ds_part part, uint32_t rank, uint32_t store, uint32_t crc);
 
 /* Finishes every file, renames the tag folder into place, then writes `latest`. */
 zck_status zck_ds_writer_commit(zck_ds_writer *w);

@@ -1,0 +1,341 @@
+/* ds_write.c: zck_ds_writer: the geometry of the target checkpoint (ZeRO layout of the
+ * trainable params, lp / frozen / buffer layouts), the files under a temporary tag folder,
+ * the write-callback stores, and the commit (entry CRCs, files, tag folder rename, then
+ * `latest`, each atomic). The pickled trees are built in ds_write_tree.c. */
+#include "ds_writer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- target stores */
+
+static zck_status ws_write(void *ctx, const void *src, uint64_t elem_off, uint64_t count) {
+  zck__ds_wstore *s = ctx;
+  size_t es = zck_dtype_size(s->dtype);
+  uint64_t nbytes = count * es, off = elem_off * es;
+  if (!count) return ZCK_OK;
+  uint32_t crc = zck_crc32(0, src, (size_t)nbytes);
+  /* zck_torch_writer_write keeps per-storage CRC bookkeeping that is not safe for
+   * concurrent writes to one storage, hence the lock. */
+  pthread_mutex_lock(&s->mu);
+  zck_status st = zck_torch_writer_write(s->tw, s->storage, src, (size_t)nbytes, off);
+  if (st == ZCK_OK) {
+    if (s->n_ranges == s->cap_ranges) {
+      size_t nc = s->cap_ranges ? 2 * s->cap_ranges : 8;
+      zck__ds_wrange *nr = realloc(s->ranges, nc * sizeof *nr);
+      if (nr) { s->ranges = nr; s->cap_ranges = nc; }
+    }
+    if (s->n_ranges < s->cap_ranges) s->ranges[s->n_ranges++] = (zck__ds_wrange){off, nbytes, crc};
+    else s->oom = true;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+static const char *keep_name(zck_ds_writer *w, const char *name) {
+  if (w->n_names == w->cap_names) {
+    size_t nc = w->cap_names ? 2 * w->cap_names : 64;
+    char **nn = zck__realloc(w->names, nc * sizeof *nn);
+    if (!nn) return NULL;
+    w->names = nn;
+    w->cap_names = nc;
+  }
+  char *s = zck__strdup(name);
+  if (s) w->names[w->n_names++] = s;
+  return s;
+}
+
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, size_t storage, zck_dtype dt, uint64_t numel,
+                              const char *name, zck_store *out) {
+  if (w->n_ws == w->cap_ws) {
+    size_t nc = w->cap_ws ? 2 * w->cap_ws : 64;
+    zck__ds_wstore **nw = zck__realloc(w->ws, nc * sizeof *nw);
+    if (!nw) return ZCK_ERR_NO_MEMORY;
+    w->ws = nw;
+    w->cap_ws = nc;
+  }
+  zck__ds_wstore *s = zck__calloc(1, sizeof *s);
+  const char *nm = keep_name(w, name);
+  if (!s || !nm) { free(s); return ZCK_ERR_NO_MEMORY; }
+  s->tw = tw;
+  s->storage = storage;
+  s->dtype = dt;
+  s->numel = numel;
+  s->name = nm;
+  pthread_mutex_init(&s->mu, NULL);
+  w->ws[w->n_ws++] = s;
+  *out = zck_store_callback(NULL, ws_write, s, dt, numel, nm);
+  return ZCK_OK;
+}
+
+static int cmp_range(const void *a, const void *b) {
+  const zck__ds_wrange *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The CRC of the whole storage from its written ranges, zeros elsewhere. */
+static zck_status ws_crc(zck__ds_wstore *s, uint32_t *out) {
+  const char *name = s->name;
+  if (s->oom) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory recording written ranges", name);
+  uint64_t total = s->numel * zck_dtype_size(s->dtype), pos = 0;
+  qsort(s->ranges, s->n_ranges, sizeof *s->ranges, cmp_range);
+  uint32_t crc = 0;
+  for (size_t i = 0; i < s->n_ranges; i++) {
+    const zck__ds_wrange *r = &s->ranges[i];
+    if (r->off < pos)
+      return zck__fail(ZCK_ERR_INVALID_ARG, "%s: bytes %llu..%llu written twice (overlapping writes)", name,
+                       (unsigned long long)r->off, (unsigned long long)pos);
+    if (r->off > pos) crc = zck_crc32_combine(crc, zck_crc32_zeros(r->off - pos), r->off - pos);
+    crc = zck_crc32_combine(crc, r->crc, r->len);
+    pos = r->off + r->len;
+  }
+  if (total > pos) crc = zck_crc32_combine(crc, zck_crc32_zeros(total - pos), total - pos);
+  *out = crc;
+  return ZCK_OK;
+}
+
+/* ---- geometry */
+
+static zck_status build_geometry(zck_ds_writer *w) {
+  const zck_model *m = w->m;
+  uint64_t *numels = zck__calloc(m->n_params + 1, sizeof *numels);
+  zck_group_spec *gspecs = zck__calloc(m->n_groups + 1, sizeof *gspecs);
+  uint32_t *tmem = NULL;
+  zck_status s = ZCK_OK;
+  if (!numels || !gspecs) { s = ZCK_ERR_NO_MEMORY; goto out; }
+  zck_model_numels(m, numels);
+  size_t total = 0;
+  for (size_t g = 0; g < m->n_groups; g++) {
+    size_t n = zck_model_group_trainable(m, (uint32_t)g, NULL, 0);
+    if (!n) {
+      /* DeepSpeed drops empty groups and crashes on groups without trainable params */
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "param group %zu has no trainable parameter; DeepSpeed cannot load it", g);
+      goto out;
+    }
+    total += n;
+  }
+  tmem = zck__calloc(total + 1, sizeof *tmem);
+  w->flat_mem = zck__calloc(total + 1, sizeof *w->flat_mem);
+  if (!tmem || !w->flat_mem) { s = ZCK_ERR_NO_MEMORY; goto out; }
+  size_t k = 0;
+  for (size_t g = 0; g < m->n_groups; g++) {
+    size_t n = zck_model_group_trainable(m, (uint32_t)g, tmem + k, total - k);
+    gspecs[g] = (zck_group_spec){tmem + k, n, (int32_t)g};
+    k += n;
+  }
+  if (w->stage <= 2) {
+    /* flat order = group order, or DeepSpeed's round-robin order */
+    w->flat = zck__calloc(m->n_groups + 1, sizeof *w->flat);
+    if (!w->flat) { s = ZCK_ERR_NO_MEMORY; goto out; }
+    for (size_t g = 0, at = 0; g < m->n_groups; g++) {
+      uint32_t *dst = w->flat_mem + at;
+      if (w->o.round_robin) zck_round_robin_order(gspecs[g].params, gspecs[g].n_params, w->w, dst);
+      else memcpy(dst, gspecs[g].params, gspecs[g].n_params * sizeof *dst);
+      w->flat[g] = (zck_group_spec){dst, gspecs[g].n_params, (int32_t)g};
+      at += gspecs[g].n_params;
+    }
+    w->n_flat = m->n_groups;
+    ZCK_CHECK_GOTO(zck_layout_zero12(m->n_params, numels, w->flat, w->n_flat, w->w, w->o.param_align, &w->train), s, out);
+  } else {
+    ZCK_CHECK_GOTO(zck_zero3_sub_groups(numels, gspecs, m->n_groups, w->w, w->sub_group_size, &w->subs_alloc, &w->n_flat),
+                   s, out);
+    w->flat = w->subs_alloc;
+    ZCK_CHECK_GOTO(zck_layout_zero3(m->n_params, numels, w->flat, w->n_flat, w->w, &w->train), s, out);
+  }
+  /* lp module weights (stage 1/2) and frozen fragments (stage 3) */
+  w->owners = zck__calloc(m->n_params + 1, sizeof *w->owners);
+  w->frozen = zck__calloc(m->n_params + 1, sizeof *w->frozen);
+  if (!w->owners || !w->frozen) { s = ZCK_ERR_NO_MEMORY; goto out; }
+  for (size_t p = 0; p < m->n_params; p++) {
+    if (m->params[p].tied_to >= 0) continue;
+    w->owners[w->n_owners++] = (uint32_t)p;
+    if (m->params[p].frozen) w->frozen[w->n_frozen++] = (uint32_t)p;
+  }
+  if (w->stage <= 2) {
+    ZCK_CHECK_GOTO(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout), s, out);
+  } else if (w->n_frozen) {
+    zck_group_spec *fs = zck__calloc(w->n_frozen, sizeof *fs);
+    if (!fs) { s = ZCK_ERR_NO_MEMORY; goto out; }
+    for (size_t i = 0; i < w->n_frozen; i++) fs[i] = (zck_group_spec){&w->frozen[i], 1, -1};
+    s = zck_layout_zero3(m->n_params, numels, fs, w->n_frozen, w->w, &w->frozen_layout);
+    free(fs);
+    if (s != ZCK_OK) goto out;
+  }
+  if (m->n_buffers) {
+    uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);
+    if (!bn) { s = ZCK_ERR_NO_MEMORY; goto out; }
+    for (size_t b = 0; b < m->n_buffers; b++) bn[b] = m->buffers[b].numel;
+    s = zck_layout_whole(m->n_buffers, bn, NULL, m->n_buffers, &w->buffer_layout);
+    free(bn);
+  }
+out:
+  free(numels);
+  free(gspecs);
+  free(tmem);
+  return s;
+}
+
+/* ---- create / commit / free */
+
+static zck_status check_opts(const zck_model *m, const zck_ds_write_opts *o, zck_dtype lp) {
+  if (o->stage < 1 || o->stage > 3) return zck__fail(ZCK_ERR_INVALID_ARG, "ZeRO stage %d: must be 1, 2 or 3", o->stage);
+  if (o->world_size < 1 || o->world_size > (1u << 20))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "world size %u: must be 1..%u", o->world_size, 1u << 20);
+  if (lp != ZCK_BF16 && lp != ZCK_F16 && lp != ZCK_F32)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "training dtype %s: must be bfloat16, float16 or float32", zck_dtype_name(lp));
+  if (o->tag) ZCK_TRY(zck__ds_check_tag(o->tag, "tag"));
+  if (o->stage == 3 && o->param_align > 1)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "parameter_alignment applies to ZeRO stage 1/2 only");
+  for (size_t p = 0; p < m->n_params; p++)
+    if (m->params[p].tied_to < 0 && !m->params[p].frozen && m->params[p].group < 0 && m->params[p].numel > 0)
+      return zck__fail(ZCK_ERR_INVALID_ARG, "trainable parameter '%s' is in no param group", m->params[p].name);
+  return ZCK_OK;
+}
+
+zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o, zck_ds_writer **out) {
+  ZCK_ASSERT(root && m && o && out);
+  *out = NULL;
+  zck_dtype lp = o->lp_dtype;
+  for (size_t p = 0; lp == ZCK_DTYPE_INVALID && p < m->n_params; p++)
+    if (!m->params[p].frozen && m->params[p].tied_to < 0) lp = m->params[p].dtype;
+  ZCK_TRY(check_opts(m, o, lp));
+  zck_ds_writer *w = zck__calloc(1, sizeof *w);
+  if (!w) return ZCK_ERR_NO_MEMORY;
+  w->m = m;
+  w->o = *o;
+  w->lp = lp;
+  w->w = o->world_size;
+  w->stage = o->stage;
+  w->sub_group_size = o->sub_group_size ? o->sub_group_size : ZCK__DS_DEFAULT_SUB_GROUP_SIZE;
+  w->root = zck__strdup(root);
+  w->tag = o->tag ? zck__strdup(o->tag) : zck__sprintf("global_step%lld", (long long)o->global_steps);
+  w->ds_version = zck__strdup(o->ds_version ? o->ds_version : ZCK__DS_DEFAULT_VERSION);
+  w->o.tag = w->tag;
+  w->o.ds_version = w->ds_version;
+  w->n_models = w->stage == 3 ? w->w : 1;
+  zck_status s = ZCK_OK;
+  if (!w->root || !w->tag || !w->ds_version) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+  ZCK_CHECK_GOTO(build_geometry(w), s, fail);
+  {
+    char *final = zck__path_join(root, w->tag);
+    if (!final) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+    s = zck__outdir_create(&w->dir, final, o->overwrite);
+    free(final);
+    if (s != ZCK_OK) goto fail;
+  }
+  w->model_w = zck__calloc(w->n_models, sizeof *w->model_w);
+  w->model_root = zck__calloc(w->n_models, sizeof *w->model_root);
+  w->optim_w = zck__calloc(w->w, sizeof *w->optim_w);
+  w->optim_root = zck__calloc(w->w, sizeof *w->optim_root);
+  if (!w->model_w || !w->model_root || !w->optim_w || !w->optim_root) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+  for (int p = 0; p < ZCK_DS_PART_COUNT; p++) {
+    const zck_layout *l = p <= ZCK_DS_EXP_AVG_SQ ? w->train : p == ZCK_DS_LP ? w->lp_layout : w->frozen_layout;
+    if (!l || (!o->has_optimizer_state && (p == ZCK_DS_EXP_AVG || p == ZCK_DS_EXP_AVG_SQ))) continue;
+    w->n_stores[p] = l->n_stores;
+    if (!(w->stores[p] = zck__calloc(l->n_stores + 1, sizeof(zck_store)))) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+  }
+  if (m->n_buffers && !(w->buffer_stores = zck__calloc((size_t)w->n_models * m->n_buffers, sizeof(zck_store)))) {
+    s = ZCK_ERR_NO_MEMORY;
+    goto fail;
+  }
+  for (uint32_t r = 0; r < w->n_models; r++) ZCK_CHECK_GOTO(zck__ds_build_model_file(w, r), s, fail);
+  for (uint32_t r = 0; r < w->w; r++) ZCK_CHECK_GOTO(zck__ds_build_optim_file(w, r), s, fail);
+  *out = w;
+  return ZCK_OK;
+fail:
+  zck_ds_writer_free(w);
+  return s;
+}
+
+zck_status zck_ds_writer_get(const zck_ds_writer *w, zck_ds_part part, zck_ds_view *out) {
+  ZCK_ASSERT(part >= 0 && part < ZCK_DS_PART_COUNT);
+  memset(out, 0, sizeof *out);
+  if (!w->stores[part]) {
+    const char *why = part == ZCK_DS_LP ? "stage-3 model files hold no 16-bit weights"
+                      : part == ZCK_DS_FROZEN ? (w->stage <= 2 ? "stage 1/2 frozen params are part of the LP module weights"
+                                                               : "no frozen parameters")
+                                              : "the writer was created without optimizer state";
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s/%s: %s", w->root, w->tag, why);
+  }
+  out->layout = part <= ZCK_DS_EXP_AVG_SQ ? w->train : part == ZCK_DS_LP ? w->lp_layout : w->frozen_layout;
+  out->stores = w->stores[part];
+  return ZCK_OK;
+}
+
+zck_ds_view zck_ds_writer_buffers(const zck_ds_writer *w, uint32_t rank) {
+  ZCK_ASSERT(rank < w->n_models);
+  zck_ds_view v = {w->buffer_layout, w->buffer_stores ? w->buffer_stores + (size_t)rank * w->m->n_buffers : NULL};
+  return v;
+}
+
+uint32_t zck_ds_writer_model_files(const zck_ds_writer *w) { return w->n_models; }
+
+zck_status zck_ds_writer_commit(zck_ds_writer *w) {
+  ZCK_ASSERT(!w->committed);
+  for (size_t i = 0; i < w->n_ws; i++) {
+    uint32_t crc = 0;
+    ZCK_TRY(ws_crc(w->ws[i], &crc));
+    zck_torch_writer_set_crc(w->ws[i]->tw, w->ws[i]->storage, crc);
+  }
+  for (uint32_t r = 0; r < w->n_models; r++) {
+    zck_status s = zck_torch_writer_finish(w->model_w[r], w->model_root[r]);
+    zck_torch_writer_free(w->model_w[r]);
+    w->model_w[r] = NULL;
+    ZCK_TRY(s);
+  }
+  for (uint32_t r = 0; r < w->w; r++) {
+    zck_status s = zck_torch_writer_finish(w->optim_w[r], w->optim_root[r]);
+    zck_torch_writer_free(w->optim_w[r]);
+    w->optim_w[r] = NULL;
+    ZCK_TRY(s);
+  }
+  ZCK_TRY(zck__outdir_commit(&w->dir));
+  w->committed = true;
+  if (!w->o.save_latest) return ZCK_OK;
+  /* `latest` last: a reader that sees it finds the whole tag folder */
+  char *latest = zck__path_join(w->root, "latest");
+  if (!latest) return ZCK_ERR_NO_MEMORY;
+  zck__outfile f;
+  zck_status s = zck__outfile_create(&f, latest);
+  free(latest);
+  if (s != ZCK_OK) return s;
+  s = zck__outfile_pwrite(&f, w->tag, strlen(w->tag), 0);
+  if (s == ZCK_OK) s = zck__outfile_commit(&f);
+  if (s != ZCK_OK) zck__outfile_abort(&f);
+  return s;
+}
+
+void zck_ds_writer_free(zck_ds_writer *w) {
+  if (!w) return;
+  for (uint32_t r = 0; w->model_w && r < w->n_models; r++) zck_torch_writer_free(w->model_w[r]);
+  for (uint32_t r = 0; w->optim_w && r < w->w; r++) zck_torch_writer_free(w->optim_w[r]);
+  free(w->model_w);
+  free(w->optim_w);
+  free(w->model_root);
+  free(w->optim_root);
+  zck__outdir_abort(&w->dir);  /* after a commit: only frees the names (the tree was renamed) */
+  for (size_t i = 0; i < w->n_ws; i++) {
+    pthread_mutex_destroy(&w->ws[i]->mu);
+    free(w->ws[i]->ranges);
+    free(w->ws[i]);
+  }
+  free(w->ws);
+  for (size_t i = 0; i < w->n_names; i++) free(w->names[i]);
+  free(w->names);
+  for (int p = 0; p < ZCK_DS_PART_COUNT; p++) free(w->stores[p]);
+  free(w->buffer_stores);
+  zck_layout_free(w->train);
+  zck_layout_free(w->lp_layout);
+  zck_layout_free(w->frozen_layout);
+  zck_layout_free(w->buffer_layout);
+  if (w->stage <= 2) free(w->flat);
+  free(w->subs_alloc);
+  free(w->flat_mem);
+  free(w->owners);
+  free(w->frozen);
+  free(w->root);
+  free(w->tag);
+  free(w->ds_version);
+  free(w);
+}

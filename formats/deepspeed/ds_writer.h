@@ -1,0 +1,71 @@
+/* ds_writer.h: the writer's internals, shared by ds_write.c (layout of the files),
+ * ds_write_tree.c (the pickled objects) and ds_copy.c. */
+#ifndef ZCK_DS_WRITER_H
+#define ZCK_DS_WRITER_H
+
+#include "ds_internal.h"
+
+#include <pthread.h>
+
+/* One reserved tensor region that callers fill: a storage of a torch writer. Written
+ * ranges are recorded with their CRC-32 so the entry CRC is assembled at commit. */
+typedef struct zck__ds_wrange {
+  uint64_t off, len;        /* bytes */
+  uint32_t crc;
+} zck__ds_wrange;
+
+typedef struct zck__ds_wstore {
+  zck_torch_writer *tw;
+  size_t storage;
+  zck_dtype dtype;
+  uint64_t numel;
+  const char *name;         /* for messages */
+  pthread_mutex_t mu;
+  zck__ds_wrange *ranges;
+  size_t n_ranges, cap_ranges;
+  bool oom;
+} zck__ds_wstore;
+
+struct zck_ds_writer {
+  const zck_model *m;
+  zck_ds_write_opts o;
+  char *tag, *ds_version, *root;
+  zck_dtype lp;
+  uint32_t w;
+  int stage;
+  uint64_t sub_group_size;
+  zck__outdir dir;
+  bool committed;
+  /* geometry */
+  zck_layout *train, *lp_layout, *frozen_layout, *buffer_layout;
+  zck_group_spec *flat;             /* flat groups (stage 1/2) or sub-groups (stage 3) */
+  size_t n_flat;
+  uint32_t *flat_mem;               /* storage for flat[].params (stage 1/2) */
+  zck_group_spec *subs_alloc;       /* zck_zero3_sub_groups allocation (stage 3) */
+  uint32_t *frozen;                 /* frozen owner params */
+  size_t n_frozen;
+  uint32_t *owners;                 /* non-alias params (stage 1/2 LP stores) */
+  size_t n_owners;
+  /* files */
+  uint32_t n_models;
+  zck_torch_writer **model_w, **optim_w;
+  zck_pk **model_root, **optim_root;
+  /* target stores */
+  zck__ds_wstore **ws;              /* all of them (stable addresses: callback contexts) */
+  size_t n_ws, cap_ws;
+  char **names;                     /* store names for messages */
+  size_t n_names, cap_names;
+  zck_store *stores[ZCK_DS_PART_COUNT];
+  size_t n_stores[ZCK_DS_PART_COUNT];
+  zck_store *buffer_stores;         /* [n_models * n_buffers] */
+};
+
+/* ds_write_tree.c: builds the model-states and optimizer-states trees of rank r,
+ * reserving storages and registering target stores. */
+zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r);
+zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r);
+/* Registers a target store for storage `storage` of tw; *out receives its callback store. */
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, size_t storage, zck_dtype dt, uint64_t numel,
+                              const char *name, zck_store *out);
+
+#endif
