@@ -14,6 +14,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zckpt-train: %s (see 'zckpt-train --help')\n", err);
     return 2;
   }
+  if (ze_train_check_args(&a) != ZCK_OK) {
+    fprintf(stderr, "zckpt-train: %s (see 'zckpt-train --help')\n", zck_last_error());
+    return 2;
+  }
   ze_train_result r;
   zck_status s = ze_train_run(&a, &r);
   if (s != ZCK_OK) {

@@ -390,7 +390,7 @@ static void *rank_main(void *arg) {
 
 // ---- the run
 
-static zck_status check_args(const ze_train_args *a) {
+zck_status ze_train_check_args(const ze_train_args *a) {
   char why[128];
   ZCK_FAIL_IF(!ze_gpt2_config_valid(&a->model, why, sizeof why), ZCK_ERR_INVALID_ARG, "model: %s", why);
   ZCK_FAIL_IF(a->model.vocab_size < 256, ZCK_ERR_INVALID_ARG, "model: the byte-level vocabulary needs 256 entries");
@@ -433,7 +433,7 @@ static void run_free(ze_run *run) {
 
 zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   memset(res, 0, sizeof *res);
-  ZCK_TRY(check_args(a));
+  ZCK_TRY(ze_train_check_args(a));
   ze_run run;
   memset(&run, 0, sizeof run);
   run.a = a;
@@ -444,17 +444,15 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   ze_rank_thread threads[ZE_MAX_RANKS];
   int W = a->ranks;
 
+  if (!strcmp(a->device, "cuda"))
+    return zck__fail(ZCK_ERR_NO_DEVICE, "--device cuda: %s; this zckpt-train runs on the CPU only (--device cpu)",
+                     zck_cuda_built() ? "the CUDA engine is not written yet" : "built without CUDA");
   /* DeepSpeed config: given, or the one a plain run amounts to */
   if (a->deepspeed)
     s = ze_ds_config_load(a->deepspeed, a, &run.ds);
   else
     s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run.ds);
   if (s != ZCK_OK) goto done;
-  if (!strcmp(a->device, "cuda")) {
-    s = zck__fail(ZCK_ERR_NO_DEVICE, "--device cuda: this zckpt-train runs on the CPU only (%s)",
-                  zck_cuda_built() ? "the CUDA engine is not written yet" : "built without CUDA");
-    goto done;
-  }
   ZCK_CHECK_GOTO(ze_build_manifest(a, &run.cfg, run.ds.has_optimizer, &run.model), s, done);
   run.n_specs = ze_gpt2_n_tensors(&run.cfg);
   run.specs = zck__calloc(run.n_specs, sizeof *run.specs);

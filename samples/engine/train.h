@@ -83,6 +83,8 @@ typedef struct ze_train_result {
 
 void ze_train_result_free(ze_train_result *r);
 
+/* The checks of the arguments alone (usage errors: the CLI exits 2 on them). */
+zck_status ze_train_check_args(const ze_train_args *a);
 /* Trains. On failure the message is in zck_last_error() of the calling thread. */
 zck_status ze_train_run(const ze_train_args *a, ze_train_result *r);
 

@@ -1,0 +1,77 @@
+#!/bin/sh
+# cli_train.sh ZCKPT_TRAIN: the zckpt-train command line: help, usage errors (exit 2, one line
+# pointing to --help), runtime errors (exit 1, "zckpt-train: error: ..."), a short run's
+# progress lines, and the same output from two identical runs.
+set -u
+BIN=$1
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect RC NEEDLE ARGS...: exit code RC and NEEDLE in stderr
+expect() {
+  rc=$1; needle=$2; shift 2
+  "$BIN" "$@" >"$T/out" 2>"$T/err"
+  got=$?
+  [ "$got" = "$rc" ] || fail "$*: exit $got, expected $rc; stderr: $(cat "$T/err")"
+  grep -qF -- "$needle" "$T/err" || fail "$*: stderr lacks '$needle': $(cat "$T/err")"
+}
+
+"$BIN" --help >"$T/out" 2>"$T/err" || fail "--help exit $?"
+grep -q "^usage: zckpt-train" "$T/out" || fail "--help: no usage on stdout"
+grep -q -- "--per-device-train-batch-size" "$T/out" || fail "--help: options missing"
+[ -s "$T/err" ] && fail "--help wrote to stderr"
+"$BIN" --version | grep -q "^zckpt-train " || fail "--version"
+
+U="(see 'zckpt-train --help')"
+expect 2 "zckpt-train: unknown option '--bogus' $U" --bogus
+expect 2 "--max-steps: 'abc' is not an integer" --max-steps abc
+expect 2 "--learning-rate needs a value" --learning-rate
+expect 2 "--ranks 0: must be in [1, 64]" --ranks 0
+expect 2 "--zero-stage 5: must be 1, 2 or 3" --zero-stage 5
+expect 2 "--device tpu: must be cpu or cuda" --device tpu
+expect 2 "unexpected argument 'extra'" extra
+expect 2 "--bf16: 'maybe' is not true or false" --bf16=maybe
+expect 2 "--gather-for-generation: 'sometimes'" --gather-for-generation sometimes
+expect 2 "--max-steps must be positive" --max-steps 0
+expect 2 "--lr-scheduler-type cosine" --lr-scheduler-type cosine
+expect 2 "--load-best-model-at-end needs --eval-steps" --load-best-model-at-end
+expect 2 "round multiple of the evaluation steps, but found 5, which is not a round multiple of 2" \
+  --load-best-model-at-end --eval-steps 2 --save-steps 5 --output-dir "$T/o"
+n=$(wc -l <"$T/err")
+[ "$n" = 1 ] || fail "a usage error printed $n lines"
+
+expect 1 "zckpt-train: error: --device cuda:" --device cuda --max-steps 1
+expect 1 "zckpt-train: error: /nonexistent.json" --deepspeed /nonexistent.json
+cat >"$T/ds.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto", "gradient_clipping": 0.5,
+ "bf16": {"enabled": true}, "zero_optimization": {"stage": 3}}
+JSON
+expect 1 "zckpt-train: error: Please correct the following DeepSpeed config values that mismatch TrainingArguments values:" \
+  --deepspeed "$T/ds.json" --per-device-train-batch-size 2
+grep -qxF -- "- ds train_micro_batch_size_per_gpu=4 vs hf per_device_train_batch_size=2" "$T/err" || fail "mismatch 1"
+grep -qxF -- "- ds gradient_clipping=0.5 vs hf max_grad_norm=1.0" "$T/err" || fail "mismatch 2"
+grep -qxF -- "- ds bf16.enabled=True vs hf bf16|bf16_full_eval=False" "$T/err" || fail "mismatch 3"
+grep -qxF -- "The easiest method is to set these DeepSpeed config values to 'auto'." "$T/err" || fail "mismatch tail"
+
+# a short run: one progress line per logging step, nothing on stdout; underscores accepted
+run() {
+  "$BIN" --max-steps 4 --logging-steps 2 --per_device_train_batch_size 2 --ranks 2 --n-positions 16 \
+    --n-embd 16 --n-head 2 --eval-samples 2 --deepspeed "$T/ds3.json" --bf16 "$@"
+}
+cat >"$T/ds3.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_clipping": "auto",
+ "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": "auto"}}
+JSON
+run >"$T/out1" 2>"$T/err1" || fail "run: exit $?: $(cat "$T/err1")"
+[ -s "$T/out1" ] && fail "run wrote to stdout"
+[ "$(grep -c '^step ' "$T/err1")" = 2 ] || fail "expected 2 progress lines: $(cat "$T/err1")"
+grep -q "ZeRO-3 on 2 ranks" "$T/err1" || fail "banner: $(cat "$T/err1")"
+run >"$T/out2" 2>"$T/err2" || fail "second run"
+sed 's/ | [0-9.]* ms\/step//' "$T/err1" >"$T/a"
+sed 's/ | [0-9.]* ms\/step//' "$T/err2" >"$T/b"
+cmp -s "$T/a" "$T/b" || fail "two identical runs printed different losses"
+# generation prints prompt + text on stdout
+run --generate-tokens 4 --prompt "1+1=" --gather-for-generation both >"$T/out3" 2>/dev/null || fail "generation run"
+[ "$(grep -c '^\[gather_for_generation=o' "$T/out3")" = 2 ] || fail "generation output: $(cat "$T/out3")"
+echo ok
