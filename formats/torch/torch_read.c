@@ -115,35 +115,47 @@ typedef struct pathfind {
   int depth;
 } pathfind;
 
+/* Objects (tensors, classes) add no path component: the message names the nearest
+ * dict key or list index holding them. */
 static int pf_walk(pathfind *p, const zck_pk *n) {
   if (!n) return 0;
   if (n == p->target) return 1;
   if (p->depth >= 64 || zck__ptrmap_get(&p->seen, n) != SIZE_MAX) return 0;
   if (!zck__ptrmap_put(&p->seen, n, 1)) return 0;
-  int d = p->depth++;
-  int found = 0;
+  int d = p->depth;
   if (n->kind == ZCK_PK_DICT) {
-    for (size_t i = 0; i < n->u.dict.len && !found; i++) {
+    p->depth++;
+    for (size_t i = 0; i < n->u.dict.len; i++) {
       const zck_pk *k = n->u.dict.keys[i];
       if (k->kind == ZCK_PK_STR) p->parts[d] = k->u.str.data;
       else if (k->kind == ZCK_PK_INT) { snprintf(p->idx[d], sizeof p->idx[d], "%lld", (long long)k->u.i); p->parts[d] = p->idx[d]; }
       else p->parts[d] = "?";
-      found = pf_walk(p, n->u.dict.values[i]);
+      if (pf_walk(p, n->u.dict.values[i])) return 1;
     }
-  } else if (n->kind == ZCK_PK_LIST || n->kind == ZCK_PK_TUPLE || n->kind == ZCK_PK_SET) {
-    for (size_t i = 0; i < n->u.seq.len && !found; i++) {
+    p->depth--;
+    return pf_walk(p, n->u.dict.attrs);
+  }
+  if (n->kind == ZCK_PK_LIST || n->kind == ZCK_PK_TUPLE || n->kind == ZCK_PK_SET) {
+    p->depth++;
+    for (size_t i = 0; i < n->u.seq.len; i++) {
       snprintf(p->idx[d], sizeof p->idx[d], "%zu", i);
       p->parts[d] = p->idx[d];
-      found = pf_walk(p, n->u.seq.items[i]);
+      if (pf_walk(p, n->u.seq.items[i])) return 1;
     }
-  } else if (n->kind == ZCK_PK_OBJECT) {
-    const zck_pk *c = n->u.obj.callable;
-    p->parts[d] = c && c->kind == ZCK_PK_GLOBAL ? c->u.global.name : "?";
-    found = pf_walk(p, n->u.obj.args) || pf_walk(p, n->u.obj.state) || pf_walk(p, n->u.obj.dict_items) ||
-            pf_walk(p, n->u.obj.list_items);
+    p->depth--;
+    return 0;
   }
-  if (!found) p->depth--;
-  return found;
+  if (n->kind == ZCK_PK_OBJECT) {
+    const zck_pk *a = n->u.obj.args;
+    if (a && a->kind == ZCK_PK_TUPLE) {
+      if (a == p->target) return 1;
+      for (size_t i = 0; i < a->u.seq.len; i++)
+        if (pf_walk(p, a->u.seq.items[i])) return 1;
+    }
+    return pf_walk(p, n->u.obj.state) || pf_walk(p, n->u.obj.dict_items) || pf_walk(p, n->u.obj.list_items);
+  }
+  if (n->kind == ZCK_PK_PERSID) return pf_walk(p, n->u.persid.pid);
+  return 0;
 }
 
 void zck__torch_path_of(const zck_torch_file *f, const zck_pk *node, char *buf, size_t n) {
