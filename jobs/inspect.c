@@ -8,8 +8,8 @@
 #include "tensor_set.h"
 #include "torch/torch.h"
 
-/* DeepSpeed checkpoints are described by inspect_deepspeed.c when that format is built. */
-zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out) __attribute__((weak));
+/* DeepSpeed checkpoints: inspect_deepspeed.c. */
+zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
 
 static void zck__shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, n, "[");
@@ -199,8 +199,7 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
   case ZCK__PATH_SAFETENSORS:
   case ZCK__PATH_HF_DIR: return zck__inspect_safetensors(path, &o, out);
   case ZCK__PATH_DEEPSPEED:
-    if (zck__inspect_deepspeed) return zck__inspect_deepspeed(path, &o, out);
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: DeepSpeed checkpoints need the deepspeed format", path);
+    return zck__inspect_deepspeed(path, &o, out);
   default: break;
   }
   zck__tensor_set s;
