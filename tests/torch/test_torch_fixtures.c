@@ -10,22 +10,14 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 
-static int check_file(const char *dir, const char *json_name) {
+/* One .pt described by doc ("tensors", and "weights_only": true or "rejected: ..."). */
+static int check_pt(const char *dir, cJSON *doc, const char *file, cJSON *wo) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/%s", dir, json_name);
-  unsigned char *js;
-  size_t jn;
-  ZT_ASSERT(zt_read_file(path, &js, &jn) == 0);
-  cJSON *doc = cJSON_ParseWithLength((const char *)js, jn);
-  ZT_ASSERT(doc);
-  const char *file = cJSON_GetObjectItem(doc, "file")->valuestring;
   snprintf(path, sizeof path, "%s/%s", dir, file);
   zck_torch_file *f;
   if (cJSON_IsTrue(cJSON_GetObjectItem(doc, "legacy_format"))) {
     ZT_ERR(zck_torch_open(path, NULL, &f), ZCK_ERR_UNSUPPORTED, "legacy torch serialization");
     printf("%s: legacy format rejected: %s\n", file, zck_last_error());
-    cJSON_Delete(doc);
-    free(js);
     return 0;
   }
   ZT_OK(zck_torch_open(path, NULL, &f));
@@ -76,7 +68,6 @@ static int check_file(const char *dir, const char *json_name) {
     free(buf);
   }
   ZT_EQ_INT(nn, expected);
-  cJSON *wo = cJSON_GetObjectItem(doc, "weights_only");
   zck_status ws = zck_torch_check_weights_only(f);
   if (cJSON_IsTrue(wo)) {
     if (ws != ZCK_OK) ZT_FAIL("%s: torch accepts it with weights_only, we say: %s", file, zck_last_error());
@@ -87,9 +78,31 @@ static int check_file(const char *dir, const char *json_name) {
   printf("%s: %d tensors, %zu storages ok\n", file, expected, zck_torch_storage_count(f));
   zck_torch_named_free(named, nn);
   zck_torch_close(f);
+  return 1;
+}
+
+static int check_file(const char *dir, const char *json_name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, json_name);
+  unsigned char *js;
+  size_t jn;
+  ZT_ASSERT(zt_read_file(path, &js, &jn) == 0);
+  cJSON *doc = cJSON_ParseWithLength((const char *)js, jn);
+  ZT_ASSERT(doc);
+  int n = 0;
+  cJSON *file = cJSON_GetObjectItem(doc, "file"), *files = cJSON_GetObjectItem(doc, "files");
+  if (cJSON_IsString(file)) n += check_pt(dir, doc, file->valuestring, cJSON_GetObjectItem(doc, "weights_only"));
+  for (cJSON *e = files ? files->child : NULL; e; e = e->next) {   /* several files, one content */
+    cJSON *load = cJSON_GetObjectItem(e, "load");
+    cJSON *w = load ? cJSON_GetObjectItem(load, "weights_only") : NULL;
+    cJSON *verdict = cJSON_CreateBool(w && cJSON_IsString(w) && !strcmp(w->valuestring, "ok"));
+    if (!cJSON_IsTrue(verdict)) { cJSON_Delete(verdict); verdict = cJSON_CreateString(w && cJSON_IsString(w) ? w->valuestring : "?"); }
+    n += check_pt(dir, doc, e->string, verdict);
+    cJSON_Delete(verdict);
+  }
   cJSON_Delete(doc);
   free(js);
-  return 1;
+  return n;
 }
 
 int main(void) {
