@@ -1,29 +1,761 @@
-/* ckpt.c: placeholder until the DeepSpeed writer lands. */
+/* ckpt.c: HF-Trainer-layout checkpoints of the engine through the DeepSpeed writer and
+ * reader (see ckpt.h).
+ *
+ * Save = describe the engine's memory as a layout (the ZeRO plan's own layout, one memory
+ * store per rank and flat group), reserve the DeepSpeed files (zck_ds_writer_create), plan
+ * the copy into the writer's parts and run it (zck_exec_run), then the HF files. The whole
+ * checkpoint-<step>/ is built under a temporary name and renamed into place at the end.
+ * Resume = the reverse copy, each rank planning only its own partitions. */
 #include "ckpt.h"
 
+#include "deepspeed/deepspeed.h"
+#include "dsconfig.h"
+#include "exec.h"
+#include "hf.h"
+#include "io.h"
+#include "plan.h"
 #include "util.h"
 
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#define ZE_DS_VERSION "0.19.8"
+
+double ze_train_lr(const ze_train_args *a, int64_t warmup, int64_t step);
+
+// ---- tracker
 
 zck_status ze_ckpt_tracker_init(ze_ckpt_tracker *t, const ze_train_args *a, const ze_gpt2_config *cfg,
                                 const zck_model *model, const ze_zero_plan *plan, const cJSON *ds_json, bool gather16) {
   memset(t, 0, sizeof *t);
-  t->a = a; t->cfg = cfg; t->model = model; t->plan = plan; t->ds_json = ds_json; t->gather16 = gather16;
+  t->a = a;
+  t->cfg = cfg;
+  t->model = model;
+  t->plan = plan;
+  t->ds_json = ds_json;
+  t->gather16 = gather16;
   t->best_metric = NAN;
+  t->log_history = cJSON_CreateArray();
+  if (!t->log_history) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
   return ZCK_OK;
 }
-void ze_ckpt_tracker_free(ze_ckpt_tracker *t) { memset(t, 0, sizeof *t); }
-void ze_ckpt_log(ze_ckpt_tracker *t, int64_t step, const char *key, double loss, double grad_norm, double lr) {}
-void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss) {}
-zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) {
-  return zck__fail(ZCK_ERR_UNSUPPORTED, "saving checkpoints is not available yet");
+
+void ze_ckpt_tracker_free(ze_ckpt_tracker *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->n_saved; i++) free(t->saved[i]);
+  free(t->saved);
+  free(t->best_checkpoint);
+  cJSON_Delete(t->log_history);
+  memset(t, 0, sizeof *t);
 }
+
+static double hf_round4(double x) {
+  char b[64];
+  snprintf(b, sizeof b, "%.4f", x);
+  return strtod(b, NULL);
+}
+
+static double epoch_of(const ze_ckpt_tracker *t, int64_t step) { return (double)step / (double)t->a->max_steps; }
+
+void ze_ckpt_log(ze_ckpt_tracker *t, int64_t step, const char *key, double loss, double grad_norm, double lr) {
+  cJSON *e = cJSON_CreateObject();
+  if (!e) return;
+  cJSON_AddNumberToObject(e, "epoch", epoch_of(t, step));
+  cJSON_AddNumberToObject(e, "grad_norm", grad_norm);
+  cJSON_AddNumberToObject(e, "learning_rate", lr);
+  cJSON_AddNumberToObject(e, key, hf_round4(loss));
+  cJSON_AddNumberToObject(e, "step", (double)step);
+  cJSON_AddItemToArray(t->log_history, e);
+}
+
+void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss) {
+  cJSON *e = cJSON_CreateObject();
+  if (e) {
+    cJSON_AddNumberToObject(e, "epoch", epoch_of(t, step));
+    cJSON_AddNumberToObject(e, "eval_loss", eval_loss);
+    cJSON_AddNumberToObject(e, "step", (double)step);
+    cJSON_AddItemToArray(t->log_history, e);
+  }
+  /* eval_loss: lower is better (greater_is_better false) */
+  if (isnan(t->best_metric) || eval_loss < t->best_metric) {
+    t->best_metric = eval_loss;
+    t->best_step = step;
+  }
+}
+
+// ---- JSON as Python's json.dumps(indent=2, sort_keys=True) prints it
+
+static void py_json(zck__buf *b, const cJSON *j, int depth);
+
+static int cmp_keys(const void *a, const void *b) {
+  return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+static void py_indent(zck__buf *b, int depth) {
+  zck__buf_byte(b, '\n');
+  for (int i = 0; i < depth; i++) zck__buf_str(b, "  ");
+}
+
+static void py_json(zck__buf *b, const cJSON *j, int depth) {
+  char f[40];
+  if (cJSON_IsNull(j)) zck__buf_str(b, "null");
+  else if (cJSON_IsBool(j)) zck__buf_str(b, cJSON_IsTrue(j) ? "true" : "false");
+  else if (cJSON_IsString(j)) zck__buf_printf(b, "\"%s\"", j->valuestring);
+  else if (cJSON_IsNumber(j)) {
+    double v = j->valuedouble;
+    /* ints stay ints ("step": 10); every other number is a Python float repr */
+    if (j->valueint == v && v == floor(v) && fabs(v) < 2e9 && !(j->type & 0x1000)) zck__buf_printf(b, "%d", j->valueint);
+    else {
+      ze_py_float_repr(v, f, sizeof f);
+      zck__buf_str(b, isnan(v) ? "NaN" : f);
+    }
+  } else if (cJSON_IsArray(j)) {
+    if (!j->child) {
+      zck__buf_str(b, "[]");
+      return;
+    }
+    zck__buf_byte(b, '[');
+    for (const cJSON *c = j->child; c; c = c->next) {
+      py_indent(b, depth + 1);
+      py_json(b, c, depth + 1);
+      if (c->next) zck__buf_byte(b, ',');
+    }
+    py_indent(b, depth);
+    zck__buf_byte(b, ']');
+  } else if (cJSON_IsObject(j)) {
+    int n = cJSON_GetArraySize(j);
+    if (!n) {
+      zck__buf_str(b, "{}");
+      return;
+    }
+    const cJSON **items = malloc((size_t)n * sizeof *items);
+    if (!items) {
+      b->failed = true;
+      return;
+    }
+    int k = 0;
+    for (const cJSON *c = j->child; c; c = c->next) items[k++] = c;
+    qsort(items, (size_t)n, sizeof *items, cmp_keys);
+    zck__buf_byte(b, '{');
+    for (int i = 0; i < n; i++) {
+      py_indent(b, depth + 1);
+      zck__buf_printf(b, "\"%s\": ", items[i]->string);
+      py_json(b, items[i], depth + 1);
+      if (i + 1 < n) zck__buf_byte(b, ',');
+    }
+    free(items);
+    py_indent(b, depth);
+    zck__buf_byte(b, '}');
+  }
+}
+
+/* cJSON marks numbers that must print as floats with this private flag bit. */
+static cJSON *py_float(double v) {
+  cJSON *j = cJSON_CreateNumber(v);
+  if (j) j->type |= 0x1000;
+  return j;
+}
+
+static zck_status write_text(const char *path, const zck__buf *b) {
+  if (b->failed) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  zck__outfile f;
+  ZCK_TRY(zck__outfile_create(&f, path));
+  zck_status s = zck__outfile_pwrite(&f, b->data, b->len, 0);
+  if (s == ZCK_OK) return zck__outfile_commit(&f);
+  zck__outfile_abort(&f);
+  return s;
+}
+
+/* trainer_state.json (TrainerState.save_to_json: sorted keys, indent 2, final newline). */
+static zck_status write_trainer_state(const ze_ckpt_tracker *t, const char *path, int64_t step) {
+  const ze_train_args *a = t->a;
+  cJSON *st = cJSON_CreateObject();
+  if (!st) return ZCK_ERR_NO_MEMORY;
+  bool has_best = !isnan(t->best_metric);
+  if (has_best) cJSON_AddNumberToObject(st, "best_global_step", (double)t->best_step);
+  else cJSON_AddNullToObject(st, "best_global_step");
+  if (has_best) cJSON_AddItemToObject(st, "best_metric", py_float(t->best_metric));
+  else cJSON_AddNullToObject(st, "best_metric");
+  if (t->best_checkpoint) cJSON_AddStringToObject(st, "best_model_checkpoint", t->best_checkpoint);
+  else cJSON_AddNullToObject(st, "best_model_checkpoint");
+  cJSON_AddItemToObject(st, "epoch", py_float(epoch_of(t, step)));
+  cJSON_AddNumberToObject(st, "eval_steps", (double)(a->eval_steps > 0 ? a->eval_steps : a->logging_steps));
+  cJSON_AddNumberToObject(st, "global_step", (double)step);
+  cJSON_AddBoolToObject(st, "is_hyper_param_search", false);
+  cJSON_AddBoolToObject(st, "is_local_process_zero", true);
+  cJSON_AddBoolToObject(st, "is_world_process_zero", true);
+  cJSON *hist = cJSON_Duplicate(t->log_history, 1);
+  for (cJSON *e = hist ? hist->child : NULL; e; e = e->next)
+    for (cJSON *v = e->child; v; v = v->next)
+      if (strcmp(v->string, "step")) v->type |= 0x1000;
+  cJSON_AddItemToObject(st, "log_history", hist);
+  cJSON_AddNumberToObject(st, "logging_steps", (double)a->logging_steps);
+  cJSON_AddNumberToObject(st, "max_steps", (double)a->max_steps);
+  cJSON_AddNumberToObject(st, "num_input_tokens_seen", 0);
+  cJSON_AddNumberToObject(st, "num_train_epochs", 1);
+  cJSON_AddNumberToObject(st, "save_steps", (double)a->save_steps);
+  cJSON_AddItemToObject(st, "stateful_callbacks", cJSON_CreateObject());
+  cJSON_AddNumberToObject(st, "total_flos", 0);
+  cJSON_AddNumberToObject(st, "train_batch_size", a->per_device_train_batch_size);
+  cJSON_AddNullToObject(st, "trial_name");
+  cJSON_AddNullToObject(st, "trial_params");
+  zck__buf b;
+  zck__buf_init(&b);
+  py_json(&b, st, 0);
+  zck__buf_byte(&b, '\n');
+  cJSON_Delete(st);
+  zck_status s = write_text(path, &b);
+  zck__buf_free(&b);
+  return s;
+}
+
+// ---- cJSON -> pickle (ds_config)
+
+static zck_pk *json_to_pk(zck_pk_doc *d, const cJSON *j) {
+  if (cJSON_IsNull(j)) return zck_pk_new_none(d);
+  if (cJSON_IsBool(j)) return zck_pk_new_bool(d, cJSON_IsTrue(j));
+  if (cJSON_IsString(j)) return zck_pk_new_str(d, j->valuestring);
+  if (cJSON_IsNumber(j)) {
+    double v = j->valuedouble;
+    if (v == floor(v) && fabs(v) < 9e15) return zck_pk_new_int(d, (int64_t)v);
+    return zck_pk_new_float(d, v);
+  }
+  if (cJSON_IsArray(j)) {
+    zck_pk *l = zck_pk_new_list(d);
+    for (const cJSON *c = j->child; c && l; c = c->next) {
+      zck_pk *it = json_to_pk(d, c);
+      if (!it || !zck_pk_append(d, l, it)) return NULL;
+    }
+    return l;
+  }
+  if (cJSON_IsObject(j)) {
+    zck_pk *o = zck_pk_new_dict(d, 0);
+    for (const cJSON *c = j->child; c && o; c = c->next) {
+      zck_pk *k = zck_pk_new_str(d, c->string), *v = json_to_pk(d, c);
+      if (!k || !v || !zck_pk_dict_set(d, o, k, v)) return NULL;
+    }
+    return o;
+  }
+  return NULL;
+}
+
+/* The LambdaLR state DeepSpeed keeps when it owns the HF scheduler (a DeepSpeed optimizer
+ * section without a scheduler section). */
+static zck_pk *lambda_lr_state(zck_pk_doc *d, const ze_ckpt_tracker *t, size_t n_groups, int64_t step) {
+  const ze_train_args *a = t->a;
+  int64_t warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
+  double last = ze_train_lr(a, warmup, step);
+  zck_pk *st = zck_pk_new_dict(d, 0), *base = zck_pk_new_list(d), *ll = zck_pk_new_list(d), *lam = zck_pk_new_list(d);
+  if (!st || !base || !ll || !lam) return NULL;
+  for (size_t g = 0; g < n_groups; g++) {
+    if (!zck_pk_append(d, base, zck_pk_new_float(d, a->learning_rate)) || !zck_pk_append(d, ll, zck_pk_new_float(d, last)) ||
+        !zck_pk_append(d, lam, zck_pk_new_none(d)))
+      return NULL;
+  }
+#define SET(k, v) if (!zck_pk_dict_set(d, st, zck_pk_new_str(d, k), v)) return NULL
+  SET("base_lrs", base);
+  SET("last_epoch", zck_pk_new_int(d, step));
+  SET("_step_count", zck_pk_new_int(d, step + 1));
+  SET("_is_initial", zck_pk_new_bool(d, 0));
+  SET("_get_lr_called_within_step", zck_pk_new_bool(d, 0));
+  SET("_last_lr", ll);
+  SET("lr_lambdas", lam);
+#undef SET
+  return st;
+}
+
+// ---- the copy from rank memory into the writer
+
+typedef struct job_list {
+  zck_exec_job v[8];
+  zck_plan *plans[8];
+  size_t n;
+} job_list;
+
+static zck_status add_job(job_list *j, const zck_layout *src, const zck_store *ss, const zck_layout *dst,
+                          const zck_store *ds, const char *const *names) {
+  ZCK_ASSERT(j->n < 8);
+  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
+  po.param_names = names;
+  po.allow_missing = false;
+  zck_plan *p = NULL;
+  ZCK_TRY(zck_plan_build(src, dst, &po, &p));
+  j->plans[j->n] = p;
+  j->v[j->n] = (zck_exec_job){p, ss, ds, NULL};
+  j->n++;
+  return ZCK_OK;
+}
+
+static void free_jobs(job_list *j) {
+  for (size_t i = 0; i < j->n; i++) zck_plan_free(j->plans[i]);
+  j->n = 0;
+}
+
+/* One custom layout: store 0 is the fp32 model buffer, every owner param at its offset. */
+static zck_status model_buffer_layout(const ze_zero_plan *plan, bool frozen_only, zck_layout **out) {
+  const zck_model *m = plan->model;
+  zck_piece *pc = zck__calloc(m->n_params ? m->n_params : 1, sizeof *pc);
+  if (!pc) return ZCK_ERR_NO_MEMORY;
+  size_t n = 0;
+  for (size_t p = 0; p < m->n_params; p++) {
+    if (m->params[p].tied_to >= 0 || (frozen_only && !m->params[p].frozen)) continue;
+    pc[n++] = (zck_piece){(uint32_t)p, 0, 0, plan->model_off[p], plan->numel[p]};
+  }
+  zck_layout_store st = {-1, -1, -1, plan->model_numel, plan->model_numel};
+  zck_status s = zck_layout_custom(m->n_params, plan->numel, &st, 1, pc, n, out);
+  free(pc);
+  return s;
+}
+
+/* stores[g*W + r] = memory of ranks[r]'s array g (one kind of state). */
+static zck_status rank_stores(const ze_ckpt_tracker *t, int kind, zck_store **out) {
+  const ze_zero_plan *plan = t->plan;
+  const zck_layout *l = kind == 4 ? plan->frozen : plan->train;
+  uint32_t W = plan->o.world;
+  zck_store *st = zck__calloc(l->n_stores ? l->n_stores : 1, sizeof *st);
+  if (!st) return ZCK_ERR_NO_MEMORY;
+  for (size_t g = 0; g < l->n_groups; g++)
+    for (uint32_t r = 0; r < W; r++) {
+      ze_zero_rank *zr = t->ranks[r];
+      uint64_t part = l->groups[g].partition;
+      void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
+                                                                                                     : zr->frozen_lp[g];
+      zck_dtype dt = kind == 4 ? plan->o.lp_dtype : ZCK_F32;
+      st[g * W + r] = zck_store_memory(mem, dt, part, "rank memory");
+    }
+  *out = st;
+  return ZCK_OK;
+}
+
+static zck_status write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const char *root, int64_t step) {
+  const ze_zero_plan *plan = t->plan;
+  const ze_train_args *a = t->a;
+  zck_model *m = (zck_model *)t->model;
+  /* param groups record the lr of the next step, as the live optimizer does */
+  int64_t warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
+  for (size_t g = 0; g < m->n_groups; g++) ZCK_TRY(zck_model_group_set_float(m, (uint32_t)g, "lr", ze_train_lr(a, warmup, step)));
+  zck_pk_doc *doc = zck_pk_doc_new();
+  if (!doc) return ZCK_ERR_NO_MEMORY;
+  zck_ds_write_opts o = ZCK_DS_WRITE_OPTS_INIT;
+  o.stage = plan->o.stage;
+  o.world_size = plan->o.world;
+  o.sub_group_size = plan->o.sub_group_size;
+  o.lp_dtype = plan->o.lp_dtype;
+  o.global_steps = step;
+  o.global_samples = step * (int64_t)plan->o.world * a->per_device_train_batch_size * a->gradient_accumulation_steps;
+  o.has_optimizer_state = zr0->step > 0;
+  const cJSON *opt = cJSON_GetObjectItemCaseSensitive(t->ds_json, "optimizer");
+  bool ds_opt = opt && !cJSON_IsNull(opt);
+  o.step_is_tensor = !ds_opt; /* torch AdamW (HF optimizer); DeepSpeed's FusedAdam keeps an int */
+  o.step = (double)zr0->step;
+  o.clip_grad = a->max_grad_norm;
+  o.ds_version = ZE_DS_VERSION;
+  o.ds_config = json_to_pk(doc, t->ds_json);
+  o.lr_scheduler = ds_opt ? lambda_lr_state(doc, t, m->n_groups, step) : NULL;
+  zck_ds_writer *w = NULL;
+  zck_store *fp32 = NULL, *m1 = NULL, *m2 = NULL, *frozen = NULL;
+  zck_layout *model_l = NULL;
+  job_list jobs = {0};
+  const char **names = zck__calloc(m->n_params, sizeof *names);
+  zck_status s = ZCK_OK;
+  if (!o.ds_config || !names || (ds_opt && !o.lr_scheduler)) {
+    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+    goto out;
+  }
+  for (size_t p = 0; p < m->n_params; p++) names[p] = m->params[p].name;
+  ZCK_CHECK_GOTO(zck_ds_writer_create(root, m, &o, &w), s, out);
+  ZCK_CHECK_GOTO(rank_stores(t, 0, &fp32), s, out);
+  ZCK_CHECK_GOTO(rank_stores(t, 1, &m1), s, out);
+  ZCK_CHECK_GOTO(rank_stores(t, 2, &m2), s, out);
+  zck_store *src[3] = {fp32, m1, m2};
+  for (int part = ZCK_DS_FP32; part <= ZCK_DS_EXP_AVG_SQ; part++) {
+    zck_ds_view dst;
+    if (zck_ds_writer_get(w, (zck_ds_part)part, &dst) != ZCK_OK) continue; /* no state before step 1 */
+    ZCK_CHECK_GOTO(add_job(&jobs, plan->train, src[part], dst.layout, dst.stores, names), s, out);
+  }
+  zck_ds_view dst;
+  zck_store work = zck_store_memory(zr0->work, ZCK_F32, plan->model_numel, "rank 0 weights");
+  if (zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
+    /* 16-bit module weights: work holds their exact values (fp32 of the lp params) */
+    ZCK_CHECK_GOTO(model_buffer_layout(plan, false, &model_l), s, out);
+    ZCK_CHECK_GOTO(add_job(&jobs, model_l, &work, dst.layout, dst.stores, names), s, out);
+  }
+  if (zck_ds_writer_get(w, ZCK_DS_FROZEN, &dst) == ZCK_OK) {
+    ZCK_CHECK_GOTO(rank_stores(t, 4, &frozen), s, out);
+    ZCK_CHECK_GOTO(add_job(&jobs, plan->frozen, frozen, dst.layout, dst.stores, names), s, out);
+  }
+  ZCK_CHECK_GOTO(zck_exec_run(jobs.v, jobs.n, NULL), s, out);
+  s = zck_ds_writer_commit(w);
+out:
+  free_jobs(&jobs);
+  zck_ds_writer_free(w);
+  zck_layout_free(model_l);
+  free(fp32);
+  free(m1);
+  free(m2);
+  free(frozen);
+  free(names);
+  zck_pk_doc_free(doc);
+  return s;
+}
+
+// ---- rotation (Trainer._sorted_checkpoints / _rotate_checkpoints)
+
+static int64_t checkpoint_step(const char *name) {
+  if (strncmp(name, "checkpoint-", 11) || !name[11]) return -1;
+  char *end;
+  long long v = strtoll(name + 11, &end, 10);
+  return *end || v < 0 ? -1 : (int64_t)v;
+}
+
+typedef struct ck_entry {
+  int64_t step;
+  char *path;
+} ck_entry;
+
+static int cmp_entry(const void *a, const void *b) {
+  int64_t x = ((const ck_entry *)a)->step, y = ((const ck_entry *)b)->step;
+  return x < y ? -1 : x > y;
+}
+
+static zck_status rotate(ze_ckpt_tracker *t) {
+  int64_t limit = t->a->save_total_limit;
+  if (limit <= 0) return ZCK_OK;
+  DIR *d = opendir(t->a->output_dir);
+  if (!d) return zck__fail_errno(errno, "%s", t->a->output_dir);
+  ck_entry *v = NULL;
+  size_t n = 0, cap = 0;
+  zck_status s = ZCK_OK;
+  for (struct dirent *e; (e = readdir(d));) {
+    int64_t st = checkpoint_step(e->d_name);
+    if (st < 0) continue;
+    char *p = zck__path_join(t->a->output_dir, e->d_name);
+    struct stat sb;
+    if (!p || stat(p, &sb) || !S_ISDIR(sb.st_mode)) {
+      free(p);
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      ck_entry *nv = zck__realloc(v, cap * sizeof *v);
+      if (!nv) {
+        free(p);
+        s = ZCK_ERR_NO_MEMORY;
+        break;
+      }
+      v = nv;
+    }
+    v[n++] = (ck_entry){st, p};
+  }
+  closedir(d);
+  if (s == ZCK_OK && n) {
+    qsort(v, n, sizeof *v, cmp_entry);
+    /* the best checkpoint moves to the second-to-last place so it survives */
+    size_t best = n;
+    for (size_t i = 0; i < n; i++)
+      if (t->best_checkpoint && !strcmp(v[i].path, t->best_checkpoint)) best = i;
+    if (best < n)
+      for (size_t i = best; i + 2 < n; i++) {
+        ck_entry tmp = v[i];
+        v[i] = v[i + 1];
+        v[i + 1] = tmp;
+      }
+    if (best < n && limit == 1 && strcmp(v[n - 1].path, t->best_checkpoint)) limit = 2;
+    size_t del = n > (size_t)limit ? n - (size_t)limit : 0;
+    for (size_t i = 0; i < del && s == ZCK_OK; i++) s = zck__remove_tree(v[i].path);
+  }
+  for (size_t i = 0; i < n; i++) free(v[i].path);
+  free(v);
+  return s;
+}
+
+// ---- save
+
+static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step) {
+  const ze_train_args *a = t->a;
+  const ze_zero_plan *plan = t->plan;
+  char name[64];
+  snprintf(name, sizeof name, "checkpoint-%lld", (long long)step);
+  ZCK_TRY_CTX(zck__mkdirs(a->output_dir), "--output-dir");
+  char *final = zck__path_join(a->output_dir, name);
+  if (!final) return ZCK_ERR_NO_MEMORY;
+  /* best model: this step's evaluation was the best so far */
+  if (!isnan(t->best_metric) && t->best_step == step) {
+    free(t->best_checkpoint);
+    t->best_checkpoint = zck__strdup(final);
+  }
+  zck__outdir od;
+  memset(&od, 0, sizeof od);
+  zck_status s = zck__outdir_create(&od, final, true);
+  char *cfg = NULL, *model = NULL, *state = NULL;
+  if (s == ZCK_OK) s = write_deepspeed(t, zr0, od.tmp_path, step);
+  if (s == ZCK_OK) {
+    cfg = zck__outdir_file(&od, "config.json");
+    model = zck__outdir_file(&od, "model.safetensors");
+    state = zck__outdir_file(&od, "trainer_state.json");
+    if (!cfg || !model || !state) s = ZCK_ERR_NO_MEMORY;
+  }
+  if (s == ZCK_OK) s = ze_hf_write_config(cfg, t->cfg, plan->o.lp_dtype);
+  /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
+   * only the DeepSpeed checkpoint) */
+  if (s == ZCK_OK && (plan->o.stage < 3 || t->gather16))
+    s = ze_hf_write_weights(model, t->cfg, zr0->work, plan->o.lp_dtype);
+  if (s == ZCK_OK) s = write_trainer_state(t, state, step);
+  if (s == ZCK_OK) s = zck__outdir_commit(&od);
+  zck__outdir_abort(&od);
+  free(cfg);
+  free(model);
+  free(state);
+  if (s == ZCK_OK) s = rotate(t);
+  if (s != ZCK_OK) s = zck__error_prepend(s, "saving %s", final);
+  free(final);
+  return s;
+}
+
+/* Rank 0 does the work; the outcome travels to every rank. */
+static zck_status collective(ze_ckpt_tracker *t, ze_zero_rank *zr, zck_status (*fn)(ze_ckpt_tracker *, ze_zero_rank *, int64_t),
+                             int64_t arg) {
+  zck_comm *c = zr->comm;
+  t->ranks[c->rank] = zr;
+  ZCK_TRY(c->barrier(c));
+  int32_t st = 0;
+  char msg[1024] = "";
+  if (c->rank == 0) {
+    zck_status s = fn(t, zr, arg);
+    st = (int32_t)s;
+    if (s != ZCK_OK) snprintf(msg, sizeof msg, "%s", zck_last_error());
+  }
+  ZCK_TRY(c->broadcast(c, &st, 1, ZCK_I32, 0));
+  if (st == ZCK_OK) return ZCK_OK;
+  ZCK_TRY(c->broadcast(c, msg, sizeof msg, ZCK_U8, 0));
+  return zck__fail((zck_status)st, "%s", msg);
+}
+
+zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) { return collective(t, zr, save_rank0, step); }
+
+// ---- load
+
+void ze_ckpt_state_free(ze_ckpt_state *st) {
+  if (!st) return;
+  zck_ds_close(st->ds);
+  free(st->path);
+  memset(st, 0, sizeof *st);
+}
+
+/* The checkpoint must be this run's model and ZeRO configuration (DeepSpeed refuses a
+ * different dp world size when it loads optimizer states). */
+static zck_status check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, const char *path) {
+  const zck_ds_info *in = zck_ds_info_of(c);
+  const zck_model *cm = zck_ds_model(c), *m = t->model;
+  const ze_zero_plan *plan = t->plan;
+  ZCK_FAIL_IF(in->stage != plan->o.stage, ZCK_ERR_MISMATCH, "%s: a ZeRO-%d checkpoint; this run uses ZeRO-%d", path,
+              in->stage, plan->o.stage);
+  ZCK_FAIL_IF(in->world_size != plan->o.world, ZCK_ERR_MISMATCH,
+              "%s: The checkpoint being loaded used a DP world size of %u but the current world size is %u. Automatic "
+              "adjustment of ZeRO's optimizer state partitioning with a new world size is not currently supported.",
+              path, in->world_size, plan->o.world);
+  ZCK_FAIL_IF(in->lp_dtype != plan->o.lp_dtype, ZCK_ERR_MISMATCH, "%s: saved with %s weights; this run uses %s (--bf16)",
+              path, zck_dtype_name(in->lp_dtype), zck_dtype_name(plan->o.lp_dtype));
+  ZCK_FAIL_IF(!in->has_optimizer_state, ZCK_ERR_NOT_FOUND, "%s: no optimizer state to resume from", path);
+  ZCK_FAIL_IF(cm->n_params != m->n_params || cm->n_groups != m->n_groups, ZCK_ERR_MISMATCH,
+              "%s: %zu parameters in %zu groups; this model has %zu in %zu", path, cm->n_params, cm->n_groups,
+              m->n_params, m->n_groups);
+  for (size_t p = 0; p < m->n_params; p++) {
+    const zck_param *x = &cm->params[p], *y = &m->params[p];
+    ZCK_FAIL_IF(strcmp(x->name, y->name) || x->numel != y->numel || x->ndim != y->ndim ||
+                    memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)y->ndim),
+                ZCK_ERR_MISMATCH, "%s: parameter %zu is %s with %llu elements; this model has %s with %llu", path, p,
+                x->name, (unsigned long long)x->numel, y->name, (unsigned long long)y->numel);
+    ZCK_FAIL_IF(x->frozen != y->frozen, ZCK_ERR_MISMATCH, "%s: %s is %s in the checkpoint but %s here (--freeze)", path,
+                y->name, x->frozen ? "frozen" : "trainable", y->frozen ? "frozen" : "trainable");
+  }
+  ZCK_FAIL_IF(in->stage == 3 && in->sub_group_size != plan->o.sub_group_size, ZCK_ERR_MISMATCH,
+              "%s: sub_group_size %llu in the checkpoint, %llu here", path, (unsigned long long)in->sub_group_size,
+              (unsigned long long)plan->o.sub_group_size);
+  return ZCK_OK;
+}
+
+/* trainer_state.json: log history and the best checkpoint so far (absent: fine). */
+static void read_trainer_state(ze_ckpt_tracker *t, const char *path) {
+  char *p = zck__path_join(path, "trainer_state.json"), *text = NULL;
+  size_t len;
+  if (!p || zck__read_small_file(p, 64 << 20, &text, &len) != ZCK_OK) {
+    free(p);
+    zck_clear_error();
+    return;
+  }
+  free(p);
+  cJSON *j = cJSON_Parse(text);
+  free(text);
+  if (!j) return;
+  cJSON *hist = cJSON_GetObjectItemCaseSensitive(j, "log_history");
+  if (cJSON_IsArray(hist)) {
+    cJSON_Delete(t->log_history);
+    t->log_history = cJSON_DetachItemViaPointer(j, hist);
+  }
+  const cJSON *bm = cJSON_GetObjectItemCaseSensitive(j, "best_metric"),
+              *bs = cJSON_GetObjectItemCaseSensitive(j, "best_global_step"),
+              *bc = cJSON_GetObjectItemCaseSensitive(j, "best_model_checkpoint");
+  if (cJSON_IsNumber(bm) && cJSON_IsNumber(bs)) {
+    t->best_metric = bm->valuedouble;
+    t->best_step = (int64_t)bs->valuedouble;
+  }
+  if (cJSON_IsString(bc)) {
+    free(t->best_checkpoint);
+    t->best_checkpoint = zck__strdup(bc->valuestring);
+  }
+  cJSON_Delete(j);
+}
+
 zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st) {
   memset(st, 0, sizeof *st);
-  return zck__fail(ZCK_ERR_UNSUPPORTED, "resuming is not available yet");
+  zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
+  oo.require_optimizer_state = true;
+  zck_ds_ckpt *c = NULL;
+  ZCK_TRY(zck_ds_open(path, &oo, &c));
+  zck_status s = check_fits(t, c, path);
+  if (s != ZCK_OK) {
+    zck_ds_close(c);
+    return s;
+  }
+  const zck_ds_info *in = zck_ds_info_of(c);
+  st->ds = c;
+  st->path = zck__strdup(path);
+  st->global_step = in->global_steps;
+  st->optimizer_step = (int64_t)in->step;
+  if (t->a->output_dir || t->a->load_best_model_at_end) read_trainer_state(t, path);
+  return ZCK_OK;
 }
-zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) { return ZCK_ERR_UNSUPPORTED; }
-zck_status ze_ckpt_load_best(ze_ckpt_tracker *t, ze_zero_rank *zr) { return ZCK_ERR_UNSUPPORTED; }
-void ze_ckpt_state_free(ze_ckpt_state *st) {}
+
+/* Copies part `part` of the checkpoint into this rank's arrays of layout l. */
+static zck_status restore_part(ze_ckpt_state *st, ze_zero_rank *zr, zck_ds_part part, const zck_layout *l, int kind) {
+  const zck_ds_ckpt *c = st->ds;
+  zck_ds_view src;
+  ZCK_TRY(zck_ds_get(c, part, &src));
+  zck_layout *mine = NULL;
+  ZCK_TRY(zck_layout_restrict_rank(l, (int32_t)zr->rank, &mine));
+  zck_store *dst = zck__calloc(l->n_stores ? l->n_stores : 1, sizeof *dst);
+  zck_plan *p = NULL;
+  zck_status s = dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  uint32_t W = zr->plan->o.world;
+  zck_dtype lp = zr->plan->o.lp_dtype;
+  for (size_t g = 0; g < l->n_groups && s == ZCK_OK; g++) {
+    uint64_t part_n = l->groups[g].partition;
+    void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
+                                                                                                   : zr->frozen_lp[g];
+    zck_dtype dt = kind == 4 ? lp : ZCK_F32;
+    memset(mem, 0, part_n * zck_dtype_size(dt)); /* padding reads as zero */
+    dst[g * W + zr->rank] = zck_store_memory(mem, dt, part_n, "rank memory");
+  }
+  if (s == ZCK_OK) s = zck_plan_build(src.layout, mine, NULL, &p);
+  if (s == ZCK_OK) {
+    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
+    eo.threads = 1; /* the ranks already run in parallel */
+    s = zck_exec_plan(p, src.stores, dst, NULL, &eo);
+  }
+  zck_plan_free(p);
+  free(dst);
+  zck_layout_free(mine);
+  return s;
+}
+
+zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
+  const ze_zero_plan *plan = zr->plan;
+  zck_dtype lp = plan->o.lp_dtype;
+  size_t es = zck_dtype_size(lp);
+  zck_status s = restore_part(st, zr, ZCK_DS_FP32, plan->train, 0);
+  if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG, plan->train, 1);
+  if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG_SQ, plan->train, 2);
+  if (s == ZCK_OK && plan->o.stage == 3 && plan->n_frozen) s = restore_part(st, zr, ZCK_DS_FROZEN, plan->frozen, 4);
+  if (s == ZCK_OK && plan->o.stage < 3 && plan->n_frozen) {
+    /* stage 1/2 frozen params: whole lp tensors into frozen_full and the model buffer */
+    zck_ds_view src;
+    zck_layout *l = NULL;
+    zck_plan *p = NULL;
+    s = zck_ds_get(st->ds, ZCK_DS_FROZEN, &src);
+    if (s == ZCK_OK) s = model_buffer_layout(plan, true, &l);
+    zck_store work = zck_store_memory(zr->work, ZCK_F32, plan->model_numel, "rank weights");
+    if (s == ZCK_OK) s = zck_plan_build(src.layout, l, NULL, &p);
+    if (s == ZCK_OK) {
+      zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
+      eo.threads = 1;
+      s = zck_exec_plan(p, src.stores, &work, NULL, &eo);
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < plan->n_frozen && s == ZCK_OK; i++) {
+      uint32_t q = plan->frozen_params[i];
+      zck_convert(lp, (uint8_t *)zr->frozen_full + off * es, ZCK_F32, zr->work + plan->model_off[q], plan->numel[q]);
+      off += plan->numel[q];
+    }
+    zck_plan_free(p);
+    zck_layout_free(l);
+  }
+  if (s != ZCK_OK) {
+    s = zck__error_prepend(s, "rank %u: resuming from %s", zr->rank, st->path);
+    zr->comm->abort(zr->comm);
+    return s;
+  }
+  /* lp = RNE(fp32 master), as DeepSpeed's load_from_fp32_weights; then gather */
+  for (size_t g = 0; g < zr->n_groups; g++) {
+    uint64_t part = ze_zero_part(plan, g);
+    void *dst = plan->o.stage == 3 ? zr->lp[g] : (uint8_t *)zr->lp[g] + zr->rank * part * es;
+    zck_convert(lp, dst, ZCK_F32, zr->fp32[g], part);
+  }
+  zr->step = st->optimizer_step;
+  if (plan->o.stage == 3 && plan->n_frozen) {
+    const zck_layout *fl = plan->frozen;
+    for (size_t g = 0; g < fl->n_groups; g++) {
+      uint64_t part = fl->groups[g].partition;
+      ZCK_TRY(zr->comm->all_gather(zr->comm, zr->frozen_lp[g], zr->lp_flat, part, lp));
+      for (uint32_t k = 0; k < fl->world; k++) {
+        uint32_t sid = zck_layout_store_id(fl, (uint32_t)g, k);
+        for (size_t i = fl->store_first[sid]; i < fl->store_first[sid + 1]; i++) {
+          const zck_piece *pc = &fl->pieces[fl->by_store[i]];
+          zck_convert(ZCK_F32, zr->work + plan->model_off[pc->param] + pc->param_off, lp,
+                      (const uint8_t *)zr->lp_flat + (k * part + pc->store_off) * es, pc->count);
+        }
+      }
+    }
+  }
+  return ze_zero_gather(zr);
+}
+
+// ---- load best (collective)
+
+static zck_status open_best(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t arg) {
+  ze_ckpt_state *st = zck__calloc(1, sizeof *st);
+  if (!st) return ZCK_ERR_NO_MEMORY;
+  zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
+  zck_ds_ckpt *c = NULL;
+  zck_status s = zck_ds_open(t->best_checkpoint, &oo, &c);
+  if (s == ZCK_OK) s = check_fits(t, c, t->best_checkpoint);
+  if (s != ZCK_OK) {
+    zck_ds_close(c);
+    free(st);
+    return s;
+  }
+  st->ds = c;
+  st->path = zck__strdup(t->best_checkpoint);
+  st->global_step = zck_ds_info_of(c)->global_steps;
+  st->optimizer_step = (int64_t)zck_ds_info_of(c)->step;
+  t->best_state = st;
+  return ZCK_OK;
+}
+
+zck_status ze_ckpt_load_best(ze_ckpt_tracker *t, ze_zero_rank *zr) {
+  ZCK_TRY(collective(t, zr, open_best, 0));
+  zck_status s = ze_ckpt_restore_rank(t->best_state, zr);
+  zck_status b = zr->comm->barrier(zr->comm);
+  if (zr->comm->rank == 0) {
+    ze_ckpt_state_free(t->best_state);
+    free(t->best_state);
+    t->best_state = NULL;
+  }
+  return s != ZCK_OK ? s : b;
+}

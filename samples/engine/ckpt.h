@@ -34,11 +34,12 @@ typedef struct ze_ckpt_tracker {
   double best_metric;            /* eval_loss of the best evaluation (NAN: none yet) */
   int64_t best_step;             /* step of that evaluation */
   cJSON *log_history;            /* trainer_state.json log_history */
-  zck_status shared_status;      /* rank 0's outcome of a collective save/load */
+  struct ze_ckpt_state *best_state; /* open while the ranks reload the best checkpoint */
 } ze_ckpt_tracker;
 
 /* What a resume reads (the checkpoint stays open until the ranks restored from it). */
 typedef struct ze_ckpt_state {
+  /* (opened by ze_ckpt_load) */
   void *ds;                      /* zck_ds_ckpt */
   char *path;
   int64_t global_step;
