@@ -151,6 +151,25 @@ typedef struct zck_consolidate_opts {
  * buffer tensors, never exp_avg / exp_avg_sq. */
 zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
 
+typedef struct zck_reshard_opts {
+  int to_stage;               /* 1, 2 or 3; 0 = the source's */
+  uint32_t to_world_size;     /* 0 = the source's */
+  uint64_t sub_group_size;    /* stage 3; 0 = DeepSpeed's default (1e9) */
+  const char *tag;            /* source tag; NULL = `latest` */
+  unsigned threads;           /* 0 = all cores */
+  int overwrite;
+  zck_progress_cb progress;
+  void *progress_ctx;
+} zck_reshard_opts;
+#define ZCK_RESHARD_OPTS_INIT {0, 0, 0, NULL, 0, 0, NULL, NULL}
+
+/* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
+ * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that
+ * engine.load_checkpoint of an engine configured that way loads without load_universal.
+ * OUT is a new save root (OUT/latest, OUT/<tag>/); the other files of an HF checkpoint-N/
+ * folder are carried over. Written whole under a temporary name, then renamed. */
+zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,5 +7,8 @@
 int zck_cmd_inspect(int argc, char **argv);
 int zck_cmd_convert(int argc, char **argv);
 int zck_cmd_consolidate(int argc, char **argv);
+int zck_cmd_reshard(int argc, char **argv);
+int zck_cmd_to_universal(int argc, char **argv);
+int zck_cmd_verify(int argc, char **argv);
 
 #endif

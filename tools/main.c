@@ -14,6 +14,15 @@ static const zck_cli_command zck_commands[] = {
 #ifdef ZCK_HAVE_CMD_CONSOLIDATE
   {"consolidate", "DeepSpeed ZeRO-1/2/3 checkpoint -> safetensors, bit-exact with zero_to_fp32", zck_cmd_consolidate},
 #endif
+#ifdef ZCK_HAVE_CMD_RESHARD
+  {"reshard", "DeepSpeed checkpoint -> another ZeRO stage and world size, all optimizer state", zck_cmd_reshard},
+#endif
+#ifdef ZCK_HAVE_CMD_TO_UNIVERSAL
+  {"to-universal", "DeepSpeed checkpoint -> universal checkpoint (DeepSpeed layout or one HDF5 file)", zck_cmd_to_universal},
+#endif
+#ifdef ZCK_HAVE_CMD_VERIFY
+  {"verify", "check a checkpoint's structure and checksums; exit 3 if damaged", zck_cmd_verify},
+#endif
   {NULL, NULL, NULL},
 };
 

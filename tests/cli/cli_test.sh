@@ -33,7 +33,7 @@ check help 0 "$bin" --help && grep -q "^commands:" "$tmp/out" || { echo "FAIL he
 check no-args 2 "$bin"
 check unknown-command 2 "$bin" frobnicate && stderr_is_one_line unknown-command "unknown command 'frobnicate'.*--help"
 check unknown-option 2 "$bin" --frob
-for cmd in inspect convert consolidate; do
+for cmd in inspect convert consolidate reshard; do
   check "$cmd-help" 0 "$bin" "$cmd" --help && grep -q "^usage: zckpt $cmd" "$tmp/out" || { echo "FAIL $cmd --help"; fail=$((fail+1)); }
   check "$cmd-bad-option" 2 "$bin" "$cmd" --no-such-option && stderr_is_one_line "$cmd-bad-option" "^zckpt $cmd: unknown option"
   check "$cmd-no-args" 2 "$bin" "$cmd"
@@ -49,6 +49,15 @@ check convert-garbage 1 "$bin" convert "$tmp/garbage.safetensors" "$tmp/out.pt" 
 [ ! -e "$tmp/out.pt" ] || { echo "FAIL convert-garbage left output"; fail=$((fail+1)); }
 check consolidate-not-ckpt 1 "$bin" consolidate "$tmp" "$tmp/o" && stderr_is_one_line consolidate-not-ckpt "^zckpt: error: "
 [ ! -e "$tmp/o" ] || { echo "FAIL consolidate-not-ckpt left output"; fail=$((fail+1)); }
+
+check reshard-bad-stage 2 "$bin" reshard --to-stage 4 a b && stderr_is_one_line reshard-bad-stage "to-stage"
+check reshard-bad-world 2 "$bin" reshard --to-world-size 0 a b && stderr_is_one_line reshard-bad-world "to-world-size"
+check reshard-nothing 2 "$bin" reshard a b
+if [ -d "$fx/deepspeed/s3w2_bf16/ckpt" ]; then
+  check reshard-ok 0 "$bin" reshard -q --to-stage 1 --to-world-size 3 "$fx/deepspeed/s3w2_bf16/ckpt" "$tmp/r"
+  check reshard-exists 1 "$bin" reshard -q --to-stage 1 "$fx/deepspeed/s3w2_bf16/ckpt" "$tmp/r" && stderr_is_one_line reshard-exists "exists"
+  check reshard-inspect 0 "$bin" inspect "$tmp/r" && grep -q "ZeRO-1 checkpoint, tag global_step2, world size 3" "$tmp/out" || { echo "FAIL reshard-inspect"; fail=$((fail+1)); }
+fi
 
 # goldens: exact inspect output of committed fixtures
 check inspect-torch 0 "$bin" inspect "$fx/torch/dtypes.pt" && golden inspect-torch

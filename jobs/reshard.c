@@ -1,0 +1,109 @@
+/* reshard.c: `zckpt reshard`: a DeepSpeed checkpoint to another ZeRO stage / world size.
+ *
+ * The reader describes the source (layouts of fp32, exp_avg, exp_avg_sq, frozen, lp),
+ * the writer reserves every file DeepSpeed would write at the target stage and W, and
+ * zck_ds_copy runs the copy plans on one thread pool. The whole output root (tag folder,
+ * `latest`, carried-over Hugging Face files) is built under a temporary name and renamed
+ * into place, so a failure leaves nothing.
+ *
+ * Hugging Face checkpoint-N/ folders: every regular file of the root is carried over
+ * except DeepSpeed's own (`latest`, the tag folders) and per-rank RNG states.
+ * rng_state_<r>.pth is kept for ranks r < W'; ranks >= W' are dropped; new ranks have no
+ * RNG file, for which the Trainer warns and goes on with fresh RNG state (reproducible
+ * data order is kept by the sampler's seed, not by these files).
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "deepspeed/deepspeed.h"
+#include "tensor_set.h"
+
+static zck_status zck__copy_file(const char *from, const char *to) {
+  zck__source src;
+  ZCK_TRY(zck__source_open(&src, from));
+  zck__outfile f;
+  zck_status st = zck__outfile_create(&f, to);
+  uint8_t *buf = st == ZCK_OK ? zck__malloc(1 << 20) : NULL;
+  if (st == ZCK_OK && !buf) st = ZCK_ERR_NO_MEMORY;
+  for (uint64_t off = 0; st == ZCK_OK && off < src.size;) {
+    size_t n = src.size - off > (1 << 20) ? (1 << 20) : (size_t)(src.size - off);
+    st = zck__source_read(&src, buf, n, off);
+    if (st == ZCK_OK) st = zck__outfile_pwrite(&f, buf, n, off);
+    off += n;
+  }
+  free(buf);
+  if (st == ZCK_OK) st = zck__outfile_commit(&f);
+  else zck__outfile_abort(&f);
+  zck__source_close(&src);
+  return st;
+}
+
+/* rng_state_<r>.pth with r >= world: not carried over. */
+static bool zck__rng_file_dropped(const char *name, uint32_t world) {
+  unsigned r;
+  char tail[8];
+  if (sscanf(name, "rng_state_%u.%7s", &r, tail) == 2 && !strcmp(tail, "pth")) return r >= world;
+  return false;
+}
+
+static zck_status zck__carry_side_files(const char *root, const char *tag, const char *dst, uint32_t world) {
+  DIR *d = opendir(root);
+  if (!d) return ZCK_OK;
+  struct dirent *e;
+  zck_status st = ZCK_OK;
+  while (st == ZCK_OK && (e = readdir(d))) {
+    const char *n = e->d_name;
+    if (n[0] == '.' || !strcmp(n, "latest") || !strcmp(n, "latest_universal") || !strcmp(n, tag)) continue;
+    if (zck__rng_file_dropped(n, world)) continue;
+    char *from = zck__path_join(root, n), *to = zck__path_join(dst, n);
+    struct stat sb;
+    if (!from || !to) st = ZCK_ERR_NO_MEMORY;
+    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_file(from, to);
+    free(from);
+    free(to);
+  }
+  closedir(d);
+  return st;
+}
+
+zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  if (opts) o = *opts;
+  if (o.to_stage < 0 || o.to_stage > 3 || (o.to_stage == 0 && opts && opts->to_stage))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
+  if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
+  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
+  dopts.tag = o.tag;
+  zck_ds_ckpt *c = NULL;
+  ZCK_TRY(zck_ds_open(src, &dopts, &c));
+  const zck_ds_info *in = zck_ds_info_of(c);
+  zck_ds_write_opts wo;
+  zck_ds_write_opts_from(c, &wo);
+  if (o.to_stage) wo.stage = o.to_stage;
+  if (o.to_world_size) wo.world_size = o.to_world_size;
+  if (o.sub_group_size) wo.sub_group_size = o.sub_group_size;
+  wo.save_latest = true;
+  wo.overwrite = false;
+
+  zck__outdir d;
+  zck_ds_writer *w = NULL;
+  zck_status st = zck__outdir_create(&d, out, o.overwrite != 0);
+  if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, zck_ds_model(c), &wo, &w);
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
+    eo.threads = o.threads;
+    eo.progress = o.progress;
+    eo.progress_ctx = o.progress_ctx;
+    st = zck_ds_copy(c, w, &eo);
+  }
+  if (st == ZCK_OK) st = zck_ds_writer_commit(w);
+  if (st == ZCK_OK) st = zck__carry_side_files(in->root, in->tag, d.tmp_path, wo.world_size);
+  if (st == ZCK_OK) st = zck__outdir_commit(&d);
+  zck_ds_writer_free(w);
+  zck__outdir_abort(&d);
+  zck_ds_close(c);
+  return st;
+}

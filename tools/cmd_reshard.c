@@ -1,0 +1,83 @@
+/* cmd_reshard.c: `zckpt reshard SRC OUT --to-stage S --to-world-size W`. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const char zck__reshard_help[] =
+  "usage: zckpt reshard [options] SRC OUT --to-stage {1,2,3} --to-world-size W\n"
+  "\n"
+  "Rewrites a DeepSpeed checkpoint for another ZeRO stage and GPU count, with all\n"
+  "optimizer state (fp32 master weights, exp_avg, exp_avg_sq, step), scheduler, counters\n"
+  "and param groups, so that plain DeepSpeed resumes from it with engine.load_checkpoint\n"
+  "(no load_universal needed). SRC: a save root with `latest`, a tag folder, or an HF\n"
+  "checkpoint-N/ folder (its other files are carried over). OUT: a new save root.\n"
+  "\n"
+  "options:\n"
+  "  --to-stage S             target ZeRO stage (default: the source's)\n"
+  "  --to-world-size W        target data-parallel world size (default: the source's)\n"
+  "  --sub-group-size N       stage 3 sub_group_size of the target run (default 1e9)\n"
+  "  --tag TAG                source tag instead of `latest`\n"
+  "  --threads N              worker threads (default: all cores)\n"
+  "  --overwrite              replace an existing OUT\n"
+  "  -q, --quiet              no progress bar\n"
+  "  -h, --help               this help\n";
+
+static bool zck__parse_u64(const char *s, uint64_t max, uint64_t *out) {
+  char *end;
+  if (!s || !*s || *s == '-') return false;
+  double d = strtod(s, &end); /* accepts 1e9 as DeepSpeed configs write it */
+  if (*end || d < 1 || d > (double)max || d != (double)(uint64_t)d) return false;
+  *out = (uint64_t)d;
+  return true;
+}
+
+int zck_cmd_reshard(int argc, char **argv) {
+  static const struct option opts[] = {
+    {"to-stage", required_argument, 0, 's'}, {"to-world-size", required_argument, 0, 'w'},
+    {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 'T'},
+    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'},
+    {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  bool quiet = false;
+  uint64_t v;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      if (!zck__parse_u64(optarg, 3, &v)) return zck_cli_usage_error("reshard", "--to-stage must be 1, 2 or 3");
+      o.to_stage = (int)v;
+      break;
+    case 'w':
+      if (!zck__parse_u64(optarg, 1u << 20, &v)) return zck_cli_usage_error("reshard", "--to-world-size must be a positive integer");
+      o.to_world_size = (uint32_t)v;
+      break;
+    case 'g':
+      if (!zck__parse_u64(optarg, UINT64_MAX / 2, &v)) return zck_cli_usage_error("reshard", "--sub-group-size must be a positive integer");
+      o.sub_group_size = v;
+      break;
+    case 'T': o.tag = optarg; break;
+    case 't':
+      if (!zck__parse_u64(optarg, 256, &v)) return zck_cli_usage_error("reshard", "--threads must be 1..256");
+      o.threads = (unsigned)v;
+      break;
+    case 'o': o.overwrite = 1; break;
+    case 'q': quiet = true; break;
+    case 'h': fputs(zck__reshard_help, stdout); return ZCK_EXIT_OK;
+    default: return zck_cli_usage_error("reshard", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
+  if (!o.to_stage && !o.to_world_size) return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  zck_cli_progress bar;
+  zck_cli_progress_init(&bar, "reshard", 0, quiet);
+  o.progress = zck_cli_progress_cb;
+  o.progress_ctx = &bar;
+  zck_status s = zck_reshard(argv[optind], argv[optind + 1], &o);
+  zck_cli_progress_finish(&bar);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}
