@@ -137,7 +137,8 @@ typedef enum zck_ds_out_kind {
   ZCK_DS_OUT_BUFFER = 0,   /* index = buffer index; source: zck_ds_buffers */
   ZCK_DS_OUT_FROZEN,       /* index = param index; source: ZCK_DS_FROZEN */
   ZCK_DS_OUT_TRAINABLE,    /* index = param index; source: ZCK_DS_FP32 */
-  ZCK_DS_OUT_ALIAS         /* index = param index of the alias; alias_of = output entry */
+  ZCK_DS_OUT_ALIAS         /* index = param index of the alias (UINT32_MAX if module lacks it);
+                              alias_of = the output entry it shares its tensor with */
 } zck_ds_out_kind;
 
 typedef struct zck_ds_output {
@@ -169,9 +170,9 @@ typedef struct zck_ds_write_opts {
   uint32_t world_size;             /* W >= 1 */
   uint64_t sub_group_size;         /* stage 3; 0: DeepSpeed's default 1e9 */
   zck_dtype lp_dtype;              /* BF16 (bf16_ prefix), F16 or F32; INVALID: the manifest's */
-  bool round_robin;                /* zero_optimization.round_robin_gradients (stage 1/2) */
-  uint32_t param_align;            /* zero_optimization.parameter_alignment: 0/1 off, else the
-                                      element multiple (16 / gcd(16, lp size)) */
+  bool round_robin;                /* zero_optimization.round_robin_gradients (stage 1/2; ignored for 3) */
+  uint32_t param_align;            /* zero_optimization.parameter_alignment: 0/1 off, > 1 on (the
+                                      multiple is then 16 / gcd(16, lp size)); stage 1/2 only */
   const char *tag;                 /* NULL: "global_step<global_steps>" */
   bool overwrite;                  /* replace an existing <root>/<tag> */
   bool save_latest;                /* write <root>/latest (last, atomically) */

@@ -333,7 +333,7 @@ static zck_status build_buffers(zck_ds_ckpt *c) {
 static zck_status build_outputs(zck_ds_ckpt *c) {
   const zck_model *m = c->model;
   const zck__ds_model_file *m0 = &c->models[0];
-  size_t cap = m->n_buffers + m->n_params + 1;
+  size_t cap = m->n_buffers + m->n_params + m0->n_shared + 1;
   if (!(c->outputs = zck__calloc(cap, sizeof *c->outputs))) return ZCK_ERR_NO_MEMORY;
   size_t n = 0;
   /* 1. buffers, module order (= manifest buffer order); floating ones as float32 */
@@ -370,18 +370,18 @@ static zck_status build_outputs(zck_ds_ckpt *c) {
     int64_t src = -1;
     for (size_t j = 0; j < before; j++)
       if (!strcmp(c->outputs[j].name, m0->shared_src[i])) src = (int64_t)j;
+    /* an alias missing from module (warned) is still emitted, as zero_to_fp32 does */
     int64_t p = zck_model_find_param(m, m0->shared_alias[i]);
-    if (src < 0 || p < 0) continue;
-    if (n == cap) break;
+    if (src < 0) continue;
     /* a repeated alias key overwrites the earlier entry in the Python dict */
     int64_t prev = -1;
     for (size_t j = before; j < n; j++)
       if (!strcmp(c->outputs[j].name, m0->shared_alias[i])) prev = (int64_t)j;
     zck_ds_output *o = &c->outputs[prev >= 0 ? (size_t)prev : n++];
     *o = c->outputs[src];
-    o->name = m->params[p].name;
+    o->name = m0->shared_alias[i];
     o->kind = ZCK_DS_OUT_ALIAS;
-    o->index = (uint32_t)p;
+    o->index = p >= 0 ? (uint32_t)p : UINT32_MAX;
     o->alias_of = (int32_t)src;
   }
   c->n_outputs = n;

@@ -151,7 +151,7 @@ static zck_status read_latest(const char *latest_path, char **tag) {
   char *buf = NULL;
   size_t len = 0;
   zck_status s = zck__read_small_file(latest_path, ZCK__DS_MAX_LATEST, &buf, &len);
-  if (s != ZCK_OK) return zck__error_prepend(s, "cannot read the checkpoint's 'latest' file");
+  if (s != ZCK_OK) return s;   /* io's message names the file */
   if (strlen(buf) != len) {
     free(buf);
     return zck__fail(ZCK_ERR_FORMAT, "%s: contains a NUL byte; expected the tag name", latest_path);

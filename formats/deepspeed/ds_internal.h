@@ -88,6 +88,7 @@ struct zck_ds_ckpt {
   zck__ds_model_file *models;      /* 1 (stage 1/2) or W (stage 3) */
   size_t n_models;
   zck__ds_optim_file *optims;      /* W */
+  size_t n_optims;                 /* entries allocated in optims */
   /* rank-0 files kept open for their pickled objects */
   zck_torch_file *model0, *optim0;
   const zck_pk *ds_config, *lr_scheduler, *loss_scaler, *param_groups;

@@ -38,6 +38,7 @@ static zck_status read_optims(zck_ds_ckpt *c) {
   c->optims = zck__calloc(1, sizeof *c->optims);
   if (!c->optims) return ZCK_ERR_NO_MEMORY;
   c->optims[0] = o0;
+  c->n_optims = 1;
   ZCK_TRY(zck__ds_read_optim_file(c, &c->optims[0], true));
   const zck__ds_optim_file *r0 = &c->optims[0];
   uint32_t w = r0->partition_count;
@@ -55,6 +56,7 @@ static zck_status read_optims(zck_ds_ckpt *c) {
     memset(&c->optims[r], 0, sizeof c->optims[r]);
     c->optims[r].file = &fs->optims[r];
   }
+  c->n_optims = w;
   for (uint32_t r = 1; r < w; r++) {
     zck__ds_optim_file *o = &c->optims[r];
     ZCK_TRY(zck__ds_read_optim_file(c, o, false));
@@ -142,8 +144,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   if (!c) return;
   for (size_t i = 0; i < c->n_models; i++) zck__ds_model_file_free(&c->models[i]);
   free(c->models);
-  if (c->optims)
-    for (uint32_t r = 0; r < (c->info.world_size ? c->info.world_size : 1); r++) zck__ds_optim_file_free(&c->optims[r]);
+  for (size_t r = 0; r < c->n_optims; r++) zck__ds_optim_file_free(&c->optims[r]);
   free(c->optims);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim0);

@@ -185,8 +185,6 @@ static zck_status check_opts(const zck_model *m, const zck_ds_write_opts *o, zck
   if (lp != ZCK_BF16 && lp != ZCK_F16 && lp != ZCK_F32)
     return zck__fail(ZCK_ERR_INVALID_ARG, "training dtype %s: must be bfloat16, float16 or float32", zck_dtype_name(lp));
   if (o->tag) ZCK_TRY(zck__ds_check_tag(o->tag, "tag"));
-  if (o->stage == 3 && o->param_align > 1)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "parameter_alignment applies to ZeRO stage 1/2 only");
   for (size_t p = 0; p < m->n_params; p++)
     if (m->params[p].tied_to < 0 && !m->params[p].frozen && m->params[p].group < 0 && m->params[p].numel > 0)
       return zck__fail(ZCK_ERR_INVALID_ARG, "trainable parameter '%s' is in no param group", m->params[p].name);
@@ -204,6 +202,12 @@ zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_
   if (!w) return ZCK_ERR_NO_MEMORY;
   w->m = m;
   w->o = *o;
+  if (o->stage == 3) {  /* stage-1/2 options: ignored by DeepSpeed's stage 3 too */
+    w->o.param_align = 1;
+    w->o.round_robin = false;
+  }
+  /* parameter_alignment is a switch; the multiple is DeepSpeed's for the lp dtype */
+  w->o.param_align = w->o.param_align > 1 ? zck__ds_param_align_for(lp) : 1;
   w->lp = lp;
   w->w = o->world_size;
   w->stage = o->stage;

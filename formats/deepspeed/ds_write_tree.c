@@ -97,8 +97,13 @@ static zck_pk *ds_config(zck_ds_writer *w, zck_pk_doc *d) {
   if (!set_key(d, zo, "stage", zck_pk_new_int(d, w->stage))) return NULL;
   if (w->stage == 3 && w->o.sub_group_size && !set_key(d, zo, "sub_group_size", zck_pk_new_int(d, (int64_t)w->sub_group_size)))
     return NULL;
-  if (w->stage <= 2 && w->o.round_robin && !set_key(d, zo, "round_robin_gradients", zck_pk_new_bool(d, 1))) return NULL;
-  if (w->stage <= 2 && w->o.param_align > 1 && !set_key(d, zo, "parameter_alignment", zck_pk_new_bool(d, 1))) return NULL;
+  /* the switches that change the flat layout must describe the files written */
+  if ((w->o.round_robin || zck_pk_dict_get(zo, "round_robin_gradients")) &&
+      !set_key(d, zo, "round_robin_gradients", zck_pk_new_bool(d, w->o.round_robin)))
+    return NULL;
+  if ((w->o.param_align > 1 || zck_pk_dict_get(zo, "parameter_alignment")) &&
+      !set_key(d, zo, "parameter_alignment", zck_pk_new_bool(d, w->o.param_align > 1)))
+    return NULL;
   if (!w->o.ds_config) {
     zck_pk *bf = zck_pk_new_dict(d, 0);
     if (!bf || !put(d, bf, "enabled", zck_pk_new_bool(d, w->lp == ZCK_BF16)) || !put(d, cfg, "bf16", bf)) return NULL;
