@@ -352,7 +352,10 @@ static zck_status write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const c
   o.has_optimizer_state = zr0->step > 0;
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(t->ds_json, "optimizer");
   bool ds_opt = opt && !cJSON_IsNull(opt);
-  o.step_is_tensor = !ds_opt; /* torch AdamW (HF optimizer); DeepSpeed's FusedAdam keeps an int */
+  /* torch AdamW (the HF optimizer, or torch_adam) keeps a tensor step; FusedAdam an int */
+  const cJSON *ta = ds_opt ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(opt, "params"), "torch_adam")
+                           : NULL;
+  o.step_is_tensor = !ds_opt || cJSON_IsTrue(ta);
   o.step = (double)zr0->step;
   o.clip_grad = a->max_grad_norm;
   o.ds_version = ZE_DS_VERSION;

@@ -74,4 +74,27 @@ cmp -s "$T/a" "$T/b" || fail "two identical runs printed different losses"
 # generation prints prompt + text on stdout
 run --generate-tokens 4 --prompt "1+1=" --gather-for-generation both >"$T/out3" 2>/dev/null || fail "generation run"
 [ "$(grep -c '^\[gather_for_generation=o' "$T/out3")" = 2 ] || fail "generation output: $(cat "$T/out3")"
+
+# the sample configs, each stage over 2 ranks
+CONF=$(dirname "$0")/../../samples/configs
+for z in 1 2 3; do
+  "$BIN" --deepspeed "$CONF/ds_zero$z.json" --ranks 2 --max-steps 2 --per-device-train-batch-size 2 --bf16 \
+    --n-positions 16 --n-embd 16 --n-head 2 --eval-samples 2 --logging-steps 1 >"$T/out" 2>"$T/err" ||
+    fail "ds_zero$z.json: $(cat "$T/err")"
+  grep -q "ZeRO-$z on 2 ranks" "$T/err" || fail "ds_zero$z.json: banner: $(cat "$T/err")"
+done
+
+# save and resume from the command line: steps 4-6 print the same losses
+small="--ranks 2 --per-device-train-batch-size 2 --n-positions 16 --n-embd 16 --n-head 2 --eval-samples 2 --logging-steps 1 --max-steps 6"
+"$BIN" $small --output-dir "$T/run" --save-steps 3 --deepspeed "$CONF/ds_zero3.json" --bf16 2>"$T/err1" >/dev/null ||
+  fail "save run: $(cat "$T/err1")"
+[ -f "$T/run/checkpoint-3/latest" ] && [ -f "$T/run/checkpoint-6/model.safetensors" ] || fail "checkpoints missing: $(ls -R "$T/run")"
+"$BIN" $small --resume-from-checkpoint "$T/run/checkpoint-3" --deepspeed "$CONF/ds_zero3.json" --bf16 2>"$T/err2" >/dev/null ||
+  fail "resume run: $(cat "$T/err2")"
+grep -q "resuming from $T/run/checkpoint-3 at step 3" "$T/err2" || fail "resume banner: $(cat "$T/err2")"
+grep '^step [456]/' "$T/err1" | sed 's/ | [0-9.]* ms\/step//' >"$T/a"
+grep '^step [456]/' "$T/err2" | sed 's/ | [0-9.]* ms\/step//' >"$T/b"
+[ "$(wc -l <"$T/a")" = 3 ] && cmp -s "$T/a" "$T/b" || fail "resumed losses differ: $(cat "$T/a") vs $(cat "$T/b")"
+expect 1 "used a DP world size of 2 but the current world size is 3" $small --ranks 3 \
+  --resume-from-checkpoint "$T/run/checkpoint-3" --deepspeed "$CONF/ds_zero3.json" --bf16
 echo ok
