@@ -211,7 +211,10 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
       if (d->alias_of < 0 || (size_t)d->alias_of >= n_out || set_index[d->alias_of] < 0) continue; /* source left out */
       data = &outs[d->alias_of];
     }
-    if (data->kind == ZCK_DS_OUT_FROZEN && o.exclude_frozen) continue;
+    /* DeepSpeed 0.19.8 files zero-element trainable params under frozen_param_shapes, so
+     * the checkpoint cannot tell them from frozen ones: --exclude-frozen keeps every
+     * zero-element tensor (free, and what a strict load_state_dict of a model needs) */
+    if (data->kind == ZCK_DS_OUT_FROZEN && o.exclude_frozen && data->numel > 0) continue;
     zck_store unbound = {0};
     st = zck__set_add(&s, d->name, d->src_dtype, d->ndim, d->shape, unbound);
     if (st != ZCK_OK) break;
