@@ -1,0 +1,250 @@
+/* manifest_write.c: describing an output directory into a manifest and writing it.
+ *
+ * lib/manifest knows no format; here the readers say where each tensor's bytes are: a
+ * torch .pt/.bin file (every tensor of its pickle, named by its path through dicts and
+ * lists, "optimizer_state_dict.state.0.exp_avg"), a safetensors file (every header entry).
+ * Other files are listed with their size and hash only. A DeepSpeed tag folder also gets
+ * its layout, from the DeepSpeed reader (which validates the whole file set on the way:
+ * a manifest is never written for a checkpoint zckpt cannot read back).
+ * Files are described in parallel (pickles of many ranks) and hashed in parallel.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deepspeed/deepspeed.h"
+#include "manifest.h"
+#include "safetensors/safetensors.h"
+#include "threadpool.h"
+#include "torch/torch.h"
+#include "zck_verify_api.h"
+
+typedef struct desc_tensor {
+  char *name;
+  const char *dtype;            /* static string */
+  int ndim;
+  int64_t shape[ZCK_MANIFEST_MAX_DIMS];
+  uint64_t offset, nbytes;
+} desc_tensor;
+
+typedef struct desc_file {
+  const char *rel;
+  char *full;
+  desc_tensor *t;
+  size_t n;
+} desc_file;
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+static bool is_zip_file(const char *path) {
+  zck__source src;
+  if (zck__source_open(&src, path) != ZCK_OK) { zck_clear_error(); return false; }
+  uint8_t head[4] = {0};
+  bool zip = src.size >= 4 && zck__source_read(&src, head, 4, 0) == ZCK_OK && !memcmp(head, "PK\3\4", 4);
+  zck__source_close(&src);
+  zck_clear_error();
+  return zip;
+}
+
+/* Bytes a tensor spans in its storage, from element 0 to its last element. */
+static uint64_t tensor_span(const zck_torch_tensor *t) {
+  size_t es = zck_dtype_size(t->dtype);
+  if (!t->numel) return 0;
+  uint64_t last = 0;
+  for (int d = 0; d < t->ndim; d++) last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->stride[d];
+  return (last + 1) * es; /* fits: the reader checked the view against its storage (G-04, G-05) */
+}
+
+static zck_status desc_push(desc_file *f, size_t *cap, const char *name, const char *dtype, int ndim,
+                            const int64_t *shape, uint64_t off, uint64_t nbytes) {
+  if (ndim > ZCK_MANIFEST_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: %d dims", f->full, name, ndim);
+  if (f->n == *cap) {
+    size_t c = *cap ? 2 * *cap : 16;
+    desc_tensor *v = zck__realloc(f->t, c * sizeof *v);
+    if (!v) return ZCK_ERR_NO_MEMORY;
+    f->t = v;
+    *cap = c;
+  }
+  desc_tensor *t = &f->t[f->n];
+  memset(t, 0, sizeof *t);
+  if (!(t->name = zck__strdup(name))) return ZCK_ERR_NO_MEMORY;
+  t->dtype = dtype;
+  t->ndim = ndim;
+  if (ndim) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+  t->offset = off;
+  t->nbytes = nbytes;
+  f->n++;
+  return ZCK_OK;
+}
+
+typedef struct tensor_ptr {
+  const zck_torch_tensor *t;
+  size_t index;
+} tensor_ptr;
+
+static int cmp_tensor_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const tensor_ptr *)a)->t, y = (uintptr_t)((const tensor_ptr *)b)->t;
+  return x < y ? -1 : x > y;
+}
+
+static zck_status describe_torch(desc_file *f) {
+  zck_torch_file *tf = NULL;
+  ZCK_TRY(zck_torch_open(f->full, NULL, &tf));
+  size_t cap = 0, count = 0, nt = zck_torch_tensor_count(tf);
+  zck_torch_named *named = NULL;
+  uint8_t *listed = zck__calloc(nt ? nt : 1, 1);
+  tensor_ptr *by_ptr = zck__malloc((nt ? nt : 1) * sizeof *by_ptr);
+  zck_status st = listed && by_ptr ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t k = 0; st == ZCK_OK && k < nt; k++) by_ptr[k] = (tensor_ptr){zck_torch_tensor_at(tf, k), k};
+  if (st == ZCK_OK) qsort(by_ptr, nt, sizeof *by_ptr, cmp_tensor_ptr);
+  /* names through dicts and lists; a file whose names collide falls back to indices */
+  if (st == ZCK_OK && zck_torch_state_dict(tf, zck_torch_root(tf), &named, &count) != ZCK_OK) {
+    zck_clear_error();
+    named = NULL;
+    count = 0;
+  }
+  for (size_t i = 0; st == ZCK_OK && i < count; i++) {
+    const zck_torch_tensor *t = named[i].tensor;
+    tensor_ptr key = {t, 0};
+    const tensor_ptr *hit = bsearch(&key, by_ptr, nt, sizeof *by_ptr, cmp_tensor_ptr);
+    if (hit) listed[hit->index] = 1;
+    st = desc_push(f, &cap, named[i].name, zck_dtype_name(t->dtype), t->ndim, t->shape,
+                   zck_torch_tensor_file_offset(tf, t), tensor_span(t));
+  }
+  for (size_t k = 0; st == ZCK_OK && k < nt; k++) { /* tensors not reachable by name (inside objects) */
+    if (listed[k]) continue;
+    const zck_torch_tensor *t = zck_torch_tensor_at(tf, k);
+    char name[40];
+    snprintf(name, sizeof name, "<tensor %zu>", k);
+    st = desc_push(f, &cap, name, zck_dtype_name(t->dtype), t->ndim, t->shape, zck_torch_tensor_file_offset(tf, t),
+                   tensor_span(t));
+  }
+  zck_torch_named_free(named, count);
+  free(listed);
+  free(by_ptr);
+  zck_torch_close(tf);
+  return st;
+}
+
+static zck_status describe_safetensors(desc_file *f) {
+  zck_st_file *sf = NULL;
+  ZCK_TRY(zck_st_open(f->full, &sf));
+  size_t cap = 0;
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i < zck_st_count(sf); i++) {
+    const zck_st_tensor *t = zck_st_tensor_at(sf, i);
+    int64_t shape[ZCK_MANIFEST_MAX_DIMS];
+    if (t->ndim > ZCK_MANIFEST_MAX_DIMS) {
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: %d dims", f->full, t->name, t->ndim);
+      break;
+    }
+    for (int d = 0; d < t->ndim; d++) {
+      if (t->shape[d] > (uint64_t)INT64_MAX) st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: dim too large", f->full, t->name);
+      shape[d] = (int64_t)t->shape[d];
+    }
+    const char *dtype = t->dtype != ZCK_DTYPE_INVALID ? zck_dtype_name(t->dtype) : zck_st_dtype_name(t->st_dtype);
+    if (st == ZCK_OK) st = desc_push(f, &cap, t->name, dtype, t->ndim, shape, t->offset, t->nbytes);
+  }
+  zck_st_close(sf);
+  return st;
+}
+
+static zck_status describe_item(void *ctx, size_t item, unsigned thread) {
+  desc_file *f = &((desc_file *)ctx)[item];
+  if (ends_with(f->rel, ".safetensors")) return describe_safetensors(f);
+  if ((ends_with(f->rel, ".pt") || ends_with(f->rel, ".bin") || ends_with(f->rel, ".pth")) && is_zip_file(f->full))
+    return describe_torch(f);
+  return ZCK_OK;
+}
+
+static zck_manifest_kind detect_kind(char **paths, size_t n) {
+  bool st = false, pt = false;
+  for (size_t i = 0; i < n; i++) {
+    const char *p = paths[i];
+    if (!strchr(p, '/') && (ends_with(p, "_optim_states.pt") || ends_with(p, "optim_states.pt") || ends_with(p, "_model_states.pt")))
+      return ZCK_MANIFEST_DEEPSPEED;
+    if (!strncmp(p, "zero/", 5)) return ZCK_MANIFEST_UNIVERSAL;
+    st = st || ends_with(p, ".safetensors");
+    pt = pt || ends_with(p, ".pt") || ends_with(p, ".bin") || ends_with(p, ".pth");
+  }
+  return st ? ZCK_MANIFEST_SAFETENSORS : pt ? ZCK_MANIFEST_TORCH : ZCK_MANIFEST_OTHER;
+}
+
+static zck_status parse_kind(const char *s, zck_manifest_kind *k) {
+  static const zck_manifest_kind all[] = {ZCK_MANIFEST_OTHER, ZCK_MANIFEST_DEEPSPEED, ZCK_MANIFEST_SAFETENSORS,
+                                          ZCK_MANIFEST_UNIVERSAL, ZCK_MANIFEST_TORCH};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(s, zck_manifest_kind_name(all[i]))) { *k = all[i]; return ZCK_OK; }
+  return zck__fail(ZCK_ERR_INVALID_ARG, "manifest kind \"%s\" is not deepspeed, safetensors, universal, torch or other", s);
+}
+
+static zck_status deepspeed_layout(const char *dir, zck_manifest *m) {
+  zck_ds_ckpt *ck = NULL;
+  ZCK_TRY_CTX(zck_ds_open(dir, NULL, &ck), "cannot describe the DeepSpeed layout");
+  const zck_ds_info *in = zck_ds_info_of(ck);
+  zck_manifest_layout l = {(char *)in->tag, in->stage, in->world_size, in->n_flat_groups,
+                           (char *)zck_dtype_name(in->lp_dtype), (char *)zck_dtype_name(in->master_dtype), in->bf16_prefix};
+  zck_status st = zck_manifest_set_layout(m, &l);
+  zck_ds_close(ck);
+  return st;
+}
+
+/* Builds the manifest of dir (described and hashed, not written). */
+static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, zck_manifest **out) {
+  *out = NULL;
+  char **paths = NULL;
+  size_t n = 0;
+  ZCK_TRY(zck_manifest_list_files(dir, &paths, &n));
+  zck_manifest *m = NULL;
+  desc_file *df = zck__calloc(n ? n : 1, sizeof *df);
+  zck_status st = df ? zck_manifest_new(&m) : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) {
+    m->kind = detect_kind(paths, n);
+    if (o->kind) st = parse_kind(o->kind, &m->kind);
+    if (o->chunk_size) m->chunk_size = o->chunk_size;
+  }
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    df[i].rel = paths[i];
+    if (!(df[i].full = zck__path_join(dir, paths[i]))) st = ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK) st = zck_manifest_add_file(m, paths[i], NULL);
+  }
+  if (st == ZCK_OK) st = zck__parallel_for(n, o->threads, describe_item, df);
+  for (size_t i = 0; st == ZCK_OK && i < n; i++)
+    for (size_t k = 0; st == ZCK_OK && k < df[i].n; k++) {
+      const desc_tensor *t = &df[i].t[k];
+      st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
+    }
+  if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED) st = deepspeed_layout(dir, m);
+  if (st == ZCK_OK) {
+    zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
+    ho.threads = o->threads;
+    st = zck_manifest_hash(dir, m, &ho);
+  }
+  for (size_t i = 0; df && i < n; i++) {
+    for (size_t k = 0; k < df[i].n; k++) free(df[i].t[k].name);
+    free(df[i].t);
+    free(df[i].full);
+  }
+  free(df);
+  zck_manifest_free_paths(paths, n);
+  if (st != ZCK_OK) {
+    zck_manifest_free(m);
+    return st;
+  }
+  *out = m;
+  return ZCK_OK;
+}
+
+zck_status zck_manifest_write_dir(const char *dir, const zck_manifest_opts *opts) {
+  zck_manifest_opts o = ZCK_MANIFEST_OPTS_INIT;
+  if (opts) o = *opts;
+  ZCK_ASSERT(o.version >= 1);
+  zck_manifest *m = NULL;
+  ZCK_TRY_CTX(manifest_build(dir, &o, &m), "%s: cannot write " ZCK_MANIFEST_NAME, dir);
+  zck_status st = zck_manifest_write(m, dir);
+  zck_manifest_free(m);
+  return st;
+}

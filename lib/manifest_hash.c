@@ -1,0 +1,321 @@
+/* manifest_hash.c: hashing files for manifests and verification, in parallel, in bounded
+ * memory.
+ *
+ * Each file is read once, front to back, through one staging buffer per worker thread.
+ * The same bytes feed the whole-file XXH3, the chunk XXH3s and every requested byte
+ * range (tensors: XXH3; zip records: CRC-32): a checkpoint is read exactly once whatever
+ * is asked of it. Files go to the workers biggest first, so one big file does not start
+ * last. A range that fits in one buffer is hashed in one call; only ranges that cross a
+ * buffer boundary hold a streaming state, so a file with a million small tensors costs no
+ * more memory than one with ten.
+ */
+#include "manifest.h"
+
+#include "io.h"
+#include "threadpool.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include <zlib.h>
+
+#define ZCK__HASH_DEFAULT_STAGING ((size_t)4 << 20)
+
+static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
+  while (n) { /* zlib takes uInt lengths */
+    uInt step = n > (1u << 30) ? (1u << 30) : (uInt)n;
+    crc = (uint32_t)crc32(crc, p, step);
+    p += step;
+    n -= step;
+  }
+  return crc;
+}
+
+void zck__hash_file_clear(zck__hash_file *f) {
+  if (!f) return;
+  free(f->chunks);
+  free(f->error);
+  f->chunks = NULL;
+  f->error = NULL;
+  f->n_chunks = 0;
+  f->ok = false;
+}
+
+typedef struct hash_run {
+  zck__hash_file *files;
+  size_t *order;               /* files by size, biggest first */
+  size_t staging;
+  uint8_t **bufs;              /* one per worker */
+  bool keep_going;
+  zck_progress_cb progress;
+  void *progress_ctx;
+  pthread_mutex_t lock;
+  uint64_t done_bytes, total_bytes;
+} hash_run;
+
+/* A range being read: started, not yet finished. */
+typedef struct active_range {
+  zck__hash_range *r;
+  XXH3_state_t *st;            /* NULL until the range crosses a buffer boundary */
+  uint32_t crc;
+} active_range;
+
+static int cmp_range_ptr(const void *a, const void *b) {
+  const zck__hash_range *x = *(zck__hash_range *const *)a, *y = *(zck__hash_range *const *)b;
+  if (x->off != y->off) return x->off < y->off ? -1 : 1;
+  return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* Feeds [pos, pos + n) of the file (in buf) to one active range; true when it is done. */
+static bool feed_range(active_range *a, const uint8_t *buf, uint64_t pos, uint64_t n, zck_status *err) {
+  zck__hash_range *r = a->r;
+  uint64_t end = r->off + r->len, lo = r->off > pos ? r->off : pos, hi = end < pos + n ? end : pos + n;
+  bool whole_here = r->off >= pos && end <= pos + n;
+  if (hi > lo) {
+    const uint8_t *p = buf + (lo - pos);
+    size_t k = (size_t)(hi - lo);
+    if (r->want & ZCK__HASH_CRC32) a->crc = crc_update(a->crc, p, k);
+    if (r->want & ZCK__HASH_XXH3) {
+      if (whole_here) {
+        r->xxh3 = XXH3_64bits(p, k);
+      } else {
+        if (!a->st) {
+          a->st = XXH3_createState();
+          if (!a->st) { *err = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory"); return true; }
+          XXH3_64bits_reset(a->st);
+        }
+        XXH3_64bits_update(a->st, p, k);
+      }
+    }
+  }
+  if (end > pos + n) return false;
+  if ((r->want & ZCK__HASH_XXH3) && !whole_here) r->xxh3 = a->st ? XXH3_64bits_digest(a->st) : XXH3_64bits(NULL, 0);
+  if (r->want & ZCK__HASH_CRC32) r->crc32 = a->crc;
+  r->done = true;
+  return true;
+}
+
+static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
+  zck__source src;
+  ZCK_TRY(zck__source_open(&src, f->path));
+  zck_status st = ZCK_OK;
+  XXH3_state_t *fst = XXH3_createState(), *cst = NULL;
+  zck__hash_range **sorted = zck__malloc((f->n_ranges ? f->n_ranges : 1) * sizeof *sorted);
+  active_range *act = zck__calloc(f->n_ranges ? f->n_ranges : 1, sizeof *act);
+  size_t n_act = 0, next = 0;
+  f->size = src.size;
+  f->n_chunks = f->chunk_size ? (size_t)zck__ceil_div(src.size, f->chunk_size) : 0;
+  f->chunks = f->n_chunks ? zck__calloc(f->n_chunks, sizeof *f->chunks) : NULL;
+  if (f->chunk_size) cst = XXH3_createState();
+  if (!fst || !sorted || !act || (f->n_chunks && !f->chunks) || (f->chunk_size && !cst)) {
+    st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+    goto done;
+  }
+  XXH3_64bits_reset(fst);
+  if (cst) XXH3_64bits_reset(cst);
+  for (size_t i = 0; i < f->n_ranges; i++) {
+    f->ranges[i].done = false;
+    sorted[i] = &f->ranges[i];
+  }
+  qsort(sorted, f->n_ranges, sizeof *sorted, cmp_range_ptr);
+  /* empty ranges inside the file are done before any byte is read */
+  for (size_t i = 0; i < f->n_ranges; i++) {
+    zck__hash_range *r = sorted[i];
+    if (r->len == 0 && r->off <= src.size) {
+      r->xxh3 = XXH3_64bits(NULL, 0);
+      r->crc32 = 0;
+      r->done = true;
+    }
+  }
+#ifdef POSIX_FADV_SEQUENTIAL
+  if (src.fd >= 0) (void)posix_fadvise(src.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  uint64_t chunk_k = 0, chunk_fill = 0;
+  for (uint64_t pos = 0; pos < src.size;) {
+    uint64_t n = src.size - pos < h->staging ? src.size - pos : h->staging;
+    st = zck__source_read(&src, buf, (size_t)n, pos);
+    if (st != ZCK_OK) break;
+    XXH3_64bits_update(fst, buf, (size_t)n);
+    for (uint64_t k = 0; cst && k < n;) { /* chunk boundaries may fall inside the buffer */
+      uint64_t take = f->chunk_size - chunk_fill < n - k ? f->chunk_size - chunk_fill : n - k;
+      XXH3_64bits_update(cst, buf + k, (size_t)take);
+      k += take;
+      chunk_fill += take;
+      if (chunk_fill == f->chunk_size) {
+        f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+        XXH3_64bits_reset(cst);
+        chunk_fill = 0;
+      }
+    }
+    while (next < f->n_ranges && sorted[next]->off < pos + n) {
+      zck__hash_range *r = sorted[next++];
+      if (r->done) continue;
+      act[n_act++] = (active_range){r, NULL, 0};
+    }
+    for (size_t a = 0; a < n_act;) {
+      if (feed_range(&act[a], buf, pos, n, &st)) {
+        XXH3_freeState(act[a].st);
+        act[a] = act[--n_act];
+      } else {
+        a++;
+      }
+      if (st != ZCK_OK) break;
+    }
+    if (st != ZCK_OK) break;
+    pos += n;
+    if (h->progress) {
+      pthread_mutex_lock(&h->lock);
+      h->done_bytes += n;
+      h->progress(h->progress_ctx, h->done_bytes, h->total_bytes);
+      pthread_mutex_unlock(&h->lock);
+    }
+  }
+  if (st == ZCK_OK) {
+    f->xxh3 = XXH3_64bits_digest(fst);
+    if (cst && chunk_fill) f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+    f->ok = true;
+  }
+done:
+  for (size_t a = 0; a < n_act; a++) XXH3_freeState(act[a].st); /* ranges past the end stay !done */
+  XXH3_freeState(fst);
+  XXH3_freeState(cst);
+  free(sorted);
+  free(act);
+  zck__source_close(&src);
+  return st;
+}
+
+static zck_status hash_item(void *ctx, size_t item, unsigned thread) {
+  hash_run *h = ctx;
+  zck__hash_file *f = &h->files[h->order[item]];
+  if (!h->bufs[thread] && !(h->bufs[thread] = zck__malloc(h->staging))) return ZCK_ERR_NO_MEMORY;
+  zck__hash_file_clear(f);
+  zck_status st = hash_one_file(h, f, h->bufs[thread]);
+  f->status = st;
+  if (st == ZCK_OK) return ZCK_OK;
+  free(f->chunks);
+  f->chunks = NULL;
+  f->n_chunks = 0;
+  f->ok = false;
+  if (!h->keep_going) return st;
+  f->error = strdup(zck_last_error()); /* NULL only without memory: the status still says it */
+  zck_clear_error();
+  return ZCK_OK;
+}
+
+typedef struct size_key {
+  uint64_t size;
+  size_t index;
+} size_key;
+
+static int cmp_size_desc(const void *a, const void *b) {
+  const size_key *x = a, *y = b;
+  if (x->size != y->size) return x->size > y->size ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+zck_status zck__hash_files(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *opts) {
+  zck_manifest_hash_opts o = ZCK_MANIFEST_HASH_OPTS_INIT;
+  if (opts) o = *opts;
+  hash_run h;
+  memset(&h, 0, sizeof h);
+  h.files = files;
+  h.staging = o.staging_bytes ? o.staging_bytes : ZCK__HASH_DEFAULT_STAGING;
+  if (h.staging < 64) h.staging = 64;
+  h.keep_going = o.keep_going;
+  h.progress = o.progress;
+  h.progress_ctx = o.progress_ctx;
+  size_key *keys = zck__malloc((n ? n : 1) * sizeof *keys);
+  h.order = zck__malloc((n ? n : 1) * sizeof *h.order);
+  unsigned workers = zck__worker_count(n, o.threads);
+  h.bufs = zck__calloc(workers ? workers : 1, sizeof *h.bufs);
+  if (!keys || !h.order || !h.bufs) {
+    free(keys);
+    free(h.order);
+    free(h.bufs);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct stat sb;
+    keys[i].size = stat(files[i].path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    keys[i].index = i;
+    h.total_bytes += keys[i].size;
+  }
+  qsort(keys, n, sizeof *keys, cmp_size_desc);
+  for (size_t i = 0; i < n; i++) h.order[i] = keys[i].index;
+  free(keys);
+  pthread_mutex_init(&h.lock, NULL);
+  zck_status st = zck__parallel_for(n, workers, hash_item, &h);
+  pthread_mutex_destroy(&h.lock);
+  for (unsigned i = 0; i < workers; i++) free(h.bufs[i]);
+  free(h.bufs);
+  free(h.order);
+  return st;
+}
+
+/* ---- manifests */
+
+zck_status zck_manifest_hash(const char *dir, zck_manifest *m, const zck_manifest_hash_opts *o) {
+  size_t nf = m->n_files;
+  zck__hash_file *hf = zck__calloc(nf ? nf : 1, sizeof *hf);
+  zck__hash_range *ranges = zck__calloc(m->n_tensors ? m->n_tensors : 1, sizeof *ranges);
+  size_t *first = zck__calloc(nf + 1, sizeof *first); /* tensors grouped by file */
+  size_t *slot = zck__calloc(m->n_tensors ? m->n_tensors : 1, sizeof *slot);
+  size_t *fill = zck__calloc(nf ? nf : 1, sizeof *fill);
+  zck_status st = (hf && ranges && first && slot && fill) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < m->n_tensors; i++) first[m->tensors[i].file + 1]++;
+  for (size_t f = 0; st == ZCK_OK && f < nf; f++) first[f + 1] += first[f];
+  for (size_t i = 0; st == ZCK_OK && i < m->n_tensors; i++) {
+    const zck_manifest_tensor *t = &m->tensors[i];
+    size_t k = first[t->file] + fill[t->file]++;
+    slot[i] = k;
+    ranges[k] = (zck__hash_range){t->offset, t->nbytes, ZCK__HASH_XXH3, 0, 0, false};
+  }
+  for (size_t f = 0; st == ZCK_OK && f < nf; f++) {
+    hf[f].path = zck__path_join(dir, m->files[f].path);
+    if (!hf[f].path) st = ZCK_ERR_NO_MEMORY;
+    hf[f].chunk_size = m->chunk_size;
+    hf[f].ranges = ranges + first[f];
+    hf[f].n_ranges = first[f + 1] - first[f];
+  }
+  if (st == ZCK_OK) st = zck__hash_files(hf, nf, o);
+  for (size_t f = 0; st == ZCK_OK && f < nf; f++) {
+    zck_manifest_file *mf = &m->files[f];
+    free(mf->chunks);
+    free(mf->error);
+    mf->chunks = NULL;
+    mf->error = NULL;
+    mf->n_chunks = 0;
+    mf->hashed = hf[f].ok;
+    if (!hf[f].ok) {
+      mf->error = hf[f].error;
+      hf[f].error = NULL;
+      continue;
+    }
+    mf->size = hf[f].size;
+    mf->xxh3 = hf[f].xxh3;
+    if (hf[f].n_chunks > 1) { /* one chunk is the file itself */
+      mf->chunks = hf[f].chunks;
+      mf->n_chunks = hf[f].n_chunks;
+      hf[f].chunks = NULL;
+    }
+  }
+  for (size_t i = 0; st == ZCK_OK && i < m->n_tensors; i++) {
+    const zck__hash_range *r = &ranges[slot[i]];
+    m->tensors[i].hashed = r->done;
+    m->tensors[i].xxh3 = r->xxh3;
+  }
+  for (size_t f = 0; hf && f < nf; f++) {
+    free((char *)hf[f].path);
+    zck__hash_file_clear(&hf[f]);
+  }
+  free(hf);
+  free(ranges);
+  free(first);
+  free(slot);
+  free(fill);
+  return st;
+}

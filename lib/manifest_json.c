@@ -1,0 +1,382 @@
+/* manifest_json.c: zckpt-manifest.json text, written by hand and read with cJSON.
+ *
+ * Written by hand so the output is deterministic (same checkpoint, same bytes), one file
+ * or tensor per line (diffable, greppable), with exact 64-bit integers, and streamed into
+ * one buffer rather than a tree of a million nodes. Read with cJSON and validated field
+ * by field: every error names the manifest and the JSON path ("files[3].size").
+ */
+#include "manifest.h"
+
+#include "io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ULL(x) ((unsigned long long)(x))
+#define ZCK__JSON_MAX_INT 9007199254740992.0 /* 2^53: above it doubles skip integers */
+
+// ---- writing
+
+static void put_string(zck__buf *b, const char *s) {
+  zck__buf_byte(b, '"');
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      zck__buf_byte(b, '\\');
+      zck__buf_byte(b, *p);
+    } else if (*p < 0x20 || *p == 0x7f) {
+      zck__buf_printf(b, "\\u%04x", *p);
+    } else {
+      zck__buf_byte(b, *p);
+    }
+  }
+  zck__buf_byte(b, '"');
+}
+
+static void put_hex(zck__buf *b, uint64_t v) { zck__buf_printf(b, "\"%016llx\"", ULL(v)); }
+
+zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len) {
+  for (size_t i = 0; i < m->n_files; i++)
+    if (!m->files[i].hashed) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file %s was not hashed", m->files[i].path);
+  zck__buf b;
+  zck__buf_init(&b);
+  zck__buf_str(&b, "{\n  \"format\": \"zckpt-manifest\",\n");
+  zck__buf_printf(&b, "  \"format_version\": %d,\n  \"tool\": ", ZCK_MANIFEST_FORMAT_VERSION);
+  put_string(&b, m->tool ? m->tool : "zckpt");
+  zck__buf_str(&b, ",\n  \"version\": ");
+  put_string(&b, m->version ? m->version : ZCK_VERSION_STRING);
+  zck__buf_printf(&b, ",\n  \"kind\": \"%s\",\n", zck_manifest_kind_name(m->kind));
+  if (m->has_layout) {
+    const zck_manifest_layout *l = &m->layout;
+    zck__buf_str(&b, "  \"layout\": {");
+    if (l->tag) { zck__buf_str(&b, "\"tag\": "); put_string(&b, l->tag); zck__buf_str(&b, ", "); }
+    zck__buf_printf(&b, "\"stage\": %d, \"world_size\": %u, \"groups\": %llu", l->stage, l->world_size, ULL(l->groups));
+    if (l->lp_dtype) { zck__buf_str(&b, ", \"lp_dtype\": "); put_string(&b, l->lp_dtype); }
+    if (l->master_dtype) { zck__buf_str(&b, ", \"master_dtype\": "); put_string(&b, l->master_dtype); }
+    zck__buf_printf(&b, ", \"bf16_prefix\": %s},\n", l->bf16_prefix ? "true" : "false");
+  }
+  zck__buf_printf(&b, "  \"chunk_size\": %llu,\n  \"files\": [", ULL(m->chunk_size));
+  for (size_t i = 0; i < m->n_files; i++) {
+    const zck_manifest_file *f = &m->files[i];
+    zck__buf_str(&b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
+    put_string(&b, f->path);
+    zck__buf_printf(&b, ", \"size\": %llu, \"xxh3\": ", ULL(f->size));
+    put_hex(&b, f->xxh3);
+    if (f->n_chunks) {
+      zck__buf_str(&b, ", \"chunks\": [");
+      for (size_t k = 0; k < f->n_chunks; k++) {
+        if (k) zck__buf_str(&b, ", ");
+        put_hex(&b, f->chunks[k]);
+      }
+      zck__buf_byte(&b, ']');
+    }
+    zck__buf_byte(&b, '}');
+  }
+  zck__buf_str(&b, m->n_files ? "\n  ],\n  \"tensors\": [" : "],\n  \"tensors\": [");
+  for (size_t i = 0; i < m->n_tensors; i++) {
+    const zck_manifest_tensor *t = &m->tensors[i];
+    zck__buf_str(&b, i ? ",\n    {\"file\": " : "\n    {\"file\": ");
+    put_string(&b, m->files[t->file].path);
+    zck__buf_str(&b, ", \"name\": ");
+    put_string(&b, t->name);
+    zck__buf_str(&b, ", \"dtype\": ");
+    put_string(&b, t->dtype);
+    zck__buf_str(&b, ", \"shape\": [");
+    for (int d = 0; d < t->ndim; d++) zck__buf_printf(&b, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+    zck__buf_printf(&b, "], \"offset\": %llu, \"nbytes\": %llu, \"xxh3\": ", ULL(t->offset), ULL(t->nbytes));
+    put_hex(&b, t->xxh3);
+    zck__buf_byte(&b, '}');
+  }
+  zck__buf_str(&b, m->n_tensors ? "\n  ]\n}\n" : "]\n}\n");
+  zck__buf_byte(&b, 0);
+  if (b.failed) {
+    zck__buf_free(&b);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  }
+  *text = (char *)b.data;
+  if (len) *len = b.len - 1;
+  return ZCK_OK;
+}
+
+zck_status zck_manifest_write(const zck_manifest *m, const char *dir) {
+  char *text = NULL;
+  size_t len = 0;
+  ZCK_TRY(zck_manifest_to_json(m, &text, &len));
+  char *path = zck__path_join(dir, ZCK_MANIFEST_NAME);
+  char *marker = zck__path_join(dir, ZCK_MANIFEST_PARTIAL_NAME);
+  zck__outfile f;
+  zck_status st = (path && marker) ? zck__outfile_create(&f, path) : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) {
+    st = zck__outfile_pwrite(&f, text, len, 0);
+    if (st == ZCK_OK) st = zck__outfile_commit(&f);
+    else zck__outfile_abort(&f);
+  }
+  /* the manifest is the completion mark: only now does the partial marker go */
+  if (st == ZCK_OK && unlink(marker) == 0) st = zck__fsync_path(dir, true);
+  free(text);
+  free(path);
+  free(marker);
+  return st;
+}
+
+// ---- reading
+
+typedef struct jctx {
+  const char *name;            /* the manifest, for messages */
+} jctx;
+
+#define JFAIL(c, st, ...) zck__error_prepend(zck__fail((st), __VA_ARGS__), "%s: malformed manifest", (c)->name)
+
+/* Objects must not repeat a key: cJSON would silently use the first. */
+static zck_status no_duplicate_keys(const jctx *c, const cJSON *obj, const char *where) {
+  for (const cJSON *a = obj->child; a; a = a->next)
+    for (const cJSON *b = a->next; b; b = b->next)
+      if (a->string && b->string && !strcmp(a->string, b->string))
+        return JFAIL(c, ZCK_ERR_FORMAT, "%s: key \"%s\" appears twice", where, a->string);
+  return ZCK_OK;
+}
+
+static zck_status get_uint(const jctx *c, const cJSON *obj, const char *key, const char *where, bool required,
+                           uint64_t *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!v) {
+    if (!required) return ZCK_OK;
+    return JFAIL(c, ZCK_ERR_FORMAT, "%s: \"%s\" missing", where, key);
+  }
+  double d = v->valuedouble;
+  if (!cJSON_IsNumber(v) || !(d >= 0) || d != floor(d) || d >= ZCK__JSON_MAX_INT)
+    return JFAIL(c, ZCK_ERR_FORMAT, "%s.%s: not a non-negative integer below 2^53", where, key);
+  *out = (uint64_t)d;
+  return ZCK_OK;
+}
+
+static zck_status get_str(const jctx *c, const cJSON *obj, const char *key, const char *where, bool required,
+                          const char **out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+  *out = NULL;
+  if (!v) {
+    if (!required) return ZCK_OK;
+    return JFAIL(c, ZCK_ERR_FORMAT, "%s: \"%s\" missing", where, key);
+  }
+  if (!cJSON_IsString(v) || !v->valuestring) return JFAIL(c, ZCK_ERR_FORMAT, "%s.%s: not a string", where, key);
+  *out = v->valuestring;
+  return ZCK_OK;
+}
+
+static bool parse_hex(const char *s, uint64_t *out) {
+  if (!s || strlen(s) != 16) return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 16; i++) {
+    char ch = s[i];
+    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (d < 0) return false;
+    v = v << 4 | (uint64_t)d;
+  }
+  *out = v;
+  return true;
+}
+
+static zck_status get_hex(const jctx *c, const cJSON *obj, const char *key, const char *where, uint64_t *out) {
+  const char *s;
+  ZCK_TRY(get_str(c, obj, key, where, true, &s));
+  if (!parse_hex(s, out)) return JFAIL(c, ZCK_ERR_FORMAT, "%s.%s: not 16 hex digits", where, key);
+  return ZCK_OK;
+}
+
+static zck_status parse_layout(const jctx *c, const cJSON *l, zck_manifest *m) {
+  if (!cJSON_IsObject(l)) return JFAIL(c, ZCK_ERR_FORMAT, "layout: not an object");
+  ZCK_TRY(no_duplicate_keys(c, l, "layout"));
+  zck_manifest_layout x;
+  memset(&x, 0, sizeof x);
+  uint64_t stage = 0, ws = 0;
+  const char *tag, *lp, *master;
+  ZCK_TRY(get_uint(c, l, "stage", "layout", true, &stage));
+  ZCK_TRY(get_uint(c, l, "world_size", "layout", true, &ws));
+  ZCK_TRY(get_uint(c, l, "groups", "layout", true, &x.groups));
+  ZCK_TRY(get_str(c, l, "tag", "layout", false, &tag));
+  ZCK_TRY(get_str(c, l, "lp_dtype", "layout", false, &lp));
+  ZCK_TRY(get_str(c, l, "master_dtype", "layout", false, &master));
+  if (stage > 3) return JFAIL(c, ZCK_ERR_FORMAT, "layout.stage: %llu is not 0..3", ULL(stage));
+  if (ws == 0 || ws > UINT32_MAX) return JFAIL(c, ZCK_ERR_FORMAT, "layout.world_size: %llu out of range", ULL(ws));
+  const cJSON *b = cJSON_GetObjectItemCaseSensitive(l, "bf16_prefix");
+  if (b && !cJSON_IsBool(b)) return JFAIL(c, ZCK_ERR_FORMAT, "layout.bf16_prefix: not a boolean");
+  x.stage = (int)stage;
+  x.world_size = (uint32_t)ws;
+  x.bf16_prefix = b && cJSON_IsTrue(b);
+  x.tag = (char *)tag;
+  x.lp_dtype = (char *)lp;
+  x.master_dtype = (char *)master;
+  return zck_manifest_set_layout(m, &x); /* copies the strings */
+}
+
+static zck_status parse_file(const jctx *c, const cJSON *f, size_t i, zck_manifest *m) {
+  char where[48];
+  snprintf(where, sizeof where, "files[%zu]", i);
+  if (!cJSON_IsObject(f)) return JFAIL(c, ZCK_ERR_FORMAT, "%s: not an object", where);
+  ZCK_TRY(no_duplicate_keys(c, f, where));
+  const char *path;
+  uint64_t size = 0, xxh3 = 0;
+  ZCK_TRY(get_str(c, f, "path", where, true, &path));
+  ZCK_TRY(get_uint(c, f, "size", where, true, &size));
+  ZCK_TRY(get_hex(c, f, "xxh3", where, &xxh3));
+  zck_status st = zck_manifest_add_file(m, path, NULL);
+  if (st == ZCK_ERR_INVALID_ARG) {
+    char why[256]; /* copied: the message is rewritten in place */
+    snprintf(why, sizeof why, "%s", zck_last_error() + strlen("manifest: "));
+    return JFAIL(c, ZCK_ERR_FORMAT, "%s.path: %s", where, why);
+  }
+  ZCK_TRY(st);
+  zck_manifest_file *mf = &m->files[m->n_files - 1];
+  mf->size = size;
+  mf->xxh3 = xxh3;
+  mf->hashed = true;
+  const cJSON *ch = cJSON_GetObjectItemCaseSensitive(f, "chunks");
+  if (!ch) return ZCK_OK;
+  if (!cJSON_IsArray(ch)) return JFAIL(c, ZCK_ERR_FORMAT, "%s.chunks: not an array", where);
+  size_t n = (size_t)cJSON_GetArraySize(ch);
+  uint64_t want = m->chunk_size ? zck__ceil_div(size, m->chunk_size) : 0;
+  if (!m->chunk_size || n != want)
+    return JFAIL(c, ZCK_ERR_FORMAT, "%s.chunks: %zu hashes, but %llu bytes in chunks of %llu make %llu", where, n,
+                 ULL(size), ULL(m->chunk_size), ULL(want));
+  if (!(mf->chunks = zck__malloc((n ? n : 1) * sizeof *mf->chunks))) return ZCK_ERR_NO_MEMORY;
+  mf->n_chunks = n;
+  size_t k = 0;
+  for (const cJSON *h = ch->child; h; h = h->next, k++)
+    if (!cJSON_IsString(h) || !parse_hex(h->valuestring, &mf->chunks[k]))
+      return JFAIL(c, ZCK_ERR_FORMAT, "%s.chunks[%zu]: not 16 hex digits", where, k);
+  return ZCK_OK;
+}
+
+static zck_status parse_tensor(const jctx *c, const cJSON *t, size_t i, zck_manifest *m) {
+  char where[48];
+  snprintf(where, sizeof where, "tensors[%zu]", i);
+  if (!cJSON_IsObject(t)) return JFAIL(c, ZCK_ERR_FORMAT, "%s: not an object", where);
+  ZCK_TRY(no_duplicate_keys(c, t, where));
+  const char *file, *name, *dtype;
+  uint64_t off = 0, nbytes = 0, xxh3 = 0, end;
+  ZCK_TRY(get_str(c, t, "file", where, true, &file));
+  ZCK_TRY(get_str(c, t, "name", where, true, &name));
+  ZCK_TRY(get_str(c, t, "dtype", where, true, &dtype));
+  ZCK_TRY(get_uint(c, t, "offset", where, true, &off));
+  ZCK_TRY(get_uint(c, t, "nbytes", where, true, &nbytes));
+  ZCK_TRY(get_hex(c, t, "xxh3", where, &xxh3));
+  if (!*dtype) return JFAIL(c, ZCK_ERR_FORMAT, "%s.dtype: empty", where);
+  ptrdiff_t fi = zck_manifest_find_file(m, file);
+  if (fi < 0) return JFAIL(c, ZCK_ERR_FORMAT, "%s.file: \"%s\" is not in files", where, file);
+  if (!zck__add_u64(off, nbytes, &end) || end > m->files[fi].size)
+    return JFAIL(c, ZCK_ERR_FORMAT, "%s: bytes %llu..%llu pass the end of %s (%llu bytes)", where, ULL(off),
+                 ULL(off) + ULL(nbytes), file, ULL(m->files[fi].size));
+  const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
+  if (!cJSON_IsArray(sh)) return JFAIL(c, ZCK_ERR_FORMAT, "%s.shape: missing or not an array", where);
+  int ndim = cJSON_GetArraySize(sh);
+  if (ndim > ZCK_MANIFEST_MAX_DIMS) return JFAIL(c, ZCK_ERR_FORMAT, "%s.shape: %d dims, at most %d", where, ndim, ZCK_MANIFEST_MAX_DIMS);
+  int64_t shape[ZCK_MANIFEST_MAX_DIMS];
+  int d = 0;
+  for (const cJSON *v = sh->child; v; v = v->next, d++) {
+    double x = v->valuedouble;
+    if (!cJSON_IsNumber(v) || !(x >= 0) || x != floor(x) || x >= ZCK__JSON_MAX_INT)
+      return JFAIL(c, ZCK_ERR_FORMAT, "%s.shape[%d]: not a non-negative integer", where, d);
+    shape[d] = (int64_t)x;
+  }
+  size_t idx;
+  ZCK_TRY(zck_manifest_add_tensor(m, (size_t)fi, name, dtype, ndim, shape, off, nbytes, &idx));
+  m->tensors[idx].xxh3 = xxh3;
+  m->tensors[idx].hashed = true;
+  return ZCK_OK;
+}
+
+static zck_status parse_root(const jctx *c, const cJSON *root, zck_manifest *m) {
+  if (!cJSON_IsObject(root)) return JFAIL(c, ZCK_ERR_FORMAT, "not a JSON object");
+  ZCK_TRY(no_duplicate_keys(c, root, "manifest"));
+  const char *format, *tool, *version, *kind;
+  uint64_t fv = 0;
+  ZCK_TRY(get_str(c, root, "format", "manifest", true, &format));
+  if (strcmp(format, "zckpt-manifest")) return JFAIL(c, ZCK_ERR_FORMAT, "format is \"%s\", not \"zckpt-manifest\"", format);
+  ZCK_TRY(get_uint(c, root, "format_version", "manifest", true, &fv));
+  if (fv < 1 || fv > ZCK_MANIFEST_FORMAT_VERSION)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: manifest format_version %llu: this zckpt reads version %d (written by a newer zckpt?)",
+                     c->name, ULL(fv), ZCK_MANIFEST_FORMAT_VERSION);
+  ZCK_TRY(get_str(c, root, "tool", "manifest", true, &tool));
+  ZCK_TRY(get_str(c, root, "version", "manifest", true, &version));
+  ZCK_TRY(get_str(c, root, "kind", "manifest", true, &kind));
+  free(m->tool);
+  free(m->version);
+  m->tool = zck__strdup(tool);
+  m->version = zck__strdup(version);
+  if (!m->tool || !m->version) return ZCK_ERR_NO_MEMORY;
+  static const zck_manifest_kind kinds[] = {ZCK_MANIFEST_OTHER, ZCK_MANIFEST_DEEPSPEED, ZCK_MANIFEST_SAFETENSORS,
+                                            ZCK_MANIFEST_UNIVERSAL, ZCK_MANIFEST_TORCH};
+  bool known = false;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (!strcmp(kind, zck_manifest_kind_name(kinds[i]))) { m->kind = kinds[i]; known = true; }
+  if (!known) return JFAIL(c, ZCK_ERR_FORMAT, "kind \"%s\" is not deepspeed, safetensors, universal, torch or other", kind);
+  m->chunk_size = 0;
+  ZCK_TRY(get_uint(c, root, "chunk_size", "manifest", false, &m->chunk_size));
+  const cJSON *layout = cJSON_GetObjectItemCaseSensitive(root, "layout");
+  if (layout) ZCK_TRY(parse_layout(c, layout, m));
+  const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+  const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+  if (!cJSON_IsArray(files)) return JFAIL(c, ZCK_ERR_FORMAT, "\"files\" missing or not an array");
+  if (tensors && !cJSON_IsArray(tensors)) return JFAIL(c, ZCK_ERR_FORMAT, "\"tensors\" not an array");
+  size_t i = 0;
+  for (const cJSON *f = files->child; f; f = f->next, i++) ZCK_TRY(parse_file(c, f, i, m));
+  i = 0;
+  for (const cJSON *t = tensors ? tensors->child : NULL; t; t = t->next, i++) ZCK_TRY(parse_tensor(c, t, i, m));
+  return ZCK_OK;
+}
+
+zck_status zck_manifest_parse(const char *name, const char *json, size_t len, zck_manifest **out) {
+  *out = NULL;
+  jctx c = {name ? name : ZCK_MANIFEST_NAME};
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
+  if (!root) {
+    size_t at = end && end >= json && end <= json + len ? (size_t)(end - json) : 0;
+    size_t line = 1;
+    for (size_t i = 0; i < at; i++) line += json[i] == '\n';
+    return zck__fail(ZCK_ERR_FORMAT, "%s: malformed manifest: not valid JSON (byte %zu, line %zu)", c.name, at, line);
+  }
+  zck_manifest *m = NULL;
+  zck_status st = zck_manifest_new(&m);
+  if (st == ZCK_OK) {
+    /* trailing bytes after the object mean a damaged or concatenated file */
+    const char *p = end;
+    while (p && p < json + len && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    if (p && p < json + len && *p)
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: malformed manifest: bytes after the JSON object (byte %zu)", c.name, (size_t)(p - json));
+    else
+      st = parse_root(&c, root, m);
+  }
+  cJSON_Delete(root);
+  if (st != ZCK_OK) {
+    zck_manifest_free(m);
+    return st;
+  }
+  *out = m;
+  return ZCK_OK;
+}
+
+zck_status zck_manifest_read(const char *path, zck_manifest **out) {
+  *out = NULL;
+  struct stat sb;
+  if (stat(path, &sb) != 0) return zck__fail_errno(errno, "%s: cannot read manifest", path);
+  char *file = S_ISDIR(sb.st_mode) ? zck__path_join(path, ZCK_MANIFEST_NAME) : zck__strdup(path);
+  if (!file) return ZCK_ERR_NO_MEMORY;
+  zck_status st = ZCK_OK;
+  if (S_ISDIR(sb.st_mode) && lstat(file, &sb) != 0 && errno == ENOENT) {
+    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no " ZCK_MANIFEST_NAME, path);
+  } else {
+    char *text = NULL;
+    size_t len = 0;
+    st = zck__read_small_file(file, ZCK_MANIFEST_MAX_BYTES, &text, &len);
+    if (st == ZCK_OK) st = zck_manifest_parse(file, text, len, out);
+    free(text);
+  }
+  free(file);
+  return st;
+}
