@@ -21,11 +21,14 @@ char *zck__arena_strndup(zck__arena *a, const char *s, size_t n);
 void zck__arena_free(zck__arena *a);
 
 /* ---- name -> index table (open addressing; names are owned by the caller) */
+typedef struct zck__strmap_entry {
+  uint64_t hash;
+  const char *key;
+  size_t slot;            /* index + 1, 0 = empty */
+} zck__strmap_entry;      /* one cache line holds a probe's whole state */
 typedef struct zck__strmap {
   size_t cap, len;
-  uint64_t *hashes;
-  size_t *slots;          /* index + 1, 0 = empty */
-  const char **keys;
+  zck__strmap_entry *e;
 } zck__strmap;
 zck_status zck__strmap_init(zck__strmap *m, size_t expected);
 /* Inserts key -> index; *existing receives the previous index and nothing is inserted when
@@ -60,6 +63,8 @@ typedef struct zck__jp {
   int depth;
   const char *check;      /* check ID appended to value errors ("ST-09"), or NULL */
   const char *syntax_check; /* check ID appended to syntax errors ("ST-05"), or NULL */
+  const char *tensor;     /* value errors start "tensor NAME: " when set (rendered only on error) */
+  long elem;              /* value errors say "CTX[elem]" when >= 0 */
   zck__buf str;           /* the last decoded string (NUL-terminated) */
 } zck__jp;
 

@@ -20,6 +20,7 @@ void zck__jp_init(zck__jp *jp, const char *file, const char *what, const void *d
   jp->start = jp->p = data;
   jp->end = jp->start + n;
   jp->base = base;
+  jp->elem = -1;
   zck__buf_init(&jp->str);
 }
 
@@ -43,14 +44,23 @@ zck_status zck__jp_fail(zck__jp *jp, const char *fmt, ...) {
 }
 
 zck_status zck__jp_fail_value(zck__jp *jp, const char *fmt, ...) {
-  char what[512];
+  char what[512], q[ZCK__QNAME_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   zck__jp_ws(jp);
-  return zck__fail(ZCK_ERR_FORMAT, "%s: %s (%s byte %llu%s%s)", jp->file, what, jp->what,
+  return zck__fail(ZCK_ERR_FORMAT, "%s: %s%s%s%s (%s byte %llu%s%s)", jp->file, jp->tensor ? "tensor " : "",
+                   jp->tensor ? zck__qname(jp->tensor, q) : "", jp->tensor ? ": " : "", what, jp->what,
                    (unsigned long long)zck__jp_offset(jp), jp->check ? ", " : "", jp->check ? jp->check : "");
+}
+
+/* "ctx: " or "ctx[elem]: " or "" for messages. */
+static const char *zck__jp_ctx(zck__jp *jp, const char *ctx, char *buf, size_t n) {
+  if (!ctx || !*ctx) return "";
+  if (jp->elem >= 0) snprintf(buf, n, "%s[%ld]: ", ctx, jp->elem);
+  else snprintf(buf, n, "%s: ", ctx);
+  return buf;
 }
 
 int zck__jp_peek(zck__jp *jp) {
@@ -82,13 +92,17 @@ void zck__jp_leave(zck__jp *jp) { jp->depth--; }
 
 zck_status zck__jp_object_begin(zck__jp *jp, const char *ctx) {
   int c = zck__jp_peek(jp);
-  if (c != '{') return zck__jp_fail_value(jp, "%s: expected an object, found %s", ctx, zck__kind_of(c));
+  char cb[160];
+  if (c != '{')
+    return zck__jp_fail_value(jp, "%sexpected an object, found %s", zck__jp_ctx(jp, ctx, cb, sizeof cb), zck__kind_of(c));
   return zck__jp_enter(jp);
 }
 
 zck_status zck__jp_array_begin(zck__jp *jp, const char *ctx) {
   int c = zck__jp_peek(jp);
-  if (c != '[') return zck__jp_fail_value(jp, "%s: expected an array, found %s", ctx, zck__kind_of(c));
+  char cb[160];
+  if (c != '[')
+    return zck__jp_fail_value(jp, "%sexpected an array, found %s", zck__jp_ctx(jp, ctx, cb, sizeof cb), zck__kind_of(c));
   return zck__jp_enter(jp);
 }
 
@@ -160,7 +174,8 @@ static void zck__utf8_put(zck__buf *b, uint32_t cp) {
 
 zck_status zck__jp_string(zck__jp *jp, const char *ctx) {
   int c = zck__jp_peek(jp);
-  if (c != '"') return zck__jp_fail_value(jp, "%s: expected a string, found %s", ctx, zck__kind_of(c));
+  char cb[160];
+  if (c != '"') return zck__jp_fail_value(jp, "%sexpected a string, found %s", zck__jp_ctx(jp, ctx, cb, sizeof cb), zck__kind_of(c));
   jp->p++;
   zck__buf *b = &jp->str;
   b->len = 0;
@@ -251,9 +266,11 @@ static zck_status zck__jp_number(zck__jp *jp, zck__jnum *n) {
 }
 
 zck_status zck__jp_u64(zck__jp *jp, uint64_t *v, const char *ctx) {
+  char cb[160];
   int c = zck__jp_peek(jp);
   if (c != '-' && !(c >= '0' && c <= '9'))
-    return zck__jp_fail_value(jp, "%s: expected a non-negative integer, found %s", ctx, zck__kind_of(c));
+    return zck__jp_fail_value(jp, "%sexpected a non-negative integer, found %s", zck__jp_ctx(jp, ctx, cb, sizeof cb),
+                              zck__kind_of(c));
   const uint8_t *at = jp->p;
   zck__jnum n;
   ZCK_TRY(zck__jp_number(jp, &n));
@@ -264,7 +281,7 @@ zck_status zck__jp_u64(zck__jp *jp, uint64_t *v, const char *ctx) {
   if (why) {
     int len = (int)(jp->p - at);
     jp->p = at; /* report the number's own offset */
-    return zck__jp_fail_value(jp, "%s: %.*s %s", ctx, len > 40 ? 40 : len, (const char *)at, why);
+    return zck__jp_fail_value(jp, "%s%.*s %s", zck__jp_ctx(jp, ctx, cb, sizeof cb), len > 40 ? 40 : len, (const char *)at, why);
   }
   *v = n.value;
   return ZCK_OK;

@@ -142,19 +142,23 @@ static zck_status zck__st_parse_metadata(zck_st_file *f, zck__jp *jp) {
 
 enum { ZCK__F_DTYPE = 1, ZCK__F_SHAPE = 2, ZCK__F_OFFSETS = 4 };
 
+/* Names are rendered for messages only on failure: this runs once per tensor of headers
+ * of up to 100 MB. */
+#define ZCK__QN zck__qname(t->name, q)
+
 static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tensor *t, zck__buf *dims) {
-  char q[ZCK__QNAME_MAX], ctx[ZCK__QNAME_MAX + 64];
-  const char *qn = zck__qname(t->name, q);
+  char q[ZCK__QNAME_MAX];
   uint64_t entry_off = zck__jp_offset(jp);
-  snprintf(ctx, sizeof ctx, "tensor %s", qn);
+  zck_status s = ZCK_OK;
+  jp->tensor = t->name;
   jp->check = "ST-07";
-  ZCK_TRY(zck__jp_object_begin(jp, ctx));
+  ZCK_CHECK_GOTO(zck__jp_object_begin(jp, ""), s, out);
   unsigned seen = 0;
   bool first = true, done;
   uint64_t offs[2] = {0, 0};
   dims->len = 0;
   for (;;) {
-    ZCK_TRY(zck__jp_object_next(jp, &first, &done));
+    ZCK_CHECK_GOTO(zck__jp_object_next(jp, &first, &done), s, out);
     if (done) break;
     const char *field = (const char *)jp->str.data;
     size_t flen = jp->str.len;
@@ -162,79 +166,91 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
                  : (flen == 5 && !strcmp(field, "shape")) ? ZCK__F_SHAPE
                  : (flen == 12 && !strcmp(field, "data_offsets")) ? ZCK__F_OFFSETS : 0;
     if (!bit) { /* serde ignores unknown fields (no deny_unknown_fields) */
-      ZCK_TRY(zck__jp_skip(jp));
+      ZCK_CHECK_GOTO(zck__jp_skip(jp), s, out);
       continue;
     }
     if (seen & bit) {
       jp->check = "ST-07";
-      return zck__jp_fail_value(jp, "tensor %s: duplicate field \"%s\"", qn, field);
+      s = zck__jp_fail_value(jp, "duplicate field \"%s\"", field);
+      goto out;
     }
     seen |= bit;
     if (bit == ZCK__F_DTYPE) {
       jp->check = "ST-08";
-      snprintf(ctx, sizeof ctx, "tensor %s: dtype", qn);
-      ZCK_TRY(zck__jp_string(jp, ctx));
+      ZCK_CHECK_GOTO(zck__jp_string(jp, "dtype"), s, out);
       if (!zck_st_dtype_parse((const char *)jp->str.data, jp->str.len, &t->st_dtype)) {
         char dq[ZCK__QNAME_MAX];
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: unknown dtype \"%s\" (header byte %llu, ST-08)", f->src->name,
-                         qn, zck__qname((const char *)jp->str.data, dq), (unsigned long long)entry_off);
+        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: unknown dtype \"%s\" (header byte %llu, ST-08)", f->src->name,
+                      ZCK__QN, zck__qname((const char *)jp->str.data, dq), (unsigned long long)entry_off);
+        goto out;
       }
     } else if (bit == ZCK__F_SHAPE) {
       jp->check = "ST-09";
-      snprintf(ctx, sizeof ctx, "tensor %s: shape", qn);
-      ZCK_TRY(zck__jp_array_begin(jp, ctx));
+      ZCK_CHECK_GOTO(zck__jp_array_begin(jp, "shape"), s, out);
       bool afirst = true, adone;
-      for (size_t i = 0;; i++) {
-        ZCK_TRY(zck__jp_array_next(jp, &afirst, &adone));
+      for (long i = 0;; i++) {
+        ZCK_CHECK_GOTO(zck__jp_array_next(jp, &afirst, &adone), s, out);
         if (adone) break;
         uint64_t d;
-        snprintf(ctx, sizeof ctx, "tensor %s: shape[%zu]", qn, i);
-        ZCK_TRY(zck__jp_u64(jp, &d, ctx));
+        jp->elem = i;
+        s = zck__jp_u64(jp, &d, "shape");
+        jp->elem = -1;
+        if (s != ZCK_OK) goto out;
         zck__buf_append(dims, &d, sizeof d);
-        if (dims->failed) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", f->src->name);
+        if (dims->failed) { s = zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", f->src->name); goto out; }
       }
       zck__jp_leave(jp);
     } else {
       jp->check = "ST-09";
-      snprintf(ctx, sizeof ctx, "tensor %s: data_offsets", qn);
-      ZCK_TRY(zck__jp_array_begin(jp, ctx));
+      ZCK_CHECK_GOTO(zck__jp_array_begin(jp, "data_offsets"), s, out);
       bool afirst = true, adone;
-      size_t k = 0;
+      long k = 0;
       for (;; k++) {
         uint64_t elem_off = zck__jp_offset(jp);
-        ZCK_TRY(zck__jp_array_next(jp, &afirst, &adone));
+        ZCK_CHECK_GOTO(zck__jp_array_next(jp, &afirst, &adone), s, out);
         if (adone) break;
-        if (k >= 2)
-          return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has more than 2 elements (header byte %llu, ST-09)",
-                           f->src->name, qn, (unsigned long long)elem_off);
-        snprintf(ctx, sizeof ctx, "tensor %s: data_offsets[%zu]", qn, k);
-        ZCK_TRY(zck__jp_u64(jp, &offs[k], ctx));
+        if (k >= 2) {
+          s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has more than 2 elements (header byte %llu, ST-09)",
+                        f->src->name, ZCK__QN, (unsigned long long)elem_off);
+          goto out;
+        }
+        jp->elem = k;
+        s = zck__jp_u64(jp, &offs[k], "data_offsets");
+        jp->elem = -1;
+        if (s != ZCK_OK) goto out;
       }
       zck__jp_leave(jp);
-      if (k != 2)
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has %zu element%s, expected [begin, end] (header byte %llu, ST-09)",
-                         f->src->name, qn, k, k == 1 ? "" : "s", (unsigned long long)entry_off);
+      if (k != 2) {
+        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has %ld element%s, expected [begin, end] (header byte %llu, ST-09)",
+                      f->src->name, ZCK__QN, k, k == 1 ? "" : "s", (unsigned long long)entry_off);
+        goto out;
+      }
     }
   }
   zck__jp_leave(jp);
   if (seen != (ZCK__F_DTYPE | ZCK__F_SHAPE | ZCK__F_OFFSETS)) {
     const char *missing = !(seen & ZCK__F_DTYPE) ? "dtype" : !(seen & ZCK__F_SHAPE) ? "shape" : "data_offsets";
-    return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: missing \"%s\" (header byte %llu, ST-07)", f->src->name, qn, missing,
-                     (unsigned long long)entry_off);
+    s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: missing \"%s\" (header byte %llu, ST-07)", f->src->name, ZCK__QN, missing,
+                  (unsigned long long)entry_off);
+    goto out;
+  }
+  if (dims->len / sizeof(uint64_t) > (size_t)INT32_MAX) {
+    s = zck__fail(ZCK_ERR_LIMIT, "%s: tensor %s: too many dimensions", f->src->name, ZCK__QN);
+    goto out;
   }
   t->dtype = zck_st_dtype_to_zck(t->st_dtype);
   t->ndim = (int)(dims->len / sizeof(uint64_t));
-  if (dims->len / sizeof(uint64_t) > (size_t)INT32_MAX)
-    return zck__fail(ZCK_ERR_LIMIT, "%s: tensor %s: too many dimensions", f->src->name, qn);
   if (t->ndim) {
     uint64_t *shape = zck__arena_alloc(&f->arena, dims->len);
-    if (!shape) return ZCK_ERR_NO_MEMORY;
+    if (!shape) { s = ZCK_ERR_NO_MEMORY; goto out; }
     memcpy(shape, dims->data, dims->len);
     t->shape = shape;
   }
   t->begin = offs[0];
   t->end = offs[1];
-  return ZCK_OK;
+out:
+  jp->tensor = NULL;
+  return s;
 }
 
 static zck_status zck__st_parse_header(zck_st_file *f, const uint8_t *hdr) {
@@ -307,29 +323,28 @@ static zck_status zck__st_validate(zck_st_file *f) {
   char q[ZCK__QNAME_MAX], q2[ZCK__QNAME_MAX];
   for (size_t i = 0; i < f->count; i++) {
     zck_st_tensor *t = &f->tensors[i];
-    const char *qn = zck__qname(t->name, q);
     if (t->end < t->begin)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before begin (ST-11)", file, qn,
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before begin (ST-11)", file, ZCK__QN,
                        (unsigned long long)t->begin, (unsigned long long)t->end);
     uint64_t numel = 1, nbits;
     for (int d = 0; d < t->ndim; d++)
       if (!zck__mul_u64(numel, t->shape[d], &numel))
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: element count overflows 64 bits (ST-14)", file, qn);
+        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: element count overflows 64 bits (ST-14)", file, ZCK__QN);
     if (!zck__mul_u64(numel, zck_st_dtype_bits(t->st_dtype), &nbits))
       return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: size in bits of %llu %s elements overflows 64 bits (ST-14)",
-                       file, qn, (unsigned long long)numel, zck_st_dtype_name(t->st_dtype));
+                       file, ZCK__QN, (unsigned long long)numel, zck_st_dtype_name(t->st_dtype));
     if (nbits % 8)
       return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: %llu %s elements are %llu bits, not a whole number of bytes (ST-15)",
-                       file, qn, (unsigned long long)numel, zck_st_dtype_name(t->st_dtype), (unsigned long long)nbits);
+                       file, ZCK__QN, (unsigned long long)numel, zck_st_dtype_name(t->st_dtype), (unsigned long long)nbits);
     t->numel = numel;
     t->nbytes = t->end - t->begin;
     if (t->nbytes != nbits / 8)
       return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes but %llu %s elements need %llu (ST-14)",
-                       file, qn, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)t->nbytes,
+                       file, ZCK__QN, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)t->nbytes,
                        (unsigned long long)numel, zck_st_dtype_name(t->st_dtype), (unsigned long long)(nbits / 8));
     if (t->end > f->data_len)
       return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets end %llu is past the end of the %llu-byte data section (ST-11)",
-                       file, qn, (unsigned long long)t->end, (unsigned long long)f->data_len);
+                       file, ZCK__QN, (unsigned long long)t->end, (unsigned long long)f->data_len);
     t->offset = f->data_start + t->begin;
   }
   if (!f->count) {

@@ -52,43 +52,32 @@ void zck__arena_free(zck__arena *a) {
 
 /* ---- name table */
 
-static uint64_t zck__strhash(const char *s) { return zck_xxh3(s, strlen(s)) | 1; /* 0 = empty */ }
+static uint64_t zck__strhash(const char *s) { return zck_xxh3(s, strlen(s)); }
 
 zck_status zck__strmap_init(zck__strmap *m, size_t expected) {
   memset(m, 0, sizeof *m);
   size_t cap = 16;
   while (cap < expected * 2) cap *= 2;
-  m->hashes = zck__calloc(cap, sizeof *m->hashes);
-  m->slots = zck__calloc(cap, sizeof *m->slots);
-  m->keys = zck__calloc(cap, sizeof *m->keys);
-  if (!m->hashes || !m->slots || !m->keys) { zck__strmap_free(m); return ZCK_ERR_NO_MEMORY; }
+  m->e = zck__calloc(cap, sizeof *m->e);
+  if (!m->e) return ZCK_ERR_NO_MEMORY;
   m->cap = cap;
   return ZCK_OK;
 }
 
-static void zck__strmap_place(uint64_t *hashes, size_t *slots, const char **keys, size_t cap, uint64_t h,
-                              const char *key, size_t slot) {
-  size_t i = (size_t)h & (cap - 1);
-  while (slots[i]) i = (i + 1) & (cap - 1);
-  hashes[i] = h;
-  slots[i] = slot;
-  keys[i] = key;
+static void zck__strmap_place(zck__strmap_entry *e, size_t cap, zck__strmap_entry v) {
+  size_t i = (size_t)v.hash & (cap - 1);
+  while (e[i].slot) i = (i + 1) & (cap - 1);
+  e[i] = v;
 }
 
 static zck_status zck__strmap_grow(zck__strmap *m) {
   size_t cap = m->cap * 2;
-  uint64_t *h = zck__calloc(cap, sizeof *h);
-  size_t *s = zck__calloc(cap, sizeof *s);
-  const char **k = zck__calloc(cap, sizeof *k);
-  if (!h || !s || !k) { free(h); free(s); free(k); return ZCK_ERR_NO_MEMORY; }
+  zck__strmap_entry *e = zck__calloc(cap, sizeof *e);
+  if (!e) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < m->cap; i++)
-    if (m->slots[i]) zck__strmap_place(h, s, k, cap, m->hashes[i], m->keys[i], m->slots[i]);
-  free(m->hashes);
-  free(m->slots);
-  free(m->keys);
-  m->hashes = h;
-  m->slots = s;
-  m->keys = k;
+    if (m->e[i].slot) zck__strmap_place(e, cap, m->e[i]);
+  free(m->e);
+  m->e = e;
   m->cap = cap;
   return ZCK_OK;
 }
@@ -96,15 +85,16 @@ static zck_status zck__strmap_grow(zck__strmap *m) {
 zck_status zck__strmap_put(zck__strmap *m, const char *key, size_t index, bool *dup, size_t *existing) {
   uint64_t h = zck__strhash(key);
   *dup = false;
-  for (size_t i = (size_t)h & (m->cap - 1); m->slots[i]; i = (i + 1) & (m->cap - 1)) {
-    if (m->hashes[i] == h && strcmp(m->keys[i], key) == 0) {
+  for (size_t i = (size_t)h & (m->cap - 1); m->e[i].slot; i = (i + 1) & (m->cap - 1)) {
+    if (m->e[i].hash == h && strcmp(m->e[i].key, key) == 0) {
       *dup = true;
-      if (existing) *existing = m->slots[i] - 1;
+      if (existing) *existing = m->e[i].slot - 1;
       return ZCK_OK;
     }
   }
   if ((m->len + 1) * 2 > m->cap) ZCK_TRY(zck__strmap_grow(m));
-  zck__strmap_place(m->hashes, m->slots, m->keys, m->cap, h, key, index + 1);
+  zck__strmap_entry v = {h, key, index + 1};
+  zck__strmap_place(m->e, m->cap, v);
   m->len++;
   return ZCK_OK;
 }
@@ -112,9 +102,9 @@ zck_status zck__strmap_put(zck__strmap *m, const char *key, size_t index, bool *
 bool zck__strmap_get(const zck__strmap *m, const char *key, size_t *index) {
   if (!m->cap) return false;
   uint64_t h = zck__strhash(key);
-  for (size_t i = (size_t)h & (m->cap - 1); m->slots[i]; i = (i + 1) & (m->cap - 1)) {
-    if (m->hashes[i] == h && strcmp(m->keys[i], key) == 0) {
-      *index = m->slots[i] - 1;
+  for (size_t i = (size_t)h & (m->cap - 1); m->e[i].slot; i = (i + 1) & (m->cap - 1)) {
+    if (m->e[i].hash == h && strcmp(m->e[i].key, key) == 0) {
+      *index = m->e[i].slot - 1;
       return true;
     }
   }
@@ -122,9 +112,7 @@ bool zck__strmap_get(const zck__strmap *m, const char *key, size_t *index) {
 }
 
 void zck__strmap_free(zck__strmap *m) {
-  free(m->hashes);
-  free(m->slots);
-  free(m->keys);
+  free(m->e);
   memset(m, 0, sizeof *m);
 }
 
