@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# install_test.sh BUILD_DIR: installs zckpt into a scratch prefix and builds a consumer
+# with find_package(zckpt) and with pkg-config, then runs both.
+set -euo pipefail
+build="$1"; here="$(cd "$(dirname "$0")" && pwd)"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$here/consumer" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/b" >/dev/null
+"$tmp/b/consumer" "$ZCK_FIXTURES/torch/dtypes.pt" "$tmp/out.safetensors"
+test -s "$tmp/out.safetensors"
+libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -1)
+PKG_CONFIG_PATH="$libdir" pkg-config --exists zckpt
+cc -o "$tmp/pc" "$here/consumer/main.c" $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs --static zckpt)
+LD_LIBRARY_PATH="$(dirname "$libdir")" "$tmp/pc"
+echo "1 passed, 0 failed"
