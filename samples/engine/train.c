@@ -41,7 +41,6 @@ void ze_train_args_default(ze_train_args *a) {
   a->metric_for_best_model = "eval_loss";
   a->ranks = 1;
   a->device = "cpu";
-  a->sub_group_size = 1000000000ull;
   a->eval_samples = 32;
   a->prompt = "12+7=";
   a->gather_for_generation = ZE_GATHER_ON;
@@ -163,6 +162,11 @@ zck_status ze_build_manifest(const ze_train_args *a, const ze_gpt2_config *cfg, 
   int64_t head_shape[2] = {cfg->vocab_size, cfg->n_embd};
   if (s == ZCK_OK) s = zck_model_add_param(m, "lm_head.weight", 2, head_shape, lp, &head);
   if (s == ZCK_OK) s = zck_model_set_tied(m, head, 0);
+  for (int f = 0; f < a->n_freeze && s == ZCK_OK; f++) {
+    bool hit = false;
+    for (size_t i = 0; i < n && !hit; i++) hit = !strncmp(specs[i].name, a->freeze[f], strlen(a->freeze[f]));
+    if (!hit) s = zck__fail(ZCK_ERR_INVALID_ARG, "--freeze %s: no parameter name starts with it", a->freeze[f]);
+  }
   if (s == ZCK_OK && !n_trainable) s = zck__fail(ZCK_ERR_INVALID_ARG, "--freeze: every parameter is frozen, nothing to train");
   /* HF Trainer: [decay params], [no-decay params] (trainable only; empty groups dropped as
    * DeepSpeed does). A DeepSpeed "optimizer" section: one group, decay on everything. */
@@ -485,9 +489,11 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
     ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume), s, done);
     run.resuming = true;
     run.first_step = run.resume.global_step;
-    ZCK_FAIL_IF(run.first_step >= a->max_steps, ZCK_ERR_INVALID_ARG,
-                "%s: the checkpoint is at step %lld, not before --max-steps %lld", a->resume_from_checkpoint,
-                (long long)run.first_step, (long long)a->max_steps);
+    if (run.first_step >= a->max_steps) {
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the checkpoint is at step %lld, not before --max-steps %lld",
+                    a->resume_from_checkpoint, (long long)run.first_step, (long long)a->max_steps);
+      goto done;
+    }
   }
   int64_t n_steps = a->max_steps - run.first_step;
   size_t n_evals = a->eval_steps > 0 ? (size_t)(a->max_steps / a->eval_steps) + 1 : 1;

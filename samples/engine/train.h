@@ -48,7 +48,6 @@ typedef struct ze_train_args {
   int zero_stage;                   /* 0: from the DeepSpeed config, else 2 */
   const char *device;               /* "cpu" or "cuda" */
   const char *deepspeed;            /* ds_config.json path or NULL */
-  uint64_t sub_group_size;          /* stage 3 (from the config; default 1e9) */
   int eval_samples;                 /* evaluation windows */
   int generate_tokens;              /* 0: no generation */
   const char *prompt;

@@ -42,10 +42,11 @@ static bool exists(const char *dir, const char *rel) {
   return stat(p, &sb) == 0;
 }
 
-static void resume_case(const char *tmp, int stage, int W, bool bf16, bool freeze) {
+static void resume_case(const char *tmp, int stage, int W, bool bf16, bool freeze, const char *ds) {
   char out[4096], ck[4200];
-  snprintf(out, sizeof out, "%s/s%dw%d%s%s", tmp, stage, W, bf16 ? "bf16" : "", freeze ? "f" : "");
+  snprintf(out, sizeof out, "%s/s%dw%d%s%s%s", tmp, stage, W, bf16 ? "bf16" : "", freeze ? "f" : "", ds ? "ds" : "");
   ze_train_args a = base_args(out);
+  a.deepspeed = ds;
   a.zero_stage = stage;
   a.ranks = W;
   a.bf16 = bf16;
@@ -84,10 +85,17 @@ static void resume_case(const char *tmp, int stage, int W, bool bf16, bool freez
 
 int main(void) {
   char *tmp = zt_tmpdir();
-  resume_case(tmp, 1, 2, false, false);
-  resume_case(tmp, 2, 3, true, true);
-  resume_case(tmp, 3, 2, true, false);
-  resume_case(tmp, 3, 3, false, true);
+  resume_case(tmp, 1, 2, false, false, NULL);
+  resume_case(tmp, 2, 3, true, true, NULL);
+  resume_case(tmp, 3, 2, true, false, NULL);
+  resume_case(tmp, 3, 3, false, true, NULL);
+  /* ZeRO-3 with several sub-groups, and a DeepSpeed optimizer section (one param group) */
+  char ds[4200];
+  snprintf(ds, sizeof ds, "%s/ds.json", tmp);
+  const char *json = "{\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 4000},"
+                     " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"weight_decay\": \"auto\"}}}";
+  ZT_ASSERT(zt_write_file(ds, json, strlen(json)) == 0);
+  resume_case(tmp, 3, 2, true, true, ds);
 
   /* ---- refusals: another world size / stage / dtype */
   {
@@ -155,5 +163,6 @@ int main(void) {
     free(sp);
     ze_train_result_free(&r);
   }
+  free(tmp);
   return 0;
 }
