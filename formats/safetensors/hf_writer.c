@@ -177,6 +177,9 @@ zck_status zck_hf_writer_set_metadata(zck_hf_writer *w, const char *key, const c
   ZCK_ASSERT(!w->laid_out);
   if (!strcmp(key, "total_size") || !strcmp(key, "total_parameters"))
     return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: metadata key \"%s\" is computed, not set", key);
+  size_t kl = strlen(key), vl = strlen(value);
+  if (zck__utf8_check((const uint8_t *)key, kl) != kl || zck__utf8_check((const uint8_t *)value, vl) != vl)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: metadata \"%s\" is not valid UTF-8", key);
   char *v = zck__arena_strndup(&w->arena, value, strlen(value));
   if (!v) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < w->md_count; i++)
