@@ -385,7 +385,7 @@ static zck_status scan(zck__ds_fileset *fs) {
                      "%s/offloaded_tensors: NVMe-offloaded optimizer states are not supported", fs->dir);
 
   qsort(fs->optims, fs->n_optims, sizeof *fs->optims, cmp_rank);
-  qsort(fs->z3_models, fs->n_z3_models, sizeof *fs->z3_models, cmp_rank);
+  if (fs->n_z3_models) qsort(fs->z3_models, fs->n_z3_models, sizeof *fs->z3_models, cmp_rank);
   for (size_t i = 1; i < fs->n_optims; i++)
     if (fs->optims[i].rank == fs->optims[i - 1].rank)  /* DS-12: old and new name of the same rank */
       return zck__fail(ZCK_ERR_FORMAT, "%s: two optimizer files for dp rank %u: %s and %s", fs->dir,

@@ -79,7 +79,7 @@ static zck_status ws_crc(zck__ds_wstore *s, uint32_t *out) {
   const char *name = s->name;
   if (s->oom) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory recording written ranges", name);
   uint64_t total = s->numel * zck_dtype_size(s->dtype), pos = 0;
-  qsort(s->ranges, s->n_ranges, sizeof *s->ranges, cmp_range);
+  if (s->n_ranges) qsort(s->ranges, s->n_ranges, sizeof *s->ranges, cmp_range);
   uint32_t crc = 0;
   for (size_t i = 0; i < s->n_ranges; i++) {
     const zck__ds_wrange *r = &s->ranges[i];

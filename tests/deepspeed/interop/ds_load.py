@@ -35,6 +35,9 @@ def worker(ckpt, stage, dtype, extra, out):
                                                config=ds_config(stage, dtype, extra))
     path, _ = engine.load_checkpoint(ckpt, load_optimizer_states=True, load_lr_scheduler_states=True)
     assert path is not None, "load_checkpoint found nothing"
+    # stage 1/2 link optimizer-state fragments to params lazily (at the first step)
+    if hasattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state"):
+        engine.optimizer._lazy_init_hp_params_optimizer_state()
     res = {"global_steps": engine.global_steps, "skipped_steps": engine.skipped_steps,
            "lr_scheduler": sched.state_dict() if sched is not None else None, "params": {}}
     for n, p in engine.module.named_parameters():
