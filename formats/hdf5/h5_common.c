@@ -1,0 +1,196 @@
+/* h5_common.c: the HDF5 lock and set-up, error messages, dtype mapping, and the zstd
+ * filter (id 32015) registered with HDF5 so its own pipeline can also read and write our
+ * datasets (h5py uses hdf5plugin's; both produce one frame per chunk). */
+#include "h5_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <zstd.h>
+
+// ---- the zstd filter
+
+/* H5Z filter function (H5Zpublic.h): compresses or decompresses *buf in place, returning
+ * the valid byte count, 0 on failure. Memory comes from HDF5's allocator. */
+static size_t zck__h5_zstd_filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], size_t nbytes,
+                                  size_t *buf_size, void **buf) {
+  if (flags & H5Z_FLAG_REVERSE) {
+    unsigned long long n = ZSTD_getFrameContentSize(*buf, nbytes);
+    if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR || n > ZCK__H5_MAX_CHUNK_BYTES) return 0;
+    if (ZSTD_findFrameCompressedSize(*buf, nbytes) != nbytes) return 0;
+    void *out = H5allocate_memory(n ? (size_t)n : 1, 0);
+    if (!out) return 0;
+    size_t r = ZSTD_decompress(out, (size_t)n, *buf, nbytes);
+    if (ZSTD_isError(r) || r != n) {
+      H5free_memory(out);
+      return 0;
+    }
+    H5free_memory(*buf);
+    *buf = out;
+    *buf_size = (size_t)n ? (size_t)n : 1;
+    return (size_t)n;
+  }
+  int level = cd_nelmts > 0 ? (int)cd_values[0] : ZSTD_CLEVEL_DEFAULT;
+  if (level < 1) level = 1;
+  if (level > ZSTD_maxCLevel()) level = ZSTD_maxCLevel();
+  size_t cap = ZSTD_compressBound(nbytes);
+  void *out = H5allocate_memory(cap, 0);
+  if (!out) return 0;
+  size_t r = ZSTD_compress(out, cap, *buf, nbytes, level);
+  if (ZSTD_isError(r)) {
+    H5free_memory(out);
+    return 0;
+  }
+  H5free_memory(*buf);
+  *buf = out;
+  *buf_size = cap;
+  return r;
+}
+
+static const H5Z_class2_t zck__h5_zstd_class = {
+  H5Z_CLASS_T_VERS, (H5Z_filter_t)ZCK_H5_ZSTD_FILTER, 1, 1, "zstd", NULL, NULL, zck__h5_zstd_filter};
+
+zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, const char *what) {
+  size_t frame = ZSTD_findFrameCompressedSize(src, n);
+  if (ZSTD_isError(frame))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: not a zstd frame (%s) (H-01)", what, ZSTD_getErrorName(frame));
+  unsigned long long cs = ZSTD_getFrameContentSize(src, n);
+  if (cs == ZSTD_CONTENTSIZE_UNKNOWN)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: zstd frame does not record its content size (H-01)", what);
+  if (cs == ZSTD_CONTENTSIZE_ERROR)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: bad zstd frame header (H-01)", what);
+  if (frame != n)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %zu bytes after the first zstd frame of %zu bytes (H-02)", what, n - frame,
+                     frame);
+  if (cs != expect)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: zstd content size %llu, expected %zu bytes (H-03)", what, cs, expect);
+  size_t r = ZSTD_decompress(out, expect, src, n);
+  if (ZSTD_isError(r)) return zck__fail(ZCK_ERR_FORMAT, "%s: zstd: %s", what, ZSTD_getErrorName(r));
+  if (r != expect)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: decompressed to %zu bytes, expected %zu (H-03)", what, r, expect);
+  return ZCK_OK;
+}
+
+// ---- lock and set-up
+
+static pthread_once_t zck__h5_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t zck__h5_mu;
+
+static void zck__h5_init(void) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&zck__h5_mu, &a);
+  pthread_mutexattr_destroy(&a);
+  H5open();
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (H5Zfilter_avail(ZCK_H5_ZSTD_FILTER) <= 0) H5Zregister(&zck__h5_zstd_class);
+  H5Eclear2(H5E_DEFAULT);
+}
+
+void zck__h5_lock(void) {
+  pthread_once(&zck__h5_once, zck__h5_init);
+  pthread_mutex_lock(&zck__h5_mu);
+}
+
+void zck__h5_unlock(void) { pthread_mutex_unlock(&zck__h5_mu); }
+
+// ---- errors
+
+typedef struct {
+  char inner[256];
+  bool nospace;
+} zck__h5_walk;
+
+static herr_t zck__h5_walk_cb(unsigned n, const H5E_error2_t *e, void *ctx) {
+  zck__h5_walk *w = ctx;
+  const char *d = e->desc ? e->desc : "";
+  if (strstr(d, "No space left") || strstr(d, "errno = 28") || strstr(d, "Disk quota") || strstr(d, "errno = 122"))
+    w->nospace = true;
+  if (n == 0) snprintf(w->inner, sizeof w->inner, "%s", d);
+  return 0;
+}
+
+zck_status zck__h5_fail(zck_status status, const char *fmt, ...) {
+  int saved = errno;
+  char what[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  zck__h5_walk w = {"", false};
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, zck__h5_walk_cb, &w);
+  H5Eclear2(H5E_DEFAULT);
+  if (w.nospace || saved == ENOSPC || saved == EDQUOT) {
+    if (status == ZCK_ERR_IO) status = ZCK_ERR_NO_SPACE;
+  }
+  if (w.inner[0]) return zck__fail(status, "%s: %s", what, w.inner);
+  return zck__fail(status, "%s", what);
+}
+
+// ---- dtypes
+
+static hid_t zck__h5_half(void) {
+  /* h5py's float16: an IEEE binary16 derived from the 32-bit float type */
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  if (t < 0) return t;
+  if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 15) < 0 ||
+      H5Tset_precision(t, 16) < 0) {
+    H5Tclose(t);
+    return H5I_INVALID_HID;
+  }
+  return t;
+}
+
+hid_t zck__h5_file_type(zck_dtype t) {
+  hid_t base;
+  switch (t) {
+  case ZCK_F64: base = H5T_IEEE_F64LE; break;
+  case ZCK_F32: base = H5T_IEEE_F32LE; break;
+  case ZCK_F16: return zck__h5_half();
+  case ZCK_BF16: case ZCK_U16: base = H5T_STD_U16LE; break;
+  case ZCK_I64: base = H5T_STD_I64LE; break;
+  case ZCK_I32: base = H5T_STD_I32LE; break;
+  case ZCK_I16: base = H5T_STD_I16LE; break;
+  case ZCK_I8: base = H5T_STD_I8LE; break;
+  case ZCK_U64: base = H5T_STD_U64LE; break;
+  case ZCK_U32: base = H5T_STD_U32LE; break;
+  case ZCK_U8: case ZCK_BOOL: case ZCK_F8_E4M3: case ZCK_F8_E5M2: base = H5T_STD_U8LE; break;
+  default:
+    zck__fail(ZCK_ERR_UNSUPPORTED, "HDF5 output cannot hold %s tensors", zck_dtype_name(t));
+    return H5I_INVALID_HID;
+  }
+  return H5Tcopy(base);
+}
+
+zck_dtype zck__h5_dtype_of(hid_t type) {
+  H5T_class_t cls = H5Tget_class(type);
+  size_t size = H5Tget_size(type);
+  if (cls == H5T_ENUM) {
+    /* h5py's bool: enum of a 1-byte integer {FALSE: 0, TRUE: 1} */
+    hid_t super = H5Tget_super(type);
+    zck_dtype b = super >= 0 ? zck__h5_dtype_of(super) : ZCK_DTYPE_INVALID;
+    if (super >= 0) H5Tclose(super);
+    return (b == ZCK_I8 || b == ZCK_U8) && H5Tget_nmembers(type) == 2 ? ZCK_BOOL : ZCK_DTYPE_INVALID;
+  }
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) return ZCK_DTYPE_INVALID;
+  if (size > 1 && H5Tget_order(type) != H5T_ORDER_LE) return ZCK_DTYPE_INVALID;
+  if (cls == H5T_FLOAT) {
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return ZCK_DTYPE_INVALID;
+    if (size == 8 && esize == 11 && msize == 52) return ZCK_F64;
+    if (size == 4 && esize == 8 && msize == 23) return ZCK_F32;
+    if (size == 2 && esize == 5 && msize == 10) return ZCK_F16;
+    return ZCK_DTYPE_INVALID;
+  }
+  bool sgn = H5Tget_sign(type) == H5T_SGN_2;
+  switch (size) {
+  case 1: return sgn ? ZCK_I8 : ZCK_U8;
+  case 2: return sgn ? ZCK_I16 : ZCK_U16;
+  case 4: return sgn ? ZCK_I32 : ZCK_U32;
+  case 8: return sgn ? ZCK_I64 : ZCK_U64;
+  default: return ZCK_DTYPE_INVALID;
+  }
+}

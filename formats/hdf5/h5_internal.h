@@ -1,0 +1,32 @@
+/* h5_internal.h: what the HDF5 writer, reader and container code share. */
+#ifndef ZCK_H5_INTERNAL_H
+#define ZCK_H5_INTERNAL_H
+
+#include <hdf5.h>
+
+#include "hdf5/zck_h5.h"
+
+/* Chunks larger than this are refused (H-04: HDF5's own limit is 4 GiB). */
+#define ZCK__H5_MAX_CHUNK_BYTES ((uint64_t)1 << 30)
+
+/* The process-wide HDF5 lock (recursive). zck__h5_lock() also initialises the library
+ * once: automatic error printing off, the zstd filter registered. */
+void zck__h5_lock(void);
+void zck__h5_unlock(void);
+
+/* Fails with status and "<what>: <HDF5's innermost message>", clearing HDF5's error
+ * stack. Call with the lock held. An HDF5 write failing with errno ENOSPC/EDQUOT
+ * becomes ZCK_ERR_NO_SPACE. */
+zck_status zck__h5_fail(zck_status status, const char *fmt, ...) ZCK__PRINTF(2, 3);
+
+/* File type for writing a zckpt dtype (caller H5Tclose()s it); H5I_INVALID_HID with the
+ * error set for types HDF5 cannot hold. */
+hid_t zck__h5_file_type(zck_dtype t);
+/* The zckpt dtype of a stored type, before the `dtype` attribute; INVALID if none. */
+zck_dtype zck__h5_dtype_of(hid_t type);
+
+/* zstd frame checks of one stored chunk (H-01..H-03): exactly one frame whose header
+ * records `expect` bytes of content. Decompresses into out. `what` names the chunk. */
+zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, const char *what);
+
+#endif

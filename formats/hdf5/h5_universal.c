@@ -1,0 +1,288 @@
+/* h5_universal.c: reading zckpt's universal container (layout in zck_h5.h) back as a
+ * model manifest plus whole-tensor layouts and range-reading stores, for reshard. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5_internal.h"
+
+static const char *const zck__h5u_states[ZCK_H5U_PART_COUNT] = {"fp32", "exp_avg", "exp_avg_sq", NULL};
+
+char *zck_h5u_path(zck_h5u_part part, const char *name) {
+  if (part == ZCK_H5U_FROZEN) return zck__sprintf("/frozen/%s", name);
+  return zck__sprintf("/params/%s/%s", name, zck__h5u_states[part]);
+}
+
+char *zck_h5u_buffer_path(const char *name) { return zck__sprintf("/buffers/%s", name); }
+
+typedef struct zck__h5u_part {
+  zck_layout *layout;
+  zck_store *stores;
+  zck_h5_dataset **ds;
+  size_t n;
+} zck__h5u_part;
+
+struct zck_h5u {
+  zck_h5_file *f;
+  zck_h5u_info info;
+  char *ds_version, *ds_config;
+  zck_model *m;
+  zck__h5u_part parts[ZCK_H5U_PART_COUNT];
+  zck__h5u_part buffers;
+};
+
+static zck_status zck__h5u_json(zck_h5u *u, const char *key, int type, cJSON **out) {
+  char *text = NULL;
+  *out = NULL;
+  zck_status st = zck_h5_attr_str(u->f, "/", key, &text);
+  if (st == ZCK_ERR_NOT_FOUND) {
+    zck_clear_error();
+    return ZCK_OK;
+  }
+  if (st != ZCK_OK) return st;
+  cJSON *j = cJSON_Parse(text);
+  free(text);
+  if (!j || !(type == cJSON_Array ? cJSON_IsArray(j) : cJSON_IsObject(j))) {
+    cJSON_Delete(j);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: attribute %s is not a JSON %s", zck_h5_name(u->f), key,
+                     type == cJSON_Array ? "list" : "object");
+  }
+  *out = j;
+  return ZCK_OK;
+}
+
+/* Opens dataset path for a tensor of the given shape; store i of the part. */
+static zck_status zck__h5u_add(zck_h5u *u, zck__h5u_part *p, const char *path, int ndim, const int64_t *shape,
+                               bool check_shape) {
+  zck_h5_dataset *d = NULL;
+  ZCK_TRY(zck_h5_dataset_open(u->f, path, &d));
+  const zck_h5_dataset_info *di = zck_h5_dataset_info_of(d);
+  bool same = di->ndim == ndim;
+  for (int i = 0; same && i < ndim; i++) same = di->shape[i] == shape[i];
+  if (check_shape && !same) {
+    char a[128], b[128];
+    zck_status st = zck__fail(ZCK_ERR_MISMATCH, "%s:%s: shape %s, param_shapes says %s", zck_h5_name(u->f), path,
+                              zck_shape_str(di->ndim, di->shape, a, sizeof a), zck_shape_str(ndim, shape, b, sizeof b));
+    zck_h5_dataset_close(d);
+    return st;
+  }
+  p->ds[p->n] = d;
+  p->stores[p->n] = zck_h5_dataset_store(d);
+  p->n++;
+  return ZCK_OK;
+}
+
+static zck_status zck__h5u_alloc(zck__h5u_part *p, size_t n) {
+  p->ds = zck__calloc(n ? n : 1, sizeof *p->ds);
+  p->stores = zck__calloc(n ? n : 1, sizeof *p->stores);
+  return p->ds && p->stores ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
+static zck_status zck__h5u_shape(const cJSON *a, int *nd, int64_t *shape, const char *what) {
+  if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > ZCK_MAX_DIMS) return zck__fail(ZCK_ERR_FORMAT, "%s: bad shape", what);
+  *nd = 0;
+  const cJSON *d;
+  cJSON_ArrayForEach(d, a) {
+    if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9e15) return zck__fail(ZCK_ERR_FORMAT, "%s: bad shape", what);
+    shape[(*nd)++] = (int64_t)d->valuedouble;
+  }
+  return ZCK_OK;
+}
+
+static zck_status zck__h5u_build(zck_h5u *u) {
+  const char *fn = zck_h5_name(u->f);
+  char *fmt = NULL;
+  zck_status st = zck_h5_attr_str(u->f, "/", "zckpt_format", &fmt);
+  if (st != ZCK_OK || strcmp(fmt, ZCK_H5U_FORMAT)) {
+    free(fmt);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: not a zckpt universal container (zckpt_format attribute)", fn);
+  }
+  free(fmt);
+  int64_t ver = 0;
+  ZCK_TRY(zck_h5_attr_i64(u->f, "/", "zckpt_format_version", &ver));
+  if (ver < 1 || ver > ZCK_H5U_VERSION)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: container version %lld (this build reads 1..%d)", fn, (long long)ver, ZCK_H5U_VERSION);
+  int64_t v;
+  if (zck_h5_attr_i64(u->f, "/", "stage", &v) == ZCK_OK) u->info.stage = (int)v;
+  if (zck_h5_attr_i64(u->f, "/", "world_size", &v) == ZCK_OK) u->info.world_size = (uint32_t)v;
+  if (zck_h5_attr_i64(u->f, "/", "global_steps", &v) == ZCK_OK) u->info.global_steps = v;
+  if (zck_h5_attr_i64(u->f, "/", "skipped_steps", &v) == ZCK_OK) u->info.skipped_steps = v;
+  u->info.global_samples = -1;
+  if (zck_h5_attr_i64(u->f, "/", "global_samples", &v) == ZCK_OK) u->info.global_samples = v;
+  if (zck_h5_attr_i64(u->f, "/", "step_is_tensor", &v) == ZCK_OK) u->info.step_is_tensor = v != 0;
+  zck_h5_attr_f64(u->f, "/", "step", &u->info.step);
+  if (zck_h5_attr_str(u->f, "/", "ds_version", &u->ds_version) == ZCK_OK) u->info.ds_version = u->ds_version;
+  if (zck_h5_attr_str(u->f, "/", "ds_config", &u->ds_config) == ZCK_OK) u->info.ds_config_json = u->ds_config;
+  zck_clear_error();
+  cJSON *names = NULL, *shapes = NULL, *groups = NULL, *tied = NULL, *frozen = NULL, *bufs = NULL;
+  st = zck__h5u_json(u, "param_names", cJSON_Array, &names);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "param_shapes", cJSON_Object, &shapes);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "param_groups", cJSON_Array, &groups);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "tied_parameters", cJSON_Object, &tied);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "frozen_parameters", cJSON_Array, &frozen);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "buffer_names", cJSON_Array, &bufs);
+  if (st == ZCK_OK && (!names || !shapes)) st = zck__fail(ZCK_ERR_FORMAT, "%s: param_names / param_shapes attributes missing", fn);
+  if (st == ZCK_OK && !(u->m = zck_model_new())) st = ZCK_ERR_NO_MEMORY;
+  zck_model *m = u->m;
+  size_t nt = names ? (size_t)cJSON_GetArraySize(names) : 0;
+  for (int k = 0; st == ZCK_OK && k < 3; k++) st = zck__h5u_alloc(&u->parts[k], nt);
+  uint32_t *trainable = zck__calloc(nt ? nt : 1, sizeof *trainable);
+  if (st == ZCK_OK && !trainable) st = ZCK_ERR_NO_MEMORY;
+  const cJSON *it;
+  size_t k = 0;
+  cJSON_ArrayForEach(it, names) {
+    if (st != ZCK_OK) break;
+    if (!cJSON_IsString(it)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: param_names holds a non-string", fn); break; }
+    int nd = 0;
+    int64_t shape[ZCK_MAX_DIMS] = {0};
+    st = zck__h5u_shape(cJSON_GetObjectItemCaseSensitive(shapes, it->valuestring), &nd, shape, it->valuestring);
+    uint32_t pi;
+    if (st == ZCK_OK) st = zck_model_add_param(m, it->valuestring, nd, shape, ZCK_DTYPE_INVALID, &pi);
+    for (int s = 0; st == ZCK_OK && s < 3; s++) {
+      char *p = zck_h5u_path((zck_h5u_part)s, it->valuestring);
+      st = p ? zck__h5u_add(u, &u->parts[s], p, nd, shape, true) : ZCK_ERR_NO_MEMORY;
+      free(p);
+    }
+    if (st == ZCK_OK) {
+      trainable[k++] = pi;
+      m->params[pi].dtype = u->parts[0].stores[k - 1].dtype;
+    }
+  }
+  /* groups: hyper-parameters (numbers come back as floats) and membership */
+  cJSON_ArrayForEach(it, groups) {
+    if (st != ZCK_OK) break;
+    uint32_t g;
+    st = zck_model_add_group(m, &g);
+    const cJSON *p, *hp = cJSON_GetObjectItemCaseSensitive(it, "hyperparameters");
+    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(it, "params")) {
+      int64_t pi = cJSON_IsString(p) ? zck_model_find_param(m, p->valuestring) : -1;
+      if (st == ZCK_OK && pi < 0) st = zck__fail(ZCK_ERR_FORMAT, "%s: param_groups names an unknown param", fn);
+      if (st == ZCK_OK) st = zck_model_group_add_param(m, g, (uint32_t)pi);
+    }
+    cJSON_ArrayForEach(p, hp) {
+      if (st != ZCK_OK) break;
+      if (cJSON_IsBool(p)) st = zck_model_group_set_bool(m, g, p->string, cJSON_IsTrue(p));
+      else if (cJSON_IsNumber(p)) st = zck_model_group_set_float(m, g, p->string, p->valuedouble);
+      else if (cJSON_IsString(p)) st = zck_model_group_set_string(m, g, p->string, p->valuestring);
+      else if (cJSON_IsNull(p)) st = zck_model_group_set_none(m, g, p->string);
+      else if (cJSON_IsArray(p) && cJSON_GetArraySize(p) <= ZCK_HP_MAX_FLOATS) {
+        double f[ZCK_HP_MAX_FLOATS];
+        int n = 0;
+        const cJSON *q;
+        cJSON_ArrayForEach(q, p) f[n++] = q->valuedouble;
+        st = zck_model_group_set_floats(m, g, p->string, f, n);
+      }
+    }
+  }
+  /* frozen params (their datasets give shape and dtype), then tied aliases, buffers */
+  size_t nf = frozen ? (size_t)cJSON_GetArraySize(frozen) : 0;
+  if (st == ZCK_OK) st = zck__h5u_alloc(&u->parts[ZCK_H5U_FROZEN], nf);
+  uint32_t *fz = zck__calloc(nf ? nf : 1, sizeof *fz);
+  if (st == ZCK_OK && !fz) st = ZCK_ERR_NO_MEMORY;
+  size_t kf = 0;
+  cJSON_ArrayForEach(it, frozen) {
+    if (st != ZCK_OK || !cJSON_IsString(it)) break;
+    char *p = zck_h5u_path(ZCK_H5U_FROZEN, it->valuestring);
+    if (!p) { st = ZCK_ERR_NO_MEMORY; break; }
+    bool have = zck_h5_exists(u->f, p);
+    if (have) st = zck__h5u_add(u, &u->parts[ZCK_H5U_FROZEN], p, 0, NULL, false);
+    free(p);
+    if (!have || st != ZCK_OK) continue;
+    zck_h5_dataset *d = u->parts[ZCK_H5U_FROZEN].ds[kf];
+    const zck_h5_dataset_info *di = zck_h5_dataset_info_of(d);
+    uint32_t pi;
+    st = zck_model_add_param(m, it->valuestring, di->ndim, di->shape, di->dtype, &pi);
+    if (st == ZCK_OK) zck_model_set_frozen(m, pi, true);
+    fz[kf++] = pi;
+  }
+  for (cJSON *t = tied ? tied->child : NULL; st == ZCK_OK && t; t = t->next) {
+    int64_t si = cJSON_IsString(t) ? zck_model_find_param(m, t->valuestring) : -1;
+    if (si < 0) { st = zck__fail(ZCK_ERR_FORMAT, "%s: tied_parameters: %s names no parameter", fn, t->string); break; }
+    const zck_param *sp = &m->params[si];
+    uint32_t pi;
+    st = zck_model_add_param(m, t->string, sp->ndim, sp->shape, sp->dtype, &pi);
+    if (st == ZCK_OK) st = zck_model_set_tied(m, pi, (uint32_t)si);
+  }
+  size_t nb = bufs ? (size_t)cJSON_GetArraySize(bufs) : 0;
+  if (st == ZCK_OK) st = zck__h5u_alloc(&u->buffers, nb);
+  cJSON_ArrayForEach(it, bufs) {
+    if (st != ZCK_OK || !cJSON_IsString(it)) break;
+    char *p = zck_h5u_buffer_path(it->valuestring);
+    st = p ? zck__h5u_add(u, &u->buffers, p, 0, NULL, false) : ZCK_ERR_NO_MEMORY;
+    free(p);
+    if (st != ZCK_OK) break;
+    const zck_h5_dataset_info *di = zck_h5_dataset_info_of(u->buffers.ds[u->buffers.n - 1]);
+    st = zck_model_add_buffer(m, it->valuestring, di->ndim, di->shape, di->dtype, NULL);
+  }
+  /* layouts */
+  uint64_t *numel = st == ZCK_OK ? zck__calloc(m->n_params ? m->n_params : 1, sizeof *numel) : NULL;
+  if (st == ZCK_OK && !numel) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) zck_model_numels(m, numel);
+  for (int s = 0; st == ZCK_OK && s < 3; s++) st = zck_layout_whole(m->n_params, numel, trainable, k, &u->parts[s].layout);
+  if (st == ZCK_OK && kf) st = zck_layout_whole(m->n_params, numel, fz, kf, &u->parts[ZCK_H5U_FROZEN].layout);
+  if (st == ZCK_OK && m->n_buffers) {
+    uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);
+    if (!bn) st = ZCK_ERR_NO_MEMORY;
+    for (size_t i = 0; bn && i < m->n_buffers; i++) bn[i] = m->buffers[i].numel;
+    if (st == ZCK_OK) st = zck_layout_whole(m->n_buffers, bn, NULL, m->n_buffers, &u->buffers.layout);
+    free(bn);
+  }
+  free(numel);
+  free(trainable);
+  free(fz);
+  cJSON_Delete(names);
+  cJSON_Delete(shapes);
+  cJSON_Delete(groups);
+  cJSON_Delete(tied);
+  cJSON_Delete(frozen);
+  cJSON_Delete(bufs);
+  return st;
+}
+
+zck_status zck_h5u_open(const char *path, zck_h5u **out) {
+  *out = NULL;
+  zck_h5u *u = zck__calloc(1, sizeof *u);
+  if (!u) return ZCK_ERR_NO_MEMORY;
+  zck_status st = zck_h5_open(path, &u->f);
+  if (st == ZCK_OK) st = zck__h5u_build(u);
+  if (st != ZCK_OK) {
+    zck_h5u_close(u);
+    return st;
+  }
+  *out = u;
+  return ZCK_OK;
+}
+
+static void zck__h5u_part_free(zck__h5u_part *p) {
+  for (size_t i = 0; i < p->n; i++) zck_h5_dataset_close(p->ds[i]);
+  free(p->ds);
+  free(p->stores);
+  zck_layout_free(p->layout);
+}
+
+void zck_h5u_close(zck_h5u *u) {
+  if (!u) return;
+  for (int s = 0; s < ZCK_H5U_PART_COUNT; s++) zck__h5u_part_free(&u->parts[s]);
+  zck__h5u_part_free(&u->buffers);
+  zck_model_free(u->m);
+  zck_h5_close(u->f);
+  free(u->ds_version);
+  free(u->ds_config);
+  free(u);
+}
+
+const zck_h5u_info *zck_h5u_info_of(const zck_h5u *u) { return &u->info; }
+const zck_model *zck_h5u_model(const zck_h5u *u) { return u->m; }
+
+zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **layout, const zck_store **stores) {
+  if (part < 0 || part >= ZCK_H5U_PART_COUNT || !u->parts[part].layout)
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no %s datasets", zck_h5_name(u->f), part == ZCK_H5U_FROZEN ? "frozen" : "such");
+  *layout = u->parts[part].layout;
+  *stores = u->parts[part].stores;
+  return ZCK_OK;
+}
+
+void zck_h5u_buffers(const zck_h5u *u, const zck_layout **layout, const zck_store **stores) {
+  *layout = u->buffers.layout;
+  *stores = u->buffers.stores;
+}

@@ -1,0 +1,466 @@
+/* h5_write.c: an HDF5 file filled by copy plans from many threads (see zck_h5.h).
+ *
+ * Each dataset is a callback store. Writes land in per-chunk assembly buffers; the thread
+ * whose write completes a chunk compresses it (one zstd frame with its content size) and
+ * stores it with H5Dwrite_chunk under the HDF5 lock. Chunks are contiguous runs of the
+ * flattening (chunk shape (1, .., 1, c, D[k+1], ..)), so a plan ordered by destination
+ * keeps only a few chunks in assembly per thread. */
+#include "h5_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "io.h"
+
+#define ZCK__H5_DEFAULT_CHUNK ((uint64_t)1 << 20)
+
+typedef struct zck__h5w_slot {
+  uint64_t id;
+  uint8_t *buf;
+  uint64_t filled;
+} zck__h5w_slot;
+
+typedef struct zck__h5w_ds {
+  zck_h5_writer *w;
+  char *path;
+  char *label;             /* "FILE:/path" for messages */
+  hid_t dset, ftype;
+  zck_dtype dtype;
+  size_t es;
+  int ndim;
+  uint64_t dims[ZCK_H5_MAX_DIMS];
+  uint64_t numel;
+  bool chunked;
+  int k;                   /* the dimension chunks cut (earlier dims have chunk 1) */
+  uint64_t ck;             /* chunk extent along k */
+  uint64_t inner;          /* elements of one index of dim k (product of later dims) */
+  uint64_t per_prefix;     /* chunks along dim k: ceil(D[k] / ck) */
+  uint64_t chunk_elems;    /* elements of a full chunk */
+  uint64_t n_chunks, written;
+  pthread_mutex_t mu;
+  zck__h5w_slot *slots;
+  size_t n_slots, cap_slots;
+} zck__h5w_ds;
+
+struct zck_h5_writer {
+  zck__outfile out;
+  bool out_open;
+  hid_t file;
+  int level;
+  uint64_t chunk_bytes;
+  zck__h5w_ds **ds;
+  size_t n_ds, cap_ds;
+  pthread_mutex_t pool_mu;  /* compression contexts, reused across chunks */
+  ZSTD_CCtx **cctx;
+  size_t n_cctx, cap_cctx;
+  bool committed;
+};
+
+// ---- geometry
+
+/* Chunk of flat element e: its id, the offset inside it and its real element count. */
+static void zck__h5w_locate(const zck__h5w_ds *d, uint64_t e, uint64_t *id, uint64_t *within, uint64_t *valid) {
+  if (!d->chunked) {
+    *id = 0;
+    *within = e;
+    *valid = d->numel;
+    return;
+  }
+  uint64_t slab = d->dims[d->k] * d->inner;
+  uint64_t p = e / slab, r = e % slab, j = r / d->chunk_elems;
+  *id = p * d->per_prefix + j;
+  *within = r % d->chunk_elems;
+  uint64_t rows = d->dims[d->k] - j * d->ck;
+  *valid = (rows < d->ck ? rows : d->ck) * d->inner;
+}
+
+static void zck__h5w_chunk_offset(const zck__h5w_ds *d, uint64_t id, hsize_t *off) {
+  uint64_t p = id / d->per_prefix, j = id % d->per_prefix;
+  for (int i = d->ndim - 1; i >= 0; i--) off[i] = 0;
+  for (int i = d->k - 1; i >= 0; i--) {
+    off[i] = p % d->dims[i];
+    p /= d->dims[i];
+  }
+  off[d->k] = j * d->ck;
+}
+
+// ---- compression contexts
+
+static ZSTD_CCtx *zck__h5w_cctx_get(zck_h5_writer *w) {
+  ZSTD_CCtx *c = NULL;
+  pthread_mutex_lock(&w->pool_mu);
+  if (w->n_cctx) c = w->cctx[--w->n_cctx];
+  pthread_mutex_unlock(&w->pool_mu);
+  return c ? c : ZSTD_createCCtx();
+}
+
+static void zck__h5w_cctx_put(zck_h5_writer *w, ZSTD_CCtx *c) {
+  pthread_mutex_lock(&w->pool_mu);
+  if (w->n_cctx == w->cap_cctx) {
+    size_t nc = w->cap_cctx ? 2 * w->cap_cctx : 16;
+    ZSTD_CCtx **v = realloc(w->cctx, nc * sizeof *v);
+    if (v) { w->cctx = v; w->cap_cctx = nc; }
+  }
+  if (w->n_cctx < w->cap_cctx) { w->cctx[w->n_cctx++] = c; c = NULL; }
+  pthread_mutex_unlock(&w->pool_mu);
+  ZSTD_freeCCtx(c);
+}
+
+// ---- writing a complete chunk
+
+static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf) {
+  zck_h5_writer *w = d->w;
+  size_t raw = (size_t)(d->chunk_elems * d->es);
+  if (!d->chunked) {
+    zck__h5_lock();
+    int e = zck__io_fault(ZCK_IO_OP_WRITE);
+    zck_status st = ZCK_OK;
+    if (e) st = zck__fail_errno(e, "%s: write", d->label);
+    else if (H5Dwrite(d->dset, d->ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+      st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
+    zck__h5_unlock();
+    return st;
+  }
+  size_t cap = ZSTD_compressBound(raw);
+  uint8_t *z = zck__malloc(cap);
+  ZSTD_CCtx *cc = z ? zck__h5w_cctx_get(w) : NULL;
+  if (!cc) {
+    free(z);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory compressing a chunk", d->label);
+  }
+  /* one-shot: the frame header records the content size (§3.2) */
+  size_t n = ZSTD_compressCCtx(cc, z, cap, buf, raw, w->level);
+  zck__h5w_cctx_put(w, cc);
+  if (ZSTD_isError(n)) {
+    free(z);
+    return zck__fail(ZCK_ERR_INTERNAL, "%s: zstd: %s", d->label, ZSTD_getErrorName(n));
+  }
+  hsize_t off[ZCK_H5_MAX_DIMS];
+  zck__h5w_chunk_offset(d, id, off);
+  zck_status st = ZCK_OK;
+  zck__h5_lock();
+  int e = zck__io_fault(ZCK_IO_OP_WRITE);
+  if (e) st = zck__fail_errno(e, "%s: writing chunk %llu", d->label, (unsigned long long)id);
+  else if (H5Dwrite_chunk(d->dset, H5P_DEFAULT, 0, off, n, z) < 0)
+    st = zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
+  zck__h5_unlock();
+  free(z);
+  return st;
+}
+
+static zck_status zck__h5w_store_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  zck__h5w_ds *d = ctx;
+  const uint8_t *s = src;
+  while (count) {
+    uint64_t id, within, valid;
+    zck__h5w_locate(d, off, &id, &within, &valid);
+    uint64_t take = valid - within < count ? valid - within : count;
+    pthread_mutex_lock(&d->mu);
+    zck__h5w_slot *sl = NULL;
+    for (size_t i = 0; i < d->n_slots; i++)
+      if (d->slots[i].id == id) { sl = &d->slots[i]; break; }
+    if (!sl) {
+      if (d->n_slots == d->cap_slots) {
+        size_t nc = d->cap_slots ? 2 * d->cap_slots : 8;
+        zck__h5w_slot *v = realloc(d->slots, nc * sizeof *v);
+        if (!v) { pthread_mutex_unlock(&d->mu); return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory"); }
+        d->slots = v;
+        d->cap_slots = nc;
+      }
+      uint8_t *buf = calloc(d->chunk_elems ? d->chunk_elems : 1, d->es); /* zeros beyond the edge */
+      if (!buf) { pthread_mutex_unlock(&d->mu); return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory"); }
+      sl = &d->slots[d->n_slots++];
+      *sl = (zck__h5w_slot){id, buf, 0};
+    }
+    uint8_t *buf = sl->buf;
+    pthread_mutex_unlock(&d->mu);
+    memcpy(buf + within * d->es, s, (size_t)(take * d->es));
+    pthread_mutex_lock(&d->mu);
+    bool done = false, over = false;
+    for (size_t i = 0; i < d->n_slots; i++) {
+      if (d->slots[i].id != id) continue;
+      d->slots[i].filled += take;
+      over = d->slots[i].filled > valid;
+      done = d->slots[i].filled == valid;
+      if (done) d->slots[i] = d->slots[--d->n_slots];
+      break;
+    }
+    if (done) d->written++;
+    pthread_mutex_unlock(&d->mu);
+    if (over) return zck__fail(ZCK_ERR_INTERNAL, "%s: chunk %llu written twice", d->label, (unsigned long long)id);
+    if (done) {
+      zck_status st = zck__h5w_flush(d, id, buf);
+      free(buf);
+      if (st != ZCK_OK) return st;
+    }
+    s += take * d->es;
+    off += take;
+    count -= take;
+  }
+  return ZCK_OK;
+}
+
+// ---- creation
+
+zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zck_h5_writer **out) {
+  *out = NULL;
+  zck_h5_write_opts opts = ZCK_H5_WRITE_OPTS_INIT;
+  if (o) opts = *o;
+  if (opts.level < 0 || opts.level > ZSTD_maxCLevel())
+    return zck__fail(ZCK_ERR_INVALID_ARG, "zstd level %d outside 1..%d", opts.level, ZSTD_maxCLevel());
+  struct stat sb;
+  if (!opts.overwrite && lstat(path, &sb) == 0)
+    return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
+  zck_h5_writer *w = zck__calloc(1, sizeof *w);
+  if (!w) return ZCK_ERR_NO_MEMORY;
+  w->file = H5I_INVALID_HID;
+  w->level = opts.level ? opts.level : 3;
+  w->chunk_bytes = opts.chunk_bytes ? opts.chunk_bytes : ZCK__H5_DEFAULT_CHUNK;
+  if (w->chunk_bytes > ZCK__H5_MAX_CHUNK_BYTES) w->chunk_bytes = ZCK__H5_MAX_CHUNK_BYTES;
+  pthread_mutex_init(&w->pool_mu, NULL);
+  zck_status st = zck__outfile_create(&w->out, path);
+  if (st != ZCK_OK) {
+    zck_h5_writer_free(w);
+    return st;
+  }
+  w->out_open = true;
+  zck__h5_lock();
+  /* the temporary file exists (empty); HDF5 opens it by name and truncates it */
+  w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (w->file < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);
+  zck__h5_unlock();
+  if (st != ZCK_OK) {
+    zck_h5_writer_free(w);
+    return st;
+  }
+  *out = w;
+  return ZCK_OK;
+}
+
+/* Creates the missing groups along path (not its last component unless whole). */
+static zck_status zck__h5w_groups(zck_h5_writer *w, const char *path, bool whole) {
+  char *p = zck__strdup(path);
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  zck_status st = ZCK_OK;
+  size_t n = strlen(p);
+  for (size_t i = 1; i <= n && st == ZCK_OK; i++) {
+    if (p[i] != '/' && !(whole && p[i] == 0)) continue;
+    char c = p[i];
+    p[i] = 0;
+    htri_t ex = H5Lexists(w->file, p, H5P_DEFAULT);
+    if (ex < 0) st = zck__h5_fail(ZCK_ERR_INVALID_ARG, "%s: bad HDF5 path", p);
+    else if (!ex) {
+      hid_t g = H5Gcreate2(w->file, p, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      if (g < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create group", p);
+      else H5Gclose(g);
+    }
+    p[i] = c;
+  }
+  free(p);
+  return st;
+}
+
+zck_status zck_h5_writer_group(zck_h5_writer *w, const char *path) {
+  zck__h5_lock();
+  zck_status st = zck__h5w_groups(w, path, true);
+  zck__h5_unlock();
+  return st;
+}
+
+static void zck__h5w_ds_free(zck__h5w_ds *d) {
+  if (!d) return;
+  if (d->dset >= 0) H5Dclose(d->dset);
+  if (d->ftype >= 0) H5Tclose(d->ftype);
+  for (size_t i = 0; i < d->n_slots; i++) free(d->slots[i].buf);
+  free(d->slots);
+  pthread_mutex_destroy(&d->mu);
+  free(d->path);
+  free(d->label);
+  free(d);
+}
+
+/* Picks the chunk shape (1, .., 1, ck, D[k+1], ..): the first dim k whose trailing
+ * product fits the target, as many of its indices as fit. */
+static void zck__h5w_chunking(zck__h5w_ds *d, uint64_t target_elems) {
+  uint64_t inner = 1;   /* product of the dims after k */
+  int k = d->ndim - 1;
+  while (k > 0 && inner * d->dims[k] <= target_elems) {
+    inner *= d->dims[k];
+    k--;
+  }
+  d->k = k;
+  d->inner = inner;
+  uint64_t ck = target_elems / inner;
+  if (ck < 1) ck = 1;
+  if (ck > d->dims[k]) ck = d->dims[k];
+  d->ck = ck;
+  d->per_prefix = zck__ceil_div(d->dims[k], ck);
+  d->chunk_elems = ck * inner;
+  uint64_t prefixes = 1;
+  for (int i = 0; i < k; i++) prefixes *= d->dims[i];
+  d->n_chunks = prefixes * d->per_prefix;
+}
+
+zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype dtype, int ndim,
+                                 const int64_t *shape, zck_store *store) {
+  if (ndim < 0 || ndim > ZCK_H5_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %d dimensions", path, ndim);
+  zck__h5w_ds *d = zck__calloc(1, sizeof *d);
+  if (!d) return ZCK_ERR_NO_MEMORY;
+  pthread_mutex_init(&d->mu, NULL);
+  d->w = w;
+  d->dset = d->ftype = H5I_INVALID_HID;
+  d->dtype = dtype;
+  d->es = zck_dtype_size(dtype);
+  d->ndim = ndim;
+  d->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    d->dims[i] = (uint64_t)shape[i];
+    d->numel *= d->dims[i];
+  }
+  d->path = zck__strdup(path);
+  d->label = zck__sprintf("%s:%s", w->out.path, path);
+  if (!d->path || !d->label) {
+    zck__h5w_ds_free(d);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  d->chunked = ndim > 0 && d->numel > 0;
+  if (d->chunked) {
+    zck__h5w_chunking(d, w->chunk_bytes / d->es ? w->chunk_bytes / d->es : 1);
+  } else {
+    d->chunk_elems = d->numel;
+    d->n_chunks = d->numel ? 1 : 0;
+  }
+  zck_status st = ZCK_OK;
+  zck__h5_lock();
+  hsize_t dims[ZCK_H5_MAX_DIMS], chunk[ZCK_H5_MAX_DIMS];
+  for (int i = 0; i < ndim; i++) {
+    dims[i] = d->dims[i];
+    chunk[i] = i < d->k ? 1 : i == d->k ? d->ck : d->dims[i];
+  }
+  hid_t space = ndim ? H5Screate_simple(ndim, dims, NULL) : H5Screate(H5S_SCALAR);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  unsigned level = (unsigned)w->level;
+  d->ftype = zck__h5_file_type(dtype);
+  if (d->ftype < 0) st = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
+  else if (space < 0 || dcpl < 0) st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: dataspace", d->label);
+  else if (H5Pset_obj_track_times(dcpl, 0) < 0) st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: properties", d->label);
+  else if (d->chunked && (H5Pset_chunk(dcpl, ndim, chunk) < 0 ||
+                          H5Pset_filter(dcpl, ZCK_H5_ZSTD_FILTER, H5Z_FLAG_MANDATORY, 1, &level) < 0))
+    st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: chunk properties", d->label);
+  if (st == ZCK_OK) st = zck__h5w_groups(w, path, false);
+  if (st == ZCK_OK) {
+    d->dset = H5Dcreate2(w->file, path, d->ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (d->dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
+  }
+  if (space >= 0) H5Sclose(space);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  zck__h5_unlock();
+  if (st == ZCK_OK) st = zck_h5_writer_attr_str(w, path, "dtype", zck_dtype_name(dtype));
+  if (st == ZCK_OK && w->n_ds == w->cap_ds) {
+    size_t nc = w->cap_ds ? 2 * w->cap_ds : 64;
+    zck__h5w_ds **v = zck__realloc(w->ds, nc * sizeof *v);
+    if (!v) st = ZCK_ERR_NO_MEMORY;
+    else { w->ds = v; w->cap_ds = nc; }
+  }
+  if (st != ZCK_OK) {
+    zck__h5_lock();
+    zck__h5w_ds_free(d);
+    zck__h5_unlock();
+    return st;
+  }
+  w->ds[w->n_ds++] = d;
+  *store = zck_store_callback(NULL, zck__h5w_store_write, d, dtype, d->numel, d->label);
+  return ZCK_OK;
+}
+
+// ---- attributes
+
+static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v) {
+  zck_status st = ZCK_OK;
+  zck__h5_lock();
+  hid_t o = H5Oopen(w->file, obj, H5P_DEFAULT);
+  if (o < 0) {
+    st = zck__h5_fail(ZCK_ERR_NOT_FOUND, "%s:%s: no such object", w->out.path, obj);
+  } else {
+    if (H5Aexists(o, key) > 0) H5Adelete(o, key);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = sp >= 0 ? H5Acreate2(o, key, type, sp, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
+    if (a < 0 || H5Awrite(a, type, v) < 0)
+      st = zck__h5_fail(ZCK_ERR_IO, "%s:%s: cannot write attribute %s", w->out.path, obj, key);
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    H5Oclose(o);
+  }
+  zck__h5_unlock();
+  return st;
+}
+
+zck_status zck_h5_writer_attr_str(zck_h5_writer *w, const char *obj, const char *key, const char *value) {
+  zck__h5_lock();
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  zck_status st = zck__h5w_attr(w, obj, key, t, &value);
+  H5Tclose(t);
+  zck__h5_unlock();
+  return st;
+}
+
+zck_status zck_h5_writer_attr_i64(zck_h5_writer *w, const char *obj, const char *key, int64_t value) {
+  return zck__h5w_attr(w, obj, key, H5T_STD_I64LE, &value);
+}
+
+zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char *key, double value) {
+  return zck__h5w_attr(w, obj, key, H5T_IEEE_F64LE, &value);
+}
+
+// ---- commit
+
+zck_status zck_h5_writer_commit(zck_h5_writer *w) {
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; i < w->n_ds && st == ZCK_OK; i++) {
+    zck__h5w_ds *d = w->ds[i];
+    if (d->n_slots || d->written != d->n_chunks)
+      st = zck__fail(ZCK_ERR_INTERNAL, "%s: %llu of %llu chunks written", d->label, (unsigned long long)d->written,
+                     (unsigned long long)d->n_chunks);
+  }
+  if (st != ZCK_OK) return st;
+  zck__h5_lock();
+  for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
+  w->n_ds = 0;
+  herr_t r = H5Fclose(w->file);
+  w->file = H5I_INVALID_HID;
+  if (r < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: closing", w->out.path);
+  zck__h5_unlock();
+  char *final = st == ZCK_OK ? zck__strdup(w->out.path) : NULL;
+  if (st == ZCK_OK && !final) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) {
+    st = zck__outfile_commit(&w->out);
+    if (st != ZCK_OK && !w->out.tmp_path) unlink(final);  /* renamed, then the directory fsync failed */
+  }
+  free(final);
+  if (st == ZCK_OK) {
+    w->committed = true;
+    w->out_open = false;
+  }
+  return st;
+}
+
+void zck_h5_writer_free(zck_h5_writer *w) {
+  if (!w) return;
+  zck__h5_lock();
+  for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
+  if (w->file >= 0) H5Fclose(w->file);
+  H5Eclear2(H5E_DEFAULT);
+  zck__h5_unlock();
+  if (w->out_open) zck__outfile_abort(&w->out);
+  for (size_t i = 0; i < w->n_cctx; i++) ZSTD_freeCCtx(w->cctx[i]);
+  free(w->cctx);
+  free(w->ds);
+  pthread_mutex_destroy(&w->pool_mu);
+  free(w);
+}

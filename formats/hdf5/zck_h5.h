@@ -1,0 +1,161 @@
+/* zck_h5.h: HDF5 files of zstd-compressed chunked datasets (safetensors-and-hdf5.md §3),
+ * written from many threads and read by element range; and zckpt's universal container.
+ *
+ * Datasets as written here:
+ *   - one dataset per tensor, full shape, little-endian file types; bfloat16, bool and
+ *     float8 are stored as U16LE / U8LE, float16 as an IEEE half float type; every dataset
+ *     has a `dtype` text attribute with torch's spelling ("bfloat16", "float32", ...);
+ *   - chunk shape (1, ..., 1, c, D[k+1], ..., D[n-1]): every chunk is one contiguous run of
+ *     the row-major flattening, so an executor writing element ranges fills whole chunks;
+ *   - filter 32015 (zstd), H5Z_FLAG_MANDATORY, cd_values = {level}. Each chunk is ONE zstd
+ *     frame recording its content size (what hdf5plugin's decoder needs), compressed on the
+ *     thread that completed it and stored with H5Dwrite_chunk (no filter pipeline);
+ *   - 0-dim and empty tensors are contiguous datasets (HDF5 cannot chunk them);
+ *   - text attributes are scalar variable-length UTF-8 strings, numbers scalar attributes;
+ *   - default (earliest) library version bounds, so old h5py/HDF5 builds open the files.
+ * The output file is written under a temporary name and renamed at commit.
+ *
+ * Reading: datasets written by anyone (h5py + hdf5plugin included). An element range of
+ * the row-major flattening is cut into hyperslab boxes; only the chunks those boxes touch
+ * are read (H5Dread_chunk) and decompressed here, with the checks of malformed-inputs.md
+ * §8 (H-01..H-08). Unknown filters are refused, never returned raw.
+ *
+ * HDF5 (1.10, serial build) is not thread-safe: every HDF5 call in zckpt goes through one
+ * process-wide lock; compression and decompression run outside it.
+ */
+#ifndef ZCK_H5_H
+#define ZCK_H5_H
+
+#include "exec.h"
+#include "model.h"
+
+#include <stdbool.h>
+
+#define ZCK_H5_ZSTD_FILTER 32015
+#define ZCK_H5_MAX_DIMS ZCK_MAX_DIMS
+
+// ---- writer
+
+typedef struct zck_h5_writer zck_h5_writer;
+
+typedef struct zck_h5_write_opts {
+  int level;               /* zstd level 1..22; 0: 3 (hdf5plugin's default) */
+  uint64_t chunk_bytes;    /* target uncompressed chunk size; 0: 1 MiB */
+  bool overwrite;          /* replace an existing file */
+} zck_h5_write_opts;
+#define ZCK_H5_WRITE_OPTS_INIT {0, 0, false}
+
+/* Creates PATH under a temporary name. EXISTS if PATH exists (unless overwrite). */
+zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zck_h5_writer **out);
+/* Creates dataset `path` ("/params/x/fp32"; missing groups are created) and returns a
+ * callback store taking element ranges of the row-major flattening, in any order, from
+ * any thread; a range must not be written twice. The store stays valid until free. */
+zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype dtype, int ndim,
+                                 const int64_t *shape, zck_store *store);
+/* Creates a group (and its parents) if missing. */
+zck_status zck_h5_writer_group(zck_h5_writer *w, const char *path);
+/* Attributes of an object ("/" is the file) . */
+zck_status zck_h5_writer_attr_str(zck_h5_writer *w, const char *obj, const char *key, const char *value);
+zck_status zck_h5_writer_attr_i64(zck_h5_writer *w, const char *obj, const char *key, int64_t value);
+zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char *key, double value);
+/* Fails if some dataset was not completely written; else closes, fsyncs, renames. */
+zck_status zck_h5_writer_commit(zck_h5_writer *w);
+/* An uncommitted file is removed. NULL is fine. */
+void zck_h5_writer_free(zck_h5_writer *w);
+
+// ---- reader
+
+typedef struct zck_h5_file zck_h5_file;
+typedef struct zck_h5_dataset zck_h5_dataset;
+
+typedef struct zck_h5_dataset_info {
+  zck_dtype dtype;         /* after the `dtype` attribute (bfloat16 over U16, ...) */
+  int ndim;
+  int64_t shape[ZCK_H5_MAX_DIMS];
+  uint64_t numel;
+  bool chunked;
+  int64_t chunk[ZCK_H5_MAX_DIMS];
+  bool zstd;               /* filter 32015 in the pipeline */
+  int zstd_level;          /* its cd_values[0], or -1 */
+  unsigned zstd_flags;     /* H5Z_FLAG_* of that filter */
+} zck_h5_dataset_info;
+
+zck_status zck_h5_open(const char *path, zck_h5_file **out);
+void zck_h5_close(zck_h5_file *f);
+const char *zck_h5_name(const zck_h5_file *f);
+/* true if an object (group or dataset) exists at path. */
+bool zck_h5_exists(zck_h5_file *f, const char *path);
+/* Names of the links of a group, in name order (caller frees each and the array). */
+zck_status zck_h5_list(zck_h5_file *f, const char *group, char ***names, size_t *n);
+
+/* Opens a dataset and validates its type, `dtype` attribute (H-08), filters (H-05) and
+ * chunk size (H-04). Datasets must be closed before the file. */
+zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset **out);
+void zck_h5_dataset_close(zck_h5_dataset *d);
+const zck_h5_dataset_info *zck_h5_dataset_info_of(const zck_h5_dataset *d);
+/* Elements [first, first + count) of the row-major flattening into dst (count * dtype
+ * size bytes). Reads and decompresses only the chunks holding some of them. Thread-safe. */
+zck_status zck_h5_dataset_read(zck_h5_dataset *d, void *dst, uint64_t first, uint64_t count);
+/* The dataset as a read store for copy plans (valid while d is open). */
+zck_store zck_h5_dataset_store(zck_h5_dataset *d);
+
+/* Attributes: NOT_FOUND when absent. Text may be variable- or fixed-length (H-07);
+ * *out is malloc'd. Numbers: any integer / float scalar (or 1-element) attribute. */
+zck_status zck_h5_attr_str(zck_h5_file *f, const char *obj, const char *key, char **out);
+zck_status zck_h5_attr_i64(zck_h5_file *f, const char *obj, const char *key, int64_t *out);
+zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, double *out);
+
+// ---- the zckpt universal container (one file per checkpoint)
+/*
+ *   /                          attributes:
+ *       zckpt_format = "zckpt-universal"   zckpt_format_version = 1
+ *       stage, world_size, global_steps, skipped_steps, global_samples (int64)
+ *       step (float64), step_is_tensor (int64 0/1)
+ *       ds_version, lp_dtype, master_dtype, state_dtype, source, tag (text)
+ *       param_names      JSON list: trainable params in the source's flat order
+ *       param_shapes     JSON object name -> [dims]
+ *       param_groups     JSON list of {"params": [names], "hyperparameters": {...}}
+ *       tied_parameters  JSON object alias -> source
+ *       frozen_parameters, buffer_names   JSON lists
+ *       ds_config        JSON of the source's ds_config (inf/nan as strings)
+ *   /params/<name>/fp32, /params/<name>/exp_avg, /params/<name>/exp_avg_sq
+ *                              full shape, master / optimizer-state dtype
+ *   /frozen/<name>             frozen params, 16-bit training dtype
+ *   /buffers/<name>            persistent buffers, their dtype
+ */
+#define ZCK_H5U_FORMAT "zckpt-universal"
+#define ZCK_H5U_VERSION 1
+
+typedef enum zck_h5u_part {
+  ZCK_H5U_FP32 = 0, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ, ZCK_H5U_FROZEN, ZCK_H5U_PART_COUNT
+} zck_h5u_part;
+
+/* Dataset path of param `name` in part (caller frees). */
+char *zck_h5u_path(zck_h5u_part part, const char *name);
+char *zck_h5u_buffer_path(const char *name);
+
+/* A universal container described as a manifest plus, per part, a whole-tensor layout
+ * over the manifest's params (store i = the i-th param that has the dataset) and stores
+ * reading the datasets by range. */
+typedef struct zck_h5u zck_h5u;
+
+typedef struct zck_h5u_info {
+  int stage;
+  uint32_t world_size;
+  int64_t global_steps, skipped_steps, global_samples;
+  double step;
+  bool step_is_tensor;
+  const char *ds_version;      /* NULL if absent */
+  const char *ds_config_json;  /* NULL if absent */
+} zck_h5u_info;
+
+zck_status zck_h5u_open(const char *path, zck_h5u **out);
+void zck_h5u_close(zck_h5u *u);
+const zck_h5u_info *zck_h5u_info_of(const zck_h5u *u);
+const zck_model *zck_h5u_model(const zck_h5u *u);
+/* NOT_FOUND when the container has no such part. */
+zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **layout, const zck_store **stores);
+/* Buffers: a whole layout over the buffer index space; NULL layout when there are none. */
+void zck_h5u_buffers(const zck_h5u *u, const zck_layout **layout, const zck_store **stores);
+
+#endif

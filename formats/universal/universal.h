@@ -1,0 +1,156 @@
+/* universal.h: DeepSpeed's universal checkpoint layout (ds_to_universal.py), written and read.
+ *
+ * On disk (deepspeed-checkpoint.md §5.2, as DeepSpeed 0.19.8 writes it):
+ *   <out>/zero/optimizer_state.pt           optimizer-wide state (loss scaler, param_groups, ...)
+ *   <out>/zero/<param>/fp32.pt              stage <= 2: {'cat_dim': 0, 'param': T} (T full shape)
+ *   <out>/zero/<param>/exp_avg.pt           stage 3:    T, a bare 1-D tensor of numel elements
+ *   <out>/zero/<param>/exp_avg_sq.pt
+ *   <out>/zero/<param>/step.pt              stage <= 2, when the optimizer keeps `step`: the raw
+ *                                           value (0-dim float32 tensor, or an int)
+ *   <out>/zero/<name>/fp32.pt               stage <= 2: {'param': module[name].float()} for every
+ *                                           other `module` entry (frozen params, tied aliases,
+ *                                           buffers; DeepSpeed 0.19.8 adds these)
+ *   <out>/...model_states.pt                 the source's model-states files, byte for byte
+ *   <parent of out>/latest_universal        basename(out), no newline
+ * <param> is the parameter name as a folder name (dots kept).
+ *
+ * Writer: zck_uv_writer_create() makes <out> under a temporary name. Tensor files are
+ * reserved in batches (each holds a file descriptor until its batch is finished, so the
+ * caller bounds how many are open at once); each exposes a callback store that copy
+ * plans fill from any thread. Other files (step.pt, optimizer_state.pt, byte copies) are
+ * added the same way. zck_uv_writer_commit() renames <out> into place in one step and
+ * then writes latest_universal atomically.
+ *
+ * Reader: zck_uv_open() describes a universal checkpoint (the folder, or its parent
+ * holding latest_universal) as a model manifest plus whole-tensor layouts and stores for
+ * fp32 / exp_avg / exp_avg_sq (for reshard), validating it (malformed-inputs.md §9.7:
+ * DS-70..DS-75).
+ */
+#ifndef ZCK_UNIVERSAL_H
+#define ZCK_UNIVERSAL_H
+
+#include "exec.h"
+#include "layout.h"
+#include "model.h"
+#include "torch/torch.h"
+
+#include <stdbool.h>
+
+/* A parameter name usable as one folder name (no '/', '\\', NUL, not "", "." or ".."),
+ * else FORMAT "NAME: parameter name cannot be a folder name". */
+zck_status zck_uv_check_name(const char *name);
+
+// ---- writer
+
+typedef struct zck_uv_writer zck_uv_writer;
+
+typedef struct zck_uv_write_opts {
+  bool overwrite;             /* replace an existing <out> */
+  bool write_latest;          /* <parent>/latest_universal (DeepSpeed always writes it) */
+} zck_uv_write_opts;
+#define ZCK_UV_WRITE_OPTS_INIT {false, true}
+
+typedef enum zck_uv_form {
+  ZCK_UV_CAT_DIM = 0,         /* {'cat_dim': 0, 'param': T} */
+  ZCK_UV_PARAM,               /* {'param': T} */
+  ZCK_UV_BARE                 /* T */
+} zck_uv_form;
+
+/* out must not end with '/' (it is stripped: DeepSpeed would write an empty
+ * latest_universal inside the folder). */
+zck_status zck_uv_writer_create(const char *out, const zck_uv_write_opts *o, zck_uv_writer **w);
+/* The folder's final path and the path a file named rel gets in the temporary tree. */
+const char *zck_uv_writer_path(const zck_uv_writer *w);
+char *zck_uv_writer_tmp_file(const zck_uv_writer *w, const char *rel);
+
+/* Reserves zero/<name>/<state>.pt holding one contiguous tensor in `form`; *store writes
+ * its elements (row-major, dtype) from any thread. Returns a handle for set_crc. */
+zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
+                                zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle);
+/* CRC-32 of the tensor's complete data (the executor's dst_crc32). */
+void zck_uv_writer_set_crc(zck_uv_writer *w, size_t handle, uint32_t crc);
+/* Number of tensor files reserved and not yet finished. */
+size_t zck_uv_writer_pending(const zck_uv_writer *w);
+/* Finishes every reserved tensor file (pickle, directory, rename) and frees their
+ * descriptors. Call after the plan that fills them ran. */
+zck_status zck_uv_writer_finish_batch(zck_uv_writer *w);
+
+/* zero/<name>/step.pt: a 0-dim float32 tensor (is_tensor) or a Python int. */
+zck_status zck_uv_writer_step(zck_uv_writer *w, const char *name, bool is_tensor, double value);
+
+/* A torch file at rel (e.g. "zero/optimizer_state.pt") built by the caller: the writer
+ * is created here and finished with zck_torch_writer_finish by the caller. */
+zck_status zck_uv_writer_torch(zck_uv_writer *w, const char *rel, zck_torch_writer **tw);
+
+/* A raw file at rel of size bytes: *store (U8, fd-backed) receives its bytes. Committed
+ * with the folder. */
+zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, zck_store *store);
+
+/* Renames the folder into place, then writes latest_universal. On failure nothing of
+ * the output remains. */
+zck_status zck_uv_writer_commit(zck_uv_writer *w);
+/* Removes an uncommitted output. NULL is fine. */
+void zck_uv_writer_free(zck_uv_writer *w);
+
+// ---- copying pickled objects with their tensors
+
+/* A tensor of a source .pt carried into a new file: copy count elements from src to dst. */
+typedef struct zck_uv_tensor_copy {
+  zck_store src, dst;
+  uint64_t count;
+  size_t storage;             /* in the destination writer */
+  uint32_t crc;               /* filled by the caller's executor run */
+} zck_uv_tensor_copy;
+
+typedef struct zck_uv_copies {
+  zck_uv_tensor_copy *v;
+  size_t n, cap;
+  void **ctx;                 /* callback contexts (owned) */
+  size_t n_ctx, cap_ctx;
+} zck_uv_copies;
+
+/* Deep-copies node (from the pickle of src) into tw's document. Every tensor met becomes
+ * a new contiguous storage of tw (views and shared storages become separate storages;
+ * the same tensor object stays one object) and a copy entry appended to *copies. Tensor
+ * bytes are read from `data` (NULL: src's own source; non-contiguous tensors then need it). */
+zck_status zck_uv_copy_tree(zck_torch_writer *tw, const zck_torch_file *src, const zck__source *data, const zck_pk *node,
+                            zck_pk **out, zck_uv_copies *copies);
+/* Runs the copies (one plan, the thread pool) and sets each storage's CRC. */
+zck_status zck_uv_copies_run(zck_torch_writer *tw, zck_uv_copies *copies, const zck_exec_opts *eo);
+void zck_uv_copies_free(zck_uv_copies *copies);
+
+// ---- reader
+
+typedef struct zck_uv_ckpt zck_uv_ckpt;
+
+typedef struct zck_uv_info {
+  const char *dir;            /* the universal folder */
+  int stage;                  /* 1/2 (dict files) or 3 (bare tensors), from zero_stage */
+  uint32_t world_size;        /* dp_world_size of the source */
+  zck_dtype lp_dtype;
+  zck_dtype master_dtype;     /* dtype of the fp32 files */
+  zck_dtype state_dtype;      /* dtype of exp_avg / exp_avg_sq; INVALID without them */
+  bool has_optimizer_state;
+  bool step_is_tensor;
+  double step;
+  int64_t global_steps, skipped_steps;
+  const char *ds_version;     /* NULL if absent */
+} zck_uv_info;
+
+typedef enum zck_uv_part { ZCK_UV_FP32 = 0, ZCK_UV_EXP_AVG, ZCK_UV_EXP_AVG_SQ, ZCK_UV_PART_COUNT } zck_uv_part;
+
+typedef struct zck_uv_open_opts {
+  zck_torch_open_opts torch;
+} zck_uv_open_opts;
+#define ZCK_UV_OPEN_OPTS_INIT {ZCK_TORCH_OPEN_OPTS_INIT}
+
+zck_status zck_uv_open(const char *path, const zck_uv_open_opts *o, zck_uv_ckpt **out);
+void zck_uv_close(zck_uv_ckpt *c);
+const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c);
+const zck_model *zck_uv_model(const zck_uv_ckpt *c);
+/* Whole-tensor layout over the manifest's params (one store per trainable param) and
+ * its stores, reading the tensors in place. NOT_FOUND for the optimizer states of a
+ * checkpoint without them. Valid until close. */
+zck_status zck_uv_get(const zck_uv_ckpt *c, zck_uv_part part, const zck_layout **layout, const zck_store **stores);
+
+#endif

@@ -1,0 +1,318 @@
+/* uv_write.c: the universal checkpoint folder, written reserve-then-fill (universal.h).
+ *
+ * The folder is built under a temporary name (zck__outdir). Every per-parameter tensor
+ * file is a torch writer with one reserved storage, filled through a callback store by
+ * whatever plan the caller runs; a batch of them is finished together so the number of
+ * open descriptors stays bounded however many parameters the model has. */
+#include "universal/universal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io.h"
+
+typedef struct zck__uv_tfile {
+  zck_torch_writer *tw;
+  size_t storage;
+  size_t es;
+  zck_pk *root;
+  uint32_t crc;
+  bool crc_set;
+} zck__uv_tfile;
+
+typedef struct zck__uv_raw {
+  zck__outfile f;
+  bool open;
+} zck__uv_raw;
+
+struct zck_uv_writer {
+  zck_uv_write_opts o;
+  zck__outdir dir;
+  bool dir_open, committed;
+  char *final_path;
+  zck__uv_tfile **files;        /* the pending batch (stable addresses: store contexts) */
+  size_t n_files, cap_files;
+  size_t handle_base;           /* handle of files[0] */
+  zck__uv_raw **raws;
+  size_t n_raws, cap_raws;
+};
+
+zck_status zck_uv_check_name(const char *name) {
+  if (!name[0] || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/') || strchr(name, '\\'))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: parameter name cannot be a folder name", name[0] ? name : "\"\"");
+  return ZCK_OK;
+}
+
+zck_status zck_uv_writer_create(const char *out, const zck_uv_write_opts *o, zck_uv_writer **wp) {
+  *wp = NULL;
+  zck_uv_writer *w = zck__calloc(1, sizeof *w);
+  if (!w) return ZCK_ERR_NO_MEMORY;
+  w->o = (zck_uv_write_opts)ZCK_UV_WRITE_OPTS_INIT;
+  if (o) w->o = *o;
+  w->final_path = zck__strdup(out);
+  if (!w->final_path) {
+    free(w);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  size_t n = strlen(w->final_path);
+  while (n > 1 && w->final_path[n - 1] == '/') w->final_path[--n] = 0;
+  if (!n || !strcmp(w->final_path, "/") || !strcmp(w->final_path, ".") || !strcmp(w->final_path, "..")) {
+    zck_status st = zck__fail(ZCK_ERR_INVALID_ARG, "%s: not usable as the output folder", out);
+    zck_uv_writer_free(w);
+    return st;
+  }
+  zck_status st = zck__outdir_create(&w->dir, w->final_path, w->o.overwrite);
+  if (st == ZCK_OK) {
+    w->dir_open = true;
+    char *zero = zck__outdir_file(&w->dir, "zero");
+    st = zero ? zck__mkdirs(zero) : ZCK_ERR_NO_MEMORY;
+    free(zero);
+  }
+  if (st != ZCK_OK) {
+    zck_uv_writer_free(w);
+    return st;
+  }
+  *wp = w;
+  return ZCK_OK;
+}
+
+const char *zck_uv_writer_path(const zck_uv_writer *w) { return w->final_path; }
+
+char *zck_uv_writer_tmp_file(const zck_uv_writer *w, const char *rel) { return zck__outdir_file(&w->dir, rel); }
+
+/* The temporary path of rel, with its folder created. */
+static zck_status zck__uv_prepare(zck_uv_writer *w, const char *rel, char **out) {
+  char *p = zck__outdir_file(&w->dir, rel);
+  *out = NULL;
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  char *slash = strrchr(p, '/');
+  if (slash) {
+    *slash = 0;
+    zck_status st = zck__mkdirs(p);
+    *slash = '/';
+    if (st != ZCK_OK) {
+      free(p);
+      return st;
+    }
+  }
+  *out = p;
+  return ZCK_OK;
+}
+
+// ---- tensor files
+
+static zck_status zck__uv_tensor_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  zck__uv_tfile *f = ctx;
+  return zck_torch_writer_write(f->tw, f->storage, src, (size_t)(count * f->es), off * f->es);
+}
+
+static void zck__uv_tfile_free(zck__uv_tfile *f) {
+  if (!f) return;
+  zck_torch_writer_free(f->tw);
+  free(f);
+}
+
+zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
+                                zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle) {
+  ZCK_TRY(zck_uv_check_name(name));
+  char *rel = zck__sprintf("zero/%s/%s.pt", name, state);
+  char *path = NULL;
+  zck_status st = rel ? zck__uv_prepare(w, rel, &path) : ZCK_ERR_NO_MEMORY;
+  zck__uv_tfile *f = st == ZCK_OK ? zck__calloc(1, sizeof *f) : NULL;
+  if (st == ZCK_OK && !f) st = ZCK_ERR_NO_MEMORY;
+  uint64_t numel = 1;
+  for (int i = 0; i < ndim; i++) numel *= (uint64_t)shape[i];
+  uint64_t data_off;
+  if (st == ZCK_OK) st = zck_torch_writer_create(path, &f->tw);
+  if (st == ZCK_OK) st = zck_torch_writer_add_storage(f->tw, dtype, numel, &f->storage, &data_off);
+  if (st == ZCK_OK) {
+    zck_pk_doc *doc = zck_torch_writer_doc(f->tw);
+    zck_pk *t = zck_torch_writer_tensor(f->tw, f->storage, ndim, shape, NULL, 0, 0);
+    f->es = zck_dtype_size(dtype);
+    if (!t) {
+      st = ZCK_ERR_NO_MEMORY;
+    } else if (form == ZCK_UV_BARE) {
+      f->root = t;
+    } else {
+      /* ds_to_universal's ckpt_dict: a plain dict, cat_dim set before param */
+      f->root = zck_pk_new_dict(doc, 0);
+      if (!f->root) st = ZCK_ERR_NO_MEMORY;
+      if (st == ZCK_OK && form == ZCK_UV_CAT_DIM &&
+          !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "cat_dim"), zck_pk_new_int(doc, 0)))
+        st = ZCK_ERR_NO_MEMORY;
+      if (st == ZCK_OK && !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "param"), t)) st = ZCK_ERR_NO_MEMORY;
+    }
+  }
+  if (st == ZCK_OK && w->n_files == w->cap_files) {
+    size_t nc = w->cap_files ? 2 * w->cap_files : 64;
+    zck__uv_tfile **v = zck__realloc(w->files, nc * sizeof *v);
+    if (!v) st = ZCK_ERR_NO_MEMORY;
+    else { w->files = v; w->cap_files = nc; }
+  }
+  if (st != ZCK_OK) {
+    zck__uv_tfile_free(f);
+    free(rel);
+    free(path);
+    return st;
+  }
+  w->files[w->n_files] = f;
+  *handle = w->handle_base + w->n_files;
+  w->n_files++;
+  *store = zck_store_callback(NULL, zck__uv_tensor_write, f, dtype, numel, zck_uv_writer_path(w));
+  store->name = zck_uv_writer_path(w);
+  free(rel);
+  free(path);
+  return ZCK_OK;
+}
+
+void zck_uv_writer_set_crc(zck_uv_writer *w, size_t handle, uint32_t crc) {
+  ZCK_ASSERT(handle >= w->handle_base && handle < w->handle_base + w->n_files);
+  zck__uv_tfile *f = w->files[handle - w->handle_base];
+  f->crc = crc;
+  f->crc_set = true;
+}
+
+size_t zck_uv_writer_pending(const zck_uv_writer *w) { return w->n_files; }
+
+zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; i < w->n_files; i++) {
+    zck__uv_tfile *f = w->files[i];
+    if (st == ZCK_OK) {
+      if (f->crc_set) zck_torch_writer_set_crc(f->tw, f->storage, f->crc);
+      st = zck_torch_writer_finish(f->tw, f->root);
+    }
+    zck__uv_tfile_free(f);
+  }
+  w->handle_base += w->n_files;
+  w->n_files = 0;
+  return st;
+}
+
+// ---- other files
+
+zck_status zck_uv_writer_torch(zck_uv_writer *w, const char *rel, zck_torch_writer **tw) {
+  *tw = NULL;
+  char *path = NULL;
+  ZCK_TRY(zck__uv_prepare(w, rel, &path));
+  zck_status st = zck_torch_writer_create(path, tw);
+  free(path);
+  return st;
+}
+
+zck_status zck_uv_writer_step(zck_uv_writer *w, const char *name, bool is_tensor, double value) {
+  ZCK_TRY(zck_uv_check_name(name));
+  char *rel = zck__sprintf("zero/%s/step.pt", name);
+  if (!rel) return ZCK_ERR_NO_MEMORY;
+  zck_torch_writer *tw = NULL;
+  zck_status st = zck_uv_writer_torch(w, rel, &tw);
+  free(rel);
+  zck_pk *root = NULL;
+  if (st == ZCK_OK && is_tensor) {
+    size_t si;
+    uint64_t off;
+    float v = (float)value;
+    st = zck_torch_writer_add_storage(tw, ZCK_F32, 1, &si, &off);
+    if (st == ZCK_OK) st = zck_torch_writer_write(tw, si, &v, sizeof v, 0);
+    if (st == ZCK_OK && !(root = zck_torch_writer_tensor(tw, si, 0, NULL, NULL, 0, 0))) st = ZCK_ERR_NO_MEMORY;
+  } else if (st == ZCK_OK) {
+    if (!(root = zck_pk_new_int(zck_torch_writer_doc(tw), (int64_t)value))) st = ZCK_ERR_NO_MEMORY;
+  }
+  if (st == ZCK_OK) st = zck_torch_writer_finish(tw, root);
+  zck_torch_writer_free(tw);
+  return st;
+}
+
+zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, zck_store *store) {
+  char *path = NULL;
+  ZCK_TRY(zck__uv_prepare(w, rel, &path));
+  zck__uv_raw *r = zck__calloc(1, sizeof *r);
+  zck_status st = r ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK && w->n_raws == w->cap_raws) {
+    size_t nc = w->cap_raws ? 2 * w->cap_raws : 8;
+    zck__uv_raw **v = zck__realloc(w->raws, nc * sizeof *v);
+    if (!v) st = ZCK_ERR_NO_MEMORY;
+    else { w->raws = v; w->cap_raws = nc; }
+  }
+  if (st == ZCK_OK) st = zck__outfile_create(&r->f, path);
+  if (st == ZCK_OK) {
+    r->open = true;
+    st = zck__outfile_truncate(&r->f, size);
+  }
+  free(path);
+  if (st != ZCK_OK) {
+    if (r && r->open) zck__outfile_abort(&r->f);
+    free(r);
+    return st;
+  }
+  w->raws[w->n_raws++] = r;
+  *store = zck_store_fd(r->f.fd, 0, ZCK_U8, size, r->f.path);
+  return ZCK_OK;
+}
+
+// ---- commit
+
+static zck_status zck__uv_write_latest(const zck_uv_writer *w) {
+  const char *slash = strrchr(w->final_path, '/');
+  const char *base = slash ? slash + 1 : w->final_path;
+  char *parent = slash ? zck__strndup(w->final_path, (size_t)(slash - w->final_path)) : zck__strdup(".");
+  if (parent && !parent[0]) {
+    free(parent);
+    parent = zck__strdup("/");
+  }
+  char *latest = parent ? zck__path_join(parent, "latest_universal") : NULL;
+  free(parent);
+  if (!latest) return ZCK_ERR_NO_MEMORY;
+  zck__outfile f;
+  zck_status st = zck__outfile_create(&f, latest);
+  if (st == ZCK_OK) {
+    st = zck__outfile_pwrite(&f, base, strlen(base), 0);
+    if (st == ZCK_OK) st = zck__outfile_commit(&f);
+    if (st != ZCK_OK && !f.tmp_path) unlink(latest);  /* renamed, then the directory fsync failed */
+    zck__outfile_abort(&f);
+  }
+  free(latest);
+  return st;
+}
+
+zck_status zck_uv_writer_commit(zck_uv_writer *w) {
+  zck_status st = zck_uv_writer_finish_batch(w);
+  for (size_t i = 0; i < w->n_raws && st == ZCK_OK; i++) {
+    st = zck__outfile_commit(&w->raws[i]->f);
+    if (st == ZCK_OK) w->raws[i]->open = false;
+  }
+  if (st == ZCK_OK) {
+    st = zck__outdir_commit(&w->dir);
+    /* renamed into place, then the parent's fsync failed: take the folder back */
+    if (st != ZCK_OK && !w->dir.tmp_path) zck__remove_tree(w->final_path);
+  }
+  if (st != ZCK_OK) return st;
+  w->dir_open = false;
+  if (w->o.write_latest) {
+    st = zck__uv_write_latest(w);
+    if (st != ZCK_OK) {
+      /* the folder without latest_universal is not what was asked for: take it back */
+      zck__remove_tree(w->final_path);
+      return st;
+    }
+  }
+  w->committed = true;
+  return ZCK_OK;
+}
+
+void zck_uv_writer_free(zck_uv_writer *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->n_files; i++) zck__uv_tfile_free(w->files[i]);
+  free(w->files);
+  for (size_t i = 0; i < w->n_raws; i++) {
+    if (w->raws[i]->open) zck__outfile_abort(&w->raws[i]->f);
+    free(w->raws[i]);
+  }
+  free(w->raws);
+  if (w->dir_open) zck__outdir_abort(&w->dir);
+  free(w->final_path);
+  free(w);
+}

@@ -1,0 +1,570 @@
+/* to_universal.c: `zckpt to-universal`: a DeepSpeed ZeRO checkpoint to a universal one.
+ *
+ * The DeepSpeed reader describes the source (manifest, ZeRO layouts of fp32 / exp_avg /
+ * exp_avg_sq, the rank-0 pickles). For the DeepSpeed layout (this file) the universal
+ * writer reserves zero/<param>/<state>.pt files batch by batch; each batch is one run of
+ * the executor: per state a plan from the ZeRO layout to whole tensors, plus direct copies
+ * (the 0.19.8 `module` fallback files). Then step.pt, zero/optimizer_state.pt (the rank-0
+ * optimizer state as ds_to_universal reshapes it) and byte copies of the model-states
+ * files; the folder appears in one rename, then latest_universal. Where ds_to_universal
+ * extracts every fragment to a temporary tree and merges it back, each byte here is read
+ * once, straight from the rank files into the final files.
+ * The HDF5 output is in to_universal_h5.c.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "deepspeed/ds_internal.h"
+#include "plan.h"
+#include "to_universal.h"
+#include "universal/universal.h"
+
+// ---- shared helpers
+
+void zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total) {
+  zck__uvj_progress *p = ctx;
+  uint64_t t = p->base + total > p->total ? p->base + total : p->total;
+  if (p->cb) p->cb(p->ctx, p->base + done, t);
+}
+
+zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress *p) {
+  zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
+  eo.threads = o->threads;
+  if (p->cb) {
+    eo.progress = zck__uvj_progress_fn;
+    eo.progress_ctx = p;
+  }
+  return eo;
+}
+
+void zck__uvj_progress_advance(zck__uvj_progress *p, uint64_t bytes) { p->base += bytes; }
+
+cJSON *zck__uvj_pk_json(const zck_pk *n, int depth) {
+  char buf[256];
+  if (!n || n->kind == ZCK_PK_NONE) return cJSON_CreateNull();
+  if (depth > 64) return cJSON_CreateString("...");
+  switch (n->kind) {
+  case ZCK_PK_BOOL: return cJSON_CreateBool(n->u.b);
+  case ZCK_PK_INT: return cJSON_CreateNumber((double)n->u.i);
+  case ZCK_PK_FLOAT:
+    if (isfinite(n->u.f)) return cJSON_CreateNumber(n->u.f);
+    return cJSON_CreateString(isnan(n->u.f) ? "nan" : n->u.f > 0 ? "inf" : "-inf");
+  case ZCK_PK_STR: return cJSON_CreateString(n->u.str.data);
+  case ZCK_PK_TUPLE: case ZCK_PK_LIST: case ZCK_PK_SET: {
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < n->u.seq.len; i++) {
+      cJSON *c = zck__uvj_pk_json(n->u.seq.items[i], depth + 1);
+      if (!c) { cJSON_Delete(a); return NULL; }
+      cJSON_AddItemToArray(a, c);
+    }
+    return a;
+  }
+  case ZCK_PK_DICT: {
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; o && i < n->u.dict.len; i++) {
+      const char *k = zck_pk_as_str(n->u.dict.keys[i]);
+      if (!k) {
+        zck_pk_summary(n->u.dict.keys[i], buf, sizeof buf);
+        k = buf;
+      }
+      cJSON *c = zck__uvj_pk_json(n->u.dict.values[i], depth + 1);
+      if (!c) { cJSON_Delete(o); return NULL; }
+      cJSON_AddItemToObject(o, k, c);
+    }
+    return o;
+  }
+  default:
+    zck_pk_summary(n, buf, sizeof buf);
+    return cJSON_CreateString(buf);
+  }
+}
+
+zck_status zck__uvj_flat_params(const zck_ds_view *fp32, uint32_t **out, size_t *n) {
+  const zck_layout *l = fp32->layout;
+  size_t total = 0;
+  for (size_t g = 0; g < l->n_groups; g++) total += l->groups[g].n_params;
+  uint32_t *v = zck__malloc((total ? total : 1) * sizeof *v);
+  if (!v) return ZCK_ERR_NO_MEMORY;
+  size_t k = 0;
+  for (size_t g = 0; g < l->n_groups; g++)
+    for (size_t i = 0; i < l->groups[g].n_params; i++) v[k++] = l->groups[g].params[i];
+  *out = v;
+  *n = k;
+  return ZCK_OK;
+}
+
+uint64_t zck__uvj_bytes(const zck_model *m, const uint32_t *params, size_t n, zck_dtype t) {
+  uint64_t b = 0;
+  for (size_t i = 0; i < n; i++) b += m->params[params[i]].numel * zck_dtype_size(t);
+  return b;
+}
+
+// ---- checks
+
+/* universal_checkpoint_info (stage 1/2): required by ds_to_universal (DS-76); merge
+ * patterns for tensor parallelism would change the files, and zckpt has no TP. */
+static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal_opts *o) {
+  const zck_ds_info *info = zck_ds_info_of(ck);
+  const zck_pk *uci = zck_pk_dict_get(zck_ds_client_state(ck), "universal_checkpoint_info");
+  if (!uci || uci->kind == ZCK_PK_NONE) {
+    if (o->inject_missing_state) return ZCK_OK;
+    return zck__fail(ZCK_ERR_FORMAT,
+                     "%s: no universal_checkpoint_info in the model states (DS-76); pass --inject-missing-state "
+                     "to proceed as ds_to_universal --inject_missing_state (universal_checkpoint_version 0.4)",
+                     info->dir);
+  }
+  if (uci->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: universal_checkpoint_info is not a dict", info->dir);
+  for (size_t i = 0; i < uci->u.dict.len; i++) {
+    const char *k = zck_pk_as_str(uci->u.dict.keys[i]);
+    const zck_pk *v = uci->u.dict.values[i];
+    if (k && !strcmp(k, "universal_checkpoint_version")) continue;
+    bool empty = !v || v->kind == ZCK_PK_NONE || ((v->kind == ZCK_PK_LIST || v->kind == ZCK_PK_TUPLE) && !v->u.seq.len) ||
+                 (v->kind == ZCK_PK_DICT && !v->u.dict.len);
+    if (!empty)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: universal_checkpoint_info['%s'] (tensor/expert-parallel layout) not supported",
+                       info->dir, k ? k : "?");
+  }
+  return ZCK_OK;
+}
+
+// ---- the per-parameter files
+
+typedef struct zck__uvj_entry {
+  const char *name;
+  const char *state;
+  zck_uv_form form;
+  zck_dtype dtype;          /* written */
+  int ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  uint64_t numel;
+  int part;                 /* ZCK_DS_FP32 / EXP_AVG / EXP_AVG_SQ, or -1: `src` */
+  uint32_t param;
+  zck_store src;
+} zck__uvj_entry;
+
+typedef struct zck__uvj {
+  const zck_ds_ckpt *ck;
+  const zck_model *m;
+  const zck_ds_info *info;
+  const zck_universal_opts *o;
+  zck_uv_writer *w;
+  zck_ds_view views[3];
+  zck__uvj_entry *e;
+  size_t n, cap;
+  zck__uvj_progress prog;
+  void **ctx;               /* callback contexts of direct sources */
+  size_t n_ctx;
+} zck__uvj;
+
+static zck__uvj_entry *zck__uvj_add(zck__uvj *j) {
+  if (j->n == j->cap) {
+    size_t nc = j->cap ? 2 * j->cap : 64;
+    zck__uvj_entry *v = zck__realloc(j->e, nc * sizeof *v);
+    if (!v) return NULL;
+    j->e = v;
+    j->cap = nc;
+  }
+  zck__uvj_entry *e = &j->e[j->n++];
+  memset(e, 0, sizeof *e);
+  e->part = -1;
+  return e;
+}
+
+typedef struct zck__uvj_tread {
+  const zck_torch_file *f;
+  const zck_torch_tensor *t;
+} zck__uvj_tread;
+
+static zck_status zck__uvj_tread_fn(void *ctx, void *dst, uint64_t off, uint64_t count) {
+  zck__uvj_tread *r = ctx;
+  return zck_torch_tensor_read(r->f, r->t, dst, off, count);
+}
+
+/* One batch: reserve the files, one executor run, finish the files. */
+static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
+  zck_store *dst = zck__calloc(n, sizeof *dst);
+  size_t *handle = zck__calloc(n, sizeof *handle);
+  uint32_t *crc = zck__calloc(n, sizeof *crc);
+  uint32_t *params = zck__calloc(n, sizeof *params);
+  size_t *which = zck__calloc(n, sizeof *which);
+  zck_store *pdst = zck__calloc(n, sizeof *pdst), *dsrc = zck__calloc(n, sizeof *dsrc), *ddst = zck__calloc(n, sizeof *ddst);
+  zck_extent *dext = zck__calloc(n, sizeof *dext);
+  uint32_t *pcrc[4] = {0};
+  size_t *pmap[4] = {0};
+  zck_layout *dl[3] = {0};
+  zck_plan *plans[4] = {0};
+  uint64_t *numel = zck__calloc(j->m->n_params ? j->m->n_params : 1, sizeof *numel);
+  zck_status st = dst && handle && crc && params && which && pdst && dsrc && ddst && dext && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (int k = 0; st == ZCK_OK && k < 4; k++) {
+    pcrc[k] = zck__calloc(n, sizeof *pcrc[k]);
+    pmap[k] = zck__calloc(n, sizeof *pmap[k]);
+    if (!pcrc[k] || !pmap[k]) st = ZCK_ERR_NO_MEMORY;
+  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck__uvj_entry *e = &j->e[first + i];
+    st = zck_uv_writer_tensor(j->w, e->name, e->state, e->form, e->dtype, e->ndim, e->shape, &dst[i], &handle[i]);
+    bytes += e->numel * zck_dtype_size(e->dtype);
+  }
+  if (st == ZCK_OK) zck_model_numels(j->m, numel);
+  zck_exec_job jobs[4];
+  size_t nj = 0;
+  for (int k = 0; st == ZCK_OK && k < 3; k++) {
+    size_t np = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (j->e[first + i].part != k) continue;
+      params[np] = j->e[first + i].param;
+      pdst[np] = dst[i];
+      pmap[k][np++] = i;
+    }
+    if (!np) continue;
+    st = zck_layout_whole(j->m->n_params, numel, params, np, &dl[k]);
+    if (st == ZCK_OK) st = zck_plan_build(j->views[k].layout, dl[k], NULL, &plans[k]);
+    if (st != ZCK_OK) break;
+    zck_store *copy = zck__malloc(np * sizeof *copy);
+    if (!copy) { st = ZCK_ERR_NO_MEMORY; break; }
+    memcpy(copy, pdst, np * sizeof *copy);
+    jobs[nj++] = (zck_exec_job){plans[k], j->views[k].stores, copy, pcrc[k]};
+  }
+  size_t nd = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck__uvj_entry *e = &j->e[first + i];
+    if (e->part >= 0) continue;
+    dsrc[nd] = e->src;
+    ddst[nd] = dst[i];
+    dext[nd] = (zck_extent){(uint32_t)nd, (uint32_t)nd, 0, 0, 0, e->numel};
+    pmap[3][nd++] = i;
+  }
+  if (st == ZCK_OK && nd) {
+    /* empty tensors have nothing to copy: leave them out of the plan */
+    size_t ne = 0;
+    zck_extent *ex = zck__malloc(nd * sizeof *ex);
+    if (!ex) st = ZCK_ERR_NO_MEMORY;
+    for (size_t i = 0; st == ZCK_OK && i < nd; i++)
+      if (dext[i].count) ex[ne++] = dext[i];
+    if (st == ZCK_OK) st = zck_plan_from_extents(ex, ne, nd, nd, &plans[3]);
+    if (st == ZCK_OK) st = zck_plan_split(plans[3], ZCK_PLAN_DEFAULT_CHUNK);
+    free(ex);
+    if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, pcrc[3]};
+  }
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
+    st = zck_exec_run(jobs, nj, &eo);
+    zck__uvj_progress_advance(&j->prog, bytes);
+  }
+  if (st == ZCK_OK) {
+    for (size_t q = 0; q < nj; q++) {
+      int k = jobs[q].plan == plans[3] ? 3 : jobs[q].plan == plans[0] ? 0 : jobs[q].plan == plans[1] ? 1 : 2;
+      for (size_t s = 0; s < jobs[q].plan->n_dst_stores; s++) zck_uv_writer_set_crc(j->w, handle[pmap[k][s]], pcrc[k][s]);
+    }
+    st = zck_uv_writer_finish_batch(j->w);
+  }
+  for (size_t q = 0; q < nj; q++)
+    if (jobs[q].dst != ddst) free((void *)jobs[q].dst);
+  for (int k = 0; k < 4; k++) {
+    zck_plan_free(plans[k]);
+    free(pcrc[k]);
+    free(pmap[k]);
+  }
+  for (int k = 0; k < 3; k++) zck_layout_free(dl[k]);
+  free(dst);
+  free(handle);
+  free(crc);
+  free(params);
+  free(which);
+  free(pdst);
+  free(dsrc);
+  free(ddst);
+  free(dext);
+  free(numel);
+  return st;
+}
+
+/* How many files a batch keeps open: a share of the descriptor limit. */
+static size_t zck__uvj_batch_files(void) {
+  struct rlimit rl;
+  uint64_t soft = 1024;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) soft = rl.rlim_cur == RLIM_INFINITY ? 65536 : rl.rlim_cur;
+  uint64_t b = soft > 256 ? (soft - 128) / 2 : 32;
+  if (b < 16) b = 16;
+  if (b > 1024) b = 1024;
+  return (size_t)b;
+}
+
+/* zero/<param>/{fp32,exp_avg,exp_avg_sq}.pt for the trainable params, in flat order. */
+static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size_t n_flat, uint8_t *written) {
+  static const char *states[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+  for (size_t i = 0; i < n_flat; i++) {
+    const zck_param *p = &j->m->params[flat[i]];
+    ZCK_TRY(zck_uv_check_name(p->name));
+    /* stage 1/2: a param without fragments (no elements) gets no files from the merge */
+    if (j->info->stage <= 2 && !p->numel) continue;
+    written[flat[i]] = 1;
+    for (int k = 0; k < 3; k++) {
+      zck__uvj_entry *e = zck__uvj_add(j);
+      if (!e) return ZCK_ERR_NO_MEMORY;
+      e->name = p->name;
+      e->state = states[k];
+      e->part = k;
+      e->param = flat[i];
+      e->numel = p->numel;
+      e->dtype = j->views[k].stores[0].dtype;
+      if (j->info->stage <= 2) {
+        e->form = ZCK_UV_CAT_DIM;
+        e->ndim = p->ndim;
+        memcpy(e->shape, p->shape, sizeof e->shape);
+      } else {
+        e->form = ZCK_UV_BARE;   /* stage 3: the flat param */
+        e->ndim = 1;
+        e->shape[0] = (int64_t)p->numel;
+      }
+    }
+  }
+  return ZCK_OK;
+}
+
+/* DeepSpeed 0.19.8 (stage 1/2): every `module` entry still without zero/<name>/fp32.pt
+ * gets {'param': tensor.float()}: frozen params, tied aliases, buffers. */
+static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
+  const zck_torch_file *mf = j->ck->model0;
+  const zck_pk *module = zck_pk_dict_get(zck_torch_root(mf), "module");
+  if (!module || module->kind != ZCK_PK_DICT) return ZCK_OK;
+  for (size_t i = 0; i < module->u.dict.len; i++) {
+    const char *name = zck_pk_as_str(module->u.dict.keys[i]);
+    const zck_torch_tensor *t = name ? zck_torch_tensor_of(mf, module->u.dict.values[i]) : NULL;
+    if (!t) continue;
+    int64_t pi = zck_model_find_param(j->m, name);
+    if (pi >= 0 && written[pi]) continue;
+    bool dup = false;   /* a key twice in the pickle: the file is written once */
+    for (size_t k = 0; k < j->n && !dup; k++) dup = j->e[k].part < 0 && !strcmp(j->e[k].name, name);
+    if (dup) continue;
+    ZCK_TRY(zck_uv_check_name(name));
+    if (t->ndim > ZCK_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s has %d dimensions", zck_torch_name(mf), name, t->ndim);
+    if (!zck_dtype_convertible(ZCK_F32, t->dtype))
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s: cannot convert %s to float32", zck_torch_name(mf), name,
+                       zck_dtype_name(t->dtype));
+    zck__uvj_entry *e = zck__uvj_add(j);
+    if (!e) return ZCK_ERR_NO_MEMORY;
+    e->name = name;
+    e->state = "fp32";
+    e->form = ZCK_UV_PARAM;
+    e->dtype = ZCK_F32;
+    e->ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) e->shape[d] = t->shape[d];
+    e->numel = t->numel;
+    if (zck_torch_tensor_contiguous(t)) {
+      e->src = zck_store_source(zck_torch_source(mf), zck_torch_tensor_file_offset(mf, t), t->dtype, t->numel, zck_torch_name(mf));
+    } else {
+      void **v = zck__realloc(j->ctx, (j->n_ctx + 1) * sizeof *v);
+      zck__uvj_tread *r = v ? zck__malloc(sizeof *r) : NULL;
+      if (v) j->ctx = v;
+      if (!r) return ZCK_ERR_NO_MEMORY;
+      *r = (zck__uvj_tread){mf, t};
+      j->ctx[j->n_ctx++] = r;
+      e->src = zck_store_callback(zck__uvj_tread_fn, NULL, r, t->dtype, t->numel, zck_torch_name(mf));
+    }
+  }
+  return ZCK_OK;
+}
+
+// ---- step.pt (stage 1/2)
+
+/* base_optimizer_state['state'][g]['step'] of rank 0, per flat group. */
+static zck_status zck__uvj_steps(zck__uvj *j) {
+  const zck_torch_file *of = j->ck->optim0;
+  const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
+  const zck_pk *bos = zck_pk_dict_get(osd, "base_optimizer_state");
+  if (bos && bos->kind == ZCK_PK_LIST)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: elastic base_optimizer_state (a list) cannot be converted", zck_torch_name(of));
+  const zck_pk *state = zck_pk_dict_get(bos, "state");
+  const zck_layout *l = j->views[0].layout;
+  for (size_t g = 0; state && state->kind == ZCK_PK_DICT && g < state->u.dict.len; g++) {
+    int64_t gi;
+    if (!zck_pk_as_int(state->u.dict.keys[g], &gi) || gi < 0 || (size_t)gi >= l->n_groups) continue;
+    const zck_pk *step = zck_pk_dict_get(state->u.dict.values[g], "step");
+    if (!step) continue;
+    const zck_torch_tensor *t = zck_torch_tensor_of(of, step);
+    double v = 0;
+    bool is_tensor = t != NULL;
+    if (t) {
+      uint8_t b[4];
+      float f;
+      if (t->numel != 1 || t->dtype != ZCK_F32)
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: state[%lld]['step'] is a %s tensor of %llu elements", zck_torch_name(of),
+                         (long long)gi, zck_dtype_name(t->dtype), (unsigned long long)t->numel);
+      /* read through the reader's own source of rank 0's file: optim0 was opened over a
+       * copy of it that the reader has since moved */
+      ZCK_TRY(zck__source_read(&j->ck->optims[0].src, b, 4, zck_torch_tensor_file_offset(of, t)));
+      uint32_t u = zck__le32(b);
+      memcpy(&f, &u, 4);
+      v = f;
+    } else if (step->kind != ZCK_PK_INT || !zck_pk_as_double(step, &v)) {
+      return zck__fail(ZCK_ERR_FORMAT, "%s: state[%lld]['step'] is neither a tensor nor an int", zck_torch_name(of), (long long)gi);
+    }
+    const zck_layout_group *grp = &l->groups[gi];
+    for (size_t i = 0; i < grp->n_params; i++) {
+      const zck_param *p = &j->m->params[grp->params[i]];
+      if (p->numel) ZCK_TRY(zck_uv_writer_step(j->w, p->name, is_tensor, v));
+    }
+  }
+  return ZCK_OK;
+}
+
+// ---- zero/optimizer_state.pt
+
+static zck_status zck__uvj_optimizer_state(zck__uvj *j) {
+  const zck_torch_file *of = j->ck->optim0;
+  const zck__source *data = &j->ck->optims[0].src;   /* see zck__uvj_steps */
+  const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
+  if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
+  zck_torch_writer *tw = NULL;
+  ZCK_TRY(zck_uv_writer_torch(j->w, "zero/optimizer_state.pt", &tw));
+  zck_pk_doc *d = zck_torch_writer_doc(tw);
+  zck_uv_copies copies = {0};
+  zck_pk *root = NULL;
+  zck_status st = ZCK_OK;
+  if (j->info->stage == 3) {
+    /* rank 0's whole optimizer_state_dict, tensors included, + param_groups (the same
+     * list object as the inner one's) */
+    st = zck_uv_copy_tree(tw, of, data, osd, &root, &copies);
+    zck_pk *pg = st == ZCK_OK ? (zck_pk *)zck_pk_dict_get(zck_pk_dict_get(root, "optimizer_state_dict"), "param_groups") : NULL;
+    if (st == ZCK_OK && !pg) st = zck__fail(ZCK_ERR_FORMAT, "%s: optimizer_state_dict has no param_groups", zck_torch_name(of));
+    if (st == ZCK_OK && !zck_pk_dict_set(d, root, zck_pk_new_str(d, "param_groups"), pg)) st = ZCK_ERR_NO_MEMORY;
+  } else {
+    /* ZeROCheckpoint.get_state_for_rank(0, 0, 0) minus the sharded states; paddings
+     * cleared, partition_count set to the dp size; + param_groups */
+    const zck_pk *bos = zck_pk_dict_get(osd, "base_optimizer_state");
+    const zck_pk *pgs = zck_pk_dict_get(bos, "param_groups");
+    if (!pgs) st = zck__fail(ZCK_ERR_FORMAT, "%s: base_optimizer_state has no param_groups", zck_torch_name(of));
+    if (st == ZCK_OK && !(root = zck_pk_new_dict(d, 0))) st = ZCK_ERR_NO_MEMORY;
+    for (size_t i = 0; st == ZCK_OK && i < osd->u.dict.len; i++) {
+      const char *k = zck_pk_as_str(osd->u.dict.keys[i]);
+      const zck_pk *v = osd->u.dict.values[i];
+      if (k && (!strcmp(k, "base_optimizer_state") || !strcmp(k, "param_slice_mappings") ||
+                !strcmp(k, "single_partition_of_fp32_groups")))
+        continue;
+      zck_pk *nk = NULL, *nv = NULL;
+      st = zck_uv_copy_tree(tw, of, data, osd->u.dict.keys[i], &nk, &copies);
+      if (st != ZCK_OK) break;
+      bool pad = k && !strcmp(k, "group_paddings"), pc = k && !strcmp(k, "partition_count");
+      if ((pad || pc) && v->kind == ZCK_PK_LIST && v->u.seq.len) {
+        nv = zck_pk_new_list(d);
+        for (size_t q = 0; nv && q < v->u.seq.len; q++)
+          if (!zck_pk_append(d, nv, zck_pk_new_int(d, pad ? 0 : (int64_t)j->info->world_size))) nv = NULL;
+        if (!nv) st = ZCK_ERR_NO_MEMORY;
+      } else {
+        st = zck_uv_copy_tree(tw, of, data, v, &nv, &copies);
+      }
+      if (st == ZCK_OK && !zck_pk_dict_set(d, root, nk, nv)) st = ZCK_ERR_NO_MEMORY;
+    }
+    zck_pk *npg = NULL;
+    if (st == ZCK_OK) st = zck_uv_copy_tree(tw, of, data, pgs, &npg, &copies);
+    if (st == ZCK_OK && !zck_pk_dict_set(d, root, zck_pk_new_str(d, "param_groups"), npg)) st = ZCK_ERR_NO_MEMORY;
+  }
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
+    st = zck_uv_copies_run(tw, &copies, &eo);
+  }
+  if (st == ZCK_OK) st = zck_torch_writer_finish(tw, root);
+  zck_uv_copies_free(&copies);
+  zck_torch_writer_free(tw);
+  return st;
+}
+
+// ---- the model-states files, byte for byte (shutil.copy2 in ds_to_universal)
+
+static zck_status zck__uvj_model_files(zck__uvj *j) {
+  const zck__ds_fileset *fs = &j->ck->fs;
+  size_t n = j->info->stage == 3 ? fs->n_z3_models : 1;
+  const zck__ds_rankfile *files = j->info->stage == 3 ? fs->z3_models : &fs->model;
+  zck__source *srcs = zck__calloc(n, sizeof *srcs);
+  bool *open = zck__calloc(n, sizeof *open);
+  zck_store *s = zck__calloc(n, sizeof *s), *d = zck__calloc(n, sizeof *d);
+  zck_extent *ext = zck__calloc(n, sizeof *ext);
+  zck_status st = srcs && open && s && d && ext ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t ne = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    st = zck__source_open(&srcs[i], files[i].path);
+    if (st != ZCK_OK) break;
+    open[i] = true;
+    s[i] = zck_store_source(&srcs[i], 0, ZCK_U8, srcs[i].size, files[i].path);
+    st = zck_uv_writer_raw(j->w, files[i].name, srcs[i].size, &d[i]);
+    if (st == ZCK_OK && srcs[i].size) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, srcs[i].size};
+    bytes += srcs[i].size;
+  }
+  zck_plan *plan = NULL;
+  if (st == ZCK_OK) st = zck_plan_from_extents(ext, ne, n, n, &plan);
+  if (st == ZCK_OK) st = zck_plan_split(plan, (uint64_t)16 << 20);
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
+    st = zck_exec_run(&(zck_exec_job){plan, s, d, NULL}, 1, &eo);
+    zck__uvj_progress_advance(&j->prog, bytes);
+  }
+  zck_plan_free(plan);
+  for (size_t i = 0; i < n; i++)
+    if (open && open[i]) zck__source_close(&srcs[i]);
+  free(srcs);
+  free(open);
+  free(s);
+  free(d);
+  free(ext);
+  return st;
+}
+
+// ---- the DeepSpeed universal folder
+
+static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, const zck_universal_opts *o) {
+  zck__uvj j;
+  memset(&j, 0, sizeof j);
+  j.ck = ck;
+  j.m = zck_ds_model(ck);
+  j.info = zck_ds_info_of(ck);
+  j.o = o;
+  j.prog = (zck__uvj_progress){o->progress, o->progress_ctx, 0, 0};
+  if (j.info->stage <= 2) ZCK_TRY(zck__uvj_check_info(ck, o));
+  static const zck_ds_part parts[3] = {ZCK_DS_FP32, ZCK_DS_EXP_AVG, ZCK_DS_EXP_AVG_SQ};
+  for (int k = 0; k < 3; k++) ZCK_TRY(zck_ds_get(ck, parts[k], &j.views[k]));
+  uint32_t *flat = NULL;
+  size_t n_flat = 0;
+  ZCK_TRY(zck__uvj_flat_params(&j.views[0], &flat, &n_flat));
+  uint8_t *written = zck__calloc(j.m->n_params ? j.m->n_params : 1, 1);
+  zck_status st = written ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck__uvj_param_entries(&j, flat, n_flat, written);
+  if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_module_entries(&j, written);
+  for (size_t i = 0; i < j.n; i++) j.prog.total += j.e[i].numel * zck_dtype_size(j.e[i].dtype);
+  zck_uv_write_opts wo = ZCK_UV_WRITE_OPTS_INIT;
+  wo.overwrite = o->overwrite != 0;
+  if (st == ZCK_OK) st = zck_uv_writer_create(out, &wo, &j.w);
+  size_t per = zck__uvj_batch_files();
+  for (size_t i = 0; st == ZCK_OK && i < j.n; i += per) st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per);
+  if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
+  if (st == ZCK_OK) st = zck__uvj_optimizer_state(&j);
+  if (st == ZCK_OK) st = zck__uvj_model_files(&j);
+  if (st == ZCK_OK) st = zck_uv_writer_commit(j.w);
+  zck_uv_writer_free(j.w);
+  for (size_t i = 0; i < j.n_ctx; i++) free(j.ctx[i]);
+  free(j.ctx);
+  free(j.e);
+  free(flat);
+  free(written);
+  return st;
+}
+
+zck_status zck_to_universal(const char *src, const char *out, const zck_universal_opts *opts) {
+  zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
+  if (opts) o = *opts;
+  if (o.format != ZCK_UNIVERSAL_DS && o.format != ZCK_UNIVERSAL_HDF5)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "unknown universal format %d", (int)o.format);
+  if (o.level < 0 || o.level > 22) return zck__fail(ZCK_ERR_INVALID_ARG, "--level must be 1..22");
+  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
+  dopts.tag = o.tag;
+  dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
+  zck_ds_ckpt *ck = NULL;
+  ZCK_TRY(zck_ds_open(src, &dopts, &ck));
+  zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o);
+  zck_ds_close(ck);
+  return st;
+}

@@ -1,0 +1,38 @@
+/* to_universal.h: what the two halves of `zckpt to-universal` share (jobs-internal). */
+#ifndef ZCK_TO_UNIVERSAL_H
+#define ZCK_TO_UNIVERSAL_H
+
+#include <cjson/cJSON.h>
+
+#include "deepspeed/deepspeed.h"
+#include "exec.h"
+#include "zck_universal_api.h"
+
+/* One progress bar over several executor runs: each run's bytes are added to what the
+ * previous runs wrote. */
+typedef struct zck__uvj_progress {
+  zck_progress_cb cb;
+  void *ctx;
+  uint64_t base, total;
+} zck__uvj_progress;
+
+void zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total);
+/* Executor options for one run reporting into p. */
+zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress *p);
+/* After a run of `bytes` bytes. */
+void zck__uvj_progress_advance(zck__uvj_progress *p, uint64_t bytes);
+
+/* A pickled value as JSON (dicts, lists, tuples, sets, numbers, text, None; non-finite
+ * floats as "inf"/"-inf"/"nan"; other objects as their summary text). NULL on OOM. */
+cJSON *zck__uvj_pk_json(const zck_pk *node, int depth);
+
+/* The trainable params in DeepSpeed's flat order (param_shapes: flat groups / sub-groups
+ * in order), as the fp32 layout lists them. *out is malloc'd. */
+zck_status zck__uvj_flat_params(const zck_ds_view *fp32, uint32_t **out, size_t *n);
+
+/* Bytes of the elements a whole-tensor copy of params would write. */
+uint64_t zck__uvj_bytes(const zck_model *m, const uint32_t *params, size_t n, zck_dtype t);
+
+zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o);
+
+#endif

@@ -1,0 +1,226 @@
+/* to_universal_h5.c: `zckpt to-universal --format hdf5`: the checkpoint as one HDF5 file.
+ *
+ * Layout and attributes: formats/hdf5/zck_h5.h ("the zckpt universal container"). One
+ * executor run copies every part (fp32, exp_avg, exp_avg_sq of the trainable params,
+ * frozen params, buffers) from the rank files into dataset stores. The plans are ordered
+ * by destination, so each dataset is filled front to back and only a few chunks per
+ * thread wait in assembly; each chunk is compressed by the thread that completes it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hdf5/zck_h5.h"
+#include "plan.h"
+#include "to_universal.h"
+#include "universal/universal.h"
+
+typedef struct zck__uvh_job {
+  zck_layout *dst_layout;
+  zck_plan *plan;
+  zck_store *dst;
+} zck__uvh_job;
+
+/* Datasets for params[0..n) of part (whole tensors, their own dtype unless `as`), and the
+ * plan filling them from view. */
+static zck_status zck__uvh_part(zck_h5_writer *w, const zck_model *m, const zck_ds_view *view, zck_h5u_part part,
+                                const uint32_t *params, size_t n, zck__uvh_job *j) {
+  memset(j, 0, sizeof *j);
+  if (!n) return ZCK_OK;
+  uint64_t *numel = zck__calloc(m->n_params ? m->n_params : 1, sizeof *numel);
+  j->dst = zck__calloc(n, sizeof *j->dst);
+  zck_status st = numel && j->dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) zck_model_numels(m, numel);
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck_param *p = &m->params[params[i]];
+    char *path = zck_h5u_path(part, p->name);
+    /* the dtype of the store holding the param's first piece */
+    const zck_layout *l = view->layout;
+    size_t pf = l->param_first[params[i]];
+    zck_dtype dt = pf < l->param_first[params[i] + 1] ? view->stores[l->pieces[pf].store].dtype : view->stores[0].dtype;
+    st = path ? zck_h5_writer_dataset(w, path, dt, p->ndim, p->shape, &j->dst[i]) : ZCK_ERR_NO_MEMORY;
+    free(path);
+  }
+  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
+  po.order = ZCK_PLAN_BY_DST;
+  if (st == ZCK_OK) st = zck_layout_whole(m->n_params, numel, params, n, &j->dst_layout);
+  if (st == ZCK_OK) st = zck_plan_build(view->layout, j->dst_layout, &po, &j->plan);
+  free(numel);
+  return st;
+}
+
+static void zck__uvh_job_free(zck__uvh_job *j) {
+  zck_plan_free(j->plan);
+  zck_layout_free(j->dst_layout);
+  free(j->dst);
+}
+
+static zck_status zck__uvh_buffers(zck_h5_writer *w, const zck_model *m, const zck_ds_view *view, zck__uvh_job *j) {
+  memset(j, 0, sizeof *j);
+  if (!view->layout || !m->n_buffers) return ZCK_OK;
+  size_t n = m->n_buffers;
+  j->dst = zck__calloc(n, sizeof *j->dst);
+  uint64_t *numel = zck__calloc(n, sizeof *numel);
+  zck_status st = j->dst && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck_buffer *b = &m->buffers[i];
+    numel[i] = b->numel;
+    char *path = zck_h5u_buffer_path(b->name);
+    st = path ? zck_h5_writer_dataset(w, path, view->stores[i].dtype, b->ndim, b->shape, &j->dst[i]) : ZCK_ERR_NO_MEMORY;
+    free(path);
+  }
+  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
+  po.order = ZCK_PLAN_BY_DST;
+  if (st == ZCK_OK) st = zck_layout_whole(n, numel, NULL, n, &j->dst_layout);
+  if (st == ZCK_OK) st = zck_plan_build(view->layout, j->dst_layout, &po, &j->plan);
+  free(numel);
+  return st;
+}
+
+static zck_status zck__uvh_attr_json(zck_h5_writer *w, const char *key, cJSON *j) {
+  if (!j) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  char *text = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  if (!text) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  zck_status st = zck_h5_writer_attr_str(w, "/", key, text);
+  cJSON_free(text);
+  return st;
+}
+
+static cJSON *zck__uvh_shape_json(int ndim, const int64_t *shape) {
+  cJSON *a = cJSON_CreateArray();
+  for (int d = 0; a && d < ndim; d++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
+  return a;
+}
+
+static cJSON *zck__uvh_hparam_json(const zck_hparam *h) {
+  switch (h->kind) {
+  case ZCK_HP_BOOL: return cJSON_CreateBool(h->i != 0);
+  case ZCK_HP_INT: return cJSON_CreateNumber((double)h->i);
+  case ZCK_HP_FLOAT: return cJSON_CreateNumber(h->f[0]);
+  case ZCK_HP_FLOATS: {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < h->n_floats; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(h->f[i]));
+    return a;
+  }
+  case ZCK_HP_STRING: return cJSON_CreateString(h->s);
+  default: return cJSON_CreateNull();
+  }
+}
+
+static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const char *src, const uint32_t *flat,
+                                 size_t n_flat) {
+  const zck_ds_info *info = zck_ds_info_of(ck);
+  const zck_model *m = zck_ds_model(ck);
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "zckpt_format", ZCK_H5U_FORMAT));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "zckpt_format_version", ZCK_H5U_VERSION));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "stage", info->stage));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "world_size", info->world_size));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "global_steps", info->global_steps));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "skipped_steps", info->skipped_steps));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "global_samples", info->global_samples));
+  ZCK_TRY(zck_h5_writer_attr_f64(w, "/", "step", info->step));
+  ZCK_TRY(zck_h5_writer_attr_i64(w, "/", "step_is_tensor", info->step_is_tensor));
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "ds_version", info->ds_version ? info->ds_version : ""));
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "lp_dtype", zck_dtype_name(info->lp_dtype)));
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "master_dtype", zck_dtype_name(info->master_dtype)));
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "state_dtype", zck_dtype_name(info->state_dtype)));
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "source", src));
+  ZCK_TRY(zck_h5_writer_attr_str(w, "/", "tag", info->tag ? info->tag : ""));
+  cJSON *names = cJSON_CreateArray(), *shapes = cJSON_CreateObject();
+  for (size_t i = 0; names && shapes && i < n_flat; i++) {
+    const zck_param *p = &m->params[flat[i]];
+    cJSON_AddItemToArray(names, cJSON_CreateString(p->name));
+    cJSON_AddItemToObject(shapes, p->name, zck__uvh_shape_json(p->ndim, p->shape));
+  }
+  cJSON *tied = cJSON_CreateObject(), *frozen = cJSON_CreateArray(), *bufs = cJSON_CreateArray();
+  for (size_t i = 0; tied && frozen && i < m->n_params; i++) {
+    const zck_param *p = &m->params[i];
+    if (p->tied_to >= 0) cJSON_AddItemToObject(tied, p->name, cJSON_CreateString(m->params[p->tied_to].name));
+    else if (p->frozen) cJSON_AddItemToArray(frozen, cJSON_CreateString(p->name));
+  }
+  for (size_t i = 0; bufs && i < m->n_buffers; i++) cJSON_AddItemToArray(bufs, cJSON_CreateString(m->buffers[i].name));
+  cJSON *groups = cJSON_CreateArray();
+  for (size_t g = 0; groups && g < m->n_groups; g++) {
+    cJSON *o = cJSON_CreateObject(), *ps = cJSON_CreateArray(), *hp = cJSON_CreateObject();
+    const zck_param_group *pg = &m->groups[g];
+    size_t nt = zck_model_group_trainable(m, (uint32_t)g, NULL, 0);
+    uint32_t *idx = zck__malloc((nt ? nt : 1) * sizeof *idx);
+    if (idx) zck_model_group_trainable(m, (uint32_t)g, idx, nt);
+    for (size_t i = 0; idx && ps && i < nt; i++) cJSON_AddItemToArray(ps, cJSON_CreateString(m->params[idx[i]].name));
+    free(idx);
+    for (size_t i = 0; hp && i < pg->n_hparams; i++)
+      cJSON_AddItemToObject(hp, pg->hparams[i].key, zck__uvh_hparam_json(&pg->hparams[i]));
+    if (o) {
+      cJSON_AddItemToObject(o, "params", ps);
+      cJSON_AddItemToObject(o, "hyperparameters", hp);
+      cJSON_AddItemToArray(groups, o);
+    }
+  }
+  zck_status st = zck__uvh_attr_json(w, "param_names", names);
+  if (st == ZCK_OK) st = zck__uvh_attr_json(w, "param_shapes", shapes);
+  else cJSON_Delete(shapes);
+  if (st == ZCK_OK) st = zck__uvh_attr_json(w, "tied_parameters", tied);
+  else cJSON_Delete(tied);
+  if (st == ZCK_OK) st = zck__uvh_attr_json(w, "frozen_parameters", frozen);
+  else cJSON_Delete(frozen);
+  if (st == ZCK_OK) st = zck__uvh_attr_json(w, "buffer_names", bufs);
+  else cJSON_Delete(bufs);
+  if (st == ZCK_OK) st = zck__uvh_attr_json(w, "param_groups", groups);
+  else cJSON_Delete(groups);
+  const zck_pk *cfg = zck_ds_ds_config(ck);
+  if (st == ZCK_OK && cfg) st = zck__uvh_attr_json(w, "ds_config", zck__uvj_pk_json(cfg, 0));
+  return st;
+}
+
+zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o) {
+  const zck_model *m = zck_ds_model(ck);
+  zck_ds_view views[3], frozen = {0}, bufs = zck_ds_buffers(ck);
+  static const zck_ds_part parts[3] = {ZCK_DS_FP32, ZCK_DS_EXP_AVG, ZCK_DS_EXP_AVG_SQ};
+  for (int k = 0; k < 3; k++) ZCK_TRY(zck_ds_get(ck, parts[k], &views[k]));
+  uint32_t *flat = NULL, *fz = NULL;
+  size_t n_flat = 0, n_fz = 0;
+  ZCK_TRY(zck__uvj_flat_params(&views[0], &flat, &n_flat));
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i < n_flat; i++) st = zck_uv_check_name(m->params[flat[i]].name);
+  /* frozen params, when the checkpoint keeps them (stage 1: module; 2/3: fragments) */
+  if (st == ZCK_OK && zck_ds_get(ck, ZCK_DS_FROZEN, &frozen) == ZCK_OK) {
+    if (!(fz = zck__malloc((m->n_params ? m->n_params : 1) * sizeof *fz))) st = ZCK_ERR_NO_MEMORY;
+    for (uint32_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
+      const zck_param *pa = &m->params[p];
+      if (!pa->frozen || pa->tied_to >= 0 || zck_layout_param_covered(frozen.layout, p) != pa->numel) continue;
+      st = zck_uv_check_name(pa->name);
+      fz[n_fz++] = p;
+    }
+  } else {
+    zck_clear_error();
+  }
+  for (size_t i = 0; st == ZCK_OK && i < m->n_buffers; i++) st = zck_uv_check_name(m->buffers[i].name);
+  zck_h5_write_opts wo = ZCK_H5_WRITE_OPTS_INIT;
+  wo.level = o->level;
+  wo.chunk_bytes = o->chunk_bytes;
+  wo.overwrite = o->overwrite != 0;
+  zck_h5_writer *w = NULL;
+  if (st == ZCK_OK) st = zck_h5_writer_create(out, &wo, &w);
+  zck__uvh_job jobs[5];
+  memset(jobs, 0, sizeof jobs);
+  static const zck_h5u_part hparts[3] = {ZCK_H5U_FP32, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ};
+  for (int k = 0; st == ZCK_OK && k < 3; k++) st = zck__uvh_part(w, m, &views[k], hparts[k], flat, n_flat, &jobs[k]);
+  if (st == ZCK_OK && n_fz) st = zck__uvh_part(w, m, &frozen, ZCK_H5U_FROZEN, fz, n_fz, &jobs[3]);
+  if (st == ZCK_OK) st = zck__uvh_buffers(w, m, &bufs, &jobs[4]);
+  if (st == ZCK_OK) st = zck__uvh_attrs(w, ck, src, flat, n_flat);
+  if (st == ZCK_OK) {
+    zck_exec_job ej[5];
+    size_t nj = 0;
+    const zck_store *srcs[5] = {views[0].stores, views[1].stores, views[2].stores, frozen.stores, bufs.stores};
+    for (int k = 0; k < 5; k++)
+      if (jobs[k].plan) ej[nj++] = (zck_exec_job){jobs[k].plan, srcs[k], jobs[k].dst, NULL};
+    zck__uvj_progress prog = {o->progress, o->progress_ctx, 0, 0};
+    zck_exec_opts eo = zck__uvj_exec_opts(o, &prog);
+    st = zck_exec_run(ej, nj, &eo);
+  }
+  if (st == ZCK_OK) st = zck_h5_writer_commit(w);
+  zck_h5_writer_free(w);
+  for (int k = 0; k < 5; k++) zck__uvh_job_free(&jobs[k]);
+  free(flat);
+  free(fz);
+  return st;
+}

@@ -1,0 +1,90 @@
+/* cmd_to_universal.c: `zckpt to-universal SRC OUT [--format ds|hdf5]`. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../jobs/zck_universal_api.h"
+#include "cli.h"
+
+static const char zck__to_universal_help[] =
+  "usage: zckpt to-universal [options] CHECKPOINT OUT\n"
+  "\n"
+  "Converts a DeepSpeed ZeRO-1/2/3 checkpoint with its optimizer state into a universal\n"
+  "checkpoint, reading each rank file once, with no temporary tree.\n"
+  "CHECKPOINT: the save root holding `latest`, a tag folder (global_stepN), or a Hugging\n"
+  "Face checkpoint-N/ folder.\n"
+  "  --format ds (default): OUT is the folder DeepSpeed's ds_to_universal.py writes\n"
+  "     (zero/<param>/fp32.pt, exp_avg.pt, exp_avg_sq.pt, step.pt, zero/optimizer_state.pt,\n"
+  "     the model-states files), and OUT's parent gets `latest_universal`; load it with\n"
+  "     \"checkpoint\": {\"load_universal\": true}.\n"
+  "  --format hdf5: OUT is one HDF5 file, a dataset per parameter and state, chunked and\n"
+  "     compressed with zstd (filter 32015); h5py reads it after `import hdf5plugin`.\n"
+  "\n"
+  "options:\n"
+  "  --format ds|hdf5          output layout (default ds)\n"
+  "  --tag TAG                 the tag folder to read instead of `latest`\n"
+  "  --inject-missing-state    ds, stage 1/2: accept a checkpoint without\n"
+  "                            universal_checkpoint_info (as ds_to_universal's\n"
+  "                            --inject_missing_state; HF and plain DeepSpeed runs need it)\n"
+  "  --level N                 hdf5: zstd level 1..22 (default 3)\n"
+  "  --chunk-size SIZE         hdf5: uncompressed chunk size (default 1MiB)\n"
+  "  --threads N               worker threads (default: all cores)\n"
+  "  --overwrite               replace an existing output\n"
+  "  -q, --quiet               no progress bar\n"
+  "  -h, --help                this help\n";
+
+int zck_cmd_to_universal(int argc, char **argv) {
+  static const struct option opts[] = {
+    {"format", required_argument, 0, 'f'}, {"tag", required_argument, 0, 'T'},
+    {"inject-missing-state", no_argument, 0, 'i'}, {"level", required_argument, 0, 'l'},
+    {"chunk-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
+    {"overwrite", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
+  zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
+  bool quiet = false;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+    switch (c) {
+    case 'f':
+      if (!strcmp(optarg, "ds")) o.format = ZCK_UNIVERSAL_DS;
+      else if (!strcmp(optarg, "hdf5") || !strcmp(optarg, "h5")) o.format = ZCK_UNIVERSAL_HDF5;
+      else return zck_cli_usage_error("to-universal", "--format must be ds or hdf5, not '%s'", optarg);
+      break;
+    case 'T': o.tag = optarg; break;
+    case 'i': o.inject_missing_state = 1; break;
+    case 'l': {
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*end || n < 1 || n > 22) return zck_cli_usage_error("to-universal", "--level must be 1..22");
+      o.level = (int)n;
+      break;
+    }
+    case 'c':
+      if (!zck_cli_parse_size(optarg, &o.chunk_bytes) || o.chunk_bytes == 0 || o.chunk_bytes > ((uint64_t)1 << 30))
+        return zck_cli_usage_error("to-universal", "--chunk-size: cannot read '%s' (e.g. 1MiB, 4MB; at most 1GiB)", optarg);
+      break;
+    case 't': {
+      char *end;
+      long n = strtol(optarg, &end, 10);
+      if (*end || n < 1 || n > 256) return zck_cli_usage_error("to-universal", "--threads must be 1..256");
+      o.threads = (unsigned)n;
+      break;
+    }
+    case 'o': o.overwrite = 1; break;
+    case 'q': quiet = true; break;
+    case 'h': fputs(zck__to_universal_help, stdout); return ZCK_EXIT_OK;
+    default: return zck_cli_usage_error("to-universal", "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (argc - optind != 2) return zck_cli_usage_error("to-universal", "expected CHECKPOINT and OUT");
+  zck_cli_progress bar;
+  zck_cli_progress_init(&bar, "to-universal", 0, quiet);
+  o.progress = zck_cli_progress_cb;
+  o.progress_ctx = &bar;
+  zck_status s = zck_to_universal(argv[optind], argv[optind + 1], &o);
+  zck_cli_progress_finish(&bar);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}
