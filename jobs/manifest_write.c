@@ -17,6 +17,7 @@
 #include "safetensors/safetensors.h"
 #include "threadpool.h"
 #include "torch/torch.h"
+#include "universal/universal.h"
 #include "zck_verify_api.h"
 
 typedef struct desc_tensor {
@@ -161,16 +162,15 @@ static zck_status describe_item(void *ctx, size_t item, unsigned thread) {
 }
 
 static zck_manifest_kind detect_kind(char **paths, size_t n) {
-  bool st = false, pt = false;
+  bool st = false, pt = false, ds = false;
   for (size_t i = 0; i < n; i++) {
     const char *p = paths[i];
-    if (!strchr(p, '/') && (ends_with(p, "_optim_states.pt") || ends_with(p, "optim_states.pt") || ends_with(p, "_model_states.pt")))
-      return ZCK_MANIFEST_DEEPSPEED;
-    if (!strncmp(p, "zero/", 5)) return ZCK_MANIFEST_UNIVERSAL;
+    if (!strcmp(p, "zero/optimizer_state.pt")) return ZCK_MANIFEST_UNIVERSAL;
+    ds = ds || (!strchr(p, '/') && (ends_with(p, "optim_states.pt") || ends_with(p, "_model_states.pt")));
     st = st || ends_with(p, ".safetensors");
     pt = pt || ends_with(p, ".pt") || ends_with(p, ".bin") || ends_with(p, ".pth");
   }
-  return st ? ZCK_MANIFEST_SAFETENSORS : pt ? ZCK_MANIFEST_TORCH : ZCK_MANIFEST_OTHER;
+  return ds ? ZCK_MANIFEST_DEEPSPEED : st ? ZCK_MANIFEST_SAFETENSORS : pt ? ZCK_MANIFEST_TORCH : ZCK_MANIFEST_OTHER;
 }
 
 static zck_status parse_kind(const char *s, zck_manifest_kind *k) {
@@ -189,6 +189,17 @@ static zck_status deepspeed_layout(const char *dir, zck_manifest *m) {
                            (char *)zck_dtype_name(in->lp_dtype), (char *)zck_dtype_name(in->master_dtype), in->bf16_prefix};
   zck_status st = zck_manifest_set_layout(m, &l);
   zck_ds_close(ck);
+  return st;
+}
+
+static zck_status universal_layout(const char *dir, zck_manifest *m) {
+  zck_uv_ckpt *u = NULL;
+  ZCK_TRY_CTX(zck_uv_open(dir, NULL, &u), "cannot describe the universal checkpoint");
+  const zck_uv_info *in = zck_uv_info_of(u);
+  zck_manifest_layout l = {NULL, in->stage, in->world_size, 0, (char *)zck_dtype_name(in->lp_dtype),
+                           (char *)zck_dtype_name(in->master_dtype), false};
+  zck_status st = zck_manifest_set_layout(m, &l);
+  zck_uv_close(u);
   return st;
 }
 
@@ -218,6 +229,7 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, zc
       st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
     }
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED) st = deepspeed_layout(dir, m);
+  if (st == ZCK_OK && m->kind == ZCK_MANIFEST_UNIVERSAL) st = universal_layout(dir, m);
   if (st == ZCK_OK) {
     zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
     ho.threads = o->threads;

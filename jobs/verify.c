@@ -27,6 +27,7 @@
 #include "safetensors/safetensors.h"
 #include "threadpool.h"
 #include "torch/torch.h"
+#include "universal/universal.h"
 #include "verify_internal.h"
 
 #define ULL(x) ((unsigned long long)(x))
@@ -61,11 +62,12 @@ typedef struct vctx {
   char *base;                  /* folder the files are relative to */
   char *single;                /* single-file mode: the file's name in base */
   bool is_ds;
+  bool is_uv;                  /* a DeepSpeed universal checkpoint (folder or its parent) */
   bool hf_index_given;         /* path is a *.index.json */
   zck_manifest *expected;      /* NULL without a manifest */
   vfile *files;
   size_t n_files;
-  zck_manifest_layout ds_layout;
+  zck_manifest_layout ds_layout;   /* DeepSpeed or universal, from their readers */
   bool have_ds_layout;
 } vctx;
 
@@ -118,17 +120,44 @@ static bool ds_dir(const char *dir) {
 
 // ---- step 1: what PATH is
 
+/* A universal folder, or the parent whose latest_universal names it. */
+static zck_status resolve_universal(vctx *c) {
+  c->is_uv = true;
+  zck__vreport_set(&c->r->kind, "universal");
+  if (exists_in(c->path, "zero/optimizer_state.pt") || !exists_in(c->path, "latest_universal")) return ZCK_OK;
+  char *lp = zck__path_join(c->path, "latest_universal"), *name = NULL;
+  zck_status ls = lp ? zck__read_small_file(lp, 4096, &name, NULL) : ZCK_ERR_NO_MEMORY;
+  free(lp);
+  if (ls == ZCK_ERR_NO_MEMORY) return ls;
+  if (ls == ZCK_ERR_IO) add_status(c, ls, "read", NULL, zck_last_error());
+  else zck_clear_error(); /* a bad latest_universal is the universal reader's to explain */
+  if (name) {
+    size_t n = strlen(name);
+    while (n && (name[n - 1] == '\n' || name[n - 1] == '\r' || name[n - 1] == ' ' || name[n - 1] == '\t')) name[--n] = 0;
+    if (*name && !strchr(name, '/') && strcmp(name, "..") && strcmp(name, ".")) {
+      char *d = zck__path_join(c->path, name);
+      if (d && is_dir(d)) { free(c->base); c->base = d; d = NULL; }
+      free(d);
+    }
+  }
+  free(name);
+  return ZCK_OK;
+}
+
 static zck_status resolve(vctx *c) {
   struct stat sb;
   if (stat(c->path, &sb) != 0) {
     zck_status s = zck__fail_errno(errno, "%s: cannot verify", c->path);
     if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = s;
     zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "read", c->path, NULL, -1, 0, "%s", zck_last_error());
-    return s;
+    return ZCK_OK; /* run() stops: nothing to check */
   }
   if (S_ISDIR(sb.st_mode)) {
     c->base = zck__strdup(c->path);
     if (!c->base) return ZCK_ERR_NO_MEMORY;
+    if (exists_in(c->path, "zero/optimizer_state.pt") ||
+        (exists_in(c->path, "latest_universal") && !exists_in(c->path, "latest")))
+      return resolve_universal(c);
     if (!ds_dir(c->path)) return ZCK_OK;
     c->is_ds = true;
     zck__vreport_set(&c->r->kind, "deepspeed");
@@ -343,10 +372,8 @@ static zck_status name_records(zck_torch_file *tf, vfile *f, const ptr_index *en
   return st;
 }
 
-static zck_status open_torch(vfile *f) {
-  zck_torch_file *tf = NULL;
-  ZCK_TRY(zck_torch_open(f->full, NULL, &tf));
-  const zck_zip *z = zck_torch_zip(tf);
+/* The records of a zip directory; names of the tensors in them when tf is given. */
+static zck_status collect_records(vfile *f, const zck_zip *z, zck_torch_file *tf) {
   size_t n = zck_zip_count(z);
   f->recs = zck__calloc(n ? n : 1, sizeof *f->recs);
   ptr_index *entries = zck__malloc((n ? n : 1) * sizeof *entries);
@@ -362,11 +389,35 @@ static zck_status open_torch(vfile *f) {
     r->method = e->method;
     entries[i] = (ptr_index){e, i};
   }
-  if (st == ZCK_OK) {
+  if (st == ZCK_OK && tf) {
     qsort(entries, n, sizeof *entries, cmp_ptr_index);
     st = name_records(tf, f, entries, n);
   }
   free(entries);
+  return st;
+}
+
+/* A .pt the torch reader rejects may still have a readable zip directory: its records'
+ * CRCs then tell damage (a flipped pickle byte) from a file that is merely unsupported. */
+static void records_without_torch(vfile *f) {
+  zck__source src;
+  zck_zip *z = NULL;
+  if (zck__source_open(&src, f->full) != ZCK_OK) { zck_clear_error(); return; }
+  if (zck_zip_open(&src, &z) == ZCK_OK && collect_records(f, z, NULL) != ZCK_OK) {
+    for (size_t k = 0; k < f->n_recs; k++) free(f->recs[k].name);
+    free(f->recs);
+    f->recs = NULL;
+    f->n_recs = 0;
+  }
+  zck_zip_close(z);
+  zck__source_close(&src);
+  zck_clear_error();
+}
+
+static zck_status open_torch(vfile *f) {
+  zck_torch_file *tf = NULL;
+  ZCK_TRY(zck_torch_open(f->full, NULL, &tf));
+  zck_status st = collect_records(f, zck_torch_zip(tf), tf);
   zck_torch_close(tf);
   return st;
 }
@@ -393,6 +444,7 @@ static zck_status open_item(void *ctx, size_t item, unsigned thread) {
     f->open_error = strdup(zck_last_error());
     zck_clear_error();
     if (st == ZCK_ERR_NO_MEMORY) return st;
+    if (f->type == VF_TORCH && !f->n_recs) records_without_torch(f);
   }
   return ZCK_OK; /* one bad file must not stop the others */
 }
@@ -424,6 +476,24 @@ static void check_deepspeed(vctx *c) {
   zck_ds_close(ck);
 }
 
+static void check_universal(vctx *c) {
+  zck_uv_ckpt *u = NULL;
+  zck_status st = zck_uv_open(c->path, NULL, &u);
+  if (st != ZCK_OK) {
+    add_status(c, st == ZCK_ERR_UNSUPPORTED ? ZCK_ERR_UNSUPPORTED : st, "structure", NULL, zck_last_error());
+    return;
+  }
+  const zck_uv_info *in = zck_uv_info_of(u);
+  char detail[256];
+  snprintf(detail, sizeof detail, "ZeRO stage %d source, world size %u, %s%s", in->stage, in->world_size,
+           zck_dtype_name(in->lp_dtype), in->has_optimizer_state ? ", with optimizer state" : "");
+  zck__vreport_set(&c->r->detail, detail);
+  c->ds_layout = (zck_manifest_layout){NULL, in->stage, in->world_size, 0, (char *)zck_dtype_name(in->lp_dtype),
+                                       (char *)zck_dtype_name(in->master_dtype), false};
+  c->have_ds_layout = true;
+  zck_uv_close(u);
+}
+
 static void check_hf_index(vctx *c) {
   const char *hf_path = NULL;
   char *owned = NULL;
@@ -447,6 +517,7 @@ static void check_hf_index(vctx *c) {
 
 static zck_status check_structure(vctx *c) {
   if (c->is_ds) check_deepspeed(c);
+  if (c->is_uv) check_universal(c);
   ZCK_TRY(zck__parallel_for(c->n_files, c->o.threads, open_item, c->files));
   size_t n_st = 0, n_pt = 0;
   for (size_t i = 0; i < c->n_files; i++) {
@@ -456,12 +527,18 @@ static zck_status check_structure(vctx *c) {
     if (f->open_status != ZCK_OK) add_status(c, f->open_status, "structure", f->full, f->open_error ? f->open_error : "cannot open");
     for (size_t k = 0; k < f->n_warnings; k++) zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", f->warnings[k]);
   }
-  if (!c->is_ds) {
+  if (!c->is_ds && !c->is_uv) {
     check_hf_index(c);
     zck_manifest_kind k = c->expected ? c->expected->kind : ZCK_MANIFEST_OTHER;
     const char *kind = k != ZCK_MANIFEST_OTHER ? zck_manifest_kind_name(k)
                        : n_st ? "safetensors" : n_pt ? "torch" : c->single ? "file" : "directory";
     zck__vreport_set(&c->r->kind, kind);
+  }
+  if (!c->is_ds && !c->is_uv && !c->expected && !n_st && !n_pt && !c->hf_index_given) {
+    if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = ZCK_ERR_UNSUPPORTED;
+    zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "coverage", c->path, NULL, -1, 0,
+                     "%s: nothing zckpt can check: no .pt/.bin, .safetensors, DeepSpeed checkpoint or " ZCK_MANIFEST_NAME,
+                     c->path);
   }
   if (!c->expected && n_st)
     zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", NULL, NULL, -1, 0,
@@ -532,7 +609,7 @@ static zck_status check_data(vctx *c) {
   size_t n_ranges = 0, n_hash = 0;
   for (size_t i = 0; i < c->n_files; i++) {
     vfile *f = &c->files[i];
-    if (f->open_status == ZCK_OK) n_ranges += f->n_recs;
+    n_ranges += f->n_recs;
   }
   if (e) n_ranges += e->n_tensors;
   zck__hash_range *ranges = zck__calloc(n_ranges ? n_ranges : 1, sizeof *ranges);
@@ -549,7 +626,7 @@ static zck_status check_data(vctx *c) {
   size_t used = 0;
   for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
     vfile *f = &c->files[i];
-    bool recs = f->open_status == ZCK_OK && f->n_recs;
+    bool recs = f->n_recs > 0;
     if (!recs && f->mf < 0) continue;
     zck__hash_file *h = &hf[n_hash];
     hf_of[i] = n_hash++;
@@ -576,7 +653,7 @@ static zck_status check_data(vctx *c) {
   }
   for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
     vfile *f = &c->files[i];
-    bool recs = f->open_status == ZCK_OK && f->n_recs;
+    bool recs = f->n_recs > 0;
     if (!recs && f->mf < 0) {
       if (a && (st = zck_manifest_add_file(a, f->rel, NULL)) != ZCK_OK) break; /* extra: reported by compare */
       continue;
@@ -658,6 +735,7 @@ static void vctx_free(vctx *c) {
 
 static zck_status run(vctx *c) {
   ZCK_TRY(resolve(c));
+  if (!c->base) return ZCK_OK; /* PATH does not exist (reported) */
   zck__vreport_set(&c->r->dir, c->base);
   c->r->pub.single_file = c->single != NULL;
   ZCK_TRY(load_manifest(c));

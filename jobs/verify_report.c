@@ -161,7 +161,7 @@ static zck_status print_text(const zck_verify_report *r, FILE *out) {
     fprintf(out, "result: DAMAGED (%zu problem%s)\n", counts[ZCK_VERIFY_DAMAGE], counts[ZCK_VERIFY_DAMAGE] == 1 ? "" : "s");
     break;
   case ZCK_VERIFY_UNCHECKED:
-    fprintf(out, "result: could not check everything (%zu item%s); no damage found in the rest\n",
+    fprintf(out, "result: could not check (%zu item%s); no damage found\n",
             counts[ZCK_VERIFY_UNCHECKABLE], counts[ZCK_VERIFY_UNCHECKABLE] == 1 ? "" : "s");
     break;
   }

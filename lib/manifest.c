@@ -85,6 +85,17 @@ static bool safe_relpath(const char *p) {
   return true;
 }
 
+void zck__manifest_shown(char *dst, size_t n, const char *s) {
+  size_t o = 0;
+  for (; *s && o + 5 < n; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch < 0x20 || ch == 0x7f) o += (size_t)snprintf(dst + o, n - o, "\\x%02x", ch);
+    else dst[o++] = (char)ch;
+  }
+  if (*s && n >= 4) { o = o + 3 < n ? o : n - 4; memcpy(dst + o, "...", 3); o += 3; }
+  dst[o < n ? o : n - 1] = 0;
+}
+
 ptrdiff_t zck_manifest_find_file(const zck_manifest *m, const char *relpath) {
   for (size_t i = 0; i < m->n_files; i++)
     if (!strcmp(m->files[i].path, relpath)) return (ptrdiff_t)i;
@@ -92,9 +103,11 @@ ptrdiff_t zck_manifest_find_file(const zck_manifest *m, const char *relpath) {
 }
 
 zck_status zck_manifest_add_file(zck_manifest *m, const char *relpath, size_t *index) {
-  if (!safe_relpath(relpath)) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: unsafe file path \"%s\"", relpath);
+  char shown[256];
+  zck__manifest_shown(shown, sizeof shown, relpath);
+  if (!safe_relpath(relpath)) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: unsafe file path \"%s\"", shown);
   if (zck_manifest_find_file(m, relpath) >= 0)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file \"%s\" listed twice", relpath);
+    return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file \"%s\" listed twice", shown);
   if (m->n_files == m->cap_files) {
     size_t cap = m->cap_files ? 2 * m->cap_files : 16;
     zck_manifest_file *v = zck__realloc(m->files, cap * sizeof *v);
@@ -325,14 +338,16 @@ static void emit(diff_sink *s, zck_manifest_diff_kind kind, const char *file, co
 
 static void emit(diff_sink *s, zck_manifest_diff_kind kind, const char *file, const char *tensor, int64_t off,
                  uint64_t len, const char *fmt, ...) {
-  char what[768], msg[1024];
+  char what[768], msg[1536];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   const char *d = s->dir ? s->dir : "";
   const char *sep = (s->dir && file) ? "/" : "";
-  if (tensor) snprintf(msg, sizeof msg, "%s%s%s: tensor %s: %s", d, sep, file ? file : "", tensor, what);
+  char tname[256];
+  if (tensor) zck__manifest_shown(tname, sizeof tname, tensor);
+  if (tensor) snprintf(msg, sizeof msg, "%s%s%s: tensor %s: %s", d, sep, file ? file : "", tname, what);
   else if (file || s->dir) snprintf(msg, sizeof msg, "%s%s%s: %s", d, sep, file ? file : "", what);
   else snprintf(msg, sizeof msg, "%s", what);
   zck_manifest_diff df = {kind, file, tensor, off, len, msg};

@@ -214,6 +214,9 @@ typedef void (*zck_manifest_diff_fn)(void *ctx, const zck_manifest_diff *d);
 size_t zck_manifest_compare(const zck_manifest *expected, const zck_manifest *actual, const char *dir,
                             unsigned max_chunks, zck_manifest_diff_fn fn, void *ctx);
 
+/* An untrusted name for a message: control bytes as \xNN, cut at n - 1 bytes ("..."). */
+void zck__manifest_shown(char *dst, size_t n, const char *s);
+
 /* ---- completeness */
 /* Drops <dir>/.zckpt-partial (fsynced): "zckpt is filling this directory". */
 zck_status zck_manifest_mark_partial(const char *dir);

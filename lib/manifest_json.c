@@ -136,8 +136,11 @@ typedef struct jctx {
 static zck_status no_duplicate_keys(const jctx *c, const cJSON *obj, const char *where) {
   for (const cJSON *a = obj->child; a; a = a->next)
     for (const cJSON *b = a->next; b; b = b->next)
-      if (a->string && b->string && !strcmp(a->string, b->string))
-        return JFAIL(c, ZCK_ERR_FORMAT, "%s: key \"%s\" appears twice", where, a->string);
+      if (a->string && b->string && !strcmp(a->string, b->string)) {
+        char shown[128];
+        zck__manifest_shown(shown, sizeof shown, a->string);
+        return JFAIL(c, ZCK_ERR_FORMAT, "%s: key \"%s\" appears twice", where, shown);
+      }
   return ZCK_OK;
 }
 
@@ -267,10 +270,12 @@ static zck_status parse_tensor(const jctx *c, const cJSON *t, size_t i, zck_mani
   ZCK_TRY(get_hex(c, t, "xxh3", where, &xxh3));
   if (!*dtype) return JFAIL(c, ZCK_ERR_FORMAT, "%s.dtype: empty", where);
   ptrdiff_t fi = zck_manifest_find_file(m, file);
-  if (fi < 0) return JFAIL(c, ZCK_ERR_FORMAT, "%s.file: \"%s\" is not in files", where, file);
+  char shown[256];
+  zck__manifest_shown(shown, sizeof shown, file);
+  if (fi < 0) return JFAIL(c, ZCK_ERR_FORMAT, "%s.file: \"%s\" is not in files", where, shown);
   if (!zck__add_u64(off, nbytes, &end) || end > m->files[fi].size)
     return JFAIL(c, ZCK_ERR_FORMAT, "%s: bytes %llu..%llu pass the end of %s (%llu bytes)", where, ULL(off),
-                 ULL(off) + ULL(nbytes), file, ULL(m->files[fi].size));
+                 ULL(off) + ULL(nbytes), shown, ULL(m->files[fi].size));
   const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
   if (!cJSON_IsArray(sh)) return JFAIL(c, ZCK_ERR_FORMAT, "%s.shape: missing or not an array", where);
   int ndim = cJSON_GetArraySize(sh);
@@ -296,7 +301,9 @@ static zck_status parse_root(const jctx *c, const cJSON *root, zck_manifest *m) 
   const char *format, *tool, *version, *kind;
   uint64_t fv = 0;
   ZCK_TRY(get_str(c, root, "format", "manifest", true, &format));
-  if (strcmp(format, "zckpt-manifest")) return JFAIL(c, ZCK_ERR_FORMAT, "format is \"%s\", not \"zckpt-manifest\"", format);
+  char shown[128];
+  zck__manifest_shown(shown, sizeof shown, format);
+  if (strcmp(format, "zckpt-manifest")) return JFAIL(c, ZCK_ERR_FORMAT, "format is \"%s\", not \"zckpt-manifest\"", shown);
   ZCK_TRY(get_uint(c, root, "format_version", "manifest", true, &fv));
   if (fv < 1 || fv > ZCK_MANIFEST_FORMAT_VERSION)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: manifest format_version %llu: this zckpt reads version %d (written by a newer zckpt?)",
@@ -314,7 +321,8 @@ static zck_status parse_root(const jctx *c, const cJSON *root, zck_manifest *m) 
   bool known = false;
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (!strcmp(kind, zck_manifest_kind_name(kinds[i]))) { m->kind = kinds[i]; known = true; }
-  if (!known) return JFAIL(c, ZCK_ERR_FORMAT, "kind \"%s\" is not deepspeed, safetensors, universal, torch or other", kind);
+  zck__manifest_shown(shown, sizeof shown, kind);
+  if (!known) return JFAIL(c, ZCK_ERR_FORMAT, "kind \"%s\" is not deepspeed, safetensors, universal, torch or other", shown);
   m->chunk_size = 0;
   ZCK_TRY(get_uint(c, root, "chunk_size", "manifest", false, &m->chunk_size));
   const cJSON *layout = cJSON_GetObjectItemCaseSensitive(root, "layout");

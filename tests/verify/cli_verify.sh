@@ -73,6 +73,27 @@ run 3 "$T/partial"
 grep -q "incomplete checkpoint" "$T/out" || fail "incomplete save not reported"
 run 0 --force "$T/partial"
 
+# a universal checkpoint (when this zckpt has to-universal)
+if "$BIN" to-universal --help >/dev/null 2>&1 && [ -d "$FIX/deepspeed/s3w2_bf16/ckpt" ]; then
+  mkdir "$T/uv"
+  # setup only: leaks of to-universal are its own tests' business
+  ASAN_OPTIONS=detect_leaks=0 "$BIN" to-universal -q "$FIX/deepspeed/s3w2_bf16/ckpt" "$T/uv/out" >/dev/null 2>&1 ||
+    fail "to-universal failed"
+  run 0 "$T/uv"
+  grep -q "^$T/uv: universal" "$T/out" || fail "universal checkpoint not recognised"
+  run 0 --write-manifest "$T/uv/out"
+  run 0 "$T/uv"
+  U="$T/uv/out/zero/fc1.weight/fp32.pt"
+  size=$(wc -c <"$U")
+  # the tensor data sits before the pickle's end records: damage a byte in the middle of the file
+  printf '\377' | dd of="$U" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+  run 3 "$T/uv"
+  grep -q "^damaged: .*zero/fc1.weight/fp32.pt" "$T/out" || fail "damaged universal file not named"
+  rm "$T/uv/out/zero/fc1.bias/exp_avg.pt"
+  run 3 "$T/uv"
+  grep -q "zero/fc1.bias/exp_avg.pt: missing" "$T/out" || fail "missing universal file not named"
+fi
+
 # an injected read error: could not check (1), never "damaged"
 ZCK_FAULT=read:1:EIO run 1 --threads 1 "$SRC"
 grep -q "Input/output error" "$T/out" || fail "the read error is not reported"
