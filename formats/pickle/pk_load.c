@@ -132,7 +132,7 @@ static zck_status top(vm *v, zck_pk **out) {
 static zck_status pop_mark(vm *v, zck_pk ***items, size_t *n) {
   if (!v->nmarks) return vfail(v, ZCK_ERR_FORMAT, "no MARK to pop to");
   size_t m = v->marks[--v->nmarks];
-  *items = v->stack + m;
+  *items = v->stack ? v->stack + m : NULL;   /* an empty stack may not be allocated yet */
   *n = v->sp - m;
   v->sp = m;
   return ZCK_OK;

@@ -171,6 +171,8 @@ typedef struct sdwalk {
   zck_torch_named *v;
   size_t n, cap;
   char name[4096];
+  const zck_pk *path[260];   /* containers on the current path, to skip cycles */
+  uint64_t visits, max_visits; /* shared sub-trees are walked once per name: bound the total */
 } sdwalk;
 
 static zck_status sd_add(sdwalk *w, const zck_torch_tensor *t) {
@@ -191,9 +193,17 @@ static zck_status sd_add(sdwalk *w, const zck_torch_tensor *t) {
 
 static zck_status sd_walk(sdwalk *w, const zck_pk *n, size_t len, int depth) {
   if (depth > 256)
-    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict nested deeper than 256 at \"%.200s\" (a cycle?)", w->f->name, w->name);
+    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict nested deeper than 256 at \"%.200s\"", w->f->name, w->name);
+  if (++w->visits > w->max_visits)
+    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict names more than %llu entries (heavily shared containers?)", w->f->name,
+                     (unsigned long long)w->max_visits);
   const zck_torch_tensor *t = zck_torch_tensor_of(w->f, n);
   if (t) return sd_add(w, t);
+  if (n->kind == ZCK_PK_DICT || n->kind == ZCK_PK_LIST || n->kind == ZCK_PK_TUPLE) {
+    for (int i = 0; i < depth; i++)
+      if (w->path[i] == n) return ZCK_OK;   /* a container holding itself: its names would never end */
+    w->path[depth] = n;
+  }
   if (n->kind == ZCK_PK_DICT) {
     for (size_t i = 0; i < n->u.dict.len; i++) {
       const zck_pk *k = n->u.dict.keys[i];
@@ -234,6 +244,7 @@ zck_status zck_torch_state_dict(const zck_torch_file *f, const zck_pk *dict, zck
   sdwalk w;
   memset(&w, 0, sizeof w);
   w.f = f;
+  w.max_visits = 16 * (uint64_t)zck_pk_doc_node_count(f->doc) + ((uint64_t)1 << 20);
   *out = NULL;
   *count = 0;
   zck_status s = dict ? sd_walk(&w, dict, 0, 0) : ZCK_OK;
