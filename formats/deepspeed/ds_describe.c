@@ -26,9 +26,8 @@ const char *zck__ds_store_name(zck_ds_ckpt *c, const char *fmt, ...) {
   return s;
 }
 
-static zck_store source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *fmt,
-                              const char *path, const char *what) {
-  (void)fmt;
+static zck_store source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,
+                              const char *what) {
   const char *name = zck__ds_store_name(c, "%s: %s", path, what);
   return zck_store_source(src, t->offset, t->dtype, t->numel, name);
 }
@@ -172,7 +171,7 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                          (unsigned long long)st->lean, (unsigned long long)(st->numel - st->lean));
       char what[128];
       snprintf(what, sizeof what, "%s[%zu]", fkey, g);
-      c->stores[ZCK_DS_FP32][id] = source_store(c, &o->src, &f->fp32, NULL, path, what);
+      c->stores[ZCK_DS_FP32][id] = source_store(c, &o->src, &f->fp32, path, what);
       if (!c->info.has_optimizer_state) continue;
       const zck__ds_tref *ts[2] = {&f->exp_avg, &f->exp_avg_sq};
       const char *tn[2] = {"exp_avg", "exp_avg_sq"};
@@ -182,7 +181,7 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                            "%zu is %llu", path, skey, g, tn[k], (unsigned long long)ts[k]->numel,
                            c->info.stage == 3 ? "sub-group" : "padded", g, (unsigned long long)st->numel);
         snprintf(what, sizeof what, "%s['state'][%zu]['%s']", skey, g, tn[k]);
-        c->stores[ZCK_DS_EXP_AVG + k][id] = source_store(c, &o->src, ts[k], NULL, path, what);
+        c->stores[ZCK_DS_EXP_AVG + k][id] = source_store(c, &o->src, ts[k], path, what);
       }
     }
   }
@@ -215,7 +214,7 @@ static zck_status build_lp(zck_ds_ckpt *c, const uint64_t *numels) {
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->params[owners[i]].name);
-    c->stores[ZCK_DS_LP][i] = source_store(c, &c->models[0].src, &m0->module_t[c->param_mod[owners[i]]], NULL,
+    c->stores[ZCK_DS_LP][i] = source_store(c, &c->models[0].src, &m0->module_t[c->param_mod[owners[i]]],
                                            m0->file->path, what);
   }
   free(owners);
@@ -271,7 +270,7 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
         goto out;
       }
       snprintf(what, sizeof what, "module['%.500s']", pp->name);
-      c->stores[ZCK_DS_FROZEN][i] = source_store(c, &c->models[0].src, t, NULL, m0->file->path, what);
+      c->stores[ZCK_DS_FROZEN][i] = source_store(c, &c->models[0].src, t, m0->file->path, what);
       continue;
     }
     snprintf(what, sizeof what, "frozen_param_fragments['%.500s']", pp->name);
@@ -296,7 +295,7 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
         goto out;
       }
       uint32_t id = c->info.stage == 3 ? zck_layout_store_id(c->frozen_layout, (uint32_t)i, r) : (uint32_t)i;
-      c->stores[ZCK_DS_FROZEN][id] = source_store(c, &mf->src, t, NULL, mf->file->path, what);
+      c->stores[ZCK_DS_FROZEN][id] = source_store(c, &mf->src, t, mf->file->path, what);
     }
   }
 out:
@@ -323,7 +322,7 @@ static zck_status build_buffers(zck_ds_ckpt *c) {
                        m->buffers[b].name);
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->buffers[b].name);
-    c->buffer_stores[b] = source_store(c, &c->models[0].src, t, NULL, m0->file->path, what);
+    c->buffer_stores[b] = source_store(c, &c->models[0].src, t, m0->file->path, what);
   }
   return ZCK_OK;
 }

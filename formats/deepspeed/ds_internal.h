@@ -124,8 +124,10 @@ zck_pk *zck__ds_pk_copy(zck_pk_doc *d, const zck_pk *node);
 zck_pk *zck__ds_pk_get_mut(zck_pk *dict, const char *key);
 
 /* ---- ds_read.c */
-zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool keep_open_torch, bool full);
+/* keep_torch: rank 0's file stays open (its pickled ds_config, lr_scheduler, module attrs). */
+zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool keep_torch);
 zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool keep_torch);
+
 void zck__ds_model_file_free(zck__ds_model_file *mf);
 void zck__ds_optim_file_free(zck__ds_optim_file *of);
 zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);

@@ -83,11 +83,11 @@ static zck_status read_models(zck_ds_ckpt *c) {
   c->models = zck__calloc(c->n_models, sizeof *c->models);
   if (!c->models) return ZCK_ERR_NO_MEMORY;
   for (size_t r = 0; r < c->n_models; r++) c->models[r].file = c->info.stage == 3 ? &fs->z3_models[r] : &fs->model;
-  ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true, true));
+  ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true));
   const zck__ds_model_file *m0 = &c->models[0];
   for (size_t r = 1; r < c->n_models; r++) {
     zck__ds_model_file *m = &c->models[r];
-    ZCK_TRY(zck__ds_read_model_file(c, m, false, false));
+    ZCK_TRY(zck__ds_read_model_file(c, m, false));
     const char *p = m->file->path;
     /* DS-32 */
     if (!same_shape_lists(m, m0))

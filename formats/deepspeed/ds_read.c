@@ -238,8 +238,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   return ZCK_OK;
 }
 
-zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool keep_torch, bool full) {
-  (void)full;
+zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool keep_torch) {
   const char *path = mf->file->path;
   ZCK_TRY(zck__source_open(&mf->src, path));
   mf->src_open = true;
