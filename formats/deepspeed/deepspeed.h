@@ -19,7 +19,8 @@
  * one-line errors naming the file, the group, rank and numbers), and exposes
  *   - a model manifest (lib/model.h): params in module.parameters() order with shapes,
  *     lp dtype, optimizer group, frozen flag and tied aliases; buffers; param groups with
- *     their hyper-parameters;
+ *     their hyper-parameters. Params DeepSpeed does not optimize are frozen: requires_grad
+ *     False, and also numel-0 params (stage 2/3 list those in frozen_param_shapes);
  *   - "parts": a layout (lib/layout.h) over the manifest's param index space plus one
  *     store (lib/exec.h) per layout store, bound in place to the tensor's bytes inside its
  *     .pt file (absolute offset, dtype). A consumer plans (plan.h) and executes (exec.h).
