@@ -6,6 +6,8 @@
 #
 # usage: tests/bench/bench_consolidate.sh [PARAMS] [WORKDIR]   (needs a built ./build and,
 #        for the DeepSpeed baseline, a Python with deepspeed: $ZCK_PYTHON or /work/venv)
+#        CACHE=warm: page cache kept warm instead (every tool reads from memory; measures
+#        CPU efficiency rather than the disk). KEEP=1: reuse WORKDIR/ckpt if present.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 params=${1:-1e9}
@@ -13,8 +15,11 @@ work=${2:-/tmp/zckpt-bench}
 bin=${ZCK_BUILD:-build}/bin
 py=${ZCK_PYTHON:-/work/venv/bin/python}
 threads=$(nproc)
-rm -rf "$work"; mkdir -p "$work"
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+if [ "${KEEP:-0}" = 1 ] && [ -d "$work/ckpt" ]; then rm -rf "$work"/zckpt-out "$work"/ds-out; else rm -rf "$work"; mkdir -p "$work"; fi
+drop() {
+  sync
+  if [ "${CACHE:-cold}" = warm ]; then cat "$work"/ckpt/*/*optim_states.pt >/dev/null; else echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; fi
+}
 timed() { # label cmd...: appends "label wall_s peak_kb" to results
   local label=$1; shift
   drop
@@ -23,8 +28,10 @@ timed() { # label cmd...: appends "label wall_s peak_kb" to results
   echo "$label $wall $rss" >>"$work/results"
   printf '%-16s %9.2f s %10.1f MB\n' "$label" "$wall" "$(echo "$rss / 1024" | bc -l)"
 }
-echo "== generating a ZeRO-3 checkpoint of ~$params params over 8 ranks in $work/ckpt"
-$bin/make_big_ckpt "$work/ckpt" --params "$params" --world 8
+if [ ! -d "$work/ckpt" ]; then
+  echo "== generating a ZeRO-3 checkpoint of ~$params params over 8 ranks in $work/ckpt"
+  $bin/make_big_ckpt "$work/ckpt" --params "$params" --world 8
+fi
 du -sh "$work/ckpt"
 : >"$work/results"
 # the floor is the best of a few copy chunk sizes (small chunks overlap reads and writes)
@@ -38,6 +45,7 @@ if "$py" -c "import deepspeed" 2>/dev/null; then
   z2f=$(DS_ACCELERATOR=cpu "$py" -c "import deepspeed.utils.zero_to_fp32 as m; print(m.__file__)" 2>/dev/null | tail -1)
   # run it the way users do: the copy DeepSpeed leaves in the checkpoint root
   cp "$z2f" "$work/ckpt/zero_to_fp32.py"
+  rm -rf "$work/ds-out"
   timed zero_to_fp32 env DS_ACCELERATOR=cpu "$py" "$work/ckpt/zero_to_fp32.py" "$work/ckpt" "$work/ds-out" --safe_serialization
   echo "== checking the outputs are equal"
   "$py" - "$work" <<'PY'
