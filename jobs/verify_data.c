@@ -1,0 +1,175 @@
+/* verify_data.c: the data pass of `zckpt verify`: every file read once (files in parallel,
+ * bounded buffers), feeding the CRC-32 of each zip record and, with a manifest, the file,
+ * chunk and tensor XXH3s; then the findings: which file, which tensor, which bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+#include "verify_internal.h"
+
+#define ULL(x) ((unsigned long long)(x))
+#define VERIFY_MAX_TENSOR_FINDINGS 100   /* per file; then one summary line */
+
+typedef struct diff_ctx {
+  vctx *c;
+  size_t *tensor_findings;     /* per expected file */
+  size_t suppressed;
+} diff_ctx;
+
+static void on_diff(void *vctx_, const zck_manifest_diff *d) {
+  diff_ctx *dc = vctx_;
+  vctx *c = dc->c;
+  const char *check = "file-xxh3";
+  zck_verify_severity sev = ZCK_VERIFY_DAMAGE;
+  switch (d->kind) {
+  case ZCK_MDIFF_KIND: case ZCK_MDIFF_LAYOUT: check = "layout"; break;
+  case ZCK_MDIFF_MISSING_FILE: check = "missing-file"; break;
+  case ZCK_MDIFF_EXTRA_FILE: check = "extra-file"; sev = ZCK_VERIFY_WARNING; break;
+  case ZCK_MDIFF_UNREADABLE_FILE:
+    check = "read";
+    sev = ZCK_VERIFY_UNCHECKABLE;
+    if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = ZCK_ERR_IO;
+    break;
+  case ZCK_MDIFF_SIZE: check = "size"; break;
+  case ZCK_MDIFF_FILE_HASH: check = "file-xxh3"; break;
+  case ZCK_MDIFF_CHUNK: check = "chunk-xxh3"; break;
+  case ZCK_MDIFF_MISSING_TENSOR: case ZCK_MDIFF_TENSOR_META: check = "tensor-meta"; break;
+  case ZCK_MDIFF_EXTRA_TENSOR: check = "tensor-meta"; sev = ZCK_VERIFY_WARNING; break;
+  case ZCK_MDIFF_TENSOR_UNREADABLE: check = "tensor-range"; break;
+  case ZCK_MDIFF_TENSOR_HASH: check = "tensor-xxh3"; break;
+  }
+  if (d->tensor && d->file) { /* a file overwritten wholesale would list every tensor */
+    ptrdiff_t fi = zck_manifest_find_file(c->expected, d->file);
+    if (fi >= 0 && ++dc->tensor_findings[fi] > VERIFY_MAX_TENSOR_FINDINGS) { dc->suppressed++; return; }
+  }
+  char *full = d->file ? zck__path_join(c->base, d->file) : NULL;
+  zck__vreport_add(c->r, sev, check, full ? full : d->file, d->tensor, d->offset, d->length, "%s", d->message);
+  free(full);
+}
+
+static void check_records(vctx *c, vfile *f, const zck__hash_range *ranges) {
+  for (size_t k = 0; k < f->n_recs; k++) {
+    const vrecord *r = &f->recs[k];
+    const zck__hash_range *h = &ranges[k];
+    if (r->method) continue;
+    c->r->pub.records++;
+    if (!h->done) {
+      zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "zip-crc", f->full, r->tensors, (int64_t)r->off, r->size,
+                       "%s: zip record \"%s\" (bytes %llu..%llu) passes the end of the file", f->full, r->name, ULL(r->off),
+                       ULL(r->off + r->size));
+    } else if (h->crc32 != r->crc) {
+      zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "zip-crc", f->full, r->tensors, (int64_t)r->off, r->size,
+                       "%s: zip record \"%s\"%s%s%s (bytes %llu..%llu): CRC-32 is %08x, the zip directory says %08x [Z-22]",
+                       f->full, r->name, r->tensors ? " (tensor " : "", r->tensors ? r->tensors : "", r->tensors ? ")" : "",
+                       ULL(r->off), ULL(r->off + r->size), h->crc32, r->crc);
+    }
+  }
+}
+
+zck_status zck__verify_data(vctx *c) {
+  zck_manifest *e = c->expected, *a = NULL;
+  size_t n_ranges = 0, n_hash = 0;
+  for (size_t i = 0; i < c->n_files; i++) {
+    vfile *f = &c->files[i];
+    n_ranges += f->n_recs;
+  }
+  if (e) n_ranges += e->n_tensors;
+  zck__hash_range *ranges = zck__calloc(n_ranges ? n_ranges : 1, sizeof *ranges);
+  zck__hash_file *hf = zck__calloc(c->n_files ? c->n_files : 1, sizeof *hf);
+  size_t *hf_of = zck__calloc(c->n_files ? c->n_files : 1, sizeof *hf_of);
+  size_t *slot = e ? zck__calloc(e->n_tensors ? e->n_tensors : 1, sizeof *slot) : NULL;
+  size_t *rec_base = zck__calloc(c->n_files ? c->n_files : 1, sizeof *rec_base);
+  bool *present = e ? zck__calloc(e->n_files ? e->n_files : 1, sizeof *present) : NULL; /* manifest files on disk */
+  zck_status st = ranges && hf && hf_of && rec_base && (!e || (slot && present)) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && e && i < c->n_files; i++)
+    if (c->files[i].mf >= 0) present[c->files[i].mf] = true;
+  if (st == ZCK_OK && e) st = zck_manifest_clone_unhashed(e, &a);
+  /* ranges of each file: its records' CRCs first, then its manifest tensors */
+  size_t used = 0;
+  for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
+    vfile *f = &c->files[i];
+    bool recs = f->n_recs > 0;
+    if (!recs && f->mf < 0) continue;
+    zck__hash_file *h = &hf[n_hash];
+    hf_of[i] = n_hash++;
+    h->path = f->full;
+    h->chunk_size = f->mf >= 0 ? e->chunk_size : 0;
+    h->ranges = ranges + used;
+    rec_base[i] = used;
+    for (size_t k = 0; recs && k < f->n_recs; k++) /* compressed records: CRC of other bytes (torch rejects them) */
+      ranges[used++] = (zck__hash_range){f->recs[k].off, f->recs[k].size, f->recs[k].method ? 0u : ZCK__HASH_CRC32, 0, 0, false};
+    for (size_t t = 0; f->mf >= 0 && t < e->n_tensors; t++) {
+      if (e->tensors[t].file != (size_t)f->mf) continue;
+      slot[t] = used;
+      ranges[used++] = (zck__hash_range){e->tensors[t].offset, e->tensors[t].nbytes, ZCK__HASH_XXH3, 0, 0, false};
+    }
+    h->n_ranges = (size_t)(ranges + used - h->ranges);
+  }
+  if (st == ZCK_OK) {
+    zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
+    ho.threads = c->o.threads;
+    ho.keep_going = true;
+    ho.progress = c->o.progress;
+    ho.progress_ctx = c->o.progress_ctx;
+    st = zck__hash_files(hf, n_hash, &ho);
+  }
+  for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
+    vfile *f = &c->files[i];
+    bool recs = f->n_recs > 0;
+    if (!recs && f->mf < 0) {
+      if (a && (st = zck_manifest_add_file(a, f->rel, NULL)) != ZCK_OK) break; /* extra: reported by compare */
+      continue;
+    }
+    zck__hash_file *h = &hf[hf_of[i]];
+    c->r->pub.files++;
+    if (h->ok) c->r->pub.bytes += h->size;
+    if (!h->ok && f->mf < 0) {
+      if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = h->status;
+      zck__vreport_add(c->r, zck__verify_severity_of(h->status) == ZCK_VERIFY_DAMAGE ? ZCK_VERIFY_DAMAGE : ZCK_VERIFY_UNCHECKABLE,
+                       "read", f->full, NULL, -1, 0, "%s", h->error ? h->error : "cannot read");
+    }
+    if (h->ok && recs) check_records(c, f, ranges + rec_base[i]);
+    if (f->mf < 0) continue;
+    zck_manifest_file *af = &a->files[f->mf];
+    af->hashed = h->ok;
+    af->size = h->size;
+    af->xxh3 = h->xxh3;
+    if (!h->ok) { af->error = h->error; h->error = NULL; }
+    if (h->ok && h->n_chunks > 1) { af->chunks = h->chunks; af->n_chunks = h->n_chunks; h->chunks = NULL; }
+  }
+  for (size_t t = 0; st == ZCK_OK && e && t < e->n_tensors; t++) {
+    if (!present[e->tensors[t].file]) continue;
+    a->tensors[t].hashed = ranges[slot[t]].done;
+    a->tensors[t].xxh3 = ranges[slot[t]].xxh3;
+    c->r->pub.tensors += ranges[slot[t]].done;
+  }
+  if (st == ZCK_OK && e) {
+    /* files of the manifest that are not on disk: drop them from `actual` */
+    for (size_t i = 0; i < e->n_files; i++) a->files[i].missing = !present[i];
+    if (c->have_ds_layout) {
+      c->ds_layout.tag = e->has_layout ? e->layout.tag : NULL; /* the tag folder may be renamed */
+      st = zck_manifest_set_layout(a, &c->ds_layout);
+    } else {
+      a->has_layout = false;
+    }
+  }
+  if (st == ZCK_OK && e) {
+    diff_ctx dc = {c, zck__calloc(e->n_files ? e->n_files : 1, sizeof(size_t)), 0};
+    if (!dc.tensor_findings) st = ZCK_ERR_NO_MEMORY;
+    else zck_manifest_compare(e, a, c->base, 0, on_diff, &dc);
+    if (dc.suppressed)
+      zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "tensor-xxh3", NULL, NULL, -1, 0,
+                       "%zu more damaged tensors not listed (at most %d per file)", dc.suppressed, VERIFY_MAX_TENSOR_FINDINGS);
+    free(dc.tensor_findings);
+  }
+  for (size_t i = 0; hf && i < n_hash; i++) zck__hash_file_clear(&hf[i]);
+  free(hf);
+  free(hf_of);
+  free(ranges);
+  free(slot);
+  free(rec_base);
+  free(present);
+  zck_manifest_free(a);
+  return st;
+}

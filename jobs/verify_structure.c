@@ -1,0 +1,230 @@
+/* verify_structure.c: the structure checks of `zckpt verify`: every .pt opened fully (zip
+ * directory, pickle, tensor geometry; its records listed with the tensors in them for the
+ * CRC pass), every .safetensors header, files in parallel; then the whole checkpoint through
+ * its reader (DeepSpeed file set and shapes, universal layout, HF index against shards). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deepspeed/deepspeed.h"
+#include "safetensors/safetensors.h"
+#include "threadpool.h"
+#include "torch/torch.h"
+#include "universal/universal.h"
+#include "verify_internal.h"
+
+typedef struct ptr_index {
+  const void *p;
+  size_t index;
+} ptr_index;
+
+static int cmp_ptr_index(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const ptr_index *)a)->p, y = (uintptr_t)((const ptr_index *)b)->p;
+  return x < y ? -1 : x > y;
+}
+
+/* Names of the tensors viewing each record, for zip CRC findings. */
+static zck_status name_records(zck_torch_file *tf, vfile *f, const ptr_index *entries, size_t n_entries) {
+  zck_torch_named *named = NULL;
+  size_t count = 0;
+  if (zck_torch_state_dict(tf, zck_torch_root(tf), &named, &count) != ZCK_OK) { zck_clear_error(); return ZCK_OK; }
+  size_t *shown = zck__calloc(f->n_recs ? f->n_recs : 1, sizeof *shown);
+  zck__buf *names = zck__calloc(f->n_recs ? f->n_recs : 1, sizeof *names);
+  zck_status st = shown && names ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < count; i++) {
+    const zck_torch_storage *s = zck_torch_tensor_storage(tf, named[i].tensor);
+    ptr_index key = {s ? s->entry : NULL, 0};
+    const ptr_index *hit = s ? bsearch(&key, entries, n_entries, sizeof *entries, cmp_ptr_index) : NULL;
+    if (!hit) continue;
+    size_t r = hit->index;
+    if (shown[r] < 3) zck__buf_printf(&names[r], "%s%s", shown[r] ? ", " : "", named[i].name);
+    shown[r]++;
+  }
+  for (size_t r = 0; st == ZCK_OK && r < f->n_recs; r++) {
+    if (!shown[r]) continue;
+    if (shown[r] > 3) zck__buf_printf(&names[r], " and %zu more", shown[r] - 3);
+    zck__buf_byte(&names[r], 0);
+    if (names[r].failed) { st = ZCK_ERR_NO_MEMORY; break; }
+    f->recs[r].tensors = (char *)names[r].data;
+    names[r].data = NULL;
+  }
+  for (size_t r = 0; names && r < f->n_recs; r++) zck__buf_free(&names[r]);
+  free(names);
+  free(shown);
+  zck_torch_named_free(named, count);
+  return st;
+}
+
+/* The records of a zip directory; names of the tensors in them when tf is given. */
+static zck_status collect_records(vfile *f, const zck_zip *z, zck_torch_file *tf) {
+  size_t n = zck_zip_count(z);
+  f->recs = zck__calloc(n ? n : 1, sizeof *f->recs);
+  ptr_index *entries = zck__malloc((n ? n : 1) * sizeof *entries);
+  zck_status st = f->recs && entries ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck_zip_entry *e = zck_zip_entry_at(z, i);
+    vrecord *r = &f->recs[f->n_recs++];
+    r->name = zck__strdup(e->name);
+    if (!r->name) st = ZCK_ERR_NO_MEMORY;
+    r->off = e->data_offset;
+    r->size = e->comp_size;
+    r->crc = e->crc32;
+    r->method = e->method;
+    entries[i] = (ptr_index){e, i};
+  }
+  if (st == ZCK_OK && tf) {
+    qsort(entries, n, sizeof *entries, cmp_ptr_index);
+    st = name_records(tf, f, entries, n);
+  }
+  free(entries);
+  return st;
+}
+
+/* A .pt the torch reader rejects may still have a readable zip directory: its records'
+ * CRCs then tell damage (a flipped pickle byte) from a file that is merely unsupported. */
+static void records_without_torch(vfile *f) {
+  zck__source src;
+  zck_zip *z = NULL;
+  if (zck__source_open(&src, f->full) != ZCK_OK) { zck_clear_error(); return; }
+  if (zck_zip_open(&src, &z) == ZCK_OK && collect_records(f, z, NULL) != ZCK_OK) {
+    for (size_t k = 0; k < f->n_recs; k++) free(f->recs[k].name);
+    free(f->recs);
+    f->recs = NULL;
+    f->n_recs = 0;
+  }
+  zck_zip_close(z);
+  zck__source_close(&src);
+  zck_clear_error();
+}
+
+static zck_status open_torch(vfile *f) {
+  zck_torch_file *tf = NULL;
+  ZCK_TRY(zck_torch_open(f->full, NULL, &tf));
+  zck_status st = collect_records(f, zck_torch_zip(tf), tf);
+  zck_torch_close(tf);
+  return st;
+}
+
+static zck_status open_safetensors(vfile *f) {
+  zck_st_file *sf = NULL;
+  ZCK_TRY(zck_st_open(f->full, &sf));
+  size_t n = zck_st_warning_count(sf);
+  zck_status st = ZCK_OK;
+  if (n && !(f->warnings = zck__calloc(n, sizeof *f->warnings))) st = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++)
+    if ((f->warnings[f->n_warnings] = zck__strdup(zck_st_warning_at(sf, i)))) f->n_warnings++;
+  zck_st_close(sf);
+  return st;
+}
+
+static zck_status open_item(void *ctx, size_t item, unsigned thread) {
+  vfile *f = &((vfile *)ctx)[item];
+  zck_status st = ZCK_OK;
+  if (f->type == VF_TORCH) st = open_torch(f);
+  else if (f->type == VF_SAFETENSORS) st = open_safetensors(f);
+  f->open_status = st;
+  if (st != ZCK_OK) {
+    f->open_error = strdup(zck_last_error());
+    zck_clear_error();
+    if (st == ZCK_ERR_NO_MEMORY) return st;
+    if (f->type == VF_TORCH && !f->n_recs) records_without_torch(f);
+  }
+  return ZCK_OK; /* one bad file must not stop the others */
+}
+
+static void check_deepspeed(vctx *c) {
+  zck_ds_open_opts o = ZCK_DS_OPEN_OPTS_INIT;
+  o.tag = c->o.tag;
+  zck_ds_ckpt *ck = NULL;
+  zck_status st = zck_ds_open(c->path, &o, &ck);
+  if (st == ZCK_ERR_UNSUPPORTED) {
+    zck__vreport_add(c->r, ZCK_VERIFY_WARNING, "structure", NULL, NULL, -1, 0,
+                     "DeepSpeed file set not checked: %s (each file is still checked)", zck_last_error());
+    return;
+  }
+  if (st != ZCK_OK) {
+    zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
+    return;
+  }
+  const zck_ds_info *in = zck_ds_info_of(ck);
+  char detail[256];
+  snprintf(detail, sizeof detail, "tag %s, ZeRO stage %d, world size %u, %zu flat group%s, %s", in->tag ? in->tag : "?",
+           in->stage, in->world_size, in->n_flat_groups, in->n_flat_groups == 1 ? "" : "s", zck_dtype_name(in->lp_dtype));
+  zck__vreport_set(&c->r->detail, detail);
+  for (size_t i = 0; i < in->n_warnings; i++) zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", in->warnings[i]);
+  c->ds_layout = (zck_manifest_layout){NULL, in->stage, in->world_size, in->n_flat_groups,
+                                       (char *)zck_dtype_name(in->lp_dtype), (char *)zck_dtype_name(in->master_dtype),
+                                       in->bf16_prefix};
+  c->have_ds_layout = true;
+  zck_ds_close(ck);
+}
+
+static void check_universal(vctx *c) {
+  zck_uv_ckpt *u = NULL;
+  zck_status st = zck_uv_open(c->path, NULL, &u);
+  if (st != ZCK_OK) {
+    zck__verify_add_status(c, st == ZCK_ERR_UNSUPPORTED ? ZCK_ERR_UNSUPPORTED : st, "structure", NULL, zck_last_error());
+    return;
+  }
+  const zck_uv_info *in = zck_uv_info_of(u);
+  char detail[256];
+  snprintf(detail, sizeof detail, "ZeRO stage %d source, world size %u, %s%s", in->stage, in->world_size,
+           zck_dtype_name(in->lp_dtype), in->has_optimizer_state ? ", with optimizer state" : "");
+  zck__vreport_set(&c->r->detail, detail);
+  c->ds_layout = (zck_manifest_layout){NULL, in->stage, in->world_size, 0, (char *)zck_dtype_name(in->lp_dtype),
+                                       (char *)zck_dtype_name(in->master_dtype), false};
+  c->have_ds_layout = true;
+  zck_uv_close(u);
+}
+
+static void check_hf_index(vctx *c) {
+  const char *hf_path = NULL;
+  char *owned = NULL;
+  if (c->hf_index_given) hf_path = c->path;
+  else if (!c->single && (zck__verify_exists_in(c->base, "model.safetensors.index.json") || zck__verify_exists_in(c->base, "model.safetensors")))
+    hf_path = owned = zck__strdup(c->base);
+  if (!hf_path) return;
+  for (size_t i = 0; i < c->n_files; i++)
+    if (c->files[i].type == VF_SAFETENSORS && c->files[i].open_status != ZCK_OK) { free(owned); return; } /* already said */
+  zck_hf_checkpoint *hc = NULL;
+  zck_status st = zck_hf_open(hf_path, &hc);
+  if (st != ZCK_OK) {
+    zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
+  } else {
+    for (size_t i = 0; i < zck_hf_warning_count(hc); i++)
+      zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", zck_hf_warning_at(hc, i));
+    zck_hf_close(hc);
+  }
+  free(owned);
+}
+
+zck_status zck__verify_structure(vctx *c) {
+  if (c->is_ds) check_deepspeed(c);
+  if (c->is_uv) check_universal(c);
+  ZCK_TRY(zck__parallel_for(c->n_files, c->o.threads, open_item, c->files));
+  size_t n_st = 0, n_pt = 0;
+  for (size_t i = 0; i < c->n_files; i++) {
+    vfile *f = &c->files[i];
+    n_st += f->type == VF_SAFETENSORS;
+    n_pt += f->type == VF_TORCH;
+    if (f->open_status != ZCK_OK) zck__verify_add_status(c, f->open_status, "structure", f->full, f->open_error ? f->open_error : "cannot open");
+    for (size_t k = 0; k < f->n_warnings; k++) zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", f->warnings[k]);
+  }
+  if (!c->is_ds && !c->is_uv) {
+    check_hf_index(c);
+    zck_manifest_kind k = c->expected ? c->expected->kind : ZCK_MANIFEST_OTHER;
+    const char *kind = k != ZCK_MANIFEST_OTHER ? zck_manifest_kind_name(k)
+                       : n_st ? "safetensors" : n_pt ? "torch" : c->single ? "file" : "directory";
+    zck__vreport_set(&c->r->kind, kind);
+  }
+  if (!c->is_ds && !c->is_uv && !c->expected && !n_st && !n_pt && !c->hf_index_given) {
+    if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = ZCK_ERR_UNSUPPORTED;
+    zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "coverage", c->path, NULL, -1, 0,
+                     "%s: nothing zckpt can check: no .pt/.bin, .safetensors, DeepSpeed checkpoint or " ZCK_MANIFEST_NAME,
+                     c->path);
+  }
+  if (!c->expected && n_st)
+    zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", NULL, NULL, -1, 0,
+                     "safetensors files carry no checksums: their tensor bytes were not checked (a zckpt manifest would cover them)");
+  return ZCK_OK;
+}
