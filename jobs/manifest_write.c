@@ -3,9 +3,9 @@
  * lib/manifest knows no format; here the readers say where each tensor's bytes are: a
  * torch .pt/.bin file (every tensor of its pickle, named by its path through dicts and
  * lists, "optimizer_state_dict.state.0.exp_avg"), a safetensors file (every header entry).
- * Other files are listed with their size and hash only. A DeepSpeed tag folder also gets
- * its layout, from the DeepSpeed reader (which validates the whole file set on the way:
- * a manifest is never written for a checkpoint zckpt cannot read back).
+ * Other files are listed with their size and hash only. A DeepSpeed tag folder (or a
+ * universal folder) also gets its layout, from its reader, which validates the whole file
+ * set on the way: a manifest is never written for a checkpoint zckpt cannot read back.
  * Files are described in parallel (pickles of many ranks) and hashed in parallel.
  */
 #include <stdio.h>
@@ -185,7 +185,15 @@ static zck_status deepspeed_layout(const char *dir, zck_manifest *m) {
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY_CTX(zck_ds_open(dir, NULL, &ck), "cannot describe the DeepSpeed layout");
   const zck_ds_info *in = zck_ds_info_of(ck);
-  zck_manifest_layout l = {(char *)in->tag, in->stage, in->world_size, in->n_flat_groups,
+  /* written inside a writer's temporary folder (".TAG.zck-tmp-PID"): record TAG */
+  char tag[256];
+  snprintf(tag, sizeof tag, "%s", in->tag ? in->tag : "");
+  char *tmp = strstr(tag, ".zck-tmp-");
+  if (tag[0] == '.' && tmp) {
+    *tmp = 0;
+    memmove(tag, tag + 1, strlen(tag));
+  }
+  zck_manifest_layout l = {tag[0] ? tag : NULL, in->stage, in->world_size, in->n_flat_groups,
                            (char *)zck_dtype_name(in->lp_dtype), (char *)zck_dtype_name(in->master_dtype), in->bf16_prefix};
   zck_status st = zck_manifest_set_layout(m, &l);
   zck_ds_close(ck);
