@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 /* ---- fault injection */
@@ -332,6 +333,35 @@ static bool zck__dir_is_empty(const char *path) {
   return empty;
 }
 
+/* Removes ".<name>.zck-tmp-<pid>" siblings of path left by a process that died before its
+ * commit (the pid no longer runs), so crashed saves do not pile up. */
+static void zck__clean_stale_temps(const char *final_path) {
+  char *copy1 = zck__strdup(final_path), *copy2 = zck__strdup(final_path);
+  if (copy1 && copy2) {
+    size_t n = strlen(copy1);
+    while (n > 1 && copy1[n - 1] == '/') copy1[--n] = 0, copy2[n] = 0;
+    const char *dir = dirname(copy1), *base = basename(copy2);
+    char *prefix = zck__sprintf(".%s.zck-tmp-", base);
+    DIR *dd = prefix ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (dd && (e = readdir(dd))) {
+      if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+      char *end;
+      long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+      if (pid <= 0 || (*end && strncmp(end, ".zck-old-", 9))) continue;
+      if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+      char *stale = zck__path_join(dir, e->d_name);
+      if (stale) zck__remove_tree(stale);
+      free(stale);
+    }
+    if (dd) closedir(dd);
+    free(prefix);
+  }
+  free(copy1);
+  free(copy2);
+  zck_clear_error();
+}
+
 zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overwrite) {
   memset(d, 0, sizeof *d);
   struct stat st;
@@ -351,6 +381,7 @@ zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overw
   free(parent);
   if (s != ZCK_OK) { zck__outdir_abort(d); return s; }
   zck__remove_tree(d->tmp_path); /* a stale one from a crashed run of the same pid */
+  zck__clean_stale_temps(final_path);
   if (mkdir(d->tmp_path, 0755) != 0) {
     s = zck__fail_errno(errno, "%s: cannot create output directory", final_path);
     free(d->tmp_path);
