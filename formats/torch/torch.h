@@ -93,9 +93,12 @@ const zck_torch_tensor *zck_torch_tensor_of(const zck_torch_file *f, const zck_p
 
 /* (name, tensor) pairs of a state dict: every tensor reachable from `dict` through dicts
  * (str or int keys) and lists/tuples, named with '.'-joined keys / indices
- * ("module.layers.0.weight"), in insertion order. Non-tensor leaves are skipped. Fails
- * with ZCK_ERR_FORMAT on a name reached twice (duplicate keys) and ZCK_ERR_LIMIT past
- * the nesting limit. Free with zck_torch_named_free. */
+ * ("module.layers.0.weight"), in insertion order. Non-tensor leaves, objects other than
+ * tensors, keys that are neither str nor int, and containers holding themselves are
+ * skipped. A tensor reachable twice (tied weights) is listed under both names. Fails with
+ * ZCK_ERR_FORMAT on a name reached twice (duplicate keys), ZCK_ERR_LIMIT past 256 levels
+ * or when shared containers would multiply the names beyond 16x the pickle's objects.
+ * Free with zck_torch_named_free. */
 typedef struct zck_torch_named {
   char *name;
   const zck_torch_tensor *tensor;

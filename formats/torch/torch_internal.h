@@ -33,6 +33,8 @@ struct zck_torch_file {
   size_t nlisted;
   zck__ptrmap tensor_of;       /* node -> index in tensors */
   zck__ptrmap storage_of;      /* PERSID node -> index in storages */
+  size_t *key_slots;           /* storage key -> index + 1 (open addressing; 0 = empty) */
+  size_t key_cap;
 };
 
 /* Storage class name (torch.<Name>) -> dtype; ZCK_DTYPE_INVALID if unknown, and *quantized

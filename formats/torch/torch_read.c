@@ -190,6 +190,42 @@ static zck_status sfail(const zck_torch_file *f, const zck_pk *node, const char 
   return zck__fail(s, "%s: %s: %s (%s)", f->name, where, msg, id);
 }
 
+static uint64_t key_hash(const char *k) {
+  uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+  for (; *k; k++) h = (h ^ (uint8_t)*k) * 1099511628211ULL;
+  return h;
+}
+
+/* Index of the storage with this key, or SIZE_MAX. */
+static size_t key_find(const zck_torch_file *f, const char *key) {
+  if (!f->key_cap) return SIZE_MAX;
+  for (size_t j = key_hash(key) & (f->key_cap - 1);; j = (j + 1) & (f->key_cap - 1)) {
+    if (!f->key_slots[j]) return SIZE_MAX;
+    if (!strcmp(f->storages[f->key_slots[j] - 1].key, key)) return f->key_slots[j] - 1;
+  }
+}
+
+static bool key_insert(zck_torch_file *f, size_t index) {
+  if ((f->nstorages + 1) * 2 > f->key_cap) {
+    size_t cap = f->key_cap ? f->key_cap * 2 : 64;
+    size_t *slots = zck__calloc(cap, sizeof *slots);
+    if (!slots) return false;
+    for (size_t i = 0; i < f->key_cap; i++) {
+      if (!f->key_slots[i]) continue;
+      size_t j = key_hash(f->storages[f->key_slots[i] - 1].key) & (cap - 1);
+      while (slots[j]) j = (j + 1) & (cap - 1);
+      slots[j] = f->key_slots[i];
+    }
+    free(f->key_slots);
+    f->key_slots = slots;
+    f->key_cap = cap;
+  }
+  size_t j = key_hash(f->storages[index].key) & (f->key_cap - 1);
+  while (f->key_slots[j]) j = (j + 1) & (f->key_cap - 1);
+  f->key_slots[j] = index + 1;
+  return true;
+}
+
 static zck_status resolve_storage(zck_torch_file *f, const zck_pk *persid) {
   const zck_pk *pid = persid->u.persid.pid;
   if (!pid || pid->kind != ZCK_PK_TUPLE || pid->u.seq.len < 1 || !zck_pk_as_str(pid->u.seq.items[0]) ||
@@ -222,9 +258,10 @@ static zck_status resolve_storage(zck_torch_file *f, const zck_pk *persid) {
   int64_t numel;
   if (it[4]->kind != ZCK_PK_INT || !zck_pk_as_int(it[4], &numel) || numel < 0)
     return sfail(f, persid, "S-04", ZCK_ERR_FORMAT, "storage '%s': numel is not a non-negative int", key);
-  for (size_t i = 0; i < f->nstorages; i++) {
+  size_t found = key_find(f, key);
+  if (found != SIZE_MAX) {
+    size_t i = found;
     zck_torch_storage *s = &f->storages[i];
-    if (strcmp(s->key, key)) continue;
     if (s->dtype != dt || s->numel != (uint64_t)numel)
       return sfail(f, persid, "S-07", ZCK_ERR_FORMAT, "storage '%s' used as %s x %lld after %s x %llu", key,
                    it[1]->u.global.name, (long long)numel, zck_dtype_name(s->dtype), (unsigned long long)s->numel);
@@ -261,7 +298,11 @@ static zck_status resolve_storage(zck_torch_file *f, const zck_pk *persid) {
   s->nbytes = nbytes;
   s->entry = e;
   s->data_offset = e->data_offset;
-  if (!zck__ptrmap_put(&f->storage_of, persid, f->nstorages)) return ZCK_ERR_NO_MEMORY;
+  if (!zck__ptrmap_put(&f->storage_of, persid, f->nstorages) || !key_insert(f, f->nstorages)) {
+    free((char *)s->key);
+    free((char *)s->location);
+    return ZCK_ERR_NO_MEMORY;
+  }
   f->nstorages++;
   return ZCK_OK;
 }
@@ -616,6 +657,7 @@ void zck_torch_close(zck_torch_file *f) {
   free(f->storages);
   zck__ptrmap_free(&f->tensor_of);
   zck__ptrmap_free(&f->storage_of);
+  free(f->key_slots);
   zck_pk_doc_free(f->doc);
   zck_zip_close(f->zip);
   free(f->prefix);
