@@ -163,10 +163,26 @@ def torch_writes():
               f"{fn}: weights_only: torch {torch_wo}, zckpt {manifest['weights_only']}")
 
 
+def deepspeed_files():
+    """Real DeepSpeed checkpoints (tests/fixtures/deepspeed): zckpt reads what torch reads."""
+    try:
+        import deepspeed  # noqa: F401  (its classes must import for a full torch.load)
+    except Exception:  # noqa: BLE001
+        print("deepspeed not importable: DeepSpeed files not compared")
+        return
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "deepspeed")
+    for dirpath, _, names in sorted(os.walk(root)):
+        for fn in sorted(names):
+            if fn.endswith(".pt"):
+                path = os.path.join(dirpath, fn)
+                compare(run_tool("dump", path), torch.load(path, weights_only=False, map_location="cpu"), f"zckpt reads {fn}")
+
+
 def main():
     print("torch", torch.__version__)
     zckpt_writes()
     torch_writes()
+    deepspeed_files()
     if failures:
         print(f"{len(failures)} failures")
         sys.exit(1)

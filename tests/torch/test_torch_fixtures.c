@@ -105,6 +105,39 @@ static int check_file(const char *dir, const char *json_name) {
   return n;
 }
 
+/* Every .pt under fixtures/deepspeed opens and reads all its tensors (DeepSpeed's own
+ * classes stay inert objects). */
+static int check_tree(const char *dir) {
+  struct dirent **names;
+  int n = scandir(dir, &names, NULL, alphasort), count = 0;
+  for (int i = 0; i < n; i++) {
+    const char *nm = names[i]->d_name;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, nm);
+    size_t l = strlen(nm);
+    if (nm[0] != '.' && names[i]->d_type == DT_DIR) count += check_tree(path);
+    else if (l > 3 && !strcmp(nm + l - 3, ".pt")) {
+      zck_torch_file *f;
+      ZT_OK(zck_torch_open(path, NULL, &f));
+      zck_torch_named *v;
+      size_t nn;
+      ZT_OK(zck_torch_state_dict(f, zck_torch_root(f), &v, &nn));
+      for (size_t k = 0; k < nn; k++) {
+        uint8_t *buf = malloc(zck_torch_tensor_nbytes(v[k].tensor) + 1);
+        ZT_OK(zck_torch_tensor_read(f, v[k].tensor, buf, 0, v[k].tensor->numel));
+        free(buf);
+      }
+      printf("%s: %zu tensors\n", nm, nn);
+      zck_torch_named_free(v, nn);
+      zck_torch_close(f);
+      count++;
+    }
+    free(names[i]);
+  }
+  free(names);
+  return count;
+}
+
 int main(void) {
   char *dir = zt_fixture("torch");
   DIR *d = opendir(dir);
@@ -121,6 +154,9 @@ int main(void) {
   }
   free(names);
   free(dir);
+  char *ds = zt_fixture("deepspeed");
+  files += check_tree(ds);
+  free(ds);
   if (!files) zt_skip("no torch fixtures");
   return 0;
 }
