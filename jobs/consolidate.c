@@ -15,6 +15,7 @@
 #include "deepspeed/deepspeed.h"
 #include "plan.h"
 #include "tensor_set.h"
+#include "zck.h"
 
 /* What each set entry is, in deepspeed terms. */
 typedef struct zck__cons_entry {
@@ -195,6 +196,12 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   dopts.tag = o.tag;
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(path, &dopts, &ck));
+  /* a zckpt-written checkpoint without its manifest was never completed */
+  zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
+  if (complete != ZCK_OK) {
+    zck_ds_close(ck);
+    return complete;
+  }
   size_t n_out = 0;
   const zck_ds_output *outs = zck_ds_outputs(ck, &n_out);
 
@@ -231,7 +238,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   }
   zck__cons_ctx ctx = {ck, entries, o.threads, o.progress, o.progress_ctx};
   zck__write_opts wo = {.fill = zck__cons_fill, .fill_ctx = &ctx, .threads = o.threads,
-                        .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0,
+                        .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0, .manifest = true,
                         .progress = o.progress, .progress_ctx = o.progress_ctx};
   char **side_names = NULL, **side_texts = NULL;
   size_t n_side = 0;

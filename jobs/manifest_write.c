@@ -18,7 +18,7 @@
 #include "threadpool.h"
 #include "torch/torch.h"
 #include "universal/universal.h"
-#include "zck_verify_api.h"
+#include "zck.h"
 
 typedef struct desc_tensor {
   char *name;

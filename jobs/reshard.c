@@ -20,6 +20,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "tensor_set.h"
+#include "zck.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
   zck__source src;
@@ -80,6 +81,11 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &c));
   const zck_ds_info *in = zck_ds_info_of(c);
+  zck_status complete = zck_manifest_check_complete(in->dir, o.force);
+  if (complete != ZCK_OK) {
+    zck_ds_close(c);
+    return complete;
+  }
   zck_ds_write_opts wo;
   zck_ds_write_opts_from(c, &wo);
   if (o.to_stage) wo.stage = o.to_stage;
@@ -101,6 +107,15 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   }
   if (st == ZCK_OK) st = zck_ds_writer_commit(w);
   if (st == ZCK_OK) st = zck__carry_side_files(in->root, in->tag, d.tmp_path, wo.world_size);
+  if (st == ZCK_OK) {
+    /* written last: its presence says the checkpoint is complete, its hashes what it holds */
+    zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+    mo.kind = "deepspeed";
+    mo.threads = o.threads;
+    char *tag_dir = zck__path_join(d.tmp_path, wo.tag);
+    st = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
+    free(tag_dir);
+  }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);
   zck_ds_writer_free(w);
   zck__outdir_abort(&d);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "layout.h"
+#include "zck.h"
 #include "plan.h"
 #include "safetensors/safetensors.h"
 #include "torch/torch.h"
@@ -323,6 +324,14 @@ zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *pat
   return st;
 }
 
+static zck_status zck__manifest_before_commit(void *ctx, const char *tmp_dir) {
+  const zck__write_opts *o = ctx;
+  zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+  mo.kind = "safetensors";
+  mo.threads = o->threads;
+  return zck_manifest_write_dir(tmp_dir, &mo);
+}
+
 zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir, const zck__write_opts *o,
                                       const char *const *extra_names, const char *const *extra_texts,
                                       size_t n_extra) {
@@ -330,6 +339,10 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
   ho.max_shard_size = o ? o->max_shard_size : 0;
   ho.overwrite = o ? o->overwrite : false;
   ho.style = ZCK_HF_INDEX_SORTED; /* as transformers' save_pretrained and zero_to_fp32 */
+  if (o && o->manifest) {
+    ho.before_commit = zck__manifest_before_commit;
+    ho.before_commit_ctx = (void *)o;
+  }
   zck_hf_writer *w = NULL;
   zck_store *dst = NULL;
   zck_status st = zck_hf_writer_new(dir, &ho, &w);

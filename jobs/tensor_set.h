@@ -87,6 +87,7 @@ typedef struct zck__write_opts {
   uint64_t max_shard_size;    /* HF directory output; 0 = 5GB */
   bool overwrite;
   bool torch_bin_too;         /* HF directory: also pytorch_model.bin, in the same commit */
+  bool manifest;              /* HF directory: write zckpt-manifest.json last (checksums) */
   zck_progress_fn progress;
   void *progress_ctx;
 } zck__write_opts;

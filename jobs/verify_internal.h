@@ -6,7 +6,7 @@
 
 #include "error.h"
 #include "manifest.h"
-#include "zck_verify_api.h"
+#include "zck.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -26,6 +26,7 @@ static const char zck__consolidate_help[] =
   "                           save_pretrained; the alias is recorded in the metadata)\n"
   "  --threads N              worker threads (default: all cores)\n"
   "  --overwrite              replace an existing output\n"
+  "  --force                  read a zckpt-written checkpoint whose manifest is missing\n"
   "  -q, --quiet              no progress bar\n"
   "  -h, --help               this help\n";
 
@@ -34,7 +35,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
     {"tag", required_argument, 0, 'T'}, {"dtype", required_argument, 0, 'd'},
     {"max-shard-size", required_argument, 0, 's'}, {"format", required_argument, 0, 'f'},
     {"exclude-frozen", no_argument, 0, 'x'}, {"keep-tied", no_argument, 0, 'k'},
-    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'},
+    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   bool quiet = false;
@@ -69,6 +70,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
       break;
     }
     case 'o': o.overwrite = 1; break;
+    case 'F': o.force = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__consolidate_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_usage_error("consolidate", "unknown option '%s'", argv[optind - 1]);

@@ -22,6 +22,7 @@ static const char zck__reshard_help[] =
   "  --tag TAG                source tag instead of `latest`\n"
   "  --threads N              worker threads (default: all cores)\n"
   "  --overwrite              replace an existing OUT\n"
+  "  --force                  read a zckpt-written SRC whose manifest is missing\n"
   "  -q, --quiet              no progress bar\n"
   "  -h, --help               this help\n";
 
@@ -38,7 +39,7 @@ int zck_cmd_reshard(int argc, char **argv) {
   static const struct option opts[] = {
     {"to-stage", required_argument, 0, 's'}, {"to-world-size", required_argument, 0, 'w'},
     {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 'T'},
-    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'},
+    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -66,6 +67,7 @@ int zck_cmd_reshard(int argc, char **argv) {
       o.threads = (unsigned)v;
       break;
     case 'o': o.overwrite = 1; break;
+    case 'F': o.force = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__reshard_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_usage_error("reshard", "unknown option '%s'", argv[optind - 1]);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "../jobs/zck_verify_api.h" /* until it is merged into zck.h */
+#include "zck.h" /* until it is merged into zck.h */
 
 int zck_cmd_verify(int argc, char **argv);
 

@@ -422,6 +422,7 @@ zck_status zck_hf_writer_commit(zck_hf_writer *w) {
     free(path);
     ZCK_TRY(s);
   }
+  if (w->opts.before_commit) ZCK_TRY(w->opts.before_commit(w->opts.before_commit_ctx, w->dir.tmp_path));
   ZCK_TRY(zck__outdir_commit(&w->dir));
   w->committed = true;
   return ZCK_OK;

@@ -187,8 +187,12 @@ typedef struct zck_hf_options {
   const char *prefix;             /* file name stem; NULL = "model" */
   bool with_total_parameters;     /* add "total_parameters" to the index metadata (transformers) */
   uint64_t total_parameters;
+  /* Called at commit with the temporary directory once every file is final (index
+   * included), before the rename: the last word, e.g. a manifest. NULL: none. */
+  zck_status (*before_commit)(void *ctx, const char *tmp_dir);
+  void *before_commit_ctx;
 } zck_hf_options;
-#define ZCK_HF_OPTIONS_INIT {0, ZCK_HF_INDEX_HUB, false, NULL, false, 0}
+#define ZCK_HF_OPTIONS_INIT {0, ZCK_HF_INDEX_HUB, false, NULL, false, 0, NULL, NULL}
 
 typedef struct zck_hf_writer zck_hf_writer;
 

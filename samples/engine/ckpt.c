@@ -6,6 +6,7 @@
  * the copy into the writer's parts and run it (zck_exec_run), then the HF files. The whole
  * checkpoint-<step>/ is built under a temporary name and renamed into place at the end.
  * Resume = the reverse copy, each rank planning only its own partitions. */
+#include "zck.h"
 #include "ckpt.h"
 
 #include "deepspeed/deepspeed.h"
@@ -510,6 +511,17 @@ static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step
   if (s == ZCK_OK && (plan->o.stage < 3 || t->gather16))
     s = ze_hf_write_weights(model, t->cfg, zr0->work, plan->o.lp_dtype);
   if (s == ZCK_OK) s = write_trainer_state(t, state, step);
+  if (s == ZCK_OK) {
+    /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
+     * `zckpt verify` checks every tensor against its hashes */
+    char tag[64];
+    snprintf(tag, sizeof tag, "global_step%lld", (long long)step);
+    char *tag_dir = zck__outdir_file(&od, tag);
+    zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+    mo.kind = "deepspeed";
+    s = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
+    free(tag_dir);
+  }
   if (s == ZCK_OK) s = zck__outdir_commit(&od);
   zck__outdir_abort(&od);
   free(cfg);
@@ -622,7 +634,8 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st)
   oo.require_optimizer_state = true;
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(path, &oo, &c));
-  zck_status s = check_fits(t, c, path);
+  zck_status s = zck_manifest_check_complete(zck_ds_info_of(c)->dir, 0);
+  if (s == ZCK_OK) s = check_fits(t, c, path);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     return s;

@@ -11,7 +11,7 @@
 
 #include "manifest.h"
 #include "test.h"
-#include "zck_verify_api.h"
+#include "zck.h"
 
 static void write_bytes(const char *path, const uint8_t *data, size_t n) {
   if (zt_write_file(path, data, n) != 0) ZT_FAIL("cannot write %s", path);

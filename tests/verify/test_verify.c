@@ -14,7 +14,7 @@
 #include "safetensors/safetensors.h"
 #include "test.h"
 #include "torch/torch.h"
-#include "zck_verify_api.h"
+#include "zck.h"
 
 static bool exists(const char *p) { struct stat sb; return stat(p, &sb) == 0; }
 
