@@ -15,6 +15,7 @@
 #include "hf.h"
 #include "io.h"
 #include "plan.h"
+#include "safetensors/safetensors.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -409,6 +410,66 @@ out:
   return s;
 }
 
+/* stage3_gather_16bit_weights_on_model_save: model.safetensors in the 16-bit dtype written
+ * straight from every rank's fp32 partitions (and frozen 16-bit partitions) by one copy
+ * plan: each extent goes from a rank's memory to its byte range in the file, cast on the
+ * way (RNE, the bits of the live 16-bit params). Memory is the executor's staging buffers;
+ * no rank ever holds the whole 16-bit model. */
+static zck_status write_gathered16(const ze_ckpt_tracker *t, const char *path) {
+  const ze_zero_plan *plan = t->plan;
+  const zck_model *m = t->model;
+  zck_dtype lp = plan->o.lp_dtype;
+  zck_st_dtype sd;
+  if (!zck_st_dtype_from_zck(lp, &sd)) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: no safetensors dtype", path);
+  zck_st_writer *w = NULL;
+  zck_store *fp32 = NULL, *frozen = NULL, *dst = NULL;
+  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
+  uint32_t *owners = zck__calloc(m->n_params + 1, sizeof *owners);
+  size_t *slot = zck__calloc(m->n_params + 1, sizeof *slot);
+  zck_layout *whole = NULL;
+  zck_plan *plans[2] = {NULL, NULL};
+  zck_status s = (numel && owners && slot) ? zck_st_writer_new(&w) : ZCK_ERR_NO_MEMORY;
+  size_t n = 0;
+  for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++) {
+    numel[p] = m->params[p].numel;
+    if (m->params[p].tied_to >= 0) continue; /* lm_head: save_pretrained drops tied copies */
+    uint64_t shape[ZCK_MAX_DIMS];
+    for (int d = 0; d < m->params[p].ndim; d++) shape[d] = (uint64_t)m->params[p].shape[d];
+    s = zck_st_writer_add(w, m->params[p].name, sd, m->params[p].ndim, shape, &slot[n]);
+    owners[n++] = (uint32_t)p;
+  }
+  if (s == ZCK_OK) s = zck_st_writer_layout(w);
+  if (s == ZCK_OK) s = zck_st_writer_open(w, path);
+  if (s == ZCK_OK) s = zck_layout_whole(m->n_params, numel, owners, n, &whole);
+  if (s == ZCK_OK && !(dst = zck__calloc(n + 1, sizeof *dst))) s = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; s == ZCK_OK && i < n; i++)
+    dst[i] = zck_store_fd(zck_st_writer_fd(w), zck_st_writer_tensor(w, slot[i])->offset, lp, numel[owners[i]], path);
+  if (s == ZCK_OK) s = rank_stores(t, 0, &fp32);
+  zck_exec_job jobs[2];
+  size_t nj = 0;
+  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
+  po.allow_missing = true; /* the trainable and the frozen plan each cover their own params */
+  if (s == ZCK_OK) s = zck_plan_build(plan->train, whole, &po, &plans[nj]);
+  if (s == ZCK_OK) { jobs[nj] = (zck_exec_job){plans[nj], fp32, dst, NULL}; nj++; }
+  if (s == ZCK_OK && plan->frozen && plan->frozen->n_pieces) {
+    s = rank_stores(t, 4, &frozen);
+    if (s == ZCK_OK) s = zck_plan_build(plan->frozen, whole, &po, &plans[nj]);
+    if (s == ZCK_OK) { jobs[nj] = (zck_exec_job){plans[nj], frozen, dst, NULL}; nj++; }
+  }
+  if (s == ZCK_OK) s = zck_exec_run(jobs, nj, NULL);
+  if (s == ZCK_OK) s = zck_st_writer_commit(w);
+  zck_st_writer_free(w);
+  for (int i = 0; i < 2; i++) zck_plan_free(plans[i]);
+  zck_layout_free(whole);
+  free(fp32);
+  free(frozen);
+  free(dst);
+  free(numel);
+  free(owners);
+  free(slot);
+  return s;
+}
+
 // ---- rotation (Trainer._sorted_checkpoints / _rotate_checkpoints)
 
 static int64_t checkpoint_step(const char *name) {
@@ -508,8 +569,9 @@ static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step
   if (s == ZCK_OK) s = ze_hf_write_config(cfg, t->cfg, plan->o.lp_dtype);
   /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
    * only the DeepSpeed checkpoint) */
-  if (s == ZCK_OK && (plan->o.stage < 3 || t->gather16))
+  if (s == ZCK_OK && plan->o.stage < 3)
     s = ze_hf_write_weights(model, t->cfg, zr0->work, plan->o.lp_dtype);
+  if (s == ZCK_OK && plan->o.stage == 3 && t->gather16) s = write_gathered16(t, model);
   if (s == ZCK_OK) s = write_trainer_state(t, state, step);
   if (s == ZCK_OK) {
     /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
