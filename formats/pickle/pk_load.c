@@ -3,7 +3,7 @@
  * ZCK_ERR_FORMAT "NAME: byte OFFSET: what"; every exceeded limit is ZCK_ERR_LIMIT.
  * Python's metastack (a MARK starts a fresh stack) is modelled by a mark stack of stack
  * heights: no opcode may pop below the innermost mark. */
-#include "pk_internal.h"
+#include "pk_vm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -12,84 +12,23 @@
 #include <string.h>
 
 #define ZCK__PK_MAX_NAME 1024      /* GLOBAL module / name */
-#define ZCK__PK_MAX_DIGITS 4300    /* decimal ints, as CPython's int_max_str_digits */
 
-typedef struct vm {
-  const uint8_t *p;
-  size_t len, pos, op_pos;
-  uint8_t op;
-  const char *name;
-  zck_pk_limits lim;
-  zck_pk_doc *doc;
-  zck_pk **stack;
-  size_t sp, scap;
-  size_t *marks;
-  size_t nmarks, mcap;
-  zck_pk **memo;
-  size_t memo_cap, memo_count;
-} vm;
-
-static const char *op_name(uint8_t op) {
-  switch (op) {
-  case ZPK_MARK: return "MARK"; case ZPK_STOP: return "STOP"; case ZPK_POP: return "POP";
-  case ZPK_POP_MARK: return "POP_MARK"; case ZPK_DUP: return "DUP"; case ZPK_FLOAT: return "FLOAT";
-  case ZPK_INT: return "INT"; case ZPK_BININT: return "BININT"; case ZPK_BININT1: return "BININT1";
-  case ZPK_LONG: return "LONG"; case ZPK_BININT2: return "BININT2"; case ZPK_NONE: return "NONE";
-  case ZPK_PERSID: return "PERSID"; case ZPK_BINPERSID: return "BINPERSID"; case ZPK_REDUCE: return "REDUCE";
-  case ZPK_STRING: return "STRING"; case ZPK_BINSTRING: return "BINSTRING";
-  case ZPK_SHORT_BINSTRING: return "SHORT_BINSTRING"; case ZPK_UNICODE: return "UNICODE";
-  case ZPK_BINUNICODE: return "BINUNICODE"; case ZPK_APPEND: return "APPEND"; case ZPK_BUILD: return "BUILD";
-  case ZPK_GLOBAL: return "GLOBAL"; case ZPK_DICT: return "DICT"; case ZPK_EMPTY_DICT: return "EMPTY_DICT";
-  case ZPK_APPENDS: return "APPENDS"; case ZPK_GET: return "GET"; case ZPK_BINGET: return "BINGET";
-  case ZPK_INST: return "INST"; case ZPK_LONG_BINGET: return "LONG_BINGET"; case ZPK_LIST: return "LIST";
-  case ZPK_EMPTY_LIST: return "EMPTY_LIST"; case ZPK_OBJ: return "OBJ"; case ZPK_PUT: return "PUT";
-  case ZPK_BINPUT: return "BINPUT"; case ZPK_LONG_BINPUT: return "LONG_BINPUT"; case ZPK_SETITEM: return "SETITEM";
-  case ZPK_TUPLE: return "TUPLE"; case ZPK_EMPTY_TUPLE: return "EMPTY_TUPLE"; case ZPK_SETITEMS: return "SETITEMS";
-  case ZPK_BINFLOAT: return "BINFLOAT"; case ZPK_PROTO: return "PROTO"; case ZPK_NEWOBJ: return "NEWOBJ";
-  case ZPK_EXT1: return "EXT1"; case ZPK_EXT2: return "EXT2"; case ZPK_EXT4: return "EXT4";
-  case ZPK_TUPLE1: return "TUPLE1"; case ZPK_TUPLE2: return "TUPLE2"; case ZPK_TUPLE3: return "TUPLE3";
-  case ZPK_NEWTRUE: return "NEWTRUE"; case ZPK_NEWFALSE: return "NEWFALSE"; case ZPK_LONG1: return "LONG1";
-  case ZPK_LONG4: return "LONG4"; case ZPK_BINBYTES: return "BINBYTES"; case ZPK_SHORT_BINBYTES: return "SHORT_BINBYTES";
-  case ZPK_SHORT_BINUNICODE: return "SHORT_BINUNICODE"; case ZPK_BINUNICODE8: return "BINUNICODE8";
-  case ZPK_BINBYTES8: return "BINBYTES8"; case ZPK_EMPTY_SET: return "EMPTY_SET"; case ZPK_ADDITEMS: return "ADDITEMS";
-  case ZPK_FROZENSET: return "FROZENSET"; case ZPK_NEWOBJ_EX: return "NEWOBJ_EX";
-  case ZPK_STACK_GLOBAL: return "STACK_GLOBAL"; case ZPK_MEMOIZE: return "MEMOIZE"; case ZPK_FRAME: return "FRAME";
-  case ZPK_BYTEARRAY8: return "BYTEARRAY8"; case ZPK_NEXT_BUFFER: return "NEXT_BUFFER";
-  case ZPK_READONLY_BUFFER: return "READONLY_BUFFER";
-  default: return NULL;
-  }
-}
-
-static const char *kind_name(const zck_pk *n) {
-  switch (n->kind) {
-  case ZCK_PK_NONE: return "None"; case ZCK_PK_BOOL: return "bool"; case ZCK_PK_INT: case ZCK_PK_BIGINT: return "int";
-  case ZCK_PK_FLOAT: return "float"; case ZCK_PK_STR: return "str"; case ZCK_PK_BYTES: return "bytes";
-  case ZCK_PK_TUPLE: return "tuple"; case ZCK_PK_LIST: return "list"; case ZCK_PK_DICT: return "dict";
-  case ZCK_PK_SET: return "set"; case ZCK_PK_GLOBAL: return "global"; case ZCK_PK_OBJECT: return "object";
-  case ZCK_PK_PERSID: return "persistent id";
-  }
-  return "?";
-}
-
-static zck_status vfail(vm *v, zck_status s, const char *fmt, ...) ZCK__PRINTF(3, 4);
-static zck_status vfail(vm *v, zck_status s, const char *fmt, ...) {
+zck_status zck__vm_fail(vm *v, zck_status s, const char *fmt, ...) {
   char msg[384];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  const char *on = op_name(v->op);
+  const char *on = zck__pk_op_name(v->op);
   return zck__fail(s, "%s: byte %zu: %s%s%s", v->name, v->op_pos, on ? on : "", on ? ": " : "", msg);
 }
 /* An error already set by an allocation (NO_MEMORY / object LIMIT): add where it happened. */
-static zck_status vctx(vm *v) {
+zck_status zck__vm_oom(vm *v) {
   return zck__error_prepend(ZCK_ERR_NO_MEMORY, "%s: byte %zu", v->name, v->op_pos);
 }
-static zck_status vctx_status(vm *v);
-#define VNEW(v, expr, out) do { if (!((out) = (expr))) return vctx_status(v); } while (0)
 
 /* After a failed node allocation: the object limit, or out of memory. */
-static zck_status vctx_status(vm *v) {
+zck_status zck__vm_alloc_fail(vm *v) {
   zck_status s = v->doc->hit_limit ? ZCK_ERR_LIMIT : ZCK_ERR_NO_MEMORY;
   return zck__error_prepend(s, "%s: byte %zu", v->name, v->op_pos);
 }
@@ -100,7 +39,7 @@ static zck_status push(vm *v, zck_pk *n) {
   if (v->sp == v->scap) {
     size_t cap = v->scap ? v->scap * 2 : 64;
     zck_pk **s = zck__realloc(v->stack, cap * sizeof *s);
-    if (!s) return vctx(v);
+    if (!s) return zck__vm_oom(v);
     v->stack = s;
     v->scap = cap;
   }
@@ -111,8 +50,8 @@ static zck_status push(vm *v, zck_pk *n) {
 static size_t boundary(const vm *v) { return v->nmarks ? v->marks[v->nmarks - 1] : 0; }
 
 static zck_status underflow(vm *v) {
-  if (v->nmarks) return vfail(v, ZCK_ERR_FORMAT, "unexpected MARK found (stack underflow inside a MARK)");
-  return vfail(v, ZCK_ERR_FORMAT, "stack underflow");
+  if (v->nmarks) return zck__vm_fail(v, ZCK_ERR_FORMAT, "unexpected MARK found (stack underflow inside a MARK)");
+  return zck__vm_fail(v, ZCK_ERR_FORMAT, "stack underflow");
 }
 
 static zck_status pop(vm *v, zck_pk **out) {
@@ -130,7 +69,7 @@ static zck_status top(vm *v, zck_pk **out) {
 /* Items pushed since the innermost MARK: *items points into the stack (valid until the
  * next push), the MARK is removed and the stack cut back to it. */
 static zck_status pop_mark(vm *v, zck_pk ***items, size_t *n) {
-  if (!v->nmarks) return vfail(v, ZCK_ERR_FORMAT, "no MARK to pop to");
+  if (!v->nmarks) return zck__vm_fail(v, ZCK_ERR_FORMAT, "no MARK to pop to");
   size_t m = v->marks[--v->nmarks];
   *items = v->stack ? v->stack + m : NULL;   /* an empty stack may not be allocated yet */
   *n = v->sp - m;
@@ -142,16 +81,16 @@ static zck_status pop_mark(vm *v, zck_pk ***items, size_t *n) {
 
 static zck_status need(vm *v, size_t n) {
   if (v->len - v->pos < n)
-    return vfail(v, ZCK_ERR_FORMAT, "truncated: needs %zu bytes, %zu left", n, v->len - v->pos);
+    return zck__vm_fail(v, ZCK_ERR_FORMAT, "truncated: needs %zu bytes, %zu left", n, v->len - v->pos);
   return ZCK_OK;
 }
 
-static zck_status read_line(vm *v, const char **s, size_t *n) {
+zck_status zck__vm_read_line(vm *v, const char **s, size_t *n) {
   const uint8_t *start = v->p + v->pos;
   const uint8_t *nl = memchr(start, '\n', v->len - v->pos);
-  if (!nl) return vfail(v, ZCK_ERR_FORMAT, "truncated: argument line has no newline");
+  if (!nl) return zck__vm_fail(v, ZCK_ERR_FORMAT, "truncated: argument line has no newline");
   *n = (size_t)(nl - start);
-  if (*n > v->lim.max_string) return vfail(v, ZCK_ERR_LIMIT, "line of %zu bytes over the limit %zu", *n, v->lim.max_string);
+  if (*n > v->lim.max_string) return zck__vm_fail(v, ZCK_ERR_LIMIT, "line of %zu bytes over the limit %zu", *n, v->lim.max_string);
   *s = (const char *)start;
   v->pos += *n + 1;
   return ZCK_OK;
@@ -163,176 +102,8 @@ static zck_status read_len(vm *v, size_t width, uint64_t *n) {
   *n = width == 1 ? q[0] : width == 4 ? zck__le32(q) : zck__le64(q);
   v->pos += width;
   if (*n > v->lim.max_string)
-    return vfail(v, ZCK_ERR_LIMIT, "length %llu over the string limit %zu", (unsigned long long)*n, v->lim.max_string);
+    return zck__vm_fail(v, ZCK_ERR_LIMIT, "length %llu over the string limit %zu", (unsigned long long)*n, v->lim.max_string);
   return need(v, (size_t)*n);
-}
-
-// ---- ints
-
-/* INT or BIGINT from n bytes of little-endian two's complement. */
-static zck_status make_int_le(vm *v, const uint8_t *b, size_t n, zck_pk **out) {
-  if (n == 0) { VNEW(v, zck_pk_new_int(v->doc, 0), *out); return ZCK_OK; }
-  uint8_t sign = (b[n - 1] & 0x80) ? 0xFF : 0;
-  size_t m = n;   /* drop redundant sign-extension bytes */
-  while (m > 1 && b[m - 1] == sign && ((b[m - 2] & 0x80) ? 0xFF : 0) == sign) m--;
-  if (m <= 8) {
-    uint64_t u = sign ? UINT64_MAX : 0;
-    for (size_t i = 0; i < m; i++) u = (u & ~((uint64_t)0xFF << (8 * i))) | (uint64_t)b[i] << (8 * i);
-    VNEW(v, zck_pk_new_int(v->doc, (int64_t)u), *out);
-    return ZCK_OK;
-  }
-  VNEW(v, zck__pk_new_blob(v->doc, ZCK_PK_BIGINT, b, m), *out);
-  return ZCK_OK;
-}
-
-/* Decimal text ("-123", optional trailing 'L' already stripped) to INT / BIGINT. */
-static zck_status make_int_dec(vm *v, const char *s, size_t n, zck_pk **out) {
-  int neg = 0;
-  size_t i = 0;
-  if (i < n && (s[i] == '-' || s[i] == '+')) { neg = s[i] == '-'; i++; }
-  if (i == n) return vfail(v, ZCK_ERR_FORMAT, "invalid integer literal");
-  if (n - i > ZCK__PK_MAX_DIGITS) return vfail(v, ZCK_ERR_LIMIT, "integer literal of %zu digits", n - i);
-  size_t cap = (n - i) / 2 + 2;   /* bytes: log256(10^d) < d/2 + 1 */
-  uint8_t *mag = zck__calloc(cap + 1, 1);
-  if (!mag) return vctx(v);
-  size_t used = 1;
-  for (; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9') { free(mag); return vfail(v, ZCK_ERR_FORMAT, "invalid integer literal"); }
-    unsigned carry = (unsigned)(s[i] - '0');
-    for (size_t k = 0; k < used; k++) {
-      unsigned x = mag[k] * 10u + carry;
-      mag[k] = (uint8_t)x;
-      carry = x >> 8;
-    }
-    if (carry) mag[used++] = (uint8_t)carry;
-  }
-  mag[used++] = 0;   /* room for the sign bit */
-  if (neg) {         /* two's complement negate */
-    unsigned c = 1;
-    for (size_t k = 0; k < used; k++) {
-      unsigned x = (uint8_t)~mag[k] + c;
-      mag[k] = (uint8_t)x;
-      c = x >> 8;
-    }
-  }
-  zck_status st = make_int_le(v, mag, used, out);
-  free(mag);
-  return st;
-}
-
-// ---- strings
-
-/* Python 2 str (STRING / BINSTRING / SHORT_BINSTRING): STR if UTF-8, else BYTES. */
-static zck_status make_py2_str(vm *v, const uint8_t *s, size_t n, zck_pk **out) {
-  zck_pk_kind k = zck__pk_utf8_valid(s, n) ? ZCK_PK_STR : ZCK_PK_BYTES;
-  VNEW(v, zck__pk_new_blob(v->doc, k, s, n), *out);
-  return ZCK_OK;
-}
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-/* STRING's argument: a quoted Python bytes repr, decoded as codecs.escape_decode does. */
-static zck_status op_string(vm *v, zck_pk **out) {
-  const char *s;
-  size_t n;
-  ZCK_TRY(read_line(v, &s, &n));
-  if (n < 2 || s[0] != s[n - 1] || (s[0] != '\'' && s[0] != '"'))
-    return vfail(v, ZCK_ERR_FORMAT, "argument must be quoted");
-  s++, n -= 2;
-  uint8_t *d = zck__malloc(n + 1);
-  if (!d) return vctx(v);
-  size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (s[i] != '\\' || i + 1 == n) {
-      if (s[i] == '\\') { free(d); return vfail(v, ZCK_ERR_FORMAT, "trailing \\ in string"); }
-      d[o++] = (uint8_t)s[i];
-      continue;
-    }
-    char c = s[++i];
-    switch (c) {
-    case '\n': break;
-    case '\\': d[o++] = '\\'; break;
-    case '\'': d[o++] = '\''; break;
-    case '"': d[o++] = '"'; break;
-    case 'a': d[o++] = 7; break;
-    case 'b': d[o++] = 8; break;
-    case 'f': d[o++] = 12; break;
-    case 'n': d[o++] = 10; break;
-    case 'r': d[o++] = 13; break;
-    case 't': d[o++] = 9; break;
-    case 'v': d[o++] = 11; break;
-    case 'x': {
-      int h1 = i + 1 < n ? hexval(s[i + 1]) : -1, h2 = i + 2 < n ? hexval(s[i + 2]) : -1;
-      if (h1 < 0 || h2 < 0) { free(d); return vfail(v, ZCK_ERR_FORMAT, "invalid \\x escape"); }
-      d[o++] = (uint8_t)(h1 * 16 + h2);
-      i += 2;
-      break;
-    }
-    default:
-      if (c >= '0' && c <= '7') {
-        unsigned x = (unsigned)(c - '0');
-        for (int k = 0; k < 2 && i + 1 < n && s[i + 1] >= '0' && s[i + 1] <= '7'; k++) x = x * 8 + (unsigned)(s[++i] - '0');
-        d[o++] = (uint8_t)x;
-      } else {   /* unknown escapes stay as written */
-        d[o++] = '\\';
-        d[o++] = (uint8_t)c;
-      }
-    }
-  }
-  zck_status st = make_py2_str(v, d, o, out);
-  free(d);
-  return st;
-}
-
-static size_t put_utf8(uint8_t *d, uint32_t cp) {
-  if (cp < 0x80) { d[0] = (uint8_t)cp; return 1; }
-  if (cp < 0x800) { d[0] = (uint8_t)(0xC0 | cp >> 6); d[1] = (uint8_t)(0x80 | (cp & 0x3F)); return 2; }
-  if (cp < 0x10000) {
-    d[0] = (uint8_t)(0xE0 | cp >> 12); d[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)); d[2] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  d[0] = (uint8_t)(0xF0 | cp >> 18); d[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-  d[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)); d[3] = (uint8_t)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* UNICODE's argument: raw-unicode-escape (latin-1 bytes plus \uXXXX and \UXXXXXXXX). */
-static zck_status op_unicode(vm *v, zck_pk **out) {
-  const char *s;
-  size_t n;
-  ZCK_TRY(read_line(v, &s, &n));
-  if (n > SIZE_MAX / 4) return vfail(v, ZCK_ERR_LIMIT, "string too long");
-  uint8_t *d = zck__malloc(n * 2 + 1);   /* latin-1 doubles at most; escapes shrink */
-  if (!d) return vctx(v);
-  size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint8_t c = (uint8_t)s[i];
-    if (c == '\\' && i + 1 < n && (s[i + 1] == 'u' || s[i + 1] == 'U')) {
-      size_t digits = s[i + 1] == 'u' ? 4 : 8;
-      uint32_t cp = 0;
-      if (n - i - 2 < digits) { free(d); return vfail(v, ZCK_ERR_FORMAT, "truncated \\u escape"); }
-      for (size_t k = 0; k < digits; k++) {
-        int h = hexval(s[i + 2 + k]);
-        if (h < 0) { free(d); return vfail(v, ZCK_ERR_FORMAT, "invalid \\u escape"); }
-        cp = cp * 16 + (uint32_t)h;
-      }
-      if (cp > 0x10FFFF) { free(d); return vfail(v, ZCK_ERR_FORMAT, "\\U escape out of range"); }
-      o += put_utf8(d + o, cp);
-      i += 1 + digits;
-    } else {
-      o += put_utf8(d + o, c);
-    }
-  }
-  zck_pk *node = zck__pk_new_blob(v->doc, ZCK_PK_STR, d, o);
-  free(d);
-  if (!node) return vctx_status(v);
-  *out = node;
-  return ZCK_OK;
 }
 
 // ---- memo
@@ -341,13 +112,13 @@ static zck_status memo_put(vm *v, uint64_t idx) {
   zck_pk *t;
   ZCK_TRY(top(v, &t));
   if (idx >= v->lim.max_memo)
-    return vfail(v, ZCK_ERR_LIMIT, "memo index %llu over the memo limit %zu", (unsigned long long)idx, v->lim.max_memo);
+    return zck__vm_fail(v, ZCK_ERR_LIMIT, "memo index %llu over the memo limit %zu", (unsigned long long)idx, v->lim.max_memo);
   if (idx >= v->memo_cap) {
     size_t cap = v->memo_cap ? v->memo_cap : 64;
     while (cap <= idx) cap *= 2;
     if (cap > v->lim.max_memo) cap = v->lim.max_memo;
     zck_pk **m = zck__realloc(v->memo, cap * sizeof *m);
-    if (!m) return vctx(v);
+    if (!m) return zck__vm_oom(v);
     memset(m + v->memo_cap, 0, (cap - v->memo_cap) * sizeof *m);
     v->memo = m;
     v->memo_cap = cap;
@@ -359,18 +130,18 @@ static zck_status memo_put(vm *v, uint64_t idx) {
 
 static zck_status memo_get(vm *v, uint64_t idx) {
   if (idx >= v->memo_cap || !v->memo[idx])
-    return vfail(v, ZCK_ERR_FORMAT, "memo value not found at index %llu", (unsigned long long)idx);
+    return zck__vm_fail(v, ZCK_ERR_FORMAT, "memo value not found at index %llu", (unsigned long long)idx);
   return push(v, v->memo[idx]);
 }
 
 static zck_status parse_uint_line(vm *v, uint64_t *out) {
   const char *s;
   size_t n;
-  ZCK_TRY(read_line(v, &s, &n));
+  ZCK_TRY(zck__vm_read_line(v, &s, &n));
   uint64_t x = 0;
-  if (n == 0 || n > 19) return vfail(v, ZCK_ERR_FORMAT, "invalid memo index");
+  if (n == 0 || n > 19) return zck__vm_fail(v, ZCK_ERR_FORMAT, "invalid memo index");
   for (size_t i = 0; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9') return vfail(v, ZCK_ERR_FORMAT, "invalid memo index");
+    if (s[i] < '0' || s[i] > '9') return zck__vm_fail(v, ZCK_ERR_FORMAT, "invalid memo index");
     x = x * 10 + (uint64_t)(s[i] - '0');
   }
   *out = x;
@@ -393,22 +164,22 @@ static zck_status append_items(vm *v, zck_pk *target, zck_pk **items, size_t n, 
     target = target->u.obj.list_items;
   }
   if (set ? target->kind != ZCK_PK_SET : target->kind != ZCK_PK_LIST)
-    return vfail(v, ZCK_ERR_FORMAT, "target is a %s, not a %s", kind_name(target), set ? "set" : "list");
-  if (set && target->tag == ZCK_PK_TAG_FROZENSET) return vfail(v, ZCK_ERR_FORMAT, "target is a frozenset");
-  if (!zck__pk_reserve(target, target->u.seq.len + n)) return vctx(v);
+    return zck__vm_fail(v, ZCK_ERR_FORMAT, "target is a %s, not a %s", zck__pk_kind_name(target), set ? "set" : "list");
+  if (set && target->tag == ZCK_PK_TAG_FROZENSET) return zck__vm_fail(v, ZCK_ERR_FORMAT, "target is a frozenset");
+  if (!zck__pk_reserve(target, target->u.seq.len + n)) return zck__vm_oom(v);
   if (n) memcpy(target->u.seq.items + target->u.seq.len, items, n * sizeof *items);
   target->u.seq.len += n;
   return ZCK_OK;
 }
 
 static zck_status set_items(vm *v, zck_pk *target, zck_pk **kv, size_t n) {
-  if (n % 2) return vfail(v, ZCK_ERR_FORMAT, "odd number of items (%zu) for key/value pairs", n);
+  if (n % 2) return zck__vm_fail(v, ZCK_ERR_FORMAT, "odd number of items (%zu) for key/value pairs", n);
   if (target->kind == ZCK_PK_OBJECT) {
     if (!target->u.obj.dict_items) VNEW(v, zck_pk_new_dict(v->doc, 0), target->u.obj.dict_items);
     target = target->u.obj.dict_items;
   }
-  if (target->kind != ZCK_PK_DICT) return vfail(v, ZCK_ERR_FORMAT, "target is a %s, not a dict", kind_name(target));
-  if (!zck__pk_reserve(target, target->u.dict.len + n / 2)) return vctx(v);
+  if (target->kind != ZCK_PK_DICT) return zck__vm_fail(v, ZCK_ERR_FORMAT, "target is a %s, not a dict", zck__pk_kind_name(target));
+  if (!zck__pk_reserve(target, target->u.dict.len + n / 2)) return zck__vm_oom(v);
   for (size_t i = 0; i < n; i += 2) {
     target->u.dict.keys[target->u.dict.len] = kv[i];
     target->u.dict.values[target->u.dict.len++] = kv[i + 1];
@@ -461,7 +232,7 @@ static zck_status fold(vm *v, const zck_pk *g, zck_pk *args, zck_pk **out) {
              (!strcmp(a[1]->u.str.data, "latin1") || !strcmp(a[1]->u.str.data, "latin-1"))) {
     int oom = 0;
     *out = latin1_bytes(v, a[0], &oom);
-    if (oom) return vctx_status(v);
+    if (oom) return zck__vm_alloc_fail(v);
   } else if (is_g(g, "builtins", "bytes") && n == 0) {
     VNEW(v, zck__pk_new_blob(v->doc, ZCK_PK_BYTES, "", 0), *out);
   } else if (is_g(g, "builtins", "bytearray") && (n == 0 || (n == 1 && a[0]->kind == ZCK_PK_BYTES))) {
@@ -477,10 +248,10 @@ static zck_status op_reduce(vm *v, int newobj) {
   ZCK_TRY(pop(v, &args));
   ZCK_TRY(pop(v, &callable));
   if (callable->kind != ZCK_PK_GLOBAL)
-    return vfail(v, ZCK_ERR_FORMAT, "callable is a %s, not a global", kind_name(callable));
-  if (args->kind != ZCK_PK_TUPLE) return vfail(v, ZCK_ERR_FORMAT, "arguments are a %s, not a tuple", kind_name(args));
+    return zck__vm_fail(v, ZCK_ERR_FORMAT, "callable is a %s, not a global", zck__pk_kind_name(callable));
+  if (args->kind != ZCK_PK_TUPLE) return zck__vm_fail(v, ZCK_ERR_FORMAT, "arguments are a %s, not a tuple", zck__pk_kind_name(args));
   if (kwargs && (kwargs->kind != ZCK_PK_DICT || kwargs->u.dict.len))
-    return vfail(v, ZCK_ERR_FORMAT, "keyword arguments are not supported");
+    return zck__vm_fail(v, ZCK_ERR_FORMAT, "keyword arguments are not supported");
   node = NULL;
   if (!newobj) ZCK_TRY(fold(v, callable, args, &node));
   if (!node) VNEW(v, zck_pk_new_object(v->doc, callable, args, newobj, NULL), node);
@@ -493,16 +264,16 @@ static zck_status op_build(vm *v) {
   ZCK_TRY(top(v, &target));
   if (target->kind == ZCK_PK_OBJECT) target->u.obj.state = state;
   else if (target->kind == ZCK_PK_DICT) target->u.dict.attrs = state;
-  else return vfail(v, ZCK_ERR_FORMAT, "cannot set the state of a %s", kind_name(target));
+  else return zck__vm_fail(v, ZCK_ERR_FORMAT, "cannot set the state of a %s", zck__pk_kind_name(target));
   return ZCK_OK;
 }
 
 static zck_status make_global(vm *v, const char *mod, size_t mn, const char *name, size_t nn) {
-  if (!mn || !nn) return vfail(v, ZCK_ERR_FORMAT, "empty module or name");
-  if (mn > ZCK__PK_MAX_NAME || nn > ZCK__PK_MAX_NAME) return vfail(v, ZCK_ERR_FORMAT, "module or name longer than %d bytes", ZCK__PK_MAX_NAME);
+  if (!mn || !nn) return zck__vm_fail(v, ZCK_ERR_FORMAT, "empty module or name");
+  if (mn > ZCK__PK_MAX_NAME || nn > ZCK__PK_MAX_NAME) return zck__vm_fail(v, ZCK_ERR_FORMAT, "module or name longer than %d bytes", ZCK__PK_MAX_NAME);
   if (memchr(mod, 0, mn) || memchr(name, 0, nn) || !zck__pk_utf8_valid((const uint8_t *)mod, mn) ||
       !zck__pk_utf8_valid((const uint8_t *)name, nn))
-    return vfail(v, ZCK_ERR_FORMAT, "module or name is not valid UTF-8 text");
+    return zck__vm_fail(v, ZCK_ERR_FORMAT, "module or name is not valid UTF-8 text");
   char m[ZCK__PK_MAX_NAME + 1], nm[ZCK__PK_MAX_NAME + 1];
   memcpy(m, mod, mn), m[mn] = 0;
   memcpy(nm, name, nn), nm[nn] = 0;
@@ -545,7 +316,7 @@ static zck_status check_depth(vm *v, zck_pk *root) {
   typedef struct { zck_pk *n; size_t next; uint32_t h; } frame;
   size_t cap = 64, sp = 0;
   frame *st = zck__malloc(cap * sizeof *st);
-  if (!st) return vctx(v);
+  if (!st) return zck__vm_oom(v);
   zck_status s = ZCK_OK;
   st[sp++] = (frame){root, 0, 0};
   ((zck__pkn *)root)->state = 1;
@@ -563,7 +334,7 @@ static zck_status check_depth(vm *v, zck_pk *root) {
       }
       if (sp == cap) {
         frame *ns = zck__realloc(st, cap * 2 * sizeof *st);
-        if (!ns) { s = vctx(v); break; }
+        if (!ns) { s = zck__vm_oom(v); break; }
         st = ns;
         cap *= 2;
       }
@@ -596,23 +367,23 @@ static zck_status run(vm *v, zck_pk **root) {
     case ZPK_PROTO:
       ZCK_TRY(need(v, 1));
       v->doc->protocol = v->p[v->pos++];
-      if (v->doc->protocol > 5) return vfail(v, ZCK_ERR_FORMAT, "unsupported pickle protocol %d", v->doc->protocol);
+      if (v->doc->protocol > 5) return zck__vm_fail(v, ZCK_ERR_FORMAT, "unsupported pickle protocol %d", v->doc->protocol);
       break;
     case ZPK_FRAME:   /* frames only group bytes for buffered readers */
       ZCK_TRY(need(v, 8));
       v->pos += 8;
       break;
     case ZPK_STOP:
-      if (v->nmarks) return vfail(v, ZCK_ERR_FORMAT, "MARK still open at STOP");
-      if (v->sp != 1) return vfail(v, ZCK_ERR_FORMAT, "%zu objects on the stack at STOP (expected 1)", v->sp);
+      if (v->nmarks) return zck__vm_fail(v, ZCK_ERR_FORMAT, "MARK still open at STOP");
+      if (v->sp != 1) return zck__vm_fail(v, ZCK_ERR_FORMAT, "%zu objects on the stack at STOP (expected 1)", v->sp);
       *root = v->stack[0];
       return ZCK_OK;
     case ZPK_MARK:
-      if (v->nmarks >= v->lim.max_depth) return vfail(v, ZCK_ERR_LIMIT, "more than %zu nested MARKs", v->lim.max_depth);
+      if (v->nmarks >= v->lim.max_depth) return zck__vm_fail(v, ZCK_ERR_LIMIT, "more than %zu nested MARKs", v->lim.max_depth);
       if (v->nmarks == v->mcap) {
         size_t cap = v->mcap ? v->mcap * 2 : 16;
         size_t *m = zck__realloc(v->marks, cap * sizeof *m);
-        if (!m) return vctx(v);
+        if (!m) return zck__vm_oom(v);
         v->marks = m;
         v->mcap = cap;
       }
@@ -644,20 +415,20 @@ static zck_status run(vm *v, zck_pk **root) {
       if (v->op == ZPK_LONG4) {
         ZCK_TRY(need(v, 4));
         int32_t sl = (int32_t)zck__le32(v->p + v->pos);
-        if (sl < 0) return vfail(v, ZCK_ERR_FORMAT, "negative byte count");
+        if (sl < 0) return zck__vm_fail(v, ZCK_ERR_FORMAT, "negative byte count");
       }
       ZCK_TRY(read_len(v, v->op == ZPK_LONG1 ? 1 : 4, &len));
-      ZCK_TRY(make_int_le(v, v->p + v->pos, (size_t)len, &n));
+      ZCK_TRY(zck__vm_int_le(v, v->p + v->pos, (size_t)len, &n));
       v->pos += (size_t)len;
       ZCK_TRY(push(v, n));
       break;
     case ZPK_INT: case ZPK_LONG:
-      ZCK_TRY(read_line(v, &s, &cnt));
+      ZCK_TRY(zck__vm_read_line(v, &s, &cnt));
       if (v->op == ZPK_INT && cnt == 2 && s[0] == '0' && (s[1] == '0' || s[1] == '1')) {
         VNEW(v, zck_pk_new_bool(v->doc, s[1] == '1'), n);
       } else {
         if (v->op == ZPK_LONG && cnt && s[cnt - 1] == 'L') cnt--;
-        ZCK_TRY(make_int_dec(v, s, cnt, &n));
+        ZCK_TRY(zck__vm_int_dec(v, s, cnt, &n));
       }
       ZCK_TRY(push(v, n));
       break;
@@ -673,20 +444,20 @@ static zck_status run(vm *v, zck_pk **root) {
       break;
     }
     case ZPK_FLOAT: {
-      ZCK_TRY(read_line(v, &s, &cnt));
-      if (cnt == 0 || cnt > 400) return vfail(v, ZCK_ERR_FORMAT, "invalid float literal");
+      ZCK_TRY(zck__vm_read_line(v, &s, &cnt));
+      if (cnt == 0 || cnt > 400) return zck__vm_fail(v, ZCK_ERR_FORMAT, "invalid float literal");
       char tmp[401], *end;
       memcpy(tmp, s, cnt);
       tmp[cnt] = 0;
       double d = strtod(tmp, &end);
-      if (end != tmp + cnt) return vfail(v, ZCK_ERR_FORMAT, "invalid float literal");
+      if (end != tmp + cnt) return zck__vm_fail(v, ZCK_ERR_FORMAT, "invalid float literal");
       VNEW(v, zck_pk_new_float(v->doc, d), n);
       ZCK_TRY(push(v, n));
       break;
     }
     case ZPK_BINUNICODE: case ZPK_SHORT_BINUNICODE: case ZPK_BINUNICODE8:
       ZCK_TRY(read_len(v, v->op == ZPK_SHORT_BINUNICODE ? 1 : v->op == ZPK_BINUNICODE ? 4 : 8, &len));
-      if (!zck__pk_utf8_valid(v->p + v->pos, (size_t)len)) return vfail(v, ZCK_ERR_FORMAT, "string is not valid UTF-8");
+      if (!zck__pk_utf8_valid(v->p + v->pos, (size_t)len)) return zck__vm_fail(v, ZCK_ERR_FORMAT, "string is not valid UTF-8");
       VNEW(v, zck__pk_new_blob(v->doc, ZCK_PK_STR, v->p + v->pos, (size_t)len), n);
       v->pos += (size_t)len;
       ZCK_TRY(push(v, n));
@@ -701,15 +472,15 @@ static zck_status run(vm *v, zck_pk **root) {
     case ZPK_BINSTRING: case ZPK_SHORT_BINSTRING:
       if (v->op == ZPK_BINSTRING) {
         ZCK_TRY(need(v, 4));
-        if ((int32_t)zck__le32(v->p + v->pos) < 0) return vfail(v, ZCK_ERR_FORMAT, "negative byte count");
+        if ((int32_t)zck__le32(v->p + v->pos) < 0) return zck__vm_fail(v, ZCK_ERR_FORMAT, "negative byte count");
       }
       ZCK_TRY(read_len(v, v->op == ZPK_SHORT_BINSTRING ? 1 : 4, &len));
-      ZCK_TRY(make_py2_str(v, v->p + v->pos, (size_t)len, &n));
+      ZCK_TRY(zck__vm_py2_str(v, v->p + v->pos, (size_t)len, &n));
       v->pos += (size_t)len;
       ZCK_TRY(push(v, n));
       break;
-    case ZPK_STRING: ZCK_TRY(op_string(v, &n)); ZCK_TRY(push(v, n)); break;
-    case ZPK_UNICODE: ZCK_TRY(op_unicode(v, &n)); ZCK_TRY(push(v, n)); break;
+    case ZPK_STRING: ZCK_TRY(zck__vm_op_string(v, &n)); ZCK_TRY(push(v, n)); break;
+    case ZPK_UNICODE: ZCK_TRY(zck__vm_op_unicode(v, &n)); ZCK_TRY(push(v, n)); break;
     case ZPK_EMPTY_TUPLE: VNEW(v, zck_pk_new_tuple(v->doc, 0), n); ZCK_TRY(push(v, n)); break;
     case ZPK_EMPTY_LIST: VNEW(v, zck_pk_new_list(v->doc), n); ZCK_TRY(push(v, n)); break;
     case ZPK_EMPTY_DICT: VNEW(v, zck_pk_new_dict(v->doc, 0), n); ZCK_TRY(push(v, n)); break;
@@ -767,23 +538,23 @@ static zck_status run(vm *v, zck_pk **root) {
     case ZPK_GLOBAL: {
       const char *m;
       size_t mn;
-      ZCK_TRY(read_line(v, &m, &mn));
-      ZCK_TRY(read_line(v, &s, &cnt));
+      ZCK_TRY(zck__vm_read_line(v, &m, &mn));
+      ZCK_TRY(zck__vm_read_line(v, &s, &cnt));
       ZCK_TRY(make_global(v, m, mn, s, cnt));
       break;
     }
     case ZPK_STACK_GLOBAL:
       ZCK_TRY(pop(v, &b));
       ZCK_TRY(pop(v, &a));
-      if (a->kind != ZCK_PK_STR || b->kind != ZCK_PK_STR) return vfail(v, ZCK_ERR_FORMAT, "module and name must be str");
+      if (a->kind != ZCK_PK_STR || b->kind != ZCK_PK_STR) return zck__vm_fail(v, ZCK_ERR_FORMAT, "module and name must be str");
       ZCK_TRY(make_global(v, a->u.str.data, a->u.str.len, b->u.str.data, b->u.str.len));
       break;
     case ZPK_REDUCE: ZCK_TRY(op_reduce(v, 0)); break;
     case ZPK_NEWOBJ: case ZPK_NEWOBJ_EX: ZCK_TRY(op_reduce(v, 1)); break;
     case ZPK_BUILD: ZCK_TRY(op_build(v)); break;
     case ZPK_PERSID:
-      ZCK_TRY(read_line(v, &s, &cnt));
-      if (!zck__pk_utf8_valid((const uint8_t *)s, cnt)) return vfail(v, ZCK_ERR_FORMAT, "persistent id is not text");
+      ZCK_TRY(zck__vm_read_line(v, &s, &cnt));
+      if (!zck__pk_utf8_valid((const uint8_t *)s, cnt)) return zck__vm_fail(v, ZCK_ERR_FORMAT, "persistent id is not text");
       VNEW(v, zck__pk_new_blob(v->doc, ZCK_PK_STR, s, cnt), a);
       VNEW(v, zck_pk_new_persid(v->doc, a), n);
       ZCK_TRY(push(v, n));
@@ -794,13 +565,13 @@ static zck_status run(vm *v, zck_pk **root) {
       ZCK_TRY(push(v, n));
       break;
     default:
-      if (op_name(v->op)) return vfail(v, ZCK_ERR_FORMAT, "opcode not supported");
-      return vfail(v, ZCK_ERR_FORMAT, "unknown opcode 0x%02x", v->op);
+      if (zck__pk_op_name(v->op)) return zck__vm_fail(v, ZCK_ERR_FORMAT, "opcode not supported");
+      return zck__vm_fail(v, ZCK_ERR_FORMAT, "unknown opcode 0x%02x", v->op);
     }
   }
   v->op_pos = v->pos;
   v->op = 0;
-  return vfail(v, ZCK_ERR_FORMAT, "truncated: no STOP opcode");
+  return zck__vm_fail(v, ZCK_ERR_FORMAT, "truncated: no STOP opcode");
 }
 
 zck_status zck_pickle_load(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
