@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# cli_faults.sh ZCKPT: every writing command under injected faults (lib/io's ZCK_FAULT:
+# the Nth write / read / fsync / rename / open fails with ENOSPC, EIO or a short write).
+# Each run must exit 1 with one line "zckpt: error: ...", leave nothing at the
+# destination (no temporary files either), and leave an earlier output untouched.
+set -u
+zckpt="$1"
+fx="${ZCK_FIXTURES:?}"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+ck="$fx/deepspeed/s3w2_bf16/ckpt"
+[ -d "$ck" ] || { echo "SKIP: fixture missing"; exit 77; }
+pass=0; fail=0
+snapshot() { (cd "$tmp/out" && find . -type f -exec md5sum {} + 2>/dev/null | sort); }
+run_case() { # label fault cmd... (the command writes to $tmp/out/target)
+  local label="$1" fault="$2"; shift 2
+  local before; before=$(snapshot)
+  ZCK_FAULT="$fault" "$@" >"$tmp/stdout" 2>"$tmp/stderr"; local rc=$?
+  local after; after=$(snapshot)
+  local lines; lines=$(wc -l <"$tmp/stderr")
+  if [ "$rc" = 0 ]; then
+    # the fault hit no call of that kind (N beyond the command's calls): output must be whole
+    rm -rf "$tmp/out/target"; pass=$((pass + 1)); return
+  fi
+  if [ "$rc" != 1 ] || [ "$lines" != 1 ] || ! grep -q "^zckpt: error: " "$tmp/stderr"; then
+    echo "FAIL $label [$fault]: exit $rc, stderr:"; cat "$tmp/stderr"; fail=$((fail + 1)); return
+  fi
+  if [ -e "$tmp/out/target" ] || ls -a "$tmp/out" | grep -q zck-tmp; then
+    echo "FAIL $label [$fault]: partial output left: $(ls -a "$tmp/out")"; fail=$((fail + 1)); return
+  fi
+  if [ "$before" != "$after" ]; then echo "FAIL $label [$fault]: earlier output changed"; fail=$((fail + 1)); return; fi
+  pass=$((pass + 1))
+}
+mkdir -p "$tmp/out"
+# an earlier output that must survive everything
+"$zckpt" consolidate -q "$ck" "$tmp/out/earlier" || { echo "setup failed"; exit 1; }
+for fault in write:1:ENOSPC write:2:ENOSPC write:5:SHORT write:9:EIO read:1:EIO read:7:EIO fsync:1:EIO fsync:3:EIO \
+             rename:1:EIO rename:2:EIO open:2:EIO open:6:EIO; do
+  run_case consolidate "$fault" "$zckpt" consolidate -q "$ck" "$tmp/out/target"
+  run_case consolidate-sharded "$fault" "$zckpt" consolidate -q --max-shard-size 1KB --format both "$ck" "$tmp/out/target"
+  run_case reshard "$fault" "$zckpt" reshard -q --to-stage 2 --to-world-size 3 "$ck" "$tmp/out/target"
+  run_case convert "$fault" "$zckpt" convert -q "$fx/torch/dtypes.pt" "$tmp/out/target"
+  run_case convert-pt "$fault" "$zckpt" convert -q "$fx/safetensors/dtypes.safetensors" "$tmp/out/target.pt"
+  rm -f "$tmp/out/target.pt"
+  if "$zckpt" to-universal --help >/dev/null 2>&1; then
+    run_case to-universal "$fault" "$zckpt" to-universal -q "$ck" "$tmp/out/target"
+    run_case to-universal-h5 "$fault" "$zckpt" to-universal -q --format hdf5 "$ck" "$tmp/out/target"
+  fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
