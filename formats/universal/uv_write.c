@@ -312,7 +312,7 @@ void zck_uv_writer_free(zck_uv_writer *w) {
     free(w->raws[i]);
   }
   free(w->raws);
-  if (w->dir_open) zck__outdir_abort(&w->dir);
+  zck__outdir_abort(&w->dir);   /* after commit it only frees the path */
   free(w->final_path);
   free(w);
 }

@@ -1,0 +1,46 @@
+#!/bin/sh
+# cli_to_universal.sh ZCKPT FIXTURES: the `zckpt to-universal` command line: help on stdout
+# (exit 0), usage errors (exit 2, one line pointing to --help), runtime errors (exit 1,
+# "zckpt: error: ..."), and both layouts written.
+set -u
+BIN=$1
+FX=$2/deepspeed
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect RC NEEDLE ARGS...: exit code RC and NEEDLE in stderr
+expect() {
+  rc=$1; needle=$2; shift 2
+  "$BIN" "$@" >"$T/out" 2>"$T/err"
+  got=$?
+  [ "$got" = "$rc" ] || fail "$*: exit $got, expected $rc; stderr: $(cat "$T/err")"
+  grep -qF -- "$needle" "$T/err" || fail "$*: stderr lacks '$needle': $(cat "$T/err")"
+  [ "$(wc -l <"$T/err")" -le 1 ] || fail "$*: more than one line on stderr"
+}
+
+"$BIN" to-universal --help >"$T/out" 2>"$T/err" || fail "--help exit $?"
+grep -q "^usage: zckpt to-universal" "$T/out" || fail "--help: no usage on stdout"
+[ -s "$T/err" ] && fail "--help wrote to stderr"
+
+U="(see 'zckpt to-universal --help')"
+expect 2 "expected CHECKPOINT and OUT" to-universal
+expect 2 "--format must be ds or hdf5, not 'zip'" to-universal --format zip a b
+expect 2 "--level must be 1..22" to-universal --level 0 a b
+expect 2 "--chunk-size" to-universal --chunk-size 2GiB a b
+expect 2 "unknown option '--bogus'" to-universal --bogus a b
+expect 1 "zckpt: error:" to-universal "$T/missing" "$T/x"
+expect 1 "(DS-76); pass --inject-missing-state" to-universal -q "$FX/s2w2_bf16/ckpt" "$T/p/uc"
+[ -e "$T/p/uc" ] && fail "output left after an error"
+
+"$BIN" to-universal -q --inject-missing-state "$FX/s2w2_bf16/ckpt" "$T/p/uc/" || fail "ds layout: exit $?"
+[ "$(cat "$T/p/latest_universal")" = "uc" ] || fail "latest_universal is not 'uc' (trailing slash)"
+[ -f "$T/p/uc/zero/fc1.weight/exp_avg.pt" ] || fail "zero/fc1.weight/exp_avg.pt missing"
+[ -f "$T/p/uc/zero/optimizer_state.pt" ] || fail "zero/optimizer_state.pt missing"
+expect 1 "exists" to-universal -q --inject-missing-state "$FX/s2w2_bf16/ckpt" "$T/p/uc"
+"$BIN" to-universal -q --inject-missing-state --overwrite "$FX/s2w2_bf16/ckpt" "$T/p/uc" || fail "--overwrite"
+
+"$BIN" to-universal -q --format hdf5 --level 7 --chunk-size 4KiB --threads 2 "$FX/s3w2_bf16/ckpt" "$T/u.h5" || fail "hdf5: exit $?"
+[ -s "$T/u.h5" ] || fail "u.h5 missing"
+expect 1 "exists" to-universal -q --format hdf5 "$FX/s3w2_bf16/ckpt" "$T/u.h5"
+echo ok
