@@ -1,42 +1,160 @@
-// device.cu: device discovery and the fp32 -> bf16 cast used by the on-save gather.
-#include <cuda_runtime.h>
-#include <stdio.h>
+// device.cu: device discovery, memory and streams, rank contexts, and the fp32 <-> bf16
+// casts used by the on-save gather and the optimizer.
+#include "common.cuh"
 
-#include "zck_cuda.h"
-
-extern "C" zck_status zck__fail(zck_status s, const char *fmt, ...);
+// ---- discovery
 
 extern "C" int zck_cuda_built(void) { return 1; }
 
+extern "C" int zck_cuda_has_nccl(void) { return ZCK_HAVE_NCCL ? 1 : 0; }
+
 extern "C" int zck_cuda_device_count(void) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError(); /* do not leave the error for the next call to find */
+    return 0;
+  }
   return n;
 }
 
 extern "C" zck_status zck_cuda_device_name(int device, char *buf, size_t n) {
   cudaDeviceProp prop;
   if (n) buf[0] = 0;
-  cudaError_t e = cudaGetDeviceProperties(&prop, device);
-  if (e != cudaSuccess) return zck__fail(ZCK_ERR_NO_DEVICE, "cuda device %d: %s", device, cudaGetErrorString(e));
+  ZCK_CU(cudaGetDeviceProperties(&prop, device), "device %d properties", device);
   snprintf(buf, n, "%s", prop.name);
   return ZCK_OK;
 }
 
-// Round to nearest even on the fp32 bits, NaN -> 0x7FC0: the same bits as c10::BFloat16.
-__global__ void zck_k_f32_to_bf16(const float *src, uint16_t *dst, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float f = src[i];
-    uint32_t u = __float_as_uint(f);
-    dst[i] = (f != f) ? (uint16_t)0x7FC0 : (uint16_t)((u + (((u >> 16) & 1u) + 0x7FFFu)) >> 16);
+extern "C" zck_status zck_cuda_set_device(int device) {
+  ZCK_CU(cudaSetDevice(device), "select device %d", device);
+  return ZCK_OK;
+}
+
+// ---- memory and streams
+
+extern "C" zck_status zck_cuda_malloc(void **d_ptr, size_t bytes) {
+  *d_ptr = NULL;
+  if (!bytes) return ZCK_OK;
+  ZCK_CU(cudaMalloc(d_ptr, bytes), "allocate %zu bytes of device memory", bytes);
+  return ZCK_OK;
+}
+
+extern "C" void zck_cuda_free(void *d_ptr) {
+  if (d_ptr) cudaFree(d_ptr);
+}
+
+extern "C" zck_status zck_cuda_host_alloc(void **ptr, size_t bytes) {
+  *ptr = NULL;
+  if (!bytes) return ZCK_OK;
+  ZCK_CU(cudaMallocHost(ptr, bytes), "allocate %zu bytes of page-locked host memory", bytes);
+  return ZCK_OK;
+}
+
+extern "C" void zck_cuda_host_free(void *ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+extern "C" zck_status zck_cuda_memcpy(void *dst, const void *src, size_t bytes) {
+  if (!bytes) return ZCK_OK;
+  ZCK_CU(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy %zu bytes", bytes);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
+  if (!bytes) return ZCK_OK;
+  ZCK_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ZCK_CU_STREAM(stream)), "queue a copy of %zu bytes",
+         bytes);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_memset_async(void *d_ptr, int byte, size_t bytes, void *stream) {
+  if (!bytes) return ZCK_OK;
+  ZCK_CU(cudaMemsetAsync(d_ptr, byte, bytes, ZCK_CU_STREAM(stream)), "queue a memset of %zu bytes", bytes);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_stream_create(void **stream) {
+  cudaStream_t s = NULL;
+  *stream = NULL;
+  /* a blocking stream: ordered after work on the legacy default stream */
+  ZCK_CU(cudaStreamCreate(&s), "create a stream");
+  *stream = (void *)s;
+  return ZCK_OK;
+}
+
+extern "C" void zck_cuda_stream_destroy(void *stream) {
+  if (stream) cudaStreamDestroy(ZCK_CU_STREAM(stream));
+}
+
+extern "C" zck_status zck_cuda_stream_sync(void *stream) {
+  ZCK_CU(cudaStreamSynchronize(ZCK_CU_STREAM(stream)), "wait for the stream");
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_device_sync(void) {
+  ZCK_CU(cudaDeviceSynchronize(), "wait for the device");
+  return ZCK_OK;
+}
+
+// ---- rank contexts
+
+extern "C" void zck_cuda_ctx_free(zck_cuda_ctx *ctx) {
+  if (!ctx) return;
+  cudaSetDevice(ctx->device);
+  if (ctx->blas) cublasDestroy(ctx->blas);
+  if (ctx->stream) cudaStreamDestroy(ctx->stream);
+  free(ctx);
+}
+
+extern "C" zck_status zck_cuda_ctx_create(int device, zck_cuda_ctx **out) {
+  *out = NULL;
+  ZCK_CU(cudaSetDevice(device), "select device %d", device);
+  zck_cuda_ctx *ctx = (zck_cuda_ctx *)calloc(1, sizeof *ctx);
+  if (!ctx) return zck__fail(ZCK_ERR_NO_MEMORY, "cuda: no memory for a device context");
+  ctx->device = device;
+  cudaError_t e = cudaStreamCreate(&ctx->stream);
+  if (e != cudaSuccess) {
+    zck_cuda_ctx_free(ctx);
+    return zck__fail(zck__cuda_status(e), "cuda: create a stream on device %d: %s", device, cudaGetErrorString(e));
   }
+  cublasStatus_t b = cublasCreate(&ctx->blas);
+  if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(ctx->blas, ctx->stream);
+  /* fp32 products stay fp32: no TF32 tensor-op rounding of the inputs */
+  if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH);
+  if (b != CUBLAS_STATUS_SUCCESS) {
+    zck_cuda_ctx_free(ctx);
+    return zck__fail(b == CUBLAS_STATUS_ALLOC_FAILED ? ZCK_ERR_NO_MEMORY : ZCK_ERR_INTERNAL,
+                     "cublas: create a handle on device %d: %s", device, cublasGetStatusString(b));
+  }
+  *out = ctx;
+  return ZCK_OK;
+}
+
+extern "C" void *zck_cuda_ctx_stream(const zck_cuda_ctx *ctx) { return (void *)ctx->stream; }
+extern "C" int zck_cuda_ctx_device(const zck_cuda_ctx *ctx) { return ctx->device; }
+
+// ---- casts
+
+__global__ void zck_k_f32_to_bf16(const float *src, uint16_t *dst, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = zck__d_bf16(src[i]);
+}
+
+__global__ void zck_k_bf16_to_f32(const uint16_t *src, float *dst, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = zck__d_f32(src[i]);
 }
 
 extern "C" zck_status zck_cuda_f32_to_bf16(const float *d_src, uint16_t *d_dst, size_t n, void *stream) {
   if (!n) return ZCK_OK;
-  unsigned blocks = (unsigned)((n + 255) / 256 > 65535 ? 65535 : (n + 255) / 256);
-  zck_k_f32_to_bf16<<<blocks, 256, 0, (cudaStream_t)stream>>>(d_src, d_dst, n);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return zck__fail(ZCK_ERR_NO_DEVICE, "cuda cast kernel: %s", cudaGetErrorString(e));
+  zck_k_f32_to_bf16<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(d_src, d_dst, n);
+  ZCK_CU_LAUNCHED("fp32 -> bf16 cast");
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_bf16_to_f32(const uint16_t *d_src, float *d_dst, size_t n, void *stream) {
+  if (!n) return ZCK_OK;
+  zck_k_bf16_to_f32<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(d_src, d_dst, n);
+  ZCK_CU_LAUNCHED("bf16 -> fp32 cast");
   return ZCK_OK;
 }

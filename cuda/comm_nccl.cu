@@ -1,0 +1,351 @@
+// comm_nccl.cu: lib/comm.h's interface over NCCL, and the choice between NCCL and the
+// cuda-local backend for ranks that live in one process.
+//
+// Each collective is host-synchronous, like every zck_comm backend: it is queued on the
+// rank's stream after the work it depends on (the stream set with zck_comm_cuda_set_stream,
+// else the whole device is synchronized first) and waited for. The wait polls, so a rank
+// whose peer failed (abort in this process, or an asynchronous NCCL error) aborts its
+// communicator and returns instead of hanging in a kernel that waits for ever.
+#include "common.cuh"
+
+#include <atomic>
+#include <new>
+#include <unistd.h>
+
+#if ZCK_HAVE_NCCL
+#include <nccl.h>
+
+struct nc_group;
+
+struct nc_rank {
+  ncclComm_t comm;
+  bool dead;                 /* aborted: never use comm again */
+  int device;
+  cudaStream_t own, user;
+  bool user_set;
+  int *d_token;              /* barrier payload */
+  nc_group *group;           /* ranks created together in this process, else NULL */
+  std::atomic<int> self_aborted;
+};
+
+struct nc_group {
+  int n;
+  std::atomic<int> aborted;
+  zck_comm *handles;
+  nc_rank *ranks;
+};
+
+static bool nc_aborted(const nc_rank *r) {
+  return r->dead || r->self_aborted.load() || (r->group && r->group->aborted.load());
+}
+
+static zck_status nc_fail(nc_rank *r, ncclResult_t res, const char *what) {
+  const char *detail = r->comm ? ncclGetLastError(r->comm) : "";
+  return zck__fail(ZCK_ERR_INTERNAL, "nccl: %s: %s%s%s", what, ncclGetErrorString(res), detail && *detail ? ": " : "",
+                   detail ? detail : "");
+}
+
+static void nc_kill(nc_rank *r) {
+  if (!r->dead && r->comm) ncclCommAbort(r->comm);
+  r->dead = true;
+}
+
+static cudaStream_t nc_stream(const nc_rank *r) { return r->user_set ? r->user : r->own; }
+
+static zck_status nc_begin(zck_comm *c, nc_rank *r) {
+  ZCK_FAIL_IF(nc_aborted(r), ZCK_ERR_INTERNAL, "nccl comm: another rank failed");
+  ZCK_CU(cudaSetDevice(r->device), "nccl comm: select device %d", r->device);
+  if (!r->user_set) ZCK_CU(cudaDeviceSynchronize(), "nccl comm: rank %d: wait for the device", c->rank);
+  return ZCK_OK;
+}
+
+static zck_status nc_wait(zck_comm *c, nc_rank *r, const char *what) {
+  cudaStream_t st = nc_stream(r);
+  for (unsigned spins = 0;; spins++) {
+    cudaError_t e = cudaStreamQuery(st);
+    if (e == cudaSuccess) return ZCK_OK;
+    if (e != cudaErrorNotReady)
+      return zck__fail(zck__cuda_status(e), "nccl comm: rank %d: %s: %s", c->rank, what, cudaGetErrorString(e));
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(r->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+      zck_status s = nc_fail(r, async, what);
+      nc_kill(r);
+      return s;
+    }
+    if (nc_aborted(r)) {
+      nc_kill(r);
+      return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: another rank failed");
+    }
+    if (spins > 2000) usleep(50);
+  }
+}
+
+static bool nc_type(zck_dtype dt, ncclDataType_t *t) {
+  switch (dt) {
+  case ZCK_F32: *t = ncclFloat32; return true;
+  case ZCK_F64: *t = ncclFloat64; return true;
+  case ZCK_F16: *t = ncclFloat16; return true;
+  case ZCK_BF16: *t = ncclBfloat16; return true;
+  case ZCK_I32: *t = ncclInt32; return true;
+  case ZCK_I64: *t = ncclInt64; return true;
+  default: return false;
+  }
+}
+
+static ncclRedOp_t nc_op(zck_comm_op op) { return op == ZCK_COMM_MAX ? ncclMax : op == ZCK_COMM_MIN ? ncclMin : ncclSum; }
+
+#define NC_TRY(call, what)                            \
+  do {                                                \
+    ncclResult_t nc__r = (call);                      \
+    if (nc__r != ncclSuccess) {                       \
+      zck_status nc__s = nc_fail(r, nc__r, what);     \
+      nc_kill(r);                                     \
+      return nc__s;                                   \
+    }                                                 \
+  } while (0)
+
+static zck_status nc_all_reduce(zck_comm *c, const void *send, void *recv, size_t count, zck_dtype dt,
+                                zck_comm_op op) {
+  nc_rank *r = (nc_rank *)c->impl;
+  ncclDataType_t t;
+  ZCK_ASSERT(nc_type(dt, &t));
+  ZCK_TRY(nc_begin(c, r));
+  NC_TRY(ncclAllReduce(send, recv, count, t, nc_op(op), r->comm, nc_stream(r)), "all_reduce");
+  return nc_wait(c, r, "all_reduce");
+}
+
+static zck_status nc_reduce_scatter(zck_comm *c, const void *send, void *recv, size_t recv_count, zck_dtype dt,
+                                    zck_comm_op op) {
+  nc_rank *r = (nc_rank *)c->impl;
+  ncclDataType_t t;
+  ZCK_ASSERT(nc_type(dt, &t));
+  ZCK_TRY(nc_begin(c, r));
+  NC_TRY(ncclReduceScatter(send, recv, recv_count, t, nc_op(op), r->comm, nc_stream(r)), "reduce_scatter");
+  return nc_wait(c, r, "reduce_scatter");
+}
+
+/* Gathers and broadcasts move bytes: any dtype. */
+static zck_status nc_all_gather(zck_comm *c, const void *send, void *recv, size_t send_count, zck_dtype dt) {
+  nc_rank *r = (nc_rank *)c->impl;
+  ZCK_TRY(nc_begin(c, r));
+  NC_TRY(ncclAllGather(send, recv, send_count * zck_dtype_size(dt), ncclUint8, r->comm, nc_stream(r)), "all_gather");
+  return nc_wait(c, r, "all_gather");
+}
+
+static zck_status nc_broadcast(zck_comm *c, void *buf, size_t count, zck_dtype dt, int root) {
+  ZCK_ASSERT(root >= 0 && root < c->size);
+  nc_rank *r = (nc_rank *)c->impl;
+  ZCK_TRY(nc_begin(c, r));
+  NC_TRY(ncclBroadcast(buf, buf, count * zck_dtype_size(dt), ncclUint8, root, r->comm, nc_stream(r)), "broadcast");
+  return nc_wait(c, r, "broadcast");
+}
+
+static zck_status nc_barrier(zck_comm *c) {
+  nc_rank *r = (nc_rank *)c->impl;
+  ZCK_TRY(nc_begin(c, r));
+  NC_TRY(ncclAllReduce(r->d_token, r->d_token, 1, ncclInt32, ncclSum, r->comm, nc_stream(r)), "barrier");
+  return nc_wait(c, r, "barrier");
+}
+
+static void nc_abort(zck_comm *c) {
+  nc_rank *r = (nc_rank *)c->impl;
+  /* only flags: the comm is aborted by the thread that owns it, when it next waits */
+  if (r->group)
+    r->group->aborted.store(1);
+  else
+    r->self_aborted.store(1);
+}
+
+static void nc_rank_release(nc_rank *r) {
+  if (r->comm) {
+    cudaSetDevice(r->device);
+    if (r->dead || nc_aborted(r))
+      ncclCommAbort(r->comm);
+    else
+      ncclCommDestroy(r->comm);
+  }
+  if (r->d_token) cudaFree(r->d_token);
+  if (r->own) cudaStreamDestroy(r->own);
+  r->comm = NULL;
+  r->d_token = NULL;
+  r->own = NULL;
+}
+
+static zck_status nc_rank_setup(nc_rank *r, int device) {
+  r->device = device;
+  ZCK_CU(cudaSetDevice(device), "nccl comm: select device %d", device);
+  ZCK_CU(cudaStreamCreate(&r->own), "nccl comm: create a stream on device %d", device);
+  ZCK_CU(cudaMalloc(&r->d_token, sizeof(int)), "nccl comm: barrier buffer on device %d", device);
+  ZCK_CU(cudaMemset(r->d_token, 0, sizeof(int)), "nccl comm: barrier buffer on device %d", device);
+  return ZCK_OK;
+}
+
+static void nc_handle(zck_comm *h, nc_rank *r, int rank, int size) {
+  h->rank = rank;
+  h->size = size;
+  h->backend = "nccl";
+  h->impl = r;
+  h->all_reduce = nc_all_reduce;
+  h->reduce_scatter = nc_reduce_scatter;
+  h->all_gather = nc_all_gather;
+  h->broadcast = nc_broadcast;
+  h->barrier = nc_barrier;
+  h->abort = nc_abort;
+}
+
+static bool nc_is(const zck_comm *c) { return c && c->all_reduce == nc_all_reduce; }
+
+static void nc_group_free(nc_group *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n; i++) {
+    nc_rank_release(&g->ranks[i]);
+    g->ranks[i].~nc_rank();
+  }
+  free(g->ranks);
+  free(g->handles);
+  g->~nc_group();
+  free(g);
+}
+
+static zck_status nc_create_local(int n, zck_comm **comms) {
+  void *mem = calloc(1, sizeof(nc_group));
+  if (!mem) return zck__fail(ZCK_ERR_NO_MEMORY, "nccl comm: no memory");
+  nc_group *g = new (mem) nc_group();
+  g->n = 0;
+  g->handles = (zck_comm *)calloc((size_t)n, sizeof(zck_comm));
+  g->ranks = (nc_rank *)calloc((size_t)n, sizeof(nc_rank));
+  ncclComm_t *cs = (ncclComm_t *)calloc((size_t)n, sizeof(ncclComm_t));
+  if (!g->handles || !g->ranks || !cs) {
+    free(cs);
+    nc_group_free(g);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "nccl comm: no memory");
+  }
+  for (int i = 0; i < n; i++) new (&g->ranks[i]) nc_rank();
+  g->n = n;
+  zck_status s = ZCK_OK;
+  for (int i = 0; i < n && s == ZCK_OK; i++) {
+    g->ranks[i].group = g;
+    s = nc_rank_setup(&g->ranks[i], i);
+  }
+  if (s == ZCK_OK) {
+    ncclResult_t res = ncclCommInitAll(cs, n, NULL); /* devices 0 .. n-1 */
+    if (res != ncclSuccess) s = zck__fail(ZCK_ERR_INTERNAL, "nccl: init %d ranks: %s", n, ncclGetErrorString(res));
+  }
+  if (s != ZCK_OK) {
+    free(cs);
+    nc_group_free(g);
+    return s;
+  }
+  for (int i = 0; i < n; i++) {
+    g->ranks[i].comm = cs[i];
+    nc_handle(&g->handles[i], &g->ranks[i], i, n);
+    comms[i] = &g->handles[i];
+  }
+  free(cs);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_comm_nccl_get_unique_id(uint8_t id[ZCK_NCCL_ID_BYTES]) {
+  static_assert(sizeof(ncclUniqueId) == ZCK_NCCL_ID_BYTES, "ncclUniqueId size");
+  ncclUniqueId u;
+  ncclResult_t res = ncclGetUniqueId(&u);
+  ZCK_FAIL_IF(res != ncclSuccess, ZCK_ERR_INTERNAL, "nccl: make a unique id: %s", ncclGetErrorString(res));
+  memcpy(id, &u, sizeof u);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_t id[ZCK_NCCL_ID_BYTES],
+                                              zck_comm **comm) {
+  *comm = NULL;
+  ZCK_FAIL_IF(nranks < 1 || rank < 0 || rank >= nranks, ZCK_ERR_INVALID_ARG, "nccl comm: rank %d of %d", rank, nranks);
+  int device = 0;
+  ZCK_CU(cudaGetDevice(&device), "nccl comm: current device");
+  struct single {
+    zck_comm handle;
+    nc_rank rank;
+  };
+  void *mem = calloc(1, sizeof(single));
+  if (!mem) return zck__fail(ZCK_ERR_NO_MEMORY, "nccl comm: no memory");
+  single *one = new (mem) single();
+  zck_status s = nc_rank_setup(&one->rank, device);
+  if (s == ZCK_OK) {
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclResult_t res = ncclCommInitRank(&one->rank.comm, nranks, u, rank);
+    if (res != ncclSuccess)
+      s = zck__fail(ZCK_ERR_INTERNAL, "nccl: init rank %d of %d on device %d: %s", rank, nranks, device,
+                    ncclGetErrorString(res));
+  }
+  if (s != ZCK_OK) {
+    nc_rank_release(&one->rank);
+    one->~single();
+    free(one);
+    return s;
+  }
+  nc_handle(&one->handle, &one->rank, rank, nranks);
+  *comm = &one->handle;
+  return ZCK_OK;
+}
+
+extern "C" void zck_comm_nccl_destroy(zck_comm *comm) {
+  if (!comm) return;
+  ZCK_ASSERT(nc_is(comm) && !((nc_rank *)comm->impl)->group);
+  nc_rank *r = (nc_rank *)comm->impl;
+  nc_rank_release(r);
+  /* handle and rank are one allocation, the handle first */
+  r->~nc_rank();
+  free(comm);
+}
+
+#else /* no NCCL: ranks of one process always share a device through cuda-local */
+
+extern "C" zck_status zck_comm_nccl_get_unique_id(uint8_t id[ZCK_NCCL_ID_BYTES]) {
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "nccl comm: built without NCCL");
+}
+extern "C" zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_t id[ZCK_NCCL_ID_BYTES],
+                                              zck_comm **comm) {
+  *comm = NULL;
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "nccl comm: built without NCCL");
+}
+extern "C" void zck_comm_nccl_destroy(zck_comm *comm) {}
+
+#endif
+
+extern "C" zck_status zck_comm_nccl_create_local(int nranks, zck_comm **comms) {
+  ZCK_FAIL_IF(nranks < 1 || nranks > ZCK__RANKS_MAX, ZCK_ERR_INVALID_ARG, "comm: %d ranks; 1 to %d", nranks,
+              ZCK__RANKS_MAX);
+  int ndev = zck_cuda_device_count();
+  ZCK_FAIL_IF(ndev == 0, ZCK_ERR_NO_DEVICE, "comm: no CUDA device");
+#if ZCK_HAVE_NCCL
+  if (nranks <= ndev) return nc_create_local(nranks, comms);
+#endif
+  int device = 0;
+  ZCK_CU(cudaGetDevice(&device), "comm: current device");
+  return zck_comm_cuda_local_create(nranks, device, comms);
+}
+
+extern "C" void zck_comm_nccl_destroy_local(zck_comm **comms, int nranks) {
+  if (!comms || nranks < 1 || !comms[0]) return;
+  if (zck__ranks_is(comms[0])) {
+    zck__ranks_destroy(comms, nranks);
+    return;
+  }
+#if ZCK_HAVE_NCCL
+  ZCK_ASSERT(nc_is(comms[0]) && ((nc_rank *)comms[0]->impl)->group);
+  nc_group_free(((nc_rank *)comms[0]->impl)->group);
+  for (int r = 0; r < nranks; r++) comms[r] = NULL;
+#endif
+}
+
+extern "C" zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) {
+  if (zck__ranks_is(comm) && !strcmp(comm->backend, "cuda-local")) return zck__cuda_local_set_stream(comm, stream);
+#if ZCK_HAVE_NCCL
+  if (nc_is(comm)) {
+    nc_rank *r = (nc_rank *)comm->impl;
+    r->user = ZCK_CU_STREAM(stream);
+    r->user_set = stream != NULL;
+    return ZCK_OK;
+  }
+#endif
+  return zck__fail(ZCK_ERR_INVALID_ARG, "comm: %s is not a CUDA backend", comm->backend);
+}

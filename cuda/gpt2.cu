@@ -1,0 +1,284 @@
+// gpt2.cu: GPT-2 forward and backward on the device, step for step the CPU engine's
+// ze_gpt2_forward / ze_gpt2_backward (samples/engine/gpt2.c): the same flat parameter
+// buffer (offsets of zck_cuda_gpt2_offsets), the same activation buffers carved the same
+// way, the same kernels in the same order, on the context's stream.
+#include "common.cuh"
+
+#include <string.h>
+
+#define ZG_MAX_LAYERS 64
+
+/* Carved from a parameter buffer or a gradient buffer of the same layout (the forward
+ * only reads through them). */
+struct zg_block_params {
+  float *ln_1_w, *ln_1_b, *attn_w, *attn_b, *attn_proj_w, *attn_proj_b;
+  float *ln_2_w, *ln_2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
+};
+struct zg_params {
+  float *wte, *wpe;
+  zg_block_params h[ZG_MAX_LAYERS];
+  float *ln_f_w, *ln_f_b;
+};
+
+struct zg_block_acts {
+  float *ln_1, *ln_1_mean, *ln_1_rstd, *qkv, *att, *atty, *attproj, *res2;
+  float *ln_2, *ln_2_mean, *ln_2_rstd, *fch, *fch_gelu, *fcproj, *res3;
+};
+struct zg_acts {
+  float *encoded;
+  zg_block_acts h[ZG_MAX_LAYERS];
+  float *ln_f, *ln_f_mean, *ln_f_rstd, *logits, *probs, *losses;
+};
+
+struct zck_cuda_gpt2 {
+  zck_cuda_ctx *ctx;
+  zck_cuda_gpt2_config c;
+  int B, T;                  /* capacity */
+  int last_B, last_T;        /* the last forward */
+  bool last_targets;
+  size_t n;                  /* floats per activation buffer */
+  float *mem, *gmem;         /* device: activations, their gradients */
+  int *d_tok;                /* device: inputs (B*T) then targets (B*T) */
+  float *h_losses;           /* host: B*T */
+  size_t offsets[2 + 12 * ZG_MAX_LAYERS + 2 + 1];
+};
+
+// The CPU engine's acts_walk: the same buffers in the same order, strides of (B, T).
+static size_t zg_acts_walk(const zck_cuda_gpt2_config *c, int B, int T, float *mem, zg_acts *a) {
+  size_t BT = (size_t)B * T, C = (size_t)c->n_embd, V = (size_t)c->vocab_size, H = (size_t)c->n_head;
+  size_t off = 0;
+#define ZG_ACT(slot, count)          \
+  do {                               \
+    if (a) (slot) = mem + off;       \
+    off += (count);                  \
+  } while (0)
+  zg_acts dummy;
+  zg_acts *q = a ? a : &dummy;
+  ZG_ACT(q->encoded, BT * C);
+  for (int l = 0; l < c->n_layer; l++) {
+    zg_block_acts *b = &q->h[l];
+    ZG_ACT(b->ln_1, BT * C);
+    ZG_ACT(b->ln_1_mean, BT);
+    ZG_ACT(b->ln_1_rstd, BT);
+    ZG_ACT(b->qkv, BT * 3 * C);
+    ZG_ACT(b->att, (size_t)B * H * T * T);
+    ZG_ACT(b->atty, BT * C);
+    ZG_ACT(b->attproj, BT * C);
+    ZG_ACT(b->res2, BT * C);
+    ZG_ACT(b->ln_2, BT * C);
+    ZG_ACT(b->ln_2_mean, BT);
+    ZG_ACT(b->ln_2_rstd, BT);
+    ZG_ACT(b->fch, BT * 4 * C);
+    ZG_ACT(b->fch_gelu, BT * 4 * C);
+    ZG_ACT(b->fcproj, BT * C);
+    ZG_ACT(b->res3, BT * C);
+  }
+  ZG_ACT(q->ln_f, BT * C);
+  ZG_ACT(q->ln_f_mean, BT);
+  ZG_ACT(q->ln_f_rstd, BT);
+  ZG_ACT(q->logits, BT * V);
+  ZG_ACT(q->probs, BT * V);
+  ZG_ACT(q->losses, BT);
+#undef ZG_ACT
+  return off;
+}
+
+static void zg_carve(const zck_cuda_gpt2 *m, float *flat, zg_params *p) {
+  const size_t *o = m->offsets;
+  p->wte = flat + o[0];
+  p->wpe = flat + o[1];
+  for (int l = 0; l < m->c.n_layer; l++) {
+    const size_t *b = o + 2 + 12 * l;
+    zg_block_params *h = &p->h[l];
+    h->ln_1_w = flat + b[0];
+    h->ln_1_b = flat + b[1];
+    h->attn_w = flat + b[2];
+    h->attn_b = flat + b[3];
+    h->attn_proj_w = flat + b[4];
+    h->attn_proj_b = flat + b[5];
+    h->ln_2_w = flat + b[6];
+    h->ln_2_b = flat + b[7];
+    h->fc_w = flat + b[8];
+    h->fc_b = flat + b[9];
+    h->fc_proj_w = flat + b[10];
+    h->fc_proj_b = flat + b[11];
+  }
+  size_t last = 2 + 12 * (size_t)m->c.n_layer;
+  p->ln_f_w = flat + o[last];
+  p->ln_f_b = flat + o[last + 1];
+}
+
+extern "C" void zck_cuda_gpt2_free(zck_cuda_gpt2 *m) {
+  if (!m) return;
+  cudaSetDevice(m->ctx->device);
+  if (m->mem) cudaFree(m->mem);
+  if (m->gmem) cudaFree(m->gmem);
+  if (m->d_tok) cudaFree(m->d_tok);
+  if (m->h_losses) cudaFreeHost(m->h_losses);
+  free(m);
+}
+
+extern "C" zck_status zck_cuda_gpt2_create(zck_cuda_ctx *ctx, const zck_cuda_gpt2_config *c, int B, int T,
+                                           zck_cuda_gpt2 **out) {
+  *out = NULL;
+  ZCK_FAIL_IF(c->n_layer < 1 || c->n_layer > ZG_MAX_LAYERS || c->n_head < 1 || c->n_embd < 1 ||
+                  c->n_embd % c->n_head || c->vocab_size < 2 || c->max_seq_len < 1,
+              ZCK_ERR_INVALID_ARG, "cuda gpt2: bad configuration (L %d, H %d, C %d, V %d, T %d)", c->n_layer,
+              c->n_head, c->n_embd, c->vocab_size, c->max_seq_len);
+  ZCK_FAIL_IF(B < 1 || T < 1 || T > c->max_seq_len, ZCK_ERR_INVALID_ARG,
+              "cuda gpt2: batch (%d, %d) with n_positions %d", B, T, c->max_seq_len);
+  ZCK_CU(cudaSetDevice(ctx->device), "select device %d", ctx->device);
+  zck_cuda_gpt2 *m = (zck_cuda_gpt2 *)calloc(1, sizeof *m);
+  if (!m) return zck__fail(ZCK_ERR_NO_MEMORY, "cuda gpt2: no memory");
+  m->ctx = ctx;
+  m->c = *c;
+  m->B = B;
+  m->T = T;
+  zck_cuda_gpt2_offsets(c, m->offsets);
+  m->n = zg_acts_walk(c, B, T, NULL, NULL);
+  size_t BT = (size_t)B * T;
+  cudaError_t e = cudaMalloc(&m->mem, m->n * sizeof(float));
+  if (e == cudaSuccess) e = cudaMalloc(&m->gmem, m->n * sizeof(float));
+  if (e == cudaSuccess) e = cudaMalloc(&m->d_tok, 2 * BT * sizeof(int));
+  if (e == cudaSuccess) e = cudaMallocHost(&m->h_losses, BT * sizeof(float));
+  if (e == cudaSuccess) e = cudaMemset(m->mem, 0, m->n * sizeof(float));
+  if (e != cudaSuccess) {
+    zck_cuda_gpt2_free(m);
+    return zck__fail(zck__cuda_status(e), "cuda gpt2: allocate a workspace of %zu bytes: %s",
+                     2 * m->n * sizeof(float), cudaGetErrorString(e));
+  }
+  *out = m;
+  return ZCK_OK;
+}
+
+extern "C" size_t zck_cuda_gpt2_ws_bytes(const zck_cuda_gpt2 *m) {
+  return 2 * m->n * sizeof(float) + 2 * (size_t)m->B * m->T * sizeof(int);
+}
+
+extern "C" const float *zck_cuda_gpt2_logits(const zck_cuda_gpt2 *m) {
+  zg_acts a;
+  zg_acts_walk(&m->c, m->last_B ? m->last_B : m->B, m->last_T ? m->last_T : m->T, m->mem, &a);
+  return a.logits;
+}
+
+extern "C" const float *zck_cuda_gpt2_losses(const zck_cuda_gpt2 *m) {
+  zg_acts a;
+  zg_acts_walk(&m->c, m->last_B ? m->last_B : m->B, m->last_T ? m->last_T : m->T, m->mem, &a);
+  return a.losses;
+}
+
+static zck_status zg_check_tokens(const int *tok, size_t n, int V, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    ZCK_FAIL_IF(tok[i] < 0 || tok[i] >= V, ZCK_ERR_INVALID_ARG, "cuda gpt2: %s[%zu] = %d is not a token id below %d",
+                what, i, tok[i], V);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const int *inputs,
+                                            const int *targets, int B, int T, float *loss) {
+  const zck_cuda_gpt2_config *c = &m->c;
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
+  ZCK_FAIL_IF(B < 1 || T < 1 || B > m->B || T > m->T, ZCK_ERR_INVALID_ARG,
+              "cuda gpt2: batch (%d, %d) exceeds the workspace's (%d, %d)", B, T, m->B, m->T);
+  ZCK_TRY(zg_check_tokens(inputs, (size_t)BT, V, "inputs"));
+  if (targets) ZCK_TRY(zg_check_tokens(targets, (size_t)BT, V, "targets"));
+  zck_cuda_ctx *ctx = m->ctx;
+  void *st = (void *)ctx->stream;
+  ZCK_CU(cudaSetDevice(ctx->device), "select device %d", ctx->device);
+  m->last_B = B;
+  m->last_T = T;
+  m->last_targets = false;
+  int *d_in = m->d_tok, *d_tg = m->d_tok + (size_t)m->B * m->T;
+  ZCK_CU(cudaMemcpyAsync(d_in, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
+         "upload the inputs");
+  if (targets)
+    ZCK_CU(cudaMemcpyAsync(d_tg, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
+           "upload the targets");
+  zg_params w;
+  zg_carve(m, (float *)d_params, &w);
+  zg_acts a;
+  zg_acts_walk(c, B, T, m->mem, &a);
+  ZCK_TRY(zck_cuda_encoder_forward(a.encoded, d_in, w.wte, w.wpe, BT, T, C, st));
+  const float *x = a.encoded;
+  for (int l = 0; l < c->n_layer; l++) {
+    const zg_block_params *p = &w.h[l];
+    zg_block_acts *h = &a.h[l];
+    ZCK_TRY(zck_cuda_layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C, st));
+    ZCK_TRY(zck_cuda_conv1d_forward(ctx, h->qkv, h->ln_1, p->attn_w, p->attn_b, BT, C, 3 * C));
+    ZCK_TRY(zck_cuda_attention_forward(h->atty, h->att, h->qkv, B, T, C, H, st));
+    ZCK_TRY(zck_cuda_conv1d_forward(ctx, h->attproj, h->atty, p->attn_proj_w, p->attn_proj_b, BT, C, C));
+    ZCK_TRY(zck_cuda_residual_forward(h->res2, x, h->attproj, (size_t)BT * C, st));
+    ZCK_TRY(zck_cuda_layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, p->ln_2_w, p->ln_2_b, BT, C, st));
+    ZCK_TRY(zck_cuda_conv1d_forward(ctx, h->fch, h->ln_2, p->fc_w, p->fc_b, BT, C, 4 * C));
+    ZCK_TRY(zck_cuda_gelu_forward(h->fch_gelu, h->fch, (size_t)BT * 4 * C, st));
+    ZCK_TRY(zck_cuda_conv1d_forward(ctx, h->fcproj, h->fch_gelu, p->fc_proj_w, p->fc_proj_b, BT, 4 * C, C));
+    ZCK_TRY(zck_cuda_residual_forward(h->res3, h->res2, h->fcproj, (size_t)BT * C, st));
+    x = h->res3;
+  }
+  ZCK_TRY(zck_cuda_layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, BT, C, st));
+  ZCK_TRY(zck_cuda_lm_head_forward(ctx, a.logits, a.ln_f, w.wte, BT, C, V));
+  if (!targets) {
+    if (loss) *loss = 0.0f;
+    ZCK_CU(cudaStreamSynchronize(ctx->stream), "gpt2 forward");
+    return ZCK_OK;
+  }
+  ZCK_TRY(zck_cuda_softmax_xent_forward(a.probs, a.losses, a.logits, d_tg, BT, V, st));
+  ZCK_CU(cudaMemcpyAsync(m->h_losses, a.losses, (size_t)BT * sizeof(float), cudaMemcpyDeviceToHost, ctx->stream),
+         "download the losses");
+  ZCK_CU(cudaStreamSynchronize(ctx->stream), "gpt2 forward");
+  m->last_targets = true;
+  double sum = 0.0;
+  for (int bt = 0; bt < BT; bt++) sum += m->h_losses[bt];
+  if (loss) *loss = (float)(sum / BT);
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float *d_grads, float scale) {
+  ZCK_FAIL_IF(!m->last_targets, ZCK_ERR_INVALID_ARG, "cuda gpt2: backward needs a forward with targets first");
+  const zck_cuda_gpt2_config *c = &m->c;
+  int B = m->last_B, T = m->last_T;
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
+  zck_cuda_ctx *ctx = m->ctx;
+  void *st = (void *)ctx->stream;
+  ZCK_CU(cudaSetDevice(ctx->device), "select device %d", ctx->device);
+  const int *d_in = m->d_tok, *d_tg = m->d_tok + (size_t)m->B * m->T;
+  zg_params w, g;
+  zg_carve(m, (float *)d_params, &w);
+  zg_carve(m, d_grads, &g);
+  zg_acts a, d;
+  zg_acts_walk(c, B, T, m->mem, &a);
+  zg_acts_walk(c, B, T, m->gmem, &d);
+  ZCK_CU(cudaMemsetAsync(m->gmem, 0, m->n * sizeof(float), ctx->stream), "clear the activation gradients");
+  ZCK_TRY(zck_cuda_softmax_xent_backward(d.logits, a.probs, d_tg, BT, V, scale / (float)BT, st));
+  ZCK_TRY(zck_cuda_lm_head_backward(ctx, d.ln_f, g.wte, d.logits, a.ln_f, w.wte, BT, C, V));
+  const float *xl = a.h[c->n_layer - 1].res3;
+  float *dxl = d.h[c->n_layer - 1].res3;
+  ZCK_TRY(zck_cuda_layernorm_backward(dxl, g.ln_f_w, g.ln_f_b, d.ln_f, xl, w.ln_f_w, a.ln_f_mean,
+                                      a.ln_f_rstd, BT, C, st));
+  for (int l = c->n_layer - 1; l >= 0; l--) {
+    const zg_block_params *p = &w.h[l], *gp = &g.h[l];
+    zg_block_acts *h = &a.h[l], *dh = &d.h[l];
+    const float *x = l ? a.h[l - 1].res3 : a.encoded;
+    float *dx = l ? d.h[l - 1].res3 : d.encoded;
+    ZCK_TRY(zck_cuda_residual_backward(dh->res2, dh->fcproj, dh->res3, (size_t)BT * C, st));
+    ZCK_TRY(zck_cuda_conv1d_backward(ctx, dh->fch_gelu, gp->fc_proj_w, gp->fc_proj_b, dh->fcproj,
+                                     h->fch_gelu, p->fc_proj_w, BT, 4 * C, C));
+    ZCK_TRY(zck_cuda_gelu_backward(dh->fch, h->fch, dh->fch_gelu, (size_t)BT * 4 * C, st));
+    ZCK_TRY(zck_cuda_conv1d_backward(ctx, dh->ln_2, gp->fc_w, gp->fc_b, dh->fch, h->ln_2, p->fc_w, BT, C,
+                                     4 * C));
+    ZCK_TRY(zck_cuda_layernorm_backward(dh->res2, gp->ln_2_w, gp->ln_2_b, dh->ln_2, h->res2, p->ln_2_w,
+                                        h->ln_2_mean, h->ln_2_rstd, BT, C, st));
+    ZCK_TRY(zck_cuda_residual_backward(dx, dh->attproj, dh->res2, (size_t)BT * C, st));
+    ZCK_TRY(zck_cuda_conv1d_backward(ctx, dh->atty, gp->attn_proj_w, gp->attn_proj_b, dh->attproj,
+                                     h->atty, p->attn_proj_w, BT, C, C));
+    /* the attention-probability gradient slot is the backward's (B, H, T, T) scratch */
+    ZCK_TRY(zck_cuda_attention_backward(dh->qkv, dh->atty, h->qkv, h->att, dh->att, B, T, C, H, st));
+    ZCK_TRY(zck_cuda_conv1d_backward(ctx, dh->ln_1, gp->attn_w, gp->attn_b, dh->qkv, h->ln_1, p->attn_w,
+                                     BT, C, 3 * C));
+    ZCK_TRY(zck_cuda_layernorm_backward(dx, gp->ln_1_w, gp->ln_1_b, dh->ln_1, x, p->ln_1_w, h->ln_1_mean,
+                                        h->ln_1_rstd, BT, C, st));
+  }
+  ZCK_TRY(zck_cuda_encoder_backward(g.wte, g.wpe, d.encoded, d_in, BT, T, C, st));
+  ZCK_CU(cudaStreamSynchronize(ctx->stream), "gpt2 backward");
+  return ZCK_OK;
+}
