@@ -1,0 +1,254 @@
+"""ds_harness.py: run real DeepSpeed (CPU, gloo, W processes) on the fixture model and snapshot its state.
+
+Used by interop_reshard.py. The model, param groups and ds_config come from
+tests/fixtures/gen/make_deepspeed_fixtures.py and the launcher from tests/fixtures/gen/ds_launch.py
+(imported, not copied). Two kinds of run, both launched as W processes of this file (`--worker SPEC`):
+
+  train:  train `steps` steps from the fixture's initial weights, save_checkpoint(save_dir),
+          snapshot, then train `more` steps (the "direct path" loss curve).
+  resume: build a fresh engine, load_checkpoint(load_dir) (plain, or with checkpoint.load_universal),
+          snapshot, then train `more` steps.
+
+The frozen parameter is perturbed (spec perturb_frozen) in the source run, so that a resume which does not
+restore it from the checkpoint shows. A universal-checkpoint resume never loads the module (weights come from
+zero/<param>/, frozen params and buffers not at all), so it gets the same perturbation, as a user would rebuild
+the frozen weights.
+
+Data: every optimizer step k (= engine.global_steps before the step) uses one fixed global batch of
+GLOBAL_BATCH sequences (seeded by k, learnable targets) split evenly over the W ranks, so runs at different
+world sizes compute the same global gradient up to reduction order. The logged loss is the mean over ranks.
+
+Snapshot (torch.save'd per rank to OUT.rank<r>.pt):
+  counters  global_steps, global_samples, skipped_steps, lr_scheduler state, param-group hyper-parameters
+  gathered  per trainable param: full fp32 master, exp_avg, exp_avg_sq (DeepSpeed's safe_get_full_* API)
+  lp        the full 16-bit (here: lp dtype) state dict incl. buffers, gathered (stage 3) or module_state_dict
+  parts     this rank's raw flat partitions per flat group: fp32, exp_avg, exp_avg_sq, step, lp
+"""
+import collections
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GEN = os.path.join(os.path.dirname(HERE), "fixtures", "gen")
+sys.path.insert(0, GEN)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+GLOBAL_BATCH = 12  # divisible by every world size used (1..4)
+SEQ = 5
+
+
+def fixture():
+    import make_deepspeed_fixtures as m
+    return m
+
+
+def fixture_frozen():
+    return [n for n, p in fixture().build_model().named_parameters() if not p.requires_grad]
+
+
+def make_config(stage, world, dtype, sub_group_size=None, universal=False):
+    m = fixture()
+    extra = {} if sub_group_size is None else {"sub_group_size": sub_group_size}
+    cfg = m.ds_config(stage, dtype, extra)
+    cfg["train_micro_batch_size_per_gpu"] = GLOBAL_BATCH // world
+    cfg["steps_per_print"] = 10**6
+    if universal:
+        cfg["checkpoint"] = {"load_universal": True}
+    return cfg
+
+
+def batch(k, rank, world):
+    import torch
+    m = fixture()
+    g = torch.Generator().manual_seed(5000 + k)
+    ids = torch.randint(0, m.VOCAB, (GLOBAL_BATCH, SEQ), generator=g)
+    tgt = (ids * 7 + 3) % m.VOCAB  # learnable, so the loss really decreases
+    n = GLOBAL_BATCH // world
+    return ids[rank * n:(rank + 1) * n], tgt[rank * n:(rank + 1) * n]
+
+
+def train_steps(engine, n):
+    import torch
+    import torch.distributed as dist
+    losses = []
+    for _ in range(n):
+        ids, tgt = batch(engine.global_steps, dist.get_rank(), dist.get_world_size())
+        loss = engine(ids, tgt)
+        engine.backward(loss)
+        engine.step()
+        t = loss.detach().float().clone()
+        dist.all_reduce(t)
+        losses.append((t / dist.get_world_size()).item())
+    return losses
+
+
+def _plain(v):
+    import torch
+    if isinstance(v, torch.Tensor):
+        return v.detach().clone()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def snapshot(engine, stage):
+    import torch
+    import torch.distributed as dist
+    from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+    opt = engine.optimizer
+    basic = opt.optimizer
+    rank = dist.get_rank()
+    snap = {
+        "global_steps": engine.global_steps,
+        "global_samples": engine.global_samples,
+        "skipped_steps": engine.skipped_steps,
+        "lr_scheduler": _plain(engine.lr_scheduler.state_dict()) if engine.lr_scheduler is not None else None,
+        "param_groups": [{k: _plain(v) for k, v in g.items() if k != "params"} for g in basic.param_groups],
+    }
+    # stage 1/2: after a plain load_checkpoint the optimizer-state fragments are linked only at the next step
+    # (_lazy_init_hp_params_optimizer_state), so safe_get_full_optimizer_state would fail before that
+    # (and, DeepSpeed 0.19.8 bug, with several param groups the link after the first step runs when only group 0
+    # has state, so later groups never get linked): re-link explicitly; it only creates views
+    if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and basic.state:
+        opt._hp_optimizer_states_linked = False
+        opt._lazy_init_hp_params_optimizer_state()
+    gathered = collections.OrderedDict()
+    for n, p in engine.module.named_parameters():
+        if not p.requires_grad:
+            continue
+        gathered[n] = {"fp32": safe_get_full_fp32_param(p).detach().clone()}
+        for key in ("exp_avg", "exp_avg_sq"):
+            gathered[n][key] = safe_get_full_optimizer_state(p, key).detach().clone()
+    snap["gathered"] = gathered
+    if stage == 3:
+        lp = engine._zero3_consolidated_16bit_state_dict()
+    else:
+        lp = engine.module_state_dict()
+    if rank == 0:
+        snap["lp"] = collections.OrderedDict((k, v.detach().clone()) for k, v in lp.items())
+    parts = []
+    if stage == 3:
+        flats = list(zip(opt.fp32_partitioned_groups_flat, opt.fp16_partitioned_groups_flat))
+    else:
+        flats = [(f, opt.parallel_partitioned_bit16_groups[g][rank])
+                 for g, f in enumerate(opt.single_partition_of_fp32_groups)]
+    for fp32, lpflat in flats:
+        st = basic.state.get(fp32, {})
+        parts.append({"fp32": fp32.detach().clone(), "lp": lpflat.detach().clone(),
+                      "exp_avg": _plain(st.get("exp_avg")), "exp_avg_sq": _plain(st.get("exp_avg_sq")),
+                      "step": _plain(st.get("step"))})
+    snap["parts"] = parts
+    return snap
+
+
+def worker(spec_path):
+    import torch
+    import torch.distributed as dist
+    import deepspeed
+    with open(spec_path) as f:
+        spec = json.load(f)
+    m = fixture()
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert world == spec["world"], (world, spec["world"])
+    model = m.build_model()
+    if spec.get("perturb_frozen"):
+        # frozen weights that differ from a fresh model's, so a load that does not restore them is caught
+        with torch.no_grad():
+            model.frozen.weight.add_(0.25)
+    groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
+    cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=cfg)
+    res = {"spec": spec}
+    if spec["mode"] == "train":
+        res["losses_before"] = train_steps(engine, spec["steps"])
+        engine.save_checkpoint(spec["save_dir"])
+    else:
+        path, _ = engine.load_checkpoint(spec["load_dir"])
+        if path is None:
+            raise RuntimeError(f"load_checkpoint({spec['load_dir']}) returned None")
+    res["snap"] = snapshot(engine, spec["stage"])
+    res["losses"] = train_steps(engine, spec["more"])
+    torch.save(res, f"{spec['out']}.rank{rank}.pt")
+    dist.barrier()
+
+
+class RunFailed(Exception):
+    pass
+
+
+def run(tmp, name, world, **spec):
+    """Launch `world` workers with `spec`; return the per-rank results. Raises RunFailed with the error."""
+    import torch
+    from ds_launch import launch, free_port
+    spec = dict(spec, world=world, out=os.path.join(tmp, name))
+    spec_path = os.path.join(tmp, name + ".json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    logs = os.path.join(tmp, name + ".log")
+    port = free_port()
+    try:
+        rc = launch(world, [os.path.abspath(__file__), "--worker", spec_path], port=port, log_prefix=logs,
+                    timeout=400)
+    finally:
+        remove_shm(port)
+    if rc != 0:
+        why = {-9: " (SIGKILL: out of memory?)", -11: " (SIGSEGV)"}.get(rc, "")
+        raise RunFailed(f"exit {rc}{why}: {error_of(logs, world)}")
+    return [torch.load(f"{spec['out']}.rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+def remove_shm(port):
+    """DeepSpeed's CPU shm all-reduce (used when LOCAL_SIZE == world size, as ds_launch sets it) creates
+    /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (66 MB each) and never unlinks it:
+    without this, every run leaks W x 66 MB of RAM."""
+    for f in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_*"):
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+
+
+def error_of(logs, world):
+    """The last exception line of the first rank log that has one (else the log tails)."""
+    tails = []
+    for r in range(world):
+        try:
+            with open(f"{logs}.rank{r}.log") as f:
+                lines = [ln.rstrip() for ln in f]
+        except OSError:
+            continue
+        lines = [re.sub(r"^\[rank\d+\]: ", "", ln) for ln in lines]
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i] and not lines[i].startswith(" ") and ("Error" in lines[i] or "Exception" in lines[i]):
+                where = [ln.strip() for ln in lines[:i] if ln.strip().startswith("File ")][-1:]
+                return f"rank {r}: {lines[i]}" + (f" (at {where[0]})" if where else "")
+        tails.append(f"rank {r}: " + " | ".join(lines[-3:]))
+    return "; ".join(tails) or "no logs"
+
+
+def ds_to_universal(tag_dir, out_dir, log):
+    """DeepSpeed's own converter (python -m deepspeed.checkpoint.ds_to_universal). Returns None or the error."""
+    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", tag_dir,
+           "--output_folder", out_dir, "--inject_missing_state", "--num_extract_workers", "1",
+           "--num_merge_workers", "1"]
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode == 0:
+        return None
+    with open(log) as f:
+        lines = [ln.rstrip() for ln in f if ln.strip()]
+    return lines[-1] if lines else f"exit {r.returncode}"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+    else:
+        sys.exit("usage: ds_harness.py --worker SPEC.json (launched by interop_reshard.py)")

@@ -1,0 +1,351 @@
+"""interop_reshard.py: plain DeepSpeed resumes from `zckpt reshard` output and trains on.
+
+Every scenario trains the fixture model (tests/fixtures/gen/make_deepspeed_fixtures.py) with real DeepSpeed
+on CPU (gloo, W processes, torch AdamW), saves, runs `zckpt reshard --to-stage S' --to-world-size W'`, and
+loads the result in a fresh DeepSpeed engine at (S', W') with plain engine.load_checkpoint (no
+load_universal). Checks after the load, on every rank:
+
+  counters   global_steps, global_samples, skipped_steps, lr_scheduler state, the param groups'
+             hyper-parameters (per group: lr, betas, eps, weight_decay, ...)   == the source engine's
+  gathered   per param: fp32 master, exp_avg, exp_avg_sq (safe_get_full_*)   torch.equal the source engine's
+  lp         the full 16-bit state dict with buffers                           torch.equal the source engine's
+  parts      this rank's raw flat partitions (fp32, exp_avg, exp_avg_sq, lp): equal to the source state laid
+             out by the target's partition math (stage 1/2 alignment padding must be zero; stage 3
+             padding is ignored, DeepSpeed itself leaves it uninitialised); step == the source's step
+  consolidated  zckpt consolidate of the resharded checkpoint == zero_to_fp32 of the source (bit for bit)
+
+Where DeepSpeed's own route (ds_to_universal + checkpoint.load_universal) works for the (source, target)
+pair, it runs too and both routes must agree exactly: every rank's partitions including padding, counters,
+16-bit weights, and the loss curve of the next steps. Where it is broken, the error is recorded
+(DeepSpeed 0.19.x: a stage-3 universal checkpoint cannot be loaded by a stage-1/2 engine).
+
+Training continues: the next MORE steps in the resharded engine give finite, decreasing losses equal to
+the source engine continuing directly within LOSS_RTOL. The global batch of each step is the same at any
+world size (split over ranks), so the two runs compute the same gradients mathematically; they differ only
+in summation order (gradient all-reduce / reduce-scatter over another number of ranks, another flat
+layout). For fp32 that is a few ulps, amplified a little by Adam over MORE steps; bf16 rounds the reduced
+gradients and weights to 8 bits of mantissa, hence the looser bound there.
+
+Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a zckpt binary).
+Usage: interop_reshard.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
+"""
+import contextlib
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import torch  # noqa: E402
+import ds_harness as H  # noqa: E402
+
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build-dev", "bin", "zckpt")
+STEPS, MORE = 2, 3
+LOSS_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
+
+# (name, source (stage, W), target (stage, W), dtype, also run DeepSpeed's universal route)
+SCENARIOS = [
+    ("3w4->2w2", (3, 4), (2, 2), "bf16", True),
+    ("1w1->3w3", (1, 1), (3, 3), "fp32", False),
+    ("2w2->2w4", (2, 2), (2, 4), "bf16", True),
+    ("3w3->1w1", (3, 3), (1, 1), "fp32", False),
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# expected partitions
+# ------------------------------------------------------------------------------------------------
+
+def flat_groups():
+    """Trainable param names per optimizer param group, in flat order (fixture's decay / no-decay split)."""
+    m = H.fixture()
+    return [[n for n, _ in ps] for _, _, ps in m.param_groups_spec(m.build_model())]
+
+
+def layout(stage, world, rank, full, numel):
+    """This rank's flat partition per flat group of `full` (name -> tensor), and a mask of real elements.
+    Stage 1/2: per group cat(params) zero-padded to align(N, 2W), slice [rP, rP+P).
+    Stage 3 (one sub-group per group, sub_group_size 1e9): per param [r*p, (r+1)*p), p = ceil(n/W)."""
+    out = []
+    for names in flat_groups():
+        if stage <= 2:
+            flat = torch.cat([full[n].reshape(-1) for n in names])
+            n_all = flat.numel()
+            m = -(-n_all // (2 * world)) * 2 * world
+            p = m // world
+            flat = torch.cat([flat, torch.zeros(m - n_all, dtype=flat.dtype)])
+            mask = torch.arange(m) < n_all
+            out.append((flat[rank * p:(rank + 1) * p], mask[rank * p:(rank + 1) * p]))
+        else:
+            segs, masks = [], []
+            for n in names:
+                t = full[n].reshape(-1)
+                p = -(-numel[n] // world)
+                seg = t[rank * p:min((rank + 1) * p, numel[n])]
+                segs.append(torch.cat([seg, torch.zeros(p - seg.numel(), dtype=t.dtype)]))
+                masks.append(torch.arange(p) < seg.numel())
+            out.append((torch.cat(segs), torch.cat(masks)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# comparisons: each returns a list of problems (strings)
+# ------------------------------------------------------------------------------------------------
+
+def same(a, b):
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape and torch.equal(a, b))
+
+
+def describe(a, b):
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return f"{type(a).__name__} vs {type(b).__name__}"
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return f"{a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+    d = (a.double() - b.double()).abs()
+    i = int(d.reshape(-1).argmax())
+    return (f"{int((d > 0).sum())}/{a.numel()} elements differ, max |diff| {d.max().item():.3g} "
+            f"at {i} ({a.reshape(-1)[i].item()!r} vs {b.reshape(-1)[i].item()!r})")
+
+
+def values_equal(a, b):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return same(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def cmp_counters(got, ref, who):
+    probs = []
+    for k in ("global_steps", "global_samples", "skipped_steps", "lr_scheduler"):
+        if not values_equal(got[k], ref[k]):
+            probs.append(f"{who}: {k} {got[k]!r}, expected {ref[k]!r}")
+    if len(got["param_groups"]) != len(ref["param_groups"]):
+        probs.append(f"{who}: {len(got['param_groups'])} param groups, expected {len(ref['param_groups'])}")
+    for g, (a, b) in enumerate(zip(got["param_groups"], ref["param_groups"])):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b or not values_equal(a[k], b[k]):
+                probs.append(f"{who}: param_groups[{g}][{k!r}] {a.get(k, '<absent>')!r}, "
+                             f"expected {b.get(k, '<absent>')!r}")
+    return probs
+
+
+def cmp_gathered(got, ref, who):
+    probs = []
+    if list(got) != list(ref):
+        probs.append(f"{who}: trainable params {list(got)}, expected {list(ref)}")
+    for n in ref:
+        for k in ("fp32", "exp_avg", "exp_avg_sq"):
+            if n in got and not same(got[n][k], ref[n][k]):
+                probs.append(f"{who}: {n} {k}: {describe(got[n][k], ref[n][k])}")
+    return probs
+
+
+def cmp_lp(got, ref, who):
+    probs = []
+    if list(got) != list(ref):
+        probs.append(f"{who}: 16-bit state dict keys {list(got)}, expected {list(ref)}")
+    for k in ref:
+        if k in got and not same(got[k], ref[k]):
+            probs.append(f"{who}: 16-bit {k}: {describe(got[k], ref[k])}")
+    return probs
+
+
+def cmp_parts_expected(res, src_snap, stage, world):
+    """Every target rank's raw partitions vs the source state laid out for (stage, world)."""
+    probs = []
+    g = src_snap["gathered"]
+    numel = {n: t["fp32"].numel() for n, t in g.items()}
+    src_step = src_snap["parts"][0]["step"]
+    for r, rr in enumerate(res):
+        parts = rr["snap"]["parts"]
+        exp = {k: layout(stage, world, r, {n: t[k] for n, t in g.items()}, numel)
+               for k in ("fp32", "exp_avg", "exp_avg_sq")}
+        exp["lp"] = layout(stage, world, r, src_snap["lp"], numel)
+        if len(parts) != len(exp["fp32"]):
+            probs.append(f"rank {r}: {len(parts)} flat groups, expected {len(exp['fp32'])}")
+            continue
+        for gi, part in enumerate(parts):
+            if not values_equal(part["step"], src_step):
+                probs.append(f"rank {r} group {gi}: step {part['step']!r}, expected {src_step!r}")
+            for k in ("fp32", "exp_avg", "exp_avg_sq", "lp"):
+                want, mask = exp[k][gi]
+                got = part[k]
+                if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
+                    probs.append(f"rank {r} group {gi} {k}: {describe(got, want)}")
+                    continue
+                if stage <= 2:  # DeepSpeed zero-pads stage 1/2 flat groups: padding must be zero
+                    if not same(got, want):
+                        probs.append(f"rank {r} group {gi} {k}: {describe(got, want)}")
+                elif not same(got[mask], want[mask]):
+                    probs.append(f"rank {r} group {gi} {k}: {describe(got[mask], want[mask])} (real elements)")
+    return probs
+
+
+def cmp_routes(zr, ur):
+    """zckpt route vs DeepSpeed's universal route: everything, every rank, padding included."""
+    probs = []
+    for r, (a, b) in enumerate(zip(zr, ur)):
+        sa, sb = a["snap"], b["snap"]
+        probs += cmp_counters(sa, sb, f"rank {r} vs universal")
+        probs += cmp_gathered(sa["gathered"], sb["gathered"], f"rank {r} vs universal")
+        for gi, (pa, pb) in enumerate(zip(sa["parts"], sb["parts"])):
+            for k in ("fp32", "exp_avg", "exp_avg_sq", "lp", "step"):
+                if not values_equal(pa[k], pb[k]):
+                    probs.append(f"rank {r} group {gi} {k} vs universal: {describe(pa[k], pb[k])}")
+        if "lp" in sa:  # trainable params only: a universal load restores neither buffers nor frozen params
+            names = set(sa["gathered"])
+            probs += cmp_lp({k: v for k, v in sa["lp"].items() if k in names},
+                            {k: v for k, v in sb["lp"].items() if k in names}, "vs universal")
+    if zr[0]["losses"] != ur[0]["losses"]:
+        probs.append(f"losses {zr[0]['losses']} vs universal route {ur[0]['losses']}")
+    return probs
+
+
+def cmp_losses(got, direct, before, dtype):
+    probs = []
+    if not all(math.isfinite(x) for x in got):
+        probs.append(f"non-finite loss {got}")
+    if not (got[0] < before[-1] and all(b < a for a, b in zip(got, got[1:]))):
+        probs.append(f"loss not decreasing: before {before}, after load {got}")
+    tol = LOSS_RTOL[dtype]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, direct))
+    if worst > tol:
+        probs.append(f"losses {got} vs direct continuation {direct}: rel diff {worst:.3g} > {tol}")
+    return probs, worst
+
+
+def consolidated(zck_ckpt, src_ckpt, tmp, frozen_kept):
+    """zckpt consolidate of the resharded checkpoint vs DeepSpeed zero_to_fp32 of the source. Stage-1
+    checkpoints carry no frozen-parameter info (DeepSpeed never saves it there): frozen_kept=False."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    out = os.path.join(tmp, "consolidated")
+    r = subprocess.run([ZCKPT, "consolidate", "-q", "--format", "pt", zck_ckpt, out], capture_output=True, text=True)
+    if r.returncode != 0:
+        return [f"zckpt consolidate failed: {r.stderr.strip()}"]
+    ours = torch.load(os.path.join(out, "pytorch_model.bin"), weights_only=True)
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        ref = get_fp32_state_dict_from_zero_checkpoint(src_ckpt)
+    probs = []
+    for k, t in ref.items():
+        if k in ours and not same(ours[k], t):
+            probs.append(f"consolidated {k}: {describe(ours[k], t)}")
+    frozen = set(H.fixture_frozen()) if not frozen_kept else set()
+    missing = [k for k in ref if k not in ours and k not in frozen]
+    if missing:
+        probs.append(f"consolidated: missing {missing}")
+    return probs
+
+
+# ------------------------------------------------------------------------------------------------
+
+def reshard(src, out, stage, world):
+    r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-stage", str(stage), "--to-world-size", str(world)],
+                       capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+
+
+def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
+    (s0, w0), (s1, w1) = src_cfg, dst_cfg
+    notes, probs = [], []
+    t0 = time.time()
+    src_dir = os.path.join(tmp, "src")
+    src = H.run(tmp, "src", w0, mode="train", stage=s0, dtype=dtype, steps=STEPS, more=MORE, save_dir=src_dir,
+                perturb_frozen=True)
+    ref = src[0]["snap"]
+    direct = src[0]["losses"]
+    before = src[0]["losses_before"]
+    tag = open(os.path.join(src_dir, "latest")).read().strip()
+
+    out = os.path.join(tmp, "zck")
+    err = reshard(src_dir, out, s1, w1)
+    if err:
+        return [f"zckpt reshard failed: {err}"], notes
+    try:
+        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out)
+    except H.RunFailed as e:
+        return [f"DeepSpeed load/train of the resharded checkpoint failed: {e}"], notes
+
+    for r, rr in enumerate(zr):
+        probs += cmp_counters(rr["snap"], ref, f"rank {r}")
+        probs += cmp_gathered(rr["snap"]["gathered"], ref["gathered"], f"rank {r}")
+    probs += cmp_lp(zr[0]["snap"]["lp"], ref["lp"], "rank 0")
+    probs += cmp_parts_expected(zr, ref, s1, w1)
+    probs += consolidated(out, src_dir, tmp, frozen_kept=s1 > 1)
+    lp, worst = cmp_losses(zr[0]["losses"], direct, before, dtype)
+    probs += lp
+    notes.append(f"losses {['%.6f' % x for x in zr[0]['losses']]} vs direct {['%.6f' % x for x in direct]} "
+                 f"(max rel diff {worst:.2g})")
+
+    if with_universal:
+        uc_root = os.path.join(tmp, "uc")
+        os.makedirs(uc_root)
+        err = H.ds_to_universal(os.path.join(src_dir, tag), os.path.join(uc_root, tag + "_universal"),
+                                os.path.join(tmp, "uc.log"))
+        if err is None:
+            try:
+                ur = H.run(tmp, "uc", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=uc_root,
+                           universal=True, perturb_frozen=True)
+            except H.RunFailed as e:
+                err = f"load_universal failed: {e}"
+        else:
+            err = f"ds_to_universal failed: {err}"
+        if err:
+            notes.append(f"DeepSpeed's universal route is broken here ({err}); compared with the source "
+                         f"engine's own state instead")
+        else:
+            up = cmp_routes(zr, ur)
+            probs += up
+            if not up:
+                notes.append("universal route: every rank's partitions, counters, 16-bit weights and losses equal")
+    notes.append(f"{time.time() - t0:.0f} s")
+    return probs, notes
+
+
+def main():
+    if not os.path.exists(ZCKPT):
+        print(f"SKIP: no zckpt binary at {ZCKPT} (set ZCK_BIN)")
+        return 77
+    passed = failed = 0
+    only = sys.argv[1:]
+    for name, src_cfg, dst_cfg, dtype, uni in SCENARIOS:
+        if only and name not in only:
+            continue
+        tmp = tempfile.mkdtemp(prefix="zck_interop_reshard_")
+        try:
+            probs, notes = scenario(name, src_cfg, dst_cfg, dtype, uni, tmp)
+        except H.RunFailed as e:  # the source training itself (plain DeepSpeed) failed
+            probs, notes = [f"DeepSpeed training of the source failed: {e}"], []
+        except Exception:  # noqa
+            probs, notes = ["harness error:\n" + traceback.format_exc()], []
+        label = f"{name} ({dtype})"
+        if probs:
+            failed += 1
+            print(f"FAIL {label}")
+            for p in probs[:40]:
+                print(f"    {p}")
+            if len(probs) > 40:
+                print(f"    ... {len(probs) - 40} more")
+            print(f"    (kept {tmp})")
+        else:
+            passed += 1
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"ok   {label}")
+        for n in notes:
+            print(f"    {n}")
+        sys.stdout.flush()
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
