@@ -6,7 +6,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "exec.h"
-#include "zck_universal_api.h"
+#include "zck.h"
 
 /* One progress bar over several executor runs: each run's bytes are added to what the
  * previous runs wrote. */

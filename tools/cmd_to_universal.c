@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../jobs/zck_universal_api.h"
+#include "zck.h"
 #include "cli.h"
 
 static const char zck__to_universal_help[] =

@@ -35,7 +35,10 @@ static zck_status read_optims(zck_ds_ckpt *c) {
     return s;
   }
   zck__ds_optim_file o0 = {.file = &fs->optims[0]};
-  c->optims = zck__calloc(1, sizeof *c->optims);
+  /* one allocation for every rank file found: rank 0's torch file (kept open as optim0)
+   * points at optims[0].src, so the array must never move afterwards */
+  size_t cap = fs->n_optims ? fs->n_optims : 1;
+  c->optims = zck__calloc(cap, sizeof *c->optims);
   if (!c->optims) return ZCK_ERR_NO_MEMORY;
   c->optims[0] = o0;
   c->n_optims = 1;
@@ -48,9 +51,8 @@ static zck_status read_optims(zck_ds_ckpt *c) {
   ZCK_TRY(zck__ds_check_ranks(fs, w, stage, who));
   c->info.stage = stage;
   c->info.world_size = w;
-  zck__ds_optim_file *all = zck__realloc(c->optims, w * sizeof *all);
-  if (!all) return ZCK_ERR_NO_MEMORY;
-  c->optims = all;
+  if (w > cap) /* check_ranks has already refused a file set that does not match w */
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count %u but %zu optimizer files", fs->dir, w, fs->n_optims);
   r0 = &c->optims[0];
   for (uint32_t r = 1; r < w; r++) {
     memset(&c->optims[r], 0, sizeof c->optims[r]);

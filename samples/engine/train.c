@@ -12,6 +12,7 @@
 #include "util.h"
 #include "zck_cuda.h"
 #include "zero.h"
+#include "cuda_engine.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -253,6 +254,9 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   int B = a->per_device_train_batch_size, GAS = a->gradient_accumulation_steps, T = run->cfg.max_seq_len;
   bool lead = r == 0;
   zck_status s = ZCK_OK;
+  bool on_gpu = !strcmp(a->device, "cuda");
+  ze_cuda_rank cr;
+  memset(&cr, 0, sizeof cr);
   ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
   int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
   int *inputs = zck__calloc((size_t)B * T, sizeof(int)), *targets = zck__calloc((size_t)B * T, sizeof(int));
@@ -264,6 +268,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   ze_gpt2_params w, g;
   ze_gpt2_carve(&run->cfg, zr->work, &w);
   ze_gpt2_carve(&run->cfg, zr->gwork, &g);
+  if (on_gpu) ZCK_CHECK_GOTO(ze_cuda_rank_init(&cr, &run->cfg, r, B, T), s, done);
   int64_t G = (int64_t)W * B * GAS;
   double t_log = now_seconds(), loss_acc = 0.0;
   int64_t n_acc = 0;
@@ -280,8 +285,15 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
         memcpy(inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
         memcpy(targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
       }
-      micro[m * W + r] = ze_gpt2_forward(&run->cfg, &w, ws, inputs, targets, B, T);
-      ze_gpt2_backward(&run->cfg, &w, &g, ws, inputs, targets, B, T, 1.0f / (float)GAS);
+      if (on_gpu) {
+        /* zr->work changes only in ze_zero_step (and restores), i.e. before micro-batch 0 */
+        ZCK_CHECK_GOTO(ze_cuda_micro_step(&cr, zr->work, zr->gwork, inputs, targets, B, T, 1.0f / (float)GAS, m == 0,
+                                          &micro[m * W + r]),
+                       s, done);
+      } else {
+        micro[m * W + r] = ze_gpt2_forward(&run->cfg, &w, ws, inputs, targets, B, T);
+        ze_gpt2_backward(&run->cfg, &w, &g, ws, inputs, targets, B, T, 1.0f / (float)GAS);
+      }
       ZCK_CHECK_GOTO(ze_zero_reduce(zr, m == GAS - 1), s, done);
     }
     ZCK_CHECK_GOTO(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM), s, done);
@@ -366,6 +378,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     }
   }
 done:
+  ze_cuda_rank_free(&cr);
   ze_gpt2_ws_free(ws);
   free(tok);
   free(inputs);
@@ -448,9 +461,7 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   ze_rank_thread threads[ZE_MAX_RANKS];
   int W = a->ranks;
 
-  if (!strcmp(a->device, "cuda"))
-    return zck__fail(ZCK_ERR_NO_DEVICE, "--device cuda: %s; this zckpt-train runs on the CPU only (--device cpu)",
-                     zck_cuda_built() ? "the CUDA engine is not written yet" : "built without CUDA");
+  if (!strcmp(a->device, "cuda")) ZCK_TRY(ze_cuda_check());
   /* DeepSpeed config: given, or the one a plain run amounts to */
   if (a->deepspeed)
     s = ze_ds_config_load(a->deepspeed, a, &run.ds);

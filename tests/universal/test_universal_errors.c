@@ -6,7 +6,7 @@
 
 #include "io.h"
 #include "universal/universal.h"
-#include "../../jobs/zck_universal_api.h"
+#include "zck.h"
 #include "ut_util.h"
 
 static void sh(const char *fmt, const char *a, const char *b) {

@@ -10,7 +10,7 @@
 #include "hdf5/zck_h5.h"
 #include "safetensors/safetensors.h"
 #include "universal/universal.h"
-#include "../../jobs/zck_universal_api.h"
+#include "zck.h"
 #include "ut_util.h"
 
 static void expect_same(const char *what, const void *a, zck_dtype ta, const void *b, zck_dtype tb, uint64_t n) {
