@@ -88,6 +88,12 @@ function(zck_test_properties name labels)
     SKIP_RETURN_CODE 77
     ENVIRONMENT "ZCK_SOURCE_DIR=${PROJECT_SOURCE_DIR};ZCK_FIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures;ZCK_BIN=$<TARGET_FILE:zckpt-cli>;ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
     TIMEOUT 600)
+  if("interop" IN_LIST labels)
+    # The real DeepSpeed / torch runs spawn several processes each: one at a time, so two
+    # of them never fight over the cores (and the gloo rendezvous ports), with room to
+    # finish on a loaded machine.
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK python_interop TIMEOUT 1800)
+  endif()
 endfunction()
 
 # zck_fuzz_target(NAME SOURCE file.c CORPUS dir)
