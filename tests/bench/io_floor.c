@@ -3,11 +3,14 @@
  * with the same thread count, no conversion, fsync at the end. What no tool can beat.
  *
  * usage: io_floor CHECKPOINT OUT_FILE [THREADS]
+ * FLOOR_PARTS=all: every optimizer state (fp32, exp_avg, exp_avg_sq), the floor of
+ * to-universal and reshard; default fp32 only (consolidate). FLOOR_CHUNK: bytes per copy.
  */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "deepspeed/deepspeed.h"
@@ -41,16 +44,20 @@ int main(int argc, char **argv) {
   int threads = argc > 3 ? atoi(argv[3]) : 2;
   zck_ds_ckpt *c;
   if (zck_ds_open(argv[1], NULL, &c) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
-  zck_ds_view v;
-  if (zck_ds_get(c, ZCK_DS_FP32, &v) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
-  shared s = {calloc(v.layout->n_stores, sizeof(region)), 0, 0, -1, PTHREAD_MUTEX_INITIALIZER};
+  int parts = getenv("FLOOR_PARTS") && !strcmp(getenv("FLOOR_PARTS"), "all") ? 3 : 1;
+  shared s = {NULL, 0, 0, -1, PTHREAD_MUTEX_INITIALIZER};
   uint64_t out_off = 0;
-  for (size_t i = 0; i < v.layout->n_stores; i++) {
-    const zck_store *st = &v.stores[i];
-    if (st->kind != ZCK_STORE_SOURCE || !st->numel) continue;
-    uint64_t len = st->numel * zck_dtype_size(st->dtype);
-    s.r[s.n++] = (region){st->source->fd, st->base, len, out_off};
-    out_off += len;
+  for (int part = 0; part < parts; part++) {
+    zck_ds_view v;
+    if (zck_ds_get(c, (zck_ds_part)(ZCK_DS_FP32 + part), &v) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
+    s.r = realloc(s.r, (s.n + v.layout->n_stores) * sizeof(region));
+    for (size_t i = 0; i < v.layout->n_stores; i++) {
+      const zck_store *st = &v.stores[i];
+      if (st->kind != ZCK_STORE_SOURCE || !st->numel) continue;
+      uint64_t len = st->numel * zck_dtype_size(st->dtype);
+      s.r[s.n++] = (region){st->source->fd, st->base, len, out_off};
+      out_off += len;
+    }
   }
   s.out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (s.out < 0) { perror(argv[2]); return 1; }
