@@ -288,21 +288,41 @@ static void zck__shape_u64(const zck__tensor_entry *e, uint64_t *shape) {
   for (int d = 0; d < e->ndim; d++) shape[d] = (uint64_t)e->shape[d];
 }
 
-zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
-  zck_st_writer *w = NULL;
-  zck_store *dst = NULL;
-  zck_status st = zck_st_writer_new(&w);
-  for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_st_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
+/* Adds every entry that holds data (not aliases) to a safetensors writer; slot[i] is the
+ * writer's index of entry i. */
+typedef zck_status (*zck__st_add_fn)(void *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
+                                     size_t *index);
+static zck_status zck__st_file_add(void *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
+                                   size_t *index) {
+  return zck_st_writer_add(w, name, dtype, ndim, shape, index);
+}
+static zck_status zck__st_dir_add(void *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
+                                  size_t *index) {
+  return zck_hf_writer_add(w, name, dtype, ndim, shape, index);
+}
+
+static zck_status zck__add_entries(const zck__tensor_set *s, zck__st_add_fn add, void *w, size_t **slot_out) {
   size_t *slot = zck__calloc(s->n ? s->n : 1, sizeof *slot);
-  if (!slot) st = ZCK_ERR_NO_MEMORY;
+  zck_status st = slot ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
     zck_st_dtype sd;
     uint64_t shape[ZCK_SET_MAX_DIMS];
     if (s->v[i].alias_of >= 0) continue;
     st = zck__st_dtype(&s->v[i], &sd);
     zck__shape_u64(&s->v[i], shape);
-    if (st == ZCK_OK) st = zck_st_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, &slot[i]);
+    if (st == ZCK_OK) st = add(w, s->v[i].name, sd, s->v[i].ndim, shape, &slot[i]);
   }
+  *slot_out = slot;
+  return st;
+}
+
+zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
+  zck_st_writer *w = NULL;
+  zck_store *dst = NULL;
+  zck_status st = zck_st_writer_new(&w);
+  for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_st_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
+  size_t *slot = NULL;
+  if (st == ZCK_OK) st = zck__add_entries(s, zck__st_file_add, w, &slot);
   if (st == ZCK_OK) st = zck_st_writer_layout(w);
   if (st == ZCK_OK && !(o && o->overwrite) && zck__is_file(path))
     st = zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
@@ -347,16 +367,8 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
   zck_store *dst = NULL;
   zck_status st = zck_hf_writer_new(dir, &ho, &w);
   for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_hf_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
-  size_t *slot = zck__calloc(s->n ? s->n : 1, sizeof *slot);
-  if (!slot) st = ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    zck_st_dtype sd;
-    uint64_t shape[ZCK_SET_MAX_DIMS];
-    if (s->v[i].alias_of >= 0) continue;
-    st = zck__st_dtype(&s->v[i], &sd);
-    zck__shape_u64(&s->v[i], shape);
-    if (st == ZCK_OK) st = zck_hf_writer_add(w, s->v[i].name, sd, s->v[i].ndim, shape, &slot[i]);
-  }
+  size_t *slot = NULL;
+  if (st == ZCK_OK) st = zck__add_entries(s, zck__st_dir_add, w, &slot);
   if (st == ZCK_OK) st = zck_hf_writer_layout(w);
   if (st == ZCK_OK) {
     dst = zck__calloc(s->n ? s->n : 1, sizeof *dst);

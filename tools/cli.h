@@ -25,6 +25,12 @@ int zck_cli_fail(zck_status s);
 int zck_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Parses sizes in Hugging Face units: "5GB" = 5*10^9, "10GiB" = 10*2^30, "100MB", "42" bytes. */
 bool zck_cli_parse_size(const char *s, uint64_t *out);
+/* Shared option values. Each returns ZCK_EXIT_OK, or prints the usage error for `cmd` and
+ * returns ZCK_EXIT_USAGE, so a case reads: if ((rc = zck_cli_opt_threads(...))) return rc; */
+int zck_cli_opt_threads(const char *cmd, const char *arg, unsigned *out);          /* 1..256 */
+int zck_cli_opt_float_dtype(const char *cmd, const char *arg, zck_dtype *out);    /* fp32|bf16|fp16 */
+int zck_cli_opt_shard_size(const char *cmd, const char *arg, uint64_t *out);      /* HF units, > 0 */
+
 /* Progress shown only when stderr is a terminal and not quiet. */
 typedef struct zck_cli_progress {
   bool enabled;

@@ -39,20 +39,17 @@ int zck_cmd_consolidate(int argc, char **argv) {
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   bool quiet = false;
-  int c;
+  int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
     switch (c) {
     case 'T': o.tag = optarg; break;
     case 'd':
-      o.dtype = zck_dtype_parse(optarg);
-      if (o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16)
-        return zck_cli_usage_error("consolidate", "--dtype must be fp32, bf16 or fp16, not '%s'", optarg);
+      if ((rc = zck_cli_opt_float_dtype("consolidate", optarg, &o.dtype))) return rc;
       break;
     case 's':
-      if (!zck_cli_parse_size(optarg, &o.max_shard_size) || o.max_shard_size == 0)
-        return zck_cli_usage_error("consolidate", "--max-shard-size: cannot read '%s' (e.g. 5GB, 500MB, 2GiB)", optarg);
+      if ((rc = zck_cli_opt_shard_size("consolidate", optarg, &o.max_shard_size))) return rc;
       break;
     case 'f':
       if (!strcmp(optarg, "safetensors")) { o.safetensors = 1; o.torch_bin = 0; }
@@ -62,13 +59,9 @@ int zck_cmd_consolidate(int argc, char **argv) {
       break;
     case 'x': o.exclude_frozen = 1; break;
     case 'k': o.keep_tied = 1; break;
-    case 't': {
-      char *end;
-      long n = strtol(optarg, &end, 10);
-      if (*end || n < 1 || n > 256) return zck_cli_usage_error("consolidate", "--threads must be 1..256");
-      o.threads = (unsigned)n;
+    case 't':
+      if ((rc = zck_cli_opt_threads("consolidate", optarg, &o.threads))) return rc;
       break;
-    }
     case 'o': o.overwrite = 1; break;
     case 'F': o.force = 1; break;
     case 'q': quiet = true; break;

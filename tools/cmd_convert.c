@@ -31,19 +31,16 @@ int zck_cmd_convert(int argc, char **argv) {
     {0, 0, 0, 0}};
   zck_convert_opts o = ZCK_CONVERT_OPTS_INIT;
   bool quiet = false;
-  int c;
+  int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
     switch (c) {
     case 'd':
-      o.dtype = zck_dtype_parse(optarg);
-      if (o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16)
-        return zck_cli_usage_error("convert", "--dtype must be fp32, bf16 or fp16, not '%s'", optarg);
+      if ((rc = zck_cli_opt_float_dtype("convert", optarg, &o.dtype))) return rc;
       break;
     case 's':
-      if (!zck_cli_parse_size(optarg, &o.max_shard_size) || o.max_shard_size == 0)
-        return zck_cli_usage_error("convert", "--max-shard-size: cannot read '%s' (e.g. 5GB, 500MB, 2GiB)", optarg);
+      if ((rc = zck_cli_opt_shard_size("convert", optarg, &o.max_shard_size))) return rc;
       break;
     case 'f':
       if (!strcmp(optarg, "safetensors")) o.format = ZCK_OUT_SAFETENSORS;
@@ -51,13 +48,9 @@ int zck_cmd_convert(int argc, char **argv) {
       else if (!strcmp(optarg, "pt")) o.format = ZCK_OUT_TORCH;
       else return zck_cli_usage_error("convert", "--format must be safetensors, hf or pt");
       break;
-    case 't': {
-      char *end;
-      long n = strtol(optarg, &end, 10);
-      if (*end || n < 1 || n > 256) return zck_cli_usage_error("convert", "--threads must be 1..256");
-      o.threads = (unsigned)n;
+    case 't':
+      if ((rc = zck_cli_opt_threads("convert", optarg, &o.threads))) return rc;
       break;
-    }
     case 'o': o.overwrite = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__convert_help, stdout); return ZCK_EXIT_OK;

@@ -44,7 +44,7 @@ int zck_cmd_reshard(int argc, char **argv) {
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
   uint64_t v;
-  int c;
+  int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
@@ -63,8 +63,7 @@ int zck_cmd_reshard(int argc, char **argv) {
       break;
     case 'T': o.tag = optarg; break;
     case 't':
-      if (!zck__parse_u64(optarg, 256, &v)) return zck_cli_usage_error("reshard", "--threads must be 1..256");
-      o.threads = (unsigned)v;
+      if ((rc = zck_cli_opt_threads("reshard", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
     case 'F': o.force = 1; break;

@@ -43,7 +43,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
     {0, 0, 0, 0}};
   zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
   bool quiet = false;
-  int c;
+  int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
@@ -66,13 +66,9 @@ int zck_cmd_to_universal(int argc, char **argv) {
       if (!zck_cli_parse_size(optarg, &o.chunk_bytes) || o.chunk_bytes == 0 || o.chunk_bytes > ((uint64_t)1 << 30))
         return zck_cli_usage_error("to-universal", "--chunk-size: cannot read '%s' (e.g. 1MiB, 4MB; at most 1GiB)", optarg);
       break;
-    case 't': {
-      char *end;
-      long n = strtol(optarg, &end, 10);
-      if (*end || n < 1 || n > 256) return zck_cli_usage_error("to-universal", "--threads must be 1..256");
-      o.threads = (unsigned)n;
+    case 't':
+      if ((rc = zck_cli_opt_threads("to-universal", optarg, &o.threads))) return rc;
       break;
-    }
     case 'o': o.overwrite = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__to_universal_help, stdout); return ZCK_EXIT_OK;

@@ -47,7 +47,7 @@ int zck_cmd_verify(int argc, char **argv) {
   zck_verify_opts o = ZCK_VERIFY_OPTS_INIT;
   int json = 0, write_manifest = 0;
   bool quiet = false;
-  int c;
+  int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
@@ -57,13 +57,9 @@ int zck_cmd_verify(int argc, char **argv) {
     case 'T': o.tag = optarg; break;
     case 's': o.skip_data = 1; break;
     case 'w': write_manifest = 1; break;
-    case 't': {
-      char *end;
-      long n = strtol(optarg, &end, 10);
-      if (*end || n < 1 || n > 256) return zck_cli_usage_error("verify", "--threads must be 1..256");
-      o.threads = (unsigned)n;
+    case 't':
+      if ((rc = zck_cli_opt_threads("verify", optarg, &o.threads))) return rc;
       break;
-    }
     case 'q': quiet = true; break;
     case 'h': fputs(zck__verify_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_usage_error("verify", "unknown option '%s'", argv[optind - 1]);

@@ -6,7 +6,7 @@
  * then materialised through the checkpoint's parts (plan + exec, in place) and compared
  * by SHA-256 with what DeepSpeed's own zero_to_fp32 produced. */
 #include "ds_test_util.h"
-#include "../torch/sha256.h"
+#include "sha256.h"
 
 #include <math.h>
 #include <stdlib.h>

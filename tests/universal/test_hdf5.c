@@ -13,7 +13,7 @@
 
 #include "hdf5/zck_h5.h"
 #include "io.h"
-#include "../torch/sha256.h"
+#include "sha256.h"
 #include "ut_util.h"
 
 static cJSON *load_json(const char *path) {
