@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ZE_DS_VERSION "0.19.8"
 
@@ -621,6 +622,8 @@ zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) { re
 void ze_ckpt_state_free(ze_ckpt_state *st) {
   if (!st) return;
   zck_ds_close(st->ds);
+  if (st->resharded) zck__remove_tree(st->resharded);
+  free(st->resharded);
   free(st->path);
   memset(st, 0, sizeof *st);
 }
@@ -690,6 +693,37 @@ static void read_trainer_state(ze_ckpt_tracker *t, const char *path) {
   cJSON_Delete(j);
 }
 
+/* Another ZeRO stage, world size or sub_group_size than this run's: the checkpoint goes
+ * through the library's reshard first (into a temporary folder beside the output), as
+ * `zckpt reshard` would, and is loaded from there. */
+static bool needs_reshard(const ze_ckpt_tracker *t, const zck_ds_info *in) {
+  const ze_zero_plan *plan = t->plan;
+  return in->stage != plan->o.stage || in->world_size != plan->o.world ||
+         (plan->o.stage == 3 && in->sub_group_size != plan->o.sub_group_size);
+}
+
+static zck_status reshard_for_run(const ze_ckpt_tracker *t, const char *path, const zck_ds_info *in, char **out) {
+  const ze_zero_plan *plan = t->plan;
+  const char *base = t->a->output_dir ? t->a->output_dir : "/tmp";
+  ZCK_TRY(zck__mkdirs(base));
+  char *dir = zck__sprintf("%s/.resume-resharded-%ld", base, (long)getpid());
+  if (!dir) return ZCK_ERR_NO_MEMORY;
+  zck__remove_tree(dir);
+  fprintf(stderr, "zckpt-train: %s is ZeRO-%d on %u ranks; resharding it for ZeRO-%d on %u ranks\n", path, in->stage,
+          in->world_size, plan->o.stage, plan->o.world);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_stage = plan->o.stage;
+  ro.to_world_size = plan->o.world;
+  ro.sub_group_size = plan->o.stage == 3 ? plan->o.sub_group_size : 0;
+  zck_status s = zck_reshard(path, dir, &ro);
+  if (s != ZCK_OK) {
+    free(dir);
+    return zck__error_prepend(s, "resharding %s for this run", path);
+  }
+  *out = dir;
+  return ZCK_OK;
+}
+
 zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st) {
   memset(st, 0, sizeof *st);
   zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
@@ -697,9 +731,18 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st)
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(path, &oo, &c));
   zck_status s = zck_manifest_check_complete(zck_ds_info_of(c)->dir, 0);
+  if (s == ZCK_OK && needs_reshard(t, zck_ds_info_of(c))) {
+    s = reshard_for_run(t, path, zck_ds_info_of(c), &st->resharded);
+    zck_ds_close(c);
+    c = NULL;
+    if (s == ZCK_OK) s = zck_ds_open(st->resharded, &oo, &c);
+  }
   if (s == ZCK_OK) s = check_fits(t, c, path);
   if (s != ZCK_OK) {
     zck_ds_close(c);
+    if (st->resharded) zck__remove_tree(st->resharded);
+    free(st->resharded);
+    st->resharded = NULL;
     return s;
   }
   const zck_ds_info *in = zck_ds_info_of(c);

@@ -42,6 +42,8 @@ typedef struct ze_ckpt_state {
   /* (opened by ze_ckpt_load) */
   void *ds;                      /* zck_ds_ckpt */
   char *path;
+  char *resharded;               /* a temporary reshard of path for this run's stage / W,
+                                    removed with the state; NULL when path fits as is */
   int64_t global_step;
   int64_t optimizer_step;
 } ze_ckpt_state;
