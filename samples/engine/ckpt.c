@@ -86,7 +86,8 @@ void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss) {
     cJSON_AddItemToArray(t->log_history, e);
   }
   /* eval_loss: lower is better (greater_is_better false) */
-  if (isnan(t->best_metric) || eval_loss < t->best_metric) {
+  bool better = t->a->greater_is_better ? eval_loss > t->best_metric : eval_loss < t->best_metric;
+  if (isnan(t->best_metric) || better) {
     t->best_metric = eval_loss;
     t->best_step = step;
   }
@@ -560,7 +561,7 @@ static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step
   memset(&od, 0, sizeof od);
   zck_status s = zck__outdir_create(&od, final, true);
   char *cfg = NULL, *model = NULL, *state = NULL;
-  if (s == ZCK_OK) s = write_deepspeed(t, zr0, od.tmp_path, step);
+  if (s == ZCK_OK && !a->save_only_model) s = write_deepspeed(t, zr0, od.tmp_path, step);
   if (s == ZCK_OK) {
     cfg = zck__outdir_file(&od, "config.json");
     model = zck__outdir_file(&od, "model.safetensors");
@@ -572,16 +573,16 @@ static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step
    * only the DeepSpeed checkpoint) */
   if (s == ZCK_OK && plan->o.stage < 3)
     s = ze_hf_write_weights(model, t->cfg, zr0->work, plan->o.lp_dtype);
-  if (s == ZCK_OK && plan->o.stage == 3 && t->gather16) s = write_gathered16(t, model);
+  if (s == ZCK_OK && plan->o.stage == 3 && (t->gather16 || a->save_only_model)) s = write_gathered16(t, model);
   if (s == ZCK_OK) s = write_trainer_state(t, state, step);
   if (s == ZCK_OK) {
     /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
      * `zckpt verify` checks every tensor against its hashes */
     char tag[64];
     snprintf(tag, sizeof tag, "global_step%lld", (long long)step);
-    char *tag_dir = zck__outdir_file(&od, tag);
+    char *tag_dir = a->save_only_model ? zck__strdup(od.tmp_path) : zck__outdir_file(&od, tag);
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
-    mo.kind = "deepspeed";
+    mo.kind = a->save_only_model ? "safetensors" : "deepspeed";
     s = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
     free(tag_dir);
   }
@@ -867,6 +868,27 @@ static zck_status open_best(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t arg) {
   st->optimizer_step = (int64_t)zck_ds_info_of(c)->step;
   t->best_state = st;
   return ZCK_OK;
+}
+
+zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t) {
+  char *tmp = zck__sprintf("%s/.best-model-%ld", t->a->output_dir, (long)getpid());
+  if (!tmp) return ZCK_ERR_NO_MEMORY;
+  zck__remove_tree(tmp);
+  zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
+  co.dtype = t->plan->o.lp_dtype;
+  zck_status s = zck_consolidate(t->best_checkpoint, tmp, &co);
+  static const char *const files[] = {"model.safetensors", "config.json"};
+  for (size_t i = 0; s == ZCK_OK && i < sizeof files / sizeof files[0]; i++) {
+    char *from = zck__path_join(tmp, files[i]), *to = zck__path_join(t->a->output_dir, files[i]);
+    if (!from || !to) s = ZCK_ERR_NO_MEMORY;
+    else if (rename(from, to) != 0) s = zck__fail_errno(errno, "%s: cannot move the best model into place", to);
+    free(from);
+    free(to);
+  }
+  if (s == ZCK_OK) s = zck__fsync_path(t->a->output_dir, true);
+  zck__remove_tree(tmp);
+  free(tmp);
+  return s;
 }
 
 zck_status ze_ckpt_load_best(ze_ckpt_tracker *t, ze_zero_rank *zr) {

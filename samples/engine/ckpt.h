@@ -63,6 +63,9 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st)
 /* Per rank: copies this rank's partitions from st, then gathers (collective). */
 zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr);
 /* Collective: reloads every rank from the best checkpoint (HF _load_best_model). */
+/* Writes the best checkpoint's consolidated model (in the training dtype, as save_model
+ * would) and config.json into the output folder, each file replaced atomically. */
+zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t);
 zck_status ze_ckpt_load_best(ze_ckpt_tracker *t, ze_zero_rank *zr);
 void ze_ckpt_state_free(ze_ckpt_state *st);
 

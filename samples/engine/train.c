@@ -344,7 +344,11 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   }
   if (a->load_best_model_at_end && run->tracker.best_checkpoint) {
     ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
-    if (lead) ze_log(run, "loaded the best model from %s", run->tracker.best_checkpoint);
+    if (lead) {
+      ze_log(run, "loaded the best model from %s", run->tracker.best_checkpoint);
+      ZCK_CHECK_GOTO(ze_ckpt_export_best(&run->tracker), s, done);
+      ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
+    }
   }
   if (lead && a->keep_params) {
     run->res->params = zck__malloc(run->plan.model_numel * sizeof(float));
@@ -423,6 +427,10 @@ zck_status ze_train_check_args(const ze_train_args *a) {
               a->lr_scheduler_type);
   ZCK_FAIL_IF(strcmp(a->metric_for_best_model, "eval_loss") && strcmp(a->metric_for_best_model, "loss"),
               ZCK_ERR_INVALID_ARG, "--metric-for-best-model %s: only eval_loss is computed", a->metric_for_best_model);
+  /* HF's rule (create_accelerator_and_postprocess): without DeepSpeed state there is
+   * nothing to reload */
+  ZCK_FAIL_IF(a->save_only_model && a->load_best_model_at_end, ZCK_ERR_INVALID_ARG,
+              "DeepSpeed can't be used with `save_only_model` along with `load_best_model_at_end`.");
   if (a->load_best_model_at_end) {
     ZCK_FAIL_IF(a->eval_steps <= 0, ZCK_ERR_INVALID_ARG, "--load-best-model-at-end needs --eval-steps");
     ZCK_FAIL_IF(!a->output_dir || a->save_steps <= 0, ZCK_ERR_INVALID_ARG,

@@ -39,6 +39,9 @@ typedef struct ze_train_args {
   int64_t logging_steps, eval_steps, save_steps; /* 0: never (eval_steps 0: only at the end) */
   int64_t save_total_limit;         /* 0: keep all */
   bool load_best_model_at_end;
+  bool greater_is_better;        /* the best checkpoint has the highest metric (HF default for
+                                    eval_loss: false) */
+  bool save_only_model;          /* checkpoints hold the 16-bit model only, no DeepSpeed state */
   const char *metric_for_best_model;
   const char *resume_from_checkpoint;
   const char *freeze[ZE_MAX_FREEZE]; /* parameter-name prefixes made frozen */
