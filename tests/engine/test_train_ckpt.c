@@ -97,7 +97,8 @@ int main(void) {
   ZT_ASSERT(zt_write_file(ds, json, strlen(json)) == 0);
   resume_case(tmp, 3, 2, true, true, ds);
 
-  /* ---- refusals: another world size / stage / dtype */
+  /* ---- another world size / stage: resharded by the library on the way in; another dtype:
+   * refused */
   {
     char ck[4200];
     snprintf(ck, sizeof ck, "%s/s3w2bf16/checkpoint-10", tmp);
@@ -107,10 +108,12 @@ int main(void) {
     a.bf16 = true;
     a.resume_from_checkpoint = ck;
     ze_train_result r;
-    ZT_ERR(ze_train_run(&a, &r), ZCK_ERR_MISMATCH, "used a DP world size of 2 but the current world size is 3");
+    ZT_OK(ze_train_run(&a, &r));
+    ze_train_result_free(&r);
     a.ranks = 2;
     a.zero_stage = 2;
-    ZT_ERR(ze_train_run(&a, &r), ZCK_ERR_MISMATCH, "a ZeRO-3 checkpoint; this run uses ZeRO-2");
+    ZT_OK(ze_train_run(&a, &r));
+    ze_train_result_free(&r);
     a.zero_stage = 3;
     a.bf16 = false;
     ZT_ERR(ze_train_run(&a, &r), ZCK_ERR_MISMATCH, "bfloat16");
