@@ -248,17 +248,28 @@ zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size) {
 }
 
 zck_status zck__outfile_commit(zck__outfile *f) {
+  /* A failed commit is an abort: the temporary file is removed and f freed, so callers
+   * never leak or leave anything behind whatever step failed. */
+  zck_status s = ZCK_OK;
   int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
-  if (fe || fsync(f->fd) != 0) return zck__fail_errno(fe ? fe : errno, "%s: fsync failed", f->path);
-  if (close(f->fd) != 0) { f->fd = -1; return zck__fail_errno(errno, "%s: close failed", f->path); }
-  f->fd = -1;
-  fe = zck__io_fault(ZCK_IO_OP_RENAME);
-  if (fe || rename(f->tmp_path, f->path) != 0)
-    return zck__fail_errno(fe ? fe : errno, "%s: cannot rename into place", f->path);
+  if (fe || fsync(f->fd) != 0) s = zck__fail_errno(fe ? fe : errno, "%s: fsync failed", f->path);
+  if (s == ZCK_OK) {
+    int r = close(f->fd);
+    f->fd = -1;
+    if (r != 0) s = zck__fail_errno(errno, "%s: close failed", f->path);
+  }
+  if (s == ZCK_OK) {
+    fe = zck__io_fault(ZCK_IO_OP_RENAME);
+    if (fe || rename(f->tmp_path, f->path) != 0) s = zck__fail_errno(fe ? fe : errno, "%s: cannot rename into place", f->path);
+  }
+  if (s != ZCK_OK) {
+    zck__outfile_abort(f);
+    return s;
+  }
   free(f->tmp_path);
   f->tmp_path = NULL;
   char *parent = zck__parent_dir(f->path);
-  zck_status s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
+  s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
   free(parent);
   free(f->path);
   f->path = NULL;

@@ -48,7 +48,8 @@ typedef struct zck__outfile {
 zck_status zck__outfile_create(zck__outfile *f, const char *final_path);
 zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off);
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size);
-/* fsync + rename over the final path + fsync of the directory. Closes the file. */
+/* fsync + rename over the final path + fsync of the directory. Closes the file. On
+ * failure the temporary file is removed and f freed (as by zck__outfile_abort). */
 zck_status zck__outfile_commit(zck__outfile *f);
 /* Closes and unlinks the temporary file. Safe on a zeroed or committed outfile. */
 void zck__outfile_abort(zck__outfile *f);
