@@ -70,6 +70,18 @@ static zck_status zck__carry_side_files(const char *root, const char *tag, const
   return st;
 }
 
+/* What packaging.version accepts at its start: N(.N)*, as DeepSpeed's stage 1/2 loaders
+ * parse ds_version (malformed-inputs DS-29). */
+static bool zck__version_parseable(const char *v) {
+  if (!v || !(*v >= '0' && *v <= '9')) return false;
+  for (const char *p = v; *p; p++) {
+    if (*p >= '0' && *p <= '9') continue;
+    if (*p == '.' && p[1] >= '0' && p[1] <= '9') continue;
+    return *p == '+' || *p == 'r' || *p == 'a' || *p == 'b' || *p == 'd' || *p == 'p'; /* local / pre / dev / post */
+  }
+  return true;
+}
+
 zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   if (opts) o = *opts;
@@ -89,6 +101,12 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_ds_write_opts wo;
   zck_ds_write_opts_from(c, &wo);
   if (o.to_stage) wo.stage = o.to_stage;
+  if (wo.stage <= 2 && in->ds_version && !zck__version_parseable(in->ds_version)) {
+    zck_status bad = zck__fail(ZCK_ERR_FORMAT, "%s: ds_version '%s' is not a version DeepSpeed can parse; its ZeRO-%d loader "
+                               "would fail on the resharded checkpoint", in->dir, in->ds_version, wo.stage);
+    zck_ds_close(c);
+    return bad;
+  }
   if (o.to_world_size) wo.world_size = o.to_world_size;
   if (o.sub_group_size) wo.sub_group_size = o.sub_group_size;
   wo.save_latest = true;
