@@ -344,21 +344,24 @@ static bool zck__dir_is_empty(const char *path) {
   return empty;
 }
 
-/* Removes ".<name>.zck-tmp-<pid>" siblings of path left by a process that died before its
- * commit (the pid no longer runs), so crashed saves do not pile up. */
+/* Removes every ".<name>.zck-tmp-<pid>" entry beside path whose writer died before its
+ * commit (the pid no longer runs): a save killed while writing checkpoint-10 leaves a tree
+ * that no later save of checkpoint-20 would otherwise ever look at. Live writers (their
+ * pid runs, this process included) are left alone. */
 static void zck__clean_stale_temps(const char *final_path) {
-  char *copy1 = zck__strdup(final_path), *copy2 = zck__strdup(final_path);
-  if (copy1 && copy2) {
-    size_t n = strlen(copy1);
-    while (n > 1 && copy1[n - 1] == '/') copy1[--n] = 0, copy2[n] = 0;
-    const char *dir = dirname(copy1), *base = basename(copy2);
-    char *prefix = zck__sprintf(".%s.zck-tmp-", base);
-    DIR *dd = prefix ? opendir(dir) : NULL;
+  char *copy = zck__strdup(final_path);
+  if (copy) {
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+    const char *dir = dirname(copy);
+    DIR *dd = opendir(dir);
     struct dirent *e;
     while (dd && (e = readdir(dd))) {
-      if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+      if (e->d_name[0] != '.') continue;
+      const char *mark = strstr(e->d_name, ".zck-tmp-");
+      if (!mark) continue;
       char *end;
-      long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+      long pid = strtol(mark + strlen(".zck-tmp-"), &end, 10);
       if (pid <= 0 || (*end && strncmp(end, ".zck-old-", 9))) continue;
       if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
       char *stale = zck__path_join(dir, e->d_name);
@@ -366,10 +369,8 @@ static void zck__clean_stale_temps(const char *final_path) {
       free(stale);
     }
     if (dd) closedir(dd);
-    free(prefix);
   }
-  free(copy1);
-  free(copy2);
+  free(copy);
   zck_clear_error();
 }
 

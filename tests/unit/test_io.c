@@ -72,13 +72,14 @@ int main(void) {
   zck__io_fault_set(ZCK_IO_OP_RENAME, 0, 0);
   zck__outdir_abort(&d);
   ZT_ASSERT(exists(f1));
-  /* a crashed writer's temporary tree (its pid is gone) is cleaned by the next save */
+  /* a crashed writer's temporary tree (its pid is gone) is cleaned by the next save in the
+   * same directory, whatever it was writing */
   pid_t child = fork();
   if (child == 0) _exit(0);
   int wst;
   waitpid(child, &wst, 0);
   char stale[4096], mine[4096];
-  snprintf(stale, sizeof stale, "%s/.fresh.zck-tmp-%ld", dir, (long)child);
+  snprintf(stale, sizeof stale, "%s/.checkpoint-10.zck-tmp-%ld", dir, (long)child);
   snprintf(mine, sizeof mine, "%s/.fresh.zck-tmp-1", dir); /* pid 1 is alive: kept */
   ZT_ASSERT(mkdir(stale, 0755) == 0 && mkdir(mine, 0755) == 0);
   char *fresh = zck__path_join(dir, "fresh");
