@@ -82,12 +82,26 @@ static bool zck__version_parseable(const char *v) {
   return true;
 }
 
+zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
+
+/* The 8-byte signature HDF5 files start with (a universal container from to-universal). */
+static bool zck__is_hdf5(const char *path) {
+  zck__source s;
+  if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
+  uint8_t sig[8];
+  bool yes = s.size >= 8 && zck__source_read(&s, sig, 8, 0) == ZCK_OK && !memcmp(sig, "\211HDF\r\n\032\n", 8);
+  zck__source_close(&s);
+  zck_clear_error();
+  return yes;
+}
+
 zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   if (opts) o = *opts;
   if (o.to_stage < 0 || o.to_stage > 3 || (o.to_stage == 0 && opts && opts->to_stage))
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
+  if (zck__is_hdf5(src)) return zck__reshard_from_h5(src, out, &o);
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o.tag;
   zck_ds_ckpt *c = NULL;

@@ -1,7 +1,8 @@
 /* test_reshard_roundtrip.c: reshard W -> W' -> W and stage a -> b -> a returns every state
  * tensor (fp32 master, exp_avg, exp_avg_sq) bit for bit, for every stage in {1,2,3} and
  * world size in {1,2,3,4,8}, starting from real DeepSpeed checkpoints; the intermediate
- * checkpoint holds the same state, and consolidates to the same bytes as its source. */
+ * checkpoint holds the same state, and consolidates to the same bytes as its source; the
+ * same from the HDF5 universal container (to-universal --format hdf5, then reshard). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,7 +16,13 @@ typedef struct state {
   int64_t step, global_steps;
 } state;
 
-/* Gathers a part of every trainable param into one float array, in param order. */
+static const zck_model *sort_model;
+static int by_name(const void *a, const void *b) {
+  return strcmp(sort_model->params[*(const uint32_t *)a].name, sort_model->params[*(const uint32_t *)b].name);
+}
+
+/* Gathers a part of every trainable param into one float array, params sorted by name
+ * (sources may order their manifests differently). */
 static void gather(const zck_ds_ckpt *c, zck_ds_part part, float **out, uint64_t *n_out) {
   const zck_model *m = zck_ds_model(c);
   zck_ds_view v;
@@ -31,6 +38,8 @@ static void gather(const zck_ds_ckpt *c, zck_ds_part part, float **out, uint64_t
       total += numel[p];
     }
   }
+  sort_model = m;
+  qsort(params, k, sizeof *params, by_name);
   float *buf = calloc(total ? total : 1, sizeof *buf);
   zck_store *dst = calloc(k ? k : 1, sizeof *dst);
   uint64_t off = 0;
@@ -138,6 +147,28 @@ int main(void) {
         snprintf(ca, sizeof ca, "%s/consolidated.safetensors", a);
         ZT_OK(zck_consolidate(b, ca, NULL));
         same_file(ref, ca);
+        done++;
+      }
+    }
+    /* through the HDF5 universal container: every stage and a few world sizes */
+    char h5[4096];
+    snprintf(h5, sizeof h5, "%s/%s-universal.h5", tmp, sources[si]);
+    zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+    uo.format = ZCK_UNIVERSAL_HDF5;
+    ZT_OK(zck_to_universal(src, h5, &uo));
+    for (int stage = 1; stage <= 3; stage++) {
+      for (uint32_t w = 1; w <= 4; w += 3) {
+        char a[4096], what[512];
+        snprintf(a, sizeof a, "%s/%s-h5-s%dw%u", tmp, sources[si], stage, w);
+        zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+        o.to_stage = stage;
+        o.to_world_size = w;
+        ZT_OK(zck_reshard(h5, a, &o));
+        state mid;
+        load_state(a, &mid);
+        snprintf(what, sizeof what, "%s -> universal.h5 -> stage %d W %u", sources[si], stage, w);
+        same_state(&orig, &mid, what);
+        free_state(&mid);
         done++;
       }
     }
