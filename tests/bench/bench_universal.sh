@@ -23,7 +23,7 @@ timed() { # label output cmd...
   local files; files=$(find "$output" -type f 2>/dev/null | wc -l)
   local bytes; bytes=$(du -sb "$output" 2>/dev/null | cut -f1); bytes=${bytes:-0}
   echo "$label $wall $rss $files $bytes" >>"$work/results"
-  printf '%-22s %9.2f s %9.1f MB %7d files %8.2f GB\n' "$label" "$wall" "$(echo "$rss / 1024" | bc -l)" "$files" "$(echo "$bytes / 1e9" | bc -l)"
+  printf '%-22s %9.2f s %9.1f MB %7d files %8.2f GB\n' "$label" "$wall" "$(echo "$rss / 1024" | bc -l)" "$files" "$(echo "$bytes / 1000000000" | bc -l)"
 }
 if [ ! -d "$work/ckpt" ]; then
   echo "== generating a ZeRO-3 checkpoint of ~$params params over 8 ranks"
