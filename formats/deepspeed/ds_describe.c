@@ -124,6 +124,44 @@ static zck_status check_param_paddings(zck_ds_ckpt *c, const uint64_t *numels) {
   return ZCK_OK;
 }
 
+/* DS-55, across ranks: every name in param_slice_mappings is a trainable param of that
+ * flat group, and each param's fragments over all ranks add up to its numel. */
+static zck_status check_slice_mappings(zck_ds_ckpt *c) {
+  if (c->info.stage == 3 || !c->optims[0].psm_names) return ZCK_OK;
+  const zck_model *m = c->model;
+  uint64_t *sum = zck__calloc(m->n_params + 1, sizeof *sum);
+  int32_t *group_of = zck__calloc(m->n_params + 1, sizeof *group_of);
+  if (!sum || !group_of) { free(sum); free(group_of); return ZCK_ERR_NO_MEMORY; }
+  for (size_t p = 0; p < m->n_params; p++) group_of[p] = -1;
+  for (size_t g = 0; g < c->optims[0].n_flat; g++)
+    for (size_t k = c->flat_first[g]; k < c->flat_first[g + 1]; k++) group_of[c->flat_params[k]] = (int32_t)g;
+  zck_status st = ZCK_OK;
+  for (uint32_t r = 0; r < c->info.world_size && st == ZCK_OK; r++) {
+    const zck__ds_optim_file *o = &c->optims[r];
+    if (!o->psm_names) {
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: no param_slice_mappings while %s has them", o->file->path, c->optims[0].file->path);
+      break;
+    }
+    for (size_t g = 0; g < o->n_flat && st == ZCK_OK; g++)
+      for (size_t i = 0; i < o->n_psm[g] && st == ZCK_OK; i++) {
+        int64_t p = zck_model_find_param(m, o->psm_names[g][i]);
+        if (p < 0 || group_of[p] != (int32_t)g)
+          st = zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings[%zu] names '%s', which is not a parameter of that group in "
+                         "param_shapes", o->file->path, g, o->psm_names[g][i]);
+        else
+          sum[p] += (uint64_t)o->psm_numel[g][i];
+      }
+  }
+  for (size_t p = 0; p < m->n_params && st == ZCK_OK; p++)
+    if (group_of[p] >= 0 && sum[p] != m->params[p].numel)
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings of '%s' cover %llu elements over the %u ranks, the param has %llu",
+                     c->fs.dir, m->params[p].name, (unsigned long long)sum[p], c->info.world_size,
+                     (unsigned long long)m->params[p].numel);
+  free(sum);
+  free(group_of);
+  return st;
+}
+
 static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
   const zck_model *m = c->model;
   uint32_t w = c->info.world_size;
@@ -187,7 +225,7 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
   }
   for (size_t i = 0; i < L->n_stores; i++)
     if (!c->stores[ZCK_DS_FP32][i].name) return ZCK_ERR_NO_MEMORY;
-  return ZCK_OK;
+  return check_slice_mappings(c);
 }
 
 /* ---- lp weights, frozen params, buffers */

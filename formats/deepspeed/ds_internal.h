@@ -77,6 +77,10 @@ typedef struct zck__ds_optim_file {
   int64_t **param_paddings;        /* stage 1/2: [n_flat][params of the group] */
   size_t *n_param_paddings;
   char *ds_version;
+  /* stage 1/2 param_slice_mappings (DS-55), per flat group: name -> (start, numel) */
+  char ***psm_names;
+  int64_t **psm_start, **psm_numel;
+  size_t *n_psm;
 } zck__ds_optim_file;
 
 struct zck_ds_ckpt {

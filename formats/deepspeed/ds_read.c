@@ -62,6 +62,18 @@ void zck__ds_optim_file_free(zck__ds_optim_file *of) {
   if (!of) return;
   free(of->flat);
   free(of->group_paddings);
+  if (of->psm_names) {
+    for (size_t i = 0; i < of->n_flat; i++) {
+      for (size_t k = 0; k < of->n_psm[i]; k++) free(of->psm_names[i][k]);
+      free(of->psm_names[i]);
+      free(of->psm_start[i]);
+      free(of->psm_numel[i]);
+    }
+  }
+  free(of->psm_names);
+  free(of->psm_start);
+  free(of->psm_numel);
+  free(of->n_psm);
   if (of->param_paddings)
     for (size_t i = 0; i < of->n_flat; i++) free(of->param_paddings[i]);
   free(of->param_paddings);
@@ -346,6 +358,8 @@ static zck_status read_state(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_t
   return ZCK_OK;
 }
 
+static zck_status read_slice_mappings(zck__ds_optim_file *of, const zck_pk *osd, const char *path);
+
 static zck_status read_optim(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_torch_file *tf, bool rank0) {
   const char *path = of->file->path;
   const zck_pk *root = zck_torch_root(tf);
@@ -426,6 +440,7 @@ static zck_status read_optim(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_t
                     path);
       }
     }
+    ZCK_TRY(read_slice_mappings(of, osd, path));
     const zck_pk *ver = zck_pk_dict_get(osd, "ds_version");
     if (ver && zck_pk_as_str(ver) && !(of->ds_version = zck__strdup(zck_pk_as_str(ver)))) return ZCK_ERR_NO_MEMORY;
     ZCK_TRY(read_state(c, of, tf, zck_pk_dict_get(osd, "base_optimizer_state"), "base_optimizer_state", rank0));
@@ -439,6 +454,76 @@ static zck_status read_optim(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_t
     ZCK_TRY(read_state(c, of, tf, zck_pk_dict_get(osd, "optimizer_state_dict"), "optimizer_state_dict", rank0));
   }
   if (rank0) c->loss_scaler = zck_pk_dict_get(osd, "loss_scaler");
+  return ZCK_OK;
+}
+
+/* param_slice_mappings (stage 1/2): per flat group, name -> fragment_address(numel, start)
+ * of this rank's partition. zckpt does not need them (param_shapes is authoritative, as
+ * for zero_to_fp32) but DeepSpeed's universal tools do: damaged ones are refused (DS-55)
+ * here (fragments inside the partition, not overlapping) and in describe (names and
+ * per-param sums over ranks). Absent: fine (old files). */
+static int zck__psm_cmp_start(const void *a, const void *b, void *ctx) {
+  const int64_t *start = ctx;
+  int64_t x = start[*(const size_t *)a], y = start[*(const size_t *)b];
+  return x < y ? -1 : x > y;
+}
+
+static zck_status read_slice_mappings(zck__ds_optim_file *of, const zck_pk *osd, const char *path) {
+  const zck_pk *l = zck_pk_dict_get(osd, "param_slice_mappings");
+  if (!l || l->kind == ZCK_PK_NONE) return ZCK_OK;
+  if (l->kind != ZCK_PK_LIST || l->u.seq.len != of->n_flat)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings is not a list of %zu dicts", path, of->n_flat);
+  size_t n = of->n_flat ? of->n_flat : 1;
+  of->psm_names = zck__calloc(n, sizeof *of->psm_names);
+  of->psm_start = zck__calloc(n, sizeof *of->psm_start);
+  of->psm_numel = zck__calloc(n, sizeof *of->psm_numel);
+  of->n_psm = zck__calloc(n, sizeof *of->n_psm);
+  if (!of->psm_names || !of->psm_start || !of->psm_numel || !of->n_psm) return ZCK_ERR_NO_MEMORY;
+  for (size_t g = 0; g < of->n_flat; g++) {
+    const zck_pk *d = l->u.seq.items[g];
+    if (!d || d->kind != ZCK_PK_DICT)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings[%zu] is not a dict", path, g);
+    size_t k = d->u.dict.len;
+    of->psm_names[g] = zck__calloc(k + 1, sizeof(char *));
+    of->psm_start[g] = zck__calloc(k + 1, sizeof(int64_t));
+    of->psm_numel[g] = zck__calloc(k + 1, sizeof(int64_t));
+    size_t *order = zck__calloc(k + 1, sizeof *order);
+    if (!of->psm_names[g] || !of->psm_start[g] || !of->psm_numel[g] || !order) { free(order); return ZCK_ERR_NO_MEMORY; }
+    uint64_t partition = of->flat[g].fp32.numel + (uint64_t)(of->group_paddings ? of->group_paddings[g] : 0);
+    zck_status st = ZCK_OK;
+    for (size_t i = 0; i < k && st == ZCK_OK; i++) {
+      const char *name = zck_pk_as_str(d->u.dict.keys[i]);
+      const zck_pk *fa = d->u.dict.values[i];
+      const zck_pk *state = fa && fa->kind == ZCK_PK_OBJECT ? fa->u.obj.state : NULL;
+      int64_t start = -1, numel = -1;
+      if (!name || !state || !zck_pk_as_int(zck_pk_dict_get(state, "start"), &start) ||
+          !zck_pk_as_int(zck_pk_dict_get(state, "numel"), &numel)) {
+        st = zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings[%zu] entry %zu is not name -> fragment_address(numel, start)",
+                       path, g, i);
+        break;
+      }
+      if (start < 0 || numel < 0 || (uint64_t)start + (uint64_t)numel > partition)
+        st = zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings[%zu]['%s'] = [%lld, %lld) outside the rank's partition of %llu",
+                       path, g, name, (long long)start, (long long)(start + numel), (unsigned long long)partition);
+      of->psm_names[g][i] = zck__strdup(name);
+      if (!of->psm_names[g][i]) st = ZCK_ERR_NO_MEMORY;
+      of->psm_start[g][i] = start;
+      of->psm_numel[g][i] = numel;
+      order[i] = i;
+      of->n_psm[g] = i + 1;
+    }
+    if (st == ZCK_OK) {
+      qsort_r(order, k, sizeof *order, zck__psm_cmp_start, of->psm_start[g]);
+      for (size_t i = 1; i < k && st == ZCK_OK; i++) {
+        size_t a = order[i - 1], b = order[i];
+        if (of->psm_numel[g][a] && of->psm_numel[g][b] && of->psm_start[g][a] + of->psm_numel[g][a] > of->psm_start[g][b])
+          st = zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings[%zu]: fragments of '%s' and '%s' overlap", path, g,
+                         of->psm_names[g][a], of->psm_names[g][b]);
+      }
+    }
+    free(order);
+    ZCK_TRY(st);
+  }
   return ZCK_OK;
 }
 
