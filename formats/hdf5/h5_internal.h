@@ -29,4 +29,8 @@ zck_dtype zck__h5_dtype_of(hid_t type);
  * records `expect` bytes of content. Decompresses into out. `what` names the chunk. */
 zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, const char *what);
 
+/* Walks the file's metadata in a forked child first; FORMAT error if the library crashes
+ * there (h5_probe.c). */
+zck_status zck__h5_probe(const char *path);
+
 #endif

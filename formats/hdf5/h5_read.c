@@ -40,7 +40,12 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     free(f);
     return ZCK_ERR_NO_MEMORY;
   }
-  zck_status st = ZCK_OK;
+  zck_status st = zck__h5_probe(path);
+  if (st != ZCK_OK) {
+    free(f->path);
+    free(f);
+    return st;
+  }
   zck__h5_lock();
   htri_t is = H5Fis_hdf5(path);
   if (is <= 0) {
