@@ -2,8 +2,10 @@
  *
  * A communicator is one rank's handle on a group of `size` ranks. Backends:
  *  - local (comm_local.c): W threads of one process, buffers in host memory;
- *  - NCCL (cuda/, later): one process or thread per GPU, buffers in device memory;
- *  - MPI (later).
+ *  - tcp (comm_tcp.c): one process per rank, on one host or many, over TCP sockets;
+ *    rendezvous at MASTER_ADDR:MASTER_PORT as torchrun sets it (also under mpirun);
+ *  - NCCL (cuda/): one process or thread per GPU, buffers in device memory; a process-per-GPU
+ *    NCCL group gets its unique id through a tcp group's broadcast.
  * Every rank of the group must call the same collectives in the same order with the same
  * counts and dtypes (as in NCCL). The signatures mirror NCCL's so a backend is a thin shim:
  *
@@ -26,6 +28,7 @@
 
 #include "zck.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum zck_comm_op { ZCK_COMM_SUM = 0, ZCK_COMM_MAX, ZCK_COMM_MIN } zck_comm_op;
@@ -53,5 +56,29 @@ struct zck_comm {
 zck_status zck_comm_local_create(int size, zck_comm **comms);
 /* Frees the group created by zck_comm_local_create (all handles at once). NULL is fine. */
 void zck_comm_local_destroy(zck_comm **comms, int size);
+
+/* ---- tcp backend: this process is one rank of `size`, the others are processes on this
+ * host or others. Rank 0 listens at master_addr:master_port; the others connect to it and
+ * learn each other's addresses from it. Same semantics and same bits as the local backend
+ * (reductions in rank order 0..W-1, element by element), buffers in host memory.
+ * A peer that dies or hangs up makes every later collective fail with a one-line error
+ * naming the rank; nothing waits longer than timeout_s for a connection. */
+typedef struct zck_comm_tcp_options {
+  int rank, size;
+  const char *master_addr;  /* host name or address of rank 0 */
+  int master_port;          /* 1..65535 */
+  double timeout_s;         /* rendezvous and per-collective wait; <= 0: 300 s */
+} zck_comm_tcp_options;
+zck_status zck_comm_tcp_create(const zck_comm_tcp_options *o, zck_comm **out);
+/* Frees a tcp handle (closes its sockets). NULL is fine. */
+void zck_comm_tcp_destroy(zck_comm *c);
+
+/* Reads the launcher's environment into o: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+ * (torchrun, and zckpt-train --nproc); under mpirun without RANK, OMPI_COMM_WORLD_RANK /
+ * OMPI_COMM_WORLD_SIZE (Open MPI) or PMI_RANK / PMI_SIZE (MPICH) give rank and size, and
+ * MASTER_ADDR / MASTER_PORT still name rank 0's host. *found is false when no launcher
+ * variable is set (a single-process run); a malformed or inconsistent value is an error
+ * naming the variable. The strings in o point into the environment. */
+zck_status zck_comm_env_options(zck_comm_tcp_options *o, bool *found);
 
 #endif
