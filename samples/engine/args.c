@@ -50,7 +50,8 @@ static const opt opts[] = {
   {"deepspeed", OPT_STR, OFF(deepspeed), "a DeepSpeed config (ds_config.json); \"auto\" values are filled"},
   {"freeze", OPT_SPECIAL, 0, "freeze parameters whose name starts with PREFIX (repeatable)"},
   /* engine */
-  {"ranks", OPT_INT, OFF(ranks), "data-parallel ranks W, threads on the CPU (1)"},
+  {"ranks", OPT_INT, OFF(ranks), "data-parallel ranks W as threads of this one process (1)"},
+  {"nproc", OPT_INT, OFF(nproc), "launch N processes on this host, one rank each (W = N; see below)"},
   {"zero-stage", OPT_INT, OFF(zero_stage), "ZeRO stage 1, 2 or 3 (default: the config's, else 2)"},
   {"device", OPT_STR, OFF(device), "cpu | cuda (cpu)"},
   {"eval-samples", OPT_INT, OFF(eval_samples), "evaluation windows (32)"},
@@ -71,8 +72,8 @@ void ze_args_usage(FILE *f) {
           "usage: zckpt-train [options]\n"
           "\n"
           "Trains a small GPT-2 (Hugging Face names) on a synthetic arithmetic corpus with ZeRO\n"
-          "stage 1, 2 or 3 over W ranks (threads), and saves DeepSpeed checkpoints in the HF\n"
-          "Trainer layout. Progress on stderr; generated text on stdout.\n"
+          "stage 1, 2 or 3 over W ranks, and saves DeepSpeed checkpoints in the HF Trainer\n"
+          "layout. Progress on stderr; generated text on stdout.\n"
           "\n"
           "options (HF TrainingArguments names; --name_with_underscores also works):\n");
   for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
@@ -85,6 +86,14 @@ void ze_args_usage(FILE *f) {
   }
   fprintf(f,
           "  %-36s %s\n  %-36s %s\n"
+          "\n"
+          "Ranks: --ranks W runs W threads in one process. --nproc N starts N processes of\n"
+          "zckpt-train on this host (one rank each, collectives over TCP on 127.0.0.1) and waits;\n"
+          "if one fails, the others are stopped. Launched by torchrun (RANK, WORLD_SIZE,\n"
+          "MASTER_ADDR, MASTER_PORT, LOCAL_RANK) or mpirun (OMPI_COMM_WORLD_RANK / _SIZE, with\n"
+          "-x MASTER_ADDR -x MASTER_PORT), each process is that one rank. Either way, only\n"
+          "rank 0 prints progress and results; every rank writes its own checkpoint files.\n"
+          "With --device cuda, each process uses GPU LOCAL_RANK %% device count.\n"
           "\n"
           "Defaults differ from TrainingArguments where a tiny model needs it (max-steps, learning-rate,\n"
           "logging-steps). Exit status: 0 ok, 1 error, 2 usage error.\n",
@@ -146,9 +155,14 @@ int ze_args_parse(int argc, char **argv, ze_train_args *a, char *err, size_t cap
       *(bool *)((char *)a + o->off) = b;
       continue;
     }
+    int at = i;
     if (!val) {
       if (i + 1 >= argc) return usage_err(err, cap, "--%s needs a value", name);
       val = argv[++i];
+    }
+    if (!strcmp(name, "nproc")) {
+      a->nproc_arg[0] = at;
+      a->nproc_arg[1] = i - at + 1;
     }
     char *end = NULL;
     errno = 0;
@@ -199,6 +213,10 @@ int ze_args_parse(int argc, char **argv, ze_train_args *a, char *err, size_t cap
   /* value checks that are usage errors */
   if (a->max_steps <= 0) return usage_err(err, cap, "--max-steps must be positive");
   if (a->ranks < 1 || a->ranks > 64) return usage_err(err, cap, "--ranks %d: must be in [1, 64]", a->ranks);
+  if (a->nproc_arg[1] && (a->nproc < 1 || a->nproc > 1024))
+    return usage_err(err, cap, "--nproc %d: must be in [1, 1024]", a->nproc);
+  if (a->nproc && a->ranks > 1)
+    return usage_err(err, cap, "--nproc (processes) and --ranks (threads of one process) exclude each other");
   if (a->zero_stage < 0 || a->zero_stage > 3)
     return usage_err(err, cap, "--zero-stage %d: must be 1, 2 or 3", a->zero_stage);
   if (a->per_device_train_batch_size < 1) return usage_err(err, cap, "--per-device-train-batch-size must be positive");

@@ -8,6 +8,7 @@
  * Resume = the reverse copy, each rank planning only its own partitions. */
 #include "zck.h"
 #include "ckpt.h"
+#include "ckpt_internal.h"
 
 #include "deepspeed/deepspeed.h"
 #include "dsconfig.h"
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -283,11 +285,11 @@ typedef struct job_list {
 } job_list;
 
 static zck_status add_job(job_list *j, const zck_layout *src, const zck_store *ss, const zck_layout *dst,
-                          const zck_store *ds, const char *const *names) {
+                          const zck_store *ds, const char *const *names, bool partial) {
   ZCK_ASSERT(j->n < 8);
   zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
   po.param_names = names;
-  po.allow_missing = false;
+  po.allow_missing = partial; /* one rank's source covers only its own part of the files */
   zck_plan *p = NULL;
   ZCK_TRY(zck_plan_build(src, dst, &po, &p));
   j->plans[j->n] = p;
@@ -317,8 +319,9 @@ static zck_status model_buffer_layout(const ze_zero_plan *plan, bool frozen_only
   return s;
 }
 
-/* stores[g*W + r] = memory of ranks[r]'s array g (one kind of state). */
-static zck_status rank_stores(const ze_ckpt_tracker *t, int kind, zck_store **out) {
+/* stores[g*W + r] = memory of ranks[r]'s array g (one kind of state); with `only`, just
+ * that rank's stores (the others stay empty: its rank-restricted layout names no other). */
+static zck_status rank_stores(const ze_ckpt_tracker *t, ze_zero_rank *only, int kind, zck_store **out) {
   const ze_zero_plan *plan = t->plan;
   const zck_layout *l = kind == 4 ? plan->frozen : plan->train;
   uint32_t W = plan->o.world;
@@ -326,7 +329,8 @@ static zck_status rank_stores(const ze_ckpt_tracker *t, int kind, zck_store **ou
   if (!st) return ZCK_ERR_NO_MEMORY;
   for (size_t g = 0; g < l->n_groups; g++)
     for (uint32_t r = 0; r < W; r++) {
-      ze_zero_rank *zr = t->ranks[r];
+      ze_zero_rank *zr = only ? (r == only->rank ? only : NULL) : t->ranks[r];
+      if (!zr) continue;
       uint64_t part = l->groups[g].partition;
       void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
                                                                                                      : zr->frozen_lp[g];
@@ -337,13 +341,21 @@ static zck_status rank_stores(const ze_ckpt_tracker *t, int kind, zck_store **ou
   return ZCK_OK;
 }
 
-static zck_status write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const char *root, int64_t step) {
-  const ze_zero_plan *plan = t->plan;
+zck_status ze__ckpt_set_lr(ze_ckpt_tracker *t, int64_t step) {
   const ze_train_args *a = t->a;
   zck_model *m = (zck_model *)t->model;
   /* param groups record the lr of the next step, as the live optimizer does */
   int64_t warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
   for (size_t g = 0; g < m->n_groups; g++) ZCK_TRY(zck_model_group_set_float(m, (uint32_t)g, "lr", ze_train_lr(a, warmup, step)));
+  return ZCK_OK;
+}
+
+zck_status ze__ckpt_write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const char *root, int64_t step,
+                                    ze_zero_rank *only) {
+  const ze_zero_plan *plan = t->plan;
+  const ze_train_args *a = t->a;
+  zck_model *m = (zck_model *)t->model;
+  if (!only) ZCK_TRY(ze__ckpt_set_lr(t, step)); /* per rank: done before the ranks start writing */
   zck_pk_doc *doc = zck_pk_doc_new();
   if (!doc) return ZCK_ERR_NO_MEMORY;
   zck_ds_write_opts o = ZCK_DS_WRITE_OPTS_INIT;
@@ -365,9 +377,10 @@ static zck_status write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const c
   o.ds_version = ZE_DS_VERSION;
   o.ds_config = json_to_pk(doc, t->ds_json);
   o.lr_scheduler = ds_opt ? lambda_lr_state(doc, t, m->n_groups, step) : NULL;
+  o.save_latest = !only; /* per rank: rank 0 writes `latest` once every rank's files are in */
   zck_ds_writer *w = NULL;
   zck_store *fp32 = NULL, *m1 = NULL, *m2 = NULL, *frozen = NULL;
-  zck_layout *model_l = NULL;
+  zck_layout *model_l = NULL, *train_l = NULL, *frozen_l = NULL;
   job_list jobs = {0};
   const char **names = zck__calloc(m->n_params, sizeof *names);
   zck_status s = ZCK_OK;
@@ -377,25 +390,35 @@ static zck_status write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const c
   }
   for (size_t p = 0; p < m->n_params; p++) names[p] = m->params[p].name;
   ZCK_CHECK_GOTO(zck_ds_writer_create(root, m, &o, &w), s, out);
-  ZCK_CHECK_GOTO(rank_stores(t, 0, &fp32), s, out);
-  ZCK_CHECK_GOTO(rank_stores(t, 1, &m1), s, out);
-  ZCK_CHECK_GOTO(rank_stores(t, 2, &m2), s, out);
+  ZCK_CHECK_GOTO(rank_stores(t, only, 0, &fp32), s, out);
+  ZCK_CHECK_GOTO(rank_stores(t, only, 1, &m1), s, out);
+  ZCK_CHECK_GOTO(rank_stores(t, only, 2, &m2), s, out);
+  const zck_layout *train = plan->train;
+  if (only) {
+    ZCK_CHECK_GOTO(zck_layout_restrict_rank(plan->train, (int32_t)only->rank, &train_l), s, out);
+    train = train_l;
+  }
   zck_store *src[3] = {fp32, m1, m2};
   for (int part = ZCK_DS_FP32; part <= ZCK_DS_EXP_AVG_SQ; part++) {
     zck_ds_view dst;
     if (zck_ds_writer_get(w, (zck_ds_part)part, &dst) != ZCK_OK) continue; /* no state before step 1 */
-    ZCK_CHECK_GOTO(add_job(&jobs, plan->train, src[part], dst.layout, dst.stores, names), s, out);
+    ZCK_CHECK_GOTO(add_job(&jobs, train, src[part], dst.layout, dst.stores, names, only != NULL), s, out);
   }
   zck_ds_view dst;
   zck_store work = zck_store_memory(zr0->work, ZCK_F32, plan->model_numel, "rank 0 weights");
-  if (zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
+  if ((!only || only->rank == 0) && zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
     /* 16-bit module weights: work holds their exact values (fp32 of the lp params) */
     ZCK_CHECK_GOTO(model_buffer_layout(plan, false, &model_l), s, out);
-    ZCK_CHECK_GOTO(add_job(&jobs, model_l, &work, dst.layout, dst.stores, names), s, out);
+    ZCK_CHECK_GOTO(add_job(&jobs, model_l, &work, dst.layout, dst.stores, names, false), s, out);
   }
   if (zck_ds_writer_get(w, ZCK_DS_FROZEN, &dst) == ZCK_OK) {
-    ZCK_CHECK_GOTO(rank_stores(t, 4, &frozen), s, out);
-    ZCK_CHECK_GOTO(add_job(&jobs, plan->frozen, frozen, dst.layout, dst.stores, names), s, out);
+    const zck_layout *fl = plan->frozen;
+    if (only) {
+      ZCK_CHECK_GOTO(zck_layout_restrict_rank(plan->frozen, (int32_t)only->rank, &frozen_l), s, out);
+      fl = frozen_l;
+    }
+    ZCK_CHECK_GOTO(rank_stores(t, only, 4, &frozen), s, out);
+    ZCK_CHECK_GOTO(add_job(&jobs, fl, frozen, dst.layout, dst.stores, names, only != NULL), s, out);
   }
   ZCK_CHECK_GOTO(zck_exec_run(jobs.v, jobs.n, NULL), s, out);
   s = zck_ds_writer_commit(w);
@@ -403,6 +426,8 @@ out:
   free_jobs(&jobs);
   zck_ds_writer_free(w);
   zck_layout_free(model_l);
+  zck_layout_free(train_l);
+  zck_layout_free(frozen_l);
   free(fp32);
   free(m1);
   free(m2);
@@ -416,59 +441,85 @@ out:
  * straight from every rank's fp32 partitions (and frozen 16-bit partitions) by one copy
  * plan: each extent goes from a rank's memory to its byte range in the file, cast on the
  * way (RNE, the bits of the live 16-bit params). Memory is the executor's staging buffers;
- * no rank ever holds the whole 16-bit model. */
-static zck_status write_gathered16(const ze_ckpt_tracker *t, const char *path) {
-  const ze_zero_plan *plan = t->plan;
+ * no rank ever holds the whole 16-bit model. Per rank, each rank runs the plan of its own
+ * partitions into the file rank 0 created at full size. */
+void ze__g16_free(ze__g16 *g) {
+  zck_st_writer_free(g->w);
+  zck_layout_free(g->whole);
+  free(g->numel);
+  free(g->owners);
+  free(g->slot);
+  memset(g, 0, sizeof *g);
+}
+
+zck_status ze__g16_init(const ze_ckpt_tracker *t, const char *path, ze__g16 *g) {
+  memset(g, 0, sizeof *g);
   const zck_model *m = t->model;
-  zck_dtype lp = plan->o.lp_dtype;
   zck_st_dtype sd;
-  if (!zck_st_dtype_from_zck(lp, &sd)) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: no safetensors dtype", path);
-  zck_st_writer *w = NULL;
-  zck_store *fp32 = NULL, *frozen = NULL, *dst = NULL;
-  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
-  uint32_t *owners = zck__calloc(m->n_params + 1, sizeof *owners);
-  size_t *slot = zck__calloc(m->n_params + 1, sizeof *slot);
-  zck_layout *whole = NULL;
-  zck_plan *plans[2] = {NULL, NULL};
-  zck_status s = (numel && owners && slot) ? zck_st_writer_new(&w) : ZCK_ERR_NO_MEMORY;
-  size_t n = 0;
+  if (!zck_st_dtype_from_zck(t->plan->o.lp_dtype, &sd)) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: no safetensors dtype", path);
+  g->numel = zck__calloc(m->n_params + 1, sizeof *g->numel);
+  g->owners = zck__calloc(m->n_params + 1, sizeof *g->owners);
+  g->slot = zck__calloc(m->n_params + 1, sizeof *g->slot);
+  zck_status s = (g->numel && g->owners && g->slot) ? zck_st_writer_new(&g->w) : ZCK_ERR_NO_MEMORY;
   for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++) {
-    numel[p] = m->params[p].numel;
+    g->numel[p] = m->params[p].numel;
     if (m->params[p].tied_to >= 0) continue; /* lm_head: save_pretrained drops tied copies */
     uint64_t shape[ZCK_MAX_DIMS];
     for (int d = 0; d < m->params[p].ndim; d++) shape[d] = (uint64_t)m->params[p].shape[d];
-    s = zck_st_writer_add(w, m->params[p].name, sd, m->params[p].ndim, shape, &slot[n]);
-    owners[n++] = (uint32_t)p;
+    s = zck_st_writer_add(g->w, m->params[p].name, sd, m->params[p].ndim, shape, &g->slot[g->n]);
+    g->owners[g->n++] = (uint32_t)p;
   }
-  if (s == ZCK_OK) s = zck_st_writer_layout(w);
-  if (s == ZCK_OK) s = zck_st_writer_open(w, path);
-  if (s == ZCK_OK) s = zck_layout_whole(m->n_params, numel, owners, n, &whole);
-  if (s == ZCK_OK && !(dst = zck__calloc(n + 1, sizeof *dst))) s = ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; s == ZCK_OK && i < n; i++)
-    dst[i] = zck_store_fd(zck_st_writer_fd(w), zck_st_writer_tensor(w, slot[i])->offset, lp, numel[owners[i]], path);
-  if (s == ZCK_OK) s = rank_stores(t, 0, &fp32);
+  if (s == ZCK_OK) s = zck_st_writer_layout(g->w);
+  if (s == ZCK_OK) s = zck_layout_whole(m->n_params, g->numel, g->owners, g->n, &g->whole);
+  if (s != ZCK_OK) ze__g16_free(g);
+  return s;
+}
+
+zck_status ze__g16_fill(const ze_ckpt_tracker *t, const ze__g16 *g, int fd, const char *path, ze_zero_rank *only) {
+  const ze_zero_plan *plan = t->plan;
+  zck_dtype lp = plan->o.lp_dtype;
+  zck_store *fp32 = NULL, *frozen = NULL, *dst = zck__calloc(g->n + 1, sizeof *dst);
+  zck_layout *train_l = NULL, *frozen_l = NULL;
+  zck_plan *plans[2] = {NULL, NULL};
+  zck_status s = dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; s == ZCK_OK && i < g->n; i++)
+    dst[i] = zck_store_fd(fd, zck_st_writer_tensor(g->w, g->slot[i])->offset, lp, g->numel[g->owners[i]], path);
+  const zck_layout *train = plan->train, *fl = plan->frozen;
+  if (s == ZCK_OK && only) {
+    s = zck_layout_restrict_rank(plan->train, (int32_t)only->rank, &train_l);
+    train = train_l;
+    if (s == ZCK_OK && fl) s = zck_layout_restrict_rank(plan->frozen, (int32_t)only->rank, &frozen_l);
+    fl = frozen_l;
+  }
+  if (s == ZCK_OK) s = rank_stores(t, only, 0, &fp32);
   zck_exec_job jobs[2];
   size_t nj = 0;
   zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
   po.allow_missing = true; /* the trainable and the frozen plan each cover their own params */
-  if (s == ZCK_OK) s = zck_plan_build(plan->train, whole, &po, &plans[nj]);
+  if (s == ZCK_OK) s = zck_plan_build(train, g->whole, &po, &plans[nj]);
   if (s == ZCK_OK) { jobs[nj] = (zck_exec_job){plans[nj], fp32, dst, NULL}; nj++; }
-  if (s == ZCK_OK && plan->frozen && plan->frozen->n_pieces) {
-    s = rank_stores(t, 4, &frozen);
-    if (s == ZCK_OK) s = zck_plan_build(plan->frozen, whole, &po, &plans[nj]);
+  if (s == ZCK_OK && fl && fl->n_pieces) {
+    s = rank_stores(t, only, 4, &frozen);
+    if (s == ZCK_OK) s = zck_plan_build(fl, g->whole, &po, &plans[nj]);
     if (s == ZCK_OK) { jobs[nj] = (zck_exec_job){plans[nj], frozen, dst, NULL}; nj++; }
   }
   if (s == ZCK_OK) s = zck_exec_run(jobs, nj, NULL);
-  if (s == ZCK_OK) s = zck_st_writer_commit(w);
-  zck_st_writer_free(w);
   for (int i = 0; i < 2; i++) zck_plan_free(plans[i]);
-  zck_layout_free(whole);
+  zck_layout_free(train_l);
+  zck_layout_free(frozen_l);
   free(fp32);
   free(frozen);
   free(dst);
-  free(numel);
-  free(owners);
-  free(slot);
+  return s;
+}
+
+static zck_status write_gathered16(const ze_ckpt_tracker *t, const char *path) {
+  ze__g16 g;
+  ZCK_TRY(ze__g16_init(t, path, &g));
+  zck_status s = zck_st_writer_open(g.w, path);
+  if (s == ZCK_OK) s = ze__g16_fill(t, &g, zck_st_writer_fd(g.w), path, NULL);
+  if (s == ZCK_OK) s = zck_st_writer_commit(g.w);
+  ze__g16_free(&g);
   return s;
 }
 
@@ -491,7 +542,7 @@ static int cmp_entry(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static zck_status rotate(ze_ckpt_tracker *t) {
+zck_status ze__ckpt_rotate(ze_ckpt_tracker *t) {
   int64_t limit = t->a->save_total_limit;
   if (limit <= 0) return ZCK_OK;
   DIR *d = opendir(t->a->output_dir);
@@ -544,54 +595,80 @@ static zck_status rotate(ze_ckpt_tracker *t) {
 
 // ---- save
 
-static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step) {
-  const ze_train_args *a = t->a;
-  const ze_zero_plan *plan = t->plan;
+char *ze__ckpt_begin(ze_ckpt_tracker *t, int64_t step, bool keeper) {
   char name[64];
   snprintf(name, sizeof name, "checkpoint-%lld", (long long)step);
-  ZCK_TRY_CTX(zck__mkdirs(a->output_dir), "--output-dir");
-  char *final = zck__path_join(a->output_dir, name);
-  if (!final) return ZCK_ERR_NO_MEMORY;
+  char *final = zck__path_join(t->a->output_dir, name);
   /* best model: this step's evaluation was the best so far */
-  if (!isnan(t->best_metric) && t->best_step == step) {
+  if (final && keeper && !isnan(t->best_metric) && t->best_step == step) {
     free(t->best_checkpoint);
     t->best_checkpoint = zck__strdup(final);
   }
-  zck__outdir od;
-  memset(&od, 0, sizeof od);
-  zck_status s = zck__outdir_create(&od, final, true);
-  char *cfg = NULL, *model = NULL, *state = NULL;
-  if (s == ZCK_OK && !a->save_only_model) s = write_deepspeed(t, zr0, od.tmp_path, step);
-  if (s == ZCK_OK) {
-    cfg = zck__outdir_file(&od, "config.json");
-    model = zck__outdir_file(&od, "model.safetensors");
-    state = zck__outdir_file(&od, "trainer_state.json");
-    if (!cfg || !model || !state) s = ZCK_ERR_NO_MEMORY;
-  }
+  return final;
+}
+
+static zck_status write_latest(const char *dir, int64_t step) {
+  char tag[64];
+  int n = snprintf(tag, sizeof tag, "global_step%lld", (long long)step);
+  char *path = zck__path_join(dir, "latest");
+  if (!path) return ZCK_ERR_NO_MEMORY;
+  zck__outfile f;
+  zck_status s = zck__outfile_create(&f, path);
+  free(path);
+  if (s != ZCK_OK) return s;
+  s = zck__outfile_pwrite(&f, tag, (size_t)n, 0);
+  if (s == ZCK_OK) return zck__outfile_commit(&f);
+  zck__outfile_abort(&f);
+  return s;
+}
+
+zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *od, int64_t step, bool per_rank) {
+  const ze_train_args *a = t->a;
+  const ze_zero_plan *plan = t->plan;
+  zck_status s = ZCK_OK;
+  /* per rank: the tag folder is complete now (every rank's files are in), so `latest` */
+  if (per_rank && !a->save_only_model) s = write_latest(od->tmp_path, step);
+  char *cfg = zck__outdir_file(od, "config.json"), *model = zck__outdir_file(od, "model.safetensors"),
+       *state = zck__outdir_file(od, "trainer_state.json");
+  if (s == ZCK_OK && (!cfg || !model || !state)) s = ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) s = ze_hf_write_config(cfg, t->cfg, plan->o.lp_dtype);
   /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
-   * only the DeepSpeed checkpoint) */
+   * only the DeepSpeed checkpoint); per rank, the ranks wrote the stage-3 file already */
   if (s == ZCK_OK && plan->o.stage < 3)
     s = ze_hf_write_weights(model, t->cfg, zr0->work, plan->o.lp_dtype);
-  if (s == ZCK_OK && plan->o.stage == 3 && (t->gather16 || a->save_only_model)) s = write_gathered16(t, model);
+  if (s == ZCK_OK && !per_rank && plan->o.stage == 3 && (t->gather16 || a->save_only_model))
+    s = write_gathered16(t, model);
   if (s == ZCK_OK) s = write_trainer_state(t, state, step);
   if (s == ZCK_OK) {
     /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
      * `zckpt verify` checks every tensor against its hashes */
     char tag[64];
     snprintf(tag, sizeof tag, "global_step%lld", (long long)step);
-    char *tag_dir = a->save_only_model ? zck__strdup(od.tmp_path) : zck__outdir_file(&od, tag);
+    char *tag_dir = a->save_only_model ? zck__strdup(od->tmp_path) : zck__outdir_file(od, tag);
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
     mo.kind = a->save_only_model ? "safetensors" : "deepspeed";
     s = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
     free(tag_dir);
   }
-  if (s == ZCK_OK) s = zck__outdir_commit(&od);
-  zck__outdir_abort(&od);
+  if (s == ZCK_OK) s = zck__outdir_commit(od);
   free(cfg);
   free(model);
   free(state);
-  if (s == ZCK_OK) s = rotate(t);
+  return s;
+}
+
+static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step) {
+  const ze_train_args *a = t->a;
+  ZCK_TRY_CTX(zck__mkdirs(a->output_dir), "--output-dir");
+  char *final = ze__ckpt_begin(t, step, true);
+  if (!final) return ZCK_ERR_NO_MEMORY;
+  zck__outdir od;
+  memset(&od, 0, sizeof od);
+  zck_status s = zck__outdir_create(&od, final, true);
+  if (s == ZCK_OK && !a->save_only_model) s = ze__ckpt_write_deepspeed(t, zr0, od.tmp_path, step, NULL);
+  if (s == ZCK_OK) s = ze__ckpt_finish(t, zr0, &od, step, false);
+  zck__outdir_abort(&od);
+  if (s == ZCK_OK) s = ze__ckpt_rotate(t);
   if (s != ZCK_OK) s = zck__error_prepend(s, "saving %s", final);
   free(final);
   return s;
@@ -616,7 +693,10 @@ static zck_status collective(ze_ckpt_tracker *t, ze_zero_rank *zr, zck_status (*
   return zck__fail((zck_status)st, "%s", msg);
 }
 
-zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) { return collective(t, zr, save_rank0, step); }
+zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) {
+  if (t->per_rank) return ze__ckpt_save_per_rank(t, zr, step);
+  return collective(t, zr, save_rank0, step);
+}
 
 // ---- load
 
@@ -631,7 +711,7 @@ void ze_ckpt_state_free(ze_ckpt_state *st) {
 
 /* The checkpoint must be this run's model and ZeRO configuration (DeepSpeed refuses a
  * different dp world size when it loads optimizer states). */
-static zck_status check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, const char *path) {
+zck_status ze__ckpt_check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, const char *path) {
   const zck_ds_info *in = zck_ds_info_of(c);
   const zck_model *cm = zck_ds_model(c), *m = t->model;
   const ze_zero_plan *plan = t->plan;
@@ -663,7 +743,7 @@ static zck_status check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, con
 }
 
 /* trainer_state.json: log history and the best checkpoint so far (absent: fine). */
-static void read_trainer_state(ze_ckpt_tracker *t, const char *path) {
+void ze__ckpt_read_trainer_state(ze_ckpt_tracker *t, const char *path) {
   char *p = zck__path_join(path, "trainer_state.json"), *text = NULL;
   size_t len;
   if (!p || zck__read_small_file(p, 64 << 20, &text, &len) != ZCK_OK) {
@@ -697,13 +777,13 @@ static void read_trainer_state(ze_ckpt_tracker *t, const char *path) {
 /* Another ZeRO stage, world size or sub_group_size than this run's: the checkpoint goes
  * through the library's reshard first (into a temporary folder beside the output), as
  * `zckpt reshard` would, and is loaded from there. */
-static bool needs_reshard(const ze_ckpt_tracker *t, const zck_ds_info *in) {
+bool ze__ckpt_needs_reshard(const ze_ckpt_tracker *t, const zck_ds_info *in) {
   const ze_zero_plan *plan = t->plan;
   return in->stage != plan->o.stage || in->world_size != plan->o.world ||
          (plan->o.stage == 3 && in->sub_group_size != plan->o.sub_group_size);
 }
 
-static zck_status reshard_for_run(const ze_ckpt_tracker *t, const char *path, const zck_ds_info *in, char **out) {
+zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, const zck_ds_info *in, char **out) {
   const ze_zero_plan *plan = t->plan;
   const char *base = t->a->output_dir ? t->a->output_dir : "/tmp";
   ZCK_TRY(zck__mkdirs(base));
@@ -725,20 +805,21 @@ static zck_status reshard_for_run(const ze_ckpt_tracker *t, const char *path, co
   return ZCK_OK;
 }
 
-zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st) {
+zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st, zck_comm *comm) {
+  if (comm) return ze__ckpt_load_per_process(t, path, st, comm);
   memset(st, 0, sizeof *st);
   zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
   oo.require_optimizer_state = true;
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(path, &oo, &c));
   zck_status s = zck_manifest_check_complete(zck_ds_info_of(c)->dir, 0);
-  if (s == ZCK_OK && needs_reshard(t, zck_ds_info_of(c))) {
-    s = reshard_for_run(t, path, zck_ds_info_of(c), &st->resharded);
+  if (s == ZCK_OK && ze__ckpt_needs_reshard(t, zck_ds_info_of(c))) {
+    s = ze__ckpt_reshard_for_run(t, path, zck_ds_info_of(c), &st->resharded);
     zck_ds_close(c);
     c = NULL;
     if (s == ZCK_OK) s = zck_ds_open(st->resharded, &oo, &c);
   }
-  if (s == ZCK_OK) s = check_fits(t, c, path);
+  if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, path);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     if (st->resharded) zck__remove_tree(st->resharded);
@@ -751,7 +832,7 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st)
   st->path = zck__strdup(path);
   st->global_step = in->global_steps;
   st->optimizer_step = (int64_t)in->step;
-  if (t->a->output_dir || t->a->load_best_model_at_end) read_trainer_state(t, path);
+  if (t->a->output_dir || t->a->load_best_model_at_end) ze__ckpt_read_trainer_state(t, path);
   return ZCK_OK;
 }
 
@@ -856,7 +937,7 @@ static zck_status open_best(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t arg) {
   zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
   zck_ds_ckpt *c = NULL;
   zck_status s = zck_ds_open(t->best_checkpoint, &oo, &c);
-  if (s == ZCK_OK) s = check_fits(t, c, t->best_checkpoint);
+  if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, t->best_checkpoint);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     free(st);
@@ -892,6 +973,7 @@ zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t) {
 }
 
 zck_status ze_ckpt_load_best(ze_ckpt_tracker *t, ze_zero_rank *zr) {
+  if (t->per_rank) return ze__ckpt_load_best_per_rank(t, zr);
   ZCK_TRY(collective(t, zr, open_best, 0));
   zck_status s = ze_ckpt_restore_rank(t->best_state, zr);
   zck_status b = zr->comm->barrier(zr->comm);

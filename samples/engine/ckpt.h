@@ -6,9 +6,18 @@
  * (--save-total-limit, keeping the best), best-model tracking and --load-best-model-at-end
  * follow the Trainer. Resume reads the DeepSpeed checkpoint back into the rank partitions.
  *
- * The ranks are threads: every rank calls the collective entry points; rank 0 writes the
- * files from all ranks' in-memory partitions through the DeepSpeed writer (a copy plan from
- * the engine's ZeRO layout to the writer's), and every rank reads its own partitions back.
+ * Every rank calls the collective entry points. Two ways to write (the same bytes):
+ *  - ranks that are threads (the default): rank 0 writes the files from all ranks'
+ *    in-memory partitions through the DeepSpeed writer (a copy plan from the engine's ZeRO
+ *    layout to the writer's);
+ *  - per rank (per_rank: one process per rank, or forced): rank 0 creates the temporary
+ *    checkpoint folder and tells the others its name; each rank writes its own files
+ *    (its optimizer-states file, its stage-3 model-states file, its byte ranges of a
+ *    stage-3 model.safetensors); after a barrier rank 0 writes the rest (the stage-1/2
+ *    model states, `latest`, the HF files, the manifest last) and renames the folder into
+ *    place. A rank that dies before that leaves only a temporary folder behind.
+ * Every rank reads its own partitions back; a resume that needs a reshard is resharded
+ * once, by rank 0, into a temporary folder the others then read.
  */
 #ifndef ZE_CKPT_H
 #define ZE_CKPT_H
@@ -35,6 +44,9 @@ typedef struct ze_ckpt_tracker {
   int64_t best_step;             /* step of that evaluation */
   cJSON *log_history;            /* trainer_state.json log_history */
   struct ze_ckpt_state *best_state; /* open while the ranks reload the best checkpoint */
+  bool per_rank;                 /* each rank writes its own files (see above) */
+  bool one_rank;                 /* this tracker belongs to one rank (process per rank): that
+                                    rank keeps the bookkeeping; else rank 0 does */
 } ze_ckpt_tracker;
 
 /* What a resume reads (the checkpoint stays open until the ranks restored from it). */
@@ -58,8 +70,10 @@ void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss);
 
 /* Collective: OUTPUT_DIR/checkpoint-<step>/, then rotation. */
 zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step);
-/* Opens a checkpoint to resume from (before the ranks start); checks it fits this run. */
-zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st);
+/* Opens a checkpoint to resume from (before the ranks start); checks it fits this run.
+ * comm: NULL when the ranks are threads (one state for all of them); a process's comm
+ * (collective: rank 0 reshards if needed, each process opens its own state). */
+zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st, zck_comm *comm);
 /* Per rank: copies this rank's partitions from st, then gathers (collective). */
 zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr);
 /* Collective: reloads every rank from the best checkpoint (HF _load_best_model). */

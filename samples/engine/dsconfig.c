@@ -233,7 +233,7 @@ static zck_status resolve(cJSON *root, const char *name, const ze_train_args *a,
   /* trainer_config_process */
   fill(&r, "train_micro_batch_size_per_gpu", hv_int(B), "per_device_train_batch_size", true);
   fill(&r, "gradient_accumulation_steps", hv_int(GAS), "gradient_accumulation_steps", true);
-  fill(&r, "train_batch_size", hv_int((int64_t)a->ranks * B * GAS), "train_batch_size (calculated)", true);
+  fill(&r, "train_batch_size", hv_int((int64_t)ze_train_world(a) * B * GAS), "train_batch_size (calculated)", true);
   fill(&r, "gradient_clipping", hv_float(a->max_grad_norm), "max_grad_norm", true);
   fill(&r, "optimizer.params.lr", hv_float(a->learning_rate), "learning_rate", true);
   fill(&r, "optimizer.params.betas", hv_floats2(a->adam_beta1, a->adam_beta2), "adam_beta1+adam_beta2", true);

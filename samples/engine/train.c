@@ -8,6 +8,7 @@
 #include "generate.h"
 #include "hf.h"
 #include "io.h"
+#include "launch.h"
 #include "optim.h"
 #include "util.h"
 #include "zck_cuda.h"
@@ -87,11 +88,13 @@ typedef struct ze_run {
   bool resuming;
   ze_train_result *res;
   ze_ckpt_tracker tracker;     /* saved checkpoints, best metric */
+  bool one_rank;               /* this process runs one rank of a group (a->comm) */
+  bool silent;                 /* no progress lines (--quiet, or not rank 0) */
 } ze_run;
 
 static void ze_log(const ze_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ze_log(const ze_run *run, const char *fmt, ...) {
-  if (run->a->quiet) return;
+  if (run->silent) return;
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
@@ -252,7 +255,10 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   zck_comm *comm = rt->comm;
   int r = comm->rank, W = comm->size;
   int B = a->per_device_train_batch_size, GAS = a->gradient_accumulation_steps, T = run->cfg.max_seq_len;
-  bool lead = r == 0;
+  /* lead: rank 0, which prints and writes the shared files; keeper: the rank that keeps
+   * the results and the tracker's bookkeeping of its process (rank 0 when the ranks are
+   * threads, every rank when each is a process) */
+  bool lead = r == 0, keeper = lead || run->one_rank;
   zck_status s = ZCK_OK;
   bool on_gpu = !strcmp(a->device, "cuda");
   ze_cuda_rank cr;
@@ -268,11 +274,12 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   ze_gpt2_params w, g;
   ze_gpt2_carve(&run->cfg, zr->work, &w);
   ze_gpt2_carve(&run->cfg, zr->gwork, &g);
-  if (on_gpu) ZCK_CHECK_GOTO(ze_cuda_rank_init(&cr, &run->cfg, r, B, T), s, done);
+  if (on_gpu) ZCK_CHECK_GOTO(ze_cuda_rank_init(&cr, &run->cfg, run->one_rank ? a->local_rank : r, B, T), s, done);
   int64_t G = (int64_t)W * B * GAS;
   double t_log = now_seconds(), loss_acc = 0.0;
   int64_t n_acc = 0;
   for (int64_t step = run->first_step; step < a->max_steps; step++) {
+    ze_test_kill_point(comm, step + 1, false);
     double lr = ze_train_lr(a, run->warmup, step);
     memset(micro, 0, (size_t)GAS * W * sizeof *micro);
     for (int m = 0; m < GAS; m++) {
@@ -305,7 +312,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
     ZCK_CHECK_GOTO(ze_zero_step(zr, &hp, ze_clip_factor(norm, a->max_grad_norm)), s, done);
     int64_t global = step + 1, i = step - run->first_step;
-    if (lead) {
+    if (keeper) {
       run->res->losses[i] = loss;
       run->res->grad_norms[i] = norm;
       run->res->lrs[i] = lr;
@@ -313,7 +320,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     }
     loss_acc += loss;
     n_acc++;
-    if (lead && a->logging_steps > 0 && (global % a->logging_steps == 0 || global == a->max_steps)) {
+    if (keeper && a->logging_steps > 0 && (global % a->logging_steps == 0 || global == a->max_steps)) {
       double t = now_seconds();
       ze_log(run, "step %lld/%lld | loss %.6f | grad_norm %.4f | lr %.4e | %.1f ms/step", (long long)global,
              (long long)a->max_steps, loss_acc / (double)n_acc, norm, lr, 1e3 * (t - t_log) / (double)n_acc);
@@ -326,7 +333,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     if (do_eval) {
       float el;
       ZCK_CHECK_GOTO(rank_eval(run, zr, ws, &el), s, done);
-      if (lead) {
+      if (keeper) {
         run->res->eval_losses[run->res->n_eval] = el;
         run->res->eval_steps_at[run->res->n_eval++] = global;
         ze_log(run, "eval step %lld | eval_loss %.6f", (long long)global, el);
@@ -338,7 +345,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   }
   float final_eval;
   ZCK_CHECK_GOTO(rank_eval(run, zr, ws, &final_eval), s, done);
-  if (lead) {
+  if (keeper) {
     run->res->final_eval_loss = final_eval;
     ze_log(run, "final eval_loss %.6f", final_eval);
   }
@@ -350,7 +357,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
       ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
     }
   }
-  if (lead && a->keep_params) {
+  if (keeper && a->keep_params) {
     run->res->params = zck__malloc(run->plan.model_numel * sizeof(float));
     if (!run->res->params) {
       s = ZCK_ERR_NO_MEMORY;
@@ -417,6 +424,10 @@ zck_status ze_train_check_args(const ze_train_args *a) {
   ZCK_FAIL_IF(a->model.vocab_size < 256, ZCK_ERR_INVALID_ARG, "model: the byte-level vocabulary needs 256 entries");
   ZCK_FAIL_IF(a->ranks < 1 || a->ranks > ZE_MAX_RANKS, ZCK_ERR_INVALID_ARG, "--ranks %d: must be in [1, %d]",
               a->ranks, ZE_MAX_RANKS);
+  ZCK_FAIL_IF(a->comm && a->ranks != 1, ZCK_ERR_INVALID_ARG,
+              "--ranks %d: this process is rank %d of %d processes (a launcher's environment); --ranks (threads) "
+              "cannot be combined with it",
+              a->ranks, a->comm->rank, a->comm->size);
   ZCK_FAIL_IF(a->max_steps < 1, ZCK_ERR_INVALID_ARG, "--max-steps must be positive");
   ZCK_FAIL_IF(a->per_device_train_batch_size < 1 || a->gradient_accumulation_steps < 1, ZCK_ERR_INVALID_ARG,
               "batch size and gradient accumulation steps must be positive");
@@ -467,16 +478,21 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   zck_status s = ZCK_OK;
   zck_comm *comms[ZE_MAX_RANKS] = {0};
   ze_rank_thread threads[ZE_MAX_RANKS];
-  int W = a->ranks;
+  /* one rank of a group of processes: every setup step ends in an agreement, so a failure
+   * on one rank stops all of them at the same point */
+  run.one_rank = a->comm != NULL;
+  run.silent = a->quiet || (run.one_rank && a->comm->rank != 0);
+  int W = ze_train_world(a);
 
-  if (!strcmp(a->device, "cuda")) ZCK_TRY(ze_cuda_check());
+  if (!strcmp(a->device, "cuda")) s = ze_cuda_check();
+  if (s != ZCK_OK) goto setup_done;
   /* DeepSpeed config: given, or the one a plain run amounts to */
   if (a->deepspeed)
     s = ze_ds_config_load(a->deepspeed, a, &run.ds);
   else
     s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run.ds);
-  if (s != ZCK_OK) goto done;
-  ZCK_CHECK_GOTO(ze_build_manifest(a, &run.cfg, run.ds.has_optimizer, &run.model), s, done);
+  if (s != ZCK_OK) goto setup_done;
+  ZCK_CHECK_GOTO(ze_build_manifest(a, &run.cfg, run.ds.has_optimizer, &run.model), s, setup_done);
   run.n_specs = ze_gpt2_n_tensors(&run.cfg);
   run.specs = zck__calloc(run.n_specs, sizeof *run.specs);
   uint64_t *model_off = zck__calloc(run.model->n_params, sizeof *model_off);
@@ -485,7 +501,7 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   if (!run.specs || !model_off || !run.init) {
     free(model_off);
     s = ZCK_ERR_NO_MEMORY;
-    goto done;
+    goto setup_done;
   }
   ze_gpt2_param_specs(&run.cfg, run.specs);
   for (size_t i = 0; i < run.n_specs; i++) model_off[i] = run.specs[i].offset;
@@ -493,19 +509,24 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   ze_zero_opts zo = {run.ds.stage, (uint32_t)W, a->bf16 ? ZCK_BF16 : ZCK_F32, run.ds.sub_group_size};
   s = ze_zero_plan_build(&run.plan, run.model, model_off, model_numel, &zo);
   free(model_off);
-  if (s != ZCK_OK) goto done;
+  if (s != ZCK_OK) goto setup_done;
   size_t T = (size_t)run.cfg.max_seq_len;
   if (!ze_corpus_make(&run.corpus, a->seed, 32 * 1024 + 8 * T, 4 * 1024 + 8 * T)) {
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
-    goto done;
+    goto setup_done;
   }
   ze_gpt2_init(&run.cfg, run.init, a->seed);
   run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
   ZCK_CHECK_GOTO(ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json,
                                       run.ds.gather_16bit_on_save),
-                 s, done);
+                 s, setup_done);
+  run.tracker.per_rank = run.one_rank || a->per_rank_io;
+  run.tracker.one_rank = run.one_rank;
+setup_done:
+  if (run.one_rank) s = ze_agree(a->comm, s);
+  if (s != ZCK_OK) goto done;
   if (a->resume_from_checkpoint) {
-    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume), s, done);
+    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume, a->comm), s, done);
     run.resuming = true;
     run.first_step = run.resume.global_step;
     if (run.first_step >= a->max_steps) {
@@ -522,20 +543,28 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   res->lrs = zck__calloc((size_t)n_steps, sizeof *res->lrs);
   res->eval_losses = zck__calloc(n_evals, sizeof *res->eval_losses);
   res->eval_steps_at = zck__calloc(n_evals, sizeof *res->eval_steps_at);
-  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at) {
-    s = ZCK_ERR_NO_MEMORY;
-    goto done;
-  }
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at)
+    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
+  if (run.one_rank) s = ze_agree(a->comm, s);
+  if (s != ZCK_OK) goto done;
 
   ze_log(&run,
-         "zckpt-train: GPT-2 L=%d H=%d C=%d T=%d V=%d (%zu parameters) | ZeRO-%d on %d rank%s (local threads) | %s | "
+         "zckpt-train: GPT-2 L=%d H=%d C=%d T=%d V=%d (%zu parameters) | ZeRO-%d on %d rank%s (%s) | %s | "
          "global batch %d x %d tokens",
-         run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size, model_numel,
-         run.ds.stage, W, W > 1 ? "s" : "", a->bf16 ? "bf16" : "fp32",
+         run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size,
+         run.plan.model_numel, run.ds.stage, W, W > 1 ? "s" : "", run.one_rank ? "a process each" : "local threads", a->bf16 ? "bf16" : "fp32",
          W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len);
   if (run.resuming)
     ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
 
+  if (run.one_rank) {
+    /* this thread is the one rank */
+    ze_rank_thread rt = {&run, a->comm, 0, ZCK_OK, ""};
+    rank_main(&rt);
+    if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
+    if (s == ZCK_OK && run.tracker.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.best_checkpoint);
+    goto done;
+  }
   ZCK_CHECK_GOTO(zck_comm_local_create(W, comms), s, done);
   int started = 0;
   for (int r = 0; r < W; r++) {

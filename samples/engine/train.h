@@ -3,7 +3,8 @@
  *
  * ze_train_run() builds the model manifest (HF GPT2LMHeadModel names, decay / no-decay param
  * groups as the HF Trainer makes them), the ZeRO plan, W rank threads over the local comm
- * backend, and runs the loop:
+ * backend (or, given a comm, this process's one rank of a group of processes), and runs
+ * the loop:
  *   for each optimizer step: per micro-batch forward, backward, reduce; clip; AdamW;
  *   log every logging_steps; evaluate every eval_steps; save every save_steps.
  * Progress goes to stderr; generated text (if asked) to stdout.
@@ -11,6 +12,7 @@
 #ifndef ZE_TRAIN_H
 #define ZE_TRAIN_H
 
+#include "comm.h"
 #include "gpt2.h"
 #include "zck.h"
 
@@ -58,6 +60,16 @@ typedef struct ze_train_args {
   bool quiet;                       /* no progress lines */
   bool keep_params;                 /* return the final weights in the result */
   const char *dump_dir;             /* write weights + a logits probe for interop tests */
+  /* ---- one process per rank (launch.h) */
+  int nproc;                        /* --nproc N: launch N rank processes (main.c; 0: no) */
+  int nproc_arg[2];                 /* argv index and count of the --nproc option */
+  zck_comm *comm;                   /* the caller runs one rank, comm->rank of comm->size, in
+                                       this thread (a process per rank: the tcp backend under
+                                       torchrun / mpirun / --nproc); NULL: W = ranks threads */
+  int local_rank;                   /* with comm: the node-local rank (GPU choice) */
+  bool per_rank_io;                 /* checkpoints written / read rank by rank, as the
+                                       processes do (forced on in process mode; tests use it
+                                       with threads) */
 } ze_train_args;
 
 void ze_train_args_default(ze_train_args *a);
@@ -84,6 +96,9 @@ typedef struct ze_train_result {
 } ze_train_result;
 
 void ze_train_result_free(ze_train_result *r);
+
+/* W: the comm's size with a comm, else ranks. */
+static inline int ze_train_world(const ze_train_args *a) { return a->comm ? a->comm->size : a->ranks; }
 
 /* The checks of the arguments alone (usage errors: the CLI exits 2 on them). */
 zck_status ze_train_check_args(const ze_train_args *a);

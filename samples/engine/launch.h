@@ -1,0 +1,39 @@
+/* launch.h: zckpt-train with one process per rank.
+ *
+ * - `zckpt-train --nproc N` (ze_launch_nproc): this process becomes a launcher on one node.
+ *   It picks a free port and starts N copies of itself (/proc/self/exe, the same arguments
+ *   without --nproc) with the environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE,
+ *   LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), then waits. When a rank fails,
+ *   the others are stopped and the launcher exits 1 with one line naming the rank and how it
+ *   ended. The children die with the launcher (PR_SET_PDEATHSIG), so none is orphaned.
+ * - Under a launcher (torchrun, mpirun, or --nproc) the run's ranks are processes whose
+ *   collectives go over lib/comm's tcp backend; ze_agree turns one rank's failure into the
+ *   same error on every rank, so they all stop at the same point.
+ */
+#ifndef ZE_LAUNCH_H
+#define ZE_LAUNCH_H
+
+#include "comm.h"
+
+#include <stdint.h>
+
+/* Runs argv as N rank processes, leaving out argv[skip_at .. skip_at + skip_n) (the
+ * --nproc option); returns the launcher's exit status (0, or 1 when a rank failed). */
+int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n);
+
+/* The node-local rank for device choice: LOCAL_RANK (torchrun, --nproc), else
+ * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH), else `rank`. */
+int ze_local_rank(int rank);
+
+/* Collective: every rank passes its own outcome of a step; all of them return ZCK_OK when
+ * every rank succeeded, else the error of the lowest failing rank (its message, prefixed
+ * with "rank R: " on the others). A collective failure (a peer gone) is returned as is,
+ * except that a rank's own failure keeps precedence. */
+zck_status ze_agree(zck_comm *c, zck_status s);
+
+/* Test hook for the fault tests: ZCKPT_TRAIN_TEST_KILL="RANK:STEP[:save]" makes rank RANK
+ * kill itself with SIGKILL at the start of optimizer step STEP (1-based global step), or,
+ * with ":save", in the save of step STEP after it wrote its own files. Only in process mode. */
+void ze_test_kill_point(zck_comm *c, int64_t step, bool in_save);
+
+#endif
