@@ -80,5 +80,14 @@ void zck_comm_tcp_destroy(zck_comm *c);
  * variable is set (a single-process run); a malformed or inconsistent value is an error
  * naming the variable. The strings in o point into the environment. */
 zck_status zck_comm_env_options(zck_comm_tcp_options *o, bool *found);
+/* (comm_env.c) With more than one rank MASTER_ADDR and MASTER_PORT are both required (no
+ * guessed host or port); a one-rank world needs neither. ZCK_COMM_TIMEOUT_S, when set,
+ * fills timeout_s. LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK / MPI_LOCALRANKID, from the
+ * same launcher as the rank) is checked to be in 0..size-1 when set. */
+
+/* This process's rank among those on its host (the GPU to use): LOCAL_RANK, or
+ * OMPI_COMM_WORLD_LOCAL_RANK / MPI_LOCALRANKID under mpirun; -1 when not set (or not a
+ * valid number: zck_comm_env_options reports that). */
+int zck_comm_env_local_rank(void);
 
 #endif
