@@ -281,7 +281,7 @@ static zck_status tm_accept_ranks(int lfd, const zck_comm_tcp_options *o, int lo
   while (need > 0 && !*msg) {
     double now = zck__tcp_now(), left = deadline - now;
     if (left <= 0) {
-      char missing[200] = "";
+      char missing[96] = "";
       size_t m = 0;
       for (int k = lo; k < hi && m + 16 < sizeof missing; k++)
         if (fds[k] < 0) m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%d", m ? ", " : "", k);
