@@ -17,21 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
-// ---- environment
-
-int ze_local_rank(int rank) {
-  static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char *v = getenv(vars[i]);
-    char *end;
-    if (!v || !*v) continue;
-    long x = strtol(v, &end, 10);
-    if (!*end && x >= 0 && x < 1 << 20) return (int)x;
-  }
-  return rank;
-}
-
 // ---- agreement
+
+static _Thread_local bool g_agreed;
+
+bool ze_agree_reached_all(void) { return g_agreed; }
+void ze_agree_reset(void) { g_agreed = false; }
 
 zck_status ze_agree(zck_comm *c, zck_status s) {
   char msg[1024] = "";
@@ -41,6 +32,7 @@ zck_status ze_agree(zck_comm *c, zck_status s) {
   int32_t st = (int32_t)s;
   if (cs == ZCK_OK && first < c->size) cs = c->broadcast(c, &st, 1, ZCK_I32, first);
   if (cs == ZCK_OK && first < c->size) cs = c->broadcast(c, msg, sizeof msg, ZCK_U8, first);
+  if (cs == ZCK_OK && first < c->size) g_agreed = true;
   if (s != ZCK_OK) return zck__fail(s, "%s", msg); /* ours first: the collective may have overwritten it */
   if (cs != ZCK_OK) return cs;
   if (first == c->size) return ZCK_OK;
@@ -91,6 +83,12 @@ static void describe(int status, char *buf, size_t n) {
     snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
   else
     snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void sleep_ms(long ms) {
@@ -158,12 +156,13 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
     pids[r] = pid;
     started++;
   }
-  /* wait; the first failure stops the others */
-  int alive = started, failed = -1, forwarded = 0;
+  /* wait. After the first failure the others get a grace period to stop by themselves
+   * (their collectives fail at once when a peer is gone, and rank 0 then removes its
+   * temporary checkpoint folder), then SIGTERM, then SIGKILL. */
+  int alive = started, failed = -1, forwarded = 0, phase = 0;
   char how[128] = "";
-  if (rc != 0)
-    for (int r = 0; r < started; r++) kill(pids[r], SIGTERM);
-  double deadline = -1;
+  double t_fail = 0;
+  if (rc != 0) t_fail = now_seconds() - 5.5; /* a fork failed: stop the started ones now */
   while (alive > 0) {
     int status;
     pid_t pid = waitpid(-1, &status, rc != 0 ? WNOHANG : 0);
@@ -177,16 +176,11 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
     }
     if (pid < 0) break;
     if (pid == 0) {
-      /* stopping the others: SIGKILL after a grace period */
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-      if (deadline < 0) deadline = now + 10.0;
-      if (now > deadline) {
+      double waited = now_seconds() - t_fail;
+      int want = waited > 10.0 ? 2 : waited > 5.0 ? 1 : 0;
+      for (; phase < want; phase++)
         for (int r = 0; r < started; r++)
-          if (pids[r] > 0) kill(pids[r], SIGKILL);
-        deadline = now + 1e9;
-      }
+          if (pids[r] > 0) kill(pids[r], phase == 0 ? SIGTERM : SIGKILL);
       sleep_ms(10);
       continue;
     }
@@ -200,8 +194,7 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
       failed = r;
       describe(status, how, sizeof how);
       rc = 1;
-      for (int k = 0; k < started; k++)
-        if (pids[k] > 0) kill(pids[k], SIGTERM);
+      t_fail = now_seconds();
     }
   }
   sigaction(SIGINT, &old_int, NULL);

@@ -21,15 +21,16 @@
  * --nproc option); returns the launcher's exit status (0, or 1 when a rank failed). */
 int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n);
 
-/* The node-local rank for device choice: LOCAL_RANK (torchrun, --nproc), else
- * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH), else `rank`. */
-int ze_local_rank(int rank);
-
 /* Collective: every rank passes its own outcome of a step; all of them return ZCK_OK when
  * every rank succeeded, else the error of the lowest failing rank (its message, prefixed
  * with "rank R: " on the others). A collective failure (a peer gone) is returned as is,
  * except that a rank's own failure keeps precedence. */
 zck_status ze_agree(zck_comm *c, zck_status s);
+
+/* Whether the last failure ze_agree returned on this thread was an agreed one, which rank
+ * 0 holds too (so rank 0 alone need report it); cleared by ze_agree_reset. */
+bool ze_agree_reached_all(void);
+void ze_agree_reset(void);
 
 /* Test hook for the fault tests: ZCKPT_TRAIN_TEST_KILL="RANK:STEP[:save]" makes rank RANK
  * kill itself with SIGKILL at the start of optimizer step STEP (1-based global step), or,

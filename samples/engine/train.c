@@ -469,6 +469,7 @@ static void run_free(ze_run *run) {
 
 zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   memset(res, 0, sizeof *res);
+  ze_agree_reset();
   ZCK_TRY(ze_train_check_args(a));
   ze_run run;
   memset(&run, 0, sizeof run);
