@@ -287,6 +287,39 @@ extern "C" zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_
   return ZCK_OK;
 }
 
+/* Agrees over the bootstrap group on whether every rank got this far: a MAX of "failed"
+ * flags, so that one rank's failure fails them all. Returns the first failed rank in *who. */
+static zck_status nc_agree(zck_comm *b, bool failed, const char *what, int *who) {
+  int32_t v = failed ? b->size - b->rank : 0; /* MAX picks the lowest failed rank */
+  ZCK_TRY_CTX(b->all_reduce(b, &v, &v, 1, ZCK_I32, ZCK_COMM_MAX), "nccl comm: %s", what);
+  *who = v ? b->size - v : -1;
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **out) {
+  *out = NULL;
+  ZCK_ASSERT(bootstrap);
+  int me = bootstrap->rank, who = -1;
+  /* the device first, everywhere: NCCL would otherwise wait for a rank that never joins */
+  cudaError_t e = cudaSetDevice(device);
+  zck_status own = e == cudaSuccess ? ZCK_OK
+                                    : zck__fail(zck__cuda_status(e), "nccl comm: rank %d: select device %d: %s", me,
+                                                device, cudaGetErrorString(e));
+  ZCK_TRY(nc_agree(bootstrap, own != ZCK_OK, "agree on the devices", &who));
+  if (own != ZCK_OK) return own;
+  ZCK_FAIL_IF(who >= 0, ZCK_ERR_INTERNAL, "nccl comm: rank %d could not select its device (see its error)", who);
+  uint8_t id[ZCK_NCCL_ID_BYTES + 1]; /* the id, then rank 0's verdict */
+  memset(id, 0, sizeof id);
+  if (me == 0) {
+    own = zck_comm_nccl_get_unique_id(id);
+    id[ZCK_NCCL_ID_BYTES] = own == ZCK_OK;
+  }
+  ZCK_TRY_CTX(bootstrap->broadcast(bootstrap, id, sizeof id, ZCK_U8, 0), "nccl comm: send the NCCL id");
+  if (me == 0 && own != ZCK_OK) return own;
+  ZCK_FAIL_IF(!id[ZCK_NCCL_ID_BYTES], ZCK_ERR_INTERNAL, "nccl comm: rank 0 could not make the NCCL id (see its error)");
+  return zck_comm_nccl_init_rank(bootstrap->size, me, id, out);
+}
+
 extern "C" void zck_comm_nccl_destroy(zck_comm *comm) {
   if (!comm) return;
   ZCK_ASSERT(nc_is(comm) && !((nc_rank *)comm->impl)->group);
@@ -308,6 +341,10 @@ extern "C" zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_
   return zck__fail(ZCK_ERR_UNSUPPORTED, "nccl comm: built without NCCL");
 }
 extern "C" void zck_comm_nccl_destroy(zck_comm *comm) {}
+extern "C" zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **out) {
+  *out = NULL;
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "nccl comm: built without NCCL");
+}
 
 #endif
 

@@ -165,6 +165,10 @@ zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_t id[ZCK_NC
   return ZCK_NO_CUDA();
 }
 void zck_comm_nccl_destroy(zck_comm *comm) {}
+zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **out) {
+  *out = NULL;
+  return ZCK_NO_CUDA();
+}
 zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) { return ZCK_NO_CUDA(); }
 
 // ---- gather16
