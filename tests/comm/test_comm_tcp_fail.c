@@ -145,14 +145,14 @@ static void aborts(int W, int r, int port) {
     c->abort(c);
     c->abort(c); /* twice is fine */
     ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "aborted");
-    usleep(300000); /* still alive: the others must wake up because of the abort, not an exit */
+    usleep(1500000); /* still alive: the others must wake up because of the abort, not an exit */
     zck_comm_tcp_destroy(c);
     return;
   }
   double t0 = cp_now();
   ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "another rank failed");
   expect_names(1);
-  ZT_ASSERT(cp_now() - t0 < 0.3);
+  ZT_ASSERT(cp_now() - t0 < 1.0);
   zck_comm_tcp_destroy(c);
 }
 
@@ -171,9 +171,9 @@ static void aborts_from_thread(int W, int r, int port) {
     ZT_ASSERT(!pthread_create(&th, NULL, abort_later, c));
     ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "aborted by this rank");
     pthread_join(th, NULL);
-    ZT_ASSERT(cp_now() - t0 < 0.6);
+    ZT_ASSERT(cp_now() - t0 < 1.0);
   } else {
-    usleep(800000);
+    usleep(1500000);
     /* rank 0's call was on its way before it aborted: this barrier may still see it
      * complete, the next one cannot */
     zck_status s = c->barrier(c);
