@@ -6,8 +6,9 @@
  * only by the device's arithmetic in forward/backward (cuBLAS products and reductions in
  * another order: losses agree to about 1e-4 relative, not bit for bit).
  *
- * Rank r uses device r % device count; several ranks may share one GPU (each has its own
- * stream and cuBLAS handle).
+ * Rank r uses device r % device count (a rank process: LOCAL_RANK % device count); several
+ * ranks may share one GPU (each has its own stream and cuBLAS handle). The collectives stay
+ * on the host (the local or tcp backend), since the ZeRO state they move lives there.
  */
 #ifndef ZE_CUDA_ENGINE_H
 #define ZE_CUDA_ENGINE_H
@@ -29,7 +30,7 @@ typedef struct ze_cuda_rank {
  * ZCK_ERR_NO_DEVICE with the reason). */
 zck_status ze_cuda_check(void);
 
-/* Sets up rank `rank` for batches up to (B, T). cr is zeroed first; on failure it is
+/* Sets up a rank for batches up to (B, T) on device `rank` % device count. cr is zeroed first; on failure it is
  * left freeable. */
 zck_status ze_cuda_rank_init(ze_cuda_rank *cr, const ze_gpt2_config *cfg, int rank, int B, int T);
 void ze_cuda_rank_free(ze_cuda_rank *cr);

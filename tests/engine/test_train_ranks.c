@@ -211,8 +211,8 @@ int main(void) {
   {
     char ck[4200], out[4200];
     snprintf(ck, sizeof ck, "%s/s3w3-threads/checkpoint-3", tmp);
-    static const int targets[][2] = {{1, 2}, {3, 2}, {2, 3}};
-    for (size_t i = 0; i < 3; i++) {
+    static const int targets[][2] = {{1, 2}, {3, 2}, {2, 3}, {3, 3}}; /* the last one: no reshard */
+    for (size_t i = 0; i < 4; i++) {
       ze_train_args a = base_args(NULL);
       a.bf16 = true;
       a.zero_stage = targets[i][0];
@@ -247,7 +247,7 @@ int main(void) {
     a.load_best_model_at_end = true;
     a.keep_params = true;
     a.zero_stage = 3;
-    a.learning_rate = 3e-2; /* so that the last evaluation is not the best */
+    a.greater_is_better = true; /* the highest eval loss: an early checkpoint, not the last */
     ze_train_result r1, r3;
     a.ranks = 2;
     run_ok(&a, &r1);
@@ -255,6 +255,7 @@ int main(void) {
     run_ranks_ok(&a, 2, &r3);
     ZT_ASSERT(r1.best_checkpoint && r3.best_checkpoint);
     ZT_EQ_STR(r3.best_checkpoint, r1.best_checkpoint);
+    ZT_ASSERT(strstr(r1.best_checkpoint, "/checkpoint-2"));
     ZT_EQ_U64(r3.n_params, r1.n_params);
     ZT_EQ_MEM(r3.params, r1.params, r1.n_params * sizeof(float));
     ze_train_result_free(&r1);

@@ -46,7 +46,7 @@ for stage in 1 2 3; do
   same 3 --zero-stage $stage --max-steps 4 --save-steps 2 --bf16 --freeze transformer.h.0.mlp
 done
 same 3 --deepspeed "$tmp/g16.json" --bf16 --max-steps 3 --save-steps 3 --freeze transformer.wpe
-same 2 --zero-stage 2 --max-steps 6 --save-steps 2 --eval-steps 2 --load-best-model-at-end --save-total-limit 1 \
+same 2 --zero-stage 2 --max-steps 6 --save-steps 2 --eval-steps 2 --load-best-model-at-end --greater-is-better --save-total-limit 1 \
   --generate-tokens 4
 cmp -s "$tmp/threads/model.safetensors" "$out/model.safetensors" || fail "best model differs"
 
@@ -124,5 +124,6 @@ RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$train" --nproc 2 2>"$t
 grep -q "already rank 0 of 2" "$tmp/u" || fail "--nproc under a launcher: $(cat "$tmp/u")"
 "$train" "${A[@]}" --nproc 2 --device cuda --max-steps 1 2>"$tmp/u"; [ $? = 1 ] || fail "--device cuda: exit status"
 grep -q "^zckpt-train: error: --device cuda: " "$tmp/u" || fail "--device cuda: $(cat "$tmp/u")"
-"$train" --help | grep -q -- "--nproc N" || fail "--help lacks --nproc"
+"$train" --help >"$tmp/help" || fail "--help"
+grep -q -- "--nproc N" "$tmp/help" || fail "--help lacks --nproc"
 echo "$n passed, 0 failed"
