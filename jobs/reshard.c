@@ -1,6 +1,13 @@
 /* reshard.c: `zckpt reshard`: a DeepSpeed checkpoint to another ZeRO stage / world size.
  *
- * The reader describes the source (layouts of fp32, exp_avg, exp_avg_sq, frozen, lp),
+ * SRC is an HDF5 universal container (reshard_universal.c), a universal folder or a
+ * folder holding latest_universal (reshard_uvdir.c), else a DeepSpeed checkpoint (here).
+ * A folder with both `latest` and `latest_universal` (an HF checkpoint-N/ converted in
+ * place) is read as the DeepSpeed checkpoint; name the universal folder to use it.
+ * Requests the target cannot express are refused before anything is written
+ * (reshard_check.c).
+ *
+ * For a DeepSpeed source the reader describes the source (layouts of fp32, exp_avg, exp_avg_sq, frozen, lp),
  * the writer reserves every file DeepSpeed would write at the target stage and W, and
  * zck_ds_copy runs the copy plans on one thread pool. The whole output root (tag folder,
  * `latest`, carried-over Hugging Face files) is built under a temporary name and renamed
@@ -18,9 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "deepspeed/deepspeed.h"
-#include "tensor_set.h"
-#include "zck.h"
+#include "reshard_internal.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
   zck__source src;
@@ -50,7 +55,7 @@ static bool zck__rng_file_dropped(const char *name, uint32_t world) {
   return false;
 }
 
-static zck_status zck__carry_side_files(const char *root, const char *tag, const char *dst, uint32_t world) {
+zck_status zck__reshard_carry_side_files(const char *root, const char *tag, const char *dst, uint32_t world) {
   DIR *d = opendir(root);
   if (!d) return ZCK_OK;
   struct dirent *e;
@@ -70,20 +75,6 @@ static zck_status zck__carry_side_files(const char *root, const char *tag, const
   return st;
 }
 
-/* What packaging.version accepts at its start: N(.N)*, as DeepSpeed's stage 1/2 loaders
- * parse ds_version (malformed-inputs DS-29). */
-static bool zck__version_parseable(const char *v) {
-  if (!v || !(*v >= '0' && *v <= '9')) return false;
-  for (const char *p = v; *p; p++) {
-    if (*p >= '0' && *p <= '9') continue;
-    if (*p == '.' && p[1] >= '0' && p[1] <= '9') continue;
-    return *p == '+' || *p == 'r' || *p == 'a' || *p == 'b' || *p == 'd' || *p == 'p'; /* local / pre / dev / post */
-  }
-  return true;
-}
-
-zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
-
 /* The 8-byte signature HDF5 files start with (a universal container from to-universal). */
 static bool zck__is_hdf5(const char *path) {
   zck__source s;
@@ -95,6 +86,20 @@ static bool zck__is_hdf5(const char *path) {
   return yes;
 }
 
+static bool zck__is_dir_in(const char *dir, const char *name, bool want_dir) {
+  char *p = zck__path_join(dir, name);
+  struct stat sb;
+  bool yes = p && stat(p, &sb) == 0 && (want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode));
+  free(p);
+  return yes;
+}
+
+/* A universal folder (it has zero/), or a folder with latest_universal and no `latest`. */
+static bool zck__is_universal(const char *path) {
+  if (zck__is_dir_in(path, "zero", true)) return true;
+  return !zck__is_dir_in(path, "latest", false) && zck__is_dir_in(path, "latest_universal", false);
+}
+
 zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   if (opts) o = *opts;
@@ -102,6 +107,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   if (zck__is_hdf5(src)) return zck__reshard_from_h5(src, out, &o);
+  if (zck__is_universal(src)) return zck__reshard_from_universal(src, out, &o);
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o.tag;
   zck_ds_ckpt *c = NULL;
@@ -115,20 +121,19 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_ds_write_opts wo;
   zck_ds_write_opts_from(c, &wo);
   if (o.to_stage) wo.stage = o.to_stage;
-  if (wo.stage <= 2 && in->ds_version && !zck__version_parseable(in->ds_version)) {
-    zck_status bad = zck__fail(ZCK_ERR_FORMAT, "%s: ds_version '%s' is not a version DeepSpeed can parse; its ZeRO-%d loader "
-                               "would fail on the resharded checkpoint", in->dir, in->ds_version, wo.stage);
-    zck_ds_close(c);
-    return bad;
-  }
   if (o.to_world_size) wo.world_size = o.to_world_size;
   if (o.sub_group_size) wo.sub_group_size = o.sub_group_size;
   wo.save_latest = true;
   wo.overwrite = false;
+  zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
+  if (st != ZCK_OK) {
+    zck_ds_close(c);
+    return st;
+  }
 
   zck__outdir d;
   zck_ds_writer *w = NULL;
-  zck_status st = zck__outdir_create(&d, out, o.overwrite != 0);
+  st = zck__outdir_create(&d, out, o.overwrite != 0);
   if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, zck_ds_model(c), &wo, &w);
   if (st == ZCK_OK) {
     zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
@@ -138,7 +143,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     st = zck_ds_copy(c, w, &eo);
   }
   if (st == ZCK_OK) st = zck_ds_writer_commit(w);
-  if (st == ZCK_OK) st = zck__carry_side_files(in->root, in->tag, d.tmp_path, wo.world_size);
+  if (st == ZCK_OK) st = zck__reshard_carry_side_files(in->root, in->tag, d.tmp_path, wo.world_size);
   if (st == ZCK_OK) {
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;

@@ -23,8 +23,11 @@
  *
  * Reader: zck_uv_open() describes a universal checkpoint (the folder, or its parent
  * holding latest_universal) as a model manifest plus whole-tensor layouts and stores for
- * fp32 / exp_avg / exp_avg_sq (for reshard), validating it (malformed-inputs.md §9.7:
- * DS-70..DS-75).
+ * fp32 / exp_avg / exp_avg_sq, the frozen params and buffers of the carried model-states
+ * files, and the pickled objects a DeepSpeed writer carries over (for reshard), validating
+ * it (malformed-inputs.md §9.7: DS-70..DS-75). A universal folder has no per-rank
+ * optimizer files: the DeepSpeed reader's rules are applied to the model-states file and
+ * zero/optimizer_state.pt instead (uv_manifest.c).
  */
 #ifndef ZCK_UNIVERSAL_H
 #define ZCK_UNIVERSAL_H
@@ -125,32 +128,69 @@ typedef struct zck_uv_ckpt zck_uv_ckpt;
 
 typedef struct zck_uv_info {
   const char *dir;            /* the universal folder */
+  const char *root;           /* the folder holding a latest_universal that names dir (an HF
+                                 checkpoint-N/ folder is one), or NULL */
   int stage;                  /* 1/2 (dict files) or 3 (bare tensors), from zero_stage */
   uint32_t world_size;        /* dp_world_size of the source */
-  zck_dtype lp_dtype;
+  zck_dtype lp_dtype;         /* the module's trainable params (as the DeepSpeed reader) */
   zck_dtype master_dtype;     /* dtype of the fp32 files */
   zck_dtype state_dtype;      /* dtype of exp_avg / exp_avg_sq; INVALID without them */
-  bool has_optimizer_state;
+  bool has_optimizer_state;   /* exp_avg / exp_avg_sq (and step) for every trainable param */
   bool step_is_tensor;
   double step;
   int64_t global_steps, skipped_steps;
+  int64_t global_samples;     /* -1 if absent */
   const char *ds_version;     /* NULL if absent */
+  /* the source run's configuration, as the DeepSpeed reader derives it */
+  size_t n_flat_groups;       /* param_shapes entries: flat groups (1/2) or sub-groups (3) */
+  uint64_t sub_group_size;    /* ds_config zero_optimization.sub_group_size (default 1e9) */
+  bool round_robin;           /* zero_optimization.round_robin_gradients */
+  uint32_t param_align;       /* 1, or parameter_alignment's element multiple (stage 1/2) */
+  double clip_grad;           /* stage 1/2 optimizer clip_grad, else ds_config gradient_clipping */
 } zck_uv_info;
 
-typedef enum zck_uv_part { ZCK_UV_FP32 = 0, ZCK_UV_EXP_AVG, ZCK_UV_EXP_AVG_SQ, ZCK_UV_PART_COUNT } zck_uv_part;
+typedef enum zck_uv_part {
+  ZCK_UV_FP32 = 0,            /* trainable params: zero/<param>/fp32.pt */
+  ZCK_UV_EXP_AVG,
+  ZCK_UV_EXP_AVG_SQ,
+  ZCK_UV_FROZEN,              /* frozen params from the carried model-states files (lp dtype):
+                                 stage 1 (and stage-2 files without fragments) the `module`
+                                 tensors, whole; stage 2 frozen_param_fragments, whole; stage 3
+                                 every rank file's frozen_param_fragments (zero3 layout, one
+                                 sub-group per frozen param, store s*W + r) */
+  ZCK_UV_PART_COUNT
+} zck_uv_part;
 
 typedef struct zck_uv_open_opts {
   zck_torch_open_opts torch;
 } zck_uv_open_opts;
 #define ZCK_UV_OPEN_OPTS_INIT {ZCK_TORCH_OPEN_OPTS_INIT}
 
+/* Opens path: the universal folder (it has zero/), or a folder holding latest_universal.
+ * The manifest follows the DeepSpeed reader's rules (deepspeed.h) applied to the carried
+ * model-states file: params in module order, tied aliases, frozen params, buffers, and
+ * the optimizer groups of zero/optimizer_state.pt's param_groups; so a reshard from the
+ * universal folder lays out exactly what a reshard from the original checkpoint does.
+ * Errors are one line naming the file (malformed-inputs.md §9.7, DS-70..DS-75; a group
+ * layout that does not add up; a param missing one of its states). */
 zck_status zck_uv_open(const char *path, const zck_uv_open_opts *o, zck_uv_ckpt **out);
 void zck_uv_close(zck_uv_ckpt *c);
 const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c);
 const zck_model *zck_uv_model(const zck_uv_ckpt *c);
-/* Whole-tensor layout over the manifest's params (one store per trainable param) and
- * its stores, reading the tensors in place. NOT_FOUND for the optimizer states of a
- * checkpoint without them. Valid until close. */
+/* FP32 / EXP_AVG / EXP_AVG_SQ: a whole-tensor layout over the manifest's params (one store
+ * per trainable param with elements) and its stores, reading the tensors in place.
+ * FROZEN: see zck_uv_part. NOT_FOUND for the optimizer states of a checkpoint without
+ * them, or FROZEN without frozen params. Valid until close. */
 zck_status zck_uv_get(const zck_uv_ckpt *c, zck_uv_part part, const zck_layout **layout, const zck_store **stores);
+/* Buffers: a whole layout over the BUFFER index space and one store per buffer (the rank-0
+ * model file's `module` tensor). NULL layout when there are none. */
+void zck_uv_buffers(const zck_uv_ckpt *c, const zck_layout **layout, const zck_store **stores);
+/* Pickled objects for writers that carry them over (NULL if absent): the rank-0 model
+ * file's ds_config, lr_scheduler and `module` BUILD state ({'_metadata': ...}); the
+ * loss_scaler of zero/optimizer_state.pt. */
+const zck_pk *zck_uv_ds_config(const zck_uv_ckpt *c);
+const zck_pk *zck_uv_lr_scheduler(const zck_uv_ckpt *c);
+const zck_pk *zck_uv_module_attrs(const zck_uv_ckpt *c);
+const zck_pk *zck_uv_loss_scaler(const zck_uv_ckpt *c);
 
 #endif

@@ -1,35 +1,18 @@
 /* uv_read.c: describing a universal checkpoint folder (universal.h) for reshard.
  *
- * The model-states file gives the trainable params in flat order (param_shapes), frozen
- * shapes, tied aliases and buffers; zero/optimizer_state.pt the stage, step and param
- * groups; each zero/<param>/<state>.pt one tensor, checked against param_shapes (DS-70..DS-75).
- * Files are opened one at a time and closed again (a model may have thousands of
- * params); the stores reopen the file for each read, which happens in large ranges. */
-#include "universal/universal.h"
+ * zero/optimizer_state.pt gives the stage, the step (stage 3) and the param groups; the
+ * carried model-states file the manifest (uv_manifest.c); each zero/<param>/<state>.pt one
+ * tensor, checked against param_shapes (DS-70..DS-75). Per-parameter files are opened one
+ * at a time and closed again (a model may have thousands of params); their stores reopen
+ * the file for each read, which happens in large ranges. The rank-0 model file and
+ * optimizer_state.pt stay open: writers carry their pickled objects over. */
+#include "uv_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "io.h"
-
-typedef struct zck__uv_tstore {
-  char *path;
-  uint64_t base;               /* absolute byte offset of element 0 */
-  size_t es;
-} zck__uv_tstore;
-
-struct zck_uv_ckpt {
-  zck_uv_info info;
-  char *dir;
-  char *ds_version;
-  zck_model *m;
-  zck_layout *layout;                      /* whole, one store per trainable param */
-  zck_store *stores[ZCK_UV_PART_COUNT];
-  zck__uv_tstore *ts[ZCK_UV_PART_COUNT];
-  size_t n_stores, n_alloc;
-  uint32_t *trainable;                     /* param index of store i */
-};
 
 static bool zck__uv_is_dir(const char *p) {
   struct stat st;
@@ -41,19 +24,18 @@ static bool zck__uv_is_file(const char *p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* path: the folder itself (it has zero/), or a parent with latest_universal (DS-70). */
-static zck_status zck__uv_resolve(const char *path, char **dir) {
-  char *zero = zck__path_join(path, "zero");
-  bool direct = zero && zck__uv_is_dir(zero);
-  free(zero);
-  if (direct) return (*dir = zck__strdup(path)) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  char *lu = zck__path_join(path, "latest_universal");
+/* The tag latest_universal in dir names (trimmed), or NULL (error set) if unreadable or
+ * not a folder name. */
+static zck_status zck__uv_latest(const char *dir, char **out, char **lu_path) {
+  *out = NULL;
+  char *lu = zck__path_join(dir, "latest_universal");
+  if (!lu) return ZCK_ERR_NO_MEMORY;
   char *tag = NULL;
   size_t n = 0;
-  zck_status st = lu ? zck__read_small_file(lu, 4096, &tag, &n) : ZCK_ERR_NO_MEMORY;
+  zck_status st = zck__read_small_file(lu, 4096, &tag, &n);
   if (st != ZCK_OK) {
     free(lu);
-    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: not a universal checkpoint (no zero/ folder, no latest_universal) (DS-70)", path);
+    return st;
   }
   size_t a = 0;
   while (a < n && (tag[a] == ' ' || tag[a] == '\n' || tag[a] == '\r' || tag[a] == '\t')) a++;
@@ -63,37 +45,56 @@ static zck_status zck__uv_resolve(const char *path, char **dir) {
   if (!*t) st = zck__fail(ZCK_ERR_FORMAT, "%s: empty (DS-70)", lu);
   else if (strchr(t, '/') || strchr(t, '\\') || !strcmp(t, "..") || !strcmp(t, ".") || strlen(t) != n - a)
     st = zck__fail(ZCK_ERR_FORMAT, "%s: \"%s\" is not a folder name (DS-70)", lu, t);
-  if (st == ZCK_OK) {
-    *dir = zck__path_join(path, t);
-    if (!*dir) st = ZCK_ERR_NO_MEMORY;
-    else if (!zck__uv_is_dir(*dir)) {
-      st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: names %s, which does not exist (DS-70)", lu, t);
-      free(*dir);
-      *dir = NULL;
-    }
+  if (st == ZCK_OK && !(*out = zck__strdup(t))) st = ZCK_ERR_NO_MEMORY;
+  free(tag);
+  if (lu_path && st == ZCK_OK) *lu_path = lu;
+  else free(lu);
+  return st;
+}
+
+/* path: the folder itself (it has zero/), or a parent with latest_universal (DS-70).
+ * *root: the folder whose latest_universal names the universal folder, or NULL. */
+static zck_status zck__uv_resolve(const char *path, char **dir, char **root) {
+  *root = NULL;
+  char *zero = zck__path_join(path, "zero");
+  bool direct = zero && zck__uv_is_dir(zero);
+  free(zero);
+  if (direct) {
+    if (!(*dir = zck__strdup(path))) return ZCK_ERR_NO_MEMORY;
+    /* the parent is the save root when its latest_universal names this folder */
+    char *p = zck__strdup(path);
+    if (!p) return ZCK_ERR_NO_MEMORY;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+    char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    char *parent = slash ? (slash == p ? zck__strdup("/") : zck__sprintf("%.*s", (int)(slash - p), p)) : zck__strdup(".");
+    char *tag = NULL;
+    if (parent && zck__uv_latest(parent, &tag, NULL) == ZCK_OK && !strcmp(tag, base)) *root = parent;
+    else free(parent);
+    zck_clear_error();
+    free(tag);
+    free(p);
+    return ZCK_OK;
+  }
+  char *lu = NULL, *tag = NULL;
+  zck_status st = zck__uv_latest(path, &tag, &lu);
+  if (st == ZCK_ERR_NO_MEMORY) return st;
+  if (st != ZCK_OK && zck_last_error() && strstr(zck_last_error(), "(DS-70)")) return st;
+  if (st != ZCK_OK)
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: not a universal checkpoint (no zero/ folder, no latest_universal) (DS-70)", path);
+  *dir = zck__path_join(path, tag);
+  if (!*dir) st = ZCK_ERR_NO_MEMORY;
+  else if (!zck__uv_is_dir(*dir)) {
+    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: names %s, which does not exist (DS-70)", lu, tag);
+    free(*dir);
+    *dir = NULL;
+  } else if (!(*root = zck__strdup(path))) {
+    st = ZCK_ERR_NO_MEMORY;
   }
   free(tag);
   free(lu);
   return st;
-}
-
-// ---- small pickle helpers
-
-static zck_status zck__uv_shape(const zck_pk *node, int *ndim, int64_t *shape, uint64_t *numel, const char *what) {
-  if (!node || (node->kind != ZCK_PK_TUPLE && node->kind != ZCK_PK_LIST))
-    return zck__fail(ZCK_ERR_FORMAT, "%s: shape is not a torch.Size, tuple or list", what);
-  if (node->u.seq.len > ZCK_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: too many dimensions", what);
-  *numel = 1;
-  for (size_t i = 0; i < node->u.seq.len; i++) {
-    int64_t v;
-    if (!zck_pk_as_int(node->u.seq.items[i], &v) || node->u.seq.items[i]->kind != ZCK_PK_INT || v < 0)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: shape dimension %zu is not a non-negative int", what, i);
-    shape[i] = v;
-    if (!zck__mul_u64(*numel, (uint64_t)v, numel) || *numel > ((uint64_t)1 << 62))
-      return zck__fail(ZCK_ERR_FORMAT, "%s: element count overflows", what);
-  }
-  *ndim = (int)node->u.seq.len;
-  return ZCK_OK;
 }
 
 static int zck__uv_zero_stage(const zck_pk *n) {
@@ -113,35 +114,30 @@ static int zck__uv_zero_stage(const zck_pk *n) {
   return -1;
 }
 
-static zck_status zck__uv_hparams(zck_model *m, uint32_t g, const zck_pk *group) {
-  if (!group || group->kind != ZCK_PK_DICT) return ZCK_OK;
-  for (size_t i = 0; i < group->u.dict.len; i++) {
-    const char *k = zck_pk_as_str(group->u.dict.keys[i]);
-    const zck_pk *v = group->u.dict.values[i];
-    if (!k || !strcmp(k, "params")) continue;
-    double f[ZCK_HP_MAX_FLOATS];
-    switch (v->kind) {
-    case ZCK_PK_NONE: ZCK_TRY(zck_model_group_set_none(m, g, k)); break;
-    case ZCK_PK_BOOL: ZCK_TRY(zck_model_group_set_bool(m, g, k, v->u.b)); break;
-    case ZCK_PK_INT: ZCK_TRY(zck_model_group_set_int(m, g, k, v->u.i)); break;
-    case ZCK_PK_FLOAT: ZCK_TRY(zck_model_group_set_float(m, g, k, v->u.f)); break;
-    case ZCK_PK_STR: ZCK_TRY(zck_model_group_set_string(m, g, k, v->u.str.data)); break;
-    case ZCK_PK_TUPLE: case ZCK_PK_LIST: {
-      size_t n = v->u.seq.len;
-      bool ok = n <= ZCK_HP_MAX_FLOATS;
-      for (size_t j = 0; ok && j < n; j++) ok = zck_pk_as_double(v->u.seq.items[j], &f[j]);
-      if (ok) ZCK_TRY(zck_model_group_set_floats(m, g, k, f, (int)n));
-      break;
-    }
-    default: break; /* tensors (a capturable lr) and objects are not hyper-parameters we carry */
-    }
+/* An optimizer step: an int / float (FusedAdam, CPUAdam) or a one-element tensor (torch
+ * Adam / AdamW), as the DeepSpeed reader takes it. */
+static zck_status zck__uv_step_value(const zck_torch_file *f, const zck_pk *node, double *v, bool *is_tensor,
+                                     const char *what) {
+  const zck_torch_tensor *t = node ? zck_torch_tensor_of(f, node) : NULL;
+  if (t) {
+    uint8_t raw[16];
+    if (zck_torch_tensor_numel(t) != 1 || zck_dtype_size(t->dtype) > sizeof raw || !zck_dtype_convertible(ZCK_F64, t->dtype))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a scalar", zck_torch_name(f), what);
+    ZCK_TRY(zck_torch_tensor_read(f, t, raw, 0, 1));
+    ZCK_TRY(zck_convert(ZCK_F64, v, t->dtype, raw, 1));
+    *is_tensor = true;
+    return ZCK_OK;
   }
-  return ZCK_OK;
+  if (node && (node->kind == ZCK_PK_INT || node->kind == ZCK_PK_FLOAT) && zck_pk_as_double(node, v)) {
+    *is_tensor = false;
+    return ZCK_OK;
+  }
+  return zck__fail(ZCK_ERR_FORMAT, "%s: %s is neither an int nor a tensor", zck_torch_name(f), what);
 }
 
 // ---- tensor files
 
-static zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count) {
+zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count) {
   zck__uv_tstore *t = ctx;
   zck__source s;
   ZCK_TRY(zck__source_open(&s, t->path));
@@ -203,114 +199,138 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
   return st;
 }
 
-// ---- open
-
-static zck_status zck__uv_model_file(zck_uv_ckpt *c, const zck_uv_open_opts *o, zck_torch_file **mf) {
-  const char *name = c->info.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt";
-  char *p = zck__path_join(c->dir, name);
-  if (!p) return ZCK_ERR_NO_MEMORY;
-  zck_status st = zck_torch_open(p, &o->torch, mf);
-  free(p);
-  return st;
+/* fp32 / exp_avg / exp_avg_sq of every trainable param with elements, in flat order. A
+ * param missing a state its peers have is refused, naming the file. */
+static zck_status zck__uv_states(zck_uv_ckpt *c, const zck_uv_open_opts *o, uint32_t *params) {
+  static const char *states[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+  size_t k = 0, n_state = 0;
+  const char *first_without = NULL, *first_with = NULL;
+  for (size_t i = 0; i < c->n_flat; i++) {
+    const zck_param *pa = &c->m->params[c->flat[i]];
+    ZCK_TRY(zck_uv_check_name(pa->name));
+    /* stage 1/2: a param without elements has no fragments, hence no state files (only
+     * ds_to_universal's module fallback); nothing to copy either */
+    if (!pa->numel) continue;
+    bool missing[3];
+    zck_dtype dt[3] = {0};
+    for (int s = 0; s < 3; s++) ZCK_TRY(zck__uv_open_state(c, o, pa, states[s], &c->ts[s][k], &dt[s], &missing[s]));
+    if (missing[0])
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s/fp32.pt: missing for trainable param %s (DS-72)", c->dir, pa->name, pa->name);
+    if (missing[1] != missing[2])
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s: has %s but not %s", c->dir, pa->name,
+                       missing[1] ? "exp_avg_sq.pt" : "exp_avg.pt", missing[1] ? "exp_avg.pt" : "exp_avg_sq.pt");
+    if (!missing[1]) n_state++;
+    if (missing[1] && !first_without) first_without = pa->name;
+    if (!missing[1] && !first_with) first_with = pa->name;
+    if (!c->info.master_dtype) c->info.master_dtype = dt[0];
+    if (!missing[1] && !c->info.state_dtype) c->info.state_dtype = dt[1];
+    params[k] = c->flat[i];
+    for (int s = 0; s < 3; s++)
+      if (!missing[s])
+        c->stores[s][k] = zck_store_callback(zck__uv_tstore_read, NULL, &c->ts[s][k], dt[s], pa->numel, c->ts[s][k].path);
+    k++;
+  }
+  c->n_stores = k;
+  if (n_state && n_state != k)
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s/exp_avg.pt: missing, while %s and %zu other params of %zu have their "
+                     "optimizer state (exp_avg, exp_avg_sq)", c->dir, first_without, first_with, n_state - 1, k);
+  c->info.has_optimizer_state = k && n_state == k;
+  if (!c->info.master_dtype) c->info.master_dtype = ZCK_F32;
+  return ZCK_OK;
 }
 
-static zck_status zck__uv_manifest(zck_uv_ckpt *c, const zck_torch_file *mf, const zck_pk *optim) {
-  const char *mname = zck_torch_name(mf);
-  const zck_pk *root = zck_torch_root(mf);
-  const zck_pk *module = zck_pk_dict_get(root, "module");
-  const zck_pk *shapes = zck_pk_dict_get(root, "param_shapes");
-  if (!module || module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no module dict (DS-21)", mname);
-  if (!shapes || shapes->kind != ZCK_PK_LIST) return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes is not a list (DS-22)", mname);
-  int64_t v;
-  if (zck_pk_as_int(zck_pk_dict_get(root, "dp_world_size"), &v) && v > 0) c->info.world_size = (uint32_t)v;
-  c->info.global_steps = zck_pk_as_int(zck_pk_dict_get(root, "global_steps"), &v) ? v : 0;
-  c->info.skipped_steps = zck_pk_as_int(zck_pk_dict_get(root, "skipped_steps"), &v) ? v : 0;
-  const char *ver = zck_pk_as_str(zck_pk_dict_get(root, "ds_version"));
-  if (ver && !(c->ds_version = zck__strdup(ver))) return ZCK_ERR_NO_MEMORY;
-  c->info.ds_version = c->ds_version;
-  /* the lp dtype: any module tensor that is not a buffer */
-  const zck_pk *bn = zck_pk_dict_get(root, "buffer_names");
-  zck_model *m = c->m;
-  /* optimizer groups: stage <= 2 one per param_shapes entry; stage 3 per param_groups */
-  const zck_pk *pgs = zck_pk_dict_get(optim, "param_groups");
-  size_t n_groups = c->info.stage <= 2 ? shapes->u.seq.len : (pgs && pgs->kind == ZCK_PK_LIST ? pgs->u.seq.len : 1);
-  if (!n_groups) n_groups = 1;
-  for (size_t g = 0; g < n_groups; g++) {
-    uint32_t gi;
-    ZCK_TRY(zck_model_add_group(m, &gi));
-    if (pgs && pgs->kind == ZCK_PK_LIST && g < pgs->u.seq.len) ZCK_TRY(zck__uv_hparams(m, gi, pgs->u.seq.items[g]));
+/* The optimizer step: stage 1/2 zero/<param>/step.pt (every param of the optimizer state
+ * has one, all equal: a DeepSpeed checkpoint holds one step); stage 3 optimizer_state.pt's
+ * optimizer_state_dict['state'][0]['step']. */
+static zck_status zck__uv_step(zck_uv_ckpt *c, const zck_uv_open_opts *o, const uint32_t *params) {
+  if (!c->info.has_optimizer_state) return ZCK_OK;
+  if (c->info.stage == 3) {
+    const zck_pk *osd = zck_pk_dict_get(zck_torch_root(c->optim), "optimizer_state_dict");
+    const zck_pk *state = zck_pk_dict_get(osd, "state");
+    const zck_pk *s0 = state && state->kind == ZCK_PK_DICT && state->u.dict.len ? state->u.dict.values[0] : NULL;
+    const zck_pk *step = zck_pk_dict_get(s0, "step");
+    if (!step)
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s: optimizer_state_dict['state'][0] has no 'step' while the params have "
+                       "exp_avg / exp_avg_sq", zck_torch_name(c->optim));
+    return zck__uv_step_value(c->optim, step, &c->info.step, &c->info.step_is_tensor, "optimizer_state_dict['state'][0]['step']");
   }
-  for (size_t s = 0; s < shapes->u.seq.len; s++) {
-    const zck_pk *d = shapes->u.seq.items[s];
-    if (!d || d->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict (DS-22)", mname, s);
-    uint32_t g = (uint32_t)s;
-    if (c->info.stage == 3) {
-      g = 0;  /* the group whose param_groups entry lists sub-group s */
-      for (size_t i = 0; pgs && pgs->kind == ZCK_PK_LIST && i < pgs->u.seq.len; i++) {
-        const zck_pk *ps = zck_pk_dict_get(pgs->u.seq.items[i], "params");
-        for (size_t j = 0; ps && (ps->kind == ZCK_PK_LIST || ps->kind == ZCK_PK_TUPLE) && j < ps->u.seq.len; j++)
-          if (zck_pk_as_int(ps->u.seq.items[j], &v) && v == (int64_t)s) g = (uint32_t)i;
-      }
+  const char *first = NULL;
+  for (size_t i = 0; i < c->n_stores; i++) {
+    const char *name = c->m->params[params[i]].name;
+    char *sp = zck__sprintf("%s/zero/%s/step.pt", c->dir, name);
+    if (!sp) return ZCK_ERR_NO_MEMORY;
+    if (!zck__uv_is_file(sp)) {
+      zck_status st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (the Adam step of the param's exp_avg / exp_avg_sq%s%s)",
+                                sp, first ? "; present for " : "", first ? first : "");
+      free(sp);
+      return st;
     }
-    for (size_t i = 0; i < d->u.dict.len; i++) {
-      const char *name = zck_pk_as_str(d->u.dict.keys[i]);
-      if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] has a non-string key (DS-22)", mname, s);
-      int nd;
-      int64_t shape[ZCK_MAX_DIMS];
-      uint64_t numel;
-      ZCK_TRY_CTX(zck__uv_shape(d->u.dict.values[i], &nd, shape, &numel, name), "%s", mname);
-      const zck_torch_tensor *t = zck_torch_tensor_of(mf, zck_pk_dict_get(module, name));
-      uint32_t pi;
-      ZCK_TRY_CTX(zck_model_add_param(m, name, nd, shape, t ? t->dtype : ZCK_DTYPE_INVALID, &pi), "%s (DS-23)", mname);
-      if (t && !c->info.lp_dtype) c->info.lp_dtype = t->dtype;
-      ZCK_TRY(zck_model_group_add_param(m, g < n_groups ? g : 0, pi));
-    }
-  }
-  /* frozen params: frozen_param_shapes, or (stage 1) module params outside param_shapes */
-  const zck_pk *fz = zck_pk_dict_get(root, "frozen_param_shapes");
-  const zck_pk *shared = zck_pk_dict_get(root, "shared_params");
-  for (size_t i = 0; fz && fz->kind == ZCK_PK_DICT && i < fz->u.dict.len; i++) {
-    const char *name = zck_pk_as_str(fz->u.dict.keys[i]);
-    int nd;
-    int64_t shape[ZCK_MAX_DIMS];
-    uint64_t numel;
-    if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes has a non-string key", mname);
-    ZCK_TRY_CTX(zck__uv_shape(fz->u.dict.values[i], &nd, shape, &numel, name), "%s", mname);
-    uint32_t pi;
-    ZCK_TRY_CTX(zck_model_add_param(m, name, nd, shape, c->info.lp_dtype, &pi), "%s", mname);
-    zck_model_set_frozen(m, pi, true);
-  }
-  for (size_t i = 0; shared && shared->kind == ZCK_PK_DICT && i < shared->u.dict.len; i++) {
-    const char *alias = zck_pk_as_str(shared->u.dict.keys[i]);
-    const char *src = zck_pk_as_str(shared->u.dict.values[i]);
-    int64_t si = src ? zck_model_find_param(m, src) : -1;
-    if (!alias || si < 0 || zck_model_find_param(m, alias) >= 0)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params entry %s -> %s names no parameter (DS-25)", mname,
-                       alias ? alias : "?", src ? src : "?");
-    const zck_param *sp = &m->params[si];
-    uint32_t pi;
-    ZCK_TRY(zck_model_add_param(m, alias, sp->ndim, sp->shape, sp->dtype, &pi));
-    ZCK_TRY_CTX(zck_model_set_tied(m, pi, (uint32_t)si), "%s (DS-25)", mname);
-  }
-  for (size_t i = 0; bn && bn->kind == ZCK_PK_LIST && i < bn->u.seq.len; i++) {
-    const char *name = zck_pk_as_str(bn->u.seq.items[i]);
-    const zck_torch_tensor *t = name ? zck_torch_tensor_of(mf, zck_pk_dict_get(module, name)) : NULL;
-    if (!t) continue;
-    if (t->ndim > ZCK_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: buffer %s has too many dimensions", mname, name);
-    ZCK_TRY_CTX(zck_model_add_buffer(m, name, t->ndim, t->shape, t->dtype, NULL), "%s", mname);
-  }
-  if (c->info.stage <= 2 && (!fz || fz->kind != ZCK_PK_DICT)) {
-    for (size_t i = 0; i < module->u.dict.len; i++) {
-      const char *name = zck_pk_as_str(module->u.dict.keys[i]);
-      const zck_torch_tensor *t = name ? zck_torch_tensor_of(mf, module->u.dict.values[i]) : NULL;
-      if (!t || zck_model_find_param(m, name) >= 0 || zck_model_find_buffer(m, name) >= 0 || t->ndim > ZCK_MAX_DIMS) continue;
-      uint32_t pi;
-      ZCK_TRY_CTX(zck_model_add_param(m, name, t->ndim, t->shape, t->dtype, &pi), "%s", mname);
-      zck_model_set_frozen(m, pi, true);
+    zck_torch_file *f = NULL;
+    zck_status st = zck_torch_open(sp, &o->torch, &f);
+    double v = 0;
+    bool is_t = false;
+    if (st == ZCK_OK) st = zck__uv_step_value(f, zck_torch_root(f), &v, &is_t, "the step");
+    zck_torch_close(f);
+    if (st == ZCK_OK && first && (v != c->info.step || is_t != c->info.step_is_tensor))
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: step %g, but %s has %g: a DeepSpeed checkpoint holds one step for "
+                     "every group", sp, v, first, c->info.step);
+    free(sp);
+    ZCK_TRY(st);
+    if (!first) {
+      first = name;
+      c->info.step = v;
+      c->info.step_is_tensor = is_t;
     }
   }
   return ZCK_OK;
 }
+
+/* ds_config (sub_group_size, round_robin_gradients, parameter_alignment, gradient_clipping)
+ * and optimizer_state.pt (clip_grad, param_alignment_paddings), as the DeepSpeed reader. */
+static void zck__uv_config(zck_uv_ckpt *c) {
+  zck_uv_info *in = &c->info;
+  in->sub_group_size = 1000000000ull;
+  in->param_align = 1;
+  const zck_pk *cfg = zck_uv_ds_config(c), *optim = zck_torch_root(c->optim);
+  const zck_pk *zo = cfg && cfg->kind == ZCK_PK_DICT ? zck_pk_dict_get(cfg, "zero_optimization") : NULL;
+  double d;
+  if (in->stage == 3 && cfg && cfg->kind == ZCK_PK_DICT && zck_pk_as_double(zck_pk_dict_get(cfg, "gradient_clipping"), &d))
+    in->clip_grad = d;
+  if (in->stage <= 2 && zck_pk_as_double(zck_pk_dict_get(optim, "clip_grad"), &d)) in->clip_grad = d;
+  if (zo && zo->kind == ZCK_PK_DICT) {
+    if (zck_pk_as_double(zck_pk_dict_get(zo, "sub_group_size"), &d) && d >= 1 && d < 1e18) in->sub_group_size = (uint64_t)d;
+    const zck_pk *rr = zck_pk_dict_get(zo, "round_robin_gradients");
+    if (rr && rr->kind == ZCK_PK_BOOL) in->round_robin = rr->u.b;
+  }
+}
+
+/* parameter_alignment (stage 1/2): on in ds_config, or any non-zero saved padding; the
+ * multiple is DeepSpeed's 16 / gcd(16, lp element size). */
+static void zck__uv_param_align(zck_uv_ckpt *c) {
+  if (c->info.stage == 3) return;
+  const zck_pk *cfg = zck_uv_ds_config(c);
+  const zck_pk *zo = cfg && cfg->kind == ZCK_PK_DICT ? zck_pk_dict_get(cfg, "zero_optimization") : NULL;
+  const zck_pk *pa = zo && zo->kind == ZCK_PK_DICT ? zck_pk_dict_get(zo, "parameter_alignment") : NULL;
+  bool any = pa && pa->kind == ZCK_PK_BOOL && pa->u.b;
+  const zck_pk *pp = zck_pk_dict_get(zck_torch_root(c->optim), "param_alignment_paddings");
+  for (size_t g = 0; pp && pp->kind == ZCK_PK_LIST && g < pp->u.seq.len; g++) {
+    const zck_pk *l = pp->u.seq.items[g];
+    int64_t v;
+    for (size_t i = 0; l && (l->kind == ZCK_PK_LIST || l->kind == ZCK_PK_TUPLE) && i < l->u.seq.len; i++)
+      any |= zck_pk_as_int(l->u.seq.items[i], &v) && v != 0;
+  }
+  if (!any) return;
+  unsigned es = (unsigned)zck_dtype_size(c->info.lp_dtype), g = 16;
+  for (unsigned a = 16, b = es ? es : 1; b;) {
+    unsigned t = a % b;
+    a = b;
+    b = t;
+    g = a;
+  }
+  c->info.param_align = 16 / g;
+}
+
+// ---- open
 
 zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ckpt **out) {
   *out = NULL;
@@ -318,119 +338,69 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   if (opts) o = *opts;
   zck_uv_ckpt *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
-  zck_torch_file *of = NULL, *mf = NULL;
-  zck_status st = zck__uv_resolve(path, &c->dir);
+  uint32_t *params = NULL;
+  zck_status st = zck__uv_resolve(path, &c->dir, &c->root);
   c->info.dir = c->dir;
+  c->info.root = c->root;
   char *opath = st == ZCK_OK ? zck__path_join(c->dir, "zero/optimizer_state.pt") : NULL;
   if (st == ZCK_OK && !opath) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK && !zck__uv_is_file(opath)) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (DS-71)", opath);
-  if (st == ZCK_OK) st = zck_torch_open(opath, &o.torch, &of);
-  const zck_pk *optim = of ? zck_torch_root(of) : NULL;
+  if (st == ZCK_OK) st = zck_torch_open(opath, &o.torch, &c->optim);
+  const zck_pk *optim = c->optim ? zck_torch_root(c->optim) : NULL;
   if (st == ZCK_OK && (!optim || optim->kind != ZCK_PK_DICT)) st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dict", opath);
   if (st == ZCK_OK) {
     int zs = zck__uv_zero_stage(zck_pk_dict_get(optim, "zero_stage"));
     c->info.stage = zs < 0 ? 1 : zs;   /* BF16_Optimizer files have none: ds_to_universal treats them as stage 1 */
     if (zs == 0) st = zck__fail(ZCK_ERR_FORMAT, "%s: zero_stage 0", opath);
   }
-  if (st == ZCK_OK && c->info.stage == 3) {
-    const zck_pk *inner = zck_pk_dict_get(optim, "optimizer_state_dict");
-    const zck_pk *state = zck_pk_dict_get(inner, "state");
-    const zck_pk *s0 = state && state->kind == ZCK_PK_DICT && state->u.dict.len ? state->u.dict.values[0] : NULL;
-    const zck_pk *step = zck_pk_dict_get(s0, "step");
-    const zck_torch_tensor *t = step ? zck_torch_tensor_of(of, step) : NULL;
-    float fv;
-    if (t && t->numel == 1 && t->dtype == ZCK_F32 && zck_torch_tensor_read(of, t, &fv, 0, 1) == ZCK_OK) {
-      c->info.step = fv;
-      c->info.step_is_tensor = true;
-    } else {
-      zck_pk_as_double(step, &c->info.step);
-    }
-  }
-  if (st == ZCK_OK) st = zck__uv_model_file(c, &o, &mf);
-  if (st == ZCK_OK && !(c->m = zck_model_new())) st = ZCK_ERR_NO_MEMORY;
-  if (st == ZCK_OK) st = zck__uv_manifest(c, mf, optim);
-  zck_torch_close(mf);
-  zck_torch_close(of);
-  free(opath);
-  /* the trainable params: those of param_shapes, in flat order */
-  size_t n = 0;
   if (st == ZCK_OK) {
-    for (size_t g = 0; g < c->m->n_groups; g++) n += c->m->groups[g].n_params;
-    c->trainable = zck__calloc(n ? n : 1, sizeof *c->trainable);
-    c->n_alloc = n ? n : 1;
-    for (int k = 0; k < ZCK_UV_PART_COUNT; k++) {
-      c->stores[k] = zck__calloc(n ? n : 1, sizeof *c->stores[k]);
-      c->ts[k] = zck__calloc(n ? n : 1, sizeof *c->ts[k]);
-      if (!c->stores[k] || !c->ts[k]) st = ZCK_ERR_NO_MEMORY;
-    }
-    if (!c->trainable) st = ZCK_ERR_NO_MEMORY;
-  }
-  size_t k = 0, n_state = 0;
-  for (uint32_t p = 0; st == ZCK_OK && p < c->m->n_params; p++) {
-    const zck_param *pa = &c->m->params[p];
-    if (pa->group < 0) continue;
-    st = zck_uv_check_name(pa->name);
-    static const char *states[ZCK_UV_PART_COUNT] = {"fp32", "exp_avg", "exp_avg_sq"};
-    bool missing[ZCK_UV_PART_COUNT];
-    zck_dtype dt[ZCK_UV_PART_COUNT] = {0};
-    for (int s = 0; st == ZCK_OK && s < ZCK_UV_PART_COUNT; s++)
-      st = zck__uv_open_state(c, &o, pa, states[s], &c->ts[s][k], &dt[s], &missing[s]);
-    if (st != ZCK_OK) break;
-    if (missing[0]) {
-      st = zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s/fp32.pt: missing for trainable param %s (DS-72)", c->dir, pa->name, pa->name);
-      break;
-    }
-    if (missing[1] != missing[2]) {
-      st = zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s: has %s but not %s", c->dir, pa->name, missing[1] ? "exp_avg_sq.pt" : "exp_avg.pt",
-                     missing[1] ? "exp_avg.pt" : "exp_avg_sq.pt");
-      break;
-    }
-    if (!missing[1]) n_state++;
-    if (!c->info.master_dtype) c->info.master_dtype = dt[0];
-    if (!missing[1] && !c->info.state_dtype) c->info.state_dtype = dt[1];
-    c->trainable[k] = p;
-    for (int s = 0; s < ZCK_UV_PART_COUNT; s++)
-      if (!missing[s])
-        c->stores[s][k] = zck_store_callback(zck__uv_tstore_read, NULL, &c->ts[s][k], dt[s], pa->numel, c->ts[s][k].path);
-    k++;
-  }
-  if (st == ZCK_OK && n_state && n_state != k)
-    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: exp_avg / exp_avg_sq present for %zu of %zu params", c->dir, n_state, k);
-  c->n_stores = k;
-  c->info.has_optimizer_state = k && n_state == k;
-  if (st == ZCK_OK && c->info.stage <= 2) {
-    /* step.pt of the first param (all agree in what DeepSpeed writes) */
-    for (size_t i = 0; i < k; i++) {
-      char *sp = zck__sprintf("%s/zero/%s/step.pt", c->dir, c->m->params[c->trainable[i]].name);
-      if (!sp) { st = ZCK_ERR_NO_MEMORY; break; }
-      if (zck__uv_is_file(sp)) {
-        zck_torch_file *f = NULL;
-        st = zck_torch_open(sp, &o.torch, &f);
-        const zck_pk *r = f ? zck_torch_root(f) : NULL;
-        const zck_torch_tensor *t = r ? zck_torch_tensor_of(f, r) : NULL;
-        float fv;
-        if (st == ZCK_OK && t && t->numel == 1 && t->dtype == ZCK_F32 && zck_torch_tensor_read(f, t, &fv, 0, 1) == ZCK_OK) {
-          c->info.step = fv;
-          c->info.step_is_tensor = true;
-        } else if (st == ZCK_OK && !zck_pk_as_double(r, &c->info.step)) {
-          st = zck__fail(ZCK_ERR_FORMAT, "%s: not a step value", sp);
-        }
-        zck_torch_close(f);
-        free(sp);
-        break;
-      }
-      free(sp);
-    }
+    c->param_groups = zck_pk_dict_get(optim, "param_groups");
+    if (!c->param_groups || c->param_groups->kind != ZCK_PK_LIST)
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: 'param_groups' missing or not a list: the optimizer groups and their "
+                     "hyper-parameters are unknown", opath);
   }
   if (st == ZCK_OK) {
-    uint64_t *numel = zck__calloc(c->m->n_params ? c->m->n_params : 1, sizeof *numel);
+    char *mp = zck__path_join(c->dir, c->info.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt");
+    st = mp ? zck_torch_open(mp, &o.torch, &c->model0) : ZCK_ERR_NO_MEMORY;
+    free(mp);
+  }
+  if (st == ZCK_OK) zck__uv_config(c);
+  if (st == ZCK_OK) st = zck__uv_build_manifest(c);
+  if (st == ZCK_OK) {
+    /* the lp dtype: the module's trainable params (stage-3 placeholders keep the dtype) */
+    for (size_t p = 0; p < c->m->n_params && !c->info.lp_dtype; p++)
+      if (!c->m->params[p].frozen && c->m->params[p].tied_to < 0) c->info.lp_dtype = c->m->params[p].dtype;
+  }
+  size_t n = c->n_flat;
+  for (int k = 0; st == ZCK_OK && k < 3; k++) {
+    c->stores[k] = zck__calloc(n + 1, sizeof *c->stores[k]);
+    c->ts[k] = zck__calloc(n + 1, sizeof *c->ts[k]);
+    if (!c->stores[k] || !c->ts[k]) st = ZCK_ERR_NO_MEMORY;
+  }
+  if (st == ZCK_OK && !(params = zck__calloc(n + 1, sizeof *params))) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck__uv_states(c, &o, params);
+  if (st == ZCK_OK && !c->info.lp_dtype) c->info.lp_dtype = c->info.master_dtype;
+  if (st == ZCK_OK) st = zck__uv_step(c, &o, params);
+  if (st == ZCK_OK) zck__uv_param_align(c);
+  if (st == ZCK_OK) {
+    uint64_t *numel = zck__calloc(c->m->n_params + 1, sizeof *numel);
     if (!numel) st = ZCK_ERR_NO_MEMORY;
     else {
       zck_model_numels(c->m, numel);
-      st = zck_layout_whole(c->m->n_params, numel, c->trainable, k, &c->layout);
+      st = zck_layout_whole(c->m->n_params, numel, params, c->n_stores, &c->layout);
       free(numel);
     }
   }
+  if (st == ZCK_OK) {
+    size_t nf = 0;
+    for (size_t p = 0; p < c->m->n_params; p++) nf += c->m->params[p].frozen && c->m->params[p].tied_to < 0;
+    c->cap_aux = nf * (c->info.stage == 3 ? c->info.world_size : 1) + c->m->n_buffers;
+    if (!(c->aux = zck__calloc(c->cap_aux + 1, sizeof *c->aux))) st = ZCK_ERR_NO_MEMORY;
+  }
+  if (st == ZCK_OK) st = zck__uv_build_frozen(c, &o.torch);
+  if (st == ZCK_OK) st = zck__uv_build_buffers(c);
+  free(opath);
+  free(params);
   if (st != ZCK_OK) {
     zck_uv_close(c);
     return st;
@@ -441,16 +411,28 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
 
 void zck_uv_close(zck_uv_ckpt *c) {
   if (!c) return;
-  for (int s = 0; s < ZCK_UV_PART_COUNT; s++) {
-    for (size_t i = 0; c->ts[s] && i < c->n_alloc; i++) free(c->ts[s][i].path);
+  for (int s = 0; s < 3; s++) {
+    for (size_t i = 0; c->ts[s] && i <= c->n_flat; i++) free(c->ts[s][i].path);
     free(c->ts[s]);
     free(c->stores[s]);
   }
+  for (size_t i = 0; i < c->n_aux; i++) free(c->aux[i].path);
+  free(c->aux);
   zck_layout_free(c->layout);
+  zck_layout_free(c->frozen_layout);
+  zck_layout_free(c->buffer_layout);
+  free(c->frozen_stores);
+  free(c->buffer_stores);
   zck_model_free(c->m);
-  free(c->trainable);
+  free(c->module);
+  free(c->param_mod);
+  free(c->buffer_mod);
+  free(c->flat);
+  zck_torch_close(c->model0);
+  zck_torch_close(c->optim);
   free(c->ds_version);
   free(c->dir);
+  free(c->root);
   free(c);
 }
 
@@ -458,9 +440,35 @@ const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c) { return &c->info; }
 const zck_model *zck_uv_model(const zck_uv_ckpt *c) { return c->m; }
 
 zck_status zck_uv_get(const zck_uv_ckpt *c, zck_uv_part part, const zck_layout **layout, const zck_store **stores) {
+  ZCK_ASSERT(part >= 0 && part < ZCK_UV_PART_COUNT);
+  if (part == ZCK_UV_FROZEN) {
+    if (!c->frozen_layout) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no frozen parameters", c->dir);
+    *layout = c->frozen_layout;
+    *stores = c->frozen_stores;
+    return ZCK_OK;
+  }
   if (part != ZCK_UV_FP32 && !c->info.has_optimizer_state)
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no exp_avg / exp_avg_sq files", c->dir);
   *layout = c->layout;
   *stores = c->stores[part];
   return ZCK_OK;
+}
+
+void zck_uv_buffers(const zck_uv_ckpt *c, const zck_layout **layout, const zck_store **stores) {
+  *layout = c->buffer_layout;
+  *stores = c->buffer_stores;
+}
+
+const zck_pk *zck_uv_ds_config(const zck_uv_ckpt *c) {
+  return c->model0 ? zck_pk_dict_get(zck_torch_root(c->model0), "ds_config") : NULL;
+}
+const zck_pk *zck_uv_lr_scheduler(const zck_uv_ckpt *c) {
+  return c->model0 ? zck_pk_dict_get(zck_torch_root(c->model0), "lr_scheduler") : NULL;
+}
+const zck_pk *zck_uv_module_attrs(const zck_uv_ckpt *c) {
+  const zck_pk *module = c->model0 ? zck_pk_dict_get(zck_torch_root(c->model0), "module") : NULL;
+  return module && module->kind == ZCK_PK_DICT ? module->u.dict.attrs : NULL;
+}
+const zck_pk *zck_uv_loss_scaler(const zck_uv_ckpt *c) {
+  return c->optim ? zck_pk_dict_get(zck_torch_root(c->optim), "loss_scaler") : NULL;
 }

@@ -1,0 +1,60 @@
+/* uv_internal.h: what the universal reader's files share (uv_read.c opens the folder and
+ * its per-parameter files, uv_manifest.c builds the manifest from the model-states file). */
+#ifndef ZCK_UV_INTERNAL_H
+#define ZCK_UV_INTERNAL_H
+
+#include "universal/universal.h"
+
+/* A tensor read in place by reopening its file for each read (a model has thousands of
+ * per-parameter files; none is kept open). */
+typedef struct zck__uv_tstore {
+  char *path;
+  uint64_t base;               /* absolute byte offset of element 0 */
+  size_t es;
+} zck__uv_tstore;
+
+/* A tensor of a model-states file: where its bytes are. */
+typedef struct zck__uv_tref {
+  const char *name;            /* borrowed from the pickle */
+  zck_dtype dtype;
+  int ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  uint64_t numel;
+  uint64_t offset;
+  bool contiguous;
+} zck__uv_tref;
+
+struct zck_uv_ckpt {
+  zck_uv_info info;
+  char *dir, *root, *ds_version;
+  zck_torch_file *model0;      /* rank-0 model-states file, kept open (pickled objects) */
+  zck_torch_file *optim;       /* zero/optimizer_state.pt, kept open */
+  const zck_pk *param_groups;  /* optimizer_state.pt param_groups */
+  zck_model *m;
+  zck__uv_tref *module;        /* model0's `module` tensors, in order */
+  size_t n_module;
+  int64_t *param_mod;          /* [n_params]: index into module, -1 if none */
+  int64_t *buffer_mod;         /* [n_buffers] */
+  uint32_t *flat;              /* trainable params in param_shapes (flat) order */
+  size_t n_flat;
+  /* parts */
+  zck_layout *layout;          /* trainable params with elements, whole */
+  zck_store *stores[3];
+  zck__uv_tstore *ts[3];
+  size_t n_stores;
+  zck_layout *frozen_layout, *buffer_layout;
+  zck_store *frozen_stores, *buffer_stores;
+  zck__uv_tstore *aux;         /* contexts of the frozen and buffer stores */
+  size_t n_aux, cap_aux;
+};
+
+zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);
+
+/* uv_manifest.c: from model0 and param_groups (c->info.stage, world_size, round_robin set):
+ * c->m, c->module, c->param_mod, c->buffer_mod, c->flat, info counters and ds_version. */
+zck_status zck__uv_build_manifest(zck_uv_ckpt *c);
+/* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
+zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
+zck_status zck__uv_build_buffers(zck_uv_ckpt *c);
+
+#endif

@@ -1,0 +1,591 @@
+/* uv_manifest.c: the model manifest of a universal checkpoint, by the DeepSpeed reader's
+ * rules (formats/deepspeed/ds_manifest.c), applied to the model-states file the universal
+ * folder carries byte for byte and to zero/optimizer_state.pt's param_groups. Built the
+ * same way, a reshard from the universal folder lays out every flat group, sub-group,
+ * frozen fragment and `module` entry exactly as a reshard from the original checkpoint.
+ *
+ * Param order = the `module` keys minus buffers (module.parameters() order). A key is a
+ * buffer (buffer_names), a tied alias (shared_params), trainable (param_shapes: shape from
+ * there, stage-3 module entries are [0]-shaped placeholders), frozen (frozen_param_shapes,
+ * or anything else in stage 1 and pre-0.9.1 stage-2 files). Optimizer group g = flat group
+ * g in stage 1/2 (round-robin order undone); in stage 3 param_groups[g]['params'] lists
+ * the sub-groups of group g, in creation order.
+ *
+ * Also the frozen-parameter part (module tensors, or frozen_param_fragments of every rank
+ * file in stage 3) and the buffers. */
+#include "uv_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---- a small name -> index map (open addressing)
+
+typedef struct zck__uv_map {
+  const char **keys;
+  int64_t *vals;
+  size_t cap;
+} zck__uv_map;
+
+static uint64_t zck__uv_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+  return h;
+}
+
+static zck_status zck__uv_map_init(zck__uv_map *m, size_t n) {
+  m->cap = 16;
+  while (m->cap < 2 * n + 1) m->cap *= 2;
+  m->keys = zck__calloc(m->cap, sizeof *m->keys);
+  m->vals = zck__calloc(m->cap, sizeof *m->vals);
+  return m->keys && m->vals ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
+static void zck__uv_map_free(zck__uv_map *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+/* Inserts (key borrowed); returns the previous value, or -1 if the key is new. */
+static int64_t zck__uv_map_put(zck__uv_map *m, const char *key, int64_t val) {
+  size_t i = zck__uv_hash(key) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (!strcmp(m->keys[i], key)) return m->vals[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  m->keys[i] = key;
+  m->vals[i] = val;
+  return -1;
+}
+
+static int64_t zck__uv_map_get(const zck__uv_map *m, const char *key) {
+  if (!m->cap) return -1;
+  size_t i = zck__uv_hash(key) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (!strcmp(m->keys[i], key)) return m->vals[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  return -1;
+}
+
+// ---- pickle helpers
+
+static zck_status zck__uv_shape_of(const zck_pk *node, int *ndim, int64_t *shape, const char *path, const char *what,
+                                   const char *name) {
+  if (!node || (node->kind != ZCK_PK_TUPLE && node->kind != ZCK_PK_LIST))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %s['%s']: shape is not a torch.Size, tuple or list", path, what, name);
+  if (node->u.seq.len > ZCK_MAX_DIMS)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s['%s']: %zu dimensions (at most %d supported)", path, what, name,
+                     node->u.seq.len, ZCK_MAX_DIMS);
+  for (size_t i = 0; i < node->u.seq.len; i++) {
+    int64_t v;
+    const zck_pk *it = node->u.seq.items[i];
+    if (!it || it->kind != ZCK_PK_INT || !zck_pk_as_int(it, &v) || v < 0)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %s['%s']: shape dimension %zu is not a non-negative int", path, what, name, i);
+    shape[i] = v;
+  }
+  *ndim = (int)node->u.seq.len;
+  return ZCK_OK;
+}
+
+static zck_status zck__uv_tref_of(const zck_torch_file *f, const zck_pk *node, const char *name, zck__uv_tref *out) {
+  const zck_torch_tensor *t = zck_torch_tensor_of(f, node);
+  if (!t) return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is not a tensor", zck_torch_name(f), name);
+  if (t->ndim > ZCK_MAX_DIMS)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: '%s' has %d dimensions (at most %d supported)", zck_torch_name(f), name,
+                     t->ndim, ZCK_MAX_DIMS);
+  memset(out, 0, sizeof *out);
+  out->name = name;
+  out->dtype = t->dtype;
+  out->ndim = t->ndim;
+  for (int i = 0; i < t->ndim; i++) out->shape[i] = t->shape[i];
+  out->numel = zck_torch_tensor_numel(t);
+  out->offset = zck_torch_tensor_file_offset(f, t);
+  out->contiguous = zck_torch_tensor_contiguous(t) != 0;
+  return ZCK_OK;
+}
+
+static bool zck__uv_same_shape(int na, const int64_t *a, int nb, const int64_t *b) {
+  if (na != nb) return false;
+  for (int i = 0; i < na; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+static zck_status zck__uv_need_int(const zck_pk *root, const char *key, int64_t *out, const char *path) {
+  const zck_pk *v = zck_pk_dict_get(root, key);
+  if (!v) return zck__fail(ZCK_ERR_FORMAT, "%s: key '%s' missing (DeepSpeed's loader needs it)", path, key);
+  if (v->kind != ZCK_PK_INT || !zck_pk_as_int(v, out)) return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is not an int", path, key);
+  return ZCK_OK;
+}
+
+/* Plain hyper-parameters of a param_groups entry (tensors and objects are not carried:
+ * a writer checks that what an optimizer needs, 'lr', is there). */
+static zck_status zck__uv_hparams(zck_model *m, uint32_t g, const zck_pk *group) {
+  for (size_t i = 0; i < group->u.dict.len; i++) {
+    const char *k = zck_pk_as_str(group->u.dict.keys[i]);
+    const zck_pk *v = group->u.dict.values[i];
+    if (!k || !strcmp(k, "params")) continue;
+    double f[ZCK_HP_MAX_FLOATS];
+    switch (v->kind) {
+    case ZCK_PK_NONE: ZCK_TRY(zck_model_group_set_none(m, g, k)); break;
+    case ZCK_PK_BOOL: ZCK_TRY(zck_model_group_set_bool(m, g, k, v->u.b)); break;
+    case ZCK_PK_INT: ZCK_TRY(zck_model_group_set_int(m, g, k, v->u.i)); break;
+    case ZCK_PK_FLOAT: ZCK_TRY(zck_model_group_set_float(m, g, k, v->u.f)); break;
+    case ZCK_PK_STR: ZCK_TRY(zck_model_group_set_string(m, g, k, v->u.str.data)); break;
+    case ZCK_PK_TUPLE: case ZCK_PK_LIST: {
+      size_t n = v->u.seq.len;
+      bool ok = n <= ZCK_HP_MAX_FLOATS;
+      for (size_t j = 0; ok && j < n; j++) ok = zck_pk_as_double(v->u.seq.items[j], &f[j]);
+      if (ok) ZCK_TRY(zck_model_group_set_floats(m, g, k, f, (int)n));
+      break;
+    }
+    default: break;
+    }
+  }
+  return ZCK_OK;
+}
+
+// ---- the manifest
+
+typedef struct zck__uv_build {
+  const char *path;            /* the model-states file */
+  const zck_pk *module, *shapes, *frozen, *shared;
+  zck__uv_map train, fz, buffers, alias;
+  size_t n_train;
+  size_t *flat_first;          /* [n_flat groups + 1] into the flat order */
+  const char **train_name;     /* flat index -> name */
+  const zck_pk **train_shape;  /* flat index -> shape node */
+  int64_t *train_param, *frozen_param, *alias_param;
+} zck__uv_build;
+
+static void zck__uv_build_free(zck__uv_build *b) {
+  zck__uv_map_free(&b->train);
+  zck__uv_map_free(&b->fz);
+  zck__uv_map_free(&b->buffers);
+  zck__uv_map_free(&b->alias);
+  free(b->flat_first);
+  free(b->train_name);
+  free(b->train_shape);
+  free(b->train_param);
+  free(b->frozen_param);
+  free(b->alias_param);
+}
+
+/* The name maps of param_shapes, frozen_param_shapes, buffer_names and shared_params. */
+static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *bn) {
+  const char *path = b->path;
+  size_t ng = b->shapes->u.seq.len, nt = 0;
+  for (size_t g = 0; g < ng; g++) {
+    const zck_pk *d = b->shapes->u.seq.items[g];
+    if (!d || d->kind != ZCK_PK_DICT)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict of shapes (DS-22)", path, g);
+    nt += d->u.dict.len;
+  }
+  b->n_train = nt;
+  b->flat_first = zck__calloc(ng + 1, sizeof *b->flat_first);
+  b->train_name = zck__calloc(nt + 1, sizeof *b->train_name);
+  b->train_shape = zck__calloc(nt + 1, sizeof *b->train_shape);
+  b->train_param = zck__calloc(nt + 1, sizeof *b->train_param);
+  if (!b->flat_first || !b->train_name || !b->train_shape || !b->train_param) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck__uv_map_init(&b->train, nt));
+  size_t k = 0;
+  for (size_t g = 0; g < ng; g++) {
+    const zck_pk *d = b->shapes->u.seq.items[g];
+    b->flat_first[g] = k;
+    for (size_t i = 0; i < d->u.dict.len; i++, k++) {
+      const char *name = zck_pk_as_str(d->u.dict.keys[i]);
+      if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu]: key %zu is not a string (DS-22)", path, g, i);
+      b->train_name[k] = name;
+      b->train_shape[k] = d->u.dict.values[i];
+      b->train_param[k] = -1;
+      int64_t prev = zck__uv_map_put(&b->train, name, (int64_t)k);
+      if (prev >= 0) {  /* a param in two flat groups (DS-23) */
+        size_t g0 = 0;
+        while (g0 + 1 < ng && b->flat_first[g0 + 1] <= (size_t)prev) g0++;
+        return zck__fail(ZCK_ERR_FORMAT, "%s: parameter '%s' appears twice in param_shapes (groups %zu and %zu): one "
+                         "parameter in two groups cannot be laid out (DS-23)", path, name, g0, g);
+      }
+    }
+  }
+  b->flat_first[ng] = k;
+  size_t nf = b->frozen ? b->frozen->u.dict.len : 0;
+  b->frozen_param = zck__calloc(nf + 1, sizeof *b->frozen_param);
+  if (!b->frozen_param) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck__uv_map_init(&b->fz, nf));
+  for (size_t i = 0; i < nf; i++) {
+    const char *name = zck_pk_as_str(b->frozen->u.dict.keys[i]);
+    if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes: key %zu is not a string", path, i);
+    b->frozen_param[i] = -1;
+    if (zck__uv_map_put(&b->fz, name, (int64_t)i) >= 0)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes lists '%s' twice", path, name);
+    if (zck__uv_map_get(&b->train, name) >= 0)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is in both param_shapes and frozen_param_shapes", path, name);
+  }
+  ZCK_TRY(zck__uv_map_init(&b->buffers, bn->u.seq.len));
+  for (size_t i = 0; i < bn->u.seq.len; i++) {
+    const char *s = zck_pk_as_str(bn->u.seq.items[i]);
+    if (!s) return zck__fail(ZCK_ERR_FORMAT, "%s: buffer_names[%zu] is not a string", path, i);
+    zck__uv_map_put(&b->buffers, s, (int64_t)i);
+  }
+  size_t ns = b->shared ? b->shared->u.dict.len : 0;
+  b->alias_param = zck__calloc(ns + 1, sizeof *b->alias_param);
+  if (!b->alias_param) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck__uv_map_init(&b->alias, ns));
+  for (size_t i = 0; i < ns; i++) {
+    const char *a = zck_pk_as_str(b->shared->u.dict.keys[i]), *s = zck_pk_as_str(b->shared->u.dict.values[i]);
+    if (!a || !s) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params entry %zu is not str -> str", path, i);
+    b->alias_param[i] = -1;
+    zck__uv_map_put(&b->alias, a, (int64_t)i);
+    if (zck__uv_map_get(&b->train, a) >= 0 || zck__uv_map_get(&b->fz, a) >= 0)  /* DS-25 */
+      return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s' is itself a saved parameter", path, a);
+    if (!strcmp(a, s)) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params maps '%s' to itself", path, a);
+  }
+  for (size_t i = 0; i < ns; i++) {
+    const char *s = zck_pk_as_str(b->shared->u.dict.values[i]);
+    if (zck__uv_map_get(&b->alias, s) >= 0)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of '%s' is itself an alias (chain or cycle)", path,
+                       s, zck_pk_as_str(b->shared->u.dict.keys[i]));
+  }
+  (void)c;
+  return ZCK_OK;
+}
+
+/* One `module` entry: a buffer, or a param classified as the DeepSpeed reader does. */
+static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t i) {
+  const zck__uv_tref *t = &c->module[i];
+  const char *name = t->name, *path = b->path;
+  zck_model *m = c->m;
+  int stage = c->info.stage;
+  uint32_t idx;
+  if (zck__uv_map_get(&b->buffers, name) >= 0) {
+    ZCK_TRY_CTX(zck_model_add_buffer(m, name, t->ndim, t->shape, t->dtype, &idx), "%s", path);
+    c->buffer_mod[idx] = (int64_t)i;
+    return ZCK_OK;
+  }
+  int ndim = t->ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  bool frozen = false;
+  int64_t ai = zck__uv_map_get(&b->alias, name), k;
+  const char *shape_of = ai >= 0 ? zck_pk_as_str(b->shared->u.dict.values[ai]) : name;
+  if ((k = zck__uv_map_get(&b->train, shape_of)) >= 0) {
+    int nd;
+    int64_t ps[ZCK_MAX_DIMS];
+    ZCK_TRY(zck__uv_shape_of(b->train_shape[k], &nd, ps, path, "param_shapes", shape_of));
+    if (stage <= 2 && !zck__uv_same_shape(ndim, shape, nd, ps)) {
+      char x[96], y[96];
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but param_shapes says %s", path, name,
+                       zck_shape_str(ndim, shape, x, sizeof x), zck_shape_str(nd, ps, y, sizeof y));
+    }
+    ndim = nd;
+    memcpy(shape, ps, sizeof shape);
+  } else if ((k = zck__uv_map_get(&b->fz, shape_of)) >= 0) {
+    int nd;
+    int64_t fs[ZCK_MAX_DIMS];
+    ZCK_TRY(zck__uv_shape_of(b->frozen->u.dict.values[k], &nd, fs, path, "frozen_param_shapes", shape_of));
+    if (stage <= 2 && !zck__uv_same_shape(ndim, shape, nd, fs)) {
+      char x[96], y[96];
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but frozen_param_shapes says %s", path, name,
+                       zck_shape_str(ndim, shape, x, sizeof x), zck_shape_str(nd, fs, y, sizeof y));
+    }
+    ndim = nd;
+    memcpy(shape, fs, sizeof shape);
+    frozen = true;
+  } else if (stage <= 2 && (stage == 1 || !b->frozen)) {
+    frozen = true;   /* stage 1 / pre-0.9.1 stage 2: frozen params exist only in module */
+  } else if (ai < 0) {
+    return zck__fail(ZCK_ERR_FORMAT, "%s: module['%s'] is neither a buffer, a trainable param (param_shapes), a frozen "
+                     "param (frozen_param_shapes) nor a tied alias (shared_params)", path, name);
+  } else if (stage == 3) {
+    return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s': source '%s' is not a saved parameter", path, name,
+                     shape_of);
+  }
+  ZCK_TRY_CTX(zck_model_add_param(m, name, ndim, shape, t->dtype, &idx), "%s", path);
+  c->param_mod[idx] = (int64_t)i;
+  if (ai >= 0) b->alias_param[ai] = idx;
+  else if ((k = zck__uv_map_get(&b->train, name)) >= 0) b->train_param[k] = idx;
+  else if ((k = zck__uv_map_get(&b->fz, name)) >= 0) b->frozen_param[k] = idx;
+  if (frozen && ai < 0) zck_model_set_frozen(m, idx, true);
+  return ZCK_OK;
+}
+
+/* Optimizer group of every flat group / sub-group, from optimizer_state.pt param_groups. */
+static zck_status zck__uv_groups(zck_uv_ckpt *c, zck__uv_build *b) {
+  zck_model *m = c->m;
+  const zck_pk *pg = c->param_groups;
+  const char *opath = zck_torch_name(c->optim);
+  size_t n_flat = b->shapes->u.seq.len;
+  if (c->info.stage <= 2 && pg->u.seq.len != n_flat)
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: param_groups has %zu groups but param_shapes (%s) has %zu flat groups: the "
+                     "group of each parameter is unknown", opath, pg->u.seq.len, b->path, n_flat);
+  int32_t *opt_of = zck__calloc(n_flat + 1, sizeof *opt_of);
+  uint32_t *order = zck__calloc(b->n_train + 1, sizeof *order), *perm = zck__calloc(b->n_train + 1, sizeof *perm);
+  uint32_t *ident = zck__calloc(b->n_train + 1, sizeof *ident);
+  zck_status st = opt_of && order && perm && ident ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t next = 0;
+  for (size_t g = 0; st == ZCK_OK && g < pg->u.seq.len; g++) {
+    const zck_pk *grp = pg->u.seq.items[g];
+    if (!grp || grp->kind != ZCK_PK_DICT) {
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: param_groups[%zu] is not a dict", opath, g);
+      break;
+    }
+    uint32_t gi;
+    st = zck_model_add_group(m, &gi);
+    if (st == ZCK_OK) st = zck__uv_hparams(m, gi, grp);
+    if (st != ZCK_OK || c->info.stage <= 2) {
+      if (st == ZCK_OK) opt_of[g] = (int32_t)g;
+      continue;
+    }
+    /* stage 3: params = the sub-group ids of this group, numbered in creation order (DS-62) */
+    const zck_pk *ids = zck_pk_dict_get(grp, "params");
+    if (!ids || (ids->kind != ZCK_PK_LIST && ids->kind != ZCK_PK_TUPLE)) {
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: param_groups[%zu]['params'] is not a list of sub-group ids", opath, g);
+      break;
+    }
+    for (size_t j = 0; st == ZCK_OK && j < ids->u.seq.len; j++) {
+      int64_t v;
+      if (!zck_pk_as_int(ids->u.seq.items[j], &v) || v != (int64_t)next || next >= n_flat)
+        st = zck__fail(ZCK_ERR_FORMAT, "%s: param_groups[%zu]['params'][%zu]: expected sub-group %zu of the %zu in "
+                       "param_shapes: a sub-group in two groups, or out of order", opath, g, j, next, n_flat);
+      else
+        opt_of[next++] = (int32_t)g;
+    }
+  }
+  if (st == ZCK_OK && c->info.stage == 3 && next != n_flat)
+    st = zck__fail(ZCK_ERR_MISMATCH, "%s: param_groups cover %zu sub-groups but param_shapes (%s) has %zu: the group of "
+                   "the others is unknown", opath, next, b->path, n_flat);
+  for (size_t f = 0; st == ZCK_OK && f < n_flat; f++) {
+    size_t a = b->flat_first[f], n = b->flat_first[f + 1] - a;
+    const uint32_t *src = c->flat + a;
+    if (c->info.stage <= 2 && c->info.round_robin && n) {
+      /* param_shapes is in round-robin order F = RR(G): G[RR(identity)[j]] = F[j] */
+      for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;
+      zck_round_robin_order(ident, n, c->info.world_size, perm);
+      for (size_t j = 0; j < n; j++) order[perm[j]] = src[j];
+      src = order;
+    }
+    for (size_t j = 0; st == ZCK_OK && j < n; j++) st = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
+    if (st != ZCK_OK) st = zck__error_prepend(st, "%s", opath);
+  }
+  free(opt_of);
+  free(order);
+  free(perm);
+  free(ident);
+  return st;
+}
+
+zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
+  const zck_torch_file *mf = c->model0;
+  const char *path = zck_torch_name(mf);
+  const zck_pk *root = zck_torch_root(mf);
+  if (!root || root->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: not a model-states dict", path);
+  const zck_pk *bn = zck_pk_dict_get(root, "buffer_names");
+  if (!bn) return zck__fail(ZCK_ERR_FORMAT, "%s: is not a model state checkpoint (no 'buffer_names')", path);
+  if (bn->kind != ZCK_PK_LIST) return zck__fail(ZCK_ERR_FORMAT, "%s: 'buffer_names' is not a list", path);
+  zck__uv_build b;
+  memset(&b, 0, sizeof b);
+  b.path = path;
+  b.module = zck_pk_dict_get(root, "module");
+  b.shapes = zck_pk_dict_get(root, "param_shapes");
+  b.frozen = zck_pk_dict_get(root, "frozen_param_shapes");
+  b.shared = zck_pk_dict_get(root, "shared_params");
+  if (!b.module || b.module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict (DS-21)", path);
+  if (!b.shapes || b.shapes->kind != ZCK_PK_LIST)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or not a list of dicts: not a ZeRO checkpoint (DS-22)", path);
+  if (b.frozen && b.frozen->kind == ZCK_PK_NONE) b.frozen = NULL;
+  if (b.frozen && b.frozen->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'frozen_param_shapes' is not a dict", path);
+  if (b.shared && b.shared->kind == ZCK_PK_NONE) b.shared = NULL;
+  if (b.shared && b.shared->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'shared_params' is not a dict", path);
+  int64_t dp, mp = 1;
+  ZCK_TRY(zck__uv_need_int(root, "dp_world_size", &dp, path));
+  ZCK_TRY(zck__uv_need_int(root, "global_steps", &c->info.global_steps, path));
+  ZCK_TRY(zck__uv_need_int(root, "skipped_steps", &c->info.skipped_steps, path));
+  if (zck_pk_dict_get(root, "mp_world_size")) ZCK_TRY(zck__uv_need_int(root, "mp_world_size", &mp, path));
+  if (mp != 1)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mp_world_size %lld: tensor/pipeline-parallel checkpoints are not supported",
+                     path, (long long)mp);
+  if (dp < 1 || dp > (1 << 20)) return zck__fail(ZCK_ERR_FORMAT, "%s: dp_world_size %lld is not a world size", path, (long long)dp);
+  c->info.world_size = (uint32_t)dp;
+  c->info.global_samples = -1;
+  const zck_pk *gs = zck_pk_dict_get(root, "global_samples");
+  if (gs && (gs->kind != ZCK_PK_INT || !zck_pk_as_int(gs, &c->info.global_samples)))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: 'global_samples' is not an int", path);
+  const zck_pk *ver = zck_pk_dict_get(root, "ds_version");
+  if (ver && ver->kind != ZCK_PK_NONE) {
+    if (!zck_pk_as_str(ver)) return zck__fail(ZCK_ERR_FORMAT, "%s: 'ds_version' is not a string", path);
+    if (!(c->ds_version = zck__strdup(zck_pk_as_str(ver)))) return ZCK_ERR_NO_MEMORY;
+    c->info.ds_version = c->ds_version;
+  }
+  /* module tensors (other values, e.g. _extra_state objects, are skipped as DeepSpeed's
+   * reader does) */
+  size_t nm = b.module->u.dict.len;
+  c->module = zck__calloc(nm + 1, sizeof *c->module);
+  c->param_mod = zck__calloc(nm + 1, sizeof *c->param_mod);
+  c->buffer_mod = zck__calloc(nm + 1, sizeof *c->buffer_mod);
+  if (!c->module || !c->param_mod || !c->buffer_mod || !(c->m = zck_model_new())) return ZCK_ERR_NO_MEMORY;
+  zck__uv_map seen;
+  zck_status st = zck__uv_map_init(&seen, nm);
+  for (size_t i = 0; st == ZCK_OK && i < nm; i++) {
+    const char *name = zck_pk_as_str(b.module->u.dict.keys[i]);
+    if (!name) st = zck__fail(ZCK_ERR_FORMAT, "%s: module: key %zu is not a string", path, i);
+    else if (zck__uv_map_put(&seen, name, (int64_t)i) >= 0) st = zck__fail(ZCK_ERR_FORMAT, "%s: module: duplicate key '%s'", path, name);
+    else if (zck_torch_tensor_of(mf, b.module->u.dict.values[i]))
+      st = zck__uv_tref_of(mf, b.module->u.dict.values[i], name, &c->module[c->n_module++]);
+  }
+  zck__uv_map_free(&seen);
+  if (st == ZCK_OK) st = zck__uv_index(c, &b, bn);
+  c->n_flat = b.n_train;
+  c->info.n_flat_groups = b.shapes->u.seq.len;
+  if (st == ZCK_OK && !(c->flat = zck__calloc(b.n_train + 1, sizeof *c->flat))) st = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < c->n_module; i++) st = zck__uv_module_entry(c, &b, i);
+  for (size_t k = 0; st == ZCK_OK && k < b.n_train; k++) {
+    if (b.train_param[k] < 0) {
+      size_t g = 0;
+      while (b.flat_first[g + 1] <= k) g++;
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] names '%s', which is not in module", path, g, b.train_name[k]);
+    } else {
+      c->flat[k] = (uint32_t)b.train_param[k];
+    }
+  }
+  for (size_t i = 0; st == ZCK_OK && b.frozen && i < b.frozen->u.dict.len; i++)
+    if (b.frozen_param[i] < 0)
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not in module", path,
+                     zck_pk_as_str(b.frozen->u.dict.keys[i]));
+  for (size_t i = 0; st == ZCK_OK && b.shared && i < b.shared->u.dict.len; i++) {
+    if (b.alias_param[i] < 0) continue;   /* an alias missing from module: ignored, as DeepSpeed's reader does */
+    const char *src = zck_pk_as_str(b.shared->u.dict.values[i]);
+    int64_t si = zck_model_find_param(c->m, src);
+    if (si < 0 || c->m->params[si].tied_to >= 0)  /* DS-25 */
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of alias '%s' is not a parameter", path, src,
+                     zck_pk_as_str(b.shared->u.dict.keys[i]));
+    else st = zck_model_set_tied(c->m, (uint32_t)b.alias_param[i], (uint32_t)si);
+    if (st == ZCK_OK) zck_model_set_frozen(c->m, (uint32_t)b.alias_param[i], c->m->params[si].frozen);
+  }
+  if (st == ZCK_OK) st = zck__uv_groups(c, &b);
+  zck__uv_build_free(&b);
+  return st;
+}
+
+// ---- frozen params and buffers
+
+static zck_status zck__uv_aux(zck_uv_ckpt *c, const char *path, const zck__uv_tref *t, const char *what, zck_store *out) {
+  if (!t->contiguous) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s is a strided view", path, what);
+  ZCK_ASSERT(c->n_aux < c->cap_aux);
+  zck__uv_tstore *a = &c->aux[c->n_aux];
+  if (!(a->path = zck__strdup(path))) return ZCK_ERR_NO_MEMORY;
+  c->n_aux++;
+  a->base = t->offset;
+  a->es = zck_dtype_size(t->dtype);
+  *out = zck_store_callback(zck__uv_tstore_read, NULL, a, t->dtype, t->numel, a->path);
+  return ZCK_OK;
+}
+
+/* frozen_param_fragments[name] of one model file, checked to hold `want` elements. */
+static zck_status zck__uv_fragment(zck_uv_ckpt *c, const zck_torch_file *f, const zck_param *p, uint64_t want,
+                                   zck_store *out) {
+  const char *path = zck_torch_name(f);
+  const zck_pk *ff = zck_pk_dict_get(zck_torch_root(f), "frozen_param_fragments");
+  const zck_pk *node = ff && ff->kind == ZCK_PK_DICT ? zck_pk_dict_get(ff, p->name) : NULL;
+  if (!node)  /* DS-26 */
+    return zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' missing from frozen_param_fragments", path, p->name);
+  zck__uv_tref t;
+  ZCK_TRY(zck__uv_tref_of(f, node, p->name, &t));
+  char what[600];
+  snprintf(what, sizeof what, "frozen_param_fragments['%.500s']", p->name);
+  if (t.numel != want)
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: %s has %llu elements; expected %llu (%s)", path, what,
+                     (unsigned long long)t.numel, (unsigned long long)want,
+                     c->info.stage == 3 ? "ceil(numel / world size)" : "the parameter's numel");
+  return zck__uv_aux(c, path, &t, what, out);
+}
+
+zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts) {
+  const zck_model *m = c->m;
+  uint32_t w = c->info.world_size;
+  int stage = c->info.stage;
+  size_t nf = 0;
+  for (size_t p = 0; p < m->n_params; p++) nf += m->params[p].frozen && m->params[p].tied_to < 0;
+  const zck_pk *root = zck_torch_root(c->model0);
+  const zck_pk *ff = zck_pk_dict_get(root, "frozen_param_fragments");
+  bool frags = ff && ff->kind != ZCK_PK_NONE;
+  const zck_pk *fs = zck_pk_dict_get(root, "frozen_param_shapes");
+  if (frags && (ff->kind != ZCK_PK_DICT || !fs || fs->kind != ZCK_PK_DICT || ff->u.dict.len != fs->u.dict.len))
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments does not match frozen_param_shapes (DS-26)",
+                     zck_torch_name(c->model0));
+  if (!nf) return ZCK_OK;
+  uint32_t *fp = zck__calloc(nf, sizeof *fp);
+  zck_group_spec *specs = zck__calloc(nf, sizeof *specs);
+  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
+  zck_torch_file *rf = NULL;
+  zck_status st = fp && specs && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  nf = 0;
+  for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++)
+    if (m->params[p].frozen && m->params[p].tied_to < 0) fp[nf++] = (uint32_t)p;
+  if (st == ZCK_OK) zck_model_numels(m, numel);
+  if (st == ZCK_OK && stage == 3 && !frags)
+    st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' but no frozen_param_fragments", zck_torch_name(c->model0),
+                   m->params[fp[0]].name);
+  if (st == ZCK_OK && stage == 3) {
+    for (size_t i = 0; i < nf; i++) specs[i] = (zck_group_spec){&fp[i], 1, -1};
+    st = zck_layout_zero3(m->n_params, numel, specs, nf, w, &c->frozen_layout);
+  } else if (st == ZCK_OK) {
+    st = zck_layout_whole(m->n_params, numel, fp, nf, &c->frozen_layout);
+  }
+  if (st == ZCK_OK && !(c->frozen_stores = zck__calloc(c->frozen_layout->n_stores + 1, sizeof *c->frozen_stores)))
+    st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK && stage == 3) {
+    /* every rank's model file holds its slice of each frozen param */
+    for (uint32_t r = 0; st == ZCK_OK && r < w; r++) {
+      const zck_torch_file *f = c->model0;
+      if (r) {
+        char *p = zck__sprintf("%s/zero_pp_rank_%u_mp_rank_00_model_states.pt", c->dir, r);
+        if (!p) st = ZCK_ERR_NO_MEMORY;
+        else st = zck_torch_open(p, topts, &rf);
+        if (st != ZCK_OK && p) st = zck__error_prepend(st, "frozen parameters of dp rank %u of %u", r, w);
+        free(p);
+        f = rf;
+      }
+      for (size_t i = 0; st == ZCK_OK && i < nf; i++)
+        st = zck__uv_fragment(c, f, &m->params[fp[i]], zck_zero3_partition(m->params[fp[i]].numel, w),
+                              &c->frozen_stores[zck_layout_store_id(c->frozen_layout, (uint32_t)i, r)]);
+      zck_torch_close(rf);
+      rf = NULL;
+    }
+  } else {
+    const char *path = zck_torch_name(c->model0);
+    for (size_t i = 0; st == ZCK_OK && i < nf; i++) {
+      const zck_param *p = &m->params[fp[i]];
+      if (stage == 2 && frags) {
+        st = zck__uv_fragment(c, c->model0, p, p->numel, &c->frozen_stores[i]);
+      } else {
+        char what[600];
+        snprintf(what, sizeof what, "module['%.500s']", p->name);
+        st = zck__uv_aux(c, path, &c->module[c->param_mod[fp[i]]], what, &c->frozen_stores[i]);
+      }
+    }
+  }
+  free(fp);
+  free(specs);
+  free(numel);
+  return st;
+}
+
+zck_status zck__uv_build_buffers(zck_uv_ckpt *c) {
+  const zck_model *m = c->m;
+  if (!m->n_buffers) return ZCK_OK;
+  uint64_t *numel = zck__calloc(m->n_buffers, sizeof *numel);
+  if (!numel) return ZCK_ERR_NO_MEMORY;
+  for (size_t b = 0; b < m->n_buffers; b++) numel[b] = m->buffers[b].numel;
+  zck_status st = zck_layout_whole(m->n_buffers, numel, NULL, m->n_buffers, &c->buffer_layout);
+  free(numel);
+  ZCK_TRY(st);
+  if (!(c->buffer_stores = zck__calloc(m->n_buffers, sizeof *c->buffer_stores))) return ZCK_ERR_NO_MEMORY;
+  for (size_t b = 0; b < m->n_buffers; b++) {
+    char what[600];
+    snprintf(what, sizeof what, "buffer module['%.500s']", m->buffers[b].name);
+    ZCK_TRY(zck__uv_aux(c, zck_torch_name(c->model0), &c->module[c->buffer_mod[b]], what, &c->buffer_stores[b]));
+  }
+  return ZCK_OK;
+}

@@ -1,0 +1,48 @@
+/* reshard_internal.h: what the halves of `zckpt reshard` share (jobs-internal). reshard.c
+ * dispatches on the source (a DeepSpeed checkpoint, a universal folder, an HDF5 universal
+ * container) and runs the DeepSpeed-to-DeepSpeed copy; reshard_check.c refuses what the
+ * target cannot express before anything is written; reshard_whole.c writes a DeepSpeed
+ * checkpoint from whole-tensor sources (both universal formats). */
+#ifndef ZCK_RESHARD_INTERNAL_H
+#define ZCK_RESHARD_INTERNAL_H
+
+#include "deepspeed/deepspeed.h"
+#include "zck.h"
+
+/* Checks, before anything is written, that a DeepSpeed writer with wo can express m from
+ * `src` and that the request makes sense (one line each, naming src):
+ *   - the source has optimizer state (DS-48: reshard writes exp_avg / exp_avg_sq / step);
+ *   - --sub-group-size only for a ZeRO-3 target, and below 1e18 (what a reader takes back);
+ *   - every param group has a trainable param and a plain 'lr'; every trainable param is
+ *     in a group;
+ *   - the ds_version parses for a ZeRO-1/2 target (DS-29). */
+zck_status zck__reshard_check(const char *src, const zck_model *m, const zck_ds_write_opts *wo, bool has_optimizer_state,
+                              const zck_reshard_opts *o);
+
+/* Copies every regular file of root into dst except DeepSpeed's own (`latest`,
+ * `latest_universal`, the tag folder `skip`) and rng_state_<r>.pth of ranks r >= world. */
+zck_status zck__reshard_carry_side_files(const char *root, const char *skip, const char *dst, uint32_t world);
+
+/* A source of whole tensors over a manifest (the universal formats). */
+typedef struct zck__whole_src {
+  const char *path;                 /* for messages */
+  const zck_model *m;
+  const zck_layout *layout[4];      /* fp32, exp_avg, exp_avg_sq, frozen; NULL when absent */
+  const zck_store *stores[4];
+  const zck_layout *buffer_layout;  /* over the buffer index space; NULL: no buffers */
+  const zck_store *buffer_stores;
+  const char *side_root;            /* carry this folder's other files (HF checkpoint-N/), or NULL */
+  const char *side_skip;            /* the universal folder's name inside side_root */
+} zck__whole_src;
+
+/* Writes OUT (a save root: OUT/latest, OUT/<tag>/, zckpt manifest) from s with wo: fp32 /
+ * exp_avg / exp_avg_sq partition by partition, 16-bit module weights cast from fp32 (RNE)
+ * with frozen params from their own part, stage-3 frozen fragments, buffers into every
+ * model file; one thread pool. Built under a temporary name: a failure leaves nothing. */
+zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *wo, const char *out,
+                              const zck_reshard_opts *o);
+
+zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
+zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o);
+
+#endif

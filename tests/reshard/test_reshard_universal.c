@@ -1,0 +1,150 @@
+/* test_reshard_universal.c: `reshard` from a DeepSpeed-layout universal folder gives, file
+ * for file and byte for byte (every state tensor, every pickle), what the reshard of the
+ * original DeepSpeed checkpoint gives, for stages {1,2,3} x world sizes {1,2,3,4}:
+ *   - with the folder `zckpt to-universal --format ds` writes, from real DeepSpeed 0.19.8
+ *     checkpoints (tests/fixtures/deepspeed: groups, sub-groups, round-robin, parameter
+ *     alignment, a zero-element param, fp16 loss scaling, frozen and tied params, buffers);
+ *   - with folders DeepSpeed's own ds_to_universal.py wrote (tests/fixtures/universal);
+ *   - whether SRC is the universal folder, its parent holding latest_universal, or an HF
+ *     checkpoint-N/ folder holding it (whose other files are carried over, rng states of
+ *     ranks beyond the new world size dropped). */
+#include "rs_util.h"
+#include "zck.h"
+
+static const uint32_t worlds[] = {1, 2, 3, 4};
+
+/* Reshards the DeepSpeed checkpoint `ds` and the universal source `uv` to every stage and
+ * world size; the tag folders and `latest` must be identical. */
+static int compare_all(const char *tmp, const char *label, const char *ds, const char *uv) {
+  int n = 0;
+  for (int stage = 1; stage <= 3; stage++)
+    for (size_t wi = 0; wi < sizeof worlds / sizeof worlds[0]; wi++) {
+      char *a = rs_path("%s/%s-ds-s%dw%u", tmp, label, stage, worlds[wi]);
+      char *b = rs_path("%s/%s-uv-s%dw%u", tmp, label, stage, worlds[wi]);
+      zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+      o.to_stage = stage;
+      o.to_world_size = worlds[wi];
+      o.sub_group_size = stage == 3 && wi == 2 ? 150 : 0; /* several sub-groups once */
+      o.threads = 2;
+      ZT_OK(zck_reshard(ds, a, &o));
+      ZT_OK(zck_reshard(uv, b, &o));
+      char *ta = rs_path("%s/global_step2", a), *tb = rs_path("%s/global_step2", b);
+      char what[512];
+      snprintf(what, sizeof what, "%s -> stage %d W %u", label, stage, worlds[wi]);
+      rs_same_tree(ta, tb, what);
+      char *la = rs_path("%s/latest", a), *lb = rs_path("%s/latest", b);
+      unsigned char *x, *y;
+      size_t nx, ny;
+      ZT_ASSERT(zt_read_file(la, &x, &nx) == 0 && zt_read_file(lb, &y, &ny) == 0);
+      ZT_ASSERT(nx == ny && !memcmp(x, y, nx));
+      free(x);
+      free(y);
+      rs_sh("rm -rf '%s' '%s'", a, b);
+      free(a);
+      free(b);
+      free(ta);
+      free(tb);
+      free(la);
+      free(lb);
+      n++;
+    }
+  return n;
+}
+
+/* An HF checkpoint-N/ folder holding a universal folder: its files come along. */
+static void hf_folder(const char *tmp) {
+  char *ds = zt_fixture("deepspeed/s3w2_bf16/ckpt");
+  char *hf = rs_path("%s/checkpoint-7", tmp);
+  char *uc = rs_path("%s/global_step2_universal", hf);
+  rs_sh("mkdir -p '%s'", hf);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  ZT_OK(zck_to_universal(ds, uc, &uo));
+  rs_sh("cd '%s' && printf '{\"global_step\": 2}' > trainer_state.json && printf x > rng_state_0.pth && "
+        "printf y > rng_state_1.pth && printf z > rng_state_2.pth && printf s > scheduler.pt", hf);
+  const char *srcs[2] = {hf, uc};
+  for (int i = 0; i < 2; i++) {
+    char *out = rs_path("%s/hf-out%d", tmp, i);
+    zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+    o.to_stage = 2;
+    o.to_world_size = 2;
+    ZT_OK(zck_reshard(srcs[i], out, &o));
+    size_t n;
+    char **v = rs_list(out, &n);
+    static const char *want[] = {"global_step2", "latest", "rng_state_0.pth", "rng_state_1.pth", "scheduler.pt",
+                                 "trainer_state.json"};
+    if (n != 6) ZT_FAIL("%s: %zu entries, expected 6", out, n);
+    for (size_t k = 0; k < n; k++) ZT_EQ_STR(v[k], want[k]);
+    rs_free_list(v, n);
+    /* the same checkpoint as from the DeepSpeed source */
+    char *ref = rs_path("%s/hf-ref%d", tmp, i);
+    ZT_OK(zck_reshard(ds, ref, &o));
+    char *ta = rs_path("%s/global_step2", out), *tb = rs_path("%s/global_step2", ref);
+    rs_same_tree(ta, tb, "HF checkpoint-N");
+    free(ta);
+    free(tb);
+    free(ref);
+    free(out);
+  }
+  /* a universal folder whose parent does not name it: no side files */
+  char *lone = rs_path("%s/lone", tmp);
+  rs_sh("mkdir -p '%s' && cp -r '%s' '%s/uc' && printf x > '%s/notes.txt'", lone, uc, lone, lone);
+  char *out = rs_path("%s/lone-out", tmp);
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  o.to_world_size = 3;
+  char *lu = rs_path("%s/uc", lone);
+  ZT_OK(zck_reshard(lu, out, &o));
+  char *notes = rs_path("%s/notes.txt", out);
+  ZT_ASSERT(!rs_exists(notes));
+  free(notes);
+  free(lu);
+  free(out);
+  free(lone);
+  free(uc);
+  free(hf);
+  free(ds);
+}
+
+int main(void) {
+  static const char *cases[] = {"s1w1_fp32", "s1w3_fp32", "s1w4_bf16", "s1w3_bf16_3groups", "s1w2_fp32_paramalign",
+                                "s2w2_bf16", "s2w2_fp16", "s2w2_fp32_roundrobin", "s2w2_fp32_zeronumel",
+                                "s2w3_bf16_paramalign", "s2w4_fp32_3groups", "s3w1_fp32", "s3w2_bf16", "s3w2_fp16",
+                                "s3w3_bf16_subgroup100", "s3w4_fp32_3groups", "s3w4_bf16"};
+  char *tmp = zt_tmpdir();
+  int done = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *rel = rs_path("deepspeed/%s/ckpt", cases[i]);
+    char *ds = zt_fixture(rel);
+    free(rel);
+    if (!rs_exists(ds)) {
+      fprintf(stderr, "fixture %s missing\n", cases[i]);
+      free(ds);
+      continue;
+    }
+    /* zckpt's universal folder, reached through its parent (latest_universal) */
+    char *parent = rs_path("%s/%s-uc", tmp, cases[i]);
+    char *uc = rs_path("%s/uc", parent);
+    zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+    uo.inject_missing_state = 1;
+    ZT_OK(zck_to_universal(ds, uc, &uo));
+    done += compare_all(tmp, cases[i], ds, i % 2 ? parent : uc);
+    rs_sh("rm -rf '%s'", parent);
+    free(parent);
+    free(uc);
+    /* DeepSpeed's own universal folder, when committed */
+    char *drel = rs_path("universal/%s", cases[i]);
+    char *du = zt_fixture(drel);
+    free(drel);
+    if (rs_exists(du)) {
+      char label[256];
+      snprintf(label, sizeof label, "%s-ds_to_universal", cases[i]);
+      done += compare_all(tmp, label, ds, du);
+    }
+    free(du);
+    free(ds);
+  }
+  if (!done) zt_skip("no DeepSpeed fixtures");
+  hf_folder(tmp);
+  printf("%d reshards from universal folders equal to the DeepSpeed source's\n", done);
+  free(tmp);
+  return 0;
+}
