@@ -1,7 +1,10 @@
 /* reshard_universal.c: `zckpt reshard` from zckpt's HDF5 universal container
  * (`zckpt to-universal --format hdf5`) to a DeepSpeed checkpoint at any ZeRO stage and
  * world size. The container is described as whole-tensor layouts (fp32, exp_avg,
- * exp_avg_sq, frozen params, buffers) read by range; reshard_whole.c writes the target.
+ * exp_avg_sq, frozen params, buffers) read by range; reshard_whole.c writes the target,
+ * laid out as the source run was configured (the container's ds_config). The container
+ * holds no lr_scheduler and its ds_config only as JSON: the target gets DeepSpeed's
+ * defaults for those.
  * What the container cannot give (a missing dataset, a group layout the target cannot
  * express) is refused before anything is written. */
 #include <cjson/cJSON.h>
@@ -54,10 +57,30 @@ static zck_dtype zck__h5_lp_dtype(const char *src) {
   return lp;
 }
 
+/* The layout options of the source run, from the container's ds_config (JSON), as the
+ * DeepSpeed reader takes them from the pickled one: sub_group_size, round_robin_gradients,
+ * parameter_alignment, gradient_clipping. A target laid out otherwise would not match the
+ * flat buffers of an engine configured like the source. */
+static void zck__h5_config(const char *json, zck_ds_write_opts *wo, uint64_t *sub_group_size) {
+  cJSON *cfg = json ? cJSON_Parse(json) : NULL;
+  const cJSON *zo = cJSON_GetObjectItemCaseSensitive(cfg, "zero_optimization");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(zo, "sub_group_size");
+  if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 1e18) *sub_group_size = (uint64_t)v->valuedouble;
+  v = cJSON_GetObjectItemCaseSensitive(zo, "round_robin_gradients");
+  if (cJSON_IsBool(v)) wo->round_robin = cJSON_IsTrue(v);
+  v = cJSON_GetObjectItemCaseSensitive(zo, "parameter_alignment");
+  if (cJSON_IsTrue(v)) wo->param_align = 2;   /* on: the writer takes DeepSpeed's multiple for the dtype */
+  v = cJSON_GetObjectItemCaseSensitive(cfg, "gradient_clipping");
+  if (cJSON_IsNumber(v)) wo->clip_grad = v->valuedouble;
+  cJSON_Delete(cfg);
+}
+
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o) {
   if (o->tag) return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
   zck_h5u *u = NULL;
-  ZCK_TRY(zck_h5u_open(src, &u));
+  zck_status ost = zck_h5u_open(src, &u);
+  if (ost != ZCK_OK)  /* the container's own messages name the file; the manifest builder's do not */
+    return strstr(zck_last_error(), src) ? ost : zck__error_prepend(ost, "%s", src);
   const zck_h5u_info *in = zck_h5u_info_of(u);
   const zck_model *m = zck_h5u_model(u);
   zck__whole_src s;
@@ -74,7 +97,9 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   zck_ds_write_opts wo = ZCK_DS_WRITE_OPTS_INIT;
   wo.stage = o->to_stage ? o->to_stage : in->stage;
   wo.world_size = o->to_world_size ? o->to_world_size : in->world_size;
-  wo.sub_group_size = o->sub_group_size;
+  uint64_t sgs = 1000000000ull;
+  zck__h5_config(in->ds_config_json, &wo, &sgs);
+  wo.sub_group_size = o->sub_group_size ? o->sub_group_size : sgs != 1000000000ull ? sgs : 0;
   wo.lp_dtype = zck__h5_lp_dtype(src);
   wo.global_steps = in->global_steps;
   wo.skipped_steps = in->skipped_steps;

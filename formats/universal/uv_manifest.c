@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // ---- a small name -> index map (open addressing)
 
@@ -541,9 +542,11 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
       const zck_torch_file *f = c->model0;
       if (r) {
         char *p = zck__sprintf("%s/zero_pp_rank_%u_mp_rank_00_model_states.pt", c->dir, r);
+        struct stat sb;
         if (!p) st = ZCK_ERR_NO_MEMORY;
+        else if (stat(p, &sb) != 0)
+          st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (the frozen_param_fragments of dp rank %u of %u)", p, r, w);
         else st = zck_torch_open(p, topts, &rf);
-        if (st != ZCK_OK && p) st = zck__error_prepend(st, "frozen parameters of dp rank %u of %u", r, w);
         free(p);
         f = rf;
       }

@@ -5,10 +5,16 @@
  *     checkpoints (tests/fixtures/deepspeed: groups, sub-groups, round-robin, parameter
  *     alignment, a zero-element param, fp16 loss scaling, frozen and tied params, buffers);
  *   - with folders DeepSpeed's own ds_to_universal.py wrote (tests/fixtures/universal);
+ *   - and, for the HDF5 container (`--format hdf5`, which holds no lr_scheduler and a JSON
+ *     ds_config, so its pickles differ), every state tensor of every rank file: fp32,
+ *     exp_avg, exp_avg_sq partitions, 16-bit module weights, frozen fragments, buffers,
+ *     in the same flat layout;
  *   - whether SRC is the universal folder, its parent holding latest_universal, or an HF
  *     checkpoint-N/ folder holding it (whose other files are carried over, rng states of
  *     ranks beyond the new world size dropped). */
 #include "rs_util.h"
+#include "../universal/ut_util.h"
+#include "deepspeed/deepspeed.h"
 #include "zck.h"
 
 static const uint32_t worlds[] = {1, 2, 3, 4};
@@ -48,6 +54,90 @@ static int compare_all(const char *tmp, const char *label, const char *ds, const
       free(lb);
       n++;
     }
+  return n;
+}
+
+/* Every store of every part of two DeepSpeed checkpoints holds the same bytes, in the same
+ * flat layout (same params in the same flat groups, same partitions). */
+static void same_states(const char *a, const char *b, const char *what) {
+  zck_ds_ckpt *x, *y;
+  ZT_OK(zck_ds_open(a, NULL, &x));
+  ZT_OK(zck_ds_open(b, NULL, &y));
+  const zck_ds_info *ix = zck_ds_info_of(x), *iy = zck_ds_info_of(y);
+  ZT_EQ_INT(ix->stage, iy->stage);
+  ZT_EQ_INT(ix->world_size, iy->world_size);
+  ZT_EQ_U64(ix->n_flat_groups, iy->n_flat_groups);
+  ZT_EQ_INT(ix->lp_dtype, iy->lp_dtype);
+  ZT_ASSERT(ix->step == iy->step && ix->step_is_tensor == iy->step_is_tensor);
+  ZT_EQ_INT(ix->global_steps, iy->global_steps);
+  const zck_model *mx = zck_ds_model(x), *my = zck_ds_model(y);
+  for (int part = 0; part < ZCK_DS_PART_COUNT; part++) {
+    zck_ds_view vx, vy;
+    bool hx = zck_ds_get(x, (zck_ds_part)part, &vx) == ZCK_OK, hy = zck_ds_get(y, (zck_ds_part)part, &vy) == ZCK_OK;
+    zck_clear_error();
+    if (hx != hy) ZT_FAIL("%s: part %d in one checkpoint only", what, part);
+    if (!hx) continue;
+    ZT_EQ_U64(vx.layout->n_stores, vy.layout->n_stores);
+    ZT_EQ_U64(vx.layout->n_groups, vy.layout->n_groups);
+    for (size_t g = 0; g < vx.layout->n_groups; g++) {
+      ZT_EQ_U64(vx.layout->groups[g].n_params, vy.layout->groups[g].n_params);
+      for (size_t i = 0; i < vx.layout->groups[g].n_params; i++)
+        ZT_EQ_STR(mx->params[vx.layout->groups[g].params[i]].name, my->params[vy.layout->groups[g].params[i]].name);
+    }
+    for (size_t i = 0; i < vx.layout->n_stores; i++) {
+      /* whole-tensor parts (16-bit module weights) list params in manifest order, which
+       * differs between sources: match them by name */
+      size_t j = i;
+      if (vx.layout->kind == ZCK_LAYOUT_WHOLE) {
+        const char *name = mx->params[vx.layout->stores[i].param].name;
+        for (j = 0; j < vy.layout->n_stores && strcmp(my->params[vy.layout->stores[j].param].name, name); j++) {}
+        if (j == vy.layout->n_stores) ZT_FAIL("%s: part %d: %s missing", what, part, name);
+      }
+      const zck_store *sx = &vx.stores[i], *sy = &vy.stores[j];
+      if (sx->numel != sy->numel || sx->dtype != sy->dtype) ZT_FAIL("%s: part %d store %zu: size or dtype", what, part, i);
+      void *bx = ut_read_store(sx, sx->numel), *by = ut_read_store(sy, sy->numel);
+      if (memcmp(bx, by, sx->numel * zck_dtype_size(sx->dtype))) ZT_FAIL("%s: part %d store %zu (%s) differs", what, part, i, sx->name);
+      free(bx);
+      free(by);
+    }
+  }
+  zck_ds_view bx = zck_ds_buffers(x), by = zck_ds_buffers(y);
+  ZT_ASSERT((bx.layout == NULL) == (by.layout == NULL));
+  for (size_t i = 0; bx.layout && i < bx.layout->n_stores; i++) {
+    void *p = ut_read_store(&bx.stores[i], bx.stores[i].numel), *q = ut_read_store(&by.stores[i], by.stores[i].numel);
+    if (memcmp(p, q, bx.stores[i].numel * zck_dtype_size(bx.stores[i].dtype))) ZT_FAIL("%s: buffer %zu differs", what, i);
+    free(p);
+    free(q);
+  }
+  zck_ds_close(x);
+  zck_ds_close(y);
+}
+
+/* The HDF5 container: the same state tensors as the reshard of the DeepSpeed source. */
+static int compare_h5(const char *tmp, const char *label, const char *ds) {
+  char *h5 = rs_path("%s/%s.h5", tmp, label);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(ds, h5, &uo));
+  int n = 0;
+  for (int stage = 1; stage <= 3; stage++)
+    for (uint32_t w = 1; w <= 4; w += 3) {
+      char *a = rs_path("%s/%s-ds-s%dw%u", tmp, label, stage, w), *b = rs_path("%s/%s-h5-s%dw%u", tmp, label, stage, w);
+      zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+      o.to_stage = stage;
+      o.to_world_size = w;
+      ZT_OK(zck_reshard(ds, a, &o));
+      ZT_OK(zck_reshard(h5, b, &o));
+      char what[512];
+      snprintf(what, sizeof what, "%s -> universal.h5 -> stage %d W %u", label, stage, w);
+      same_states(a, b, what);
+      rs_sh("rm -rf '%s' '%s'", a, b);
+      free(a);
+      free(b);
+      n++;
+    }
+  rs_sh("rm -f '%s'", h5);
+  free(h5);
   return n;
 }
 
@@ -127,6 +217,7 @@ int main(void) {
     uo.inject_missing_state = 1;
     ZT_OK(zck_to_universal(ds, uc, &uo));
     done += compare_all(tmp, cases[i], ds, i % 2 ? parent : uc);
+    done += compare_h5(tmp, cases[i], ds);
     rs_sh("rm -rf '%s'", parent);
     free(parent);
     free(uc);
@@ -144,7 +235,7 @@ int main(void) {
   }
   if (!done) zt_skip("no DeepSpeed fixtures");
   hf_folder(tmp);
-  printf("%d reshards from universal folders equal to the DeepSpeed source's\n", done);
+  printf("%d reshards from universal checkpoints equal to the DeepSpeed source's\n", done);
   free(tmp);
   return 0;
 }
