@@ -41,17 +41,7 @@ uint32_t zck_crc32_zeros(uint64_t n) {
   return res;
 }
 
-/* zlib's crc32 takes a uInt length. */
-static uint32_t crc_update(uint32_t crc, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-    crc = (uint32_t)crc32(crc, b, k);
-    b += k;
-    n -= k;
-  }
-  return crc;
-}
+static uint32_t crc_update(uint32_t crc, const void *p, size_t n) { return zck_crc32_update(crc, p, n); }
 
 // ---- execution context
 

@@ -128,4 +128,8 @@ zck_status zck_exec_hash_stores(const zck_store *stores, size_t n, const zck_exe
 uint32_t zck_crc32_zeros(uint64_t n);
 uint32_t zck_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
+/* CRC-32 of data continuing crc, as zlib's crc32(crc, data, n) (any n), with carry-less
+ * multiply folding where the CPU has it (crc32.c): writers checksum every byte. */
+uint32_t zck_crc32_update(uint32_t crc, const void *data, size_t n);
+
 #endif

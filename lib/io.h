@@ -4,9 +4,14 @@
  *   tests and fuzzers never touch the disk). Reads are bounds-checked: asking past the
  *   end is a "truncated" error naming the source, the offset and the size.
  * - zck__outfile: an output written under a temporary name beside its final path, then
- *   committed (fsync, rename, fsync of the directory) or aborted (unlinked).
+ *   committed (fsync, rename, fsync of the directory) or aborted (unlinked). Big writes
+ *   start their writeback at once (sync_file_range), so the data reaches the disk while
+ *   the rest is still being copied and the commit's fsync has little left to wait for.
  * - zck__outdir: a whole output directory built under a temporary name and renamed into
- *   place in one step, so a reader never sees half of it.
+ *   place in one step, so a reader never sees half of it. Files this process creates
+ *   inside an open outdir's temporary tree are durable only once the outdir is (nothing
+ *   can see them before), so their commit is a rename; the outdir commit fsyncs every
+ *   file and folder of the tree, many at once, before its rename.
  * - fault injection: ZCK_FAULT="op:N[:errno]" (op = read|write|fsync|rename|open) makes the
  *   Nth such call fail, so the full-disk / EIO / crash paths are tested without root.
  */
@@ -42,14 +47,16 @@ typedef struct zck__outfile {
   int fd;
   char *path;      /* final path */
   char *tmp_path;  /* where it is written until commit */
+  bool in_outdir;  /* inside an open zck__outdir of this process: its commit fsyncs it */
 } zck__outfile;
 
 /* Creates "<dir>/.<name>.zck-tmp-<pid>" for the final path. */
 zck_status zck__outfile_create(zck__outfile *f, const char *final_path);
 zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off);
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size);
-/* fsync + rename over the final path + fsync of the directory. Closes the file. On
- * failure the temporary file is removed and f freed (as by zck__outfile_abort). */
+/* fsync + rename over the final path + fsync of the directory (inside an open outdir:
+ * the rename only, the outdir's commit syncs it). Closes the file. On failure the
+ * temporary file is removed and f freed (as by zck__outfile_abort). */
 zck_status zck__outfile_commit(zck__outfile *f);
 /* Closes and unlinks the temporary file. Safe on a zeroed or committed outfile. */
 void zck__outfile_abort(zck__outfile *f);
@@ -70,7 +77,10 @@ typedef struct zck__outdir {
 zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overwrite);
 /* Path of a file inside the temporary directory (caller frees). */
 char *zck__outdir_file(const zck__outdir *d, const char *name);
-/* fsyncs every file in it, renames it into place, fsyncs the parent. */
+/* fsyncs every file and folder in it (in parallel), renames it into place, fsyncs the
+ * parent. On failure the final path holds what it held before (a failed fsync of the
+ * parent renames the tree back) and tmp_path is still set for zck__outdir_abort; only
+ * if even that undo fails is the tree left in place, with tmp_path NULL. */
 zck_status zck__outdir_commit(zck__outdir *d);
 /* Removes the temporary tree. Safe after commit or on a zeroed struct. */
 void zck__outdir_abort(zck__outdir *d);

@@ -15,11 +15,10 @@ static zck_status ws_write(void *ctx, const void *src, uint64_t elem_off, uint64
   size_t es = zck_dtype_size(s->dtype);
   uint64_t nbytes = count * es, off = elem_off * es;
   if (!count) return ZCK_OK;
-  uint32_t crc = zck_crc32(0, src, (size_t)nbytes);
-  /* zck_torch_writer_write keeps per-storage CRC bookkeeping that is not safe for
-   * concurrent writes to one storage, hence the lock. */
-  pthread_mutex_lock(&s->mu);
+  uint32_t crc = zck_crc32_update(0, src, (size_t)nbytes);
+  /* the write itself from any thread; the lock guards only the list of written ranges */
   zck_status st = zck_torch_writer_write(s->tw, s->storage, src, (size_t)nbytes, off);
+  pthread_mutex_lock(&s->mu);
   if (st == ZCK_OK) {
     if (s->n_ranges == s->cap_ranges) {
       size_t nc = s->cap_ranges ? 2 * s->cap_ranges : 8;

@@ -147,13 +147,14 @@ zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int n
                                 const int64_t *stride, uint64_t storage_offset, int requires_grad);
 /* Wraps a tensor node into an nn.Parameter (_rebuild_parameter). */
 zck_pk *zck_torch_writer_parameter(zck_torch_writer *w, zck_pk *tensor, int requires_grad);
-/* pwrite of nbytes at byte_off inside storage data. Writes that arrive in order (each
- * starting where the previous ended) keep a running CRC; otherwise call set_crc before
- * finish. Different storages may be written from different threads at once. */
+/* pwrite of nbytes at byte_off inside storage data. Any thread may write any range at
+ * any time before finish (no checksum is kept here). A storage whose CRC is not given
+ * by set_crc gets it at finish by reading its bytes back from the file: fine for small
+ * storages; big ones come from an executor that computed the CRC as it wrote. */
 zck_status zck_torch_writer_write(zck_torch_writer *w, size_t storage_index, const void *data, size_t nbytes,
                                   uint64_t byte_off);
-/* The CRC-32 of a storage's complete data, for writers that filled it out of order
- * (combine per-range CRCs with zck_crc32_combine). */
+/* The CRC-32 of a storage's complete data (combine per-range CRCs with
+ * zck_crc32_combine). */
 void zck_torch_writer_set_crc(zck_torch_writer *w, size_t storage_index, uint32_t crc);
 /* Pickles root, writes the remaining entries and the directory, commits the file. */
 zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root);

@@ -5,12 +5,20 @@
  * from many threads. The tensor nodes share their constant parts the way torch.save's
  * pickle shares them ('storage', 'cpu', the storage class and the key of a storage are one
  * object each), so data.pkl comes out as torch itself would write it for the same tree.
+ * Writes keep no checksum state (so any thread may write any range, and the executor's
+ * per-extent CRCs are not computed twice): a storage's CRC is given by set_crc, or else
+ * read back from the file at finish, which only small storages written directly need.
  * finish() pickles the tree, adds data.pkl, version and .data/serialization_id, writes the
  * directory and commits the file atomically (zck__outfile). */
 #include "torch_internal.h"
 
+#include "exec.h"
+
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 typedef struct wstorage {
@@ -18,9 +26,8 @@ typedef struct wstorage {
   uint64_t numel, nbytes;
   size_t zip_index;
   uint64_t data_offset;
-  uint32_t crc;            /* running CRC over the bytes written in order so far */
-  uint64_t crc_len;
-  bool out_of_order;
+  _Atomic uint64_t written;  /* bytes written so far, by any thread */
+  uint32_t crc;
   bool crc_set;            /* set_crc() gave the CRC of the whole data */
   zck_pk *key;             /* the key str node, shared by every tensor of the storage */
 } wstorage;
@@ -82,6 +89,7 @@ zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, ui
   }
   wstorage *s = &w->st[w->n];
   memset(s, 0, sizeof *s);
+  atomic_init(&s->written, 0);
   char name[64], key[24];
   snprintf(key, sizeof key, "%zu", w->n);
   snprintf(name, sizeof name, ZCK__TORCH_PREFIX "/data/%s", key);
@@ -195,12 +203,26 @@ zck_status zck_torch_writer_write(zck_torch_writer *w, size_t storage_index, con
                      (unsigned long long)byte_off, (unsigned long long)byte_off + nbytes, (unsigned long long)s->nbytes);
   if (!nbytes) return ZCK_OK;
   ZCK_TRY(zck__outfile_pwrite(&w->out, data, nbytes, s->data_offset + byte_off));
-  if (!s->out_of_order && byte_off == s->crc_len) {
-    s->crc = zck_crc32(s->crc, data, nbytes);
-    s->crc_len += nbytes;
-  } else {
-    s->out_of_order = true;
+  atomic_fetch_add_explicit(&s->written, nbytes, memory_order_relaxed);
+  return ZCK_OK;
+}
+
+/* The CRC of a storage's bytes as they are in the file (a storage filled without
+ * set_crc: a few bytes of step counters and scalars in practice). Plain pread: these
+ * are not input reads, so they stay out of the read fault-injection count. */
+static zck_status read_back_crc(zck_torch_writer *w, wstorage *s) {
+  uint8_t buf[64 << 10];
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < s->nbytes;) {
+    size_t n = s->nbytes - at < sizeof buf ? (size_t)(s->nbytes - at) : sizeof buf;
+    ssize_t r = pread(w->out.fd, buf, n, (off_t)(s->data_offset + at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return zck__fail_errno(errno, "%s: reading back storage data failed", w->out.path);
+    if (r == 0) return zck__fail(ZCK_ERR_INTERNAL, "%s: storage data ends early", w->out.path);
+    crc = zck_crc32_update(crc, buf, (size_t)r);
+    at += (uint64_t)r;
   }
+  s->crc = crc;
   return ZCK_OK;
 }
 
@@ -215,9 +237,12 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
   uint32_t all_crc = 0;
   for (size_t i = 0; i < w->n; i++) {
     wstorage *s = &w->st[i];
-    if (!s->crc_set && (s->out_of_order || s->crc_len != s->nbytes))
-      return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage %zu: %s and no CRC was set", w->out.path, i,
-                       s->out_of_order ? "written out of order" : "data not completely written");
+    if (!s->crc_set) {
+      if (atomic_load(&s->written) < s->nbytes)
+        return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage %zu: data not completely written and no CRC was set",
+                         w->out.path, i);
+      ZCK_TRY(read_back_crc(w, s));
+    }
     zck_zip_writer_set_crc(w->zip, s->zip_index, s->crc);
     all_crc = zck_crc32_combine(all_crc, s->crc, s->nbytes);
   }
@@ -233,7 +258,7 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
    * and the combined CRCs); it is only logged on load, so ours hashes the pickle instead. */
   char sid[48];
   snprintf(sid, sizeof sid, "%020llu%020llu", (unsigned long long)(zck_xxh3(pkl.data, pkl.len) % 10000000000000000000ULL),
-           (unsigned long long)(((uint64_t)all_crc << 32 | zck_crc32(0, pkl.data, pkl.len)) % 10000000000000000000ULL));
+           (unsigned long long)(((uint64_t)all_crc << 32 | zck_crc32_update(0, pkl.data, pkl.len)) % 10000000000000000000ULL));
   zck__buf_free(&pkl);
   if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/version", "3\n", 2);
   if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/.data/serialization_id", sid, 40);

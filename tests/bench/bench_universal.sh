@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # bench_universal.sh: DeepSpeed's ds_to_universal.py vs zckpt to-universal (DeepSpeed
 # layout and HDF5) vs zckpt reshard, on one synthetic ZeRO-3 checkpoint over 8 ranks made
-# in the same run; wall time, peak RSS and files created, against the I/O floor (read all
-# optimizer state once, write as much once). Page cache dropped before each step.
+# in the same run; wall time, peak RSS, files and bytes written, each against its own I/O
+# floor: io_floor reading every optimizer-state byte of the checkpoint once and writing
+# exactly as many bytes as that job wrote (its output's file sizes), into one file, fsync'd.
+#
+# Every job and its floor run REPS times (default 3), interleaved (job, floor, next job,
+# ...) so background load hits both alike; the medians are reported, and the ratio is
+# median(job) / median(floor). The page cache is dropped before each run (as root; the
+# script says when it cannot, and the runs are then warm).
 #
 # usage: tests/bench/bench_universal.sh [PARAMS] [WORKDIR]   (ZCK_BUILD, ZCK_PYTHON as in
-#        bench_consolidate.sh; KEEP=1 reuses WORKDIR/ckpt)
+#        bench_consolidate.sh; KEEP=1 reuses WORKDIR/ckpt; REPS=n; DS_REPS=n for the slow
+#        ds_to_universal.py, default REPS; DS=0 skips it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 params=${1:-2e8}
@@ -13,39 +20,74 @@ work=${2:-/tmp/zckpt-bench-universal}
 bin=${ZCK_BUILD:-build}/bin
 py=${ZCK_PYTHON:-/work/venv/bin/python}
 threads=$(nproc)
+reps=${REPS:-3}
+ds_reps=${DS_REPS:-$reps}
 if [ "${KEEP:-0}" = 1 ] && [ -d "$work/ckpt" ]; then find "$work" -mindepth 1 -maxdepth 1 ! -name ckpt -exec rm -rf {} +; else rm -rf "$work"; mkdir -p "$work"; fi
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
-timed() { # label output cmd...
-  local label=$1 output=$2; shift 2
-  drop
-  /usr/bin/time -f "%e %M" -o "$work/time.$label" "$@" >"$work/log.$label" 2>&1 || { echo "$label failed:"; tail -5 "$work/log.$label"; exit 1; }
-  read -r wall rss <"$work/time.$label"
-  local files; files=$(find "$output" -type f 2>/dev/null | wc -l)
-  local bytes; bytes=$(du -sb "$output" 2>/dev/null | cut -f1); bytes=${bytes:-0}
-  echo "$label $wall $rss $files $bytes" >>"$work/results"
-  printf '%-22s %9.2f s %9.1f MB %7d files %8.2f GB\n' "$label" "$wall" "$(echo "$rss / 1024" | bc -l)" "$files" "$(echo "$bytes / 1000000000" | bc -l)"
+cache=cold
+sync
+if ! echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cache=warm; echo "note: cannot drop the page cache here: warm runs"; fi
+drop() { sync; if [ $cache = cold ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
+clean() { rm -rf "$work/out" "$work/floor.bin" "$work/latest_universal"; }
+# run LABEL REP cmd...: one timed run writing $work/out; appends to $work/runs
+#   "LABEL REP wall_s peak_kb files bytes"
+run() {
+  local label=$1 rep=$2; shift 2
+  clean; drop
+  /usr/bin/time -f "%e %M" -o "$work/time" "$@" >"$work/log.$label" 2>&1 || { echo "$label failed:"; tail -5 "$work/log.$label"; exit 1; }
+  local wall rss files bytes
+  read -r wall rss <"$work/time"
+  if [ -d "$work/out" ]; then
+    files=$(find "$work/out" -type f | wc -l)
+    bytes=$(find "$work/out" -type f -printf '%s\n' | awk '{s += $1} END {printf "%.0f", s}')
+  else
+    files=1; bytes=$(stat -c %s "$work/out")
+  fi
+  echo "$label $rep $wall $rss $files $bytes" >>"$work/runs"
+  printf '  %-20s run %d %8.2f s %8.1f MB %5d files %6.3f GB\n' "$label" "$rep" "$wall" "$(echo "$rss / 1024" | bc -l)" "$files" "$(echo "$bytes / 10^9" | bc -l)"
+  last_bytes=$bytes
+}
+# job LABEL REP cmd...: the job, then its floor writing as many bytes
+job() {
+  local label=$1 rep=$2; shift 2
+  run "$label" "$rep" "$@"
+  run "floor_$label" "$rep" env FLOOR_PARTS=all $bin/io_floor "$work/ckpt" "$work/out" "$threads" "$last_bytes"
 }
 if [ ! -d "$work/ckpt" ]; then
   echo "== generating a ZeRO-3 checkpoint of ~$params params over 8 ranks"
   $bin/make_big_ckpt "$work/ckpt" --params "$params" --world 8
 fi
-du -sh "$work/ckpt"
-: >"$work/results"
-for chunk in 65536 262144 1048576; do
-  FLOOR_PARTS=all FLOOR_CHUNK=$chunk timed "io_floor_$chunk" "$work/floor.bin" $bin/io_floor "$work/ckpt" "$work/floor.bin" "$threads"
-  rm -f "$work/floor.bin"
+echo "== $(du -sh "$work/ckpt" | cut -f1) checkpoint, $threads threads, $reps runs each ($cache cache), $(nproc) cores"
+: >"$work/runs"
+have_ds=0
+if [ "${DS:-1}" != 0 ] && "$py" -c "import deepspeed" 2>/dev/null; then have_ds=1; fi
+for rep in $(seq 1 "$reps"); do
+  job zckpt_universal_ds "$rep" $bin/zckpt to-universal -q --threads "$threads" "$work/ckpt" "$work/out"
+  job zckpt_universal_h5 "$rep" $bin/zckpt to-universal -q --format hdf5 --threads "$threads" "$work/ckpt" "$work/out"
+  job zckpt_reshard "$rep" $bin/zckpt reshard -q --to-stage 2 --to-world-size 4 --threads "$threads" "$work/ckpt" "$work/out"
+  if [ $have_ds = 1 ] && [ "$rep" -le "$ds_reps" ]; then
+    job ds_to_universal "$rep" env DS_ACCELERATOR=cpu "$py" -m deepspeed.checkpoint.ds_to_universal \
+      --input_folder "$work/ckpt/global_step10" --output_folder "$work/out" --num_extract_workers "$threads" --num_merge_workers "$threads"
+  fi
 done
-awk '$1 ~ /^io_floor_/ { if (!best || $2 < best) { best = $2; line = $0 } } END { split(line, f, " "); print "io_floor", f[2], f[3], f[4], f[5] }' "$work/results" >>"$work/results"
-timed zckpt_universal_ds "$work/zu" $bin/zckpt to-universal -q --threads "$threads" "$work/ckpt" "$work/zu"
-timed zckpt_universal_h5 "$work/zu.h5" $bin/zckpt to-universal -q --format hdf5 --threads "$threads" "$work/ckpt" "$work/zu.h5"
-timed zckpt_reshard "$work/zr" $bin/zckpt reshard -q --to-stage 2 --to-world-size 4 --threads "$threads" "$work/ckpt" "$work/zr"
-if "$py" -c "import deepspeed" 2>/dev/null; then
-  timed ds_to_universal "$work/du" env DS_ACCELERATOR=cpu "$py" -m deepspeed.checkpoint.ds_to_universal \
-    --input_folder "$work/ckpt/global_step10" --output_folder "$work/du" --num_extract_workers "$threads" --num_merge_workers "$threads"
-fi
-echo "== ratios"
-awk '{t[$1]=$2; m[$1]=$3; f[$1]=$4} END {
-  for (k in t) if (k != "io_floor" && k !~ /^io_floor_/) printf "%-20s %6.2fx the I/O floor, peak RSS %.0f MB, %d files\n", k, t[k]/t["io_floor"], m[k]/1024, f[k];
-  if ("ds_to_universal" in t) {
-    printf "to-universal (ds layout) is %.1fx faster than ds_to_universal.py, %.3f of its peak RSS\n", t["ds_to_universal"]/t["zckpt_universal_ds"], m["zckpt_universal_ds"]/m["ds_to_universal"];
-    printf "to-universal (hdf5) is %.1fx faster, reshard %.1fx faster than ds_to_universal.py\n", t["ds_to_universal"]/t["zckpt_universal_h5"], t["ds_to_universal"]/t["zckpt_reshard"] } }' "$work/results" | tee "$work/ratios"
+clean
+read_bytes=$(sed -n 's/.*read \([0-9]*\) bytes.*/\1/p' "$work/log.floor_zckpt_universal_ds")
+echo "== medians (floor: read $(echo "$read_bytes / 10^9" | bc -l | xargs printf '%.2f') GB of optimizer state once, write what the job wrote, one file, fsync)"
+awk -v cache="$cache" '
+  function median(label, col,   n, i, j, t, v) {
+    n = 0
+    for (i = 1; i <= nr; i++) if (lab[i] == label) v[++n] = val[i, col]
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+    return n ? (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) : 0
+  }
+  { nr++; lab[nr] = $1; for (c = 3; c <= 6; c++) val[nr, c] = $c; if (!($1 in seen)) { seen[$1] = 1; if ($1 !~ /^floor_/) order[++nj] = $1 } }
+  END {
+    printf "%-20s %9s %9s %7s %9s %9s %6s\n", "job", "wall s", "floor s", "ratio", "peak MB", "files", "GB"
+    for (i = 1; i <= nj; i++) {
+      k = order[i]; t = median(k, 3); f = median("floor_" k, 3); wall[k] = t; rss[k] = median(k, 4)
+      printf "%-20s %9.2f %9.2f %6.2fx %9.0f %9.0f %6.3f\n", k, t, f, t / f, rss[k] / 1024, median(k, 5), median(k, 6) / 1e9
+    }
+    if ("ds_to_universal" in wall) {
+      printf "to-universal (ds layout) is %.1fx faster than ds_to_universal.py, %.3f of its peak RSS\n", wall["ds_to_universal"] / wall["zckpt_universal_ds"], rss["zckpt_universal_ds"] / rss["ds_to_universal"]
+      printf "to-universal (hdf5) is %.1fx faster, reshard %.1fx faster than ds_to_universal.py\n", wall["ds_to_universal"] / wall["zckpt_universal_h5"], wall["ds_to_universal"] / wall["zckpt_reshard"]
+    }
+  }' "$work/runs" | tee "$work/summary"

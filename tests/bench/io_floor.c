@@ -1,10 +1,16 @@
-/* io_floor.c: the I/O floor of a consolidation: read the bytes it needs (every fp32
- * partition region of the checkpoint, in place) once, and write as many bytes once,
- * with the same thread count, no conversion, fsync at the end. What no tool can beat.
+/* io_floor.c: the I/O floor of a job over a DeepSpeed checkpoint: read the bytes it needs
+ * (every fp32 partition region of the checkpoint, in place) once, and write as many bytes
+ * as the job writes, once, into one file, with the same thread count, no conversion, one
+ * fsync at the end. What no tool can beat.
  *
- * usage: io_floor CHECKPOINT OUT_FILE [THREADS]
+ * usage: io_floor CHECKPOINT OUT_FILE [THREADS [WRITE_BYTES]]
  * FLOOR_PARTS=all: every optimizer state (fp32, exp_avg, exp_avg_sq), the floor of
- * to-universal and reshard; default fp32 only (consolidate). FLOOR_CHUNK: bytes per copy.
+ * to-universal and reshard; default fp32 only (consolidate). WRITE_BYTES: bytes to write
+ * (default: as many as are read); where it exceeds the bytes read, the data read is
+ * written again at the next multiple of the read size (a job writing a value twice, such
+ * as reshard's 16-bit weights beside the fp32 master, still reads it once); where it is
+ * smaller (compressed output), the tail of what is read is not written.
+ * FLOOR_CHUNK: bytes per copy (default 1 MiB).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,12 +22,19 @@
 #include "deepspeed/deepspeed.h"
 
 typedef struct region { int fd; uint64_t off, len, out_off; } region;
-typedef struct shared { region *r; size_t n, next; int out; pthread_mutex_t mu; } shared;
+typedef struct shared {
+  region *r;
+  size_t n, next;
+  uint64_t read_total, write_total;
+  size_t chunk;
+  int out;
+  pthread_mutex_t mu;
+} shared;
 
 static void *worker(void *arg) {
   shared *s = arg;
-  size_t cap = (size_t)(getenv("FLOOR_CHUNK") ? atol(getenv("FLOOR_CHUNK")) : 1 << 20);
-  char *buf = malloc(cap);
+  char *buf = malloc(s->chunk);
+  if (!buf) { perror("malloc"); exit(1); }
   for (;;) {
     pthread_mutex_lock(&s->mu);
     size_t i = s->next++;
@@ -29,9 +42,14 @@ static void *worker(void *arg) {
     if (i >= s->n) break;
     region *r = &s->r[i];
     for (uint64_t done = 0; done < r->len;) {
-      size_t n = r->len - done > cap ? cap : (size_t)(r->len - done);
+      size_t n = r->len - done > s->chunk ? s->chunk : (size_t)(r->len - done);
       if (pread(r->fd, buf, n, (off_t)(r->off + done)) != (ssize_t)n) { perror("pread"); exit(1); }
-      if (pwrite(s->out, buf, n, (off_t)(r->out_off + done)) != (ssize_t)n) { perror("pwrite"); exit(1); }
+      /* the same bytes at every copy of the read set inside the write size */
+      for (uint64_t at = r->out_off + done; at < s->write_total; at += s->read_total) {
+        size_t m = s->write_total - at < n ? (size_t)(s->write_total - at) : n;
+        if (pwrite(s->out, buf, m, (off_t)at) != (ssize_t)m) { perror("pwrite"); exit(1); }
+        if (getenv("FLOOR_SFR")) sync_file_range(s->out, (off_t)at, (off_t)m, SYNC_FILE_RANGE_WRITE);
+      }
       done += n;
     }
   }
@@ -40,12 +58,13 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) { fprintf(stderr, "usage: io_floor CHECKPOINT OUT_FILE [THREADS]\n"); return 2; }
+  if (argc < 3) { fprintf(stderr, "usage: io_floor CHECKPOINT OUT_FILE [THREADS [WRITE_BYTES]]\n"); return 2; }
   int threads = argc > 3 ? atoi(argv[3]) : 2;
   zck_ds_ckpt *c;
   if (zck_ds_open(argv[1], NULL, &c) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
   int parts = getenv("FLOOR_PARTS") && !strcmp(getenv("FLOOR_PARTS"), "all") ? 3 : 1;
-  shared s = {NULL, 0, 0, -1, PTHREAD_MUTEX_INITIALIZER};
+  shared s = {NULL, 0, 0, 0, 0, (size_t)1 << 20, -1, PTHREAD_MUTEX_INITIALIZER};
+  if (getenv("FLOOR_CHUNK") && atol(getenv("FLOOR_CHUNK")) > 0) s.chunk = (size_t)atol(getenv("FLOOR_CHUNK"));
   uint64_t out_off = 0;
   for (int part = 0; part < parts; part++) {
     zck_ds_view v;
@@ -59,16 +78,20 @@ int main(int argc, char **argv) {
       out_off += len;
     }
   }
+  s.read_total = out_off;
+  s.write_total = argc > 4 ? strtoull(argv[4], NULL, 10) : out_off;
+  if (!s.read_total) { fprintf(stderr, "io_floor: nothing to read\n"); return 1; }
   s.out = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (s.out < 0) { perror(argv[2]); return 1; }
-  if (ftruncate(s.out, (off_t)out_off) != 0) { perror("ftruncate"); return 1; }
+  if (ftruncate(s.out, (off_t)s.write_total) != 0) { perror("ftruncate"); return 1; }
   pthread_t th[64];
   if (threads < 1 || threads > 64) threads = 2;
   for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, worker, &s);
   for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
-  fsync(s.out);
+  if (fsync(s.out) != 0) { perror("fsync"); return 1; }
   close(s.out);
-  fprintf(stderr, "io_floor: read and wrote %llu bytes in %zu regions\n", (unsigned long long)out_off, s.n);
+  fprintf(stderr, "io_floor: read %llu bytes in %zu regions, wrote %llu bytes\n", (unsigned long long)s.read_total, s.n,
+          (unsigned long long)s.write_total);
   zck_ds_close(c);
   free(s.r);
   return 0;
