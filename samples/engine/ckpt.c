@@ -698,12 +698,41 @@ zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) {
   return collective(t, zr, save_rank0, step);
 }
 
+// ---- temporary trees beside the output
+
+/* base/.<what>.zck-tmp-<pid>/, for a temporary output (a reshard, the best model) made in
+ * a subfolder of it: a save's stale-temporary sweep removes the whole tree once its writer
+ * is dead, so a killed run leaves nothing that piles up. */
+static zck_status tmp_tree(const char *base, const char *what, const char *sub, char **out) {
+  *out = NULL;
+  ZCK_TRY(zck__mkdirs(base));
+  char *dir = zck__sprintf("%s/.%s.zck-tmp-%ld", base, what, (long)getpid());
+  if (!dir) return ZCK_ERR_NO_MEMORY;
+  zck__remove_tree(dir); /* a stale one of this pid */
+  zck_status s = mkdir(dir, 0755) == 0 ? ZCK_OK : zck__fail_errno(errno, "%s: cannot create", dir);
+  *out = s == ZCK_OK ? zck__path_join(dir, sub) : NULL;
+  if (s == ZCK_OK && !*out) s = ZCK_ERR_NO_MEMORY;
+  if (s != ZCK_OK) zck__remove_tree(dir);
+  free(dir);
+  return s;
+}
+
+/* Removes the tree tmp_tree made for path (its parent). */
+static void tmp_tree_remove(const char *path) {
+  char *dir = zck__strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+  if (slash) {
+    *slash = 0;
+    zck__remove_tree(dir);
+  }
+  free(dir);
+}
+
 // ---- load
 
 void ze_ckpt_state_free(ze_ckpt_state *st) {
   if (!st) return;
   zck_ds_close(st->ds);
-  if (st->resharded) zck__remove_tree(st->resharded);
+  if (st->resharded) tmp_tree_remove(st->resharded);
   free(st->resharded);
   free(st->path);
   memset(st, 0, sizeof *st);
@@ -786,10 +815,8 @@ bool ze__ckpt_needs_reshard(const ze_ckpt_tracker *t, const zck_ds_info *in) {
 zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, const zck_ds_info *in, char **out) {
   const ze_zero_plan *plan = t->plan;
   const char *base = t->a->output_dir ? t->a->output_dir : "/tmp";
-  ZCK_TRY(zck__mkdirs(base));
-  char *dir = zck__sprintf("%s/.resume-resharded-%ld", base, (long)getpid());
-  if (!dir) return ZCK_ERR_NO_MEMORY;
-  zck__remove_tree(dir);
+  char *dir = NULL;
+  ZCK_TRY(tmp_tree(base, "resume-resharded", "checkpoint", &dir));
   fprintf(stderr, "zckpt-train: %s is ZeRO-%d on %u ranks; resharding it for ZeRO-%d on %u ranks\n", path, in->stage,
           in->world_size, plan->o.stage, plan->o.world);
   zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
@@ -798,6 +825,7 @@ zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, 
   ro.sub_group_size = plan->o.stage == 3 ? plan->o.sub_group_size : 0;
   zck_status s = zck_reshard(path, dir, &ro);
   if (s != ZCK_OK) {
+    tmp_tree_remove(dir);
     free(dir);
     return zck__error_prepend(s, "resharding %s for this run", path);
   }
@@ -822,7 +850,7 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st,
   if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, path);
   if (s != ZCK_OK) {
     zck_ds_close(c);
-    if (st->resharded) zck__remove_tree(st->resharded);
+    if (st->resharded) tmp_tree_remove(st->resharded);
     free(st->resharded);
     st->resharded = NULL;
     return s;
@@ -952,9 +980,8 @@ static zck_status open_best(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t arg) {
 }
 
 zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t) {
-  char *tmp = zck__sprintf("%s/.best-model-%ld", t->a->output_dir, (long)getpid());
-  if (!tmp) return ZCK_ERR_NO_MEMORY;
-  zck__remove_tree(tmp);
+  char *tmp = NULL;
+  ZCK_TRY(tmp_tree(t->a->output_dir, "best-model", "model", &tmp));
   zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
   co.dtype = t->plan->o.lp_dtype;
   zck_status s = zck_consolidate(t->best_checkpoint, tmp, &co);
@@ -967,7 +994,7 @@ zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t) {
     free(to);
   }
   if (s == ZCK_OK) s = zck__fsync_path(t->a->output_dir, true);
-  zck__remove_tree(tmp);
+  tmp_tree_remove(tmp);
   free(tmp);
   return s;
 }

@@ -125,6 +125,11 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
   sigaction(SIGTERM, &sa, &old_term);
   fflush(NULL);
   pid_t self = getpid();
+  /* the binary's own path (so the ranks show as zckpt-train in ps, not "exe") */
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = 0;
+  if (n <= 0 || n >= (ssize_t)sizeof exe - 1 || strstr(exe, " (deleted)")) snprintf(exe, sizeof exe, "/proc/self/exe");
   int started = 0, rc = 0;
   for (int r = 0; r < nproc; r++) {
     pid_t pid = fork();
@@ -149,8 +154,8 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       snprintf(v, sizeof v, "%d", port);
       setenv("MASTER_PORT", v, 1);
-      execv("/proc/self/exe", cargv);
-      fprintf(stderr, "zckpt-train: error: --nproc: cannot run /proc/self/exe: %s\n", strerror(errno));
+      execv(exe, cargv);
+      fprintf(stderr, "zckpt-train: error: --nproc: cannot run %s: %s\n", exe, strerror(errno));
       _exit(127);
     }
     pids[r] = pid;
@@ -160,8 +165,9 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
    * (their collectives fail at once when a peer is gone, and rank 0 then removes its
    * temporary checkpoint folder), then SIGTERM, then SIGKILL. */
   int alive = started, failed = -1, forwarded = 0, phase = 0;
+  bool failed_signaled = false;
   char how[128] = "";
-  double t_fail = 0;
+  double t_fail = 0, t_first = 0;
   if (rc != 0) t_fail = now_seconds() - 5.5; /* a fork failed: stop the started ones now */
   while (alive > 0) {
     int status;
@@ -189,13 +195,19 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
     if (r == started) continue;
     pids[r] = -1;
     alive--;
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok && failed < 0) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    /* the cause is the rank that died first. A rank's death makes the others fail at once
+     * and they may be reaped before it: within the first half second, a rank killed by a
+     * signal is preferred to one that exited with an error */
+    double now = now_seconds();
+    if (failed < 0 || (WIFSIGNALED(status) && !failed_signaled && now - t_first < 0.5)) {
       failed = r;
+      failed_signaled = WIFSIGNALED(status);
       describe(status, how, sizeof how);
-      rc = 1;
-      t_fail = now_seconds();
     }
+    if (t_first == 0) t_first = now;
+    if (rc == 0) t_fail = now; /* the others' grace period starts */
+    rc = 1;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);

@@ -403,11 +403,15 @@ static void *rank_main(void *arg) {
   ze_run *run = rt->run;
   ze_zero_rank zr;
   zck_status s = ze_zero_rank_init(&zr, &run->plan, rt->comm, run->init);
-  if (s == ZCK_OK && run->resuming) s = ze_ckpt_restore_rank(&run->resume, &zr);
-  if (s == ZCK_OK) {
-    s = rank_loop(rt, &zr);
-    ze_zero_rank_free(&zr);
+  if (s == ZCK_OK && run->resuming) {
+    s = ze_ckpt_restore_rank(&run->resume, &zr);
+    /* once every rank holds its state, the checkpoint (and a temporary reshard of it) is
+     * let go: a run killed later leaves no reshard behind */
+    if (s == ZCK_OK) s = rt->comm->barrier(rt->comm);
+    if (s == ZCK_OK && (run->one_rank || zr.rank == 0)) ze_ckpt_state_free(&run->resume);
   }
+  if (s == ZCK_OK) s = rank_loop(rt, &zr);
+  ze_zero_rank_free(&zr); /* zeroed by init, also when init failed */
   rt->status = s;
   if (s != ZCK_OK) {
     snprintf(rt->msg, sizeof rt->msg, "%s", zck_last_error());

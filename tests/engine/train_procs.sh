@@ -117,6 +117,40 @@ for when in "1:3" "1:3:save"; do
   n=$((n + 1))
 done
 
+# SIGKILL at random moments (seeded) to a rank or to the launcher, saving every step: the
+# newest checkpoint left verifies and resumes under --nproc, and no process is left
+RANDOM=4321
+for trial in 1 2 3 4; do
+  W=$((RANDOM % 2 + 2)); stage=$((RANDOM % 3 + 1)); victim=$((RANDOM % (W + 1))); delay=$((RANDOM % 300 + 150))
+  prev=$(ls -d "$tmp"/rk/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
+  resume=(); [ -n "$prev" ] && resume=(--resume-from-checkpoint "$tmp/rk/checkpoint-$prev")
+  "$train" "${A[@]}" --nproc "$W" --zero-stage $stage --max-steps 100000 --save-steps 1 --save-total-limit 2 \
+    --output-dir "$tmp/rk" "${resume[@]}" >/dev/null 2>"$tmp/rk.log" &
+  launcher=$!
+  sleep "$(printf '0.%03d' "$delay")"
+  kids=($(pgrep -P $launcher))
+  if [ $victim = $W ] || [ ${#kids[@]} = 0 ]; then kill -9 $launcher; else kill -9 "${kids[$((victim % ${#kids[@]}))]}"; fi
+  wait $launcher 2>/dev/null
+  sleep 0.3
+  pgrep -f -- "$tmp/rk" >/dev/null && fail "random kill $trial: processes left: $(pgrep -af -- "$tmp/rk")"
+  last=$(ls -d "$tmp"/rk/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
+  [ -n "$last" ] || continue
+  "$zckpt" verify "$tmp/rk/checkpoint-$last" >"$tmp/v" 2>&1 || fail "random kill $trial: checkpoint-$last: $(cat "$tmp/v")"
+  n=$((n + 1))
+done
+# the next save sweeps the temporary trees of killed writers (checkpoint folders, reshards)
+# once their processes are gone (a killed rank is a zombie until its new parent reaps it)
+for p in $(ls -a "$tmp/rk" | sed -n 's/.*\.zck-tmp-\([0-9]*\)$/\1/p'); do
+  for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+done
+last=$(ls -d "$tmp"/rk/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
+info=$("$zckpt" inspect "$tmp/rk/checkpoint-$last" | head -1)
+s=$(sed -n 's/.*ZeRO-\([0-9]\).*/\1/p' <<<"$info"); w=$(sed -n 's/.*world size \([0-9]*\).*/\1/p' <<<"$info")
+"$train" "${A[@]}" --nproc "$w" --zero-stage "$s" --max-steps $((last + 1)) --save-steps 1 \
+  --resume-from-checkpoint "$tmp/rk/checkpoint-$last" --output-dir "$tmp/rk" 2>"$tmp/r.log" ||
+  fail "resume after the random kills: $(tail -2 "$tmp/r.log")"
+ls -a "$tmp/rk" | grep -qE "zck-tmp|resharded|best-model" && fail "random kills: temporary trees left: $(ls -a "$tmp/rk")"
+
 # usage and clean failures
 "$train" --nproc 2 --ranks 2 2>"$tmp/u" && fail "--nproc with --ranks accepted"
 grep -q "exclude each other" "$tmp/u" || fail "--nproc --ranks: $(cat "$tmp/u")"
