@@ -91,9 +91,10 @@ void ze_args_usage(FILE *f) {
           "zckpt-train on this host (one rank each, collectives over TCP on 127.0.0.1) and waits;\n"
           "if one fails, the others are stopped. Launched by torchrun (RANK, WORLD_SIZE,\n"
           "MASTER_ADDR, MASTER_PORT, LOCAL_RANK) or mpirun (OMPI_COMM_WORLD_RANK / _SIZE, with\n"
-          "-x MASTER_ADDR -x MASTER_PORT), each process is that one rank. Either way, only\n"
-          "rank 0 prints progress and results; every rank writes its own checkpoint files.\n"
-          "With --device cuda, each process uses GPU LOCAL_RANK %% device count.\n"
+          "-x MASTER_ADDR -x MASTER_PORT), each process is that one rank and writes its own\n"
+          "checkpoint files (the same bytes as --ranks); only rank 0 prints progress and results.\n"
+          "ZCK_COMM_TIMEOUT_S bounds the wait for the other ranks (300 s). With --device cuda,\n"
+          "each process uses GPU LOCAL_RANK %% device count.\n"
           "\n"
           "Defaults differ from TrainingArguments where a tiny model needs it (max-steps, learning-rate,\n"
           "logging-steps). Exit status: 0 ok, 1 error, 2 usage error.\n",
