@@ -14,6 +14,11 @@ load_universal). Checks after the load, on every rank:
              padding is ignored, DeepSpeed itself leaves it uninitialised); step == the source's step
   consolidated  zckpt consolidate of the resharded checkpoint == zero_to_fp32 of the source (bit for bit)
 
+From DeepSpeed's own universal folder too: ds_to_universal of the source, then `zckpt reshard` of that folder
+(no load_universal either). That checkpoint must load to exactly the same state as the direct reshard: every
+rank's partitions including padding, counters, the full 16-bit state dict with the frozen param and the buffers
+(which the universal folder carries in its copied model-states files), and the same losses.
+
 Where DeepSpeed's own route (ds_to_universal + checkpoint.load_universal) works for the (source, target)
 pair, it runs too and both routes must agree exactly: every rank's partitions including padding, counters,
 16-bit weights, and the loss curve of the next steps. Where it is broken, the error is recorded
@@ -211,6 +216,25 @@ def cmp_routes(zr, ur):
     return probs
 
 
+def cmp_same_load(zr, xr, who):
+    """Two checkpoints that must load identically: everything, every rank, padding included."""
+    probs = []
+    for r, (a, b) in enumerate(zip(zr, xr)):
+        sa, sb = a["snap"], b["snap"]
+        probs += cmp_counters(sb, sa, f"rank {r} {who}")
+        probs += cmp_gathered(sb["gathered"], sa["gathered"], f"rank {r} {who}")
+        if len(sa["parts"]) != len(sb["parts"]):
+            probs.append(f"rank {r} {who}: {len(sb['parts'])} flat groups, expected {len(sa['parts'])}")
+        for gi, (pa, pb) in enumerate(zip(sa["parts"], sb["parts"])):
+            for k in ("fp32", "exp_avg", "exp_avg_sq", "lp", "step"):
+                if not values_equal(pb[k], pa[k]):
+                    probs.append(f"rank {r} group {gi} {k} {who}: {describe(pb[k], pa[k])}")
+    probs += cmp_lp(xr[0]["snap"]["lp"], zr[0]["snap"]["lp"], who)
+    if xr[0]["losses"] != zr[0]["losses"]:
+        probs.append(f"losses {xr[0]['losses']} {who} vs {zr[0]['losses']}")
+    return probs
+
+
 def cmp_losses(got, direct, before, dtype):
     probs = []
     if not all(math.isfinite(x) for x in got):
@@ -286,11 +310,30 @@ def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     notes.append(f"losses {['%.6f' % x for x in zr[0]['losses']]} vs direct {['%.6f' % x for x in direct]} "
                  f"(max rel diff {worst:.2g})")
 
+    uc_root = os.path.join(tmp, "uc")
+    os.makedirs(uc_root)
+    uc_err = H.ds_to_universal(os.path.join(src_dir, tag), os.path.join(uc_root, tag + "_universal"),
+                               os.path.join(tmp, "uc.log"))
+    if uc_err:
+        probs.append(f"ds_to_universal failed: {uc_err}")
+    else:
+        # zckpt reshard of DeepSpeed's universal folder: the same checkpoint as the direct reshard
+        out_u = os.path.join(tmp, "zck_from_uc")
+        err = reshard(uc_root, out_u, s1, w1)
+        if err:
+            probs.append(f"zckpt reshard of ds_to_universal's folder failed: {err}")
+        else:
+            try:
+                xr = H.run(tmp, "zuc", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out_u)
+                up = cmp_same_load(zr, xr, "from ds_to_universal's folder")
+                probs += up
+                if not up:
+                    notes.append("zckpt reshard of ds_to_universal's folder: loads to the same state, same losses")
+            except H.RunFailed as e:
+                probs.append(f"DeepSpeed load/train of the reshard of ds_to_universal's folder failed: {e}")
+
     if with_universal:
-        uc_root = os.path.join(tmp, "uc")
-        os.makedirs(uc_root)
-        err = H.ds_to_universal(os.path.join(src_dir, tag), os.path.join(uc_root, tag + "_universal"),
-                                os.path.join(tmp, "uc.log"))
+        err = uc_err
         if err is None:
             try:
                 ur = H.run(tmp, "uc", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=uc_root,

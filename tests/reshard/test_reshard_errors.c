@@ -8,13 +8,18 @@
  *     a sub-group in two groups, a group without trainable params, a group without 'lr';
  *   - --sub-group-size for a ZeRO-1/2 target or beyond 1e18; --tag with a universal source.
  * Broken copies are made from real fixtures by rewriting one pickle (the tree copied with
- * its tensors, one value changed) or one HDF5 link / attribute. */
+ * its tensors, one value changed) or one HDF5 link / attribute. And a run interrupted by an
+ * I/O failure (ENOSPC, failing fsync / rename / read), from each kind of source, leaves
+ * nothing at OUT. */
+#include <errno.h>
+
 #include <cjson/cJSON.h>
 #include <hdf5.h>
 
 #include "rs_util.h"
 #include "deepspeed/deepspeed.h"
 #include "hdf5/zck_h5.h"
+#include "io.h"
 #include "universal/universal.h"
 #include "zck.h"
 
@@ -362,6 +367,50 @@ static void hdf5_containers(void) {
   free(src);
 }
 
+// ---- interrupted runs
+
+static void faults(void) {
+  char *ds = zt_fixture("deepspeed/s3w2_bf16/ckpt");
+  char *uv = universal("s3w2_bf16", "fault-uv");
+  char *h5 = rs_path("%s/fault.h5", tmp);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(ds, h5, &uo));
+  const char *srcs[3] = {ds, uv, h5};
+  struct { zck__io_op op; int err; } kinds[] = {
+    {ZCK_IO_OP_WRITE, ENOSPC}, {ZCK_IO_OP_FSYNC, EIO}, {ZCK_IO_OP_RENAME, EIO}, {ZCK_IO_OP_READ, EIO}};
+  char *dir = rs_path("%s/faults", tmp);
+  rs_sh("mkdir -p '%s'", dir);
+  char *out = rs_path("%s/out", dir);
+  for (int si = 0; si < 3; si++)
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      int failures = 0;
+      for (uint64_t nth = 1;; nth = nth < 4 ? nth + 1 : nth * 3) {
+        zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+        o.to_stage = 1;
+        o.to_world_size = 3;
+        zck__io_fault_set(kinds[k].op, nth, kinds[k].err);
+        zck_status st = zck_reshard(srcs[si], out, &o);
+        zck__io_fault_set(kinds[k].op, 0, 0);
+        if (st == ZCK_OK) break;   /* fewer such operations than nth */
+        if (!zck_last_error()[0] || strchr(zck_last_error(), '\n')) ZT_FAIL("fault: no one-line message");
+        size_t n;
+        char **v = rs_list(dir, &n);
+        if (n) ZT_FAIL("source %d, fault %zu #%llu (%s): left %s behind", si, k, (unsigned long long)nth,
+                       zck_last_error(), v[0]);
+        rs_free_list(v, n);
+        failures++;
+      }
+      if (!failures && kinds[k].op != ZCK_IO_OP_READ) ZT_FAIL("source %d: fault %zu never hit", si, k);
+      rs_sh("rm -rf '%s'", out);
+    }
+  free(out);
+  free(dir);
+  free(h5);
+  free(uv);
+  free(ds);
+}
+
 int main(void) {
   char *probe = zt_fixture("deepspeed/s3w2_bf16/ckpt");
   if (!rs_exists(probe)) zt_skip("DeepSpeed fixtures missing");
@@ -370,6 +419,7 @@ int main(void) {
   deepspeed_sources();
   universal_folders();
   hdf5_containers();
+  faults();
   printf("%d refused requests, nothing written\n", n_case);
   free(tmp);
   return 0;
