@@ -86,7 +86,7 @@ static bool zck__is_hdf5(const char *path) {
   return yes;
 }
 
-static bool zck__is_dir_in(const char *dir, const char *name, bool want_dir) {
+static bool zck__has_entry(const char *dir, const char *name, bool want_dir) {
   char *p = zck__path_join(dir, name);
   struct stat sb;
   bool yes = p && stat(p, &sb) == 0 && (want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode));
@@ -96,8 +96,8 @@ static bool zck__is_dir_in(const char *dir, const char *name, bool want_dir) {
 
 /* A universal folder (it has zero/), or a folder with latest_universal and no `latest`. */
 static bool zck__is_universal(const char *path) {
-  if (zck__is_dir_in(path, "zero", true)) return true;
-  return !zck__is_dir_in(path, "latest", false) && zck__is_dir_in(path, "latest_universal", false);
+  if (zck__has_entry(path, "zero", true)) return true;
+  return !zck__has_entry(path, "latest", false) && zck__has_entry(path, "latest_universal", false);
 }
 
 zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
