@@ -182,8 +182,11 @@ static zck_status zck__uvj_tread_fn(void *ctx, void *dst, uint64_t off, uint64_t
   return zck_torch_tensor_read(r->f, r->t, dst, off, count);
 }
 
-/* One batch: reserve the files, one executor run, finish the files. */
-static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
+/* One batch: reserve the files, one executor run (with the `extra` jobs: the copies of
+ * optimizer_state.pt and the model files ride along with the first batch, so their I/O
+ * overlaps the rest), finish the files. */
+static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_exec_job *extra, size_t n_extra,
+                                 uint64_t extra_bytes) {
   zck_store *dst = zck__calloc(n, sizeof *dst);
   size_t *handle = zck__calloc(n, sizeof *handle);
   uint32_t *crc = zck__calloc(n, sizeof *crc);
@@ -209,7 +212,7 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
     bytes += e->numel * zck_dtype_size(e->dtype);
   }
   if (st == ZCK_OK) zck_model_numels(j->m, numel);
-  zck_exec_job jobs[4];
+  zck_exec_job jobs[4 + 2];
   size_t nj = 0;
   for (int k = 0; st == ZCK_OK && k < 3; k++) {
     size_t np = 0;
@@ -249,11 +252,14 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
     free(ex);
     if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, pcrc[3]};
   }
+  size_t n_own = nj;
+  for (size_t q = 0; st == ZCK_OK && q < n_extra && q < 2; q++) jobs[nj++] = extra[q];
   if (st == ZCK_OK) {
     zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
     st = zck_exec_run(jobs, nj, &eo);
-    zck__uvj_progress_advance(&j->prog, bytes);
+    zck__uvj_progress_advance(&j->prog, bytes + extra_bytes);
   }
+  nj = n_own;
   if (st == ZCK_OK) {
     for (size_t q = 0; q < nj; q++) {
       int k = jobs[q].plan == plans[3] ? 3 : jobs[q].plan == plans[0] ? 0 : jobs[q].plan == plans[1] ? 1 : 2;
@@ -414,13 +420,63 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
 
 // ---- zero/optimizer_state.pt
 
-static zck_status zck__uvj_optimizer_state(zck__uvj *j) {
+/* The file between its tree and its finish: the copy job of its tensors runs with the
+ * first batch (zck__uvj_batch). */
+typedef struct zck__uvj_opt {
+  zck_torch_writer *tw;
+  zck_pk *root;
+  zck_uv_copies copies;
+  zck_plan *plan;
+  zck_store *src, *dst;
+  uint32_t *crc;
+  uint64_t bytes;
+} zck__uvj_opt;
+
+static void zck__uvj_opt_free(zck__uvj_opt *os) {
+  zck_torch_writer_free(os->tw);
+  zck_uv_copies_free(&os->copies);
+  zck_plan_free(os->plan);
+  free(os->src);
+  free(os->dst);
+  free(os->crc);
+  memset(os, 0, sizeof *os);
+}
+
+/* The copy job of the tensors the tree holds (as zck_uv_copies_run would run it). */
+static zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
+  zck_uv_copies *c = &os->copies;
+  size_t n = c->n;
+  zck_extent *ext = zck__calloc(n ? n : 1, sizeof *ext);
+  os->src = zck__calloc(n ? n : 1, sizeof *os->src);
+  os->dst = zck__calloc(n ? n : 1, sizeof *os->dst);
+  os->crc = zck__calloc(n ? n : 1, sizeof *os->crc);
+  zck_status st = ext && os->src && os->dst && os->crc ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count};
+    os->src[i] = c->v[i].src;
+    os->dst[i] = c->v[i].dst;
+    os->bytes += c->v[i].count * zck_dtype_size(c->v[i].dst.dtype);
+  }
+  if (st == ZCK_OK) st = zck_plan_from_extents(ext, n, n, n, &os->plan);
+  if (st == ZCK_OK) st = zck_plan_split(os->plan, ZCK_PLAN_DEFAULT_CHUNK);
+  free(ext);
+  if (st == ZCK_OK) *job = (zck_exec_job){os->plan, os->src, os->dst, os->crc};
+  return st;
+}
+
+/* After the job ran: the CRCs, then the file. */
+static zck_status zck__uvj_opt_finish(zck__uvj_opt *os) {
+  for (size_t i = 0; i < os->copies.n; i++) zck_torch_writer_set_crc(os->tw, os->copies.v[i].storage, os->crc[i]);
+  return zck_torch_writer_finish(os->tw, os->root);
+}
+
+static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_exec_job *job) {
   const zck_torch_file *of = j->ck->optim0;
   const zck__source *data = &j->ck->optims[0].src;   /* see zck__uvj_steps */
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
   if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
-  zck_torch_writer *tw = NULL;
-  ZCK_TRY(zck_uv_writer_torch(j->w, "zero/optimizer_state.pt", &tw));
+  ZCK_TRY(zck_uv_writer_torch(j->w, "zero/optimizer_state.pt", &os->tw));
+  zck_torch_writer *tw = os->tw;
   zck_pk_doc *d = zck_torch_writer_doc(tw);
   zck_uv_copies copies = {0};
   zck_pk *root = NULL;
@@ -463,54 +519,60 @@ static zck_status zck__uvj_optimizer_state(zck__uvj *j) {
     if (st == ZCK_OK) st = zck_uv_copy_tree(tw, of, data, pgs, &npg, &copies);
     if (st == ZCK_OK && !zck_pk_dict_set(d, root, zck_pk_new_str(d, "param_groups"), npg)) st = ZCK_ERR_NO_MEMORY;
   }
-  if (st == ZCK_OK) {
-    zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
-    st = zck_uv_copies_run(tw, &copies, &eo);
-  }
-  if (st == ZCK_OK) st = zck_torch_writer_finish(tw, root);
-  zck_uv_copies_free(&copies);
-  zck_torch_writer_free(tw);
+  os->copies = copies;   /* freed with os, whatever happened */
+  os->root = root;
+  if (st == ZCK_OK) st = zck__uvj_opt_job(os, job);
   return st;
 }
 
 // ---- the model-states files, byte for byte (shutil.copy2 in ds_to_universal)
 
-static zck_status zck__uvj_model_files(zck__uvj *j) {
+/* The sources and raw targets of the copy job, alive until it ran. */
+typedef struct zck__uvj_models {
+  size_t n;
+  zck__source *srcs;
+  bool *open;
+  zck_store *s, *d;
+  zck_plan *plan;
+  uint64_t bytes;
+} zck__uvj_models;
+
+static void zck__uvj_models_free(zck__uvj_models *mf) {
+  for (size_t i = 0; mf->open && i < mf->n; i++)
+    if (mf->open[i]) zck__source_close(&mf->srcs[i]);
+  zck_plan_free(mf->plan);
+  free(mf->srcs);
+  free(mf->open);
+  free(mf->s);
+  free(mf->d);
+  memset(mf, 0, sizeof *mf);
+}
+
+static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exec_job *job) {
   const zck__ds_fileset *fs = &j->ck->fs;
   size_t n = j->info->stage == 3 ? fs->n_z3_models : 1;
   const zck__ds_rankfile *files = j->info->stage == 3 ? fs->z3_models : &fs->model;
-  zck__source *srcs = zck__calloc(n, sizeof *srcs);
-  bool *open = zck__calloc(n, sizeof *open);
-  zck_store *s = zck__calloc(n, sizeof *s), *d = zck__calloc(n, sizeof *d);
+  mf->n = n;
+  mf->srcs = zck__calloc(n, sizeof *mf->srcs);
+  mf->open = zck__calloc(n, sizeof *mf->open);
+  mf->s = zck__calloc(n, sizeof *mf->s);
+  mf->d = zck__calloc(n, sizeof *mf->d);
   zck_extent *ext = zck__calloc(n, sizeof *ext);
-  zck_status st = srcs && open && s && d && ext ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status st = mf->srcs && mf->open && mf->s && mf->d && ext ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t ne = 0;
-  uint64_t bytes = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
-    st = zck__source_open(&srcs[i], files[i].path);
+    st = zck__source_open(&mf->srcs[i], files[i].path);
     if (st != ZCK_OK) break;
-    open[i] = true;
-    s[i] = zck_store_source(&srcs[i], 0, ZCK_U8, srcs[i].size, files[i].path);
-    st = zck_uv_writer_raw(j->w, files[i].name, srcs[i].size, &d[i]);
-    if (st == ZCK_OK && srcs[i].size) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, srcs[i].size};
-    bytes += srcs[i].size;
+    mf->open[i] = true;
+    mf->s[i] = zck_store_source(&mf->srcs[i], 0, ZCK_U8, mf->srcs[i].size, files[i].path);
+    st = zck_uv_writer_raw(j->w, files[i].name, mf->srcs[i].size, &mf->d[i]);
+    if (st == ZCK_OK && mf->srcs[i].size) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, mf->srcs[i].size};
+    mf->bytes += mf->srcs[i].size;
   }
-  zck_plan *plan = NULL;
-  if (st == ZCK_OK) st = zck_plan_from_extents(ext, ne, n, n, &plan);
-  if (st == ZCK_OK) st = zck_plan_split(plan, (uint64_t)16 << 20);
-  if (st == ZCK_OK) {
-    zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
-    st = zck_exec_run(&(zck_exec_job){plan, s, d, NULL}, 1, &eo);
-    zck__uvj_progress_advance(&j->prog, bytes);
-  }
-  zck_plan_free(plan);
-  for (size_t i = 0; i < n; i++)
-    if (open && open[i]) zck__source_close(&srcs[i]);
-  free(srcs);
-  free(open);
-  free(s);
-  free(d);
+  if (st == ZCK_OK) st = zck_plan_from_extents(ext, ne, n, n, &mf->plan);
+  if (st == ZCK_OK) st = zck_plan_split(mf->plan, (uint64_t)16 << 20);
   free(ext);
+  if (st == ZCK_OK) *job = (zck_exec_job){mf->plan, mf->s, mf->d, NULL};
   return st;
 }
 
@@ -538,11 +600,34 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   zck_uv_write_opts wo = ZCK_UV_WRITE_OPTS_INIT;
   wo.overwrite = o->overwrite != 0;
   if (st == ZCK_OK) st = zck_uv_writer_create(out, &wo, &j.w);
-  size_t per = zck__uvj_batch_files();
-  for (size_t i = 0; st == ZCK_OK && i < j.n; i += per) st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per);
+  /* optimizer_state.pt and the model files: reserved first and copied with the first
+   * batch, unless the descriptor limit is too tight for their files (a source and a
+   * target per model file) beside a batch: then after the batches, on their own */
+  zck__uvj_opt os = {0};
+  zck__uvj_models mf = {0};
+  zck_exec_job extra[2];
+  size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * (j.info->stage == 3 ? j.ck->fs.n_z3_models : 1);
+  bool ride = per > 16 + extra_fds && j.n;
+  if (ride) per -= extra_fds;
+  for (int step = 0; step < 3 && st == ZCK_OK; step++) {
+    if (step == (ride ? 0 : 1)) { /* reserve the extra files */
+      st = zck__uvj_optimizer_state(&j, &os, &extra[0]);
+      if (st == ZCK_OK) st = zck__uvj_model_files(&j, &mf, &extra[1]);
+      j.prog.total += os.bytes + mf.bytes;
+    } else if (step == (ride ? 1 : 0)) { /* the batches */
+      for (size_t i = 0; st == ZCK_OK && i < j.n; i += per)
+        st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per, ride && !i ? extra : NULL, ride && !i ? 2 : 0,
+                            ride && !i ? os.bytes + mf.bytes : 0);
+    } else if (!ride) { /* the extra copies on their own */
+      zck_exec_opts eo = zck__uvj_exec_opts(o, &j.prog);
+      st = zck_exec_run(extra, 2, &eo);
+      zck__uvj_progress_advance(&j.prog, os.bytes + mf.bytes);
+    }
+  }
+  zck__uvj_models_free(&mf);
   if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
-  if (st == ZCK_OK) st = zck__uvj_optimizer_state(&j);
-  if (st == ZCK_OK) st = zck__uvj_model_files(&j);
+  if (st == ZCK_OK) st = zck__uvj_opt_finish(&os);
+  zck__uvj_opt_free(&os);
   if (st == ZCK_OK) st = zck_uv_writer_commit(j.w);
   zck_uv_writer_free(j.w);
   for (size_t i = 0; i < j.n_ctx; i++) free(j.ctx[i]);

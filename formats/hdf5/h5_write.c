@@ -4,9 +4,14 @@
  * whose write completes a chunk compresses it (one zstd frame with its content size) and
  * stores it with H5Dwrite_chunk under the HDF5 lock. Chunks are contiguous runs of the
  * flattening (chunk shape (1, .., 1, c, D[k+1], ..)), so a plan ordered by destination
- * keeps only a few chunks in assembly per thread. */
+ * keeps only a few chunks in assembly per thread; a write that covers a whole chunk is
+ * compressed straight from the caller's buffer. Assembly buffers and compression
+ * contexts with their output buffers are pooled, and the file's writeback is started as
+ * chunks are stored, so compressing the rest overlaps the disk and the commit's fsync
+ * has little left to wait for. */
 #include "h5_internal.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +22,17 @@
 #include "io.h"
 
 #define ZCK__H5_DEFAULT_CHUNK ((uint64_t)1 << 20)
+/* Pooled buffers kept for reuse, at most this many bytes of them. */
+#define ZCK__H5_POOL_BYTES ((size_t)64 << 20)
+/* Start writeback after every this many bytes stored. */
+#define ZCK__H5_WRITE_BEHIND ((uint64_t)16 << 20)
+
+/* A compression context with its output buffer. */
+typedef struct zck__h5w_zc {
+  ZSTD_CCtx *cc;
+  uint8_t *z;
+  size_t cap;
+} zck__h5w_zc;
 
 typedef struct zck__h5w_slot {
   uint64_t id;
@@ -54,9 +70,12 @@ struct zck_h5_writer {
   uint64_t chunk_bytes;
   zck__h5w_ds **ds;
   size_t n_ds, cap_ds;
-  pthread_mutex_t pool_mu;  /* compression contexts, reused across chunks */
-  ZSTD_CCtx **cctx;
-  size_t n_cctx, cap_cctx;
+  pthread_mutex_t pool_mu;  /* the pools and the write-behind count */
+  zck__h5w_zc *zc;          /* idle compression contexts */
+  size_t n_zc, cap_zc;
+  uint8_t **bufs;           /* idle assembly buffers of chunk_bytes */
+  size_t n_bufs, cap_bufs;
+  uint64_t unsynced;        /* bytes stored since the last writeback start */
   bool committed;
 };
 
@@ -88,26 +107,81 @@ static void zck__h5w_chunk_offset(const zck__h5w_ds *d, uint64_t id, hsize_t *of
   off[d->k] = j * d->ck;
 }
 
-// ---- compression contexts
+// ---- pools: compression contexts and assembly buffers
 
-static ZSTD_CCtx *zck__h5w_cctx_get(zck_h5_writer *w) {
-  ZSTD_CCtx *c = NULL;
+/* A context whose buffer holds cap bytes; false on out of memory. */
+static bool zck__h5w_zc_get(zck_h5_writer *w, size_t cap, zck__h5w_zc *out) {
+  zck__h5w_zc c = {0};
   pthread_mutex_lock(&w->pool_mu);
-  if (w->n_cctx) c = w->cctx[--w->n_cctx];
+  if (w->n_zc) c = w->zc[--w->n_zc];
   pthread_mutex_unlock(&w->pool_mu);
-  return c ? c : ZSTD_createCCtx();
+  if (!c.cc && !(c.cc = ZSTD_createCCtx())) return false;
+  if (c.cap < cap) {
+    free(c.z);
+    c.cap = 0;
+    if (!(c.z = malloc(cap))) {
+      ZSTD_freeCCtx(c.cc);
+      return false;
+    }
+    c.cap = cap;
+  }
+  *out = c;
+  return true;
 }
 
-static void zck__h5w_cctx_put(zck_h5_writer *w, ZSTD_CCtx *c) {
-  pthread_mutex_lock(&w->pool_mu);
-  if (w->n_cctx == w->cap_cctx) {
-    size_t nc = w->cap_cctx ? 2 * w->cap_cctx : 16;
-    ZSTD_CCtx **v = realloc(w->cctx, nc * sizeof *v);
-    if (v) { w->cctx = v; w->cap_cctx = nc; }
+static void zck__h5w_zc_put(zck_h5_writer *w, zck__h5w_zc c) {
+  if (c.cap > ZCK__H5_POOL_BYTES / 8) { /* an unusually big chunk size: keep the context only */
+    free(c.z);
+    c.z = NULL;
+    c.cap = 0;
   }
-  if (w->n_cctx < w->cap_cctx) { w->cctx[w->n_cctx++] = c; c = NULL; }
+  pthread_mutex_lock(&w->pool_mu);
+  if (w->n_zc == w->cap_zc) {
+    size_t nc = w->cap_zc ? 2 * w->cap_zc : 16;
+    zck__h5w_zc *v = realloc(w->zc, nc * sizeof *v);
+    if (v) { w->zc = v; w->cap_zc = nc; }
+  }
+  bool kept = w->n_zc < w->cap_zc;
+  if (kept) w->zc[w->n_zc++] = c;
   pthread_mutex_unlock(&w->pool_mu);
-  ZSTD_freeCCtx(c);
+  if (!kept) {
+    ZSTD_freeCCtx(c.cc);
+    free(c.z);
+  }
+}
+
+/* An assembly buffer of chunk_bytes (contents undefined). */
+static uint8_t *zck__h5w_buf_get(zck_h5_writer *w) {
+  uint8_t *b = NULL;
+  pthread_mutex_lock(&w->pool_mu);
+  if (w->n_bufs) b = w->bufs[--w->n_bufs];
+  pthread_mutex_unlock(&w->pool_mu);
+  return b ? b : malloc((size_t)w->chunk_bytes);
+}
+
+static void zck__h5w_buf_put(zck_h5_writer *w, uint8_t *b) {
+  if (!b) return;
+  pthread_mutex_lock(&w->pool_mu);
+  if (w->n_bufs == w->cap_bufs && (w->n_bufs + 1) * w->chunk_bytes <= ZCK__H5_POOL_BYTES) {
+    size_t nc = w->cap_bufs ? 2 * w->cap_bufs : 8;
+    uint8_t **v = realloc(w->bufs, nc * sizeof *v);
+    if (v) { w->bufs = v; w->cap_bufs = nc; }
+  }
+  bool kept = w->n_bufs < w->cap_bufs && (w->n_bufs + 1) * w->chunk_bytes <= ZCK__H5_POOL_BYTES;
+  if (kept) w->bufs[w->n_bufs++] = b;
+  pthread_mutex_unlock(&w->pool_mu);
+  if (!kept) free(b);
+}
+
+/* After `bytes` more were stored: every ZCK__H5_WRITE_BEHIND bytes, start the writeback
+ * of what the file holds so far (a hint; the commit's fsync makes it durable). */
+static void zck__h5w_write_behind(zck_h5_writer *w, uint64_t bytes) {
+  pthread_mutex_lock(&w->pool_mu);
+  w->unsynced += bytes;
+  bool kick = w->unsynced >= ZCK__H5_WRITE_BEHIND;
+  if (kick) w->unsynced = 0;
+  pthread_mutex_unlock(&w->pool_mu);
+  if (kick) (void)sync_file_range(w->out.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
 // ---- writing a complete chunk
@@ -125,18 +199,13 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
     zck__h5_unlock();
     return st;
   }
-  size_t cap = ZSTD_compressBound(raw);
-  uint8_t *z = zck__malloc(cap);
-  ZSTD_CCtx *cc = z ? zck__h5w_cctx_get(w) : NULL;
-  if (!cc) {
-    free(z);
+  zck__h5w_zc zc;
+  if (!zck__h5w_zc_get(w, ZSTD_compressBound(raw), &zc))
     return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory compressing a chunk", d->label);
-  }
   /* one-shot: the frame header records the content size (§3.2) */
-  size_t n = ZSTD_compressCCtx(cc, z, cap, buf, raw, w->level);
-  zck__h5w_cctx_put(w, cc);
+  size_t n = ZSTD_compressCCtx(zc.cc, zc.z, zc.cap, buf, raw, w->level);
   if (ZSTD_isError(n)) {
-    free(z);
+    zck__h5w_zc_put(w, zc);
     return zck__fail(ZCK_ERR_INTERNAL, "%s: zstd: %s", d->label, ZSTD_getErrorName(n));
   }
   hsize_t off[ZCK_H5_MAX_DIMS];
@@ -145,10 +214,11 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
   zck__h5_lock();
   int e = zck__io_fault(ZCK_IO_OP_WRITE);
   if (e) st = zck__fail_errno(e, "%s: writing chunk %llu", d->label, (unsigned long long)id);
-  else if (H5Dwrite_chunk(d->dset, H5P_DEFAULT, 0, off, n, z) < 0)
+  else if (H5Dwrite_chunk(d->dset, H5P_DEFAULT, 0, off, n, zc.z) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
   zck__h5_unlock();
-  free(z);
+  zck__h5w_zc_put(w, zc);
+  if (st == ZCK_OK) zck__h5w_write_behind(w, n);
   return st;
 }
 
@@ -163,6 +233,16 @@ static zck_status zck__h5w_store_write(void *ctx, const void *src, uint64_t off,
     zck__h5w_slot *sl = NULL;
     for (size_t i = 0; i < d->n_slots; i++)
       if (d->slots[i].id == id) { sl = &d->slots[i]; break; }
+    if (!sl && d->chunked && within == 0 && take == d->chunk_elems) {
+      /* the whole chunk in one write: compress it from the caller's bytes */
+      d->written++;
+      pthread_mutex_unlock(&d->mu);
+      ZCK_TRY(zck__h5w_flush(d, id, s));
+      s += take * d->es;
+      off += take;
+      count -= take;
+      continue;
+    }
     if (!sl) {
       if (d->n_slots == d->cap_slots) {
         size_t nc = d->cap_slots ? 2 * d->cap_slots : 8;
@@ -171,8 +251,10 @@ static zck_status zck__h5w_store_write(void *ctx, const void *src, uint64_t off,
         d->slots = v;
         d->cap_slots = nc;
       }
-      uint8_t *buf = calloc(d->chunk_elems ? d->chunk_elems : 1, d->es); /* zeros beyond the edge */
+      uint8_t *buf = d->chunked ? zck__h5w_buf_get(d->w) : calloc(d->chunk_elems ? d->chunk_elems : 1, d->es);
       if (!buf) { pthread_mutex_unlock(&d->mu); return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory"); }
+      /* zeros beyond the edge of the dataset */
+      if (d->chunked && valid < d->chunk_elems) memset(buf + valid * d->es, 0, (size_t)((d->chunk_elems - valid) * d->es));
       sl = &d->slots[d->n_slots++];
       *sl = (zck__h5w_slot){id, buf, 0};
     }
@@ -194,7 +276,8 @@ static zck_status zck__h5w_store_write(void *ctx, const void *src, uint64_t off,
     if (over) return zck__fail(ZCK_ERR_INTERNAL, "%s: chunk %llu written twice", d->label, (unsigned long long)id);
     if (done) {
       zck_status st = zck__h5w_flush(d, id, buf);
-      free(buf);
+      if (d->chunked) zck__h5w_buf_put(d->w, buf);
+      else free(buf);
       if (st != ZCK_OK) return st;
     }
     s += take * d->es;
@@ -275,7 +358,7 @@ static void zck__h5w_ds_free(zck__h5w_ds *d) {
   if (!d) return;
   if (d->dset >= 0) H5Dclose(d->dset);
   if (d->ftype >= 0) H5Tclose(d->ftype);
-  for (size_t i = 0; i < d->n_slots; i++) free(d->slots[i].buf);
+  for (size_t i = 0; i < d->n_slots; i++) free(d->slots[i].buf);   /* malloc'd either way */
   free(d->slots);
   pthread_mutex_destroy(&d->mu);
   free(d->path);
@@ -458,8 +541,13 @@ void zck_h5_writer_free(zck_h5_writer *w) {
   H5Eclear2(H5E_DEFAULT);
   zck__h5_unlock();
   if (w->out_open) zck__outfile_abort(&w->out);
-  for (size_t i = 0; i < w->n_cctx; i++) ZSTD_freeCCtx(w->cctx[i]);
-  free(w->cctx);
+  for (size_t i = 0; i < w->n_zc; i++) {
+    ZSTD_freeCCtx(w->zc[i].cc);
+    free(w->zc[i].z);
+  }
+  free(w->zc);
+  for (size_t i = 0; i < w->n_bufs; i++) free(w->bufs[i]);
+  free(w->bufs);
   free(w->ds);
   pthread_mutex_destroy(&w->pool_mu);
   free(w);

@@ -48,7 +48,6 @@ static void *worker(void *arg) {
       for (uint64_t at = r->out_off + done; at < s->write_total; at += s->read_total) {
         size_t m = s->write_total - at < n ? (size_t)(s->write_total - at) : n;
         if (pwrite(s->out, buf, m, (off_t)at) != (ssize_t)m) { perror("pwrite"); exit(1); }
-        if (getenv("FLOOR_SFR")) sync_file_range(s->out, (off_t)at, (off_t)m, SYNC_FILE_RANGE_WRITE);
       }
       done += n;
     }
