@@ -302,20 +302,35 @@ static void free_jobs(job_list *j) {
   j->n = 0;
 }
 
-/* One custom layout: store 0 is the fp32 model buffer, every owner param at its offset. */
-static zck_status model_buffer_layout(const ze_zero_plan *plan, bool frozen_only, zck_layout **out) {
-  const zck_model *m = plan->model;
-  zck_piece *pc = zck__calloc(m->n_params ? m->n_params : 1, sizeof *pc);
+/* Stage 1/2 frozen params as one custom layout: store 0 is frozen_full (their lp copies,
+ * concatenated in manifest order). */
+static zck_status frozen_full_layout(const ze_zero_plan *plan, zck_layout **out) {
+  zck_piece *pc = zck__calloc(plan->n_frozen ? plan->n_frozen : 1, sizeof *pc);
   if (!pc) return ZCK_ERR_NO_MEMORY;
-  size_t n = 0;
-  for (size_t p = 0; p < m->n_params; p++) {
-    if (m->params[p].tied_to >= 0 || (frozen_only && !m->params[p].frozen)) continue;
-    pc[n++] = (zck_piece){(uint32_t)p, 0, 0, plan->model_off[p], plan->numel[p]};
+  for (size_t i = 0; i < plan->n_frozen; i++) {
+    uint32_t p = plan->frozen_params[i];
+    pc[i] = (zck_piece){p, 0, 0, plan->home[p].off, plan->numel[p]};
   }
-  zck_layout_store st = {-1, -1, -1, plan->model_numel, plan->model_numel};
-  zck_status s = zck_layout_custom(m->n_params, plan->numel, &st, 1, pc, n, out);
+  zck_layout_store st = {-1, -1, -1, plan->frozen_numel, plan->frozen_numel};
+  zck_status s = zck_layout_custom(plan->model->n_params, plan->numel, &st, 1, pc, plan->n_frozen, out);
   free(pc);
   return s;
+}
+
+/* Stage 1/2: stores[g*W + r] = rank r's slice of zr's whole lp flat of group g. */
+static zck_status lp_flat_stores(const ze_zero_plan *plan, const ze_zero_rank *zr, zck_store **out) {
+  const zck_layout *l = plan->train;
+  uint32_t W = plan->o.world;
+  size_t es = zck_dtype_size(plan->o.lp_dtype);
+  zck_store *st = zck__calloc(l->n_stores ? l->n_stores : 1, sizeof *st);
+  if (!st) return ZCK_ERR_NO_MEMORY;
+  for (size_t g = 0; g < l->n_groups; g++)
+    for (uint32_t r = 0; r < W; r++) {
+      uint64_t part = l->groups[g].partition;
+      st[g * W + r] = zck_store_memory((uint8_t *)zr->lp[g] + r * part * es, plan->o.lp_dtype, part, "rank 0 lp weights");
+    }
+  *out = st;
+  return ZCK_OK;
 }
 
 /* stores[g*W + r] = memory of ranks[r]'s array g (one kind of state); with `only`, just
@@ -378,7 +393,7 @@ zck_status ze__ckpt_write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const
   o.lr_scheduler = ds_opt ? lambda_lr_state(doc, t, m->n_groups, step) : NULL;
   o.save_latest = !only; /* per rank: rank 0 writes `latest` once every rank's files are in */
   zck_ds_writer *w = NULL;
-  zck_store *fp32 = NULL, *m1 = NULL, *m2 = NULL, *frozen = NULL;
+  zck_store *fp32 = NULL, *m1 = NULL, *m2 = NULL, *frozen = NULL, *lp_st = NULL;
   zck_layout *model_l = NULL, *train_l = NULL, *frozen_l = NULL;
   job_list jobs = {0};
   const char **names = zck__calloc(m->n_params, sizeof *names);
@@ -404,11 +419,15 @@ zck_status ze__ckpt_write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const
     ZCK_CHECK_GOTO(add_job(&jobs, train, src[part], dst.layout, dst.stores, names, only != NULL), s, out);
   }
   zck_ds_view dst;
-  zck_store work = zck_store_memory(zr0->work, ZCK_F32, plan->model_numel, "rank 0 weights");
+  zck_store frozen_st = zck_store_memory(zr0->frozen_full, plan->o.lp_dtype, plan->frozen_numel, "rank 0 frozen weights");
   if ((!only || only->rank == 0) && zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
-    /* 16-bit module weights: work holds their exact values (fp32 of the lp params) */
-    ZCK_CHECK_GOTO(model_buffer_layout(plan, false, &model_l), s, out);
-    ZCK_CHECK_GOTO(add_job(&jobs, model_l, &work, dst.layout, dst.stores, names, false), s, out);
+    /* 16-bit module weights (stage 1/2): rank 0's whole lp flat, and its frozen copies */
+    ZCK_CHECK_GOTO(lp_flat_stores(plan, zr0, &lp_st), s, out);
+    ZCK_CHECK_GOTO(add_job(&jobs, plan->train, lp_st, dst.layout, dst.stores, names, true), s, out);
+    if (plan->n_frozen) {
+      ZCK_CHECK_GOTO(frozen_full_layout(plan, &model_l), s, out);
+      ZCK_CHECK_GOTO(add_job(&jobs, model_l, &frozen_st, dst.layout, dst.stores, names, true), s, out);
+    }
   }
   if (zck_ds_writer_get(w, ZCK_DS_FROZEN, &dst) == ZCK_OK) {
     const zck_layout *fl = plan->frozen;
@@ -431,6 +450,7 @@ out:
   free(m1);
   free(m2);
   free(frozen);
+  free(lp_st);
   free(names);
   zck_pk_doc_free(doc);
   return s;
@@ -621,6 +641,13 @@ static zck_status write_latest(const char *dir, int64_t step) {
   return s;
 }
 
+/* Stage 1/2: a tensor's values from the rank's own lp flat (no collective). */
+static zck_status read_lp_param(void *ctx, size_t index, const ze_param_spec *spec, float *dst) {
+  (void)spec;
+  uint32_t p = (uint32_t)index; /* spec index = manifest index */
+  return ze_zero_fetch(ctx, &p, 1, dst);
+}
+
 zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *od, int64_t step, bool per_rank) {
   const ze_train_args *a = t->a;
   const ze_zero_plan *plan = t->plan;
@@ -634,7 +661,7 @@ zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *o
   /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
    * only the DeepSpeed checkpoint); per rank, the ranks wrote the stage-3 file already */
   if (s == ZCK_OK && plan->o.stage < 3)
-    s = ze_hf_write_weights(model, t->cfg, zr0->work, plan->o.lp_dtype);
+    s = ze_hf_write_weights(model, t->cfg, read_lp_param, zr0, plan->o.lp_dtype);
   if (s == ZCK_OK && !per_rank && plan->o.stage == 3 && (t->gather16 || a->save_only_model))
     s = write_gathered16(t, model);
   if (s == ZCK_OK) s = write_trainer_state(t, state, step);
@@ -904,24 +931,18 @@ zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
   if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG_SQ, plan->train, 2);
   if (s == ZCK_OK && plan->o.stage == 3 && plan->n_frozen) s = restore_part(st, zr, ZCK_DS_FROZEN, plan->frozen, 4);
   if (s == ZCK_OK && plan->o.stage < 3 && plan->n_frozen) {
-    /* stage 1/2 frozen params: whole lp tensors into frozen_full and the model buffer */
+    /* stage 1/2 frozen params: whole lp tensors into frozen_full */
     zck_ds_view src;
     zck_layout *l = NULL;
     zck_plan *p = NULL;
     s = zck_ds_get(st->ds, ZCK_DS_FROZEN, &src);
-    if (s == ZCK_OK) s = model_buffer_layout(plan, true, &l);
-    zck_store work = zck_store_memory(zr->work, ZCK_F32, plan->model_numel, "rank weights");
+    if (s == ZCK_OK) s = frozen_full_layout(plan, &l);
+    zck_store dst = zck_store_memory(zr->frozen_full, lp, plan->frozen_numel, "rank frozen weights");
     if (s == ZCK_OK) s = zck_plan_build(src.layout, l, NULL, &p);
     if (s == ZCK_OK) {
       zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
       eo.threads = 1;
-      s = zck_exec_plan(p, src.stores, &work, NULL, &eo);
-    }
-    uint64_t off = 0;
-    for (size_t i = 0; i < plan->n_frozen && s == ZCK_OK; i++) {
-      uint32_t q = plan->frozen_params[i];
-      zck_convert(lp, (uint8_t *)zr->frozen_full + off * es, ZCK_F32, zr->work + plan->model_off[q], plan->numel[q]);
-      off += plan->numel[q];
+      s = zck_exec_plan(p, src.stores, &dst, NULL, &eo);
     }
     zck_plan_free(p);
     zck_layout_free(l);
@@ -938,21 +959,6 @@ zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
     zck_convert(lp, dst, ZCK_F32, zr->fp32[g], part);
   }
   zr->step = st->optimizer_step;
-  if (plan->o.stage == 3 && plan->n_frozen) {
-    const zck_layout *fl = plan->frozen;
-    for (size_t g = 0; g < fl->n_groups; g++) {
-      uint64_t part = fl->groups[g].partition;
-      ZCK_TRY(zr->comm->all_gather(zr->comm, zr->frozen_lp[g], zr->lp_flat, part, lp));
-      for (uint32_t k = 0; k < fl->world; k++) {
-        uint32_t sid = zck_layout_store_id(fl, (uint32_t)g, k);
-        for (size_t i = fl->store_first[sid]; i < fl->store_first[sid + 1]; i++) {
-          const zck_piece *pc = &fl->pieces[fl->by_store[i]];
-          zck_convert(ZCK_F32, zr->work + plan->model_off[pc->param] + pc->param_off, lp,
-                      (const uint8_t *)zr->lp_flat + (k * part + pc->store_off) * es, pc->count);
-        }
-      }
-    }
-  }
   return ze_zero_gather(zr);
 }
 

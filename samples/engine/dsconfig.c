@@ -224,6 +224,97 @@ static int64_t warmup_for(const ze_train_args *a) {
   return (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
 }
 
+// ---- the keys users tune (DeepSpeedZeroConfig's fields and validators)
+
+/* An integer field: absent or null leaves *v; min is DeepSpeed's bound (ge / gt). */
+static zck_status read_count(const cJSON *root, const char *name, const char *key, uint64_t min, uint64_t *v) {
+  const cJSON *j = json_get(root, key);
+  if (!j || cJSON_IsNull(j)) return ZCK_OK;
+  ZCK_FAIL_IF(!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble), ZCK_ERR_INVALID_ARG,
+              "%s: %s must be an integer", name, key);
+  /* pydantic's words for gt=0 (min 1) and ge=0 (min 0) */
+  ZCK_FAIL_IF(j->valuedouble < (double)min, ZCK_ERR_INVALID_ARG, "%s: %s=%.17g: Input should be greater than%s 0", name,
+              key, j->valuedouble, min ? "" : " or equal to");
+  *v = j->valuedouble >= 1.8e19 ? UINT64_MAX : (uint64_t)j->valuedouble;
+  return ZCK_OK;
+}
+
+/* A pydantic bool: true/false (or 0/1); absent or null leaves *v. */
+static zck_status read_bool(const cJSON *root, const char *name, const char *key, bool *v) {
+  const cJSON *j = json_get(root, key);
+  if (!j || cJSON_IsNull(j)) return ZCK_OK;
+  if (cJSON_IsBool(j)) *v = cJSON_IsTrue(j);
+  else if (cJSON_IsNumber(j) && (j->valuedouble == 0 || j->valuedouble == 1)) *v = j->valuedouble == 1;
+  else return zck__fail(ZCK_ERR_INVALID_ARG, "%s: %s must be true or false", name, key);
+  return ZCK_OK;
+}
+
+/* offload_optimizer / offload_param: device none | cpu | nvme, pin_memory, ratio. */
+static zck_status read_offload(const cJSON *root, const char *name, const char *key, int stage, bool *on) {
+  char k[96];
+  const cJSON *sec = json_get(root, key);
+  if (!sec || cJSON_IsNull(sec)) return ZCK_OK;
+  ZCK_FAIL_IF(!cJSON_IsObject(sec), ZCK_ERR_INVALID_ARG, "%s: %s must be an object", name, key);
+  snprintf(k, sizeof k, "%s.device", key);
+  const cJSON *d = json_get(root, k);
+  const char *dev = "none";
+  if (d && !cJSON_IsNull(d)) {
+    ZCK_FAIL_IF(!cJSON_IsString(d) || (strcmp(d->valuestring, "none") && strcmp(d->valuestring, "cpu") &&
+                                       strcmp(d->valuestring, "nvme")),
+                ZCK_ERR_INVALID_ARG, "%s: %s: Input should be 'none', 'cpu' or 'nvme'", name, k);
+    dev = d->valuestring;
+  }
+  ZCK_FAIL_IF(!strcmp(dev, "nvme"), ZCK_ERR_UNSUPPORTED,
+              "%s: %s=nvme: NVMe offloading is not supported by zckpt-train (use \"cpu\" or \"none\")", name, k);
+  bool pin = true;
+  snprintf(k, sizeof k, "%s.pin_memory", key);
+  ZCK_TRY(read_bool(root, name, k, &pin));
+  snprintf(k, sizeof k, "%s.ratio", key);
+  const cJSON *ratio = json_get(root, k);
+  if (ratio && !cJSON_IsNull(ratio)) {
+    ZCK_FAIL_IF(!cJSON_IsNumber(ratio) || ratio->valuedouble < 0 || ratio->valuedouble > 1, ZCK_ERR_INVALID_ARG,
+                "%s: %s must be a number in [0, 1]", name, k);
+    /* DeepSpeedZeroConfig.offload_ratio_check */
+    ZCK_FAIL_IF(!strcmp(dev, "cpu") && ratio->valuedouble < 1.0 && stage != 3, ZCK_ERR_INVALID_ARG,
+                "%s: Partial offloading only supported for ZeRO Stage 3.", name);
+  }
+  *on = !strcmp(dev, "cpu");
+  return ZCK_OK;
+}
+
+static zck_status read_tuning(const cJSON *root, const char *name, ze_ds_config *out) {
+  /* DeepSpeed's defaults */
+  out->reduce_bucket_size = 500000000;
+  out->allgather_bucket_size = 500000000;
+  out->prefetch_bucket_size = 50000000;
+  out->max_live_parameters = 1000000000;
+  out->overlap_comm = out->stage == 3; /* overlap_comm_valid: None -> stage 3 */
+  out->contiguous_gradients = true;
+  ZCK_TRY(read_count(root, name, "zero_optimization.reduce_bucket_size", 1, &out->reduce_bucket_size));
+  ZCK_TRY(read_count(root, name, "zero_optimization.allgather_bucket_size", 0, &out->allgather_bucket_size));
+  ZCK_TRY(read_count(root, name, "zero_optimization.stage3_prefetch_bucket_size", 0, &out->prefetch_bucket_size));
+  ZCK_TRY(read_count(root, name, "zero_optimization.stage3_max_live_parameters", 0, &out->max_live_parameters));
+  if (out->stage < 3) {
+    /* DeepSpeedZeroOptimizer's assert, then a bucket that holds something */
+    ZCK_FAIL_IF(out->allgather_bucket_size % 2, ZCK_ERR_INVALID_ARG,
+                "%s: allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 2 ", name);
+    ZCK_FAIL_IF(!out->allgather_bucket_size, ZCK_ERR_INVALID_ARG,
+                "%s: zero_optimization.allgather_bucket_size must be positive", name);
+  }
+  ZCK_TRY(read_bool(root, name, "zero_optimization.overlap_comm", &out->overlap_comm));
+  ZCK_TRY(read_bool(root, name, "zero_optimization.contiguous_gradients", &out->contiguous_gradients));
+  ZCK_TRY(read_offload(root, name, "zero_optimization.offload_optimizer", out->stage, &out->offload_optimizer));
+  ZCK_TRY(read_offload(root, name, "zero_optimization.offload_param", out->stage, &out->offload_param));
+  /* the deprecated spellings (DeepSpeedZeroConfig's new_param_fn) */
+  bool legacy = false;
+  ZCK_TRY(read_bool(root, name, "zero_optimization.cpu_offload", &legacy));
+  out->offload_optimizer = out->offload_optimizer || legacy;
+  legacy = false;
+  ZCK_TRY(read_bool(root, name, "zero_optimization.cpu_offload_param", &legacy));
+  out->offload_param = out->offload_param || legacy;
+  return ZCK_OK;
+}
+
 // ---- resolution and the engine's own checks
 
 static zck_status resolve(cJSON *root, const char *name, const ze_train_args *a, ze_ds_config *out) {
@@ -294,13 +385,7 @@ static zck_status resolve(cJSON *root, const char *name, const ze_train_args *a,
               "%s: zero_optimization.round_robin_gradients is not supported by zckpt-train", name);
   ZCK_FAIL_IF(json_true(root, "zero_optimization.elastic_checkpoint"), ZCK_ERR_UNSUPPORTED,
               "%s: zero_optimization.elastic_checkpoint is not supported by zckpt-train", name);
-  static const char *const offload[] = {"zero_optimization.offload_optimizer.device",
-                                        "zero_optimization.offload_param.device"};
-  for (int i = 0; i < 2; i++) {
-    const cJSON *d = json_get(root, offload[i]);
-    ZCK_FAIL_IF(d && cJSON_IsString(d) && strcmp(d->valuestring, "none"), ZCK_ERR_UNSUPPORTED,
-                "%s: %s=%s: offloading is not supported by zckpt-train", name, offload[i], d->valuestring);
-  }
+  ZCK_TRY(read_tuning(root, name, out));
   out->gather_16bit_on_save = json_true(root, "zero_optimization.stage3_gather_16bit_weights_on_model_save") ||
                               json_true(root, "zero_optimization.stage3_gather_fp16_weights_on_model_save") ||
                               json_true(root, "zero_optimization.gather_16bit_weights_on_model_save");

@@ -8,7 +8,7 @@
  *   - ds gradient_accumulation_steps=4 vs hf gradient_accumulation_steps=2
  *   The easiest method is to set these DeepSpeed config values to 'auto'.
  * Values print as Python prints them (5e-05, [0.9, 0.999], True). Then the keys the engine
- * needs are read, and what it cannot do (DeepSpeed schedulers, offload, round-robin
+ * needs are read, and what it cannot do (DeepSpeed schedulers, NVMe offload, round-robin
  * gradients, fp16) is refused with one line naming the key.
  */
 #ifndef ZE_DSCONFIG_H
@@ -27,6 +27,15 @@ typedef struct ze_ds_config {
   bool has_optimizer;           /* an "optimizer" section: DeepSpeed builds ONE param group */
   uint64_t sub_group_size;      /* zero_optimization.sub_group_size, default 1e9 */
   bool gather_16bit_on_save;    /* zero_optimization.stage3_gather_16bit_weights_on_model_save */
+  /* the keys users tune, DeepSpeed's defaults when absent (see zero.h, zexec.h) */
+  uint64_t reduce_bucket_size;    /* 5e8 */
+  uint64_t allgather_bucket_size; /* 5e8 (stage 1/2) */
+  uint64_t prefetch_bucket_size;  /* stage3_prefetch_bucket_size, 5e7 */
+  uint64_t max_live_parameters;   /* stage3_max_live_parameters, 1e9 */
+  bool overlap_comm;              /* default: stage 3 */
+  bool contiguous_gradients;      /* default true */
+  bool offload_optimizer;         /* offload_optimizer.device == "cpu" (or cpu_offload) */
+  bool offload_param;             /* offload_param.device == "cpu" (or cpu_offload_param) */
   char *message;                /* on ZCK_ERR_MISMATCH: the whole multi-line HF message (the
                                    thread's error line may be too short for many mismatches) */
 } ze_ds_config;

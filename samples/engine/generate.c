@@ -24,51 +24,9 @@ static void gen_account(gen_ctx *g, long delta) {
   if (g->cur_bytes > g->peak_bytes) g->peak_bytes = g->cur_bytes;
 }
 
-/* Where param p's partition lives: the trainable or the frozen layout, group, slot offset. */
-static bool gen_locate(const ze_zero_plan *plan, uint32_t p, const zck_layout **l, size_t *g, uint64_t *off) {
-  const zck_layout *ls[2] = {plan->train, plan->frozen};
-  for (int k = 0; k < 2; k++) {
-    if (!ls[k]) continue;
-    for (size_t gi = 0; gi < ls[k]->n_groups; gi++) {
-      const zck_layout_group *gr = &ls[k]->groups[gi];
-      for (size_t i = 0; i < gr->n_params; i++)
-        if (gr->params[i] == p) {
-          *l = ls[k];
-          *g = gi;
-          *off = gr->offsets[i];
-          return true;
-        }
-    }
-  }
-  return false;
-}
-
-/* All-gathers param p (stage 3) into dst (numel fp32). Collective. */
-static zck_status gen_gather_param(gen_ctx *g, uint32_t p, float *dst) {
-  ze_zero_rank *zr = g->zr;
-  const ze_zero_plan *plan = zr->plan;
-  zck_dtype lp = plan->o.lp_dtype;
-  size_t es = zck_dtype_size(lp);
-  const zck_layout *l;
-  size_t gi;
-  uint64_t off;
-  if (!gen_locate(plan, p, &l, &gi, &off)) return zck__fail(ZCK_ERR_INTERNAL, "parameter %u has no partition", p);
-  uint64_t n = plan->numel[p], part = zck_zero3_partition(n, plan->o.world);
-  const void *src = l == plan->train ? zr->lp[gi] : zr->frozen_lp[gi];
-  size_t tmp_bytes = (size_t)(part * plan->o.world * es);
-  void *tmp = zck__malloc(tmp_bytes ? tmp_bytes : 1);
-  if (!tmp) return ZCK_ERR_NO_MEMORY;
-  gen_account(g, (long)tmp_bytes);
-  zck_status s = zr->comm->all_gather(zr->comm, (const uint8_t *)src + off * es, tmp, part, lp);
-  if (s == ZCK_OK) zck_convert(ZCK_F32, dst, lp, tmp, n);
-  free(tmp);
-  gen_account(g, -(long)tmp_bytes);
-  return s;
-}
-
 static bool gen_fetch(void *ctx, int module, ze_gpt2_params *p) {
   gen_ctx *g = ctx;
-  if (g->gather_all || g->zr->plan->o.stage < 3) {
+  if (g->gather_all) {
     ze_gpt2_carve(g->c, g->full, p);
     return true;
   }
@@ -80,13 +38,11 @@ static bool gen_fetch(void *ctx, int module, ze_gpt2_params *p) {
   }
   gen_account(g, (long)bytes);
   int idx[12];
+  uint32_t params[12];
   int k = ze_gpt2_module_tensors(g->c, module, idx);
-  float *dst = g->module_buf;
-  for (int i = 0; i < k; i++) {
-    g->status = gen_gather_param(g, (uint32_t)idx[i], dst);
-    if (g->status != ZCK_OK) return false;
-    dst += g->specs[idx[i]].numel;
-  }
+  for (int i = 0; i < k; i++) params[i] = (uint32_t)idx[i];
+  g->status = ze_zero_fetch(g->zr, params, (size_t)k, g->module_buf);
+  if (g->status != ZCK_OK) return false;
   ze_gpt2_carve_module(g->c, module, g->module_buf, p);
   return true;
 }
@@ -126,18 +82,20 @@ zck_status ze_generate(const ze_gpt2_config *c, ze_zero_rank *zr, bool gather_al
   ze_gpt2_param_specs(c, g.specs);
   ZCK_CHECK_GOTO(zr->comm->barrier(zr->comm), s, done);
   double t0 = now_seconds();
-  if (plan->o.stage < 3) {
-    g.full = zr->work; /* whole parameters already live on every rank */
-    g.peak_bytes = plan->model_numel * sizeof(float);
-  } else if (gather_all) {
+  if (gather_all) {
     size_t bytes = plan->model_numel * sizeof(float);
+    uint32_t *all = zck__calloc(n_specs, sizeof *all);
     g.full = zck__malloc(bytes);
-    if (!g.full) {
+    if (!g.full || !all) {
+      free(all);
       s = ZCK_ERR_NO_MEMORY;
       goto done;
     }
     gen_account(&g, (long)bytes);
-    for (size_t i = 0; i < n_specs; i++) ZCK_CHECK_GOTO(gen_gather_param(&g, (uint32_t)i, g.full + g.specs[i].offset), s, done);
+    for (size_t i = 0; i < n_specs; i++) all[i] = (uint32_t)i;
+    s = ze_zero_fetch(zr, all, n_specs, g.full); /* spec order is model order */
+    free(all);
+    if (s != ZCK_OK) goto done;
   }
   for (size_t i = 0; i < plen; i++) tokens[i] = (unsigned char)prompt[i];
   int n = (int)plen;
@@ -161,7 +119,7 @@ zck_status ze_generate(const ze_gpt2_config *c, ze_zero_rank *zr, bool gather_al
   text = NULL;
 done:
   if (g.module_buf) free(g.module_buf);
-  if (g.full && g.full != zr->work) free(g.full);
+  free(g.full);
   free(g.specs);
   ze_gpt2_ws_free(ws);
   free(tokens);

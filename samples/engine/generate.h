@@ -6,7 +6,7 @@
  * off: each module's parameters are all-gathered from the shards just before it runs and
  *      freed after (a collective per module per token; peak memory = the largest module).
  * Both compute the same arithmetic on the same values, so the texts are identical. Stage 1/2
- * hold whole parameters on every rank: both modes read them directly.
+ * hold the whole 16-bit model on every rank: both modes convert from it without collectives.
  */
 #ifndef ZE_GENERATE_H
 #define ZE_GENERATE_H

@@ -79,8 +79,6 @@ void ze_gpt2_carve(const ze_gpt2_config *c, float *flat, ze_gpt2_params *p) {
   gpt2_walk(c, NULL, flat, p);
 }
 
-static int spec_module(const ze_gpt2_config *c, int layer) { return layer == -2 ? c->n_layer : layer; }
-
 int ze_gpt2_module_tensors(const ze_gpt2_config *c, int module, int *spec_index) {
   if (module == -1) {
     spec_index[0] = 0;
@@ -110,6 +108,18 @@ size_t ze_gpt2_module_numel(const ze_gpt2_config *c, int module) {
   return total;
 }
 
+float **ze_gpt2_param_slot(const ze_gpt2_config *c, ze_gpt2_params *p, int spec) {
+  int n = (int)ze_gpt2_n_tensors(c);
+  if (spec == 0) return &p->wte;
+  if (spec == 1) return &p->wpe;
+  if (spec == n - 2) return &p->ln_f_w;
+  if (spec == n - 1) return &p->ln_f_b;
+  ze_block_params *b = &p->h[(spec - 2) / 12];
+  float **slots[12] = {&b->ln_1_w, &b->ln_1_b, &b->attn_w, &b->attn_b, &b->attn_proj_w, &b->attn_proj_b,
+                       &b->ln_2_w, &b->ln_2_b, &b->fc_w, &b->fc_b, &b->fc_proj_w, &b->fc_proj_b};
+  return slots[(spec - 2) % 12];
+}
+
 void ze_gpt2_carve_module(const ze_gpt2_config *c, int module, float *buf, ze_gpt2_params *p) {
   size_t n = ze_gpt2_n_tensors(c);
   ze_param_spec *specs = calloc(n, sizeof *specs);
@@ -119,21 +129,8 @@ void ze_gpt2_carve_module(const ze_gpt2_config *c, int module, float *buf, ze_gp
   int k = ze_gpt2_module_tensors(c, module, idx);
   size_t off = 0;
   for (int i = 0; i < k; i++) {
-    const ze_param_spec *s = &specs[idx[i]];
-    float *ptr = buf + off;
-    off += s->numel;
-    int m = spec_module(c, s->layer);
-    if (idx[i] == 0) p->wte = ptr;
-    else if (idx[i] == 1) p->wpe = ptr;
-    else if (m == c->n_layer) {
-      if (idx[i] == (int)n - 2) p->ln_f_w = ptr;
-      else p->ln_f_b = ptr;
-    } else {
-      ze_block_params *b = &p->h[m];
-      float **slots[12] = {&b->ln_1_w, &b->ln_1_b, &b->attn_w, &b->attn_b, &b->attn_proj_w, &b->attn_proj_b,
-                           &b->ln_2_w, &b->ln_2_b, &b->fc_w, &b->fc_b, &b->fc_proj_w, &b->fc_proj_b};
-      *slots[(idx[i] - 2) % 12] = ptr;
-    }
+    *ze_gpt2_param_slot(c, p, idx[i]) = buf + off;
+    off += specs[idx[i]].numel;
   }
   free(specs);
 }
@@ -513,19 +510,59 @@ static void softmax_xent_forward(float *probs, float *losses, const float *logit
   }
 }
 
-// ---- forward / backward
+// ---- forward / backward, one module at a time
 
 float ze_gpt2_forward(const ze_gpt2_config *c, const ze_gpt2_params *w, ze_gpt2_ws *ws, const int *inputs,
                       const int *targets, int B, int T) {
-  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
+  ze_gpt2_whole whole;
+  ze_gpt2_hooks h = ze_gpt2_whole_hooks(&whole, w, NULL);
+  float loss = 0.0f;
+  ze_gpt2_forward_hooked(c, &h, ws, inputs, targets, B, T, &loss);
+  return loss;
+}
+
+void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze_gpt2_params *g, ze_gpt2_ws *ws,
+                      const int *inputs, const int *targets, int B, int T, float scale) {
+  ze_gpt2_whole whole;
+  ze_gpt2_hooks h = ze_gpt2_whole_hooks(&whole, w, g);
+  ze_gpt2_backward_hooked(c, &h, ws, inputs, targets, B, T, scale);
+}
+
+static bool whole_fetch(void *ctx, int module, ze_gpt2_params *p) {
+  (void)module;
+  *p = *((ze_gpt2_whole *)ctx)->w;
+  return true;
+}
+
+static bool whole_grads(void *ctx, int module, ze_gpt2_params *p) {
+  (void)module;
+  *p = *((ze_gpt2_whole *)ctx)->g;
+  return true;
+}
+
+ze_gpt2_hooks ze_gpt2_whole_hooks(ze_gpt2_whole *whole, const ze_gpt2_params *w, const ze_gpt2_params *g) {
+  whole->w = w;
+  whole->g = g;
+  return (ze_gpt2_hooks){whole, whole_fetch, NULL, whole_grads, NULL};
+}
+
+bool ze_gpt2_forward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze_gpt2_ws *ws, const int *inputs,
+                            const int *targets, int B, int T, float *loss) {
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T, L = c->n_layer;
   ze_acts *a = &ws->a;
+  ze_gpt2_params w;
+  memset(&w, 0, sizeof w);
+  *loss = 0.0f;
   /* a smaller batch reuses the buffers with its own strides */
   if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
   acts_walk(c, B, T, ws->mem, a);
-  encoder_forward(a->encoded, inputs, w->wte, w->wpe, BT, T, C);
+  if (!k->fetch(k->ctx, -1, &w)) return false;
+  encoder_forward(a->encoded, inputs, w.wte, w.wpe, BT, T, C);
+  if (k->release) k->release(k->ctx, -1);
   const float *x = a->encoded;
-  for (int l = 0; l < c->n_layer; l++) {
-    const ze_block_params *p = &w->h[l];
+  for (int l = 0; l < L; l++) {
+    if (!k->fetch(k->ctx, l, &w)) return false;
+    const ze_block_params *p = &w.h[l];
     ze_block_acts *h = &a->h[l];
     layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C);
     conv1d_forward(h->qkv, h->ln_1, p->attn_w, p->attn_b, BT, C, 3 * C);
@@ -537,21 +574,28 @@ float ze_gpt2_forward(const ze_gpt2_config *c, const ze_gpt2_params *w, ze_gpt2_
     gelu_forward(h->fch_gelu, h->fch, (size_t)BT * 4 * C);
     conv1d_forward(h->fcproj, h->fch_gelu, p->fc_proj_w, p->fc_proj_b, BT, 4 * C, C);
     residual_forward(h->res3, h->res2, h->fcproj, (size_t)BT * C);
+    if (k->release) k->release(k->ctx, l);
     x = h->res3;
   }
-  layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, w->ln_f_w, w->ln_f_b, BT, C);
-  lm_head_forward(a->logits, a->ln_f, w->wte, BT, C, V);
-  if (!targets) return 0.0f;
+  if (!k->fetch(k->ctx, L, &w)) return false;
+  layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, w.ln_f_w, w.ln_f_b, BT, C);
+  lm_head_forward(a->logits, a->ln_f, w.wte, BT, C, V);
+  if (k->release) k->release(k->ctx, L);
+  if (!targets) return true;
   softmax_xent_forward(a->probs, a->losses, a->logits, targets, BT, V);
   double sum = 0.0;
   for (int bt = 0; bt < BT; bt++) sum += a->losses[bt];
-  return (float)(sum / BT);
+  *loss = (float)(sum / BT);
+  return true;
 }
 
-void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze_gpt2_params *g, ze_gpt2_ws *ws,
-                      const int *inputs, const int *targets, int B, int T, float scale) {
-  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
+bool ze_gpt2_backward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze_gpt2_ws *ws, const int *inputs,
+                             const int *targets, int B, int T, float scale) {
+  int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T, L = c->n_layer;
   ze_acts *a = &ws->a, *d = &ws->g;
+  ze_gpt2_params w, g;
+  memset(&w, 0, sizeof w);
+  memset(&g, 0, sizeof g);
   if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
   acts_walk(c, B, T, ws->gmem, d);
   memset(ws->gmem, 0, ws->n * sizeof(float));
@@ -562,14 +606,19 @@ void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze
     float *dz = d->logits + (size_t)bt * V;
     for (int v = 0; v < V; v++) dz[v] = (p[v] - (v == targets[bt] ? 1.0f : 0.0f)) * dloss;
   }
-  lm_head_backward(d->ln_f, g->wte, d->logits, a->ln_f, w->wte, BT, C, V);
-  const float *xl = c->n_layer ? a->h[c->n_layer - 1].res3 : a->encoded;
-  float *dxl = c->n_layer ? d->h[c->n_layer - 1].res3 : d->encoded;
-  layernorm_backward(dxl, g->ln_f_w, g->ln_f_b, d->ln_f, xl, w->ln_f_w, a->ln_f_mean, a->ln_f_rstd, BT, C);
+  /* final module: lm_head (tied wte) and ln_f */
+  if (!k->fetch(k->ctx, L, &w) || !k->grads(k->ctx, L, &g)) return false;
+  lm_head_backward(d->ln_f, g.wte, d->logits, a->ln_f, w.wte, BT, C, V);
+  const float *xl = L ? a->h[L - 1].res3 : a->encoded;
+  float *dxl = L ? d->h[L - 1].res3 : d->encoded;
+  layernorm_backward(dxl, g.ln_f_w, g.ln_f_b, d->ln_f, xl, w.ln_f_w, a->ln_f_mean, a->ln_f_rstd, BT, C);
+  if (k->release) k->release(k->ctx, L);
+  if (k->grads_done && !k->grads_done(k->ctx, L)) return false;
   float *datt = d->losses; /* (B, T) >= T floats of scratch no longer needed */
-  for (int l = c->n_layer - 1; l >= 0; l--) {
-    const ze_block_params *p = &w->h[l];
-    const ze_block_params *gp = &g->h[l];
+  for (int l = L - 1; l >= 0; l--) {
+    if (!k->fetch(k->ctx, l, &w) || !k->grads(k->ctx, l, &g)) return false;
+    const ze_block_params *p = &w.h[l];
+    const ze_block_params *gp = &g.h[l];
     ze_block_acts *h = &a->h[l], *dh = &d->h[l];
     const float *x = l ? a->h[l - 1].res3 : a->encoded;
     float *dx = l ? d->h[l - 1].res3 : d->encoded;
@@ -583,8 +632,14 @@ void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze
     attention_backward(dh->qkv, dh->atty, h->qkv, h->att, datt, B, T, C, H);
     conv1d_backward(dh->ln_1, gp->attn_w, gp->attn_b, dh->qkv, h->ln_1, p->attn_w, BT, C, 3 * C);
     layernorm_backward(dx, gp->ln_1_w, gp->ln_1_b, dh->ln_1, x, p->ln_1_w, h->ln_1_mean, h->ln_1_rstd, BT, C);
+    if (k->release) k->release(k->ctx, l);
+    if (k->grads_done && !k->grads_done(k->ctx, l)) return false;
   }
-  encoder_backward(g->wte, g->wpe, d->encoded, inputs, BT, T, C);
+  /* embeddings: no weights needed, only their gradients */
+  if (!k->grads(k->ctx, -1, &g)) return false;
+  encoder_backward(g.wte, g.wpe, d->encoded, inputs, BT, T, C);
+  if (k->grads_done && !k->grads_done(k->ctx, -1)) return false;
+  return true;
 }
 
 // ---- inference, module by module

@@ -94,12 +94,44 @@ const float *ze_gpt2_losses(const ze_gpt2_ws *ws);
 void ze_gpt2_backward(const ze_gpt2_config *c, const ze_gpt2_params *w, const ze_gpt2_params *g, ze_gpt2_ws *ws,
                       const int *inputs, const int *targets, int B, int T, float scale);
 
+/* ---- module-at-a-time execution (ZeRO-3 gathers a module's parameters just before it
+ * runs and releases them after; its gradients are reduced as soon as they are complete).
+ * Modules: -1 = embeddings (wte, wpe), 0..L-1 = blocks, L = final (ln_f, and wte again
+ * for the tied lm_head). Forward visits -1, 0, ..., L; backward L, L-1, ..., 0 for
+ * weights, and L, L-1, ..., 0, -1 for gradients (the embedding backward reads no weight).
+ * The arithmetic is that of ze_gpt2_forward / ze_gpt2_backward, bit for bit. */
+typedef struct ze_gpt2_hooks {
+  void *ctx;
+  /* fills the fields of w that `module` reads; false stops the pass (the hook keeps why) */
+  bool (*fetch)(void *ctx, int module, ze_gpt2_params *w);
+  /* the module's weights are no longer used (may be NULL) */
+  void (*release)(void *ctx, int module);
+  /* backward: fills the fields of g for the module's tensors; gradients are ADDED there */
+  bool (*grads)(void *ctx, int module, ze_gpt2_params *g);
+  /* backward of `module` finished: the gradients of the tensors whose last use it was
+   * (wte: module -1) are final for this pass (may be NULL) */
+  bool (*grads_done)(void *ctx, int module);
+} ze_gpt2_hooks;
+
+/* Returns false when a hook failed. *loss as ze_gpt2_forward returns it. */
+bool ze_gpt2_forward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze_gpt2_ws *ws, const int *inputs,
+                            const int *targets, int B, int T, float *loss);
+bool ze_gpt2_backward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze_gpt2_ws *ws, const int *inputs,
+                             const int *targets, int B, int T, float scale);
+/* Hooks over whole-model parameter (and gradient) structs. */
+typedef struct ze_gpt2_whole {
+  const ze_gpt2_params *w, *g;
+} ze_gpt2_whole;
+ze_gpt2_hooks ze_gpt2_whole_hooks(ze_gpt2_whole *whole, const ze_gpt2_params *w, const ze_gpt2_params *g);
+
 /* Modules for module-at-a-time execution: -1 = embeddings (wte, wpe), 0..L-1 = blocks,
  * L = final (ln_f.weight, ln_f.bias, then wte again for the tied lm_head). */
 /* Elements of a module's tensors. */
 size_t ze_gpt2_module_numel(const ze_gpt2_config *c, int module);
 /* Spec indices of a module's tensors in buffer order (up to 12); returns the count. */
 int ze_gpt2_module_tensors(const ze_gpt2_config *c, int module, int *spec_index);
+/* The field of p that holds tensor `spec` (a spec index). */
+float **ze_gpt2_param_slot(const ze_gpt2_config *c, ze_gpt2_params *p, int spec);
 /* Points the fields `module` uses into buf, which holds its tensors in that order. */
 void ze_gpt2_carve_module(const ze_gpt2_config *c, int module, float *buf, ze_gpt2_params *p);
 

@@ -51,7 +51,14 @@ zck_status ze_hf_write_config(const char *path, const ze_gpt2_config *c, zck_dty
   return s;
 }
 
-zck_status ze_hf_write_weights(const char *path, const ze_gpt2_config *c, const float *params, zck_dtype dtype) {
+zck_status ze_hf_read_buffer(void *ctx, size_t index, const ze_param_spec *spec, float *dst) {
+  (void)index;
+  memcpy(dst, (const float *)ctx + spec->offset, spec->numel * sizeof *dst);
+  return ZCK_OK;
+}
+
+zck_status ze_hf_write_weights(const char *path, const ze_gpt2_config *c, ze_hf_reader read, void *ctx,
+                               zck_dtype dtype) {
   size_t n = ze_gpt2_n_tensors(c);
   ze_param_spec *specs = zck__calloc(n, sizeof *specs);
   zck_st_writer *w = NULL;
@@ -70,14 +77,17 @@ zck_status ze_hf_write_weights(const char *path, const ze_gpt2_config *c, const 
   if (s == ZCK_OK) s = zck_st_writer_layout(w);
   if (s == ZCK_OK) s = zck_st_writer_open(w, path);
   tmp = zck__malloc(max * es + 1);
-  if (!tmp && s == ZCK_OK) s = ZCK_ERR_NO_MEMORY;
+  float *vals = zck__malloc(max * sizeof(float) + 1);
+  if ((!tmp || !vals) && s == ZCK_OK) s = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < n && s == ZCK_OK; i++) {
-    s = zck_convert(dtype, tmp, ZCK_F32, params + specs[i].offset, specs[i].numel);
+    s = read(ctx, i, &specs[i], vals);
+    if (s == ZCK_OK) s = zck_convert(dtype, tmp, ZCK_F32, vals, specs[i].numel);
     if (s == ZCK_OK) s = zck_st_writer_write(w, i, tmp, 0, specs[i].numel * es);
   }
   if (s == ZCK_OK) s = zck_st_writer_commit(w);
   zck_st_writer_free(w);
   free(tmp);
+  free(vals);
   free(specs);
   return s;
 }

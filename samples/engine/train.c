@@ -13,6 +13,7 @@
 #include "util.h"
 #include "zck_cuda.h"
 #include "zero.h"
+#include "zexec.h"
 #include "cuda_engine.h"
 
 #include <math.h>
@@ -60,6 +61,7 @@ void ze_train_result_free(ze_train_result *r) {
   free(r->best_checkpoint);
   free(r->message);
   free(r->params);
+  free(r->mem);
   memset(r, 0, sizeof *r);
 }
 
@@ -197,11 +199,9 @@ zck_status ze_build_manifest(const ze_train_args *a, const ze_gpt2_config *cfg, 
 
 // ---- one rank
 
-static zck_status rank_eval(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws, float *out_loss) {
+static zck_status rank_eval(ze_run *run, ze_zero_rank *zr, ze_exec *x, ze_gpt2_ws *ws, float *out_loss) {
   const ze_train_args *a = run->a;
   int T = run->cfg.max_seq_len, n = a->eval_samples, W = zr->comm->size;
-  ze_gpt2_params w;
-  ze_gpt2_carve(&run->cfg, zr->work, &w);
   float *losses = zck__calloc((size_t)n, sizeof(float));
   int *win = zck__calloc((size_t)T + 1, sizeof(int));
   if (!losses || !win) {
@@ -210,12 +210,19 @@ static zck_status rank_eval(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws, float
     return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for evaluation");
   }
   /* each window's loss lands in its own slot; summing zeros is exact, so the result does
-   * not depend on W */
-  for (int i = zr->comm->rank; i < n; i += W) {
-    ze_corpus_eval_window(&run->corpus, i, n, T, win);
-    losses[i] = ze_gpt2_forward(&run->cfg, &w, ws, win, win + 1, 1, T);
+   * not depend on W. Stage 3 gathers collectively: every rank runs as many forwards (a rank
+   * past the last window repeats window 0 and drops the loss). */
+  bool z3 = zr->plan->o.stage == 3;
+  zck_status s = ZCK_OK;
+  for (int i0 = 0; i0 < n && s == ZCK_OK; i0 += W) {
+    int i = i0 + zr->comm->rank;
+    if (i >= n && !z3) break;
+    ze_corpus_eval_window(&run->corpus, i < n ? i : 0, n, T, win);
+    float loss = 0.0f;
+    s = ze_exec_forward(x, ws, win, win + 1, 1, T, &loss);
+    if (i < n) losses[i] = loss;
   }
-  zck_status s = zr->comm->all_reduce(zr->comm, losses, losses, (size_t)n, ZCK_F32, ZCK_COMM_SUM);
+  if (s == ZCK_OK) s = zr->comm->all_reduce(zr->comm, losses, losses, (size_t)n, ZCK_F32, ZCK_COMM_SUM);
   double sum = 0.0;
   for (int i = 0; i < n; i++) sum += losses[i];
   *out_loss = (float)(sum / n);
@@ -225,7 +232,7 @@ static zck_status rank_eval(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws, float
 }
 
 /* --dump-dir: the final weights and a logits probe, for checks against transformers. */
-static zck_status ze_dump_weights(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws) {
+static zck_status ze_dump_weights(ze_run *run, const float *full, ze_gpt2_ws *ws) {
   const char *dir = run->a->dump_dir;
   int T = run->cfg.max_seq_len;
   ZCK_TRY_CTX(zck__mkdirs(dir), "--dump-dir");
@@ -234,10 +241,10 @@ static zck_status ze_dump_weights(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws)
   int *win = zck__calloc((size_t)T + 1, sizeof(int));
   zck_status s = cfg && model && probe && win ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) s = ze_hf_write_config(cfg, &run->cfg, ZCK_F32);
-  if (s == ZCK_OK) s = ze_hf_write_weights(model, &run->cfg, zr->work, ZCK_F32);
+  if (s == ZCK_OK) s = ze_hf_write_weights(model, &run->cfg, ze_hf_read_buffer, (void *)full, ZCK_F32);
   if (s == ZCK_OK) {
     ze_gpt2_params w;
-    ze_gpt2_carve(&run->cfg, zr->work, &w);
+    ze_gpt2_carve(&run->cfg, (float *)full, &w);
     ze_corpus_eval_window(&run->corpus, 0, run->a->eval_samples, T, win);
     float loss = ze_gpt2_forward(&run->cfg, &w, ws, win, win + 1, 1, T);
     s = ze_hf_write_probe(probe, &run->cfg, win, win + 1, T, ze_gpt2_logits(ws), loss);
@@ -247,6 +254,42 @@ static zck_status ze_dump_weights(ze_run *run, ze_zero_rank *zr, ze_gpt2_ws *ws)
   free(probe);
   free(win);
   return s;
+}
+
+/* --device cuda: each micro-batch's whole-model forward/backward runs on the GPU, the ZeRO
+ * state stays on the host. The fp32 weights are gathered once per step (micro-batch 0, kept
+ * in *work until the last one) and the gradients come back whole, then reduce as a
+ * whole-model backward's would (stage 1: accumulated, reduced at the step). */
+static zck_status gpu_micro(ze_exec *x, ze_zero_rank *zr, ze_cuda_rank *cr, float **work, const int *inputs,
+                            const int *targets, int B, int T, float scale, int m, int GAS, float *loss) {
+  size_t bytes = zr->plan->model_numel * sizeof(float);
+  if (m == 0) {
+    *work = ze_zero_alloc(zr, ZE_MEM_PARAMS, bytes);
+    if (!*work) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the weights", zr->rank);
+    ZCK_TRY(ze_exec_full_params(x, *work));
+  }
+  float *g = zr->gfull ? zr->gfull : ze_zero_alloc(zr, ZE_MEM_GRADS, bytes);
+  if (!g) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the gradients", zr->rank);
+  zck_status s = ze_cuda_micro_step(cr, *work, g, inputs, targets, B, T, scale, m == 0, loss);
+  if (s == ZCK_OK && !zr->gfull) s = ze_exec_reduce_model(x, g);
+  if (s == ZCK_OK && zr->gfull && m == GAS - 1) s = ze_zero_reduce_full(zr);
+  if (!zr->gfull) ze_zero_free(zr, ZE_MEM_GRADS, g, bytes);
+  if (m == GAS - 1) {
+    ze_zero_free(zr, ZE_MEM_PARAMS, *work, bytes);
+    *work = NULL;
+  }
+  return s;
+}
+
+static void log_memory(const ze_run *run, const ze_mem *mem, int rank) {
+  char parts[512];
+  size_t o = 0;
+  for (int k = 0; k < ZE_MEM_KINDS; k++)
+    if (mem->at_peak[k])
+      o += (size_t)snprintf(parts + o, sizeof parts - o, "%s%s %.2f", o ? ", " : "", ze_mem_kind_name((ze_mem_kind)k),
+                            (double)mem->at_peak[k] / 1048576.0);
+  ze_log(run, "peak model-state memory per rank: %.2f MiB (rank %d, MiB at the peak: %s)",
+         (double)mem->peak / 1048576.0, rank, parts);
 }
 
 static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
@@ -263,6 +306,9 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   bool on_gpu = !strcmp(a->device, "cuda");
   ze_cuda_rank cr;
   memset(&cr, 0, sizeof cr);
+  ze_exec *x = NULL;
+  float *work = NULL, *full = NULL; /* gpu: the step's weights; the final weights (exports) */
+  ze_exec_opts xo = {run->ds.prefetch_bucket_size, run->ds.max_live_parameters};
   ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
   int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
   int *inputs = zck__calloc((size_t)B * T, sizeof(int)), *targets = zck__calloc((size_t)B * T, sizeof(int));
@@ -271,9 +317,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for activations", r);
     goto done;
   }
-  ze_gpt2_params w, g;
-  ze_gpt2_carve(&run->cfg, zr->work, &w);
-  ze_gpt2_carve(&run->cfg, zr->gwork, &g);
+  ZCK_CHECK_GOTO(ze_exec_new(&run->cfg, zr, &xo, &x), s, done);
   if (on_gpu) ZCK_CHECK_GOTO(ze_cuda_rank_init(&cr, &run->cfg, run->one_rank ? a->local_rank : r, B, T), s, done);
   int64_t G = (int64_t)W * B * GAS;
   double t_log = now_seconds(), loss_acc = 0.0;
@@ -292,16 +336,12 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
         memcpy(inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
         memcpy(targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
       }
-      if (on_gpu) {
-        /* zr->work changes only in ze_zero_step (and restores), i.e. before micro-batch 0 */
-        ZCK_CHECK_GOTO(ze_cuda_micro_step(&cr, zr->work, zr->gwork, inputs, targets, B, T, 1.0f / (float)GAS, m == 0,
-                                          &micro[m * W + r]),
-                       s, done);
-      } else {
-        micro[m * W + r] = ze_gpt2_forward(&run->cfg, &w, ws, inputs, targets, B, T);
-        ze_gpt2_backward(&run->cfg, &w, &g, ws, inputs, targets, B, T, 1.0f / (float)GAS);
-      }
-      ZCK_CHECK_GOTO(ze_zero_reduce(zr, m == GAS - 1), s, done);
+      float scale = 1.0f / (float)GAS;
+      if (on_gpu)
+        s = gpu_micro(x, zr, &cr, &work, inputs, targets, B, T, scale, m, GAS, &micro[m * W + r]);
+      else
+        s = ze_exec_train_micro(x, ws, inputs, targets, B, T, scale, m == GAS - 1, &micro[m * W + r]);
+      if (s != ZCK_OK) goto done;
     }
     ZCK_CHECK_GOTO(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM), s, done);
     double sum = 0.0;
@@ -332,7 +372,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     bool do_eval = a->eval_steps > 0 && global % a->eval_steps == 0;
     if (do_eval) {
       float el;
-      ZCK_CHECK_GOTO(rank_eval(run, zr, ws, &el), s, done);
+      ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &el), s, done);
       if (keeper) {
         run->res->eval_losses[run->res->n_eval] = el;
         run->res->eval_steps_at[run->res->n_eval++] = global;
@@ -344,7 +384,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     if (do_save) ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
   }
   float final_eval;
-  ZCK_CHECK_GOTO(rank_eval(run, zr, ws, &final_eval), s, done);
+  ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &final_eval), s, done);
   if (keeper) {
     run->res->final_eval_loss = final_eval;
     ze_log(run, "final eval_loss %.6f", final_eval);
@@ -357,16 +397,25 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
       ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
     }
   }
-  if (keeper && a->keep_params) {
-    run->res->params = zck__malloc(run->plan.model_numel * sizeof(float));
-    if (!run->res->params) {
-      s = ZCK_ERR_NO_MEMORY;
+  /* the peak of training (steps, evaluations, saves, the best-model reload); what follows
+   * (exports, generation) is not training */
+  run->res->mem[r] = zr->mem;
+  if (lead) log_memory(run, &zr->mem, r);
+  if (a->keep_params || a->dump_dir) {
+    /* every rank takes part (stage 3 gathers) */
+    full = zck__malloc(run->plan.model_numel * sizeof(float));
+    if (!full) {
+      s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the final weights", r);
       goto done;
     }
-    memcpy(run->res->params, zr->work, run->plan.model_numel * sizeof(float));
-    run->res->n_params = run->plan.model_numel;
+    ZCK_CHECK_GOTO(ze_exec_full_params(x, full), s, done);
   }
-  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, zr, ws), s, done);
+  if (keeper && a->keep_params) {
+    run->res->params = full;
+    run->res->n_params = run->plan.model_numel;
+    full = NULL;
+  }
+  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, run->res->params ? run->res->params : full, ws), s, done);
   if (a->generate_tokens > 0) {
     int modes[2], n_modes = 0;
     if (a->gather_for_generation != ZE_GATHER_OFF) modes[n_modes++] = 0;
@@ -390,6 +439,9 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   }
 done:
   ze_cuda_rank_free(&cr);
+  if (work) ze_zero_free(zr, ZE_MEM_PARAMS, work, run->plan.model_numel * sizeof(float));
+  free(full);
+  ze_exec_free(x);
   ze_gpt2_ws_free(ws);
   free(tok);
   free(inputs);
@@ -511,7 +563,12 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   ze_gpt2_param_specs(&run.cfg, run.specs);
   for (size_t i = 0; i < run.n_specs; i++) model_off[i] = run.specs[i].offset;
   model_off[run.n_specs] = 0; /* lm_head.weight -> wte */
-  ze_zero_opts zo = {run.ds.stage, (uint32_t)W, a->bf16 ? ZCK_BF16 : ZCK_F32, run.ds.sub_group_size};
+  ze_zero_opts zo = {run.ds.stage,
+                     (uint32_t)W,
+                     a->bf16 ? ZCK_BF16 : ZCK_F32,
+                     run.ds.sub_group_size,
+                     run.ds.reduce_bucket_size,
+                     run.ds.allgather_bucket_size};
   s = ze_zero_plan_build(&run.plan, run.model, model_off, model_numel, &zo);
   free(model_off);
   if (s != ZCK_OK) goto setup_done;
@@ -548,7 +605,9 @@ setup_done:
   res->lrs = zck__calloc((size_t)n_steps, sizeof *res->lrs);
   res->eval_losses = zck__calloc(n_evals, sizeof *res->eval_losses);
   res->eval_steps_at = zck__calloc(n_evals, sizeof *res->eval_steps_at);
-  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at)
+  res->mem = zck__calloc((size_t)W, sizeof *res->mem);
+  res->n_mem = (size_t)W;
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem)
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
   if (run.one_rank) s = ze_agree(a->comm, s);
   if (s != ZCK_OK) goto done;
@@ -559,6 +618,19 @@ setup_done:
          run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size,
          run.plan.model_numel, run.ds.stage, W, W > 1 ? "s" : "", run.one_rank ? "a process each" : "local threads", a->bf16 ? "bf16" : "fp32",
          W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len);
+  bool cuda = !strcmp(a->device, "cuda");
+  if (run.ds.offload_param && run.ds.stage < 3)
+    ze_log(&run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "
+                 "and so does zckpt-train", run.ds.stage);
+  if (run.ds.offload_optimizer || (run.ds.offload_param && run.ds.stage == 3))
+    ze_log(&run, "offload to cpu: %s", cuda ? "the ZeRO state (16-bit params, fp32 masters, moments, gradient partitions) "
+                                               "already lives in host memory with --device cuda; the GPU holds the "
+                                               "weights and gradients of the running micro-batch only"
+                                             : "every rank's model states already live in host memory on --device cpu; "
+                                               "offloading (and pin_memory) changes nothing");
+  if (a->deepspeed && run.ds.overlap_comm)
+    ze_log(&run, "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap on "
+                 "the host backends)");
   if (run.resuming)
     ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
 

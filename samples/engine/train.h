@@ -14,6 +14,7 @@
 
 #include "comm.h"
 #include "gpt2.h"
+#include "zero.h"
 #include "zck.h"
 
 #include <stdbool.h>
@@ -90,6 +91,10 @@ typedef struct ze_train_result {
   float *params;                    /* keep_params: final weights (fp32 values of the 16-bit
                                        weights), model order, n_params floats */
   size_t n_params;
+  ze_mem *mem;                      /* [n_mem = W] per rank: bytes of model states held
+                                       during training (zero.h), peak and its breakdown
+                                       (a rank process fills only its own entry) */
+  size_t n_mem;
   char *best_checkpoint;            /* with load_best_model_at_end */
   char *message;                    /* on failure, when the error is longer than one line
                                        (the DeepSpeed config mismatch list): the whole text */

@@ -14,6 +14,7 @@ void ze_zero_plan_free(ze_zero_plan *plan) {
   free(plan->numel);
   free(plan->model_off);
   free(plan->frozen_params);
+  free(plan->home);
   zck_layout_free(plan->train);
   zck_layout_free(plan->frozen);
   memset(plan, 0, sizeof *plan);
@@ -74,11 +75,30 @@ zck_status ze_zero_plan_build(ze_zero_plan *plan, const zck_model *m, const uint
     free(fs);
     if (s != ZCK_OK) goto done;
   }
-  for (size_t g = 0; g < plan->train->n_groups; g++)
-    if (plan->train->groups[g].aligned > plan->max_flat) plan->max_flat = plan->train->groups[g].aligned;
-  if (plan->frozen)
-    for (size_t g = 0; g < plan->frozen->n_groups; g++)
-      if (plan->frozen->groups[g].aligned > plan->max_flat) plan->max_flat = plan->frozen->groups[g].aligned;
+  /* where each param's values live on a rank */
+  plan->home = zck__calloc(n ? n : 1, sizeof *plan->home);
+  if (!plan->home) {
+    s = ZCK_ERR_NO_MEMORY;
+    goto done;
+  }
+  for (size_t p = 0; p < n; p++)
+    if (m->params[p].tied_to < 0) plan->home[p].where = m->params[p].frozen ? 2 : 1;
+  if (o->stage == 3) {
+    const zck_layout *ls[2] = {plan->train, plan->frozen};
+    for (int k = 0; k < 2; k++)
+      for (size_t g = 0; g < ls[k]->n_groups; g++)
+        for (size_t i = 0; i < ls[k]->groups[g].n_params; i++) {
+          ze_param_home *h = &plan->home[ls[k]->groups[g].params[i]];
+          h->group = (uint32_t)g;
+          h->off = ls[k]->groups[g].offsets[i];
+        }
+  } else {
+    uint64_t off = 0;
+    for (size_t i = 0; i < plan->n_frozen; i++) {
+      plan->home[plan->frozen_params[i]].off = off;
+      off += plan->numel[plan->frozen_params[i]];
+    }
+  }
 done:
   free(specs);
   free(subs);
@@ -95,48 +115,51 @@ double ze_zero_group_weight_decay(const ze_zero_plan *plan, size_t g) {
   return h->kind == ZCK_HP_FLOAT ? h->f[0] : h->kind == ZCK_HP_INT ? (double)h->i : 0.0;
 }
 
-// ---- moving data between the model buffer and a group's flat array
+uint64_t ze_zero_reduce_bucket(const ze_zero_plan *plan) {
+  return plan->o.reduce_bucket_size ? plan->o.reduce_bucket_size : 500000000ull;
+}
 
-/* flat[k*part + store_off ...] = model[model_off[p] + param_off ...] * scale, padding zero. */
-static void pack_group(const ze_zero_plan *plan, const zck_layout *l, size_t g, const float *model, float scale,
-                       float *flat) {
-  uint64_t part = l->groups[g].partition;
-  memset(flat, 0, l->world * part * sizeof *flat);
-  for (uint32_t k = 0; k < l->world; k++) {
-    uint32_t st = zck_layout_store_id(l, (uint32_t)g, k);
-    for (size_t i = l->store_first[st]; i < l->store_first[st + 1]; i++) {
-      const zck_piece *pc = &l->pieces[l->by_store[i]];
-      const float *src = model + plan->model_off[pc->param] + pc->param_off;
-      float *dst = flat + k * part + pc->store_off;
-      if (scale == 1.0f)
-        memcpy(dst, src, pc->count * sizeof *dst);
-      else
-        for (uint64_t j = 0; j < pc->count; j++) dst[j] = src[j] / scale;
-    }
+uint64_t ze_zero_allgather_bucket(const ze_zero_plan *plan) {
+  return plan->o.allgather_bucket_size ? plan->o.allgather_bucket_size : 500000000ull;
+}
+
+// ---- memory accounting
+
+const char *ze_mem_kind_name(ze_mem_kind k) {
+  static const char *const names[ZE_MEM_KINDS] = {"lp params",         "fp32 master",      "exp_avg",
+                                                  "exp_avg_sq",        "grad partition",   "full grads",
+                                                  "gathered params",   "module grads",     "buckets"};
+  return (unsigned)k < ZE_MEM_KINDS ? names[k] : "?";
+}
+
+static void mem_add(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
+  m->cur[k] += bytes;
+  m->total += bytes;
+  if (m->cur[k] > m->max[k]) m->max[k] = m->cur[k];
+  if (m->total > m->peak) {
+    m->peak = m->total;
+    memcpy(m->at_peak, m->cur, sizeof m->at_peak);
   }
 }
 
-/* model[...] = fp32(lp_flat[k*part + store_off ...]). */
-static void unpack_group(const ze_zero_plan *plan, const zck_layout *l, size_t g, const void *lp_flat, float *model) {
-  uint64_t part = l->groups[g].partition;
-  size_t es = zck_dtype_size(plan->o.lp_dtype);
-  for (uint32_t k = 0; k < l->world; k++) {
-    uint32_t st = zck_layout_store_id(l, (uint32_t)g, k);
-    for (size_t i = l->store_first[st]; i < l->store_first[st + 1]; i++) {
-      const zck_piece *pc = &l->pieces[l->by_store[i]];
-      const uint8_t *src = (const uint8_t *)lp_flat + (k * part + pc->store_off) * es;
-      zck_convert(ZCK_F32, model + plan->model_off[pc->param] + pc->param_off, plan->o.lp_dtype, src, pc->count);
-    }
-  }
+static void mem_sub(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
+  m->cur[k] -= bytes;
+  m->total -= bytes;
+}
+
+void *ze_zero_alloc(ze_zero_rank *zr, ze_mem_kind k, size_t bytes) {
+  void *p = zck__calloc(bytes ? bytes : 1, 1);
+  if (p) mem_add(&zr->mem, k, bytes);
+  return p;
+}
+
+void ze_zero_free(ze_zero_rank *zr, ze_mem_kind k, void *p, size_t bytes) {
+  if (!p) return;
+  free(p);
+  mem_sub(&zr->mem, k, bytes);
 }
 
 // ---- rank lifetime
-
-static void *ze_alloc(ze_zero_rank *zr, size_t n, size_t es, bool count) {
-  void *p = zck__calloc(n ? n : 1, es);
-  if (p && count) zr->state_bytes += n * es;
-  return p;
-}
 
 void ze_zero_rank_free(ze_zero_rank *zr) {
   if (!zr) return;
@@ -156,11 +179,24 @@ void ze_zero_rank_free(ze_zero_rank *zr) {
     for (size_t g = 0; g < zr->plan->frozen->n_groups; g++) free(zr->frozen_lp[g]);
   free(zr->frozen_lp);
   free(zr->frozen_full);
-  free(zr->work);
-  free(zr->gwork);
-  free(zr->flat);
-  free(zr->lp_flat);
+  free(zr->gfull);
   memset(zr, 0, sizeof *zr);
+}
+
+/* Rounds init's values of layout l's pieces in store range [first, end) into lp arrays:
+ * dst(group g, rank k) + store offset, where dst gives the array and its base element. */
+static void init_lp_pieces(const ze_zero_plan *plan, const zck_layout *l, uint32_t only_rank, bool whole_flat,
+                           void **arrays, const float *init) {
+  zck_dtype lp = plan->o.lp_dtype;
+  size_t es = zck_dtype_size(lp);
+  for (size_t i = 0; i < l->n_pieces; i++) {
+    const zck_piece *pc = &l->pieces[i];
+    uint32_t g = pc->store / l->world, k = pc->store % l->world;
+    if (!whole_flat && k != only_rank) continue;
+    uint64_t base = whole_flat ? k * l->groups[g].partition : 0;
+    zck_convert(lp, (uint8_t *)arrays[g] + (base + pc->store_off) * es, ZCK_F32,
+                init + plan->model_off[pc->param] + pc->param_off, pc->count);
+  }
 }
 
 zck_status ze_zero_rank_init(ze_zero_rank *zr, const ze_zero_plan *plan, zck_comm *comm, const float *init) {
@@ -179,65 +215,44 @@ zck_status ze_zero_rank_init(ze_zero_rank *zr, const ze_zero_plan *plan, zck_com
   zr->exp_avg_sq = zck__calloc(G ? G : 1, sizeof(float *));
   zr->grad = zck__calloc(G ? G : 1, sizeof(float *));
   zr->lp = zck__calloc(G ? G : 1, sizeof(void *));
-  zr->work = ze_alloc(zr, plan->model_numel, sizeof(float), false);
-  zr->gwork = ze_alloc(zr, plan->model_numel, sizeof(float), false);
-  zr->flat = ze_alloc(zr, plan->max_flat, sizeof(float), false);
-  zr->lp_flat = z3 ? ze_alloc(zr, plan->max_flat, es, false) : NULL;
-  if (!zr->fp32 || !zr->exp_avg || !zr->exp_avg_sq || !zr->grad || !zr->lp || !zr->work || !zr->gwork || !zr->flat ||
-      (z3 && !zr->lp_flat))
-    goto oom;
+  if (!zr->fp32 || !zr->exp_avg || !zr->exp_avg_sq || !zr->grad || !zr->lp) goto oom;
+  /* the arrays are freed with free() by ze_zero_rank_free; the counts stay with the rank */
   for (size_t g = 0; g < G; g++) {
     uint64_t part = l->groups[g].partition;
-    zr->fp32[g] = ze_alloc(zr, part, sizeof(float), true);
-    zr->exp_avg[g] = ze_alloc(zr, part, sizeof(float), true);
-    zr->exp_avg_sq[g] = ze_alloc(zr, part, sizeof(float), true);
-    zr->grad[g] = ze_alloc(zr, part, sizeof(float), true);
-    zr->lp[g] = ze_alloc(zr, z3 ? part : part * l->world, es, true);
+    zr->fp32[g] = ze_zero_alloc(zr, ZE_MEM_MASTER, part * sizeof(float));
+    zr->exp_avg[g] = ze_zero_alloc(zr, ZE_MEM_EXP_AVG, part * sizeof(float));
+    zr->exp_avg_sq[g] = ze_zero_alloc(zr, ZE_MEM_EXP_AVG_SQ, part * sizeof(float));
+    zr->grad[g] = ze_zero_alloc(zr, ZE_MEM_GRAD, part * sizeof(float));
+    zr->lp[g] = ze_zero_alloc(zr, ZE_MEM_LP, (z3 ? part : part * l->world) * es);
     if (!zr->fp32[g] || !zr->exp_avg[g] || !zr->exp_avg_sq[g] || !zr->grad[g] || !zr->lp[g]) goto oom;
-    /* lp = round(init); fp32 master = fp32(lp partition) */
-    pack_group(plan, l, g, init, 1.0f, zr->flat);
-    const float *mine = zr->flat + zr->rank * part;
-    if (z3) {
-      zck_convert(lp, zr->lp[g], ZCK_F32, mine, part);
-      zck_convert(ZCK_F32, zr->fp32[g], lp, zr->lp[g], part);
-    } else {
-      zck_convert(lp, zr->lp[g], ZCK_F32, zr->flat, part * l->world);
-      zck_convert(ZCK_F32, zr->fp32[g], lp, (uint8_t *)zr->lp[g] + zr->rank * part * es, part);
-    }
+  }
+  /* lp = round(init) (padding stays zero); fp32 master = fp32(lp partition) */
+  init_lp_pieces(plan, l, zr->rank, !z3, zr->lp, init);
+  for (size_t g = 0; g < G; g++) {
+    uint64_t part = l->groups[g].partition;
+    const uint8_t *mine = (const uint8_t *)zr->lp[g] + (z3 ? 0 : zr->rank * part * es);
+    zck_convert(ZCK_F32, zr->fp32[g], lp, mine, part);
   }
   /* frozen params: lp-rounded, whole (stage 1/2) or partitioned (stage 3) */
   if (z3) {
     const zck_layout *fl = plan->frozen;
     zr->frozen_lp = zck__calloc(fl->n_groups ? fl->n_groups : 1, sizeof(void *));
     if (!zr->frozen_lp) goto oom;
-    for (size_t g = 0; g < fl->n_groups; g++) {
-      uint64_t part = fl->groups[g].partition;
-      zr->frozen_lp[g] = ze_alloc(zr, part, es, true);
-      if (!zr->frozen_lp[g]) goto oom;
-      pack_group(plan, fl, g, init, 1.0f, zr->flat);
-      zck_convert(lp, zr->frozen_lp[g], ZCK_F32, zr->flat + zr->rank * part, part);
-    }
+    for (size_t g = 0; g < fl->n_groups; g++)
+      if (!(zr->frozen_lp[g] = ze_zero_alloc(zr, ZE_MEM_LP, fl->groups[g].partition * es))) goto oom;
+    init_lp_pieces(plan, fl, zr->rank, false, zr->frozen_lp, init);
   } else {
-    zr->frozen_full = ze_alloc(zr, plan->frozen_numel, es, true);
+    zr->frozen_full = ze_zero_alloc(zr, ZE_MEM_LP, plan->frozen_numel * es);
     if (!zr->frozen_full) goto oom;
-    uint64_t off = 0;
     for (size_t i = 0; i < plan->n_frozen; i++) {
       uint32_t p = plan->frozen_params[i];
-      const float *src = init + plan->model_off[p];
-      void *dst = (uint8_t *)zr->frozen_full + off * es;
-      zck_convert(lp, dst, ZCK_F32, src, plan->numel[p]);
-      zck_convert(ZCK_F32, zr->work + plan->model_off[p], lp, dst, plan->numel[p]);
-      off += plan->numel[p];
+      zck_convert(lp, (uint8_t *)zr->frozen_full + plan->home[p].off * es, ZCK_F32, init + plan->model_off[p],
+                  plan->numel[p]);
     }
   }
-  if (z3) {
-    /* frozen params never change: gather them once */
-    const zck_layout *fl = plan->frozen;
-    for (size_t g = 0; g < fl->n_groups; g++) {
-      uint64_t part = fl->groups[g].partition;
-      ZCK_TRY(comm->all_gather(comm, zr->frozen_lp[g], zr->lp_flat, part, lp));
-      unpack_group(plan, fl, g, zr->lp_flat, zr->work);
-    }
+  if (plan->o.stage == 1) {
+    zr->gfull = ze_zero_alloc(zr, ZE_MEM_GRAD_FULL, plan->model_numel * sizeof(float));
+    if (!zr->gfull) goto oom;
   }
   return ze_zero_gather(zr);
 oom:
@@ -245,47 +260,292 @@ oom:
   return zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the ZeRO state", comm->rank);
 }
 
-// ---- collectives of a step
+// ---- parameters for compute
 
-zck_status ze_zero_gather(ze_zero_rank *zr) {
+zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst) {
   const ze_zero_plan *plan = zr->plan;
   const zck_layout *l = plan->train;
   zck_dtype lp = plan->o.lp_dtype;
   size_t es = zck_dtype_size(lp);
-  for (size_t g = 0; g < zr->n_groups; g++) {
-    uint64_t part = l->groups[g].partition;
-    if (plan->o.stage == 3) {
-      ZCK_TRY(zr->comm->all_gather(zr->comm, zr->lp[g], zr->lp_flat, part, lp));
-      unpack_group(plan, l, g, zr->lp_flat, zr->work);
-    } else {
-      uint8_t *flat = zr->lp[g];
-      ZCK_TRY(zr->comm->all_gather(zr->comm, flat + zr->rank * part * es, flat, part, lp));
-      unpack_group(plan, l, g, flat, zr->work);
+  uint32_t W = plan->o.world;
+  if (plan->o.stage < 3) {
+    float *d = dst;
+    for (size_t i = 0; i < n; i++) {
+      uint32_t p = params[i];
+      const ze_param_home *h = &plan->home[p];
+      ZCK_ASSERT(h->where);
+      if (h->where == 2) {
+        zck_convert(ZCK_F32, d, lp, (const uint8_t *)zr->frozen_full + h->off * es, plan->numel[p]);
+      } else {
+        for (size_t j = l->param_first[p]; j < l->param_first[p + 1]; j++) {
+          const zck_piece *pc = &l->pieces[j];
+          uint32_t g = pc->store / W, k = pc->store % W;
+          const uint8_t *src = (const uint8_t *)zr->lp[g] + (k * l->groups[g].partition + pc->store_off) * es;
+          zck_convert(ZCK_F32, d + pc->param_off, lp, src, pc->count);
+        }
+      }
+      d += plan->numel[p];
     }
+    return ZCK_OK;
   }
-  return ZCK_OK;
+  /* stage 3: one all-gather of this rank's p-slots of every param */
+  uint64_t S = 0;
+  for (size_t i = 0; i < n; i++) S += zck_zero3_partition(plan->numel[params[i]], W);
+  size_t send_bytes = S * es, recv_bytes = W * S * es;
+  uint8_t *send = ze_zero_alloc(zr, ZE_MEM_PARAMS, send_bytes);
+  uint8_t *recv = send ? ze_zero_alloc(zr, ZE_MEM_PARAMS, recv_bytes) : NULL;
+  if (!send || !recv) {
+    ze_zero_free(zr, ZE_MEM_PARAMS, send, send_bytes);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory gathering parameters", zr->rank);
+  }
+  uint64_t pre = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t p = params[i];
+    const ze_param_home *h = &plan->home[p];
+    ZCK_ASSERT(h->where);
+    uint64_t part = zck_zero3_partition(plan->numel[p], W);
+    const uint8_t *src = (const uint8_t *)(h->where == 1 ? zr->lp[h->group] : zr->frozen_lp[h->group]);
+    memcpy(send + pre * es, src + h->off * es, part * es);
+    pre += part;
+  }
+  zck_status s = zr->comm->all_gather(zr->comm, send, recv, S, lp);
+  pre = 0;
+  float *d = dst;
+  for (size_t i = 0; i < n && s == ZCK_OK; i++) {
+    uint64_t numel = plan->numel[params[i]], part = zck_zero3_partition(numel, W);
+    for (uint32_t k = 0; k < W && k * part < numel; k++) {
+      uint64_t cnt = numel - k * part < part ? numel - k * part : part;
+      zck_convert(ZCK_F32, d + k * part, lp, recv + (k * S + pre) * es, cnt);
+    }
+    pre += part;
+    d += numel;
+  }
+  ze_zero_free(zr, ZE_MEM_PARAMS, recv, recv_bytes);
+  ze_zero_free(zr, ZE_MEM_PARAMS, send, send_bytes);
+  return s;
 }
 
-zck_status ze_zero_reduce(ze_zero_rank *zr, bool last) {
+zck_status ze_zero_gather(ze_zero_rank *zr) {
+  const ze_zero_plan *plan = zr->plan;
+  if (plan->o.stage == 3 || plan->o.world == 1) return ZCK_OK;
+  const zck_layout *l = plan->train;
+  zck_dtype lp = plan->o.lp_dtype;
+  size_t es = zck_dtype_size(lp);
+  uint32_t W = plan->o.world, r = zr->rank;
+  uint64_t chunk = ze_zero_allgather_bucket(plan) / W;
+  if (chunk < 1) chunk = 1;
+  uint8_t *bucket = NULL;
+  size_t bucket_bytes = 0;
+  zck_status s = ZCK_OK;
+  for (size_t g = 0; g < zr->n_groups && s == ZCK_OK; g++) {
+    uint64_t part = l->groups[g].partition;
+    uint8_t *flat = zr->lp[g];
+    if (chunk >= part) { /* the whole partition at once, in place */
+      s = zr->comm->all_gather(zr->comm, flat + r * part * es, flat, part, lp);
+      continue;
+    }
+    if (!bucket) {
+      bucket_bytes = W * chunk * es;
+      if (!(bucket = ze_zero_alloc(zr, ZE_MEM_BUCKETS, bucket_bytes)))
+        return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the all-gather bucket", r);
+    }
+    for (uint64_t c0 = 0; c0 < part && s == ZCK_OK; c0 += chunk) {
+      uint64_t cnt = part - c0 < chunk ? part - c0 : chunk;
+      s = zr->comm->all_gather(zr->comm, flat + (r * part + c0) * es, bucket, cnt, lp);
+      for (uint32_t k = 0; k < W && s == ZCK_OK; k++)
+        if (k != r) memcpy(flat + (k * part + c0) * es, bucket + k * cnt * es, cnt * es);
+    }
+  }
+  ze_zero_free(zr, ZE_MEM_BUCKETS, bucket, bucket_bytes);
+  return s;
+}
+
+// ---- gradients
+
+/* Stage 2 (zero12 layout): buckets of the params' pieces, all-reduced; each rank keeps the
+ * elements of its partition. (lib/comm has no reduce-to-one; DeepSpeed's default
+ * use_multi_rank_bucket_allreduce all-reduces the combined buckets the same way.) */
+typedef struct rd_item {
+  const float *src;            /* gradient elements */
+  float *acc;                  /* where they add up on this rank (NULL: another rank's) */
+  uint64_t pos, count;         /* in the bucket: stage 2 at pos; stage 3 per block at pos */
+  uint64_t part, j0, numel;    /* stage 3: p-slot size, offset in it, param numel */
+} rd_item;
+
+typedef struct rd_bucket {
+  rd_item *items;
+  size_t n, cap;
+  uint64_t used;               /* stage 2: elements; stage 3: elements per rank block */
+} rd_bucket;
+
+static bool rd_push(rd_bucket *b, rd_item it) {
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 64;
+    rd_item *v = zck__realloc(b->items, cap * sizeof *v);
+    if (!v) return false;
+    b->items = v;
+    b->cap = cap;
+  }
+  b->items[b->n++] = it;
+  return true;
+}
+
+static zck_status rd_flush(ze_zero_rank *zr, rd_bucket *b, float *buf) {
+  if (!b->n) return ZCK_OK;
+  const ze_zero_plan *plan = zr->plan;
+  uint32_t W = plan->o.world;
+  float Wf = (float)W;
+  zck_status s;
+  if (plan->o.stage == 2) {
+    for (size_t i = 0; i < b->n; i++) {
+      const rd_item *it = &b->items[i];
+      float *d = buf + it->pos;
+      /* DeepSpeed divides by the world size before the sum (average_tensor) */
+      if (W == 1)
+        memcpy(d, it->src, it->count * sizeof *d);
+      else
+        for (uint64_t j = 0; j < it->count; j++) d[j] = it->src[j] / Wf;
+    }
+    s = zr->comm->all_reduce(zr->comm, buf, buf, b->used, ZCK_F32, ZCK_COMM_SUM);
+    for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
+      const rd_item *it = &b->items[i];
+      if (!it->acc) continue;
+      for (uint64_t j = 0; j < it->count; j++) it->acc[j] += buf[it->pos + j];
+    }
+  } else {
+    /* stage 3: block k of the bucket holds every item's rank-k slot range, padding zero */
+    uint64_t S = b->used;
+    memset(buf, 0, W * S * sizeof *buf);
+    for (size_t i = 0; i < b->n; i++) {
+      const rd_item *it = &b->items[i];
+      for (uint32_t k = 0; k < W; k++) {
+        uint64_t e0 = k * it->part + it->j0; /* first param element of this block range */
+        if (e0 >= it->numel) break;
+        uint64_t cnt = it->numel - e0 < it->count ? it->numel - e0 : it->count;
+        float *d = buf + k * S + it->pos;
+        if (W == 1)
+          memcpy(d, it->src + e0, cnt * sizeof *d);
+        else
+          for (uint64_t j = 0; j < cnt; j++) d[j] = it->src[e0 + j] / Wf;
+      }
+    }
+    float *mine = buf + zr->rank * S;
+    s = zr->comm->reduce_scatter(zr->comm, buf, mine, S, ZCK_F32, ZCK_COMM_SUM);
+    for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
+      const rd_item *it = &b->items[i];
+      for (uint64_t j = 0; j < it->count; j++) it->acc[j] += mine[it->pos + j];
+    }
+  }
+  b->n = 0;
+  b->used = 0;
+  return s;
+}
+
+zck_status ze_zero_reduce_params(ze_zero_rank *zr, const uint32_t *params, size_t n, const float *const *grads) {
   const ze_zero_plan *plan = zr->plan;
   const zck_layout *l = plan->train;
-  bool stage1 = plan->o.stage == 1;
-  if (stage1 && !last) return ZCK_OK; /* stage 1 accumulates locally until the step */
-  float W = (float)plan->o.world;
-  for (size_t g = 0; g < zr->n_groups; g++) {
-    uint64_t part = l->groups[g].partition;
-    /* DeepSpeed divides by the world size before the sum (average_tensor) */
-    pack_group(plan, l, g, zr->gwork, W, zr->flat);
-    float *mine = zr->flat + zr->rank * part;
-    ZCK_TRY(zr->comm->reduce_scatter(zr->comm, zr->flat, mine, part, ZCK_F32, ZCK_COMM_SUM));
-    float *acc = zr->grad[g];
-    if (stage1)
-      memcpy(acc, mine, part * sizeof *acc);
-    else
-      for (uint64_t i = 0; i < part; i++) acc[i] += mine[i];
+  uint32_t W = plan->o.world;
+  ZCK_ASSERT(plan->o.stage >= 2);
+  bool z3 = plan->o.stage == 3;
+  uint64_t cap = ze_zero_reduce_bucket(plan); /* elements of full-size gradient per collective */
+  uint64_t per = z3 ? (cap / W ? cap / W : 1) : cap; /* stage 3: elements per rank block */
+  /* the bucket never exceeds what the params need */
+  uint64_t need = 0;
+  for (size_t i = 0; i < n; i++)
+    if (plan->home[params[i]].where == 1)
+      need += z3 ? zck_zero3_partition(plan->numel[params[i]], W) : plan->numel[params[i]];
+  if (!need) return ZCK_OK;
+  if (per > need) per = need;
+  size_t buf_bytes = (z3 ? W * per : per) * sizeof(float);
+  float *buf = ze_zero_alloc(zr, ZE_MEM_BUCKETS, buf_bytes);
+  rd_bucket b = {0};
+  if (!buf) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the reduce bucket", zr->rank);
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < n && s == ZCK_OK; i++) {
+    uint32_t p = params[i];
+    const ze_param_home *h = &plan->home[p];
+    if (h->where != 1) continue;
+    if (z3) {
+      uint64_t part = zck_zero3_partition(plan->numel[p], W);
+      for (uint64_t j0 = 0; j0 < part && s == ZCK_OK;) {
+        if (b.used == per) s = rd_flush(zr, &b, buf);
+        uint64_t c = part - j0 < per - b.used ? part - j0 : per - b.used;
+        rd_item it = {grads[i], zr->grad[h->group] + h->off + j0, b.used, c, part, j0, plan->numel[p]};
+        if (s == ZCK_OK && !rd_push(&b, it)) s = ZCK_ERR_NO_MEMORY;
+        b.used += c;
+        j0 += c;
+      }
+    } else {
+      for (size_t j = l->param_first[p]; j < l->param_first[p + 1] && s == ZCK_OK; j++) {
+        const zck_piece *pc = &l->pieces[j];
+        uint32_t g = pc->store / W, k = pc->store % W;
+        for (uint64_t t0 = 0; t0 < pc->count && s == ZCK_OK;) {
+          if (b.used == per) s = rd_flush(zr, &b, buf);
+          uint64_t c = pc->count - t0 < per - b.used ? pc->count - t0 : per - b.used;
+          float *acc = k == zr->rank ? zr->grad[g] + pc->store_off + t0 : NULL;
+          rd_item it = {grads[i] + pc->param_off + t0, acc, b.used, c, 0, 0, 0};
+          if (s == ZCK_OK && !rd_push(&b, it)) s = ZCK_ERR_NO_MEMORY;
+          b.used += c;
+          t0 += c;
+        }
+      }
+    }
   }
-  memset(zr->gwork, 0, plan->model_numel * sizeof *zr->gwork);
-  return ZCK_OK;
+  if (s == ZCK_OK) s = rd_flush(zr, &b, buf);
+  if (s == ZCK_ERR_NO_MEMORY) s = zck__fail(s, "rank %u: out of memory reducing gradients", zr->rank);
+  free(b.items);
+  ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
+  return s;
+}
+
+/* dst[0..cnt) = model grads of flat range [c0, c0+cnt) of store (g, k) / scale, padding 0. */
+static void pack_range(const ze_zero_plan *plan, size_t g, uint32_t k, uint64_t c0, uint64_t cnt, const float *model,
+                       float scale, float *dst) {
+  const zck_layout *l = plan->train;
+  memset(dst, 0, cnt * sizeof *dst);
+  uint32_t st = zck_layout_store_id(l, (uint32_t)g, k);
+  for (size_t i = l->store_first[st]; i < l->store_first[st + 1]; i++) {
+    const zck_piece *pc = &l->pieces[l->by_store[i]];
+    uint64_t lo = pc->store_off > c0 ? pc->store_off : c0;
+    uint64_t hi = pc->store_off + pc->count < c0 + cnt ? pc->store_off + pc->count : c0 + cnt;
+    if (lo >= hi) continue;
+    const float *src = model + plan->model_off[pc->param] + pc->param_off + (lo - pc->store_off);
+    float *d = dst + (lo - c0);
+    if (scale == 1.0f)
+      memcpy(d, src, (hi - lo) * sizeof *d);
+    else
+      for (uint64_t j = 0; j < hi - lo; j++) d[j] = src[j] / scale;
+  }
+}
+
+zck_status ze_zero_reduce_full(ze_zero_rank *zr) {
+  const ze_zero_plan *plan = zr->plan;
+  const zck_layout *l = plan->train;
+  uint32_t W = plan->o.world;
+  ZCK_ASSERT(plan->o.stage == 1 && zr->gfull);
+  uint64_t chunk = ze_zero_reduce_bucket(plan) / W, maxp = 0;
+  if (chunk < 1) chunk = 1;
+  for (size_t g = 0; g < zr->n_groups; g++)
+    if (l->groups[g].partition > maxp) maxp = l->groups[g].partition;
+  if (chunk > maxp) chunk = maxp ? maxp : 1;
+  size_t buf_bytes = W * chunk * sizeof(float);
+  float *buf = ze_zero_alloc(zr, ZE_MEM_BUCKETS, buf_bytes);
+  if (!buf) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the reduce bucket", zr->rank);
+  zck_status s = ZCK_OK;
+  for (size_t g = 0; g < zr->n_groups && s == ZCK_OK; g++) {
+    uint64_t part = l->groups[g].partition;
+    for (uint64_t c0 = 0; c0 < part && s == ZCK_OK; c0 += chunk) {
+      uint64_t cnt = part - c0 < chunk ? part - c0 : chunk;
+      /* DeepSpeed divides by the world size before the sum (average_tensor) */
+      for (uint32_t k = 0; k < W; k++) pack_range(plan, g, k, c0, cnt, zr->gfull, (float)W, buf + k * cnt);
+      float *mine = buf + zr->rank * cnt;
+      s = zr->comm->reduce_scatter(zr->comm, buf, mine, cnt, ZCK_F32, ZCK_COMM_SUM);
+      if (s == ZCK_OK) memcpy(zr->grad[g] + c0, mine, cnt * sizeof *mine);
+    }
+  }
+  ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
+  memset(zr->gfull, 0, plan->model_numel * sizeof *zr->gfull);
+  return s;
 }
 
 zck_status ze_zero_grad_norm(ze_zero_rank *zr, double *norm) {

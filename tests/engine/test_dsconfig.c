@@ -134,14 +134,64 @@ int main(void) {
   ZT_ASSERT(d.stage == 1 && num(d.json, "train_batch_size", NULL, NULL) == 24);
   ze_ds_config_free(&d);
 
+  /* ---- the keys users tune: DeepSpeed's defaults, or the config's values */
+  ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 2}}", "x.json", &a, &d));
+  ZT_ASSERT(d.reduce_bucket_size == 500000000 && d.allgather_bucket_size == 500000000 && !d.overlap_comm &&
+            d.contiguous_gradients && d.prefetch_bucket_size == 50000000 && d.max_live_parameters == 1000000000 &&
+            !d.offload_optimizer && !d.offload_param);
+  ze_ds_config_free(&d);
+  ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 12, "
+                           "\"stage3_prefetch_bucket_size\": 0, \"stage3_max_live_parameters\": 5e6, "
+                           "\"contiguous_gradients\": false, \"overlap_comm\": false, "
+                           "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true, \"ratio\": 0.3}, "
+                           "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": false}}}",
+                           "x.json", &a, &d));
+  ZT_ASSERT(d.reduce_bucket_size == 12 && d.prefetch_bucket_size == 0 && d.max_live_parameters == 5000000 &&
+            !d.contiguous_gradients && !d.overlap_comm && d.offload_optimizer && d.offload_param);
+  ze_ds_config_free(&d);
+  /* stage 3 turns overlap_comm on by default; offload_param at stage 2 is accepted and
+   * ignored, as DeepSpeed does; the deprecated cpu_offload spelling */
+  ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 3}}", "x.json", &a, &d));
+  ZT_ASSERT(d.overlap_comm);
+  ze_ds_config_free(&d);
+  ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true, "
+                           "\"offload_param\": {\"device\": \"cpu\"}, \"allgather_bucket_size\": 2e8}}",
+                           "x.json", &a, &d));
+  ZT_ASSERT(d.offload_optimizer && d.offload_param && d.allgather_bucket_size == 200000000);
+  ze_ds_config_free(&d);
+  /* "auto" resolution fills reduce_bucket_size = hidden^2 (and the stage-3 prefetch bucket) */
+  ZT_OK(ze_ds_config_parse(auto_config, "x.json", &a, &d));
+  ZT_ASSERT(d.reduce_bucket_size == (uint64_t)a.model.n_embd * a.model.n_embd &&
+            d.prefetch_bucket_size == (uint64_t)(0.9 * a.model.n_embd * a.model.n_embd));
+  ze_ds_config_free(&d);
+
   /* ---- what the engine refuses, one line naming the key */
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 1}, \"scheduler\": {\"type\": \"WarmupLR\"}}",
               ZCK_ERR_UNSUPPORTED, "ds.json: \"scheduler\"");
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 0}}", ZCK_ERR_UNSUPPORTED, "stage=0");
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 2, \"round_robin_gradients\": true}}", ZCK_ERR_UNSUPPORTED,
               "round_robin_gradients");
-  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
-              ZCK_ERR_UNSUPPORTED, "offload_optimizer.device=cpu");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
+              ZCK_ERR_UNSUPPORTED, "ds.json: zero_optimization.offload_optimizer.device=nvme: NVMe offloading is not supported");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/x\"}}}",
+              ZCK_ERR_UNSUPPORTED, "offload_param.device=nvme");
+  /* DeepSpeed's own rules and words */
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}}}",
+              ZCK_ERR_INVALID_ARG, "ds.json: Partial offloading only supported for ZeRO Stage 3.");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"gpu\"}}}",
+              ZCK_ERR_INVALID_ARG, "offload_param.device: Input should be 'none', 'cpu' or 'nvme'");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": \"yes\"}}}",
+              ZCK_ERR_INVALID_ARG, "offload_param.pin_memory must be true or false");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 2, \"allgather_bucket_size\": 1001}}", ZCK_ERR_INVALID_ARG,
+              "allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 2");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 0}}", ZCK_ERR_INVALID_ARG,
+              "zero_optimization.reduce_bucket_size=0: Input should be greater than 0");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": -1}}", ZCK_ERR_INVALID_ARG,
+              "stage3_prefetch_bucket_size=-1: Input should be greater than or equal to 0");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"stage3_max_live_parameters\": 1.5}}", ZCK_ERR_INVALID_ARG,
+              "stage3_max_live_parameters must be an integer");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 1, \"overlap_comm\": \"auto\"}}", ZCK_ERR_INVALID_ARG,
+              "overlap_comm must be true or false");
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": \"Lamb\"}}", ZCK_ERR_UNSUPPORTED,
               "optimizer.type");
   unsupported(&a, "{\"bf16\": {\"enabled\": true}}", ZCK_ERR_INVALID_ARG, "no \"zero_optimization\" section");
