@@ -302,6 +302,8 @@ static zck_status read_tuning(const cJSON *root, const char *name, ze_ds_config 
                 "%s: zero_optimization.allgather_bucket_size must be positive", name);
   }
   ZCK_TRY(read_bool(root, name, "zero_optimization.overlap_comm", &out->overlap_comm));
+  const cJSON *oc = json_get(root, "zero_optimization.overlap_comm");
+  out->overlap_comm_given = oc && !cJSON_IsNull(oc);
   ZCK_TRY(read_bool(root, name, "zero_optimization.contiguous_gradients", &out->contiguous_gradients));
   ZCK_TRY(read_offload(root, name, "zero_optimization.offload_optimizer", out->stage, &out->offload_optimizer));
   ZCK_TRY(read_offload(root, name, "zero_optimization.offload_param", out->stage, &out->offload_param));

@@ -33,6 +33,7 @@ typedef struct ze_ds_config {
   uint64_t prefetch_bucket_size;  /* stage3_prefetch_bucket_size, 5e7 */
   uint64_t max_live_parameters;   /* stage3_max_live_parameters, 1e9 */
   bool overlap_comm;              /* default: stage 3 */
+  bool overlap_comm_given;        /* the config sets it */
   bool contiguous_gradients;      /* default true */
   bool offload_optimizer;         /* offload_optimizer.device == "cpu" (or cpu_offload) */
   bool offload_param;             /* offload_param.device == "cpu" (or cpu_offload_param) */

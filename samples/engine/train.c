@@ -628,7 +628,7 @@ setup_done:
                                                "weights and gradients of the running micro-batch only"
                                              : "every rank's model states already live in host memory on --device cpu; "
                                                "offloading (and pin_memory) changes nothing");
-  if (a->deepspeed && run.ds.overlap_comm)
+  if (run.ds.overlap_comm && run.ds.overlap_comm_given)
     ze_log(&run, "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap on "
                  "the host backends)");
   if (run.resuming)

@@ -99,4 +99,15 @@ grep '^step [456]/' "$T/err2" | sed 's/ | [0-9.]* ms\/step//' >"$T/b"
 expect 0 "resharding it for ZeRO-3 on 3 ranks" $small --ranks 3 \
   --resume-from-checkpoint "$T/run/checkpoint-3" --deepspeed "$CONF/ds_zero3.json" --bf16
 expect 1 "bfloat16" $small --resume-from-checkpoint "$T/run/checkpoint-3" --deepspeed "$CONF/ds_zero3.json"
+# memory report; offload to cpu accepted (a note, nothing changes), nvme refused in one line
+cat >"$T/off.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+ "zero_optimization": {"stage": 3, "reduce_bucket_size": 64, "stage3_prefetch_bucket_size": 0,
+ "offload_optimizer": {"device": "cpu", "pin_memory": true}, "offload_param": {"device": "cpu"}}}
+JSON
+expect 0 "peak model-state memory per rank: " $small --max-steps 2 --deepspeed "$T/off.json" --bf16
+grep -q "^offload to cpu: every rank's model states already live in host memory" "$T/err" || fail "offload note: $(cat "$T/err")"
+sed 's/"cpu", "pin_memory": true/"nvme", "nvme_path": "\/tmp"/' "$T/off.json" >"$T/nvme.json"
+expect 1 "zero_optimization.offload_optimizer.device=nvme: NVMe offloading is not supported by zckpt-train" \
+  $small --max-steps 2 --deepspeed "$T/nvme.json" --bf16
 echo ok
