@@ -5,8 +5,10 @@
  * groups as the HF Trainer makes them), the ZeRO plan, W rank threads over the local comm
  * backend (or, given a comm, this process's one rank of a group of processes), and runs
  * the loop:
- *   for each optimizer step: per micro-batch forward, backward, reduce; clip; AdamW;
- *   log every logging_steps; evaluate every eval_steps; save every save_steps.
+ *   for each optimizer step: per micro-batch forward, backward, reduce (module by module,
+ *   zexec.h); clip; AdamW; log every logging_steps; evaluate every eval_steps; save every
+ *   save_steps. Each rank counts the bytes of model states it holds (zero.h) and the
+ *   result carries every rank's peak.
  * Progress goes to stderr; generated text (if asked) to stdout.
  */
 #ifndef ZE_TRAIN_H

@@ -183,8 +183,8 @@ void ze_zero_rank_free(ze_zero_rank *zr) {
   memset(zr, 0, sizeof *zr);
 }
 
-/* Rounds init's values of layout l's pieces in store range [first, end) into lp arrays:
- * dst(group g, rank k) + store offset, where dst gives the array and its base element. */
+/* Rounds init's values of layout l's pieces into the lp arrays[g]: whole_flat (stage 1/2)
+ * every rank's slice at k * part; else only only_rank's pieces, at their store offset. */
 static void init_lp_pieces(const ze_zero_plan *plan, const zck_layout *l, uint32_t only_rank, bool whole_flat,
                            void **arrays, const float *init) {
   zck_dtype lp = plan->o.lp_dtype;
