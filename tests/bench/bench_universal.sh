@@ -7,12 +7,15 @@
 #
 # Every job and its floor run REPS times (default 3), interleaved (job, floor, next job,
 # ...) so background load hits both alike; the medians are reported, and the ratio is
-# median(job) / median(floor). The page cache is dropped before each run (as root; the
-# script says when it cannot, and the runs are then warm).
+# median(job) / median(floor); "best" is min(job) / min(floor), the spread min..max of
+# the job's runs (on a shared machine the same floor varies by tens of percent). The page
+# cache is dropped before each run (as root; the script says when it cannot, and the runs
+# are then warm).
 #
 # usage: tests/bench/bench_universal.sh [PARAMS] [WORKDIR]   (ZCK_BUILD, ZCK_PYTHON as in
 #        bench_consolidate.sh; KEEP=1 reuses WORKDIR/ckpt; REPS=n; DS_REPS=n for the slow
-#        ds_to_universal.py, default REPS; DS=0 skips it)
+#        ds_to_universal.py, default REPS; DS=0 skips it; BEFORE=BUILD_DIR also runs that
+#        build's zckpt, interleaved, as <job>_before: a before/after under the same load)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 params=${1:-2e8}
@@ -60,10 +63,14 @@ echo "== $(du -sh "$work/ckpt" | cut -f1) checkpoint, $threads threads, $reps ru
 : >"$work/runs"
 have_ds=0
 if [ "${DS:-1}" != 0 ] && "$py" -c "import deepspeed" 2>/dev/null; then have_ds=1; fi
+builds=("" ${BEFORE:+_before})
+zbin() { if [ "$1" = _before ]; then echo "$BEFORE/bin/zckpt"; else echo "$bin/zckpt"; fi; }
 for rep in $(seq 1 "$reps"); do
-  job zckpt_universal_ds "$rep" $bin/zckpt to-universal -q --threads "$threads" "$work/ckpt" "$work/out"
-  job zckpt_universal_h5 "$rep" $bin/zckpt to-universal -q --format hdf5 --threads "$threads" "$work/ckpt" "$work/out"
-  job zckpt_reshard "$rep" $bin/zckpt reshard -q --to-stage 2 --to-world-size 4 --threads "$threads" "$work/ckpt" "$work/out"
+  for b in "${builds[@]}"; do
+    job zckpt_universal_ds$b "$rep" "$(zbin "$b")" to-universal -q --threads "$threads" "$work/ckpt" "$work/out"
+    job zckpt_universal_h5$b "$rep" "$(zbin "$b")" to-universal -q --format hdf5 --threads "$threads" "$work/ckpt" "$work/out"
+    job zckpt_reshard$b "$rep" "$(zbin "$b")" reshard -q --to-stage 2 --to-world-size 4 --threads "$threads" "$work/ckpt" "$work/out"
+  done
   if [ $have_ds = 1 ] && [ "$rep" -le "$ds_reps" ]; then
     job ds_to_universal "$rep" env DS_ACCELERATOR=cpu "$py" -m deepspeed.checkpoint.ds_to_universal \
       --input_folder "$work/ckpt/global_step10" --output_folder "$work/out" --num_extract_workers "$threads" --num_merge_workers "$threads"
@@ -73,19 +80,28 @@ clean
 read_bytes=$(sed -n 's/.*read \([0-9]*\) bytes.*/\1/p' "$work/log.floor_zckpt_universal_ds")
 echo "== medians (floor: read $(echo "$read_bytes / 10^9" | bc -l | xargs printf '%.2f') GB of optimizer state once, write what the job wrote, one file, fsync)"
 awk -v cache="$cache" '
-  function median(label, col,   n, i, j, t, v) {
+  function median(label, col) { return pick(label, col, 0) }
+  function lo(label, col) { return pick(label, col, -1) }
+  function hi(label, col) { return pick(label, col, 1) }
+  function pick(label, col, which,   n, i, j, t, v) {
     n = 0
     for (i = 1; i <= nr; i++) if (lab[i] == label) v[++n] = val[i, col]
     for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-    return n ? (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) : 0
+    if (!n) return 0
+    if (which < 0) return v[1]
+    if (which > 0) return v[n]
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
   }
   { nr++; lab[nr] = $1; for (c = 3; c <= 6; c++) val[nr, c] = $c; if (!($1 in seen)) { seen[$1] = 1; if ($1 !~ /^floor_/) order[++nj] = $1 } }
   END {
-    printf "%-20s %9s %9s %7s %9s %9s %6s\n", "job", "wall s", "floor s", "ratio", "peak MB", "files", "GB"
+    printf "%-26s %7s %11s %7s %7s %6s %8s %6s %6s\n", "job", "wall s", "(spread)", "floor s", "ratio", "best", "peak MB", "files", "GB"
     for (i = 1; i <= nj; i++) {
       k = order[i]; t = median(k, 3); f = median("floor_" k, 3); wall[k] = t; rss[k] = median(k, 4)
-      printf "%-20s %9.2f %9.2f %6.2fx %9.0f %9.0f %6.3f\n", k, t, f, t / f, rss[k] / 1024, median(k, 5), median(k, 6) / 1e9
+      printf "%-26s %7.2f %5.2f..%-5.2f %7.2f %6.2fx %5.2fx %8.0f %6.0f %6.3f\n", k, t, lo(k, 3), hi(k, 3), f, t / f,
+        lo(k, 3) / lo("floor_" k, 3), rss[k] / 1024, median(k, 5), median(k, 6) / 1e9
     }
+    for (k in wall) if ((k "_before") in wall)
+      printf "%s: %.2fx the speed of the build before (median %.2f s -> %.2f s)\n", k, wall[k "_before"] / wall[k], wall[k "_before"], wall[k]
     if ("ds_to_universal" in wall) {
       printf "to-universal (ds layout) is %.1fx faster than ds_to_universal.py, %.3f of its peak RSS\n", wall["ds_to_universal"] / wall["zckpt_universal_ds"], rss["zckpt_universal_ds"] / rss["ds_to_universal"]
       printf "to-universal (hdf5) is %.1fx faster, reshard %.1fx faster than ds_to_universal.py\n", wall["ds_to_universal"] / wall["zckpt_universal_h5"], wall["ds_to_universal"] / wall["zckpt_reshard"]
