@@ -8,7 +8,8 @@
 # Every job and its floor run REPS times (default 3), interleaved (job, floor, next job,
 # ...) so background load hits both alike; the medians are reported, and the ratio is
 # median(job) / median(floor); "best" is min(job) / min(floor), the spread min..max of
-# the job's runs (on a shared machine the same floor varies by tens of percent). The page
+# the job's runs (on a shared machine the same floor varies by tens of percent); cpu is
+# the median user + system seconds, steadier than the wall time under load. The page
 # cache is dropped before each run (as root; the script says when it cannot, and the runs
 # are then warm).
 #
@@ -32,21 +33,23 @@ if ! echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cache=warm; echo "note: 
 drop() { sync; if [ $cache = cold ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
 clean() { rm -rf "$work/out" "$work/floor.bin" "$work/latest_universal"; }
 # run LABEL REP cmd...: one timed run writing $work/out; appends to $work/runs
-#   "LABEL REP wall_s peak_kb files bytes"
+#   "LABEL REP wall_s peak_kb files bytes cpu_s" (cpu: user + system seconds)
 run() {
   local label=$1 rep=$2; shift 2
   clean; drop
-  /usr/bin/time -f "%e %M" -o "$work/time" "$@" >"$work/log.$label" 2>&1 || { echo "$label failed:"; tail -5 "$work/log.$label"; exit 1; }
-  local wall rss files bytes
-  read -r wall rss <"$work/time"
+  /usr/bin/time -f "%e %M %U %S" -o "$work/time" "$@" >"$work/log.$label" 2>&1 || { echo "$label failed:"; tail -5 "$work/log.$label"; exit 1; }
+  local wall rss user sys files bytes
+  read -r wall rss user sys <"$work/time"
   if [ -d "$work/out" ]; then
     files=$(find "$work/out" -type f | wc -l)
     bytes=$(find "$work/out" -type f -printf '%s\n' | awk '{s += $1} END {printf "%.0f", s}')
   else
     files=1; bytes=$(stat -c %s "$work/out")
   fi
-  echo "$label $rep $wall $rss $files $bytes" >>"$work/runs"
-  printf '  %-20s run %d %8.2f s %8.1f MB %5d files %6.3f GB\n' "$label" "$rep" "$wall" "$(echo "$rss / 1024" | bc -l)" "$files" "$(echo "$bytes / 10^9" | bc -l)"
+  local cpu; cpu=$(echo "$user + $sys" | bc -l)
+  echo "$label $rep $wall $rss $files $bytes $cpu" >>"$work/runs"
+  printf '  %-26s run %d %7.2f s %7.2f s cpu %7.1f MB %5d files %6.3f GB\n' "$label" "$rep" "$wall" "$cpu" \
+    "$(echo "$rss / 1024" | bc -l)" "$files" "$(echo "$bytes / 10^9" | bc -l)"
   last_bytes=$bytes
 }
 # job LABEL REP cmd...: the job, then its floor writing as many bytes
@@ -92,13 +95,13 @@ awk -v cache="$cache" '
     if (which > 0) return v[n]
     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
   }
-  { nr++; lab[nr] = $1; for (c = 3; c <= 6; c++) val[nr, c] = $c; if (!($1 in seen)) { seen[$1] = 1; if ($1 !~ /^floor_/) order[++nj] = $1 } }
+  { nr++; lab[nr] = $1; for (c = 3; c <= 7; c++) val[nr, c] = $c; if (!($1 in seen)) { seen[$1] = 1; if ($1 !~ /^floor_/) order[++nj] = $1 } }
   END {
-    printf "%-26s %7s %11s %7s %7s %6s %8s %6s %6s\n", "job", "wall s", "(spread)", "floor s", "ratio", "best", "peak MB", "files", "GB"
+    printf "%-26s %7s %11s %7s %7s %6s %6s %8s %6s %6s\n", "job", "wall s", "(spread)", "floor s", "ratio", "best", "cpu s", "peak MB", "files", "GB"
     for (i = 1; i <= nj; i++) {
       k = order[i]; t = median(k, 3); f = median("floor_" k, 3); wall[k] = t; rss[k] = median(k, 4)
-      printf "%-26s %7.2f %5.2f..%-5.2f %7.2f %6.2fx %5.2fx %8.0f %6.0f %6.3f\n", k, t, lo(k, 3), hi(k, 3), f, t / f,
-        lo(k, 3) / lo("floor_" k, 3), rss[k] / 1024, median(k, 5), median(k, 6) / 1e9
+      printf "%-26s %7.2f %5.2f..%-5.2f %7.2f %6.2fx %5.2fx %6.2f %8.0f %6.0f %6.3f\n", k, t, lo(k, 3), hi(k, 3), f, t / f,
+        lo(k, 3) / lo("floor_" k, 3), median(k, 7), rss[k] / 1024, median(k, 5), median(k, 6) / 1e9
     }
     for (k in wall) if ((k "_before") in wall)
       printf "%s: %.2fx the speed of the build before (median %.2f s -> %.2f s)\n", k, wall[k "_before"] / wall[k], wall[k "_before"], wall[k]
