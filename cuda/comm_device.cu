@@ -147,3 +147,7 @@ zck_status zck__cuda_local_set_stream(zck_comm *c, void *stream) {
   g->user_set[c->rank] = stream != NULL;
   return ZCK_OK;
 }
+
+int zck__cuda_local_device(const zck_comm *c) {
+  return ((const zck__dev_ranks *)zck__ranks_ops_ctx((zck_comm *)c))->device;
+}

@@ -386,3 +386,11 @@ extern "C" zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) {
 #endif
   return zck__fail(ZCK_ERR_INVALID_ARG, "comm: %s is not a CUDA backend", comm->backend);
 }
+
+extern "C" int zck_comm_cuda_device(const zck_comm *comm) {
+  if (zck__ranks_is(comm) && !strcmp(comm->backend, "cuda-local")) return zck__cuda_local_device(comm);
+#if ZCK_HAVE_NCCL
+  if (nc_is(comm)) return ((const nc_rank *)comm->impl)->device;
+#endif
+  return -1;
+}

@@ -82,5 +82,6 @@ zck_status zck__bias_add(float *out, const float *b, int BT, int OC, cudaStream_
 zck_status zck__colsum_add(float *db, const float *dout, int BT, int OC, cudaStream_t stream);
 // comm_device.cu: the stream a cuda-local rank's collectives wait for (NULL: the device).
 zck_status zck__cuda_local_set_stream(zck_comm *c, void *stream);
+int zck__cuda_local_device(const zck_comm *c);
 
 #endif

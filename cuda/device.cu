@@ -43,6 +43,28 @@ extern "C" void zck_cuda_free(void *d_ptr) {
   if (d_ptr) cudaFree(d_ptr);
 }
 
+extern "C" zck_status zck_cuda_malloc_async(void **d_ptr, size_t bytes, void *stream) {
+  *d_ptr = NULL;
+  if (bytes < 16) bytes = 16; /* a valid pointer for empty arrays too */
+  ZCK_CU(cudaMallocAsync(d_ptr, bytes, ZCK_CU_STREAM(stream)), "allocate %zu bytes of device memory", bytes);
+  return ZCK_OK;
+}
+
+extern "C" void zck_cuda_free_async(void *d_ptr, void *stream) {
+  if (d_ptr) cudaFreeAsync(d_ptr, ZCK_CU_STREAM(stream));
+}
+
+extern "C" zck_status zck_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  int cur = 0;
+  ZCK_CU(cudaGetDevice(&cur), "current device");
+  ZCK_CU(cudaSetDevice(device), "select device %d", device);
+  cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+  cudaSetDevice(cur);
+  ZCK_CU(e, "memory of device %d", device);
+  return ZCK_OK;
+}
+
 extern "C" zck_status zck_cuda_host_alloc(void **ptr, size_t bytes) {
   *ptr = NULL;
   if (!bytes) return ZCK_OK;

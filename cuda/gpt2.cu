@@ -1,7 +1,9 @@
 // gpt2.cu: GPT-2 forward and backward on the device, step for step the CPU engine's
 // ze_gpt2_forward / ze_gpt2_backward (samples/engine/gpt2.c): the same flat parameter
 // buffer (offsets of zck_cuda_gpt2_offsets), the same activation buffers carved the same
-// way, the same kernels in the same order, on the context's stream.
+// way, the same kernels in the same order, on the context's stream. Parameters and
+// gradients come module by module through hooks (ZeRO-3 gathers them just before use); the
+// whole-model entry points are hooks over one flat buffer.
 #include "common.cuh"
 
 #include <string.h>
@@ -83,29 +85,56 @@ static size_t zg_acts_walk(const zck_cuda_gpt2_config *c, int B, int T, float *m
   return off;
 }
 
-static void zg_carve(const zck_cuda_gpt2 *m, float *flat, zg_params *p) {
-  const size_t *o = m->offsets;
-  p->wte = flat + o[0];
-  p->wpe = flat + o[1];
-  for (int l = 0; l < m->c.n_layer; l++) {
-    const size_t *b = o + 2 + 12 * l;
-    zg_block_params *h = &p->h[l];
-    h->ln_1_w = flat + b[0];
-    h->ln_1_b = flat + b[1];
-    h->attn_w = flat + b[2];
-    h->attn_b = flat + b[3];
-    h->attn_proj_w = flat + b[4];
-    h->attn_proj_b = flat + b[5];
-    h->ln_2_w = flat + b[6];
-    h->ln_2_b = flat + b[7];
-    h->fc_w = flat + b[8];
-    h->fc_b = flat + b[9];
-    h->fc_proj_w = flat + b[10];
-    h->fc_proj_b = flat + b[11];
+// Points the fields module `module` uses at t[] (zck_cuda_gpt2_module_tensors' order).
+static void zg_set_module(const zck_cuda_gpt2 *m, zg_params *p, int module, float *const *t) {
+  if (module == -1) {
+    p->wte = t[0];
+    p->wpe = t[1];
+  } else if (module == m->c.n_layer) {
+    p->ln_f_w = t[0];
+    p->ln_f_b = t[1];
+    p->wte = t[2];
+  } else {
+    zg_block_params *h = &p->h[module];
+    float **f[12] = {&h->ln_1_w, &h->ln_1_b, &h->attn_w,   &h->attn_b, &h->attn_proj_w, &h->attn_proj_b,
+                     &h->ln_2_w, &h->ln_2_b, &h->fc_w,     &h->fc_b,   &h->fc_proj_w,   &h->fc_proj_b};
+    for (int i = 0; i < 12; i++) *f[i] = t[i];
   }
-  size_t last = 2 + 12 * (size_t)m->c.n_layer;
-  p->ln_f_w = flat + o[last];
-  p->ln_f_b = flat + o[last + 1];
+}
+
+static zck_status zg_fetch(const zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, int module, zg_params *p) {
+  float *t[12] = {NULL};
+  ZCK_TRY(h->fetch(h->ctx, module, t));
+  zg_set_module(m, p, module, t);
+  return ZCK_OK;
+}
+
+static zck_status zg_grads(const zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, int module, zg_params *p) {
+  float *t[12] = {NULL};
+  ZCK_TRY(h->grads(h->ctx, module, t));
+  zg_set_module(m, p, module, t);
+  return ZCK_OK;
+}
+
+// Whole-model hooks: every module's tensors are offset ranges of one flat buffer.
+struct zg_whole {
+  const zck_cuda_gpt2 *m;
+  float *params, *grads;
+};
+
+static zck_status zg_whole_point(const zg_whole *w, float *flat, int module, float **t) {
+  int idx[12];
+  int k = zck_cuda_gpt2_module_tensors(&w->m->c, module, idx);
+  for (int i = 0; i < k; i++) t[i] = flat + w->m->offsets[idx[i]];
+  return ZCK_OK;
+}
+static zck_status zg_whole_fetch(void *ctx, int module, float **t) {
+  zg_whole *w = (zg_whole *)ctx;
+  return zg_whole_point(w, w->params, module, t);
+}
+static zck_status zg_whole_grads(void *ctx, int module, float **t) {
+  zg_whole *w = (zg_whole *)ctx;
+  return zg_whole_point(w, w->grads, module, t);
 }
 
 extern "C" void zck_cuda_gpt2_free(zck_cuda_gpt2 *m) {
@@ -174,8 +203,8 @@ static zck_status zg_check_tokens(const int *tok, size_t n, int V, const char *w
   return ZCK_OK;
 }
 
-extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const int *inputs,
-                                            const int *targets, int B, int T, float *loss) {
+extern "C" zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *hk, const int *inputs,
+                                                   const int *targets, int B, int T, float *loss) {
   const zck_cuda_gpt2_config *c = &m->c;
   int C = c->n_embd, V = c->vocab_size, H = c->n_head, BT = B * T;
   ZCK_FAIL_IF(B < 1 || T < 1 || B > m->B || T > m->T, ZCK_ERR_INVALID_ARG,
@@ -195,12 +224,15 @@ extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_par
     ZCK_CU(cudaMemcpyAsync(d_tg, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
            "upload the targets");
   zg_params w;
-  zg_carve(m, (float *)d_params, &w);
+  memset(&w, 0, sizeof w);
   zg_acts a;
   zg_acts_walk(c, B, T, m->mem, &a);
+  ZCK_TRY(zg_fetch(m, hk, -1, &w));
   ZCK_TRY(zck_cuda_encoder_forward(a.encoded, d_in, w.wte, w.wpe, BT, T, C, st));
+  if (hk->release) hk->release(hk->ctx, -1);
   const float *x = a.encoded;
   for (int l = 0; l < c->n_layer; l++) {
+    ZCK_TRY(zg_fetch(m, hk, l, &w));
     const zg_block_params *p = &w.h[l];
     zg_block_acts *h = &a.h[l];
     ZCK_TRY(zck_cuda_layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C, st));
@@ -213,10 +245,13 @@ extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_par
     ZCK_TRY(zck_cuda_gelu_forward(h->fch_gelu, h->fch, (size_t)BT * 4 * C, st));
     ZCK_TRY(zck_cuda_conv1d_forward(ctx, h->fcproj, h->fch_gelu, p->fc_proj_w, p->fc_proj_b, BT, 4 * C, C));
     ZCK_TRY(zck_cuda_residual_forward(h->res3, h->res2, h->fcproj, (size_t)BT * C, st));
+    if (hk->release) hk->release(hk->ctx, l);
     x = h->res3;
   }
+  ZCK_TRY(zg_fetch(m, hk, c->n_layer, &w));
   ZCK_TRY(zck_cuda_layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, BT, C, st));
   ZCK_TRY(zck_cuda_lm_head_forward(ctx, a.logits, a.ln_f, w.wte, BT, C, V));
+  if (hk->release) hk->release(hk->ctx, c->n_layer);
   if (!targets) {
     if (loss) *loss = 0.0f;
     ZCK_CU(cudaStreamSynchronize(ctx->stream), "gpt2 forward");
@@ -233,7 +268,14 @@ extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_par
   return ZCK_OK;
 }
 
-extern "C" zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float *d_grads, float scale) {
+extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const int *inputs,
+                                            const int *targets, int B, int T, float *loss) {
+  zg_whole w = {m, (float *)d_params, NULL};
+  zck_cuda_gpt2_hooks h = {&w, zg_whole_fetch, NULL, zg_whole_grads, NULL};
+  return zck_cuda_gpt2_forward_hooked(m, &h, inputs, targets, B, T, loss);
+}
+
+extern "C" zck_status zck_cuda_gpt2_backward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *hk, float scale) {
   ZCK_FAIL_IF(!m->last_targets, ZCK_ERR_INVALID_ARG, "cuda gpt2: backward needs a forward with targets first");
   const zck_cuda_gpt2_config *c = &m->c;
   int B = m->last_B, T = m->last_T;
@@ -243,19 +285,25 @@ extern "C" zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_pa
   ZCK_CU(cudaSetDevice(ctx->device), "select device %d", ctx->device);
   const int *d_in = m->d_tok, *d_tg = m->d_tok + (size_t)m->B * m->T;
   zg_params w, g;
-  zg_carve(m, (float *)d_params, &w);
-  zg_carve(m, d_grads, &g);
+  memset(&w, 0, sizeof w);
+  memset(&g, 0, sizeof g);
   zg_acts a, d;
   zg_acts_walk(c, B, T, m->mem, &a);
   zg_acts_walk(c, B, T, m->gmem, &d);
   ZCK_CU(cudaMemsetAsync(m->gmem, 0, m->n * sizeof(float), ctx->stream), "clear the activation gradients");
   ZCK_TRY(zck_cuda_softmax_xent_backward(d.logits, a.probs, d_tg, BT, V, scale / (float)BT, st));
+  ZCK_TRY(zg_fetch(m, hk, c->n_layer, &w));
+  ZCK_TRY(zg_grads(m, hk, c->n_layer, &g));
   ZCK_TRY(zck_cuda_lm_head_backward(ctx, d.ln_f, g.wte, d.logits, a.ln_f, w.wte, BT, C, V));
   const float *xl = a.h[c->n_layer - 1].res3;
   float *dxl = d.h[c->n_layer - 1].res3;
   ZCK_TRY(zck_cuda_layernorm_backward(dxl, g.ln_f_w, g.ln_f_b, d.ln_f, xl, w.ln_f_w, a.ln_f_mean,
                                       a.ln_f_rstd, BT, C, st));
+  if (hk->release) hk->release(hk->ctx, c->n_layer);
+  if (hk->grads_done) ZCK_TRY(hk->grads_done(hk->ctx, c->n_layer));
   for (int l = c->n_layer - 1; l >= 0; l--) {
+    ZCK_TRY(zg_fetch(m, hk, l, &w));
+    ZCK_TRY(zg_grads(m, hk, l, &g));
     const zg_block_params *p = &w.h[l], *gp = &g.h[l];
     zg_block_acts *h = &a.h[l], *dh = &d.h[l];
     const float *x = l ? a.h[l - 1].res3 : a.encoded;
@@ -277,8 +325,19 @@ extern "C" zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_pa
                                      BT, C, 3 * C));
     ZCK_TRY(zck_cuda_layernorm_backward(dx, gp->ln_1_w, gp->ln_1_b, dh->ln_1, x, p->ln_1_w, h->ln_1_mean,
                                         h->ln_1_rstd, BT, C, st));
+    if (hk->release) hk->release(hk->ctx, l);
+    if (hk->grads_done) ZCK_TRY(hk->grads_done(hk->ctx, l));
   }
+  /* embeddings: no weights needed, only their gradients */
+  ZCK_TRY(zg_grads(m, hk, -1, &g));
   ZCK_TRY(zck_cuda_encoder_backward(g.wte, g.wpe, d.encoded, d_in, BT, T, C, st));
+  if (hk->grads_done) ZCK_TRY(hk->grads_done(hk->ctx, -1));
   ZCK_CU(cudaStreamSynchronize(ctx->stream), "gpt2 backward");
   return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float *d_grads, float scale) {
+  zg_whole w = {m, (float *)d_params, d_grads};
+  zck_cuda_gpt2_hooks h = {&w, zg_whole_fetch, NULL, zg_whole_grads, NULL};
+  return zck_cuda_gpt2_backward_hooked(m, &h, scale);
 }

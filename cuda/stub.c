@@ -25,6 +25,15 @@ zck_status zck_cuda_malloc(void **d_ptr, size_t bytes) {
   return ZCK_NO_CUDA();
 }
 void zck_cuda_free(void *d_ptr) {}
+zck_status zck_cuda_malloc_async(void **d_ptr, size_t bytes, void *stream) {
+  *d_ptr = NULL;
+  return ZCK_NO_CUDA();
+}
+void zck_cuda_free_async(void *d_ptr, void *stream) {}
+zck_status zck_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  return ZCK_NO_CUDA();
+}
 zck_status zck_cuda_host_alloc(void **ptr, size_t bytes) {
   *ptr = NULL;
   return ZCK_NO_CUDA();
@@ -54,6 +63,14 @@ zck_status zck_cuda_f32_to_bf16(const float *d_src, uint16_t *d_dst, size_t n, v
 zck_status zck_cuda_bf16_to_f32(const uint16_t *d_src, float *d_dst, size_t n, void *stream) { return ZCK_NO_CUDA(); }
 zck_status zck_cuda_adamw(float *d_param, float *d_grad, float *d_exp_avg, float *d_exp_avg_sq, size_t n,
                           const zck_cuda_adamw_args *a, void *stream) {
+  return ZCK_NO_CUDA();
+}
+zck_status zck_cuda_div_f32(float *d_dst, const float *d_src, size_t n, float divisor, void *stream) {
+  return ZCK_NO_CUDA();
+}
+zck_status zck_cuda_add_f32(float *d_acc, const float *d_src, size_t n, void *stream) { return ZCK_NO_CUDA(); }
+zck_status zck_cuda_sumsq_f64(const float *d_x, size_t n, double *sum, void *stream) {
+  *sum = 0.0;
   return ZCK_NO_CUDA();
 }
 zck_status zck_cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int BT, int T, int C,
@@ -151,6 +168,13 @@ zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const 
 zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float *d_grads, float scale) {
   return ZCK_NO_CUDA();
 }
+zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, const int *inputs,
+                                        const int *targets, int B, int T, float *loss) {
+  return ZCK_NO_CUDA();
+}
+zck_status zck_cuda_gpt2_backward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, float scale) {
+  return ZCK_NO_CUDA();
+}
 const float *zck_cuda_gpt2_logits(const zck_cuda_gpt2 *m) { return NULL; }
 const float *zck_cuda_gpt2_losses(const zck_cuda_gpt2 *m) { return NULL; }
 
@@ -170,6 +194,7 @@ zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **o
   return ZCK_NO_CUDA();
 }
 zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) { return ZCK_NO_CUDA(); }
+int zck_comm_cuda_device(const zck_comm *comm) { return -1; }
 
 // ---- gather16
 

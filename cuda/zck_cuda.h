@@ -56,6 +56,14 @@ zck_status zck_cuda_memcpy(void *dst, const void *src, size_t bytes);
 /* Same, queued on `stream` (asynchronous only with page-locked host memory). */
 zck_status zck_cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 zck_status zck_cuda_memset_async(void *d_ptr, int byte, size_t bytes, void *stream);
+/* Stream-ordered allocation (cudaMallocAsync from the device's default pool): the memory
+ * may be used by work queued on `stream` after this call, and is returned to the pool by
+ * free_async once the work queued before that call is done, without synchronizing; a
+ * later alloc on the same stream reuses it. bytes 0 gives a valid 16-byte block. */
+zck_status zck_cuda_malloc_async(void **d_ptr, size_t bytes, void *stream);
+void zck_cuda_free_async(void *d_ptr, void *stream);    /* NULL is fine */
+/* Free and total bytes of `device` (cudaMemGetInfo: the whole device, every process). */
+zck_status zck_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
 zck_status zck_cuda_stream_create(void **stream);
 void zck_cuda_stream_destroy(void *stream);             /* NULL is fine */
 zck_status zck_cuda_stream_sync(void *stream);
@@ -97,6 +105,18 @@ typedef struct zck_cuda_adamw_args {
 } zck_cuda_adamw_args;
 zck_status zck_cuda_adamw(float *d_param, float *d_grad, float *d_exp_avg, float *d_exp_avg_sq, size_t n,
                           const zck_cuda_adamw_args *a, void *stream);
+
+// ---- element-wise ops of the ZeRO engine on fp32 partitions (the CPU's arithmetic)
+
+/* dst[i] = src[i] / divisor (IEEE division; DeepSpeed's averaging before the sum).
+ * dst may equal src. */
+zck_status zck_cuda_div_f32(float *d_dst, const float *d_src, size_t n, float divisor, void *stream);
+/* acc[i] += src[i]. */
+zck_status zck_cuda_add_f32(float *d_acc, const float *d_src, size_t n, void *stream);
+/* *sum = the sum over i of (double)x[i]^2, in double, in a fixed order (one block of
+ * strided partial sums and a fixed tree: the same bits on every run and every GPU, not
+ * the CPU's sequential order). Synchronizes the stream. */
+zck_status zck_cuda_sumsq_f64(const float *d_x, size_t n, double *sum, void *stream);
 
 // ---- GPT-2 kernels (device pointers; int tokens are int32)
 
@@ -198,6 +218,30 @@ zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const 
 /* Backward of scale * mean loss of the last forward (which had targets): parameter
  * gradients are ADDED into d_grads (same layout as d_params). */
 zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float *d_grads, float scale);
+/* Module-at-a-time execution (ZeRO-3), the CPU engine's ze_gpt2_hooks on the device.
+ * Modules: -1 = embeddings (wte, wpe), 0..L-1 = blocks (their 12 tensors in parameters()
+ * order), L = final (ln_f.weight, ln_f.bias, then wte for the tied lm_head); see
+ * zck_cuda_gpt2_module_tensors. The call order is the CPU's: forward fetches -1, 0, .., L
+ * (each released after its kernels are queued); backward fetches L, .., 0 with grads, and
+ * asks for -1's grads last (no weights); grads_done(m) follows module m's backward. A
+ * hook fills t[i] with the device pointer of the module's i-th tensor; kernels are only
+ * queued on the context's stream when a hook returns, so a release or grads_done must
+ * order what it does after them (stream-ordered frees, collectives on that stream). A
+ * hook's failure is returned as is. */
+typedef struct zck_cuda_gpt2_hooks {
+  void *ctx;
+  zck_status (*fetch)(void *ctx, int module, float **t);
+  void (*release)(void *ctx, int module);          /* may be NULL */
+  zck_status (*grads)(void *ctx, int module, float **t);
+  zck_status (*grads_done)(void *ctx, int module); /* may be NULL */
+} zck_cuda_gpt2_hooks;
+/* Spec indices (positions in zck_cuda_gpt2_offsets' table) of a module's tensors; returns
+ * their count (at most 12). Plain C: every build. */
+int zck_cuda_gpt2_module_tensors(const zck_cuda_gpt2_config *c, int module, int *spec_index);
+/* zck_cuda_gpt2_forward / _backward with the parameters (and gradients) from hooks. */
+zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, const int *inputs,
+                                        const int *targets, int B, int T, float *loss);
+zck_status zck_cuda_gpt2_backward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, float scale);
 /* Device pointers to the last forward's logits (B, T, V) and losses (B, T). */
 const float *zck_cuda_gpt2_logits(const zck_cuda_gpt2 *m);
 const float *zck_cuda_gpt2_losses(const zck_cuda_gpt2 *m);
@@ -232,6 +276,9 @@ void zck_comm_nccl_destroy(zck_comm *comm);             /* NULL is fine */
 zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **out);
 /* The stream collectives of this rank are ordered after (cuda-local and nccl backends). */
 zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream);
+/* The device whose memory this rank's buffers must be in (cuda-local and nccl backends);
+ * -1 for any other backend. */
+int zck_comm_cuda_device(const zck_comm *comm);
 
 // ---- on-save 16-bit gather in bounded memory
 

@@ -327,14 +327,18 @@ static zck_status lp_flat_stores(const ze_zero_plan *plan, const ze_zero_rank *z
   for (size_t g = 0; g < l->n_groups; g++)
     for (uint32_t r = 0; r < W; r++) {
       uint64_t part = l->groups[g].partition;
-      st[g * W + r] = zck_store_memory((uint8_t *)zr->lp[g] + r * part * es, plan->o.lp_dtype, part, "rank 0 lp weights");
+      st[g * W + r] = ze_zero_store(zr, ZE_MEM_LP, (uint8_t *)zr->lp[g] + r * part * es, plan->o.lp_dtype, part,
+                                    "rank 0 lp weights");
     }
   *out = st;
   return ZCK_OK;
 }
 
 /* stores[g*W + r] = memory of ranks[r]'s array g (one kind of state); with `only`, just
- * that rank's stores (the others stay empty: its rank-restricted layout names no other). */
+ * that rank's stores (the others stay empty: its rank-restricted layout names no other).
+ * kind: 0 fp32 master, 1 exp_avg, 2 exp_avg_sq, 4 frozen 16-bit partitions. */
+static const ze_mem_kind kind_mem[5] = {ZE_MEM_MASTER, ZE_MEM_EXP_AVG, ZE_MEM_EXP_AVG_SQ, ZE_MEM_KINDS, ZE_MEM_LP};
+
 static zck_status rank_stores(const ze_ckpt_tracker *t, ze_zero_rank *only, int kind, zck_store **out) {
   const ze_zero_plan *plan = t->plan;
   const zck_layout *l = kind == 4 ? plan->frozen : plan->train;
@@ -349,7 +353,7 @@ static zck_status rank_stores(const ze_ckpt_tracker *t, ze_zero_rank *only, int 
       void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
                                                                                                      : zr->frozen_lp[g];
       zck_dtype dt = kind == 4 ? plan->o.lp_dtype : ZCK_F32;
-      st[g * W + r] = zck_store_memory(mem, dt, part, "rank memory");
+      st[g * W + r] = ze_zero_store(zr, kind_mem[kind], mem, dt, part, "rank memory");
     }
   *out = st;
   return ZCK_OK;
@@ -419,7 +423,8 @@ zck_status ze__ckpt_write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const
     ZCK_CHECK_GOTO(add_job(&jobs, train, src[part], dst.layout, dst.stores, names, only != NULL), s, out);
   }
   zck_ds_view dst;
-  zck_store frozen_st = zck_store_memory(zr0->frozen_full, plan->o.lp_dtype, plan->frozen_numel, "rank 0 frozen weights");
+  zck_store frozen_st = ze_zero_store(zr0, ZE_MEM_LP, zr0->frozen_full, plan->o.lp_dtype, plan->frozen_numel,
+                                      "rank 0 frozen weights");
   if ((!only || only->rank == 0) && zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
     /* 16-bit module weights (stage 1/2): rank 0's whole lp flat, and its frozen copies */
     ZCK_CHECK_GOTO(lp_flat_stores(plan, zr0, &lp_st), s, out);
@@ -536,7 +541,9 @@ static zck_status write_gathered16(const ze_ckpt_tracker *t, const char *path) {
   ze__g16 g;
   ZCK_TRY(ze__g16_init(t, path, &g));
   zck_status s = zck_st_writer_open(g.w, path);
-  if (s == ZCK_OK) s = ze__g16_fill(t, &g, zck_st_writer_fd(g.w), path, NULL);
+  /* device state: the bounded on-save gather (dckpt.c) */
+  if (s == ZCK_OK && t->ranks[0]->dev) s = ze__g16_gather(t, &g, zck_st_writer_fd(g.w), path);
+  else if (s == ZCK_OK) s = ze__g16_fill(t, &g, zck_st_writer_fd(g.w), path, NULL);
   if (s == ZCK_OK) s = zck_st_writer_commit(g.w);
   ze__g16_free(&g);
   return s;
@@ -720,6 +727,7 @@ static zck_status collective(ze_ckpt_tracker *t, ze_zero_rank *zr, zck_status (*
 }
 
 zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) {
+  ZCK_TRY(ze_zero_sync(zr)); /* the savers read the state from other threads */
   if (t->per_rank) return ze__ckpt_save_per_rank(t, zr, step);
   return collective(t, zr, save_rank0, step);
 }
@@ -907,8 +915,8 @@ static zck_status restore_part(ze_ckpt_state *st, ze_zero_rank *zr, zck_ds_part 
     void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
                                                                                                    : zr->frozen_lp[g];
     zck_dtype dt = kind == 4 ? lp : ZCK_F32;
-    memset(mem, 0, part_n * zck_dtype_size(dt)); /* padding reads as zero */
-    dst[g * W + zr->rank] = zck_store_memory(mem, dt, part_n, "rank memory");
+    s = ze_zero_clear(zr, kind_mem[kind], mem, part_n * zck_dtype_size(dt)); /* padding reads as zero */
+    dst[g * W + zr->rank] = ze_zero_store(zr, kind_mem[kind], mem, dt, part_n, "rank memory");
   }
   if (s == ZCK_OK) s = zck_plan_build(src.layout, mine, NULL, &p);
   if (s == ZCK_OK) {
@@ -925,7 +933,6 @@ static zck_status restore_part(ze_ckpt_state *st, ze_zero_rank *zr, zck_ds_part 
 zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
   const ze_zero_plan *plan = zr->plan;
   zck_dtype lp = plan->o.lp_dtype;
-  size_t es = zck_dtype_size(lp);
   zck_status s = restore_part(st, zr, ZCK_DS_FP32, plan->train, 0);
   if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG, plan->train, 1);
   if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG_SQ, plan->train, 2);
@@ -937,7 +944,7 @@ zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
     zck_plan *p = NULL;
     s = zck_ds_get(st->ds, ZCK_DS_FROZEN, &src);
     if (s == ZCK_OK) s = frozen_full_layout(plan, &l);
-    zck_store dst = zck_store_memory(zr->frozen_full, lp, plan->frozen_numel, "rank frozen weights");
+    zck_store dst = ze_zero_store(zr, ZE_MEM_LP, zr->frozen_full, lp, plan->frozen_numel, "rank frozen weights");
     if (s == ZCK_OK) s = zck_plan_build(src.layout, l, NULL, &p);
     if (s == ZCK_OK) {
       zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
@@ -953,13 +960,8 @@ zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
     return s;
   }
   /* lp = RNE(fp32 master), as DeepSpeed's load_from_fp32_weights; then gather */
-  for (size_t g = 0; g < zr->n_groups; g++) {
-    uint64_t part = ze_zero_part(plan, g);
-    void *dst = plan->o.stage == 3 ? zr->lp[g] : (uint8_t *)zr->lp[g] + zr->rank * part * es;
-    zck_convert(lp, dst, ZCK_F32, zr->fp32[g], part);
-  }
   zr->step = st->optimizer_step;
-  return ze_zero_gather(zr);
+  return ze_zero_refresh_lp(zr);
 }
 
 // ---- load best (collective)

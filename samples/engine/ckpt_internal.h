@@ -32,6 +32,10 @@ typedef struct ze__g16 {
 zck_status ze__g16_init(const ze_ckpt_tracker *t, const char *path, ze__g16 *g);
 zck_status ze__g16_fill(const ze_ckpt_tracker *t, const ze__g16 *g, int fd, const char *path, ze_zero_rank *only);
 void ze__g16_free(ze__g16 *g);
+/* The same file from device partitions (every rank a thread of this process): the bounded
+ * on-save gather of zck_cuda.h when the sources are in one device's memory (dckpt.c), the
+ * fill above otherwise. */
+zck_status ze__g16_gather(const ze_ckpt_tracker *t, const ze__g16 *g, int fd, const char *path);
 
 /* OUTPUT_DIR/checkpoint-<step>; the keeper of the bookkeeping records it as the best when
  * this step's evaluation was. NULL: out of memory. */

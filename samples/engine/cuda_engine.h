@@ -1,44 +1,58 @@
-/* cuda_engine.h: zckpt-train's --device cuda: each rank thread runs its micro-batches'
- * forward and backward on a GPU (cuda/gpt2.cu), while the ZeRO state, collectives,
- * optimizer and checkpoints stay where the CPU engine keeps them (zero.c's host arrays).
+/* cuda_engine.h: the device side of a zckpt-train rank with --device cuda.
  *
- * So a GPU run produces the same kind of checkpoints as a CPU run and differs from it
- * only by the device's arithmetic in forward/backward (cuBLAS products and reductions in
- * another order: losses agree to about 1e-4 relative, not bit for bit).
+ * A rank's ZeRO state lives on its GPU (zero.h with dzero.h: fp32 masters, moments,
+ * gradient and 16-bit partitions in device memory unless offloaded to the CPU), the
+ * module executor (zexec.h) gathers and reduces in device memory, and this file provides
+ * what is left: the rank's device, stream and cuBLAS handle, the activation workspace, the
+ * device communicator, and the driver that runs GPT-2's forward and backward kernels
+ * (cuda/gpt2.cu) through the executor's module hooks.
  *
- * Rank r uses device r % device count (a rank process: LOCAL_RANK % device count); several
- * ranks may share one GPU (each has its own stream and cuBLAS handle). The collectives stay
- * on the host (the local or tcp backend), since the ZeRO state they move lives there.
+ * Devices and communicators:
+ *  - ranks that are threads (one process): the caller makes one group for all of them with
+ *    zck_comm_nccl_create_local (NCCL, rank r on device r, when there are at least W
+ *    devices; else the cuda-local backend, every rank on one device with its own stream);
+ *  - one process per rank (--nproc, torchrun, mpirun): device local_rank % device count,
+ *    and an NCCL group bootstrapped over the host (tcp) group.
+ * The host group stays for what the host does (losses, agreements, checkpoint control).
+ *
+ * Forward/backward on the GPU differ from the CPU's by the order of their float sums
+ * (cuBLAS products, tree reductions): losses agree to about 1e-4 relative, not bit for
+ * bit. AdamW (fused kernel), the casts and the ZeRO reductions on cuda-local are the CPU's
+ * bits given the same inputs; NCCL sums in its own order.
  */
 #ifndef ZE_CUDA_ENGINE_H
 #define ZE_CUDA_ENGINE_H
 
+#include "comm.h"
 #include "gpt2.h"
 #include "zck_cuda.h"
+#include "zexec.h"
 
 #include <stdbool.h>
 
 typedef struct ze_cuda_rank {
-  zck_cuda_ctx *ctx;
-  zck_cuda_gpt2 *model;
-  float *d_params, *d_grads;  /* device, numel floats each, ze_gpt2_carve's layout */
-  float *h_grads;             /* page-locked staging for the gradient download */
-  size_t numel;
+  int device;
+  zck_cuda_ctx *ctx;           /* device, stream, cuBLAS handle */
+  zck_cuda_gpt2 *model;        /* activations and their gradients for (B, T) */
+  zck_comm *dcomm;             /* collectives on device buffers */
+  bool own_dcomm;              /* made here (process per rank) */
+  const ze_gpt2_config *cfg;
+  ze_exec_driver drv;
 } ze_cuda_rank;
 
 /* Whether --device cuda can run here: a CUDA build and at least one device (else
  * ZCK_ERR_NO_DEVICE with the reason). */
 zck_status ze_cuda_check(void);
 
-/* Sets up a rank for batches up to (B, T) on device `rank` % device count. cr is zeroed first; on failure it is
+/* Sets up a rank for batches up to (B, T). Threads: dcomm is the rank's handle of the
+ * group (its device is the group's choice). Process per rank: dcomm NULL, bootstrap the
+ * host group; collective over it (every rank calls). cr is zeroed first; on failure it is
  * left freeable. */
-zck_status ze_cuda_rank_init(ze_cuda_rank *cr, const ze_gpt2_config *cfg, int rank, int B, int T);
+zck_status ze_cuda_rank_init(ze_cuda_rank *cr, const ze_gpt2_config *cfg, zck_comm *dcomm, zck_comm *bootstrap,
+                             int local_rank, int B, int T);
 void ze_cuda_rank_free(ze_cuda_rank *cr);
 
-/* One micro-batch, as ze_gpt2_forward + ze_gpt2_backward(scale) on the CPU: uploads
- * `work` (fp32 parameters, model order) when params_changed, runs forward and backward on
- * the device, ADDS the parameter gradients into gwork (host), and returns the mean loss. */
-zck_status ze_cuda_micro_step(ze_cuda_rank *cr, const float *work, float *gwork, const int *inputs, const int *targets,
-                              int B, int T, float scale, bool params_changed, float *loss);
+/* The executor's driver for this rank (forward/backward kernels through its hooks). */
+const ze_exec_driver *ze_cuda_driver(ze_cuda_rank *cr);
 
 #endif

@@ -250,7 +250,7 @@ static zck_status read_bool(const cJSON *root, const char *name, const char *key
 }
 
 /* offload_optimizer / offload_param: device none | cpu | nvme, pin_memory, ratio. */
-static zck_status read_offload(const cJSON *root, const char *name, const char *key, int stage, bool *on) {
+static zck_status read_offload(const cJSON *root, const char *name, const char *key, int stage, bool *on, bool *pinned) {
   char k[96];
   const cJSON *sec = json_get(root, key);
   if (!sec || cJSON_IsNull(sec)) return ZCK_OK;
@@ -266,9 +266,10 @@ static zck_status read_offload(const cJSON *root, const char *name, const char *
   }
   ZCK_FAIL_IF(!strcmp(dev, "nvme"), ZCK_ERR_UNSUPPORTED,
               "%s: %s=nvme: NVMe offloading is not supported by zckpt-train (use \"cpu\" or \"none\")", name, k);
-  bool pin = true;
+  bool pin = false; /* DeepSpeedZeroOffload*Config.pin_memory */
   snprintf(k, sizeof k, "%s.pin_memory", key);
   ZCK_TRY(read_bool(root, name, k, &pin));
+  *pinned = pin;
   snprintf(k, sizeof k, "%s.ratio", key);
   const cJSON *ratio = json_get(root, k);
   if (ratio && !cJSON_IsNull(ratio)) {
@@ -305,8 +306,12 @@ static zck_status read_tuning(const cJSON *root, const char *name, ze_ds_config 
   const cJSON *oc = json_get(root, "zero_optimization.overlap_comm");
   out->overlap_comm_given = oc && !cJSON_IsNull(oc);
   ZCK_TRY(read_bool(root, name, "zero_optimization.contiguous_gradients", &out->contiguous_gradients));
-  ZCK_TRY(read_offload(root, name, "zero_optimization.offload_optimizer", out->stage, &out->offload_optimizer));
-  ZCK_TRY(read_offload(root, name, "zero_optimization.offload_param", out->stage, &out->offload_param));
+  ZCK_TRY(read_offload(root, name, "zero_optimization.offload_optimizer", out->stage, &out->offload_optimizer,
+                       &out->offload_optimizer_pin));
+  ZCK_TRY(read_offload(root, name, "zero_optimization.offload_param", out->stage, &out->offload_param,
+                       &out->offload_param_pin));
+  const cJSON *ag = json_get(root, "zero_optimization.allgather_bucket_size");
+  if (ag && !cJSON_IsNull(ag)) out->gather16_bucket_elems = out->allgather_bucket_size;
   /* the deprecated spellings (DeepSpeedZeroConfig's new_param_fn) */
   bool legacy = false;
   ZCK_TRY(read_bool(root, name, "zero_optimization.cpu_offload", &legacy));

@@ -37,6 +37,12 @@ typedef struct ze_ds_config {
   bool contiguous_gradients;      /* default true */
   bool offload_optimizer;         /* offload_optimizer.device == "cpu" (or cpu_offload) */
   bool offload_param;             /* offload_param.device == "cpu" (or cpu_offload_param) */
+  bool offload_optimizer_pin;     /* offload_optimizer.pin_memory (DeepSpeed's default false) */
+  bool offload_param_pin;         /* offload_param.pin_memory */
+  uint64_t gather16_bucket_elems; /* --device cuda, stage 3: elements per bucket of the on-save
+                                     16-bit gather: allgather_bucket_size when the config
+                                     sets it (DeepSpeed reads it at stage 1/2 only), else 0
+                                     (the engine's default) */
   char *message;                /* on ZCK_ERR_MISMATCH: the whole multi-line HF message (the
                                    thread's error line may be too short for many mismatches) */
 } ze_ds_config;

@@ -15,6 +15,7 @@
 #include "zero.h"
 #include "zexec.h"
 #include "cuda_engine.h"
+#include "dzero.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -62,6 +63,9 @@ void ze_train_result_free(ze_train_result *r) {
   free(r->message);
   free(r->params);
   free(r->mem);
+  free(r->mem_host);
+  free(r->dev_workspace);
+  free(r->dev_used_peak);
   memset(r, 0, sizeof *r);
 }
 
@@ -70,6 +74,8 @@ void ze_train_result_free(ze_train_result *r) {
 typedef struct ze_rank_thread {
   struct ze_run *run;
   zck_comm *comm;
+  zck_comm *dcomm;             /* --device cuda with rank threads: this rank's handle of the
+                                  device group; NULL otherwise */
   pthread_t thread;
   zck_status status;
   char msg[1024];
@@ -92,6 +98,7 @@ typedef struct ze_run {
   ze_ckpt_tracker tracker;     /* saved checkpoints, best metric */
   bool one_rank;               /* this process runs one rank of a group (a->comm) */
   bool silent;                 /* no progress lines (--quiet, or not rank 0) */
+  bool on_device;              /* --device cuda: ZeRO state and compute on the device */
 } ze_run;
 
 static void ze_log(const ze_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -256,43 +263,37 @@ static zck_status ze_dump_weights(ze_run *run, const float *full, ze_gpt2_ws *ws
   return s;
 }
 
-/* --device cuda: each micro-batch's whole-model forward/backward runs on the GPU, the ZeRO
- * state stays on the host. The fp32 weights are gathered once per step (micro-batch 0, kept
- * in *work until the last one) and the gradients come back whole, then reduce as a
- * whole-model backward's would (stage 1: accumulated, reduced at the step). */
-static zck_status gpu_micro(ze_exec *x, ze_zero_rank *zr, ze_cuda_rank *cr, float **work, const int *inputs,
-                            const int *targets, int B, int T, float scale, int m, int GAS, float *loss) {
-  size_t bytes = zr->plan->model_numel * sizeof(float);
-  if (m == 0) {
-    *work = ze_zero_alloc(zr, ZE_MEM_PARAMS, bytes);
-    if (!*work) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the weights", zr->rank);
-    ZCK_TRY(ze_exec_full_params(x, *work));
-  }
-  float *g = zr->gfull ? zr->gfull : ze_zero_alloc(zr, ZE_MEM_GRADS, bytes);
-  if (!g) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the gradients", zr->rank);
-  zck_status s = ze_cuda_micro_step(cr, *work, g, inputs, targets, B, T, scale, m == 0, loss);
-  if (s == ZCK_OK && !zr->gfull) s = ze_exec_reduce_model(x, g);
-  if (s == ZCK_OK && zr->gfull && m == GAS - 1) s = ze_zero_reduce_full(zr);
-  if (!zr->gfull) ze_zero_free(zr, ZE_MEM_GRADS, g, bytes);
-  if (m == GAS - 1) {
-    ze_zero_free(zr, ZE_MEM_PARAMS, *work, bytes);
-    *work = NULL;
-  }
-  return s;
-}
-
-static void log_memory(const ze_run *run, const ze_mem *mem, int rank) {
-  char parts[512];
+static void mem_parts(const ze_mem *mem, char *parts, size_t cap) {
   size_t o = 0;
+  parts[0] = 0;
   for (int k = 0; k < ZE_MEM_KINDS; k++)
-    if (mem->at_peak[k])
-      o += (size_t)snprintf(parts + o, sizeof parts - o, "%s%s %.2f", o ? ", " : "", ze_mem_kind_name((ze_mem_kind)k),
+    if (mem->at_peak[k] && o < cap)
+      o += (size_t)snprintf(parts + o, cap - o, "%s%s %.2f", o ? ", " : "", ze_mem_kind_name((ze_mem_kind)k),
                             (double)mem->at_peak[k] / 1048576.0);
-  ze_log(run, "peak model-state memory per rank: %.2f MiB (rank %d, MiB at the peak: %s)",
-         (double)mem->peak / 1048576.0, rank, parts);
 }
 
-static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
+static void log_memory(const ze_run *run, const ze_zero_rank *zr, int rank, uint64_t workspace) {
+  char parts[512];
+  mem_parts(&zr->mem, parts, sizeof parts);
+  if (!zr->dev) {
+    ze_log(run, "peak model-state memory per rank: %.2f MiB (rank %d, MiB at the peak: %s)",
+           (double)zr->mem.peak / 1048576.0, rank, parts);
+    return;
+  }
+  ze_log(run, "peak device memory per rank: %.2f MiB of model states (rank %d, MiB at the peak: %s) + %.2f MiB of "
+              "activations",
+         (double)zr->mem.peak / 1048576.0, rank, parts, (double)workspace / 1048576.0);
+  if (zr->dev->host.peak) {
+    mem_parts(&zr->dev->host, parts, sizeof parts);
+    ze_log(run, "peak host memory of offloaded model states per rank: %.2f MiB (MiB at the peak: %s)",
+           (double)zr->dev->host.peak / 1048576.0, parts);
+  }
+  if (zr->dev->used_peak)
+    ze_log(run, "device memory in use (cudaMemGetInfo, the whole device %d): %.2f MiB at the highest sample",
+           zr->dev->o.device, (double)zr->dev->used_peak / 1048576.0);
+}
+
+static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr) {
   ze_run *run = rt->run;
   const ze_train_args *a = run->a;
   zck_comm *comm = rt->comm;
@@ -303,11 +304,8 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
    * threads, every rank when each is a process) */
   bool lead = r == 0, keeper = lead || run->one_rank;
   zck_status s = ZCK_OK;
-  bool on_gpu = !strcmp(a->device, "cuda");
-  ze_cuda_rank cr;
-  memset(&cr, 0, sizeof cr);
   ze_exec *x = NULL;
-  float *work = NULL, *full = NULL; /* gpu: the step's weights; the final weights (exports) */
+  float *full = NULL; /* the final weights (exports) */
   ze_exec_opts xo = {run->ds.prefetch_bucket_size, run->ds.max_live_parameters};
   ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
   int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
@@ -318,7 +316,8 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     goto done;
   }
   ZCK_CHECK_GOTO(ze_exec_new(&run->cfg, zr, &xo, &x), s, done);
-  if (on_gpu) ZCK_CHECK_GOTO(ze_cuda_rank_init(&cr, &run->cfg, run->one_rank ? a->local_rank : r, B, T), s, done);
+  /* --device cuda: the kernels run the modules; (sim: the CPU's over the simulated memory) */
+  if (cr->model) ze_exec_set_driver(x, ze_cuda_driver(cr));
   int64_t G = (int64_t)W * B * GAS;
   double t_log = now_seconds(), loss_acc = 0.0;
   int64_t n_acc = 0;
@@ -337,10 +336,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
         memcpy(targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
       }
       float scale = 1.0f / (float)GAS;
-      if (on_gpu)
-        s = gpu_micro(x, zr, &cr, &work, inputs, targets, B, T, scale, m, GAS, &micro[m * W + r]);
-      else
-        s = ze_exec_train_micro(x, ws, inputs, targets, B, T, scale, m == GAS - 1, &micro[m * W + r]);
+      s = ze_exec_train_micro(x, ws, inputs, targets, B, T, scale, m == GAS - 1, &micro[m * W + r]);
       if (s != ZCK_OK) goto done;
     }
     ZCK_CHECK_GOTO(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM), s, done);
@@ -351,6 +347,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     ZCK_CHECK_GOTO(ze_zero_grad_norm(zr, &norm), s, done);
     ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
     ZCK_CHECK_GOTO(ze_zero_step(zr, &hp, ze_clip_factor(norm, a->max_grad_norm)), s, done);
+    if (zr->dev) ze_dzero_sample(zr->dev);
     int64_t global = step + 1, i = step - run->first_step;
     if (keeper) {
       run->res->losses[i] = loss;
@@ -400,7 +397,13 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
   /* the peak of training (steps, evaluations, saves, the best-model reload); what follows
    * (exports, generation) is not training */
   run->res->mem[r] = zr->mem;
-  if (lead) log_memory(run, &zr->mem, r);
+  if (zr->dev) {
+    run->res->mem_on_device = true;
+    run->res->mem_host[r] = zr->dev->host;
+    run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
+    run->res->dev_used_peak[r] = zr->dev->used_peak;
+  }
+  if (lead) log_memory(run, zr, r, cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0);
   if (a->keep_params || a->dump_dir) {
     /* every rank takes part (stage 3 gathers) */
     full = zck__malloc(run->plan.model_numel * sizeof(float));
@@ -438,8 +441,6 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr) {
     }
   }
 done:
-  ze_cuda_rank_free(&cr);
-  if (work) ze_zero_free(zr, ZE_MEM_PARAMS, work, run->plan.model_numel * sizeof(float));
   free(full);
   ze_exec_free(x);
   ze_gpt2_ws_free(ws);
@@ -450,11 +451,41 @@ done:
   return s;
 }
 
+/* The rank's ZeRO state: host memory, or (--device cuda) the device with its context. */
+static zck_status rank_state_init(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  if (!run->on_device) return ze_zero_rank_init(zr, &run->plan, rt->comm, run->init);
+  ze_dzero_opts o = {&ze_dev_ops_sim,
+                     NULL,
+                     rt->dcomm ? rt->dcomm : rt->comm,
+                     0,
+                     run->ds.offload_optimizer,
+                     run->ds.offload_optimizer_pin,
+                     run->ds.offload_param,
+                     run->ds.offload_param_pin,
+                     run->ds.gather16_bucket_elems * zck_dtype_size(run->plan.o.lp_dtype)};
+  if (!a->sim_device) {
+    ZCK_TRY(ze_cuda_rank_init(cr, &run->cfg, rt->dcomm, run->one_rank ? rt->comm : NULL, a->local_rank,
+                              a->per_device_train_batch_size, run->cfg.max_seq_len));
+    o.ops = &ze_dev_ops_cuda;
+    o.ctx = cr->ctx;
+    o.comm = cr->dcomm;
+    o.device = cr->device;
+  }
+  ze_dzero *d = NULL;
+  ZCK_TRY(ze_dzero_new(&o, run->plan.o.stage, &d));
+  return ze_zero_rank_init_dev(zr, &run->plan, rt->comm, d, run->init);
+}
+
 static void *rank_main(void *arg) {
   ze_rank_thread *rt = arg;
   ze_run *run = rt->run;
   ze_zero_rank zr;
-  zck_status s = ze_zero_rank_init(&zr, &run->plan, rt->comm, run->init);
+  ze_cuda_rank cr;
+  memset(&zr, 0, sizeof zr);
+  memset(&cr, 0, sizeof cr);
+  zck_status s = rank_state_init(rt, &zr, &cr);
   if (s == ZCK_OK && run->resuming) {
     s = ze_ckpt_restore_rank(&run->resume, &zr);
     /* once every rank holds its state, the checkpoint (and a temporary reshard of it) is
@@ -462,13 +493,16 @@ static void *rank_main(void *arg) {
     if (s == ZCK_OK) s = rt->comm->barrier(rt->comm);
     if (s == ZCK_OK && (run->one_rank || zr.rank == 0)) ze_ckpt_state_free(&run->resume);
   }
-  if (s == ZCK_OK) s = rank_loop(rt, &zr);
-  ze_zero_rank_free(&zr); /* zeroed by init, also when init failed */
+  if (s == ZCK_OK) s = rank_loop(rt, &zr, &cr);
   rt->status = s;
   if (s != ZCK_OK) {
     snprintf(rt->msg, sizeof rt->msg, "%s", zck_last_error());
     rt->comm->abort(rt->comm);
+    zck_comm *dc = rt->dcomm ? rt->dcomm : cr.dcomm;
+    if (dc) dc->abort(dc);
   }
+  ze_zero_rank_free(&zr); /* zeroed by init, also when init failed */
+  ze_cuda_rank_free(&cr); /* after the state, whose frees it waits for */
   return NULL;
 }
 
@@ -541,7 +575,8 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   run.silent = a->quiet || (run.one_rank && a->comm->rank != 0);
   int W = ze_train_world(a);
 
-  if (!strcmp(a->device, "cuda")) s = ze_cuda_check();
+  run.on_device = !strcmp(a->device, "cuda");
+  if (run.on_device && !a->sim_device) s = ze_cuda_check();
   if (s != ZCK_OK) goto setup_done;
   /* DeepSpeed config: given, or the one a plain run amounts to */
   if (a->deepspeed)
@@ -607,7 +642,11 @@ setup_done:
   res->eval_steps_at = zck__calloc(n_evals, sizeof *res->eval_steps_at);
   res->mem = zck__calloc((size_t)W, sizeof *res->mem);
   res->n_mem = (size_t)W;
-  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem)
+  res->mem_host = zck__calloc((size_t)W, sizeof *res->mem_host);
+  res->dev_workspace = zck__calloc((size_t)W, sizeof *res->dev_workspace);
+  res->dev_used_peak = zck__calloc((size_t)W, sizeof *res->dev_used_peak);
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
+      !res->mem_host || !res->dev_workspace || !res->dev_used_peak)
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
   if (run.one_rank) s = ze_agree(a->comm, s);
   if (s != ZCK_OK) goto done;
@@ -618,43 +657,63 @@ setup_done:
          run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size,
          run.plan.model_numel, run.ds.stage, W, W > 1 ? "s" : "", run.one_rank ? "a process each" : "local threads", a->bf16 ? "bf16" : "fp32",
          W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len);
-  bool cuda = !strcmp(a->device, "cuda");
+  bool cuda = run.on_device;
   if (run.ds.offload_param && run.ds.stage < 3)
     ze_log(&run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "
                  "and so does zckpt-train", run.ds.stage);
-  if (run.ds.offload_optimizer || (run.ds.offload_param && run.ds.stage == 3))
-    ze_log(&run, "offload to cpu: %s", cuda ? "the ZeRO state (16-bit params, fp32 masters, moments, gradient partitions) "
-                                               "already lives in host memory with --device cuda; the GPU holds the "
-                                               "weights and gradients of the running micro-batch only"
-                                             : "every rank's model states already live in host memory on --device cpu; "
-                                               "offloading (and pin_memory) changes nothing");
+  if (!cuda && (run.ds.offload_optimizer || (run.ds.offload_param && run.ds.stage == 3)))
+    ze_log(&run, "offload to cpu: every rank's model states already live in host memory on --device cpu; "
+                 "offloading (and pin_memory) changes nothing");
+  if (cuda && run.ds.offload_optimizer)
+    ze_log(&run, "offload_optimizer: fp32 masters, moments and gradient partitions in %shost memory, AdamW on the "
+                 "CPU; the 16-bit params stay on the device",
+           run.ds.offload_optimizer_pin ? "page-locked " : "");
+  if (cuda && run.ds.offload_param && run.ds.stage == 3)
+    ze_log(&run, "offload_param: the 16-bit partitions in %shost memory, copied to the device module by module",
+           run.ds.offload_param_pin ? "page-locked " : "");
   if (run.ds.overlap_comm && run.ds.overlap_comm_given)
-    ze_log(&run, "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap on "
-                 "the host backends)");
+    ze_log(&run, cuda ? "overlap_comm: the collectives are ordered on each rank's stream after the work they need, "
+                        "and the rank's thread waits for each one (no separate communication stream)"
+                      : "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap "
+                        "on the host backends)");
   if (run.resuming)
     ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
 
   if (run.one_rank) {
     /* this thread is the one rank */
-    ze_rank_thread rt = {&run, a->comm, 0, ZCK_OK, ""};
+    ze_rank_thread rt = {&run, a->comm, NULL, 0, ZCK_OK, ""};
     rank_main(&rt);
     if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
     if (s == ZCK_OK && run.tracker.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.best_checkpoint);
     goto done;
   }
   ZCK_CHECK_GOTO(zck_comm_local_create(W, comms), s, done);
+  /* --device cuda: a second group for the collectives on device memory */
+  zck_comm *dcomms[ZE_MAX_RANKS] = {0};
+  if (run.on_device) {
+    s = a->sim_device ? zck_comm_local_create(W, dcomms) : zck_comm_nccl_create_local(W, dcomms);
+    if (s != ZCK_OK) {
+      zck_comm_local_destroy(comms, W);
+      goto done;
+    }
+  }
   int started = 0;
   for (int r = 0; r < W; r++) {
-    threads[r] = (ze_rank_thread){&run, comms[r], 0, ZCK_OK, ""};
+    threads[r] = (ze_rank_thread){&run, comms[r], dcomms[r], 0, ZCK_OK, ""};
     if (pthread_create(&threads[r].thread, NULL, rank_main, &threads[r])) {
       s = zck__fail(ZCK_ERR_INTERNAL, "cannot start rank thread %d", r);
       comms[0]->abort(comms[0]);
+      if (dcomms[0]) dcomms[0]->abort(dcomms[0]);
       break;
     }
     started++;
   }
   for (int r = 0; r < started; r++) pthread_join(threads[r].thread, NULL);
   zck_comm_local_destroy(comms, W);
+  if (run.on_device && a->sim_device)
+    zck_comm_local_destroy(dcomms, W);
+  else if (run.on_device)
+    zck_comm_nccl_destroy_local(dcomms, W);
   if (s == ZCK_OK) {
     /* report the first real failure, not the "another rank failed" of the others */
     int pick = -1;

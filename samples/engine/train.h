@@ -55,6 +55,9 @@ typedef struct ze_train_args {
   int ranks;                        /* W */
   int zero_stage;                   /* 0: from the DeepSpeed config, else 2 */
   const char *device;               /* "cpu" or "cuda" */
+  bool sim_device;                  /* tests: --device cuda's path (ZeRO state, collectives and
+                                       checkpoints through the device backend) with the device
+                                       simulated in host memory (dzero.h); CPU arithmetic */
   const char *deepspeed;            /* ds_config.json path or NULL */
   int eval_samples;                 /* evaluation windows */
   int generate_tokens;              /* 0: no generation */
@@ -95,8 +98,14 @@ typedef struct ze_train_result {
   size_t n_params;
   ze_mem *mem;                      /* [n_mem = W] per rank: bytes of model states held
                                        during training (zero.h), peak and its breakdown
-                                       (a rank process fills only its own entry) */
+                                       (a rank process fills only its own entry); device
+                                       bytes with --device cuda */
   size_t n_mem;
+  bool mem_on_device;               /* --device cuda: mem counts device memory, and: */
+  ze_mem *mem_host;                 /* [n_mem] host bytes of offloaded state and staging */
+  uint64_t *dev_workspace;          /* [n_mem] device bytes of activations and their gradients */
+  uint64_t *dev_used_peak;          /* [n_mem] device memory in use (cudaMemGetInfo: the whole
+                                       device, every rank on it) at its highest sample */
   char *best_checkpoint;            /* with load_best_model_at_end */
   char *message;                    /* on failure, when the error is longer than one line
                                        (the DeepSpeed config mismatch list): the whole text */

@@ -1,6 +1,11 @@
-/* zero.c: ZeRO 1/2/3 partitions, collectives and the optimizer step (see zero.h). */
+/* zero.c: ZeRO 1/2/3 partitions, collectives and the optimizer step (see zero.h).
+ *
+ * One copy of the logic for both places the state can live: host memory, or a device
+ * (dzero.h). Where an array may be on the device, the host loop is kept as it is and the
+ * device case calls the backend's operation, which does the same arithmetic. */
 #include "zero.h"
 
+#include "dzero.h"
 #include "util.h"
 
 #include <math.h>
@@ -132,7 +137,7 @@ const char *ze_mem_kind_name(ze_mem_kind k) {
   return (unsigned)k < ZE_MEM_KINDS ? names[k] : "?";
 }
 
-static void mem_add(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
+void ze_mem_add(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
   m->cur[k] += bytes;
   m->total += bytes;
   if (m->cur[k] > m->max[k]) m->max[k] = m->cur[k];
@@ -142,21 +147,123 @@ static void mem_add(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
   }
 }
 
-static void mem_sub(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
+void ze_mem_sub(ze_mem *m, ze_mem_kind k, uint64_t bytes) {
   m->cur[k] -= bytes;
   m->total -= bytes;
 }
 
 void *ze_zero_alloc(ze_zero_rank *zr, ze_mem_kind k, size_t bytes) {
-  void *p = zck__calloc(bytes ? bytes : 1, 1);
-  if (p) mem_add(&zr->mem, k, bytes);
+  void *p = NULL;
+  if (!zr->dev)
+    p = zck__calloc(bytes ? bytes : 1, 1);
+  else if (ze_dzero_alloc(zr->dev, &p, bytes) != ZCK_OK)
+    p = NULL;
+  if (p) ze_mem_add(&zr->mem, k, bytes);
   return p;
 }
 
 void ze_zero_free(ze_zero_rank *zr, ze_mem_kind k, void *p, size_t bytes) {
   if (!p) return;
-  free(p);
-  mem_sub(&zr->mem, k, bytes);
+  if (zr->dev)
+    ze_dzero_dfree(zr->dev, p);
+  else
+    free(p);
+  ze_mem_sub(&zr->mem, k, bytes);
+}
+
+// ---- where an array lives, and the operations that work in either place
+
+static bool on_host(const ze_zero_rank *zr, ze_mem_kind k) { return !zr->dev || ze_dzero_host(zr->dev, k); }
+
+/* The communicator of the collectives on the state arrays and working buffers. */
+static zck_comm *data_comm(const ze_zero_rank *zr) { return zr->dev ? zr->dev->o.comm : zr->comm; }
+
+/* On the working memory (host, or the device). */
+static zck_status wcopy(ze_zero_rank *zr, void *dst, const void *src, size_t bytes) {
+  if (zr->dev) return ze_dzero_copy(zr->dev, dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return ZCK_OK;
+}
+
+static zck_status wzero(ze_zero_rank *zr, void *p, size_t bytes) {
+  if (zr->dev) return ze_dzero_zero(zr->dev, p, bytes);
+  memset(p, 0, bytes);
+  return ZCK_OK;
+}
+
+static zck_status wconvert(ze_zero_rank *zr, zck_dtype dt, void *dst, zck_dtype st, const void *src, size_t n) {
+  if (zr->dev) return ze_dzero_convert(zr->dev, dt, dst, st, src, n);
+  zck_convert(dt, dst, st, src, n);
+  return ZCK_OK;
+}
+
+/* dst = src / W, DeepSpeed's average before the sum (average_tensor) */
+static zck_status wdiv(ze_zero_rank *zr, float *dst, const float *src, uint64_t n, float Wf) {
+  if (zr->dev) return ze_dzero_div(zr->dev, dst, src, n, Wf);
+  for (uint64_t j = 0; j < n; j++) dst[j] = src[j] / Wf;
+  return ZCK_OK;
+}
+
+/* acc (a gradient partition, host or device) += src (host when the partition is) */
+static zck_status grad_add(ze_zero_rank *zr, float *acc, const float *src, uint64_t n) {
+  if (!on_host(zr, ZE_MEM_GRAD)) return ze_dzero_add(zr->dev, acc, src, n);
+  for (uint64_t j = 0; j < n; j++) acc[j] += src[j];
+  return ZCK_OK;
+}
+
+/* lp = RNE(fp32 master) for one partition, wherever the two live */
+static zck_status lp_from_master(ze_zero_rank *zr, void *lp, const float *fp32, uint64_t n) {
+  zck_dtype dt = zr->plan->o.lp_dtype;
+  if (!zr->dev) {
+    zck_convert(dt, lp, ZCK_F32, fp32, n);
+    return ZCK_OK;
+  }
+  return ze_dzero_lp_from_master(zr->dev, lp, on_host(zr, ZE_MEM_LP), dt, fp32, on_host(zr, ZE_MEM_MASTER), n);
+}
+
+/* The persistent state arrays: host, device, or host under offload (page-locked or not). */
+static void *state_alloc(ze_zero_rank *zr, ze_mem_kind k, size_t bytes) {
+  if (!zr->dev || !ze_dzero_host(zr->dev, k)) return ze_zero_alloc(zr, k, bytes);
+  void *p = ze_dzero_host_alloc(zr->dev, bytes, ze_dzero_pinned(zr->dev, k));
+  if (p) ze_mem_add(&zr->dev->host, k, bytes);
+  return p;
+}
+
+static void state_free(ze_zero_rank *zr, ze_mem_kind k, void *p) {
+  if (!zr->dev)
+    free(p);
+  else if (ze_dzero_host(zr->dev, k))
+    ze_dzero_host_free(zr->dev, p, ze_dzero_pinned(zr->dev, k));
+  else
+    ze_dzero_dfree(zr->dev, p);
+}
+
+/* Host values into a state array (src may be reused once this returns). */
+static zck_status state_put(ze_zero_rank *zr, ze_mem_kind k, void *dst, const void *src, size_t bytes) {
+  if (on_host(zr, k)) {
+    memcpy(dst, src, bytes);
+    return ZCK_OK;
+  }
+  ZCK_TRY(ze_dzero_copy(zr->dev, dst, src, bytes));
+  return ze_dzero_sync(zr->dev);
+}
+
+zck_status ze_zero_sync(ze_zero_rank *zr) { return zr->dev ? ze_dzero_sync(zr->dev) : ZCK_OK; }
+
+zck_store ze_zero_store(const ze_zero_rank *zr, ze_mem_kind k, void *mem, zck_dtype dt, uint64_t numel,
+                        const char *name) {
+  if (!on_host(zr, k)) return ze_dzero_store(zr->dev, mem, dt, numel, name);
+  return zck_store_memory(mem, dt, numel, name);
+}
+
+zck_status ze_zero_clear(ze_zero_rank *zr, ze_mem_kind k, void *mem, size_t bytes) {
+  if (on_host(zr, k)) {
+    if (zr->dev) ZCK_TRY(ze_dzero_sync(zr->dev));
+    memset(mem, 0, bytes);
+    return ZCK_OK;
+  }
+  ZCK_TRY(ze_dzero_zero(zr->dev, mem, bytes));
+  return ze_dzero_sync(zr->dev);
 }
 
 // ---- rank lifetime
@@ -164,11 +271,11 @@ void ze_zero_free(ze_zero_rank *zr, ze_mem_kind k, void *p, size_t bytes) {
 void ze_zero_rank_free(ze_zero_rank *zr) {
   if (!zr) return;
   for (size_t g = 0; g < zr->n_groups; g++) {
-    if (zr->fp32) free(zr->fp32[g]);
-    if (zr->exp_avg) free(zr->exp_avg[g]);
-    if (zr->exp_avg_sq) free(zr->exp_avg_sq[g]);
-    if (zr->grad) free(zr->grad[g]);
-    if (zr->lp) free(zr->lp[g]);
+    if (zr->fp32) state_free(zr, ZE_MEM_MASTER, zr->fp32[g]);
+    if (zr->exp_avg) state_free(zr, ZE_MEM_EXP_AVG, zr->exp_avg[g]);
+    if (zr->exp_avg_sq) state_free(zr, ZE_MEM_EXP_AVG_SQ, zr->exp_avg_sq[g]);
+    if (zr->grad) state_free(zr, ZE_MEM_GRAD, zr->grad[g]);
+    if (zr->lp) state_free(zr, ZE_MEM_LP, zr->lp[g]);
   }
   free(zr->fp32);
   free(zr->exp_avg);
@@ -176,33 +283,77 @@ void ze_zero_rank_free(ze_zero_rank *zr) {
   free(zr->grad);
   free(zr->lp);
   if (zr->frozen_lp && zr->plan && zr->plan->frozen)
-    for (size_t g = 0; g < zr->plan->frozen->n_groups; g++) free(zr->frozen_lp[g]);
+    for (size_t g = 0; g < zr->plan->frozen->n_groups; g++) state_free(zr, ZE_MEM_LP, zr->frozen_lp[g]);
   free(zr->frozen_lp);
-  free(zr->frozen_full);
-  free(zr->gfull);
+  if (zr->frozen_full) state_free(zr, ZE_MEM_LP, zr->frozen_full);
+  if (zr->gfull) state_free(zr, ZE_MEM_GRAD_FULL, zr->gfull);
+  ze_dzero_free(zr->dev); /* the device frees above are queued on the rank's stream */
   memset(zr, 0, sizeof *zr);
 }
 
-/* Rounds init's values of layout l's pieces into the lp arrays[g]: whole_flat (stage 1/2)
- * every rank's slice at k * part; else only only_rank's pieces, at their store offset. */
+/* Rounds init's values of layout l's pieces into the lp arrays[g] (arrays NULL: group
+ * `only`'s alone, into `one`): whole_flat (stage 1/2) every rank's slice at k * part; else
+ * only only_rank's pieces, at their store offset. */
 static void init_lp_pieces(const ze_zero_plan *plan, const zck_layout *l, uint32_t only_rank, bool whole_flat,
-                           void **arrays, const float *init) {
+                           void **arrays, size_t only, void *one, const float *init) {
   zck_dtype lp = plan->o.lp_dtype;
   size_t es = zck_dtype_size(lp);
   for (size_t i = 0; i < l->n_pieces; i++) {
     const zck_piece *pc = &l->pieces[i];
     uint32_t g = pc->store / l->world, k = pc->store % l->world;
     if (!whole_flat && k != only_rank) continue;
+    if (!arrays && g != only) continue;
     uint64_t base = whole_flat ? k * l->groups[g].partition : 0;
-    zck_convert(lp, (uint8_t *)arrays[g] + (base + pc->store_off) * es, ZCK_F32,
+    zck_convert(lp, (uint8_t *)(arrays ? arrays[g] : one) + (base + pc->store_off) * es, ZCK_F32,
                 init + plan->model_off[pc->param] + pc->param_off, pc->count);
   }
 }
 
+/* Device state: each group's (and frozen group's) values built in host buffers, copied over. */
+static zck_status init_dev_values(ze_zero_rank *zr, const float *init) {
+  const ze_zero_plan *plan = zr->plan;
+  const zck_layout *l = plan->train;
+  zck_dtype lp = plan->o.lp_dtype;
+  size_t es = zck_dtype_size(lp);
+  bool z3 = plan->o.stage == 3;
+  zck_status s = ZCK_OK;
+  for (size_t g = 0; g < zr->n_groups && s == ZCK_OK; g++) {
+    uint64_t part = l->groups[g].partition, lp_n = z3 ? part : part * l->world;
+    uint8_t *h_lp = zck__calloc(lp_n ? lp_n : 1, es);
+    float *h_fp = zck__calloc(part ? part : 1, sizeof(float));
+    if (!h_lp || !h_fp) s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory building group %zu", zr->rank, g);
+    if (s == ZCK_OK) {
+      init_lp_pieces(plan, l, zr->rank, !z3, NULL, g, h_lp, init);
+      zck_convert(ZCK_F32, h_fp, lp, h_lp + (z3 ? 0 : zr->rank * part * es), part);
+      s = state_put(zr, ZE_MEM_LP, zr->lp[g], h_lp, lp_n * es);
+    }
+    if (s == ZCK_OK) s = state_put(zr, ZE_MEM_MASTER, zr->fp32[g], h_fp, part * sizeof(float));
+    free(h_lp);
+    free(h_fp);
+  }
+  const zck_layout *fl = plan->frozen;
+  for (size_t g = 0; z3 && g < fl->n_groups && s == ZCK_OK; g++) {
+    uint64_t part = fl->groups[g].partition;
+    uint8_t *h = zck__calloc(part ? part : 1, es);
+    if (!h) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory building frozen group %zu", zr->rank, g);
+    init_lp_pieces(plan, fl, zr->rank, false, NULL, g, h, init);
+    s = state_put(zr, ZE_MEM_LP, zr->frozen_lp[g], h, part * es);
+    free(h);
+  }
+  return s;
+}
+
 zck_status ze_zero_rank_init(ze_zero_rank *zr, const ze_zero_plan *plan, zck_comm *comm, const float *init) {
+  return ze_zero_rank_init_dev(zr, plan, comm, NULL, init);
+}
+
+zck_status ze_zero_rank_init_dev(ze_zero_rank *zr, const ze_zero_plan *plan, zck_comm *comm, struct ze_dzero *dev,
+                                 const float *init) {
   memset(zr, 0, sizeof *zr);
   ZCK_ASSERT(comm->size == (int)plan->o.world);
+  zr->dev = dev;
   zr->plan = plan;
+  zck_status fs = ZCK_OK;
   zr->comm = comm;
   zr->rank = (uint32_t)comm->rank;
   const zck_layout *l = plan->train;
@@ -219,19 +370,21 @@ zck_status ze_zero_rank_init(ze_zero_rank *zr, const ze_zero_plan *plan, zck_com
   /* the arrays are freed with free() by ze_zero_rank_free; the counts stay with the rank */
   for (size_t g = 0; g < G; g++) {
     uint64_t part = l->groups[g].partition;
-    zr->fp32[g] = ze_zero_alloc(zr, ZE_MEM_MASTER, part * sizeof(float));
-    zr->exp_avg[g] = ze_zero_alloc(zr, ZE_MEM_EXP_AVG, part * sizeof(float));
-    zr->exp_avg_sq[g] = ze_zero_alloc(zr, ZE_MEM_EXP_AVG_SQ, part * sizeof(float));
-    zr->grad[g] = ze_zero_alloc(zr, ZE_MEM_GRAD, part * sizeof(float));
-    zr->lp[g] = ze_zero_alloc(zr, ZE_MEM_LP, (z3 ? part : part * l->world) * es);
+    zr->fp32[g] = state_alloc(zr, ZE_MEM_MASTER, part * sizeof(float));
+    zr->exp_avg[g] = state_alloc(zr, ZE_MEM_EXP_AVG, part * sizeof(float));
+    zr->exp_avg_sq[g] = state_alloc(zr, ZE_MEM_EXP_AVG_SQ, part * sizeof(float));
+    zr->grad[g] = state_alloc(zr, ZE_MEM_GRAD, part * sizeof(float));
+    zr->lp[g] = state_alloc(zr, ZE_MEM_LP, (z3 ? part : part * l->world) * es);
     if (!zr->fp32[g] || !zr->exp_avg[g] || !zr->exp_avg_sq[g] || !zr->grad[g] || !zr->lp[g]) goto oom;
   }
   /* lp = round(init) (padding stays zero); fp32 master = fp32(lp partition) */
-  init_lp_pieces(plan, l, zr->rank, !z3, zr->lp, init);
-  for (size_t g = 0; g < G; g++) {
-    uint64_t part = l->groups[g].partition;
-    const uint8_t *mine = (const uint8_t *)zr->lp[g] + (z3 ? 0 : zr->rank * part * es);
-    zck_convert(ZCK_F32, zr->fp32[g], lp, mine, part);
+  if (!dev) {
+    init_lp_pieces(plan, l, zr->rank, !z3, zr->lp, 0, NULL, init);
+    for (size_t g = 0; g < G; g++) {
+      uint64_t part = l->groups[g].partition;
+      const uint8_t *mine = (const uint8_t *)zr->lp[g] + (z3 ? 0 : zr->rank * part * es);
+      zck_convert(ZCK_F32, zr->fp32[g], lp, mine, part);
+    }
   }
   /* frozen params: lp-rounded, whole (stage 1/2) or partitioned (stage 3) */
   if (z3) {
@@ -239,30 +392,57 @@ zck_status ze_zero_rank_init(ze_zero_rank *zr, const ze_zero_plan *plan, zck_com
     zr->frozen_lp = zck__calloc(fl->n_groups ? fl->n_groups : 1, sizeof(void *));
     if (!zr->frozen_lp) goto oom;
     for (size_t g = 0; g < fl->n_groups; g++)
-      if (!(zr->frozen_lp[g] = ze_zero_alloc(zr, ZE_MEM_LP, fl->groups[g].partition * es))) goto oom;
-    init_lp_pieces(plan, fl, zr->rank, false, zr->frozen_lp, init);
+      if (!(zr->frozen_lp[g] = state_alloc(zr, ZE_MEM_LP, fl->groups[g].partition * es))) goto oom;
+    if (!dev) init_lp_pieces(plan, fl, zr->rank, false, zr->frozen_lp, 0, NULL, init);
   } else {
-    zr->frozen_full = ze_zero_alloc(zr, ZE_MEM_LP, plan->frozen_numel * es);
-    if (!zr->frozen_full) goto oom;
+    zr->frozen_full = state_alloc(zr, ZE_MEM_LP, plan->frozen_numel * es);
+    uint8_t *ff = dev ? zck__calloc(plan->frozen_numel ? plan->frozen_numel : 1, es) : zr->frozen_full;
+    if (!zr->frozen_full || !ff) {
+      if (dev) free(ff);
+      goto oom;
+    }
     for (size_t i = 0; i < plan->n_frozen; i++) {
       uint32_t p = plan->frozen_params[i];
-      zck_convert(lp, (uint8_t *)zr->frozen_full + plan->home[p].off * es, ZCK_F32, init + plan->model_off[p],
-                  plan->numel[p]);
+      zck_convert(lp, ff + plan->home[p].off * es, ZCK_F32, init + plan->model_off[p], plan->numel[p]);
+    }
+    if (dev) {
+      fs = state_put(zr, ZE_MEM_LP, zr->frozen_full, ff, plan->frozen_numel * es);
+      free(ff);
+      if (fs != ZCK_OK) goto fail;
     }
   }
   if (plan->o.stage == 1) {
-    zr->gfull = ze_zero_alloc(zr, ZE_MEM_GRAD_FULL, plan->model_numel * sizeof(float));
+    zr->gfull = state_alloc(zr, ZE_MEM_GRAD_FULL, plan->model_numel * sizeof(float));
     if (!zr->gfull) goto oom;
   }
+  if (dev && (fs = init_dev_values(zr, init)) != ZCK_OK) goto fail;
   return ze_zero_gather(zr);
 oom:
   ze_zero_rank_free(zr);
-  return zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the ZeRO state", comm->rank);
+  return zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of %smemory for the ZeRO state", comm->rank, dev ? "device " : "");
+fail:
+  ze_zero_rank_free(zr);
+  return zck__error_prepend(fs, "rank %d: setting up the ZeRO state on the device", comm->rank);
 }
 
 // ---- parameters for compute
 
 zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst) {
+  if (!zr->dev) return ze_zero_fetch_work(zr, params, n, dst);
+  /* into device memory, then to the host */
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += zr->plan->numel[params[i]];
+  size_t bytes = total * sizeof(float);
+  float *w = ze_zero_alloc(zr, ZE_MEM_PARAMS, bytes);
+  if (!w) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of device memory gathering parameters", zr->rank);
+  zck_status s = ze_zero_fetch_work(zr, params, n, w);
+  if (s == ZCK_OK) s = ze_dzero_copy(zr->dev, dst, w, bytes);
+  if (s == ZCK_OK) s = ze_dzero_sync(zr->dev);
+  ze_zero_free(zr, ZE_MEM_PARAMS, w, bytes);
+  return s;
+}
+
+zck_status ze_zero_fetch_work(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst) {
   const ze_zero_plan *plan = zr->plan;
   const zck_layout *l = plan->train;
   zck_dtype lp = plan->o.lp_dtype;
@@ -275,13 +455,13 @@ zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, flo
       const ze_param_home *h = &plan->home[p];
       ZCK_ASSERT(h->where);
       if (h->where == 2) {
-        zck_convert(ZCK_F32, d, lp, (const uint8_t *)zr->frozen_full + h->off * es, plan->numel[p]);
+        ZCK_TRY(wconvert(zr, ZCK_F32, d, lp, (const uint8_t *)zr->frozen_full + h->off * es, plan->numel[p]));
       } else {
         for (size_t j = l->param_first[p]; j < l->param_first[p + 1]; j++) {
           const zck_piece *pc = &l->pieces[j];
           uint32_t g = pc->store / W, k = pc->store % W;
           const uint8_t *src = (const uint8_t *)zr->lp[g] + (k * l->groups[g].partition + pc->store_off) * es;
-          zck_convert(ZCK_F32, d + pc->param_off, lp, src, pc->count);
+          ZCK_TRY(wconvert(zr, ZCK_F32, d + pc->param_off, lp, src, pc->count));
         }
       }
       d += plan->numel[p];
@@ -299,23 +479,25 @@ zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, flo
     return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory gathering parameters", zr->rank);
   }
   uint64_t pre = 0;
-  for (size_t i = 0; i < n; i++) {
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < n && s == ZCK_OK; i++) {
     uint32_t p = params[i];
     const ze_param_home *h = &plan->home[p];
     ZCK_ASSERT(h->where);
     uint64_t part = zck_zero3_partition(plan->numel[p], W);
     const uint8_t *src = (const uint8_t *)(h->where == 1 ? zr->lp[h->group] : zr->frozen_lp[h->group]);
-    memcpy(send + pre * es, src + h->off * es, part * es);
+    /* offload_param: this is the copy of the partition from the host to the device */
+    s = wcopy(zr, send + pre * es, src + h->off * es, part * es);
     pre += part;
   }
-  zck_status s = zr->comm->all_gather(zr->comm, send, recv, S, lp);
+  if (s == ZCK_OK) s = data_comm(zr)->all_gather(data_comm(zr), send, recv, S, lp);
   pre = 0;
   float *d = dst;
   for (size_t i = 0; i < n && s == ZCK_OK; i++) {
     uint64_t numel = plan->numel[params[i]], part = zck_zero3_partition(numel, W);
-    for (uint32_t k = 0; k < W && k * part < numel; k++) {
+    for (uint32_t k = 0; k < W && k * part < numel && s == ZCK_OK; k++) {
       uint64_t cnt = numel - k * part < part ? numel - k * part : part;
-      zck_convert(ZCK_F32, d + k * part, lp, recv + (k * S + pre) * es, cnt);
+      s = wconvert(zr, ZCK_F32, d + k * part, lp, recv + (k * S + pre) * es, cnt);
     }
     pre += part;
     d += numel;
@@ -341,7 +523,7 @@ zck_status ze_zero_gather(ze_zero_rank *zr) {
     uint64_t part = l->groups[g].partition;
     uint8_t *flat = zr->lp[g];
     if (chunk >= part) { /* the whole partition at once, in place */
-      s = zr->comm->all_gather(zr->comm, flat + r * part * es, flat, part, lp);
+      s = data_comm(zr)->all_gather(data_comm(zr), flat + r * part * es, flat, part, lp);
       continue;
     }
     if (!bucket) {
@@ -351,9 +533,9 @@ zck_status ze_zero_gather(ze_zero_rank *zr) {
     }
     for (uint64_t c0 = 0; c0 < part && s == ZCK_OK; c0 += chunk) {
       uint64_t cnt = part - c0 < chunk ? part - c0 : chunk;
-      s = zr->comm->all_gather(zr->comm, flat + (r * part + c0) * es, bucket, cnt, lp);
+      s = data_comm(zr)->all_gather(data_comm(zr), flat + (r * part + c0) * es, bucket, cnt, lp);
       for (uint32_t k = 0; k < W && s == ZCK_OK; k++)
-        if (k != r) memcpy(flat + (k * part + c0) * es, bucket + k * cnt * es, cnt * es);
+        if (k != r) s = wcopy(zr, flat + (k * part + c0) * es, bucket + k * cnt * es, cnt * es);
     }
   }
   ze_zero_free(zr, ZE_MEM_BUCKETS, bucket, bucket_bytes);
@@ -376,6 +558,8 @@ typedef struct rd_bucket {
   rd_item *items;
   size_t n, cap;
   uint64_t used;               /* stage 2: elements; stage 3: elements per rank block */
+  float *host;                 /* device state with host gradient partitions (offload):
+                                  the reduced bucket comes here before it is added */
 } rd_bucket;
 
 static bool rd_push(rd_bucket *b, rd_item it) {
@@ -390,50 +574,64 @@ static bool rd_push(rd_bucket *b, rd_item it) {
   return true;
 }
 
+/* The reduced elements res[0..n) where the gradient partitions are: buf itself, or its
+ * copy in b->host. */
+static zck_status rd_result(ze_zero_rank *zr, const rd_bucket *b, const float *buf, uint64_t n, const float **res) {
+  *res = buf;
+  if (!b->host) return ZCK_OK;
+  ZCK_TRY(ze_dzero_copy(zr->dev, b->host, buf, n * sizeof *buf));
+  ZCK_TRY(ze_dzero_sync(zr->dev));
+  *res = b->host;
+  return ZCK_OK;
+}
+
 static zck_status rd_flush(ze_zero_rank *zr, rd_bucket *b, float *buf) {
   if (!b->n) return ZCK_OK;
   const ze_zero_plan *plan = zr->plan;
   uint32_t W = plan->o.world;
   float Wf = (float)W;
-  zck_status s;
+  zck_status s = ZCK_OK;
+  const float *res = NULL;
   if (plan->o.stage == 2) {
-    for (size_t i = 0; i < b->n; i++) {
+    for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
       const rd_item *it = &b->items[i];
       float *d = buf + it->pos;
       /* DeepSpeed divides by the world size before the sum (average_tensor) */
       if (W == 1)
-        memcpy(d, it->src, it->count * sizeof *d);
+        s = wcopy(zr, d, it->src, it->count * sizeof *d);
       else
-        for (uint64_t j = 0; j < it->count; j++) d[j] = it->src[j] / Wf;
+        s = wdiv(zr, d, it->src, it->count, Wf);
     }
-    s = zr->comm->all_reduce(zr->comm, buf, buf, b->used, ZCK_F32, ZCK_COMM_SUM);
+    if (s == ZCK_OK) s = data_comm(zr)->all_reduce(data_comm(zr), buf, buf, b->used, ZCK_F32, ZCK_COMM_SUM);
+    if (s == ZCK_OK) s = rd_result(zr, b, buf, b->used, &res);
     for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
       const rd_item *it = &b->items[i];
       if (!it->acc) continue;
-      for (uint64_t j = 0; j < it->count; j++) it->acc[j] += buf[it->pos + j];
+      s = grad_add(zr, it->acc, res + it->pos, it->count);
     }
   } else {
     /* stage 3: block k of the bucket holds every item's rank-k slot range, padding zero */
     uint64_t S = b->used;
-    memset(buf, 0, W * S * sizeof *buf);
-    for (size_t i = 0; i < b->n; i++) {
+    s = wzero(zr, buf, W * S * sizeof *buf);
+    for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
       const rd_item *it = &b->items[i];
-      for (uint32_t k = 0; k < W; k++) {
+      for (uint32_t k = 0; k < W && s == ZCK_OK; k++) {
         uint64_t e0 = k * it->part + it->j0; /* first param element of this block range */
         if (e0 >= it->numel) break;
         uint64_t cnt = it->numel - e0 < it->count ? it->numel - e0 : it->count;
         float *d = buf + k * S + it->pos;
         if (W == 1)
-          memcpy(d, it->src + e0, cnt * sizeof *d);
+          s = wcopy(zr, d, it->src + e0, cnt * sizeof *d);
         else
-          for (uint64_t j = 0; j < cnt; j++) d[j] = it->src[e0 + j] / Wf;
+          s = wdiv(zr, d, it->src + e0, cnt, Wf);
       }
     }
     float *mine = buf + zr->rank * S;
-    s = zr->comm->reduce_scatter(zr->comm, buf, mine, S, ZCK_F32, ZCK_COMM_SUM);
+    if (s == ZCK_OK) s = data_comm(zr)->reduce_scatter(data_comm(zr), buf, mine, S, ZCK_F32, ZCK_COMM_SUM);
+    if (s == ZCK_OK) s = rd_result(zr, b, mine, S, &res);
     for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
       const rd_item *it = &b->items[i];
-      for (uint64_t j = 0; j < it->count; j++) it->acc[j] += mine[it->pos + j];
+      s = grad_add(zr, it->acc, res + it->pos, it->count);
     }
   }
   b->n = 0;
@@ -456,10 +654,18 @@ zck_status ze_zero_reduce_params(ze_zero_rank *zr, const uint32_t *params, size_
       need += z3 ? zck_zero3_partition(plan->numel[params[i]], W) : plan->numel[params[i]];
   if (!need) return ZCK_OK;
   if (per > need) per = need;
-  size_t buf_bytes = (z3 ? W * per : per) * sizeof(float);
+  size_t buf_bytes = (z3 ? W * per : per) * sizeof(float), host_bytes = per * sizeof(float);
   float *buf = ze_zero_alloc(zr, ZE_MEM_BUCKETS, buf_bytes);
   rd_bucket b = {0};
   if (!buf) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the reduce bucket", zr->rank);
+  if (zr->dev && on_host(zr, ZE_MEM_GRAD)) {
+    b.host = ze_dzero_host_alloc(zr->dev, host_bytes, zr->dev->o.pin_optimizer);
+    if (!b.host) {
+      ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
+      return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of host memory for the reduce bucket", zr->rank);
+    }
+    ze_mem_add(&zr->dev->host, ZE_MEM_BUCKETS, host_bytes);
+  }
   zck_status s = ZCK_OK;
   for (size_t i = 0; i < n && s == ZCK_OK; i++) {
     uint32_t p = params[i];
@@ -494,15 +700,20 @@ zck_status ze_zero_reduce_params(ze_zero_rank *zr, const uint32_t *params, size_
   if (s == ZCK_OK) s = rd_flush(zr, &b, buf);
   if (s == ZCK_ERR_NO_MEMORY) s = zck__fail(s, "rank %u: out of memory reducing gradients", zr->rank);
   free(b.items);
+  if (b.host) {
+    ze_mem_sub(&zr->dev->host, ZE_MEM_BUCKETS, host_bytes);
+    ze_dzero_host_free(zr->dev, b.host, zr->dev->o.pin_optimizer);
+  }
   ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
   return s;
 }
 
 /* dst[0..cnt) = model grads of flat range [c0, c0+cnt) of store (g, k) / scale, padding 0. */
-static void pack_range(const ze_zero_plan *plan, size_t g, uint32_t k, uint64_t c0, uint64_t cnt, const float *model,
-                       float scale, float *dst) {
+static zck_status pack_range(ze_zero_rank *zr, size_t g, uint32_t k, uint64_t c0, uint64_t cnt, const float *model,
+                             float scale, float *dst) {
+  const ze_zero_plan *plan = zr->plan;
   const zck_layout *l = plan->train;
-  memset(dst, 0, cnt * sizeof *dst);
+  ZCK_TRY(wzero(zr, dst, cnt * sizeof *dst));
   uint32_t st = zck_layout_store_id(l, (uint32_t)g, k);
   for (size_t i = l->store_first[st]; i < l->store_first[st + 1]; i++) {
     const zck_piece *pc = &l->pieces[l->by_store[i]];
@@ -512,10 +723,11 @@ static void pack_range(const ze_zero_plan *plan, size_t g, uint32_t k, uint64_t 
     const float *src = model + plan->model_off[pc->param] + pc->param_off + (lo - pc->store_off);
     float *d = dst + (lo - c0);
     if (scale == 1.0f)
-      memcpy(d, src, (hi - lo) * sizeof *d);
+      ZCK_TRY(wcopy(zr, d, src, (hi - lo) * sizeof *d));
     else
-      for (uint64_t j = 0; j < hi - lo; j++) d[j] = src[j] / scale;
+      ZCK_TRY(wdiv(zr, d, src, hi - lo, scale));
   }
+  return ZCK_OK;
 }
 
 zck_status ze_zero_reduce_full(ze_zero_rank *zr) {
@@ -537,20 +749,29 @@ zck_status ze_zero_reduce_full(ze_zero_rank *zr) {
     for (uint64_t c0 = 0; c0 < part && s == ZCK_OK; c0 += chunk) {
       uint64_t cnt = part - c0 < chunk ? part - c0 : chunk;
       /* DeepSpeed divides by the world size before the sum (average_tensor) */
-      for (uint32_t k = 0; k < W; k++) pack_range(plan, g, k, c0, cnt, zr->gfull, (float)W, buf + k * cnt);
+      for (uint32_t k = 0; k < W && s == ZCK_OK; k++) s = pack_range(zr, g, k, c0, cnt, zr->gfull, (float)W, buf + k * cnt);
       float *mine = buf + zr->rank * cnt;
-      s = zr->comm->reduce_scatter(zr->comm, buf, mine, cnt, ZCK_F32, ZCK_COMM_SUM);
-      if (s == ZCK_OK) memcpy(zr->grad[g] + c0, mine, cnt * sizeof *mine);
+      if (s == ZCK_OK) s = data_comm(zr)->reduce_scatter(data_comm(zr), buf, mine, cnt, ZCK_F32, ZCK_COMM_SUM);
+      /* (offload_optimizer: the copy of the reduced gradients to the host) */
+      if (s == ZCK_OK) s = wcopy(zr, zr->grad[g] + c0, mine, cnt * sizeof *mine);
     }
   }
   ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
-  memset(zr->gfull, 0, plan->model_numel * sizeof *zr->gfull);
+  zck_status z = wzero(zr, zr->gfull, plan->model_numel * sizeof *zr->gfull);
+  if (s == ZCK_OK) s = z;
+  if (s == ZCK_OK && zr->dev) s = ze_dzero_sync(zr->dev);
   return s;
 }
 
 zck_status ze_zero_grad_norm(ze_zero_rank *zr, double *norm) {
   double ss = 0.0;
-  for (size_t g = 0; g < zr->n_groups; g++) {
+  if (!on_host(zr, ZE_MEM_GRAD)) {
+    for (size_t g = 0; g < zr->n_groups; g++)
+      ZCK_TRY(zr->dev->o.ops->sumsq(zr->dev->o.ctx, zr->grad[g], ze_zero_part(zr->plan, g), &ss));
+  } else {
+    ZCK_TRY(ze_zero_sync(zr)); /* offload: the last copies of reduced gradients */
+  }
+  for (size_t g = 0; on_host(zr, ZE_MEM_GRAD) && g < zr->n_groups; g++) {
     uint64_t part = ze_zero_part(zr->plan, g);
     const float *d = zr->grad[g];
     for (uint64_t i = 0; i < part; i++) ss += (double)d[i] * d[i];
@@ -564,19 +785,33 @@ zck_status ze_zero_step(ze_zero_rank *zr, const ze_adamw_hp *hp, double clip) {
   const ze_zero_plan *plan = zr->plan;
   zck_dtype lp = plan->o.lp_dtype;
   size_t es = zck_dtype_size(lp);
-  float cf = (float)clip;
   zr->step++;
+  /* where AdamW runs: with the masters (host: no device, or offload_optimizer) */
+  bool host_opt = on_host(zr, ZE_MEM_MASTER), host_lp = on_host(zr, ZE_MEM_LP);
+  if (zr->dev && host_opt) ZCK_TRY(ze_dzero_sync(zr->dev));
   for (size_t g = 0; g < zr->n_groups; g++) {
     uint64_t part = ze_zero_part(plan, g);
-    float *d = zr->grad[g];
-    if (clip != 1.0)
-      for (uint64_t i = 0; i < part; i++) d[i] *= cf;
-    ze_adamw_hp h = *hp;
-    h.weight_decay = ze_zero_group_weight_decay(plan, g);
-    ze_adamw_step(zr->fp32[g], d, zr->exp_avg[g], zr->exp_avg_sq[g], part, &h, zr->step);
-    memset(d, 0, part * sizeof *d);
     void *dst = plan->o.stage == 3 ? zr->lp[g] : (uint8_t *)zr->lp[g] + zr->rank * part * es;
-    zck_convert(lp, dst, ZCK_F32, zr->fp32[g], part);
+    /* clip, AdamW, gradients cleared, lp = RNE(master) where it lives with the master */
+    zck_cuda_adamw_args a = {hp->lr, hp->beta1,  hp->beta2, hp->eps, ze_zero_group_weight_decay(plan, g),
+                             zr->step, clip,     1,         host_opt == host_lp ? dst : NULL, lp};
+    if (host_opt)
+      ze_dzero_adamw_host(zr->fp32[g], zr->grad[g], zr->exp_avg[g], zr->exp_avg_sq[g], part, &a);
+    else
+      ZCK_TRY(zr->dev->o.ops->adamw(zr->dev->o.ctx, zr->fp32[g], zr->grad[g], zr->exp_avg[g], zr->exp_avg_sq[g], part,
+                                    &a));
+    if (!a.d_lp_out) ZCK_TRY(lp_from_master(zr, dst, zr->fp32[g], part));
+  }
+  return ze_zero_gather(zr);
+}
+
+zck_status ze_zero_refresh_lp(ze_zero_rank *zr) {
+  const ze_zero_plan *plan = zr->plan;
+  size_t es = zck_dtype_size(plan->o.lp_dtype);
+  for (size_t g = 0; g < zr->n_groups; g++) {
+    uint64_t part = ze_zero_part(plan, g);
+    void *dst = plan->o.stage == 3 ? zr->lp[g] : (uint8_t *)zr->lp[g] + zr->rank * part * es;
+    ZCK_TRY(lp_from_master(zr, dst, zr->fp32[g], part));
   }
   return ze_zero_gather(zr);
 }

@@ -30,6 +30,7 @@
 #define ZE_ZERO_H
 
 #include "comm.h"
+#include "exec.h"
 #include "layout.h"
 #include "model.h"
 #include "optim.h"
@@ -69,6 +70,9 @@ typedef struct ze_mem {
 
 /* "lp", "fp32 master", ... for reports */
 const char *ze_mem_kind_name(ze_mem_kind k);
+/* Counts bytes of kind k in or out of m (peak, at_peak and max follow). */
+void ze_mem_add(ze_mem *m, ze_mem_kind k, uint64_t bytes);
+void ze_mem_sub(ze_mem *m, ze_mem_kind k, uint64_t bytes);
 
 /* Read-only, shared by the ranks. */
 typedef struct ze_param_home {
@@ -97,6 +101,8 @@ zck_status ze_zero_plan_build(ze_zero_plan *plan, const zck_model *m, const uint
                               const ze_zero_opts *o);
 void ze_zero_plan_free(ze_zero_plan *plan);
 
+struct ze_dzero;
+
 /* One rank. */
 typedef struct ze_zero_rank {
   const ze_zero_plan *plan;
@@ -111,22 +117,32 @@ typedef struct ze_zero_rank {
   void *frozen_full;          /* stage 1/2: lp copies of the frozen params, concatenated */
   float *gfull;               /* stage 1: (model_numel) fp32 gradients of the step, model order */
   int64_t step;               /* optimizer steps taken */
-  ze_mem mem;
+  ze_mem mem;                 /* bytes held (device bytes when dev is set) */
+  struct ze_dzero *dev;       /* --device cuda: the arrays above are device memory, or host
+                                 memory where offloaded, and the collectives on them use the
+                                 device communicator (dzero.h); NULL: all host memory */
 } ze_zero_rank;
 
 /* init: the full fp32 initial weights in model order (every rank passes the same). The lp
  * params are init rounded to lp, and the fp32 masters are taken from them (as DeepSpeed does). */
 zck_status ze_zero_rank_init(ze_zero_rank *zr, const ze_zero_plan *plan, zck_comm *comm, const float *init);
+/* The same state on a device (dzero.h): the values are built on the host a group at a
+ * time and copied there. The rank owns dev from the call on (also when it fails). */
+zck_status ze_zero_rank_init_dev(ze_zero_rank *zr, const ze_zero_plan *plan, zck_comm *comm, struct ze_dzero *dev,
+                                 const float *init);
 void ze_zero_rank_free(ze_zero_rank *zr);
 
-/* Accounted allocations (zeroed) of the rank's transient buffers. */
+/* Accounted allocations (zeroed) of the rank's transient buffers, in its working memory
+ * (device memory when dev is set). */
 void *ze_zero_alloc(ze_zero_rank *zr, ze_mem_kind k, size_t bytes);
 void ze_zero_free(ze_zero_rank *zr, ze_mem_kind k, void *p, size_t bytes);
 
 /* The fp32 values of whole params (manifest indices, no tied aliases), concatenated into
- * dst in the order given. Stage 3: collective (every rank passes the same list; one
- * all-gather); stage 1/2: local. */
+ * dst (host memory) in the order given. Stage 3: collective (every rank passes the same
+ * list; one all-gather); stage 1/2: local. */
 zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst);
+/* The same into the rank's working memory (what ze_zero_alloc returns). */
+zck_status ze_zero_fetch_work(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst);
 /* Stage 2/3, collective: grads[i] is the full fp32 gradient of params[i] on this rank (frozen
  * params are skipped); each element / W is summed over the ranks and ADDED into its owner's
  * gradient partition (in buckets of reduce_bucket_size elements). */
@@ -142,6 +158,18 @@ zck_status ze_zero_grad_norm(ze_zero_rank *zr, double *norm);
 /* Multiplies the gradients by clip, runs AdamW on every group (lr and betas/eps from hp,
  * weight decay of the group's manifest "weight_decay"), refreshes lp (collective). */
 zck_status ze_zero_step(ze_zero_rank *zr, const ze_adamw_hp *hp, double clip);
+
+/* lp partitions = RNE(fp32 masters), then ze_zero_gather (collective): after the masters
+ * were restored. */
+zck_status ze_zero_refresh_lp(ze_zero_rank *zr);
+/* Waits for the work the rank queued on its device (nothing on the host). */
+zck_status ze_zero_sync(ze_zero_rank *zr);
+/* A copy-plan store over one of the rank's state arrays (mem, of kind k): memory, or a
+ * callback store that copies to and from the device. */
+zck_store ze_zero_store(const ze_zero_rank *zr, ze_mem_kind k, void *mem, zck_dtype dt, uint64_t numel,
+                        const char *name);
+/* Zeroes bytes of one of the rank's state arrays (of kind k). */
+zck_status ze_zero_clear(ze_zero_rank *zr, ze_mem_kind k, void *mem, size_t bytes);
 
 /* The weight decay of layout group g (from its optimizer group). */
 double ze_zero_group_weight_decay(const ze_zero_plan *plan, size_t g);

@@ -27,6 +27,7 @@ struct ze_exec {
   uint64_t *spec_off;          /* [n_specs] offset in the model order */
   int *last_user;              /* [n_specs] module whose backward finishes the tensor's gradient */
   float **gbuf;                /* [n_specs] stage 2/3: gradient buffer of a tensor in backward */
+  const ze_exec_driver *drv;   /* NULL: the CPU forward/backward */
   zck_status status;
 };
 
@@ -96,7 +97,7 @@ static bool ensure(ze_exec *x, int m) {
     return false;
   }
   x->live += x->numel[i];
-  x->status = ze_zero_fetch(x->zr, x->idx[i], (size_t)x->n_idx[i], x->buf[i]);
+  x->status = ze_zero_fetch_work(x->zr, x->idx[i], (size_t)x->n_idx[i], x->buf[i]);
   return x->status == ZCK_OK;
 }
 
@@ -209,11 +210,25 @@ static zck_status end_pass(ze_exec *x, bool ok) {
   return x->status;
 }
 
+void ze_exec_set_driver(ze_exec *x, const ze_exec_driver *d) { x->drv = d; }
+
+/* A driver's failure: a hook's own (kept in status), else the driver's. */
+static bool drv_ok(ze_exec *x, zck_status s) {
+  if (s != ZCK_OK && x->status == ZCK_OK) x->status = s;
+  return s == ZCK_OK;
+}
+
+static bool run_forward(ze_exec *x, const ze_gpt2_hooks *h, ze_gpt2_ws *ws, const int *inputs, const int *targets,
+                        int B, int T, float *loss) {
+  if (!x->drv) return ze_gpt2_forward_hooked(x->c, h, ws, inputs, targets, B, T, loss);
+  return drv_ok(x, x->drv->forward(x->drv->ctx, h, inputs, targets, B, T, loss));
+}
+
 zck_status ze_exec_forward(ze_exec *x, ze_gpt2_ws *ws, const int *inputs, const int *targets, int B, int T,
                            float *loss) {
   plan_pass(x, false);
   ze_gpt2_hooks h = {x, hk_fetch, hk_release, NULL, NULL};
-  bool ok = ze_gpt2_forward_hooked(x->c, &h, ws, inputs, targets, B, T, loss);
+  bool ok = run_forward(x, &h, ws, inputs, targets, B, T, loss);
   return end_pass(x, ok);
 }
 
@@ -221,8 +236,9 @@ zck_status ze_exec_train_micro(ze_exec *x, ze_gpt2_ws *ws, const int *inputs, co
                                float scale, bool last, float *loss) {
   plan_pass(x, true);
   ze_gpt2_hooks h = {x, hk_fetch, hk_release, hk_grads, hk_grads_done};
-  bool ok = ze_gpt2_forward_hooked(x->c, &h, ws, inputs, targets, B, T, loss) &&
-            ze_gpt2_backward_hooked(x->c, &h, ws, inputs, targets, B, T, scale);
+  bool ok = run_forward(x, &h, ws, inputs, targets, B, T, loss) &&
+            (x->drv ? drv_ok(x, x->drv->backward(x->drv->ctx, &h, scale))
+                    : ze_gpt2_backward_hooked(x->c, &h, ws, inputs, targets, B, T, scale));
   ZCK_TRY(end_pass(x, ok));
   if (x->zr->gfull && last) ZCK_TRY(ze_zero_reduce_full(x->zr));
   return ZCK_OK;
@@ -234,19 +250,5 @@ zck_status ze_exec_full_params(ze_exec *x, float *dst) {
   for (size_t t = 0; t < x->n_specs; t++) all[t] = (uint32_t)t;
   zck_status s = ze_zero_fetch(x->zr, all, x->n_specs, dst); /* spec order is model order */
   free(all);
-  return s;
-}
-
-zck_status ze_exec_reduce_model(ze_exec *x, const float *grads) {
-  uint32_t *all = zck__calloc(x->n_specs, sizeof *all);
-  const float **src = zck__calloc(x->n_specs, sizeof *src);
-  zck_status s = all && src ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t t = 0; t < x->n_specs && s == ZCK_OK; t++) {
-    all[t] = (uint32_t)t;
-    src[t] = grads + x->spec_off[t];
-  }
-  if (s == ZCK_OK) s = ze_zero_reduce_params(x->zr, all, x->n_specs, src);
-  free(all);
-  free(src);
   return s;
 }

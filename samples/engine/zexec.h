@@ -16,6 +16,10 @@
  *    embedding backward, its last use), then free it.
  * The arithmetic is the whole-model forward/backward's, so losses and checkpoints are the
  * same bits as a run that holds the whole model.
+ *
+ * With --device cuda the rank's working memory is the device's (zero.h: ze_zero_alloc), so
+ * the same schedule gathers modules into device buffers and reduces device gradients, and
+ * a driver runs the forward/backward kernels (cuda_engine.h) through the same hooks.
  */
 #ifndef ZE_ZEXEC_H
 #define ZE_ZEXEC_H
@@ -43,8 +47,18 @@ zck_status ze_exec_forward(ze_exec *x, ze_gpt2_ws *ws, const int *inputs, const 
                            float *loss);
 /* The whole fp32 model in model order (ze_gpt2_numel floats). Collective in stage 3. */
 zck_status ze_exec_full_params(ze_exec *x, float *dst);
-/* Stage 2/3: the gradients of every trainable param, in model order (a whole-model
- * backward, e.g. on a GPU), reduced into the partitions. Collective. */
-zck_status ze_exec_reduce_model(ze_exec *x, const float *grads);
+
+/* Forward and backward on another engine, module by module through the executor's hooks
+ * (which hand out pointers into the rank's working memory). */
+typedef struct ze_exec_driver {
+  void *ctx;
+  /* targets may be NULL (logits only); *loss as ze_gpt2_forward_hooked */
+  zck_status (*forward)(void *ctx, const ze_gpt2_hooks *h, const int *inputs, const int *targets, int B, int T,
+                        float *loss);
+  /* backward of scale * the mean loss of the last forward */
+  zck_status (*backward)(void *ctx, const ze_gpt2_hooks *h, float scale);
+} ze_exec_driver;
+/* NULL: the CPU's ze_gpt2_*_hooked over ws (the default). The executor keeps the pointer. */
+void ze_exec_set_driver(ze_exec *x, const ze_exec_driver *d);
 
 #endif

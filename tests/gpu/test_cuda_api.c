@@ -1,5 +1,6 @@
 /* test_cuda_api.c: the device interface where there is no device (label unit).
- * - The GPT-2 parameter table of cuda/ equals the CPU engine's (ze_gpt2_param_specs).
+ * - The GPT-2 parameter table of cuda/ equals the CPU engine's (ze_gpt2_param_specs), and
+ *   so do the tensors of each module (ze_gpt2_module_tensors).
  * - Without a device (or without CUDA), every device call returns ZCK_ERR_NO_DEVICE with a
  *   one-line reason and clears its outputs; frees accept NULL. The test names every
  *   function of zck_cuda.h, so a stub.c that falls behind the header fails to link. */
@@ -21,6 +22,12 @@ static void check_table(int V, int T, int L, int H, int C) {
     if (offs[i] != specs[i].offset) ZT_FAIL("%s: offset %zu, the engine's %zu", specs[i].name, offs[i], specs[i].offset);
   ZT_EQ_U64(offs[n], ze_gpt2_numel(&ec));
   ZT_EQ_U64(zck_cuda_gpt2_numel(&cc), ze_gpt2_numel(&ec));
+  for (int m = -1; m <= L; m++) {
+    int a[12], b[12];
+    int k = ze_gpt2_module_tensors(&ec, m, a);
+    ZT_EQ_INT(zck_cuda_gpt2_module_tensors(&cc, m, b), k);
+    ZT_EQ_MEM(a, b, (size_t)k * sizeof *a);
+  }
   free(specs);
   free(offs);
 }
@@ -50,6 +57,13 @@ int main(void) {
   void *p = (void *)1;
   NODEV(zck_cuda_malloc(&p, 64));
   ZT_ASSERT(p == NULL);
+  p = (void *)1;
+  NODEV(zck_cuda_malloc_async(&p, 64, NULL));
+  ZT_ASSERT(p == NULL);
+  zck_cuda_free_async(NULL, NULL);
+  size_t fr = 1, tot = 1;
+  NODEV(zck_cuda_mem_info(0, &fr, &tot));
+  ZT_ASSERT(fr == 0 && tot == 0);
   p = (void *)1;
   NODEV(zck_cuda_host_alloc(&p, 64));
   ZT_ASSERT(p == NULL);
@@ -118,6 +132,14 @@ int main(void) {
     ZT_EQ_U64(zck_cuda_gpt2_ws_bytes(NULL), 0);
     NODEV(zck_cuda_gpt2_forward(NULL, NULL, NULL, NULL, 1, 1, NULL));
     NODEV(zck_cuda_gpt2_backward(NULL, NULL, NULL, 1.0f));
+    zck_cuda_gpt2_hooks hk = {NULL, NULL, NULL, NULL, NULL};
+    NODEV(zck_cuda_gpt2_forward_hooked(NULL, &hk, NULL, NULL, 1, 1, NULL));
+    NODEV(zck_cuda_gpt2_backward_hooked(NULL, &hk, 1.0f));
+    NODEV(zck_cuda_div_f32(NULL, NULL, 1, 2.0f, NULL));
+    NODEV(zck_cuda_add_f32(NULL, NULL, 1, NULL));
+    double sq = 1.0;
+    NODEV(zck_cuda_sumsq_f64(NULL, 1, &sq, NULL));
+    ZT_ASSERT(sq == 0.0);
     ZT_ASSERT(zck_cuda_gpt2_logits(NULL) == NULL && zck_cuda_gpt2_losses(NULL) == NULL);
     ZT_ASSERT(zck_cuda_ctx_stream(NULL) == NULL && zck_cuda_ctx_device(NULL) == -1);
     uint8_t id[ZCK_NCCL_ID_BYTES];
@@ -126,6 +148,7 @@ int main(void) {
     NODEV(zck_comm_nccl_init_rank(1, 0, id, &one));
     ZT_ASSERT(one == NULL);
     NODEV(zck_comm_cuda_set_stream(NULL, NULL));
+    ZT_EQ_INT(zck_comm_cuda_device(NULL), -1);
   }
   printf("cuda api without a device (%s): ok\n", built ? "CUDA build" : "built without CUDA");
   return 0;

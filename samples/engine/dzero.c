@@ -1,0 +1,255 @@
+/* dzero.c: the device backends of the ZeRO state (see dzero.h): cuda (kernels and copies on
+ * the rank's stream) and sim (host memory, the CPU's loops), and the helpers zero.c shares
+ * between them. */
+#include "dzero.h"
+
+#include "optim.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// ---- lifetime and helpers
+
+zck_status ze_dzero_new(const ze_dzero_opts *o, int stage, ze_dzero **out) {
+  *out = NULL;
+  ZCK_FAIL_IF(!o->ops || !o->comm, ZCK_ERR_INVALID_ARG, "device ZeRO state: no device backend or communicator");
+  ze_dzero *d = zck__calloc(1, sizeof *d);
+  if (!d) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  d->o = *o;
+  d->opt_host = o->offload_optimizer;
+  d->lp_host = o->offload_param && stage == 3;
+  *out = d;
+  return ZCK_OK;
+}
+
+void ze_dzero_free(ze_dzero *d) { free(d); }
+
+void *ze_dzero_host_alloc(ze_dzero *d, size_t bytes, bool pinned) {
+  void *p = NULL;
+  if (!pinned) return zck__calloc(bytes ? bytes : 1, 1);
+  return d->o.ops->host_alloc(d->o.ctx, &p, bytes) == ZCK_OK ? p : NULL;
+}
+
+void ze_dzero_host_free(ze_dzero *d, void *p, bool pinned) {
+  if (!p) return;
+  if (pinned)
+    d->o.ops->host_free(d->o.ctx, p);
+  else
+    free(p);
+}
+
+zck_store ze_dzero_store(const ze_dzero *d, void *mem, zck_dtype dt, uint64_t numel, const char *name) {
+  const ze_dev_ops *o = d->o.ops;
+  bool four = zck_dtype_size(dt) == 4;
+  return zck_store_callback(four ? o->read4 : o->read2, four ? o->write4 : o->write2, mem, dt, numel, name);
+}
+
+void ze_dzero_sample(ze_dzero *d) {
+  uint64_t u = d->o.ops->used ? d->o.ops->used(d->o.ctx) : 0;
+  if (u > d->used_peak) d->used_peak = u;
+}
+
+void ze_dzero_adamw_host(float *param, float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
+                         const zck_cuda_adamw_args *a) {
+  float cf = (float)a->clip;
+  if (a->clip != 1.0)
+    for (size_t i = 0; i < n; i++) grad[i] *= cf;
+  ze_adamw_hp h = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay};
+  ze_adamw_step(param, grad, exp_avg, exp_avg_sq, n, &h, a->step);
+  if (a->zero_grad) memset(grad, 0, n * sizeof *grad);
+  if (a->d_lp_out) zck_convert(a->lp_dtype, a->d_lp_out, ZCK_F32, param, n);
+}
+
+#define ZE_STAGE_ELEMS ((size_t)1 << 20)
+
+zck_status ze_dzero_lp_from_master(ze_dzero *d, void *lp, bool lp_host, zck_dtype lp_dt, const float *fp32,
+                                   bool fp32_host, size_t n) {
+  size_t es = zck_dtype_size(lp_dt);
+  if (!lp_host && !fp32_host) return ze_dzero_convert(d, lp_dt, lp, ZCK_F32, fp32, n);
+  ZCK_TRY(ze_dzero_sync(d)); /* the host side may have been written by a copy */
+  if (lp_host && fp32_host) {
+    zck_convert(lp_dt, lp, ZCK_F32, fp32, n);
+    return ZCK_OK;
+  }
+  /* one side on the device: through a host buffer, a chunk at a time, rounded on the host */
+  size_t chunk = n < ZE_STAGE_ELEMS ? n : ZE_STAGE_ELEMS;
+  size_t bytes = chunk * (fp32_host ? es : sizeof(float));
+  bool pin = fp32_host ? d->o.pin_optimizer : d->o.pin_param;
+  uint8_t *stage = ze_dzero_host_alloc(d, bytes, pin);
+  if (!stage) return zck__fail(ZCK_ERR_NO_MEMORY, "out of host memory for a %zu-byte staging buffer", bytes);
+  ze_mem_add(&d->host, ZE_MEM_BUCKETS, bytes);
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < n && s == ZCK_OK; i += chunk) {
+    size_t k = n - i < chunk ? n - i : chunk;
+    if (fp32_host) { /* master on the host, lp on the device */
+      zck_convert(lp_dt, stage, ZCK_F32, fp32 + i, k);
+      s = ze_dzero_copy(d, (uint8_t *)lp + i * es, stage, k * es);
+    } else { /* master on the device, lp on the host */
+      s = ze_dzero_copy(d, stage, fp32 + i, k * sizeof(float));
+    }
+    if (s == ZCK_OK) s = ze_dzero_sync(d);
+    if (s == ZCK_OK && !fp32_host) zck_convert(lp_dt, (uint8_t *)lp + i * es, ZCK_F32, stage, k);
+  }
+  ze_mem_sub(&d->host, ZE_MEM_BUCKETS, bytes);
+  ze_dzero_host_free(d, stage, pin);
+  return s;
+}
+
+// ---- sim: the device is host memory, every operation the CPU engine's loop
+
+static zck_status sim_alloc(void *ctx, void **p, size_t bytes) {
+  (void)ctx;
+  *p = zck__calloc(bytes ? bytes : 1, 1);
+  return *p ? ZCK_OK : zck__fail(ZCK_ERR_NO_MEMORY, "sim device: out of memory for %zu bytes", bytes);
+}
+static void sim_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
+static zck_status sim_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  memmove(dst, src, bytes);
+  return ZCK_OK;
+}
+static zck_status sim_zero(void *ctx, void *p, size_t bytes) {
+  (void)ctx;
+  memset(p, 0, bytes);
+  return ZCK_OK;
+}
+static zck_status sim_convert(void *ctx, zck_dtype dst_dt, void *dst, zck_dtype src_dt, const void *src, size_t n) {
+  (void)ctx;
+  zck_convert(dst_dt, dst, src_dt, src, n);
+  return ZCK_OK;
+}
+static zck_status sim_div(void *ctx, float *dst, const float *src, size_t n, float divisor) {
+  (void)ctx;
+  for (size_t j = 0; j < n; j++) dst[j] = src[j] / divisor;
+  return ZCK_OK;
+}
+static zck_status sim_add(void *ctx, float *acc, const float *src, size_t n) {
+  (void)ctx;
+  for (size_t j = 0; j < n; j++) acc[j] += src[j];
+  return ZCK_OK;
+}
+static zck_status sim_sumsq(void *ctx, const float *x, size_t n, double *acc) {
+  (void)ctx;
+  for (size_t i = 0; i < n; i++) *acc += (double)x[i] * x[i];
+  return ZCK_OK;
+}
+static zck_status sim_adamw(void *ctx, float *param, float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
+                            const zck_cuda_adamw_args *a) {
+  (void)ctx;
+  ze_dzero_adamw_host(param, grad, exp_avg, exp_avg_sq, n, a);
+  return ZCK_OK;
+}
+static zck_status sim_sync(void *ctx) {
+  (void)ctx;
+  return ZCK_OK;
+}
+static zck_status sim_read4(void *ctx, void *dst, uint64_t off, uint64_t count) {
+  memcpy(dst, (const uint8_t *)ctx + off * 4, (size_t)count * 4);
+  return ZCK_OK;
+}
+static zck_status sim_read2(void *ctx, void *dst, uint64_t off, uint64_t count) {
+  memcpy(dst, (const uint8_t *)ctx + off * 2, (size_t)count * 2);
+  return ZCK_OK;
+}
+static zck_status sim_write4(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  memcpy((uint8_t *)ctx + off * 4, src, (size_t)count * 4);
+  return ZCK_OK;
+}
+static zck_status sim_write2(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  memcpy((uint8_t *)ctx + off * 2, src, (size_t)count * 2);
+  return ZCK_OK;
+}
+static zck_status sim_gather16(void *ctx, const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
+                               void *wctx) {
+  (void)ctx;
+  return zck_gather_run_host(p, srcs, write, wctx);
+}
+
+const ze_dev_ops ze_dev_ops_sim = {
+    .name = "sim", .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_alloc, .host_free = sim_free,
+    .copy = sim_copy, .zero = sim_zero, .convert = sim_convert, .div = sim_div, .add = sim_add,
+    .sumsq = sim_sumsq, .adamw = sim_adamw, .sync = sim_sync, .read4 = sim_read4, .read2 = sim_read2,
+    .write4 = sim_write4, .write2 = sim_write2, .gather16 = sim_gather16, .used = NULL};
+
+// ---- cuda: the rank's stream (ctx is its zck_cuda_ctx)
+
+static void *cu_stream(void *ctx) { return zck_cuda_ctx_stream(ctx); }
+
+static zck_status cu_alloc(void *ctx, void **p, size_t bytes) {
+  ZCK_TRY(zck_cuda_malloc_async(p, bytes, cu_stream(ctx)));
+  zck_status s = zck_cuda_memset_async(*p, 0, bytes, cu_stream(ctx));
+  if (s != ZCK_OK) {
+    zck_cuda_free_async(*p, cu_stream(ctx));
+    *p = NULL;
+  }
+  return s;
+}
+static void cu_free(void *ctx, void *p) { zck_cuda_free_async(p, cu_stream(ctx)); }
+static zck_status cu_host_alloc(void *ctx, void **p, size_t bytes) {
+  (void)ctx;
+  ZCK_TRY(zck_cuda_host_alloc(p, bytes ? bytes : 1));
+  memset(*p, 0, bytes);
+  return ZCK_OK;
+}
+static void cu_host_free(void *ctx, void *p) {
+  (void)ctx;
+  zck_cuda_host_free(p);
+}
+static zck_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  return zck_cuda_memcpy_async(dst, src, bytes, cu_stream(ctx));
+}
+static zck_status cu_zero(void *ctx, void *p, size_t bytes) { return zck_cuda_memset_async(p, 0, bytes, cu_stream(ctx)); }
+static zck_status cu_convert(void *ctx, zck_dtype dst_dt, void *dst, zck_dtype src_dt, const void *src, size_t n) {
+  if (dst_dt == src_dt) return zck_cuda_memcpy_async(dst, src, n * zck_dtype_size(dst_dt), cu_stream(ctx));
+  if (dst_dt == ZCK_BF16 && src_dt == ZCK_F32) return zck_cuda_f32_to_bf16(src, dst, n, cu_stream(ctx));
+  if (dst_dt == ZCK_F32 && src_dt == ZCK_BF16) return zck_cuda_bf16_to_f32(src, dst, n, cu_stream(ctx));
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "cuda: no %s -> %s conversion", zck_dtype_name(src_dt), zck_dtype_name(dst_dt));
+}
+static zck_status cu_div(void *ctx, float *dst, const float *src, size_t n, float divisor) {
+  return zck_cuda_div_f32(dst, src, n, divisor, cu_stream(ctx));
+}
+static zck_status cu_add(void *ctx, float *acc, const float *src, size_t n) {
+  return zck_cuda_add_f32(acc, src, n, cu_stream(ctx));
+}
+static zck_status cu_sumsq(void *ctx, const float *x, size_t n, double *acc) {
+  double v = 0.0;
+  ZCK_TRY(zck_cuda_sumsq_f64(x, n, &v, cu_stream(ctx)));
+  *acc += v;
+  return ZCK_OK;
+}
+static zck_status cu_adamw(void *ctx, float *param, float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
+                           const zck_cuda_adamw_args *a) {
+  return zck_cuda_adamw(param, grad, exp_avg, exp_avg_sq, n, a, cu_stream(ctx));
+}
+static zck_status cu_sync(void *ctx) { return zck_cuda_stream_sync(cu_stream(ctx)); }
+static zck_status cu_read4(void *ctx, void *dst, uint64_t off, uint64_t count) {
+  return zck_cuda_memcpy(dst, (const uint8_t *)ctx + off * 4, (size_t)count * 4);
+}
+static zck_status cu_read2(void *ctx, void *dst, uint64_t off, uint64_t count) {
+  return zck_cuda_memcpy(dst, (const uint8_t *)ctx + off * 2, (size_t)count * 2);
+}
+static zck_status cu_write4(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  return zck_cuda_memcpy((uint8_t *)ctx + off * 4, src, (size_t)count * 4);
+}
+static zck_status cu_write2(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  return zck_cuda_memcpy((uint8_t *)ctx + off * 2, src, (size_t)count * 2);
+}
+static zck_status cu_gather16(void *ctx, const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
+                              void *wctx) {
+  ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(ctx)));
+  return zck_cuda_gather16_to_host(p, srcs, write, wctx);
+}
+static uint64_t cu_used(void *ctx) {
+  size_t fr = 0, total = 0;
+  return zck_cuda_mem_info(zck_cuda_ctx_device(ctx), &fr, &total) == ZCK_OK ? (uint64_t)(total - fr) : 0;
+}
+
+const ze_dev_ops ze_dev_ops_cuda = {
+    .name = "cuda", .alloc = cu_alloc, .free = cu_free, .host_alloc = cu_host_alloc, .host_free = cu_host_free,
+    .copy = cu_copy, .zero = cu_zero, .convert = cu_convert, .div = cu_div, .add = cu_add,
+    .sumsq = cu_sumsq, .adamw = cu_adamw, .sync = cu_sync, .read4 = cu_read4, .read2 = cu_read2,
+    .write4 = cu_write4, .write2 = cu_write2, .gather16 = cu_gather16, .used = cu_used};
