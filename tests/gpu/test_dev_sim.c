@@ -10,8 +10,11 @@
  * (pinned or not), per-rank checkpoint files, resume and --load-best-model-at-end. The
  * device ledger (ze_train_result.mem) holds what DeepSpeed keeps on the GPU: the same
  * persistent bytes as the CPU run without offload; with offload the optimizer states (and
- * at stage 3 the 16-bit partitions) move to mem_host. */
+ * at stage 3 the 16-bit partitions) move to mem_host. Also the staging of lp = RNE(master)
+ * between host and device in chunks, on more elements than one chunk. */
 #include "engine_cmp.h"
+
+#include "dzero.h"
 
 static char *tmp;
 
@@ -185,9 +188,42 @@ static void load_best(void) {
   ze_train_result_free(&s);
 }
 
+/* ze_dzero_lp_from_master for the four placements, 2.5 chunks long. */
+static void staging(void) {
+  size_t n = (5u << 20) / 2 + 3;
+  float *m = malloc(n * sizeof *m);
+  uint16_t *want = malloc(n * 2), *got = malloc(n * 2);
+  ZT_ASSERT(m && want && got);
+  uint64_t x = 1;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t u = (uint32_t)(x >> 32);
+    memcpy(&m[i], &u, 4); /* every bit pattern: NaNs, infinities, subnormals */
+  }
+  zck_convert(ZCK_BF16, want, ZCK_F32, m, n);
+  zck_comm *c[1];
+  ZT_OK(zck_comm_local_create(1, c));
+  ze_dzero_opts o = {&ze_dev_ops_sim, NULL, c[0], 0, true, true, true, false, 0};
+  ze_dzero *d = NULL;
+  ZT_OK(ze_dzero_new(&o, 3, &d));
+  for (int k = 0; k < 4; k++) {
+    memset(got, 0xAB, n * 2);
+    ZT_OK(ze_dzero_lp_from_master(d, got, k & 1, ZCK_BF16, m, (k & 2) != 0, n));
+    ZT_EQ_MEM(got, want, n * 2);
+  }
+  ZT_EQ_U64(d->host.cur[ZE_MEM_BUCKETS], 0);
+  ZT_ASSERT(d->host.max[ZE_MEM_BUCKETS] > 0);
+  ze_dzero_free(d);
+  zck_comm_local_destroy(c, 1);
+  free(m);
+  free(want);
+  free(got);
+}
+
 int main(void) {
   tmp = zt_tmpdir();
   ZT_ASSERT(tmp);
+  staging();
   stages();
   offload();
   per_rank();
