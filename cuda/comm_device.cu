@@ -1,7 +1,7 @@
 // comm_device.cu: the cuda-local collective backend: W rank threads sharing one device.
 //
 // NCCL cannot put two ranks of one communicator on the same GPU, yet a single GPU is where
-// multi-rank runs are developed and tested. This backend keeps comm_ranks.c's host
+// multi-rank runs are developed and tested. This backend keeps lib/comm_ranks.c's host
 // protocol (barriers, rank-order shares) and moves the data with kernels and device copies
 // on a per-rank stream. Sums run over ranks 0..W-1 per element exactly as lib/comm_local.c
 // does on the host, so for the same inputs both give the same bits.

@@ -1,6 +1,6 @@
 /* stub.c: the device interface when zckpt is built without CUDA: every device call fails
  * with ZCK_ERR_NO_DEVICE "built without CUDA" (outputs cleared), every free is a no-op.
- * The plain C parts of zck_cuda.h (gather planner and host path, GPT-2 table, comm_ranks)
+ * The plain C parts of zck_cuda.h (gather planner and host path, GPT-2 table)
  * are compiled in both builds and are not here. Keep in step with zck_cuda.h: the unit
  * test tests/gpu/test_cuda_api.c calls every function, so a missing one fails to link. */
 #include "zck_cuda.h"

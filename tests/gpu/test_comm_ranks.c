@@ -1,11 +1,17 @@
-/* test_comm_ranks.c: the collective engine behind the cuda-local backend (cuda/comm_ranks.c),
- * run with its host memory ops, against lib/comm_local.c byte for byte: every collective,
- * in and out of place, every reducible dtype and op, W = 1..6; then disagreeing calls and
- * abort. The device ops are compared the same way in test_gpu_comm.c. */
+/* test_comm_ranks.c: the collective engine of lib/comm_ranks.c, which is both the local
+ * backend (host ops) and cuda-local (device ops), through its ops table: a group whose ops
+ * wrap the host ones and count the calls gives the local backend's bytes for every
+ * collective, in and out of place, every reducible dtype and op, W = 1..6, and each rank
+ * calls enter once per collective and barrier and leave once per collective; disagreeing
+ * calls, abort, and an enter that fails on one rank (the others are told, none waits);
+ * 65 ranks (the engine has no cap; cuda-local's 64 is its own). The device ops are
+ * compared with the local backend in test_gpu_comm.c. (The local backend's results
+ * themselves are checked in tests/engine/test_comm_local.c.) */
 #include "test.h"
 
 #include "comm.h"
 #include "cuda_internal.h"
+#include "error.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -126,21 +132,73 @@ static void run_group(zck_comm **comms, int W, int mode, job *jobs, uint8_t *out
     if (jobs[r].err[0]) ZT_FAIL("W %d mode %d: %s", W, mode, jobs[r].err);
 }
 
+// ---- ops that wrap the host ones and count (each rank touches its own slots only)
+
+typedef struct counted {
+  int enters[8], leaves[8];
+  int fail_rank, fail_at;      /* enter fails on that rank's fail_at-th call (0: never) */
+  int destroyed;
+} counted;
+
+static zck_status ct_reduce(void *ctx, int rank, const void *const *srcs, int n_src, size_t src_off, void *const *dsts,
+                            int n_dst, size_t dst_off, size_t n, zck_dtype dt, zck_comm_op op) {
+  return zck__ranks_host_ops.reduce(ctx, rank, srcs, n_src, src_off, dsts, n_dst, dst_off, n, dt, op);
+}
+static zck_status ct_copy(void *ctx, int rank, void *dst, const void *src, size_t bytes) {
+  return zck__ranks_host_ops.copy(ctx, rank, dst, src, bytes);
+}
+static zck_status ct_enter(void *ctx, int rank) {
+  counted *k = ctx;
+  if (++k->enters[rank] == k->fail_at && rank == k->fail_rank) return zck__fail(ZCK_ERR_IO, "rank %d: its stream failed", rank);
+  return ZCK_OK;
+}
+static zck_status ct_leave(void *ctx, int rank) {
+  ((counted *)ctx)->leaves[rank]++;
+  return ZCK_OK;
+}
+static void ct_destroy(void *ctx) { ((counted *)ctx)->destroyed++; }
+static const zck__ranks_ops kCounted = {ct_reduce, ct_copy, ct_enter, ct_leave, ct_destroy};
+
+static void *enter_fails(void *arg) {
+  job *j = arg;
+  zck_comm *c = j->c;
+  float x[3] = {1, 2, 3};
+  zck_status s = ZCK_OK;
+  for (int i = 0; i < 4 && s == ZCK_OK; i++) s = c->all_reduce(c, x, x, 3, ZCK_F32, ZCK_COMM_SUM);
+  const char *want = c->rank == 1 ? "its stream failed" : "another rank failed";
+  if (s == ZCK_OK || !strstr(zck_last_error(), want))
+    snprintf(j->err, sizeof j->err, "rank %d: %s (wanted \"%s\")", c->rank, zck_last_error(), want);
+  return NULL;
+}
+
+static void *sum65(void *arg) {
+  job *j = arg;
+  int64_t v = j->c->rank;
+  if (j->c->all_reduce(j->c, &v, &v, 1, ZCK_I64, ZCK_COMM_SUM) != ZCK_OK || v != 65 * 64 / 2)
+    snprintf(j->err, sizeof j->err, "rank %d: sum %lld", j->c->rank, (long long)v);
+  return NULL;
+}
+
 int main(void) {
   for (int W = 1; W <= 6; W++) {
     zck_comm *a[8], *b[8];
     job ja[8], jb[8];
+    counted k = {{0}, {0}, -1, 0, 0};
     uint8_t *oa = calloc((size_t)W, OUT_BYTES), *ob = calloc((size_t)W, OUT_BYTES);
     ZT_OK(zck_comm_local_create(W, a));
-    ZT_OK(zck__ranks_create_host(W, b));
-    ZT_EQ_STR(b[0]->backend, "host-ranks");
-    ZT_ASSERT(zck__ranks_is(b[0]) && !zck__ranks_is(a[0]));
+    ZT_OK(zck__ranks_create(W, &kCounted, &k, "counted", b));
+    ZT_EQ_STR(a[0]->backend, "local");
+    ZT_EQ_STR(b[0]->backend, "counted");
+    ZT_ASSERT(zck__ranks_is(b[0]) && zck__ranks_is(a[0]) && zck__ranks_ops_ctx(b[0]) == &k);
     run_group(a, W, 0, ja, oa);
     run_group(b, W, 0, jb, ob);
     for (int r = 0; r < W; r++) {
       ZT_EQ_U64(ja[r].used, jb[r].used);
       if (memcmp(oa + (size_t)r * OUT_BYTES, ob + (size_t)r * OUT_BYTES, ja[r].used))
-        ZT_FAIL("W %d rank %d: the ranks engine's results differ from comm_local's", W, r);
+        ZT_FAIL("W %d rank %d: the counted ops' results differ from the local backend's", W, r);
+      /* 14 collectives and one barrier */
+      ZT_EQ_INT(k.enters[r], 15);
+      ZT_EQ_INT(k.leaves[r], 14);
     }
     if (W > 1) {
       run_group(b, W, 1, jb, NULL);
@@ -148,11 +206,42 @@ int main(void) {
     }
     zck_comm_local_destroy(a, W);
     zck__ranks_destroy(b, W);
+    ZT_EQ_INT(k.destroyed, 1);
     free(oa);
     free(ob);
   }
-  zck_comm *too[65];
-  ZT_ERR(zck__ranks_create_host(65, too), ZCK_ERR_INVALID_ARG, "65 ranks; at most 64");
+  /* an enter that fails on rank 1 at its third collective */
+  {
+    zck_comm *g[3];
+    counted k = {{0}, {0}, 1, 3, 0};
+    job jobs[3];
+    pthread_t th[3];
+    ZT_OK(zck__ranks_create(3, &kCounted, &k, "counted", g));
+    for (int r = 0; r < 3; r++) {
+      jobs[r] = (job){g[r], NULL, 0, 0, ""};
+      pthread_create(&th[r], NULL, enter_fails, &jobs[r]);
+    }
+    for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 3; r++)
+      if (jobs[r].err[0]) ZT_FAIL("failing enter: %s", jobs[r].err);
+    zck__ranks_destroy(g, 3);
+  }
+  /* 65 rank threads of the local backend */
+  {
+    zck_comm *g[65];
+    job jobs[65];
+    pthread_t th[65];
+    ZT_OK(zck_comm_local_create(65, g));
+    for (int r = 0; r < 65; r++) {
+      jobs[r] = (job){g[r], NULL, 0, 0, ""};
+      pthread_create(&th[r], NULL, sum65, &jobs[r]);
+    }
+    for (int r = 0; r < 65; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 65; r++)
+      if (jobs[r].err[0]) ZT_FAIL("65 ranks: %s", jobs[r].err);
+    zck_comm_local_destroy(g, 65);
+  }
+  zck__ranks_destroy(NULL, 0);
   printf("comm ranks: ok\n");
   return 0;
 }

@@ -1,17 +1,17 @@
-/* comm_ranks.c: the collective engine behind the cuda-local backend, with its memory
- * operations in an ops table (see cuda_internal.h).
+/* comm_ranks.c: the collective engine for ranks that are threads of one process, with its
+ * memory operations in an ops table (see comm_ranks.h): the local backend (comm_local.c)
+ * with the host ops below, and cuda/'s cuda-local backend with device ops.
  *
- * The protocol is lib/comm_local.c's: every rank finishes its earlier work (ops->enter),
- * posts its arguments, meets the others at a barrier whose last arriver checks that all
- * posted the same call, does its share reading the other ranks' buffers directly, waits
- * for its own queued work (ops->leave), and meets them again so that nobody reuses a
- * buffer another rank still reads. Shares never overlap: in all_reduce rank r reduces
- * element chunk r and writes it to every rank's output; in reduce_scatter and all_gather
- * rank r writes only its own output. Reductions run in rank order 0..W-1 per element.
- *
- * Compiled in every build; with the host ops it is the unit-tested twin of comm_local.c.
+ * Each collective: every rank finishes its earlier work (ops->enter), posts its arguments,
+ * meets the others at a barrier whose last arriver checks that all posted the same call,
+ * does its share reading the other ranks' buffers directly, waits for its own queued work
+ * (ops->leave), and meets them again so that nobody reuses a buffer another rank still
+ * reads. Shares never overlap: in all_reduce rank r reduces element chunk r and writes it
+ * to every rank's output; in reduce_scatter and all_gather rank r writes only its own
+ * output. That is what makes the in-place forms of NCCL safe here too. Reductions run in
+ * rank order 0..W-1 per element: bit-reproducible whatever the thread scheduling.
  */
-#include "cuda_internal.h"
+#include "comm_ranks.h"
 
 #include "error.h"
 #include "util.h"
@@ -58,6 +58,8 @@ typedef struct rk_world {
   bool mismatch;
   char mismatch_msg[256];
   rk_post *posts;
+  const void **sends;         /* [size] every rank's posted send / recv buffer of the */
+  void **recvs;               /* current call (set by the validating arriver) */
   zck_comm *handles;
 } rk_world;
 
@@ -87,6 +89,10 @@ static zck_status rk_barrier_hook(rk_world *w, void (*hook)(rk_world *)) {
 static void rk_validate(rk_world *w) {
   const rk_post *p0 = &w->posts[0];
   w->mismatch = false;
+  for (int r = 0; r < w->size; r++) {
+    w->sends[r] = w->posts[r].send;
+    w->recvs[r] = w->posts[r].recv;
+  }
   for (int r = 1; r < w->size; r++) {
     const rk_post *p = &w->posts[r];
     if (p->kind != p0->kind || p->count != p0->count || p->dt != p0->dt || p->op != p0->op || p->root != p0->root) {
@@ -145,15 +151,7 @@ static zck_status rk_all_reduce(zck_comm *c, const void *send, void *recv, size_
   size_t chunk = (count + (size_t)w->size - 1) / (size_t)w->size;
   size_t lo = chunk * (size_t)c->rank, hi = lo + chunk < count ? lo + chunk : count;
   zck_status s = ZCK_OK;
-  if (lo < hi) {
-    const void *srcs[ZCK__RANKS_MAX];
-    void *dsts[ZCK__RANKS_MAX];
-    for (int k = 0; k < w->size; k++) {
-      srcs[k] = w->posts[k].send;
-      dsts[k] = w->posts[k].recv;
-    }
-    s = w->ops.reduce(w->ops_ctx, c->rank, srcs, w->size, lo, dsts, w->size, lo, hi - lo, dt, op);
-  }
+  if (lo < hi) s = w->ops.reduce(w->ops_ctx, c->rank, w->sends, w->size, lo, w->recvs, w->size, lo, hi - lo, dt, op);
   return rk_leave(c, s);
 }
 
@@ -165,10 +163,8 @@ static zck_status rk_reduce_scatter(zck_comm *c, const void *send, void *recv, s
   rk_world *w = c->impl;
   zck_status s = ZCK_OK;
   if (recv_count) {
-    const void *srcs[ZCK__RANKS_MAX];
-    for (int k = 0; k < w->size; k++) srcs[k] = w->posts[k].send;
     void *dsts[1] = {recv};
-    s = w->ops.reduce(w->ops_ctx, c->rank, srcs, w->size, (size_t)c->rank * recv_count, dsts, 1, 0, recv_count, dt,
+    s = w->ops.reduce(w->ops_ctx, c->rank, w->sends, w->size, (size_t)c->rank * recv_count, dsts, 1, 0, recv_count, dt,
                       op);
   }
   return rk_leave(c, s);
@@ -216,8 +212,6 @@ static void rk_abort(zck_comm *c) {
 zck_status zck__ranks_create(int size, const zck__ranks_ops *ops, void *ops_ctx, const char *backend,
                              zck_comm **comms) {
   ZCK_ASSERT(size >= 1 && comms && ops && ops->reduce && ops->copy);
-  ZCK_FAIL_IF(size > ZCK__RANKS_MAX, ZCK_ERR_INVALID_ARG, "%s comm: %d ranks; at most %d", backend, size,
-              ZCK__RANKS_MAX);
   rk_world *w = zck__calloc(1, sizeof *w);
   if (!w) return ZCK_ERR_NO_MEMORY;
   w->size = size;
@@ -225,9 +219,13 @@ zck_status zck__ranks_create(int size, const zck__ranks_ops *ops, void *ops_ctx,
   w->ops = *ops;
   w->ops_ctx = ops_ctx;
   w->posts = zck__calloc((size_t)size, sizeof *w->posts);
+  w->sends = zck__calloc((size_t)size, sizeof *w->sends);
+  w->recvs = zck__calloc((size_t)size, sizeof *w->recvs);
   w->handles = zck__calloc((size_t)size, sizeof *w->handles);
-  if (!w->posts || !w->handles) {
+  if (!w->posts || !w->sends || !w->recvs || !w->handles) {
     free(w->posts);
+    free(w->sends);
+    free(w->recvs);
     free(w->handles);
     free(w);
     return ZCK_ERR_NO_MEMORY;
@@ -262,12 +260,14 @@ void zck__ranks_destroy(zck_comm **comms, int size) {
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w->posts);
+  free(w->sends);
+  free(w->recvs);
   free(w->handles);
   free(w);
   for (int r = 0; r < size; r++) comms[r] = NULL;
 }
 
-// ---- host ops: the same arithmetic as lib/comm_local.c
+// ---- host ops
 
 static float rk_half_to_float(zck_dtype dt, uint16_t h) {
   float f;
@@ -280,6 +280,8 @@ static float rk_half_to_float(zck_dtype dt, uint16_t h) {
 
 static zck_status host_reduce(void *ctx, int rank, const void *const *srcs, int n_src, size_t src_off,
                               void *const *dsts, int n_dst, size_t dst_off, size_t n, zck_dtype dt, zck_comm_op op) {
+  (void)ctx;
+  (void)rank;
 #define RK_LOOP(T)                                                                           \
   for (size_t i = 0; i < n; i++) {                                                           \
     T acc = ((const T *)srcs[0])[src_off + i];                                               \
@@ -308,11 +310,10 @@ static zck_status host_reduce(void *ctx, int rank, const void *const *srcs, int 
 }
 
 static zck_status host_copy(void *ctx, int rank, void *dst, const void *src, size_t bytes) {
+  (void)ctx;
+  (void)rank;
   memmove(dst, src, bytes);
   return ZCK_OK;
 }
 
-zck_status zck__ranks_create_host(int size, zck_comm **comms) {
-  static const zck__ranks_ops ops = {host_reduce, host_copy, NULL, NULL, NULL};
-  return zck__ranks_create(size, &ops, NULL, "host-ranks", comms);
-}
+const zck__ranks_ops zck__ranks_host_ops = {host_reduce, host_copy, NULL, NULL, NULL};
