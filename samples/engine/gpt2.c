@@ -2,6 +2,7 @@
  * Kernels follow llm.c's train_gpt2.c, adapted to HF layouts (Conv1D weights [in, out],
  * per-layer parameter order) and with an O(T) softmax backward. */
 #include "gpt2.h"
+#include "gpt2_kernels.h"
 
 #include "rng.h"
 
@@ -277,7 +278,7 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
   for (int j = 0; j < n; j++) y[j] += a * x[j];
 }
 
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int BT, int T, int C) {
+void ze__gpt2_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int BT, int T, int C) {
   for (int bt = 0; bt < BT; bt++) {
     const float *e = wte + (size_t)inp[bt] * C, *p = wpe + (size_t)(bt % T) * C;
     float *o = out + (size_t)bt * C;
@@ -285,7 +286,7 @@ static void encoder_forward(float *out, const int *inp, const float *wte, const 
   }
 }
 
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int BT, int T, int C) {
+void ze__gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int BT, int T, int C) {
   for (int bt = 0; bt < BT; bt++) {
     const float *d = dout + (size_t)bt * C;
     float *de = dwte + (size_t)inp[bt] * C, *dp = dwpe + (size_t)(bt % T) * C;
@@ -296,8 +297,8 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
   }
 }
 
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                              int BT, int C) {
+void ze__gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                                int BT, int C) {
   for (int bt = 0; bt < BT; bt++) {
     const float *x = inp + (size_t)bt * C;
     float m = 0.0f;
@@ -317,8 +318,8 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
   }
 }
 
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int BT, int C) {
+void ze__gpt2_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int BT, int C) {
   for (int bt = 0; bt < BT; bt++) {
     const float *d = dout + (size_t)bt * C, *x = inp + (size_t)bt * C;
     float *dx = dinp + (size_t)bt * C;
@@ -343,7 +344,7 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
 }
 
 /* HF Conv1D: out (BT, OC) = inp (BT, IC) @ w (IC, OC) + b (OC). */
-static void conv1d_forward(float *out, const float *inp, const float *w, const float *b, int BT, int IC, int OC) {
+void ze__gpt2_conv1d_forward(float *out, const float *inp, const float *w, const float *b, int BT, int IC, int OC) {
   for (int bt = 0; bt < BT; bt++) {
     const float *x = inp + (size_t)bt * IC;
     float *o = out + (size_t)bt * OC;
@@ -352,8 +353,8 @@ static void conv1d_forward(float *out, const float *inp, const float *w, const f
   }
 }
 
-static void conv1d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                            int BT, int IC, int OC) {
+void ze__gpt2_conv1d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                              int BT, int IC, int OC) {
   for (int bt = 0; bt < BT; bt++) {
     const float *d = dout + (size_t)bt * OC, *x = inp + (size_t)bt * IC;
     float *dx = dinp + (size_t)bt * IC;
@@ -365,7 +366,7 @@ static void conv1d_backward(float *dinp, float *dw, float *db, const float *dout
 }
 
 /* lm_head tied to wte (V, C), nn.Linear layout: logits (BT, V) = inp (BT, C) @ wte^T. */
-static void lm_head_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V) {
+void ze__gpt2_lm_head_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V) {
   for (int bt = 0; bt < BT; bt++) {
     const float *x = inp + (size_t)bt * C;
     float *o = logits + (size_t)bt * V;
@@ -373,8 +374,8 @@ static void lm_head_forward(float *logits, const float *inp, const float *wte, i
   }
 }
 
-static void lm_head_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte, int BT,
-                             int C, int V) {
+void ze__gpt2_lm_head_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte,
+                               int BT, int C, int V) {
   for (int bt = 0; bt < BT; bt++) {
     const float *d = dlogits + (size_t)bt * V, *x = inp + (size_t)bt * C;
     float *dx = dinp + (size_t)bt * C;
@@ -387,7 +388,7 @@ static void lm_head_backward(float *dinp, float *dwte, const float *dlogits, con
 
 /* Causal self-attention. qkv (B, T, 3C) = [q | k | v], head h uses dims h*hs .. (h+1)*hs.
  * att (B, H, T, T) keeps the probabilities; out (B, T, C). */
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
+void ze__gpt2_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
   int C3 = 3 * C, hs = C / H;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -421,8 +422,8 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
 }
 
 /* datt_tmp: T floats of scratch. */
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *datt, int B,
-                               int T, int C, int H) {
+void ze__gpt2_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *datt, int B,
+                                 int T, int C, int H) {
   int C3 = 3 * C, hs = C / H;
   float scale = 1.0f / sqrtf((float)hs);
   for (int b = 0; b < B; b++)
@@ -460,7 +461,7 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
 
 #define ZE_GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
-static void gelu_forward(float *out, const float *inp, size_t n) {
+void ze__gpt2_gelu_forward(float *out, const float *inp, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
     float cube = 0.044715f * x * x * x;
@@ -468,7 +469,7 @@ static void gelu_forward(float *out, const float *inp, size_t n) {
   }
 }
 
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+void ze__gpt2_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
     float cube = 0.044715f * x * x * x;
@@ -480,11 +481,11 @@ static void gelu_backward(float *dinp, const float *inp, const float *dout, size
   }
 }
 
-static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+void ze__gpt2_residual_forward(float *out, const float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-static void residual_backward(float *da, float *db, const float *dout, size_t n) {
+void ze__gpt2_residual_backward(float *da, float *db, const float *dout, size_t n) {
   for (size_t i = 0; i < n; i++) {
     da[i] += dout[i];
     db[i] += dout[i];
@@ -492,7 +493,8 @@ static void residual_backward(float *da, float *db, const float *dout, size_t n)
 }
 
 /* probs = softmax(logits), losses = -log probs[target]. */
-static void softmax_xent_forward(float *probs, float *losses, const float *logits, const int *targets, int BT, int V) {
+void ze__gpt2_softmax_xent_forward(float *probs, float *losses, const float *logits, const int *targets, int BT,
+                                   int V) {
   for (int bt = 0; bt < BT; bt++) {
     const float *z = logits + (size_t)bt * V;
     float *p = probs + (size_t)bt * V;
@@ -557,32 +559,32 @@ bool ze_gpt2_forward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze_
   if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
   acts_walk(c, B, T, ws->mem, a);
   if (!k->fetch(k->ctx, -1, &w)) return false;
-  encoder_forward(a->encoded, inputs, w.wte, w.wpe, BT, T, C);
+  ze__gpt2_encoder_forward(a->encoded, inputs, w.wte, w.wpe, BT, T, C);
   if (k->release) k->release(k->ctx, -1);
   const float *x = a->encoded;
   for (int l = 0; l < L; l++) {
     if (!k->fetch(k->ctx, l, &w)) return false;
     const ze_block_params *p = &w.h[l];
     ze_block_acts *h = &a->h[l];
-    layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C);
-    conv1d_forward(h->qkv, h->ln_1, p->attn_w, p->attn_b, BT, C, 3 * C);
-    attention_forward(h->atty, h->att, h->qkv, B, T, C, H);
-    conv1d_forward(h->attproj, h->atty, p->attn_proj_w, p->attn_proj_b, BT, C, C);
-    residual_forward(h->res2, x, h->attproj, (size_t)BT * C);
-    layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, p->ln_2_w, p->ln_2_b, BT, C);
-    conv1d_forward(h->fch, h->ln_2, p->fc_w, p->fc_b, BT, C, 4 * C);
-    gelu_forward(h->fch_gelu, h->fch, (size_t)BT * 4 * C);
-    conv1d_forward(h->fcproj, h->fch_gelu, p->fc_proj_w, p->fc_proj_b, BT, 4 * C, C);
-    residual_forward(h->res3, h->res2, h->fcproj, (size_t)BT * C);
+    ze__gpt2_layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C);
+    ze__gpt2_conv1d_forward(h->qkv, h->ln_1, p->attn_w, p->attn_b, BT, C, 3 * C);
+    ze__gpt2_attention_forward(h->atty, h->att, h->qkv, B, T, C, H);
+    ze__gpt2_conv1d_forward(h->attproj, h->atty, p->attn_proj_w, p->attn_proj_b, BT, C, C);
+    ze__gpt2_residual_forward(h->res2, x, h->attproj, (size_t)BT * C);
+    ze__gpt2_layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, p->ln_2_w, p->ln_2_b, BT, C);
+    ze__gpt2_conv1d_forward(h->fch, h->ln_2, p->fc_w, p->fc_b, BT, C, 4 * C);
+    ze__gpt2_gelu_forward(h->fch_gelu, h->fch, (size_t)BT * 4 * C);
+    ze__gpt2_conv1d_forward(h->fcproj, h->fch_gelu, p->fc_proj_w, p->fc_proj_b, BT, 4 * C, C);
+    ze__gpt2_residual_forward(h->res3, h->res2, h->fcproj, (size_t)BT * C);
     if (k->release) k->release(k->ctx, l);
     x = h->res3;
   }
   if (!k->fetch(k->ctx, L, &w)) return false;
-  layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, w.ln_f_w, w.ln_f_b, BT, C);
-  lm_head_forward(a->logits, a->ln_f, w.wte, BT, C, V);
+  ze__gpt2_layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, w.ln_f_w, w.ln_f_b, BT, C);
+  ze__gpt2_lm_head_forward(a->logits, a->ln_f, w.wte, BT, C, V);
   if (k->release) k->release(k->ctx, L);
   if (!targets) return true;
-  softmax_xent_forward(a->probs, a->losses, a->logits, targets, BT, V);
+  ze__gpt2_softmax_xent_forward(a->probs, a->losses, a->logits, targets, BT, V);
   double sum = 0.0;
   for (int bt = 0; bt < BT; bt++) sum += a->losses[bt];
   *loss = (float)(sum / BT);
@@ -608,10 +610,10 @@ bool ze_gpt2_backward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze
   }
   /* final module: lm_head (tied wte) and ln_f */
   if (!k->fetch(k->ctx, L, &w) || !k->grads(k->ctx, L, &g)) return false;
-  lm_head_backward(d->ln_f, g.wte, d->logits, a->ln_f, w.wte, BT, C, V);
+  ze__gpt2_lm_head_backward(d->ln_f, g.wte, d->logits, a->ln_f, w.wte, BT, C, V);
   const float *xl = L ? a->h[L - 1].res3 : a->encoded;
   float *dxl = L ? d->h[L - 1].res3 : d->encoded;
-  layernorm_backward(dxl, g.ln_f_w, g.ln_f_b, d->ln_f, xl, w.ln_f_w, a->ln_f_mean, a->ln_f_rstd, BT, C);
+  ze__gpt2_layernorm_backward(dxl, g.ln_f_w, g.ln_f_b, d->ln_f, xl, w.ln_f_w, a->ln_f_mean, a->ln_f_rstd, BT, C);
   if (k->release) k->release(k->ctx, L);
   if (k->grads_done && !k->grads_done(k->ctx, L)) return false;
   float *datt = d->losses; /* (B, T) >= T floats of scratch no longer needed */
@@ -622,22 +624,25 @@ bool ze_gpt2_backward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze
     ze_block_acts *h = &a->h[l], *dh = &d->h[l];
     const float *x = l ? a->h[l - 1].res3 : a->encoded;
     float *dx = l ? d->h[l - 1].res3 : d->encoded;
-    residual_backward(dh->res2, dh->fcproj, dh->res3, (size_t)BT * C);
-    conv1d_backward(dh->fch_gelu, gp->fc_proj_w, gp->fc_proj_b, dh->fcproj, h->fch_gelu, p->fc_proj_w, BT, 4 * C, C);
-    gelu_backward(dh->fch, h->fch, dh->fch_gelu, (size_t)BT * 4 * C);
-    conv1d_backward(dh->ln_2, gp->fc_w, gp->fc_b, dh->fch, h->ln_2, p->fc_w, BT, C, 4 * C);
-    layernorm_backward(dh->res2, gp->ln_2_w, gp->ln_2_b, dh->ln_2, h->res2, p->ln_2_w, h->ln_2_mean, h->ln_2_rstd, BT, C);
-    residual_backward(dx, dh->attproj, dh->res2, (size_t)BT * C);
-    conv1d_backward(dh->atty, gp->attn_proj_w, gp->attn_proj_b, dh->attproj, h->atty, p->attn_proj_w, BT, C, C);
-    attention_backward(dh->qkv, dh->atty, h->qkv, h->att, datt, B, T, C, H);
-    conv1d_backward(dh->ln_1, gp->attn_w, gp->attn_b, dh->qkv, h->ln_1, p->attn_w, BT, C, 3 * C);
-    layernorm_backward(dx, gp->ln_1_w, gp->ln_1_b, dh->ln_1, x, p->ln_1_w, h->ln_1_mean, h->ln_1_rstd, BT, C);
+    ze__gpt2_residual_backward(dh->res2, dh->fcproj, dh->res3, (size_t)BT * C);
+    ze__gpt2_conv1d_backward(dh->fch_gelu, gp->fc_proj_w, gp->fc_proj_b, dh->fcproj, h->fch_gelu, p->fc_proj_w, BT,
+                             4 * C, C);
+    ze__gpt2_gelu_backward(dh->fch, h->fch, dh->fch_gelu, (size_t)BT * 4 * C);
+    ze__gpt2_conv1d_backward(dh->ln_2, gp->fc_w, gp->fc_b, dh->fch, h->ln_2, p->fc_w, BT, C, 4 * C);
+    ze__gpt2_layernorm_backward(dh->res2, gp->ln_2_w, gp->ln_2_b, dh->ln_2, h->res2, p->ln_2_w, h->ln_2_mean,
+                                h->ln_2_rstd, BT, C);
+    ze__gpt2_residual_backward(dx, dh->attproj, dh->res2, (size_t)BT * C);
+    ze__gpt2_conv1d_backward(dh->atty, gp->attn_proj_w, gp->attn_proj_b, dh->attproj, h->atty, p->attn_proj_w, BT,
+                             C, C);
+    ze__gpt2_attention_backward(dh->qkv, dh->atty, h->qkv, h->att, datt, B, T, C, H);
+    ze__gpt2_conv1d_backward(dh->ln_1, gp->attn_w, gp->attn_b, dh->qkv, h->ln_1, p->attn_w, BT, C, 3 * C);
+    ze__gpt2_layernorm_backward(dx, gp->ln_1_w, gp->ln_1_b, dh->ln_1, x, p->ln_1_w, h->ln_1_mean, h->ln_1_rstd, BT, C);
     if (k->release) k->release(k->ctx, l);
     if (k->grads_done && !k->grads_done(k->ctx, l)) return false;
   }
   /* embeddings: no weights needed, only their gradients */
   if (!k->grads(k->ctx, -1, &g)) return false;
-  encoder_backward(g.wte, g.wpe, d->encoded, inputs, BT, T, C);
+  ze__gpt2_encoder_backward(g.wte, g.wpe, d->encoded, inputs, BT, T, C);
   if (k->grads_done && !k->grads_done(k->ctx, -1)) return false;
   return true;
 }
@@ -653,29 +658,29 @@ bool ze_gpt2_infer_last(const ze_gpt2_config *c, const ze_fetch *f, ze_gpt2_ws *
   ze_gpt2_params p;
   memset(&p, 0, sizeof p);
   if (!f->fetch(f->ctx, -1, &p)) return false;
-  encoder_forward(a->encoded, tokens, p.wte, p.wpe, n, n, C);
+  ze__gpt2_encoder_forward(a->encoded, tokens, p.wte, p.wpe, n, n, C);
   if (f->release) f->release(f->ctx, -1);
   const float *x = a->encoded;
   for (int l = 0; l < c->n_layer; l++) {
     if (!f->fetch(f->ctx, l, &p)) return false;
     const ze_block_params *b = &p.h[l];
     ze_block_acts *h = &a->h[l];
-    layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, b->ln_1_w, b->ln_1_b, n, C);
-    conv1d_forward(h->qkv, h->ln_1, b->attn_w, b->attn_b, n, C, 3 * C);
-    attention_forward(h->atty, h->att, h->qkv, 1, n, C, H);
-    conv1d_forward(h->attproj, h->atty, b->attn_proj_w, b->attn_proj_b, n, C, C);
-    residual_forward(h->res2, x, h->attproj, (size_t)n * C);
-    layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, b->ln_2_w, b->ln_2_b, n, C);
-    conv1d_forward(h->fch, h->ln_2, b->fc_w, b->fc_b, n, C, 4 * C);
-    gelu_forward(h->fch_gelu, h->fch, (size_t)n * 4 * C);
-    conv1d_forward(h->fcproj, h->fch_gelu, b->fc_proj_w, b->fc_proj_b, n, 4 * C, C);
-    residual_forward(h->res3, h->res2, h->fcproj, (size_t)n * C);
+    ze__gpt2_layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, b->ln_1_w, b->ln_1_b, n, C);
+    ze__gpt2_conv1d_forward(h->qkv, h->ln_1, b->attn_w, b->attn_b, n, C, 3 * C);
+    ze__gpt2_attention_forward(h->atty, h->att, h->qkv, 1, n, C, H);
+    ze__gpt2_conv1d_forward(h->attproj, h->atty, b->attn_proj_w, b->attn_proj_b, n, C, C);
+    ze__gpt2_residual_forward(h->res2, x, h->attproj, (size_t)n * C);
+    ze__gpt2_layernorm_forward(h->ln_2, h->ln_2_mean, h->ln_2_rstd, h->res2, b->ln_2_w, b->ln_2_b, n, C);
+    ze__gpt2_conv1d_forward(h->fch, h->ln_2, b->fc_w, b->fc_b, n, C, 4 * C);
+    ze__gpt2_gelu_forward(h->fch_gelu, h->fch, (size_t)n * 4 * C);
+    ze__gpt2_conv1d_forward(h->fcproj, h->fch_gelu, b->fc_proj_w, b->fc_proj_b, n, 4 * C, C);
+    ze__gpt2_residual_forward(h->res3, h->res2, h->fcproj, (size_t)n * C);
     if (f->release) f->release(f->ctx, l);
     x = h->res3;
   }
   if (!f->fetch(f->ctx, c->n_layer, &p)) return false;
-  layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p.ln_f_w, p.ln_f_b, n, C);
-  lm_head_forward(logits, a->ln_f + (size_t)(n - 1) * C, p.wte, 1, C, V);
+  ze__gpt2_layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p.ln_f_w, p.ln_f_b, n, C);
+  ze__gpt2_lm_head_forward(logits, a->ln_f + (size_t)(n - 1) * C, p.wte, 1, C, V);
   if (f->release) f->release(f->ctx, c->n_layer);
   return true;
 }

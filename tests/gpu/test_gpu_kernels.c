@@ -1,6 +1,6 @@
 /* test_gpu_kernels.c: each GPT-2 kernel of cuda/ against the CPU engine's function on
- * small, odd shapes (B 2, T 13, C 48, H 4, V 97). The CPU references below are
- * samples/engine/gpt2.c's static kernels, copied verbatim (they are not exported).
+ * small, odd shapes (B 2, T 13, C 48, H 4, V 97). The CPU references are
+ * samples/engine/gpt2.c's kernels themselves (gpt2_kernels.h).
  *
  * Tolerances (per element |gpu - cpu| <= atol + rtol*|cpu| unless "exact"):
  *   encoder fwd/bwd, residual fwd/bwd, LayerNorm dw/db (given the CPU's mean/rstd),
@@ -13,6 +13,7 @@
  *   GEMM per element within 3e-5 * sum|a||b| of a double reference (bf16 inputs: of the
  *   double product of the rounded inputs). */
 #include "gpu_util.h"
+#include "gpt2_kernels.h"
 
 #define B 2
 #define T 13
@@ -20,222 +21,6 @@
 #define H 4
 #define V 97
 #define BT (B * T)
-
-// ---- CPU references (samples/engine/gpt2.c)
-
-static inline float dot(const float *restrict a, const float *restrict b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
-  for (int j = 0; j < n; j++) y[j] += a * x[j];
-}
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int bt_n, int t_n, int c_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *e = wte + (size_t)inp[bt] * c_n, *p = wpe + (size_t)(bt % t_n) * c_n;
-    float *o = out + (size_t)bt * c_n;
-    for (int i = 0; i < c_n; i++) o[i] = e[i] + p[i];
-  }
-}
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int bt_n, int t_n, int c_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *d = dout + (size_t)bt * c_n;
-    float *de = dwte + (size_t)inp[bt] * c_n, *dp = dwpe + (size_t)(bt % t_n) * c_n;
-    for (int i = 0; i < c_n; i++) {
-      de[i] += d[i];
-      dp[i] += d[i];
-    }
-  }
-}
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                              int bt_n, int c_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *x = inp + (size_t)bt * c_n;
-    float m = 0.0f;
-    for (int i = 0; i < c_n; i++) m += x[i];
-    m /= (float)c_n;
-    float v = 0.0f;
-    for (int i = 0; i < c_n; i++) {
-      float d = x[i] - m;
-      v += d * d;
-    }
-    v /= (float)c_n;
-    float s = 1.0f / sqrtf(v + 1e-5f);
-    float *o = out + (size_t)bt * c_n;
-    for (int i = 0; i < c_n; i++) o[i] = (s * (x[i] - m)) * w[i] + b[i];
-    mean[bt] = m;
-    rstd[bt] = s;
-  }
-}
-static void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int bt_n, int c_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *d = dout + (size_t)bt * c_n, *x = inp + (size_t)bt * c_n;
-    float *dx = dinp + (size_t)bt * c_n;
-    float m = mean[bt], s = rstd[bt];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int i = 0; i < c_n; i++) {
-      float norm = (x[i] - m) * s;
-      float dnorm = w[i] * d[i];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= (float)c_n;
-    dnorm_norm_mean /= (float)c_n;
-    for (int i = 0; i < c_n; i++) {
-      float norm = (x[i] - m) * s;
-      float dnorm = w[i] * d[i];
-      db[i] += d[i];
-      dw[i] += norm * d[i];
-      dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-    }
-  }
-}
-static void conv1d_forward(float *out, const float *inp, const float *w, const float *b, int bt_n, int ic, int oc) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *x = inp + (size_t)bt * ic;
-    float *o = out + (size_t)bt * oc;
-    for (int j = 0; j < oc; j++) o[j] = b ? b[j] : 0.0f;
-    for (int i = 0; i < ic; i++) axpy(o, x[i], w + (size_t)i * oc, oc);
-  }
-}
-static void conv1d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                            int bt_n, int ic, int oc) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *d = dout + (size_t)bt * oc, *x = inp + (size_t)bt * ic;
-    float *dx = dinp + (size_t)bt * ic;
-    for (int i = 0; i < ic; i++) dx[i] += dot(d, w + (size_t)i * oc, oc);
-    for (int i = 0; i < ic; i++) axpy(dw + (size_t)i * oc, x[i], d, oc);
-    if (db)
-      for (int j = 0; j < oc; j++) db[j] += d[j];
-  }
-}
-static void lm_head_forward(float *logits, const float *inp, const float *wte, int bt_n, int c_n, int v_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *x = inp + (size_t)bt * c_n;
-    float *o = logits + (size_t)bt * v_n;
-    for (int v = 0; v < v_n; v++) o[v] = dot(x, wte + (size_t)v * c_n, c_n);
-  }
-}
-static void lm_head_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte,
-                             int bt_n, int c_n, int v_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *d = dlogits + (size_t)bt * v_n, *x = inp + (size_t)bt * c_n;
-    float *dx = dinp + (size_t)bt * c_n;
-    for (int v = 0; v < v_n; v++) {
-      axpy(dx, d[v], wte + (size_t)v * c_n, c_n);
-      axpy(dwte + (size_t)v * c_n, d[v], x, c_n);
-    }
-  }
-}
-static void attention_forward(float *out, float *att, const float *qkv, int b_n, int t_n, int c_n, int h_n) {
-  int C3 = 3 * c_n, hs = c_n / h_n;
-  float scale = 1.0f / sqrtf((float)hs);
-  for (int b = 0; b < b_n; b++)
-    for (int t = 0; t < t_n; t++)
-      for (int h = 0; h < h_n; h++) {
-        const float *q = qkv + ((size_t)b * t_n + t) * C3 + h * hs;
-        float *a = att + (((size_t)b * h_n + h) * t_n + t) * t_n;
-        float maxv = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *k = qkv + ((size_t)b * t_n + t2) * C3 + c_n + h * hs;
-          float s = dot(q, k, hs) * scale;
-          a[t2] = s;
-          if (s > maxv) maxv = s;
-        }
-        float sum = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-          float e = expf(a[t2] - maxv);
-          a[t2] = e;
-          sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int t2 = 0; t2 < t_n; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-        float *o = out + ((size_t)b * t_n + t) * c_n + h * hs;
-        for (int i = 0; i < hs; i++) o[i] = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *v = qkv + ((size_t)b * t_n + t2) * C3 + 2 * c_n + h * hs;
-          float p = a[t2];
-          for (int i = 0; i < hs; i++) o[i] += p * v[i];
-        }
-      }
-}
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, float *datt,
-                               int b_n, int t_n, int c_n, int h_n) {
-  int C3 = 3 * c_n, hs = c_n / h_n;
-  float scale = 1.0f / sqrtf((float)hs);
-  for (int b = 0; b < b_n; b++)
-    for (int t = 0; t < t_n; t++)
-      for (int h = 0; h < h_n; h++) {
-        const float *a = att + (((size_t)b * h_n + h) * t_n + t) * t_n;
-        const float *d = dout + ((size_t)b * t_n + t) * c_n + h * hs;
-        const float *q = qkv + ((size_t)b * t_n + t) * C3 + h * hs;
-        float *dq = dqkv + ((size_t)b * t_n + t) * C3 + h * hs;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *v = qkv + ((size_t)b * t_n + t2) * C3 + 2 * c_n + h * hs;
-          float *dv = dqkv + ((size_t)b * t_n + t2) * C3 + 2 * c_n + h * hs;
-          float s = 0.0f;
-          for (int i = 0; i < hs; i++) {
-            s += v[i] * d[i];
-            dv[i] += a[t2] * d[i];
-          }
-          datt[t2] = s;
-        }
-        float dt = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) dt += a[t2] * datt[t2];
-        for (int t2 = 0; t2 <= t; t2++) {
-          float dpre = a[t2] * (datt[t2] - dt) * scale;
-          const float *k = qkv + ((size_t)b * t_n + t2) * C3 + c_n + h * hs;
-          float *dk = dqkv + ((size_t)b * t_n + t2) * C3 + c_n + h * hs;
-          for (int i = 0; i < hs; i++) {
-            dq[i] += k[i] * dpre;
-            dk[i] += q[i] * dpre;
-          }
-        }
-      }
-}
-#define ZE_GELU_S 0.7978845608028654f
-static void gelu_forward(float *out, const float *inp, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    out[i] = 0.5f * x * (1.0f + tanhf(ZE_GELU_S * (x + cube)));
-  }
-}
-static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    float arg = ZE_GELU_S * (x + cube);
-    float th = tanhf(arg);
-    float sech2 = 1.0f - th * th;
-    float local = 0.5f * (1.0f + th) + x * 0.5f * sech2 * ZE_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += local * dout[i];
-  }
-}
-static void softmax_xent_forward(float *probs, float *losses, const float *logits, const int *targets, int bt_n,
-                                 int v_n) {
-  for (int bt = 0; bt < bt_n; bt++) {
-    const float *z = logits + (size_t)bt * v_n;
-    float *p = probs + (size_t)bt * v_n;
-    float maxv = -INFINITY;
-    for (int v = 0; v < v_n; v++)
-      if (z[v] > maxv) maxv = z[v];
-    float sum = 0.0f;
-    for (int v = 0; v < v_n; v++) {
-      p[v] = expf(z[v] - maxv);
-      sum += p[v];
-    }
-    float inv = 1.0f / sum;
-    for (int v = 0; v < v_n; v++) p[v] *= inv;
-    if (targets) losses[bt] = -logf(p[targets[bt]]);
-  }
-}
 
 // ---- helpers
 
@@ -259,14 +44,14 @@ static void test_encoder(void) {
   float *wte = rnd(V * C, 1), *wpe = rnd(T * C, 1), *out = malloc(BT * C * 4);
   int *d_inp = gpu_dup(inp, sizeof inp);
   float *d_wte = UP(wte, V * C), *d_wpe = UP(wpe, T * C), *d_out = gpu_alloc(BT * C * 4);
-  encoder_forward(out, inp, wte, wpe, BT, T, C);
+  ze__gpt2_encoder_forward(out, inp, wte, wpe, BT, T, C);
   ZT_OK(zck_cuda_encoder_forward(d_out, d_inp, d_wte, d_wpe, BT, T, C, NULL));
   float *g = dl(d_out, BT * C);
   gpu_same("encoder forward", g, out, BT * C * 4);
   free(g);
   float *dout = rnd(BT * C, 1);
   float *d_dout = UP(dout, BT * C);
-  encoder_backward(wte, wpe, dout, inp, BT, T, C);
+  ze__gpt2_encoder_backward(wte, wpe, dout, inp, BT, T, C);
   ZT_OK(zck_cuda_encoder_backward(d_wte, d_wpe, d_dout, d_inp, BT, T, C, NULL));
   g = dl(d_wte, V * C);
   gpu_same("encoder backward dwte", g, wte, V * C * 4);
@@ -284,7 +69,7 @@ static void test_layernorm(void) {
   float *out = malloc(BT * C * 4), *mean = malloc(BT * 4), *rstd = malloc(BT * 4);
   float *d_inp = UP(inp, BT * C), *d_w = UP(w, C), *d_b = UP(b, C);
   float *d_out = gpu_alloc(BT * C * 4), *d_mean = gpu_alloc(BT * 4), *d_rstd = gpu_alloc(BT * 4);
-  layernorm_forward(out, mean, rstd, inp, w, b, BT, C);
+  ze__gpt2_layernorm_forward(out, mean, rstd, inp, w, b, BT, C);
   ZT_OK(zck_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, BT, C, NULL));
   float *g = dl(d_out, BT * C), *gm = dl(d_mean, BT), *gr = dl(d_rstd, BT);
   gpu_close("layernorm forward out", g, out, BT * C, 1e-5, 1e-5);
@@ -296,7 +81,7 @@ static void test_layernorm(void) {
   ZT_OK(zck_cuda_memcpy(d_rstd, rstd, BT * 4));
   float *dout = rnd(BT * C, 1), *dinp = rnd(BT * C, 1), *dw = rnd(C, 1), *db = rnd(C, 1);
   float *d_dout = UP(dout, BT * C), *d_dinp = UP(dinp, BT * C), *d_dw = UP(dw, C), *d_db = UP(db, C);
-  layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C);
+  ze__gpt2_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C);
   ZT_OK(zck_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, BT, C, NULL));
   g = dl(d_dinp, BT * C);
   gpu_close("layernorm backward dx", g, dinp, BT * C, 1e-4, 1e-5);
@@ -316,12 +101,12 @@ static void test_gelu_residual(void) {
   size_t n = 4 * BT * C;
   float *x = rnd(n, 4), *out = malloc(n * 4), *dout = rnd(n, 1), *dinp = rnd(n, 1);
   float *d_x = UP(x, n), *d_out = gpu_alloc(n * 4), *d_dout = UP(dout, n), *d_dinp = UP(dinp, n);
-  gelu_forward(out, x, n);
+  ze__gpt2_gelu_forward(out, x, n);
   ZT_OK(zck_cuda_gelu_forward(d_out, d_x, n, NULL));
   float *g = dl(d_out, n);
   gpu_close("gelu forward", g, out, n, 2e-6, 1e-7);
   free(g);
-  gelu_backward(dinp, x, dout, n);
+  ze__gpt2_gelu_backward(dinp, x, dout, n);
   ZT_OK(zck_cuda_gelu_backward(d_dinp, d_x, d_dout, n, NULL));
   g = dl(d_dinp, n);
   gpu_close("gelu backward", g, dinp, n, 1e-5, 1e-5);
@@ -351,7 +136,7 @@ static void test_attention(void) {
   size_t nq = (size_t)BT * 3 * C, na = (size_t)B * H * T * T;
   float *qkv = rnd(nq, 1), *att = malloc(na * 4), *out = malloc(BT * C * 4);
   float *d_qkv = UP(qkv, nq), *d_att = gpu_alloc(na * 4), *d_out = gpu_alloc(BT * C * 4);
-  attention_forward(out, att, qkv, B, T, C, H);
+  ze__gpt2_attention_forward(out, att, qkv, B, T, C, H);
   ZT_OK(zck_cuda_attention_forward(d_out, d_att, d_qkv, B, T, C, H, NULL));
   float *g = dl(d_att, na);
   gpu_close("attention probabilities", g, att, na, 1e-5, 1e-6);
@@ -363,7 +148,7 @@ static void test_attention(void) {
   ZT_OK(zck_cuda_memcpy(d_att, att, na * 4));
   float *dout = rnd(BT * C, 1), *dqkv = rnd(nq, 1), datt[T];
   float *d_dout = UP(dout, BT * C), *d_dqkv = UP(dqkv, nq), *d_scratch = gpu_alloc(na * 4);
-  attention_backward(dqkv, dout, qkv, att, datt, B, T, C, H);
+  ze__gpt2_attention_backward(dqkv, dout, qkv, att, datt, B, T, C, H);
   ZT_OK(zck_cuda_attention_backward(d_dqkv, d_dout, d_qkv, d_att, d_scratch, B, T, C, H, NULL));
   g = dl(d_dqkv, nq);
   gpu_close("attention backward dqkv", g, dqkv, nq, 1e-4, 1e-5);
@@ -380,7 +165,7 @@ static void test_xent(void) {
   for (int i = 0; i < BT; i++) tg[i] = (int)(gpu_rand(&seed) % V);
   float *d_logits = UP(logits, BT * V), *d_probs = gpu_alloc(BT * V * 4), *d_losses = gpu_alloc(BT * 4);
   int *d_tg = gpu_dup(tg, sizeof tg);
-  softmax_xent_forward(probs, losses, logits, tg, BT, V);
+  ze__gpt2_softmax_xent_forward(probs, losses, logits, tg, BT, V);
   ZT_OK(zck_cuda_softmax_xent_forward(d_probs, d_losses, d_logits, d_tg, BT, V, NULL));
   float *g = dl(d_probs, BT * V);
   gpu_close("softmax probabilities", g, probs, BT * V, 1e-5, 1e-7);
@@ -462,14 +247,14 @@ static void test_conv1d_lm_head(zck_cuda_ctx *ctx) {
   int IC = C, OC = 3 * C;
   float *inp = rnd(BT * IC, 1), *w = rnd(IC * OC, 0.2f), *b = rnd(OC, 0.5f), *out = malloc(BT * OC * 4);
   float *d_inp = UP(inp, BT * IC), *d_w = UP(w, IC * OC), *d_b = UP(b, OC), *d_out = gpu_alloc(BT * OC * 4);
-  conv1d_forward(out, inp, w, b, BT, IC, OC);
+  ze__gpt2_conv1d_forward(out, inp, w, b, BT, IC, OC);
   ZT_OK(zck_cuda_conv1d_forward(ctx, d_out, d_inp, d_w, d_b, BT, IC, OC));
   float *g = dl(d_out, BT * OC);
   gpu_close_l2("conv1d forward", g, out, BT * OC, 1e-5, 1e-6);
   free(g);
   float *dout = rnd(BT * OC, 1), *dinp = rnd(BT * IC, 1), *dw = rnd(IC * OC, 1), *db = rnd(OC, 1);
   float *d_dout = UP(dout, BT * OC), *d_dinp = UP(dinp, BT * IC), *d_dw = UP(dw, IC * OC), *d_db = UP(db, OC);
-  conv1d_backward(dinp, dw, db, dout, inp, w, BT, IC, OC);
+  ze__gpt2_conv1d_backward(dinp, dw, db, dout, inp, w, BT, IC, OC);
   ZT_OK(zck_cuda_conv1d_backward(ctx, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, BT, IC, OC));
   g = dl(d_dinp, BT * IC);
   gpu_close_l2("conv1d backward dinp", g, dinp, BT * IC, 1e-5, 1e-6);
@@ -483,14 +268,14 @@ static void test_conv1d_lm_head(zck_cuda_ctx *ctx) {
   /* tied lm_head */
   float *wte = rnd(V * C, 0.2f), *logits = malloc(BT * V * 4);
   float *d_wte = UP(wte, V * C), *d_logits = gpu_alloc(BT * V * 4);
-  lm_head_forward(logits, inp, wte, BT, C, V);
+  ze__gpt2_lm_head_forward(logits, inp, wte, BT, C, V);
   ZT_OK(zck_cuda_lm_head_forward(ctx, d_logits, d_inp, d_wte, BT, C, V));
   g = dl(d_logits, BT * V);
   gpu_close_l2("lm_head forward", g, logits, BT * V, 1e-5, 1e-6);
   free(g);
   float *dlog = rnd(BT * V, 1), *dwte = rnd(V * C, 1), *dx = rnd(BT * C, 1);
   float *d_dlog = UP(dlog, BT * V), *d_dwte = UP(dwte, V * C), *d_dx = UP(dx, BT * C);
-  lm_head_backward(dx, dwte, dlog, inp, wte, BT, C, V);
+  ze__gpt2_lm_head_backward(dx, dwte, dlog, inp, wte, BT, C, V);
   ZT_OK(zck_cuda_lm_head_backward(ctx, d_dx, d_dwte, d_dlog, d_inp, d_wte, BT, C, V));
   g = dl(d_dx, BT * C);
   gpu_close_l2("lm_head backward dinp", g, dx, BT * C, 1e-5, 1e-6);
