@@ -11,7 +11,8 @@
 # the job's runs (on a shared machine the same floor varies by tens of percent); cpu is
 # the median user + system seconds, steadier than the wall time under load. The page
 # cache is dropped before each run (as root; the script says when it cannot, and the runs
-# are then warm).
+# are then warm). CACHE=warm: the checkpoint is read into the page cache before each run
+# instead (every tool reads from memory: CPU efficiency rather than the disk).
 #
 # usage: tests/bench/bench_universal.sh [PARAMS] [WORKDIR]   (ZCK_BUILD, ZCK_PYTHON as in
 #        bench_consolidate.sh; KEEP=1 reuses WORKDIR/ckpt; REPS=n; DS_REPS=n for the slow
@@ -27,10 +28,10 @@ threads=$(nproc)
 reps=${REPS:-3}
 ds_reps=${DS_REPS:-$reps}
 if [ "${KEEP:-0}" = 1 ] && [ -d "$work/ckpt" ]; then find "$work" -mindepth 1 -maxdepth 1 ! -name ckpt -exec rm -rf {} +; else rm -rf "$work"; mkdir -p "$work"; fi
-cache=cold
+cache=${CACHE:-cold}
 sync
-if ! echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cache=warm; echo "note: cannot drop the page cache here: warm runs"; fi
-drop() { sync; if [ $cache = cold ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
+if [ $cache = cold ] && ! echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cache=warm; echo "note: cannot drop the page cache here: warm runs"; fi
+drop() { sync; if [ $cache = cold ]; then echo 3 >/proc/sys/vm/drop_caches; else cat "$work"/ckpt/*/* >/dev/null; fi; }
 clean() { rm -rf "$work/out" "$work/floor.bin" "$work/latest_universal"; }
 # run LABEL REP cmd...: one timed run writing $work/out; appends to $work/runs
 #   "LABEL REP wall_s peak_kb files bytes cpu_s" (cpu: user + system seconds)
