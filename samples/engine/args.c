@@ -106,8 +106,9 @@ void ze_args_usage(FILE *f) {
           "(stage 3: modules gathered ahead of use). overlap_comm and contiguous_gradients are\n"
           "accepted and change nothing: collectives run one after the other in each rank's\n"
           "thread, and gradient partitions are always contiguous. offload_optimizer and\n"
-          "offload_param with device \"cpu\" (any pin_memory) are accepted: the ZeRO state is in\n"
-          "host memory already; \"nvme\" is refused.\n"
+          "offload_param with device \"cpu\" (pin_memory as set) matter with --device cuda: the\n"
+          "optimizer state (AdamW then runs on the CPU) or the 16-bit partitions stay in host\n"
+          "memory; on CPU ranks the ZeRO state is in host memory already. \"nvme\" is refused.\n"
           "\n"
           "Defaults differ from TrainingArguments where a tiny model needs it (max-steps, learning-rate,\n"
           "logging-steps). Exit status: 0 ok, 1 error, 2 usage error.\n",
