@@ -2,9 +2,12 @@
  * (`zckpt to-universal --format hdf5`) to a DeepSpeed checkpoint at any ZeRO stage and
  * world size. The container is described as whole-tensor layouts (fp32, exp_avg,
  * exp_avg_sq, frozen params, buffers) read by range; reshard_whole.c writes the target,
- * laid out as the source run was configured (the container's ds_config). The container
- * holds no lr_scheduler and its ds_config only as JSON: the target gets DeepSpeed's
- * defaults for those.
+ * laid out as the source run was configured. The container's /resume_state pickle gives
+ * the writer the source's own ds_config, lr_scheduler, loss scaler, module metadata and
+ * layout switches, so the target is byte for byte the reshard of the source checkpoint;
+ * a container written before /resume_state existed is still read, its target getting
+ * the JSON ds_config's layout switches and DeepSpeed's defaults for the rest
+ * (lr_scheduler None, a static loss scale of 1, a minimal ds_config).
  * What the container cannot give (a missing dataset, a group layout the target cannot
  * express) is refused before anything is written. */
 #include <cjson/cJSON.h>
@@ -75,6 +78,155 @@ static void zck__h5_config(const char *json, zck_ds_write_opts *wo, uint64_t *su
   cJSON_Delete(cfg);
 }
 
+/* The container's /resume_state pickle (zck_h5.h) into *doc, its root a dict; *doc stays
+ * NULL for a container written before it (the target then gets DeepSpeed's defaults). */
+static zck_status zck__h5_resume_load(const char *src, zck_pk_doc **doc) {
+  *doc = NULL;
+  zck_h5_file *hf = NULL;
+  ZCK_TRY(zck_h5_open(src, &hf));
+  if (!zck_h5_exists(hf, ZCK_H5U_RESUME_STATE)) {
+    zck_h5_close(hf);
+    return ZCK_OK;
+  }
+  const char *path = ZCK_H5U_RESUME_STATE;
+  zck_h5_dataset *d = NULL;
+  uint8_t *buf = NULL;
+  char *name = NULL;
+  zck_status st = zck_h5_dataset_open(hf, path, &d);
+  const zck_h5_dataset_info *di = st == ZCK_OK ? zck_h5_dataset_info_of(d) : NULL;
+  if (di && (di->ndim != 1 || (di->dtype != ZCK_U8 && di->dtype != ZCK_I8)))
+    st = zck__fail(ZCK_ERR_FORMAT, "%s:%s: not a 1-d uint8 dataset", src, path);
+  else if (di && (!di->numel || di->numel > ZCK_H5U_RESUME_STATE_MAX))
+    st = zck__fail(ZCK_ERR_LIMIT, "%s:%s: %llu bytes (a pickle of 1 to %llu bytes expected)", src, path,
+                   (unsigned long long)di->numel, (unsigned long long)ZCK_H5U_RESUME_STATE_MAX);
+  if (st == ZCK_OK && !(buf = zck__malloc((size_t)di->numel))) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck_h5_dataset_read(d, buf, 0, di->numel);
+  if (st == ZCK_OK && !(name = zck__sprintf("%s:%s", src, path))) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck_pickle_load(buf, (size_t)di->numel, name, NULL, doc);
+  if (st == ZCK_OK && zck_pk_doc_root(*doc)->kind != ZCK_PK_DICT)
+    st = zck__fail(ZCK_ERR_FORMAT, "%s: not a pickled dict", name);
+  if (st != ZCK_OK) {
+    zck_pk_doc_free(*doc);
+    *doc = NULL;
+  }
+  free(name);
+  free(buf);
+  zck_h5_dataset_close(d);
+  zck_h5_close(hf);
+  return st;
+}
+
+/* The resume state's entries into wo, as zck_ds_write_opts_from takes them from a
+ * DeepSpeed source; an absent key keeps what the attributes gave. The objects borrow from
+ * doc. A scalar of the wrong type is refused (its key named). */
+static zck_status zck__h5_resume_apply(const char *src, const zck_pk *root, zck_ds_write_opts *wo, uint64_t *sgs) {
+  const zck_pk *v;
+  v = zck_pk_dict_get(root, "ds_config");
+  if (v && v->kind != ZCK_PK_NONE) wo->ds_config = v;
+  v = zck_pk_dict_get(root, "lr_scheduler");
+  if (v && v->kind != ZCK_PK_NONE) wo->lr_scheduler = v;
+  v = zck_pk_dict_get(root, "loss_scaler");
+  if (v && v->kind != ZCK_PK_NONE) wo->loss_scaler = v;
+  v = zck_pk_dict_get(root, "module_metadata");
+  if (v && v->kind != ZCK_PK_NONE) wo->module_attrs = v;
+  const char *bad = NULL;
+  int64_t i;
+  if ((v = zck_pk_dict_get(root, "clip_grad")) && !zck_pk_as_double(v, &wo->clip_grad)) bad = "clip_grad";
+  if ((v = zck_pk_dict_get(root, "round_robin_gradients"))) {
+    if (v->kind == ZCK_PK_BOOL) wo->round_robin = v->u.b != 0;
+    else bad = "round_robin_gradients";
+  }
+  if ((v = zck_pk_dict_get(root, "parameter_alignment"))) {
+    if (zck_pk_as_int(v, &i) && i >= 0 && i <= 1 << 20) wo->param_align = (uint32_t)i;
+    else bad = "parameter_alignment";
+  }
+  if ((v = zck_pk_dict_get(root, "sub_group_size"))) {
+    if (zck_pk_as_int(v, &i) && i >= 0 && i < (int64_t)1000000000000000000) *sgs = i ? (uint64_t)i : 1000000000ull;
+    else bad = "sub_group_size";
+  }
+  if (bad) return zck__fail(ZCK_ERR_FORMAT, "%s:%s: %s has the wrong type or range", src, ZCK_H5U_RESUME_STATE, bad);
+  return ZCK_OK;
+}
+
+/* The container's params in the source's module order (resume_state's module_params):
+ * a copy of the manifest with the params permuted and whole layouts over it, so the
+ * target's `module` lists them as a reshard of the source does. */
+typedef struct zck__h5_order {
+  zck_model *m;
+  zck_layout *layout[4];
+} zck__h5_order;
+
+static void zck__h5_order_free(zck__h5_order *o) {
+  zck_model_free(o->m);
+  for (int p = 0; p < 4; p++) zck_layout_free(o->layout[p]);
+}
+
+static zck_status zck__h5_group_copy(zck_model *dst, uint32_t g, const zck_param_group *pg, const uint32_t *map) {
+  for (size_t i = 0; i < pg->n_params; i++) ZCK_TRY(zck_model_group_add_param(dst, g, map[pg->params[i]]));
+  for (size_t i = 0; i < pg->n_hparams; i++) {
+    const zck_hparam *h = &pg->hparams[i];
+    switch (h->kind) {
+    case ZCK_HP_BOOL: ZCK_TRY(zck_model_group_set_bool(dst, g, h->key, h->i != 0)); break;
+    case ZCK_HP_INT: ZCK_TRY(zck_model_group_set_int(dst, g, h->key, h->i)); break;
+    case ZCK_HP_FLOAT: ZCK_TRY(zck_model_group_set_float(dst, g, h->key, h->f[0])); break;
+    case ZCK_HP_FLOATS: ZCK_TRY(zck_model_group_set_floats(dst, g, h->key, h->f, h->n_floats)); break;
+    case ZCK_HP_STRING: ZCK_TRY(zck_model_group_set_string(dst, g, h->key, h->s)); break;
+    default: ZCK_TRY(zck_model_group_set_none(dst, g, h->key)); break;
+    }
+  }
+  return ZCK_OK;
+}
+
+static zck_status zck__h5_reorder(const char *src, const zck_pk *names, zck__whole_src *s, zck__h5_order *o) {
+  const zck_model *m = s->m;
+  if (names->kind != ZCK_PK_LIST || names->u.seq.len != m->n_params)
+    return zck__fail(ZCK_ERR_FORMAT, "%s:%s: module_params does not list the container's %zu params", src,
+                     ZCK_H5U_RESUME_STATE, m->n_params);
+  uint32_t *map = zck__calloc(m->n_params + 1, sizeof *map);   /* old index -> new */
+  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
+  uint32_t *idx = NULL;
+  zck_status st = map && numel && (o->m = zck_model_new()) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < m->n_params; i++) {
+    const char *n = zck_pk_as_str(names->u.seq.items[i]);
+    int64_t p = n ? zck_model_find_param(m, n) : -1;
+    if (p < 0) {
+      st = zck__fail(ZCK_ERR_FORMAT, "%s:%s: module_params names %s, which the container lacks", src, ZCK_H5U_RESUME_STATE,
+                     n ? n : "a non-string");
+      break;
+    }
+    const zck_param *pa = &m->params[p];
+    uint32_t q;
+    st = zck_model_add_param(o->m, pa->name, pa->ndim, pa->shape, pa->dtype, &q);   /* a duplicate fails here */
+    if (st == ZCK_OK) zck_model_set_frozen(o->m, q, pa->frozen);
+    map[p] = q;
+  }
+  for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++)
+    if (m->params[p].tied_to >= 0) st = zck_model_set_tied(o->m, map[p], map[m->params[p].tied_to]);
+  for (size_t g = 0; st == ZCK_OK && g < m->n_groups; g++) {
+    uint32_t ng;
+    st = zck_model_add_group(o->m, &ng);
+    if (st == ZCK_OK) st = zck__h5_group_copy(o->m, ng, &m->groups[g], map);
+  }
+  for (size_t b = 0; st == ZCK_OK && b < m->n_buffers; b++) {
+    const zck_buffer *bu = &m->buffers[b];
+    st = zck_model_add_buffer(o->m, bu->name, bu->ndim, bu->shape, bu->dtype, NULL);
+  }
+  if (st == ZCK_OK) zck_model_numels(o->m, numel);
+  for (int p = 0; st == ZCK_OK && p < 4; p++) {
+    const zck_layout *l = s->layout[p];
+    if (!l) continue;
+    if (!(idx = zck__realloc(idx, (l->n_stores + 1) * sizeof *idx))) st = ZCK_ERR_NO_MEMORY;
+    for (size_t i = 0; st == ZCK_OK && i < l->n_stores; i++) idx[i] = map[l->stores[i].param];
+    if (st == ZCK_OK) st = zck_layout_whole(o->m->n_params, numel, idx, l->n_stores, &o->layout[p]);
+    if (st == ZCK_OK) s->layout[p] = o->layout[p];
+  }
+  if (st == ZCK_OK) s->m = o->m;
+  free(idx);
+  free(numel);
+  free(map);
+  return st;
+}
+
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o) {
   if (o->tag) return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
   zck_h5u *u = NULL;
@@ -99,8 +251,11 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   wo.world_size = o->to_world_size ? o->to_world_size : in->world_size;
   uint64_t sgs = 1000000000ull;
   zck__h5_config(in->ds_config_json, &wo, &sgs);
+  wo.lp_dtype = zck__h5_lp_dtype(src);   /* clears the error state: before anything that may fail */
+  zck_pk_doc *rs = NULL;
+  zck_status st = zck__h5_resume_load(src, &rs);
+  if (st == ZCK_OK && rs) st = zck__h5_resume_apply(src, zck_pk_doc_root(rs), &wo, &sgs);
   wo.sub_group_size = o->sub_group_size ? o->sub_group_size : sgs != 1000000000ull ? sgs : 0;
-  wo.lp_dtype = zck__h5_lp_dtype(src);
   wo.global_steps = in->global_steps;
   wo.skipped_steps = in->skipped_steps;
   wo.global_samples = in->global_samples;
@@ -108,8 +263,12 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   wo.step_is_tensor = in->step_is_tensor;
   wo.ds_version = in->ds_version;
   wo.has_optimizer_state = have[ZCK_H5U_EXP_AVG] && have[ZCK_H5U_EXP_AVG_SQ];
-  zck_status st = ZCK_OK;
-  if (!have[ZCK_H5U_FP32]) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no fp32 master weights in the container", src);
+  zck__h5_order ord;
+  memset(&ord, 0, sizeof ord);
+  const zck_pk *order = rs ? zck_pk_dict_get(zck_pk_doc_root(rs), "module_params") : NULL;
+  if (st == ZCK_OK && order && s.layout[0]) st = zck__h5_reorder(src, order, &s, &ord);
+  m = s.m;
+  if (st == ZCK_OK && !have[ZCK_H5U_FP32]) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no fp32 master weights in the container", src);
   /* every trainable param has all three states (the reader opens each dataset it lists) */
   for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
     const zck_param *pa = &m->params[p];
@@ -124,6 +283,8 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   if (st == ZCK_OK) st = zck__h5_frozen_complete(src);
   if (st == ZCK_OK) st = zck__reshard_check(src, m, &wo, wo.has_optimizer_state, o);
   if (st == ZCK_OK) st = zck__reshard_whole(&s, &wo, out, o);
+  zck__h5_order_free(&ord);
+  zck_pk_doc_free(rs);
   zck_h5u_close(u);
   return st;
 }

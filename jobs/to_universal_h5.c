@@ -171,6 +171,49 @@ static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const 
   return st;
 }
 
+/* /resume_state: what DeepSpeed reads back beyond the tensors and the attributes above,
+ * as the source's own pickled objects, so a reshard of the container writes the files a
+ * reshard of the source writes (byte for byte). A protocol-2 pickle of a dict:
+ *   ds_config, lr_scheduler, loss_scaler   the source's objects (None when absent)
+ *   module_metadata                        the BUILD state of `module` ({'_metadata': ...}) or None
+ *   clip_grad (float), round_robin_gradients (bool), parameter_alignment (int),
+ *   sub_group_size (int, 0: DeepSpeed's default)   the layout switches the source read
+ *   module_params                          every param name (frozen, aliases) in module order,
+ *                                          the order the `module` state dict lists them */
+static zck_status zck__uvh_resume_state(zck_h5_writer *w, const zck_ds_ckpt *ck) {
+  zck_ds_write_opts src;
+  zck_ds_write_opts_from(ck, &src);
+  zck_pk_doc *d = zck_pk_doc_new();
+  zck_pk *root = d ? zck_pk_new_dict(d, 0) : NULL;
+  bool ok = root != NULL;
+  /* the source's nodes are referenced, not copied: the dump only walks them */
+  const zck_pk *objs[4] = {src.ds_config, src.lr_scheduler, src.loss_scaler, src.module_attrs};
+  static const char *const keys[4] = {"ds_config", "lr_scheduler", "loss_scaler", "module_metadata"};
+  for (int i = 0; ok && i < 4; i++)
+    ok = zck_pk_dict_set(d, root, zck_pk_new_str(d, keys[i]), objs[i] ? (zck_pk *)objs[i] : zck_pk_new_none(d));
+  ok = ok && zck_pk_dict_set(d, root, zck_pk_new_str(d, "clip_grad"), zck_pk_new_float(d, src.clip_grad)) &&
+       zck_pk_dict_set(d, root, zck_pk_new_str(d, "round_robin_gradients"), zck_pk_new_bool(d, src.round_robin)) &&
+       zck_pk_dict_set(d, root, zck_pk_new_str(d, "parameter_alignment"), zck_pk_new_int(d, src.param_align)) &&
+       zck_pk_dict_set(d, root, zck_pk_new_str(d, "sub_group_size"), zck_pk_new_int(d, (int64_t)src.sub_group_size));
+  const zck_model *m = zck_ds_model(ck);
+  zck_pk *order = ok ? zck_pk_new_list(d) : NULL;
+  ok = order && zck_pk_dict_set(d, root, zck_pk_new_str(d, "module_params"), order);
+  for (size_t i = 0; ok && i < m->n_params; i++) ok = zck_pk_append(d, order, zck_pk_new_str(d, m->params[i].name));
+  zck__buf b;
+  zck__buf_init(&b);
+  zck_status st = ok ? ZCK_OK : zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  if (st == ZCK_OK) st = zck_pickle_dump(root, &b);
+  if (st == ZCK_OK && b.failed) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  zck_store s;
+  int64_t len = (int64_t)b.len;
+  if (st == ZCK_OK) st = zck_h5_writer_dataset(w, ZCK_H5U_RESUME_STATE, ZCK_U8, 1, &len, &s);
+  if (st == ZCK_OK) st = s.write(s.ctx, b.data, 0, b.len);
+  if (st != ZCK_OK) st = zck__error_prepend(st, "%s", ZCK_H5U_RESUME_STATE);
+  zck__buf_free(&b);
+  zck_pk_doc_free(d);
+  return st;
+}
+
 zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o) {
   const zck_model *m = zck_ds_model(ck);
   zck_ds_view views[3], frozen = {0}, bufs = zck_ds_buffers(ck);
@@ -207,6 +250,7 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   if (st == ZCK_OK && n_fz) st = zck__uvh_part(w, m, &frozen, ZCK_H5U_FROZEN, fz, n_fz, &jobs[3]);
   if (st == ZCK_OK) st = zck__uvh_buffers(w, m, &bufs, &jobs[4]);
   if (st == ZCK_OK) st = zck__uvh_attrs(w, ck, src, flat, n_flat);
+  if (st == ZCK_OK) st = zck__uvh_resume_state(w, ck);
   if (st == ZCK_OK) {
     zck_exec_job ej[5];
     size_t nj = 0;

@@ -122,9 +122,18 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
  *                              full shape, master / optimizer-state dtype
  *   /frozen/<name>             frozen params, 16-bit training dtype
  *   /buffers/<name>            persistent buffers, their dtype
+ *   /resume_state              uint8 [n]: a protocol-2 pickle of a dict holding what
+ *                              DeepSpeed reads back beyond the tensors: the source's
+ *                              ds_config, lr_scheduler, loss_scaler (None when absent),
+ *                              module_metadata (the `module` BUILD state or None),
+ *                              clip_grad, round_robin_gradients, parameter_alignment,
+ *                              sub_group_size (0: default). Optional: containers written
+ *                              before it reshard with DeepSpeed's defaults for those.
  */
 #define ZCK_H5U_FORMAT "zckpt-universal"
 #define ZCK_H5U_VERSION 1
+#define ZCK_H5U_RESUME_STATE "/resume_state"
+#define ZCK_H5U_RESUME_STATE_MAX ((uint64_t)64 << 20)   /* bytes a reader accepts */
 
 typedef enum zck_h5u_part {
   ZCK_H5U_FP32 = 0, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ, ZCK_H5U_FROZEN, ZCK_H5U_PART_COUNT

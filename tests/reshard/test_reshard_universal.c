@@ -5,16 +5,19 @@
  *     checkpoints (tests/fixtures/deepspeed: groups, sub-groups, round-robin, parameter
  *     alignment, a zero-element param, fp16 loss scaling, frozen and tied params, buffers);
  *   - with folders DeepSpeed's own ds_to_universal.py wrote (tests/fixtures/universal);
- *   - and, for the HDF5 container (`--format hdf5`, which holds no lr_scheduler and a JSON
- *     ds_config, so its pickles differ), every state tensor of every rank file: fp32,
- *     exp_avg, exp_avg_sq partitions, 16-bit module weights, frozen fragments, buffers,
- *     in the same flat layout;
+ *   - with the HDF5 container (`--format hdf5`; its /resume_state carries lr_scheduler,
+ *     loss scaler, ds_config, module metadata and module order), stages {1,2,3} x W {1,4};
+ *   - an HDF5 container written before /resume_state existed still reshards (lr_scheduler
+ *     None, DeepSpeed's defaults); a malformed /resume_state is refused, naming it;
  *   - whether SRC is the universal folder, its parent holding latest_universal, or an HF
  *     checkpoint-N/ folder holding it (whose other files are carried over, rng states of
  *     ranks beyond the new world size dropped). */
+#include <hdf5.h>
+
 #include "rs_util.h"
 #include "../universal/ut_util.h"
 #include "deepspeed/deepspeed.h"
+#include "hdf5/zck_h5.h"
 #include "zck.h"
 
 static const uint32_t worlds[] = {1, 2, 3, 4};
@@ -113,7 +116,9 @@ static void same_states(const char *a, const char *b, const char *what) {
   zck_ds_close(y);
 }
 
-/* The HDF5 container: the same state tensors as the reshard of the DeepSpeed source. */
+/* The HDF5 container: byte for byte the reshard of the DeepSpeed source (every file of the
+ * tag folder, `latest`): model states with lr_scheduler, counters, ds_config, module
+ * metadata; optimizer states with the loss scaler and clip_grad. */
 static int compare_h5(const char *tmp, const char *label, const char *ds) {
   char *h5 = rs_path("%s/%s.h5", tmp, label);
   zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
@@ -130,7 +135,19 @@ static int compare_h5(const char *tmp, const char *label, const char *ds) {
       ZT_OK(zck_reshard(h5, b, &o));
       char what[512];
       snprintf(what, sizeof what, "%s -> universal.h5 -> stage %d W %u", label, stage, w);
-      same_states(a, b, what);
+      char *ta = rs_path("%s/global_step2", a), *tb = rs_path("%s/global_step2", b);
+      rs_same_tree(ta, tb, what);
+      char *la = rs_path("%s/latest", a), *lb = rs_path("%s/latest", b);
+      unsigned char *x, *y;
+      size_t nx, ny;
+      ZT_ASSERT(zt_read_file(la, &x, &nx) == 0 && zt_read_file(lb, &y, &ny) == 0);
+      ZT_ASSERT(nx == ny && !memcmp(x, y, nx));
+      free(x);
+      free(y);
+      free(ta);
+      free(tb);
+      free(la);
+      free(lb);
       rs_sh("rm -rf '%s' '%s'", a, b);
       free(a);
       free(b);
@@ -194,6 +211,103 @@ static void hf_folder(const char *tmp) {
   free(ds);
 }
 
+/* path with /resume_state replaced by bytes (len 0: removed), as HDF5 writes a plain
+ * uint8 dataset (no `dtype` attribute, contiguous). */
+static void set_resume_state(const char *path, const void *bytes, size_t len) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  ZT_ASSERT(f >= 0);
+  ZT_ASSERT(H5Ldelete(f, ZCK_H5U_RESUME_STATE, H5P_DEFAULT) >= 0);
+  if (len) {
+    hsize_t n = len;
+    hid_t sp = H5Screate_simple(1, &n, NULL);
+    hid_t d = H5Dcreate2(f, ZCK_H5U_RESUME_STATE, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ZT_ASSERT(d >= 0 && H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes) >= 0);
+    H5Dclose(d);
+    H5Sclose(sp);
+  }
+  H5Fclose(f);
+}
+
+/* A pickled dict {key: value} with value a str, or a list of one str when list. */
+static void pickled(zck__buf *b, const char *key, const char *value, bool list) {
+  zck_pk_doc *d = zck_pk_doc_new();
+  zck_pk *root = zck_pk_new_dict(d, 0), *v = zck_pk_new_str(d, value);
+  if (list) {
+    zck_pk *l = zck_pk_new_list(d);
+    ZT_ASSERT(zck_pk_append(d, l, v));
+    v = l;
+  }
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, key), v));
+  zck__buf_init(b);
+  ZT_OK(zck_pickle_dump(root, b));
+  zck_pk_doc_free(d);
+}
+
+/* An older container (no /resume_state): read, the target without lr_scheduler, loss
+ * scaler or ds_config of the source. A malformed /resume_state: refused, nothing written. */
+static void old_and_bad_containers(const char *tmp) {
+  char *ds = zt_fixture("deepspeed/s2w2_fp16/ckpt");
+  if (!rs_exists(ds)) {
+    free(ds);
+    return;
+  }
+  char *h5 = rs_path("%s/ob.h5", tmp), *work = rs_path("%s/ob-work.h5", tmp);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(ds, h5, &uo));
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  o.to_world_size = 3;
+  /* the new container: the source's scheduler and dynamic loss scaler */
+  char *out = rs_path("%s/ob-new", tmp);
+  ZT_OK(zck_reshard(h5, out, &o));
+  zck_ds_ckpt *c;
+  zck_ds_write_opts wo;
+  ZT_OK(zck_ds_open(out, NULL, &c));
+  zck_ds_write_opts_from(c, &wo);
+  ZT_ASSERT(wo.lr_scheduler && wo.loss_scaler && zck_pk_is_global(wo.loss_scaler, "deepspeed.runtime.fp16.loss_scaler",
+                                                                  "DynamicLossScaler"));
+  zck_ds_close(c);
+  /* the old one */
+  rs_sh("cp '%s' '%s'", h5, work);
+  set_resume_state(work, NULL, 0);
+  char *old = rs_path("%s/ob-old", tmp);
+  ZT_OK(zck_reshard(work, old, &o));
+  ZT_OK(zck_ds_open(old, NULL, &c));
+  zck_ds_write_opts_from(c, &wo);
+  ZT_ASSERT(!wo.lr_scheduler && wo.loss_scaler && zck_pk_is_global(wo.loss_scaler, "deepspeed.runtime.fp16.loss_scaler",
+                                                                   "LossScaler"));
+  zck_ds_close(c);
+  same_states(out, old, "old container vs new");
+  /* malformed ones */
+  static const char garbage[] = "\x80\x02not a pickle";
+  zck__buf b[4];
+  zck__buf_init(&b[0]);
+  zck__buf_append(&b[0], garbage, sizeof garbage - 1);
+  pickled(&b[1], "clip_grad", "x", false);
+  pickled(&b[2], "module_params", "nope", true);
+  zck_pk_doc *d = zck_pk_doc_new();
+  zck__buf_init(&b[3]);
+  ZT_OK(zck_pickle_dump(zck_pk_new_int(d, 1), &b[3]));
+  zck_pk_doc_free(d);
+  static const char *const needles[4] = {"ob-work.h5:/resume_state", "/resume_state: clip_grad has the wrong type",
+                                         "module_params does not list", "/resume_state: not a pickled dict"};
+  for (int i = 0; i < 4; i++) {
+    rs_sh("cp '%s' '%s'", h5, work);
+    set_resume_state(work, b[i].data, b[i].len);
+    char *bad = rs_path("%s/ob-bad%d", tmp, i);
+    ZT_ERR(zck_reshard(work, bad, &o), ZCK_ERR_FORMAT, needles[i]);
+    rs_nothing_left(bad);
+    free(bad);
+    zck__buf_free(&b[i]);
+  }
+  rs_sh("rm -rf '%s' '%s' '%s' '%s'", h5, work, out, old);
+  free(old);
+  free(out);
+  free(work);
+  free(h5);
+  free(ds);
+}
+
 int main(void) {
   static const char *cases[] = {"s1w1_fp32", "s1w3_fp32", "s1w4_bf16", "s1w3_bf16_3groups", "s1w2_fp32_paramalign",
                                 "s2w2_bf16", "s2w2_fp16", "s2w2_fp32_roundrobin", "s2w2_fp32_zeronumel",
@@ -235,6 +349,7 @@ int main(void) {
   }
   if (!done) zt_skip("no DeepSpeed fixtures");
   hf_folder(tmp);
+  old_and_bad_containers(tmp);
   printf("%d reshards from universal checkpoints equal to the DeepSpeed source's\n", done);
   free(tmp);
   return 0;
