@@ -1,6 +1,13 @@
 /* to_universal_h5.c: `zckpt to-universal --format hdf5`: the checkpoint as one HDF5 file.
  *
- * Layout and attributes: formats/hdf5/zck_h5.h ("the zckpt universal container"). One
+ * Layout and attributes: formats/hdf5/zck_h5.h ("the zckpt universal container"): every
+ * param's fp32 / exp_avg / exp_avg_sq, frozen params and buffers as datasets; counters,
+ * step, param groups, names, shapes, tied aliases and the ds_config (JSON) as attributes;
+ * and /resume_state, a pickle of what else a resumed DeepSpeed run reads (the source's
+ * ds_config, lr_scheduler, loss scaler, module metadata and param order, clip_grad and
+ * layout switches), so `zckpt reshard` of the container writes, byte for byte, the
+ * checkpoint a reshard of the source writes (tests/reshard/test_reshard_universal.c).
+ * Containers written before /resume_state are still read (lr_scheduler None). One
  * executor run copies every part (fp32, exp_avg, exp_avg_sq of the trainable params,
  * frozen params, buffers) from the rank files into dataset stores. The plans are ordered
  * by destination, so each dataset is filled front to back and only a few chunks per
