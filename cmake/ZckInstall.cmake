@@ -11,7 +11,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/zckptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/zckptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zckpt)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/zckptConfigVersion.cmake COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/zckptConfig.cmake ${PROJECT_BINARY_DIR}/zckptConfigVersion.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/FindXXHash.cmake ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/FindXXHash.cmake ${PROJECT_SOURCE_DIR}/cmake/FindISAL.cmake ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zckpt)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/zckpt.pc.in ${PROJECT_BINARY_DIR}/zckpt.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/zckpt.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -2,7 +2,7 @@
 # Installs the Debian packages zckpt builds with, only those that are missing.
 set -euo pipefail
 # openmpi-bin: mpirun, for the launch test (zckpt links no MPI library)
-pkgs=(build-essential cmake pkg-config libhdf5-dev libzstd-dev libcjson-dev libxxhash-dev zlib1g-dev openmpi-bin)
+pkgs=(build-essential cmake pkg-config libhdf5-dev libzstd-dev libcjson-dev libxxhash-dev zlib1g-dev libisal-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,13 +54,16 @@ static zck_status underflow(vm *v) {
   return zck__vm_fail(v, ZCK_ERR_FORMAT, "stack underflow");
 }
 
+/* *out is NULL on failure (so optimizing compilers see it set on every path). */
 static zck_status pop(vm *v, zck_pk **out) {
+  *out = NULL;
   if (v->sp <= boundary(v)) return underflow(v);
   *out = v->stack[--v->sp];
   return ZCK_OK;
 }
 
 static zck_status top(vm *v, zck_pk **out) {
+  *out = NULL;
   if (v->sp <= boundary(v)) return underflow(v);
   *out = v->stack[v->sp - 1];
   return ZCK_OK;
