@@ -322,11 +322,26 @@ zck_status zck__outfile_commit(zck__outfile *f) {
     f->fd = -1;
     if (r != 0) s = zck__fail_errno(errno, "%s: close failed", f->path);
   }
+  /* The destination's previous version stays reachable (a second hard link) until the
+   * rename is durable: when the directory fsync fails, the rename is undone and the
+   * earlier file is back, so a failed commit never leaves the new file or loses the old. */
+  char *old = NULL;
+  if (s == ZCK_OK && !f->in_outdir) {
+    old = zck__sprintf("%s.zck-old-%ld", f->tmp_path, (long)getpid());
+    if (!old) s = ZCK_ERR_NO_MEMORY;
+    else if (link(f->path, old) != 0) {
+      if (errno != ENOENT) s = zck__fail_errno(errno, "%s: cannot keep the previous version while replacing it", f->path);
+      free(old);
+      old = NULL;
+    }
+  }
   if (s == ZCK_OK) {
     int fe = zck__io_fault(ZCK_IO_OP_RENAME);
     if (fe || rename(f->tmp_path, f->path) != 0) s = zck__fail_errno(fe ? fe : errno, "%s: cannot rename into place", f->path);
   }
   if (s != ZCK_OK) {
+    if (old) unlink(old);
+    free(old);
     zck__outfile_abort(f);
     return s;
   }
@@ -335,8 +350,19 @@ zck_status zck__outfile_commit(zck__outfile *f) {
   if (!f->in_outdir) {
     char *parent = zck__parent_dir(f->path);
     s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
+    if (s != ZCK_OK) {
+      /* undo: the earlier version back in place, or no file at all */
+      if (old && rename(old, f->path) == 0) {
+        free(old);
+        old = NULL;
+      } else if (!old) {
+        unlink(f->path);
+      }
+    }
     free(parent);
   }
+  if (old) unlink(old);
+  free(old);
   free(f->path);
   f->path = NULL;
   return s;

@@ -19,12 +19,12 @@ run_case() { # label fault cmd... (the command writes to $tmp/out/target)
   local lines; lines=$(wc -l <"$tmp/stderr")
   if [ "$rc" = 0 ]; then
     # the fault hit no call of that kind (N beyond the command's calls): output must be whole
-    rm -rf "$tmp/out/target"; pass=$((pass + 1)); return
+    rm -rf "$tmp/out/target" "$tmp/out/target.pt"; pass=$((pass + 1)); return
   fi
   if [ "$rc" != 1 ] || [ "$lines" != 1 ] || ! grep -q "^zckpt: error: " "$tmp/stderr"; then
     echo "FAIL $label [$fault]: exit $rc, stderr:"; cat "$tmp/stderr"; fail=$((fail + 1)); return
   fi
-  if [ -e "$tmp/out/target" ] || ls -a "$tmp/out" | grep -q zck-tmp; then
+  if ls -a "$tmp/out" | grep -q -e '^target' -e zck-tmp; then
     echo "FAIL $label [$fault]: partial output left: $(ls -a "$tmp/out")"; fail=$((fail + 1)); return
   fi
   if [ "$before" != "$after" ]; then echo "FAIL $label [$fault]: earlier output changed"; fail=$((fail + 1)); return; fi
@@ -33,14 +33,24 @@ run_case() { # label fault cmd... (the command writes to $tmp/out/target)
 mkdir -p "$tmp/out"
 # an earlier output that must survive everything
 "$zckpt" consolidate -q "$ck" "$tmp/out/earlier" || { echo "setup failed"; exit 1; }
-for fault in write:1:ENOSPC write:2:ENOSPC write:5:SHORT write:9:EIO read:1:EIO read:7:EIO fsync:1:EIO fsync:3:EIO \
+# a file replaced in place (--overwrite): on failure the earlier version must be back
+replace_case() { # fault
+  printf 'earlier version\n' >"$tmp/replace.pt"
+  ZCK_FAULT="$1" "$zckpt" convert -q --overwrite "$fx/safetensors/dtypes.safetensors" "$tmp/replace.pt" 2>"$tmp/stderr"
+  local rc=$?
+  if [ "$rc" = 1 ] && { ! printf 'earlier version\n' | cmp -s - "$tmp/replace.pt" || ls -a "$tmp" | grep -q zck-; }; then
+    echo "FAIL convert-replace [$1]: earlier file not restored: $(ls -a "$tmp")"; fail=$((fail + 1)); return
+  fi
+  pass=$((pass + 1))
+}
+for fault in write:1:ENOSPC write:2:ENOSPC write:5:SHORT write:9:EIO read:1:EIO read:7:EIO fsync:1:EIO fsync:2:EIO fsync:3:EIO \
              rename:1:EIO rename:2:EIO open:2:EIO open:6:EIO; do
   run_case consolidate "$fault" "$zckpt" consolidate -q "$ck" "$tmp/out/target"
   run_case consolidate-sharded "$fault" "$zckpt" consolidate -q --max-shard-size 1KB --format both "$ck" "$tmp/out/target"
   run_case reshard "$fault" "$zckpt" reshard -q --to-stage 2 --to-world-size 3 "$ck" "$tmp/out/target"
   run_case convert "$fault" "$zckpt" convert -q "$fx/torch/dtypes.pt" "$tmp/out/target"
   run_case convert-pt "$fault" "$zckpt" convert -q "$fx/safetensors/dtypes.safetensors" "$tmp/out/target.pt"
-  rm -f "$tmp/out/target.pt"
+  replace_case "$fault"
   if "$zckpt" to-universal --help >/dev/null 2>&1; then
     run_case to-universal "$fault" "$zckpt" to-universal -q "$ck" "$tmp/out/target"
     run_case to-universal-h5 "$fault" "$zckpt" to-universal -q --format hdf5 "$ck" "$tmp/out/target"
