@@ -263,11 +263,6 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   wo.step_is_tensor = in->step_is_tensor;
   wo.ds_version = in->ds_version;
   wo.has_optimizer_state = have[ZCK_H5U_EXP_AVG] && have[ZCK_H5U_EXP_AVG_SQ];
-  zck__h5_order ord;
-  memset(&ord, 0, sizeof ord);
-  const zck_pk *order = rs ? zck_pk_dict_get(zck_pk_doc_root(rs), "module_params") : NULL;
-  if (st == ZCK_OK && order && s.layout[0]) st = zck__h5_reorder(src, order, &s, &ord);
-  m = s.m;
   if (st == ZCK_OK && !have[ZCK_H5U_FP32]) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no fp32 master weights in the container", src);
   /* every trainable param has all three states (the reader opens each dataset it lists) */
   for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
@@ -281,6 +276,12 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
       }
   }
   if (st == ZCK_OK) st = zck__h5_frozen_complete(src);
+  /* after the checks above, which name what is missing better than a count would */
+  zck__h5_order ord;
+  memset(&ord, 0, sizeof ord);
+  const zck_pk *order = rs ? zck_pk_dict_get(zck_pk_doc_root(rs), "module_params") : NULL;
+  if (st == ZCK_OK && order && s.layout[0]) st = zck__h5_reorder(src, order, &s, &ord);
+  m = s.m;
   if (st == ZCK_OK) st = zck__reshard_check(src, m, &wo, wo.has_optimizer_state, o);
   if (st == ZCK_OK) st = zck__reshard_whole(&s, &wo, out, o);
   zck__h5_order_free(&ord);
