@@ -112,29 +112,39 @@ for when in "1:3" "1:3:save"; do
   done
   [ -d "$tmp/kill/checkpoint-2" ] || fail "kill $when: checkpoint-2 missing"
   ls -a "$tmp/kill" | grep -q "zck-tmp" && fail "kill $when: a temporary folder survived rank 0: $(ls -a "$tmp/kill")"
-  sleep 0.2
   pgrep -f -- "$tmp/kill" >/dev/null && fail "kill $when: processes left: $(pgrep -af -- "$tmp/kill")"
   n=$((n + 1))
 done
 
 # SIGKILL at random moments (seeded) to a rank or to the launcher, saving every step: the
-# newest checkpoint left verifies and resumes under --nproc, and no process is left
+# newest checkpoint left verifies and resumes under --nproc, and no process is left.
+# A kill lands a seeded delay after the launch, which on a slow or loaded machine (or
+# under ASan) may be before any save of that run: the trials start from a checkpoint made
+# here, so that one always exists, and each trial resumes from the newest one.
+"$train" "${A[@]}" --nproc 2 --zero-stage 1 --max-steps 1 --save-steps 1 --output-dir "$tmp/rk" 2>"$tmp/rk.log" ||
+  fail "random kills: first checkpoint: $(tail -2 "$tmp/rk.log")"
 RANDOM=4321
 for trial in 1 2 3 4; do
   W=$((RANDOM % 2 + 2)); stage=$((RANDOM % 3 + 1)); victim=$((RANDOM % (W + 1))); delay=$((RANDOM % 300 + 150))
-  prev=$(ls -d "$tmp"/rk/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
-  resume=(); [ -n "$prev" ] && resume=(--resume-from-checkpoint "$tmp/rk/checkpoint-$prev")
+  prev=$(ls -d "$tmp"/rk/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
   "$train" "${A[@]}" --nproc "$W" --zero-stage $stage --max-steps 100000 --save-steps 1 --save-total-limit 2 \
-    --output-dir "$tmp/rk" "${resume[@]}" >/dev/null 2>"$tmp/rk.log" &
+    --output-dir "$tmp/rk" --resume-from-checkpoint "$tmp/rk/checkpoint-$prev" >/dev/null 2>"$tmp/rk.log" &
   launcher=$!
   sleep "$(printf '0.%03d' "$delay")"
   kids=($(pgrep -P $launcher))
-  if [ $victim = $W ] || [ ${#kids[@]} = 0 ]; then kill -9 $launcher; else kill -9 "${kids[$((victim % ${#kids[@]}))]}"; fi
-  wait $launcher 2>/dev/null
-  sleep 0.3
+  if [ $victim = $W ] || [ ${#kids[@]} = 0 ]; then
+    kill -9 $launcher
+    wait $launcher 2>/dev/null
+    # its ranks die of PR_SET_PDEATHSIG, each when the kernel gets to it: wait for that
+    for i in $(seq 600); do pgrep -f -- "$tmp/rk" >/dev/null || break; sleep 0.05; done
+  else
+    # the launcher stops the other ranks and reaps them all before it exits
+    kill -9 "${kids[$((victim % ${#kids[@]}))]}"
+    wait $launcher 2>/dev/null
+  fi
   pgrep -f -- "$tmp/rk" >/dev/null && fail "random kill $trial: processes left: $(pgrep -af -- "$tmp/rk")"
   last=$(ls -d "$tmp"/rk/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
-  [ -n "$last" ] || continue
+  [ -n "$last" ] || fail "random kill $trial: no checkpoint left (checkpoint-$prev was there)"
   "$zckpt" verify "$tmp/rk/checkpoint-$last" >"$tmp/v" 2>&1 || fail "random kill $trial: checkpoint-$last: $(cat "$tmp/v")"
   n=$((n + 1))
 done
