@@ -62,10 +62,18 @@ static volatile sig_atomic_t g_signal;
 
 static void on_signal(int sig) { g_signal = sig; }
 
-/* A port nobody listens on now (the kernel's choice); rank 0 binds it right after. */
-static int free_port(void) {
+/* A free port (the kernel's choice) for rank 0 to listen on, held by *fd until the ranks
+ * are done: a port merely seen free could be handed to anyone in the time rank 0 takes to
+ * start (the ephemeral port of another process's bind(0) or connect()), and rank 0 would
+ * fail with "port in use". A bound socket that does not listen keeps the kernel from
+ * giving the port to others; with SO_REUSEADDR here and in rank 0 (comm_tcp_mesh.c),
+ * rank 0 may still bind it and listen. */
+static int free_port(int *fd_out) {
+  *fd_out = -1;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
@@ -74,7 +82,10 @@ static int free_port(void) {
   int port = -1;
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
     port = ntohs(sa.sin_port);
-  close(fd);
+  int e = errno;
+  if (port < 0) close(fd);
+  else *fd_out = fd;
+  errno = e;
   return port;
 }
 
@@ -110,7 +121,7 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
   for (int i = 0; i < argc; i++)
     if (i < skip_at || i >= skip_at + skip_n) cargv[cargc++] = argv[i];
   cargv[cargc] = NULL;
-  int port = free_port();
+  int port_fd = -1, port = free_port(&port_fd);
   if (port < 0) {
     fprintf(stderr, "zckpt-train: error: --nproc: cannot find a free TCP port on 127.0.0.1: %s\n", strerror(errno));
     free(cargv);
@@ -167,7 +178,7 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
   int alive = started, failed = -1, forwarded = 0, phase = 0;
   bool failed_signaled = false;
   char how[128] = "";
-  double t_fail = 0, t_first = 0;
+  double t_fail = 0;
   if (rc != 0) t_fail = now_seconds() - 5.5; /* a fork failed: stop the started ones now */
   while (alive > 0) {
     int status;
@@ -197,20 +208,22 @@ int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n) {
     alive--;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
     /* the cause is the rank that died first. A rank's death makes the others fail at once
-     * and they may be reaped before it: within the first half second, a rank killed by a
-     * signal is preferred to one that exited with an error */
-    double now = now_seconds();
-    if (failed < 0 || (WIFSIGNALED(status) && !failed_signaled && now - t_first < 0.5)) {
+     * and they may be reaped before it (the kernel hands out zombies in fork order, and a
+     * loaded machine may run this loop only once both are dead), so a rank killed by a
+     * signal this launcher did not send is preferred to one that exited with an error,
+     * whatever the order and the time between the reapings */
+    bool outside_kill = WIFSIGNALED(status) && phase == 0 && !forwarded;
+    if (failed < 0 || (outside_kill && !failed_signaled)) {
       failed = r;
-      failed_signaled = WIFSIGNALED(status);
+      failed_signaled = outside_kill;
       describe(status, how, sizeof how);
     }
-    if (t_first == 0) t_first = now;
-    if (rc == 0) t_fail = now; /* the others' grace period starts */
+    if (rc == 0) t_fail = now_seconds(); /* the others' grace period starts */
     rc = 1;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
+  close(port_fd);
   if (failed >= 0)
     fprintf(stderr, "zckpt-train: error: rank %d of %d %s; the other ranks were stopped\n", failed, nproc, how);
   free(cargv);
