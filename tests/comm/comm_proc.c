@@ -12,9 +12,16 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The socket stays bound (not listening) for the life of the process: a port only seen
+ * free could meanwhile become another process's ephemeral port (a parallel test's
+ * bind(0) or connect()), and rank 0 would fail with "port in use". With SO_REUSEADDR
+ * here and in rank 0, rank 0 can still listen on it. The socket is left open on purpose
+ * (the forked ranks share it); it closes when the process exits. */
 int cp_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   ZT_ASSERT(fd >= 0);
+  int one = 1;
+  ZT_ASSERT(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
   struct sockaddr_in a;
   memset(&a, 0, sizeof a);
   a.sin_family = AF_INET;
@@ -22,7 +29,6 @@ int cp_free_port(void) {
   ZT_ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
   socklen_t len = sizeof a;
   ZT_ASSERT(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-  close(fd);
   return ntohs(a.sin_port);
 }
 

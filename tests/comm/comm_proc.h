@@ -5,7 +5,8 @@
 
 #include <sys/types.h>
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
+/* A free TCP port on 127.0.0.1, kept from other processes (a bound socket, open until
+ * exit) but open to rank 0's listen (SO_REUSEADDR). */
 int cp_free_port(void);
 /* Seconds on a monotonic clock. */
 double cp_now(void);

@@ -273,11 +273,13 @@ static void single_process_checks(void) {
   zck_comm_tcp_destroy(NULL);
 
   /* port in use: rank 0 says so at once */
-  int port = cp_free_port();
   int l = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
   a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t alen = sizeof a;
   ZT_ASSERT(bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0);
+  ZT_ASSERT(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
+  int port = ntohs(a.sin_port);
   o = (zck_comm_tcp_options){0, 2, "127.0.0.1", port, 5.0};
   double t0 = cp_now();
   ZT_ERR(zck_comm_tcp_create(&o, &c), ZCK_ERR_INTERNAL, "already in use");
