@@ -10,6 +10,7 @@
 #include "comm.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -17,11 +18,27 @@
 
 typedef void (*scenario_fn)(int W, int rank, int port);
 
+/* A pipe whose write end every process of a scenario holds: a rank that must stay alive
+ * (and silent) until the others are done waits for its end of file, instead of sleeping a
+ * time that a loaded machine may outlast. */
+static int g_peers[2] = {-1, -1};
+
+/* Returns once every other rank has exited or called release_peers(). */
+static void wait_for_peers(void) {
+  close(g_peers[1]);
+  char b;
+  while (read(g_peers[0], &b, 1) < 0 && errno == EINTR) {
+  }
+}
+
+static void release_peers(void) { close(g_peers[1]); }
+
 /* Runs fn in W processes (rank r in child r); codes[r] = exit status (-1: killed after
  * limit_s). Returns how many did not exit 0. */
 static int run_codes(int W, double limit_s, scenario_fn fn, int *codes) {
   int port = cp_free_port();
   pid_t pids[8];
+  ZT_ASSERT(pipe(g_peers) == 0);
   fflush(NULL);
   for (int r = 0; r < W; r++) {
     pids[r] = fork();
@@ -31,6 +48,8 @@ static int run_codes(int W, double limit_s, scenario_fn fn, int *codes) {
       exit(0);
     }
   }
+  close(g_peers[0]);
+  close(g_peers[1]);
   return cp_wait(pids, W, limit_s, codes);
 }
 
@@ -120,12 +139,13 @@ static void run_dies_mid_transfer(void) {
   fprintf(stderr, "dies mid-transfer: ok (%d of %d survivors named rank 1)\n", named, W - 1);
 }
 
-// ---- a rank hangs: the others time out, naming it
+// ---- a rank hangs: the others time out, naming it (it stays connected and silent until
+// they have exited, so nothing but their timeouts can end their barrier)
 
 static void hangs(int W, int r, int port) {
   zck_comm *c = make(W, r, port, 1.0);
   if (r == 2) {
-    usleep(2500000);
+    wait_for_peers();
     zck_comm_tcp_destroy(c);
     return;
   }
@@ -133,7 +153,8 @@ static void hangs(int W, int r, int port) {
   ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "sent nothing for 1 s");
   expect_names(2);
   double dt = cp_now() - t0;
-  if (dt < 0.9 || dt > 2.4) ZT_FAIL("timed out after %.2f s, not about 1 s", dt);
+  /* the upper bound only tells "about 1 s" from the 300 s default, with room for a loaded machine */
+  if (dt < 0.9 || dt > 6.0) ZT_FAIL("timed out after %.2f s, not about 1 s", dt);
   zck_comm_tcp_destroy(c);
 }
 
@@ -145,14 +166,14 @@ static void aborts(int W, int r, int port) {
     c->abort(c);
     c->abort(c); /* twice is fine */
     ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "aborted");
-    usleep(1500000); /* still alive: the others must wake up because of the abort, not an exit */
+    /* alive until the others are done: they can wake up only because of the abort (else
+     * they wait out their 20 s and the scenario's limit fails it) */
+    wait_for_peers();
     zck_comm_tcp_destroy(c);
     return;
   }
-  double t0 = cp_now();
   ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "another rank failed");
   expect_names(1);
-  ZT_ASSERT(cp_now() - t0 < 1.0);
   zck_comm_tcp_destroy(c);
 }
 
@@ -165,15 +186,15 @@ static void *abort_later(void *arg) {
 
 static void aborts_from_thread(int W, int r, int port) {
   zck_comm *c = make(W, r, port, 20.0);
-  double t0 = cp_now();
   if (r == 0) { /* rank 1 is late: rank 0 waits in the barrier when its watchdog aborts */
     pthread_t th;
     ZT_ASSERT(!pthread_create(&th, NULL, abort_later, c));
     ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "aborted by this rank");
     pthread_join(th, NULL);
-    ZT_ASSERT(cp_now() - t0 < 1.0);
+    release_peers();
   } else {
-    usleep(1500000);
+    /* rank 1 calls only once rank 0's barrier has failed: only the abort can end it */
+    wait_for_peers();
     /* rank 0's call was on its way before it aborted: this barrier may still see it
      * complete, the next one cannot */
     zck_status s = c->barrier(c);
@@ -246,7 +267,7 @@ static void strangers(int W, int r, int port) {
     usleep(100000);
     double t0 = cp_now();
     zck_comm *c = make(W, 1, port, 10.0);
-    ZT_ASSERT(cp_now() - t0 < 2.0);
+    ZT_ASSERT(cp_now() - t0 < 4.0); /* not held up by the silent one (dropped after 5 s) */
     ZT_OK(c->barrier(c));
     zck_comm_tcp_destroy(c);
     close(fds[0]);
