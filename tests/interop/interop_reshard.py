@@ -14,6 +14,10 @@ load_universal). Checks after the load, on every rank:
              padding is ignored, DeepSpeed itself leaves it uninitialised); step == the source's step
   consolidated  zckpt consolidate of the resharded checkpoint == zero_to_fp32 of the source (bit for bit)
 
+From zckpt's HDF5 container too: `zckpt to-universal --format hdf5` of the source, then `zckpt reshard` of the
+container. Its files must be byte for byte the direct reshard's, and DeepSpeed must resume from them with the
+source's counters and lr_scheduler state, to exactly the state of the direct reshard.
+
 From DeepSpeed's own universal folder too: ds_to_universal of the source, then `zckpt reshard` of that folder
 (no load_universal either). That checkpoint must load to exactly the same state as the direct reshard: every
 rank's partitions including padding, counters, the full 16-bit state dict with the frozen param and the buffers
@@ -35,6 +39,7 @@ Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a
 Usage: interop_reshard.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
 import contextlib
+import filecmp
 import math
 import os
 import shutil
@@ -309,6 +314,31 @@ def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     probs += lp
     notes.append(f"losses {['%.6f' % x for x in zr[0]['losses']]} vs direct {['%.6f' % x for x in direct]} "
                  f"(max rel diff {worst:.2g})")
+
+    # the HDF5 container: to-universal --format hdf5, then reshard; the files are those of the direct reshard
+    # (byte for byte) and DeepSpeed resumes from them to the same state, scheduler included
+    h5 = os.path.join(tmp, "uc.h5")
+    r = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", src_dir, h5], capture_output=True, text=True)
+    out_h = os.path.join(tmp, "zck_from_h5")
+    err = (r.stderr.strip() or f"exit {r.returncode}") if r.returncode else reshard(h5, out_h, s1, w1)
+    if err:
+        probs.append(f"zckpt to-universal --format hdf5 / reshard of the container failed: {err}")
+    else:
+        diff = [f for f in sorted(os.listdir(os.path.join(out, tag)))
+                if not filecmp.cmp(os.path.join(out, tag, f), os.path.join(out_h, tag, f), shallow=False)]
+        if diff:
+            probs.append(f"reshard of the HDF5 container: {diff} differ from the direct reshard's")
+        try:
+            hr = H.run(tmp, "zh5", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out_h)
+            for rk, rr in enumerate(hr):
+                probs += cmp_counters(rr["snap"], ref, f"rank {rk} from the HDF5 container")
+            hp = cmp_same_load(zr, hr, "from the HDF5 container")
+            probs += hp
+            if not hp and not diff:
+                notes.append("zckpt reshard of the HDF5 container: the same files, loads to the same state "
+                             "(lr_scheduler included), same losses")
+        except H.RunFailed as e:
+            probs.append(f"DeepSpeed load/train of the reshard of the HDF5 container failed: {e}")
 
     uc_root = os.path.join(tmp, "uc")
     os.makedirs(uc_root)
