@@ -9,11 +9,13 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- fault injection */
@@ -436,6 +438,48 @@ static bool zck__dir_is_empty(const char *path) {
   return empty;
 }
 
+/* When process pid started, in seconds since the epoch (Linux: /proc/PID/stat field 22,
+ * clock ticks after boot, plus btime from /proc/stat); -1 when unknown. */
+static double zck__process_start_time(long pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+  if (!p) return -1;
+  unsigned long long ticks = 0;
+  int field = 2; /* the name was field 2; count the fields after it */
+  for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " "))
+    if (++field == 22) {
+      ticks = strtoull(tok, NULL, 10);
+      break;
+    }
+  if (field != 22) return -1;
+  f = fopen("/proc/stat", "r");
+  if (!f) return -1;
+  double btime = -1;
+  char line[256];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "btime ", 6)) btime = strtod(line + 6, NULL);
+  fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  return btime < 0 || hz <= 0 ? -1 : btime + (double)ticks / (double)hz;
+}
+
+/* True when the writer of a temporary entry whose inode last changed at `changed` is gone:
+ * its pid does not run, or it runs but started after the entry was last changed (the pid
+ * was reused: pids wrap within minutes on a busy machine). The inode change time, not the
+ * modification time: creating, hard-linking (the kept previous version of a replaced
+ * file) and renaming all set it, so it is never older than the writer. */
+bool zck__writer_gone(long pid, time_t changed) {
+  if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+  double started = zck__process_start_time(pid);
+  return started > 0 && started > (double)changed + 2.0; /* 2 s: clock-tick and time rounding */
+}
+
 /* Removes every ".<name>.zck-tmp-<pid>" entry beside path whose writer died before its
  * commit (the pid no longer runs): a save killed while writing checkpoint-10 leaves a tree
  * that no later save of checkpoint-20 would otherwise ever look at. Live writers (their
@@ -455,9 +499,10 @@ static void zck__clean_stale_temps(const char *final_path) {
       char *end;
       long pid = strtol(mark + strlen(".zck-tmp-"), &end, 10);
       if (pid <= 0 || (*end && strncmp(end, ".zck-old-", 9))) continue;
-      if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+      if (pid == (long)getpid()) continue;
       char *stale = zck__path_join(dir, e->d_name);
-      if (stale) zck__remove_tree(stale);
+      struct stat st;
+      if (stale && lstat(stale, &st) == 0 && zck__writer_gone(pid, st.st_ctime)) zck__remove_tree(stale);
       free(stale);
     }
     if (dd) closedir(dd);

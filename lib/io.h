@@ -21,6 +21,7 @@
 #include "util.h"
 
 #include <stdbool.h>
+#include <time.h>
 #include <stdint.h>
 
 /* ---- inputs */
@@ -65,6 +66,9 @@ void zck__outfile_abort(zck__outfile *f);
 zck_status zck__pwrite_all(int fd, const void *data, size_t n, uint64_t off, const char *name);
 zck_status zck__pread_all(int fd, void *data, size_t n, uint64_t off, const char *name);
 zck_status zck__fsync_path(const char *path, bool is_dir);
+/* True when the writer (pid) of a temporary entry whose inode changed last at `changed`
+ * is gone: not running, or running but started after that (its pid was reused). */
+bool zck__writer_gone(long pid, time_t changed);
 
 /* ---- output directories */
 typedef struct zck__outdir {

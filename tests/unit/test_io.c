@@ -1,5 +1,7 @@
 /* test_io.c: bounds-checked sources, atomic outputs, fault injection. */
 #include "test.h"
+#include <signal.h>
+#include <time.h>
 #include "io.h"
 
 #include <errno.h>
@@ -88,6 +90,16 @@ int main(void) {
   ZT_ASSERT(exists(mine));
   zck__outdir_abort(&d);
   free(fresh);
+  /* pid reuse: a running process that started after the entry last changed is not its
+   * writer; one that started before may be */
+  ZT_ASSERT(zck__writer_gone((long)child, time(NULL)));           /* exited */
+  pid_t sleeper = fork();
+  if (sleeper == 0) { sleep(30); _exit(0); }
+  ZT_ASSERT(zck__writer_gone((long)sleeper, time(NULL) - 100));    /* started after: reused */
+  ZT_ASSERT(!zck__writer_gone((long)sleeper, time(NULL) + 100));   /* started before: live */
+  ZT_ASSERT(!zck__writer_gone(1, time(NULL)));                    /* init, since boot */
+  kill(sleeper, SIGKILL);
+  waitpid(sleeper, &wst, 0);
   free(f1); free(od); free(path); free(dir);
   return 0;
 }
