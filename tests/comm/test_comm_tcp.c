@@ -7,12 +7,16 @@
  *                             torchrun environment variables)
  *   test_comm_tcp --env       one rank of a world launched by someone else (mpirun), options
  *                             from the environment; computes the local results itself
- *   test_comm_tcp --free-port prints a free port (for the mpirun script)
+ *   test_comm_tcp --mpirun    runs `mpirun -np 3 test_comm_tcp --env` (mpirun_test.sh) with
+ *                             a port that this process holds bound until mpirun is done, so
+ *                             no other process can take it before rank 0 listens
  */
 #include "comm_proc.h"
 #include "comm_suite.h"
 #include "test.h"
 
+#include <errno.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Runs every case on this rank's handle and compares with expected[i] (NULL: computes
@@ -146,11 +150,33 @@ static int run_env(void) {
   return v ? 1 : 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--free-port")) {
-    printf("%d\n", cp_free_port());
-    return 0;
+/* mpirun -np 3 SELF --env, with MASTER_PORT a port held by this process (cp_free_port)
+ * until mpirun exits: a port printed by one process and used by the next could be taken
+ * in between (another test's ephemeral port), and rank 0 would fail with "port in use". */
+static int run_mpirun(const char *self) {
+  char port[48];
+  snprintf(port, sizeof port, "MASTER_PORT=%d", cp_free_port());
+  char *argv[] = {"timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x",
+                  "MASTER_ADDR=127.0.0.1", "-x", port, "-x", "ZCK_COMM_TIMEOUT_S=60", (char *)self, "--env", NULL};
+  fflush(NULL);
+  pid_t pid = fork();
+  ZT_ASSERT(pid >= 0);
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run timeout/mpirun: %s\n", strerror(errno));
+    _exit(127);
   }
+  int st;
+  while (waitpid(pid, &st, 0) < 0) ZT_ASSERT(errno == EINTR);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+    fprintf(stderr, "mpirun %s (124: still running after 120 s)\n", WIFEXITED(st) ? "failed" : "was killed");
+    return 1;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--mpirun")) return run_mpirun(argv[0]);
   if (argc > 1 && !strcmp(argv[1], "--env")) return run_env();
   for (int W = 1; W <= 5; W++) run_world(W);
   return 0;
