@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "deepspeed/ds_internal.h"
+#include "deepspeed/deepspeed.h"
 #include "plan.h"
 #include "to_universal.h"
 #include "universal/universal.h"
@@ -334,7 +334,7 @@ static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size
 /* DeepSpeed 0.19.8 (stage 1/2): every `module` entry still without zero/<name>/fp32.pt
  * gets {'param': tensor.float()}: frozen params, tied aliases, buffers. */
 static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
-  const zck_torch_file *mf = j->ck->model0;
+  const zck_torch_file *mf = zck_ds_rank0_model(j->ck);
   const zck_pk *module = zck_pk_dict_get(zck_torch_root(mf), "module");
   if (!module || module->kind != ZCK_PK_DICT) return ZCK_OK;
   for (size_t i = 0; i < module->u.dict.len; i++) {
@@ -379,7 +379,7 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
 
 /* base_optimizer_state['state'][g]['step'] of rank 0, per flat group. */
 static zck_status zck__uvj_steps(zck__uvj *j) {
-  const zck_torch_file *of = j->ck->optim0;
+  const zck_torch_file *of = zck_ds_rank0_optim(j->ck);
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
   const zck_pk *bos = zck_pk_dict_get(osd, "base_optimizer_state");
   if (bos && bos->kind == ZCK_PK_LIST)
@@ -400,9 +400,7 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
       if (t->numel != 1 || t->dtype != ZCK_F32)
         return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: state[%lld]['step'] is a %s tensor of %llu elements", zck_torch_name(of),
                          (long long)gi, zck_dtype_name(t->dtype), (unsigned long long)t->numel);
-      /* read through the reader's own source of rank 0's file: optim0 was opened over a
-       * copy of it that the reader has since moved */
-      ZCK_TRY(zck__source_read(&j->ck->optims[0].src, b, 4, zck_torch_tensor_file_offset(of, t)));
+      ZCK_TRY(zck__source_read(zck_torch_source(of), b, 4, zck_torch_tensor_file_offset(of, t)));
       uint32_t u = zck__le32(b);
       memcpy(&f, &u, 4);
       v = f;
@@ -471,8 +469,8 @@ static zck_status zck__uvj_opt_finish(zck__uvj_opt *os) {
 }
 
 static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_exec_job *job) {
-  const zck_torch_file *of = j->ck->optim0;
-  const zck__source *data = &j->ck->optims[0].src;   /* see zck__uvj_steps */
+  const zck_torch_file *of = zck_ds_rank0_optim(j->ck);
+  const zck__source *data = zck_torch_source(of);
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
   if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
   ZCK_TRY(zck_uv_writer_torch(j->w, "zero/optimizer_state.pt", &os->tw));
@@ -549,9 +547,7 @@ static void zck__uvj_models_free(zck__uvj_models *mf) {
 }
 
 static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exec_job *job) {
-  const zck__ds_fileset *fs = &j->ck->fs;
-  size_t n = j->info->stage == 3 ? fs->n_z3_models : 1;
-  const zck__ds_rankfile *files = j->info->stage == 3 ? fs->z3_models : &fs->model;
+  size_t n = zck_ds_model_file_count(j->ck);
   mf->n = n;
   mf->srcs = zck__calloc(n, sizeof *mf->srcs);
   mf->open = zck__calloc(n, sizeof *mf->open);
@@ -561,11 +557,12 @@ static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exe
   zck_status st = mf->srcs && mf->open && mf->s && mf->d && ext ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t ne = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
-    st = zck__source_open(&mf->srcs[i], files[i].path);
+    zck_ds_file f = zck_ds_model_file(j->ck, i);
+    st = zck__source_open(&mf->srcs[i], f.path);
     if (st != ZCK_OK) break;
     mf->open[i] = true;
-    mf->s[i] = zck_store_source(&mf->srcs[i], 0, ZCK_U8, mf->srcs[i].size, files[i].path);
-    st = zck_uv_writer_raw(j->w, files[i].name, mf->srcs[i].size, &mf->d[i]);
+    mf->s[i] = zck_store_source(&mf->srcs[i], 0, ZCK_U8, mf->srcs[i].size, f.path);
+    st = zck_uv_writer_raw(j->w, f.name, mf->srcs[i].size, &mf->d[i]);
     if (st == ZCK_OK && mf->srcs[i].size) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, mf->srcs[i].size};
     mf->bytes += mf->srcs[i].size;
   }
@@ -606,7 +603,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   zck__uvj_opt os = {0};
   zck__uvj_models mf = {0};
   zck_exec_job extra[2];
-  size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * (j.info->stage == 3 ? j.ck->fs.n_z3_models : 1);
+  size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * zck_ds_model_file_count(ck);
   bool ride = per > 16 + extra_fds && j.n;
   if (ride) per -= extra_fds;
   for (int step = 0; step < 3 && st == ZCK_OK; step++) {

@@ -162,6 +162,23 @@ const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c);  /* model file lr_sched
 const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c);   /* optimizer file loss_scaler */
 const zck_pk *zck_ds_client_state(const zck_ds_ckpt *c);  /* the model file's root dict */
 
+/* The source's files, for jobs that carry some of them over unparsed or re-pickle rank 0's
+ * objects (to-universal). Everything stays valid (and open) until zck_ds_close. */
+typedef struct zck_ds_file {
+  const char *name;                /* file name inside the tag folder */
+  const char *path;                /* <dir>/<name> */
+  uint64_t size;                   /* bytes, when the folder was scanned */
+} zck_ds_file;
+
+/* The model-states files: 1 (stage 1/2: mp_rank_00_model_states.pt) or W (stage 3:
+ * zero_pp_rank_<r>_mp_rank_00_model_states.pt, by rank). i < zck_ds_model_file_count. */
+size_t zck_ds_model_file_count(const zck_ds_ckpt *c);
+zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
+/* Rank 0's model-states and optimizer files as torch files: their pickles, and their
+ * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
+const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
+const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c);
+
 /* ---- writer */
 
 typedef struct zck_ds_writer zck_ds_writer;

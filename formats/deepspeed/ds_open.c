@@ -221,3 +221,16 @@ const zck_pk *zck_ds_ds_config(const zck_ds_ckpt *c) { return c->ds_config; }
 const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c) { return c->lr_scheduler; }
 const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c) { return c->loss_scaler; }
 const zck_pk *zck_ds_client_state(const zck_ds_ckpt *c) { return c->model0 ? zck_torch_root(c->model0) : NULL; }
+
+size_t zck_ds_model_file_count(const zck_ds_ckpt *c) { return c->n_models; }
+
+zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i) {
+  ZCK_ASSERT(i < c->n_models);
+  const zck__ds_rankfile *f = c->models[i].file;
+  return (zck_ds_file){f->name, f->path, f->size};
+}
+
+/* Their sources are c->models[0].src and c->optims[0].src: arrays that never move after
+ * open (see read_optims), so zck_torch_source() of these files stays valid. */
+const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c) { return c->model0; }
+const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c) { return c->optim0; }
