@@ -1,12 +1,14 @@
 /* ds_write.c: zck_ds_writer: the geometry of the target checkpoint (ZeRO layout of the
  * trainable params, lp / frozen / buffer layouts), the files under a temporary tag folder,
  * the write-callback stores, and the commit (entry CRCs, files, tag folder rename, then
- * `latest`, each atomic). The pickled trees are built in ds_write_tree.c. */
+ * `latest`, each atomic). A rank-only writer (zck__ds_writer_create_rank) builds one rank's
+ * files straight into an existing tag folder. The pickled trees are built in ds_write_tree.c. */
 #include "ds_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- target stores */
 
@@ -190,7 +192,15 @@ static zck_status check_opts(const zck_model *m, const zck_ds_write_opts *o, zck
   return ZCK_OK;
 }
 
-zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o, zck_ds_writer **out) {
+/* Model file r is built: all of them, or (rank-only) rank `only`'s: its stage-3 file, or
+ * for rank 0 the one stage-1/2 file. */
+static bool builds_model(const zck_ds_writer *w, uint32_t r) {
+  return !w->rank_only || (w->stage == 3 ? r == w->only : w->only == 0);
+}
+static bool builds_optim(const zck_ds_writer *w, uint32_t r) { return !w->rank_only || r == w->only; }
+
+static zck_status create(const char *root, const zck_model *m, const zck_ds_write_opts *o, bool rank_only,
+                         uint32_t rank, zck_ds_writer **out) {
   ZCK_ASSERT(root && m && o && out);
   *out = NULL;
   zck_dtype lp = o->lp_dtype;
@@ -219,13 +229,33 @@ zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_
   w->n_models = w->stage == 3 ? w->w : 1;
   zck_status s = ZCK_OK;
   if (!w->root || !w->tag || !w->ds_version) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+  w->rank_only = rank_only;
+  w->only = rank;
+  if (rank_only) {
+    if (rank >= w->w) {
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "rank %u: the world size is %u", rank, w->w);
+      goto fail;
+    }
+    w->o.save_latest = false;
+  }
   ZCK_CHECK_GOTO(build_geometry(w), s, fail);
-  {
+  if (rank_only) {
+    /* the caller's tag folder: each file lands there on its own commit */
+    struct stat sb;
+    if (!(w->fdir = zck__path_join(root, w->tag))) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+    if (stat(w->fdir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      s = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no such folder (a rank-only writer fills an existing tag folder)", w->fdir);
+      goto fail;
+    }
+    w->shown = w->fdir;
+  } else {
     char *final = zck__path_join(root, w->tag);
     if (!final) { s = ZCK_ERR_NO_MEMORY; goto fail; }
     s = zck__outdir_create(&w->dir, final, o->overwrite);
     free(final);
     if (s != ZCK_OK) goto fail;
+    if (!(w->fdir = zck__strdup(w->dir.tmp_path))) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+    w->shown = w->dir.path;
   }
   w->model_w = zck__calloc(w->n_models, sizeof *w->model_w);
   w->model_root = zck__calloc(w->n_models, sizeof *w->model_root);
@@ -242,13 +272,25 @@ zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_
     s = ZCK_ERR_NO_MEMORY;
     goto fail;
   }
-  for (uint32_t r = 0; r < w->n_models; r++) ZCK_CHECK_GOTO(zck__ds_build_model_file(w, r), s, fail);
-  for (uint32_t r = 0; r < w->w; r++) ZCK_CHECK_GOTO(zck__ds_build_optim_file(w, r), s, fail);
+  /* other ranks' stores stay unbound in a rank-only writer (zeroed: ZCK_STORE_UNBOUND) */
+  for (uint32_t r = 0; r < w->n_models; r++)
+    if (builds_model(w, r)) ZCK_CHECK_GOTO(zck__ds_build_model_file(w, r), s, fail);
+  for (uint32_t r = 0; r < w->w; r++)
+    if (builds_optim(w, r)) ZCK_CHECK_GOTO(zck__ds_build_optim_file(w, r), s, fail);
   *out = w;
   return ZCK_OK;
 fail:
   zck_ds_writer_free(w);
   return s;
+}
+
+zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o, zck_ds_writer **out) {
+  return create(root, m, o, false, 0, out);
+}
+
+zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
+                                      zck_ds_writer **out) {
+  return create(root, m, o, true, rank, out);
 }
 
 zck_status zck_ds_writer_get(const zck_ds_writer *w, zck_ds_part part, zck_ds_view *out) {
@@ -282,18 +324,20 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
     zck_torch_writer_set_crc(w->ws[i]->tw, w->ws[i]->storage, crc);
   }
   for (uint32_t r = 0; r < w->n_models; r++) {
+    if (!w->model_w[r]) continue; /* rank-only: another rank's file */
     zck_status s = zck_torch_writer_finish(w->model_w[r], w->model_root[r]);
     zck_torch_writer_free(w->model_w[r]);
     w->model_w[r] = NULL;
     ZCK_TRY(s);
   }
   for (uint32_t r = 0; r < w->w; r++) {
+    if (!w->optim_w[r]) continue;
     zck_status s = zck_torch_writer_finish(w->optim_w[r], w->optim_root[r]);
     zck_torch_writer_free(w->optim_w[r]);
     w->optim_w[r] = NULL;
     ZCK_TRY(s);
   }
-  ZCK_TRY(zck__outdir_commit(&w->dir));
+  if (!w->rank_only) ZCK_TRY(zck__outdir_commit(&w->dir));
   w->committed = true;
   if (!w->o.save_latest) return ZCK_OK;
   /* `latest` last: a reader that sees it finds the whole tag folder */
@@ -317,7 +361,9 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   free(w->optim_w);
   free(w->model_root);
   free(w->optim_root);
-  zck__outdir_abort(&w->dir);  /* after a commit: only frees the names (the tree was renamed) */
+  zck__outdir_abort(&w->dir);  /* after a commit: only frees the names (the tree was renamed);
+                                  rank-only: zeroed (the unfinished files went with their writers) */
+  free(w->fdir);
   for (size_t i = 0; i < w->n_ws; i++) {
     pthread_mutex_destroy(&w->ws[i]->mu);
     free(w->ws[i]->ranges);

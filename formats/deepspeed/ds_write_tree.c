@@ -167,7 +167,7 @@ static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck_dtype d
 zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   const zck_model *m = w->m;
   char *fname = zck__ds_model_name(w->stage, r);
-  char *path = fname ? zck__outdir_file(&w->dir, fname) : NULL;
+  char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
   zck_status s = ZCK_OK;
   size_t *stor = zck__calloc(m->n_params + 1, sizeof *stor);
   if (!path || !stor) { s = ZCK_ERR_NO_MEMORY; goto out; }
@@ -194,7 +194,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       const zck_param *src = &m->params[pp->tied_to];
       if (!(t = zck_torch_writer_tensor(tw, stor[pp->tied_to], src->ndim, src->shape, NULL, 0, 0))) goto nomem;
     } else {
-      snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->dir.path, fname, pp->name);
+      snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, pp->name);
       ZCK_CHECK_GOTO(new_tensor(w, tw, w->lp, pp->ndim, pp->shape, pp->numel, 0, label, &w->stores[ZCK_DS_LP][lpi],
                                 &stor[p], &t), s, out);
       lpi++;
@@ -204,7 +204,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   for (size_t b = 0; b < m->n_buffers; b++) {
     const zck_buffer *bf = &m->buffers[b];
     zck_pk *t;
-    snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->dir.path, fname, bf->name);
+    snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, bf->name);
     ZCK_CHECK_GOTO(new_tensor(w, tw, bf->dtype, bf->ndim, bf->shape, bf->numel, 0, label,
                               &w->buffer_stores[(size_t)r * m->n_buffers + b], NULL, &t), s, out);
     if (!put(d, module, bf->name, t)) goto nomem;
@@ -242,7 +242,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       } else {              /* this rank's ds_tensor: ceil(n/W) elements, padding included */
         int64_t pn = (int64_t)zck_zero3_partition(pp->numel, w->w);
         uint32_t id = zck_layout_store_id(w->frozen_layout, (uint32_t)i, r);
-        snprintf(label, sizeof label, "%s/%s: frozen_param_fragments['%.900s']", w->dir.path, fname, pp->name);
+        snprintf(label, sizeof label, "%s/%s: frozen_param_fragments['%.900s']", w->shown, fname, pp->name);
         ZCK_CHECK_GOTO(new_tensor(w, tw, w->lp, 1, &pn, (uint64_t)pn, 0, label, &w->stores[ZCK_DS_FROZEN][id], NULL, &t),
                        s, out);
       }
@@ -333,9 +333,9 @@ static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck_pk_doc
   }
   char label[600];
   const char *key = w->stage == 3 ? "optimizer_state_dict" : "base_optimizer_state";
-  snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg']", w->dir.path, fname, key, g);
+  snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg']", w->shown, fname, key, g);
   ZCK_TRY(new_tensor(w, tw, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG][id], NULL, &ea));
-  snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg_sq']", w->dir.path, fname, key, g);
+  snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg_sq']", w->shown, fname, key, g);
   ZCK_TRY(new_tensor(w, tw, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG_SQ][id], NULL, &eas));
   if (!put(d, sd, "step", step) || !put(d, sd, "exp_avg", ea) || !put(d, sd, "exp_avg_sq", eas)) return ZCK_ERR_NO_MEMORY;
   *out = sd;
@@ -361,7 +361,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   const zck_model *m = w->m;
   zck__ds_prefix prefix = w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE;
   char *fname = zck__ds_optim_name(prefix, r);
-  char *path = fname ? zck__outdir_file(&w->dir, fname) : NULL;
+  char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
   zck_status s = ZCK_OK;
   if (!path) { s = ZCK_ERR_NO_MEMORY; goto out; }
   ZCK_CHECK_GOTO(zck_torch_writer_create(path, &w->optim_w[r]), s, out);
@@ -377,7 +377,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
     uint32_t id = zck_layout_store_id(w->train, (uint32_t)g, r);
     int64_t n = (int64_t)w->train->stores[id].lean;   /* stage 1/2: padding removed; stage 3: L_s */
     zck_pk *t;
-    snprintf(label, sizeof label, "%s/%s: %s[%zu]", w->dir.path, fname, fkey, g);
+    snprintf(label, sizeof label, "%s/%s: %s[%zu]", w->shown, fname, fkey, g);
     ZCK_CHECK_GOTO(new_tensor(w, tw, ZCK_F32, 1, &n, (uint64_t)n, w->stage <= 2, label, &w->stores[ZCK_DS_FP32][id], NULL,
                               &t), s, out);
     if (!zck_pk_append(d, flats, t)) goto nomem;

@@ -34,7 +34,12 @@ struct zck_ds_writer {
   uint32_t w;
   int stage;
   uint64_t sub_group_size;
-  zck__outdir dir;
+  zck__outdir dir;                  /* full writer: the temporary tag folder */
+  char *fdir;                       /* where the files are created: dir.tmp_path, or
+                                       (rank-only) <root>/<tag> itself */
+  const char *shown;                /* the tag folder in messages: dir.path or fdir */
+  bool rank_only;                   /* builds rank `only`'s files alone */
+  uint32_t only;
   bool committed;
   /* geometry */
   zck_layout *train, *lp_layout, *frozen_layout, *buffer_layout;
@@ -59,6 +64,17 @@ struct zck_ds_writer {
   size_t n_stores[ZCK_DS_PART_COUNT];
   zck_store *buffer_stores;         /* [n_models * n_buffers] */
 };
+
+/* A writer of one rank's files alone, for checkpoints where each process writes its own:
+ * rank r's optimizer states, its stage-3 model states and, for r = 0, the stage-1/2 model
+ * states; each byte for byte what zck_ds_writer_create writes for it. The files are
+ * created straight in <root>/<tag>, which must exist (no temporary tag folder; no
+ * `latest`: o->save_latest and o->overwrite are ignored); the commit finishes each (temp
+ * file, fsync, rename). Parts and buffers keep the whole checkpoint's layouts; the stores
+ * of other ranks' files are left unbound, so a plan that writes one fails with an error
+ * (restrict the source to rank r: zck_layout_restrict_rank). Not for zck_ds_copy. */
+zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
+                                      zck_ds_writer **out);
 
 /* ds_write_tree.c: builds the model-states and optimizer-states trees of rank r,
  * reserving storages and registering target stores. */

@@ -11,6 +11,7 @@
 #include "ckpt_internal.h"
 
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/ds_writer.h" /* zck__ds_writer_create_rank */
 #include "dsconfig.h"
 #include "exec.h"
 #include "hf.h"
@@ -407,7 +408,9 @@ zck_status ze__ckpt_write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const
     goto out;
   }
   for (size_t p = 0; p < m->n_params; p++) names[p] = m->params[p].name;
-  ZCK_CHECK_GOTO(zck_ds_writer_create(root, m, &o, &w), s, out);
+  /* per rank: a writer of this rank's files alone, straight into root/<tag> (rank 0 made it) */
+  if (only) ZCK_CHECK_GOTO(zck__ds_writer_create_rank(root, m, &o, only->rank, &w), s, out);
+  else ZCK_CHECK_GOTO(zck_ds_writer_create(root, m, &o, &w), s, out);
   ZCK_CHECK_GOTO(rank_stores(t, only, 0, &fp32), s, out);
   ZCK_CHECK_GOTO(rank_stores(t, only, 1, &m1), s, out);
   ZCK_CHECK_GOTO(rank_stores(t, only, 2, &m2), s, out);

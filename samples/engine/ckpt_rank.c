@@ -1,22 +1,20 @@
 /* ckpt_rank.c: checkpoints written and read rank by rank, as one process per rank needs
  * (ckpt.h: per_rank). The bytes are those of the thread path (ckpt.c): the same writer
- * builds every file, only who fills which file changes.
+ * lays out the checkpoint, but each rank builds and fills only its own files.
  *
  * Save of step N, in three phases separated by agreements (launch.h: ze_agree), so a
  * failure anywhere stops every rank at the same point and nothing is committed:
  *  1. rank 0: the temporary checkpoint folder (zck__outdir: ".checkpoint-N.zck-tmp-PID"),
  *     its global_stepN/, and for a stage-3 16-bit save model.safetensors with its header at
  *     full size; the folder's name goes to every rank.
- *  2. every rank: its own DeepSpeed files, built by a writer of the whole checkpoint in a
- *     private folder (".rank-R/") with only this rank's parts filled, then moved into
- *     global_stepN/; its byte ranges of model.safetensors (pwrite, fsync).
+ *  2. every rank: its own DeepSpeed files, built by a rank-only writer
+ *     (zck__ds_writer_create_rank) straight into global_stepN/, each committed on its own
+ *     (no other rank's file is created, not even empty); its byte ranges of
+ *     model.safetensors (pwrite, fsync).
  *  3. rank 0: `latest`, the HF files, the manifest last, the rename into place, rotation.
  * A rank killed before phase 3 ends leaves only the temporary folder, which rank 0 removes
  * when it sees the failure, or the next save removes once its writer is dead.
- *
- * The writer reserves every rank's files in the private folder; the ones a rank does not
- * fill stay sparse and are deleted unread. (A writer option that builds one rank's files
- * alone would save those inodes.) */
+ */
 #include "ckpt_internal.h"
 
 #include "deepspeed/deepspeed.h"
@@ -25,7 +23,6 @@
 #include "safetensors/safetensors.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -40,17 +37,6 @@ static bool is_keeper(const ze_ckpt_tracker *t, const ze_zero_rank *zr) { return
 
 static bool g16_wanted(const ze_ckpt_tracker *t) {
   return t->plan->o.stage == 3 && (t->gather16 || t->a->save_only_model);
-}
-
-/* The rank whose file `name` of a tag folder is: zero_pp_rank_R_... is rank R's (optimizer
- * states, stage-3 model states, with or without a bf16_/fp16_ prefix); the rest (the
- * stage-1/2 mp_rank_00_model_states.pt) is rank 0's. */
-static long file_owner(const char *name) {
-  const char *p = strstr(name, "zero_pp_rank_");
-  if (!p) return 0;
-  char *end;
-  long r = strtol(p + strlen("zero_pp_rank_"), &end, 10);
-  return end != p + strlen("zero_pp_rank_") && *end == '_' ? r : -1;
 }
 
 // ---- phase 1 (rank 0)
@@ -97,38 +83,6 @@ static zck_status prepare(ze_ckpt_tracker *t, zck__outdir *od, const char *final
 
 // ---- phase 2 (every rank)
 
-static zck_status move_own_files(const char *from, const char *to, uint32_t rank) {
-  DIR *d = opendir(from);
-  if (!d) return zck__fail_errno(errno, "%s: cannot open directory", from);
-  zck_status s = ZCK_OK;
-  for (struct dirent *e; s == ZCK_OK && (e = readdir(d));) {
-    if (e->d_name[0] == '.' || file_owner(e->d_name) != (long)rank) continue;
-    char *src = zck__path_join(from, e->d_name), *dst = zck__path_join(to, e->d_name);
-    if (!src || !dst) s = ZCK_ERR_NO_MEMORY;
-    else if (rename(src, dst) != 0) s = zck__fail_errno(errno, "%s: cannot move into %s", src, to);
-    free(src);
-    free(dst);
-  }
-  closedir(d);
-  return s;
-}
-
-static zck_status write_own_ds_files(ze_ckpt_tracker *t, ze_zero_rank *zr, const char *dir, int64_t step) {
-  char tag[64], own[32];
-  snprintf(tag, sizeof tag, "global_step%lld", (long long)step);
-  snprintf(own, sizeof own, ".rank-%u", zr->rank);
-  char *priv = zck__path_join(dir, own), *priv_tag = priv ? zck__path_join(priv, tag) : NULL,
-       *tag_dir = zck__path_join(dir, tag);
-  zck_status s = priv && priv_tag && tag_dir ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  if (s == ZCK_OK) s = ze__ckpt_write_deepspeed(t, zr, priv, step, zr);
-  if (s == ZCK_OK) s = move_own_files(priv_tag, tag_dir, zr->rank);
-  if (priv) zck__remove_tree(priv);
-  free(priv);
-  free(priv_tag);
-  free(tag_dir);
-  return s;
-}
-
 static zck_status g16_fill_own(const ze_ckpt_tracker *t, ze_zero_rank *zr, const char *dir) {
   char *path = zck__path_join(dir, "model.safetensors");
   if (!path) return ZCK_ERR_NO_MEMORY;
@@ -169,7 +123,7 @@ zck_status ze__ckpt_save_per_rank(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t 
   dir[sizeof dir - 1] = 0;
   bool stopped = s != ZCK_OK;
   if (!stopped) {
-    if (!a->save_only_model) s = write_own_ds_files(t, zr, dir, step);
+    if (!a->save_only_model) s = ze__ckpt_write_deepspeed(t, zr, dir, step, zr);
     if (s == ZCK_OK && g16_wanted(t)) s = g16_fill_own(t, zr, dir);
     if (s == ZCK_OK) ze_test_kill_point(c, step, true);
     s = ze_agree(c, s);
