@@ -2,23 +2,41 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 
 int zck_cli_error(const char *fmt, ...) {
   va_list ap;
-  fputs("zckpt: error: ", stderr);
+  char buf[4096];
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  /* one line, whatever the message holds (libraries' own messages, e.g. libhdf5's, can
+   * carry newlines): scripts read the first line of stderr */
+  size_t n = 0;
+  for (char *p = buf; *p; p++) {
+    if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
+    if (*p == ' ' && n && buf[n - 1] == ' ') continue;
+    buf[n++] = *p;
+  }
+  while (n && buf[n - 1] == ' ') n--;
+  buf[n] = 0;
+  fprintf(stderr, "zckpt: error: %s\n", buf);
   return ZCK_EXIT_ERROR;
 }
 
@@ -36,6 +54,291 @@ int zck_cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, " (see 'zckpt%s%s --help')\n", cmd ? " " : "", cmd ? cmd : "");
   return ZCK_EXIT_USAGE;
+}
+
+int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv) {
+  const char *arg = (optind >= 1 && optind - 1 < argc) ? argv[optind - 1] : "";
+  bool is_long = arg[0] == '-' && arg[1] == '-';
+  if (c == ':') {
+    if (is_long) return zck_cli_usage_error(cmd, "option '%s' needs a value", arg);
+    return zck_cli_usage_error(cmd, "option '-%c' needs a value", optopt);
+  }
+  if (!is_long && optopt > 0 && optopt < 128 && isprint(optopt)) return zck_cli_usage_error(cmd, "unknown option '-%c'", optopt);
+  return zck_cli_usage_error(cmd, "unknown option '%s'", arg);
+}
+
+/* realpath(dir/name), or NULL. */
+static char *zck__cli_real_join(const char *dir, const char *name) {
+  char path[PATH_MAX];
+  if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return NULL;
+  return realpath(path, NULL);
+}
+
+/* The tag a DeepSpeed root's `latest` names (first line, trimmed), or NULL. */
+static char *zck__cli_latest_tag(const char *dir, const char *file) {
+  char path[PATH_MAX], line[256];
+  if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) return NULL;
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char *got = fgets(line, sizeof line, f);
+  fclose(f);
+  if (!got) return NULL;
+  char *b = line, *e = line + strlen(line);
+  while (*b && isspace((unsigned char)*b)) b++;
+  while (e > b && isspace((unsigned char)e[-1])) e--;
+  *e = 0;
+  return *b && !strchr(b, '/') && strcmp(b, "..") && strcmp(b, ".") ? strdup(b) : NULL;
+}
+
+/* a is b or a folder above it */
+static bool zck__cli_holds(const char *a, const char *b) {
+  size_t n = strlen(a);
+  if (strncmp(a, b, n)) return false;
+  return b[n] == 0 || b[n] == '/' || (n == 1 && a[0] == '/');
+}
+
+int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag) {
+  char *rout = realpath(out, NULL);
+  if (!rout) return ZCK_EXIT_OK; /* OUT does not exist yet: nothing of IN can be in it */
+  char *rin = realpath(in, NULL);
+  int rc = ZCK_EXIT_OK;
+  struct stat so, si;
+  if (rin && stat(rout, &so) == 0 && stat(rin, &si) == 0) {
+    if (S_ISREG(so.st_mode) && S_ISREG(si.st_mode)) {
+      /* a file replaced by its own conversion: the new one is renamed over it */
+    } else if (zck__cli_holds(rout, rin)) {
+      rc = zck_cli_error("%s: is the input %s or a folder holding it; replacing it would delete the input "
+                         "(write the output elsewhere)", out, in);
+    } else if (S_ISDIR(si.st_mode)) {
+      char *names[3] = {tag ? strdup(tag) : NULL, tag ? NULL : zck__cli_latest_tag(rin, "latest"),
+                        tag ? NULL : zck__cli_latest_tag(rin, "latest_universal")};
+      for (int i = 0; i < 3; i++) {
+        char *rtag = names[i] ? zck__cli_real_join(rin, names[i]) : NULL;
+        if (rc == ZCK_EXIT_OK && rtag && zck__cli_holds(rout, rtag))
+          rc = zck_cli_error("%s: is the tag folder %s of the input %s; replacing it would delete the input "
+                             "(write the output elsewhere)", out, names[i], in);
+        free(rtag);
+        free(names[i]);
+      }
+    }
+  }
+  free(rin);
+  free(rout);
+  return rc;
+}
+
+/* ---- interruption */
+
+enum { ZCK__CLI_MAX_DIRS = 4 };
+static pthread_mutex_t zck__cli_sig_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *zck__cli_out;
+static char *zck__cli_dirs[ZCK__CLI_MAX_DIRS];
+static sigset_t zck__cli_sigs;
+
+static char *zck__cli_parent(const char *path) {
+  char *copy = strdup(path);
+  if (!copy) return NULL;
+  size_t n = strlen(copy);
+  while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
+  char *res = strdup(dirname(copy));
+  free(copy);
+  return res;
+}
+
+void zck_cli_add_cleanup_dir(const char *dir) {
+  pthread_mutex_lock(&zck__cli_sig_lock);
+  for (int i = 0; i < ZCK__CLI_MAX_DIRS; i++) {
+    if (zck__cli_dirs[i] && !strcmp(zck__cli_dirs[i], dir)) break;
+    if (!zck__cli_dirs[i]) { zck__cli_dirs[i] = strdup(dir); break; }
+  }
+  pthread_mutex_unlock(&zck__cli_sig_lock);
+}
+
+void zck_cli_set_output(const char *out) {
+  char *parent = zck__cli_parent(out);
+  pthread_mutex_lock(&zck__cli_sig_lock);
+  free(zck__cli_out);
+  zck__cli_out = strdup(out);
+  pthread_mutex_unlock(&zck__cli_sig_lock);
+  if (parent) zck_cli_add_cleanup_dir(parent);
+  free(parent);
+}
+
+/* After the signal, every other thread is frozen (it could hold malloc's or stdio's lock),
+ * so the cleanup below uses system calls and stack buffers only. */
+struct zck__cli_dirent {
+  uint64_t ino;
+  int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[];
+};
+
+static bool zck__cli_dot(const char *n) { return n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])); }
+
+/* rm -r of dfd/name, never following symlinks. */
+static void zck__cli_rmrf_at(int dfd, const char *name, int depth) {
+  if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT) return;
+  if (depth > 24) return;
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[2048];
+  for (int pass = 0; pass < 8; pass++) {
+    lseek(fd, 0, SEEK_SET);
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+      for (long off = 0; off < n;) {
+        struct zck__cli_dirent *e = (struct zck__cli_dirent *)(buf + off);
+        off += e->reclen;
+        if (!zck__cli_dot(e->name)) zck__cli_rmrf_at(fd, e->name, depth + 1);
+      }
+    }
+    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno != ENOTEMPTY) break;
+  }
+  close(fd);
+}
+
+static bool zck__cli_ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* Removes ".NAME.zck-tmp-<pid>" entries of this process from dir; an earlier output that a
+ * replacing commit moved aside (".NAME.zck-tmp-<pid>.zck-old-<pid>") goes back to NAME if
+ * NAME is gone, else (the commit finished) is removed as the commit would have. */
+static void zck__cli_clean_dir(const char *dir) {
+  char tmp_suffix[64], old_suffix[96];
+  long pid = (long)getpid();
+  snprintf(tmp_suffix, sizeof tmp_suffix, ".zck-tmp-%ld", pid);
+  snprintf(old_suffix, sizeof old_suffix, ".zck-tmp-%ld.zck-old-%ld", pid, pid);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[4096];
+  for (int pass = 0; pass < 4; pass++) {
+    bool found = false;
+    lseek(fd, 0, SEEK_SET);
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+      for (long off = 0; off < n;) {
+        struct zck__cli_dirent *e = (struct zck__cli_dirent *)(buf + off);
+        off += e->reclen;
+        const char *name = e->name;
+        if (name[0] != '.') continue;
+        if (zck__cli_ends_with(name, old_suffix)) {
+          char final[NAME_MAX + 1];
+          size_t len = strlen(name) - strlen(old_suffix) - 1;
+          if (len > 0 && len <= NAME_MAX) {
+            memcpy(final, name + 1, len);
+            final[len] = 0;
+            struct stat st;
+            if (fstatat(fd, final, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT &&
+                renameat(fd, name, fd, final) == 0)
+              continue;
+          }
+          zck__cli_rmrf_at(fd, name, 0);
+          found = true;
+        } else if (zck__cli_ends_with(name, tmp_suffix)) {
+          zck__cli_rmrf_at(fd, name, 0);
+          found = true;
+        }
+      }
+    }
+    if (!found) break;
+  }
+  close(fd);
+}
+
+static volatile sig_atomic_t zck__cli_frozen;
+
+static void zck__cli_freeze(int sig) {
+  (void)sig;
+  __atomic_add_fetch(&zck__cli_frozen, 1, __ATOMIC_SEQ_CST);
+  for (;;) pause();
+}
+
+/* Stops every other thread of the process where it is (they would go on writing into the
+ * trees being removed, or print their own errors and exit first). */
+static void zck__cli_freeze_others(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = zck__cli_freeze;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, NULL);
+  long self = syscall(SYS_gettid), pid = (long)getpid();
+  enum { MAX = 1024 };
+  long sent[MAX];
+  int nsent = 0;
+  for (int round = 0; round < 8; round++) {
+    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    bool fresh = false;
+    char buf[4096];
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
+      for (long off = 0; off < n;) {
+        struct zck__cli_dirent *e = (struct zck__cli_dirent *)(buf + off);
+        off += e->reclen;
+        if (zck__cli_dot(e->name)) continue;
+        long tid = strtol(e->name, NULL, 10);
+        bool seen = tid == self;
+        for (int i = 0; i < nsent && !seen; i++) seen = sent[i] == tid;
+        if (seen || nsent == MAX) continue;
+        if (syscall(SYS_tgkill, pid, tid, SIGUSR2) == 0) sent[nsent++] = tid, fresh = true;
+      }
+    }
+    close(fd);
+    if (!fresh) break;
+  }
+  /* wait (up to 2 s: a thread in uninterruptible I/O) until they all sit in the handler */
+  for (int i = 0; i < 200 && __atomic_load_n(&zck__cli_frozen, __ATOMIC_SEQ_CST) < nsent; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *zck__cli_signal_main(void *arg) {
+  (void)arg;
+  int sig = 0;
+  if (sigwait(&zck__cli_sigs, &sig) != 0) return NULL;
+  pthread_mutex_lock(&zck__cli_sig_lock); /* registration is done under it: no half entry */
+  zck__cli_freeze_others();
+  for (int i = 0; i < ZCK__CLI_MAX_DIRS; i++)
+    if (zck__cli_dirs[i]) zck__cli_clean_dir(zck__cli_dirs[i]);
+  const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+  char msg[PATH_MAX + 128];
+  int len;
+  if (zck__cli_out)
+    len = snprintf(msg, sizeof msg, "zckpt: error: %s: interrupted by %s; nothing written\n", zck__cli_out, name);
+  else
+    len = snprintf(msg, sizeof msg, "zckpt: error: interrupted by %s\n", name);
+  if (len > 0) {
+    ssize_t w = write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+    (void)w;
+  }
+  _exit(128 + sig);
+  return NULL;
+}
+
+void zck_cli_start_signal_thread(void) {
+  sigemptyset(&zck__cli_sigs);
+  sigaddset(&zck__cli_sigs, SIGINT);
+  sigaddset(&zck__cli_sigs, SIGTERM);
+  sigaddset(&zck__cli_sigs, SIGHUP);
+  /* a signal the caller ignored (nohup, `cmd &` without job control) stays ignored */
+  for (int s = 1; s < NSIG; s++) {
+    if (!sigismember(&zck__cli_sigs, s)) continue;
+    struct sigaction sa;
+    if (sigaction(s, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) sigdelset(&zck__cli_sigs, s);
+  }
+  sigset_t old;
+  if (pthread_sigmask(SIG_BLOCK, &zck__cli_sigs, &old) != 0) return;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  if (pthread_create(&t, &attr, zck__cli_signal_main, NULL) != 0) pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
 }
 
 bool zck_cli_parse_size(const char *s, uint64_t *out) {

@@ -23,6 +23,21 @@ int zck_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int zck_cli_fail(zck_status s);
 /* Prints "zckpt CMD: <msg> (see 'zckpt CMD --help')" and returns ZCK_EXIT_USAGE. */
 int zck_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An option getopt_long rejected: c is what it returned (':' a missing value, with an
+ * optstring starting with ':'; '?' an unknown option). Prints the usage error. */
+int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv);
+/* Refuses an OUT whose replacement would delete the input: IN itself, a folder holding
+ * IN, or the tag folder IN's `latest` (or tag) names. OUT == IN for two regular files is
+ * allowed (the new file is renamed over the old one, atomically). Returns
+ * ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
+int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag);
+/* Interruption (SIGINT, SIGTERM, SIGHUP): main() blocks them in every thread and one
+ * thread waits for them; it then removes this process's temporary entries
+ * (".NAME.zck-tmp-<pid>") from the folders registered here, puts back an earlier output
+ * that a commit had moved aside, prints one line and exits 128+signal. */
+void zck_cli_start_signal_thread(void);
+void zck_cli_set_output(const char *out);     /* the command's OUT (its folder is cleaned) */
+void zck_cli_add_cleanup_dir(const char *dir); /* another folder that may hold our temporaries */
 /* Parses sizes in Hugging Face units: "5GB" = 5*10^9, "10GiB" = 10*2^30, "100MB", "42" bytes. */
 bool zck_cli_parse_size(const char *s, uint64_t *out);
 /* Shared option values. Each returns ZCK_EXIT_OK, or prints the usage error for `cmd` and

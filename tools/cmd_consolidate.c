@@ -39,10 +39,11 @@ int zck_cmd_consolidate(int argc, char **argv) {
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   bool quiet = false;
+  const char *format = NULL;
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     switch (c) {
     case 'T': o.tag = optarg; break;
     case 'd':
@@ -52,6 +53,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
       if ((rc = zck_cli_opt_shard_size("consolidate", optarg, &o.max_shard_size))) return rc;
       break;
     case 'f':
+      format = optarg;
       if (!strcmp(optarg, "safetensors")) { o.safetensors = 1; o.torch_bin = 0; }
       else if (!strcmp(optarg, "pt")) { o.safetensors = 0; o.torch_bin = 1; }
       else if (!strcmp(optarg, "both")) { o.safetensors = 1; o.torch_bin = 1; }
@@ -66,15 +68,26 @@ int zck_cmd_consolidate(int argc, char **argv) {
     case 'F': o.force = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__consolidate_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_usage_error("consolidate", "unknown option '%s'", argv[optind - 1]);
+    default: return zck_cli_bad_option("consolidate", c, argc, argv);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("consolidate", "expected CHECKPOINT and OUT");
+  const char *in = argv[optind], *out = argv[optind + 1];
+  /* an OUT file's name says its format: a --format asking for something else would be ignored */
+  size_t n = strlen(out);
+  bool st_file = n >= 12 && !strcmp(out + n - 12, ".safetensors");
+  bool pt_file = (n >= 3 && !strcmp(out + n - 3, ".pt")) || (n >= 4 && !strcmp(out + n - 4, ".bin")) ||
+                 (n >= 4 && !strcmp(out + n - 4, ".pth"));
+  if (format && ((st_file && o.torch_bin) || (pt_file && o.safetensors)))
+    return zck_cli_usage_error("consolidate", "--format %s does not fit OUT '%s' (one %s file); give a folder as OUT", format,
+                               out, st_file ? "safetensors" : "torch");
+  if ((rc = zck_cli_check_out_not_in(in, out, o.tag))) return rc;
+  zck_cli_set_output(out);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "consolidate", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
-  zck_status s = zck_consolidate(argv[optind], argv[optind + 1], &o);
+  zck_status s = zck_consolidate(in, out, &o);
   zck_cli_progress_finish(&bar);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

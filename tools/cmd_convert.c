@@ -34,7 +34,7 @@ int zck_cmd_convert(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     switch (c) {
     case 'd':
       if ((rc = zck_cli_opt_float_dtype("convert", optarg, &o.dtype))) return rc;
@@ -54,10 +54,12 @@ int zck_cmd_convert(int argc, char **argv) {
     case 'o': o.overwrite = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__convert_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_usage_error("convert", "unknown option '%s'", argv[optind - 1]);
+    default: return zck_cli_bad_option("convert", c, argc, argv);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("convert", "expected IN and OUT");
+  if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], NULL))) return rc;
+  zck_cli_set_output(argv[optind + 1]);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "convert", 0, quiet);
   o.progress = zck_cli_progress_cb;

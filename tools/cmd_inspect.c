@@ -22,11 +22,11 @@ int zck_cmd_inspect(int argc, char **argv) {
   int c;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
     case 'j': o.json = 1; break;
     case 'h': fputs(zck__inspect_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+    default: return zck_cli_bad_option("inspect", c, argc, argv);
     }
   }
   if (argc - optind != 1) return zck_cli_usage_error("inspect", "expected one PATH");

@@ -54,7 +54,7 @@ int zck_cmd_reshard(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     switch (c) {
     case 's':
       if (!zck__parse_u64(optarg, 3, &v)) return zck_cli_usage_error("reshard", "--to-stage must be 1, 2 or 3");
@@ -76,11 +76,13 @@ int zck_cmd_reshard(int argc, char **argv) {
     case 'F': o.force = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__reshard_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_usage_error("reshard", "unknown option '%s'", argv[optind - 1]);
+    default: return zck_cli_bad_option("reshard", c, argc, argv);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
   if (!o.to_stage && !o.to_world_size) return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], o.tag))) return rc;
+  zck_cli_set_output(argv[optind + 1]);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "reshard", 0, quiet);
   o.progress = zck_cli_progress_cb;

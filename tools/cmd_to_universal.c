@@ -46,7 +46,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     switch (c) {
     case 'f':
       if (!strcmp(optarg, "ds")) o.format = ZCK_UNIVERSAL_DS;
@@ -72,10 +72,12 @@ int zck_cmd_to_universal(int argc, char **argv) {
     case 'o': o.overwrite = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__to_universal_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_usage_error("to-universal", "unknown option '%s'", argv[optind - 1]);
+    default: return zck_cli_bad_option("to-universal", c, argc, argv);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("to-universal", "expected CHECKPOINT and OUT");
+  if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], o.tag))) return rc;
+  zck_cli_set_output(argv[optind + 1]);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "to-universal", 0, quiet);
   o.progress = zck_cli_progress_cb;

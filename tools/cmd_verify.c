@@ -50,7 +50,7 @@ int zck_cmd_verify(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     switch (c) {
     case 'j': json = 1; break;
     case 'f': o.force = 1; break;
@@ -62,7 +62,7 @@ int zck_cmd_verify(int argc, char **argv) {
       break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__verify_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_usage_error("verify", "unknown option '%s'", argv[optind - 1]);
+    default: return zck_cli_bad_option("verify", c, argc, argv);
     }
   }
   if (argc - optind != 1) return zck_cli_usage_error("verify", "expected one PATH");
@@ -83,6 +83,7 @@ int zck_cmd_verify(int argc, char **argv) {
     } else if (r->single_file || !r->dir) { /* a file's folder may hold anything else */
       code = zck_cli_error("--write-manifest needs a folder, not a single file");
     } else {
+      zck_cli_add_cleanup_dir(r->dir); /* the manifest's temporary file goes there */
       zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
       mo.threads = o.threads;
       zck_status ws = zck_manifest_write_dir(r->dir, &mo);

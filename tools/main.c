@@ -54,8 +54,11 @@ int main(int argc, char **argv) {
     printf("zckpt %s\n", zck_version());
     return ZCK_EXIT_OK;
   }
-  for (const zck_cli_command *c = zck_commands; c->name; c++)
-    if (!strcmp(c->name, cmd)) return c->run(argc - 1, argv + 1);
+  for (const zck_cli_command *c = zck_commands; c->name; c++) {
+    if (strcmp(c->name, cmd)) continue;
+    zck_cli_start_signal_thread(); /* before the jobs' threads, which inherit the mask */
+    return c->run(argc - 1, argv + 1);
+  }
   if (cmd[0] == '-') return zck_cli_usage_error(NULL, "unknown option '%s'", cmd);
   return zck_cli_usage_error(NULL, "unknown command '%s'", cmd);
 }
