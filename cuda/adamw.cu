@@ -6,6 +6,7 @@
 // (__fsqrt_rn, __fdiv_rn), as glibc's sqrtf and IEEE division are on the CPU. The scalar
 // hyper-parameters are computed on the host in double with the same expressions.
 #include "common.cuh"
+#include "launch.h"
 
 #include <math.h>
 
@@ -62,7 +63,7 @@ extern "C" zck_status zck_cuda_adamw(float *d_param, float *d_grad, float *d_exp
   s.do_clip = a->clip != 1.0;
   s.zero_grad = a->zero_grad != 0;
   s.lp = !a->d_lp_out ? 0 : a->lp_dtype == ZCK_BF16 ? 1 : 2;
-  zck_k_adamw<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(d_param, d_grad, d_exp_avg, d_exp_avg_sq,
+  zck_k_adamw<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(d_param, d_grad, d_exp_avg, d_exp_avg_sq,
                                                                       a->d_lp_out, n, s);
   ZCK_CU_LAUNCHED("adamw");
   return ZCK_OK;

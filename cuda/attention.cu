@@ -3,6 +3,7 @@
 // element is a sequential sum computed by one thread, and nothing uses atomics, so runs
 // are bit-reproducible. Quadratic in T like the CPU code; fine for the engine's sizes.
 #include "common.cuh"
+#include "launch.h"
 
 #define ZCK_ATT_WARPS 4
 
@@ -13,7 +14,7 @@ struct zck__att_dims {
 };
 
 __device__ __forceinline__ size_t zck__qkv(const zck__att_dims &d, int b, int t, int part, int h, int i) {
-  return ((size_t)b * d.T + t) * 3 * d.C + (size_t)part * d.C + (size_t)h * d.hs + i;
+  return zck__qkv_at(d.T, d.C, d.hs, b, t, part, h, i);
 }
 
 // scores + softmax: one warp per (b, h, t) row; lane-strided over t2 so each lane reads
@@ -22,8 +23,9 @@ __global__ void zck_k_att_softmax(float *att, const float *qkv, zck__att_dims d)
   int lane = threadIdx.x & 31;
   size_t row = (size_t)blockIdx.x * ZCK_ATT_WARPS + (threadIdx.x >> 5);
   if (row >= (size_t)d.B * d.H * d.T) return;
-  int t = (int)(row % d.T), h = (int)((row / d.T) % d.H), b = (int)(row / ((size_t)d.T * d.H));
-  float *a = att + row * d.T;
+  int b, h, t;
+  zck__bht(row, d.H, d.T, &b, &h, &t);
+  float *a = att + zck__att_at(d.H, d.T, b, h, t, 0);
   const float *q = qkv + zck__qkv(d, b, t, 0, h, 0);
   float mx = -INFINITY;
   for (int t2 = lane; t2 <= t; t2 += 32) {
@@ -49,9 +51,10 @@ __global__ void zck_k_att_softmax(float *att, const float *qkv, zck__att_dims d)
 __global__ void zck_k_att_out(float *out, const float *att, const float *qkv, zck__att_dims d) {
   size_t n = (size_t)d.B * d.T * d.C;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-    int c = (int)(e % d.C), t = (int)((e / d.C) % d.T), b = (int)(e / ((size_t)d.C * d.T));
+    int b, t, c;
+    zck__btc(e, d.T, d.C, &b, &t, &c);
     int h = c / d.hs, i = c % d.hs;
-    const float *a = att + (((size_t)b * d.H + h) * d.T + t) * d.T;
+    const float *a = att + zck__att_at(d.H, d.T, b, h, t, 0);
     float s = 0.0f;
     for (int t2 = 0; t2 <= t; t2++) s = fmaf(a[t2], qkv[zck__qkv(d, b, t2, 2, h, i)], s);
     out[e] = s;
@@ -65,12 +68,12 @@ extern "C" zck_status zck_cuda_attention_forward(float *out, float *att, const f
   if (!B || !T) return ZCK_OK;
   zck__att_dims d = {B, T, C, H, C / H, 1.0f / sqrtf((float)(C / H))};
   cudaStream_t st = ZCK_CU_STREAM(stream);
-  size_t rows = (size_t)B * H * T;
-  zck_k_att_softmax<<<(unsigned)((rows + ZCK_ATT_WARPS - 1) / ZCK_ATT_WARPS), 32 * ZCK_ATT_WARPS, 0, st>>>(att, qkv,
-                                                                                                         d);
+  unsigned row_blocks = zck__grid_rows((size_t)B * H * T, ZCK_ATT_WARPS);
+  ZCK_FAIL_IF(!row_blocks, ZCK_ERR_INVALID_ARG, "cuda attention: B %d x H %d x T %d rows are too many", B, H, T);
+  zck_k_att_softmax<<<row_blocks, 32 * ZCK_ATT_WARPS, 0, st>>>(att, qkv, d);
   ZCK_CU_LAUNCHED("attention scores");
   size_t n = (size_t)B * T * C;
-  zck_k_att_out<<<zck__blocks(n, 256), 256, 0, st>>>(out, att, qkv, d);
+  zck_k_att_out<<<zck__grid_stride(n, 256), 256, 0, st>>>(out, att, qkv, d);
   ZCK_CU_LAUNCHED("attention output");
   return ZCK_OK;
 }
@@ -81,9 +84,10 @@ extern "C" zck_status zck_cuda_attention_forward(float *out, float *att, const f
 __global__ void zck_k_att_dv(float *dqkv, const float *dout, const float *att, zck__att_dims d) {
   size_t n = (size_t)d.B * d.T * d.C;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-    int c = (int)(e % d.C), t2 = (int)((e / d.C) % d.T), b = (int)(e / ((size_t)d.C * d.T));
+    int b, t2, c;
+    zck__btc(e, d.T, d.C, &b, &t2, &c);
     int h = c / d.hs, i = c % d.hs;
-    const float *a = att + ((size_t)b * d.H + h) * d.T * d.T;
+    const float *a = att + zck__att_at(d.H, d.T, b, h, 0, 0);
     float s = 0.0f;
     for (int t = t2; t < d.T; t++) s = fmaf(a[(size_t)t * d.T + t2], dout[((size_t)b * d.T + t) * d.C + c], s);
     size_t o = zck__qkv(d, b, t2, 2, h, i);
@@ -96,9 +100,10 @@ __global__ void zck_k_att_dpre(float *dpre, const float *dout, const float *qkv,
   int lane = threadIdx.x & 31;
   size_t row = (size_t)blockIdx.x * ZCK_ATT_WARPS + (threadIdx.x >> 5);
   if (row >= (size_t)d.B * d.H * d.T) return;
-  int t = (int)(row % d.T), h = (int)((row / d.T) % d.H), b = (int)(row / ((size_t)d.T * d.H));
-  const float *a = att + row * d.T;
-  float *p = dpre + row * d.T;
+  int b, h, t;
+  zck__bht(row, d.H, d.T, &b, &h, &t);
+  const float *a = att + zck__att_at(d.H, d.T, b, h, t, 0);
+  float *p = dpre + zck__att_at(d.H, d.T, b, h, t, 0);
   const float *g = dout + ((size_t)b * d.T + t) * d.C + (size_t)h * d.hs;
   float dot = 0.0f;
   for (int t2 = lane; t2 <= t; t2 += 32) {
@@ -117,9 +122,10 @@ __global__ void zck_k_att_dpre(float *dpre, const float *dout, const float *qkv,
 __global__ void zck_k_att_dqk(float *dqkv, const float *qkv, const float *dpre, zck__att_dims d) {
   size_t n = (size_t)d.B * d.T * d.C;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-    int c = (int)(e % d.C), t = (int)((e / d.C) % d.T), b = (int)(e / ((size_t)d.C * d.T));
+    int b, t, c;
+    zck__btc(e, d.T, d.C, &b, &t, &c);
     int h = c / d.hs, i = c % d.hs;
-    const float *p = dpre + ((size_t)b * d.H + h) * d.T * d.T;
+    const float *p = dpre + zck__att_at(d.H, d.T, b, h, 0, 0);
     float sq = 0.0f, sk = 0.0f;
     for (int t2 = 0; t2 <= t; t2++) sq = fmaf(p[(size_t)t * d.T + t2], qkv[zck__qkv(d, b, t2, 1, h, i)], sq);
     for (int t3 = t; t3 < d.T; t3++) sk = fmaf(p[(size_t)t3 * d.T + t], qkv[zck__qkv(d, b, t3, 0, h, i)], sk);
@@ -135,13 +141,14 @@ extern "C" zck_status zck_cuda_attention_backward(float *dqkv, const float *dout
   if (!B || !T) return ZCK_OK;
   zck__att_dims d = {B, T, C, H, C / H, 1.0f / sqrtf((float)(C / H))};
   cudaStream_t st = ZCK_CU_STREAM(stream);
-  size_t n = (size_t)B * T * C, rows = (size_t)B * H * T;
-  zck_k_att_dv<<<zck__blocks(n, 256), 256, 0, st>>>(dqkv, dout, att, d);
+  size_t n = (size_t)B * T * C;
+  unsigned row_blocks = zck__grid_rows((size_t)B * H * T, ZCK_ATT_WARPS);
+  ZCK_FAIL_IF(!row_blocks, ZCK_ERR_INVALID_ARG, "cuda attention: B %d x H %d x T %d rows are too many", B, H, T);
+  zck_k_att_dv<<<zck__grid_stride(n, 256), 256, 0, st>>>(dqkv, dout, att, d);
   ZCK_CU_LAUNCHED("attention backward (dv)");
-  zck_k_att_dpre<<<(unsigned)((rows + ZCK_ATT_WARPS - 1) / ZCK_ATT_WARPS), 32 * ZCK_ATT_WARPS, 0, st>>>(scratch, dout,
-                                                                                                      qkv, att, d);
+  zck_k_att_dpre<<<row_blocks, 32 * ZCK_ATT_WARPS, 0, st>>>(scratch, dout, qkv, att, d);
   ZCK_CU_LAUNCHED("attention backward (softmax)");
-  zck_k_att_dqk<<<zck__blocks(n, 256), 256, 0, st>>>(dqkv, qkv, scratch, d);
+  zck_k_att_dqk<<<zck__grid_stride(n, 256), 256, 0, st>>>(dqkv, qkv, scratch, d);
   ZCK_CU_LAUNCHED("attention backward (dq, dk)");
   return ZCK_OK;
 }

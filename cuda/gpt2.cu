@@ -6,6 +6,7 @@
 // whole-model entry points are hooks over one flat buffer.
 #include "common.cuh"
 
+#include <limits.h>
 #include <string.h>
 
 #define ZG_MAX_LAYERS 64
@@ -156,6 +157,9 @@ extern "C" zck_status zck_cuda_gpt2_create(zck_cuda_ctx *ctx, const zck_cuda_gpt
               c->n_head, c->n_embd, c->vocab_size, c->max_seq_len);
   ZCK_FAIL_IF(B < 1 || T < 1 || T > c->max_seq_len, ZCK_ERR_INVALID_ARG,
               "cuda gpt2: batch (%d, %d) with n_positions %d", B, T, c->max_seq_len);
+  /* the kernels and cuBLAS take the row count B*T as an int */
+  ZCK_FAIL_IF((size_t)B * (size_t)T > (size_t)INT_MAX, ZCK_ERR_INVALID_ARG,
+              "cuda gpt2: batch (%d, %d) has more than 2^31 - 1 positions", B, T);
   ZCK_CU(cudaSetDevice(ctx->device), "select device %d", ctx->device);
   zck_cuda_gpt2 *m = (zck_cuda_gpt2 *)calloc(1, sizeof *m);
   if (!m) return zck__fail(ZCK_ERR_NO_MEMORY, "cuda gpt2: no memory");

@@ -3,13 +3,16 @@
 // with explicit round-to-nearest intrinsics so that nvcc does not contract them into FMAs:
 // where the inputs and the order of a sum are the same as the CPU's, so are the bits.
 #include "common.cuh"
+#include "launch.h"
 
 #define ZE_GELU_S 0.7978845608028654f /* sqrt(2/pi), as samples/engine/gpt2.c */
 
 // Rows handled by a block of warps, one warp per row.
 #define ZCK_ROW_WARPS 4
 
-static inline unsigned zck__row_blocks(int rows) { return (unsigned)((rows + ZCK_ROW_WARPS - 1) / ZCK_ROW_WARPS); }
+static inline unsigned zck__row_blocks(int rows) { return zck__grid_rows((size_t)rows, ZCK_ROW_WARPS); }
+// One thread per channel (column), 128 to a block.
+static inline unsigned zck__col_blocks(int cols) { return zck__grid_rows((size_t)cols, 128); }
 
 static zck_status zck__check_dims(const char *what, long long a, long long b) {
   ZCK_FAIL_IF(a < 0 || b < 0, ZCK_ERR_INVALID_ARG, "cuda %s: negative size (%lld, %lld)", what, a, b);
@@ -42,9 +45,11 @@ __global__ void zck_k_encoder_bwd(float *dwte, float *dwpe, const float *dout, c
 extern "C" zck_status zck_cuda_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int BT,
                                                int T, int C, void *stream) {
   ZCK_TRY(zck__check_dims("encoder", BT, C));
+  /* T is a divisor on the device, where a division by 0 is no trap but a wild index */
+  ZCK_FAIL_IF(T < 1, ZCK_ERR_INVALID_ARG, "cuda encoder: sequence length %d", T);
   if (!BT || !C) return ZCK_OK;
   size_t n = (size_t)BT * C;
-  zck_k_encoder_fwd<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(out, inp, wte, wpe, BT, T, C);
+  zck_k_encoder_fwd<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(out, inp, wte, wpe, BT, T, C);
   ZCK_CU_LAUNCHED("encoder forward");
   return ZCK_OK;
 }
@@ -52,8 +57,9 @@ extern "C" zck_status zck_cuda_encoder_forward(float *out, const int *inp, const
 extern "C" zck_status zck_cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int BT,
                                                 int T, int C, void *stream) {
   ZCK_TRY(zck__check_dims("encoder", BT, C));
+  ZCK_FAIL_IF(T < 1, ZCK_ERR_INVALID_ARG, "cuda encoder: sequence length %d", T);
   if (!BT || !C) return ZCK_OK;
-  zck_k_encoder_bwd<<<(unsigned)((C + 127) / 128), 128, 0, ZCK_CU_STREAM(stream)>>>(dwte, dwpe, dout, inp, BT, T, C);
+  zck_k_encoder_bwd<<<zck__col_blocks(C), 128, 0, ZCK_CU_STREAM(stream)>>>(dwte, dwpe, dout, inp, BT, T, C);
   ZCK_CU_LAUNCHED("encoder backward");
   return ZCK_OK;
 }
@@ -143,7 +149,7 @@ extern "C" zck_status zck_cuda_layernorm_backward(float *dinp, float *dw, float 
   cudaStream_t st = ZCK_CU_STREAM(stream);
   zck_k_layernorm_bwd_dx<<<zck__row_blocks(BT), 32 * ZCK_ROW_WARPS, 0, st>>>(dinp, dout, inp, w, mean, rstd, BT, C);
   ZCK_CU_LAUNCHED("layernorm backward (dx)");
-  zck_k_layernorm_bwd_dw<<<(unsigned)((C + 127) / 128), 128, 0, st>>>(dw, db, dout, inp, mean, rstd, BT, C);
+  zck_k_layernorm_bwd_dw<<<zck__col_blocks(C), 128, 0, st>>>(dw, db, dout, inp, mean, rstd, BT, C);
   ZCK_CU_LAUNCHED("layernorm backward (dw, db)");
   return ZCK_OK;
 }
@@ -174,7 +180,7 @@ __global__ void zck_k_gelu_bwd(float *dinp, const float *inp, const float *dout,
 
 extern "C" zck_status zck_cuda_gelu_forward(float *out, const float *inp, size_t n, void *stream) {
   if (!n) return ZCK_OK;
-  zck_k_gelu_fwd<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(out, inp, n);
+  zck_k_gelu_fwd<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(out, inp, n);
   ZCK_CU_LAUNCHED("gelu forward");
   return ZCK_OK;
 }
@@ -182,7 +188,7 @@ extern "C" zck_status zck_cuda_gelu_forward(float *out, const float *inp, size_t
 extern "C" zck_status zck_cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n,
                                              void *stream) {
   if (!n) return ZCK_OK;
-  zck_k_gelu_bwd<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(dinp, inp, dout, n);
+  zck_k_gelu_bwd<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(dinp, inp, dout, n);
   ZCK_CU_LAUNCHED("gelu backward");
   return ZCK_OK;
 }
@@ -204,14 +210,14 @@ __global__ void zck_k_residual_bwd(float *da, float *db, const float *dout, size
 
 extern "C" zck_status zck_cuda_residual_forward(float *out, const float *a, const float *b, size_t n, void *stream) {
   if (!n) return ZCK_OK;
-  zck_k_residual_fwd<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(out, a, b, n);
+  zck_k_residual_fwd<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(out, a, b, n);
   ZCK_CU_LAUNCHED("residual forward");
   return ZCK_OK;
 }
 
 extern "C" zck_status zck_cuda_residual_backward(float *da, float *db, const float *dout, size_t n, void *stream) {
   if (!n) return ZCK_OK;
-  zck_k_residual_bwd<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(da, db, dout, n);
+  zck_k_residual_bwd<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(da, db, dout, n);
   ZCK_CU_LAUNCHED("residual backward");
   return ZCK_OK;
 }
@@ -279,7 +285,7 @@ extern "C" zck_status zck_cuda_softmax_xent_backward(float *dlogits, const float
   ZCK_TRY(zck__check_dims("softmax cross-entropy", BT, V));
   if (!BT || !V) return ZCK_OK;
   size_t n = (size_t)BT * V;
-  zck_k_xent_bwd<<<zck__blocks(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(dlogits, probs, targets, BT, V, dloss);
+  zck_k_xent_bwd<<<zck__grid_stride(n, 256), 256, 0, ZCK_CU_STREAM(stream)>>>(dlogits, probs, targets, BT, V, dloss);
   ZCK_CU_LAUNCHED("softmax cross-entropy backward");
   return ZCK_OK;
 }
@@ -304,14 +310,14 @@ __global__ void zck_k_colsum_add(float *db, const float *dout, int BT, int OC) {
 zck_status zck__bias_add(float *out, const float *b, int BT, int OC, cudaStream_t stream) {
   size_t n = (size_t)BT * OC;
   if (!n) return ZCK_OK;
-  zck_k_bias_add<<<zck__blocks(n, 256), 256, 0, stream>>>(out, b, BT, OC);
+  zck_k_bias_add<<<zck__grid_stride(n, 256), 256, 0, stream>>>(out, b, BT, OC);
   ZCK_CU_LAUNCHED("bias add");
   return ZCK_OK;
 }
 
 zck_status zck__colsum_add(float *db, const float *dout, int BT, int OC, cudaStream_t stream) {
   if (!BT || !OC) return ZCK_OK;
-  zck_k_colsum_add<<<(unsigned)((OC + 127) / 128), 128, 0, stream>>>(db, dout, BT, OC);
+  zck_k_colsum_add<<<zck__col_blocks(OC), 128, 0, stream>>>(db, dout, BT, OC);
   ZCK_CU_LAUNCHED("bias gradient");
   return ZCK_OK;
 }

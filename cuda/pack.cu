@@ -5,6 +5,7 @@
 // ranges per group, the same ones every step. The plan uploads them once; a run launches
 // one kernel whose blockIdx.y picks the range and whose x blocks stride over it.
 #include "common.cuh"
+#include "launch.h"
 
 struct zck_cuda_pack_plan {
   zck_cuda_range *d_ranges;
@@ -77,11 +78,10 @@ extern "C" zck_status zck_cuda_pack_run(const zck_cuda_pack_plan *p, int reverse
   ZCK_FAIL_IF(!(divisor > 0.0f), ZCK_ERR_INVALID_ARG, "cuda pack: divisor %g", (double)divisor);
   if (!p->n || !p->max_count) return ZCK_OK;
   cudaStream_t st = ZCK_CU_STREAM(stream);
-  uint64_t bx = (p->max_count + 255) / 256;
-  dim3 block(256);
-  for (size_t first = 0; first < p->n; first += 65535) {
-    size_t k = p->n - first < 65535 ? p->n - first : 65535;
-    dim3 grid((unsigned)(bx < 1024 ? bx : 1024), (unsigned)k);
+  dim3 block(ZCK_PACK_THREADS);
+  for (size_t first = 0; first < p->n; first += ZCK_PACK_RANGES_PER_LAUNCH) {
+    size_t k = p->n - first < ZCK_PACK_RANGES_PER_LAUNCH ? p->n - first : ZCK_PACK_RANGES_PER_LAUNCH;
+    dim3 grid(zck__pack_grid_x(p->max_count), (unsigned)k);
     bool raw = dst_dtype == src_dtype && divisor == 1.0f;
     if (raw && dst_dtype == ZCK_F32)
       zck_k_pack_raw<uint32_t><<<grid, block, 0, st>>>((uint32_t *)d_dst, (const uint32_t *)d_src, p->d_ranges, first,

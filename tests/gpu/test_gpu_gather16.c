@@ -11,6 +11,7 @@ typedef struct sink {
   uint8_t *buf;
   size_t cap;
   uint64_t next_min;
+  uint64_t written;         /* bytes received */
 } sink;
 
 static zck_status sink_write(void *ctx, uint64_t off, const void *bytes, size_t n) {
@@ -19,6 +20,7 @@ static zck_status sink_write(void *ctx, uint64_t off, const void *bytes, size_t 
                                                     (unsigned long long)(off + n));
   memcpy(s->buf + off, bytes, n);
   s->next_min = off + n;
+  s->written += n;
   return ZCK_OK;
 }
 
@@ -30,9 +32,12 @@ static void both_paths(const char *what, const zck_gather_src *hsrc, const zck_g
   uint8_t *a = malloc(bytes ? bytes : 1), *b = malloc(bytes ? bytes : 1);
   memset(a, 0x5A, bytes);
   memset(b, 0x5A, bytes);
-  sink sa = {a, bytes, 0}, sb = {b, bytes, 0};
+  sink sa = {a, bytes, 0, 0}, sb = {b, bytes, 0, 0};
   ZT_OK(zck_gather_run_host(p, hsrc, sink_write, &sa));
   ZT_OK(zck_cuda_gather16_to_host(p, dsrc, sink_write, &sb));
+  /* not two empty outputs that agree: every planned byte arrived, from both paths */
+  ZT_EQ_U64(sa.written, p->total * zck_dtype_size(out));
+  ZT_EQ_U64(sb.written, sa.written);
   if (memcmp(a, b, bytes)) ZT_FAIL("%s (bucket %zu bytes): the GPU path's bytes differ from the host path's", what, bucket);
   zck_gather_plan_free(p);
   free(a);
@@ -107,7 +112,7 @@ int main(void) {
   /* host memory is not a device source */
   zck_gather_plan *p;
   ZT_OK(zck_gather_plan_build(hs, W, ext, n_ext, ZCK_BF16, 1 << 20, &p));
-  sink none = {NULL, 0, 0};
+  sink none = {NULL, 0, 0, 0};
   ZT_ERR(zck_cuda_gather16_to_host(p, hs, sink_write, &none), ZCK_ERR_INVALID_ARG, "not in the memory of device");
   zck_gather_plan_free(p);
   free(ext);
