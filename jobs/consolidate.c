@@ -8,6 +8,7 @@
  * executor's staging buffers, whatever the model size.
  */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -182,6 +183,25 @@ static void zck__cons_side_files(const char *root, char ***names, char ***texts,
   zck_clear_error();
 }
 
+/* An existing OUT that is the checkpoint's tag folder or root, or holds them, would be
+ * deleted by --overwrite (and read while being replaced): refused. */
+static zck_status zck__cons_check_out(const zck_ds_info *info, const char *out) {
+  char *rout = realpath(out, NULL);
+  if (!rout) return ZCK_OK; /* does not exist yet */
+  const char *ins[2] = {info->dir, info->root};
+  zck_status st = ZCK_OK;
+  for (int i = 0; i < 2 && st == ZCK_OK; i++) {
+    char *rin = ins[i] ? realpath(ins[i], NULL) : NULL;
+    size_t n = strlen(rout);
+    if (rin && !strncmp(rout, rin, n) && (rin[n] == 0 || rin[n] == '/' || (n == 1 && rout[0] == '/')))
+      st = zck__fail(ZCK_ERR_INVALID_ARG, "%s: is the checkpoint %s or a folder holding it; replacing it would delete the "
+                     "input (write the output elsewhere)", out, ins[i]);
+    free(rin);
+  }
+  free(rout);
+  return st;
+}
+
 zck_status zck_consolidate(const char *path, const char *out, const zck_consolidate_opts *opts) {
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   if (opts) o = *opts;
@@ -198,6 +218,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   ZCK_TRY(zck_ds_open(path, &dopts, &ck));
   /* a zckpt-written checkpoint without its manifest was never completed */
   zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
+  if (complete == ZCK_OK) complete = zck__cons_check_out(zck_ds_info_of(ck), out);
   if (complete != ZCK_OK) {
     zck_ds_close(ck);
     return complete;
@@ -275,6 +296,13 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
           if (st == ZCK_OK) st = zck__outfile_commit(&f);
           else if (p) zck__outfile_abort(&f);
           free(p);
+        }
+        if (st == ZCK_OK) {
+          /* written last, as in every folder zckpt produces: it marks the folder complete */
+          zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+          mo.kind = "torch";
+          mo.threads = o.threads;
+          st = zck_manifest_write_dir(d.tmp_path, &mo);
         }
         if (st == ZCK_OK) st = zck__outdir_commit(&d);
       }

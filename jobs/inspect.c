@@ -1,8 +1,11 @@
 /* inspect.c: `zckpt inspect`: what a file or checkpoint holds, as a table or JSON. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "safetensors/safetensors.h"
 #include "tensor_set.h"
@@ -202,6 +205,10 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
     return zck__inspect_deepspeed(path, &o, out);
   default: break;
   }
+  /* a file or folder that cannot be read is not "unrecognised": say why */
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT) return zck__fail_errno(errno, "%s: cannot open", path);
+  if (fd >= 0) close(fd);
   zck__tensor_set s;
   zck__set_init(&s);
   zck_status st = zck__set_from_path(&s, path); /* sets the right "not found / not a ..." message */

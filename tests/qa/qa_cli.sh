@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# qa_cli.sh ZCKPT MAKE_BIG_CKPT: regressions found by using zckpt as a new user would.
+# Every failing run must exit non-zero with one line "zckpt: error: FILE: ..." (or the usage
+# line, exit 2), leave nothing at the output and keep the input and earlier outputs intact.
+set -u
+zckpt="$1"; make_big="$2"
+fx="${ZCK_FIXTURES:?}"
+ck_src="$fx/deepspeed/s2w2_bf16/ckpt"
+[ -d "$ck_src" ] || { echo "SKIP: fixture missing"; exit 77; }
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+# run EXPECTED_RC NEEDLE cmd...: exit code, one stderr line holding NEEDLE
+run() {
+  local want="$1" needle="$2"; shift 2
+  "$@" >out.txt 2>err.txt; local rc=$?
+  if [ "$rc" != "$want" ]; then bad "$* -> exit $rc (want $want): $(head -c 300 err.txt)"; return 1; fi
+  if [ "$want" != 0 ]; then
+    if [ "$(wc -l <err.txt)" != 1 ]; then bad "$* -> stderr is not one line: $(cat err.txt)"; return 1; fi
+    if ! grep -qF -- "$needle" err.txt; then bad "$* -> '$(cat err.txt)' lacks '$needle'"; return 1; fi
+  fi
+  ok
+}
+tree_sum() { (cd "$1" && find . -type f -exec md5sum {} + | sort | md5sum); }
+fresh() { rm -rf ck; cp -r "$ck_src" ck; }
+
+# 1. OUT == the checkpoint, with --overwrite: the input was replaced by its own output.
+fresh; before=$(tree_sum ck)
+run 1 "ck: is the input" "$zckpt" consolidate -q ck ck --overwrite
+run 1 "is the input" "$zckpt" consolidate -q ck/ ./ck/ --overwrite
+run 1 "is the input" "$zckpt" reshard -q ck ck --to-world-size 1 --overwrite
+run 1 "is the input" "$zckpt" to-universal -q ck ck --inject-missing-state --overwrite
+# ... or its tag folder, or a folder holding it
+run 1 "tag folder global_step2" "$zckpt" consolidate -q ck ck/global_step2 --overwrite
+run 1 "tag folder global_step2" "$zckpt" reshard -q ck ck/global_step2 --to-world-size 1 --overwrite
+run 1 "is the input" "$zckpt" consolidate -q ck/global_step2 . --overwrite
+[ "$(tree_sum ck)" = "$before" ] && ok || bad "the input checkpoint changed"
+# an output inside the checkpoint root is fine (README: to-universal ckpt/ ckpt/universal)
+run 0 "" "$zckpt" consolidate -q ck ck/model
+run 0 "" "$zckpt" consolidate -q ck ck/model --overwrite
+# convert: a folder holding the input is refused; a file converted onto itself is atomic
+mkdir -p hf/sub && cp "$fx/safetensors/dtypes.safetensors" hf/sub/model.safetensors
+run 1 "is the input" "$zckpt" convert -q hf/sub hf --overwrite
+[ -f hf/sub/model.safetensors ] && ok || bad "convert IN-in-OUT deleted the input"
+cp "$fx/safetensors/dtypes.safetensors" x.safetensors
+run 0 "" "$zckpt" convert -q x.safetensors x.safetensors --overwrite --dtype bf16
+
+# 2. --format that an OUT file's suffix overrode was silently ignored
+run 2 "--format pt does not fit" "$zckpt" consolidate -q ck o.safetensors --format pt
+run 2 "--format both does not fit" "$zckpt" consolidate -q ck o.bin --format both
+[ ! -e o.safetensors ] && [ ! -e o.bin ] && ok || bad "output written despite the usage error"
+run 0 "" "$zckpt" consolidate -q ck o.bin --format pt
+
+# 3. consolidate --format pt into a folder wrote no zckpt-manifest.json (README: every output folder)
+run 0 "" "$zckpt" consolidate -q ck ptdir --format pt
+[ -f ptdir/zckpt-manifest.json ] && ok || bad "--format pt folder has no zckpt-manifest.json"
+
+# 4. an option without its value was reported as an unknown option
+run 2 "option '--tag' needs a value" "$zckpt" consolidate ck o2 --tag
+run 2 "option '--to-world-size' needs a value" "$zckpt" reshard ck o2 --to-world-size
+run 2 "option '--threads' needs a value" "$zckpt" verify ck --threads
+run 2 "unknown option '-z'" "$zckpt" consolidate -qz ck o2
+
+# 5. an unreadable file was "not a torch .pt/.bin, safetensors file" in inspect
+cp "$fx/torch/dtypes.pt" locked.pt
+chmod 000 locked.pt
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  if command -v setpriv >/dev/null; then
+    chmod 755 "$tmp"; as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  fi
+fi
+if [ "$(id -u)" != 0 ] || [ ${#as_user[@]} -gt 0 ]; then
+  run 1 "locked.pt: cannot open: Permission denied" "${as_user[@]}" "$zckpt" inspect locked.pt
+else
+  echo "note: root without setpriv: unreadable-file case skipped"
+fi
+chmod 644 locked.pt
+
+# 6. SIGINT / SIGTERM during a run left ".OUT.zck-tmp-PID" trees (gigabytes) behind
+"$make_big" big --params 6000000 --world 2 >/dev/null || { bad "make_big_ckpt failed"; }
+interrupted=0
+sigs=(TERM)
+env --default-signal=INT true 2>/dev/null && sigs+=(INT) # a background job ignores SIGINT otherwise
+for sig in "${sigs[@]}"; do
+  for cmd in "consolidate big o1 --format both" "reshard big o1 --to-world-size 3" \
+             "to-universal big o1 --inject-missing-state" "to-universal big o1.h5 --format hdf5"; do
+    for delay in 0.02 0.05 0.1 0.2; do
+      rm -rf o1 o1.h5 latest_universal
+      if [ "$sig" = INT ]; then env --default-signal=INT "$zckpt" $cmd -q --threads 1 2>err.txt & else "$zckpt" $cmd -q --threads 1 2>err.txt & fi
+      p=$!; sleep "$delay"; kill -"$sig" "$p" 2>/dev/null; wait "$p"; rc=$?
+      left=$(ls -A | grep -e zck-tmp || true)
+      if [ -n "$left" ]; then bad "$sig during '$cmd' left $left"; fi
+      if [ "$rc" != 0 ]; then
+        interrupted=$((interrupted + 1))
+        [ "$(wc -l <err.txt)" = 1 ] && grep -q "^zckpt: error: .*interrupted by SIG$sig" err.txt && ok ||
+          bad "$sig during '$cmd': exit $rc, stderr: $(cat err.txt)"
+        ls -A | grep -q -e '^o1' && bad "$sig during '$cmd': output left: $(ls -A)"
+      fi
+    done
+  done
+done
+[ "$interrupted" -gt 0 ] && ok || echo "note: no run was slow enough to be interrupted"
+# an earlier output survives an interrupted --overwrite
+rm -rf o1; "$zckpt" consolidate -q ck o1
+before=$(tree_sum o1)
+for delay in 0.01 0.03 0.06; do
+  "$zckpt" consolidate -q big o1 --overwrite --threads 1 2>/dev/null & p=$!; sleep "$delay"; kill -TERM "$p" 2>/dev/null; wait "$p"
+  [ "$?" = 0 ] && { rm -rf o1; "$zckpt" consolidate -q ck o1; continue; }
+  [ "$(tree_sum o1)" = "$before" ] && ok || bad "interrupted --overwrite changed the earlier output"
+done
+ls -A | grep -q zck-tmp && bad "temporaries left: $(ls -A)"
+
+# 7. a full disk: one line, nothing left, the earlier output kept (needs a small tmpfs: root)
+mkdir -p small
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=16k tmpfs small 2>/dev/null; then
+  "$zckpt" consolidate -q ck small/first || bad "setup: first output does not fit"
+  before=$(tree_sum small/first)
+  run 1 "small/o.safetensors: write of" "$zckpt" consolidate -q ck small/o.safetensors
+  run 1 "No space left on device" "$zckpt" consolidate -q ck small/first --overwrite --format both
+  [ "$(tree_sum small/first)" = "$before" ] && [ "$(ls -A small)" = first ] && ok || bad "full disk: $(ls -A small)"
+  # KNOWN BUG (formats/hdf5, not fixed here): libhdf5's ENOSPC message is several lines
+  # (the CLI now joins them) and the process then segfaults in H5F__close_cb at exit.
+  if [ "${ZCK_QA_KNOWN_BUGS:-0}" = 1 ]; then
+    run 1 "No space left on device" "$zckpt" to-universal -q ck small/u.h5 --format hdf5
+  fi
+  umount small
+else
+  echo "note: no tmpfs: full-disk case skipped"
+fi
+
+echo "qa_cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]
