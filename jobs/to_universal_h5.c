@@ -11,9 +11,14 @@
  * executor run copies every part (fp32, exp_avg, exp_avg_sq of the trainable params,
  * frozen params, buffers) from the rank files into dataset stores. The plans are ordered
  * by destination, so each dataset is filled front to back and only a few chunks per
- * thread wait in assembly; each chunk is compressed by the thread that completes it. */
+ * thread wait in assembly; each chunk is compressed by the thread that completes it.
+ * The save root's other files (an HF checkpoint-N/'s rng_state_<r>.pth, trainer_state.json,
+ * ...) go into /side_files byte for byte, so the reshard of the container carries them
+ * over as the reshard of the source does (the same files: jobs/reshard.c). */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "hdf5/zck_h5.h"
 #include "plan.h"
@@ -221,6 +226,147 @@ static zck_status zck__uvh_resume_state(zck_h5_writer *w, const zck_ds_ckpt *ck)
   return st;
 }
 
+// ---- /side_files
+
+static int zck__uvh_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The regular files of root a reshard of the source carries over (jobs/reshard.c: all but
+ * `latest`, `latest_universal`, the tag folder and dot files), sorted, less the output
+ * itself (`--overwrite` of a container inside the root). *names malloc'd. */
+static zck_status zck__uvh_side_names(const char *root, const char *tag, const char *out, char ***names, size_t *n) {
+  *names = NULL;
+  *n = 0;
+  DIR *d = opendir(root);
+  if (!d) return ZCK_OK;   /* as the reshard: nothing to carry */
+  struct stat ob;
+  bool have_out = stat(out, &ob) == 0;
+  char **v = NULL;
+  size_t k = 0, cap = 0;
+  zck_status st = ZCK_OK;
+  struct dirent *e;
+  while (st == ZCK_OK && (e = readdir(d))) {
+    const char *nm = e->d_name;
+    if (nm[0] == '.' || !strcmp(nm, "latest") || !strcmp(nm, "latest_universal") || !strcmp(nm, tag)) continue;
+    char *p = zck__path_join(root, nm);
+    struct stat sb;
+    if (!p) {
+      st = ZCK_ERR_NO_MEMORY;
+      break;
+    }
+    bool take = lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && !(have_out && sb.st_dev == ob.st_dev && sb.st_ino == ob.st_ino);
+    free(p);
+    if (!take) continue;
+    if (!zck_h5u_side_name_ok(nm)) {
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a file name with control characters or over 255 bytes cannot be kept in "
+                     "the container", root);
+      break;
+    }
+    if (k == cap) {
+      cap = cap ? 2 * cap : 16;
+      char **nv = zck__realloc(v, cap * sizeof *nv);
+      if (!nv) {
+        st = ZCK_ERR_NO_MEMORY;
+        break;
+      }
+      v = nv;
+    }
+    if (!(v[k] = zck__strdup(nm))) {
+      st = ZCK_ERR_NO_MEMORY;
+      break;
+    }
+    k++;
+  }
+  closedir(d);
+  if (st != ZCK_OK) {
+    for (size_t i = 0; i < k; i++) free(v[i]);
+    free(v);
+    return st;
+  }
+  if (k) qsort(v, k, sizeof *v, zck__uvh_cmp);
+  *names = v;
+  *n = k;
+  return ZCK_OK;
+}
+
+/* One batch of side files: their sources and datasets, alive until the copy ran. */
+typedef struct zck__uvh_side {
+  size_t n;
+  zck__source *srcs;
+  bool *open;
+  zck_store *s, *d;
+  zck_plan *plan;
+  uint64_t bytes;
+} zck__uvh_side;
+
+static void zck__uvh_side_free(zck__uvh_side *sf) {
+  for (size_t i = 0; sf->open && i < sf->n; i++)
+    if (sf->open[i]) zck__source_close(&sf->srcs[i]);
+  zck_plan_free(sf->plan);
+  free(sf->srcs);
+  free(sf->open);
+  free(sf->s);
+  free(sf->d);
+  memset(sf, 0, sizeof *sf);
+}
+
+/* Datasets /side_files/<name> for names[0..n) and the plan copying the files into them. */
+static zck_status zck__uvh_side_open(zck_h5_writer *w, const char *root, char *const *names, size_t n, zck__uvh_side *sf) {
+  memset(sf, 0, sizeof *sf);
+  sf->n = n;
+  sf->srcs = zck__calloc(n, sizeof *sf->srcs);
+  sf->open = zck__calloc(n, sizeof *sf->open);
+  sf->s = zck__calloc(n, sizeof *sf->s);
+  sf->d = zck__calloc(n, sizeof *sf->d);
+  zck_extent *ext = zck__calloc(n, sizeof *ext);
+  zck_status st = sf->srcs && sf->open && sf->s && sf->d && ext ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t ne = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    char *p = zck__path_join(root, names[i]), *dp = zck__sprintf("%s/%s", ZCK_H5U_SIDE_FILES, names[i]);
+    st = p && dp ? zck__source_open(&sf->srcs[i], p) : ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK) {
+      sf->open[i] = true;
+      int64_t len = (int64_t)sf->srcs[i].size;
+      sf->s[i] = zck_store_source(&sf->srcs[i], 0, ZCK_U8, sf->srcs[i].size, sf->srcs[i].name);
+      st = zck_h5_writer_dataset(w, dp, ZCK_U8, 1, &len, &sf->d[i]);
+      if (st == ZCK_OK && len) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, (uint64_t)len};
+      sf->bytes += (uint64_t)len;
+    }
+    free(p);
+    free(dp);
+  }
+  if (st == ZCK_OK) st = zck_plan_from_extents(ext, ne, n, n, &sf->plan);
+  if (st == ZCK_OK) st = zck_plan_split(sf->plan, (uint64_t)16 << 20);
+  free(ext);
+  return st;
+}
+
+/* Copies the side files of the source's root, at most this many open at a time. */
+#define ZCK__UVH_SIDE_BATCH 64
+static zck_status zck__uvh_side_files(zck_h5_writer *w, const zck_ds_ckpt *ck, const char *out, const zck_universal_opts *o,
+                                      zck__uvj_progress *prog) {
+  const zck_ds_info *info = zck_ds_info_of(ck);
+  char **names = NULL;
+  size_t n = 0;
+  ZCK_TRY(zck__uvh_side_names(info->root, info->tag, out, &names, &n));
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i < n; i += ZCK__UVH_SIDE_BATCH) {
+    size_t k = n - i < ZCK__UVH_SIDE_BATCH ? n - i : ZCK__UVH_SIDE_BATCH;
+    zck__uvh_side sf;
+    st = zck__uvh_side_open(w, info->root, names + i, k, &sf);
+    if (st == ZCK_OK) {
+      prog->total += sf.bytes;
+      zck_exec_job job = {sf.plan, sf.s, sf.d, NULL};
+      zck_exec_opts eo = zck__uvj_exec_opts(o, prog);
+      st = zck_exec_run(&job, 1, &eo);
+      zck__uvj_progress_advance(prog, sf.bytes);
+    }
+    zck__uvh_side_free(&sf);
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return st;
+}
+
 zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o) {
   const zck_model *m = zck_ds_model(ck);
   zck_ds_view views[3], frozen = {0}, bufs = zck_ds_buffers(ck);
@@ -267,6 +413,8 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
     zck__uvj_progress prog = {o->progress, o->progress_ctx, 0, 0};
     zck_exec_opts eo = zck__uvj_exec_opts(o, &prog);
     st = zck_exec_run(ej, nj, &eo);
+    zck__uvj_progress_advance(&prog, prog.total - prog.base);   /* what the run reported */
+    if (st == ZCK_OK) st = zck__uvh_side_files(w, ck, out, o, &prog);
   }
   if (st == ZCK_OK) st = zck_h5_writer_commit(w);
   zck_h5_writer_free(w);

@@ -25,7 +25,8 @@ typedef struct zck__h5u_part {
 struct zck_h5u {
   zck_h5_file *f;
   zck_h5u_info info;
-  char *ds_version, *ds_config;
+  char *ds_version, *ds_config, *tag;
+  char **side;                     /* names under /side_files */
   zck_model *m;
   zck__h5u_part parts[ZCK_H5U_PART_COUNT];
   zck__h5u_part buffers;
@@ -89,6 +90,49 @@ static zck_status zck__h5u_shape(const cJSON *a, int *nd, int64_t *shape, const 
   return ZCK_OK;
 }
 
+/* The source's tag: a folder name the reshard writes under the output root. */
+static zck_status zck__h5u_tag(zck_h5u *u) {
+  zck_status st = zck_h5_attr_str(u->f, "/", "tag", &u->tag);
+  if (st == ZCK_ERR_NOT_FOUND) {
+    zck_clear_error();
+    return ZCK_OK;
+  }
+  if (st != ZCK_OK) return st;
+  const char *t = u->tag;
+  if (!*t) return ZCK_OK;
+  /* the DeepSpeed reader's rule for tags (DS-02 / DS-03): one plain path component */
+  for (const unsigned char *c = (const unsigned char *)t; *c; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: attribute tag is not a folder name (control character 0x%02x)", zck_h5_name(u->f), *c);
+  if (strlen(t) > 255 || !strcmp(t, ".") || strstr(t, "..") || strchr(t, '/') || strchr(t, '\\'))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: attribute tag '%.80s' is not a folder name", zck_h5_name(u->f), t);
+  u->info.tag = t;
+  return ZCK_OK;
+}
+
+bool zck_h5u_side_name_ok(const char *n) {
+  bool ok = *n && n[0] != '.' && !strchr(n, '/') && strlen(n) <= 255 && strcmp(n, "latest") && strcmp(n, "latest_universal");
+  for (const unsigned char *c = (const unsigned char *)n; ok && *c; c++) ok = *c >= 0x20 && *c != 0x7f;
+  return ok;
+}
+
+/* The names under /side_files, each a plain file name a reshard may create. */
+static zck_status zck__h5u_side_list(zck_h5u *u) {
+  if (!zck_h5_exists(u->f, ZCK_H5U_SIDE_FILES)) return ZCK_OK;
+  ZCK_TRY(zck_h5_list(u->f, ZCK_H5U_SIDE_FILES, &u->side, &u->info.n_side_files));
+  for (size_t i = 0; i < u->info.n_side_files; i++) {
+    const char *n = u->side[i];
+    if (zck_h5u_side_name_ok(n) && !(u->info.tag && !strcmp(n, u->info.tag))) continue;
+    char shown[81];   /* the name on one line */
+    size_t k = 0;
+    for (; n[k] && k < sizeof shown - 1; k++) shown[k] = (unsigned char)n[k] < 0x20 || n[k] == 0x7f ? '?' : n[k];
+    shown[k] = 0;
+    return zck__fail(ZCK_ERR_FORMAT, "%s:%s: side file name '%s' is not allowed (a plain file name other than latest, "
+                     "latest_universal and the tag)", zck_h5_name(u->f), ZCK_H5U_SIDE_FILES, shown);
+  }
+  return ZCK_OK;
+}
+
 static zck_status zck__h5u_build(zck_h5u *u) {
   const char *fn = zck_h5_name(u->f);
   char *fmt = NULL;
@@ -114,6 +158,8 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   if (zck_h5_attr_str(u->f, "/", "ds_version", &u->ds_version) == ZCK_OK) u->info.ds_version = u->ds_version;
   if (zck_h5_attr_str(u->f, "/", "ds_config", &u->ds_config) == ZCK_OK) u->info.ds_config_json = u->ds_config;
   zck_clear_error();
+  ZCK_TRY(zck__h5u_tag(u));
+  ZCK_TRY(zck__h5u_side_list(u));
   cJSON *names = NULL, *shapes = NULL, *groups = NULL, *tied = NULL, *frozen = NULL, *bufs = NULL;
   st = zck__h5u_json(u, "param_names", cJSON_Array, &names);
   if (st == ZCK_OK) st = zck__h5u_json(u, "param_shapes", cJSON_Object, &shapes);
@@ -268,6 +314,9 @@ void zck_h5u_close(zck_h5u *u) {
   zck_h5_close(u->f);
   free(u->ds_version);
   free(u->ds_config);
+  free(u->tag);
+  for (size_t i = 0; u->side && i < u->info.n_side_files; i++) free(u->side[i]);
+  free(u->side);
   free(u);
 }
 
@@ -285,4 +334,39 @@ zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **l
 void zck_h5u_buffers(const zck_h5u *u, const zck_layout **layout, const zck_store **stores) {
   *layout = u->buffers.layout;
   *stores = u->buffers.stores;
+}
+
+const char *zck_h5u_side_file_name(const zck_h5u *u, size_t i) {
+  ZCK_ASSERT(i < u->info.n_side_files);
+  return u->side[i];
+}
+
+zck_status zck_h5u_side_file_write(const zck_h5u *u, size_t i, const char *path) {
+  ZCK_ASSERT(i < u->info.n_side_files);
+  char *ds_path = zck__sprintf("%s/%s", ZCK_H5U_SIDE_FILES, u->side[i]);
+  if (!ds_path) return ZCK_ERR_NO_MEMORY;
+  zck_h5_dataset *d = NULL;
+  zck_status st = zck_h5_dataset_open(u->f, ds_path, &d);
+  const zck_h5_dataset_info *di = st == ZCK_OK ? zck_h5_dataset_info_of(d) : NULL;
+  if (di && (di->ndim != 1 || (di->dtype != ZCK_U8 && di->dtype != ZCK_I8)))
+    st = zck__fail(ZCK_ERR_FORMAT, "%s:%s: not a 1-d uint8 dataset", zck_h5_name(u->f), ds_path);
+  enum { PIECE = 4 << 20 };
+  uint8_t *buf = st == ZCK_OK ? zck__malloc(di->numel < PIECE ? (di->numel ? di->numel : 1) : PIECE) : NULL;
+  if (st == ZCK_OK && !buf) st = ZCK_ERR_NO_MEMORY;
+  zck__outfile f;
+  bool open = false;
+  if (st == ZCK_OK) open = (st = zck__outfile_create(&f, path)) == ZCK_OK;
+  for (uint64_t off = 0; st == ZCK_OK && off < di->numel; off += PIECE) {
+    uint64_t n = di->numel - off < PIECE ? di->numel - off : PIECE;
+    st = zck_h5_dataset_read(d, buf, off, n);
+    if (st == ZCK_OK) st = zck__outfile_pwrite(&f, buf, (size_t)n, off);
+  }
+  if (open) {
+    if (st == ZCK_OK) st = zck__outfile_commit(&f);
+    else zck__outfile_abort(&f);
+  }
+  free(buf);
+  zck_h5_dataset_close(d);
+  free(ds_path);
+  return st;
 }

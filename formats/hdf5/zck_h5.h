@@ -129,11 +129,21 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
  *                              clip_grad, round_robin_gradients, parameter_alignment,
  *                              sub_group_size (0: default). Optional: containers written
  *                              before it reshard with DeepSpeed's defaults for those.
+ *   /side_files/<name>         uint8 [size]: every regular file of the source's save root
+ *                              besides DeepSpeed's own (`latest`, `latest_universal`, the tag
+ *                              folders, dot files), byte for byte: an HF checkpoint-N/'s
+ *                              rng_state_<r>.pth, trainer_state.json, scheduler.pt, ...; an
+ *                              Accelerate folder's random_states_<r>.pkl. A reshard restores
+ *                              them as a reshard of the source carries them over. Optional.
+ * The `tag` attribute (the source's tag folder) names the reshard's tag folder, as a
+ * reshard of the source keeps it (Accelerate loads its checkpoints by the tag
+ * "pytorch_model"); containers without it get global_step<global_steps>.
  */
 #define ZCK_H5U_FORMAT "zckpt-universal"
 #define ZCK_H5U_VERSION 1
 #define ZCK_H5U_RESUME_STATE "/resume_state"
 #define ZCK_H5U_RESUME_STATE_MAX ((uint64_t)64 << 20)   /* bytes a reader accepts */
+#define ZCK_H5U_SIDE_FILES "/side_files"
 
 typedef enum zck_h5u_part {
   ZCK_H5U_FP32 = 0, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ, ZCK_H5U_FROZEN, ZCK_H5U_PART_COUNT
@@ -156,6 +166,8 @@ typedef struct zck_h5u_info {
   bool step_is_tensor;
   const char *ds_version;      /* NULL if absent */
   const char *ds_config_json;  /* NULL if absent */
+  const char *tag;             /* the source's tag folder name; NULL if absent or empty */
+  size_t n_side_files;         /* datasets under /side_files */
 } zck_h5u_info;
 
 zck_status zck_h5u_open(const char *path, zck_h5u **out);
@@ -166,5 +178,13 @@ const zck_model *zck_h5u_model(const zck_h5u *u);
 zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **layout, const zck_store **stores);
 /* Buffers: a whole layout over the buffer index space; NULL layout when there are none. */
 void zck_h5u_buffers(const zck_h5u *u, const zck_layout **layout, const zck_store **stores);
+
+/* Side file i < n_side_files: its name (a plain file name, checked at open: no '/', not a
+ * dot file, not `latest` / `latest_universal`), and its bytes written to path (temporary
+ * name, then rename), read in bounded pieces. */
+const char *zck_h5u_side_file_name(const zck_h5u *u, size_t i);
+zck_status zck_h5u_side_file_write(const zck_h5u *u, size_t i, const char *path);
+/* Whether the container can hold a side file of this name (what the reader accepts). */
+bool zck_h5u_side_name_ok(const char *name);
 
 #endif

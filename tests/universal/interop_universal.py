@@ -8,7 +8,8 @@ For every real DeepSpeed checkpoint under tests/fixtures/deepspeed/<case>/ckpt:
     the same dtype and shape, equal Python values (DeepSpeed objects compared by __dict__);
   - `zckpt to-universal --format hdf5`, read back with h5py + hdf5plugin: every fp32 / exp_avg /
     exp_avg_sq dataset equals DeepSpeed's file (reshaped to the param shape), the zstd filter is
-    32015 with cd_values (level,), and the attributes parse.
+    32015 with cd_values (level,), the attributes parse, /side_files holds the save root's other
+    files byte for byte and the tag attribute is the source's tag.
 Then DeepSpeed itself loads zckpt's output: for a few cases an engine of the same stage at
 another world size runs engine.load_checkpoint with "load_universal": true and its live fp32
 masters and Adam states must equal the universal files (ds_load_universal.py).
@@ -185,6 +186,20 @@ with tempfile.TemporaryDirectory() as tmp:
                         if list(got.shape) != shapes[n] or not torch.equal(got.reshape(-1), t.reshape(-1)):
                             if case not in KNOWN_DS_WRONG:
                                 errs.append(f"hdf5: params/{n}/{s} differs from DeepSpeed's zero/{n}/{s}.pt")
+                # the save root's other files, byte for byte, and the tag (read by h5py)
+                side = sorted(e for e in os.listdir(ckpt) if not e.startswith(".") and
+                              e not in ("latest", "latest_universal") and
+                              os.path.isfile(os.path.join(ckpt, e)) and not os.path.islink(os.path.join(ckpt, e)))
+                held = sorted(f["side_files"].keys()) if "side_files" in f else []
+                if held != side:
+                    errs.append(f"hdf5: side_files {held}, expected {side}")
+                for e in set(held) & set(side):
+                    with open(os.path.join(ckpt, e), "rb") as fh:
+                        if bytes(f[f"side_files/{e}"][()]) != fh.read():
+                            errs.append(f"hdf5: side_files/{e} differs from {e}")
+                with open(os.path.join(ckpt, "latest")) as fh:
+                    if f.attrs["tag"] != fh.read().strip():
+                        errs.append(f"hdf5: tag attribute {f.attrs['tag']!r}")
         if errs and case in KNOWN_DS_WRONG:
             notes.append(f"{case}: differs from ds_to_universal as expected (round robin): {errs[0]}")
             errs = [e for e in errs if "values differ" not in e and "differs from DeepSpeed" not in e]
