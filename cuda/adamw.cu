@@ -51,7 +51,10 @@ extern "C" zck_status zck_cuda_adamw(float *d_param, float *d_grad, float *d_exp
   double bc1 = 1.0 - pow(a->beta1, (double)a->step);
   double bc2 = 1.0 - pow(a->beta2, (double)a->step);
   zck__adamw_scalars s;
-  s.decay = (float)(1.0 - lr * a->weight_decay);
+  /* the product is stored before the subtraction: the host compiler may not fuse them
+   * (optim.c is built with -ffp-contract=off; this file's host code is not) */
+  volatile double lr_wd = lr * a->weight_decay;
+  s.decay = (float)(1.0 - lr_wd);
   s.w1 = (float)(1.0 - a->beta1);
   s.b2 = (float)a->beta2;
   s.w2 = (float)(1.0 - a->beta2);

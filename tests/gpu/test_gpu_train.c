@@ -32,6 +32,7 @@ static char *tmp;
 
 static void close_results(const char *what, const ze_train_result *g, const ze_train_result *c, double lr) {
   ZT_EQ_INT(g->steps, c->steps);
+  ZT_ASSERT(c->steps > 0 && c->n_params > 0); /* something to compare */
   double l0 = fabs((double)g->losses[0] - c->losses[0]) / fabs((double)c->losses[0]);
   double n0 = fabs(g->grad_norms[0] - c->grad_norms[0]) / c->grad_norms[0];
   if (l0 > 1e-5 || n0 > 1e-4) ZT_FAIL("%s: step 1: loss rel error %.3g (> 1e-5?), grad_norm %.3g (> 1e-4?)", what, l0, n0);
