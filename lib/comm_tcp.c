@@ -30,20 +30,34 @@
 #include "util.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef enum { TC_ALL_REDUCE = 1, TC_REDUCE_SCATTER, TC_ALL_GATHER, TC_BROADCAST, TC_BARRIER } tc_kind;
+#define TC_HEARTBEAT 0x4842u /* a header-sized frame between calls: "alive" (op: 1 = busy) */
 
 #define TC_MAGIC 0x4354435au /* "ZCTC" */
 #define TC_HDR 40
 #define TC_MSG 1024
 #define TC_SCRATCH_MAX ((size_t)32 << 20) /* all peers' chunk slots together, at most */
+/* below this many bytes in all, gathers and broadcasts go straight from the owner to every
+ * rank (one hop: latency); from it on, around the ring or down the chain (bandwidth) */
+#define TC_RING_MIN ((size_t)64 << 10)
+#define TC_HB_CPU_S 1e-3   /* CPU seconds per heartbeat interval that make a rank "busy" */
+/* a busy rank whose heartbeats stop this long is gone (stopped, host down): timeout_s / 4
+ * within [1 s, 10 s], and at most timeout_s */
+#define TC_HB_DEAD_MIN_S 1.0
+#define TC_HB_DEAD_MAX_S 10.0
 
 static const char *tc_kind_name(int k) {
   switch (k) {
@@ -63,6 +77,14 @@ typedef struct tc_link {
   uint8_t *rp;
   size_t rn;
 } tc_link;
+
+/* A byte stream over a ring buffer (base, ring bytes): `total` bytes from offset `start`,
+ * wrapping once at most; `assigned` of them handed to a link so far. The relays of the
+ * ring all_gather and the chain broadcast feed their links from these. */
+typedef struct tc_stream {
+  uint8_t *base;
+  size_t ring, start, total, assigned;
+} tc_stream;
 
 typedef struct tc_call {
   uint32_t kind;
@@ -89,6 +111,23 @@ typedef struct tc {
   size_t chunk;                      /* elements per reduction chunk */
   uint8_t *scratch;                  /* [size-1][chunk * 8]: one chunk per peer */
   void *acc, *tmp;                   /* [chunk] of double / float */
+  /* relay (ring all_gather, chain broadcast): bytes in from s_from, out to s_to (-1: none);
+   * the out stream may carry s_own bytes at once, the rest as they arrive */
+  bool relay;
+  int s_from, s_to;
+  tc_stream sin, sout;
+  size_t s_own;
+  /* heartbeats: between calls a thread tells every peer that waits for this rank (its call
+   * header sits unread in our socket) that this rank lives, and whether it is busy (used
+   * CPU since the last beat); a waiting rank's timeout then counts only idle time */
+  bool in_hdr;                       /* receiving call headers (heartbeats may come) */
+  double *hb_seen;                   /* [size]: last heartbeat from each peer in this wait; 0 */
+  bool *hb_busy;                     /* [size]: and whether it said busy */
+  double hb_interval, hb_dead_s;
+  pthread_t hb_thread;
+  bool hb_started, hb_stop, hb_quiet; /* quiet: in a call, or failed */
+  pthread_mutex_t hb_mu;
+  pthread_cond_t hb_cv;
 } tc;
 
 // ---- failure
@@ -161,12 +200,59 @@ static zck_status tc_hung_up(tc *t, int k, const char *how) {
 
 // ---- the progress loop
 
+/* Hands the link the stream's next bytes up to `limit`: extends its current segment when
+ * they follow on, else starts a new one once the current is done. */
+static void tc_feed(tc_stream *s, size_t limit, uint8_t **p, size_t *n) {
+  if (limit > s->total) limit = s->total;
+  while (s->assigned < limit) {
+    size_t pos = (s->start + s->assigned) % s->ring;
+    size_t take = limit - s->assigned < s->ring - pos ? limit - s->assigned : s->ring - pos;
+    if (*n && *p + *n != s->base + pos) return; /* the wrap: after this segment */
+    if (!*n) *p = s->base + pos;
+    *n += take;
+    s->assigned += take;
+  }
+}
+
+/* The relay's links: receive the whole in stream; send what is ours and what has arrived. */
+static void tc_relay_feed(tc *t) {
+  size_t got = 0;
+  if (t->s_from >= 0) {
+    tc_link *in = &t->lk[t->s_from];
+    tc_feed(&t->sin, t->sin.total, &in->rp, &in->rn);
+    got = t->sin.assigned - in->rn;
+  }
+  if (t->s_to >= 0) {
+    tc_link *out = &t->lk[t->s_to];
+    uint8_t *p = (uint8_t *)out->sp;
+    tc_feed(&t->sout, t->s_own + got, &p, &out->sn);
+    out->sp = p;
+  }
+}
+
+/* A complete 40-byte frame from peer k in the header exchange: a heartbeat (then the link
+ * waits for the next frame) or the call. Returns whether it was a busy peer's heartbeat
+ * or the call (the wait made progress). */
+static bool tc_frame(tc *t, int k, tc_link *l, double now) {
+  uint8_t *b = l->rp - TC_HDR;
+  if (zck__le32(b) != TC_MAGIC || zck__le32(b + 4) != TC_HEARTBEAT) return true;
+  t->hb_seen[k] = now;
+  t->hb_busy[k] = zck__le32(b + 28) != 0;
+  l->rp = b;
+  l->rn = TC_HDR;
+  return t->hb_busy[k];
+}
+
 /* Moves bytes on every link until every receive is complete, and every send too when
  * `sends` (otherwise sends progress while receives are awaited and go on in the next
- * step). Fails when no byte moves for timeout_s. */
+ * step). Fails when no byte moves for timeout_s (a peer that only says, by heartbeats, that
+ * it is alive but idle counts as moving nothing; one busy counts as moving), or when a
+ * busy peer stops sending heartbeats for hb_dead_s (it was stopped, or its host went away:
+ * a dead process is seen at once, by its sockets closing). */
 static zck_status tc_pump(tc *t, bool sends) {
   double last = zck__tcp_now();
   for (;;) {
+    if (t->relay) tc_relay_feed(t);
     int np = 0;
     bool wait = false;
     for (int k = 0; k < t->size; k++) {
@@ -179,7 +265,7 @@ static zck_status tc_pump(tc *t, bool sends) {
     }
     if (!wait) return ZCK_OK;
     if (atomic_load(&t->aborted)) return tc_fail(t, -1, true, "%s", "aborted by this rank");
-    double left = last + t->timeout_s - zck__tcp_now();
+    double now = zck__tcp_now(), left = last + t->timeout_s - now;
     if (left <= 0) {
       int k = t->pk[0];
       for (int i = 0; i < np; i++)
@@ -187,11 +273,28 @@ static zck_status tc_pump(tc *t, bool sends) {
           k = t->pk[i];
           break;
         }
-      char why[160];
-      snprintf(why, sizeof why, "%s for %g s (is it hung, or the network down?)",
-               t->lk[k].rn ? "sent nothing" : "took no data", t->timeout_s);
+      char why[200];
+      if (t->lk[k].rn && t->in_hdr && t->hb_seen[k] > 0)
+        snprintf(why, sizeof why, "sent nothing for %g s (it is alive but idle, using no CPU: is it hung, or "
+                                  "waiting for something else?)", t->timeout_s);
+      else
+        snprintf(why, sizeof why, "%s for %g s (is it hung, or the network down?)",
+                 t->lk[k].rn ? "sent nothing" : "took no data", t->timeout_s);
       return tc_fail(t, k, true, "%s", why);
     }
+    if (t->in_hdr)
+      for (int i = 0; i < np; i++) {
+        int k = t->pk[i];
+        if (!t->lk[k].rn || !t->hb_busy[k]) continue;
+        double hl = t->hb_seen[k] + t->hb_dead_s - now;
+        if (hl <= 0) {
+          char why[160];
+          snprintf(why, sizeof why, "stopped sending heartbeats %g s ago (is the process stopped, or its host down?)",
+                   now - t->hb_seen[k]);
+          return tc_fail(t, k, true, "%s", why);
+        }
+        if (hl < left) left = hl;
+      }
     int n = poll(t->pfd, (nfds_t)np, left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1);
     if (n < 0 && errno != EINTR) return tc_fail(t, -1, true, "poll: %s", strerror(errno));
     /* abort() shuts our sockets down: what follows would look like peers hanging up */
@@ -210,7 +313,8 @@ static zck_status tc_pump(tc *t, bool sends) {
         if (got > 0) {
           l->rp += got;
           l->rn -= (size_t)got;
-          last = zck__tcp_now();
+          /* in the header exchange only a whole call or a busy peer's heartbeat is progress */
+          if (!t->in_hdr || (l->rn == 0 && tc_frame(t, k, l, zck__tcp_now()))) last = zck__tcp_now();
         }
       }
       if (l->sn && (re & (POLLOUT | POLLHUP | POLLERR))) {
@@ -228,7 +332,10 @@ static zck_status tc_pump(tc *t, bool sends) {
   }
 }
 
-static void tc_clear_links(tc *t) { memset(t->lk, 0, sizeof *t->lk * (size_t)t->size); }
+static void tc_clear_links(tc *t) {
+  memset(t->lk, 0, sizeof *t->lk * (size_t)t->size);
+  t->relay = false;
+}
 
 // ---- header exchange
 
@@ -260,13 +367,23 @@ static zck_status tc_enter(zck_comm *c, tc_kind kind, size_t count, zck_dtype dt
   if (atomic_load(&t->aborted))
     return zck__fail(ZCK_ERR_INTERNAL, "tcp comm: rank %d: aborted by this rank (another rank failed)", t->rank);
   if (t->failed) return zck__fail(ZCK_ERR_INTERNAL, "%s (an earlier collective failed)", t->fail_msg);
+  /* the heartbeat thread writes to our sockets only between calls */
+  pthread_mutex_lock(&t->hb_mu);
+  t->hb_quiet = true;
+  pthread_mutex_unlock(&t->hb_mu);
   t->call = (tc_call){(uint32_t)kind, ++t->seq, (uint64_t)count, (uint32_t)dt, (uint32_t)op, root};
   tc_put_call(t->hdrs[t->rank], &t->call);
+  tc_clear_links(t);
   for (int k = 0; k < t->size; k++) {
+    t->hb_seen[k] = 0;
+    t->hb_busy[k] = false;
     if (k == t->rank) continue;
     t->lk[k] = (tc_link){t->hdrs[t->rank], TC_HDR, t->hdrs[k], TC_HDR};
   }
-  ZCK_TRY(tc_pump(t, true));
+  t->in_hdr = true;
+  zck_status s = tc_pump(t, true);
+  t->in_hdr = false;
+  if (s != ZCK_OK) return s;
   for (int k = 0; k < t->size; k++)
     if (zck__le32(t->hdrs[k]) != TC_MAGIC) return tc_fail(t, k, true, "%s", "sent a malformed call header");
   /* every rank holds the same W calls and names the same first disagreement */
@@ -284,6 +401,14 @@ static zck_status tc_enter(zck_comm *c, tc_kind kind, size_t count, zck_dtype dt
                      k, b, (unsigned long long)c0.seq);
   }
   return ZCK_OK;
+}
+
+/* Ends a collective: a handle that is still usable lets its heartbeats go again. */
+static zck_status tc_leave(tc *t, zck_status s) {
+  pthread_mutex_lock(&t->hb_mu);
+  t->hb_quiet = t->failed || atomic_load(&t->aborted);
+  pthread_mutex_unlock(&t->hb_mu);
+  return s;
 }
 
 // ---- reduction in rank order
@@ -372,62 +497,133 @@ static zck_status tc_reduce_blocks(tc *t, const uint8_t *send, size_t total, siz
 #undef TC_LEN
 }
 
+// ---- gathers and broadcasts: relays
+
+/* buf holds `total` bytes in W blocks, block k at [lo(k), lo(k+1)), each rank's own filled
+ * in: fills in the others. Small: every rank sends its block to every other (one hop).
+ * Else a pipelined ring: rank r sends to r-1 its block and then, as they arrive, the blocks
+ * r+1, ..., r+W-2 that it receives from r+1 (every block but r-1's), so every rank sends
+ * and receives total - one block, over one link each way, and forwards each byte as soon
+ * as it has it. `lo` gives the block starts (lo(W) = total). */
+static zck_status tc_gather_blocks(tc *t, uint8_t *buf, size_t total, size_t (*lo)(const void *, int),
+                                   const void *arg) {
+  int W = t->size, r = t->rank;
+  tc_clear_links(t);
+  if (W == 1 || total == 0) return ZCK_OK;
+  size_t my_lo = lo(arg, r), my_len = lo(arg, r + 1) - my_lo;
+  if (total < TC_RING_MIN) {
+    for (int k = 0; k < W; k++)
+      if (k != r) t->lk[k] = (tc_link){buf + my_lo, my_len, buf + lo(arg, k), lo(arg, k + 1) - lo(arg, k)};
+    return tc_pump(t, true);
+  }
+  int prev = (r + W - 1) % W;
+  size_t prev_len = lo(arg, prev + 1) - lo(arg, prev);
+  t->relay = true;
+  t->s_to = prev;
+  t->s_from = (r + 1) % W;
+  t->sin = (tc_stream){buf, total, (my_lo + my_len) % total, total - my_len, 0};
+  t->sout = (tc_stream){buf, total, my_lo, total - prev_len, 0};
+  t->s_own = my_len;
+  zck_status s = tc_pump(t, true);
+  t->relay = false;
+  return s;
+}
+
+typedef struct tc_blocks {
+  size_t block, total; /* elements: every block but the last ones has `block` */
+  size_t es;
+} tc_blocks;
+
+static size_t tc_block_lo(const void *arg, int k) {
+  const tc_blocks *b = arg;
+  size_t e = (size_t)k * b->block < b->total ? (size_t)k * b->block : b->total;
+  return e * b->es;
+}
+
 // ---- collectives
 
-static zck_status tc_all_reduce(zck_comm *c, const void *send, void *recv, size_t count, zck_dtype dt, zck_comm_op op) {
-  ZCK_ASSERT(tc_reducible(dt));
+static zck_status tc_all_reduce_in(zck_comm *c, const void *send, void *recv, size_t count, zck_dtype dt,
+                                   zck_comm_op op) {
   ZCK_TRY(tc_enter(c, TC_ALL_REDUCE, count, dt, op, 0));
   tc *t = c->impl;
   size_t es = zck_dtype_size(dt), W = (size_t)t->size;
-  size_t block = (count + W - 1) / W; /* comm_local's chunks */
-  size_t lo_r = block * (size_t)t->rank < count ? block * (size_t)t->rank : count;
-  ZCK_TRY(tc_reduce_blocks(t, send, count, block, (uint8_t *)recv + lo_r * es, dt, op));
+  tc_blocks b = {(count + W - 1) / W, count, es}; /* comm_local's chunks */
+  size_t lo_r = tc_block_lo(&b, t->rank) / es;
+  ZCK_TRY(tc_reduce_blocks(t, send, count, b.block, (uint8_t *)recv + lo_r * es, dt, op));
   /* every send of the first phase is complete: in place, its blocks may now be overwritten */
-  size_t len_r = (lo_r + block < count ? lo_r + block : count) - lo_r;
-  for (int k = 0; k < t->size; k++) {
-    if (k == t->rank) continue;
-    size_t lo = block * (size_t)k < count ? block * (size_t)k : count;
-    size_t len = (lo + block < count ? lo + block : count) - lo;
-    t->lk[k] = (tc_link){(uint8_t *)recv + lo_r * es, len_r * es, (uint8_t *)recv + lo * es, len * es};
-  }
-  return tc_pump(t, true);
+  return tc_gather_blocks(t, recv, count * es, tc_block_lo, &b);
 }
 
-static zck_status tc_reduce_scatter(zck_comm *c, const void *send, void *recv, size_t recv_count, zck_dtype dt,
-                                    zck_comm_op op) {
+static zck_status tc_all_reduce(zck_comm *c, const void *send, void *recv, size_t count, zck_dtype dt, zck_comm_op op) {
   ZCK_ASSERT(tc_reducible(dt));
+  return tc_leave(c->impl, tc_all_reduce_in(c, send, recv, count, dt, op));
+}
+
+static zck_status tc_reduce_scatter_in(zck_comm *c, const void *send, void *recv, size_t recv_count, zck_dtype dt,
+                                       zck_comm_op op) {
   ZCK_TRY(tc_enter(c, TC_REDUCE_SCATTER, recv_count, dt, op, 0));
   tc *t = c->impl;
   return tc_reduce_blocks(t, send, recv_count * (size_t)t->size, recv_count, recv, dt, op);
 }
 
-static zck_status tc_all_gather(zck_comm *c, const void *send, void *recv, size_t send_count, zck_dtype dt) {
+static zck_status tc_reduce_scatter(zck_comm *c, const void *send, void *recv, size_t recv_count, zck_dtype dt,
+                                    zck_comm_op op) {
+  ZCK_ASSERT(tc_reducible(dt));
+  return tc_leave(c->impl, tc_reduce_scatter_in(c, send, recv, recv_count, dt, op));
+}
+
+static zck_status tc_all_gather_in(zck_comm *c, const void *send, void *recv, size_t send_count, zck_dtype dt) {
   ZCK_TRY(tc_enter(c, TC_ALL_GATHER, send_count, dt, ZCK_COMM_SUM, 0));
   tc *t = c->impl;
   size_t bytes = send_count * zck_dtype_size(dt);
-  for (int k = 0; k < t->size; k++)
-    if (k != t->rank) t->lk[k] = (tc_link){send, bytes, (uint8_t *)recv + (size_t)k * bytes, bytes};
   uint8_t *own = (uint8_t *)recv + (size_t)t->rank * bytes;
   if (bytes && own != (const uint8_t *)send) memcpy(own, send, bytes);
-  return tc_pump(t, true);
+  tc_blocks b = {1, (size_t)t->size, bytes};
+  return tc_gather_blocks(t, recv, bytes * (size_t)t->size, tc_block_lo, &b);
+}
+
+static zck_status tc_all_gather(zck_comm *c, const void *send, void *recv, size_t send_count, zck_dtype dt) {
+  return tc_leave(c->impl, tc_all_gather_in(c, send, recv, send_count, dt));
+}
+
+/* Small: the root sends to every rank. Else a pipelined chain root, root+1, ..., root-1:
+ * every rank receives the buffer once and forwards each byte to the next as soon as it has
+ * it, so the root sends one copy instead of W-1. */
+static zck_status tc_broadcast_in(zck_comm *c, void *buf, size_t count, zck_dtype dt, int root) {
+  ZCK_TRY(tc_enter(c, TC_BROADCAST, count, dt, ZCK_COMM_SUM, root));
+  tc *t = c->impl;
+  int W = t->size, pos = (t->rank - root + W) % W;
+  size_t bytes = count * zck_dtype_size(dt);
+  tc_clear_links(t);
+  if (bytes == 0 || W == 1) return ZCK_OK;
+  if (bytes < TC_RING_MIN) {
+    if (t->rank == root) {
+      for (int k = 0; k < W; k++)
+        if (k != root) t->lk[k] = (tc_link){buf, bytes, NULL, 0};
+    } else {
+      t->lk[root] = (tc_link){NULL, 0, buf, bytes};
+    }
+    return tc_pump(t, true);
+  }
+  t->relay = true;
+  t->s_from = pos > 0 ? (t->rank + W - 1) % W : -1;
+  t->s_to = pos < W - 1 ? (t->rank + 1) % W : -1;
+  t->sin = (tc_stream){buf, bytes, 0, pos > 0 ? bytes : 0, 0};
+  t->sout = (tc_stream){buf, bytes, 0, bytes, 0};
+  t->s_own = pos == 0 ? bytes : 0;
+  zck_status s = tc_pump(t, true);
+  t->relay = false;
+  return s;
 }
 
 static zck_status tc_broadcast(zck_comm *c, void *buf, size_t count, zck_dtype dt, int root) {
   ZCK_ASSERT(root >= 0 && root < c->size);
-  ZCK_TRY(tc_enter(c, TC_BROADCAST, count, dt, ZCK_COMM_SUM, root));
-  tc *t = c->impl;
-  size_t bytes = count * zck_dtype_size(dt);
-  tc_clear_links(t);
-  if (t->rank == root) {
-    for (int k = 0; k < t->size; k++)
-      if (k != root) t->lk[k] = (tc_link){buf, bytes, NULL, 0};
-  } else {
-    t->lk[root] = (tc_link){NULL, 0, buf, bytes};
-  }
-  return tc_pump(t, true);
+  return tc_leave(c->impl, tc_broadcast_in(c, buf, count, dt, root));
 }
 
-static zck_status tc_barrier(zck_comm *c) { return tc_enter(c, TC_BARRIER, 0, ZCK_U8, ZCK_COMM_SUM, 0); }
+static zck_status tc_barrier(zck_comm *c) {
+  return tc_leave(c->impl, tc_enter(c, TC_BARRIER, 0, ZCK_U8, ZCK_COMM_SUM, 0));
+}
 
 /* May be called from another thread while a collective waits: shutdown() wakes its poll;
  * the sockets are closed only by destroy. */
@@ -437,11 +633,83 @@ static void tc_abort(zck_comm *c) {
   tc_shutdown_all(t);
 }
 
+// ---- heartbeats
+
+static double tc_cpu_s(clockid_t id) {
+  struct timespec ts;
+  if (clock_gettime(id, &ts)) return 0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sends a whole frame to a peer whose call header waits in our socket. The socket is
+ * nearly idle then (the peer has read everything of the calls before), so the send never
+ * blocks in practice; a partial one is finished, since a torn frame would break the stream. */
+static void tc_beat(int fd, const uint8_t *beat) {
+  int pending = 0, queued = 0;
+  if (ioctl(fd, FIONREAD, &pending) || pending <= 0) return; /* nobody waits for us here */
+  if (ioctl(fd, SIOCOUTQ, &queued) || queued > 1024) return; /* still busy: beat later */
+  size_t off = 0;
+  for (int tries = 0; off < TC_HDR && tries < 100; tries++) {
+    ssize_t put = send(fd, beat + off, TC_HDR - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (put > 0) off += (size_t)put;
+    else if (put < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return; /* peer gone */
+    if (off < TC_HDR) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      poll(&pf, 1, 10);
+    }
+  }
+}
+
+/* Between calls, every hb_interval: a heartbeat to each peer waiting for this rank, busy
+ * (op 1) when the process, this thread aside, used TC_HB_CPU_S of CPU or did block I/O
+ * since the last beat. A rank blocked for good (a deadlock, a read that never returns)
+ * uses none and so still times out; a rank at work (a reshard, a manifest write) does not. */
+static void *tc_hb_main(void *arg) {
+  tc *t = arg;
+  uint8_t beat[TC_HDR];
+  tc_call hb = {TC_HEARTBEAT, 0, 0, 0, 0, 0};
+  double prev_cpu = -1;
+  long prev_io = -1;
+  pthread_mutex_lock(&t->hb_mu);
+  while (!t->hb_stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double at = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + t->hb_interval;
+    until.tv_sec = (time_t)at;
+    until.tv_nsec = (long)((at - (double)until.tv_sec) * 1e9);
+    while (!t->hb_stop && pthread_cond_timedwait(&t->hb_cv, &t->hb_mu, &until) != ETIMEDOUT) {
+    }
+    if (t->hb_stop) break;
+    double cpu = tc_cpu_s(CLOCK_PROCESS_CPUTIME_ID) - tc_cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    struct rusage ru;
+    long io = getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_inblock + ru.ru_oublock;
+    bool busy = prev_cpu >= 0 && (cpu - prev_cpu >= TC_HB_CPU_S || io != prev_io);
+    prev_cpu = cpu;
+    prev_io = io;
+    if (t->hb_quiet || atomic_load(&t->aborted)) continue;
+    hb.op = busy;
+    tc_put_call(beat, &hb);
+    for (int k = 0; k < t->size; k++)
+      if (k != t->rank && t->fds[k] >= 0) tc_beat(t->fds[k], beat);
+  }
+  pthread_mutex_unlock(&t->hb_mu);
+  return NULL;
+}
+
 // ---- lifetime
 
 void zck_comm_tcp_destroy(zck_comm *c) {
   if (!c) return;
   tc *t = c->impl;
+  if (t->hb_started) {
+    pthread_mutex_lock(&t->hb_mu);
+    t->hb_stop = true;
+    pthread_cond_signal(&t->hb_cv);
+    pthread_mutex_unlock(&t->hb_mu);
+    pthread_join(t->hb_thread, NULL);
+  }
+  pthread_mutex_destroy(&t->hb_mu);
+  pthread_cond_destroy(&t->hb_cv);
   if (t->fds)
     for (int k = 0; k < t->size; k++)
       if (t->fds[k] >= 0) close(t->fds[k]);
@@ -454,6 +722,8 @@ void zck_comm_tcp_destroy(zck_comm *c) {
   free(t->scratch);
   free(t->acc);
   free(t->tmp);
+  free(t->hb_seen);
+  free(t->hb_busy);
   free(t);
 }
 
@@ -475,6 +745,18 @@ zck_status zck_comm_tcp_create(const zck_comm_tcp_options *o, zck_comm **out) {
   t->size = o->size;
   t->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300.0;
   atomic_init(&t->aborted, 0);
+  pthread_mutex_init(&t->hb_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&t->hb_cv, &ca);
+  pthread_condattr_destroy(&ca);
+  t->hb_quiet = true;
+  double dead = t->timeout_s / 4;
+  dead = dead < TC_HB_DEAD_MIN_S ? TC_HB_DEAD_MIN_S : dead > TC_HB_DEAD_MAX_S ? TC_HB_DEAD_MAX_S : dead;
+  t->hb_dead_s = dead < t->timeout_s ? dead : t->timeout_s;
+  /* a waiting rank hears a live peer 8 times in that span: a beat or two late is no harm */
+  t->hb_interval = t->hb_dead_s / 8;
   t->handle = (zck_comm){o->rank, o->size, "tcp", t, tc_all_reduce, tc_reduce_scatter, tc_all_gather, tc_broadcast,
                          tc_barrier, tc_abort};
   /* one chunk of up to 8-byte elements per peer, within TC_SCRATCH_MAX in all */
@@ -489,9 +771,11 @@ zck_status zck_comm_tcp_create(const zck_comm_tcp_options *o, zck_comm **out) {
   t->scratch = zck__malloc((W - 1) * t->chunk * 8 + 1);
   t->acc = zck__malloc(t->chunk * sizeof(double));
   t->tmp = zck__malloc(t->chunk * sizeof(float));
+  t->hb_seen = zck__calloc(W, sizeof *t->hb_seen);
+  t->hb_busy = zck__calloc(W, sizeof *t->hb_busy);
   if (t->fds)
     for (size_t k = 0; k < W; k++) t->fds[k] = -1;
-  if (!t->fds || !t->addrs || !t->lk || !t->pfd || !t->pk || !t->hdrs || !t->scratch || !t->acc || !t->tmp) {
+  if (!t->fds || !t->addrs || !t->lk || !t->pfd || !t->pk || !t->hdrs || !t->scratch || !t->acc || !t->tmp || !t->hb_seen || !t->hb_busy) {
     zck_comm_tcp_destroy(&t->handle);
     return ZCK_ERR_NO_MEMORY;
   }
@@ -503,6 +787,8 @@ zck_status zck_comm_tcp_create(const zck_comm_tcp_options *o, zck_comm **out) {
     return s;
   }
   t->seq = 0;
+  /* without the thread (no resources for one) waits are bounded by timeout_s alone */
+  if (W > 1) t->hb_started = pthread_create(&t->hb_thread, NULL, tc_hb_main, t) == 0;
   *out = &t->handle;
   return ZCK_OK;
 }

@@ -108,6 +108,15 @@ cs_case *cs_cases(int W, bool big, size_t *n) {
     for (size_t k = 0; k < 3; k++)
       for (int r = 0; r < 3; r++) cs_add(&v, n, &cap, (cs_case){CS_BROADCAST, bc[d], ZCK_COMM_SUM, (size_t[]){0, 1, 4097}[k], roots[r], true});
   cs_add(&v, n, &cap, (cs_case){CS_BARRIER, ZCK_U8, ZCK_COMM_SUM, 0, 0, true});
+  /* just past the size from which gathers go around a ring and broadcasts down a chain
+   * (64 KiB in all, comm_tcp.c), every W: uneven all_reduce blocks, every root */
+  for (int r = 0; r < 3; r++) cs_add(&v, n, &cap, (cs_case){CS_BROADCAST, ZCK_F32, ZCK_COMM_SUM, 70001, roots[r], true});
+  cs_add(&v, n, &cap, (cs_case){CS_BROADCAST, ZCK_U8, ZCK_COMM_SUM, 65536, W / 2, true});
+  for (int ip = 0; ip < 2; ip++) {
+    cs_add(&v, n, &cap, (cs_case){CS_ALL_GATHER, ZCK_U8, ZCK_COMM_SUM, 33333, 0, ip});
+    cs_add(&v, n, &cap, (cs_case){CS_ALL_REDUCE, ZCK_F32, ZCK_COMM_SUM, 70001, 0, ip});
+    cs_add(&v, n, &cap, (cs_case){CS_ALL_REDUCE, ZCK_BF16, ZCK_COMM_SUM, 32771, 0, ip});
+  }
   if (big) { /* larger than socket buffers, odd sizes */
     cs_add(&v, n, &cap, (cs_case){CS_ALL_REDUCE, ZCK_F32, ZCK_COMM_SUM, (2u << 20) + 1, 0, false});
     cs_add(&v, n, &cap, (cs_case){CS_ALL_REDUCE, ZCK_BF16, ZCK_COMM_SUM, 600001, 0, true});

@@ -2,7 +2,9 @@
  * collectives or in the middle of one, a rank that hangs (timeout), abort() (also from
  * another thread), ranks that call different collectives, and rendezvous failures (rank 0
  * late, port in use, no rank 0, world sizes that disagree, a duplicate rank, strangers
- * connecting to the port). Every failure must be a one-line error naming the rank, and
+ * connecting to the port). And a rank 0 that works alone for longer than the timeout
+ * while the others wait in a collective: they wait for it as long as it is busy, and
+ * still fail soon when it dies or is stopped meanwhile. Every failure must be a one-line error naming the rank, and
  * come quickly: each scenario runs under a deadline. */
 #include "comm_proc.h"
 #include "test.h"
@@ -13,6 +15,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,11 +36,14 @@ static void wait_for_peers(void) {
 
 static void release_peers(void) { close(g_peers[1]); }
 
+/* The scenario's processes; a child knows those forked before it. */
+static pid_t g_pids[8];
+
 /* Runs fn in W processes (rank r in child r); codes[r] = exit status (-1: killed after
  * limit_s). Returns how many did not exit 0. */
 static int run_codes(int W, double limit_s, scenario_fn fn, int *codes) {
   int port = cp_free_port();
-  pid_t pids[8];
+  pid_t *pids = g_pids;
   ZT_ASSERT(pipe(g_peers) == 0);
   fflush(NULL);
   for (int r = 0; r < W; r++) {
@@ -156,6 +162,84 @@ static void hangs(int W, int r, int port) {
   /* the upper bound only tells "about 1 s" from the 300 s default, with room for a loaded machine */
   if (dt < 0.9 || dt > 6.0) ZT_FAIL("timed out after %.2f s, not about 1 s", dt);
   zck_comm_tcp_destroy(c);
+}
+
+// ---- rank 0 works alone (a reshard, a manifest write) for longer than the timeout
+
+/* Uses CPU for `s` seconds, as a rank at work does. */
+static void busy_for(double s) {
+  volatile uint64_t x = 0;
+  for (double t0 = cp_now(); cp_now() - t0 < s;)
+    for (int i = 0; i < 100000; i++) x += (uint64_t)i * 2654435761u;
+}
+
+/* It works 3.5 s with a 1 s timeout: the others wait in their barrier and all_reduce
+ * instead of timing out, and the group goes on. */
+static void busy_rank0(int W, int r, int port) {
+  zck_comm *c = make(W, r, port, 1.0);
+  double t0 = cp_now();
+  if (r == 0) busy_for(3.5);
+  ZT_OK(c->barrier(c));
+  if (r != 0 && cp_now() - t0 < 3.0) ZT_FAIL("the barrier returned after %.2f s, before rank 0 was done", cp_now() - t0);
+  int64_t q = r + 1;
+  if (r == 0) busy_for(1.5); /* and inside a collective's call, the same */
+  ZT_OK(c->all_reduce(c, &q, &q, 1, ZCK_I64, ZCK_COMM_SUM));
+  ZT_EQ_INT(q, W * (W + 1) / 2);
+  zck_comm_tcp_destroy(c);
+}
+
+/* It dies while the others wait for it: they fail at once, naming it. */
+static void busy_rank0_dies(int W, int r, int port) {
+  zck_comm *c = make(W, r, port, 1.0);
+  if (r == 0) {
+    busy_for(1.5);
+    raise(SIGKILL);
+  }
+  double t0 = cp_now();
+  ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "another rank failed");
+  expect_names(0);
+  double dt = cp_now() - t0;
+  if (dt > 4.0) ZT_FAIL("rank 0's death was seen after %.2f s (it died after 1.5 s)", dt);
+  zck_comm_tcp_destroy(c);
+}
+
+/* It is stopped (SIGSTOP: alive, its sockets open, but silent) while the others wait:
+ * its heartbeats stop, and they fail after about a quarter of the 4 s timeout (1 s),
+ * before the timeout itself. */
+static void busy_rank0_stops(int W, int r, int port) {
+  zck_comm *c = make(W, r, port, 4.0);
+  if (r == 0) {
+    busy_for(1.5);
+    release_peers();
+    raise(SIGSTOP);
+    _exit(3); /* not reached: rank 1 kills it */
+  }
+  double t0 = cp_now();
+  ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "stopped sending heartbeats");
+  expect_names(0);
+  double dt = cp_now() - t0;
+  if (dt > 4.0) ZT_FAIL("the stop was seen after %.2f s (stopped after 1.5 s)", dt);
+  if (r == 1) { /* once rank 2 has seen it too (else it sees rank 0 hang up, not stop) */
+    wait_for_peers();
+    kill(g_pids[0], SIGKILL);
+  }
+  zck_comm_tcp_destroy(c);
+}
+
+static void run_busy_rank0_stops(void) {
+  int codes[8], W = 3;
+  run_codes(W, 20, busy_rank0_stops, codes);
+  if (codes[0] != 128 + SIGKILL || codes[1] || codes[2])
+    ZT_FAIL("busy rank 0 stopped: exit codes %d %d %d (want 137 0 0)", codes[0], codes[1], codes[2]);
+  fprintf(stderr, "busy rank 0 stopped: ok\n");
+}
+
+static void run_busy_rank0_dies(void) {
+  int codes[8], W = 3;
+  run_codes(W, 20, busy_rank0_dies, codes);
+  if (codes[0] != 128 + SIGKILL || codes[1] || codes[2])
+    ZT_FAIL("busy rank 0 dies: exit codes %d %d %d (want 137 0 0)", codes[0], codes[1], codes[2]);
+  fprintf(stderr, "busy rank 0 dies: ok\n");
 }
 
 // ---- abort
@@ -329,6 +413,9 @@ int main(void) {
   run("exits between collectives", 3, 15, exits_between);
   run_dies_mid_transfer();
   run("hangs", 3, 10, hangs);
+  run("busy rank 0", 3, 20, busy_rank0);
+  run_busy_rank0_dies();
+  run_busy_rank0_stops();
   run("abort", 3, 10, aborts);
   run("abort from a thread", 2, 10, aborts_from_thread);
   run("disagreeing calls", 3, 10, disagree);
