@@ -164,7 +164,13 @@ zck_status zck_gather_extents_from_layout(const zck_layout *l, const uint64_t *p
   for (size_t i = 0; i < l->n_pieces; i++) {
     const zck_piece *pc = &l->pieces[i];
     if (param_dst_off[pc->param] == UINT64_MAX) continue;
-    e[n++] = (zck_gather_extent){pc->store, pc->store_off, param_dst_off[pc->param] + pc->param_off, pc->count};
+    uint64_t dst;
+    if (__builtin_add_overflow(param_dst_off[pc->param], pc->param_off, &dst)) {
+      free(e);
+      return zck__fail(ZCK_ERR_INVALID_ARG, "gather: piece %zu of param %u lies past the addressable output", i,
+                       (unsigned)pc->param);
+    }
+    e[n++] = (zck_gather_extent){pc->store, pc->store_off, dst, pc->count};
   }
   *out = e;
   *n_out = n;

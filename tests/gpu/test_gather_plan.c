@@ -256,6 +256,18 @@ int main(void) {
   ZT_ERR(zck_gather_run_host(p, other, sink_write, &failing), ZCK_ERR_INVALID_ARG, "the plan was made for float32[8]");
   zck_gather_plan_free(p);
   zck_gather_plan_free(NULL);
+  /* a param placed so far out that its piece's offset wraps: refused, not wrapped to 0 */
+  zck_piece piece = {0, 0, 16, 0, 4};
+  zck_layout one = {0};
+  one.n_params = 1;
+  one.pieces = &piece;
+  one.n_pieces = 1;
+  uint64_t far_dst = UINT64_MAX - 8;
+  zck_gather_extent *ext = (zck_gather_extent *)&one;
+  size_t n_ext = 7;
+  ZT_ERR(zck_gather_extents_from_layout(&one, &far_dst, &ext, &n_ext), ZCK_ERR_INVALID_ARG,
+         "piece 0 of param 0 lies past the addressable output");
+  ZT_ASSERT(ext == NULL && n_ext == 0);
   printf("gather plan: ok\n");
   return 0;
 }
