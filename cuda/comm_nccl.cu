@@ -3,7 +3,9 @@
 //
 // Each collective is host-synchronous, like every zck_comm backend: it is queued on the
 // rank's stream after the work it depends on (the stream set with zck_comm_cuda_set_stream,
-// else the whole device is synchronized first) and waited for. The wait polls, so a rank
+// else the whole device is synchronized first) and waited for, except in async mode
+// (zck_comm_cuda_set_async: overlap_comm's comm stream), where reductions and gathers are
+// only queued. The wait polls, so a rank
 // whose peer failed (abort in this process, or an asynchronous NCCL error) aborts its
 // communicator and returns instead of hanging in a kernel that waits for ever.
 #include "common.cuh"
@@ -23,6 +25,7 @@ struct nc_rank {
   int device;
   cudaStream_t own, user;
   bool user_set;
+  bool async;                /* overlap_comm: queue on `user` without waiting */
   int *d_token;              /* barrier payload */
   nc_group *group;           /* ranks created together in this process, else NULL */
   std::atomic<int> self_aborted;
@@ -80,6 +83,13 @@ static zck_status nc_wait(zck_comm *c, nc_rank *r, const char *what) {
   }
 }
 
+/* After a queued reduction or gather: waited for, except on an overlap_comm stream (async),
+ * where the stream orders what needs the result and a failure shows when it is waited. */
+static zck_status nc_done(zck_comm *c, nc_rank *r, const char *what) {
+  if (r->async && r->user_set) return ZCK_OK;
+  return nc_wait(c, r, what);
+}
+
 static bool nc_type(zck_dtype dt, ncclDataType_t *t) {
   switch (dt) {
   case ZCK_F32: *t = ncclFloat32; return true;
@@ -111,7 +121,7 @@ static zck_status nc_all_reduce(zck_comm *c, const void *send, void *recv, size_
   ZCK_ASSERT(nc_type(dt, &t));
   ZCK_TRY(nc_begin(c, r));
   NC_TRY(ncclAllReduce(send, recv, count, t, nc_op(op), r->comm, nc_stream(r)), "all_reduce");
-  return nc_wait(c, r, "all_reduce");
+  return nc_done(c, r, "all_reduce");
 }
 
 static zck_status nc_reduce_scatter(zck_comm *c, const void *send, void *recv, size_t recv_count, zck_dtype dt,
@@ -121,7 +131,7 @@ static zck_status nc_reduce_scatter(zck_comm *c, const void *send, void *recv, s
   ZCK_ASSERT(nc_type(dt, &t));
   ZCK_TRY(nc_begin(c, r));
   NC_TRY(ncclReduceScatter(send, recv, recv_count, t, nc_op(op), r->comm, nc_stream(r)), "reduce_scatter");
-  return nc_wait(c, r, "reduce_scatter");
+  return nc_done(c, r, "reduce_scatter");
 }
 
 /* Gathers and broadcasts move bytes: any dtype. */
@@ -129,7 +139,7 @@ static zck_status nc_all_gather(zck_comm *c, const void *send, void *recv, size_
   nc_rank *r = (nc_rank *)c->impl;
   ZCK_TRY(nc_begin(c, r));
   NC_TRY(ncclAllGather(send, recv, send_count * zck_dtype_size(dt), ncclUint8, r->comm, nc_stream(r)), "all_gather");
-  return nc_wait(c, r, "all_gather");
+  return nc_done(c, r, "all_gather");
 }
 
 static zck_status nc_broadcast(zck_comm *c, void *buf, size_t count, zck_dtype dt, int root) {
@@ -384,6 +394,18 @@ extern "C" zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) {
     return ZCK_OK;
   }
 #endif
+  return zck__fail(ZCK_ERR_INVALID_ARG, "comm: %s is not a CUDA backend", comm->backend);
+}
+
+extern "C" zck_status zck_comm_cuda_set_async(zck_comm *comm, int async) {
+  if (zck__ranks_is(comm) && !strcmp(comm->backend, "cuda-local")) return ZCK_OK; /* stays synchronous */
+#if ZCK_HAVE_NCCL
+  if (nc_is(comm)) {
+    ((nc_rank *)comm->impl)->async = async != 0;
+    return ZCK_OK;
+  }
+#endif
+  (void)async;
   return zck__fail(ZCK_ERR_INVALID_ARG, "comm: %s is not a CUDA backend", comm->backend);
 }
 

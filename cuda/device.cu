@@ -113,6 +113,38 @@ extern "C" zck_status zck_cuda_stream_sync(void *stream) {
   return ZCK_OK;
 }
 
+// ---- events (overlap_comm: the compute stream waits for the comm stream's work)
+
+extern "C" zck_status zck_cuda_event_create(void **ev) {
+  cudaEvent_t e = NULL;
+  *ev = NULL;
+  ZCK_CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "create an event");
+  *ev = (void *)e;
+  return ZCK_OK;
+}
+
+extern "C" void zck_cuda_event_destroy(void *ev) {
+  if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" zck_status zck_cuda_event_record(void *ev, void *stream) {
+  ZCK_CU(cudaEventRecord((cudaEvent_t)ev, ZCK_CU_STREAM(stream)), "record an event");
+  return ZCK_OK;
+}
+
+extern "C" zck_status zck_cuda_stream_wait_event(void *stream, void *ev) {
+  ZCK_CU(cudaStreamWaitEvent(ZCK_CU_STREAM(stream), (cudaEvent_t)ev, 0), "make a stream wait for an event");
+  return ZCK_OK;
+}
+
+extern "C" int zck_cuda_event_query(void *ev) {
+  cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+  if (e == cudaSuccess) return 1;
+  if (e == cudaErrorNotReady) return 0;
+  cudaGetLastError();
+  return -1;
+}
+
 extern "C" zck_status zck_cuda_device_sync(void) {
   ZCK_CU(cudaDeviceSynchronize(), "wait for the device");
   return ZCK_OK;

@@ -49,6 +49,14 @@ zck_status zck_cuda_stream_create(void **stream) {
 void zck_cuda_stream_destroy(void *stream) {}
 zck_status zck_cuda_stream_sync(void *stream) { return ZCK_NO_CUDA(); }
 zck_status zck_cuda_device_sync(void) { return ZCK_NO_CUDA(); }
+zck_status zck_cuda_event_create(void **ev) {
+  *ev = NULL;
+  return ZCK_NO_CUDA();
+}
+void zck_cuda_event_destroy(void *ev) {}
+zck_status zck_cuda_event_record(void *ev, void *stream) { return ZCK_NO_CUDA(); }
+zck_status zck_cuda_stream_wait_event(void *stream, void *ev) { return ZCK_NO_CUDA(); }
+int zck_cuda_event_query(void *ev) { return -1; }
 zck_status zck_cuda_ctx_create(int device, zck_cuda_ctx **out) {
   *out = NULL;
   return ZCK_NO_CUDA();
@@ -194,6 +202,7 @@ zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **o
   return ZCK_NO_CUDA();
 }
 zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) { return ZCK_NO_CUDA(); }
+zck_status zck_comm_cuda_set_async(zck_comm *comm, int async) { return ZCK_NO_CUDA(); }
 int zck_comm_cuda_device(const zck_comm *comm) { return -1; }
 
 // ---- gather16

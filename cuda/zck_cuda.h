@@ -76,6 +76,13 @@ zck_status zck_cuda_ctx_create(int device, zck_cuda_ctx **out);
 void zck_cuda_ctx_free(zck_cuda_ctx *ctx);              /* NULL is fine */
 void *zck_cuda_ctx_stream(const zck_cuda_ctx *ctx);
 int zck_cuda_ctx_device(const zck_cuda_ctx *ctx);
+/* Events (cudaEvent_t, timing off): a point on a stream that another stream waits for
+ * without the host. query: 1 done, 0 not yet, -1 error. */
+zck_status zck_cuda_event_create(void **ev);
+void zck_cuda_event_destroy(void *ev);                 /* NULL is fine */
+zck_status zck_cuda_event_record(void *ev, void *stream);
+zck_status zck_cuda_stream_wait_event(void *stream, void *ev);
+int zck_cuda_event_query(void *ev);
 
 // ---- casts (bit-exact with zck_convert)
 
@@ -276,6 +283,11 @@ void zck_comm_nccl_destroy(zck_comm *comm);             /* NULL is fine */
 zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **out);
 /* The stream collectives of this rank are ordered after (cuda-local and nccl backends). */
 zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream);
+/* async 1 (nccl, with a stream set): collectives are queued on that stream and return
+ * without waiting (overlap_comm's comm stream; what follows on the stream is ordered after
+ * them, and a peer's failure shows when the stream is waited for). cuda-local keeps its
+ * host rendezvous, so it stays synchronous; other backends: ZCK_ERR_INVALID_ARG. */
+zck_status zck_comm_cuda_set_async(zck_comm *comm, int async);
 /* The device whose memory this rank's buffers must be in (cuda-local and nccl backends);
  * -1 for any other backend. */
 int zck_comm_cuda_device(const zck_comm *comm);

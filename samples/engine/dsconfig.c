@@ -295,6 +295,11 @@ static zck_status read_tuning(const cJSON *root, const char *name, ze_ds_config 
   ZCK_TRY(read_count(root, name, "zero_optimization.allgather_bucket_size", 0, &out->allgather_bucket_size));
   ZCK_TRY(read_count(root, name, "zero_optimization.stage3_prefetch_bucket_size", 0, &out->prefetch_bucket_size));
   ZCK_TRY(read_count(root, name, "zero_optimization.stage3_max_live_parameters", 0, &out->max_live_parameters));
+  /* stage-3 residency (zexec.h); train.c reads the values from the resolved json */
+  uint64_t unused = 0;
+  ZCK_TRY(read_count(root, name, "zero_optimization.stage3_param_persistence_threshold", 0, &unused));
+  ZCK_TRY(read_count(root, name, "zero_optimization.stage3_model_persistence_threshold", 0, &unused));
+  ZCK_TRY(read_count(root, name, "zero_optimization.stage3_max_reuse_distance", 0, &unused));
   if (out->stage < 3) {
     /* DeepSpeedZeroOptimizer's assert, then a bucket that holds something */
     ZCK_FAIL_IF(out->allgather_bucket_size % 2, ZCK_ERR_INVALID_ARG,

@@ -1,6 +1,6 @@
-/* dzero.c: the device backends of the ZeRO state (see dzero.h): cuda (kernels and copies on
- * the rank's stream) and sim (host memory, the CPU's loops), and the helpers zero.c shares
- * between them. */
+/* dzero.c: the cuda device backend of the ZeRO state (see dzero.h: kernels and copies on
+ * the rank's selected stream, its comm stream under overlap_comm), and the helpers zero.c
+ * shares between the backends. (The sim backend is dzero_sim.c.) */
 #include "dzero.h"
 
 #include "optim.h"
@@ -8,6 +8,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+static zck_status cu_wrap(ze_dzero *d);
+static void cu_unwrap(ze_dzero *d);
 
 // ---- lifetime and helpers
 
@@ -19,11 +22,42 @@ zck_status ze_dzero_new(const ze_dzero_opts *o, int stage, ze_dzero **out) {
   d->o = *o;
   d->opt_host = o->offload_optimizer;
   d->lp_host = o->offload_param && stage == 3;
+  zck_status s = ZCK_OK;
+  if (o->ops == &ze_dev_ops_sim && !o->ctx) { /* the sim's per-rank context */
+    ze_sim *sim = NULL;
+    s = ze_sim_new(&sim);
+    d->o.ctx = d->own_ctx = sim;
+  } else if (o->ops == &ze_dev_ops_cuda) {
+    s = cu_wrap(d);
+  }
+  /* overlap_comm: the comm stream, where the backend has one */
+  if (s == ZCK_OK && o->overlap_comm && o->ops->start) {
+    s = o->ops->start(d->o.ctx, o->sim_delay_us);
+    d->overlap = s == ZCK_OK;
+  }
+  if (s != ZCK_OK) {
+    ze_dzero_free(d);
+    return s;
+  }
   *out = d;
   return ZCK_OK;
 }
 
-void ze_dzero_free(ze_dzero *d) { free(d); }
+void ze_dzero_free(ze_dzero *d) {
+  if (!d) return;
+  ze_sim_free(d->own_ctx);
+  cu_unwrap(d);
+  free(d);
+}
+
+zck_status ze_coll_run(zck_comm *c, const ze_coll *a) {
+  switch (a->kind) {
+  case ZE_COLL_ALL_GATHER: return c->all_gather(c, a->send, a->recv, a->count, a->dt);
+  case ZE_COLL_REDUCE_SCATTER: return c->reduce_scatter(c, a->send, a->recv, a->count, a->dt, ZCK_COMM_SUM);
+  case ZE_COLL_ALL_REDUCE: return c->all_reduce(c, a->send, a->recv, a->count, a->dt, ZCK_COMM_SUM);
+  }
+  return zck__fail(ZCK_ERR_INTERNAL, "unknown collective %d", (int)a->kind);
+}
 
 void *ze_dzero_host_alloc(ze_dzero *d, size_t bytes, bool pinned) {
   void *p = NULL;
@@ -96,88 +130,37 @@ zck_status ze_dzero_lp_from_master(ze_dzero *d, void *lp, bool lp_host, zck_dtyp
   return s;
 }
 
-// ---- sim: the device is host memory, every operation the CPU engine's loop
+// ---- cuda: ctx is a cu_rank around the rank's zck_cuda_ctx (ze_dzero_new makes it)
 
-static zck_status sim_alloc(void *ctx, void **p, size_t bytes) {
-  (void)ctx;
-  *p = zck__calloc(bytes ? bytes : 1, 1);
-  return *p ? ZCK_OK : zck__fail(ZCK_ERR_NO_MEMORY, "sim device: out of memory for %zu bytes", bytes);
-}
-static void sim_free(void *ctx, void *p) {
-  (void)ctx;
-  free(p);
-}
-static zck_status sim_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-  (void)ctx;
-  memmove(dst, src, bytes);
-  return ZCK_OK;
-}
-static zck_status sim_zero(void *ctx, void *p, size_t bytes) {
-  (void)ctx;
-  memset(p, 0, bytes);
-  return ZCK_OK;
-}
-static zck_status sim_convert(void *ctx, zck_dtype dst_dt, void *dst, zck_dtype src_dt, const void *src, size_t n) {
-  (void)ctx;
-  zck_convert(dst_dt, dst, src_dt, src, n);
-  return ZCK_OK;
-}
-static zck_status sim_div(void *ctx, float *dst, const float *src, size_t n, float divisor) {
-  (void)ctx;
-  for (size_t j = 0; j < n; j++) dst[j] = src[j] / divisor;
-  return ZCK_OK;
-}
-static zck_status sim_add(void *ctx, float *acc, const float *src, size_t n) {
-  (void)ctx;
-  for (size_t j = 0; j < n; j++) acc[j] += src[j];
-  return ZCK_OK;
-}
-static zck_status sim_sumsq(void *ctx, const float *x, size_t n, double *acc) {
-  (void)ctx;
-  for (size_t i = 0; i < n; i++) *acc += (double)x[i] * x[i];
-  return ZCK_OK;
-}
-static zck_status sim_adamw(void *ctx, float *param, float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
-                            const zck_cuda_adamw_args *a) {
-  (void)ctx;
-  ze_dzero_adamw_host(param, grad, exp_avg, exp_avg_sq, n, a);
-  return ZCK_OK;
-}
-static zck_status sim_sync(void *ctx) {
-  (void)ctx;
-  return ZCK_OK;
-}
-static zck_status sim_read4(void *ctx, void *dst, uint64_t off, uint64_t count) {
-  memcpy(dst, (const uint8_t *)ctx + off * 4, (size_t)count * 4);
-  return ZCK_OK;
-}
-static zck_status sim_read2(void *ctx, void *dst, uint64_t off, uint64_t count) {
-  memcpy(dst, (const uint8_t *)ctx + off * 2, (size_t)count * 2);
-  return ZCK_OK;
-}
-static zck_status sim_write4(void *ctx, const void *src, uint64_t off, uint64_t count) {
-  memcpy((uint8_t *)ctx + off * 4, src, (size_t)count * 4);
-  return ZCK_OK;
-}
-static zck_status sim_write2(void *ctx, const void *src, uint64_t off, uint64_t count) {
-  memcpy((uint8_t *)ctx + off * 2, src, (size_t)count * 2);
-  return ZCK_OK;
-}
-static zck_status sim_gather16(void *ctx, const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
-                               void *wctx) {
-  (void)ctx;
-  return zck_gather_run_host(p, srcs, write, wctx);
+typedef struct cu_rank {
+  zck_cuda_ctx *cu;
+  void *comm;                  /* overlap_comm: the second stream (NULL: none) */
+  int sel;                     /* ZE_STREAM_*: where the operations below are queued */
+} cu_rank;
+
+static zck_cuda_ctx *cu_ctx(void *ctx) { return ((cu_rank *)ctx)->cu; }
+static void *cu_stream(void *ctx) {
+  cu_rank *r = ctx;
+  return r->sel == ZE_STREAM_COMM && r->comm ? r->comm : zck_cuda_ctx_stream(r->cu);
 }
 
-const ze_dev_ops ze_dev_ops_sim = {
-    .name = "sim", .alloc = sim_alloc, .free = sim_free, .host_alloc = sim_alloc, .host_free = sim_free,
-    .copy = sim_copy, .zero = sim_zero, .convert = sim_convert, .div = sim_div, .add = sim_add,
-    .sumsq = sim_sumsq, .adamw = sim_adamw, .sync = sim_sync, .read4 = sim_read4, .read2 = sim_read2,
-    .write4 = sim_write4, .write2 = sim_write2, .gather16 = sim_gather16, .used = NULL};
+static zck_status cu_wrap(ze_dzero *d) {
+  cu_rank *r = zck__calloc(1, sizeof *r);
+  if (!r) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  r->cu = d->o.ctx;
+  d->o.ctx = d->own_cu = r;
+  return ZCK_OK;
+}
 
-// ---- cuda: the rank's stream (ctx is its zck_cuda_ctx)
-
-static void *cu_stream(void *ctx) { return zck_cuda_ctx_stream(ctx); }
+static void cu_unwrap(ze_dzero *d) {
+  cu_rank *r = d->own_cu;
+  if (!r) return;
+  if (r->comm) {
+    (void)zck_cuda_stream_sync(r->comm);
+    zck_cuda_stream_destroy(r->comm);
+  }
+  free(r);
+}
 
 static zck_status cu_alloc(void *ctx, void **p, size_t bytes) {
   ZCK_TRY(zck_cuda_malloc_async(p, bytes, cu_stream(ctx)));
@@ -225,7 +208,11 @@ static zck_status cu_adamw(void *ctx, float *param, float *grad, float *exp_avg,
                            const zck_cuda_adamw_args *a) {
   return zck_cuda_adamw(param, grad, exp_avg, exp_avg_sq, n, a, cu_stream(ctx));
 }
-static zck_status cu_sync(void *ctx) { return zck_cuda_stream_sync(cu_stream(ctx)); }
+static zck_status cu_sync(void *ctx) {
+  cu_rank *r = ctx;
+  if (r->comm) ZCK_TRY(zck_cuda_stream_sync(r->comm));
+  return zck_cuda_stream_sync(zck_cuda_ctx_stream(r->cu));
+}
 static zck_status cu_read4(void *ctx, void *dst, uint64_t off, uint64_t count) {
   return zck_cuda_memcpy(dst, (const uint8_t *)ctx + off * 4, (size_t)count * 4);
 }
@@ -240,16 +227,59 @@ static zck_status cu_write2(void *ctx, const void *src, uint64_t off, uint64_t c
 }
 static zck_status cu_gather16(void *ctx, const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
                               void *wctx) {
-  ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(ctx)));
+  ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(cu_ctx(ctx))));
   return zck_cuda_gather16_to_host(p, srcs, write, wctx);
 }
 static uint64_t cu_used(void *ctx) {
   size_t fr = 0, total = 0;
-  return zck_cuda_mem_info(zck_cuda_ctx_device(ctx), &fr, &total) == ZCK_OK ? (uint64_t)(total - fr) : 0;
+  return zck_cuda_mem_info(zck_cuda_ctx_device(cu_ctx(ctx)), &fr, &total) == ZCK_OK ? (uint64_t)(total - fr) : 0;
+}
+static zck_status cu_start(void *ctx, unsigned delay_us) {
+  (void)delay_us;
+  cu_rank *r = ctx;
+  if (r->comm) return ZCK_OK;
+  ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(r->cu)));
+  return zck_cuda_stream_create(&r->comm);
+}
+static int cu_select(void *ctx, int stream) {
+  cu_rank *r = ctx;
+  int prev = r->sel;
+  r->sel = stream;
+  return prev;
+}
+static zck_status cu_event_new(void *ctx, void **ev) {
+  ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(cu_ctx(ctx))));
+  return zck_cuda_event_create(ev);
+}
+static void cu_event_free(void *ctx, void *ev) {
+  (void)ctx;
+  zck_cuda_event_destroy(ev);
+}
+static zck_status cu_record(void *ctx, void *ev) { return zck_cuda_event_record(ev, cu_stream(ctx)); }
+static zck_status cu_wait(void *ctx, void *ev) { return zck_cuda_stream_wait_event(cu_stream(ctx), ev); }
+static int cu_query(void *ctx, void *ev) {
+  (void)ctx;
+  return zck_cuda_event_query(ev);
+}
+/* The collective on the selected stream. On the comm stream NCCL's is queued and not
+ * waited for (what follows on that stream is ordered after it); on the compute stream it
+ * runs as without overlap (cuda_engine.c set the communicator's stream to that one). */
+static zck_status cu_coll(void *ctx, zck_comm *c, const ze_coll *a) {
+  cu_rank *r = ctx;
+  if (r->sel != ZE_STREAM_COMM || !r->comm) return ze_coll_run(c, a);
+  ZCK_TRY(zck_comm_cuda_set_stream(c, r->comm));
+  zck_status s = zck_comm_cuda_set_async(c, 1);
+  if (s == ZCK_OK) s = ze_coll_run(c, a);
+  zck_status t = zck_comm_cuda_set_async(c, 0);
+  if (s == ZCK_OK) s = t;
+  t = zck_comm_cuda_set_stream(c, zck_cuda_ctx_stream(r->cu));
+  return s == ZCK_OK ? t : s;
 }
 
 const ze_dev_ops ze_dev_ops_cuda = {
     .name = "cuda", .alloc = cu_alloc, .free = cu_free, .host_alloc = cu_host_alloc, .host_free = cu_host_free,
     .copy = cu_copy, .zero = cu_zero, .convert = cu_convert, .div = cu_div, .add = cu_add,
     .sumsq = cu_sumsq, .adamw = cu_adamw, .sync = cu_sync, .read4 = cu_read4, .read2 = cu_read2,
-    .write4 = cu_write4, .write2 = cu_write2, .gather16 = cu_gather16, .used = cu_used};
+    .write4 = cu_write4, .write2 = cu_write2, .gather16 = cu_gather16, .used = cu_used,
+    .start = cu_start, .select = cu_select, .event_new = cu_event_new, .event_free = cu_event_free,
+    .record = cu_record, .wait = cu_wait, .query = cu_query, .coll = cu_coll};

@@ -20,6 +20,25 @@
  *         give the CPU engine's bits.
  * Operations are ordered on the rank's stream; host code reads host memory a copy wrote
  * only after ze_dzero_sync, and reuses a host buffer a copy reads only after it too.
+ *
+ * overlap_comm (DeepSpeed's key): each rank has a second, communication stream. The module
+ * executor (zexec.h) selects it while it issues a stage-3 gather or a stage-2/3 gradient
+ * reduction: every operation queued meanwhile (allocations, copies, conversions, the
+ * collective itself through ze_dzero_coll, frees) goes to that stream, an event recorded
+ * there marks the end, and the compute stream waits for the event just before it reads
+ * the result. Ordering on the comm stream is FIFO like on any stream. Backends:
+ *   cuda: a second cudaStream_t of the rank's context, cudaEvents; NCCL collectives on it
+ *         are queued without the host waiting for them (the cuda-local backend of several
+ *         ranks on one GPU keeps its host rendezvous, so its collectives still block the
+ *         rank's thread, but not the kernels already queued on the compute stream);
+ *   sim:  the comm stream is a real worker thread per rank, fed a FIFO of closures; an
+ *         event is the sequence number of the last closure queued before it. Memory
+ *         allocated on the comm stream is poisoned (NaN bytes) until the stream reaches
+ *         the allocation, so a read that misses its wait sees NaN and changes the bits;
+ *         opts.sim_delay_us delays every closure (the tests use it to make the gathers
+ *         slower than the compute, so overlap and missing waits show deterministically).
+ * Without overlap_comm (or with a backend without a second stream) nothing changes: one
+ * stream, and every collective returns with its result in place.
  */
 #ifndef ZE_DZERO_H
 #define ZE_DZERO_H
@@ -31,6 +50,21 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* A collective on device buffers (lib/comm.h's semantics, sums in rank order). */
+typedef enum ze_coll_kind { ZE_COLL_ALL_GATHER = 0, ZE_COLL_REDUCE_SCATTER, ZE_COLL_ALL_REDUCE } ze_coll_kind;
+typedef struct ze_coll {
+  ze_coll_kind kind;
+  const void *send;
+  void *recv;
+  size_t count;                /* all_gather: send count; reduce_scatter: recv count */
+  zck_dtype dt;
+} ze_coll;
+/* Runs a on c, on the calling thread (sums: ZCK_COMM_SUM). */
+zck_status ze_coll_run(zck_comm *c, const ze_coll *a);
+
+#define ZE_STREAM_COMPUTE 0
+#define ZE_STREAM_COMM 1
 
 typedef struct ze_dev_ops {
   const char *name; /* "cuda", "sim" */
@@ -62,10 +96,32 @@ typedef struct ze_dev_ops {
                          void *wctx);
   /* Bytes in use on the whole device now, for the report (0: unknown). */
   uint64_t (*used)(void *ctx);
+  /* overlap_comm (NULL where the backend has no second stream). start: makes the comm
+   * stream (sim: starts the worker, delaying each closure by delay_us). select: the stream
+   * later operations go to (ZE_STREAM_*); returns the previous one. record: ev marks the
+   * work queued so far on the selected stream; wait: the selected stream (the host, for
+   * the sim's compute stream) waits for ev; query: 1 when ev is done, 0 when not, < 0 on
+   * an error. coll: a collective on the selected stream (comm stream: queued, not waited).
+   * sync waits for both streams. */
+  zck_status (*start)(void *ctx, unsigned delay_us);
+  int (*select)(void *ctx, int stream);
+  zck_status (*event_new)(void *ctx, void **ev);
+  void (*event_free)(void *ctx, void *ev);
+  zck_status (*record)(void *ctx, void *ev);
+  zck_status (*wait)(void *ctx, void *ev);
+  int (*query)(void *ctx, void *ev);
+  zck_status (*coll)(void *ctx, zck_comm *c, const ze_coll *a);
 } ze_dev_ops;
 
-extern const ze_dev_ops ze_dev_ops_cuda; /* ctx: the rank's zck_cuda_ctx */
-extern const ze_dev_ops ze_dev_ops_sim;  /* ctx: unused */
+extern const ze_dev_ops ze_dev_ops_cuda; /* opts.ctx: the rank's zck_cuda_ctx (ze_dzero_new wraps
+                                            it with the comm stream: call the ops through d) */
+extern const ze_dev_ops ze_dev_ops_sim;  /* ctx: a ze_sim (NULL: synchronous, no comm stream);
+                                            ze_dzero_new makes one when given NULL */
+
+/* The sim backend's per-rank context (dzero_sim.c). */
+typedef struct ze_sim ze_sim;
+zck_status ze_sim_new(ze_sim **out);
+void ze_sim_free(ze_sim *s);                /* drains and joins the worker; NULL is fine */
 
 typedef struct ze_dzero_opts {
   const ze_dev_ops *ops;
@@ -76,6 +132,8 @@ typedef struct ze_dzero_opts {
   bool offload_optimizer, pin_optimizer;
   bool offload_param, pin_param; /* stage 3 only (DeepSpeed ignores it below) */
   uint64_t gather_bucket_bytes;  /* the on-save 16-bit gather's bucket (0: 64 MiB) */
+  bool overlap_comm;           /* a comm stream (when the backend has one), see above */
+  unsigned sim_delay_us;       /* sim: each comm-stream closure waits this long first (tests) */
 } ze_dzero_opts;
 
 typedef struct ze_dzero {
@@ -84,6 +142,10 @@ typedef struct ze_dzero {
   bool lp_host;                /* stage 3: 16-bit partitions (frozen ones too): host */
   ze_mem host;                 /* bytes held in host memory (offloaded state, staging) */
   uint64_t used_peak;          /* ops->used() at its highest when sampled */
+  bool overlap;                /* the comm stream is running */
+  void *own_ctx;               /* the sim context ze_dzero_new made (o.ctx), freed with d */
+  void *own_cu;                /* cuda: o.ctx wraps the given zck_cuda_ctx with the comm
+                                  stream (dzero.c), freed with d */
 } ze_dzero;
 
 /* Whether arrays of kind k live in host memory (offload). */
@@ -144,5 +206,21 @@ static inline zck_status ze_dzero_add(ze_dzero *d, float *acc, const float *src,
   return n ? d->o.ops->add(d->o.ctx, acc, src, n) : ZCK_OK;
 }
 static inline zck_status ze_dzero_sync(ze_dzero *d) { return d->o.ops->sync(d->o.ctx); }
+
+// ---- overlap_comm (only called when d->overlap)
+
+static inline bool ze_dzero_overlap(const ze_dzero *d) { return d && d->overlap; }
+static inline int ze_dzero_select(ze_dzero *d, int stream) { return d->o.ops->select(d->o.ctx, stream); }
+static inline zck_status ze_dzero_event_new(ze_dzero *d, void **ev) { return d->o.ops->event_new(d->o.ctx, ev); }
+static inline void ze_dzero_event_free(ze_dzero *d, void *ev) {
+  if (ev) d->o.ops->event_free(d->o.ctx, ev);
+}
+static inline zck_status ze_dzero_record(ze_dzero *d, void *ev) { return d->o.ops->record(d->o.ctx, ev); }
+static inline zck_status ze_dzero_wait(ze_dzero *d, void *ev) { return d->o.ops->wait(d->o.ctx, ev); }
+static inline int ze_dzero_query(ze_dzero *d, void *ev) { return d->o.ops->query(d->o.ctx, ev); }
+/* A collective on c, on the selected stream (without a comm stream: c's own call). */
+static inline zck_status ze_dzero_coll(ze_dzero *d, zck_comm *c, const ze_coll *a) {
+  return d->o.ops->coll ? d->o.ops->coll(d->o.ctx, c, a) : ze_coll_run(c, a);
+}
 
 #endif

@@ -17,6 +17,7 @@
 #include "cuda_engine.h"
 #include "dzero.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -293,6 +294,26 @@ static void log_memory(const ze_run *run, const ze_zero_rank *zr, int rank, uint
            zr->dev->o.device, (double)zr->dev->used_peak / 1048576.0);
 }
 
+/* A zero_optimization count dsconfig.c has checked (a non-negative integer); def when
+ * absent or null. (dsconfig.h has no fields for the stage-3 residency keys yet.) */
+static uint64_t ds_count(const ze_run *run, const char *key, uint64_t def) {
+  const cJSON *zo = cJSON_GetObjectItemCaseSensitive(run->ds.json, "zero_optimization");
+  const cJSON *j = zo ? cJSON_GetObjectItemCaseSensitive(zo, key) : NULL;
+  if (!j || !cJSON_IsNumber(j)) return def;
+  return j->valuedouble >= 1.8e19 ? UINT64_MAX : (uint64_t)j->valuedouble;
+}
+
+/* The executor's keys, DeepSpeed's defaults where the config has none. */
+static void exec_opts(const ze_run *run, ze_exec_opts *xo) {
+  memset(xo, 0, sizeof *xo);
+  xo->prefetch_bucket_size = run->ds.prefetch_bucket_size;
+  xo->max_live_parameters = run->ds.max_live_parameters;
+  xo->persistence_threshold = ds_count(run, "stage3_param_persistence_threshold", 100000);
+  xo->model_persistence_threshold = ds_count(run, "stage3_model_persistence_threshold", UINT64_MAX);
+  xo->max_reuse_distance = ds_count(run, "stage3_max_reuse_distance", 1000000000);
+  xo->overlap_comm = run->ds.overlap_comm;
+}
+
 static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr) {
   ze_run *run = rt->run;
   const ze_train_args *a = run->a;
@@ -306,7 +327,8 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   zck_status s = ZCK_OK;
   ze_exec *x = NULL;
   float *full = NULL; /* the final weights (exports) */
-  ze_exec_opts xo = {run->ds.prefetch_bucket_size, run->ds.max_live_parameters};
+  ze_exec_opts xo;
+  exec_opts(run, &xo);
   ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
   int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
   int *inputs = zck__calloc((size_t)B * T, sizeof(int)), *targets = zck__calloc((size_t)B * T, sizeof(int));
@@ -316,6 +338,13 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
     goto done;
   }
   ZCK_CHECK_GOTO(ze_exec_new(&run->cfg, zr, &xo, &x), s, done);
+  if (lead && run->ds.stage == 3) {
+    const ze_exec_stats *st = ze_exec_get_stats(x);
+    ze_log(run, "stage 3: %zu persistent tensors (%llu elements, stage3_param_persistence_threshold %llu) stay "
+                "gathered; stage3_max_reuse_distance %llu",
+           st->persistent_tensors, (unsigned long long)st->persistent_numel,
+           (unsigned long long)xo.persistence_threshold, (unsigned long long)xo.max_reuse_distance);
+  }
   /* --device cuda: the kernels run the modules; (sim: the CPU's over the simulated memory) */
   if (cr->model) ze_exec_set_driver(x, ze_cuda_driver(cr));
   int64_t G = (int64_t)W * B * GAS;
@@ -464,7 +493,9 @@ static zck_status rank_state_init(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_
                      run->ds.offload_optimizer_pin,
                      run->ds.offload_param,
                      run->ds.offload_param_pin,
-                     run->ds.gather16_bucket_elems * zck_dtype_size(run->plan.o.lp_dtype)};
+                     run->ds.gather16_bucket_elems * zck_dtype_size(run->plan.o.lp_dtype),
+                     run->ds.overlap_comm,
+                     0};
   if (!a->sim_device) {
     ZCK_TRY(ze_cuda_rank_init(cr, &run->cfg, rt->dcomm, run->one_rank ? rt->comm : NULL, a->local_rank,
                               a->per_device_train_batch_size, run->cfg.max_seq_len));
@@ -672,10 +703,11 @@ setup_done:
     ze_log(&run, "offload_param: the 16-bit partitions in %shost memory, copied to the device module by module",
            run.ds.offload_param_pin ? "page-locked " : "");
   if (run.ds.overlap_comm && run.ds.overlap_comm_given)
-    ze_log(&run, cuda ? "overlap_comm: the collectives are ordered on each rank's stream after the work they need, "
-                        "and the rank's thread waits for each one (no separate communication stream)"
+    ze_log(&run, cuda ? "overlap_comm: stage-3 gathers (the prefetch of the next modules before the current one "
+                        "computes) and stage 2/3 gradient reductions run on a second stream of each rank, the compute "
+                        "stream waits for each one's event just before it needs the result"
                       : "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap "
-                        "on the host backends)");
+                        "on --device cpu)");
   if (run.resuming)
     ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
 

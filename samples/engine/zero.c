@@ -6,6 +6,7 @@
 #include "zero.h"
 
 #include "dzero.h"
+#include "zero_internal.h"
 #include "util.h"
 
 #include <math.h>
@@ -133,7 +134,8 @@ uint64_t ze_zero_allgather_bucket(const ze_zero_plan *plan) {
 const char *ze_mem_kind_name(ze_mem_kind k) {
   static const char *const names[ZE_MEM_KINDS] = {"lp params",         "fp32 master",      "exp_avg",
                                                   "exp_avg_sq",        "grad partition",   "full grads",
-                                                  "gathered params",   "module grads",     "buckets"};
+                                                  "gathered params",   "module grads",     "buckets",
+                                                  "persistent params"};
   return (unsigned)k < ZE_MEM_KINDS ? names[k] : "?";
 }
 
@@ -173,13 +175,13 @@ void ze_zero_free(ze_zero_rank *zr, ze_mem_kind k, void *p, size_t bytes) {
 
 // ---- where an array lives, and the operations that work in either place
 
-static bool on_host(const ze_zero_rank *zr, ze_mem_kind k) { return !zr->dev || ze_dzero_host(zr->dev, k); }
+bool ze__on_host(const ze_zero_rank *zr, ze_mem_kind k) { return !zr->dev || ze_dzero_host(zr->dev, k); }
 
 /* The communicator of the collectives on the state arrays and working buffers. */
-static zck_comm *data_comm(const ze_zero_rank *zr) { return zr->dev ? zr->dev->o.comm : zr->comm; }
+zck_comm *ze__data_comm(const ze_zero_rank *zr) { return zr->dev ? zr->dev->o.comm : zr->comm; }
 
 /* On the working memory (host, or the device). */
-static zck_status wcopy(ze_zero_rank *zr, void *dst, const void *src, size_t bytes) {
+zck_status ze__wcopy(ze_zero_rank *zr, void *dst, const void *src, size_t bytes) {
   if (zr->dev) return ze_dzero_copy(zr->dev, dst, src, bytes);
   memcpy(dst, src, bytes);
   return ZCK_OK;
@@ -191,7 +193,7 @@ static zck_status wzero(ze_zero_rank *zr, void *p, size_t bytes) {
   return ZCK_OK;
 }
 
-static zck_status wconvert(ze_zero_rank *zr, zck_dtype dt, void *dst, zck_dtype st, const void *src, size_t n) {
+zck_status ze__wconvert(ze_zero_rank *zr, zck_dtype dt, void *dst, zck_dtype st, const void *src, size_t n) {
   if (zr->dev) return ze_dzero_convert(zr->dev, dt, dst, st, src, n);
   zck_convert(dt, dst, st, src, n);
   return ZCK_OK;
@@ -206,7 +208,7 @@ static zck_status wdiv(ze_zero_rank *zr, float *dst, const float *src, uint64_t 
 
 /* acc (a gradient partition, host or device) += src (host when the partition is) */
 static zck_status grad_add(ze_zero_rank *zr, float *acc, const float *src, uint64_t n) {
-  if (!on_host(zr, ZE_MEM_GRAD)) return ze_dzero_add(zr->dev, acc, src, n);
+  if (!ze__on_host(zr, ZE_MEM_GRAD)) return ze_dzero_add(zr->dev, acc, src, n);
   for (uint64_t j = 0; j < n; j++) acc[j] += src[j];
   return ZCK_OK;
 }
@@ -218,7 +220,7 @@ static zck_status lp_from_master(ze_zero_rank *zr, void *lp, const float *fp32, 
     zck_convert(dt, lp, ZCK_F32, fp32, n);
     return ZCK_OK;
   }
-  return ze_dzero_lp_from_master(zr->dev, lp, on_host(zr, ZE_MEM_LP), dt, fp32, on_host(zr, ZE_MEM_MASTER), n);
+  return ze_dzero_lp_from_master(zr->dev, lp, ze__on_host(zr, ZE_MEM_LP), dt, fp32, ze__on_host(zr, ZE_MEM_MASTER), n);
 }
 
 /* The persistent state arrays: host, device, or host under offload (page-locked or not). */
@@ -240,7 +242,7 @@ static void state_free(ze_zero_rank *zr, ze_mem_kind k, void *p) {
 
 /* Host values into a state array (src may be reused once this returns). */
 static zck_status state_put(ze_zero_rank *zr, ze_mem_kind k, void *dst, const void *src, size_t bytes) {
-  if (on_host(zr, k)) {
+  if (ze__on_host(zr, k)) {
     memcpy(dst, src, bytes);
     return ZCK_OK;
   }
@@ -252,12 +254,12 @@ zck_status ze_zero_sync(ze_zero_rank *zr) { return zr->dev ? ze_dzero_sync(zr->d
 
 zck_store ze_zero_store(const ze_zero_rank *zr, ze_mem_kind k, void *mem, zck_dtype dt, uint64_t numel,
                         const char *name) {
-  if (!on_host(zr, k)) return ze_dzero_store(zr->dev, mem, dt, numel, name);
+  if (!ze__on_host(zr, k)) return ze_dzero_store(zr->dev, mem, dt, numel, name);
   return zck_store_memory(mem, dt, numel, name);
 }
 
 zck_status ze_zero_clear(ze_zero_rank *zr, ze_mem_kind k, void *mem, size_t bytes) {
-  if (on_host(zr, k)) {
+  if (ze__on_host(zr, k)) {
     if (zr->dev) ZCK_TRY(ze_dzero_sync(zr->dev));
     memset(mem, 0, bytes);
     return ZCK_OK;
@@ -427,86 +429,6 @@ fail:
 
 // ---- parameters for compute
 
-zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst) {
-  if (!zr->dev) return ze_zero_fetch_work(zr, params, n, dst);
-  /* into device memory, then to the host */
-  uint64_t total = 0;
-  for (size_t i = 0; i < n; i++) total += zr->plan->numel[params[i]];
-  size_t bytes = total * sizeof(float);
-  float *w = ze_zero_alloc(zr, ZE_MEM_PARAMS, bytes);
-  if (!w) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of device memory gathering parameters", zr->rank);
-  zck_status s = ze_zero_fetch_work(zr, params, n, w);
-  if (s == ZCK_OK) s = ze_dzero_copy(zr->dev, dst, w, bytes);
-  if (s == ZCK_OK) s = ze_dzero_sync(zr->dev);
-  ze_zero_free(zr, ZE_MEM_PARAMS, w, bytes);
-  return s;
-}
-
-zck_status ze_zero_fetch_work(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst) {
-  const ze_zero_plan *plan = zr->plan;
-  const zck_layout *l = plan->train;
-  zck_dtype lp = plan->o.lp_dtype;
-  size_t es = zck_dtype_size(lp);
-  uint32_t W = plan->o.world;
-  if (plan->o.stage < 3) {
-    float *d = dst;
-    for (size_t i = 0; i < n; i++) {
-      uint32_t p = params[i];
-      const ze_param_home *h = &plan->home[p];
-      ZCK_ASSERT(h->where);
-      if (h->where == 2) {
-        ZCK_TRY(wconvert(zr, ZCK_F32, d, lp, (const uint8_t *)zr->frozen_full + h->off * es, plan->numel[p]));
-      } else {
-        for (size_t j = l->param_first[p]; j < l->param_first[p + 1]; j++) {
-          const zck_piece *pc = &l->pieces[j];
-          uint32_t g = pc->store / W, k = pc->store % W;
-          const uint8_t *src = (const uint8_t *)zr->lp[g] + (k * l->groups[g].partition + pc->store_off) * es;
-          ZCK_TRY(wconvert(zr, ZCK_F32, d + pc->param_off, lp, src, pc->count));
-        }
-      }
-      d += plan->numel[p];
-    }
-    return ZCK_OK;
-  }
-  /* stage 3: one all-gather of this rank's p-slots of every param */
-  uint64_t S = 0;
-  for (size_t i = 0; i < n; i++) S += zck_zero3_partition(plan->numel[params[i]], W);
-  size_t send_bytes = S * es, recv_bytes = W * S * es;
-  uint8_t *send = ze_zero_alloc(zr, ZE_MEM_PARAMS, send_bytes);
-  uint8_t *recv = send ? ze_zero_alloc(zr, ZE_MEM_PARAMS, recv_bytes) : NULL;
-  if (!send || !recv) {
-    ze_zero_free(zr, ZE_MEM_PARAMS, send, send_bytes);
-    return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory gathering parameters", zr->rank);
-  }
-  uint64_t pre = 0;
-  zck_status s = ZCK_OK;
-  for (size_t i = 0; i < n && s == ZCK_OK; i++) {
-    uint32_t p = params[i];
-    const ze_param_home *h = &plan->home[p];
-    ZCK_ASSERT(h->where);
-    uint64_t part = zck_zero3_partition(plan->numel[p], W);
-    const uint8_t *src = (const uint8_t *)(h->where == 1 ? zr->lp[h->group] : zr->frozen_lp[h->group]);
-    /* offload_param: this is the copy of the partition from the host to the device */
-    s = wcopy(zr, send + pre * es, src + h->off * es, part * es);
-    pre += part;
-  }
-  if (s == ZCK_OK) s = data_comm(zr)->all_gather(data_comm(zr), send, recv, S, lp);
-  pre = 0;
-  float *d = dst;
-  for (size_t i = 0; i < n && s == ZCK_OK; i++) {
-    uint64_t numel = plan->numel[params[i]], part = zck_zero3_partition(numel, W);
-    for (uint32_t k = 0; k < W && k * part < numel && s == ZCK_OK; k++) {
-      uint64_t cnt = numel - k * part < part ? numel - k * part : part;
-      s = wconvert(zr, ZCK_F32, d + k * part, lp, recv + (k * S + pre) * es, cnt);
-    }
-    pre += part;
-    d += numel;
-  }
-  ze_zero_free(zr, ZE_MEM_PARAMS, recv, recv_bytes);
-  ze_zero_free(zr, ZE_MEM_PARAMS, send, send_bytes);
-  return s;
-}
-
 zck_status ze_zero_gather(ze_zero_rank *zr) {
   const ze_zero_plan *plan = zr->plan;
   if (plan->o.stage == 3 || plan->o.world == 1) return ZCK_OK;
@@ -523,7 +445,7 @@ zck_status ze_zero_gather(ze_zero_rank *zr) {
     uint64_t part = l->groups[g].partition;
     uint8_t *flat = zr->lp[g];
     if (chunk >= part) { /* the whole partition at once, in place */
-      s = data_comm(zr)->all_gather(data_comm(zr), flat + r * part * es, flat, part, lp);
+      s = ze__coll(zr, ZE_COLL_ALL_GATHER, flat + r * part * es, flat, part, lp);
       continue;
     }
     if (!bucket) {
@@ -533,9 +455,9 @@ zck_status ze_zero_gather(ze_zero_rank *zr) {
     }
     for (uint64_t c0 = 0; c0 < part && s == ZCK_OK; c0 += chunk) {
       uint64_t cnt = part - c0 < chunk ? part - c0 : chunk;
-      s = data_comm(zr)->all_gather(data_comm(zr), flat + (r * part + c0) * es, bucket, cnt, lp);
+      s = ze__coll(zr, ZE_COLL_ALL_GATHER, flat + (r * part + c0) * es, bucket, cnt, lp);
       for (uint32_t k = 0; k < W && s == ZCK_OK; k++)
-        if (k != r) s = wcopy(zr, flat + (k * part + c0) * es, bucket + k * cnt * es, cnt * es);
+        if (k != r) s = ze__wcopy(zr, flat + (k * part + c0) * es, bucket + k * cnt * es, cnt * es);
     }
   }
   ze_zero_free(zr, ZE_MEM_BUCKETS, bucket, bucket_bytes);
@@ -598,11 +520,11 @@ static zck_status rd_flush(ze_zero_rank *zr, rd_bucket *b, float *buf) {
       float *d = buf + it->pos;
       /* DeepSpeed divides by the world size before the sum (average_tensor) */
       if (W == 1)
-        s = wcopy(zr, d, it->src, it->count * sizeof *d);
+        s = ze__wcopy(zr, d, it->src, it->count * sizeof *d);
       else
         s = wdiv(zr, d, it->src, it->count, Wf);
     }
-    if (s == ZCK_OK) s = data_comm(zr)->all_reduce(data_comm(zr), buf, buf, b->used, ZCK_F32, ZCK_COMM_SUM);
+    if (s == ZCK_OK) s = ze__coll(zr, ZE_COLL_ALL_REDUCE, buf, buf, b->used, ZCK_F32);
     if (s == ZCK_OK) s = rd_result(zr, b, buf, b->used, &res);
     for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
       const rd_item *it = &b->items[i];
@@ -621,13 +543,13 @@ static zck_status rd_flush(ze_zero_rank *zr, rd_bucket *b, float *buf) {
         uint64_t cnt = it->numel - e0 < it->count ? it->numel - e0 : it->count;
         float *d = buf + k * S + it->pos;
         if (W == 1)
-          s = wcopy(zr, d, it->src + e0, cnt * sizeof *d);
+          s = ze__wcopy(zr, d, it->src + e0, cnt * sizeof *d);
         else
           s = wdiv(zr, d, it->src + e0, cnt, Wf);
       }
     }
     float *mine = buf + zr->rank * S;
-    if (s == ZCK_OK) s = data_comm(zr)->reduce_scatter(data_comm(zr), buf, mine, S, ZCK_F32, ZCK_COMM_SUM);
+    if (s == ZCK_OK) s = ze__coll(zr, ZE_COLL_REDUCE_SCATTER, buf, mine, S, ZCK_F32);
     if (s == ZCK_OK) s = rd_result(zr, b, mine, S, &res);
     for (size_t i = 0; i < b->n && s == ZCK_OK; i++) {
       const rd_item *it = &b->items[i];
@@ -658,7 +580,7 @@ zck_status ze_zero_reduce_params(ze_zero_rank *zr, const uint32_t *params, size_
   float *buf = ze_zero_alloc(zr, ZE_MEM_BUCKETS, buf_bytes);
   rd_bucket b = {0};
   if (!buf) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the reduce bucket", zr->rank);
-  if (zr->dev && on_host(zr, ZE_MEM_GRAD)) {
+  if (zr->dev && ze__on_host(zr, ZE_MEM_GRAD)) {
     b.host = ze_dzero_host_alloc(zr->dev, host_bytes, zr->dev->o.pin_optimizer);
     if (!b.host) {
       ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
@@ -723,7 +645,7 @@ static zck_status pack_range(ze_zero_rank *zr, size_t g, uint32_t k, uint64_t c0
     const float *src = model + plan->model_off[pc->param] + pc->param_off + (lo - pc->store_off);
     float *d = dst + (lo - c0);
     if (scale == 1.0f)
-      ZCK_TRY(wcopy(zr, d, src, (hi - lo) * sizeof *d));
+      ZCK_TRY(ze__wcopy(zr, d, src, (hi - lo) * sizeof *d));
     else
       ZCK_TRY(wdiv(zr, d, src, hi - lo, scale));
   }
@@ -751,9 +673,9 @@ zck_status ze_zero_reduce_full(ze_zero_rank *zr) {
       /* DeepSpeed divides by the world size before the sum (average_tensor) */
       for (uint32_t k = 0; k < W && s == ZCK_OK; k++) s = pack_range(zr, g, k, c0, cnt, zr->gfull, (float)W, buf + k * cnt);
       float *mine = buf + zr->rank * cnt;
-      if (s == ZCK_OK) s = data_comm(zr)->reduce_scatter(data_comm(zr), buf, mine, cnt, ZCK_F32, ZCK_COMM_SUM);
+      if (s == ZCK_OK) s = ze__coll(zr, ZE_COLL_REDUCE_SCATTER, buf, mine, cnt, ZCK_F32);
       /* (offload_optimizer: the copy of the reduced gradients to the host) */
-      if (s == ZCK_OK) s = wcopy(zr, zr->grad[g] + c0, mine, cnt * sizeof *mine);
+      if (s == ZCK_OK) s = ze__wcopy(zr, zr->grad[g] + c0, mine, cnt * sizeof *mine);
     }
   }
   ze_zero_free(zr, ZE_MEM_BUCKETS, buf, buf_bytes);
@@ -765,13 +687,13 @@ zck_status ze_zero_reduce_full(ze_zero_rank *zr) {
 
 zck_status ze_zero_grad_norm(ze_zero_rank *zr, double *norm) {
   double ss = 0.0;
-  if (!on_host(zr, ZE_MEM_GRAD)) {
+  if (!ze__on_host(zr, ZE_MEM_GRAD)) {
     for (size_t g = 0; g < zr->n_groups; g++)
       ZCK_TRY(zr->dev->o.ops->sumsq(zr->dev->o.ctx, zr->grad[g], ze_zero_part(zr->plan, g), &ss));
   } else {
     ZCK_TRY(ze_zero_sync(zr)); /* offload: the last copies of reduced gradients */
   }
-  for (size_t g = 0; on_host(zr, ZE_MEM_GRAD) && g < zr->n_groups; g++) {
+  for (size_t g = 0; ze__on_host(zr, ZE_MEM_GRAD) && g < zr->n_groups; g++) {
     uint64_t part = ze_zero_part(zr->plan, g);
     const float *d = zr->grad[g];
     for (uint64_t i = 0; i < part; i++) ss += (double)d[i] * d[i];
@@ -786,8 +708,9 @@ zck_status ze_zero_step(ze_zero_rank *zr, const ze_adamw_hp *hp, double clip) {
   zck_dtype lp = plan->o.lp_dtype;
   size_t es = zck_dtype_size(lp);
   zr->step++;
+  zr->lp_version++;
   /* where AdamW runs: with the masters (host: no device, or offload_optimizer) */
-  bool host_opt = on_host(zr, ZE_MEM_MASTER), host_lp = on_host(zr, ZE_MEM_LP);
+  bool host_opt = ze__on_host(zr, ZE_MEM_MASTER), host_lp = ze__on_host(zr, ZE_MEM_LP);
   if (zr->dev && host_opt) ZCK_TRY(ze_dzero_sync(zr->dev));
   for (size_t g = 0; g < zr->n_groups; g++) {
     uint64_t part = ze_zero_part(plan, g);
@@ -806,6 +729,7 @@ zck_status ze_zero_step(ze_zero_rank *zr, const ze_adamw_hp *hp, double clip) {
 }
 
 zck_status ze_zero_refresh_lp(ze_zero_rank *zr) {
+  zr->lp_version++;
   const ze_zero_plan *plan = zr->plan;
   size_t es = zck_dtype_size(plan->o.lp_dtype);
   for (size_t g = 0; g < zr->n_groups; g++) {

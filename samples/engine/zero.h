@@ -57,6 +57,8 @@ typedef enum ze_mem_kind {
   ZE_MEM_PARAMS,        /* transient: fp32 params of the modules in use, all-gather scratch */
   ZE_MEM_GRADS,         /* transient: full gradients of the modules in backward (stage 2/3) */
   ZE_MEM_BUCKETS,       /* transient: reduce / all-gather buckets */
+  ZE_MEM_PERSIST,       /* stage 3: fp32 params kept gathered for good
+                           (stage3_param_persistence_threshold, zexec.h) */
   ZE_MEM_KINDS
 } ze_mem_kind;
 
@@ -117,6 +119,8 @@ typedef struct ze_zero_rank {
   void *frozen_full;          /* stage 1/2: lp copies of the frozen params, concatenated */
   float *gfull;               /* stage 1: (model_numel) fp32 gradients of the step, model order */
   int64_t step;               /* optimizer steps taken */
+  uint64_t lp_version;        /* bumped whenever the 16-bit params change (step, refresh):
+                                 what a persistent gathered copy is checked against */
   ze_mem mem;                 /* bytes held (device bytes when dev is set) */
   struct ze_dzero *dev;       /* --device cuda: the arrays above are device memory, or host
                                  memory where offloaded, and the collectives on them use the
@@ -143,6 +147,8 @@ void ze_zero_free(ze_zero_rank *zr, ze_mem_kind k, void *p, size_t bytes);
 zck_status ze_zero_fetch(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst);
 /* The same into the rank's working memory (what ze_zero_alloc returns). */
 zck_status ze_zero_fetch_work(ze_zero_rank *zr, const uint32_t *params, size_t n, float *dst);
+/* The same, param i into dsts[i] (still one all-gather at stage 3). (zfetch.c) */
+zck_status ze_zero_fetch_work_to(ze_zero_rank *zr, const uint32_t *params, size_t n, float *const *dsts);
 /* Stage 2/3, collective: grads[i] is the full fp32 gradient of params[i] on this rank (frozen
  * params are skipped); each element / W is summed over the ranks and ADDED into its owner's
  * gradient partition (in buckets of reduce_bucket_size elements). */

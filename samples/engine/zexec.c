@@ -1,47 +1,32 @@
-/* zexec.c: module-at-a-time GPT-2 on a ZeRO rank: gathers, prefetch, gradient buffers
- * (see zexec.h). */
-#include "zexec.h"
+/* zexec.c: module-at-a-time GPT-2 on a ZeRO rank: the passes, the hooks, the gradient
+ * buffers and their reductions (see zexec.h; the gathered parameters are zexec_params.c). */
+#include "zexec_internal.h"
 
+#include "dzero.h"
 #include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define ZX_MODS (ZE_MAX_LAYERS + 2)       /* module m at index m + 1 */
-#define ZX_SEQ (3 * ZX_MODS)
-
-struct ze_exec {
-  const ze_gpt2_config *c;
-  ze_zero_rank *zr;
-  ze_exec_opts o;
-  int L, n_mod;
-  uint32_t idx[ZX_MODS][12];   /* a module's tensors (spec = manifest index) */
-  int n_idx[ZX_MODS];
-  uint64_t numel[ZX_MODS];     /* elements of a module's tensors */
-  float *buf[ZX_MODS];         /* fp32 params of the live modules */
-  uint64_t live;               /* elements in buf */
-  int seq[ZX_SEQ];             /* module uses of the running pass, in order */
-  int n_seq, pos;
-  size_t n_specs;
-  uint64_t *spec_numel;        /* [n_specs] */
-  uint64_t *spec_off;          /* [n_specs] offset in the model order */
-  int *last_user;              /* [n_specs] module whose backward finishes the tensor's gradient */
-  float **gbuf;                /* [n_specs] stage 2/3: gradient buffer of a tensor in backward */
-  const ze_exec_driver *drv;   /* NULL: the CPU forward/backward */
-  zck_status status;
-};
-
 void ze_exec_free(ze_exec *x) {
   if (!x) return;
-  for (int i = 0; i < ZX_MODS; i++) ze_zero_free(x->zr, ZE_MEM_PARAMS, x->buf[i], x->numel[i] * sizeof(float));
+  if (x->ov) (void)ze_zero_sync(x->zr); /* nothing of ours in flight any more */
+  zx_params_free(x);
   for (size_t t = 0; x->gbuf && t < x->n_specs; t++)
     ze_zero_free(x->zr, ZE_MEM_GRADS, x->gbuf[t], x->spec_numel[t] * sizeof(float));
   free(x->gbuf);
+  free(x->pbuf);
+  free(x->persist);
+  free(x->pver);
+  free(x->pgat);
+  free(x->keep);
   free(x->spec_numel);
   free(x->spec_off);
   free(x->last_user);
   free(x);
 }
+
+const ze_exec_stats *ze_exec_get_stats(const ze_exec *x) { return &x->stats; }
 
 zck_status ze_exec_new(const ze_gpt2_config *cfg, ze_zero_rank *zr, const ze_exec_opts *o, ze_exec **out) {
   *out = NULL;
@@ -50,21 +35,29 @@ zck_status ze_exec_new(const ze_gpt2_config *cfg, ze_zero_rank *zr, const ze_exe
   x->c = cfg;
   x->zr = zr;
   x->o = *o;
+  x->ov = o->overlap_comm && ze_dzero_overlap(zr->dev);
   x->L = cfg->n_layer;
   x->n_mod = x->L + 2;
   x->n_specs = ze_gpt2_n_tensors(cfg);
-  ze_param_spec *specs = zck__calloc(x->n_specs, sizeof *specs);
-  x->spec_numel = zck__calloc(x->n_specs, sizeof *x->spec_numel);
-  x->spec_off = zck__calloc(x->n_specs, sizeof *x->spec_off);
-  x->last_user = zck__calloc(x->n_specs, sizeof *x->last_user);
-  x->gbuf = zck__calloc(x->n_specs, sizeof *x->gbuf);
-  if (!specs || !x->spec_numel || !x->spec_off || !x->last_user || !x->gbuf) {
+  size_t n = x->n_specs;
+  ze_param_spec *specs = zck__calloc(n, sizeof *specs);
+  x->spec_numel = zck__calloc(n, sizeof *x->spec_numel);
+  x->spec_off = zck__calloc(n, sizeof *x->spec_off);
+  x->last_user = zck__calloc(n, sizeof *x->last_user);
+  x->gbuf = zck__calloc(n, sizeof *x->gbuf);
+  x->pbuf = zck__calloc(n, sizeof *x->pbuf);
+  x->persist = zck__calloc(n, sizeof *x->persist);
+  x->pver = zck__calloc(n, sizeof *x->pver);
+  x->pgat = zck__calloc(n, sizeof *x->pgat);
+  x->keep = zck__calloc(n, sizeof *x->keep);
+  if (!specs || !x->spec_numel || !x->spec_off || !x->last_user || !x->gbuf || !x->pbuf || !x->persist || !x->pver ||
+      !x->pgat || !x->keep) {
     free(specs);
     ze_exec_free(x);
     return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the module plan");
   }
   ze_gpt2_param_specs(cfg, specs);
-  for (size_t t = 0; t < x->n_specs; t++) {
+  for (size_t t = 0; t < n; t++) {
     x->spec_numel[t] = specs[t].numel;
     x->spec_off[t] = specs[t].offset;
   }
@@ -81,50 +74,16 @@ zck_status ze_exec_new(const ze_gpt2_config *cfg, ze_zero_rank *zr, const ze_exe
       x->last_user[idx[i]] = m;
     }
   }
+  zck_status s = zx_params_init(x);
+  if (s != ZCK_OK) {
+    ze_exec_free(x);
+    return s;
+  }
   *out = x;
   return ZCK_OK;
 }
 
 // ---- parameters
-
-static bool ensure(ze_exec *x, int m) {
-  int i = m + 1;
-  if (x->buf[i]) return true;
-  size_t bytes = x->numel[i] * sizeof(float);
-  x->buf[i] = ze_zero_alloc(x->zr, ZE_MEM_PARAMS, bytes);
-  if (!x->buf[i]) {
-    x->status = zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for module %d's parameters", x->zr->rank, m);
-    return false;
-  }
-  x->live += x->numel[i];
-  x->status = ze_zero_fetch_work(x->zr, x->idx[i], (size_t)x->n_idx[i], x->buf[i]);
-  return x->status == ZCK_OK;
-}
-
-static void drop(ze_exec *x, int m) {
-  int i = m + 1;
-  if (!x->buf[i]) return;
-  ze_zero_free(x->zr, ZE_MEM_PARAMS, x->buf[i], x->numel[i] * sizeof(float));
-  x->buf[i] = NULL;
-  x->live -= x->numel[i];
-}
-
-/* Stage 3: gathers the modules after position pos while the elements ahead stay under the
- * prefetch bucket and the live ones under max_live (every rank takes the same decisions). */
-static bool prefetch(ze_exec *x) {
-  uint64_t ahead = 0;
-  int cur = x->seq[x->pos];
-  for (int j = x->pos + 1; j < x->n_seq && ahead < x->o.prefetch_bucket_size; j++) {
-    int m = x->seq[j];
-    if (m == cur) continue;
-    if (!x->buf[m + 1]) {
-      if (x->live + x->numel[m + 1] > x->o.max_live_parameters) break;
-      if (!ensure(x, m)) return false;
-    }
-    ahead += x->numel[m + 1];
-  }
-  return true;
-}
 
 static bool hk_fetch(void *ctx, int module, ze_gpt2_params *w) {
   ze_exec *x = ctx;
@@ -132,18 +91,22 @@ static bool hk_fetch(void *ctx, int module, ze_gpt2_params *w) {
     x->status = zck__fail(ZCK_ERR_INTERNAL, "module %d used out of the planned order", module);
     return false;
   }
-  if (!ensure(x, module)) return false;
-  if (x->zr->plan->o.stage == 3 && x->o.prefetch_bucket_size && !prefetch(x)) return false;
-  ze_gpt2_carve_module(x->c, module, x->buf[module + 1], w);
+  /* this module's gather, then the next ones' (issued before this module computes), then
+   * the wait for this module's just before it computes */
+  if (!zx_gather(x, module, false)) return false;
+  if (x->zr->plan->o.stage == 3 && x->o.prefetch_bucket_size && !zx_prefetch(x)) return false;
+  if (!zx_ready(x, module)) return false;
+  for (int k = 0; k < x->n_idx[module + 1]; k++) {
+    uint32_t t = x->idx[module + 1][k];
+    *ze_gpt2_param_slot(x->c, w, (int)t) = x->pbuf[t];
+  }
   return true;
 }
 
 static void hk_release(void *ctx, int module) {
   ze_exec *x = ctx;
   x->pos++;
-  /* the final module runs again at once when backward starts */
-  if (x->pos < x->n_seq && x->seq[x->pos] == module) return;
-  drop(x, module);
+  zx_release(x, module);
 }
 
 // ---- gradients
@@ -170,9 +133,12 @@ static bool hk_grads(void *ctx, int module, ze_gpt2_params *g) {
   return true;
 }
 
+/* Stage 2/3: the gradients module's backward finished, reduced into the owners' partitions
+ * and freed; under overlap_comm on the comm stream, after the backward queued so far. */
 static bool hk_grads_done(void *ctx, int module) {
   ze_exec *x = ctx;
-  if (x->zr->gfull) return true;
+  ze_zero_rank *zr = x->zr;
+  if (zr->gfull) return true;
   int i = module + 1;
   uint32_t done[12] = {0};
   const float *src[12] = {0};
@@ -183,17 +149,26 @@ static bool hk_grads_done(void *ctx, int module) {
     done[n] = t;
     src[n++] = x->gbuf[t];
   }
-  x->status = ze_zero_reduce_params(x->zr, done, n, src);
-  for (size_t k = 0; k < n; k++) {
-    ze_zero_free(x->zr, ZE_MEM_GRADS, x->gbuf[done[k]], x->spec_numel[done[k]] * sizeof(float));
+  if (x->ov && !zx_fence(x)) return false;
+  int prev = x->ov ? ze_dzero_select(zr->dev, ZE_STREAM_COMM) : ZE_STREAM_COMPUTE;
+  x->status = ze_zero_reduce_params(zr, done, n, src);
+  for (size_t k = 0; k < n; k++) { /* (on the comm stream: freed behind the reduction) */
+    ze_zero_free(zr, ZE_MEM_GRADS, x->gbuf[done[k]], x->spec_numel[done[k]] * sizeof(float));
     x->gbuf[done[k]] = NULL;
+  }
+  if (x->ov) {
+    zck_status s = ze_dzero_record(zr->dev, x->ev_reduce);
+    if (x->status == ZCK_OK) x->status = s;
+    x->reduce_pending = true;
+    x->stats.async_reduces++;
+    ze_dzero_select(zr->dev, prev);
   }
   return x->status == ZCK_OK;
 }
 
 // ---- passes
 
-static void plan_pass(ze_exec *x, bool backward) {
+static bool plan_pass(ze_exec *x, bool backward) {
   int n = 0;
   for (int m = -1; m <= x->L; m++) x->seq[n++] = m;
   if (backward)
@@ -201,11 +176,22 @@ static void plan_pass(ze_exec *x, bool backward) {
   x->n_seq = n;
   x->pos = 0;
   x->status = ZCK_OK;
+  /* the comm stream's gathers read the 16-bit params the last step wrote */
+  return !x->ov || zx_fence(x);
 }
 
-/* After a pass (also a failed one): nothing stays gathered. */
+/* After a pass (also a failed one): the comm stream drained (the gradient partitions are
+ * read next), nothing but the persistent tensors stays gathered. */
 static zck_status end_pass(ze_exec *x, bool ok) {
-  for (int m = -1; m <= x->L; m++) drop(x, m);
+  if (x->ov) {
+    zck_status s = ze_zero_sync(x->zr);
+    if (x->status == ZCK_OK) x->status = s;
+    x->reduce_pending = false;
+  }
+  for (size_t t = 0; t < x->n_specs; t++) {
+    x->pgat[t] = -1;
+    if (!x->persist[t]) zx_drop(x, (uint32_t)t);
+  }
   if (!ok && x->status == ZCK_OK) x->status = zck__fail(ZCK_ERR_INTERNAL, "module pass stopped");
   return x->status;
 }
@@ -226,17 +212,15 @@ static bool run_forward(ze_exec *x, const ze_gpt2_hooks *h, ze_gpt2_ws *ws, cons
 
 zck_status ze_exec_forward(ze_exec *x, ze_gpt2_ws *ws, const int *inputs, const int *targets, int B, int T,
                            float *loss) {
-  plan_pass(x, false);
   ze_gpt2_hooks h = {x, hk_fetch, hk_release, NULL, NULL};
-  bool ok = run_forward(x, &h, ws, inputs, targets, B, T, loss);
+  bool ok = plan_pass(x, false) && run_forward(x, &h, ws, inputs, targets, B, T, loss);
   return end_pass(x, ok);
 }
 
 zck_status ze_exec_train_micro(ze_exec *x, ze_gpt2_ws *ws, const int *inputs, const int *targets, int B, int T,
                                float scale, bool last, float *loss) {
-  plan_pass(x, true);
   ze_gpt2_hooks h = {x, hk_fetch, hk_release, hk_grads, hk_grads_done};
-  bool ok = run_forward(x, &h, ws, inputs, targets, B, T, loss) &&
+  bool ok = plan_pass(x, true) && run_forward(x, &h, ws, inputs, targets, B, T, loss) &&
             (x->drv ? drv_ok(x, x->drv->backward(x->drv->ctx, &h, scale))
                     : ze_gpt2_backward_hooked(x->c, &h, ws, inputs, targets, B, T, scale));
   ZCK_TRY(end_pass(x, ok));

@@ -7,10 +7,14 @@
  *    plus wte's, which wait for the embedding backward; stage 3: gathered modules);
  *  - at W = 4 the peak per rank orders stage 3 < stage 2 < stage 1 < stage 1 at W = 1, and
  *    stage 3's peak at W = 4 is at least 2.5x below W = 1;
+ *  - stage 3's stage3_param_persistence_threshold (and the model threshold) hold exactly the
+ *    small tensors for good, as "persistent params"; stage3_max_reuse_distance keeps blocks
+ *    gathered from forward to backward (DeepSpeed's 1e9 holds the whole model at the turn);
  *  - reduce_bucket_size / allgather_bucket_size of a few elements, no prefetch or a small
- *    stage3_max_live_parameters, contiguous_gradients / overlap_comm / offload to cpu: the
- *    same losses, final weights, model.safetensors and every tensor of every DeepSpeed file
- *    as the defaults (only the recorded ds_config differs), for ZeRO 1, 2 and 3. */
+ *    stage3_max_live_parameters, contiguous_gradients / overlap_comm / offload to cpu,
+ *    persistence and reuse distance: the same losses, final weights, model.safetensors and
+ *    every tensor of every DeepSpeed file as the defaults (only the recorded ds_config
+ *    differs), for ZeRO 1, 2 and 3. */
 #include "test.h"
 
 #include "layout.h"
@@ -95,8 +99,11 @@ static uint64_t memory_case(const sizes *z, int stage, uint32_t W) {
   char name[32];
   snprintf(name, sizeof name, "mem%d", stage);
   /* HF's "auto" buckets: reduce hidden^2, stage-3 prefetch 0.9 hidden^2 (less than a block) */
+  /* stage 3: nothing persistent, nothing kept for reuse (residency_case does those) */
   const char *cfg = write_config(name, stage == 3 ? "{\"stage\": 3, \"reduce_bucket_size\": \"auto\","
-                                                    " \"stage3_prefetch_bucket_size\": \"auto\"}"
+                                                    " \"stage3_prefetch_bucket_size\": \"auto\","
+                                                    " \"stage3_param_persistence_threshold\": 0,"
+                                                    " \"stage3_max_reuse_distance\": 0}"
                                  : stage == 2 ? "{\"stage\": 2, \"reduce_bucket_size\": \"auto\", "
                                                 "\"allgather_bucket_size\": 8192}"
                                               : "{\"stage\": 1, \"reduce_bucket_size\": \"auto\", "
@@ -155,6 +162,71 @@ static uint64_t memory_case(const sizes *z, int stage, uint32_t W) {
   return peak;
 }
 
+// ---- stage 3's persistent tensors and reuse distance
+
+static void residency_run(const char *name, const char *zero_json, uint32_t W, ze_train_result *r) {
+  ze_train_args a;
+  ze_train_args_default(&a);
+  a.model = kModel;
+  a.max_steps = 2;
+  a.per_device_train_batch_size = 1;
+  a.eval_samples = 3;
+  a.logging_steps = 0;
+  a.quiet = true;
+  a.bf16 = true;
+  a.ranks = (int)W;
+  a.deepspeed = write_config(name, zero_json);
+  run_ok(&a, r);
+}
+
+/* stage3_param_persistence_threshold: exactly the tensors of numel <= threshold (model
+ * order, under stage3_model_persistence_threshold) are held for good, as ZE_MEM_PERSIST;
+ * stage3_max_reuse_distance: with DeepSpeed's 1e9 every block stays gathered from its
+ * forward to its backward (the whole model is held at the turn), with 0 a module or two;
+ * the losses are the same bits in every case. */
+static void residency_case(const sizes *z, uint32_t W) {
+  uint64_t h = (uint64_t)kModel.n_embd, small = 0, capped = 0;
+  for (size_t i = 0; i < z->n_specs; i++) {
+    if (z->specs[i].numel <= 10 * h) small += z->specs[i].numel;
+    if (z->specs[i].numel <= 10 * h && capped + z->specs[i].numel <= 1000) capped += z->specs[i].numel;
+    ZT_ASSERT(z->specs[i].numel <= 100000); /* DeepSpeed's default threshold takes every tensor here */
+  }
+  static const char *const cfgs[4] = {
+      /* HF's "auto": 10 * hidden */
+      "{\"stage\": 3, \"stage3_param_persistence_threshold\": \"auto\", \"stage3_max_reuse_distance\": 0,"
+      " \"stage3_prefetch_bucket_size\": \"auto\"}",
+      "{\"stage\": 3, \"stage3_param_persistence_threshold\": \"auto\", \"stage3_max_reuse_distance\": 0,"
+      " \"stage3_prefetch_bucket_size\": \"auto\", \"stage3_model_persistence_threshold\": 1000}",
+      "{\"stage\": 3, \"stage3_param_persistence_threshold\": 0}", /* reuse distance 1e9 */
+      "{\"stage\": 3}"};                                           /* DeepSpeed's defaults */
+  ze_train_result r[4];
+  for (int v = 0; v < 4; v++) {
+    char name[32];
+    snprintf(name, sizeof name, "res%d_w%u", v, W);
+    residency_run(name, cfgs[v], W, &r[v]);
+    if (v && (memcmp(r[v].losses, r[0].losses, 2 * sizeof(float)) || r[v].final_eval_loss != r[0].final_eval_loss))
+      ZT_FAIL("residency config %d W=%u: losses differ", v, W);
+  }
+  uint64_t scratch = 2 * (W + 1) * module_slots(z, 0, W);
+  for (uint32_t k = 0; k < W; k++) {
+    ZT_EQ_U64(r[0].mem[k].max[ZE_MEM_PERSIST], 4 * small);
+    ZT_ASSERT(r[0].mem[k].max[ZE_MEM_PARAMS] <= 8 * z->block + scratch);
+    ZT_EQ_U64(r[1].mem[k].max[ZE_MEM_PERSIST], 4 * capped);
+    ZT_EQ_U64(r[2].mem[k].max[ZE_MEM_PERSIST], 0);
+    if (r[2].mem[k].max[ZE_MEM_PARAMS] < 4 * z->n)
+      ZT_FAIL("reuse distance 1e9 W=%u: gathered peak %llu < the model's %llu bytes", W,
+              (unsigned long long)r[2].mem[k].max[ZE_MEM_PARAMS], (unsigned long long)(4 * z->n));
+    ZT_EQ_U64(r[3].mem[k].max[ZE_MEM_PERSIST], 4 * z->n);
+    ZT_ASSERT(r[3].mem[k].max[ZE_MEM_PARAMS] <= scratch);
+  }
+  fprintf(stderr, "stage 3 W=%u: persistent %llu B (auto threshold), %llu B (model threshold 1000), %llu B (defaults);"
+          " gathered peak %llu B (reuse 0) vs %llu B (reuse 1e9)\n",
+          W, (unsigned long long)r[0].mem[0].max[ZE_MEM_PERSIST], (unsigned long long)r[1].mem[0].max[ZE_MEM_PERSIST],
+          (unsigned long long)r[3].mem[0].max[ZE_MEM_PERSIST], (unsigned long long)r[0].mem[0].max[ZE_MEM_PARAMS],
+          (unsigned long long)r[2].mem[0].max[ZE_MEM_PARAMS]);
+  for (int v = 0; v < 4; v++) ze_train_result_free(&r[v]);
+}
+
 // ---- the tuning keys change nothing in the results
 
 static int compare_pt(const char *pa, const char *pb) {
@@ -190,7 +262,7 @@ static void compare_files(const char *pa, const char *pb) {
 }
 
 static void tuning_case(int stage) {
-  static const char *const zero_cfgs[4][3] = {
+  static const char *const zero_cfgs[4][5] = {
     {NULL, NULL, NULL},
     {"{\"stage\": 1}",
      "{\"stage\": 1, \"reduce_bucket_size\": 5, \"allgather_bucket_size\": 6, \"contiguous_gradients\": false,"
@@ -200,18 +272,25 @@ static void tuning_case(int stage) {
      "{\"stage\": 2, \"reduce_bucket_size\": 5, \"allgather_bucket_size\": 6, \"contiguous_gradients\": false,"
      " \"overlap_comm\": true, \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}",
      NULL},
-    {"{\"stage\": 3, \"sub_group_size\": 3000, \"stage3_gather_16bit_weights_on_model_save\": true}",
+    {"{\"stage\": 3, \"sub_group_size\": 3000, \"stage3_gather_16bit_weights_on_model_save\": true,"
+     " \"stage3_param_persistence_threshold\": 0}",
      "{\"stage\": 3, \"sub_group_size\": 3000, \"stage3_gather_16bit_weights_on_model_save\": true,"
      " \"reduce_bucket_size\": 5, \"stage3_prefetch_bucket_size\": 0, \"overlap_comm\": false,"
      " \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}, \"offload_param\": {\"device\": \"cpu\","
-     " \"pin_memory\": false}}",
+     " \"pin_memory\": false}, \"stage3_param_persistence_threshold\": 0}",
      "{\"stage\": 3, \"sub_group_size\": 3000, \"stage3_gather_16bit_weights_on_model_save\": true,"
      " \"reduce_bucket_size\": 100, \"stage3_prefetch_bucket_size\": 1000000000,"
-     " \"stage3_max_live_parameters\": 20000}"}};
+     " \"stage3_max_live_parameters\": 20000}",
+     /* persistent tensors kept across the steps (re-gathered after each), no reuse */
+     "{\"stage\": 3, \"sub_group_size\": 3000, \"stage3_gather_16bit_weights_on_model_save\": true,"
+     " \"stage3_param_persistence_threshold\": 300, \"stage3_max_reuse_distance\": 0}",
+     /* a reuse distance of about one block */
+     "{\"stage\": 3, \"sub_group_size\": 3000, \"stage3_gather_16bit_weights_on_model_save\": true,"
+     " \"stage3_param_persistence_threshold\": 0, \"stage3_max_reuse_distance\": 12000}"}};
   ze_train_result ref;
   char ref_out[4200];
   uint32_t W = 3;
-  for (int v = 0; v < 3 && zero_cfgs[stage][v]; v++) {
+  for (int v = 0; v < 5 && zero_cfgs[stage][v]; v++) {
     char name[32], out[4200];
     snprintf(name, sizeof name, "tune%d_%d", stage, v);
     snprintf(out, sizeof out, "%s/%s", tmp, name);
@@ -296,6 +375,8 @@ int main(void) {
           (unsigned long long)z.n, (unsigned long long)peak[1][1], (unsigned long long)peak[1][4],
           (unsigned long long)peak[2][1], (unsigned long long)peak[2][4], (unsigned long long)peak[3][1],
           (unsigned long long)peak[3][4]);
+  residency_case(&z, 1);
+  residency_case(&z, 3);
   free(z.specs);
   for (int stage = 1; stage <= 3; stage++) tuning_case(stage);
   return 0;

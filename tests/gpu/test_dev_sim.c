@@ -203,7 +203,7 @@ static void staging(void) {
   zck_convert(ZCK_BF16, want, ZCK_F32, m, n);
   zck_comm *c[1];
   ZT_OK(zck_comm_local_create(1, c));
-  ze_dzero_opts o = {&ze_dev_ops_sim, NULL, c[0], 0, true, true, true, false, 0};
+  ze_dzero_opts o = {&ze_dev_ops_sim, NULL, c[0], 0, true, true, true, false, 0, false, 0};
   ze_dzero *d = NULL;
   ZT_OK(ze_dzero_new(&o, 3, &d));
   for (int k = 0; k < 4; k++) {
