@@ -6,11 +6,13 @@
  * Other files are listed with their size and hash only. A DeepSpeed tag folder (or a
  * universal folder) also gets its layout, from its reader, which validates the whole file
  * set on the way: a manifest is never written for a checkpoint zckpt cannot read back.
- * Files are described in parallel (pickles of many ranks) and hashed in parallel.
+ * Files are described in parallel (pickles of many ranks) and hashed in parallel; a writer
+ * that hashed its files as it wrote them (zck__manifest_write_dir_known) spares the read.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "deepspeed/deepspeed.h"
 #include "manifest.h"
@@ -211,8 +213,60 @@ static zck_status universal_layout(const char *dir, zck_manifest *m) {
   return st;
 }
 
+static int cmp_known_range(const void *a, const void *b) {
+  const zck__manifest_known_range *x = a, *y = b;
+  if (x->off != y->off) return x->off < y->off ? -1 : 1;
+  return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* Takes file i's hashes from `known` when they describe what is on disk: same size, same
+ * chunking, every tensor range found. true: done (no read needed). */
+static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__manifest_known *k) {
+  const zck__manifest_known_file *kf = NULL;
+  for (size_t j = 0; j < k->n_files && !kf; j++)
+    if (k->files[j].hashed && k->files[j].path && !strcmp(k->files[j].path, m->files[i].path)) kf = &k->files[j];
+  struct stat sb;
+  if (!kf || k->chunk_size != m->chunk_size || stat(full, &sb) != 0 || (uint64_t)sb.st_size != kf->size) return false;
+  uint64_t want_chunks = m->chunk_size ? (kf->size + m->chunk_size - 1) / m->chunk_size : 0;
+  if (kf->n_chunks != want_chunks) return false;
+  zck__manifest_known_range *sorted = zck__malloc((kf->n_ranges ? kf->n_ranges : 1) * sizeof *sorted);
+  if (!sorted) return false;
+  if (kf->n_ranges) memcpy(sorted, kf->ranges, kf->n_ranges * sizeof *sorted);
+  qsort(sorted, kf->n_ranges, sizeof *sorted, cmp_known_range);
+  bool all = true;
+  for (size_t t = 0; all && t < m->n_tensors; t++) {
+    if (m->tensors[t].file != i) continue;
+    zck__manifest_known_range key = {m->tensors[t].offset, m->tensors[t].nbytes, 0};
+    all = bsearch(&key, sorted, kf->n_ranges, sizeof *sorted, cmp_known_range) != NULL;
+  }
+  for (size_t t = 0; all && t < m->n_tensors; t++) {
+    if (m->tensors[t].file != i) continue;
+    zck__manifest_known_range key = {m->tensors[t].offset, m->tensors[t].nbytes, 0};
+    const zck__manifest_known_range *r = bsearch(&key, sorted, kf->n_ranges, sizeof *sorted, cmp_known_range);
+    m->tensors[t].xxh3 = r->xxh3;
+    m->tensors[t].hashed = true;
+  }
+  free(sorted);
+  if (!all) return false;
+  zck_manifest_file *mf = &m->files[i];
+  if (kf->n_chunks > 1) { /* as zck_manifest_hash: one chunk is the file itself */
+    if (!(mf->chunks = zck__malloc(kf->n_chunks * sizeof *mf->chunks))) {
+      for (size_t t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].file == i) m->tensors[t].hashed = false;
+      return false;
+    }
+    memcpy(mf->chunks, kf->chunks, kf->n_chunks * sizeof *mf->chunks);
+    mf->n_chunks = kf->n_chunks;
+  }
+  mf->size = kf->size;
+  mf->xxh3 = kf->xxh3;
+  mf->hashed = true;
+  return true;
+}
+
 /* Builds the manifest of dir (described and hashed, not written). */
-static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, zck_manifest **out) {
+static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, const zck__manifest_known *known,
+                                 size_t *from_known, zck_manifest **out) {
   *out = NULL;
   char **paths = NULL;
   size_t n = 0;
@@ -238,11 +292,16 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, zc
     }
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED) st = deepspeed_layout(dir, m);
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_UNIVERSAL) st = universal_layout(dir, m);
+  bool *skip = NULL;
+  if (st == ZCK_OK && known && !(skip = zck__calloc(n ? n : 1, sizeof *skip))) st = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && known && i < n; i++)
+    if ((skip[i] = take_known(m, i, df[i].full, known)) && from_known) (*from_known)++;
   if (st == ZCK_OK) {
     zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
     ho.threads = o->threads;
-    st = zck_manifest_hash(dir, m, &ho);
+    st = zck__manifest_hash_some(dir, m, skip, &ho);
   }
+  free(skip);
   for (size_t i = 0; df && i < n; i++) {
     for (size_t k = 0; k < df[i].n; k++) free(df[i].t[k].name);
     free(df[i].t);
@@ -259,11 +318,17 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, zc
 }
 
 zck_status zck_manifest_write_dir(const char *dir, const zck_manifest_opts *opts) {
+  return zck__manifest_write_dir_known(dir, opts, NULL, NULL);
+}
+
+zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
+                                         size_t *from_known) {
   zck_manifest_opts o = ZCK_MANIFEST_OPTS_INIT;
   if (opts) o = *opts;
   ZCK_ASSERT(o.version >= 1);
+  if (from_known) *from_known = 0;
   zck_manifest *m = NULL;
-  ZCK_TRY_CTX(manifest_build(dir, &o, &m), "%s: cannot write " ZCK_MANIFEST_NAME, dir);
+  ZCK_TRY_CTX(manifest_build(dir, &o, known, from_known, &m), "%s: cannot write " ZCK_MANIFEST_NAME, dir);
   zck_status st = zck_manifest_write(m, dir);
   zck_manifest_free(m);
   return st;

@@ -9,7 +9,9 @@
  *
  * For a DeepSpeed source the reader describes the source (layouts of fp32, exp_avg, exp_avg_sq, frozen, lp),
  * the writer reserves every file DeepSpeed would write at the target stage and W, and
- * zck_ds_copy runs the copy plans on one thread pool. The whole output root (tag folder,
+ * zck_ds_copy runs the copy plans on one thread pool, in target order, the writer hashing
+ * the bytes for the manifest as they go out (formats/deepspeed/ds_hash.c: the manifest
+ * does not read the output back). The whole output root (tag folder,
  * `latest`, carried-over Hugging Face files) is built under a temporary name and renamed
  * into place, so a failure leaves nothing.
  *
@@ -25,6 +27,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "deepspeed/ds_writer.h"
+#include "manifest.h"
 #include "reshard_internal.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
@@ -135,6 +139,8 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_ds_writer *w = NULL;
   st = zck__outdir_create(&d, out, o.overwrite != 0);
   if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, zck_ds_model(c), &wo, &w);
+  /* the manifest's hashes are computed from the bytes as the copy writes them */
+  if (st == ZCK_OK) zck__ds_writer_hash_inline(w, 0, 0);
   if (st == ZCK_OK) {
     zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
     eo.threads = o.threads;
@@ -150,7 +156,8 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     mo.kind = "deepspeed";
     mo.threads = o.threads;
     char *tag_dir = zck__path_join(d.tmp_path, wo.tag);
-    st = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
+    st = tag_dir ? zck__manifest_write_dir_known(tag_dir, &mo, zck__ds_writer_known(w, NULL, NULL), NULL)
+                 : ZCK_ERR_NO_MEMORY;
     free(tag_dir);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);

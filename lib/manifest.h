@@ -166,6 +166,37 @@ typedef struct zck__hash_file {
 zck_status zck__hash_files(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o);
 void zck__hash_file_clear(zck__hash_file *f);
 
+/* Hashes a writer already computed while writing (formats/deepspeed/ds_hash.c), so the
+ * manifest of its files needs no second read: per file its size, whole-file and chunk
+ * XXH3 (chunks of `chunk_size`, all of them even when there is one), and the XXH3 of byte
+ * ranges (its tensors' storages). zck__manifest_write_dir_known uses a file's entry when
+ * the size on disk and the chunk size match and every tensor the description finds in it
+ * is one of its ranges; anything else is read and hashed as zck_manifest_write_dir does, so
+ * the manifest is the same bytes either way. */
+typedef struct zck__manifest_known_range {
+  uint64_t off, len, xxh3;
+} zck__manifest_known_range;
+typedef struct zck__manifest_known_file {
+  const char *path;            /* relative to the directory */
+  bool hashed;
+  uint64_t size, xxh3;
+  const uint64_t *chunks;
+  size_t n_chunks;
+  const zck__manifest_known_range *ranges;
+  size_t n_ranges;
+} zck__manifest_known_file;
+typedef struct zck__manifest_known {
+  uint64_t chunk_size;
+  zck__manifest_known_file *files;
+  size_t n_files;
+} zck__manifest_known;
+/* zck_manifest_write_dir with `known` hashes (NULL: none); *from_known (optional): how
+ * many files took theirs from it. Defined in jobs/manifest_write.c. */
+zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
+                                         size_t *from_known);
+/* zck_manifest_hash for the files whose skip[i] is false (skip may be NULL). */
+zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o);
+
 /* ---- JSON */
 /* The manifest as JSON text (one file or tensor per line), malloc'd. Every file must be
  * hashed. */

@@ -259,6 +259,10 @@ zck_status zck__hash_files(zck__hash_file *files, size_t n, const zck_manifest_h
 /* ---- manifests */
 
 zck_status zck_manifest_hash(const char *dir, zck_manifest *m, const zck_manifest_hash_opts *o) {
+  return zck__manifest_hash_some(dir, m, NULL, o);
+}
+
+zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o) {
   size_t nf = m->n_files;
   zck__hash_file *hf = zck__calloc(nf ? nf : 1, sizeof *hf);
   zck__hash_range *ranges = zck__calloc(m->n_tensors ? m->n_tensors : 1, sizeof *ranges);
@@ -274,45 +278,54 @@ zck_status zck_manifest_hash(const char *dir, zck_manifest *m, const zck_manifes
     slot[i] = k;
     ranges[k] = (zck__hash_range){t->offset, t->nbytes, ZCK__HASH_XXH3, 0, 0, false};
   }
+  /* the files to read, in a compact list (hf[k] is file which[k]) */
+  size_t *which = zck__calloc(nf ? nf : 1, sizeof *which), nh = 0;
+  if (!which) st = ZCK_ERR_NO_MEMORY;
   for (size_t f = 0; st == ZCK_OK && f < nf; f++) {
-    hf[f].path = zck__path_join(dir, m->files[f].path);
-    if (!hf[f].path) st = ZCK_ERR_NO_MEMORY;
-    hf[f].chunk_size = m->chunk_size;
-    hf[f].ranges = ranges + first[f];
-    hf[f].n_ranges = first[f + 1] - first[f];
+    if (skip && skip[f]) continue;
+    which[nh] = f;
+    hf[nh].path = zck__path_join(dir, m->files[f].path);
+    if (!hf[nh].path) st = ZCK_ERR_NO_MEMORY;
+    hf[nh].chunk_size = m->chunk_size;
+    hf[nh].ranges = ranges + first[f];
+    hf[nh].n_ranges = first[f + 1] - first[f];
+    nh++;
   }
-  if (st == ZCK_OK) st = zck__hash_files(hf, nf, o);
-  for (size_t f = 0; st == ZCK_OK && f < nf; f++) {
+  if (st == ZCK_OK) st = zck__hash_files(hf, nh, o);
+  for (size_t k = 0; st == ZCK_OK && k < nh; k++) {
+    size_t f = which[k];
     zck_manifest_file *mf = &m->files[f];
     free(mf->chunks);
     free(mf->error);
     mf->chunks = NULL;
     mf->error = NULL;
     mf->n_chunks = 0;
-    mf->hashed = hf[f].ok;
-    if (!hf[f].ok) {
-      mf->error = hf[f].error;
-      hf[f].error = NULL;
+    mf->hashed = hf[k].ok;
+    if (!hf[k].ok) {
+      mf->error = hf[k].error;
+      hf[k].error = NULL;
       continue;
     }
-    mf->size = hf[f].size;
-    mf->xxh3 = hf[f].xxh3;
-    if (hf[f].n_chunks > 1) { /* one chunk is the file itself */
-      mf->chunks = hf[f].chunks;
-      mf->n_chunks = hf[f].n_chunks;
-      hf[f].chunks = NULL;
+    mf->size = hf[k].size;
+    mf->xxh3 = hf[k].xxh3;
+    if (hf[k].n_chunks > 1) { /* one chunk is the file itself */
+      mf->chunks = hf[k].chunks;
+      mf->n_chunks = hf[k].n_chunks;
+      hf[k].chunks = NULL;
     }
   }
   for (size_t i = 0; st == ZCK_OK && i < m->n_tensors; i++) {
+    if (skip && skip[m->tensors[i].file]) continue;
     const zck__hash_range *r = &ranges[slot[i]];
     m->tensors[i].hashed = r->done;
     m->tensors[i].xxh3 = r->xxh3;
   }
-  for (size_t f = 0; hf && f < nf; f++) {
-    free((char *)hf[f].path);
-    zck__hash_file_clear(&hf[f]);
+  for (size_t k = 0; hf && k < nh; k++) {
+    free((char *)hf[k].path);
+    zck__hash_file_clear(&hf[k]);
   }
   free(hf);
+  free(which);
   free(ranges);
   free(first);
   free(slot);

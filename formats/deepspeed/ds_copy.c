@@ -41,7 +41,7 @@ typedef struct jobs {
 } jobs;
 
 static zck_status add_job(jobs *j, const zck_layout *src, const zck_store *src_st, const zck_layout *dst,
-                          const zck_store *dst_st, bool allow_missing, const char *const *names) {
+                          const zck_store *dst_st, bool allow_missing, const char *const *names, bool by_dst) {
   if (j->n == j->cap) {
     size_t nc = j->cap ? 2 * j->cap : 16;
     zck_exec_job *nv = zck__realloc(j->v, nc * sizeof *nv);
@@ -55,6 +55,7 @@ static zck_status add_job(jobs *j, const zck_layout *src, const zck_store *src_s
   zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
   po.allow_missing = allow_missing;
   po.param_names = names;
+  if (by_dst) po.order = ZCK_PLAN_BY_DST;
   zck_plan *p = NULL;
   ZCK_TRY(zck_plan_build(src, dst, &po, &p));
   j->plans[j->n] = p;
@@ -90,6 +91,9 @@ zck_status zck_ds_copy(const zck_ds_ckpt *c, zck_ds_writer *w, const zck_exec_op
   for (size_t p = 0; p < m->n_params; p++) names[p] = m->params[p].name;
   jobs j = {0};
   zck_status s = ZCK_OK;
+  /* manifest hashes while writing: each target file is written front to back (reads
+   * then go through the sources in several forward streams, one per source store) */
+  bool by_dst = w->hash_want;
   zck_ds_view src_fp32, src_frozen = {0}, dst;
   bool has_frozen = c->frozen_layout != NULL;
   ZCK_CHECK_GOTO(zck_ds_get(c, ZCK_DS_FP32, &src_fp32), s, out);
@@ -98,26 +102,37 @@ zck_status zck_ds_copy(const zck_ds_ckpt *c, zck_ds_writer *w, const zck_exec_op
     if (zck_ds_writer_get(w, (zck_ds_part)part, &dst) != ZCK_OK) continue;
     zck_ds_view src;
     ZCK_CHECK_GOTO(zck_ds_get(c, (zck_ds_part)part, &src), s, out);
-    ZCK_CHECK_GOTO(add_job(&j, src.layout, src.stores, dst.layout, dst.stores, false, names), s, out);
+    ZCK_CHECK_GOTO(add_job(&j, src.layout, src.stores, dst.layout, dst.stores, false, names, by_dst), s, out);
   }
   if (zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
-    ZCK_CHECK_GOTO(add_job(&j, src_fp32.layout, src_fp32.stores, dst.layout, dst.stores, true, names), s, out);
+    ZCK_CHECK_GOTO(add_job(&j, src_fp32.layout, src_fp32.stores, dst.layout, dst.stores, true, names, by_dst), s, out);
     if (has_frozen)
-      ZCK_CHECK_GOTO(add_job(&j, src_frozen.layout, src_frozen.stores, dst.layout, dst.stores, true, names), s, out);
+      ZCK_CHECK_GOTO(add_job(&j, src_frozen.layout, src_frozen.stores, dst.layout, dst.stores, true, names, by_dst), s, out);
   }
   if (zck_ds_writer_get(w, ZCK_DS_FROZEN, &dst) == ZCK_OK) {
     if (!has_frozen) {
       s = zck__fail(ZCK_ERR_NOT_FOUND, "%s: the checkpoint has no frozen-parameter data", c->fs.dir);
       goto out;
     }
-    ZCK_CHECK_GOTO(add_job(&j, src_frozen.layout, src_frozen.stores, dst.layout, dst.stores, false, names), s, out);
+    ZCK_CHECK_GOTO(add_job(&j, src_frozen.layout, src_frozen.stores, dst.layout, dst.stores, false, names, by_dst), s, out);
   }
   if (m->n_buffers) {
     /* every stage-3 model file holds all buffers: one plan per file (same geometry) */
     zck_ds_view sb = zck_ds_buffers(c);
     for (uint32_t r = 0; r < zck_ds_writer_model_files(w); r++)
-      ZCK_CHECK_GOTO(add_job(&j, sb.layout, sb.stores, w->buffer_layout, zck_ds_writer_buffers(w, r).stores, false, NULL), s,
-                     out);
+      ZCK_CHECK_GOTO(add_job(&j, sb.layout, sb.stores, w->buffer_layout, zck_ds_writer_buffers(w, r).stores, false, NULL, by_dst),
+                     s, out);
+  }
+  if (by_dst) {
+    /* what the plans write; every other byte of a target storage stays zero */
+    for (size_t i = 0; i < j.n; i++)
+      for (size_t k = 0; k < j.plans[i]->n; k++) {
+        const zck_extent *e = &j.plans[i]->ext[k];
+        zck__ds_wstore *ws = zck__ds_wstore_of(&j.v[i].dst[e->dst_store]);
+        size_t es = ws ? zck_dtype_size(ws->dtype) : 0;
+        if (ws) zck__ds_hash_cover(ws->hf, ws->entry, e->dst_off * es, e->count * es);
+      }
+    ZCK_CHECK_GOTO(zck__ds_writer_hash_start(w), s, out);
   }
   s = zck_exec_run(j.v, j.n, opts);
 out:

@@ -31,7 +31,20 @@ static zck_status ws_write(void *ctx, const void *src, uint64_t elem_off, uint64
     else s->oom = true;
   }
   pthread_mutex_unlock(&s->mu);
+  /* the manifest hashes, from these bytes while they are here (after the range is recorded) */
+  if (st == ZCK_OK) zck__ds_hfeed(s->hf, s->entry, off, src, nbytes, crc);
   return st;
+}
+
+zck__ds_wstore *zck__ds_wstore_of(const zck_store *st) {
+  return st && st->kind == ZCK_STORE_CALLBACK && st->write == ws_write ? st->ctx : NULL;
+}
+
+zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtype dt, uint64_t numel, const void *known,
+                               size_t *idx, uint64_t *off) {
+  ZCK_TRY(zck_torch_writer_add_storage(tw, dt, numel, idx, off));
+  zck__ds_hfile_storage(hf, *idx, *off, numel * zck_dtype_size(dt), known);
+  return ZCK_OK;
 }
 
 static const char *keep_name(zck_ds_writer *w, const char *name) {
@@ -47,8 +60,8 @@ static const char *keep_name(zck_ds_writer *w, const char *name) {
   return s;
 }
 
-zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, size_t storage, zck_dtype dt, uint64_t numel,
-                              const char *name, zck_store *out) {
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, size_t storage, zck_dtype dt,
+                              uint64_t numel, const char *name, zck_store *out) {
   if (w->n_ws == w->cap_ws) {
     size_t nc = w->cap_ws ? 2 * w->cap_ws : 64;
     zck__ds_wstore **nw = zck__realloc(w->ws, nc * sizeof *nw);
@@ -64,6 +77,8 @@ zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, size_t sto
   s->dtype = dt;
   s->numel = numel;
   s->name = nm;
+  s->hf = hf;
+  s->entry = zck__ds_hfile_entry(hf, storage);
   pthread_mutex_init(&s->mu, NULL);
   w->ws[w->n_ws++] = s;
   *out = zck_store_callback(NULL, ws_write, s, dt, numel, nm);
@@ -261,7 +276,12 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
   w->model_root = zck__calloc(w->n_models, sizeof *w->model_root);
   w->optim_w = zck__calloc(w->w, sizeof *w->optim_w);
   w->optim_root = zck__calloc(w->w, sizeof *w->optim_root);
-  if (!w->model_w || !w->model_root || !w->optim_w || !w->optim_root) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+  w->model_h = zck__calloc(w->n_models, sizeof *w->model_h);
+  w->optim_h = zck__calloc(w->w, sizeof *w->optim_h);
+  if (!w->model_w || !w->model_root || !w->optim_w || !w->optim_root || !w->model_h || !w->optim_h) {
+    s = ZCK_ERR_NO_MEMORY;
+    goto fail;
+  }
   for (int p = 0; p < ZCK_DS_PART_COUNT; p++) {
     const zck_layout *l = p <= ZCK_DS_EXP_AVG_SQ ? w->train : p == ZCK_DS_LP ? w->lp_layout : w->frozen_layout;
     if (!l || (!o->has_optimizer_state && (p == ZCK_DS_EXP_AVG || p == ZCK_DS_EXP_AVG_SQ))) continue;
@@ -316,6 +336,53 @@ zck_ds_view zck_ds_writer_buffers(const zck_ds_writer *w, uint32_t rank) {
 
 uint32_t zck_ds_writer_model_files(const zck_ds_writer *w) { return w->n_models; }
 
+// ---- manifest hashes
+
+void zck__ds_writer_hash_inline(zck_ds_writer *w, uint64_t chunk_size, uint64_t budget_bytes) {
+  w->hash_want = true;
+  w->hash_chunk = chunk_size ? chunk_size : ZCK_MANIFEST_DEFAULT_CHUNK;
+  w->budget.max = budget_bytes ? budget_bytes : (uint64_t)64 << 20;
+}
+
+/* Starts every file's hash stream (zck_ds_copy, once the plans said what they write). */
+zck_status zck__ds_writer_hash_start(zck_ds_writer *w) {
+  for (uint32_t r = 0; r < w->n_models; r++) ZCK_TRY(zck__ds_hfile_start(w->model_h[r], &w->budget, w->hash_chunk));
+  for (uint32_t r = 0; r < w->w; r++) ZCK_TRY(zck__ds_hfile_start(w->optim_h[r], &w->budget, w->hash_chunk));
+  w->hash_started = true;
+  return ZCK_OK;
+}
+
+static zck_status finish_hashes(zck_ds_writer *w) {
+  size_t n = (size_t)w->n_models + w->w;
+  w->known.files = zck__calloc(n, sizeof *w->known.files);
+  if (!w->known.files) return ZCK_ERR_NO_MEMORY;
+  w->known.chunk_size = w->hash_chunk;
+  for (size_t i = 0; i < n; i++) {
+    zck__ds_hfile *hf = i < w->n_models ? w->model_h[i] : w->optim_h[i - w->n_models];
+    if (!hf) continue;
+    char *fname = i < w->n_models ? zck__ds_model_name(w->stage, (uint32_t)i)
+                                  : zck__ds_optim_name(w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE,
+                                                       (uint32_t)(i - w->n_models));
+    char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
+    uint64_t reread = 0;
+    zck_status s = path ? zck__ds_hfile_finish(hf, path, &reread) : ZCK_ERR_NO_MEMORY;
+    free(fname);
+    free(path);
+    ZCK_TRY(s);
+    w->hash_reread += reread;
+    w->hash_streamed += zck__ds_hfile_streamed(hf);
+    ZCK_TRY(zck__ds_hfile_known(hf, &w->known.files[w->known.n_files]));
+    if (w->known.files[w->known.n_files].hashed) w->known.n_files++;
+  }
+  return ZCK_OK;
+}
+
+const zck__manifest_known *zck__ds_writer_known(const zck_ds_writer *w, uint64_t *streamed, uint64_t *reread) {
+  if (streamed) *streamed = w->hash_streamed;
+  if (reread) *reread = w->hash_reread;
+  return w->hash_started && w->committed ? &w->known : NULL;
+}
+
 zck_status zck_ds_writer_commit(zck_ds_writer *w) {
   ZCK_ASSERT(!w->committed);
   for (size_t i = 0; i < w->n_ws; i++) {
@@ -337,6 +404,7 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
     w->optim_w[r] = NULL;
     ZCK_TRY(s);
   }
+  if (w->hash_started) ZCK_TRY(finish_hashes(w));
   if (!w->rank_only) ZCK_TRY(zck__outdir_commit(&w->dir));
   w->committed = true;
   if (!w->o.save_latest) return ZCK_OK;
@@ -357,6 +425,12 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   if (!w) return;
   for (uint32_t r = 0; w->model_w && r < w->n_models; r++) zck_torch_writer_free(w->model_w[r]);
   for (uint32_t r = 0; w->optim_w && r < w->w; r++) zck_torch_writer_free(w->optim_w[r]);
+  for (uint32_t r = 0; w->model_h && r < w->n_models; r++) zck__ds_hfile_free(w->model_h[r]);
+  for (uint32_t r = 0; w->optim_h && r < w->w; r++) zck__ds_hfile_free(w->optim_h[r]);
+  for (size_t i = 0; i < w->known.n_files; i++) free((void *)w->known.files[i].ranges);
+  free(w->known.files);
+  free(w->model_h);
+  free(w->optim_h);
   free(w->model_w);
   free(w->optim_w);
   free(w->model_root);

@@ -152,15 +152,15 @@ static zck_pk *param_groups(zck_ds_writer *w, zck_pk_doc *d) {
 static zck_status oom(const char *path) { return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory building the pickle", path); }
 
 /* A tensor node on a fresh storage, registered as a target store when out != NULL. */
-static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck_dtype dt, int ndim, const int64_t *shape,
-                             uint64_t numel, int requires_grad, const char *name, zck_store *out, size_t *storage,
-                             zck_pk **node) {
+static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtype dt, int ndim,
+                             const int64_t *shape, uint64_t numel, int requires_grad, const char *name, zck_store *out,
+                             size_t *storage, zck_pk **node) {
   uint64_t off;
   size_t idx;
-  ZCK_TRY(zck_torch_writer_add_storage(tw, dt, numel, &idx, &off));
+  ZCK_TRY(zck__ds_add_storage(tw, hf, dt, numel, NULL, &idx, &off));
   if (!(*node = zck_torch_writer_tensor(tw, idx, ndim, shape, NULL, 0, requires_grad))) return ZCK_ERR_NO_MEMORY;
   if (storage) *storage = idx;
-  if (out) ZCK_TRY(zck__ds_add_wstore(w, tw, idx, dt, numel, name, out));
+  if (out) ZCK_TRY(zck__ds_add_wstore(w, tw, hf, idx, dt, numel, name, out));
   return ZCK_OK;
 }
 
@@ -173,6 +173,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   if (!path || !stor) { s = ZCK_ERR_NO_MEMORY; goto out; }
   ZCK_CHECK_GOTO(zck_torch_writer_create(path, &w->model_w[r]), s, out);
   zck_torch_writer *tw = w->model_w[r];
+  zck__ds_hfile *hf = w->model_h[r] = zck__ds_hfile_new(fname); /* NULL (no memory): no hashes */
   zck_pk_doc *d = zck_torch_writer_doc(tw);
   zck_pk *root = zck_pk_new_dict(d, 0), *module = zck_pk_new_dict(d, 1);
   if (!root || !module) goto nomem;
@@ -187,7 +188,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       int64_t zero = 0;
       if (empty_storage == (size_t)-1) {
         uint64_t off;
-        ZCK_CHECK_GOTO(zck_torch_writer_add_storage(tw, w->lp, 0, &empty_storage, &off), s, out);
+        ZCK_CHECK_GOTO(zck__ds_add_storage(tw, hf, w->lp, 0, NULL, &empty_storage, &off), s, out);
       }
       if (!(t = zck_torch_writer_tensor(tw, empty_storage, 1, &zero, NULL, 0, 0))) goto nomem;
     } else if (pp->tied_to >= 0) {
@@ -195,7 +196,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       if (!(t = zck_torch_writer_tensor(tw, stor[pp->tied_to], src->ndim, src->shape, NULL, 0, 0))) goto nomem;
     } else {
       snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, pp->name);
-      ZCK_CHECK_GOTO(new_tensor(w, tw, w->lp, pp->ndim, pp->shape, pp->numel, 0, label, &w->stores[ZCK_DS_LP][lpi],
+      ZCK_CHECK_GOTO(new_tensor(w, tw, hf, w->lp, pp->ndim, pp->shape, pp->numel, 0, label, &w->stores[ZCK_DS_LP][lpi],
                                 &stor[p], &t), s, out);
       lpi++;
     }
@@ -205,7 +206,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     const zck_buffer *bf = &m->buffers[b];
     zck_pk *t;
     snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, bf->name);
-    ZCK_CHECK_GOTO(new_tensor(w, tw, bf->dtype, bf->ndim, bf->shape, bf->numel, 0, label,
+    ZCK_CHECK_GOTO(new_tensor(w, tw, hf, bf->dtype, bf->ndim, bf->shape, bf->numel, 0, label,
                               &w->buffer_stores[(size_t)r * m->n_buffers + b], NULL, &t), s, out);
     if (!put(d, module, bf->name, t)) goto nomem;
   }
@@ -243,7 +244,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
         int64_t pn = (int64_t)zck_zero3_partition(pp->numel, w->w);
         uint32_t id = zck_layout_store_id(w->frozen_layout, (uint32_t)i, r);
         snprintf(label, sizeof label, "%s/%s: frozen_param_fragments['%.900s']", w->shown, fname, pp->name);
-        ZCK_CHECK_GOTO(new_tensor(w, tw, w->lp, 1, &pn, (uint64_t)pn, 0, label, &w->stores[ZCK_DS_FROZEN][id], NULL, &t),
+        ZCK_CHECK_GOTO(new_tensor(w, tw, hf, w->lp, 1, &pn, (uint64_t)pn, 0, label, &w->stores[ZCK_DS_FROZEN][id], NULL, &t),
                        s, out);
       }
       if (!put(d, frags, pp->name, t)) goto nomem;
@@ -315,8 +316,8 @@ static zck_pk *slice_mappings(zck_ds_writer *w, zck_pk_doc *d, uint32_t r, size_
 }
 
 /* One flat group's optimizer state: {'step', 'exp_avg', 'exp_avg_sq'} as torch Adam orders it. */
-static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck_pk_doc *d, uint32_t r, size_t g,
-                              const char *fname, zck_pk **out) {
+static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, zck_pk_doc *d, uint32_t r,
+                              size_t g, const char *fname, zck_pk **out) {
   uint32_t id = zck_layout_store_id(w->train, (uint32_t)g, r);
   int64_t n = (int64_t)w->train->stores[id].numel;
   zck_pk *sd = zck_pk_new_dict(d, 0), *step, *ea, *eas;
@@ -325,7 +326,7 @@ static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck_pk_doc
     size_t idx;
     uint64_t off;
     float v = (float)w->o.step;
-    ZCK_TRY(zck_torch_writer_add_storage(tw, ZCK_F32, 1, &idx, &off));
+    ZCK_TRY(zck__ds_add_storage(tw, hf, ZCK_F32, 1, &v, &idx, &off));
     ZCK_TRY(zck_torch_writer_write(tw, idx, &v, sizeof v, 0));   /* whole storage, in order: CRC kept */
     if (!(step = zck_torch_writer_tensor(tw, idx, 0, NULL, NULL, 0, 0))) return ZCK_ERR_NO_MEMORY;
   } else {
@@ -334,22 +335,22 @@ static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck_pk_doc
   char label[600];
   const char *key = w->stage == 3 ? "optimizer_state_dict" : "base_optimizer_state";
   snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg']", w->shown, fname, key, g);
-  ZCK_TRY(new_tensor(w, tw, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG][id], NULL, &ea));
+  ZCK_TRY(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG][id], NULL, &ea));
   snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg_sq']", w->shown, fname, key, g);
-  ZCK_TRY(new_tensor(w, tw, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG_SQ][id], NULL, &eas));
+  ZCK_TRY(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG_SQ][id], NULL, &eas));
   if (!put(d, sd, "step", step) || !put(d, sd, "exp_avg", ea) || !put(d, sd, "exp_avg_sq", eas)) return ZCK_ERR_NO_MEMORY;
   *out = sd;
   return ZCK_OK;
 }
 
 /* {'state': {g: ...}, 'param_groups': [...]}: the wrapped torch optimizer's state_dict(). */
-static zck_status torch_optim_state(zck_ds_writer *w, zck_torch_writer *tw, zck_pk_doc *d, uint32_t r, const char *fname,
-                                    zck_pk **out) {
+static zck_status torch_optim_state(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, zck_pk_doc *d, uint32_t r,
+                                    const char *fname, zck_pk **out) {
   zck_pk *osd = zck_pk_new_dict(d, 0), *state = zck_pk_new_dict(d, 0);
   if (!osd || !state) return ZCK_ERR_NO_MEMORY;
   for (size_t g = 0; w->o.has_optimizer_state && g < w->n_flat; g++) {
     zck_pk *sd;
-    ZCK_TRY(group_state(w, tw, d, r, g, fname, &sd));
+    ZCK_TRY(group_state(w, tw, hf, d, r, g, fname, &sd));
     if (!put_int_key(d, state, (int64_t)g, sd)) return ZCK_ERR_NO_MEMORY;
   }
   if (!put(d, osd, "state", state) || !put(d, osd, "param_groups", param_groups(w, d))) return ZCK_ERR_NO_MEMORY;
@@ -366,6 +367,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   if (!path) { s = ZCK_ERR_NO_MEMORY; goto out; }
   ZCK_CHECK_GOTO(zck_torch_writer_create(path, &w->optim_w[r]), s, out);
   zck_torch_writer *tw = w->optim_w[r];
+  zck__ds_hfile *hf = w->optim_h[r] = zck__ds_hfile_new(fname);
   zck_pk_doc *d = zck_torch_writer_doc(tw);
   zck_pk *root = zck_pk_new_dict(d, 0), *osd = zck_pk_new_dict(d, 0), *ls = loss_scaler(w, d);
   if (!root || !osd || !ls) goto nomem;
@@ -378,11 +380,11 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
     int64_t n = (int64_t)w->train->stores[id].lean;   /* stage 1/2: padding removed; stage 3: L_s */
     zck_pk *t;
     snprintf(label, sizeof label, "%s/%s: %s[%zu]", w->shown, fname, fkey, g);
-    ZCK_CHECK_GOTO(new_tensor(w, tw, ZCK_F32, 1, &n, (uint64_t)n, w->stage <= 2, label, &w->stores[ZCK_DS_FP32][id], NULL,
+    ZCK_CHECK_GOTO(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, w->stage <= 2, label, &w->stores[ZCK_DS_FP32][id], NULL,
                               &t), s, out);
     if (!zck_pk_append(d, flats, t)) goto nomem;
   }
-  ZCK_CHECK_GOTO(torch_optim_state(w, tw, d, r, fname, &inner), s, out);
+  ZCK_CHECK_GOTO(torch_optim_state(w, tw, hf, d, r, fname, &inner), s, out);
   zck_pk *dyn = zck_pk_new_bool(d, scaler_is_dynamic(ls)), *ovf = zck_pk_new_bool(d, 0);
   if (w->stage <= 2) {
     /* stage_1_and_2.py state_dict(), key order included */

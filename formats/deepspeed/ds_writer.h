@@ -5,7 +5,17 @@
 
 #include "ds_internal.h"
 
+#include "manifest.h"
+
 #include <pthread.h>
+#include <stdatomic.h>
+
+/* ds_hash.c: one file's manifest hashes, computed as it is written (see there). */
+typedef struct zck__ds_hfile zck__ds_hfile;
+typedef struct zck__ds_hbudget {
+  _Atomic uint64_t used;    /* bytes of pieces held ahead of their file's cursor */
+  uint64_t max;
+} zck__ds_hbudget;
 
 /* One reserved tensor region that callers fill: a storage of a torch writer. Written
  * ranges are recorded with their CRC-32 so the entry CRC is assembled at commit. */
@@ -21,6 +31,8 @@ typedef struct zck__ds_wstore {
   uint64_t numel;
   const char *name;         /* for messages */
   pthread_mutex_t mu;
+  zck__ds_hfile *hf;        /* its file's hashes, and its zip entry there */
+  size_t entry;
   zck__ds_wrange *ranges;
   size_t n_ranges, cap_ranges;
   bool oom;
@@ -63,6 +75,13 @@ struct zck_ds_writer {
   zck_store *stores[ZCK_DS_PART_COUNT];
   size_t n_stores[ZCK_DS_PART_COUNT];
   zck_store *buffer_stores;         /* [n_models * n_buffers] */
+  /* manifest hashes while writing (zck__ds_writer_hash_inline) */
+  zck__ds_hfile **model_h, **optim_h;
+  bool hash_want, hash_started;
+  uint64_t hash_chunk;
+  zck__ds_hbudget budget;
+  uint64_t hash_streamed, hash_reread;
+  zck__manifest_known known;
 };
 
 /* A writer of one rank's files alone, for checkpoints where each process writes its own:
@@ -76,12 +95,44 @@ struct zck_ds_writer {
 zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
                                       zck_ds_writer **out);
 
+/* Asks w to compute the manifest hashes of its files while zck_ds_copy writes them
+ * (chunk_size: the manifest's; budget_bytes: memory for pieces written ahead of a file's
+ * hash cursor, over all files; 0: 64 MiB). The copy then plans in target order. After
+ * zck_ds_writer_commit, zck__ds_writer_known() gives them for zck__manifest_write_dir_known
+ * (files whose hashes could not be computed are absent: the manifest writer reads those). */
+void zck__ds_writer_hash_inline(zck_ds_writer *w, uint64_t chunk_size, uint64_t budget_bytes);
+/* Valid until zck_ds_writer_free; file paths are relative to the tag folder. streamed /
+ * reread (optional): bytes hashed from memory / read back at commit. */
+const zck__manifest_known *zck__ds_writer_known(const zck_ds_writer *w, uint64_t *streamed, uint64_t *reread);
+
+/* ds_write.c: a torch storage of file `hf` (NULL: none), registered with the file's hash
+ * layout; known: its bytes when already written (the step scalar), else NULL. */
+zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtype dt, uint64_t numel, const void *known,
+                               size_t *idx, uint64_t *off);
+/* The writer's store behind a target store (NULL if st is not one). */
+zck__ds_wstore *zck__ds_wstore_of(const zck_store *st);
+
+/* Starts the hash streams (zck_ds_copy, after zck__ds_hash_cover of what its plans write). */
+zck_status zck__ds_writer_hash_start(zck_ds_writer *w);
+
+/* ds_hash.c */
+zck__ds_hfile *zck__ds_hfile_new(const char *name);
+void zck__ds_hfile_free(zck__ds_hfile *f);
+void zck__ds_hfile_storage(zck__ds_hfile *f, size_t index, uint64_t data_off, uint64_t nbytes, const void *known);
+size_t zck__ds_hfile_entry(const zck__ds_hfile *f, size_t storage_index);
+void zck__ds_hash_cover(zck__ds_hfile *f, size_t entry, uint64_t off, uint64_t len);
+zck_status zck__ds_hfile_start(zck__ds_hfile *f, zck__ds_hbudget *budget, uint64_t chunk_size);
+void zck__ds_hfeed(zck__ds_hfile *f, size_t entry, uint64_t rel, const void *src, uint64_t n, uint32_t crc);
+zck_status zck__ds_hfile_finish(zck__ds_hfile *f, const char *path, uint64_t *reread);
+uint64_t zck__ds_hfile_streamed(const zck__ds_hfile *f);
+zck_status zck__ds_hfile_known(const zck__ds_hfile *f, zck__manifest_known_file *out);
+
 /* ds_write_tree.c: builds the model-states and optimizer-states trees of rank r,
  * reserving storages and registering target stores. */
 zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r);
 zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r);
 /* Registers a target store for storage `storage` of tw; *out receives its callback store. */
-zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, size_t storage, zck_dtype dt, uint64_t numel,
-                              const char *name, zck_store *out);
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, size_t storage, zck_dtype dt,
+                              uint64_t numel, const char *name, zck_store *out);
 
 #endif
