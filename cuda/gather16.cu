@@ -105,5 +105,6 @@ extern "C" zck_status zck_cuda_gather16_to_host(const zck_gather_plan *p, const 
     if (d_stage[i]) cudaFree(d_stage[i]);
     if (h_stage[i]) cudaFreeHost(h_stage[i]);
   }
+  cudaGetLastError(); /* what failed here is in s; nothing stale for the next launch check */
   return s;
 }

@@ -145,6 +145,7 @@ extern "C" void zck_cuda_gpt2_free(zck_cuda_gpt2 *m) {
   if (m->gmem) cudaFree(m->gmem);
   if (m->d_tok) cudaFree(m->d_tok);
   if (m->h_losses) cudaFreeHost(m->h_losses);
+  cudaGetLastError(); /* a failed free must not be reported later as some kernel's error */
   free(m);
 }
 

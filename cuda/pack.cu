@@ -16,6 +16,7 @@ struct zck_cuda_pack_plan {
 extern "C" void zck_cuda_pack_plan_free(zck_cuda_pack_plan *p) {
   if (!p) return;
   if (p->d_ranges) cudaFree(p->d_ranges);
+  cudaGetLastError(); /* a failed free must not be reported later as some kernel's error */
   free(p);
 }
 
