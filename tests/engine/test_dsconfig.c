@@ -190,6 +190,12 @@ int main(void) {
               "stage3_prefetch_bucket_size=-1: Input should be greater than or equal to 0");
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"stage3_max_live_parameters\": 1.5}}", ZCK_ERR_INVALID_ARG,
               "stage3_max_live_parameters must be an integer");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": -5}}",
+              ZCK_ERR_INVALID_ARG, "stage3_param_persistence_threshold=-5: Input should be greater than or equal to 0");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": \"far\"}}",
+              ZCK_ERR_INVALID_ARG, "stage3_max_reuse_distance must be an integer");
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 3, \"stage3_model_persistence_threshold\": 2.5}}",
+              ZCK_ERR_INVALID_ARG, "stage3_model_persistence_threshold must be an integer");
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 1, \"overlap_comm\": \"auto\"}}", ZCK_ERR_INVALID_ARG,
               "overlap_comm must be true or false");
   unsupported(&a, "{\"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": \"Lamb\"}}", ZCK_ERR_UNSUPPORTED,
