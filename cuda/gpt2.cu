@@ -42,7 +42,9 @@ struct zck_cuda_gpt2 {
   size_t n;                  /* floats per activation buffer */
   float *mem, *gmem;         /* device: activations, their gradients */
   int *d_tok;                /* device: inputs (B*T) then targets (B*T) */
-  float *h_losses;           /* host: B*T */
+  float *h_losses;           /* host, page-locked: B*T */
+  int *h_tok;                /* host, page-locked: the upload's staging, like d_tok */
+  cudaEvent_t tok_read;      /* the last upload out of h_tok is done */
   size_t offsets[2 + 12 * ZG_MAX_LAYERS + 2 + 1];
 };
 
@@ -145,6 +147,8 @@ extern "C" void zck_cuda_gpt2_free(zck_cuda_gpt2 *m) {
   if (m->gmem) cudaFree(m->gmem);
   if (m->d_tok) cudaFree(m->d_tok);
   if (m->h_losses) cudaFreeHost(m->h_losses);
+  if (m->h_tok) cudaFreeHost(m->h_tok);
+  if (m->tok_read) cudaEventDestroy(m->tok_read);
   cudaGetLastError(); /* a failed free must not be reported later as some kernel's error */
   free(m);
 }
@@ -175,6 +179,8 @@ extern "C" zck_status zck_cuda_gpt2_create(zck_cuda_ctx *ctx, const zck_cuda_gpt
   if (e == cudaSuccess) e = cudaMalloc(&m->gmem, m->n * sizeof(float));
   if (e == cudaSuccess) e = cudaMalloc(&m->d_tok, 2 * BT * sizeof(int));
   if (e == cudaSuccess) e = cudaMallocHost(&m->h_losses, BT * sizeof(float));
+  if (e == cudaSuccess) e = cudaMallocHost(&m->h_tok, 2 * BT * sizeof(int));
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&m->tok_read, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaMemset(m->mem, 0, m->n * sizeof(float));
   if (e != cudaSuccess) {
     zck_cuda_gpt2_free(m);
@@ -223,11 +229,18 @@ extern "C" zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_c
   m->last_T = T;
   m->last_targets = false;
   int *d_in = m->d_tok, *d_tg = m->d_tok + (size_t)m->B * m->T;
-  ZCK_CU(cudaMemcpyAsync(d_in, inputs, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
+  /* through page-locked staging: an asynchronous copy on the stream, no driver bounce; the
+   * staging is rewritten only once the previous upload has read it (a forward that failed
+   * after queueing its upload returned without waiting for it) */
+  ZCK_CU(cudaEventSynchronize(m->tok_read), "wait for the previous token upload");
+  memcpy(m->h_tok, inputs, (size_t)BT * sizeof(int));
+  if (targets) memcpy(m->h_tok + BT, targets, (size_t)BT * sizeof(int));
+  ZCK_CU(cudaMemcpyAsync(d_in, m->h_tok, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
          "upload the inputs");
   if (targets)
-    ZCK_CU(cudaMemcpyAsync(d_tg, targets, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
+    ZCK_CU(cudaMemcpyAsync(d_tg, m->h_tok + BT, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
            "upload the targets");
+  ZCK_CU(cudaEventRecord(m->tok_read, ctx->stream), "mark the token upload");
   zg_params w;
   memset(&w, 0, sizeof w);
   zg_acts a;
