@@ -81,6 +81,7 @@ struct zck__ds_hfile {
 };
 
 static uint8_t zeros[1 << 16];
+#define HS_SLICE ((uint64_t)64 << 10)
 
 // ---- layout (build time; nothing is hashed yet)
 
@@ -221,6 +222,10 @@ static int cmp_hs_range(const void *a, const void *b) {
  * descriptors are predicted) the entry's CRC; crc_given: crc is that of these n bytes. */
 static void take(zck__ds_hfile *f, const uint8_t *p, uint64_t n, bool crc_given, uint32_t crc) {
   uint64_t total = n;
+  /* a piece inside one entry's data brings its CRC: combined once at the end */
+  const hs_seg *s0 = f->seg < f->n_segs ? &f->segs[f->seg] : NULL;
+  bool whole = crc_given && f->want_crc && s0 && s0->is_data && f->cursor >= s0->off && f->cursor + n <= s0->off + s0->len;
+  hs_entry *e0 = whole ? &f->ents[s0->entry] : NULL;
   while (n) {
     const hs_seg *s = f->seg < f->n_segs ? &f->segs[f->seg] : NULL;
     while (s && f->cursor >= s->off + s->len) {
@@ -234,6 +239,8 @@ static void take(zck__ds_hfile *f, const uint8_t *p, uint64_t n, bool crc_given,
     }
     uint64_t k = s && f->cursor >= s->off ? s->off + s->len - f->cursor : s ? s->off - f->cursor : n;
     if (k > n) k = n;
+    /* the three hashes over one slice while it is in the cache (hashing is memory-bound) */
+    if (k > HS_SLICE) k = HS_SLICE;
     XXH3_64bits_update(f->fst, p, (size_t)k);
     for (uint64_t i = 0; i < k;) { /* chunk boundaries may fall inside */
       uint64_t t = f->chunk_size - f->chunk_fill < k - i ? f->chunk_size - f->chunk_fill : k - i;
@@ -251,12 +258,13 @@ static void take(zck__ds_hfile *f, const uint8_t *p, uint64_t n, bool crc_given,
       hs_entry *e = &f->ents[s->entry];
       if (f->cursor == s->off) XXH3_64bits_reset(f->rst);
       XXH3_64bits_update(f->rst, p, (size_t)k);
-      if (f->want_crc) e->crc = crc_given && k == total ? zck_crc32_combine(e->crc, crc, k) : zck_crc32_update(e->crc, p, (size_t)k);
+      if (f->want_crc && !whole) e->crc = zck_crc32_update(e->crc, p, (size_t)k);
     }
     f->cursor += k;
     p += k;
     n -= k;
   }
+  if (e0) e0->crc = zck_crc32_combine(e0->crc, crc, total);
   /* an entry whose data just ended (or an empty one at the cursor) gets its hash now */
   while (f->seg < f->n_segs && f->cursor >= f->segs[f->seg].off + f->segs[f->seg].len) {
     const hs_seg *s = &f->segs[f->seg];
@@ -383,7 +391,7 @@ out:
 zck_status zck__ds_hfile_start(zck__ds_hfile *f, zck__ds_hbudget *budget, uint64_t chunk_size) {
   if (!f || f->disabled) return ZCK_OK;
   f->budget = budget;
-  f->chunk_size = chunk_size;
+  f->chunk_size = chunk_size ? chunk_size : ZCK_MANIFEST_DEFAULT_CHUNK;
   f->fst = XXH3_createState();
   f->cst = XXH3_createState();
   f->rst = XXH3_createState();

@@ -17,7 +17,8 @@
 # usage: tests/bench/bench_universal.sh [PARAMS] [WORKDIR]   (ZCK_BUILD, ZCK_PYTHON as in
 #        bench_consolidate.sh; KEEP=1 reuses WORKDIR/ckpt; REPS=n; DS_REPS=n for the slow
 #        ds_to_universal.py, default REPS; DS=0 skips it; BEFORE=BUILD_DIR also runs that
-#        build's zckpt, interleaved, as <job>_before: a before/after under the same load)
+#        build's zckpt, interleaved, as <job>_before: a before/after under the same load;
+#        JOBS="universal_ds universal_h5 reshard" (the default) picks the zckpt jobs)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 params=${1:-2e8}
@@ -68,12 +69,20 @@ echo "== $(du -sh "$work/ckpt" | cut -f1) checkpoint, $threads threads, $reps ru
 have_ds=0
 if [ "${DS:-1}" != 0 ] && "$py" -c "import deepspeed" 2>/dev/null; then have_ds=1; fi
 builds=("" ${BEFORE:+_before})
+jobs=" ${JOBS:-universal_ds universal_h5 reshard} "
+want() { case "$jobs" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 zbin() { if [ "$1" = _before ]; then echo "$BEFORE/bin/zckpt"; else echo "$bin/zckpt"; fi; }
 for rep in $(seq 1 "$reps"); do
   for b in "${builds[@]}"; do
-    job zckpt_universal_ds$b "$rep" "$(zbin "$b")" to-universal -q --threads "$threads" "$work/ckpt" "$work/out"
-    job zckpt_universal_h5$b "$rep" "$(zbin "$b")" to-universal -q --format hdf5 --threads "$threads" "$work/ckpt" "$work/out"
-    job zckpt_reshard$b "$rep" "$(zbin "$b")" reshard -q --to-stage 2 --to-world-size 4 --threads "$threads" "$work/ckpt" "$work/out"
+    if want universal_ds; then
+      job zckpt_universal_ds$b "$rep" "$(zbin "$b")" to-universal -q --threads "$threads" "$work/ckpt" "$work/out"
+    fi
+    if want universal_h5; then
+      job zckpt_universal_h5$b "$rep" "$(zbin "$b")" to-universal -q --format hdf5 --threads "$threads" "$work/ckpt" "$work/out"
+    fi
+    if want reshard; then
+      job zckpt_reshard$b "$rep" "$(zbin "$b")" reshard -q --to-stage 2 --to-world-size 4 --threads "$threads" "$work/ckpt" "$work/out"
+    fi
   done
   if [ $have_ds = 1 ] && [ "$rep" -le "$ds_reps" ]; then
     job ds_to_universal "$rep" env DS_ACCELERATOR=cpu "$py" -m deepspeed.checkpoint.ds_to_universal \
@@ -81,7 +90,7 @@ for rep in $(seq 1 "$reps"); do
   fi
 done
 clean
-read_bytes=$(sed -n 's/.*read \([0-9]*\) bytes.*/\1/p' "$work/log.floor_zckpt_universal_ds")
+read_bytes=$(cat "$work"/log.floor_zckpt_* | sed -n 's/.*read \([0-9]*\) bytes.*/\1/p' | head -1)
 echo "== medians (floor: read $(echo "$read_bytes / 10^9" | bc -l | xargs printf '%.2f') GB of optimizer state once, write what the job wrote, one file, fsync)"
 awk -v cache="$cache" '
   function median(label, col) { return pick(label, col, 0) }
@@ -106,8 +115,11 @@ awk -v cache="$cache" '
     }
     for (k in wall) if ((k "_before") in wall)
       printf "%s: %.2fx the speed of the build before (median %.2f s -> %.2f s)\n", k, wall[k "_before"] / wall[k], wall[k "_before"], wall[k]
-    if ("ds_to_universal" in wall) {
+    if (("ds_to_universal" in wall) && ("zckpt_universal_ds" in wall) && ("zckpt_universal_h5" in wall)) {
       printf "to-universal (ds layout) is %.1fx faster than ds_to_universal.py, %.3f of its peak RSS\n", wall["ds_to_universal"] / wall["zckpt_universal_ds"], rss["zckpt_universal_ds"] / rss["ds_to_universal"]
-      printf "to-universal (hdf5) is %.1fx faster, reshard %.1fx faster than ds_to_universal.py\n", wall["ds_to_universal"] / wall["zckpt_universal_h5"], wall["ds_to_universal"] / wall["zckpt_reshard"]
+      printf "to-universal (hdf5) is %.1fx faster than ds_to_universal.py\n", wall["ds_to_universal"] / wall["zckpt_universal_h5"]
     }
+    if (("ds_to_universal" in wall) && ("zckpt_reshard" in wall))
+      printf "reshard is %.1fx faster than ds_to_universal.py%s\n", wall["ds_to_universal"] / wall["zckpt_reshard"],
+        ("zckpt_reshard_before" in wall) ? sprintf(" (the build before: %.1fx)", wall["ds_to_universal"] / wall["zckpt_reshard_before"]) : ""
   }' "$work/runs" | tee "$work/summary"
