@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "safetensors/safetensors.h"
@@ -13,6 +14,7 @@
 
 /* DeepSpeed checkpoints: inspect_deepspeed.c. */
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
+zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
 
 static void zck__shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, n, "[");
@@ -193,10 +195,24 @@ static zck_status zck__inspect_safetensors(const char *path, const zck_inspect_o
   return st;
 }
 
+static bool zck__insp_is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
+static bool zck__insp_is_file(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISREG(st.st_mode); }
+
 zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vout) {
   zck_inspect_opts o = ZCK_INSPECT_OPTS_INIT;
   if (opts) o = *opts;
   FILE *out = vout ? vout : stdout;
+  /* a universal folder (zero/optimizer_state.pt), or the folder whose latest_universal
+   * names one (a DeepSpeed root's `latest` wins, as in reshard) */
+  char *uv_opt = zck__path_join(path, "zero/optimizer_state.pt"), *uv_latest = zck__path_join(path, "latest_universal"),
+       *ds_latest = zck__path_join(path, "latest");
+  if (!uv_opt || !uv_latest || !ds_latest) {
+    free(uv_opt); free(uv_latest); free(ds_latest);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  }
+  bool universal = zck__insp_is_dir(path) && (zck__insp_is_file(uv_opt) || (zck__insp_is_file(uv_latest) && !zck__insp_is_file(ds_latest)));
+  free(uv_opt); free(uv_latest); free(ds_latest);
+  if (universal) return zck__inspect_universal(path, &o, out);
   switch (zck__sniff_path(path)) {
   case ZCK__PATH_TORCH: return zck__inspect_torch(path, &o, out);
   case ZCK__PATH_SAFETENSORS:
@@ -206,9 +222,11 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
   default: break;
   }
   /* a file or folder that cannot be read is not "unrecognised": say why */
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0 && errno != ENOENT) return zck__fail_errno(errno, "%s: cannot open", path);
   if (fd >= 0) close(fd);
+  if (fd >= 0 && !zck__insp_is_file(path) && !zck__insp_is_dir(path))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: not a regular file or folder", path);
   zck__tensor_set s;
   zck__set_init(&s);
   zck_status st = zck__set_from_path(&s, path); /* sets the right "not found / not a ..." message */

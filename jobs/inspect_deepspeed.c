@@ -1,14 +1,17 @@
-/* inspect_deepspeed.c: `zckpt inspect` of a DeepSpeed checkpoint: stage, world size,
- * dtypes, param groups, parameters (shape, group, frozen, tied), buffers, sizes, what
- * zero_to_fp32 would produce and anything the reader warned about. */
+/* inspect_deepspeed.c: `zckpt inspect` of a DeepSpeed checkpoint or a universal folder
+ * (ds_to_universal.py / `zckpt to-universal`): stage, world size, dtypes, param groups,
+ * parameters (shape, group, frozen, tied), buffers, sizes, what zero_to_fp32 would
+ * produce and anything the reader warned about. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "deepspeed/deepspeed.h"
 #include "tensor_set.h"
+#include "universal/universal.h"
 
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
+zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
 
 static void zck__hparam_text(const zck_hparam *h, char *buf, size_t n) {
   switch (h->kind) {
@@ -24,6 +27,73 @@ static void zck__hparam_text(const zck_hparam *h, char *buf, size_t n) {
   }
   case ZCK_HP_STRING: snprintf(buf, n, "'%s'", h->s ? h->s : ""); break;
   default: snprintf(buf, n, "?"); break;
+  }
+}
+
+static void zck__inspect_model_json(cJSON *j, const zck_model *m) {
+  cJSON *groups = cJSON_AddArrayToObject(j, "param_groups");
+  for (size_t g = 0; g < m->n_groups; g++) {
+    cJSON *gj = cJSON_CreateObject();
+    cJSON_AddNumberToObject(gj, "params", (double)m->groups[g].n_params);
+    for (size_t h = 0; h < m->groups[g].n_hparams; h++) {
+      char buf[128];
+      zck__hparam_text(&m->groups[g].hparams[h], buf, sizeof buf);
+      cJSON_AddStringToObject(gj, m->groups[g].hparams[h].key, buf);
+    }
+    cJSON_AddItemToArray(groups, gj);
+  }
+  cJSON *params = cJSON_AddArrayToObject(j, "params");
+  for (size_t i = 0; i < m->n_params; i++) {
+    const zck_param *p = &m->params[i];
+    cJSON *pj = cJSON_CreateObject();
+    cJSON_AddStringToObject(pj, "name", p->name);
+    cJSON *shape = cJSON_AddArrayToObject(pj, "shape");
+    for (int d = 0; d < p->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)p->shape[d]));
+    cJSON_AddStringToObject(pj, "dtype", zck_dtype_name(p->dtype));
+    cJSON_AddNumberToObject(pj, "group", p->group);
+    cJSON_AddBoolToObject(pj, "frozen", p->frozen);
+    if (p->tied_to >= 0) cJSON_AddStringToObject(pj, "tied_to", m->params[p->tied_to].name);
+    cJSON_AddItemToArray(params, pj);
+  }
+  cJSON *bufs = cJSON_AddArrayToObject(j, "buffers");
+  for (size_t i = 0; i < m->n_buffers; i++) {
+    cJSON *bj = cJSON_CreateObject();
+    cJSON_AddStringToObject(bj, "name", m->buffers[i].name);
+    cJSON_AddStringToObject(bj, "dtype", zck_dtype_name(m->buffers[i].dtype));
+    cJSON *shape = cJSON_AddArrayToObject(bj, "shape");
+    for (int d = 0; d < m->buffers[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)m->buffers[i].shape[d]));
+    cJSON_AddItemToArray(bufs, bj);
+  }
+}
+
+static void zck__inspect_model_text(const zck_model *m, FILE *out) {
+  for (size_t g = 0; g < m->n_groups; g++) {
+    fprintf(out, "param group %zu: %zu params", g, m->groups[g].n_params);
+    for (size_t h = 0; h < m->groups[g].n_hparams; h++) {
+      char buf[128];
+      const zck_hparam *hp = &m->groups[g].hparams[h];
+      if (!strcmp(hp->key, "params")) continue;
+      zck__hparam_text(hp, buf, sizeof buf);
+      fprintf(out, ", %s=%s", hp->key, buf);
+    }
+    fputc('\n', out);
+  }
+  size_t w = 4;
+  for (size_t i = 0; i < m->n_params; i++) if (strlen(m->params[i].name) > w) w = strlen(m->params[i].name);
+  if (w > 60) w = 60;
+  fprintf(out, "%-*s  %-9s %-20s %5s  %s\n", (int)w, "NAME", "DTYPE", "SHAPE", "GROUP", "NOTES");
+  for (size_t i = 0; i < m->n_params; i++) {
+    const zck_param *p = &m->params[i];
+    char shape[128], notes[256] = "";
+    zck_shape_str(p->ndim, p->shape, shape, sizeof shape);
+    if (p->frozen) strcat(notes, "frozen ");
+    if (p->tied_to >= 0) snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "tied to %s", m->params[p->tied_to].name);
+    fprintf(out, "%-*s  %-9s %-20s %5d  %s\n", (int)w, p->name, zck_dtype_name(p->dtype), shape, p->group, notes);
+  }
+  for (size_t i = 0; i < m->n_buffers; i++) {
+    char shape[128];
+    zck_shape_str(m->buffers[i].ndim, m->buffers[i].shape, shape, sizeof shape);
+    fprintf(out, "%-*s  %-9s %-20s %5s  buffer\n", (int)w, m->buffers[i].name, zck_dtype_name(m->buffers[i].dtype), shape, "-");
   }
 }
 
@@ -60,39 +130,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
     cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
-    cJSON *groups = cJSON_AddArrayToObject(j, "param_groups");
-    for (size_t g = 0; g < m->n_groups; g++) {
-      cJSON *gj = cJSON_CreateObject();
-      cJSON_AddNumberToObject(gj, "params", (double)m->groups[g].n_params);
-      for (size_t h = 0; h < m->groups[g].n_hparams; h++) {
-        char buf[128];
-        zck__hparam_text(&m->groups[g].hparams[h], buf, sizeof buf);
-        cJSON_AddStringToObject(gj, m->groups[g].hparams[h].key, buf);
-      }
-      cJSON_AddItemToArray(groups, gj);
-    }
-    cJSON *params = cJSON_AddArrayToObject(j, "params");
-    for (size_t i = 0; i < m->n_params; i++) {
-      const zck_param *p = &m->params[i];
-      cJSON *pj = cJSON_CreateObject();
-      cJSON_AddStringToObject(pj, "name", p->name);
-      cJSON *shape = cJSON_AddArrayToObject(pj, "shape");
-      for (int d = 0; d < p->ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)p->shape[d]));
-      cJSON_AddStringToObject(pj, "dtype", zck_dtype_name(p->dtype));
-      cJSON_AddNumberToObject(pj, "group", p->group);
-      cJSON_AddBoolToObject(pj, "frozen", p->frozen);
-      if (p->tied_to >= 0) cJSON_AddStringToObject(pj, "tied_to", m->params[p->tied_to].name);
-      cJSON_AddItemToArray(params, pj);
-    }
-    cJSON *bufs = cJSON_AddArrayToObject(j, "buffers");
-    for (size_t i = 0; i < m->n_buffers; i++) {
-      cJSON *bj = cJSON_CreateObject();
-      cJSON_AddStringToObject(bj, "name", m->buffers[i].name);
-      cJSON_AddStringToObject(bj, "dtype", zck_dtype_name(m->buffers[i].dtype));
-      cJSON *shape = cJSON_AddArrayToObject(bj, "shape");
-      for (int d = 0; d < m->buffers[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)m->buffers[i].shape[d]));
-      cJSON_AddItemToArray(bufs, bj);
-    }
+    zck__inspect_model_json(j, m);
     cJSON *warn = cJSON_AddArrayToObject(j, "warnings");
     for (size_t i = 0; i < in->n_warnings; i++) cJSON_AddItemToArray(warn, cJSON_CreateString(in->warnings[i]));
     char *text = cJSON_Print(j);
@@ -108,34 +146,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes); consolidated output %llu bytes\n",
             (unsigned long long)trainable, (unsigned long long)frozen, m->n_buffers, (unsigned long long)buffer_bytes,
             (unsigned long long)out_bytes);
-    for (size_t g = 0; g < m->n_groups; g++) {
-      fprintf(out, "param group %zu: %zu params", g, m->groups[g].n_params);
-      for (size_t h = 0; h < m->groups[g].n_hparams; h++) {
-        char buf[128];
-        const zck_hparam *hp = &m->groups[g].hparams[h];
-        if (!strcmp(hp->key, "params")) continue;
-        zck__hparam_text(hp, buf, sizeof buf);
-        fprintf(out, ", %s=%s", hp->key, buf);
-      }
-      fputc('\n', out);
-    }
-    size_t w = 4;
-    for (size_t i = 0; i < m->n_params; i++) if (strlen(m->params[i].name) > w) w = strlen(m->params[i].name);
-    if (w > 60) w = 60;
-    fprintf(out, "%-*s  %-9s %-20s %5s  %s\n", (int)w, "NAME", "DTYPE", "SHAPE", "GROUP", "NOTES");
-    for (size_t i = 0; i < m->n_params; i++) {
-      const zck_param *p = &m->params[i];
-      char shape[128], notes[256] = "";
-      zck_shape_str(p->ndim, p->shape, shape, sizeof shape);
-      if (p->frozen) strcat(notes, "frozen ");
-      if (p->tied_to >= 0) snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "tied to %s", m->params[p->tied_to].name);
-      fprintf(out, "%-*s  %-9s %-20s %5d  %s\n", (int)w, p->name, zck_dtype_name(p->dtype), shape, p->group, notes);
-    }
-    for (size_t i = 0; i < m->n_buffers; i++) {
-      char shape[128];
-      zck_shape_str(m->buffers[i].ndim, m->buffers[i].shape, shape, sizeof shape);
-      fprintf(out, "%-*s  %-9s %-20s %5s  buffer\n", (int)w, m->buffers[i].name, zck_dtype_name(m->buffers[i].dtype), shape, "-");
-    }
+    zck__inspect_model_text(m, out);
     if (in->stage == 1) {
       for (size_t i = 0; i < m->n_params; i++)
         if (m->params[i].frozen) { fprintf(out, "note: ZeRO-1 saves no frozen params for zero_to_fp32; %s is not in its output\n", m->params[i].name); }
@@ -143,5 +154,52 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     for (size_t i = 0; i < in->n_warnings; i++) fprintf(out, "warning: %s\n", in->warnings[i]);
   }
   zck_ds_close(c);
+  return st;
+}
+
+zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out) {
+  zck_uv_ckpt *c = NULL;
+  ZCK_TRY(zck_uv_open(path, NULL, &c));
+  const zck_uv_info *in = zck_uv_info_of(c);
+  const zck_model *m = zck_uv_model(c);
+  uint64_t trainable = 0, frozen = 0, buffer_bytes = 0;
+  for (size_t i = 0; i < m->n_params; i++) {
+    if (m->params[i].tied_to >= 0) continue;
+    if (m->params[i].frozen) frozen += m->params[i].numel; else trainable += m->params[i].numel;
+  }
+  for (size_t i = 0; i < m->n_buffers; i++) buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
+  zck_status st = ZCK_OK;
+  if (o->json) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "path", path);
+    cJSON_AddStringToObject(j, "format", "universal");
+    cJSON_AddStringToObject(j, "dir", in->dir);
+    cJSON_AddNumberToObject(j, "stage", in->stage);
+    cJSON_AddNumberToObject(j, "world_size", in->world_size);
+    cJSON_AddStringToObject(j, "lp_dtype", zck_dtype_name(in->lp_dtype));
+    cJSON_AddStringToObject(j, "master_dtype", zck_dtype_name(in->master_dtype));
+    cJSON_AddBoolToObject(j, "optimizer_state", in->has_optimizer_state);
+    if (in->ds_version) cJSON_AddStringToObject(j, "ds_version", in->ds_version);
+    cJSON_AddNumberToObject(j, "global_steps", (double)in->global_steps);
+    cJSON_AddNumberToObject(j, "step", in->step);
+    cJSON_AddNumberToObject(j, "flat_groups", (double)in->n_flat_groups);
+    cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
+    cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
+    zck__inspect_model_json(j, m);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory building JSON");
+    else { fprintf(out, "%s\n", text); cJSON_free(text); }
+  } else {
+    fprintf(out, "%s: universal checkpoint %s, from ZeRO-%d, world size %u\n", path, in->dir, in->stage, in->world_size);
+    fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
+            zck_dtype_name(in->lp_dtype), zck_dtype_name(in->master_dtype),
+            in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->ds_version ? in->ds_version : "?",
+            (long long)in->global_steps);
+    fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)trainable,
+            (unsigned long long)frozen, m->n_buffers, (unsigned long long)buffer_bytes);
+    zck__inspect_model_text(m, out);
+  }
+  zck_uv_close(c);
   return st;
 }

@@ -198,6 +198,65 @@ static void check_hf_index(vctx *c) {
   free(owned);
 }
 
+/* The rank in a DeepSpeed per-rank name ("..zero_pp_rank_R_mp_rank_.."), or -1. */
+static long rank_in(const char *name, size_t len) {
+  static const char key[] = "zero_pp_rank_";
+  for (size_t i = 0; i + sizeof key - 1 < len; i++) {
+    if (memcmp(name + i, key, sizeof key - 1)) continue;
+    const char *p = name + i + sizeof key - 1;
+    if (p >= name + len || *p < '0' || *p > '9') return -1;
+    long r = 0;
+    while (p < name + len && *p >= '0' && *p <= '9' && r < 1000000000L) r = r * 10 + (*p++ - '0');
+    return r;
+  }
+  return -1;
+}
+
+static bool same_records(const vfile *a, const vfile *b) {
+  if (a->n_recs != b->n_recs || !a->n_recs) return false;
+  for (size_t i = 0; i < a->n_recs; i++)
+    if (a->recs[i].crc != b->recs[i].crc || a->recs[i].size != b->recs[i].size) return false;
+  return true;
+}
+
+/* A rank file replaced by another rank's: torch.save names its archive after the file, so
+ * the records of a copy still say the other rank; and two ranks' partitions never have
+ * every record equal. The file set and shapes can add up all the same (ZeRO-3 partitions
+ * are padded to one size), so nothing else would notice, and consolidate would write the
+ * other rank's values in its place. */
+static void check_rank_copies(vctx *c) {
+  for (size_t i = 0; i < c->n_files; i++) {
+    vfile *f = &c->files[i];
+    if (f->type != VF_TORCH || f->open_status != ZCK_OK || !f->n_recs) continue;
+    const char *base = strrchr(f->rel, '/');
+    base = base ? base + 1 : f->rel;
+    long rank = rank_in(base, strlen(base));
+    if (rank < 0) continue;
+    const char *rec = f->recs[0].name, *slash = strchr(rec, '/');
+    long arch = slash ? rank_in(rec, (size_t)(slash - rec)) : -1;
+    if (arch >= 0 && arch != rank) {
+      zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "structure", f->full, NULL, -1, 0,
+                       "%s: holds rank %ld's archive ('%.*s'), not rank %ld's: a copy of another rank's file?", f->full,
+                       arch, (int)(slash - rec), rec, rank);
+      continue;
+    }
+    for (size_t j = 0; j < i; j++) {
+      const vfile *g = &c->files[j];
+      const char *gb = strrchr(g->rel, '/');
+      gb = gb ? gb + 1 : g->rel;
+      long grank = rank_in(gb, strlen(gb));
+      if (g->type != VF_TORCH || g->open_status != ZCK_OK || grank < 0 || grank == rank) continue;
+      if (!zck__verify_ends_with(base, "optim_states.pt") || !zck__verify_ends_with(gb, "optim_states.pt")) continue;
+      if (same_records(f, g)) {
+        zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "structure", f->full, NULL, -1, 0,
+                         "%s: the same bytes as %s (every record's CRC-32 and size): a copy of another rank's file?",
+                         f->full, g->full);
+        break;
+      }
+    }
+  }
+}
+
 zck_status zck__verify_structure(vctx *c) {
   if (c->is_ds) check_deepspeed(c);
   if (c->is_uv) check_universal(c);
@@ -210,6 +269,7 @@ zck_status zck__verify_structure(vctx *c) {
     if (f->open_status != ZCK_OK) zck__verify_add_status(c, f->open_status, "structure", f->full, f->open_error ? f->open_error : "cannot open");
     for (size_t k = 0; k < f->n_warnings; k++) zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", f->warnings[k]);
   }
+  if (c->is_ds) check_rank_copies(c);
   if (!c->is_ds && !c->is_uv) {
     check_hf_index(c);
     zck_manifest_kind k = c->expected ? c->expected->kind : ZCK_MANIFEST_OTHER;

@@ -343,7 +343,7 @@ void zck_cli_start_signal_thread(void) {
 
 bool zck_cli_parse_size(const char *s, uint64_t *out) {
   char *end;
-  if (!s || !*s || !isdigit((unsigned char)*s)) return false;
+  if (!s || !*s || !isdigit((unsigned char)*s) || strpbrk(s, "xXpP")) return false; /* strtod reads hex */
   double v = strtod(s, &end);
   if (end == s || !isfinite(v) || v < 0) return false;
   while (*end == ' ') end++;

@@ -1,4 +1,5 @@
 /* cmd_reshard.c: `zckpt reshard SRC OUT --to-stage S --to-world-size W`. */
+#include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,9 @@ static const char zck__reshard_help[] =
 
 static bool zck__parse_u64(const char *s, uint64_t max, uint64_t *out) {
   char *end;
-  if (!s || !*s || *s == '-') return false;
+  /* digits, an optional fraction and exponent (1e9, as DeepSpeed configs write it); strtod
+   * alone would also take " 2", "0x2" and "infinity" */
+  if (!s || !isdigit((unsigned char)*s) || strpbrk(s, "xXpP")) return false;
   double d = strtod(s, &end); /* accepts 1e9 as DeepSpeed configs write it */
   if (*end || d < 1 || d > (double)max || d != (double)(uint64_t)d) return false;
   *out = (uint64_t)d;

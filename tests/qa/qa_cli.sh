@@ -62,6 +62,12 @@ run 2 "option '--tag' needs a value" "$zckpt" consolidate ck o2 --tag
 run 2 "option '--to-world-size' needs a value" "$zckpt" reshard ck o2 --to-world-size
 run 2 "option '--threads' needs a value" "$zckpt" verify ck --threads
 run 2 "unknown option '-z'" "$zckpt" consolidate -qz ck o2
+# 4b. strtod let hexadecimal and leading blanks through as numbers (README: malformed
+#     numbers are usage errors)
+run 2 "--to-world-size must be a positive integer" "$zckpt" reshard ck o2 --to-world-size 0x2
+run 2 "--to-world-size must be a positive integer" "$zckpt" reshard ck o2 --to-world-size " 2"
+run 2 "--max-shard-size: cannot read '0x10'" "$zckpt" consolidate ck o2 --max-shard-size 0x10
+[ ! -e o2 ] && ok || bad "o2 written despite usage errors"
 
 # 5. an unreadable file was "not a torch .pt/.bin, safetensors file" in inspect
 cp "$fx/torch/dtypes.pt" locked.pt
@@ -79,6 +85,40 @@ else
 fi
 chmod 644 locked.pt
 
+# 5b. inspect of something that is not a file or folder said "no such file or directory"
+run 1 "/dev/null: not a regular file or folder" "$zckpt" inspect /dev/null
+
+# 5c. inspect of a universal folder (what to-universal writes) said "no 'latest' file; pass
+#     a tag", and inspect has no --tag
+uv="$fx/universal/s2w2_fp32_zeronumel"
+if [ -d "$uv" ]; then
+  run 0 "" "$zckpt" inspect "$uv"
+  grep -q "universal checkpoint .*global_step2_universal, from ZeRO-2, world size 2" out.txt && ok || bad "inspect universal: $(head -2 out.txt)"
+  run 0 "" "$zckpt" inspect "$uv/global_step2_universal"
+  run 0 "" "$zckpt" inspect --json "$uv"
+  grep -q '"format":.*"universal"' out.txt && ok || bad "inspect --json universal: $(head -3 out.txt)"
+fi
+
+# 5d. verify --tag naming no folder was reported as damage (exit 3) of a sound checkpoint
+"$zckpt" verify ck --tag nosuch >out.txt 2>&1; rc=$?
+[ "$rc" = 1 ] && grep -q "unchecked: ck: --tag: no tag folder 'nosuch'" out.txt && ok || bad "verify --tag nosuch: exit $rc: $(cat out.txt)"
+
+# 5e. a rank file replaced by another rank's: the ZeRO-3 partitions are padded to one size,
+#     so the set added up and verify said clean (and consolidate wrote rank 0's values twice)
+s3="$fx/deepspeed/s3w2_bf16/ckpt"
+if [ -d "$s3" ]; then
+  for f in bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt zero_pp_rank_1_mp_rank_00_model_states.pt; do
+    rm -rf c3; cp -r "$s3" c3
+    cp "c3/global_step2/${f/rank_1/rank_0}" "c3/global_step2/$f"
+    "$zckpt" verify c3 >out.txt 2>&1; rc=$?
+    [ "$rc" = 3 ] && grep -q "damaged: c3/global_step2/$f: holds rank 0's archive" out.txt && ok || bad "verify of a copied $f: exit $rc: $(cat out.txt)"
+  done
+  # KNOWN BUG (formats/deepspeed, not fixed here): consolidate reads the copy without a word
+  if [ "${ZCK_QA_KNOWN_BUGS:-0}" = 1 ]; then
+    run 1 "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt" "$zckpt" consolidate -q c3 c3out
+  fi
+fi
+
 # 6. SIGINT / SIGTERM during a run left ".OUT.zck-tmp-PID" trees (gigabytes) behind
 "$make_big" big --params 6000000 --world 2 >/dev/null || { bad "make_big_ckpt failed"; }
 interrupted=0
@@ -95,7 +135,8 @@ for sig in "${sigs[@]}"; do
       if [ -n "$left" ]; then bad "$sig during '$cmd' left $left"; fi
       if [ "$rc" != 0 ]; then
         interrupted=$((interrupted + 1))
-        [ "$(wc -l <err.txt)" = 1 ] && grep -q "^zckpt: error: .*interrupted by SIG$sig" err.txt && ok ||
+        # empty: killed before main() set up its signal thread (nothing written yet)
+        { [ ! -s err.txt ] || { [ "$(wc -l <err.txt)" = 1 ] && grep -q "^zckpt: error: .*interrupted by SIG$sig" err.txt; }; } && ok ||
           bad "$sig during '$cmd': exit $rc, stderr: $(cat err.txt)"
         ls -A | grep -q -e '^o1' && bad "$sig during '$cmd': output left: $(ls -A)"
       fi
@@ -104,12 +145,12 @@ for sig in "${sigs[@]}"; do
 done
 [ "$interrupted" -gt 0 ] && ok || echo "note: no run was slow enough to be interrupted"
 # an earlier output survives an interrupted --overwrite
-rm -rf o1; "$zckpt" consolidate -q ck o1
+rm -rf o1; "$zckpt" consolidate -q ck o1 || bad "setup: consolidate ck o1"
 before=$(tree_sum o1)
 for delay in 0.01 0.03 0.06; do
   "$zckpt" consolidate -q big o1 --overwrite --threads 1 2>/dev/null & p=$!; sleep "$delay"; kill -TERM "$p" 2>/dev/null; wait "$p"
   [ "$?" = 0 ] && { rm -rf o1; "$zckpt" consolidate -q ck o1; continue; }
-  [ "$(tree_sum o1)" = "$before" ] && ok || bad "interrupted --overwrite changed the earlier output"
+  [ "$(tree_sum o1)" = "$before" ] && ok || bad "interrupted --overwrite changed the earlier output: $(ls -A . o1 | tr '\n' ' ')"
 done
 ls -A | grep -q zck-tmp && bad "temporaries left: $(ls -A)"
 
