@@ -78,6 +78,10 @@ int main(void) {
   ZT_ASSERT(p == NULL);
   zck_cuda_stream_destroy(NULL);
   NODEV(zck_cuda_device_sync());
+  p = (void *)1;
+  NODEV(zck_cuda_event_create(&p));
+  ZT_ASSERT(p == NULL);
+  zck_cuda_event_destroy(NULL);
   zck_cuda_ctx *ctx = (zck_cuda_ctx *)1;
   NODEV(zck_cuda_ctx_create(0, &ctx));
   ZT_ASSERT(ctx == NULL);
@@ -148,7 +152,14 @@ int main(void) {
     NODEV(zck_comm_nccl_init_rank(1, 0, id, &one));
     ZT_ASSERT(one == NULL);
     NODEV(zck_comm_cuda_set_stream(NULL, NULL));
+    NODEV(zck_comm_cuda_set_async(NULL, 1));
     ZT_EQ_INT(zck_comm_cuda_device(NULL), -1);
+    one = (zck_comm *)1;
+    NODEV(zck_comm_nccl_init_from(NULL, 0, &one));
+    ZT_ASSERT(one == NULL);
+    NODEV(zck_cuda_event_record(NULL, NULL));
+    NODEV(zck_cuda_stream_wait_event(NULL, NULL));
+    ZT_EQ_INT(zck_cuda_event_query(NULL), -1);
   }
   printf("cuda api without a device (%s): ok\n", built ? "CUDA build" : "built without CUDA");
   return 0;
