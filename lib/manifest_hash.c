@@ -23,6 +23,7 @@
 #include <zlib.h>
 
 #define ZCK__HASH_DEFAULT_STAGING ((size_t)4 << 20)
+#define ZCK__HASH_SLICE ((uint64_t)64 << 10)
 
 static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
   while (n) { /* zlib takes uInt lengths */
@@ -138,31 +139,37 @@ static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
     uint64_t n = src.size - pos < h->staging ? src.size - pos : h->staging;
     st = zck__source_read(&src, buf, (size_t)n, pos);
     if (st != ZCK_OK) break;
-    XXH3_64bits_update(fst, buf, (size_t)n);
-    for (uint64_t k = 0; cst && k < n;) { /* chunk boundaries may fall inside the buffer */
-      uint64_t take = f->chunk_size - chunk_fill < n - k ? f->chunk_size - chunk_fill : n - k;
-      XXH3_64bits_update(cst, buf + k, (size_t)take);
-      k += take;
-      chunk_fill += take;
-      if (chunk_fill == f->chunk_size) {
-        f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
-        XXH3_64bits_reset(cst);
-        chunk_fill = 0;
+    /* every hash over one slice while it is in the cache, then the next slice (hashing
+     * is memory-bound: three passes over the whole buffer read it from memory three times) */
+    for (uint64_t so = 0; st == ZCK_OK && so < n; so += ZCK__HASH_SLICE) {
+      const uint8_t *sp = buf + so;
+      uint64_t sn = n - so < ZCK__HASH_SLICE ? n - so : ZCK__HASH_SLICE, spos = pos + so;
+      XXH3_64bits_update(fst, sp, (size_t)sn);
+      for (uint64_t k = 0; cst && k < sn;) { /* chunk boundaries may fall inside the slice */
+        uint64_t take = f->chunk_size - chunk_fill < sn - k ? f->chunk_size - chunk_fill : sn - k;
+        XXH3_64bits_update(cst, sp + k, (size_t)take);
+        k += take;
+        chunk_fill += take;
+        if (chunk_fill == f->chunk_size) {
+          f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+          XXH3_64bits_reset(cst);
+          chunk_fill = 0;
+        }
       }
-    }
-    while (next < f->n_ranges && sorted[next]->off < pos + n) {
-      zck__hash_range *r = sorted[next++];
-      if (r->done) continue;
-      act[n_act++] = (active_range){r, NULL, 0};
-    }
-    for (size_t a = 0; a < n_act;) {
-      if (feed_range(&act[a], buf, pos, n, &st)) {
-        XXH3_freeState(act[a].st);
-        act[a] = act[--n_act];
-      } else {
-        a++;
+      while (next < f->n_ranges && sorted[next]->off < spos + sn) {
+        zck__hash_range *r = sorted[next++];
+        if (r->done) continue;
+        act[n_act++] = (active_range){r, NULL, 0};
       }
-      if (st != ZCK_OK) break;
+      for (size_t a = 0; a < n_act;) {
+        if (feed_range(&act[a], sp, spos, sn, &st)) {
+          XXH3_freeState(act[a].st);
+          act[a] = act[--n_act];
+        } else {
+          a++;
+        }
+        if (st != ZCK_OK) break;
+      }
     }
     if (st != ZCK_OK) break;
     pos += n;
