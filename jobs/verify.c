@@ -119,20 +119,7 @@ static zck_status resolve(vctx *c) {
     /* a root: its files are those of the tag folder `latest` (or --tag) names */
     char *tag = NULL;
     if (c->o.tag) {
-      /* a --tag that names no folder is the caller's mistake, not damage of the checkpoint */
-      const char *t = c->o.tag;
-      char *td = *t && !strchr(t, '/') && strcmp(t, "..") && strcmp(t, ".") ? zck__path_join(c->path, t) : NULL;
-      bool found = td && is_dir(td);
-      free(td);
-      if (!found) {
-        zck_status s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: --tag: no tag folder '%s' here", c->path, t);
-        if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = s;
-        zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "read", c->path, NULL, -1, 0, "%s", zck_last_error());
-        free(c->base);
-        c->base = NULL; /* run() stops: nothing to check */
-        return ZCK_OK;
-      }
-      tag = zck__strdup(t);
+      tag = zck__strdup(c->o.tag);
     } else if (zck__verify_exists_in(c->path, "latest")) {
       char *lp = zck__path_join(c->path, "latest");
       zck_status ls = lp ? zck__read_small_file(lp, 4096, &tag, NULL) : ZCK_ERR_NO_MEMORY;
