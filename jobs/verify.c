@@ -254,6 +254,41 @@ static vf_type type_of(const char *rel, const char *full) {
   return VF_OTHER;
 }
 
+/* Symlinks under dir that are not to folders (rank files kept elsewhere, deduplicated
+ * storage), as relative paths: the manifest's listing never follows symlinks, but
+ * DeepSpeed and every reader do, so verify checks what they would read. A dangling one is
+ * listed too (its open says what is wrong). */
+static zck_status add_symlinks(const char *dir, const char *rel, char ***paths, size_t *n, int depth) {
+  if (depth > 16) return ZCK_OK;
+  char *full = rel ? zck__path_join(dir, rel) : zck__strdup(dir);
+  if (!full) return ZCK_ERR_NO_MEMORY;
+  DIR *d = opendir(full);
+  zck_status st = ZCK_OK;
+  struct dirent *e;
+  while (d && st == ZCK_OK && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || strstr(e->d_name, ".zck-tmp-")) continue;
+    char *erel = rel ? zck__path_join(rel, e->d_name) : zck__strdup(e->d_name);
+    char *efull = erel ? zck__path_join(dir, erel) : NULL;
+    struct stat lsb, sb;
+    if (!erel || !efull) {
+      st = ZCK_ERR_NO_MEMORY;
+    } else if (lstat(efull, &lsb) == 0) {
+      if (S_ISDIR(lsb.st_mode)) {
+        st = add_symlinks(dir, erel, paths, n, depth + 1);
+      } else if (S_ISLNK(lsb.st_mode) && !(stat(efull, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        char **grown = realloc(*paths, (*n + 1) * sizeof **paths);
+        if (!grown) st = ZCK_ERR_NO_MEMORY;
+        else { *paths = grown; (*paths)[(*n)++] = erel; erel = NULL; }
+      }
+    }
+    free(erel);
+    free(efull);
+  }
+  if (d) closedir(d);
+  free(full);
+  return st == ZCK_ERR_NO_MEMORY ? zck__fail(st, "out of memory") : st;
+}
+
 static zck_status list_files(vctx *c) {
   char **paths = NULL;
   size_t n = 0;
@@ -266,6 +301,10 @@ static zck_status list_files(vctx *c) {
     if (st != ZCK_OK) {
       zck__verify_add_status(c, st == ZCK_ERR_NOT_FOUND ? ZCK_ERR_IO : st, "read", c->base, zck_last_error());
       return ZCK_OK;
+    }
+    if ((st = add_symlinks(c->base, NULL, &paths, &n, 0)) != ZCK_OK) {
+      zck_manifest_free_paths(paths, n);
+      return st;
     }
   }
   c->files = zck__calloc(n ? n : 1, sizeof *c->files);
