@@ -219,6 +219,10 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   /* a zckpt-written checkpoint without its manifest was never completed */
   zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
   if (complete == ZCK_OK) complete = zck__cons_check_out(zck_ds_info_of(ck), out);
+  struct stat osb;
+  if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))
+    complete = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder (an OUT named *.%s is written as one file)", out,
+                         fmt == ZCK_OUT_SAFETENSORS ? "safetensors" : "bin/.pt");
   if (complete != ZCK_OK) {
     zck_ds_close(ck);
     return complete;

@@ -72,6 +72,8 @@ int zck_cmd_consolidate(int argc, char **argv) {
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("consolidate", "expected CHECKPOINT and OUT");
+  for (int i = optind; i < argc; i++)
+    if (!argv[i][0]) return zck_cli_usage_error("consolidate", "empty path argument");
   const char *in = argv[optind], *out = argv[optind + 1];
   /* an OUT file's name says its format: a --format asking for something else would be ignored */
   size_t n = strlen(out);

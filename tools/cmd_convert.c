@@ -58,6 +58,8 @@ int zck_cmd_convert(int argc, char **argv) {
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("convert", "expected IN and OUT");
+  for (int i = optind; i < argc; i++)
+    if (!argv[i][0]) return zck_cli_usage_error("convert", "empty path argument");
   if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], NULL))) return rc;
   zck_cli_set_output(argv[optind + 1]);
   zck_cli_progress bar;

@@ -30,6 +30,8 @@ int zck_cmd_inspect(int argc, char **argv) {
     }
   }
   if (argc - optind != 1) return zck_cli_usage_error("inspect", "expected one PATH");
+  for (int i = optind; i < argc; i++)
+    if (!argv[i][0]) return zck_cli_usage_error("inspect", "empty path argument");
   zck_status s = zck_inspect(argv[optind], &o, stdout);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -83,6 +83,8 @@ int zck_cmd_reshard(int argc, char **argv) {
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
+  for (int i = optind; i < argc; i++)
+    if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
   if (!o.to_stage && !o.to_world_size) return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
   if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], o.tag))) return rc;
   zck_cli_set_output(argv[optind + 1]);

@@ -22,7 +22,8 @@ static const char zck__to_universal_help[] =
   "     compressed with zstd (filter 32015); h5py reads it after `import hdf5plugin`.\n"
   "\n"
   "options:\n"
-  "  --format ds|hdf5          output layout (default ds)\n"
+  "  --format ds|hdf5          output layout (default: hdf5 for an OUT named *.h5 or\n"
+  "                            *.hdf5, else ds)\n"
   "  --tag TAG                 the tag folder to read instead of `latest`\n"
   "  --inject-missing-state    ds, stage 1/2: accept a checkpoint without\n"
   "                            universal_checkpoint_info (as ds_to_universal's\n"
@@ -42,13 +43,14 @@ int zck_cmd_to_universal(int argc, char **argv) {
     {"overwrite", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
   zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
-  bool quiet = false;
+  bool quiet = false, format_given = false;
   int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
     switch (c) {
     case 'f':
+      format_given = true;
       if (!strcmp(optarg, "ds")) o.format = ZCK_UNIVERSAL_DS;
       else if (!strcmp(optarg, "hdf5") || !strcmp(optarg, "h5")) o.format = ZCK_UNIVERSAL_HDF5;
       else return zck_cli_usage_error("to-universal", "--format must be ds or hdf5, not '%s'", optarg);
@@ -76,6 +78,14 @@ int zck_cmd_to_universal(int argc, char **argv) {
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("to-universal", "expected CHECKPOINT and OUT");
+  for (int i = optind; i < argc; i++)
+    if (!argv[i][0]) return zck_cli_usage_error("to-universal", "empty path argument");
+  /* an OUT named *.h5 / *.hdf5 is the one-file container unless --format says otherwise
+   * (as consolidate and convert take the output kind from OUT's name) */
+  const char *out = argv[optind + 1];
+  size_t n = strlen(out);
+  if (!format_given && ((n >= 3 && !strcmp(out + n - 3, ".h5")) || (n >= 5 && !strcmp(out + n - 5, ".hdf5"))))
+    o.format = ZCK_UNIVERSAL_HDF5;
   if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], o.tag))) return rc;
   zck_cli_set_output(argv[optind + 1]);
   zck_cli_progress bar;

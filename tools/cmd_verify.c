@@ -66,6 +66,8 @@ int zck_cmd_verify(int argc, char **argv) {
     }
   }
   if (argc - optind != 1) return zck_cli_usage_error("verify", "expected one PATH");
+  for (int i = optind; i < argc; i++)
+    if (!argv[i][0]) return zck_cli_usage_error("verify", "empty path argument");
   if (write_manifest && o.skip_data) return zck_cli_usage_error("verify", "--write-manifest needs the data check");
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "verify", 0, quiet || json);

@@ -140,6 +140,20 @@ else
   echo "note: no python3: symlinked-file case skipped"
 fi
 
+# 5g. an empty path was taken as a path (": cannot rename output into place")
+run 2 "empty path argument" "$zckpt" consolidate ck ""
+run 2 "empty path argument" "$zckpt" inspect ""
+# 5h. OUT named *.safetensors that exists as a folder: "cannot keep the previous version
+#     while replacing it: Operation not permitted"
+mkdir -p dir.safetensors
+run 1 "dir.safetensors: exists and is a folder" "$zckpt" consolidate -q ck dir.safetensors --overwrite
+# 5i. to-universal OUT named *.h5 without --format wrote a DeepSpeed-layout folder called x.h5
+run 0 "" "$zckpt" to-universal -q "$fx/deepspeed/s3w2_bf16/ckpt" state.h5
+[ -f state.h5 ] && ok || bad "to-universal state.h5 is not one file: $(ls -la state.h5 | head -3)"
+run 0 "" "$zckpt" to-universal -q "$fx/deepspeed/s3w2_bf16/ckpt" dsdir.h5 --format ds
+[ -d dsdir.h5/zero ] && ok || bad "to-universal --format ds dsdir.h5 is not a folder"
+rm -f latest_universal
+
 # 6. SIGINT / SIGTERM during a run left ".OUT.zck-tmp-PID" trees (gigabytes) behind
 "$make_big" big --params 6000000 --world 2 >/dev/null || { bad "make_big_ckpt failed"; }
 interrupted=0
