@@ -62,7 +62,12 @@ void zck_comm_local_destroy(zck_comm **comms, int size);
  * learn each other's addresses from it. Same semantics and same bits as the local backend
  * (reductions in rank order 0..W-1, element by element), buffers in host memory.
  * A peer that dies or hangs up makes every later collective fail with a one-line error
- * naming the rank; nothing waits longer than timeout_s for a connection. */
+ * naming the rank; nothing waits longer than timeout_s for a connection.
+ * Between collectives each rank's handle runs a thread that tells peers waiting for it
+ * whether it is alive and busy (using CPU or doing block I/O): a rank that works alone for
+ * longer than timeout_s (a reshard, a manifest write) does not fail the others' wait; one
+ * idle that long (blocked for good) does; a busy one whose beats stop (the process was
+ * stopped, its host went away) is named after timeout_s / 4 (1..10 s); a dead one at once. */
 typedef struct zck_comm_tcp_options {
   int rank, size;
   const char *master_addr;  /* host name or address of rank 0 */

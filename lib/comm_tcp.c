@@ -10,13 +10,18 @@
  * Data moves with non-blocking sockets driven by one poll() loop that sends to and
  * receives from every peer at once, so two ranks sending big buffers to each other never
  * both block on full socket buffers:
- *   all_gather   every rank sends its block to every other, receiving straight into place;
- *   broadcast    the root sends the buffer to every other rank;
+ *   all_gather   under 64 KiB in all every rank sends its block to every other (one hop);
+ *                from 64 KiB a pipelined ring: each rank sends one neighbour its block and
+ *                forwards the others' as their bytes arrive (one link in, one out);
+ *   broadcast    under 64 KiB the root sends to every rank; from 64 KiB a pipelined chain
+ *                root, root+1, ...: the root sends one copy, not W-1, each rank forwards
+ *                every byte as soon as it has it;
  *   reduce_scatter  rank r receives block r of every rank's input, chunk by chunk (bounded
  *                scratch: one chunk per peer) and reduces each chunk over ranks 0..W-1 in
  *                that order, element by element, exactly as comm_local.c does (BF16/F16
  *                summed in float, rounded once): the same bits as the local backend;
  *   all_reduce   reduce_scatter on comm_local's element chunks, then all_gather of them.
+ * Gathers and broadcasts only copy, so the route does not change a bit.
  *
  * Failure: a peer's hang-up, an I/O error, or no byte moving for timeout_s is a one-line
  * error naming the peer's rank and address; the handle then stays failed (every later
@@ -24,6 +29,16 @@
  * sockets, so peers waiting on it wake up instead of waiting out their own timeouts;
  * abort() does the same. A hang-up is not passed on that way: every peer sees the dead
  * rank's hang-up itself at the latest in the next header exchange, and names the right rank.
+ *
+ * Busy is not hung: between calls a thread of each rank sends a heartbeat frame to every
+ * peer whose call header waits unread in its socket (a peer waiting for this rank), saying
+ * whether this process used CPU (or did block I/O) since the last one. A waiting rank
+ * counts a busy peer's beats as progress, so a rank 0 that reshards or writes a manifest
+ * alone for longer than timeout_s does not fail the others; a peer that beats idle (blocked
+ * for good: a deadlock, a read that never returns) still times out after timeout_s; a busy
+ * peer whose beats stop (stopped, host gone) fails the wait after timeout_s / 4 within
+ * [1 s, 10 s]; a dead process is seen at once (its sockets close). Beats go only between
+ * calls, on an otherwise idle socket, so they never interleave with a call's bytes.
  */
 #include "comm_tcp_internal.h"
 
