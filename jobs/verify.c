@@ -189,6 +189,18 @@ static zck_status filter_manifest(zck_manifest *m, const char *rel, zck_manifest
 }
 
 static zck_status load_manifest(vctx *c) {
+  if (!c->single) {
+    /* a folder that cannot be listed: say so (its manifest's open would fail first, and
+     * name a file the user never asked about) */
+    DIR *d = opendir(c->base);
+    if (!d && errno != ENOENT) {
+      zck_status s = zck__fail_errno(errno, "%s: cannot list the folder", c->base);
+      c->r->first_unchecked = s;
+      zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "read", c->base, NULL, -1, 0, "%s", zck_last_error());
+      return ZCK_OK; /* run() stops: nothing to check */
+    }
+    if (d) closedir(d);
+  }
   zck_manifest *m = NULL;
   zck_status st = zck_manifest_read(c->base, &m);
   char *mpath = zck__path_join(c->base, ZCK_MANIFEST_NAME);

@@ -84,6 +84,14 @@ else
   echo "note: root without setpriv: unreadable-file case skipped"
 fi
 chmod 644 locked.pt
+# 5a. verify of a tag folder that cannot be listed blamed "zckpt-manifest.json: cannot open"
+if [ "$(id -u)" != 0 ] || [ ${#as_user[@]} -gt 0 ]; then
+  rm -rf c4; cp -r "$ck_src" c4; chmod -R a+rX c4; chmod 000 c4/global_step2
+  "${as_user[@]}" "$zckpt" verify c4 >out.txt 2>&1; rc=$?
+  [ "$rc" = 1 ] && grep -q "unchecked: c4/global_step2: cannot list the folder: Permission denied" out.txt && ok ||
+    bad "verify, unlistable tag folder: exit $rc: $(cat out.txt)"
+  chmod 755 c4/global_step2
+fi
 
 # 5b. inspect of something that is not a file or folder said "no such file or directory"
 run 1 "/dev/null: not a regular file or folder" "$zckpt" inspect /dev/null
