@@ -17,6 +17,7 @@
 
 #include "comm.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 enum { B_BCAST, B_GATHER, B_REDUCE, B_N };
@@ -31,12 +32,22 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Seconds for one call of collective k on `bytes` (every rank's slowest: the max over
  * ranks): *best and the median of the repetitions. */
-static double time_one(zck_comm *c, int k, size_t bytes, uint8_t *buf, double *best) {
+static double cpu_now(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* cpu[0]: rank 0's CPU seconds per call (user + system: on one host that is what moving
+ * the bytes costs, and it hardly depends on other load), cpu[1]: the most of any rank. */
+static double time_one(zck_comm *c, int k, size_t bytes, uint8_t *buf, double *best, double cpu[2]) {
   int reps = bytes <= ((size_t)4 << 20) ? 15 : 7;
   double t[16];
   size_t W = (size_t)c->size;
+  double cpu_sum = 0;
   for (int i = -1; i < reps; i++) {
     ZT_OK(c->barrier(c));
+    double c0 = cpu_now();
     double t0 = cp_now();
     if (k == B_BCAST) ZT_OK(c->broadcast(c, buf, bytes, ZCK_U8, 0));
     if (k == B_GATHER) {
@@ -45,11 +56,15 @@ static double time_one(zck_comm *c, int k, size_t bytes, uint8_t *buf, double *b
     }
     if (k == B_REDUCE) ZT_OK(c->all_reduce(c, buf, buf, bytes / 4, ZCK_F32, ZCK_COMM_SUM));
     double dt = cp_now() - t0;
+    if (i >= 0) cpu_sum += cpu_now() - c0;
     ZT_OK(c->all_reduce(c, &dt, &dt, 1, ZCK_F64, ZCK_COMM_MAX));
     if (i >= 0) t[i] = dt;
   }
   qsort(t, (size_t)reps, sizeof t[0], cmp_double);
   *best = t[0];
+  cpu[0] = cpu[1] = cpu_sum / reps;
+  ZT_OK(c->broadcast(c, &cpu[0], 1, ZCK_F64, 0));
+  ZT_OK(c->all_reduce(c, &cpu[1], &cpu[1], 1, ZCK_F64, ZCK_COMM_MAX));
   return t[reps / 2];
 }
 
@@ -62,10 +77,11 @@ static void rank_main(int W, int r, int port) {
   for (int k = 0; k < B_N; k++)
     for (size_t s = 0; s < B_SIZES; s++) {
       size_t bytes = b_mb[s] << 20;
-      double best, dt = time_one(c, k, bytes, buf, &best);
+      double best, cpu[2], dt = time_one(c, k, bytes, buf, &best, cpu);
       if (r == 0)
-        printf("W=%d %-10s %3zu MB  best %8.2f ms %6.2f GB/s  median %8.2f ms %6.2f GB/s\n", W, b_names[k], b_mb[s],
-               best * 1e3, (double)bytes / best / 1e9, dt * 1e3, (double)bytes / dt / 1e9);
+        printf("W=%d %-10s %3zu MB  best %8.2f ms %6.2f GB/s  median %8.2f ms %6.2f GB/s  cpu rank0 %7.2f ms max %7.2f ms\n",
+               W, b_names[k], b_mb[s], best * 1e3, (double)bytes / best / 1e9, dt * 1e3, (double)bytes / dt / 1e9,
+               cpu[0] * 1e3, cpu[1] * 1e3);
       fflush(stdout);
     }
   free(buf);
