@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "safetensors/safetensors.h"
 #include "tensor_set.h"
 #include "torch/torch.h"
@@ -15,6 +16,18 @@
 /* DeepSpeed checkpoints: inspect_deepspeed.c. */
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
+zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out);
+
+/* An HDF5 file (the signature every HDF5 file starts with at offset 0, as zckpt writes). */
+static bool zck__insp_is_hdf5(const char *path) {
+  zck__source s;
+  if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
+  uint8_t sig[8];
+  bool yes = s.size >= 8 && zck__source_read(&s, sig, 8, 0) == ZCK_OK && !memcmp(sig, "\211HDF\r\n\032\n", 8);
+  zck__source_close(&s);
+  zck_clear_error();
+  return yes;
+}
 
 static void zck__shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, n, "[");
@@ -213,6 +226,7 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
   bool universal = zck__insp_is_dir(path) && (zck__insp_is_file(uv_opt) || (zck__insp_is_file(uv_latest) && !zck__insp_is_file(ds_latest)));
   free(uv_opt); free(uv_latest); free(ds_latest);
   if (universal) return zck__inspect_universal(path, &o, out);
+  if (zck__insp_is_file(path) && zck__insp_is_hdf5(path)) return zck__inspect_h5u(path, &o, out);
   switch (zck__sniff_path(path)) {
   case ZCK__PATH_TORCH: return zck__inspect_torch(path, &o, out);
   case ZCK__PATH_SAFETENSORS:

@@ -1,5 +1,5 @@
-/* inspect_deepspeed.c: `zckpt inspect` of a DeepSpeed checkpoint or a universal folder
- * (ds_to_universal.py / `zckpt to-universal`): stage, world size, dtypes, param groups,
+/* inspect_deepspeed.c: `zckpt inspect` of a DeepSpeed checkpoint, a universal folder
+ * (ds_to_universal.py / `zckpt to-universal`) or zckpt's HDF5 universal container: stage, world size, dtypes, param groups,
  * parameters (shape, group, frozen, tied), buffers, sizes, what zero_to_fp32 would
  * produce and anything the reader warned about. */
 #include <cjson/cJSON.h>
@@ -7,11 +7,13 @@
 #include <string.h>
 
 #include "deepspeed/deepspeed.h"
+#include "hdf5/zck_h5.h"
 #include "tensor_set.h"
 #include "universal/universal.h"
 
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
+zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out);
 
 static void zck__hparam_text(const zck_hparam *h, char *buf, size_t n) {
   switch (h->kind) {
@@ -201,5 +203,53 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
     zck__inspect_model_text(m, out);
   }
   zck_uv_close(c);
+  return st;
+}
+
+zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out) {
+  zck_h5u *u = NULL;
+  ZCK_TRY(zck_h5u_open(path, &u));
+  const zck_h5u_info *in = zck_h5u_info_of(u);
+  const zck_model *m = zck_h5u_model(u);
+  uint64_t trainable = 0, frozen = 0, buffer_bytes = 0;
+  for (size_t i = 0; i < m->n_params; i++) {
+    if (m->params[i].tied_to >= 0) continue;
+    if (m->params[i].frozen) frozen += m->params[i].numel; else trainable += m->params[i].numel;
+  }
+  for (size_t i = 0; i < m->n_buffers; i++) buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
+  const zck_layout *l = NULL;
+  const zck_store *stores = NULL;
+  bool has_state = zck_h5u_get(u, ZCK_H5U_EXP_AVG, &l, &stores) == ZCK_OK;
+  zck_clear_error();
+  zck_status st = ZCK_OK;
+  if (o->json) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "path", path);
+    cJSON_AddStringToObject(j, "format", "hdf5-universal");
+    if (in->tag) cJSON_AddStringToObject(j, "tag", in->tag);
+    cJSON_AddNumberToObject(j, "stage", in->stage);
+    cJSON_AddNumberToObject(j, "world_size", in->world_size);
+    cJSON_AddBoolToObject(j, "optimizer_state", has_state);
+    if (in->ds_version) cJSON_AddStringToObject(j, "ds_version", in->ds_version);
+    cJSON_AddNumberToObject(j, "global_steps", (double)in->global_steps);
+    cJSON_AddNumberToObject(j, "step", in->step);
+    cJSON_AddNumberToObject(j, "side_files", (double)in->n_side_files);
+    cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
+    cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
+    zck__inspect_model_json(j, m);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory building JSON");
+    else { fprintf(out, "%s\n", text); cJSON_free(text); }
+  } else {
+    fprintf(out, "%s: zckpt HDF5 universal container%s%s, from ZeRO-%d, world size %u\n", path, in->tag ? ", tag " : "",
+            in->tag ? in->tag : "", in->stage, in->world_size);
+    fprintf(out, "optimizer state %s; DeepSpeed %s; global step %lld; %zu side files\n", has_state ? "present" : "absent",
+            in->ds_version ? in->ds_version : "?", (long long)in->global_steps, in->n_side_files);
+    fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)trainable,
+            (unsigned long long)frozen, m->n_buffers, (unsigned long long)buffer_bytes);
+    zck__inspect_model_text(m, out);
+  }
+  zck_h5u_close(u);
   return st;
 }

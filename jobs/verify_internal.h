@@ -64,6 +64,7 @@ typedef struct vctx {
   bool is_ds;
   bool is_uv;                  /* a DeepSpeed universal checkpoint (folder or its parent) */
   bool hf_index_given;         /* path is a *.index.json */
+  bool is_h5u;                 /* path is zckpt's HDF5 universal container (checked whole) */
   zck_manifest *expected;      /* NULL without a manifest */
   vfile *files;
   size_t n_files;

@@ -161,6 +161,19 @@ run 0 "" "$zckpt" to-universal -q "$fx/deepspeed/s3w2_bf16/ckpt" state.h5
 run 0 "" "$zckpt" to-universal -q "$fx/deepspeed/s3w2_bf16/ckpt" dsdir.h5 --format ds
 [ -d dsdir.h5/zero ] && ok || bad "to-universal --format ds dsdir.h5 is not a folder"
 rm -f latest_universal
+# 5j. zckpt writes the HDF5 container, but inspect said "not a torch .pt/.bin, safetensors
+#     file or checkpoint directory" and verify "nothing zckpt can check" (exit 1)
+run 0 "" "$zckpt" inspect state.h5
+grep -q "zckpt HDF5 universal container, tag global_step2, from ZeRO-3, world size 2" out.txt && ok || bad "inspect state.h5: $(head -2 out.txt)"
+"$zckpt" verify state.h5 >out.txt 2>&1; rc=$?
+[ "$rc" = 0 ] && grep -q "hdf5-universal" out.txt && ok || bad "verify state.h5: exit $rc: $(cat out.txt)"
+head -c 3000 state.h5 >cut.h5
+"$zckpt" verify cut.h5 >out.txt 2>&1; rc=$?
+[ "$rc" = 3 ] && grep -q "damaged: cut.h5: " out.txt && ok || bad "verify of a truncated container: exit $rc: $(cat out.txt)"
+if [ -f "$fx/hdf5/zstd.h5" ]; then # an HDF5 file that is not zckpt's: could not check
+  "$zckpt" verify "$fx/hdf5/zstd.h5" >out.txt 2>&1; rc=$?
+  [ "$rc" = 1 ] && grep -q "not a zckpt universal container" out.txt && ok || bad "verify of a foreign HDF5 file: exit $rc: $(cat out.txt)"
+fi
 
 # 6. SIGINT / SIGTERM during a run left ".OUT.zck-tmp-PID" trees (gigabytes) behind
 "$make_big" big --params 6000000 --world 2 >/dev/null || { bad "make_big_ckpt failed"; }
