@@ -319,6 +319,10 @@ static void *zck__cli_signal_main(void *arg) {
   return NULL;
 }
 
+/* A child forked by the library (the HDF5 metadata probe) has one thread and no waiter:
+ * it gets the default dispositions back, so a Ctrl-C stops it too. */
+static void zck__cli_atfork_child(void) { pthread_sigmask(SIG_UNBLOCK, &zck__cli_sigs, NULL); }
+
 void zck_cli_start_signal_thread(void) {
   sigemptyset(&zck__cli_sigs);
   sigaddset(&zck__cli_sigs, SIGINT);
@@ -338,6 +342,7 @@ void zck_cli_start_signal_thread(void) {
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 256 * 1024);
   if (pthread_create(&t, &attr, zck__cli_signal_main, NULL) != 0) pthread_sigmask(SIG_SETMASK, &old, NULL);
+  else pthread_atfork(NULL, NULL, zck__cli_atfork_child);
   pthread_attr_destroy(&attr);
 }
 
