@@ -57,16 +57,15 @@ void zx_drop(ze_exec *x, uint32_t t) {
 /* Whether tensor t must be gathered: not there, or (persistent) from older 16-bit params. */
 static bool missing(const ze_exec *x, uint32_t t) { return !x->pbuf[t] || x->pver[t] != x->zr->lp_version; }
 
-/* Whether module m needs a gather, and the elements it would add to the live ones. */
-static bool module_missing(const ze_exec *x, int m, uint64_t *add) {
-  bool any = false;
-  *add = 0;
+/* Elements of module m's tensors a gather would fetch (*need), and of those not allocated
+ * yet (*add: what the live count grows by). */
+static void module_missing(const ze_exec *x, int m, uint64_t *need, uint64_t *add) {
+  *need = *add = 0;
   for (int k = 0; k < x->n_idx[m + 1]; k++) {
     uint32_t t = x->idx[m + 1][k];
-    any = any || missing(x, t);
+    if (missing(x, t)) *need += x->spec_numel[t];
     if (!x->pbuf[t]) *add += x->spec_numel[t];
   }
-  return any;
 }
 
 bool zx_fence(ze_exec *x) {
@@ -120,14 +119,19 @@ bool zx_gather(ze_exec *x, int m, bool ahead) {
   return s == ZCK_OK;
 }
 
+/* A window of the trace after the current use, of about stage3_prefetch_bucket_size
+ * elements, is kept gathered (DeepSpeed's prefetch queue, consumed as the modules run,
+ * keeps about that much in flight ahead); a module is taken whole (its tensors come in one
+ * gather), and counts whether it needed a gather or not. */
 bool zx_prefetch(ze_exec *x) {
   uint64_t ahead = 0;
   int cur = x->seq[x->pos];
   for (int j = x->pos + 1; j < x->n_seq && ahead < x->o.prefetch_bucket_size; j++) {
     int m = x->seq[j];
     if (m == cur) continue;
-    uint64_t add;
-    if (module_missing(x, m, &add)) {
+    uint64_t need, add;
+    module_missing(x, m, &need, &add);
+    if (need) {
       if (x->live + add > x->o.max_live_parameters) break;
       if (!zx_gather(x, m, true)) return false;
     }
