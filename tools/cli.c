@@ -312,6 +312,7 @@ static void *zck__cli_signal_main(void *arg) {
   else
     len = snprintf(msg, sizeof msg, "zckpt: error: interrupted by %s\n", name);
   if (len > 0) {
+    if (isatty(2)) { ssize_t c = write(2, "\r\033[K", 4); (void)c; } /* over a progress bar */
     ssize_t w = write(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
     (void)w;
   }
