@@ -55,13 +55,55 @@ static zck_status add_job(jobs *j, const zck_layout *src, const zck_store *src_s
   zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
   po.allow_missing = allow_missing;
   po.param_names = names;
-  if (by_dst) po.order = ZCK_PLAN_BY_DST;
+  if (by_dst) {
+    po.order = ZCK_PLAN_BY_DST;
+    po.max_chunk = (uint64_t)1 << 20; /* smaller pieces: less held ahead of a hash cursor */
+  }
   zck_plan *p = NULL;
   ZCK_TRY(zck_plan_build(src, dst, &po, &p));
   j->plans[j->n] = p;
   j->v[j->n] = (zck_exec_job){p, src_st, dst_st, NULL};
   j->n++;
   return ZCK_OK;
+}
+
+/* The extents of a target-ordered plan dealt round-robin over the target files: each
+ * file still receives its bytes front to back, but consecutive work items go to different
+ * files, so two threads rarely write the same file at once (a piece that arrives ahead of
+ * its file's hash cursor must be copied and held until the bytes before it come). */
+static zck_status interleave_files(zck_plan *p, const zck_store *dst) {
+  size_t n = p->n;
+  if (n < 2) return ZCK_OK;
+  zck__ds_hfile **file = zck__calloc(n, sizeof *file);
+  size_t *next = zck__calloc(n, sizeof *next), *head = zck__calloc(n, sizeof *head), *tail = zck__calloc(n, sizeof *tail);
+  zck_extent *out = zck__malloc(n * sizeof *out);
+  zck_status s = file && next && head && tail && out ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t nq = 0;
+  for (size_t i = 0; s == ZCK_OK && i < n; i++) {
+    zck__ds_wstore *ws = zck__ds_wstore_of(&dst[p->ext[i].dst_store]);
+    file[i] = ws ? ws->hf : NULL;
+    /* queues by file in order of first appearance (a linear search: a few files) */
+    size_t q = 0;
+    while (q < nq && file[head[q]] != file[i]) q++;
+    next[i] = SIZE_MAX;
+    if (q == nq) head[nq++] = i;
+    else next[tail[q]] = i;
+    tail[q] = i;
+  }
+  /* within a file the extents keep the plan's (store, offset) order: stores are laid out in
+   * the file in that order too (the writer adds them in store order per file) */
+  for (size_t k = 0, q = 0; s == ZCK_OK && k < n; q = (q + 1) % nq) {
+    if (head[q] == SIZE_MAX) continue;
+    out[k++] = p->ext[head[q]];
+    head[q] = next[head[q]];
+  }
+  if (s == ZCK_OK) memcpy(p->ext, out, n * sizeof *out);
+  free(file);
+  free(next);
+  free(head);
+  free(tail);
+  free(out);
+  return s;
 }
 
 static zck_status same_model(const zck_model *a, const zck_model *b) {
@@ -132,6 +174,7 @@ zck_status zck_ds_copy(const zck_ds_ckpt *c, zck_ds_writer *w, const zck_exec_op
         size_t es = ws ? zck_dtype_size(ws->dtype) : 0;
         if (ws) zck__ds_hash_cover(ws->hf, ws->entry, e->dst_off * es, e->count * es);
       }
+    for (size_t i = 0; i < j.n; i++) ZCK_CHECK_GOTO(interleave_files(j.plans[i], j.v[i].dst), s, out);
     ZCK_CHECK_GOTO(zck__ds_writer_hash_start(w), s, out);
   }
   s = zck_exec_run(j.v, j.n, opts);
