@@ -132,6 +132,9 @@ int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag) {
 enum { ZCK__CLI_MAX_DIRS = 4 };
 static pthread_mutex_t zck__cli_sig_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *zck__cli_out;
+static bool zck__cli_out_existed;   /* OUT before the command: its inode, to see a commit */
+static dev_t zck__cli_out_dev;
+static ino_t zck__cli_out_ino;
 static char *zck__cli_dirs[ZCK__CLI_MAX_DIRS];
 static sigset_t zck__cli_sigs;
 
@@ -156,9 +159,14 @@ void zck_cli_add_cleanup_dir(const char *dir) {
 
 void zck_cli_set_output(const char *out) {
   char *parent = zck__cli_parent(out);
+  struct stat st;
+  bool existed = lstat(out, &st) == 0;
   pthread_mutex_lock(&zck__cli_sig_lock);
   free(zck__cli_out);
   zck__cli_out = strdup(out);
+  zck__cli_out_existed = existed;
+  zck__cli_out_dev = existed ? st.st_dev : 0;
+  zck__cli_out_ino = existed ? st.st_ino : 0;
   pthread_mutex_unlock(&zck__cli_sig_lock);
   if (parent) zck_cli_add_cleanup_dir(parent);
   free(parent);
@@ -307,7 +315,15 @@ static void *zck__cli_signal_main(void *arg) {
   const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
   char msg[PATH_MAX + 128];
   int len;
-  if (zck__cli_out)
+  struct stat st;
+  /* the signal came after the output was renamed into place (a new inode at OUT): it is
+   * whole, and saying "nothing written" would be wrong */
+  bool committed = zck__cli_out && lstat(zck__cli_out, &st) == 0 &&
+                   (!zck__cli_out_existed || st.st_dev != zck__cli_out_dev || st.st_ino != zck__cli_out_ino);
+  if (zck__cli_out && committed)
+    len = snprintf(msg, sizeof msg, "zckpt: error: %s: interrupted by %s after the output was in place (it is complete)\n",
+                   zck__cli_out, name);
+  else if (zck__cli_out)
     len = snprintf(msg, sizeof msg, "zckpt: error: %s: interrupted by %s; nothing written\n", zck__cli_out, name);
   else
     len = snprintf(msg, sizeof msg, "zckpt: error: interrupted by %s\n", name);

@@ -80,6 +80,13 @@ int zck_cmd_verify(int argc, char **argv) {
   if (!r) return zck_cli_fail(s);
   int code = r->result == ZCK_VERIFY_CLEAN ? ZCK_EXIT_OK : r->result == ZCK_VERIFY_DAMAGED ? ZCK_EXIT_DAMAGED : ZCK_EXIT_ERROR;
   if (zck_verify_report_print(r, json, stdout) != ZCK_OK) code = zck_cli_fail(ZCK_ERR_IO);
+  /* could not check: the report is on stdout; stderr gets the one line every zckpt
+   * command gives for a runtime error (the first thing that could not be checked) */
+  for (size_t i = 0; code == ZCK_EXIT_ERROR && r->result != ZCK_VERIFY_CLEAN && i < r->n_findings; i++) {
+    if (r->findings[i].severity != ZCK_VERIFY_UNCHECKABLE) continue;
+    zck_cli_error("%s", r->findings[i].message);
+    break;
+  }
   if (write_manifest && code == ZCK_EXIT_OK) {
     if (r->manifest) {
       if (!json) printf("manifest: already present, not rewritten\n");
