@@ -7,7 +7,7 @@
 // does on the host, so for the same inputs both give the same bits.
 #include "common.cuh"
 
-#include <cuda_fp16.h>
+#include "comm_rules.h"
 
 struct zck__dev_ranks {
   int device;
@@ -25,8 +25,24 @@ struct zck__reduce_args {
   int op;
 };
 
+// Sums as the host's C additions give them (lib/comm_ranks.c), NaNs included: CUDA's adder
+// makes every NaN 0x7FFFFFFF, the host keeps the NaN operand (and its sign), so a NaN sum
+// takes its bits from comm_rules.h's rule. MAX / MIN are the host's comparisons verbatim.
+__device__ __forceinline__ float zck__add(float a, float b) {
+  return __uint_as_float(zck__f32_sum_fix(__float_as_uint(a), __float_as_uint(b), __float_as_uint(__fadd_rn(a, b))));
+}
+__device__ __forceinline__ double zck__add(double a, double b) {
+  return __longlong_as_double((long long)zck__f64_sum_fix((uint64_t)__double_as_longlong(a),
+                                                         (uint64_t)__double_as_longlong(b),
+                                                         (uint64_t)__double_as_longlong(__dadd_rn(a, b))));
+}
+__device__ __forceinline__ int32_t zck__add(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+__device__ __forceinline__ long long zck__add(long long a, long long b) {
+  return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+
 template <typename T> __device__ __forceinline__ T zck__combine(T acc, T v, int op) {
-  return op == ZCK_COMM_SUM ? acc + v : op == ZCK_COMM_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
+  return op == ZCK_COMM_SUM ? zck__add(acc, v) : op == ZCK_COMM_MAX ? (v > acc ? v : acc) : (v < acc ? v : acc);
 }
 
 // Native element types: accumulate in T, rank order.
@@ -38,17 +54,16 @@ template <typename T> __global__ void zck_k_rank_reduce(zck__reduce_args a) {
   }
 }
 
-// 16-bit floats: accumulate in float, round once (as lib/comm_local.c).
+// 16-bit floats: accumulate in float, round once (as lib/comm_ranks.c). float16 goes
+// through comm_rules.h's conversions (zck_convert's bits, NaN 0x7E00 | sign), not
+// cuda_fp16.h's (whose rounding makes a NaN 0x7FFF).
 template <bool BF16> __device__ __forceinline__ float zck__half_load(const uint16_t *p, size_t i) {
   if (BF16) return zck__d_f32(p[i]);
-  __half_raw r;
-  r.x = p[i];
-  return __half2float(__half(r));
+  return __uint_as_float(zck__f32_bits_from_f16(p[i]));
 }
 template <bool BF16> __device__ __forceinline__ uint16_t zck__half_round(float f) {
   if (BF16) return zck__d_bf16(f);
-  __half_raw r = __half_raw(__float2half_rn(f));
-  return r.x;
+  return zck__f16_from_f32_bits(__float_as_uint(f));
 }
 template <bool BF16> __global__ void zck_k_rank_reduce_half(zck__reduce_args a) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {

@@ -5,10 +5,15 @@
 // rank's stream after the work it depends on (the stream set with zck_comm_cuda_set_stream,
 // else the whole device is synchronized first) and waited for, except in async mode
 // (zck_comm_cuda_set_async: overlap_comm's comm stream), where reductions and gathers are
-// only queued. The wait polls, so a rank
-// whose peer failed (abort in this process, or an asynchronous NCCL error) aborts its
-// communicator and returns instead of hanging in a kernel that waits for ever.
+// only queued (zck_comm_cuda_wait waits for them). Every wait records an event and polls
+// it with NCCL's asynchronous error, this process's abort flags and ZCK_COMM_TIMEOUT_S
+// (comm_rules.h), so a rank whose peer failed aborts its communicator and returns a
+// one-line error instead of hanging in a kernel that waits for ever. Nothing here
+// synchronizes the whole device while a collective of the rank may still be running
+// (that can deadlock with NCCL): such work is drained first, and frees are stream-ordered.
 #include "common.cuh"
+
+#include "comm_rules.h"
 
 #include <atomic>
 #include <new>
@@ -16,16 +21,22 @@
 
 #if ZCK_HAVE_NCCL
 #include <nccl.h>
+#include <time.h>
 
 struct nc_group;
 
 struct nc_rank {
-  ncclComm_t comm;
+  ncclComm_t comm;           /* NULL once aborted */
   bool dead;                 /* aborted: never use comm again */
-  int device;
+  int device, rank;
   cudaStream_t own, user;
   bool user_set;
   bool async;                /* overlap_comm: queue on `user` without waiting */
+  cudaEvent_t ev;            /* what a wait polls: recorded after the work waited for */
+  cudaEvent_t ev_async;      /* after the last collective queued without waiting */
+  cudaStream_t pending;      /* the stream of that collective while not drained, else NULL */
+  bool has_pending;
+  double timeout_s;          /* ZCK_COMM_TIMEOUT_S (comm_rules.h) */
   int *d_token;              /* barrier payload */
   nc_group *group;           /* ranks created together in this process, else NULL */
   std::atomic<int> self_aborted;
@@ -33,7 +44,7 @@ struct nc_rank {
 
 struct nc_group {
   int n;
-  std::atomic<int> aborted;
+  std::atomic<int> aborted;  /* 1 + the first rank that failed or aborted, 0: none */
   zck_comm *handles;
   nc_rank *ranks;
 };
@@ -44,49 +55,137 @@ static bool nc_aborted(const nc_rank *r) {
 
 static zck_status nc_fail(nc_rank *r, ncclResult_t res, const char *what) {
   const char *detail = r->comm ? ncclGetLastError(r->comm) : "";
-  return zck__fail(ZCK_ERR_INTERNAL, "nccl: %s: %s%s%s", what, ncclGetErrorString(res), detail && *detail ? ": " : "",
-                   detail ? detail : "");
+  return zck__fail(ZCK_ERR_INTERNAL, "nccl: rank %d: %s: %s%s%s", r->rank, what, ncclGetErrorString(res),
+                   detail && *detail ? ": " : "", detail ? detail : "");
 }
 
+/* Aborts the communicator (its kernels stop waiting) and tells the ranks of this process's
+ * group, which abort theirs when they next poll. */
 static void nc_kill(nc_rank *r) {
+  if (r->group) {
+    int none = 0;
+    r->group->aborted.compare_exchange_strong(none, r->rank + 1);
+  }
   if (!r->dead && r->comm) ncclCommAbort(r->comm);
+  r->comm = NULL; /* freed by the abort: never aborted or destroyed twice */
   r->dead = true;
+  r->has_pending = false;
 }
 
 static cudaStream_t nc_stream(const nc_rank *r) { return r->user_set ? r->user : r->own; }
 
+// ---- waiting: an event polled with the group's health (comm_rules.h), never a blocking
+// CUDA wait on NCCL work, which would hang for ever when a peer is gone
+
+struct nc_poll {
+  nc_rank *r;
+  cudaEvent_t ev;
+  const char *what;
+};
+
+static int nc_poll_query(void *ctx, zck_status *err) {
+  nc_poll *p = (nc_poll *)ctx;
+  cudaError_t e = cudaEventQuery(p->ev);
+  if (e == cudaSuccess) return 1;
+  if (e == cudaErrorNotReady) return 0;
+  *err = zck__fail(zck__cuda_status(e), "nccl comm: rank %d: %s: %s", p->r->rank, p->what, cudaGetErrorString(e));
+  return -1;
+}
+
+static zck_status nc_poll_health(void *ctx) {
+  nc_poll *p = (nc_poll *)ctx;
+  nc_rank *r = p->r;
+  if (r->dead) return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: the communicator was aborted", r->rank, p->what);
+  int who = r->group ? r->group->aborted.load() : 0;
+  if (who == r->rank + 1 || r->self_aborted.load())
+    return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: aborted by this rank", r->rank, p->what);
+  if (who)
+    return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: rank %d failed (see its error); communicator aborted",
+                     r->rank, p->what, who - 1);
+  ncclResult_t async = ncclSuccess;
+  if (ncclCommGetAsyncError(r->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+    char what[160];
+    snprintf(what, sizeof what, "%s: asynchronous error (a peer rank failed or went away?)", p->what);
+    return nc_fail(r, async, what);
+  }
+  return ZCK_OK;
+}
+
+static void nc_poll_kill(void *ctx) { nc_kill(((nc_poll *)ctx)->r); }
+
+static double nc_poll_now(void *ctx) {
+  (void)ctx;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void nc_poll_idle(void *ctx, unsigned spins) {
+  (void)ctx;
+  if (spins > 2000) usleep(spins > 200000 ? 1000 : 50);
+}
+
+static const zck__poll_ops nc_poll_ops = {nc_poll_query, nc_poll_health, nc_poll_kill, nc_poll_now, nc_poll_idle};
+
+/* Waits for the work queued on st so far: ev is recorded there and polled. */
+static zck_status nc_wait_on(nc_rank *r, cudaStream_t st, cudaEvent_t ev, const char *what) {
+  if (r->dead) return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: the communicator was aborted", r->rank, what);
+  cudaError_t e = cudaEventRecord(ev, st);
+  if (e != cudaSuccess) {
+    nc_kill(r);
+    return zck__fail(zck__cuda_status(e), "nccl comm: rank %d: %s: %s", r->rank, what, cudaGetErrorString(e));
+  }
+  nc_poll p = {r, ev, what};
+  return zck__poll_wait(&nc_poll_ops, &p, r->timeout_s, r->rank, what);
+}
+
+/* Waits for the collectives queued without waiting (overlap_comm), if any. */
+static zck_status nc_drain(nc_rank *r) {
+  if (!r->has_pending) return ZCK_OK;
+  nc_poll p = {r, r->ev_async, "an asynchronous collective"};
+  zck_status s = zck__poll_wait(&nc_poll_ops, &p, r->timeout_s, r->rank, p.what);
+  r->has_pending = false;
+  return s;
+}
+
 static zck_status nc_begin(zck_comm *c, nc_rank *r) {
-  ZCK_FAIL_IF(nc_aborted(r), ZCK_ERR_INTERNAL, "nccl comm: another rank failed");
+  if (nc_aborted(r)) {
+    nc_poll p = {r, NULL, "collective"};
+    zck_status s = nc_poll_health(&p);
+    nc_kill(r);
+    return s != ZCK_OK ? s : zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: another rank failed", c->rank);
+  }
   ZCK_CU(cudaSetDevice(r->device), "nccl comm: select device %d", r->device);
-  if (!r->user_set) ZCK_CU(cudaDeviceSynchronize(), "nccl comm: rank %d: wait for the device", c->rank);
+  if (!r->user_set) {
+    /* the whole device, but never while a collective of ours is queued: a device-wide
+     * synchronize with an NCCL kernel in flight can deadlock */
+    ZCK_TRY(nc_drain(r));
+    ZCK_CU(cudaDeviceSynchronize(), "nccl comm: rank %d: wait for the device", c->rank);
+  } else if (r->has_pending && r->pending != r->user) {
+    ZCK_TRY(nc_drain(r)); /* queued on another stream: not ordered before this one */
+  }
   return ZCK_OK;
 }
 
 static zck_status nc_wait(zck_comm *c, nc_rank *r, const char *what) {
-  cudaStream_t st = nc_stream(r);
-  for (unsigned spins = 0;; spins++) {
-    cudaError_t e = cudaStreamQuery(st);
-    if (e == cudaSuccess) return ZCK_OK;
-    if (e != cudaErrorNotReady)
-      return zck__fail(zck__cuda_status(e), "nccl comm: rank %d: %s: %s", c->rank, what, cudaGetErrorString(e));
-    ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(r->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
-      zck_status s = nc_fail(r, async, what);
-      nc_kill(r);
-      return s;
-    }
-    if (nc_aborted(r)) {
-      nc_kill(r);
-      return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: another rank failed");
-    }
-    if (spins > 2000) usleep(50);
-  }
+  (void)c;
+  return nc_wait_on(r, nc_stream(r), r->ev, what);
 }
 
 /* After a queued reduction or gather: waited for, except on an overlap_comm stream (async),
- * where the stream orders what needs the result and a failure shows when it is waited. */
+ * where the stream orders what needs the result and a failure shows when it is waited for
+ * (zck_comm_cuda_wait polls it like any wait here). */
 static zck_status nc_done(zck_comm *c, nc_rank *r, const char *what) {
-  if (r->async && r->user_set) return ZCK_OK;
+  if (r->async && r->user_set) {
+    cudaError_t e = cudaEventRecord(r->ev_async, r->user);
+    if (e != cudaSuccess) {
+      nc_kill(r);
+      return zck__fail(zck__cuda_status(e), "nccl comm: rank %d: %s: %s", c->rank, what, cudaGetErrorString(e));
+    }
+    r->has_pending = true;
+    r->pending = r->user;
+    return ZCK_OK;
+  }
   return nc_wait(c, r, what);
 }
 
@@ -160,33 +259,55 @@ static zck_status nc_barrier(zck_comm *c) {
 static void nc_abort(zck_comm *c) {
   nc_rank *r = (nc_rank *)c->impl;
   /* only flags: the comm is aborted by the thread that owns it, when it next waits */
-  if (r->group)
-    r->group->aborted.store(1);
-  else
-    r->self_aborted.store(1);
+  r->self_aborted.store(1);
+  if (r->group) {
+    int none = 0;
+    r->group->aborted.compare_exchange_strong(none, r->rank + 1);
+  }
 }
 
 static void nc_rank_release(nc_rank *r) {
+  cudaSetDevice(r->device);
   if (r->comm) {
-    cudaSetDevice(r->device);
-    if (r->dead || nc_aborted(r))
-      ncclCommAbort(r->comm);
+    /* finish (or give up on, within the timeout) what was queued without waiting: a
+     * destroy would wait for it without a bound */
+    if (!nc_aborted(r) && nc_drain(r) != ZCK_OK) zck_clear_error();
+    if (r->dead || !r->comm || nc_aborted(r))
+      nc_kill(r);
     else
       ncclCommDestroy(r->comm);
   }
-  if (r->d_token) cudaFree(r->d_token);
-  if (r->own) cudaStreamDestroy(r->own);
   r->comm = NULL;
+  /* stream-ordered: a cudaFree would synchronize the whole device (other ranks' NCCL
+   * kernels included) */
+  if (r->d_token) {
+    cudaFreeAsync(r->d_token, r->own);
+    cudaStreamSynchronize(r->own);
+  }
+  if (r->own) cudaStreamDestroy(r->own);
+  if (r->ev) cudaEventDestroy(r->ev);
+  if (r->ev_async) cudaEventDestroy(r->ev_async);
+  cudaGetLastError(); /* nothing stale for the next launch check */
   r->d_token = NULL;
   r->own = NULL;
+  r->ev = r->ev_async = NULL;
 }
 
-static zck_status nc_rank_setup(nc_rank *r, int device) {
+static zck_status nc_rank_setup(nc_rank *r, int device, int rank) {
   r->device = device;
+  r->rank = rank;
+  const char *t = getenv("ZCK_COMM_TIMEOUT_S");
+  r->timeout_s = zck__comm_timeout_parse(t);
+  ZCK_FAIL_IF(r->timeout_s <= 0, ZCK_ERR_INVALID_ARG,
+              "environment: ZCK_COMM_TIMEOUT_S=%s: not a positive number of seconds", t);
   ZCK_CU(cudaSetDevice(device), "nccl comm: select device %d", device);
   ZCK_CU(cudaStreamCreate(&r->own), "nccl comm: create a stream on device %d", device);
-  ZCK_CU(cudaMalloc(&r->d_token, sizeof(int)), "nccl comm: barrier buffer on device %d", device);
-  ZCK_CU(cudaMemset(r->d_token, 0, sizeof(int)), "nccl comm: barrier buffer on device %d", device);
+  ZCK_CU(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming), "nccl comm: create an event on device %d", device);
+  ZCK_CU(cudaEventCreateWithFlags(&r->ev_async, cudaEventDisableTiming), "nccl comm: create an event on device %d",
+         device);
+  ZCK_CU(cudaMallocAsync((void **)&r->d_token, sizeof(int), r->own), "nccl comm: barrier buffer on device %d", device);
+  ZCK_CU(cudaMemsetAsync(r->d_token, 0, sizeof(int), r->own), "nccl comm: barrier buffer on device %d", device);
+  ZCK_CU(cudaStreamSynchronize(r->own), "nccl comm: barrier buffer on device %d", device);
   return ZCK_OK;
 }
 
@@ -207,6 +328,8 @@ static bool nc_is(const zck_comm *c) { return c && c->all_reduce == nc_all_reduc
 
 static void nc_group_free(nc_group *g) {
   if (!g) return;
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess) cur = -1;
   for (int i = 0; i < g->n; i++) {
     nc_rank_release(&g->ranks[i]);
     g->ranks[i].~nc_rank();
@@ -215,6 +338,8 @@ static void nc_group_free(nc_group *g) {
   free(g->handles);
   g->~nc_group();
   free(g);
+  if (cur >= 0) cudaSetDevice(cur); /* the releases selected each rank's device */
+  cudaGetLastError();
 }
 
 static zck_status nc_create_local(int n, zck_comm **comms) {
@@ -232,10 +357,14 @@ static zck_status nc_create_local(int n, zck_comm **comms) {
   }
   for (int i = 0; i < n; i++) new (&g->ranks[i]) nc_rank();
   g->n = n;
+  /* the setup selects devices 0 .. n-1 in turn: the caller's current device is put back */
+  int cur = 0;
   zck_status s = ZCK_OK;
+  cudaError_t e = cudaGetDevice(&cur);
+  if (e != cudaSuccess) s = zck__fail(zck__cuda_status(e), "nccl comm: current device: %s", cudaGetErrorString(e));
   for (int i = 0; i < n && s == ZCK_OK; i++) {
     g->ranks[i].group = g;
-    s = nc_rank_setup(&g->ranks[i], i);
+    s = nc_rank_setup(&g->ranks[i], i, i);
   }
   if (s == ZCK_OK) {
     ncclResult_t res = ncclCommInitAll(cs, n, NULL); /* devices 0 .. n-1 */
@@ -244,8 +373,10 @@ static zck_status nc_create_local(int n, zck_comm **comms) {
   if (s != ZCK_OK) {
     free(cs);
     nc_group_free(g);
+    cudaSetDevice(cur);
     return s;
   }
+  cudaSetDevice(cur);
   for (int i = 0; i < n; i++) {
     g->ranks[i].comm = cs[i];
     nc_handle(&g->handles[i], &g->ranks[i], i, n);
@@ -277,7 +408,7 @@ extern "C" zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_
   void *mem = calloc(1, sizeof(single));
   if (!mem) return zck__fail(ZCK_ERR_NO_MEMORY, "nccl comm: no memory");
   single *one = new (mem) single();
-  zck_status s = nc_rank_setup(&one->rank, device);
+  zck_status s = nc_rank_setup(&one->rank, device, rank);
   if (s == ZCK_OK) {
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
@@ -407,6 +538,24 @@ extern "C" zck_status zck_comm_cuda_set_async(zck_comm *comm, int async) {
 #endif
   (void)async;
   return zck__fail(ZCK_ERR_INVALID_ARG, "comm: %s is not a CUDA backend", comm->backend);
+}
+
+extern "C" zck_status zck_comm_cuda_wait(zck_comm *comm, void *stream) {
+#if ZCK_HAVE_NCCL
+  if (nc_is(comm)) {
+    nc_rank *r = (nc_rank *)comm->impl;
+    ZCK_CU(cudaSetDevice(r->device), "nccl comm: select device %d", r->device);
+    if (!stream) return nc_drain(r);
+    zck_status s = nc_wait_on(r, ZCK_CU_STREAM(stream), r->ev, "wait for a stream");
+    /* everything queued before on that stream is done, our collectives on it too */
+    if (s == ZCK_OK && r->has_pending && r->pending == ZCK_CU_STREAM(stream)) r->has_pending = false;
+    return s;
+  }
+#endif
+  (void)comm;
+  if (!stream) return ZCK_OK; /* cuda-local and host backends queue nothing without waiting */
+  ZCK_CU(cudaStreamSynchronize(ZCK_CU_STREAM(stream)), "wait for the stream");
+  return ZCK_OK;
 }
 
 extern "C" int zck_comm_cuda_device(const zck_comm *comm) {

@@ -39,6 +39,9 @@ extern "C" zck_status zck_cuda_malloc(void **d_ptr, size_t bytes) {
   return ZCK_OK;
 }
 
+/* cudaFree synchronizes the whole device: with an NCCL kernel in flight that can deadlock,
+ * so callers drain their asynchronous collectives first (zck_comm_cuda_wait(comm, NULL));
+ * memory freed while collectives may run is stream-ordered (zck_cuda_free_async). */
 extern "C" void zck_cuda_free(void *d_ptr) {
   if (d_ptr) cudaFree(d_ptr);
 }
@@ -72,13 +75,43 @@ extern "C" zck_status zck_cuda_host_alloc(void **ptr, size_t bytes) {
   return ZCK_OK;
 }
 
+/* cudaFreeHost synchronizes the device too: the same rule as zck_cuda_free. */
 extern "C" void zck_cuda_host_free(void *ptr) {
   if (ptr) cudaFreeHost(ptr);
 }
 
+/* The device whose memory p is in, -1 for host memory (pageable or page-locked). */
+static int zck__ptr_device(const void *p) {
+  cudaPointerAttributes at;
+  if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged ? at.device : -1;
+}
+
+/* Synchronous in full, whatever thread calls it and whatever the flags of the streams that
+ * use the memory: the copy is issued on the legacy default stream of the device that owns
+ * the memory (not of the calling thread's current device, which may be another), and
+ * that stream is waited for, so a copy into device memory has landed on return (a plain
+ * cudaMemcpy from pageable memory may return before its DMA ends). Ordering before the
+ * copy: on that legacy stream, work queued on the device's blocking streams (all of
+ * zckpt's) comes first, but callers that read device results still synchronize the
+ * streams that wrote them (the engine syncs the rank before its savers run); a device
+ * with an NCCL kernel in flight must be drained first (legacy-stream syncs can deadlock). */
 extern "C" zck_status zck_cuda_memcpy(void *dst, const void *src, size_t bytes) {
   if (!bytes) return ZCK_OK;
-  ZCK_CU(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy %zu bytes", bytes);
+  int dev = zck__ptr_device(dst);
+  if (dev < 0) dev = zck__ptr_device(src);
+  int cur = -1;
+  if (dev >= 0) {
+    ZCK_CU(cudaGetDevice(&cur), "copy %zu bytes: current device", bytes);
+    if (cur != dev) ZCK_CU(cudaSetDevice(dev), "copy %zu bytes: select device %d", bytes, dev);
+  }
+  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+  if (cur >= 0 && cur != dev) cudaSetDevice(cur);
+  ZCK_CU(e, "copy %zu bytes", bytes);
   return ZCK_OK;
 }
 
@@ -98,7 +131,10 @@ extern "C" zck_status zck_cuda_memset_async(void *d_ptr, int byte, size_t bytes,
 extern "C" zck_status zck_cuda_stream_create(void **stream) {
   cudaStream_t s = NULL;
   *stream = NULL;
-  /* a blocking stream: ordered after work on the legacy default stream */
+  /* A blocking stream: ordered after work on the legacy default stream, and that stream
+   * after it. zck_cuda_memcpy's copies run on the legacy stream and so are ordered with
+   * this stream's work; nothing else relies on it (the engine's callback stores of
+   * samples/engine/dzero.c sync the rank's streams explicitly before the savers run). */
   ZCK_CU(cudaStreamCreate(&s), "create a stream");
   *stream = (void *)s;
   return ZCK_OK;
@@ -145,6 +181,8 @@ extern "C" int zck_cuda_event_query(void *ev) {
   return -1;
 }
 
+/* Device-wide: never while an NCCL kernel may be in flight (drain first, see
+ * zck_comm_cuda_wait). */
 extern "C" zck_status zck_cuda_device_sync(void) {
   ZCK_CU(cudaDeviceSynchronize(), "wait for the device");
   return ZCK_OK;

@@ -6,6 +6,12 @@
 // runs, the host hands bucket b-1 to the writer. Bucket b+1 reuses buffer (b-1)%2 only
 // after bucket b-1 was written. So casting, the PCIe copy and the file write overlap, and
 // memory is 2 x bucket bytes on each side whatever the model size.
+//
+// It starts with a device synchronize (the sources may have been written on any stream)
+// and frees page-locked memory (cudaFreeHost synchronizes the device): the caller drains
+// its asynchronous NCCL collectives first (samples/engine/dzero.c's cu_gather16 waits for
+// the rank's streams with zck_comm_cuda_wait), since a device-wide synchronize with an
+// NCCL kernel in flight can deadlock. The device staging is stream-ordered.
 #include "common.cuh"
 
 static zck_status g16_check_device_srcs(const zck_gather_plan *p, const zck_gather_src *srcs, int device) {
@@ -61,9 +67,9 @@ extern "C" zck_status zck_cuda_gather16_to_host(const zck_gather_plan *p, const 
   cudaEvent_t done[2] = {NULL, NULL};
   zck_status s = ZCK_OK;
   for (int i = 0; i < 2 && s == ZCK_OK; i++) {
-    cudaError_t e = cudaMalloc(&d_stage[i], bytes);
+    cudaError_t e = cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMallocAsync((void **)&d_stage[i], bytes, st[i]);
     if (e == cudaSuccess) e = cudaMallocHost(&h_stage[i], bytes);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming);
     if (e != cudaSuccess)
       s = zck__fail(zck__cuda_status(e), "gather16: staging buffers of %zu bytes: %s", bytes, cudaGetErrorString(e));
@@ -98,11 +104,11 @@ extern "C" zck_status zck_cuda_gather16_to_host(const zck_gather_plan *p, const 
   }
   for (int i = 0; i < 2; i++) {
     if (st[i]) {
+      if (d_stage[i]) cudaFreeAsync(d_stage[i], st[i]);
       cudaStreamSynchronize(st[i]); /* nothing may still write into the buffers freed below */
       cudaStreamDestroy(st[i]);
     }
     if (done[i]) cudaEventDestroy(done[i]);
-    if (d_stage[i]) cudaFree(d_stage[i]);
     if (h_stage[i]) cudaFreeHost(h_stage[i]);
   }
   cudaGetLastError(); /* what failed here is in s; nothing stale for the next launch check */

@@ -1,5 +1,6 @@
 /* stub.c: the device interface when zckpt is built without CUDA: every device call fails
- * with ZCK_ERR_NO_DEVICE "built without CUDA" (outputs cleared), every free is a no-op.
+ * with ZCK_ERR_NO_DEVICE "<the call>: zckpt was built without CUDA" (outputs cleared),
+ * every free is a no-op.
  * The plain C parts of zck_cuda.h (gather planner and host path, GPT-2 table)
  * are compiled in both builds and are not here. Keep in step with zck_cuda.h: the unit
  * test tests/gpu/test_cuda_api.c calls every function, so a missing one fails to link. */
@@ -7,7 +8,8 @@
 
 #include "error.h"
 
-#define ZCK_NO_CUDA() zck__fail(ZCK_ERR_NO_DEVICE, "built without CUDA")
+/* the message names the call, so a report says which device call a CPU-only build met */
+#define ZCK_NO_CUDA() zck__fail(ZCK_ERR_NO_DEVICE, "%s: zckpt was built without CUDA", __func__)
 
 int zck_cuda_built(void) { return 0; }
 int zck_cuda_has_nccl(void) { return 0; }
@@ -203,6 +205,7 @@ zck_status zck_comm_nccl_init_from(zck_comm *bootstrap, int device, zck_comm **o
 }
 zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream) { return ZCK_NO_CUDA(); }
 zck_status zck_comm_cuda_set_async(zck_comm *comm, int async) { return ZCK_NO_CUDA(); }
+zck_status zck_comm_cuda_wait(zck_comm *comm, void *stream) { return ZCK_NO_CUDA(); }
 int zck_comm_cuda_device(const zck_comm *comm) { return -1; }
 
 // ---- gather16

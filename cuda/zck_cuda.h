@@ -2,7 +2,7 @@
  * of zckpt includes for device work, so nothing outside cuda/ needs a CUDA header.
  *
  * Built without CUDA (ZCK_CUDA=OFF or no nvcc), every device call reports ZCK_ERR_NO_DEVICE
- * ("built without CUDA"); built with CUDA on a machine without a GPU, they report
+ * ("zck_cuda_malloc: zckpt was built without CUDA", naming the call); built with CUDA on a machine without a GPU, they report
  * ZCK_ERR_NO_DEVICE with the CUDA runtime's reason. The gather planner (zck_gather_*) and
  * the GPT-2 parameter table are plain C and work in every build.
  *
@@ -288,6 +288,17 @@ zck_status zck_comm_cuda_set_stream(zck_comm *comm, void *stream);
  * them, and a peer's failure shows when the stream is waited for). cuda-local keeps its
  * host rendezvous, so it stays synchronous; other backends: ZCK_ERR_INVALID_ARG. */
 zck_status zck_comm_cuda_set_async(zck_comm *comm, int async);
+/* Waits for the work queued on `stream` so far (on comm's device); use it instead of
+ * zck_cuda_stream_sync for any stream that holds NCCL work or waits for it (an event of the
+ * comm stream). nccl: an event recorded there is polled together with NCCL's asynchronous
+ * error and this process's aborts, and given up after ZCK_COMM_TIMEOUT_S seconds (default
+ * 300, from the start of the wait, as the tcp backend's per-collective wait); on a failure
+ * the communicator is aborted and the one-line error names this rank (and the failed one
+ * when it is in this process). stream NULL: only the collectives queued without waiting
+ * (async) — drain them before anything that synchronizes the whole device (a device
+ * synchronize, cudaFree, cudaFreeHost, a copy on the legacy default stream), which can
+ * deadlock with an NCCL kernel in flight. Other backends: a plain stream synchronize. */
+zck_status zck_comm_cuda_wait(zck_comm *comm, void *stream);
 /* The device whose memory this rank's buffers must be in (cuda-local and nccl backends);
  * -1 for any other backend. */
 int zck_comm_cuda_device(const zck_comm *comm);

@@ -134,6 +134,7 @@ zck_status ze_dzero_lp_from_master(ze_dzero *d, void *lp, bool lp_host, zck_dtyp
 
 typedef struct cu_rank {
   zck_cuda_ctx *cu;
+  zck_comm *dcomm;             /* the device communicator: waits poll its health */
   void *comm;                  /* overlap_comm: the second stream (NULL: none) */
   int sel;                     /* ZE_STREAM_*: where the operations below are queued */
 } cu_rank;
@@ -148,14 +149,27 @@ static zck_status cu_wrap(ze_dzero *d) {
   cu_rank *r = zck__calloc(1, sizeof *r);
   if (!r) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
   r->cu = d->o.ctx;
+  r->dcomm = d->o.comm;
   d->o.ctx = d->own_cu = r;
   return ZCK_OK;
+}
+
+/* Waits for the rank's streams (the comm stream first: the compute stream may wait for its
+ * events). Through the communicator, never a plain stream synchronize: NCCL work queued
+ * on the comm stream (or waited for by the compute stream) hangs for ever when a peer is
+ * gone, while zck_comm_cuda_wait polls NCCL's error and the timeout and aborts. */
+static zck_status cu_wait_streams(cu_rank *r) {
+  if (r->comm) ZCK_TRY(zck_comm_cuda_wait(r->dcomm, r->comm));
+  return zck_comm_cuda_wait(r->dcomm, zck_cuda_ctx_stream(r->cu));
 }
 
 static void cu_unwrap(ze_dzero *d) {
   cu_rank *r = d->own_cu;
   if (!r) return;
   if (r->comm) {
+    /* a failed wait aborted the communicator: its kernels no longer wait, and the plain
+     * synchronize below only keeps the stream's work from outliving the buffers */
+    if (cu_wait_streams(r) != ZCK_OK) zck_clear_error();
     (void)zck_cuda_stream_sync(r->comm);
     zck_cuda_stream_destroy(r->comm);
   }
@@ -179,7 +193,11 @@ static zck_status cu_host_alloc(void *ctx, void **p, size_t bytes) {
   return ZCK_OK;
 }
 static void cu_host_free(void *ctx, void *p) {
-  (void)ctx;
+  /* cudaFreeHost synchronizes the device, which can deadlock with an NCCL kernel in
+   * flight: the collectives queued without waiting are drained first (a failure aborts
+   * the communicator, and the rank's next collective or wait reports it) */
+  cu_rank *r = ctx;
+  if (zck_comm_cuda_wait(r->dcomm, NULL) != ZCK_OK) zck_clear_error();
   zck_cuda_host_free(p);
 }
 static zck_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
@@ -200,6 +218,9 @@ static zck_status cu_add(void *ctx, float *acc, const float *src, size_t n) {
 }
 static zck_status cu_sumsq(void *ctx, const float *x, size_t n, double *acc) {
   double v = 0.0;
+  /* the sum synchronizes its stream: the collectives it may wait for are waited for here,
+   * with the communicator's checks, so the plain synchronize only waits for the sum */
+  ZCK_TRY(zck_comm_cuda_wait(((cu_rank *)ctx)->dcomm, cu_stream(ctx)));
   ZCK_TRY(zck_cuda_sumsq_f64(x, n, &v, cu_stream(ctx)));
   *acc += v;
   return ZCK_OK;
@@ -208,11 +229,17 @@ static zck_status cu_adamw(void *ctx, float *param, float *grad, float *exp_avg,
                            const zck_cuda_adamw_args *a) {
   return zck_cuda_adamw(param, grad, exp_avg, exp_avg_sq, n, a, cu_stream(ctx));
 }
-static zck_status cu_sync(void *ctx) {
-  cu_rank *r = ctx;
-  if (r->comm) ZCK_TRY(zck_cuda_stream_sync(r->comm));
-  return zck_cuda_stream_sync(zck_cuda_ctx_stream(r->cu));
-}
+static zck_status cu_sync(void *ctx) { return cu_wait_streams(ctx); }
+/* The callback stores: synchronous copies on the thread of a saver or loader, with only
+ * the array for context. They do not rely on the rank's streams being blocking streams
+ * (ordered with the legacy default stream that a plain cudaMemcpy uses):
+ *  - before: the engine synchronizes the rank (ze_dzero_sync, which waits for both of
+ *    its streams) before the stores are used: ze_ckpt_save syncs before the savers read,
+ *    and a restore clears each array with ze_zero_clear, which syncs, before it loads;
+ *  - after: zck_cuda_memcpy returns only once the copy has landed (it waits for the
+ *    legacy stream of the array's device), so work the rank queues later sees a load.
+ * Keep both if these change: a store used while kernels on the array may still run on a
+ * non-blocking stream would race with them. */
 static zck_status cu_read4(void *ctx, void *dst, uint64_t off, uint64_t count) {
   return zck_cuda_memcpy(dst, (const uint8_t *)ctx + off * 4, (size_t)count * 4);
 }
@@ -228,6 +255,9 @@ static zck_status cu_write2(void *ctx, const void *src, uint64_t off, uint64_t c
 static zck_status cu_gather16(void *ctx, const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
                               void *wctx) {
   ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(cu_ctx(ctx))));
+  /* the gather synchronizes the device (and frees page-locked memory): never with an
+   * NCCL kernel of this rank in flight */
+  ZCK_TRY(cu_wait_streams(ctx));
   return zck_cuda_gather16_to_host(p, srcs, write, wctx);
 }
 static uint64_t cu_used(void *ctx) {
