@@ -64,9 +64,12 @@ ZCK_RULE uint32_t zck__f32_bits_from_f16(uint16_t h) {
 ZCK_RULE int zck__f32_bits_nan(uint32_t w) { return (w & 0x7FFFFFFFu) > 0x7F800000u; }
 
 /* The NaN a host float addition a + b gives (C's +, IEEE hardware): a NaN operand comes
- * out (quieted), the left one first; inf + -inf gives the machine's default NaN, which
- * has the sign bit set on x86 (the "real indefinite") and not on the others (ARM, POWER).
- * CUDA's adder returns 0x7FFFFFFF for all of these, so the device asks this instead. */
+ * out (quieted); inf + -inf gives the machine's default NaN, which has the sign bit set on
+ * x86 (the "real indefinite") and not on the others (ARM, POWER). CUDA's adder returns
+ * 0x7FFFFFFF for all of these, so the device asks this instead. When both operands are
+ * NaNs, C leaves which one comes out to the compiler's operand order (gcc's differs
+ * between lib/comm_ranks.c's loops), so there is no host answer to match; this keeps the
+ * left one. Only the sign reaches a float16 or bfloat16 result. */
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64) || defined(_M_IX86)
 #define ZCK__DEFAULT_NAN 0xFFC00000u
 #define ZCK__DEFAULT_NAN64 0xFFF8000000000000ull
