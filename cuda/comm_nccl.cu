@@ -161,9 +161,10 @@ static zck_status nc_begin(zck_comm *c, nc_rank *r) {
      * synchronize with an NCCL kernel in flight can deadlock */
     ZCK_TRY(nc_drain(r));
     ZCK_CU(cudaDeviceSynchronize(), "nccl comm: rank %d: wait for the device", c->rank);
-  } else if (r->has_pending && r->pending != r->user) {
-    ZCK_TRY(nc_drain(r)); /* queued on another stream: not ordered before this one */
   }
+  /* a collective queued without waiting on another stream (overlap_comm's) is not drained:
+   * NCCL runs the collectives of one communicator in the order they were issued, so the
+   * device keeps the order and the host keeps the overlap */
   return ZCK_OK;
 }
 
@@ -271,7 +272,14 @@ static void nc_rank_release(nc_rank *r) {
   if (r->comm) {
     /* finish (or give up on, within the timeout) what was queued without waiting: a
      * destroy would wait for it without a bound */
-    if (!nc_aborted(r) && nc_drain(r) != ZCK_OK) zck_clear_error();
+    char keep[1024]; /* a failed drain (which aborts) keeps the error being reported */
+    snprintf(keep, sizeof keep, "%s", zck_last_error());
+    if (!nc_aborted(r) && nc_drain(r) != ZCK_OK) {
+      if (keep[0])
+        (void)zck__fail(ZCK_ERR_INTERNAL, "%s", keep);
+      else
+        zck_clear_error();
+    }
     if (r->dead || !r->comm || nc_aborted(r))
       nc_kill(r);
     else

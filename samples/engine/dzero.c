@@ -6,6 +6,7 @@
 #include "optim.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,13 +164,28 @@ static zck_status cu_wait_streams(cu_rank *r) {
   return zck_comm_cuda_wait(r->dcomm, zck_cuda_ctx_stream(r->cu));
 }
 
+/* A wait in a cleanup (a free): when it fails it has aborted the communicator, and the
+ * rank's next collective or wait reports that; the error the caller may be reporting
+ * meanwhile is kept. */
+static void cu_wait_quiet(cu_rank *r, bool streams) {
+  char keep[1024];
+  snprintf(keep, sizeof keep, "%s", zck_last_error());
+  /* streams: both of the rank's; else only the collectives queued without waiting */
+  zck_status s = streams ? cu_wait_streams(r) : zck_comm_cuda_wait(r->dcomm, NULL);
+  if (s == ZCK_OK) return;
+  if (keep[0])
+    (void)zck__fail(s, "%s", keep);
+  else
+    zck_clear_error();
+}
+
 static void cu_unwrap(ze_dzero *d) {
   cu_rank *r = d->own_cu;
   if (!r) return;
   if (r->comm) {
     /* a failed wait aborted the communicator: its kernels no longer wait, and the plain
      * synchronize below only keeps the stream's work from outliving the buffers */
-    if (cu_wait_streams(r) != ZCK_OK) zck_clear_error();
+    cu_wait_quiet(r, true);
     (void)zck_cuda_stream_sync(r->comm);
     zck_cuda_stream_destroy(r->comm);
   }
@@ -194,10 +210,8 @@ static zck_status cu_host_alloc(void *ctx, void **p, size_t bytes) {
 }
 static void cu_host_free(void *ctx, void *p) {
   /* cudaFreeHost synchronizes the device, which can deadlock with an NCCL kernel in
-   * flight: the collectives queued without waiting are drained first (a failure aborts
-   * the communicator, and the rank's next collective or wait reports it) */
-  cu_rank *r = ctx;
-  if (zck_comm_cuda_wait(r->dcomm, NULL) != ZCK_OK) zck_clear_error();
+   * flight: the collectives queued without waiting are drained first */
+  cu_wait_quiet(ctx, false);
   zck_cuda_host_free(p);
 }
 static zck_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
