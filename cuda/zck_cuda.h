@@ -260,10 +260,13 @@ const float *zck_cuda_gpt2_losses(const zck_cuda_gpt2 *m);
  * (ncclCommInitAll; backend "nccl"). Otherwise (fewer devices: NCCL cannot put two ranks
  * of one communicator on one GPU) all ranks share the current device through the
  * "cuda-local" backend: host barriers as in comm_local.c, with reductions done by kernels
- * in rank order 0..W-1 (so its sums equal the CPU local backend's bits). W <= 64.
+ * in rank order 0..W-1 (so its sums equal the CPU local backend's bits, float16 NaNs
+ * included: cuda/comm_rules.h). W <= 64. NCCL's sums are its own (tree / ring order).
  * Every collective is synchronous for the host: it starts after the work queued on the
  * rank's stream (zck_comm_cuda_set_stream; default: the whole device is synchronized) and
- * returns when its result is in place. Free the group with zck_comm_nccl_destroy_local. */
+ * returns when its result is in place. nccl waits poll NCCL's asynchronous error and give
+ * up after ZCK_COMM_TIMEOUT_S (see zck_comm_cuda_wait). The calling thread's current
+ * device is left as it was. Free the group with zck_comm_nccl_destroy_local. */
 zck_status zck_comm_nccl_create_local(int nranks, zck_comm **comms);
 /* The cuda-local backend explicitly, on `device`. */
 zck_status zck_comm_cuda_local_create(int nranks, int device, zck_comm **comms);
