@@ -31,6 +31,11 @@ int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv);
  * allowed (the new file is renamed over the old one, atomically). Returns
  * ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
 int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag);
+/* OUT as the job should get it: a symlink to a folder (model/ -> /disk/model) is written
+ * through, at its target, and stays a link (the jobs rename their output over OUT itself,
+ * which would replace the link); a dangling one is refused. Sets *resolved (free it) or
+ * prints a runtime error and returns 1. */
+int zck_cli_resolve_out(const char *out, char **resolved);
 /* Interruption (SIGINT, SIGTERM, SIGHUP): main() blocks them in every thread and one
  * thread waits for them; it then removes this process's temporary entries
  * (".NAME.zck-tmp-<pid>") from the folders registered here, puts back an earlier output

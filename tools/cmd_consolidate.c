@@ -74,16 +74,20 @@ int zck_cmd_consolidate(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("consolidate", "expected CHECKPOINT and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("consolidate", "empty path argument");
-  const char *in = argv[optind], *out = argv[optind + 1];
+  const char *in = argv[optind];
+  char *out = NULL;
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out))) return rc;
   /* an OUT file's name says its format: a --format asking for something else would be ignored */
   size_t n = strlen(out);
   bool st_file = n >= 12 && !strcmp(out + n - 12, ".safetensors");
   bool pt_file = (n >= 3 && !strcmp(out + n - 3, ".pt")) || (n >= 4 && !strcmp(out + n - 4, ".bin")) ||
                  (n >= 4 && !strcmp(out + n - 4, ".pth"));
-  if (format && ((st_file && o.torch_bin) || (pt_file && o.safetensors)))
+  if (format && ((st_file && o.torch_bin) || (pt_file && o.safetensors))) {
+    free(out);
     return zck_cli_usage_error("consolidate", "--format %s does not fit OUT '%s' (one %s file); give a folder as OUT", format,
-                               out, st_file ? "safetensors" : "torch");
-  if ((rc = zck_cli_check_out_not_in(in, out, o.tag))) return rc;
+                               argv[optind + 1], st_file ? "safetensors" : "torch");
+  }
+  if ((rc = zck_cli_check_out_not_in(in, out, o.tag))) { free(out); return rc; }
   zck_cli_set_output(out);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "consolidate", 0, quiet);
@@ -91,5 +95,6 @@ int zck_cmd_consolidate(int argc, char **argv) {
   o.progress_ctx = &bar;
   zck_status s = zck_consolidate(in, out, &o);
   zck_cli_progress_finish(&bar);
+  free(out); /* the signal thread keeps its own copy */
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -60,13 +60,16 @@ int zck_cmd_convert(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("convert", "expected IN and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("convert", "empty path argument");
-  if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], NULL))) return rc;
-  zck_cli_set_output(argv[optind + 1]);
+  char *out_r = NULL;
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
+  if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, NULL))) { free(out_r); return rc; }
+  zck_cli_set_output(out_r);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "convert", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
-  zck_status s = zck_convert_file(argv[optind], argv[optind + 1], &o);
+  zck_status s = zck_convert_file(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);
+  free(out_r);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

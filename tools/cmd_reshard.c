@@ -86,13 +86,16 @@ int zck_cmd_reshard(int argc, char **argv) {
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
   if (!o.to_stage && !o.to_world_size) return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
-  if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], o.tag))) return rc;
-  zck_cli_set_output(argv[optind + 1]);
+  char *out_r = NULL;
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
+  if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, o.tag))) { free(out_r); return rc; }
+  zck_cli_set_output(out_r);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "reshard", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
-  zck_status s = zck_reshard(argv[optind], argv[optind + 1], &o);
+  zck_status s = zck_reshard(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);
+  free(out_r);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

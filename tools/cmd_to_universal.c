@@ -86,13 +86,16 @@ int zck_cmd_to_universal(int argc, char **argv) {
   size_t n = strlen(out);
   if (!format_given && ((n >= 3 && !strcmp(out + n - 3, ".h5")) || (n >= 5 && !strcmp(out + n - 5, ".hdf5"))))
     o.format = ZCK_UNIVERSAL_HDF5;
-  if ((rc = zck_cli_check_out_not_in(argv[optind], argv[optind + 1], o.tag))) return rc;
-  zck_cli_set_output(argv[optind + 1]);
+  char *out_r = NULL;
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
+  if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, o.tag))) { free(out_r); return rc; }
+  zck_cli_set_output(out_r);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "to-universal", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
-  zck_status s = zck_to_universal(argv[optind], argv[optind + 1], &o);
+  zck_status s = zck_to_universal(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);
+  free(out_r);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -178,6 +178,17 @@ if [ -f "$fx/hdf5/zstd.h5" ]; then # an HDF5 file that is not zckpt's: could not
   [ "$rc" = 1 ] && grep -q "not a zckpt universal container" out.txt && ok || bad "verify of a foreign HDF5 file: exit $rc: $(cat out.txt)"
 fi
 
+# 5k. OUT a symlink to a folder (model -> /bigdisk/model): the output was renamed over the
+#     link, replacing it with a folder here and leaving the target empty
+rm -rf real lnk; mkdir real; ln -s real lnk
+run 0 "" "$zckpt" consolidate -q ck lnk
+[ -L lnk ] && [ -f real/model.safetensors ] && ok || bad "consolidate into a symlinked folder: $(ls -la lnk real | tr '\n' ' ')"
+run 0 "" "$zckpt" consolidate -q ck lnk/ --overwrite --format both
+[ -L lnk ] && [ -f real/pytorch_model.bin ] && ok || bad "--overwrite through a symlinked folder: $(ls -la lnk real | tr '\n' ' ')"
+ln -s nowhere dangling
+run 1 "dangling: a symlink to a missing path" "$zckpt" reshard -q ck dangling --to-world-size 1
+[ -L dangling ] && [ ! -e nowhere ] && ok || bad "dangling link changed"
+
 # 6. SIGINT / SIGTERM during a run left ".OUT.zck-tmp-PID" trees (gigabytes) behind
 "$make_big" big --params 6000000 --world 2 >/dev/null || { bad "make_big_ckpt failed"; }
 interrupted=0
