@@ -36,6 +36,30 @@ int zck_cli_error(const char *fmt, ...) {
   }
   while (n && buf[n - 1] == ' ') n--;
   buf[n] = 0;
+  /* the user asked for OUT, not for the temporary name it is built under:
+   * "dir/.out.zck-tmp-PID/x" reads "dir/out/x" */
+  char mark[48];
+  snprintf(mark, sizeof mark, ".zck-tmp-%ld", (long)getpid());
+  for (char *hit; (hit = strstr(buf, mark));) {
+    char *start = hit;
+    while (start > buf && start[-1] != '/' && start[-1] != ' ' && start[-1] != '\'') start--;
+    char *end = hit + strlen(mark);
+    if (*start != '.' || start + 1 >= hit || (*end && *end != '/' && *end != ':' && *end != ' ' && *end != '\'')) {
+      *hit = '_'; /* not one of ours: leave it (and stop matching it) */
+      continue;
+    }
+    size_t name_len = (size_t)(hit - start - 1);
+    memmove(start, start + 1, name_len);
+    memmove(start + name_len, end, strlen(end) + 1);
+  }
+  for (char *p = buf; *p; p++) /* restore what the loop masked */
+    if (p[0] == '_' && !strncmp(p + 1, mark + 1, strlen(mark) - 1)) p[0] = '.';
+  /* "P: P: what" (a path prepended twice on the way up) */
+  char *colon = strstr(buf, ": ");
+  if (colon && colon > buf) {
+    size_t plen = (size_t)(colon - buf) + 2;
+    if (!strncmp(buf + plen, buf, plen)) memmove(buf, buf + plen, strlen(buf + plen) + 1);
+  }
   fprintf(stderr, "zckpt: error: %s\n", buf);
   return ZCK_EXIT_ERROR;
 }

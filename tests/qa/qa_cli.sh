@@ -235,6 +235,10 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=16k tmpfs small 2>/dev/null; the
   before=$(tree_sum small/first)
   run 1 "small/o.safetensors: write of" "$zckpt" consolidate -q ck small/o.safetensors
   run 1 "No space left on device" "$zckpt" consolidate -q ck small/first --overwrite --format both
+  # the message named the temporary tree (small/.r.zck-tmp-PID/.global_step2.zck-tmp-PID/...)
+  # and, for pytorch_model.bin, the path twice
+  run 1 "zckpt: error: small/r/global_step2/" "$zckpt" reshard -q ck small/r --to-world-size 1
+  run 1 "zckpt: error: small/p/pytorch_model.bin: write of" "$zckpt" consolidate -q ck small/p --format pt
   [ "$(tree_sum small/first)" = "$before" ] && [ "$(ls -A small)" = first ] && ok || bad "full disk: $(ls -A small)"
   # KNOWN BUG (formats/hdf5, not fixed here): libhdf5's ENOSPC message is several lines
   # (the CLI now joins them) and the process then segfaults in H5F__close_cb at exit.
