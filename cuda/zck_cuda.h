@@ -51,7 +51,11 @@ void zck_cuda_free(void *d_ptr);                        /* NULL is fine */
 /* Page-locked host memory (fast, asynchronous copies). */
 zck_status zck_cuda_host_alloc(void **ptr, size_t bytes);
 void zck_cuda_host_free(void *ptr);                     /* NULL is fine */
-/* Copies between any two of host / device memory (unified addressing); synchronous. */
+/* Copies between any two of host / device memory (unified addressing); synchronous in
+ * full from any thread: issued on the legacy default stream of the device that owns the
+ * memory and waited for, so a copy into device memory has landed on return. It does not
+ * wait for other streams' work on that memory unless they are blocking streams (all of
+ * zckpt's are): callers that read results synchronize the streams that wrote them. */
 zck_status zck_cuda_memcpy(void *dst, const void *src, size_t bytes);
 /* Same, queued on `stream` (asynchronous only with page-locked host memory). */
 zck_status zck_cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
@@ -68,6 +72,10 @@ zck_status zck_cuda_stream_create(void **stream);
 void zck_cuda_stream_destroy(void *stream);             /* NULL is fine */
 zck_status zck_cuda_stream_sync(void *stream);
 zck_status zck_cuda_device_sync(void);
+/* zck_cuda_free, zck_cuda_host_free, zck_cuda_memcpy and zck_cuda_device_sync synchronize
+ * the device (or its legacy stream, which waits for the blocking streams): with an NCCL
+ * kernel in flight that can deadlock, so drain the collectives queued without waiting
+ * first (zck_comm_cuda_wait(comm, NULL)), or use the stream-ordered calls. */
 
 /* A rank's device context: its device, a stream, and a cuBLAS handle (not thread safe:
  * one context per thread). */
@@ -374,7 +382,8 @@ zck_status zck_gather_run_host(const zck_gather_plan *p, const zck_gather_src *s
  * into a device staging buffer, copy to page-locked host staging asynchronously, and call
  * `write` for the previous bucket meanwhile (two buffers and two streams, so casting,
  * copying and writing overlap). Memory: 2 x bucket bytes on each side, whatever the model
- * size. Same bytes as the host path. */
+ * size. Same bytes as the host path. It synchronizes the device first (the sources may
+ * have been written on any stream): drain NCCL work before (see zck_comm_cuda_wait). */
 zck_status zck_cuda_gather16_to_host(const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
                                      void *ctx);
 
