@@ -7,7 +7,7 @@ zckpt="$1"; make_big="$2"
 fx="${ZCK_FIXTURES:?}"
 ck_src="$fx/deepspeed/s2w2_bf16/ckpt"
 [ -d "$ck_src" ] || { echo "SKIP: fixture missing"; exit 77; }
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+tmp="$(mktemp -d)"; trap 'umount "$tmp/small" 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 pass=0; fail=0
 ok() { pass=$((pass + 1)); }
