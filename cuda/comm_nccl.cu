@@ -72,6 +72,11 @@ static void nc_kill(nc_rank *r) {
   r->has_pending = false;
 }
 
+static zck_status nc_fail_dead(const nc_rank *r, const char *what) {
+  return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: communicator aborted after an earlier failure (another "
+                   "rank failed, or this one)", r->rank, what);
+}
+
 static cudaStream_t nc_stream(const nc_rank *r) { return r->user_set ? r->user : r->own; }
 
 // ---- waiting: an event polled with the group's health (comm_rules.h), never a blocking
@@ -95,12 +100,16 @@ static int nc_poll_query(void *ctx, zck_status *err) {
 static zck_status nc_poll_health(void *ctx) {
   nc_poll *p = (nc_poll *)ctx;
   nc_rank *r = p->r;
-  if (r->dead) return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: the communicator was aborted", r->rank, p->what);
+  /* the messages of a rank that fails because another did say "another rank failed", as
+   * every backend's do (the engine reports the first failure without it) */
+  if (r->dead) return nc_fail_dead(r, p->what);
   int who = r->group ? r->group->aborted.load() : 0;
   if (who == r->rank + 1 || r->self_aborted.load())
-    return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: aborted by this rank", r->rank, p->what);
+    return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: aborted by this rank (another rank failed)", r->rank,
+                     p->what);
   if (who)
-    return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: rank %d failed (see its error); communicator aborted",
+    return zck__fail(ZCK_ERR_INTERNAL,
+                     "nccl comm: rank %d: %s: another rank failed (rank %d, see its error); communicator aborted",
                      r->rank, p->what, who - 1);
   ncclResult_t async = ncclSuccess;
   if (ncclCommGetAsyncError(r->comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
@@ -129,7 +138,7 @@ static const zck__poll_ops nc_poll_ops = {nc_poll_query, nc_poll_health, nc_poll
 
 /* Waits for the work queued on st so far: ev is recorded there and polled. */
 static zck_status nc_wait_on(nc_rank *r, cudaStream_t st, cudaEvent_t ev, const char *what) {
-  if (r->dead) return zck__fail(ZCK_ERR_INTERNAL, "nccl comm: rank %d: %s: the communicator was aborted", r->rank, what);
+  if (r->dead) return nc_fail_dead(r, what);
   cudaError_t e = cudaEventRecord(ev, st);
   if (e != cudaSuccess) {
     nc_kill(r);
