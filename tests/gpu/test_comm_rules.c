@@ -208,8 +208,8 @@ static void test_reduce_f16(void) {
 }
 
 static void test_reduce_f32_f64(void) {
-  /* one NaN operand per sum (the host's choice between two NaNs is the compiler's
-   * operand order), infinities of both signs (the machine's default NaN) */
+  /* a NaN operand, infinities of both signs (the machine's default NaN); sums of two NaNs
+   * are left out (the host's choice between them is the compiler's operand order) */
   static const float fv[] = {1.0f, -2.0f, INFINITY, -INFINITY, 0.0f};
   enum { NF = 5 };
   static float f[W][NF * NF * 2];
@@ -226,22 +226,28 @@ static void test_reduce_f32_f64(void) {
       }
   uint32_t wf[NF * NF * 2];
   uint64_t wd[NF * NF * 2];
+  int open[NF * NF * 2], checked = 0;
   for (int i = 0; i < n; i++) {
     uint32_t a = fbits(f[0][i]);
     uint64_t x = dbits(d[0][i]);
+    open[i] = 0;
     for (int r = 1; r < W; r++) {
       uint32_t b = fbits(f[r][i]);
+      if (zck__f32_bits_nan(a) && zck__f32_bits_nan(b)) open[i] = 1; /* inf + -inf, then a NaN */
       a = zck__f32_sum_fix(a, b, dev_fadd(a, b));
       uint64_t y = dbits(d[r][i]);
       x = zck__f64_sum_fix(x, y, dev_dadd(x, y));
     }
     wf[i] = a;
     wd[i] = x;
+    checked += !open[i];
   }
+  ZT_ASSERT(checked >= n - 4);
   void *inf[W] = {f[0], f[1], f[2]}, *ind[W] = {d[0], d[1], d[2]};
   host_reduce(ZCK_F32, ZCK_COMM_SUM, inf, (size_t)n);
   host_reduce(ZCK_F64, ZCK_COMM_SUM, ind, (size_t)n);
   for (int i = 0; i < n; i++) {
+    if (open[i]) continue;
     if (fbits(f[0][i]) != wf[i]) ZT_FAIL("float32 sum %d: host 0x%08X, device rule 0x%08X", i, fbits(f[0][i]), wf[i]);
     if (dbits(d[0][i]) != wd[i])
       ZT_FAIL("float64 sum %d: host 0x%016llX, device rule 0x%016llX", i, (unsigned long long)dbits(d[0][i]),
