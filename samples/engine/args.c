@@ -40,7 +40,7 @@ static const opt opts[] = {
   {"bf16", OPT_BOOL, OFF(bf16), "bf16 mixed precision: fp32 masters, bf16 weights in forward"},
   {"logging-steps", OPT_I64, OFF(logging_steps), "a progress line every N steps (10)"},
   {"eval-steps", OPT_I64, OFF(eval_steps), "evaluate every N steps (0: only at the end)"},
-  {"save-steps", OPT_I64, OFF(save_steps), "save every N steps and at the end, with --output-dir (500)"},
+  {"save-steps", OPT_I64, OFF(save_steps), "save every N steps (0: none) and at the end, with --output-dir (500)"},
   {"save-total-limit", OPT_I64, OFF(save_total_limit), "keep at most N checkpoints (the best is kept)"},
   {"load-best-model-at-end", OPT_BOOL, OFF(load_best_model_at_end), "reload the best checkpoint after training"},
   {"metric-for-best-model", OPT_STR, OFF(metric_for_best_model), "eval_loss (the only metric)"},

@@ -110,4 +110,7 @@ grep -q "^offload to cpu: every rank's model states already live in host memory"
 sed 's/"cpu", "pin_memory": true/"nvme", "nvme_path": "\/tmp"/' "$T/off.json" >"$T/nvme.json"
 expect 1 "zero_optimization.offload_optimizer.device=nvme: NVMe offloading is not supported by zckpt-train" \
   $small --max-steps 2 --deepspeed "$T/nvme.json" --bf16
+# --save-steps 0: no periodic save, but the final one (the help says "and at the end")
+expect 0 "step 2/2" $small --max-steps 2 --save-steps 0 --output-dir "$T/s0"
+[ -d "$T/s0/checkpoint-2" ] && [ "$(ls "$T/s0")" = checkpoint-2 ] || fail "--save-steps 0: $(ls "$T/s0" 2>&1)"
 echo ok
