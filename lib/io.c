@@ -188,8 +188,9 @@ zck_status zck__read_small_file(const char *path, size_t max, char **out, size_t
   *out = NULL;
   ZCK_TRY(zck__source_open(&src, path));
   if (src.size > max) {
+    uint64_t size = src.size; /* close zeroes src */
     zck__source_close(&src);
-    return zck__fail(ZCK_ERR_LIMIT, "%s: %llu bytes, more than the %zu expected", path, (unsigned long long)src.size, max);
+    return zck__fail(ZCK_ERR_LIMIT, "%s: %llu bytes, more than the %zu expected", path, (unsigned long long)size, max);
   }
   char *buf = zck__malloc((size_t)src.size + 1);
   if (!buf) { zck__source_close(&src); return ZCK_ERR_NO_MEMORY; }
