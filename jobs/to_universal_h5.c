@@ -216,11 +216,12 @@ static zck_status zck__uvh_resume_state(zck_h5_writer *w, const zck_ds_ckpt *ck)
   zck_status st = ok ? ZCK_OK : zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
   if (st == ZCK_OK) st = zck_pickle_dump(root, &b);
   if (st == ZCK_OK && b.failed) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  if (st != ZCK_OK) st = zck__error_prepend(st, "%s", ZCK_H5U_RESUME_STATE);
+  /* the writer's messages name the file and the dataset already */
   zck_store s;
   int64_t len = (int64_t)b.len;
   if (st == ZCK_OK) st = zck_h5_writer_dataset(w, ZCK_H5U_RESUME_STATE, ZCK_U8, 1, &len, &s);
   if (st == ZCK_OK) st = s.write(s.ctx, b.data, 0, b.len);
-  if (st != ZCK_OK) st = zck__error_prepend(st, "%s", ZCK_H5U_RESUME_STATE);
   zck__buf_free(&b);
   zck_pk_doc_free(d);
   return st;

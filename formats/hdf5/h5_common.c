@@ -84,6 +84,10 @@ static void zck__h5_init(void) {
   pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
   pthread_mutex_init(&zck__h5_mu, &a);
   pthread_mutexattr_destroy(&a);
+  /* No clean-up at exit: it closes the ids still open, and an id whose close failed
+   * (HDF5 1.10 after a failed metadata flush, see zck__h5w_discard) crashes it. Every
+   * file is closed explicitly anyway. */
+  H5dont_atexit();
   H5open();
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   if (H5Zfilter_avail(ZCK_H5_ZSTD_FILTER) <= 0) H5Zregister(&zck__h5_zstd_class);
@@ -93,6 +97,13 @@ static void zck__h5_init(void) {
 void zck__h5_lock(void) {
   pthread_once(&zck__h5_once, zck__h5_init);
   pthread_mutex_lock(&zck__h5_mu);
+  /* A thread-safe libhdf5 (Debian's is) keeps the error stack and its automatic
+   * printing per thread: turn the printing off in every thread that calls it. */
+  static _Thread_local bool quiet;
+  if (!quiet) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    quiet = true;
+  }
 }
 
 void zck__h5_unlock(void) { pthread_mutex_unlock(&zck__h5_mu); }
@@ -109,7 +120,14 @@ static herr_t zck__h5_walk_cb(unsigned n, const H5E_error2_t *e, void *ctx) {
   const char *d = e->desc ? e->desc : "";
   if (strstr(d, "No space left") || strstr(d, "errno = 28") || strstr(d, "Disk quota") || strstr(d, "errno = 122"))
     w->nospace = true;
-  if (n == 0) snprintf(w->inner, sizeof w->inner, "%s", d);
+  if (n == 0) {
+    /* sec2's messages carry a time stamp, buffer addresses and sizes; keep only the
+     * system's words ("... error message = 'No space left on device', ...") */
+    const char *m = strstr(d, "error message = '");
+    const char *end = m ? strchr(m + 17, '\'') : NULL;
+    if (end) snprintf(w->inner, sizeof w->inner, "%.*s", (int)(end - (m + 17)), m + 17);
+    else snprintf(w->inner, sizeof w->inner, "%s", d);
+  }
   return 0;
 }
 

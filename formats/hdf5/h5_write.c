@@ -11,10 +11,12 @@
  * has little left to wait for. */
 #include "h5_internal.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -312,9 +314,14 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   }
   w->out_open = true;
   zck__h5_lock();
-  /* the temporary file exists (empty); HDF5 opens it by name and truncates it */
-  w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (w->file < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);
+  /* the temporary file exists (empty); HDF5 opens it by name and truncates it. Strong
+   * close degree: closing the file closes whatever object is still open in it. */
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+    st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: file access properties", path);
+  else if ((w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
+    st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);
+  if (fapl >= 0) H5Pclose(fapl);
   zck__h5_unlock();
   if (st != ZCK_OK) {
     zck_h5_writer_free(w);
@@ -501,7 +508,54 @@ zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char 
   return zck__h5w_attr(w, obj, key, H5T_IEEE_F64LE, &value);
 }
 
+// ---- closing
+
+/* Closes the datasets and the file of a writer that is being given up, never leaving an
+ * HDF5 id open. Why not a plain H5Fclose: closing flushes HDF5's dirty metadata, and when
+ * that write fails (a full disk) HDF5 1.10 keeps the half-destroyed file id, which its
+ * atexit H5close then flushes and closes again, crashing. So the file's descriptor is first
+ * pointed at an anonymous memory file (dup2 over the descriptor H5Fget_vfd_handle gives):
+ * whatever HDF5 still writes lands there and is thrown away with it, and the close
+ * succeeds. The temporary file itself is removed by zck__outfile_abort. Lock held. */
+static void zck__h5w_discard(zck_h5_writer *w) {
+  if (w->file >= 0) {
+    int *fdp = NULL;
+    if (H5Fget_vfd_handle(w->file, H5P_DEFAULT, (void **)&fdp) >= 0 && fdp && *fdp >= 0) {
+      int sink = memfd_create("zck-h5-discard", MFD_CLOEXEC);
+      if (sink >= 0) {
+        (void)dup2(sink, *fdp);
+        close(sink);
+      }
+    }
+  }
+  for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
+  w->n_ds = 0;
+  if (w->file >= 0) {
+    /* Should it still fail (a flush that failed before the swap leaves HDF5 1.10's
+     * metadata cache unable to flush again), the id is left alone: closing it a second
+     * time crashes, and the library's exit clean-up is off (zck__h5_init). */
+    (void)H5Fclose(w->file);
+    w->file = H5I_INVALID_HID;
+  }
+  H5Eclear2(H5E_DEFAULT);
+}
+
 // ---- commit
+
+/* Bytes reserved past the file's end of allocation before the final flush (HDF5 1.10
+ * with the default properties allocates nothing at close; this is a margin). */
+#define ZCK__H5_CLOSE_SLACK ((off_t)4 << 10)
+
+/* Reserves (fallocate, keeping the file size) the blocks the final flush will write. A
+ * file system without fallocate is let through. Lock held. */
+static zck_status zck__h5w_reserve(zck_h5_writer *w) {
+  hsize_t size = 0;
+  if (H5Fget_filesize(w->file, &size) < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: file size", w->out.path);
+  int e = zck__io_fault(ZCK_IO_OP_WRITE);
+  if (!e && fallocate(w->out.fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size + ZCK__H5_CLOSE_SLACK) != 0) e = errno;
+  if (!e || e == EOPNOTSUPP || e == ENOSYS) return ZCK_OK;
+  return zck__fail_errno(e, "%s: writing", w->out.path);
+}
 
 zck_status zck_h5_writer_commit(zck_h5_writer *w) {
   zck_status st = ZCK_OK;
@@ -513,11 +567,29 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
   }
   if (st != ZCK_OK) return st;
   zck__h5_lock();
-  for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
-  w->n_ds = 0;
-  herr_t r = H5Fclose(w->file);
-  w->file = H5I_INVALID_HID;
-  if (r < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: closing", w->out.path);
+  /* HDF5 cannot recover from a failed flush of its metadata (zck__h5w_discard), so the
+   * disk blocks the flush and close will write are reserved first: every byte up to the
+   * file's end of allocation, and a little more for what the close itself allocates. A
+   * full disk fails here, before HDF5 writes anything. */
+  st = zck__h5w_reserve(w);
+  if (st != ZCK_OK) {
+  } else if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) {
+    st = zck__h5_fail(ZCK_ERR_IO, "%s: writing", w->out.path);
+  } else {
+    for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
+    w->n_ds = 0;
+    if (H5Fclose(w->file) < 0) {
+      st = zck__h5_fail(ZCK_ERR_IO, "%s: closing", w->out.path);
+    } else {
+      w->file = H5I_INVALID_HID;
+      /* give back the reserved blocks past the end: a shrinking truncate frees them */
+      struct stat sb;
+      if (fstat(w->out.fd, &sb) == 0 && ftruncate(w->out.fd, sb.st_size + 1) == 0 &&
+          ftruncate(w->out.fd, sb.st_size) != 0)
+        st = zck__fail_errno(errno, "%s: truncate", w->out.path);
+    }
+  }
+  if (st != ZCK_OK) zck__h5w_discard(w);
   zck__h5_unlock();
   char *final = st == ZCK_OK ? zck__strdup(w->out.path) : NULL;
   if (st == ZCK_OK && !final) st = ZCK_ERR_NO_MEMORY;
@@ -536,9 +608,7 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
 void zck_h5_writer_free(zck_h5_writer *w) {
   if (!w) return;
   zck__h5_lock();
-  for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
-  if (w->file >= 0) H5Fclose(w->file);
-  H5Eclear2(H5E_DEFAULT);
+  zck__h5w_discard(w);
   zck__h5_unlock();
   if (w->out_open) zck__outfile_abort(&w->out);
   for (size_t i = 0; i < w->n_zc; i++) {
