@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 // ---- the zstd filter
 
@@ -37,16 +38,25 @@ static size_t zck__h5_zstd_filter(unsigned flags, size_t cd_nelmts, const unsign
   if (level > ZSTD_maxCLevel()) level = ZSTD_maxCLevel();
   size_t cap = ZSTD_compressBound(nbytes);
   void *out = H5allocate_memory(cap, 0);
-  if (!out) return 0;
-  size_t r = ZSTD_compress(out, cap, *buf, nbytes, level);
-  if (ZSTD_isError(r)) {
-    H5free_memory(out);
+  ZSTD_CCtx *cc = out ? ZSTD_createCCtx() : NULL;
+  size_t r = cc ? zck__h5_zstd_params(cc, level) : 1;
+  if (cc && !ZSTD_isError(r)) r = ZSTD_compress2(cc, out, cap, *buf, nbytes);
+  ZSTD_freeCCtx(cc);
+  if (!cc || ZSTD_isError(r)) {
+    if (out) H5free_memory(out);
     return 0;
   }
   H5free_memory(*buf);
   *buf = out;
   *buf_size = cap;
   return r;
+}
+
+size_t zck__h5_zstd_params(ZSTD_CCtx *cc, int level) {
+  size_t r = ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, level);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 1);
+  return ZSTD_isError(r) ? r : 0;
 }
 
 static const H5Z_class2_t zck__h5_zstd_class = {
@@ -67,7 +77,9 @@ zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, c
   if (cs != expect)
     return zck__fail(ZCK_ERR_FORMAT, "%s: zstd content size %llu, expected %zu bytes (H-03)", what, cs, expect);
   size_t r = ZSTD_decompress(out, expect, src, n);
-  if (ZSTD_isError(r)) return zck__fail(ZCK_ERR_FORMAT, "%s: zstd: %s", what, ZSTD_getErrorName(r));
+  if (ZSTD_isError(r) && ZSTD_getErrorCode(r) == ZSTD_error_checksum_wrong)
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its data does not match the chunk's zstd checksum", what);
+  if (ZSTD_isError(r)) return zck__fail(ZCK_ERR_FORMAT, "%s: damaged: zstd: %s", what, ZSTD_getErrorName(r));
   if (r != expect)
     return zck__fail(ZCK_ERR_FORMAT, "%s: decompressed to %zu bytes, expected %zu (H-03)", what, r, expect);
   return ZCK_OK;

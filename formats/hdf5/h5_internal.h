@@ -3,6 +3,7 @@
 #define ZCK_H5_INTERNAL_H
 
 #include <hdf5.h>
+#include <zstd.h>
 
 #include "hdf5/zck_h5.h"
 
@@ -25,8 +26,14 @@ hid_t zck__h5_file_type(zck_dtype t);
 /* The zckpt dtype of a stored type, before the `dtype` attribute; INVALID if none. */
 zck_dtype zck__h5_dtype_of(hid_t type);
 
+/* Sets a compression context for one chunk: the level and the frame checksum on. Returns
+ * a zstd error code or 0. */
+size_t zck__h5_zstd_params(ZSTD_CCtx *cc, int level);
+
 /* zstd frame checks of one stored chunk (H-01..H-03): exactly one frame whose header
- * records `expect` bytes of content. Decompresses into out. `what` names the chunk. */
+ * records `expect` bytes of content. Decompresses into out, checking the frame's checksum
+ * when it has one (frames written before zckpt added them have none): DAMAGED "<what>:
+ * damaged: ..." when it does not match. `what` names the file, dataset and chunk. */
 zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, const char *what);
 
 /* Walks the file's metadata in a forked child first; FORMAT error if the library crashes

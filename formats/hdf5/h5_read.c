@@ -29,6 +29,8 @@ struct zck_h5_dataset {
   int nfilters;
   unsigned filt_id[ZCK__H5_MAX_FILTERS], filt_flags[ZCK__H5_MAX_FILTERS];
   uint8_t fill[16];                /* one element of the fill value */
+  bool has_xxh3;                   /* contiguous: ZCK_H5_XXH3_ATTR present (zck_h5.h) */
+  uint64_t xxh3;
 };
 
 // ---- files
@@ -370,6 +372,13 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   } else if (st == ZCK_OK) {
     st = zck__h5_dtype_attr(d, attr, stored);
   }
+  if (st == ZCK_OK && !d->info.chunked && d->info.numel) {
+    /* the checksum zckpt writes for an unfiltered dataset; optional (older files, h5py) */
+    zck_status hs = zck__h5_attr_num(f, path, ZCK_H5_XXH3_ATTR, H5T_NATIVE_UINT64, &d->xxh3);
+    if (hs == ZCK_OK) d->has_xxh3 = true;
+    else if (hs == ZCK_ERR_NOT_FOUND) zck_clear_error();
+    else st = hs;
+  }
 done:
   free(attr);
   if (type >= 0) H5Tclose(type);
@@ -553,6 +562,12 @@ static zck_status zck__h5_read_box_plain(zck__h5_rd *r, const uint64_t *start, c
   if (fs >= 0) H5Sclose(fs);
   if (ms >= 0) H5Sclose(ms);
   zck__h5_unlock();
+  /* the stored checksum covers the whole dataset: checked when a read covers it (zckpt
+   * writes it only for 0-dim datasets, read whole). Memory and file types are both
+   * little-endian here. */
+  if (st == ZCK_OK && d->has_xxh3 && n == d->info.numel &&
+      zck_xxh3(r->dst + (flat - r->first) * d->es, (size_t)(n * d->es)) != d->xxh3)
+    st = zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its data does not match its %s attribute", d->label, ZCK_H5_XXH3_ATTR);
   return st;
 }
 

@@ -188,24 +188,33 @@ static void zck__h5w_write_behind(zck_h5_writer *w, uint64_t bytes) {
 
 // ---- writing a complete chunk
 
+static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v);
+
 static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf) {
   zck_h5_writer *w = d->w;
   size_t raw = (size_t)(d->chunk_elems * d->es);
   if (!d->chunked) {
+    /* a 0-dim tensor: a contiguous dataset, no filter, so no zstd checksum; its XXH3 goes
+     * in an attribute the reader checks (ZCK_H5_XXH3_ATTR) */
     zck__h5_lock();
     int e = zck__io_fault(ZCK_IO_OP_WRITE);
     zck_status st = ZCK_OK;
     if (e) st = zck__fail_errno(e, "%s: write", d->label);
     else if (H5Dwrite(d->dset, d->ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
       st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
+    uint64_t h = zck_xxh3(buf, raw);
+    if (st == ZCK_OK) st = zck__h5w_attr(w, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h);
     zck__h5_unlock();
     return st;
   }
   zck__h5w_zc zc;
   if (!zck__h5w_zc_get(w, ZSTD_compressBound(raw), &zc))
     return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory compressing a chunk", d->label);
-  /* one-shot: the frame header records the content size (§3.2) */
-  size_t n = ZSTD_compressCCtx(zc.cc, zc.z, zc.cap, buf, raw, w->level);
+  /* One-shot: the frame header records the content size (§3.2). Every chunk is a frame,
+   * even one that does not shrink, and every frame ends with its XXH64 checksum, so a
+   * damaged chunk fails to decompress (here and in hdf5plugin). */
+  size_t n = zck__h5_zstd_params(zc.cc, w->level);
+  if (!ZSTD_isError(n)) n = ZSTD_compress2(zc.cc, zc.z, zc.cap, buf, raw);
   if (ZSTD_isError(n)) {
     zck__h5w_zc_put(w, zc);
     return zck__fail(ZCK_ERR_INTERNAL, "%s: zstd: %s", d->label, ZSTD_getErrorName(n));
@@ -317,7 +326,8 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   /* the temporary file exists (empty); HDF5 opens it by name and truncates it. Strong
    * close degree: closing the file closes whatever object is still open in it. */
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+  if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+      H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0)
     st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: file access properties", path);
   else if ((w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);

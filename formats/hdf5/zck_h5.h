@@ -8,11 +8,22 @@
  *   - chunk shape (1, ..., 1, c, D[k+1], ..., D[n-1]): every chunk is one contiguous run of
  *     the row-major flattening, so an executor writing element ranges fills whole chunks;
  *   - filter 32015 (zstd), H5Z_FLAG_MANDATORY, cd_values = {level}. Each chunk is ONE zstd
- *     frame recording its content size (what hdf5plugin's decoder needs), compressed on the
- *     thread that completed it and stored with H5Dwrite_chunk (no filter pipeline);
- *   - 0-dim and empty tensors are contiguous datasets (HDF5 cannot chunk them);
+ *     frame recording its content size (what hdf5plugin's decoder needs) and ending with
+ *     the frame's XXH64 checksum (ZSTD_c_checksumFlag), compressed on the thread that
+ *     completed it and stored with H5Dwrite_chunk (no filter pipeline). A chunk is a zstd
+ *     frame even when it does not shrink, so every chunk is checksummed: a damaged chunk
+ *     fails to decompress, here (one line naming file, dataset and chunk) and in
+ *     hdf5plugin. Files written before the checksums (frames without one) still read;
+ *   - 0-dim and empty tensors are contiguous datasets (HDF5 cannot chunk them, so no
+ *     filter): a 0-dim one carries the XXH3 of its bytes in a uint64 attribute
+ *     ZCK_H5_XXH3_ATTR, checked when it is read (absent in older files: not checked);
  *   - text attributes are scalar variable-length UTF-8 strings, numbers scalar attributes;
- *   - default (earliest) library version bounds, so old h5py/HDF5 builds open the files.
+ *   - library version bounds 1.10 (low and high): every piece of metadata the format can
+ *     checksum is checksummed (superblock v3, v2 object headers holding the attributes,
+ *     fixed-array chunk indexes), and HDF5 checks those sums when it reads them. Readers
+ *     need HDF5 >= 1.10 (2016; h5py >= 2.10 bundles it). Text attributes are variable-length
+ *     strings, kept in the global heap, which has no checksum: the container records a
+ *     digest of all its attributes instead (ZCK_H5U_ATTRS_XXH3).
  * The output file is written under a temporary name and renamed at commit.
  *
  * Reading: datasets written by anyone (h5py + hdf5plugin included). An element range of
@@ -32,6 +43,8 @@
 #include <stdbool.h>
 
 #define ZCK_H5_ZSTD_FILTER 32015
+/* uint64 attribute of a contiguous (unfiltered) dataset: the XXH3 of its stored bytes */
+#define ZCK_H5_XXH3_ATTR "zckpt_xxh3"
 #define ZCK_H5_MAX_DIMS ZCK_MAX_DIMS
 
 // ---- writer

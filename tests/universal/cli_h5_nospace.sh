@@ -40,8 +40,10 @@ run() {
   [ -z "$left" ] || fail "${size}k $*: left behind: $left"
 }
 
-for k in 8 12 16 24 32 48 64 80 96 $((kb - 8)) $((kb - 2)) $((kb - 1)); do run $k fail; done
+for k in 8 12 16 24 32 $((kb / 4)) $((kb / 2)) $((kb * 3 / 4)) $((kb - 8)) $((kb - 2)) $((kb - 1)); do
+  [ "$k" -ge 8 ] && [ "$k" -lt "$kb" ] && run $k fail
+done
 # small chunks: the disk fills in the middle of a dataset's chunks
-for k in 24 40 72; do run $k fail --chunk-size 4KiB; done
+for k in $((kb / 3)) $((kb / 2)) $((kb * 2 / 3)); do run $k fail --chunk-size 4KiB; done
 run $((kb + 8)) ok
 exit 0
