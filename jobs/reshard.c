@@ -52,11 +52,11 @@ static zck_status zck__copy_file(const char *from, const char *to) {
 }
 
 /* rng_state_<r>.pth with r >= world: not carried over. */
-static bool zck__rng_file_dropped(const char *name, uint32_t world) {
+bool zck__reshard_side_kept(const char *name, uint32_t world) {
   unsigned r;
   char tail[8];
-  if (sscanf(name, "rng_state_%u.%7s", &r, tail) == 2 && !strcmp(tail, "pth")) return r >= world;
-  return false;
+  if (sscanf(name, "rng_state_%u.%7s", &r, tail) == 2 && !strcmp(tail, "pth")) return r < world;
+  return true;
 }
 
 zck_status zck__reshard_carry_side_files(const char *root, const char *tag, const char *dst, uint32_t world) {
@@ -67,7 +67,7 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *tag, cons
   while (st == ZCK_OK && (e = readdir(d))) {
     const char *n = e->d_name;
     if (n[0] == '.' || !strcmp(n, "latest") || !strcmp(n, "latest_universal") || !strcmp(n, tag)) continue;
-    if (zck__rng_file_dropped(n, world)) continue;
+    if (!zck__reshard_side_kept(n, world)) continue;
     char *from = zck__path_join(root, n), *to = zck__path_join(dst, n);
     struct stat sb;
     if (!from || !to) st = ZCK_ERR_NO_MEMORY;

@@ -22,6 +22,9 @@ zck_status zck__reshard_check(const char *src, const zck_model *m, const zck_ds_
 /* Copies every regular file of root into dst except DeepSpeed's own (`latest`,
  * `latest_universal`, the tag folder `skip`) and rng_state_<r>.pth of ranks r >= world. */
 zck_status zck__reshard_carry_side_files(const char *root, const char *skip, const char *dst, uint32_t world);
+/* Whether a side file is carried over to world size `world`: all but rng_state_<r>.pth of
+ * ranks r >= world. */
+bool zck__reshard_side_kept(const char *name, uint32_t world);
 
 /* A source of whole tensors over a manifest (the universal formats). */
 typedef struct zck__whole_src {
@@ -33,6 +36,10 @@ typedef struct zck__whole_src {
   const zck_store *buffer_stores;
   const char *side_root;            /* carry this folder's other files (HF checkpoint-N/), or NULL */
   const char *side_skip;            /* the universal folder's name inside side_root */
+  /* side files kept elsewhere (the HDF5 container's /side_files), or NULL: called with the
+   * output root's temporary path and the target world size after side_root's files */
+  zck_status (*side_write)(void *ctx, const char *dst, uint32_t world);
+  void *side_ctx;
 } zck__whole_src;
 
 /* Writes OUT (a save root: OUT/latest, OUT/<tag>/, zckpt manifest) from s with wo: fp32 /

@@ -227,6 +227,21 @@ static zck_status zck__h5_reorder(const char *src, const zck_pk *names, zck__who
   return st;
 }
 
+/* The container's /side_files into the output root, kept as for a DeepSpeed source's
+ * root (rng_state_<r>.pth of ranks below the target world size, every other file). */
+static zck_status zck__h5_side_write(void *ctx, const char *dst, uint32_t world) {
+  const zck_h5u *u = ctx;
+  for (size_t i = 0; i < zck_h5u_info_of(u)->n_side_files; i++) {
+    const char *n = zck_h5u_side_file_name(u, i);
+    if (!zck__reshard_side_kept(n, world)) continue;
+    char *p = zck__path_join(dst, n);
+    zck_status st = p ? zck_h5u_side_file_write(u, i, p) : ZCK_ERR_NO_MEMORY;
+    free(p);
+    ZCK_TRY(st);
+  }
+  return ZCK_OK;
+}
+
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o) {
   if (o->tag) return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
   zck_h5u *u = NULL;
@@ -239,6 +254,8 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   memset(&s, 0, sizeof s);
   s.path = src;
   s.m = m;
+  s.side_write = zck__h5_side_write;   /* the source's HF / Accelerate files */
+  s.side_ctx = u;
   bool have[ZCK_H5U_PART_COUNT];
   for (int p = 0; p < ZCK_H5U_PART_COUNT; p++) {
     have[p] = zck_h5u_get(u, (zck_h5u_part)p, &s.layout[p], &s.stores[p]) == ZCK_OK;
@@ -249,6 +266,7 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   zck_ds_write_opts wo = ZCK_DS_WRITE_OPTS_INIT;
   wo.stage = o->to_stage ? o->to_stage : in->stage;
   wo.world_size = o->to_world_size ? o->to_world_size : in->world_size;
+  wo.tag = in->tag;   /* the source's tag, as its reshard keeps it; NULL: global_step<N> */
   uint64_t sgs = 1000000000ull;
   zck__h5_config(in->ds_config_json, &wo, &sgs);
   wo.lp_dtype = zck__h5_lp_dtype(src);   /* clears the error state: before anything that may fail */

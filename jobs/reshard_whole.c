@@ -86,6 +86,7 @@ zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *
   }
   if (st == ZCK_OK) st = zck_ds_writer_commit(w);
   if (st == ZCK_OK && s->side_root) st = zck__reshard_carry_side_files(s->side_root, s->side_skip, d.tmp_path, wo->world_size);
+  if (st == ZCK_OK && s->side_write) st = s->side_write(s->side_ctx, d.tmp_path, wo->world_size);
   if (st == ZCK_OK) {
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
