@@ -226,6 +226,11 @@ zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
   default: break;
   }
   if (!zck__is_file(path) && !zck__is_dir(path)) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no such file or directory", path);
+  if (zck__is_file(path)) { /* the sniff could not read it: say why (permission, I/O) rather than "not a ..." */
+    zck__source src;
+    ZCK_TRY(zck__source_open(&src, path));
+    zck__source_close(&src);
+  }
   return zck__fail(ZCK_ERR_FORMAT, "%s: not a torch .pt/.bin, safetensors file or checkpoint directory", path);
 }
 
@@ -278,10 +283,10 @@ static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, 
 }
 
 static zck_status zck__st_dtype(const zck__tensor_entry *e, zck_st_dtype *out) {
-  if (!zck_st_dtype_from_zck(zck__entry_out_dtype(e), out))
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "tensor %s: dtype %s cannot be stored in safetensors", e->name,
-                     zck_dtype_name(zck__entry_out_dtype(e)));
-  return ZCK_OK;
+  if (zck_st_dtype_from_zck(zck__entry_out_dtype(e), out)) return ZCK_OK;
+  bool named = e->src.name && *e->src.name; /* the store's name is the input file */
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s%stensor %s: dtype %s cannot be stored in safetensors", named ? e->src.name : "",
+                   named ? ": " : "", e->name, zck_dtype_name(zck__entry_out_dtype(e)));
 }
 
 static void zck__shape_u64(const zck__tensor_entry *e, uint64_t *shape) {

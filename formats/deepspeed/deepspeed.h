@@ -89,6 +89,12 @@ zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ck
 void zck_ds_close(zck_ds_ckpt *c);
 
 const zck_ds_info *zck_ds_info_of(const zck_ds_ckpt *c);
+
+/* The dp rank a DeepSpeed per-rank name states ("[bf16_]zero_pp_rank_R_mp_rank_..."), or -1
+ * when name[0..len) holds no such pattern. Used on file names and on the archive folder
+ * torch.save records inside a .pt (the file's stem when it was saved): a rank file whose
+ * archive names another rank is a copy of that rank's file. */
+long zck_ds_name_rank(const char *name, size_t len);
 const zck_model *zck_ds_model(const zck_ds_ckpt *c);
 
 /* Parts of a checkpoint (and of a writer's output), each a layout over the manifest's

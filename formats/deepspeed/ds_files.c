@@ -1,6 +1,8 @@
 /* ds_files.c: from a user path to a tag folder and its classified files. See ds_files.h. */
 #include "ds_files.h"
 
+#include "deepspeed/deepspeed.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -81,6 +83,20 @@ static name_kind classify(const char *name, uint32_t *dp, uint32_t *mp, zck__ds_
 
 static const char *prefix_str(zck__ds_prefix p) {
   return p == ZCK__DS_PREFIX_BF16 ? "bf16_" : p == ZCK__DS_PREFIX_FP16 ? "fp16_" : "";
+}
+
+long zck_ds_name_rank(const char *name, size_t len) {
+  static const char key[] = "zero_pp_rank_", tail[] = "_mp_rank_";
+  for (size_t i = 0; i + sizeof key - 1 < len; i++) {
+    if (memcmp(name + i, key, sizeof key - 1)) continue;
+    const char *p = name + i + sizeof key - 1, *end = name + len;
+    long r = 0;
+    size_t digits = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; p++, digits++)
+      if (r < 1000000000L) r = r * 10 + (*p - '0');
+    if (digits && (size_t)(end - p) >= sizeof tail - 1 && !memcmp(p, tail, sizeof tail - 1)) return r;
+  }
+  return -1;
 }
 
 char *zck__ds_optim_name(zck__ds_prefix prefix, uint32_t dp_rank) {

@@ -22,6 +22,21 @@ zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) {
   return ZCK_OK;
 }
 
+/* A rank file that is a copy of another rank's: torch.save names the archive folder inside
+ * after the file's stem, so a copy still names the rank it was saved as. Its shapes and
+ * counts can all agree (ZeRO-3 partitions are padded to one size), and the other rank's
+ * values would be written in this rank's place. An archive name that is no rank pattern
+ * ("archive" from older torch or zckpt's writer, a file saved under another name) is fine. */
+static zck_status check_archive_rank(const zck_torch_file *tf, const zck__ds_rankfile *rf, const char *what) {
+  long own = zck_ds_name_rank(rf->name, strlen(rf->name));
+  const char *arch = zck_torch_prefix(tf);
+  if (own < 0 || !arch) return ZCK_OK;
+  long held = zck_ds_name_rank(arch, strlen(arch));
+  if (held < 0 || held == own) return ZCK_OK;
+  return zck__fail(ZCK_ERR_MISMATCH, "%s: holds rank %ld's %s (archive '%.200s'), expected rank %ld", rf->path, held, what,
+                   arch, own);
+}
+
 static bool is_float_dtype(zck_dtype t) {
   return t == ZCK_F32 || t == ZCK_F64 || t == ZCK_F16 || t == ZCK_BF16 || t == ZCK_F8_E4M3 || t == ZCK_F8_E5M2;
 }
@@ -257,7 +272,8 @@ zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool 
   zck_torch_file *tf = NULL;
   zck_status s = zck_torch_open_source(&mf->src, &c->topts, &tf);
   if (s != ZCK_OK) return s;
-  s = read_model(c, mf, tf);
+  s = check_archive_rank(tf, mf->file, "model states");
+  if (s == ZCK_OK) s = read_model(c, mf, tf);
   if (s == ZCK_OK && keep_torch) {
     c->model0 = tf;
     c->ds_config = zck_pk_dict_get(zck_torch_root(tf), "ds_config");
@@ -533,7 +549,8 @@ zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool 
   of->src_open = true;
   zck_torch_file *tf = NULL;
   ZCK_TRY(zck_torch_open_source(&of->src, &c->topts, &tf));
-  zck_status s = read_optim(c, of, tf, keep_torch);
+  zck_status s = check_archive_rank(tf, of->file, "optimizer state");
+  if (s == ZCK_OK) s = read_optim(c, of, tf, keep_torch);
   if (s == ZCK_OK && keep_torch) c->optim0 = tf;
   else zck_torch_close(tf);
   return s;

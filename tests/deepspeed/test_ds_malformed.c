@@ -134,15 +134,18 @@ static void file_set(void) {
   SH("cp '%s/mp_rank_00_model_states.pt' '%s/mp_rank_01_model_states.pt'", t, t);  /* tensor parallel */
   expect_fail(r, NULL, ZCK_ERR_UNSUPPORTED, "mp_rank_01_model_states.pt", "model-parallel");
   SH("rm '%s/mp_rank_01_model_states.pt'", t);
+  char *o1_orig = fmt("%s.rank1.pt", r);        /* beside the checkpoint, not in it */
+  SH("cp '%s' '%s'", o1, o1_orig);
   SH(": > '%s'", o1);                        /* DS-04: zero-length (a rank still writing) */
   expect_fail(r, NULL, ZCK_ERR_TRUNCATED, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "incomplete checkpoint");
   SH("cp '%s' '%s' && truncate -s 5000 '%s'", o0, o1, o1);   /* truncated optimizer file */
   expect_fail(r, NULL, ZCK_ERR_FORMAT, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", NULL);
-  SH("cp '%s' '%s' && truncate -s 5000 '%s/mp_rank_00_model_states.pt'", o0, o1, t);
+  /* rank 1's own file back (a copy of rank 0's is refused: its archive says rank 0) */
+  SH("cp '%s' '%s' && truncate -s 5000 '%s/mp_rank_00_model_states.pt'", o1_orig, o1, t);
   expect_fail(r, NULL, ZCK_ERR_FORMAT, "mp_rank_00_model_states.pt", NULL);
   SH("rm '%s/mp_rank_00_model_states.pt'", t);   /* DS-15 */
   expect_fail(r, NULL, ZCK_ERR_NOT_FOUND, "no model-states file", NULL);
-  free(r); free(t); free(o0); free(o1);
+  free(r); free(t); free(o0); free(o1); free(o1_orig);
 
   r = copy_case("s3w2_bf16");                    /* DS-14: a stage-3 model file missing */
   t = fmt("%s/global_step2", r);

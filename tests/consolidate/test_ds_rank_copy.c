@@ -1,0 +1,143 @@
+/* test_ds_rank_copy.c: a ZeRO rank file that is a copy of another rank's is refused by
+ * every reader job (consolidate, reshard, to-universal) with one line naming the file,
+ * stages 1, 2 and 3 and ZeRO-3 model states; torch.save's archive folder (the file's stem
+ * at save time) tells. An archive name that is no rank pattern is still read. Also: an
+ * oversized `latest` says its real size. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "test.h"
+
+static char *g_tmp;
+
+static void sh(const char *fmt, const char *a, const char *b) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, fmt, a, b);
+  if (system(cmd) != 0) ZT_FAIL("command failed: %s", cmd);
+}
+
+static int exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
+
+/* A fresh copy of fixture `fx` named `name` under the test folder, its tag folder in tag. */
+static void copy_fixture(const char *fx, const char *name, char *ck, size_t n) {
+  char rel[512];
+  snprintf(rel, sizeof rel, "deepspeed/%s/ckpt", fx);
+  char *src = zt_fixture(rel);
+  snprintf(ck, n, "%s/%s", g_tmp, name);
+  sh("cp -r '%s' '%s'", src, ck);
+  free(src);
+}
+
+static void expect_msg(zck_status s, const char *job, const char *needle) {
+  if (s == ZCK_OK) ZT_FAIL("%s succeeded, expected an error with \"%s\"", job, needle);
+  if (!strstr(zck_last_error(), needle)) ZT_FAIL("%s: message \"%s\" lacks \"%s\"", job, zck_last_error(), needle);
+  if (strchr(zck_last_error(), '\n')) ZT_FAIL("%s: message is not one line: %s", job, zck_last_error());
+}
+
+/* Copies rank 0's `file` (a name with rank_0) over rank 1's in a copy of fixture fx; every
+ * job must refuse it, naming rank 1's file, and write nothing. */
+static void check_copy(const char *fx, const char *file0, const char *what) {
+  char ck[4096], f0[4096], f1[4096], file1[512], out[4096], needle[8192];
+  snprintf(file1, sizeof file1, "%s", file0);
+  char *r = strstr(file1, "rank_0_");
+  ZT_ASSERT(r != NULL);
+  r[5] = '1';
+  snprintf(ck, sizeof ck, "%s/copy_%s_%s", g_tmp, fx, what);
+  char name[600];
+  snprintf(name, sizeof name, "copy_%s_%s", fx, what);
+  copy_fixture(fx, name, ck, sizeof ck);
+  snprintf(f0, sizeof f0, "%s/global_step2/%s", ck, file0);
+  snprintf(f1, sizeof f1, "%s/global_step2/%s", ck, file1);
+  ZT_ASSERT(exists(f1));
+  sh("cp '%s' '%s'", f0, f1);
+  char stem[512];
+  snprintf(stem, sizeof stem, "%.*s", (int)(strlen(file0) - 3), file0);
+  snprintf(needle, sizeof needle, "%s: holds rank 0's %s (archive '%s'), expected rank 1", f1, what, stem);
+
+  snprintf(out, sizeof out, "%s.cons", ck);
+  expect_msg(zck_consolidate(ck, out, NULL), "consolidate", needle);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s.resh", ck);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_world_size = 1;
+  expect_msg(zck_reshard(ck, out, &ro), "reshard", needle);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s.univ", ck);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.inject_missing_state = 1;
+  expect_msg(zck_to_universal(ck, out, &uo), "to-universal", needle);
+  ZT_ASSERT(!exists(out));
+}
+
+/* Replaces every occurrence of `from` in the file by `to` (same length). */
+static void replace_in_file(const char *path, const char *from, const char *to) {
+  unsigned char *d = NULL;
+  size_t n = 0, m = strlen(from), hits = 0;
+  ZT_ASSERT(strlen(to) == m);
+  ZT_ASSERT(zt_read_file(path, &d, &n) == 0);
+  for (size_t i = 0; i + m <= n; i++)
+    if (!memcmp(d + i, from, m)) memcpy(d + i, to, m), hits++;
+  ZT_ASSERT(hits >= 2); /* a local header and the central directory per entry */
+  ZT_ASSERT(zt_write_file(path, d, n) == 0);
+  free(d);
+}
+
+static int same_file(const char *a, const char *b) {
+  unsigned char *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  int same = zt_read_file(a, &x, &nx) == 0 && zt_read_file(b, &y, &ny) == 0 && nx == ny && !memcmp(x, y, nx);
+  free(x);
+  free(y);
+  return same;
+}
+
+int main(void) {
+  char *probe = zt_fixture("deepspeed/s3w2_bf16/ckpt");
+  if (!exists(probe)) zt_skip("fixture deepspeed/s3w2_bf16 missing");
+  free(probe);
+  g_tmp = zt_tmpdir();
+
+  check_copy("s1w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer state");
+  check_copy("s2w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer state");
+  check_copy("s2w2_fp32_roundrobin", "zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer state");
+  check_copy("s3w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer state");
+  check_copy("s3w2_bf16", "zero_pp_rank_0_mp_rank_00_model_states.pt", "model states");
+
+  /* an archive named otherwise (no rank pattern: older torch's 'archive', a file saved
+   * under another name) is read as before, with the same output */
+  char ck[4096], f[4096], out[4096], ref[4096], a[4096], b[4096];
+  copy_fixture("s3w2_bf16", "renamed", ck, sizeof ck);
+  snprintf(ref, sizeof ref, "%s/ref.safetensors", g_tmp);
+  ZT_OK(zck_consolidate(ck, ref, NULL));
+  snprintf(f, sizeof f, "%s/global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ck);
+  replace_in_file(f, "bf16_zero_pp_rank_1_mp_rank_00_optim_states/", "bf16_zero_pp_rank_X_mp_rank_00_optim_states/");
+  snprintf(f, sizeof f, "%s/global_step2/zero_pp_rank_1_mp_rank_00_model_states.pt", ck);
+  replace_in_file(f, "zero_pp_rank_1_mp_rank_00_model_states/", "my_checkpoint_file_for_rank_one_states/");
+  snprintf(out, sizeof out, "%s/renamed.safetensors", g_tmp);
+  ZT_OK(zck_consolidate(ck, out, NULL));
+  ZT_ASSERT(same_file(ref, out));
+
+  /* zckpt's own DeepSpeed writer output (its archive names) reads back */
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_world_size = 3;
+  snprintf(a, sizeof a, "%s/resharded", g_tmp);
+  ZT_OK(zck_reshard(ck, a, &ro));
+  snprintf(b, sizeof b, "%s/resharded.safetensors", g_tmp);
+  ZT_OK(zck_consolidate(a, b, NULL));
+  ZT_ASSERT(same_file(ref, b));
+
+  /* an oversized `latest` is reported with its size (was "0 bytes": read after close) */
+  copy_fixture("s3w2_bf16", "biglatest", ck, sizeof ck);
+  snprintf(f, sizeof f, "%s/latest", ck);
+  char big[5000];
+  memset(big, 'a', sizeof big);
+  ZT_ASSERT(zt_write_file(f, big, sizeof big) == 0);
+  snprintf(out, sizeof out, "%s/biglatest.safetensors", g_tmp);
+  char needle[8192];
+  snprintf(needle, sizeof needle, "%s: 5000 bytes, more than the", f);
+  expect_msg(zck_consolidate(ck, out, NULL), "consolidate", needle);
+  ZT_ASSERT(!exists(out));
+  free(g_tmp);
+  return 0;
+}
