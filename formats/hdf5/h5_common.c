@@ -7,9 +7,12 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 #include <zstd_errors.h>
+
+#include "util.h"
 
 // ---- the zstd filter
 
@@ -223,4 +226,85 @@ zck_dtype zck__h5_dtype_of(hid_t type) {
   case 8: return sgn ? ZCK_I64 : ZCK_U64;
   default: return ZCK_DTYPE_INVALID;
   }
+}
+
+// ---- attribute digest
+
+typedef struct {
+  hid_t file;
+  const char *obj;
+  uint64_t sum;
+  zck_status st;
+} zck__h5_digest;
+
+/* Adds XXH3(obj \0 key \0 value) of one attribute: a variable-length string's bytes, else
+ * the stored bytes of its values. */
+static herr_t zck__h5_digest_attr(hid_t o, const char *key, const H5A_info_t *info, void *ctx) {
+  (void)info;
+  zck__h5_digest *g = ctx;
+  if (!strcmp(g->obj, ".") && !strcmp(key, ZCK_H5_ATTRS_XXH3_ATTR)) return 0;
+  hid_t a = H5Aopen(o, key, H5P_DEFAULT);
+  hid_t t = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+  hid_t sp = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+  hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+  size_t es = t >= 0 ? H5Tget_size(t) : 0;
+  zck__buf b;
+  zck__buf_init(&b);
+  zck__buf_append(&b, g->obj, strlen(g->obj) + 1);
+  zck__buf_append(&b, key, strlen(key) + 1);
+  if (t < 0 || np < 0 || !es) {
+    g->st = zck__h5_fail(ZCK_ERR_FORMAT, "attribute %s of %s", key, g->obj);
+  } else if (H5Tis_variable_str(t) > 0) {
+    if (np != 1) {
+      g->st = zck__fail(ZCK_ERR_FORMAT, "attribute %s of %s: %lld strings", key, g->obj, (long long)np);
+    } else {
+      hid_t mt = H5Tcopy(t);   /* its own character set: HDF5 converts none to another */
+      char *v = NULL;
+      if (mt < 0 || H5Aread(a, mt, &v) < 0) g->st = zck__h5_fail(ZCK_ERR_FORMAT, "attribute %s of %s", key, g->obj);
+      else if (v) zck__buf_append(&b, v, strlen(v));
+      if (v) H5free_memory(v);
+      if (mt >= 0) H5Tclose(mt);
+    }
+  } else if (H5Tdetect_class(t, H5T_VLEN) > 0 || (uint64_t)np * es > ((uint64_t)64 << 20)) {
+    g->st = zck__fail(ZCK_ERR_FORMAT, "attribute %s of %s: unsupported type or size", key, g->obj);
+  } else {
+    size_t n = (size_t)np * es;
+    uint8_t *v = zck__malloc(n ? n : 1);
+    if (!v) g->st = ZCK_ERR_NO_MEMORY;
+    else if (H5Aread(a, t, v) < 0) g->st = zck__h5_fail(ZCK_ERR_FORMAT, "attribute %s of %s", key, g->obj);
+    else zck__buf_append(&b, v, n);
+    free(v);
+  }
+  if (g->st == ZCK_OK && b.failed) g->st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  if (g->st == ZCK_OK) g->sum += zck_xxh3(b.data, b.len);
+  zck__buf_free(&b);
+  if (sp >= 0) H5Sclose(sp);
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  return g->st == ZCK_OK ? 0 : -1;
+}
+
+static herr_t zck__h5_digest_obj(hid_t root, const char *name, const H5O_info_t *info, void *ctx) {
+  (void)info;
+  zck__h5_digest *g = ctx;
+  hid_t o = H5Oopen(root, name, H5P_DEFAULT);
+  if (o < 0) {
+    g->st = zck__h5_fail(ZCK_ERR_FORMAT, "object %s", name);
+    return -1;
+  }
+  g->obj = name;
+  hsize_t idx = 0;
+  herr_t r = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, &idx, zck__h5_digest_attr, g);
+  H5Oclose(o);
+  if (r < 0 && g->st == ZCK_OK) g->st = zck__h5_fail(ZCK_ERR_FORMAT, "attributes of %s", name);
+  return r < 0 ? -1 : 0;
+}
+
+zck_status zck__h5_attrs_digest(hid_t file, uint64_t *out) {
+  zck__h5_digest g = {file, ".", 0, ZCK_OK};
+  herr_t r = zck__h5_digest_obj(file, ".", NULL, &g);
+  if (g.st != ZCK_OK) return g.st;
+  if (r < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "walking the objects");
+  *out = g.sum;
+  return ZCK_OK;
 }

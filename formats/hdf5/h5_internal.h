@@ -36,6 +36,10 @@ size_t zck__h5_zstd_params(ZSTD_CCtx *cc, int level);
  * damaged: ..." when it does not match. `what` names the file, dataset and chunk. */
 zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, const char *what);
 
+/* The digest ZCK_H5_ATTRS_XXH3_ATTR records (zck_h5.h): the sum of XXH3(".", name, value)
+ * over the root group's attributes but that one. Lock held. */
+zck_status zck__h5_attrs_digest(hid_t file, uint64_t *out);
+
 /* Walks the file's metadata in a forked child first; FORMAT error if the library crashes
  * there (h5_probe.c). */
 zck_status zck__h5_probe(const char *path);

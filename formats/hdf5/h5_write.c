@@ -581,7 +581,11 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
    * disk blocks the flush and close will write are reserved first: every byte up to the
    * file's end of allocation, and a little more for what the close itself allocates. A
    * full disk fails here, before HDF5 writes anything. */
-  st = zck__h5w_reserve(w);
+  uint64_t digest = 0;
+  st = zck__h5_attrs_digest(w->file, &digest);
+  if (st != ZCK_OK) st = zck__error_prepend(st, "%s", w->out.path);
+  if (st == ZCK_OK) st = zck__h5w_attr(w, "/", ZCK_H5_ATTRS_XXH3_ATTR, H5T_STD_U64LE, &digest);
+  if (st == ZCK_OK) st = zck__h5w_reserve(w);
   if (st != ZCK_OK) {
   } else if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) {
     st = zck__h5_fail(ZCK_ERR_IO, "%s: writing", w->out.path);

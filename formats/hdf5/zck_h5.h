@@ -23,7 +23,7 @@
  *     fixed-array chunk indexes), and HDF5 checks those sums when it reads them. Readers
  *     need HDF5 >= 1.10 (2016; h5py >= 2.10 bundles it). Text attributes are variable-length
  *     strings, kept in the global heap, which has no checksum: the container records a
- *     digest of all its attributes instead (ZCK_H5U_ATTRS_XXH3).
+ *     digest of the root's attributes instead (ZCK_H5_ATTRS_XXH3_ATTR).
  * The output file is written under a temporary name and renamed at commit.
  *
  * Reading: datasets written by anyone (h5py + hdf5plugin included). An element range of
@@ -45,6 +45,14 @@
 #define ZCK_H5_ZSTD_FILTER 32015
 /* uint64 attribute of a contiguous (unfiltered) dataset: the XXH3 of its stored bytes */
 #define ZCK_H5_XXH3_ATTR "zckpt_xxh3"
+/* uint64 attribute of the root group: the sum over the root's other attributes of
+ * XXH3("." "\0" name "\0" value) (a text's bytes, else the stored values). Text attributes
+ * live in HDF5's global heap, which has no checksum, and the root's hold what the container
+ * is (param names, shapes, groups, ds_config); zck_h5_open checks this digest when the file
+ * has it (files not written by zckpt, or before it, do not). Only the root: a dataset's
+ * `dtype` text is checked against its stored type (H-08), and tools that add or remove
+ * datasets keep the digest valid. A tool that rewrites a root attribute must rewrite it. */
+#define ZCK_H5_ATTRS_XXH3_ATTR "zckpt_attrs_xxh3"
 #define ZCK_H5_MAX_DIMS ZCK_MAX_DIMS
 
 // ---- writer
@@ -93,6 +101,7 @@ typedef struct zck_h5_dataset_info {
   unsigned zstd_flags;     /* H5Z_FLAG_* of that filter */
 } zck_h5_dataset_info;
 
+/* Opens a file; DAMAGED when it records an attribute digest its attributes do not match. */
 zck_status zck_h5_open(const char *path, zck_h5_file **out);
 void zck_h5_close(zck_h5_file *f);
 const char *zck_h5_name(const zck_h5_file *f);
