@@ -181,10 +181,9 @@ static zck_status zck__h5_attr_open(zck_h5_file *f, const char *obj, const char 
   *o = H5Oopen(f->file, obj, H5P_DEFAULT);
   if (*o < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: cannot open", f->path, obj);
   htri_t ex = H5Aexists(*o, key);
-  if (ex <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: %s: no attribute %s", f->path, obj, key);
-  }
+  /* an error is not absence: a damaged attribute index must not read as "no attribute" */
+  if (ex < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s", f->path, obj, key);
+  if (ex == 0) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: %s: no attribute %s", f->path, obj, key);
   *a = H5Aopen(*o, key, H5P_DEFAULT);
   if (*a < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s", f->path, obj, key);
   hid_t sp = H5Aget_space(*a);
