@@ -225,7 +225,8 @@ static void test_round_trip(const char *tmp) {
 
 // ---- malformed files
 
-typedef enum { M_NO_SIZE, M_TWO_FRAMES, M_SHORT, M_DEFLATE, M_DEFLATE_OPT, M_RAW_SKIPPED, M_RAW_WRONG_SIZE, M_FIXED_ATTR, M_BAD_ATTR } mal;
+typedef enum { M_NO_SIZE, M_TWO_FRAMES, M_SHORT, M_DEFLATE, M_DEFLATE_OPT, M_RAW_SKIPPED, M_RAW_WRONG_SIZE, M_FIXED_ATTR, M_BAD_ATTR,
+               M_NO_CHECKSUM, M_BAD_CHECKSUM } mal;
 
 static void make_bad(const char *path, mal kind) {
   float vals[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -255,6 +256,15 @@ static void make_bad(const char *path, mal kind) {
     n += ZSTD_compress(buf + n, sizeof buf - n, vals + 4, 16, 3);
     break;
   case M_SHORT: n = ZSTD_compress(buf, sizeof buf, vals, 16, 3); break;
+  case M_NO_CHECKSUM:   /* as zckpt wrote chunks before the checksums, and h5py may */
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 0);
+    n = ZSTD_compress2(cc, buf, sizeof buf, vals, sizeof vals);
+    break;
+  case M_BAD_CHECKSUM:  /* a frame with its checksum, one bit of the 4-byte sum flipped */
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+    n = ZSTD_compress2(cc, buf, sizeof buf, vals, sizeof vals);
+    buf[n - 2] ^= 0x10;
+    break;
   case M_RAW_SKIPPED: memcpy(buf, vals, 32); n = 32; mask = 1; break;
   case M_RAW_WRONG_SIZE: memcpy(buf, vals, 16); n = 16; mask = 1; break;
   default: n = ZSTD_compress(buf, sizeof buf, vals, kind == M_FIXED_ATTR ? 16 : 32, 3); break;
@@ -310,6 +320,8 @@ static void test_malformed(const char *tmp) {
     {M_RAW_SKIPPED, ZCK_OK, NULL},
     {M_RAW_WRONG_SIZE, ZCK_ERR_FORMAT, "16 stored bytes, expected 32 (H-03)"},
     {M_BAD_ATTR, ZCK_ERR_FORMAT, "(H-08)"},
+    {M_NO_CHECKSUM, ZCK_OK, NULL},
+    {M_BAD_CHECKSUM, ZCK_ERR_DAMAGED, ":/d: chunk [0]: damaged: its data does not match the chunk's zstd checksum"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(p, sizeof p, "%s/bad%zu.h5", tmp, i);
