@@ -523,7 +523,7 @@ zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char 
 /* Closes the datasets and the file of a writer that is being given up, never leaving an
  * HDF5 id open. Why not a plain H5Fclose: closing flushes HDF5's dirty metadata, and when
  * that write fails (a full disk) HDF5 1.10 keeps the half-destroyed file id, which its
- * atexit H5close then flushes and closes again, crashing. So the file's descriptor is first
+ * atexit H5close (or any later close) then flushes and closes again, crashing. So the file's descriptor is first
  * pointed at an anonymous memory file (dup2 over the descriptor H5Fget_vfd_handle gives):
  * whatever HDF5 still writes lands there and is thrown away with it, and the close
  * succeeds. The temporary file itself is removed by zck__outfile_abort. Lock held. */
@@ -577,25 +577,25 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
   }
   if (st != ZCK_OK) return st;
   zck__h5_lock();
-  /* HDF5 cannot recover from a failed flush of its metadata (zck__h5w_discard), so the
-   * disk blocks the flush and close will write are reserved first: every byte up to the
-   * file's end of allocation, and a little more for what the close itself allocates. A
-   * full disk fails here, before HDF5 writes anything. */
+  /* the root attributes' digest (zck_h5.h), once they are all written */
   uint64_t digest = 0;
   st = zck__h5_attrs_digest(w->file, &digest);
   if (st != ZCK_OK) st = zck__error_prepend(st, "%s", w->out.path);
   if (st == ZCK_OK) st = zck__h5w_attr(w, "/", ZCK_H5_ATTRS_XXH3_ATTR, H5T_STD_U64LE, &digest);
+  /* HDF5 cannot recover from a failed flush of its metadata (zck__h5w_discard), so the
+   * disk blocks the flush and close will write are reserved first: every byte up to the
+   * file's end of allocation, and a little more for what the close itself allocates. A
+   * full disk fails here, before HDF5 writes anything. */
   if (st == ZCK_OK) st = zck__h5w_reserve(w);
-  if (st != ZCK_OK) {
-  } else if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) {
-    st = zck__h5_fail(ZCK_ERR_IO, "%s: writing", w->out.path);
-  } else {
+  if (st == ZCK_OK && H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: writing", w->out.path);
+  if (st == ZCK_OK) {
     for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
     w->n_ds = 0;
-    if (H5Fclose(w->file) < 0) {
+    herr_t r = H5Fclose(w->file);
+    w->file = H5I_INVALID_HID;   /* never closed twice, even when this failed (see discard) */
+    if (r < 0) {
       st = zck__h5_fail(ZCK_ERR_IO, "%s: closing", w->out.path);
     } else {
-      w->file = H5I_INVALID_HID;
       /* give back the reserved blocks past the end: a shrinking truncate frees them */
       struct stat sb;
       if (fstat(w->out.fd, &sb) == 0 && ftruncate(w->out.fd, sb.st_size + 1) == 0 &&
