@@ -333,6 +333,15 @@ static zck_status check_h5u(vctx *c) {
   zck_status st = zck_h5_open(c->path, &f);
   if (st == ZCK_OK) {
     char *fmt = NULL;
+    /* the root attributes' digest first: a damaged one may be what names the format */
+    zck_status ds = zck_h5_check_attrs(f);
+    if (ds != ZCK_OK) {
+      zck_h5_close(f);
+      if (ds == ZCK_ERR_NO_MEMORY) return ds;
+      zck__verify_add_status(c, ds == ZCK_ERR_IO ? ZCK_ERR_IO : ZCK_ERR_DAMAGED, "structure", c->path, zck_last_error());
+      zck_clear_error();
+      return ZCK_OK;
+    }
     bool ours = zck_h5_attr_str(f, "/", "zckpt_format", &fmt) == ZCK_OK && !strcmp(fmt, ZCK_H5U_FORMAT);
     free(fmt);
     zck_h5_close(f);

@@ -296,12 +296,13 @@ static herr_t zck__h5_digest_obj(hid_t root, const char *name, const H5O_info_t 
   hsize_t idx = 0;
   herr_t r = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, &idx, zck__h5_digest_attr, g);
   H5Oclose(o);
-  if (r < 0 && g->st == ZCK_OK) g->st = zck__h5_fail(ZCK_ERR_FORMAT, "attributes of %s", name);
+  if (r < 0 && g->st == ZCK_OK)
+    g->st = zck__h5_fail(ZCK_ERR_FORMAT, "cannot read the attributes of %s", strcmp(name, ".") ? name : "/");
   return r < 0 ? -1 : 0;
 }
 
 zck_status zck__h5_attrs_digest(hid_t file, uint64_t *out) {
-  zck__h5_digest g = {file, ".", 0, ZCK_OK};
+  zck__h5_digest g = {file, ".", 0, ZCK_OK};   /* "." as H5Ovisit names the root */
   herr_t r = zck__h5_digest_obj(file, ".", NULL, &g);
   if (g.st != ZCK_OK) return g.st;
   if (r < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "walking the objects");

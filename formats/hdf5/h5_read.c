@@ -63,26 +63,29 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     f->size = sz;
   }
   zck__h5_unlock();
-  uint64_t want = 0, got = 0;
-  zck_status hs = st == ZCK_OK ? zck__h5_attr_num(f, "/", ZCK_H5_ATTRS_XXH3_ATTR, H5T_NATIVE_UINT64, &want) : ZCK_OK;
-  if (hs == ZCK_ERR_NOT_FOUND) {
-    zck_clear_error();   /* not written by zckpt, or before the digest */
-  } else if (st == ZCK_OK && hs != ZCK_OK) {
-    st = hs;
-  } else if (st == ZCK_OK) {
-    zck__h5_lock();
-    st = zck__h5_attrs_digest(f->file, &got);
-    zck__h5_unlock();
-    if (st != ZCK_OK) st = zck__error_prepend(st, "%s", path);
-    else if (got != want)
-      st = zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its attributes do not match their digest %s", path,
-                     ZCK_H5_ATTRS_XXH3_ATTR);
-  }
   if (st != ZCK_OK) {
     zck_h5_close(f);
     return st;
   }
   *out = f;
+  return ZCK_OK;
+}
+
+zck_status zck_h5_check_attrs(zck_h5_file *f) {
+  uint64_t want = 0, got = 0;
+  zck_status st = zck__h5_attr_num(f, "/", ZCK_H5_ATTRS_XXH3_ATTR, H5T_NATIVE_UINT64, &want);
+  if (st == ZCK_ERR_NOT_FOUND) {
+    zck_clear_error();   /* not written by zckpt, or before the digest */
+    return ZCK_OK;
+  }
+  if (st != ZCK_OK) return st;
+  zck__h5_lock();
+  st = zck__h5_attrs_digest(f->file, &got);
+  zck__h5_unlock();
+  if (st != ZCK_OK) return zck__error_prepend(st, "%s", f->path);
+  if (got != want)
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its root attributes do not match their digest %s", f->path,
+                     ZCK_H5_ATTRS_XXH3_ATTR);
   return ZCK_OK;
 }
 

@@ -48,10 +48,11 @@
 /* uint64 attribute of the root group: the sum over the root's other attributes of
  * XXH3("." "\0" name "\0" value) (a text's bytes, else the stored values). Text attributes
  * live in HDF5's global heap, which has no checksum, and the root's hold what the container
- * is (param names, shapes, groups, ds_config); zck_h5_open checks this digest when the file
- * has it (files not written by zckpt, or before it, do not). Only the root: a dataset's
- * `dtype` text is checked against its stored type (H-08), and tools that add or remove
- * datasets keep the digest valid. A tool that rewrites a root attribute must rewrite it. */
+ * is (param names, shapes, groups, ds_config); zck_h5_check_attrs checks this digest when
+ * the file has it (files not written by zckpt, or before it, do not): `zckpt verify` does.
+ * Only the root: a dataset's `dtype` text is checked against its stored type (H-08), and
+ * tools that add or remove datasets keep the digest valid. A tool that rewrites a root
+ * attribute must rewrite the digest or delete it. */
 #define ZCK_H5_ATTRS_XXH3_ATTR "zckpt_attrs_xxh3"
 #define ZCK_H5_MAX_DIMS ZCK_MAX_DIMS
 
@@ -101,8 +102,10 @@ typedef struct zck_h5_dataset_info {
   unsigned zstd_flags;     /* H5Z_FLAG_* of that filter */
 } zck_h5_dataset_info;
 
-/* Opens a file; DAMAGED when it records an attribute digest its attributes do not match. */
 zck_status zck_h5_open(const char *path, zck_h5_file **out);
+/* DAMAGED when the file records a digest of its root attributes (ZCK_H5_ATTRS_XXH3_ATTR)
+ * they do not match; OK when it records none. Reads every root attribute. */
+zck_status zck_h5_check_attrs(zck_h5_file *f);
 void zck_h5_close(zck_h5_file *f);
 const char *zck_h5_name(const zck_h5_file *f);
 /* true if an object (group or dataset) exists at path. */
