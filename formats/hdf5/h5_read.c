@@ -444,7 +444,13 @@ static zck_status zck__h5_load_chunk(zck_h5_dataset *d, const uint64_t *coord, u
   uint32_t mask = 0;
   hsize_t nbytes = 0;
   zck__h5_lock();
-  if (H5Dget_chunk_storage_size(d->dset, off, &nbytes) < 0 || nbytes == 0) {
+  if (H5Dget_chunk_storage_size(d->dset, off, &nbytes) < 0) {
+    /* the chunk index cannot be read (a damaged B-tree node): not "never written" */
+    st = zck__h5_fail(ZCK_ERR_DAMAGED, "%s: damaged: the chunk index cannot be read", what);
+    zck__h5_unlock();
+    return st;
+  }
+  if (nbytes == 0) {
     /* never written: the fill value, as HDF5 would return */
     H5Eclear2(H5E_DEFAULT);
     zck__h5_unlock();

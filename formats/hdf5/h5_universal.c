@@ -290,6 +290,9 @@ zck_status zck_h5u_open(const char *path, zck_h5u **out) {
   zck_h5u *u = zck__calloc(1, sizeof *u);
   if (!u) return ZCK_ERR_NO_MEMORY;
   zck_status st = zck_h5_open(path, &u->f);
+  /* the root attributes (names, shapes, groups, ds_config) sit where HDF5's default file
+   * format keeps no checksum: their digest is checked before anything is built from them */
+  if (st == ZCK_OK) st = zck_h5_check_attrs(u->f);
   if (st == ZCK_OK) st = zck__h5u_build(u);
   if (st != ZCK_OK) {
     zck_h5u_close(u);

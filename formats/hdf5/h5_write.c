@@ -324,10 +324,13 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   w->out_open = true;
   zck__h5_lock();
   /* the temporary file exists (empty); HDF5 opens it by name and truncates it. Strong
-   * close degree: closing the file closes whatever object is still open in it. */
+   * close degree: closing the file closes whatever object is still open in it. The file
+   * format stays at the library's default (earliest) bounds, as the HDF5 spec recipe asks,
+   * so older h5py/HDF5 builds open it; the 1.10 format would checksum HDF5's own metadata
+   * too, but the data is covered without it: every chunk is a zstd frame with its checksum,
+   * 0-dim datasets carry an XXH3 attribute and the root attributes a digest. */
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
-      H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0)
+  if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
     st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: file access properties", path);
   else if ((w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);

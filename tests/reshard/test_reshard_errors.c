@@ -288,6 +288,9 @@ static void h5_edit_json(const char *path, const char *key, void (*edit)(cJSON *
   hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
   ZT_ASSERT(f >= 0);
   ZT_ASSERT(H5Adelete(f, key) >= 0);
+  /* an edited container is one without the attributes' digest (as containers written before
+   * it): with it, the edit would be refused as damage before the check under test */
+  if (H5Aexists(f, ZCK_H5_ATTRS_XXH3_ATTR) > 0) ZT_ASSERT(H5Adelete(f, ZCK_H5_ATTRS_XXH3_ATTR) >= 0);
   hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR);
   H5Tset_size(t, strlen(nt));
   hid_t a = H5Acreate2(f, key, t, s, H5P_DEFAULT, H5P_DEFAULT);

@@ -3,9 +3,10 @@
 # (chunk data, object headers, attribute heaps) are never taken silently. For each damaged
 # copy, `zckpt reshard` either fails with one error line naming the file (exit 1) or writes
 # byte for byte the reshard of the intact container; and `zckpt verify` reports the damage
-# (exit 3, a "damaged:" line) unless the bytes are ones nothing reads (the reshard is then
-# the intact one). (The root attributes' digest is checked by verify only: a reshard reads
-# them as they are.) An intact container verifies clean.
+# (exit 3, a "damaged:" line; or exit 1, could not check, where the damage asks for an
+# unknown filter) unless the bytes are ones nothing reads (the reshard is then
+# the intact one). The root attributes' digest is checked when the container is opened,
+# by reshard and verify alike. An intact container verifies clean.
 set -u
 BIN=$1
 SRC=$2/deepspeed/s2w2_bf16/ckpt
@@ -18,11 +19,13 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" reshard "$T/u.h5" "$T/ref" --to-stage 2 --to-world-size 1 2>"$T/err" || fail "intact reshard: $(cat "$T/err")"
 size=$(wc -c <"$T/u.h5")
 caught=0
-for pct in 3 8 15 22 30 38 45 50 55 60 65 70 75 80 85 90 95 99; do
+tried=0
+for pct in $(seq 1 2 99); do
   off=$((size * pct / 100))
   cp "$T/u.h5" "$T/d.h5"
   printf '\245\132\245\132\245\132\245\132' | dd of="$T/d.h5" bs=1 seek="$off" conv=notrunc 2>/dev/null
   cmp -s "$T/u.h5" "$T/d.h5" && continue
+  tried=$((tried + 1))
   "$BIN" verify "$T/d.h5" >"$T/vout" 2>&1
   vr=$?
   rm -rf "$T/r"
@@ -38,9 +41,17 @@ for pct in 3 8 15 22 30 38 45 50 55 60 65 70 75 80 85 90 95 99; do
     [ "$rr" = 0 ] || fail "at $off ($pct%): verify clean but reshard failed: $(cat "$T/rout")"
     continue
   fi
-  [ "$vr" = 3 ] || fail "at $off ($pct%): verify exit $vr, expected 3: $(cat "$T/vout")"
-  grep -q "^damaged: .*$T/d.h5" "$T/vout" || fail "at $off ($pct%): no damaged line: $(cat "$T/vout")"
+  # damage (3), or "could not check" (1) where the damage made the file ask for something
+  # zckpt cannot read (an unknown filter id): either way not clean
+  case $vr in
+  3) grep -q "^damaged: .*$T/d.h5" "$T/vout" || fail "at $off ($pct%): no damaged line: $(cat "$T/vout")" ;;
+  1) grep -q "$T/d.h5" "$T/vout" || fail "at $off ($pct%): verify exit 1 naming nothing: $(cat "$T/vout")" ;;
+  *) fail "at $off ($pct%): verify exit $vr: $(cat "$T/vout")" ;;
+  esac
   caught=$((caught + 1))
 done
-[ "$caught" -ge 10 ] || fail "only $caught damaged copies caught"
+# much of a default-format (HDF5 1.8-compatible) file is preallocated index space and
+# padding nothing reads; at least a quarter of the offsets land in read bytes
+[ $((caught * 4)) -ge "$tried" ] || fail "only $caught of $tried damaged copies caught"
+echo "$caught of $tried damaged copies caught; the others were not read"
 exit 0
