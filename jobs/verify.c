@@ -135,6 +135,19 @@ static zck_status resolve(vctx *c) {
     if (tag && *tag && !strchr(tag, '/') && strcmp(tag, "..") && strcmp(tag, ".")) {
       char *td = zck__path_join(c->path, tag);
       if (td && is_dir(td)) { free(c->base); c->base = td; td = NULL; }
+      else if (td && c->o.tag) {
+        /* --tag names what the user asked about, not what the checkpoint claims: a tag that
+         * is not there is nothing checked (exit 1), not damage (exit 3: a script removing
+         * damaged checkpoints would remove a sound one) */
+        zck_status s = zck__fail(ZCK_ERR_NOT_FOUND, "%s: tag folder '%s' does not exist", c->path, tag);
+        if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = s;
+        zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "read", td, NULL, -1, 0, "%s", zck_last_error());
+        free(td);
+        free(tag);
+        free(c->base);
+        c->base = NULL; /* run() stops: nothing to check */
+        return ZCK_OK;
+      }
       free(td);
     }
     free(tag);
