@@ -291,6 +291,31 @@ zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
   f->tmp_path = zck__tmp_sibling(final_path);
   if (!f->path || !f->tmp_path) { zck__outfile_abort(f); return ZCK_ERR_NO_MEMORY; }
   f->in_outdir = zck__in_open_dir(final_path);
+  if (!f->in_outdir) {
+    /* a folder's link is written through (see zck__resolve_out); the parents a folder
+     * OUT gets made (zck__outdir_create) a file OUT gets too */
+    char *real = NULL;
+    zck_status s = zck__resolve_out(final_path, &real);
+    if (s == ZCK_OK && strcmp(real, f->path)) {
+      free(f->path);
+      free(f->tmp_path);
+      f->path = real;
+      real = NULL;
+      f->tmp_path = zck__tmp_sibling(f->path);
+      if (!f->tmp_path) s = ZCK_ERR_NO_MEMORY;
+    }
+    free(real);
+    char *parent = s == ZCK_OK ? zck__parent_dir(f->path) : NULL;
+    if (s == ZCK_OK && !parent) s = ZCK_ERR_NO_MEMORY;
+    if (s == ZCK_OK) s = zck__mkdirs_track(parent, &f->made_top);
+    free(parent);
+    if (s != ZCK_OK) {
+      free(f->tmp_path);
+      f->tmp_path = NULL;
+      zck__outfile_abort(f);
+      return s;
+    }
+  }
   int fe = zck__io_fault(ZCK_IO_OP_OPEN);
   f->fd = fe ? -1 : open(f->tmp_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f->fd < 0) {
@@ -354,12 +379,14 @@ zck_status zck__outfile_commit(zck__outfile *f) {
     char *parent = zck__parent_dir(f->path);
     s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
     if (s != ZCK_OK) {
-      /* undo: the earlier version back in place, or no file at all */
+      /* undo: the earlier version back in place, or no file at all (nor the folders
+       * made for it) */
       if (old && rename(old, f->path) == 0) {
         free(old);
         old = NULL;
       } else if (!old) {
         unlink(f->path);
+        if (parent && f->made_top) zck__rmdirs_made(parent, f->made_top);
       }
     }
     free(parent);
@@ -368,6 +395,8 @@ zck_status zck__outfile_commit(zck__outfile *f) {
   free(old);
   free(f->path);
   f->path = NULL;
+  free(f->made_top);
+  f->made_top = NULL;
   return s;
 }
 
@@ -375,6 +404,12 @@ void zck__outfile_abort(zck__outfile *f) {
   if (!f) return;
   if (f->fd >= 0) close(f->fd);
   if (f->tmp_path) unlink(f->tmp_path);
+  if (f->made_top && f->path) { /* a failed save leaves no folders of its own behind */
+    char *parent = zck__parent_dir(f->path);
+    if (parent) zck__rmdirs_made(parent, f->made_top);
+    free(parent);
+  }
+  free(f->made_top);
   free(f->tmp_path);
   free(f->path);
   memset(f, 0, sizeof *f);
@@ -384,23 +419,83 @@ void zck__outfile_abort(zck__outfile *f) {
 /* ---- directories */
 
 zck_status zck__mkdirs(const char *path) {
+  char *made = NULL;
+  zck_status s = zck__mkdirs_track(path, &made);
+  free(made);
+  return s;
+}
+
+zck_status zck__mkdirs_track(const char *path, char **made_top) {
+  *made_top = NULL;
   char *p = zck__strdup(path);
   if (!p) return ZCK_ERR_NO_MEMORY;
+  char *last = NULL; /* the deepest folder made so far */
+  zck_status s = ZCK_OK;
   for (char *c = p + 1; ; c++) {
     if (*c == '/' || *c == 0) {
       char saved = *c;
       *c = 0;
-      if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        zck_status s = zck__fail_errno(errno, "%s: cannot create directory", p);
-        free(p);
-        return s;
+      if (c[-1] != '/') {
+        if (mkdir(p, 0755) == 0) {
+          free(last);
+          last = zck__strdup(p);
+          if (!*made_top) *made_top = zck__strdup(p);
+          if (!last || !*made_top) s = ZCK_ERR_NO_MEMORY;
+        } else if (errno != EEXIST) {
+          s = zck__fail_errno(errno, "%s: cannot create directory", p);
+        }
       }
       *c = saved;
-      if (!saved) break;
+      if (!saved || s != ZCK_OK) break;
     }
   }
+  if (s != ZCK_OK && last && *made_top) zck__rmdirs_made(last, *made_top);
+  if (s != ZCK_OK) {
+    free(*made_top);
+    *made_top = NULL;
+  }
+  free(last);
   free(p);
-  return ZCK_OK;
+  return s;
+}
+
+void zck__rmdirs_made(const char *path, const char *made_top) {
+  size_t top = strlen(made_top);
+  while (top > 1 && made_top[top - 1] == '/') top--;
+  if (strncmp(path, made_top, top) || (path[top] && path[top] != '/')) return; /* not under it */
+  char *p = zck__strdup(path);
+  if (!p) return;
+  size_t n = strlen(p);
+  for (;;) {
+    while (n > top && p[n - 1] == '/') p[--n] = 0;
+    if (n < top || rmdir(p) != 0) break; /* not empty (or not ours to remove): stop */
+    if (n == top) break;
+    while (n > top && p[n - 1] != '/') p[--n] = 0;
+  }
+  free(p);
+}
+
+zck_status zck__resolve_out(const char *path, char **resolved) {
+  *resolved = NULL;
+  char *copy = zck__strdup(path);
+  if (!copy) return ZCK_ERR_NO_MEMORY;
+  size_t n = strlen(copy);
+  while (n > 1 && copy[n - 1] == '/') copy[--n] = 0; /* "link/" names the link */
+  struct stat lsb, sb;
+  /* only links to folders: a link to a file may name another suffix than the file it
+   * points at, and OUT's suffix picks the output format */
+  if (lstat(copy, &lsb) != 0 || !S_ISLNK(lsb.st_mode) || (stat(copy, &sb) == 0 && !S_ISDIR(sb.st_mode))) {
+    free(copy);
+    *resolved = zck__strdup(path); /* as given: a trailing '/' still says "a folder" */
+    return *resolved ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  }
+  zck_status s = ZCK_OK;
+  if (stat(copy, &sb) != 0)
+    s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: a symlink to a missing path; create its target or remove the link", path);
+  else if (!(*resolved = realpath(copy, NULL)))
+    s = zck__fail_errno(errno, "%s: cannot resolve the symlink", path);
+  free(copy);
+  return s;
 }
 
 zck_status zck__remove_tree(const char *path) {
@@ -515,23 +610,27 @@ static void zck__clean_stale_temps(const char *final_path) {
 zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overwrite) {
   memset(d, 0, sizeof *d);
   struct stat st;
-  if (stat(final_path, &st) == 0) {
+  char *real = NULL; /* a link to a folder: its target */
+  ZCK_TRY(zck__resolve_out(final_path, &real));
+  if (stat(real, &st) == 0) {
+    zck_status s = ZCK_OK;
     if (!S_ISDIR(st.st_mode))
-      return zck__fail(ZCK_ERR_EXISTS, "%s: exists and is not a directory", final_path);
-    if (!zck__dir_is_empty(final_path) && !overwrite)
-      return zck__fail(ZCK_ERR_EXISTS, "%s: exists and is not empty (use --overwrite to replace it)", final_path);
+      s = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is not a directory", final_path);
+    else if (!zck__dir_is_empty(real) && !overwrite)
+      s = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is not empty (use --overwrite to replace it)", final_path);
+    if (s != ZCK_OK) { free(real); return s; }
     d->replace = true;
   }
-  d->path = zck__strdup(final_path);
-  d->tmp_path = zck__tmp_sibling(final_path);
+  d->path = real;
+  d->tmp_path = zck__tmp_sibling(real);
   if (!d->path || !d->tmp_path) { zck__outdir_abort(d); return ZCK_ERR_NO_MEMORY; }
-  char *parent = zck__parent_dir(final_path);
+  char *parent = zck__parent_dir(real);
   if (!parent) { zck__outdir_abort(d); return ZCK_ERR_NO_MEMORY; }
-  zck_status s = zck__mkdirs(parent);
+  zck_status s = zck__mkdirs_track(parent, &d->made_top);
   free(parent);
   if (s != ZCK_OK) { zck__outdir_abort(d); return s; }
   zck__remove_tree(d->tmp_path); /* a stale one from a crashed run of the same pid */
-  zck__clean_stale_temps(final_path);
+  zck__clean_stale_temps(real);
   if (mkdir(d->tmp_path, 0755) != 0) {
     s = zck__fail_errno(errno, "%s: cannot create output directory", final_path);
     free(d->tmp_path);
@@ -662,6 +761,8 @@ zck_status zck__outdir_commit(zck__outdir *d) {
   zck__open_dirs_remove(d->tmp_path);
   free(d->tmp_path);
   d->tmp_path = NULL;
+  free(d->made_top); /* the parents hold the output now */
+  d->made_top = NULL;
   if (old) { zck__remove_tree(old); free(old); }
   return s;
 }
@@ -672,6 +773,12 @@ void zck__outdir_abort(zck__outdir *d) {
     zck__open_dirs_remove(d->tmp_path);
     zck__remove_tree(d->tmp_path);
   }
+  if (d->made_top && d->path) { /* a failed save leaves no folders of its own behind */
+    char *parent = zck__parent_dir(d->path);
+    if (parent) zck__rmdirs_made(parent, d->made_top);
+    free(parent);
+  }
+  free(d->made_top);
   free(d->tmp_path);
   free(d->path);
   memset(d, 0, sizeof *d);

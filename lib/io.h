@@ -49,9 +49,13 @@ typedef struct zck__outfile {
   char *path;      /* final path */
   char *tmp_path;  /* where it is written until commit */
   bool in_outdir;  /* inside an open zck__outdir of this process: its commit fsyncs it */
+  char *made_top;  /* the highest missing parent folder this create made, or NULL */
 } zck__outfile;
 
-/* Creates "<dir>/.<name>.zck-tmp-<pid>" for the final path. */
+/* Creates "<dir>/.<name>.zck-tmp-<pid>" for the final path, making its missing parent
+ * folders (outside an open outdir; a failed commit or an abort removes those again, if
+ * empty). A final path that is a symlink to a folder is written at the link's target
+ * (the link stays); a dangling one is refused. */
 zck_status zck__outfile_create(zck__outfile *f, const char *final_path);
 zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off);
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size);
@@ -75,9 +79,13 @@ typedef struct zck__outdir {
   char *path;      /* final directory */
   char *tmp_path;  /* "<parent>/.<name>.zck-tmp-<pid>" while being written */
   bool replace;    /* an existing final directory is replaced at commit */
+  char *made_top;  /* the highest missing parent folder create made, or NULL */
 } zck__outdir;
 
-/* Fails with ZCK_ERR_EXISTS if path exists and is non-empty, unless overwrite. */
+/* Fails with ZCK_ERR_EXISTS if path exists and is non-empty, unless overwrite. Makes the
+ * missing parent folders (an abort before commit removes them again, if empty). A path
+ * that is a symlink to a folder is written at the link's target and stays a link
+ * (d->path is the target); a dangling one is refused. */
 zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overwrite);
 /* Path of a file inside the temporary directory (caller frees). */
 char *zck__outdir_file(const zck__outdir *d, const char *name);
@@ -91,6 +99,15 @@ void zck__outdir_abort(zck__outdir *d);
 /* rm -r of a tree we made (never follows symlinks). */
 zck_status zck__remove_tree(const char *path);
 zck_status zck__mkdirs(const char *path);
+/* mkdir -p that also says the highest folder it made (*made_top, NULL when none; the
+ * caller frees it): zck__rmdirs_made(path, made_top) removes path and its parents up to
+ * made_top, each only if empty, undoing it after a failure. */
+zck_status zck__mkdirs_track(const char *path, char **made_top);
+void zck__rmdirs_made(const char *path, const char *made_top);
+/* OUT as a job writes it: a symlink to a folder ("model/" -> /disk/model) resolves to
+ * its target (renaming the output over OUT itself would replace the link), a dangling
+ * link is an error naming it, anything else is OUT as given. *resolved: caller frees. */
+zck_status zck__resolve_out(const char *path, char **resolved);
 
 /* ---- fault injection */
 typedef enum { ZCK_IO_OP_READ, ZCK_IO_OP_WRITE, ZCK_IO_OP_FSYNC, ZCK_IO_OP_RENAME, ZCK_IO_OP_OPEN, ZCK_IO_OP_COUNT } zck__io_op;

@@ -1,5 +1,6 @@
 /* cli.c: error printing, size parsing and the progress bar shared by subcommands. */
 #include "cli.h"
+#include "io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -152,26 +153,10 @@ int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag) {
 }
 
 int zck_cli_resolve_out(const char *out, char **resolved) {
-  struct stat lsb, sb;
-  size_t n = strlen(out);
-  char *copy = strdup(out);
-  if (!copy) return zck_cli_error("out of memory");
-  while (n > 1 && copy[n - 1] == '/') copy[--n] = 0; /* "link/" names the link */
-  /* only links to folders: a link to a file may name another suffix than the file it
-   * points at, and OUT's suffix picks the output format */
-  if (lstat(copy, &lsb) != 0 || !S_ISLNK(lsb.st_mode) || (stat(copy, &sb) == 0 && !S_ISDIR(sb.st_mode))) {
-    free(copy);
-    *resolved = strdup(out); /* as given: a trailing '/' still says "a folder" */
-    return *resolved ? ZCK_EXIT_OK : zck_cli_error("out of memory");
-  }
-  if (stat(copy, &sb) != 0) {
-    int rc = zck_cli_error("%s: a symlink to a missing path; create its target or remove the link", out);
-    free(copy);
-    return rc;
-  }
-  *resolved = realpath(copy, NULL);
-  free(copy);
-  return *resolved ? ZCK_EXIT_OK : zck_cli_error("%s: cannot resolve the symlink: %s", out, strerror(errno));
+  /* the library writes through a folder's link by itself; resolved here too so the
+   * input checks and the interruption clean-up see the folder the job writes */
+  zck_status s = zck__resolve_out(out, resolved);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }
 
 /* ---- interruption */

@@ -11,6 +11,99 @@
 
 static int exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
 
+static int is_link(const char *p) { struct stat st; return lstat(p, &st) == 0 && S_ISLNK(st.st_mode); }
+
+static char *j(const char *a, const char *b) { return zck__path_join(a, b); }
+
+/* Regressions: an OUT that is a link to a folder was replaced by the output (the library
+ * renamed over the link); a failed save left the parent folders it made; a file OUT with
+ * missing parents failed where a folder OUT got them made. */
+static void test_out_links_and_parents(const char *dir) {
+  char *base = j(dir, "lp");
+  ZT_ASSERT(mkdir(base, 0755) == 0);
+  char *tgt = j(base, "target"), *link = j(base, "link"), *in_tgt = j(tgt, "f.bin");
+  ZT_ASSERT(mkdir(tgt, 0755) == 0);
+  ZT_ASSERT(symlink("target", link) == 0);
+  /* an outdir at a link to a folder: written at the target, the link stays */
+  zck__outdir d;
+  ZT_OK(zck__outdir_create(&d, link, false));
+  char *f = zck__outdir_file(&d, "f.bin");
+  ZT_ASSERT(zt_write_file(f, "1", 1) == 0);
+  ZT_OK(zck__outdir_commit(&d));
+  zck__outdir_abort(&d);
+  free(f);
+  ZT_ASSERT(is_link(link));
+  ZT_ASSERT(exists(in_tgt));
+  /* ... also as "link/", and with --overwrite over what is there */
+  char *link_slash = zck__sprintf("%s/", link);
+  ZT_OK(zck__outdir_create(&d, link_slash, true));
+  f = zck__outdir_file(&d, "g.bin");
+  ZT_ASSERT(zt_write_file(f, "2", 1) == 0);
+  ZT_OK(zck__outdir_commit(&d));
+  zck__outdir_abort(&d);
+  free(f);
+  ZT_ASSERT(is_link(link));
+  ZT_ASSERT(!exists(in_tgt));
+  /* a dangling link is refused, naming it */
+  char *dangling = j(base, "dangling");
+  ZT_ASSERT(symlink("nowhere", dangling) == 0);
+  ZT_ERR(zck__outdir_create(&d, dangling, true), ZCK_ERR_INVALID_ARG, "dangling: a symlink to a missing path");
+  ZT_ASSERT(is_link(dangling));
+  zck__outfile of;
+  char *link_file = j(base, "filelink.bin"), *real_file = j(base, "real.bin");
+  ZT_ASSERT(zt_write_file(real_file, "x", 1) == 0 && symlink("real.bin", link_file) == 0);
+
+  /* a failed save removes the parent folders it made, only those, only if empty */
+  char *made = j(base, "m1"), *deep = j(base, "m1/m2/out"), *keep = j(base, "k1"), *keep_deep = j(base, "k1/k2/out");
+  ZT_OK(zck__outdir_create(&d, deep, false));
+  ZT_ASSERT(exists(made));
+  zck__outdir_abort(&d);
+  ZT_ASSERT(!exists(made));
+  ZT_ASSERT(exists(base));
+  zck__io_fault_set(ZCK_IO_OP_RENAME, 1, EIO); /* a failed commit, then the abort */
+  ZT_OK(zck__outdir_create(&d, deep, false));
+  ZT_ERR(zck__outdir_commit(&d), ZCK_ERR_IO, "cannot rename");
+  zck__outdir_abort(&d);
+  zck__io_fault_set(ZCK_IO_OP_RENAME, 0, 0);
+  ZT_ASSERT(!exists(made));
+  ZT_OK(zck__outdir_create(&d, keep_deep, false)); /* someone else's file lands in k1 meanwhile */
+  char *other = j(keep, "other");
+  ZT_ASSERT(zt_write_file(other, "o", 1) == 0);
+  zck__outdir_abort(&d);
+  ZT_ASSERT(exists(other));
+  char *k2 = j(keep, "k2");
+  ZT_ASSERT(!exists(k2));
+
+  /* a file OUT with missing parents: made, as for a folder OUT, and undone on failure */
+  char *fdeep = j(base, "m1/m2/model.safetensors");
+  ZT_OK(zck__outfile_create(&of, fdeep));
+  ZT_OK(zck__outfile_pwrite(&of, "abc", 3, 0));
+  zck__outfile_abort(&of);
+  ZT_ASSERT(!exists(made));
+  zck__io_fault_set(ZCK_IO_OP_WRITE, 1, ENOSPC);
+  ZT_OK(zck__outfile_create(&of, fdeep));
+  ZT_ERR(zck__outfile_pwrite(&of, "abc", 3, 0), ZCK_ERR_NO_SPACE, "m1/m2/model.safetensors: write of");
+  zck__outfile_abort(&of);
+  zck__io_fault_set(ZCK_IO_OP_WRITE, 0, 0);
+  ZT_ASSERT(!exists(made));
+  zck__io_fault_set(ZCK_IO_OP_RENAME, 1, EIO);
+  ZT_OK(zck__outfile_create(&of, fdeep));
+  ZT_ERR(zck__outfile_commit(&of), ZCK_ERR_IO, "cannot rename");
+  zck__io_fault_set(ZCK_IO_OP_RENAME, 0, 0);
+  ZT_ASSERT(!exists(made));
+  ZT_OK(zck__outfile_create(&of, fdeep));
+  ZT_OK(zck__outfile_pwrite(&of, "abc", 3, 0));
+  ZT_OK(zck__outfile_commit(&of));
+  zck__outfile_abort(&of);
+  ZT_ASSERT(exists(fdeep));
+  /* a link to a file is still replaced (its suffix, not the target's, says the format) */
+  ZT_OK(zck__outfile_create(&of, link_file));
+  ZT_OK(zck__outfile_commit(&of));
+  ZT_ASSERT(!is_link(link_file));
+  free(base); free(tgt); free(link); free(in_tgt); free(link_slash); free(dangling); free(link_file); free(real_file);
+  free(made); free(deep); free(keep); free(keep_deep); free(other); free(k2); free(fdeep);
+}
+
 int main(void) {
   char *dir = zt_tmpdir();
   char buf[16];
@@ -100,6 +193,8 @@ int main(void) {
   ZT_ASSERT(!zck__writer_gone(1, time(NULL)));                    /* init, since boot */
   kill(sleeper, SIGKILL);
   waitpid(sleeper, &wst, 0);
-  free(f1); free(od); free(path); free(dir);
+  free(f1); free(od); free(path);
+  test_out_links_and_parents(dir);
+  free(dir);
   return 0;
 }
