@@ -379,11 +379,17 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
     dst = zck__calloc(s->n ? s->n : 1, sizeof *dst);
     if (!dst) st = ZCK_ERR_NO_MEMORY;
   }
+  /* a write error names the shard's destination (DIR/model.safetensors), not the bare
+   * shard name, nor the temporary tree it is written in */
+  size_t n_shards = st == ZCK_OK ? zck_hf_writer_shard_count(w) : 0;
+  char **shard_paths = n_shards ? zck__calloc(n_shards, sizeof *shard_paths) : NULL;
+  if (n_shards && !shard_paths) st = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < n_shards; i++)
+    if (!(shard_paths[i] = zck__path_join(dir, zck_hf_writer_shard_name(w, i)))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
     if (s->v[i].alias_of >= 0) continue;
     zck_hf_slot hs = zck_hf_writer_slot(w, slot[i]);
-    dst[i] = zck_store_fd(hs.fd, hs.offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel,
-                          zck_hf_writer_shard_name(w, hs.shard));
+    dst[i] = zck_store_fd(hs.fd, hs.offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel, shard_paths[hs.shard]);
   }
   if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
   if (st == ZCK_OK && o && o->torch_bin_too) {
@@ -404,6 +410,8 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
     free(p);
   }
   if (st == ZCK_OK) st = zck_hf_writer_commit(w);
+  for (size_t i = 0; i < n_shards && shard_paths; i++) free(shard_paths[i]);
+  free(shard_paths);
   free(slot);
   free(dst);
   zck_hf_writer_free(w);

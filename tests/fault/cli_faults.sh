@@ -56,5 +56,22 @@ for fault in write:1:ENOSPC write:2:ENOSPC write:5:SHORT write:9:EIO read:1:EIO 
     run_case to-universal-h5 "$fault" "$zckpt" to-universal -q --format hdf5 "$ck" "$tmp/out/target"
   fi
 done
+# a full disk names the output file with its folder (it named the bare "model.safetensors")
+for sharding in "" "--format both"; do
+  # shellcheck disable=SC2086
+  ZCK_FAULT=write:2:ENOSPC "$zckpt" consolidate -q $sharding "$ck" "$tmp/out/named" 2>"$tmp/stderr"
+  if grep -q "^zckpt: error: $tmp/out/named/model[-0-9of]*\.safetensors: write of" "$tmp/stderr"; then pass=$((pass + 1))
+  else echo "FAIL full-disk message [$sharding]: $(cat "$tmp/stderr")"; fail=$((fail + 1)); fi
+done
+# a file OUT with missing parents is written, as a folder OUT is (it failed)
+if "$zckpt" consolidate -q "$ck" "$tmp/out/new3/new4/whole.safetensors" 2>"$tmp/stderr" && [ -f "$tmp/out/new3/new4/whole.safetensors" ]; then
+  pass=$((pass + 1)); rm -rf "$tmp/out/new3"
+else echo "FAIL file OUT with missing parents: $(cat "$tmp/stderr")"; fail=$((fail + 1)); rm -rf "$tmp/out/new3"; fi
+# a failed save leaves none of the parent folders it made (for a folder OUT and a file OUT)
+for target in new1/new2/target new1/new2/target.safetensors; do
+  ZCK_FAULT=write:2:ENOSPC "$zckpt" consolidate -q "$ck" "$tmp/out/$target" 2>"$tmp/stderr"
+  if [ $? = 1 ] && [ ! -e "$tmp/out/new1" ]; then pass=$((pass + 1))
+  else echo "FAIL parents left [$target]: $(ls -A "$tmp/out") $(cat "$tmp/stderr")"; fail=$((fail + 1)); rm -rf "$tmp/out/new1"; fi
+done
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

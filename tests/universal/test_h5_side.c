@@ -112,7 +112,12 @@ int main(void) {
     free(a);
     free(b);
   }
-  /* a target folder that does not exist: the path is named */
+  /* a target folder that does not exist is made (lib/io: as for any output file) */
+  snprintf(got, sizeof got, "%s/made/x", tmp);
+  ZT_OK(zck_h5u_side_file_write(u, 0, got));
+  /* one that cannot be a folder (a file is there): the path is named */
+  snprintf(got, sizeof got, "%s/missing", tmp);
+  ZT_ASSERT(zt_write_file(got, "f", 1) == 0);
   snprintf(got, sizeof got, "%s/missing/x", tmp);
   ZT_ASSERT(zck_h5u_side_file_write(u, 0, got) != ZCK_OK);
   ZT_ASSERT(strstr(zck_last_error(), "missing/x") != NULL);
