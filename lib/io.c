@@ -307,7 +307,9 @@ zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
     free(real);
     char *parent = s == ZCK_OK ? zck__parent_dir(f->path) : NULL;
     if (s == ZCK_OK && !parent) s = ZCK_ERR_NO_MEMORY;
-    if (s == ZCK_OK) s = zck__mkdirs_track(parent, &f->made_top);
+    /* never inside a temporary tree (another process's, or one being removed): making
+     * it again would leave it behind */
+    if (s == ZCK_OK && !strstr(parent, ".zck-tmp-")) s = zck__mkdirs_track(parent, &f->made_top);
     free(parent);
     if (s != ZCK_OK) {
       free(f->tmp_path);
