@@ -388,9 +388,12 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
     n_acc++;
     if (keeper && a->logging_steps > 0 && (global % a->logging_steps == 0 || global == a->max_steps)) {
       double t = now_seconds();
+      /* HF logs the rate after the scheduler's step (the one the next step uses), in the
+       * console and in trainer_state.json alike: one value for both */
+      double logged_lr = ze_train_lr(a, run->warmup, global);
       ze_log(run, "step %lld/%lld | loss %.6f | grad_norm %.4f | lr %.4e | %.1f ms/step", (long long)global,
-             (long long)a->max_steps, loss_acc / (double)n_acc, norm, lr, 1e3 * (t - t_log) / (double)n_acc);
-      ze_ckpt_log(&run->tracker, global, "loss", loss_acc / (double)n_acc, norm, ze_train_lr(a, run->warmup, global));
+             (long long)a->max_steps, loss_acc / (double)n_acc, norm, logged_lr, 1e3 * (t - t_log) / (double)n_acc);
+      ze_ckpt_log(&run->tracker, global, "loss", loss_acc / (double)n_acc, norm, logged_lr);
       t_log = t;
       loss_acc = 0.0;
       n_acc = 0;

@@ -89,6 +89,16 @@ small="--ranks 2 --per-device-train-batch-size 2 --n-positions 16 --n-embd 16 --
 "$BIN" $small --output-dir "$T/run" --save-steps 3 --deepspeed "$CONF/ds_zero3.json" --bf16 2>"$T/err1" >/dev/null ||
   fail "save run: $(cat "$T/err1")"
 [ -f "$T/run/checkpoint-3/latest" ] && [ -f "$T/run/checkpoint-6/model.safetensors" ] || fail "checkpoints missing: $(ls -R "$T/run")"
+# the console and trainer_state.json give one learning rate per step (HF logs the rate after
+# the scheduler's step in both); the run warms up, so an off-by-one step shows
+for k in 1 2 3 4 5 6; do
+  con=$(sed -n "s/^step $k\/6 | .* | lr \([^ ]*\) | .*/\1/p" "$T/err1")
+  js=$(tr -d ' \n' <"$T/run/checkpoint-6/trainer_state.json" |
+    grep -o "{[^{}]*\"step\":$k}" | grep -o '"learning_rate":[^,}]*' | head -n 1 | cut -d: -f2)
+  [ -n "$con" ] && [ -n "$js" ] || fail "lr of step $k: console '$con', trainer_state '$js'"
+  awk -v a="$con" -v b="$js" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= 1e-4 * m + 1e-12) }' ||
+    fail "step $k: console lr $con, trainer_state.json learning_rate $js"
+done
 "$BIN" $small --resume-from-checkpoint "$T/run/checkpoint-3" --deepspeed "$CONF/ds_zero3.json" --bf16 2>"$T/err2" >/dev/null ||
   fail "resume run: $(cat "$T/err2")"
 grep -q "resuming from $T/run/checkpoint-3 at step 3" "$T/err2" || fail "resume banner: $(cat "$T/err2")"
