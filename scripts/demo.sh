@@ -12,6 +12,7 @@ cmake --build build -j"$(nproc)" >/dev/null
 bin=build/bin
 out=${1:-demo-out}
 rm -rf "$out"
+mkdir -p "$out"
 echo "== training: GPT-2 (HF names), ZeRO-3 on 4 ranks, bf16, saving every 150 steps"
 echo "   corpus: lines 'a+b=c' with random a, b in [0, 100)"
 "$bin/zckpt-train" --output-dir "$out/run" --max-steps 300 --ranks 4 --zero-stage 3 --bf16 \
