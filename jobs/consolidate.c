@@ -15,22 +15,9 @@
 
 #include "deepspeed/deepspeed.h"
 #include "plan.h"
+#include "consolidate_internal.h"
 #include "tensor_set.h"
 #include "zck.h"
-
-/* What each set entry is, in deepspeed terms. */
-typedef struct zck__cons_entry {
-  zck_ds_out_kind kind;   /* BUFFER / FROZEN / TRAINABLE (aliases resolved to their source's) */
-  uint32_t index;         /* buffer or param index of the data */
-} zck__cons_entry;
-
-typedef struct zck__cons_ctx {
-  const zck_ds_ckpt *ckpt;
-  zck__cons_entry *entries;   /* [set->n] */
-  unsigned threads;
-  zck_progress_cb progress;
-  void *progress_ctx;
-} zck__cons_ctx;
 
 /* One copy job: every entry of one kind whose data lives in `view`. Entries that need the
  * same param twice (a kept alias) go to a second job, since a whole-tensor target layout
@@ -90,7 +77,7 @@ static zck_status zck__cons_job_build(zck__cons_job *j, const zck_ds_view *src, 
   return st;
 }
 
-static zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out) {
+zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out) {
   const zck__cons_ctx *c = vctx;
   enum { MAX_JOBS = 24 };
   zck__cons_job jobs[MAX_JOBS];
@@ -140,7 +127,7 @@ static zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck
   return st;
 }
 
-static bool zck__cons_floating(zck_dtype t) { return t == ZCK_F32 || t == ZCK_F16 || t == ZCK_BF16 || t == ZCK_F64; }
+bool zck__cons_floating(zck_dtype t) { return t == ZCK_F32 || t == ZCK_F16 || t == ZCK_BF16 || t == ZCK_F64; }
 
 /* The tied-alias map save_pretrained would drop, as metadata {"alias": "source", ...}. */
 static zck_status zck__cons_tied_meta(zck__tensor_set *s) {
@@ -202,36 +189,16 @@ static zck_status zck__cons_check_out(const zck_ds_info *info, const char *out) 
   return st;
 }
 
-zck_status zck_consolidate(const char *path, const char *out, const zck_consolidate_opts *opts) {
-  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
-  if (opts) o = *opts;
-  if (o.dtype != ZCK_DTYPE_INVALID && !zck__cons_floating(o.dtype))
-    return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16 or fp16");
-  zck_output_format fmt = zck__output_format_of(out);
-  if (fmt == ZCK_OUT_SAFETENSORS) { o.safetensors = 1; o.torch_bin = 0; }
-  if (fmt == ZCK_OUT_TORCH) { o.safetensors = 0; o.torch_bin = 1; }
-  if (!o.safetensors && !o.torch_bin) return zck__fail(ZCK_ERR_INVALID_ARG, "nothing to write: choose safetensors or pt");
-
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o.tag;
-  zck_ds_ckpt *ck = NULL;
-  ZCK_TRY(zck_ds_open(path, &dopts, &ck));
-  /* a zckpt-written checkpoint without its manifest was never completed */
-  zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
-  if (complete == ZCK_OK) complete = zck__cons_check_out(zck_ds_info_of(ck), out);
-  struct stat osb;
-  if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))
-    complete = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder (an OUT named *.%s is written as one file)", out,
-                         fmt == ZCK_OUT_SAFETENSORS ? "safetensors" : "bin/.pt");
-  if (complete != ZCK_OK) {
-    zck_ds_close(ck);
-    return complete;
-  }
+/* The output tensors of zero_to_fp32's recipe as a tensor set (sources unbound: the
+ * filler binds them), with what each entry is in DeepSpeed terms. */
+zck_status zck__cons_build_set(const zck_ds_ckpt *ck, const zck_consolidate_opts *opts, zck__tensor_set *set,
+                               zck__cons_entry **entries_out) {
+  const zck_consolidate_opts o = *opts;
+  zck__tensor_set s;
+  zck__set_init(&s);
   size_t n_out = 0;
   const zck_ds_output *outs = zck_ds_outputs(ck, &n_out);
 
-  zck__tensor_set s;
-  zck__set_init(&s);
   zck__cons_entry *entries = zck__calloc(n_out ? n_out : 1, sizeof *entries);
   int32_t *set_index = zck__malloc((n_out ? n_out : 1) * sizeof *set_index);
   zck_status st = (entries && set_index) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
@@ -261,6 +228,46 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
     entries[s.n - 1] = (zck__cons_entry){data->kind, data->index};
     set_index[i] = (int32_t)(s.n - 1);
   }
+  free(set_index);
+  if (st != ZCK_OK) {
+    zck__set_free(&s);
+    zck__set_init(&s);
+    free(entries);
+    entries = NULL;
+  }
+  *set = s;
+  *entries_out = entries;
+  return st;
+}
+
+zck_status zck_consolidate(const char *path, const char *out, const zck_consolidate_opts *opts) {
+  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+  if (opts) o = *opts;
+  if (o.dtype != ZCK_DTYPE_INVALID && !zck__cons_floating(o.dtype))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16 or fp16");
+  zck_output_format fmt = zck__output_format_of(out);
+  if (fmt == ZCK_OUT_SAFETENSORS) { o.safetensors = 1; o.torch_bin = 0; }
+  if (fmt == ZCK_OUT_TORCH) { o.safetensors = 0; o.torch_bin = 1; }
+  if (!o.safetensors && !o.torch_bin) return zck__fail(ZCK_ERR_INVALID_ARG, "nothing to write: choose safetensors or pt");
+
+  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
+  dopts.tag = o.tag;
+  zck_ds_ckpt *ck = NULL;
+  ZCK_TRY(zck_ds_open(path, &dopts, &ck));
+  /* a zckpt-written checkpoint without its manifest was never completed */
+  zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
+  if (complete == ZCK_OK) complete = zck__cons_check_out(zck_ds_info_of(ck), out);
+  struct stat osb;
+  if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))
+    complete = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder (an OUT named *.%s is written as one file)", out,
+                         fmt == ZCK_OUT_SAFETENSORS ? "safetensors" : "bin/.pt");
+  if (complete != ZCK_OK) {
+    zck_ds_close(ck);
+    return complete;
+  }
+  zck__tensor_set s;
+  zck__cons_entry *entries = NULL;
+  zck_status st = zck__cons_build_set(ck, &o, &s, &entries);
   zck__cons_ctx ctx = {ck, entries, o.threads, o.progress, o.progress_ctx};
   zck__write_opts wo = {.fill = zck__cons_fill, .fill_ctx = &ctx, .threads = o.threads,
                         .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0, .manifest = true,
@@ -318,7 +325,6 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   free(side_texts);
   zck__set_free(&s);
   free(entries);
-  free(set_index);
   zck_ds_close(ck);
   return st;
 }

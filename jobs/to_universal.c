@@ -23,10 +23,10 @@
 
 // ---- shared helpers
 
-void zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total) {
+int zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total) {
   zck__uvj_progress *p = ctx;
   uint64_t t = p->base + total > p->total ? p->base + total : p->total;
-  if (p->cb) p->cb(p->ctx, p->base + done, t);
+  return p->cb ? p->cb(p->ctx, p->base + done, t) : 0;
 }
 
 zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress *p) {

@@ -16,7 +16,7 @@ typedef struct zck__uvj_progress {
   uint64_t base, total;
 } zck__uvj_progress;
 
-void zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total);
+int zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total);
 /* Executor options for one run reporting into p. */
 zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress *p);
 /* After a run of `bytes` bytes. */

@@ -31,6 +31,7 @@ const char *zck_status_name(zck_status s) {
   case ZCK_ERR_DAMAGED: return "damaged";
   case ZCK_ERR_NO_DEVICE: return "no device";
   case ZCK_ERR_INTERNAL: return "internal error";
+  case ZCK_ERR_CANCELED: return "canceled";
   }
   return "unknown status";
 }

@@ -68,6 +68,7 @@ typedef struct exec_ctx {
   atomic_int failed;
   pthread_mutex_t lock;
   uint64_t done, total;  /* bytes written, under lock */
+  bool canceled;         /* the progress callback asked to stop, under lock */
 } exec_ctx;
 
 static const char *store_label(const zck_store *s, char *buf, size_t cap, const char *side, uint32_t id) {
@@ -110,14 +111,18 @@ static zck_status store_write(const zck_store *s, uint32_t id, const void *src, 
   }
 }
 
-static void report(exec_ctx *c, uint64_t bytes) {
+/* Counts finished bytes; the caller's progress callback may cancel the run. */
+static zck_status report(exec_ctx *c, uint64_t bytes) {
   if (!c->o->progress) {
-    return;
+    return ZCK_OK;
   }
   pthread_mutex_lock(&c->lock);
   c->done += bytes;
-  c->o->progress(c->o->progress_ctx, c->done, c->total);
+  /* once asked to stop, the callback is not called again (other workers may still finish) */
+  if (!c->canceled) c->canceled = c->o->progress(c->o->progress_ctx, c->done, c->total) != 0;
+  bool stop = c->canceled;
   pthread_mutex_unlock(&c->lock);
+  return stop ? zck__fail(ZCK_ERR_CANCELED, "canceled") : ZCK_OK;
 }
 
 /* Converts and writes count elements of one extent whose source elements are at sp,
@@ -176,7 +181,7 @@ static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) 
                    (const uint8_t *)S->mem + e->src_off * ss, 0, e->count, ext_crc ? &crc : NULL));
       if (ext_crc) ext_crc[b->first + i] = crc;
     }
-    report(c, bytes);
+    ZCK_TRY(report(c, bytes));
     return ZCK_OK;
   }
   if (!c->bufs[thread] && !(c->bufs[thread] = zck__malloc(c->staging))) return ZCK_ERR_NO_MEMORY;
@@ -186,7 +191,7 @@ static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) 
     if (b->n == 1 && D->kind == ZCK_STORE_MEMORY && D->dtype == S->dtype && !ext_crc && !c->o->written) {
       ZCK_TRY(store_read(S, e0->src_store, (uint8_t *)D->mem + e0->dst_off * zck_dtype_size(D->dtype), e0->src_off,
                          e0->count));
-      report(c, bytes);
+      ZCK_TRY(report(c, bytes));
       return ZCK_OK;
     }
     ZCK_TRY(store_read(S, e0->src_store, rbuf, b->lo, b->hi - b->lo));
@@ -197,7 +202,7 @@ static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) 
                    ext_crc ? &crc : NULL));
       if (ext_crc) ext_crc[b->first + i] = crc;
     }
-    report(c, bytes);
+    ZCK_TRY(report(c, bytes));
     return ZCK_OK;
   }
   /* one long extent, streamed */
@@ -209,7 +214,7 @@ static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) 
     uint64_t n = e0->count - k < step ? e0->count - k : step;
     ZCK_TRY(store_read(S, e0->src_store, rbuf, e0->src_off + k, n));
     ZCK_TRY(emit(c, cbuf, b->job, b->first, rbuf, k, n, ext_crc ? &crc : NULL));
-    report(c, n * dsz);
+    ZCK_TRY(report(c, n * dsz));
   }
   if (ext_crc) ext_crc[b->first] = crc;
   return ZCK_OK;

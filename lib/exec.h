@@ -88,8 +88,9 @@ typedef struct zck_exec_job {
 } zck_exec_job;
 
 /* Called after each finished piece of work, from worker threads but never concurrently
- * (under a lock): bytes written so far and in total, over all jobs. */
-typedef void (*zck_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+ * (under a lock): bytes written so far and in total, over all jobs. Non-zero stops the
+ * run with ZCK_ERR_CANCELED. */
+typedef int (*zck_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
 
 /* Called for every range written, from worker threads, concurrently: the destination
  * store, element range and the bytes as written (destination dtype). For callers that

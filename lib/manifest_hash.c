@@ -55,6 +55,7 @@ typedef struct hash_run {
   void *progress_ctx;
   pthread_mutex_t lock;
   uint64_t done_bytes, total_bytes;
+  bool canceled;               /* the progress callback asked to stop, under lock */
 } hash_run;
 
 /* A range being read: started, not yet finished. */
@@ -176,8 +177,14 @@ static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
     if (h->progress) {
       pthread_mutex_lock(&h->lock);
       h->done_bytes += n;
-      h->progress(h->progress_ctx, h->done_bytes, h->total_bytes);
+      /* once asked to stop, the callback is not called again */
+      if (!h->canceled) h->canceled = h->progress(h->progress_ctx, h->done_bytes, h->total_bytes) != 0;
+      bool stop = h->canceled;
       pthread_mutex_unlock(&h->lock);
+      if (stop) {
+        st = zck__fail(ZCK_ERR_CANCELED, "canceled");
+        break;
+      }
     }
   }
   if (st == ZCK_OK) {
@@ -207,7 +214,7 @@ static zck_status hash_item(void *ctx, size_t item, unsigned thread) {
   f->chunks = NULL;
   f->n_chunks = 0;
   f->ok = false;
-  if (!h->keep_going) return st;
+  if (!h->keep_going || st == ZCK_ERR_CANCELED) return st; /* a cancel stops the run, not one file */
   f->error = strdup(zck_last_error()); /* NULL only without memory: the status still says it */
   zck_clear_error();
   return ZCK_OK;

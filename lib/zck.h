@@ -41,7 +41,8 @@ typedef enum zck_status {
   ZCK_ERR_EXISTS,        /* output exists and overwriting was not asked for */
   ZCK_ERR_DAMAGED,       /* checksum or structural damage found by verify */
   ZCK_ERR_NO_DEVICE,     /* built without CUDA, or no GPU present */
-  ZCK_ERR_INTERNAL
+  ZCK_ERR_INTERNAL,
+  ZCK_ERR_CANCELED       /* the progress callback asked to stop; nothing was written */
 } zck_status;
 
 /* Name of a status ("format error", ...). Never NULL. */
@@ -92,8 +93,10 @@ uint64_t zck_xxh3(const void *data, size_t n);
  * atomically: on any error nothing is left at the destination. Option structs are
  * versioned by their initializer macro, so fields can be added later. */
 
-/* Progress: bytes written so far and in total (called from worker threads, serialized). */
-typedef void (*zck_progress_cb)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+/* Progress: bytes written so far and in total (called from worker threads, serialized).
+ * Returning non-zero cancels the job: it stops, removes what it had written (as on
+ * Ctrl-C) and returns ZCK_ERR_CANCELED. */
+typedef int (*zck_progress_cb)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
 
 typedef enum zck_output_format {
   ZCK_OUT_AUTO = 0,        /* from the output name: *.safetensors, *.pt / *.bin, else a directory */
@@ -150,6 +153,42 @@ typedef struct zck_consolidate_opts {
  * *.safetensors / *.bin file. Reads only the fp32 partitions (in place), the frozen and
  * buffer tensors, never exp_avg / exp_avg_sq. */
 zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
+
+/* ---- whole tensors in the caller's memory
+ * The tensors zck_consolidate would write (same names, order, dtypes and values), read
+ * straight from the rank files into buffers the caller provides: for state dicts held in
+ * memory (the Python package's get_fp32_state_dict_from_zero_checkpoint fills torch
+ * tensors this way). Only opts' tag, dtype, exclude_frozen, force, threads and progress
+ * apply; tied aliases are listed, sharing their source's buffer. */
+typedef struct zck_state_dict zck_state_dict;
+
+typedef enum zck_tensor_role {
+  ZCK_ROLE_PARAM = 0,         /* trainable parameter (from the fp32 partitions) */
+  ZCK_ROLE_FROZEN,            /* frozen parameter as DeepSpeed files it (zero-element trainable
+                                 parameters included: DeepSpeed files them with the frozen) */
+  ZCK_ROLE_BUFFER
+} zck_tensor_role;
+
+typedef struct zck_tensor_desc {
+  const char *name;
+  zck_dtype dtype;            /* as the buffer is filled */
+  int ndim;
+  const int64_t *shape;
+  uint64_t numel;
+  uint64_t nbytes;            /* numel * zck_dtype_size(dtype) */
+  int64_t alias_of;           /* >= 0: a tied name of that tensor (same buffer); else -1 */
+  zck_tensor_role role;       /* of the data (an alias: its source's) */
+} zck_tensor_desc;
+
+/* Opens the checkpoint and lists its tensors; reads no tensor data. */
+zck_status zck_consolidate_open(const char *ckpt, const zck_consolidate_opts *opts, zck_state_dict **out);
+size_t zck_state_dict_count(const zck_state_dict *sd);
+/* The i-th tensor (i < count), valid until zck_state_dict_free. */
+const zck_tensor_desc *zck_state_dict_tensor(const zck_state_dict *sd, size_t i);
+/* Fills buffers[i] (desc->nbytes bytes, any alignment) for every tensor that is not an
+ * alias (aliases' entries are ignored and may be NULL). Can be called again. */
+zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers);
+void zck_state_dict_free(zck_state_dict *sd);
 
 typedef struct zck_reshard_opts {
   int to_stage;               /* 1, 2 or 3; 0 = the source's */

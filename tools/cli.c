@@ -466,10 +466,11 @@ void zck_cli_progress_update(void *vp, uint64_t done) {
   fflush(stderr);
 }
 
-void zck_cli_progress_cb(void *vp, uint64_t done, uint64_t total) {
+int zck_cli_progress_cb(void *vp, uint64_t done, uint64_t total) {
   zck_cli_progress *p = vp;
   if (p) p->total = total;
   zck_cli_progress_update(vp, done);
+  return 0;
 }
 
 void zck_cli_progress_finish(zck_cli_progress *p) {

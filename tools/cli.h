@@ -61,7 +61,7 @@ typedef struct zck_cli_progress {
 void zck_cli_progress_init(zck_cli_progress *p, const char *label, uint64_t total, bool quiet);
 void zck_cli_progress_update(void *p, uint64_t done_bytes);
 /* A zck_progress_cb drawing the bar (total known only once the job starts). */
-void zck_cli_progress_cb(void *p, uint64_t done_bytes, uint64_t total_bytes);
+int zck_cli_progress_cb(void *p, uint64_t done_bytes, uint64_t total_bytes);
 void zck_cli_progress_finish(zck_cli_progress *p);
 /* Prints a shape as [a, b, c]. */
 void zck_cli_format_shape(char *buf, size_t n, const int64_t *shape, int ndim);

@@ -108,12 +108,13 @@ typedef struct counters {
   int progress_calls;
 } counters;
 
-static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+static int on_progress(void *ctx, uint64_t done, uint64_t total) {
   counters *c = ctx;
   ZT_ASSERT(done >= c->last_done);
   c->last_done = done;
   c->last_total = total;
   c->progress_calls++;
+  return 0;
 }
 
 static void on_written(void *ctx, size_t job, uint32_t st, uint64_t off, uint64_t count, const void *bytes, size_t n) {

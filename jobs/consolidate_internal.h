@@ -1,0 +1,31 @@
+/* consolidate_internal.h: what consolidate.c shares with the in-memory state dict
+ * (consolidate_memory.c): zero_to_fp32's recipe as a tensor set and its filler. */
+#ifndef ZCK_CONSOLIDATE_INTERNAL_H
+#define ZCK_CONSOLIDATE_INTERNAL_H
+
+#include "deepspeed/deepspeed.h"
+#include "tensor_set.h"
+
+/* What each set entry is, in deepspeed terms. */
+typedef struct zck__cons_entry {
+  zck_ds_out_kind kind;   /* BUFFER / FROZEN / TRAINABLE (aliases resolved to their source's) */
+  uint32_t index;         /* buffer or param index of the data */
+} zck__cons_entry;
+
+typedef struct zck__cons_ctx {
+  const zck_ds_ckpt *ckpt;
+  zck__cons_entry *entries;   /* [set->n] */
+  unsigned threads;
+  zck_progress_cb progress;
+  void *progress_ctx;
+} zck__cons_ctx;
+
+bool zck__cons_floating(zck_dtype t);
+/* The entries zero_to_fp32 outputs for ck under opts (dtype, exclude_frozen), in its
+ * order; aliases have alias_of set. *entries: [set->n], free() it. */
+zck_status zck__cons_build_set(const zck_ds_ckpt *ck, const zck_consolidate_opts *opts, zck__tensor_set *set,
+                               zck__cons_entry **entries);
+/* A zck__fill_fn (ctx: zck__cons_ctx): copies every entry from the rank files to dst. */
+zck_status zck__cons_fill(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out);
+
+#endif
