@@ -1,0 +1,189 @@
+"""zckpt: DeepSpeed ZeRO checkpoints without DeepSpeed, at the speed of the disk.
+
+Jobs (each one atomic: on any error, or when canceled, nothing is left at OUT):
+    consolidate(checkpoint, out, ...)     whole tensors, equal bit for bit to zero_to_fp32
+    reshard(checkpoint, out, ...)         another ZeRO stage and/or world size
+    to_universal(checkpoint, out, ...)    DeepSpeed's universal checkpoint, or one HDF5 file
+    verify(path, ...) -> VerifyReport     structure and checksums
+    inspect(path) -> dict                 what a checkpoint or tensor file holds
+
+DeepSpeed's zero_to_fp32 functions, same signatures and results, no DeepSpeed needed:
+    get_fp32_state_dict_from_zero_checkpoint, convert_zero_checkpoint_to_fp32_state_dict,
+    load_state_dict_from_zero_checkpoint (also in zckpt.zero_to_fp32).
+
+Failures raise zckpt.Error with the library's one-line message. Progress: pass
+progress=callable(done_bytes, total_bytes) (a true return value cancels the job), or
+leave it None for a tqdm bar when tqdm is installed and stderr is a terminal. Ctrl-C
+cancels cleanly and raises KeyboardInterrupt.
+
+Importing zckpt needs neither torch nor numpy.
+"""
+import json
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from . import _native as N
+from ._run import Canceled, Error, run
+
+__all__ = ["Error", "Canceled", "consolidate", "reshard", "to_universal", "verify", "inspect", "VerifyReport",
+           "VerifyFinding", "version", "get_fp32_state_dict_from_zero_checkpoint",
+           "convert_zero_checkpoint_to_fp32_state_dict", "load_state_dict_from_zero_checkpoint"]
+
+__version__ = N.lib.zck_version().decode()
+
+
+def version():
+    """The version of the loaded libzckpt."""
+    return N.lib.zck_version().decode()
+
+
+def _b(s):
+    return None if s is None else os.fsencode(s)
+
+
+def _dtype(name, what="dtype"):
+    if name is None:
+        return 0
+    name = str(name)
+    if name.startswith("torch."):
+        name = name[6:]
+    t = N.lib.zck_dtype_parse(name.encode())
+    if t == 0:
+        raise Error(f"{what} {name!r}: not a dtype zckpt knows", "invalid argument")
+    return t
+
+
+def _size(v):
+    """max_shard_size as bytes: an int, or a string in HF units ("5GB", "10GiB")."""
+    if v is None:
+        return 0
+    if isinstance(v, int):
+        return v
+    s = str(v).strip().upper()
+    units = {"TIB": 1 << 40, "GIB": 1 << 30, "MIB": 1 << 20, "KIB": 1 << 10, "TB": 10**12, "GB": 10**9, "MB": 10**6,
+             "KB": 10**3, "B": 1}
+    for u, mul in units.items():
+        if s.endswith(u):
+            return int(float(s[:-len(u)]) * mul)
+    return int(s)
+
+
+def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, exclude_frozen=False,
+                keep_tied=False, format="safetensors", force=False, overwrite=False, threads=0, progress=None):
+    """A DeepSpeed ZeRO-1/2/3 checkpoint (save root with `latest`, tag folder or HF
+    checkpoint-N/) to whole tensors at OUT: a folder (model.safetensors or shards + index),
+    or one *.safetensors / *.bin file. format: "safetensors", "pt" or "both" (folders)."""
+    if format not in ("safetensors", "pt", "both"):
+        raise Error(f"format {format!r}: use safetensors, pt or both", "invalid argument")
+    o = N.ConsolidateOpts.new(tag=_b(tag), dtype=_dtype(dtype), max_shard_size=_size(max_shard_size),
+                              exclude_frozen=int(bool(exclude_frozen)), keep_tied=int(bool(keep_tied)),
+                              safetensors=int(format != "pt"), torch_bin=int(format != "safetensors"),
+                              force=int(bool(force)), threads=threads, overwrite=int(bool(overwrite)))
+    run(N.lib.zck_consolidate, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="consolidate")
+    return os.fspath(out)
+
+
+def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None, tag=None, force=False,
+            overwrite=False, threads=0, progress=None):
+    """A DeepSpeed checkpoint (or a universal folder / HDF5 file) as a DeepSpeed checkpoint
+    for another ZeRO stage and/or world size; OUT is a new save root (OUT/latest, OUT/<tag>/)."""
+    o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
+                          tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)))
+    run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
+    return os.fspath(out)
+
+
+def to_universal(checkpoint, out, *, format="deepspeed", tag=None, inject_missing_state=False, level=0,
+                 chunk_bytes=0, overwrite=False, threads=0, progress=None):
+    """A DeepSpeed checkpoint with its optimizer state as a universal checkpoint: format
+    "deepspeed" (the folder ds_to_universal.py writes) or "hdf5" (one file)."""
+    if format not in ("deepspeed", "ds", "hdf5", "h5"):
+        raise Error(f"format {format!r}: use deepspeed or hdf5", "invalid argument")
+    o = N.UniversalOpts.new(format=1 if format in ("hdf5", "h5") else 0, tag=_b(tag),
+                            inject_missing_state=int(bool(inject_missing_state)), level=level,
+                            chunk_bytes=chunk_bytes, threads=threads, overwrite=int(bool(overwrite)))
+    run(N.lib.zck_to_universal, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="to-universal")
+    return os.fspath(out)
+
+
+@dataclass
+class VerifyFinding:
+    severity: str           # "note", "warning", "damage", "unchecked"
+    check: str
+    file: Optional[str]
+    tensor: Optional[str]
+    offset: int
+    length: int
+    message: str
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    kind: str
+    detail: str
+    dir: Optional[str]
+    single_file: bool
+    manifest: Optional[str]
+    result: str             # "clean", "damaged", "unchecked"
+    files: int
+    bytes: int
+    records: int
+    tensors: int
+    findings: List[VerifyFinding] = field(default_factory=list)
+
+    @property
+    def clean(self):
+        return self.result == "clean"
+
+    def __bool__(self):
+        return self.clean
+
+
+def _s(b):
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def verify(path, *, tag=None, force=False, skip_data=False, threads=0, progress=None):
+    """Checks structure everywhere and checksums where a manifest exists. Returns a
+    VerifyReport (result "clean", "damaged" or "unchecked"); raises Error only when the
+    path cannot be checked at all."""
+    o = N.VerifyOpts.new(version=N.VERIFY_OPTS_VERSION, tag=_b(tag), force=int(bool(force)),
+                         skip_data=int(bool(skip_data)), threads=threads)
+    rp = N.ctypes.POINTER(N.VerifyReport)()
+    try:
+        st, err = run(N.lib.zck_verify, _b(path), o, N.ctypes.byref(rp), opts=o, progress=progress, label="verify")
+        r = rp.contents
+        sev = ["note", "warning", "damage", "unchecked"]
+        findings = [VerifyFinding(sev[f.severity] if f.severity < 4 else str(f.severity), _s(f.check), _s(f.file),
+                                  _s(f.tensor), f.offset, f.length, _s(f.message))
+                    for f in (r.findings[i] for i in range(r.n_findings))]
+        return VerifyReport(_s(r.path), _s(r.kind), _s(r.detail) or "", _s(r.dir), bool(r.single_file),
+                            _s(r.manifest), ["clean", "damaged", "unchecked"][r.result], r.files, r.bytes,
+                            r.records, r.tensors, findings)
+    finally:
+        if rp:
+            N.lib.zck_verify_report_free(rp)
+
+
+def inspect(path, *, max_values=0):
+    """What a .pt/.bin, safetensors file or index, HF or DeepSpeed checkpoint holds, as the
+    dict `zckpt inspect --json` prints."""
+    buf = N.ctypes.c_void_p()
+    size = N.ctypes.c_size_t()
+    stream = N.libc.open_memstream(N.ctypes.byref(buf), N.ctypes.byref(size))
+    if not stream:
+        raise Error("out of memory", "out of memory")
+    o = N.InspectOpts.new(json=1, max_values=max_values)
+    try:
+        run(N.lib.zck_inspect, _b(path), o, stream, progress=False)
+    finally:
+        N.libc.fclose(stream)
+        text = N.ctypes.string_at(buf, size.value) if buf else b""
+        N.libc.free(buf)
+    return json.loads(text)
+
+
+from .zero_to_fp32 import (convert_zero_checkpoint_to_fp32_state_dict,  # noqa: E402
+                           get_fp32_state_dict_from_zero_checkpoint, load_state_dict_from_zero_checkpoint)

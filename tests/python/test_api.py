@@ -1,0 +1,179 @@
+"""test_api.py: the zckpt Python package as installed (a wheel in a fresh venv, or the
+source tree with $ZCKPT_LIBRARY), with the standard library only: no torch, no numpy.
+
+Checks each job against the zckpt command's own results, errors as zckpt.Error with the
+one-line message, progress reports, cancellation by the callback and by Ctrl-C (nothing
+left at OUT or beside it), and that importing the package pulls in neither torch nor numpy.
+Run: python test_api.py (ZCK_FIXTURES and ZCK_BIN name the fixtures and a zckpt program).
+"""
+import filecmp
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import zckpt
+
+FX = os.environ.get("ZCK_FIXTURES") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+DS = os.path.join(FX, "deepspeed")
+CKPT = os.path.join(DS, "s3w2_bf16", "ckpt")
+BIN = os.environ.get("ZCK_BIN", "zckpt")
+
+
+def listing(d):
+    return sorted(os.listdir(d))
+
+
+class Api(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def test_import_needs_neither_torch_nor_numpy(self):
+        r = subprocess.run([sys.executable, "-c", "import sys, zckpt; print('torch' in sys.modules, 'numpy' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+        self.assertEqual(r.stdout.strip(), "False False")
+
+    def test_consolidate_equals_the_command(self):
+        ours = os.path.join(self.tmp, "py.safetensors")
+        cli = os.path.join(self.tmp, "cli.safetensors")
+        calls = []
+        self.assertEqual(zckpt.consolidate(CKPT, ours, progress=lambda d, t: calls.append((d, t))), ours)
+        subprocess.run([BIN, "consolidate", "-q", CKPT, cli], check=True)
+        self.assertTrue(filecmp.cmp(ours, cli, shallow=False))
+        self.assertTrue(calls, "progress was never reported")
+        self.assertEqual(calls[-1][0], calls[-1][1])   # done == total at the end
+        self.assertTrue(all(a[0] <= b[0] for a, b in zip(calls, calls[1:])))
+
+    def test_consolidate_folder_dtype_and_shards(self):
+        out = os.path.join(self.tmp, "hf")
+        zckpt.consolidate(CKPT, out, dtype="bf16", max_shard_size="2KB", progress=False)
+        cli = os.path.join(self.tmp, "hf_cli")
+        subprocess.run([BIN, "consolidate", "-q", "--dtype", "bf16", "--max-shard-size", "2KB", CKPT, cli], check=True)
+        self.assertEqual(listing(out), listing(cli))
+        self.assertIn("model.safetensors.index.json", listing(out))
+        for f in listing(out):
+            if f.endswith(".safetensors"):
+                self.assertTrue(filecmp.cmp(os.path.join(out, f), os.path.join(cli, f), shallow=False), f)
+
+    def test_errors_are_one_line(self):
+        with self.assertRaises(zckpt.Error) as e:
+            zckpt.consolidate(os.path.join(self.tmp, "nope"), os.path.join(self.tmp, "o.safetensors"))
+        msg = str(e.exception)
+        self.assertIn(os.path.join(self.tmp, "nope"), msg)
+        self.assertNotIn("\n", msg)
+        self.assertEqual(e.exception.status, "not found")
+        self.assertEqual(listing(self.tmp), [])
+        with self.assertRaises(zckpt.Error):
+            zckpt.consolidate(CKPT, os.path.join(self.tmp, "o.safetensors"), dtype="int3")
+        out = os.path.join(self.tmp, "o.safetensors")
+        zckpt.consolidate(CKPT, out, progress=False)
+        with self.assertRaises(zckpt.Error) as e:
+            zckpt.consolidate(CKPT, out, progress=False)
+        self.assertEqual(e.exception.status, "already exists")
+        zckpt.consolidate(CKPT, out, overwrite=True, progress=False)
+
+    def test_cancel_by_callback_leaves_nothing(self):
+        for job in ("consolidate", "reshard", "to_universal", "to_universal_h5"):
+            out = os.path.join(self.tmp, job)
+            with self.assertRaises(zckpt.Canceled, msg=job) as e:
+                if job == "consolidate":
+                    zckpt.consolidate(CKPT, out, progress=lambda d, t: True)
+                elif job == "reshard":
+                    zckpt.reshard(CKPT, out, world_size=3, stage=2, progress=lambda d, t: True)
+                elif job == "to_universal":
+                    zckpt.to_universal(CKPT, out, progress=lambda d, t: True)
+                else:
+                    zckpt.to_universal(CKPT, out + ".h5", format="hdf5", progress=lambda d, t: True)
+            self.assertEqual(e.exception.status, "canceled")
+            self.assertEqual(listing(self.tmp), [], job)   # no output, no temporaries
+
+    def test_callback_exception_cancels_and_propagates(self):
+        def boom(d, t):
+            raise ValueError("from the callback")
+        with self.assertRaises(ValueError):
+            zckpt.consolidate(CKPT, os.path.join(self.tmp, "o"), progress=boom)
+        self.assertEqual(listing(self.tmp), [])
+
+    def test_ctrl_c_cancels_cleanly(self):
+        out = os.path.join(self.tmp, "o")
+        code = textwrap.dedent(f"""
+            import os, signal, time, zckpt
+            def progress(done, total):
+                os.kill(os.getpid(), signal.SIGINT)   # a Ctrl-C while the job runs
+                time.sleep(1)
+            try:
+                zckpt.consolidate({CKPT!r}, {out!r}, progress=progress)
+            except KeyboardInterrupt:
+                print("interrupted")
+        """)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.stdout.strip(), "interrupted", r.stderr)
+        self.assertEqual(listing(self.tmp), [])
+
+    def test_reshard_and_universal(self):
+        r = os.path.join(self.tmp, "r")
+        zckpt.reshard(CKPT, r, world_size=3, stage=1, progress=False)
+        info = zckpt.inspect(r)
+        self.assertEqual((info["format"], info["stage"], info["world_size"]), ("deepspeed", 1, 3))
+        u = os.path.join(self.tmp, "u.h5")
+        zckpt.to_universal(CKPT, u, format="hdf5", progress=False)
+        cli = os.path.join(self.tmp, "cli")
+        subprocess.run([BIN, "reshard", "-q", "--to-stage", "1", "--to-world-size", "3", CKPT, cli], check=True)
+        for dirpath, _, files in os.walk(cli):
+            for f in files:
+                p = os.path.join(dirpath, f)
+                q = os.path.join(r, os.path.relpath(p, cli))
+                if f.endswith(".pt"):
+                    self.assertTrue(filecmp.cmp(p, q, shallow=False), q)
+
+    def test_verify_report(self):
+        out = os.path.join(self.tmp, "hf")
+        zckpt.consolidate(CKPT, out, progress=False)
+        rep = zckpt.verify(out)
+        self.assertEqual(rep.result, "clean")
+        self.assertTrue(rep)
+        self.assertGreater(rep.files, 0)
+        self.assertIsNotNone(rep.manifest)
+        # damage one byte of the weights: found, named
+        p = os.path.join(out, "model.safetensors")
+        with open(p, "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0xFF]))
+        rep = zckpt.verify(out)
+        self.assertEqual(rep.result, "damaged")
+        self.assertFalse(rep)
+        damage = [f for f in rep.findings if f.severity == "damage"]
+        self.assertTrue(damage)
+        self.assertTrue(any("model.safetensors" in (f.message or "") for f in damage))
+
+    def test_inspect_dict(self):
+        info = zckpt.inspect(CKPT)
+        self.assertEqual(info["format"], "deepspeed")
+        self.assertEqual(info["stage"], 3)
+        self.assertEqual(info["world_size"], 2)
+        with self.assertRaises(zckpt.Error):
+            zckpt.inspect(os.path.join(self.tmp, "nope.pt"))
+
+    def test_state_dict_without_torch_or_numpy(self):
+        try:
+            import numpy  # noqa: F401
+            self.skipTest("numpy is installed here")
+        except ImportError:
+            pass
+        with self.assertRaises(zckpt.Error) as e:
+            zckpt.get_fp32_state_dict_from_zero_checkpoint(CKPT)
+        self.assertIn("torch or numpy", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
