@@ -13,5 +13,9 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/zckptConfigVersion.cmake 
 install(FILES ${PROJECT_BINARY_DIR}/zckptConfig.cmake ${PROJECT_BINARY_DIR}/zckptConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/FindXXHash.cmake ${PROJECT_SOURCE_DIR}/cmake/FindISAL.cmake ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zckpt)
+set(ZCK_PC_MPI "")
+if(ZCK_HAVE_MPI)
+  set(ZCK_PC_MPI " ompi-c")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/zckpt.pc.in ${PROJECT_BINARY_DIR}/zckpt.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/zckpt.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -285,8 +285,8 @@ void zck_comm_nccl_destroy_local(zck_comm **comms, int nranks);
 zck_status zck_comm_nccl_get_unique_id(uint8_t id[ZCK_NCCL_ID_BYTES]);
 zck_status zck_comm_nccl_init_rank(int nranks, int rank, const uint8_t id[ZCK_NCCL_ID_BYTES], zck_comm **comm);
 void zck_comm_nccl_destroy(zck_comm *comm);             /* NULL is fine */
-/* One process per GPU with a host bootstrap group (e.g. zck_comm_tcp_create from the
- * launcher's environment): makes `device` current for the calling thread, rank 0 of
+/* One process per GPU with a host bootstrap group (zck_comm_mpi_create under mpirun: the
+ * id goes by MPI broadcast): makes `device` current for the calling thread, rank 0 of
  * `bootstrap` makes the NCCL id and broadcasts it over `bootstrap`, and every rank joins an
  * NCCL group of bootstrap->size ranks with its bootstrap rank. Collective over bootstrap:
  * every rank calls it; a rank that cannot select its device or make the id makes all of

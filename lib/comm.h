@@ -2,10 +2,9 @@
  *
  * A communicator is one rank's handle on a group of `size` ranks. Backends:
  *  - local (comm_local.c): W threads of one process, buffers in host memory;
- *  - tcp (comm_tcp.c): one process per rank, on one host or many, over TCP sockets;
- *    rendezvous at MASTER_ADDR:MASTER_PORT as torchrun sets it (also under mpirun);
+ *  - mpi (comm_mpi.c): one process per rank under mpirun / srun, on one host or many;
  *  - NCCL (cuda/): one process or thread per GPU, buffers in device memory; a process-per-GPU
- *    NCCL group gets its unique id through a tcp group's broadcast.
+ *    NCCL group gets its unique id through an MPI group's broadcast.
  * Every rank of the group must call the same collectives in the same order with the same
  * counts and dtypes (as in NCCL). The signatures mirror NCCL's so a backend is a thin shim:
  *
@@ -20,8 +19,10 @@
  * the same inputs give the same bits whatever the thread scheduling. (NCCL gives the same bits
  * for the same W and topology, but a different order than the local backend.)
  *
- * Failure: when one rank fails it calls abort(); the collectives of the other ranks then
- * return ZCK_ERR_INTERNAL ("another rank failed") instead of waiting for ever.
+ * Failure: in the local backend, when one rank fails it calls abort(); the collectives of the
+ * other ranks then return ZCK_ERR_INTERNAL ("another rank failed") instead of waiting for
+ * ever. Process ranks (mpi) agree on failures through collectives of their own; abort there
+ * only stops the handle's later collectives.
  */
 #ifndef ZCK_COMM_H
 #define ZCK_COMM_H
@@ -57,42 +58,33 @@ zck_status zck_comm_local_create(int size, zck_comm **comms);
 /* Frees the group created by zck_comm_local_create (all handles at once). NULL is fine. */
 void zck_comm_local_destroy(zck_comm **comms, int size);
 
-/* ---- tcp backend: this process is one rank of `size`, the others are processes on this
- * host or others. Rank 0 listens at master_addr:master_port; the others connect to it and
- * learn each other's addresses from it. Same semantics and same bits as the local backend
- * (reductions in rank order 0..W-1, element by element), buffers in host memory.
- * A peer that dies or hangs up makes every later collective fail with a one-line error
- * naming the rank; nothing waits longer than timeout_s for a connection.
- * Between collectives each rank's handle runs a thread that tells peers waiting for it
- * whether it is alive and busy (using CPU or doing block I/O): a rank that works alone for
- * longer than timeout_s (a reshard, a manifest write) does not fail the others' wait; one
- * idle that long (blocked for good) does; a busy one whose beats stop (the process was
- * stopped, its host went away) is named after timeout_s / 4 (1..10 s); a dead one at once. */
-typedef struct zck_comm_tcp_options {
-  int rank, size;
-  const char *master_addr;  /* host name or address of rank 0 */
-  int master_port;          /* 1..65535 */
-  double timeout_s;         /* rendezvous and per-collective wait; <= 0: 300 s */
-} zck_comm_tcp_options;
-zck_status zck_comm_tcp_create(const zck_comm_tcp_options *o, zck_comm **out);
-/* Frees a tcp handle (closes its sockets). NULL is fine. */
-void zck_comm_tcp_destroy(zck_comm *c);
-
-/* Reads the launcher's environment into o: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
- * (torchrun, and zckpt-train --nproc); under mpirun without RANK, OMPI_COMM_WORLD_RANK /
- * OMPI_COMM_WORLD_SIZE (Open MPI) or PMI_RANK / PMI_SIZE (MPICH) give rank and size, and
- * MASTER_ADDR / MASTER_PORT still name rank 0's host. *found is false when no launcher
- * variable is set (a single-process run); a malformed or inconsistent value is an error
- * naming the variable. The strings in o point into the environment. */
-zck_status zck_comm_env_options(zck_comm_tcp_options *o, bool *found);
-/* (comm_env.c) With more than one rank MASTER_ADDR and MASTER_PORT are both required (no
- * guessed host or port); a one-rank world needs neither. ZCK_COMM_TIMEOUT_S, when set,
- * fills timeout_s. LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK / MPI_LOCALRANKID, from the
- * same launcher as the rank) is checked to be in 0..size-1 when set. */
-
-/* This process's rank among those on its host (the GPU to use): LOCAL_RANK, or
- * OMPI_COMM_WORLD_LOCAL_RANK / MPI_LOCALRANKID under mpirun; -1 when not set (or not a
- * valid number: zck_comm_env_options reports that). */
-int zck_comm_env_local_rank(void);
+/* ---- MPI backend (comm_mpi.c): this process is one rank of MPI_COMM_WORLD, launched by
+ * mpirun or srun on one host or many. Same semantics and same bits as the local backend
+ * (reductions in rank order 0..W-1, element by element: an all-to-all, then the host
+ * reduction), buffers in host memory. A wait polls against ZCK_COMM_TIMEOUT_S (seconds,
+ * default 1800): past it the rank prints one line and calls MPI_Abort, which ends the job.
+ * A peer that dies ends the job through mpirun. In a build without MPI (ZCK_MPI=OFF, or
+ * AUTO and none found) zck_comm_mpi_available is false and create fails (UNSUPPORTED). */
+bool zck_comm_mpi_available(void);
+/* Whether this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
+ * PMIX_RANK is set); false in a build without MPI. */
+bool zck_comm_mpi_launched(void);
+/* Initializes MPI unless the caller did (MPI_Init_thread, SERIALIZED) and returns this
+ * rank's handle on a duplicate of MPI_COMM_WORLD. A malformed ZCK_COMM_TIMEOUT_S is an
+ * error naming it. One group per process run: MPI cannot be initialized twice. */
+zck_status zck_comm_mpi_create(zck_comm **out);
+/* This rank's index among the ranks on its host (MPI_Comm_split_type SHARED): its GPU. */
+int zck_comm_mpi_local_rank(const zck_comm *c);
+/* From now on, when mpirun stops this rank with SIGTERM because another rank died, the
+ * lowest surviving rank on each host prints one line naming the dead rank on its host
+ * ("PROG: error: rank R: rank K (pid P) died; mpirun stopped the job") before dying of
+ * the signal. Installs a SIGTERM handler (removed by destroy). */
+void zck_comm_mpi_name_dead_peers(zck_comm *c);
+/* Frees the handle; MPI is finalized with the last handle if create initialized it.
+ * NULL is fine. */
+void zck_comm_mpi_destroy(zck_comm *c);
+/* (tests) Bytes per rank and step of a collective (0: the default, 32 MiB); the same on
+ * every rank. */
+void zck__comm_mpi_set_segment(zck_comm *c, size_t bytes);
 
 #endif

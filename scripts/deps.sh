@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zckpt builds with, only those that are missing.
 set -euo pipefail
-# openmpi-bin: mpirun, for the launch test (zckpt links no MPI library)
-pkgs=(build-essential cmake pkg-config libhdf5-dev libzstd-dev libcjson-dev libxxhash-dev zlib1g-dev libisal-dev openmpi-bin)
+# libopenmpi-dev + openmpi-bin: the MPI comm backend (process ranks) and mpirun for its tests
+pkgs=(build-essential cmake pkg-config libhdf5-dev libzstd-dev libcjson-dev libxxhash-dev zlib1g-dev libisal-dev
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

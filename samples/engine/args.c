@@ -51,7 +51,7 @@ static const opt opts[] = {
   {"freeze", OPT_SPECIAL, 0, "freeze parameters whose name starts with PREFIX (repeatable)"},
   /* engine */
   {"ranks", OPT_INT, OFF(ranks), "data-parallel ranks W as threads of this one process (1)"},
-  {"nproc", OPT_INT, OFF(nproc), "launch N processes on this host, one rank each (W = N; see below)"},
+  {"nproc", OPT_INT, OFF(nproc), "run under mpirun -np N on this host, a process per rank (W = N; see below)"},
   {"zero-stage", OPT_INT, OFF(zero_stage), "ZeRO stage 1, 2 or 3 (default: the config's, else 2)"},
   {"device", OPT_STR, OFF(device), "cpu | cuda (cpu)"},
   {"eval-samples", OPT_INT, OFF(eval_samples), "evaluation windows (32)"},
@@ -87,16 +87,13 @@ void ze_args_usage(FILE *f) {
   fprintf(f,
           "  %-36s %s\n  %-36s %s\n"
           "\n"
-          "Ranks: --ranks W runs W threads in one process. --nproc N starts N processes of\n"
-          "zckpt-train on this host (one rank each, collectives over TCP on 127.0.0.1) and waits;\n"
-          "if one fails, the others are stopped. Launched by torchrun (RANK, WORLD_SIZE,\n"
-          "MASTER_ADDR, MASTER_PORT, LOCAL_RANK) or mpirun (OMPI_COMM_WORLD_RANK / _SIZE, with\n"
-          "-x MASTER_ADDR -x MASTER_PORT), each process is that one rank and writes its own\n"
-          "checkpoint files (the same bytes as --ranks); only rank 0 prints progress and results.\n"
-          "ZCK_COMM_TIMEOUT_S (300 s) bounds the wait for a rank that makes no progress; a busy\n"
-          "rank (rank 0 resharding or writing a checkpoint) is waited for as long as it works, a\n"
-          "dead one is named at once. With --device cuda, each process uses GPU\n"
-          "LOCAL_RANK %% device count.\n"
+          "Ranks: --ranks W runs W threads in one process. Under mpirun (or srun) each process\n"
+          "is one rank, its collectives over MPI, and writes its own checkpoint files (the same\n"
+          "bytes as --ranks); only rank 0 prints progress and results. --nproc N is a shorthand\n"
+          "for 'mpirun -np N --oversubscribe zckpt-train ...' on this host. A rank that dies ends\n"
+          "the job (mpirun); one that makes no progress for ZCK_COMM_TIMEOUT_S seconds (1800)\n"
+          "while the others wait makes the waiting rank print one line and abort the job. With\n"
+          "--device cuda, each process uses GPU (rank among its host's ranks) %% device count.\n"
           "\n"
           "Memory: forward and backward hold a module's weights at a time (stage 1/2 convert them\n"
           "from the rank's 16-bit copy; stage 3 all-gathers them before use and frees them after);\n"

@@ -11,8 +11,8 @@
  *  - ranks that are threads (one process): the caller makes one group for all of them with
  *    zck_comm_nccl_create_local (NCCL, rank r on device r, when there are at least W
  *    devices; else the cuda-local backend, every rank on one device with its own stream);
- *  - one process per rank (--nproc, torchrun, mpirun): device local_rank % device count,
- *    and an NCCL group bootstrapped over the host (tcp) group.
+ *  - one process per rank (mpirun, --nproc): device local_rank % device count, and an
+ *    NCCL group bootstrapped over the host (MPI) group: the NCCL id goes by MPI broadcast.
  * The host group stays for what the host does (losses, agreements, checkpoint control).
  *
  * Forward/backward on the GPU differ from the CPU's by the order of their float sums

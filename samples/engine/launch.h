@@ -1,14 +1,11 @@
 /* launch.h: zckpt-train with one process per rank.
  *
- * - `zckpt-train --nproc N` (ze_launch_nproc): this process becomes a launcher on one node.
- *   It picks a free port and starts N copies of itself (/proc/self/exe, the same arguments
- *   without --nproc) with the environment torchrun gives (RANK, LOCAL_RANK, WORLD_SIZE,
- *   LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), then waits. When a rank fails,
- *   the others are stopped and the launcher exits 1 with one line naming the rank and how it
- *   ended. The children die with the launcher (PR_SET_PDEATHSIG), so none is orphaned.
- * - Under a launcher (torchrun, mpirun, or --nproc) the run's ranks are processes whose
- *   collectives go over lib/comm's tcp backend; ze_agree turns one rank's failure into the
- *   same error on every rank, so they all stop at the same point.
+ * - Under mpirun (or srun) each rank is a process whose collectives go over lib/comm's MPI
+ *   backend; ze_agree turns one rank's failure into the same error on every rank, so they
+ *   all stop at the same point. A rank that dies ends the job (mpirun).
+ * - `zckpt-train --nproc N` (ze_launch_nproc) is a shorthand for
+ *   `mpirun -np N --oversubscribe zckpt-train ARGS` on this host: this process becomes
+ *   mpirun (exec).
  */
 #ifndef ZE_LAUNCH_H
 #define ZE_LAUNCH_H
@@ -17,8 +14,8 @@
 
 #include <stdint.h>
 
-/* Runs argv as N rank processes, leaving out argv[skip_at .. skip_at + skip_n) (the
- * --nproc option); returns the launcher's exit status (0, or 1 when a rank failed). */
+/* Execs mpirun with argv as N rank processes, leaving out argv[skip_at .. skip_at + skip_n)
+ * (the --nproc option); returns only when that fails (1, after one line). */
 int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n);
 
 /* Collective: every rank passes its own outcome of a step; all of them return ZCK_OK when

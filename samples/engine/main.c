@@ -1,15 +1,24 @@
 /* main.c: zckpt-train, the sample training engine (see train.h).
  *
- * Three ways to run W ranks: --ranks W (threads of this process), --nproc N (this process
- * launches N rank processes, launch.h), or as one rank process started by a launcher
- * (torchrun / mpirun / --nproc: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the
- * environment), whose collectives then go over the tcp backend. */
+ * Two ways to run W ranks: --ranks W (threads of this process), or one process per rank
+ * under mpirun / srun (collectives over the MPI backend); --nproc N is a shorthand for
+ * mpirun -np N on this host (launch.h). */
 #include "args.h"
 #include "launch.h"
 #include "train.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* torchrun's variables without MPI: the ranks would have no way to meet (zckpt-train
+ * processes meet through MPI only), and W copies of one rank would share one output. */
+static bool torchrun_world(long *size) {
+  const char *w = getenv("WORLD_SIZE");
+  char *end;
+  *size = w ? strtol(w, &end, 10) : 0;
+  return w && *w && !*end && *size > 1;
+}
 
 int main(int argc, char **argv) {
   ze_train_args a;
@@ -20,24 +29,25 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zckpt-train: %s (see 'zckpt-train --help')\n", err);
     return 2;
   }
-  zck_comm_tcp_options o;
-  bool launched = false;
-  if (zck_comm_env_options(&o, &launched) != ZCK_OK) {
-    fprintf(stderr, "zckpt-train: error: %s\n", zck_last_error());
-    return 1;
+  bool launched = zck_comm_mpi_launched();
+  long tw;
+  if (!launched && torchrun_world(&tw)) {
+    fprintf(stderr,
+            "zckpt-train: WORLD_SIZE=%ld is set but this process was not started by mpirun: one process per rank "
+            "runs under mpirun or srun (or --nproc N on one host; see 'zckpt-train --help')\n",
+            tw);
+    return 2;
   }
   if (launched && a.nproc) {
-    fprintf(stderr,
-            "zckpt-train: --nproc: this process is already rank %d of %d of a launcher (RANK / WORLD_SIZE are "
-            "set); use one or the other (see 'zckpt-train --help')\n",
-            o.rank, o.size);
+    fprintf(stderr, "zckpt-train: --nproc: this process is already a rank started by mpirun; use one or the other "
+            "(see 'zckpt-train --help')\n");
     return 2;
   }
   if (launched && a.ranks != 1) {
     fprintf(stderr,
-            "zckpt-train: --ranks %d: this process is rank %d of %d of a launcher; --ranks (threads) cannot be "
+            "zckpt-train: --ranks %d: this process is a rank started by mpirun; --ranks (threads) cannot be "
             "combined with it (see 'zckpt-train --help')\n",
-            a.ranks, o.rank, o.size);
+            a.ranks);
     return 2;
   }
   /* usage errors once, before any process starts or connects */
@@ -49,13 +59,13 @@ int main(int argc, char **argv) {
 
   zck_comm *comm = NULL;
   if (launched) {
-    if (zck_comm_tcp_create(&o, &comm) != ZCK_OK) {
-      fprintf(stderr, "zckpt-train: error: rank %d: %s\n", o.rank, zck_last_error());
+    if (zck_comm_mpi_create(&comm) != ZCK_OK) {
+      fprintf(stderr, "zckpt-train: error: %s\n", zck_last_error());
       return 1;
     }
-    int lr = zck_comm_env_local_rank();
+    zck_comm_mpi_name_dead_peers(comm);
     a.comm = comm;
-    a.local_rank = lr >= 0 ? lr : o.rank;
+    a.local_rank = zck_comm_mpi_local_rank(comm);
   }
   ze_train_result r;
   zck_status s = ze_train_run(&a, &r);
@@ -66,7 +76,7 @@ int main(int argc, char **argv) {
     if (!comm || (comm->rank == 0 && ze_agree_reached_all())) fprintf(stderr, "zckpt-train: error: %s\n", msg);
     else if (!ze_agree_reached_all()) fprintf(stderr, "zckpt-train: error: rank %d: %s\n", comm->rank, msg);
     ze_train_result_free(&r);
-    zck_comm_tcp_destroy(comm);
+    zck_comm_mpi_destroy(comm);
     return 1;
   }
   for (int m = 0; m < 2; m++)
@@ -78,10 +88,10 @@ int main(int argc, char **argv) {
   if (r.generated[0] && r.generated[1] && strcmp(r.generated[0], r.generated[1])) {
     fprintf(stderr, "zckpt-train: error: the two generation modes produced different text\n");
     ze_train_result_free(&r);
-    zck_comm_tcp_destroy(comm);
+    zck_comm_mpi_destroy(comm);
     return 1;
   }
   ze_train_result_free(&r);
-  zck_comm_tcp_destroy(comm);
+  zck_comm_mpi_destroy(comm);
   return 0;
 }

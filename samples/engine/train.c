@@ -550,7 +550,7 @@ zck_status ze_train_check_args(const ze_train_args *a) {
   ZCK_FAIL_IF(a->ranks < 1 || a->ranks > ZE_MAX_RANKS, ZCK_ERR_INVALID_ARG, "--ranks %d: must be in [1, %d]",
               a->ranks, ZE_MAX_RANKS);
   ZCK_FAIL_IF(a->comm && a->ranks != 1, ZCK_ERR_INVALID_ARG,
-              "--ranks %d: this process is rank %d of %d processes (a launcher's environment); --ranks (threads) "
+              "--ranks %d: this process is rank %d of %d processes (under mpirun); --ranks (threads) "
               "cannot be combined with it",
               a->ranks, a->comm->rank, a->comm->size);
   ZCK_FAIL_IF(a->max_steps < 1, ZCK_ERR_INVALID_ARG, "--max-steps must be positive");

@@ -70,8 +70,8 @@ typedef struct ze_train_args {
   int nproc;                        /* --nproc N: launch N rank processes (main.c; 0: no) */
   int nproc_arg[2];                 /* argv index and count of the --nproc option */
   zck_comm *comm;                   /* the caller runs one rank, comm->rank of comm->size, in
-                                       this thread (a process per rank: the tcp backend under
-                                       torchrun / mpirun / --nproc); NULL: W = ranks threads */
+                                       this thread (a process per rank: the MPI backend under
+                                       mpirun / --nproc); NULL: W = ranks threads */
   int local_rank;                   /* with comm: the node-local rank (GPU choice) */
   bool per_rank_io;                 /* checkpoints written / read rank by rank, as the
                                        processes do (forced on in process mode; tests use it

@@ -1,6 +1,6 @@
 /* test_train_ranks.c: the engine's process-per-rank path, run in one process: W threads,
  * each calling ze_train_run with its own handle of a local comm group, as W processes do
- * with the tcp backend (same collectives, same bits by the comm contract). Checks, for
+ * with the MPI backend (same collectives, same bits by the comm contract). Checks, for
  * ZeRO 1, 2, 3 and W = 2, 3:
  *  - every file of every checkpoint is byte-identical to the thread mode's (one writer on
  *    rank 0), and so are the losses; the thread mode with per-rank I/O forced too;
@@ -9,7 +9,7 @@
  *    mode's resume bit for bit, and nothing temporary is left;
  *  - --load-best-model-at-end reloads every rank's own partitions (same final weights);
  *  - a setup failure on one rank reaches all of them as one error.
- * The real processes (tcp, --nproc, torchrun-style environment, a killed rank) are
+ * The real processes (mpirun, --nproc, a killed rank, a hung one) are
  * tests/engine/train_procs.sh. */
 #include "test.h"
 
