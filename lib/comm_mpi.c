@@ -100,9 +100,13 @@ static zck_status cm_wait(zck_comm *c, MPI_Request *req, const char *what) {
     struct timespec ts = {0, sleep_ns};
     nanosleep(&ts, NULL);
     if (st->timeout_s > 0 && (polls & 63) == 0 && cm_now() - t0 > st->timeout_s) {
-      fprintf(stderr, "%s: error: rank %d: mpi comm: %s: the other ranks did not arrive within %.0f s "
-              "(ZCK_COMM_TIMEOUT_S): aborting the job\n", program_invocation_short_name, c->rank, what, st->timeout_s);
-      fflush(stderr);
+      /* one line per host: the host's notice also keeps the stopped ranks from calling
+       * this one dead (cm_on_sigterm) */
+      if (!st->notice || __atomic_exchange_n(st->notice, 1, __ATOMIC_SEQ_CST) == 0) {
+        fprintf(stderr, "%s: error: rank %d: mpi comm: %s: the other ranks did not arrive within %.0f s "
+                "(ZCK_COMM_TIMEOUT_S): aborting the job\n", program_invocation_short_name, c->rank, what, st->timeout_s);
+        fflush(stderr);
+      }
       MPI_Abort(st->comm, 1);
       _exit(1);
     }

@@ -567,13 +567,30 @@ static double zck__process_start_time(long pid) {
   return btime < 0 || hz <= 0 ? -1 : btime + (double)ticks / (double)hz;
 }
 
+/* Whether pid is a zombie (dead, not yet reaped: an MPI rank stopped after its mpirun
+ * exited stays one for as long as its new parent, pid 1, does not reap it, which in a
+ * container may be for ever). */
+static bool zck__process_zombie(long pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* "PID (name) STATE ..." */
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* True when the writer of a temporary entry whose inode last changed at `changed` is gone:
- * its pid does not run, or it runs but started after the entry was last changed (the pid
- * was reused: pids wrap within minutes on a busy machine). The inode change time, not the
- * modification time: creating, hard-linking (the kept previous version of a replaced
- * file) and renaming all set it, so it is never older than the writer. */
+ * its pid does not run (or is a zombie), or it runs but started after the entry was last
+ * changed (the pid was reused: pids wrap within minutes on a busy machine). The inode
+ * change time, not the modification time: creating, hard-linking (the kept previous
+ * version of a replaced file) and renaming all set it, so it is never older than the
+ * writer. */
 bool zck__writer_gone(long pid, time_t changed) {
   if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+  if (zck__process_zombie(pid)) return true;
   double started = zck__process_start_time(pid);
   return started > 0 && started > (double)changed + 2.0; /* 2 s: clock-tick and time rounding */
 }

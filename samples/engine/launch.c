@@ -44,9 +44,12 @@ void ze_test_kill_point(zck_comm *c, int64_t step, bool in_save) {
   long long at = -1;
   char where[16] = "";
   if (sscanf(v, "%ld:%lld:%15s", &rank, &at, where) < 2) return;
+  bool hang = !strcmp(where, "hang");
   if (rank != c->rank || at != step || in_save != !strcmp(where, "save")) return;
-  fprintf(stderr, "zckpt-train: rank %d: ZCKPT_TRAIN_TEST_KILL: killing myself at step %lld%s\n", c->rank, at,
-          in_save ? " during the save" : "");
+  fprintf(stderr, "zckpt-train: rank %d: ZCKPT_TRAIN_TEST_KILL: %s at step %lld%s\n", c->rank,
+          hang ? "hanging" : "killing myself", at, in_save ? " during the save" : "");
+  if (hang)
+    for (;;) pause(); /* alive, never arriving: the others' wait must give up */
   raise(SIGKILL);
 }
 

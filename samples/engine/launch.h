@@ -29,9 +29,10 @@ zck_status ze_agree(zck_comm *c, zck_status s);
 bool ze_agree_reached_all(void);
 void ze_agree_reset(void);
 
-/* Test hook for the fault tests: ZCKPT_TRAIN_TEST_KILL="RANK:STEP[:save]" makes rank RANK
- * kill itself with SIGKILL at the start of optimizer step STEP (1-based global step), or,
- * with ":save", in the save of step STEP after it wrote its own files. Only in process mode. */
+/* Test hook for the fault tests: ZCKPT_TRAIN_TEST_KILL="RANK:STEP[:save|:hang]" makes rank
+ * RANK kill itself with SIGKILL at the start of optimizer step STEP (1-based global step),
+ * or, with ":save", in the save of step STEP after it wrote its own files; with ":hang" it
+ * stops there for ever instead (alive, never arriving). Only in process mode. */
 void ze_test_kill_point(zck_comm *c, int64_t step, bool in_save);
 
 #endif

@@ -109,7 +109,7 @@ cs_case *cs_cases(int W, bool big, size_t *n) {
       for (int r = 0; r < 3; r++) cs_add(&v, n, &cap, (cs_case){CS_BROADCAST, bc[d], ZCK_COMM_SUM, (size_t[]){0, 1, 4097}[k], roots[r], true});
   cs_add(&v, n, &cap, (cs_case){CS_BARRIER, ZCK_U8, ZCK_COMM_SUM, 0, 0, true});
   /* just past the size from which gathers go around a ring and broadcasts down a chain
-   * (64 KiB in all, comm_tcp.c), every W: uneven all_reduce blocks, every root */
+   * (64 KiB in all, in the former tcp backend), every W: uneven all_reduce blocks, every root */
   for (int r = 0; r < 3; r++) cs_add(&v, n, &cap, (cs_case){CS_BROADCAST, ZCK_F32, ZCK_COMM_SUM, 70001, roots[r], true});
   cs_add(&v, n, &cap, (cs_case){CS_BROADCAST, ZCK_U8, ZCK_COMM_SUM, 65536, W / 2, true});
   for (int ip = 0; ip < 2; ip++) {

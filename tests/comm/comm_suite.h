@@ -1,5 +1,5 @@
-/* comm_suite.h: the collective cases the tcp backend is checked on, their inputs, and the
- * local (threads) backend's results for them, which the tcp results must equal bit for bit. */
+/* comm_suite.h: the collective cases the MPI backend is checked on, their inputs, and the
+ * local (threads) backend's results for them, which the MPI results must equal bit for bit. */
 #ifndef ZCK_TEST_COMM_SUITE_H
 #define ZCK_TEST_COMM_SUITE_H
 

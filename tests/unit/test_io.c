@@ -191,7 +191,10 @@ int main(void) {
   ZT_ASSERT(zck__writer_gone((long)sleeper, time(NULL) - 100));    /* started after: reused */
   ZT_ASSERT(!zck__writer_gone((long)sleeper, time(NULL) + 100));   /* started before: live */
   ZT_ASSERT(!zck__writer_gone(1, time(NULL)));                    /* init, since boot */
+  /* a zombie (dead, not reaped: an MPI rank whose mpirun is gone) wrote its last */
   kill(sleeper, SIGKILL);
+  for (int i = 0; i < 1000 && !zck__writer_gone((long)sleeper, time(NULL) + 100); i++) usleep(1000);
+  ZT_ASSERT(zck__writer_gone((long)sleeper, time(NULL) + 100));
   waitpid(sleeper, &wst, 0);
   free(f1); free(od); free(path);
   test_out_links_and_parents(dir);
