@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* torchrun's variables without MPI: the ranks would have no way to meet (zckpt-train
  * processes meet through MPI only), and W copies of one rank would share one output. */
@@ -76,6 +77,13 @@ int main(int argc, char **argv) {
     if (!comm || (comm->rank == 0 && ze_agree_reached_all())) fprintf(stderr, "zckpt-train: error: %s\n", msg);
     else if (!ze_agree_reached_all()) fprintf(stderr, "zckpt-train: error: rank %d: %s\n", comm->rank, msg);
     ze_train_result_free(&r);
+    /* a failure of this rank alone: the others may be waiting in a collective, and MPI's
+     * teardown is collective too, so leave without it: mpirun sees the exit and ends the
+     * job at once (rather than the others timing out) */
+    if (comm && !ze_agree_reached_all()) {
+      fflush(NULL);
+      _exit(1);
+    }
     zck_comm_mpi_destroy(comm);
     return 1;
   }

@@ -2,7 +2,8 @@
  *
  *   test_comm_mpi suite   every collective, dtype, op and in-place form gives the local
  *                         backend's bits (computed here with W threads), with the default
- *                         segment and with 64 KiB segments (many steps, uneven last ones);
+ *                         segment and (W = 3) with 64 KiB segments (many steps, uneven
+ *                         last ones);
  *                         rank, size, local rank and backend name are right
  *   test_comm_mpi die DIR the ranks loop on collectives; rank 1 writes its pid to DIR/pid
  *                         for the script to kill it (SIGKILL from outside)
@@ -56,15 +57,19 @@ static int suite(void) {
   ZT_EQ_INT(zck_comm_mpi_local_rank(c), c->rank); /* one host */
   size_t n;
   cs_case *cases = cs_cases(c->size, c->size <= 3, &n);
-  int bad = run_cases(c, cases, n);
-  zck__comm_mpi_set_segment(c, 64 << 10);
-  bad += run_cases(c, cases, n);
-  zck__comm_mpi_set_segment(c, 0);
+  int bad = run_cases(c, cases, n), passes = 1;
+  if (c->size == 3) { /* odd W: uneven chunks in every step */
+    zck__comm_mpi_set_segment(c, 64 << 10);
+    bad += run_cases(c, cases, n);
+    zck__comm_mpi_set_segment(c, 0);
+    passes = 2;
+  }
   /* everyone's verdict, so that every rank (and mpirun) fails when one does */
   int32_t v = bad;
   ZT_OK(c->all_reduce(c, &v, &v, 1, ZCK_I32, ZCK_COMM_MAX));
   if (c->rank == 0)
-    fprintf(stderr, "W=%d: %zu cases x 2 segment sizes: %s\n", c->size, n, v ? "FAILED" : "equal to the local backend");
+    fprintf(stderr, "W=%d: %zu cases x %d segment size(s): %s\n", c->size, n, passes,
+            v ? "FAILED" : "equal to the local backend");
   /* abort stops this handle's later collectives without touching the others' */
   c->abort(c);
   ZT_ERR(c->barrier(c), ZCK_ERR_INTERNAL, "after the group was aborted");
