@@ -67,7 +67,7 @@ void zck_comm_local_destroy(zck_comm **comms, int size);
  * AUTO and none found) zck_comm_mpi_available is false and create fails (UNSUPPORTED). */
 bool zck_comm_mpi_available(void);
 /* Whether this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
- * PMIX_RANK is set); false in a build without MPI. */
+ * PMIX_RANK is set), in a build with or without MPI. */
 bool zck_comm_mpi_launched(void);
 /* Initializes MPI unless the caller did (MPI_Init_thread, SERIALIZED) and returns this
  * rank's handle on a duplicate of MPI_COMM_WORLD. A malformed ZCK_COMM_TIMEOUT_S is an

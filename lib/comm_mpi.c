@@ -296,13 +296,6 @@ static void cm_abort(zck_comm *c) { ((cm_state *)c->impl)->aborted = true; }
 
 // ---- lifetime
 
-bool zck_comm_mpi_launched(void) {
-  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
-    if (getenv(vars[i])) return true;
-  return false;
-}
-
 bool zck_comm_mpi_available(void) { return true; }
 
 static zck_status cm_timeout(double *out) {

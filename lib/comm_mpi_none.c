@@ -6,8 +6,6 @@
 
 bool zck_comm_mpi_available(void) { return false; }
 
-bool zck_comm_mpi_launched(void) { return false; }
-
 zck_status zck_comm_mpi_create(zck_comm **out) {
   *out = NULL;
   return zck__fail(ZCK_ERR_UNSUPPORTED, "mpi comm: this zckpt was built without MPI (ZCK_MPI=OFF or no MPI found)");

@@ -135,7 +135,10 @@ static int env(void) {
 
 static int none(void) {
   if (zck_comm_mpi_available()) zt_skip("built with MPI (the suite runs under mpirun)");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
   ZT_ASSERT(!zck_comm_mpi_launched());
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1); /* started by mpirun, but no MPI here: refused */
+  ZT_ASSERT(zck_comm_mpi_launched());
   zck_comm *c = (zck_comm *)&c;
   ZT_ERR(zck_comm_mpi_create(&c), ZCK_ERR_UNSUPPORTED, "built without MPI");
   ZT_ASSERT(c == NULL);

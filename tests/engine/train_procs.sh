@@ -33,7 +33,14 @@ cat >"$tmp/g16.json" <<'JSON'
  "sub_group_size": 3000}}
 JSON
 "$train" "${A[@]}" --nproc 1 --max-steps 1 --output-dir "$tmp/one" >/dev/null 2>"$tmp/one.log"
-if grep -q "built without MPI" "$tmp/one.log"; then echo "SKIP: zckpt-train built without MPI"; exit 77; fi
+if grep -q "built without MPI" "$tmp/one.log"; then
+  # under mpirun, such a build refuses instead of running W unrelated copies of one rank
+  timeout 120 mpirun --oversubscribe -np 2 "$train" "${A[@]}" --max-steps 1 --output-dir "$tmp/nompi" >/dev/null 2>"$tmp/nm.log" &&
+    fail "no MPI: ran under mpirun"
+  grep -q "^zckpt-train: error: mpi comm: this zckpt was built without MPI" "$tmp/nm.log" || fail "no MPI: $(cat "$tmp/nm.log")"
+  [ -e "$tmp/nompi" ] && fail "no MPI: an output was made under mpirun"
+  echo "SKIP: zckpt-train built without MPI (checked that it refuses mpirun)"; exit 77
+fi
 grep -q "on 1 rank (a process each)" "$tmp/one.log" || fail "--nproc 1: $(tail -5 "$tmp/one.log")"
 
 # same RUN-ARGS: threads vs processes
