@@ -103,9 +103,9 @@ ZCK_RULE uint64_t zck__f64_sum_fix(uint64_t a, uint64_t b, uint64_t r) {
 
 #include "error.h"
 
-/* The wait's timeout: ZCK_COMM_TIMEOUT_S as lib/comm_env.c reads it for the tcp backend
- * (a positive number of seconds; unset: 300 s, the tcp default). 0 when the value is not a
- * positive number (the caller reports it). */
+/* The wait's timeout: ZCK_COMM_TIMEOUT_S, a positive number of seconds as lib/comm_mpi.c
+ * reads it too (unset: 300 s here; the MPI wait's default is 1800 s). 0 when the value is
+ * not a positive number (the caller reports it). */
 #define ZCK__COMM_TIMEOUT_DEFAULT_S 300.0
 static inline double zck__comm_timeout_parse(const char *v) {
   if (!v) return ZCK__COMM_TIMEOUT_DEFAULT_S;
@@ -129,7 +129,7 @@ typedef struct zck__poll_ops {
 /* Polls until the work is done (ZCK_OK), it fails, the group fails, or timeout_s passes
  * since the wait began (rank `rank` waiting for `what`); on a failure or the timeout the
  * communicator is killed first, so no kernel of it is left waiting on the device. The
- * timeout counts from the start of this wait, like the tcp backend's per-collective wait:
+ * timeout counts from the start of this wait, like the MPI backend's per-collective wait:
  * NCCL gives no sign of a peer's progress, so a peer busy alone for longer also fails it. */
 static inline zck_status zck__poll_wait(const zck__poll_ops *o, void *ctx, double timeout_s, int rank,
                                         const char *what) {

@@ -303,7 +303,7 @@ zck_status zck_comm_cuda_set_async(zck_comm *comm, int async);
  * zck_cuda_stream_sync for any stream that holds NCCL work or waits for it (an event of the
  * comm stream). nccl: an event recorded there is polled together with NCCL's asynchronous
  * error and this process's aborts, and given up after ZCK_COMM_TIMEOUT_S seconds (default
- * 300, from the start of the wait, as the tcp backend's per-collective wait); on a failure
+ * 300, from the start of the wait, as the MPI backend's per-collective wait); on a failure
  * the communicator is aborted and the one-line error names this rank (and the failed one
  * when it is in this process). stream NULL: only the collectives queued without waiting
  * (async) — drain them before anything that synchronizes the whole device (a device

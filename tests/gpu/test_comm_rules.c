@@ -10,7 +10,7 @@
  *  - the NCCL wait loop with fake ops: done, a failed group (NCCL async error, a peer's
  *    abort), a failed query, and the ZCK_COMM_TIMEOUT_S timeout each return the right
  *    one-line error and abort the communicator exactly when they should;
- *  - ZCK_COMM_TIMEOUT_S parsing (lib/comm_env.c's rule, 300 s unset);
+ *  - ZCK_COMM_TIMEOUT_S parsing (a positive number of seconds, 300 s unset);
  *  - built without CUDA: a device call's error names the call. */
 #include "test.h"
 
