@@ -22,6 +22,10 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not installed (scripts
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# mpirun's SIGKILL follows its SIGTERM after 1 s by default: on a loaded machine a rank
+# might not run its SIGTERM handler (the one line naming a dead peer) that soon (mpirun
+# waits the whole delay: 2 s, not more)
+export OMPI_MCA_odls_base_sigkill_timeout=2
 # LeakSanitizer (the sanitizer build) would report Open MPI's own allocations at exit
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 A=(--n-layer 1 --n-embd 32 --n-head 2 --n-positions 32 --per-device-train-batch-size 2 --eval-samples 4
