@@ -2,8 +2,8 @@
  *
  * The DeepSpeed reader describes the checkpoint (manifest, ZeRO layout of the fp32
  * partitions, frozen fragments, buffers, and zero_to_fp32's output recipe); the writer
- * reserves one output tensor per recipe entry; then one thread pool runs a copy plan per
- * source part (fp32 partitions, frozen params, buffers, kept aliases) straight from the
+ * reserves one output tensor per recipe entry; then lib/transfer copies the fp32
+ * partitions, frozen params and buffers (kept aliases in a second pass) straight from the
  * rank files into the output files, converting dtypes on the way. Memory is the
  * executor's staging buffers, whatever the model size.
  */
@@ -14,17 +14,16 @@
 #include <sys/stat.h>
 
 #include "deepspeed/deepspeed.h"
-#include "plan.h"
 #include "consolidate_internal.h"
 #include "tensor_set.h"
+#include "transfer.h"
 #include "zck.h"
 
-/* One copy job: every entry of one kind whose data lives in `view`. Entries that need the
- * same param twice (a kept alias) go to a second job, since a whole-tensor target layout
- * holds each param once. */
+/* One target part: every entry of one kind whose data lives in the source part `src`,
+ * each param once (a whole-tensor layout holds each param once): a kept alias of a param
+ * taken already goes to the next pass. */
 typedef struct zck__cons_job {
   zck_layout *dst_layout;
-  zck_plan *plan;
   zck_store *dst;           /* [n] by target store */
   uint32_t *crc;            /* [n] */
   size_t *entry_of_store;   /* [n] */
@@ -32,7 +31,6 @@ typedef struct zck__cons_job {
 } zck__cons_job;
 
 static void zck__cons_job_free(zck__cons_job *j) {
-  zck_plan_free(j->plan);
   zck_layout_free(j->dst_layout);
   free(j->dst);
   free(j->crc);
@@ -41,7 +39,7 @@ static void zck__cons_job_free(zck__cons_job *j) {
 }
 
 /* Takes every entry of `kind` not yet done whose param is not already in this job. */
-static zck_status zck__cons_job_build(zck__cons_job *j, const zck_ds_view *src, const zck__tensor_set *s,
+static zck_status zck__cons_job_build(zck__cons_job *j, const zck_state_part *src, const zck__tensor_set *s,
                                       const zck__cons_ctx *c, const zck_store *dst, zck_ds_out_kind kind,
                                       uint8_t *done) {
   memset(j, 0, sizeof *j);
@@ -70,59 +68,74 @@ static zck_status zck__cons_job_build(zck__cons_job *j, const zck_ds_view *src, 
     j->n++;
   }
   if (st == ZCK_OK && j->n) st = zck_layout_whole(n_index, numel, owners, j->n, &j->dst_layout);
-  if (st == ZCK_OK && j->n) st = zck_plan_build(src->layout, j->dst_layout, NULL, &j->plan);
   free(numel);
   free(taken);
   free(owners);
   return st;
 }
 
+/* The output tensors as target views of the checkpoint's state: trainable ones take the
+ * fp32 masters, frozen ones the frozen params, the rest the buffers; one view per pass
+ * (a tensor kept under two names is in two passes). One transfer fills them all. */
 zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out) {
   const zck__cons_ctx *c = vctx;
-  enum { MAX_JOBS = 24 };
-  zck__cons_job jobs[MAX_JOBS];
-  zck_exec_job ej[MAX_JOBS];
-  size_t nj = 0;
-  uint8_t *done = zck__calloc(s->n ? s->n : 1, 1);
-  if (!done) return ZCK_ERR_NO_MEMORY;
-  zck_ds_view views[3];
-  zck_ds_out_kind kinds[3] = {ZCK_DS_OUT_TRAINABLE, ZCK_DS_OUT_FROZEN, ZCK_DS_OUT_BUFFER};
+  static const zck_ds_out_kind kinds[3] = {ZCK_DS_OUT_TRAINABLE, ZCK_DS_OUT_FROZEN, ZCK_DS_OUT_BUFFER};
+  zck_state_view src;
+  zck_ds_state(c->ckpt, &src);
+  const zck_state_part *from[3] = {&src.part[ZCK_STATE_FP32], &src.part[ZCK_STATE_FROZEN], &src.buffers};
   bool have[3] = {false, false, false};
+  for (size_t i = 0; i < s->n; i++)
+    for (int k = 0; k < 3; k++)
+      if (c->entries[i].kind == kinds[k]) have[k] = true;
   zck_status st = ZCK_OK;
-  for (size_t i = 0; i < s->n; i++) {
-    if (c->entries[i].kind == ZCK_DS_OUT_TRAINABLE) have[0] = true;
-    if (c->entries[i].kind == ZCK_DS_OUT_FROZEN) have[1] = true;
-    if (c->entries[i].kind == ZCK_DS_OUT_BUFFER) have[2] = true;
-  }
-  if (have[0]) st = zck_ds_get(c->ckpt, ZCK_DS_FP32, &views[0]);
-  if (st == ZCK_OK && have[1]) st = zck_ds_get(c->ckpt, ZCK_DS_FROZEN, &views[1]);
-  if (st == ZCK_OK && have[2]) {
-    views[2] = zck_ds_buffers(c->ckpt);
-    if (!views[2].layout) st = zck__fail(ZCK_ERR_INTERNAL, "buffers listed but none described");
-  }
-  for (int k = 0; st == ZCK_OK && k < 3; k++) {
-    if (!have[k]) continue;
-    /* the first job takes each param once; kept aliases of it land in the next one */
-    for (;;) {
-      if (nj == MAX_JOBS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "too many names tied to one tensor"); break; }
-      st = zck__cons_job_build(&jobs[nj], &views[k], s, c, dst, kinds[k], done);
-      if (st != ZCK_OK || !jobs[nj].n) { zck__cons_job_free(&jobs[nj]); break; }
-      ej[nj] = (zck_exec_job){jobs[nj].plan, views[k].stores, jobs[nj].dst, crc_out ? jobs[nj].crc : NULL};
-      nj++;
+  if (have[1] && !from[1]->layout) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no frozen parameters", src.name);
+  if (have[2] && !from[2]->layout) st = zck__fail(ZCK_ERR_INTERNAL, "buffers listed but none described");
+  uint8_t *done = zck__calloc(s->n ? s->n : 1, 1);
+  zck__cons_job *jobs = NULL;     /* [3 * n_pass] */
+  zck_state_view *views = NULL;   /* [n_pass] */
+  size_t n_pass = 0;
+  if (st == ZCK_OK && !done) st = ZCK_ERR_NO_MEMORY;
+  for (bool more = true; st == ZCK_OK && more;) {
+    zck__cons_job *nj = zck__realloc(jobs, 3 * (n_pass + 1) * sizeof *nj);
+    zck_state_view *nv = nj ? zck__realloc(views, (n_pass + 1) * sizeof *nv) : NULL;
+    if (nj) jobs = nj;
+    if (nv) views = nv;
+    if (!nj || !nv) { st = ZCK_ERR_NO_MEMORY; break; }
+    zck__cons_job *pj = &jobs[3 * n_pass];
+    zck_state_view *v = &views[n_pass];
+    memset(pj, 0, 3 * sizeof *pj);
+    memset(v, 0, sizeof *v);
+    more = false;
+    for (int k = 0; st == ZCK_OK && k < 3; k++) {
+      if (!have[k]) continue;
+      st = zck__cons_job_build(&pj[k], from[k], s, c, dst, kinds[k], done);
+      if (st != ZCK_OK || !pj[k].n) continue;
+      more = true;
+      zck_state_part part = {pj[k].dst_layout, pj[k].dst, crc_out ? pj[k].crc : NULL};
+      if (k == 0) v->part[ZCK_STATE_FP32] = part;
+      else if (k == 1) v->part[ZCK_STATE_FROZEN] = part;
+      else {
+        v->buffers = part;
+        v->n_buffer_copies = 1;
+      }
     }
+    n_pass++;
+    if (!more) n_pass--, zck__cons_job_free(&pj[0]), zck__cons_job_free(&pj[1]), zck__cons_job_free(&pj[2]);
   }
   if (st == ZCK_OK) {
-    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
-    eo.threads = c->threads;
-    eo.progress = c->progress;
-    eo.progress_ctx = c->progress_ctx;
-    st = zck_exec_run(ej, nj, &eo);
+    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+    to.exec.threads = c->threads;
+    to.exec.progress = c->progress;
+    to.exec.progress_ctx = c->progress_ctx;
+    st = zck_transfer(&src, views, n_pass, &to);
   }
-  for (size_t j = 0; j < nj; j++) {
+  for (size_t j = 0; jobs && j < 3 * n_pass; j++) {
     if (st == ZCK_OK && crc_out)
       for (size_t k = 0; k < jobs[j].n; k++) crc_out[jobs[j].entry_of_store[k]] = jobs[j].crc[k];
     zck__cons_job_free(&jobs[j]);
   }
+  free(jobs);
+  free(views);
   free(done);
   return st;
 }

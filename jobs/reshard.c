@@ -9,7 +9,7 @@
  *
  * For a DeepSpeed source the reader describes the source (layouts of fp32, exp_avg, exp_avg_sq, frozen, lp),
  * the writer reserves every file DeepSpeed would write at the target stage and W, and
- * zck_ds_copy runs the copy plans on one thread pool, in target order, the writer hashing
+ * lib/transfer runs the copy plans on one thread pool, in target order, the writer hashing
  * the bytes for the manifest as they go out (formats/deepspeed/ds_hash.c: the manifest
  * does not read the output back). The whole output root (tag folder,
  * `latest`, carried-over Hugging Face files) is built under a temporary name and renamed
@@ -30,6 +30,7 @@
 #include "deepspeed/ds_writer.h"
 #include "manifest.h"
 #include "reshard_internal.h"
+#include "transfer.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
   zck__source src;
@@ -49,6 +50,35 @@ static zck_status zck__copy_file(const char *from, const char *to) {
   else zck__outfile_abort(&f);
   zck__source_close(&src);
   return st;
+}
+
+static zck_status zck__same_model(const zck_model *a, const zck_model *b) {
+  if (a == b) return ZCK_OK;
+  if (a->n_params != b->n_params || a->n_buffers != b->n_buffers)
+    return zck__fail(ZCK_ERR_MISMATCH, "the writer's manifest (%zu params, %zu buffers) is not the checkpoint's (%zu, %zu)",
+                     b->n_params, b->n_buffers, a->n_params, a->n_buffers);
+  for (size_t p = 0; p < a->n_params; p++)
+    if (a->params[p].numel != b->params[p].numel || strcmp(a->params[p].name, b->params[p].name))
+      return zck__fail(ZCK_ERR_MISMATCH, "param %zu: '%s' in the checkpoint, '%s' in the writer's manifest", p,
+                       a->params[p].name, b->params[p].name);
+  for (size_t i = 0; i < a->n_buffers; i++)
+    if (a->buffers[i].numel != b->buffers[i].numel || a->buffers[i].dtype != b->buffers[i].dtype)
+      return zck__fail(ZCK_ERR_MISMATCH, "buffer '%s' differs between the checkpoint and the writer's manifest",
+                       a->buffers[i].name);
+  return ZCK_OK;
+}
+
+zck_status zck_ds_copy(const zck_ds_ckpt *c, zck_ds_writer *w, const zck_exec_opts *opts) {
+  ZCK_TRY(zck__same_model(zck_ds_model(c), w->m));
+  zck_state_view src, dst;
+  zck_ds_state(c, &src);
+  zck_ds_writer_state(w, &dst);
+  if (dst.part[ZCK_STATE_EXP_AVG].layout && !src.part[ZCK_STATE_EXP_AVG].layout)
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) to copy; create the writer with "
+                     "has_optimizer_state = false", src.name);
+  zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+  if (opts) to.exec = *opts;
+  return zck_transfer(&src, &dst, 1, &to);
 }
 
 /* rng_state_<r>.pth with r >= world: not carried over. */

@@ -30,7 +30,8 @@
  * world size, reserving each tensor's bytes; the caller fills them through the writer's
  * parts (callback stores, any thread), then zck_ds_writer_commit() finishes the files,
  * renames the tag folder into place and writes `latest` last, atomically.
- * zck_ds_copy() does the whole copy from an opened checkpoint into a writer (reshard).
+ * zck_ds_state() and zck_ds_writer_state() give both as state views (lib/state.h): the
+ * copy between them is lib/transfer's, not this format's.
  */
 #ifndef ZCK_DEEPSPEED_H
 #define ZCK_DEEPSPEED_H
@@ -38,6 +39,7 @@
 #include "exec.h"
 #include "layout.h"
 #include "model.h"
+#include "state.h"
 #include "torch/torch.h"
 
 #include <stdbool.h>
@@ -247,12 +249,19 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w);
 /* Frees; an uncommitted output is removed. NULL is fine. */
 void zck_ds_writer_free(zck_ds_writer *w);
 
-/* ---- copy (reshard) */
+/* ---- state views (lib/state.h), valid while c / w are */
 
-/* Fills every part of w from c: fp32 (+ exp_avg / exp_avg_sq when both have them), the
- * lp module weights (trainable params cast from fp32 with RNE, frozen params from c's
- * frozen / lp part), stage-3 frozen fragments and buffers, on one thread pool; sets the
- * CRCs. The manifest w was created with must be c's (same param indices). */
+/* The checkpoint as a transfer source: fp32, exp_avg / exp_avg_sq (with optimizer state),
+ * frozen params, buffers; no LP part (16-bit weights are cast from fp32). */
+void zck_ds_state(const zck_ds_ckpt *c, zck_state_view *out);
+/* The writer's reserved target: its parts and every model file's buffers (a rank-only
+ * writer: its own files' only). With inline hashing it asks to be written in target order
+ * and starts its hash streams once the plans are known. */
+void zck_ds_writer_state(zck_ds_writer *w, zck_state_view *out);
+
+/* Reshard: c into w through lib/transfer (zck_ds_state -> zck_ds_writer_state), sets the
+ * CRCs. The manifest w was created with must be c's (same param indices). Defined with the
+ * jobs (jobs/reshard.c), declared here for the callers that had it from this header. */
 zck_status zck_ds_copy(const zck_ds_ckpt *c, zck_ds_writer *w, const zck_exec_opts *opts);
 
 #endif

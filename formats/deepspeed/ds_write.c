@@ -344,7 +344,7 @@ void zck__ds_writer_hash_inline(zck_ds_writer *w, uint64_t chunk_size, uint64_t 
   w->budget.max = budget_bytes ? budget_bytes : (uint64_t)64 << 20;
 }
 
-/* Starts every file's hash stream (zck_ds_copy, once the plans said what they write). */
+/* Starts every file's hash stream (a transfer's ready hook, once the plans said what they write). */
 zck_status zck__ds_writer_hash_start(zck_ds_writer *w) {
   for (uint32_t r = 0; r < w->n_models; r++) ZCK_TRY(zck__ds_hfile_start(w->model_h[r], &w->budget, w->hash_chunk));
   for (uint32_t r = 0; r < w->w; r++) ZCK_TRY(zck__ds_hfile_start(w->optim_h[r], &w->budget, w->hash_chunk));

@@ -1,5 +1,6 @@
 /* ds_writer.h: the writer's internals, shared by ds_write.c (layout of the files),
- * ds_write_tree.c (the pickled objects) and ds_copy.c. */
+ * ds_write_tree.c (the pickled objects), ds_state.c (the reserved target as a state view)
+ * and ds_hash.c. */
 #ifndef ZCK_DS_WRITER_H
 #define ZCK_DS_WRITER_H
 
@@ -91,11 +92,12 @@ struct zck_ds_writer {
  * `latest`: o->save_latest and o->overwrite are ignored); the commit finishes each (temp
  * file, fsync, rename). Parts and buffers keep the whole checkpoint's layouts; the stores
  * of other ranks' files are left unbound, so a plan that writes one fails with an error
- * (restrict the source to rank r: zck_layout_restrict_rank). Not for zck_ds_copy. */
+ * (restrict the source to rank r: zck_layout_restrict_rank; zck_ds_writer_state leaves out
+ * what the rank does not build). Not for zck_ds_copy. */
 zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
                                       zck_ds_writer **out);
 
-/* Asks w to compute the manifest hashes of its files while zck_ds_copy writes them
+/* Asks w to compute the manifest hashes of its files while a transfer writes them
  * (chunk_size: the manifest's; budget_bytes: memory for pieces written ahead of a file's
  * hash cursor, over all files; 0: 64 MiB). The copy then plans in target order. After
  * zck_ds_writer_commit, zck__ds_writer_known() gives them for zck__manifest_write_dir_known
@@ -112,7 +114,7 @@ zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtyp
 /* The writer's store behind a target store (NULL if st is not one). */
 zck__ds_wstore *zck__ds_wstore_of(const zck_store *st);
 
-/* Starts the hash streams (zck_ds_copy, after zck__ds_hash_cover of what its plans write). */
+/* Starts the hash streams (ds_state.c, after zck__ds_hash_cover of what the plans write). */
 zck_status zck__ds_writer_hash_start(zck_ds_writer *w);
 
 /* ds_hash.c */

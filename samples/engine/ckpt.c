@@ -1,11 +1,11 @@
 /* ckpt.c: HF-Trainer-layout checkpoints of the engine through the DeepSpeed writer and
  * reader (see ckpt.h).
  *
- * Save = describe the engine's memory as a layout (the ZeRO plan's own layout, one memory
- * store per rank and flat group), reserve the DeepSpeed files (zck_ds_writer_create), plan
- * the copy into the writer's parts and run it (zck_exec_run), then the HF files. The whole
- * checkpoint-<step>/ is built under a temporary name and renamed into place at the end.
- * Resume = the reverse copy, each rank planning only its own partitions. */
+ * Save = describe the engine's memory as a state view (ckpt_state.c: the ZeRO plan's own
+ * layouts, one memory store per rank and flat group), reserve the DeepSpeed files
+ * (zck_ds_writer_create), and let lib/transfer copy one into the other; then the HF files.
+ * The whole checkpoint-<step>/ is built under a temporary name and renamed into place at
+ * the end. Resume = the reverse transfer, each rank into its own partitions. */
 #include "zck.h"
 #include "ckpt.h"
 #include "ckpt_internal.h"
@@ -13,11 +13,10 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/ds_writer.h" /* zck__ds_writer_create_rank */
 #include "dsconfig.h"
-#include "exec.h"
 #include "hf.h"
 #include "io.h"
-#include "plan.h"
 #include "safetensors/safetensors.h"
+#include "transfer.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -278,88 +277,6 @@ static zck_pk *lambda_lr_state(zck_pk_doc *d, const ze_ckpt_tracker *t, size_t n
 
 // ---- the copy from rank memory into the writer
 
-typedef struct job_list {
-  zck_exec_job v[8];
-  zck_plan *plans[8];
-  size_t n;
-} job_list;
-
-static zck_status add_job(job_list *j, const zck_layout *src, const zck_store *ss, const zck_layout *dst,
-                          const zck_store *ds, const char *const *names, bool partial) {
-  ZCK_ASSERT(j->n < 8);
-  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
-  po.param_names = names;
-  po.allow_missing = partial; /* one rank's source covers only its own part of the files */
-  zck_plan *p = NULL;
-  ZCK_TRY(zck_plan_build(src, dst, &po, &p));
-  j->plans[j->n] = p;
-  j->v[j->n] = (zck_exec_job){p, ss, ds, NULL};
-  j->n++;
-  return ZCK_OK;
-}
-
-static void free_jobs(job_list *j) {
-  for (size_t i = 0; i < j->n; i++) zck_plan_free(j->plans[i]);
-  j->n = 0;
-}
-
-/* Stage 1/2 frozen params as one custom layout: store 0 is frozen_full (their lp copies,
- * concatenated in manifest order). */
-static zck_status frozen_full_layout(const ze_zero_plan *plan, zck_layout **out) {
-  zck_piece *pc = zck__calloc(plan->n_frozen ? plan->n_frozen : 1, sizeof *pc);
-  if (!pc) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < plan->n_frozen; i++) {
-    uint32_t p = plan->frozen_params[i];
-    pc[i] = (zck_piece){p, 0, 0, plan->home[p].off, plan->numel[p]};
-  }
-  zck_layout_store st = {-1, -1, -1, plan->frozen_numel, plan->frozen_numel};
-  zck_status s = zck_layout_custom(plan->model->n_params, plan->numel, &st, 1, pc, plan->n_frozen, out);
-  free(pc);
-  return s;
-}
-
-/* Stage 1/2: stores[g*W + r] = rank r's slice of zr's whole lp flat of group g. */
-static zck_status lp_flat_stores(const ze_zero_plan *plan, const ze_zero_rank *zr, zck_store **out) {
-  const zck_layout *l = plan->train;
-  uint32_t W = plan->o.world;
-  size_t es = zck_dtype_size(plan->o.lp_dtype);
-  zck_store *st = zck__calloc(l->n_stores ? l->n_stores : 1, sizeof *st);
-  if (!st) return ZCK_ERR_NO_MEMORY;
-  for (size_t g = 0; g < l->n_groups; g++)
-    for (uint32_t r = 0; r < W; r++) {
-      uint64_t part = l->groups[g].partition;
-      st[g * W + r] = ze_zero_store(zr, ZE_MEM_LP, (uint8_t *)zr->lp[g] + r * part * es, plan->o.lp_dtype, part,
-                                    "rank 0 lp weights");
-    }
-  *out = st;
-  return ZCK_OK;
-}
-
-/* stores[g*W + r] = memory of ranks[r]'s array g (one kind of state); with `only`, just
- * that rank's stores (the others stay empty: its rank-restricted layout names no other).
- * kind: 0 fp32 master, 1 exp_avg, 2 exp_avg_sq, 4 frozen 16-bit partitions. */
-static const ze_mem_kind kind_mem[5] = {ZE_MEM_MASTER, ZE_MEM_EXP_AVG, ZE_MEM_EXP_AVG_SQ, ZE_MEM_KINDS, ZE_MEM_LP};
-
-static zck_status rank_stores(const ze_ckpt_tracker *t, ze_zero_rank *only, int kind, zck_store **out) {
-  const ze_zero_plan *plan = t->plan;
-  const zck_layout *l = kind == 4 ? plan->frozen : plan->train;
-  uint32_t W = plan->o.world;
-  zck_store *st = zck__calloc(l->n_stores ? l->n_stores : 1, sizeof *st);
-  if (!st) return ZCK_ERR_NO_MEMORY;
-  for (size_t g = 0; g < l->n_groups; g++)
-    for (uint32_t r = 0; r < W; r++) {
-      ze_zero_rank *zr = only ? (r == only->rank ? only : NULL) : t->ranks[r];
-      if (!zr) continue;
-      uint64_t part = l->groups[g].partition;
-      void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
-                                                                                                     : zr->frozen_lp[g];
-      zck_dtype dt = kind == 4 ? plan->o.lp_dtype : ZCK_F32;
-      st[g * W + r] = ze_zero_store(zr, kind_mem[kind], mem, dt, part, "rank memory");
-    }
-  *out = st;
-  return ZCK_OK;
-}
-
 zck_status ze__ckpt_set_lr(ze_ckpt_tracker *t, int64_t step) {
   const ze_train_args *a = t->a;
   zck_model *m = (zck_model *)t->model;
@@ -398,68 +315,27 @@ zck_status ze__ckpt_write_deepspeed(ze_ckpt_tracker *t, ze_zero_rank *zr0, const
   o.lr_scheduler = ds_opt ? lambda_lr_state(doc, t, m->n_groups, step) : NULL;
   o.save_latest = !only; /* per rank: rank 0 writes `latest` once every rank's files are in */
   zck_ds_writer *w = NULL;
-  zck_store *fp32 = NULL, *m1 = NULL, *m2 = NULL, *frozen = NULL, *lp_st = NULL;
-  zck_layout *model_l = NULL, *train_l = NULL, *frozen_l = NULL;
-  job_list jobs = {0};
-  const char **names = zck__calloc(m->n_params, sizeof *names);
+  ze__state src;
+  memset(&src, 0, sizeof src);
   zck_status s = ZCK_OK;
-  if (!o.ds_config || !names || (ds_opt && !o.lr_scheduler)) {
+  if (!o.ds_config || (ds_opt && !o.lr_scheduler)) {
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
     goto out;
   }
-  for (size_t p = 0; p < m->n_params; p++) names[p] = m->params[p].name;
   /* per rank: a writer of this rank's files alone, straight into root/<tag> (rank 0 made it) */
   if (only) ZCK_CHECK_GOTO(zck__ds_writer_create_rank(root, m, &o, only->rank, &w), s, out);
   else ZCK_CHECK_GOTO(zck_ds_writer_create(root, m, &o, &w), s, out);
-  ZCK_CHECK_GOTO(rank_stores(t, only, 0, &fp32), s, out);
-  ZCK_CHECK_GOTO(rank_stores(t, only, 1, &m1), s, out);
-  ZCK_CHECK_GOTO(rank_stores(t, only, 2, &m2), s, out);
-  const zck_layout *train = plan->train;
-  if (only) {
-    ZCK_CHECK_GOTO(zck_layout_restrict_rank(plan->train, (int32_t)only->rank, &train_l), s, out);
-    train = train_l;
-  }
-  zck_store *src[3] = {fp32, m1, m2};
-  for (int part = ZCK_DS_FP32; part <= ZCK_DS_EXP_AVG_SQ; part++) {
-    zck_ds_view dst;
-    if (zck_ds_writer_get(w, (zck_ds_part)part, &dst) != ZCK_OK) continue; /* no state before step 1 */
-    ZCK_CHECK_GOTO(add_job(&jobs, train, src[part], dst.layout, dst.stores, names, only != NULL), s, out);
-  }
-  zck_ds_view dst;
-  zck_store frozen_st = ze_zero_store(zr0, ZE_MEM_LP, zr0->frozen_full, plan->o.lp_dtype, plan->frozen_numel,
-                                      "rank 0 frozen weights");
-  if ((!only || only->rank == 0) && zck_ds_writer_get(w, ZCK_DS_LP, &dst) == ZCK_OK) {
-    /* 16-bit module weights (stage 1/2): rank 0's whole lp flat, and its frozen copies */
-    ZCK_CHECK_GOTO(lp_flat_stores(plan, zr0, &lp_st), s, out);
-    ZCK_CHECK_GOTO(add_job(&jobs, plan->train, lp_st, dst.layout, dst.stores, names, true), s, out);
-    if (plan->n_frozen) {
-      ZCK_CHECK_GOTO(frozen_full_layout(plan, &model_l), s, out);
-      ZCK_CHECK_GOTO(add_job(&jobs, model_l, &frozen_st, dst.layout, dst.stores, names, true), s, out);
-    }
-  }
-  if (zck_ds_writer_get(w, ZCK_DS_FROZEN, &dst) == ZCK_OK) {
-    const zck_layout *fl = plan->frozen;
-    if (only) {
-      ZCK_CHECK_GOTO(zck_layout_restrict_rank(plan->frozen, (int32_t)only->rank, &frozen_l), s, out);
-      fl = frozen_l;
-    }
-    ZCK_CHECK_GOTO(rank_stores(t, only, 4, &frozen), s, out);
-    ZCK_CHECK_GOTO(add_job(&jobs, fl, frozen, dst.layout, dst.stores, names, only != NULL), s, out);
-  }
-  ZCK_CHECK_GOTO(zck_exec_run(jobs.v, jobs.n, NULL), s, out);
+  /* the 16-bit module weights are rank 0's (stage 1/2: its lp flat and frozen copies) */
+  ZCK_CHECK_GOTO(ze__state_of_ranks(t, only, !only || only->rank == 0 ? zr0 : NULL, &src), s, out);
+  zck_state_view dst;
+  zck_ds_writer_state(w, &dst);
+  zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+  to.partial = only != NULL; /* one rank's source covers only its own part of the files */
+  ZCK_CHECK_GOTO(zck_transfer(&src.v, &dst, 1, &to), s, out);
   s = zck_ds_writer_commit(w);
 out:
-  free_jobs(&jobs);
+  ze__state_free(&src);
   zck_ds_writer_free(w);
-  zck_layout_free(model_l);
-  zck_layout_free(train_l);
-  zck_layout_free(frozen_l);
-  free(fp32);
-  free(m1);
-  free(m2);
-  free(frozen);
-  free(lp_st);
-  free(names);
   zck_pk_doc_free(doc);
   return s;
 }
@@ -503,40 +379,22 @@ zck_status ze__g16_init(const ze_ckpt_tracker *t, const char *path, ze__g16 *g) 
 }
 
 zck_status ze__g16_fill(const ze_ckpt_tracker *t, const ze__g16 *g, int fd, const char *path, ze_zero_rank *only) {
-  const ze_zero_plan *plan = t->plan;
-  zck_dtype lp = plan->o.lp_dtype;
-  zck_store *fp32 = NULL, *frozen = NULL, *dst = zck__calloc(g->n + 1, sizeof *dst);
-  zck_layout *train_l = NULL, *frozen_l = NULL;
-  zck_plan *plans[2] = {NULL, NULL};
-  zck_status s = dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; s == ZCK_OK && i < g->n; i++)
-    dst[i] = zck_store_fd(fd, zck_st_writer_tensor(g->w, g->slot[i])->offset, lp, g->numel[g->owners[i]], path);
-  const zck_layout *train = plan->train, *fl = plan->frozen;
-  if (s == ZCK_OK && only) {
-    s = zck_layout_restrict_rank(plan->train, (int32_t)only->rank, &train_l);
-    train = train_l;
-    if (s == ZCK_OK && fl) s = zck_layout_restrict_rank(plan->frozen, (int32_t)only->rank, &frozen_l);
-    fl = frozen_l;
-  }
-  if (s == ZCK_OK) s = rank_stores(t, only, 0, &fp32);
-  zck_exec_job jobs[2];
-  size_t nj = 0;
-  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
-  po.allow_missing = true; /* the trainable and the frozen plan each cover their own params */
-  if (s == ZCK_OK) s = zck_plan_build(train, g->whole, &po, &plans[nj]);
-  if (s == ZCK_OK) { jobs[nj] = (zck_exec_job){plans[nj], fp32, dst, NULL}; nj++; }
-  if (s == ZCK_OK && fl && fl->n_pieces) {
-    s = rank_stores(t, only, 4, &frozen);
-    if (s == ZCK_OK) s = zck_plan_build(fl, g->whole, &po, &plans[nj]);
-    if (s == ZCK_OK) { jobs[nj] = (zck_exec_job){plans[nj], frozen, dst, NULL}; nj++; }
-  }
-  if (s == ZCK_OK) s = zck_exec_run(jobs, nj, NULL);
-  for (int i = 0; i < 2; i++) zck_plan_free(plans[i]);
-  zck_layout_free(train_l);
-  zck_layout_free(frozen_l);
-  free(fp32);
-  free(frozen);
-  free(dst);
+  zck_dtype lp = t->plan->o.lp_dtype;
+  zck_store *stores = zck__calloc(g->n + 1, sizeof *stores);
+  if (!stores) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < g->n; i++)
+    stores[i] = zck_store_fd(fd, zck_st_writer_tensor(g->w, g->slot[i])->offset, lp, g->numel[g->owners[i]], path);
+  /* the file's tensors are the 16-bit weights: cast from fp32, frozen ones from theirs */
+  zck_state_view dst;
+  memset(&dst, 0, sizeof dst);
+  dst.model = t->model;
+  dst.name = path;
+  dst.part[ZCK_STATE_LP] = (zck_state_part){g->whole, stores, NULL};
+  ze__state src;
+  zck_status s = ze__state_of_ranks(t, only, NULL, &src);
+  if (s == ZCK_OK) s = zck_transfer(&src.v, &dst, 1, NULL);
+  ze__state_free(&src);
+  free(stores);
   return s;
 }
 
@@ -901,61 +759,16 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st,
   return ZCK_OK;
 }
 
-/* Copies part `part` of the checkpoint into this rank's arrays of layout l. */
-static zck_status restore_part(ze_ckpt_state *st, ze_zero_rank *zr, zck_ds_part part, const zck_layout *l, int kind) {
-  const zck_ds_ckpt *c = st->ds;
-  zck_ds_view src;
-  ZCK_TRY(zck_ds_get(c, part, &src));
-  zck_layout *mine = NULL;
-  ZCK_TRY(zck_layout_restrict_rank(l, (int32_t)zr->rank, &mine));
-  zck_store *dst = zck__calloc(l->n_stores ? l->n_stores : 1, sizeof *dst);
-  zck_plan *p = NULL;
-  zck_status s = dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  uint32_t W = zr->plan->o.world;
-  zck_dtype lp = zr->plan->o.lp_dtype;
-  for (size_t g = 0; g < l->n_groups && s == ZCK_OK; g++) {
-    uint64_t part_n = l->groups[g].partition;
-    void *mem = kind == 0 ? (void *)zr->fp32[g] : kind == 1 ? (void *)zr->exp_avg[g] : kind == 2 ? (void *)zr->exp_avg_sq[g]
-                                                                                                   : zr->frozen_lp[g];
-    zck_dtype dt = kind == 4 ? lp : ZCK_F32;
-    s = ze_zero_clear(zr, kind_mem[kind], mem, part_n * zck_dtype_size(dt)); /* padding reads as zero */
-    dst[g * W + zr->rank] = ze_zero_store(zr, kind_mem[kind], mem, dt, part_n, "rank memory");
-  }
-  if (s == ZCK_OK) s = zck_plan_build(src.layout, mine, NULL, &p);
-  if (s == ZCK_OK) {
-    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
-    eo.threads = 1; /* the ranks already run in parallel */
-    s = zck_exec_plan(p, src.stores, dst, NULL, &eo);
-  }
-  zck_plan_free(p);
-  free(dst);
-  zck_layout_free(mine);
-  return s;
-}
-
 zck_status ze_ckpt_restore_rank(ze_ckpt_state *st, ze_zero_rank *zr) {
-  const ze_zero_plan *plan = zr->plan;
-  zck_dtype lp = plan->o.lp_dtype;
-  zck_status s = restore_part(st, zr, ZCK_DS_FP32, plan->train, 0);
-  if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG, plan->train, 1);
-  if (s == ZCK_OK) s = restore_part(st, zr, ZCK_DS_EXP_AVG_SQ, plan->train, 2);
-  if (s == ZCK_OK && plan->o.stage == 3 && plan->n_frozen) s = restore_part(st, zr, ZCK_DS_FROZEN, plan->frozen, 4);
-  if (s == ZCK_OK && plan->o.stage < 3 && plan->n_frozen) {
-    /* stage 1/2 frozen params: whole lp tensors into frozen_full */
-    zck_ds_view src;
-    zck_layout *l = NULL;
-    zck_plan *p = NULL;
-    s = zck_ds_get(st->ds, ZCK_DS_FROZEN, &src);
-    if (s == ZCK_OK) s = frozen_full_layout(plan, &l);
-    zck_store dst = ze_zero_store(zr, ZE_MEM_LP, zr->frozen_full, lp, plan->frozen_numel, "rank frozen weights");
-    if (s == ZCK_OK) s = zck_plan_build(src.layout, l, NULL, &p);
-    if (s == ZCK_OK) {
-      zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
-      eo.threads = 1;
-      s = zck_exec_plan(p, src.stores, &dst, NULL, &eo);
-    }
-    zck_plan_free(p);
-    zck_layout_free(l);
+  zck_state_view src;
+  zck_ds_state(st->ds, &src);
+  ze__state dst;
+  zck_status s = ze__state_of_rank_target(zr, &dst);
+  if (s == ZCK_OK) {
+    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+    to.exec.threads = 1; /* the ranks already run in parallel */
+    s = zck_transfer(&src, &dst.v, 1, &to);
+    ze__state_free(&dst);
   }
   if (s != ZCK_OK) {
     s = zck__error_prepend(s, "rank %u: resuming from %s", zr->rank, st->path);

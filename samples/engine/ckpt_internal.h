@@ -5,6 +5,7 @@
 
 #include "ckpt.h"
 #include "io.h"
+#include "state.h"
 
 typedef struct zck_st_writer zck_st_writer;
 typedef struct zck_ds_ckpt zck_ds_ckpt;
@@ -49,6 +50,21 @@ zck_status ze__ckpt_check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, c
 void ze__ckpt_read_trainer_state(ze_ckpt_tracker *t, const char *path);
 bool ze__ckpt_needs_reshard(const ze_ckpt_tracker *t, const zck_ds_info *in);
 zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, const zck_ds_info *in, char **out);
+
+/* ckpt_state.c: the ranks' memory as a state view (lib/state.h); free with ze__state_free. */
+typedef struct ze__state {
+  zck_state_view v;
+  zck_layout *layouts[3];              /* rank-restricted and frozen_full layouts it owns */
+  zck_store *stores[ZCK_STATE_KINDS];  /* its store arrays */
+} ze__state;
+/* The source of a save or a 16-bit gather: fp32, exp_avg, exp_avg_sq of t->ranks[] (only:
+ * that rank's alone, layouts restricted to it); stage 1/2, with zr0: zr0's whole 16-bit
+ * flat (LP) and frozen copies (FROZEN); stage 3: the frozen partitions. */
+zck_status ze__state_of_ranks(const ze_ckpt_tracker *t, ze_zero_rank *only, ze_zero_rank *zr0, ze__state *s);
+/* The target of a resume: zr's own partitions (cleared, so padding reads zero) and frozen
+ * params (stage 3 partitions, stage 1/2 frozen_full). */
+zck_status ze__state_of_rank_target(ze_zero_rank *zr, ze__state *s);
+void ze__state_free(ze__state *s);
 
 /* ckpt_rank.c */
 zck_status ze__ckpt_save_per_rank(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step);
