@@ -462,6 +462,31 @@ static zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
   return st;
 }
 
+/* The copies alone, one plan on the thread pool, then each storage's CRC (universal.h). */
+zck_status zck_uv_copies_run(zck_torch_writer *tw, zck_uv_copies *c, const zck_exec_opts *eo) {
+  if (!c->n) return ZCK_OK;
+  zck_extent *ext = zck__calloc(c->n, sizeof *ext);
+  zck_store *src = zck__calloc(c->n, sizeof *src), *dst = zck__calloc(c->n, sizeof *dst);
+  uint32_t *crc = zck__calloc(c->n, sizeof *crc);
+  zck_status st = ext && src && dst && crc ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < c->n; i++) {
+    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count};
+    src[i] = c->v[i].src;
+    dst[i] = c->v[i].dst;
+  }
+  zck_plan *plan = NULL;
+  if (st == ZCK_OK) st = zck_plan_from_extents(ext, c->n, c->n, c->n, &plan);
+  if (st == ZCK_OK) st = zck_plan_split(plan, ZCK_PLAN_DEFAULT_CHUNK);
+  if (st == ZCK_OK) st = zck_exec_run(&(zck_exec_job){plan, src, dst, crc}, 1, eo);
+  for (size_t i = 0; st == ZCK_OK && i < c->n; i++) zck_torch_writer_set_crc(tw, c->v[i].storage, crc[i]);
+  zck_plan_free(plan);
+  free(ext);
+  free(src);
+  free(dst);
+  free(crc);
+  return st;
+}
+
 /* After the job ran: the CRCs, then the file. */
 static zck_status zck__uvj_opt_finish(zck__uvj_opt *os) {
   for (size_t i = 0; i < os->copies.n; i++) zck_torch_writer_set_crc(os->tw, os->copies.v[i].storage, os->crc[i]);

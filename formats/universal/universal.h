@@ -118,7 +118,8 @@ typedef struct zck_uv_copies {
  * bytes are read from `data` (NULL: src's own source; non-contiguous tensors then need it). */
 zck_status zck_uv_copy_tree(zck_torch_writer *tw, const zck_torch_file *src, const zck__source *data, const zck_pk *node,
                             zck_pk **out, zck_uv_copies *copies);
-/* Runs the copies (one plan, the thread pool) and sets each storage's CRC. */
+/* Runs the copies (one plan, the thread pool) and sets each storage's CRC. A job's, not the
+ * format's: defined in jobs/to_universal.c. */
 zck_status zck_uv_copies_run(zck_torch_writer *tw, zck_uv_copies *copies, const zck_exec_opts *eo);
 void zck_uv_copies_free(zck_uv_copies *copies);
 

@@ -3,13 +3,13 @@
  * ds_to_universal saves DeepSpeed objects it loaded (the stage-3 optimizer_state.pt is rank
  * 0's whole optimizer_state_dict, tensors and all). The tree is copied node by node into
  * the new file's document; each tensor becomes a reserved storage of the new file and a
- * copy entry, and the entries run as one plan on the thread pool. */
+ * copy entry; the job that writes the file runs the entries (jobs/to_universal.c), this
+ * format only describes them. */
 #include "universal/universal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
 
 #define ZCK__UV_COPY_MAX_DEPTH 200
 
@@ -216,30 +216,6 @@ zck_status zck_uv_copy_tree(zck_torch_writer *tw, const zck_torch_file *src, con
   free(cp.memo.to);
   if (*out) return ZCK_OK;
   return zck_last_error()[0] ? ZCK_ERR_FORMAT : zck__fail(ZCK_ERR_NO_MEMORY, "out of memory copying a pickled object");
-}
-
-zck_status zck_uv_copies_run(zck_torch_writer *tw, zck_uv_copies *c, const zck_exec_opts *eo) {
-  if (!c->n) return ZCK_OK;
-  zck_extent *ext = zck__calloc(c->n, sizeof *ext);
-  zck_store *src = zck__calloc(c->n, sizeof *src), *dst = zck__calloc(c->n, sizeof *dst);
-  uint32_t *crc = zck__calloc(c->n, sizeof *crc);
-  zck_status st = ext && src && dst && crc ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && i < c->n; i++) {
-    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count};
-    src[i] = c->v[i].src;
-    dst[i] = c->v[i].dst;
-  }
-  zck_plan *plan = NULL;
-  if (st == ZCK_OK) st = zck_plan_from_extents(ext, c->n, c->n, c->n, &plan);
-  if (st == ZCK_OK) st = zck_plan_split(plan, ZCK_PLAN_DEFAULT_CHUNK);
-  if (st == ZCK_OK) st = zck_exec_run(&(zck_exec_job){plan, src, dst, crc}, 1, eo);
-  for (size_t i = 0; st == ZCK_OK && i < c->n; i++) zck_torch_writer_set_crc(tw, c->v[i].storage, crc[i]);
-  zck_plan_free(plan);
-  free(ext);
-  free(src);
-  free(dst);
-  free(crc);
-  return st;
 }
 
 void zck_uv_copies_free(zck_uv_copies *c) {
