@@ -191,4 +191,35 @@ zck_status zck_layout_model_groups(const struct zck_model *m, zck_group_spec **o
  * entries at positions i % w == 0 in order, then i % w == 1, ... out must not alias in. */
 void zck_round_robin_order(const uint32_t *in, size_t n, uint32_t w, uint32_t *out);
 
+/* ---- the one ZeRO geometry of a manifest (layout_zero.c), for writers and the engine */
+
+typedef struct zck_zero_opts {
+  int stage;                 /* 1, 2 or 3 */
+  uint32_t world;            /* W >= 1 */
+  uint64_t sub_group_size;   /* stage 3: zero_optimization.sub_group_size (elements) */
+  bool round_robin;          /* stage 1/2: round_robin_gradients flat order */
+  uint32_t param_align;      /* stage 1/2: parameter_alignment's element multiple; 0/1: off */
+} zck_zero_opts;
+
+typedef struct zck_zero_geometry {
+  zck_layout *train;         /* fp32 master, exp_avg, exp_avg_sq: stores g*W + r */
+  zck_layout *frozen;        /* stage 3: frozen params, one sub-group each, as
+                                frozen_param_fragments (no groups without any); else NULL */
+  zck_group_spec *flat;      /* stage 1/2: flat groups in flat order (round-robin applied),
+                                one per param group, empty ones included; stage 3: sub-groups */
+  size_t n_flat;
+  uint32_t *frozen_params;   /* frozen params holding their own data (not tied aliases), in
+                                manifest order */
+  size_t n_frozen;
+  uint64_t *numel;           /* [n_params] */
+  uint32_t *flat_mem_;       /* storage behind flat[].params (stage 1/2) */
+} zck_zero_geometry;
+
+/* The partitions DeepSpeed makes of m's trainable params for o: per param group its
+ * trainable params (zck_model_group_trainable) in group order, then zck_layout_zero12 or
+ * zck_zero3_sub_groups + zck_layout_zero3. The caller may take any pointer it wants to keep
+ * (and NULL it) before zck_zero_geometry_free. */
+zck_status zck_zero_geometry_build(const struct zck_model *m, const zck_zero_opts *o, zck_zero_geometry *out);
+void zck_zero_geometry_free(zck_zero_geometry *g);
+
 #endif

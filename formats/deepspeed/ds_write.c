@@ -115,81 +115,35 @@ static zck_status ws_crc(zck__ds_wstore *s, uint32_t *out) {
 
 static zck_status build_geometry(zck_ds_writer *w) {
   const zck_model *m = w->m;
-  uint64_t *numels = zck__calloc(m->n_params + 1, sizeof *numels);
-  zck_group_spec *gspecs = zck__calloc(m->n_groups + 1, sizeof *gspecs);
-  uint32_t *tmem = NULL;
-  zck_status s = ZCK_OK;
-  if (!numels || !gspecs) { s = ZCK_ERR_NO_MEMORY; goto out; }
-  zck_model_numels(m, numels);
-  size_t total = 0;
-  for (size_t g = 0; g < m->n_groups; g++) {
-    size_t n = zck_model_group_trainable(m, (uint32_t)g, NULL, 0);
-    if (!n) {
+  for (size_t g = 0; g < m->n_groups; g++)
+    if (!zck_model_group_trainable(m, (uint32_t)g, NULL, 0))
       /* DeepSpeed drops empty groups and crashes on groups without trainable params */
-      s = zck__fail(ZCK_ERR_INVALID_ARG, "param group %zu has no trainable parameter; DeepSpeed cannot load it", g);
-      goto out;
-    }
-    total += n;
-  }
-  tmem = zck__calloc(total + 1, sizeof *tmem);
-  w->flat_mem = zck__calloc(total + 1, sizeof *w->flat_mem);
-  if (!tmem || !w->flat_mem) { s = ZCK_ERR_NO_MEMORY; goto out; }
-  size_t k = 0;
-  for (size_t g = 0; g < m->n_groups; g++) {
-    size_t n = zck_model_group_trainable(m, (uint32_t)g, tmem + k, total - k);
-    gspecs[g] = (zck_group_spec){tmem + k, n, (int32_t)g};
-    k += n;
-  }
-  if (w->stage <= 2) {
-    /* flat order = group order, or DeepSpeed's round-robin order */
-    w->flat = zck__calloc(m->n_groups + 1, sizeof *w->flat);
-    if (!w->flat) { s = ZCK_ERR_NO_MEMORY; goto out; }
-    for (size_t g = 0, at = 0; g < m->n_groups; g++) {
-      uint32_t *dst = w->flat_mem + at;
-      if (w->o.round_robin) zck_round_robin_order(gspecs[g].params, gspecs[g].n_params, w->w, dst);
-      else memcpy(dst, gspecs[g].params, gspecs[g].n_params * sizeof *dst);
-      w->flat[g] = (zck_group_spec){dst, gspecs[g].n_params, (int32_t)g};
-      at += gspecs[g].n_params;
-    }
-    w->n_flat = m->n_groups;
-    ZCK_CHECK_GOTO(zck_layout_zero12(m->n_params, numels, w->flat, w->n_flat, w->w, w->o.param_align, &w->train), s, out);
-  } else {
-    ZCK_CHECK_GOTO(zck_zero3_sub_groups(numels, gspecs, m->n_groups, w->w, w->sub_group_size, &w->subs_alloc, &w->n_flat),
-                   s, out);
-    w->flat = w->subs_alloc;
-    ZCK_CHECK_GOTO(zck_layout_zero3(m->n_params, numels, w->flat, w->n_flat, w->w, &w->train), s, out);
-  }
-  /* lp module weights (stage 1/2) and frozen fragments (stage 3) */
+      return zck__fail(ZCK_ERR_INVALID_ARG, "param group %zu has no trainable parameter; DeepSpeed cannot load it", g);
+  /* the partitions: lib/layout's one ZeRO geometry, the engine's too */
+  zck_zero_opts zo = {w->stage, w->w, w->sub_group_size, w->o.round_robin, w->o.param_align};
+  ZCK_TRY(zck_zero_geometry_build(m, &zo, &w->geo));
+  const uint64_t *numels = w->geo.numel;
+  w->train = w->geo.train;
+  w->flat = w->geo.flat;
+  w->n_flat = w->geo.n_flat;
+  w->frozen = w->geo.frozen_params;
+  w->n_frozen = w->geo.n_frozen;
+  w->frozen_layout = w->n_frozen ? w->geo.frozen : NULL;
+  /* lp module weights (stage 1/2) */
   w->owners = zck__calloc(m->n_params + 1, sizeof *w->owners);
-  w->frozen = zck__calloc(m->n_params + 1, sizeof *w->frozen);
-  if (!w->owners || !w->frozen) { s = ZCK_ERR_NO_MEMORY; goto out; }
-  for (size_t p = 0; p < m->n_params; p++) {
-    if (m->params[p].tied_to >= 0) continue;
-    w->owners[w->n_owners++] = (uint32_t)p;
-    if (m->params[p].frozen) w->frozen[w->n_frozen++] = (uint32_t)p;
-  }
-  if (w->stage <= 2) {
-    ZCK_CHECK_GOTO(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout), s, out);
-  } else if (w->n_frozen) {
-    zck_group_spec *fs = zck__calloc(w->n_frozen, sizeof *fs);
-    if (!fs) { s = ZCK_ERR_NO_MEMORY; goto out; }
-    for (size_t i = 0; i < w->n_frozen; i++) fs[i] = (zck_group_spec){&w->frozen[i], 1, -1};
-    s = zck_layout_zero3(m->n_params, numels, fs, w->n_frozen, w->w, &w->frozen_layout);
-    free(fs);
-    if (s != ZCK_OK) goto out;
-  }
+  if (!w->owners) return ZCK_ERR_NO_MEMORY;
+  for (size_t p = 0; p < m->n_params; p++)
+    if (m->params[p].tied_to < 0) w->owners[w->n_owners++] = (uint32_t)p;
+  if (w->stage <= 2) ZCK_TRY(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout));
   if (m->n_buffers) {
     uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);
-    if (!bn) { s = ZCK_ERR_NO_MEMORY; goto out; }
+    if (!bn) return ZCK_ERR_NO_MEMORY;
     for (size_t b = 0; b < m->n_buffers; b++) bn[b] = m->buffers[b].numel;
-    s = zck_layout_whole(m->n_buffers, bn, NULL, m->n_buffers, &w->buffer_layout);
+    zck_status s = zck_layout_whole(m->n_buffers, bn, NULL, m->n_buffers, &w->buffer_layout);
     free(bn);
+    ZCK_TRY(s);
   }
-out:
-  free(numels);
-  free(gspecs);
-  free(tmem);
-  return s;
+  return ZCK_OK;
 }
 
 /* ---- create / commit / free */
@@ -448,15 +402,10 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   free(w->names);
   for (int p = 0; p < ZCK_DS_PART_COUNT; p++) free(w->stores[p]);
   free(w->buffer_stores);
-  zck_layout_free(w->train);
+  zck_zero_geometry_free(&w->geo); /* train, frozen_layout, flat, frozen */
   zck_layout_free(w->lp_layout);
-  zck_layout_free(w->frozen_layout);
   zck_layout_free(w->buffer_layout);
-  if (w->stage <= 2) free(w->flat);
-  free(w->subs_alloc);
-  free(w->flat_mem);
   free(w->owners);
-  free(w->frozen);
   free(w->root);
   free(w->tag);
   free(w->ds_version);

@@ -54,12 +54,11 @@ struct zck_ds_writer {
   bool rank_only;                   /* builds rank `only`'s files alone */
   uint32_t only;
   bool committed;
-  /* geometry */
+  /* geometry (lib/layout's, owned by geo; the fields below point into it) */
+  zck_zero_geometry geo;
   zck_layout *train, *lp_layout, *frozen_layout, *buffer_layout;
   zck_group_spec *flat;             /* flat groups (stage 1/2) or sub-groups (stage 3) */
   size_t n_flat;
-  uint32_t *flat_mem;               /* storage for flat[].params (stage 1/2) */
-  zck_group_spec *subs_alloc;       /* zck_zero3_sub_groups allocation (stage 3) */
   uint32_t *frozen;                 /* frozen owner params */
   size_t n_frozen;
   uint32_t *owners;                 /* non-alias params (stage 1/2 LP stores) */

@@ -38,49 +38,28 @@ zck_status ze_zero_plan_build(ze_zero_plan *plan, const zck_model *m, const uint
   plan->model_numel = model_numel;
   size_t n = m->n_params;
   zck_status s = ZCK_OK;
-  zck_group_spec *specs = NULL, *subs = NULL;
-  uint32_t *idx = NULL;
-  plan->numel = zck__calloc(n ? n : 1, sizeof *plan->numel);
   plan->model_off = zck__calloc(n ? n : 1, sizeof *plan->model_off);
-  plan->frozen_params = zck__calloc(n ? n : 1, sizeof *plan->frozen_params);
-  specs = zck__calloc(m->n_groups ? m->n_groups : 1, sizeof *specs);
-  idx = zck__calloc(n ? n : 1, sizeof *idx);
-  if (!plan->numel || !plan->model_off || !plan->frozen_params || !specs || !idx) {
+  if (!plan->model_off) {
     s = ZCK_ERR_NO_MEMORY;
     goto done;
   }
-  zck_model_numels(m, plan->numel);
   memcpy(plan->model_off, model_off, n * sizeof *model_off);
-  for (size_t p = 0; p < n; p++)
-    if (m->params[p].frozen && m->params[p].tied_to < 0) {
-      plan->frozen_params[plan->n_frozen++] = (uint32_t)p;
-      plan->frozen_numel += plan->numel[p];
-    }
-  /* trainable params of every optimizer group, in group order */
-  size_t used = 0;
-  for (size_t g = 0; g < m->n_groups; g++) {
-    size_t k = zck_model_group_trainable(m, (uint32_t)g, idx + used, n - used);
-    specs[g] = (zck_group_spec){idx + used, k, (int32_t)g};
-    used += k;
-  }
-  if (o->stage < 3) {
-    ZCK_CHECK_GOTO(zck_layout_zero12(n, plan->numel, specs, m->n_groups, o->world, 1, &plan->train), s, done);
-  } else {
-    size_t n_sub = 0;
-    ZCK_CHECK_GOTO(zck_zero3_sub_groups(plan->numel, specs, m->n_groups, o->world, o->sub_group_size, &subs, &n_sub), s,
-                   done);
-    ZCK_CHECK_GOTO(zck_layout_zero3(n, plan->numel, subs, n_sub, o->world, &plan->train), s, done);
-    /* frozen params: one sub-group each, as frozen_param_fragments */
-    zck_group_spec *fs = zck__calloc(plan->n_frozen ? plan->n_frozen : 1, sizeof *fs);
-    if (!fs) {
-      s = ZCK_ERR_NO_MEMORY;
-      goto done;
-    }
-    for (size_t i = 0; i < plan->n_frozen; i++) fs[i] = (zck_group_spec){&plan->frozen_params[i], 1, -1};
-    s = zck_layout_zero3(n, plan->numel, fs, plan->n_frozen, o->world, &plan->frozen);
-    free(fs);
-    if (s != ZCK_OK) goto done;
-  }
+  /* the partitions the DeepSpeed writer lays out for this configuration, by the same
+   * function (no round-robin: dsconfig.c refuses it; no parameter_alignment, as the
+   * writer's options in ckpt.c say) */
+  zck_zero_opts zo = {o->stage, o->world, o->sub_group_size, false, 1};
+  zck_zero_geometry geo;
+  ZCK_CHECK_GOTO(zck_zero_geometry_build(m, &zo, &geo), s, done);
+  plan->numel = geo.numel;
+  plan->train = geo.train;
+  plan->frozen = geo.frozen;
+  plan->frozen_params = geo.frozen_params;
+  plan->n_frozen = geo.n_frozen;
+  geo.numel = NULL;
+  geo.train = geo.frozen = NULL;
+  geo.frozen_params = NULL;
+  zck_zero_geometry_free(&geo);
+  for (size_t i = 0; i < plan->n_frozen; i++) plan->frozen_numel += plan->numel[plan->frozen_params[i]];
   /* where each param's values live on a rank */
   plan->home = zck__calloc(n ? n : 1, sizeof *plan->home);
   if (!plan->home) {
@@ -106,9 +85,6 @@ zck_status ze_zero_plan_build(ze_zero_plan *plan, const zck_model *m, const uint
     }
   }
 done:
-  free(specs);
-  free(subs);
-  free(idx);
   if (s != ZCK_OK) ze_zero_plan_free(plan);
   return s;
 }
