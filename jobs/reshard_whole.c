@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deepspeed/ds_writer.h"
+#include "manifest.h"
 #include "reshard_internal.h"
 #include "transfer.h"
 
@@ -36,6 +38,8 @@ zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *
   zck_ds_writer *w = NULL;
   zck_status st = zck__outdir_create(&d, out, o->overwrite != 0);
   if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, m, wo, &w);
+  /* the manifest's hashes are computed from the bytes as the transfer writes them */
+  if (st == ZCK_OK) zck__ds_writer_hash_inline(w, 0, 0);
   if (st == ZCK_OK) {
     zck_state_view src, dst;
     zck__whole_state(s, &src);
@@ -56,7 +60,8 @@ zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *
     mo.threads = o->threads;
     char *tag_dir = wo->tag ? zck__path_join(d.tmp_path, wo->tag)
                             : zck__sprintf("%s/global_step%lld", d.tmp_path, (long long)wo->global_steps);
-    st = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
+    st = tag_dir ? zck__manifest_write_dir_known(tag_dir, &mo, zck__ds_writer_known(w, NULL, NULL), NULL)
+                 : ZCK_ERR_NO_MEMORY;
     free(tag_dir);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);
