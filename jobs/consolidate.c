@@ -159,6 +159,27 @@ static zck_status zck__cons_tied_meta(zck__tensor_set *s) {
   return st;
 }
 
+/* Tied aliases whose source the checkpoint does not hold (saved with
+ * exclude_frozen_parameters: PEFT's lm_head.weight -> transformer.wte.weight). zero_to_fp32
+ * drops them; the output keeps the pair as metadata {"alias": "source", ...} so a loader
+ * can re-tie them to the base model's weight. */
+static zck_status zck__cons_unsaved_meta(zck__tensor_set *s, const zck_ds_ckpt *ck) {
+  size_t n = zck_ds_unsaved_tie_count(ck);
+  if (!n) return ZCK_OK;
+  cJSON *m = cJSON_CreateObject();
+  for (size_t i = 0; m && i < n; i++) {
+    const char *alias, *src;
+    zck_ds_unsaved_tie(ck, i, &alias, &src);
+    if (!cJSON_AddStringToObject(m, alias, src)) { cJSON_Delete(m); m = NULL; }
+  }
+  char *text = m ? cJSON_PrintUnformatted(m) : NULL;
+  cJSON_Delete(m);
+  if (!text) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  zck_status st = zck__set_add_meta(s, "tied_to_unsaved", text);
+  cJSON_free(text);
+  return st;
+}
+
 /* Side files of an HF checkpoint-N/ folder that make the output loadable on its own. */
 static void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n) {
   static const char *candidates[] = {"config.json", "generation_config.json"};
@@ -295,6 +316,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
     } else {
       st = zck__cons_tied_meta(&s);
     }
+    if (st == ZCK_OK) st = zck__cons_unsaved_meta(&s, ck);
   }
   if (st == ZCK_OK) {
     if (fmt == ZCK_OUT_SAFETENSORS) {

@@ -132,7 +132,14 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
     cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
+    if (in->bf16_optimizer) cJSON_AddStringToObject(j, "optimizer", "BF16_Optimizer");
     zck__inspect_model_json(j, m);
+    cJSON *unsaved = cJSON_AddObjectToObject(j, "tied_to_unsaved");
+    for (size_t i = 0; i < zck_ds_unsaved_tie_count(c); i++) {
+      const char *alias, *src;
+      zck_ds_unsaved_tie(c, i, &alias, &src);
+      cJSON_AddStringToObject(unsaved, alias, src);
+    }
     cJSON *warn = cJSON_AddArrayToObject(j, "warnings");
     for (size_t i = 0; i < in->n_warnings; i++) cJSON_AddItemToArray(warn, cJSON_CreateString(in->warnings[i]));
     char *text = cJSON_Print(j);
@@ -140,7 +147,8 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     if (!text) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory building JSON");
     else { fprintf(out, "%s\n", text); cJSON_free(text); }
   } else {
-    fprintf(out, "%s: DeepSpeed ZeRO-%d checkpoint, tag %s, world size %u\n", path, in->stage, in->tag, in->world_size);
+    fprintf(out, "%s: DeepSpeed ZeRO-%d checkpoint%s, tag %s, world size %u\n", path, in->stage,
+            in->bf16_optimizer ? " (BF16_Optimizer)" : "", in->tag, in->world_size);
     fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
             zck_dtype_name(in->lp_dtype), zck_dtype_name(in->master_dtype),
             in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->ds_version ? in->ds_version : "?",
@@ -152,6 +160,12 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     if (in->stage == 1) {
       for (size_t i = 0; i < m->n_params; i++)
         if (m->params[i].frozen) { fprintf(out, "note: ZeRO-1 saves no frozen params for zero_to_fp32; %s is not in its output\n", m->params[i].name); }
+    }
+    for (size_t i = 0; i < zck_ds_unsaved_tie_count(c); i++) {
+      const char *alias, *src;
+      zck_ds_unsaved_tie(c, i, &alias, &src);
+      fprintf(out, "note: %s is tied to %s, which was not saved (exclude_frozen_parameters); not a parameter here, "
+              "kept as metadata\n", alias, src);
     }
     for (size_t i = 0; i < in->n_warnings; i++) fprintf(out, "warning: %s\n", in->warnings[i]);
   }

@@ -60,7 +60,9 @@ typedef struct zck_ds_info {
   const char *root;                /* folder holding `latest` (or the tag folder's parent) */
   const char *tag;
   const char *dir;                 /* <root>/<tag> */
-  int stage;                       /* 1, 2 or 3 (zero_stage of the optimizer files) */
+  int stage;                       /* 1, 2 or 3 (zero_stage of the optimizer files; 1 for BF16_Optimizer) */
+  bool bf16_optimizer;             /* written by BF16_Optimizer (bf16 + stage 1 + fp32 grad accumulation):
+                                      no zero_stage, fp32 partitions saved padded; otherwise a stage-1 layout */
   uint32_t world_size;             /* W = partition_count = number of optimizer files */
   bool bf16_prefix;                /* optimizer files are bf16_zero_pp_rank_* */
   zck_dtype lp_dtype;              /* 16-bit training dtype (module params); F32 without mixed precision */
@@ -164,6 +166,15 @@ typedef struct zck_ds_output {
 
 const zck_ds_output *zck_ds_outputs(const zck_ds_ckpt *c, size_t *n);
 
+/* shared_params entries whose source was not saved: checkpoints saved with
+ * exclude_frozen_parameters (HF Trainer + PEFT/LoRA) keep `lm_head.weight ->
+ * transformer.wte.weight` though neither weight is in the files. Such an alias is no
+ * parameter of the manifest (zero_to_fp32 drops it, ds_to_universal converts the rest);
+ * inspect reports it, consolidate records it in the output's metadata and a reshard keeps
+ * it in shared_params. i < zck_ds_unsaved_tie_count; strings belong to the checkpoint. */
+size_t zck_ds_unsaved_tie_count(const zck_ds_ckpt *c);
+void zck_ds_unsaved_tie(const zck_ds_ckpt *c, size_t i, const char **alias, const char **source);
+
 /* Pickled objects of the rank-0 files, for writers that carry them over (NULL if absent). */
 const zck_pk *zck_ds_ds_config(const zck_ds_ckpt *c);     /* model file ds_config */
 const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c);  /* model file lr_scheduler (may be None) */
@@ -214,9 +225,12 @@ typedef struct zck_ds_write_opts {
   const zck_pk *lr_scheduler;      /* deep-copied; NULL: None */
   const zck_pk *loss_scaler;       /* deep-copied; NULL: LossScaler(cur_scale=1.0, dynamic=False) */
   const zck_pk *module_attrs;      /* deep-copied BUILD state of `module` ({'_metadata': ...}); NULL: none */
+  const char *const *unsaved_ties; /* [2 * n]: alias, source pairs added to shared_params as they are
+                                      (tied aliases whose source was not saved: zck_ds_unsaved_tie) */
+  size_t n_unsaved_ties;
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */

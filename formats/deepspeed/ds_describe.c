@@ -191,7 +191,9 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
       uint32_t id = zck_layout_store_id(L, (uint32_t)g, r);
       const zck_layout_store *st = &L->stores[id];
       const char *path = o->file->path;
-      if (f->fp32.numel != st->lean) {  /* DS-51 / DS-61 */
+      /* BF16_Optimizer saves the whole padded partition; the real elements are its prefix */
+      uint64_t saved = c->info.bf16_optimizer ? st->numel : st->lean;
+      if (f->fp32.numel != saved) {  /* DS-51 / DS-61 */
         if (c->info.stage == 3)
           return zck__fail(ZCK_ERR_MISMATCH,
                            "%s: %s[%zu] has %llu elements but its %zu params need %llu (sum of ceil(n/%u)); "
@@ -201,15 +203,25 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                          "%s: %s[%zu] has %llu elements but rank %u of a %u-rank group of %llu elements "
                          "(partition %llu) holds %llu; param_shapes and the partitions do not add up",
                          path, fkey, g, (unsigned long long)f->fp32.numel, r, w, (unsigned long long)lg->numel,
-                         (unsigned long long)lg->partition, (unsigned long long)st->lean);
+                         (unsigned long long)lg->partition, (unsigned long long)saved);
       }
-      if (c->info.stage <= 2 && o->group_paddings[g] != (int64_t)(st->numel - st->lean))  /* DS-53 */
+      if (c->info.bf16_optimizer) {
+        /* BF16_Optimizer: the last rank records the group's whole alignment padding, others 0 */
+        uint64_t pad = zck_zero12_bf16_padding(lg->numel, w, r);
+        if (o->group_paddings[g] != (int64_t)pad)
+          return zck__fail(ZCK_ERR_MISMATCH, "%s: group_paddings[%zu] is %lld but BF16_Optimizer's padding of rank %u of a "
+                           "%u-rank group of %llu elements is %llu", path, g, (long long)o->group_paddings[g], r, w,
+                           (unsigned long long)lg->numel, (unsigned long long)pad);
+      } else if (c->info.stage <= 2 && o->group_paddings[g] != (int64_t)(st->numel - st->lean)) {  /* DS-53 */
         return zck__fail(ZCK_ERR_MISMATCH, "%s: group_paddings[%zu] is %lld but partition %llu - saved %llu = %llu", path,
                          g, (long long)o->group_paddings[g], (unsigned long long)st->numel,
                          (unsigned long long)st->lean, (unsigned long long)(st->numel - st->lean));
+      }
       char what[128];
       snprintf(what, sizeof what, "%s[%zu]", fkey, g);
-      c->stores[ZCK_DS_FP32][id] = source_store(c, &o->src, &f->fp32, path, what);
+      zck__ds_tref real = f->fp32;
+      real.numel = st->lean;   /* the store is what the layout reads: padding is not data */
+      c->stores[ZCK_DS_FP32][id] = source_store(c, &o->src, &real, path, what);
       if (!c->info.has_optimizer_state) continue;
       const zck__ds_tref *ts[2] = {&f->exp_avg, &f->exp_avg_sq};
       const char *tn[2] = {"exp_avg", "exp_avg_sq"};

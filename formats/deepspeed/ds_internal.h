@@ -69,6 +69,7 @@ typedef struct zck__ds_optim_file {
   zck__source src;
   bool src_open;
   int zero_stage;
+  bool bf16_optimizer;             /* BF16_Optimizer's file: read as stage 1, fp32 partitions padded */
   uint32_t partition_count;        /* max of the list (stage 1/2) or the int (stage 3) */
   zck__ds_flat *flat;
   size_t n_flat;
@@ -108,6 +109,9 @@ struct zck_ds_ckpt {
   char **store_names;              /* owned names for the stores' messages */
   size_t n_store_names, cap_store_names;
   char *lp_missing;                 /* why ZCK_DS_LP is unavailable (stage 1/2) */
+  size_t *unsaved_ties;             /* indices into models[0].shared_*: aliases whose source was not saved */
+  const char **unsaved_pairs;       /* [2 * n_unsaved_ties]: alias, source, ... (borrowed strings) */
+  size_t n_unsaved_ties;
   zck_ds_output *outputs;
   size_t n_outputs;
 };

@@ -151,7 +151,7 @@ static zck_status opt_groups_of_flats(zck_ds_ckpt *c, size_t n_flat, int32_t *op
 /* ---- the manifest */
 
 typedef struct build {
-  smap train, frozen, buffers, alias;
+  smap train, frozen, buffers, alias, module;
   size_t n_train;
 } build;
 
@@ -160,6 +160,18 @@ static void build_free(build *b) {
   smap_free(&b->frozen);
   smap_free(&b->buffers);
   smap_free(&b->alias);
+  smap_free(&b->module);
+}
+
+/* A shared_params source is saved when it is a trainable or frozen param of the files or
+ * (stage 1, pre-0.9.1 stage 2) a non-buffer `module` entry. One saved with
+ * exclude_frozen_parameters (HF Trainer + PEFT) is not: its alias is no parameter. */
+static bool source_saved(const zck_ds_ckpt *c, const build *b, const char *src) {
+  if (smap_get(&b->train, src) >= 0 || smap_get(&b->frozen, src) >= 0) return true;
+  const zck__ds_model_file *m0 = &c->models[0];
+  bool module_holds_frozen = c->info.stage == 1 || (c->info.stage == 2 && !m0->has_frozen_shapes);
+  return module_holds_frozen && smap_get(&b->module, src) >= 0 && smap_get(&b->buffers, src) < 0 &&
+         smap_get(&b->alias, src) < 0;
 }
 
 static bool same_shape(int nd_a, const int64_t *a, int nd_b, const int64_t *b) {
@@ -207,6 +219,11 @@ static zck_status index_names(zck_ds_ckpt *c, build *b) {
   for (size_t i = 0; i < m0->n_buffer_names; i++) {
     bool existed;
     smap_put(&b->buffers, m0->buffer_names[i], (int64_t)i, &existed);
+  }
+  ZCK_TRY(smap_init(&b->module, m0->n_module));
+  for (size_t i = 0; i < m0->n_module; i++) {
+    bool existed;
+    smap_put(&b->module, m0->module_names[i], (int64_t)i, &existed);
   }
   ZCK_TRY(smap_init(&b->alias, m0->n_shared));
   for (size_t i = 0; i < m0->n_shared; i++) {
@@ -263,6 +280,7 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
     int ndim = t->ndim;
     bool frozen = false;
     int64_t ai = smap_get(&b.alias, name);
+    if (ai >= 0 && !source_saved(c, &b, m0->shared_src[ai])) continue;  /* unsaved source: kept in c->unsaved_ties */
     const char *shape_of = ai >= 0 ? m0->shared_src[ai] : name;   /* an alias has its source's shape */
     if ((k = smap_get(&b.train, shape_of)) >= 0) {
       size_t g = 0;
@@ -323,7 +341,19 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
                     m0->frozen_shapes.v[i].name);
       goto out;
     }
+  c->unsaved_ties = zck__calloc(m0->n_shared + 1, sizeof *c->unsaved_ties);
+  c->unsaved_pairs = zck__calloc(2 * m0->n_shared + 1, sizeof *c->unsaved_pairs);
+  if (!c->unsaved_ties || !c->unsaved_pairs) { s = ZCK_ERR_NO_MEMORY; goto out; }
   for (size_t i = 0; i < m0->n_shared; i++) {
+    if (!source_saved(c, &b, m0->shared_src[i])) {
+      /* exclude_frozen_parameters left out a frozen tied source (PEFT's lm_head ->
+       * wte): zero_to_fp32 drops the alias, ds_to_universal converts the rest. Not a
+       * parameter here; kept for inspect and the outputs' metadata. */
+      c->unsaved_pairs[2 * c->n_unsaved_ties] = m0->shared_alias[i];
+      c->unsaved_pairs[2 * c->n_unsaved_ties + 1] = m0->shared_src[i];
+      c->unsaved_ties[c->n_unsaved_ties++] = i;
+      continue;
+    }
     if (alias_param[i] < 0) {
       ZCK_CHECK_GOTO(zck__ds_warn(c, "%s: shared_params alias '%s' is not in module; ignored", path, m0->shared_alias[i]),
                      s, out);

@@ -50,6 +50,7 @@ static zck_status read_optims(zck_ds_ckpt *c) {
   snprintf(who, sizeof who, "partition_count in %s", fs->optims[0].name);
   ZCK_TRY(zck__ds_check_ranks(fs, w, stage, who));
   c->info.stage = stage;
+  c->info.bf16_optimizer = r0->bf16_optimizer;
   c->info.world_size = w;
   if (w > cap) /* check_ranks has already refused a file set that does not match w */
     return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count %u but %zu optimizer files", fs->dir, w, fs->n_optims);
@@ -65,6 +66,9 @@ static zck_status read_optims(zck_ds_ckpt *c) {
     const char *p = o->file->path;
     if (o->zero_stage != stage)  /* DS-42 */
       return zck__fail(ZCK_ERR_MISMATCH, "%s: zero_stage %d but %s has %d", p, o->zero_stage, fs->optims[0].name, stage);
+    if (o->bf16_optimizer != r0->bf16_optimizer)
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: %s BF16_Optimizer file but %s is %s", p, o->bf16_optimizer ? "a" : "not a",
+                       fs->optims[0].name, r0->bf16_optimizer ? "one" : "not");
     if (o->partition_count != w)  /* DS-43 */
       return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count %u but %s has %u (mixed checkpoints?)", p,
                        o->partition_count, fs->optims[0].name, w);
@@ -163,6 +167,8 @@ void zck_ds_close(zck_ds_ckpt *c) {
   for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
   free(c->warnings);
   free(c->lp_missing);
+  free(c->unsaved_ties);
+  free(c->unsaved_pairs);
   free(c->param_mod);
   free(c->buffer_mod);
   free(c->flat_params);
@@ -234,3 +240,11 @@ zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i) {
  * open (see read_optims), so zck_torch_source() of these files stays valid. */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c) { return c->model0; }
 const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c) { return c->optim0; }
+
+size_t zck_ds_unsaved_tie_count(const zck_ds_ckpt *c) { return c->n_unsaved_ties; }
+
+void zck_ds_unsaved_tie(const zck_ds_ckpt *c, size_t i, const char **alias, const char **source) {
+  ZCK_ASSERT(i < c->n_unsaved_ties);
+  *alias = c->models[0].shared_alias[c->unsaved_ties[i]];
+  *source = c->models[0].shared_src[c->unsaved_ties[i]];
+}

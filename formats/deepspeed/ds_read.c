@@ -385,13 +385,17 @@ static zck_status read_optim(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_t
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'optimizer_state_dict' missing or not a dict", path);
   const zck_pk *zs = zck_pk_dict_get(osd, "zero_stage");
   if (!zs) {  /* DS-41 */
-    if (!zck_pk_dict_get(osd, "loss_scaler") && zck_pk_dict_get(osd, "single_partition_of_fp32_groups"))
-      return zck__fail(ZCK_ERR_UNSUPPORTED,
-                       "%s: BF16_Optimizer checkpoint (bf16 + stage 1 + fp32 grad accumulation: no zero_stage, no "
-                       "loss_scaler) is not supported", path);
-    return zck__fail(ZCK_ERR_FORMAT, "%s: is not a zero checkpoint ('zero_stage' missing)", path);
+    /* BF16_Optimizer (runtime/bf16_optimizer.py; bf16 + stage 1 + fp32 gradient
+     * accumulation) saves no zero_stage and no loss_scaler, and its fp32 partitions
+     * padded: it is read as stage 1 (ds_describe.c, build_train). */
+    if (zck_pk_dict_get(osd, "loss_scaler") || !zck_pk_dict_get(osd, "single_partition_of_fp32_groups") ||
+        !zck_pk_dict_get(osd, "base_optimizer_state"))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: is not a zero checkpoint ('zero_stage' missing)", path);
+    of->bf16_optimizer = true;
+    of->zero_stage = 1;
+  } else {
+    of->zero_stage = zck__ds_zero_stage(zs);
   }
-  of->zero_stage = zck__ds_zero_stage(zs);
   if (of->zero_stage < 1) {  /* DS-42 */
     char sum[128];
     zck_pk_summary(zs, sum, sizeof sum);

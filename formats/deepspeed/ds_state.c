@@ -30,6 +30,8 @@ void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o) {
   o->loss_scaler = c->loss_scaler;
   const zck_pk *module = c->model0 ? zck_pk_dict_get(zck_torch_root(c->model0), "module") : NULL;
   o->module_attrs = module && module->kind == ZCK_PK_DICT ? module->u.dict.attrs : NULL;
+  o->unsaved_ties = c->unsaved_pairs;
+  o->n_unsaved_ties = c->n_unsaved_ties;
 }
 
 // ---- the source

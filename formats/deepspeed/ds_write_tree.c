@@ -256,6 +256,8 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   for (size_t p = 0; shared && r == 0 && p < m->n_params; p++)
     if (m->params[p].tied_to >= 0 && !put(d, shared, m->params[p].name, S(d, m->params[m->params[p].tied_to].name)))
       goto nomem;
+  for (size_t i = 0; shared && r == 0 && i < w->o.n_unsaved_ties; i++)
+    if (!put(d, shared, w->o.unsaved_ties[2 * i], S(d, w->o.unsaved_ties[2 * i + 1]))) goto nomem;
   if (!put(d, root, "shared_params", shared) || !put(d, root, "frozen_param_fragments", frags)) goto nomem;
   zck_pk *sched = w->o.lr_scheduler ? zck__ds_pk_copy(d, w->o.lr_scheduler) : zck_pk_new_none(d);
   if (!sched) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "lr_scheduler"); goto out; }

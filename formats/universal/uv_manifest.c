@@ -153,7 +153,7 @@ static zck_status zck__uv_hparams(zck_model *m, uint32_t g, const zck_pk *group)
 typedef struct zck__uv_build {
   const char *path;            /* the model-states file */
   const zck_pk *module, *shapes, *frozen, *shared;
-  zck__uv_map train, fz, buffers, alias;
+  zck__uv_map train, fz, buffers, alias, modmap;
   size_t n_train;
   size_t *flat_first;          /* [n_flat groups + 1] into the flat order */
   const char **train_name;     /* flat index -> name */
@@ -166,6 +166,7 @@ static void zck__uv_build_free(zck__uv_build *b) {
   zck__uv_map_free(&b->fz);
   zck__uv_map_free(&b->buffers);
   zck__uv_map_free(&b->alias);
+  zck__uv_map_free(&b->modmap);
   free(b->flat_first);
   free(b->train_name);
   free(b->train_shape);
@@ -253,6 +254,16 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
   return ZCK_OK;
 }
 
+/* A shared_params source is saved when it is a param of the files (as the DeepSpeed
+ * reader's ds_manifest.c decides): one left out by exclude_frozen_parameters (HF + PEFT's
+ * lm_head -> wte) is not, and its alias is no parameter. */
+static bool zck__uv_source_saved(const zck_uv_ckpt *c, const zck__uv_build *b, const char *src) {
+  if (zck__uv_map_get(&b->train, src) >= 0 || zck__uv_map_get(&b->fz, src) >= 0) return true;
+  bool module_holds_frozen = c->info.stage == 1 || (c->info.stage == 2 && !b->frozen);
+  return module_holds_frozen && zck__uv_map_get(&b->modmap, src) >= 0 && zck__uv_map_get(&b->buffers, src) < 0 &&
+         zck__uv_map_get(&b->alias, src) < 0;
+}
+
 /* One `module` entry: a buffer, or a param classified as the DeepSpeed reader does. */
 static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t i) {
   const zck__uv_tref *t = &c->module[i];
@@ -271,6 +282,7 @@ static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t 
   bool frozen = false;
   int64_t ai = zck__uv_map_get(&b->alias, name), k;
   const char *shape_of = ai >= 0 ? zck_pk_as_str(b->shared->u.dict.values[ai]) : name;
+  if (ai >= 0 && !zck__uv_source_saved(c, b, shape_of)) return ZCK_OK;   /* its source was not saved */
   if ((k = zck__uv_map_get(&b->train, shape_of)) >= 0) {
     int nd;
     int64_t ps[ZCK_MAX_DIMS];
@@ -437,6 +449,8 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   }
   zck__uv_map_free(&seen);
   if (st == ZCK_OK) st = zck__uv_index(c, &b, bn);
+  if (st == ZCK_OK) st = zck__uv_map_init(&b.modmap, c->n_module);
+  for (size_t i = 0; st == ZCK_OK && i < c->n_module; i++) zck__uv_map_put(&b.modmap, c->module[i].name, (int64_t)i);
   c->n_flat = b.n_train;
   c->info.n_flat_groups = b.shapes->u.seq.len;
   if (st == ZCK_OK && !(c->flat = zck__calloc(b.n_train + 1, sizeof *c->flat))) st = ZCK_ERR_NO_MEMORY;
@@ -455,7 +469,7 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
       st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not in module", path,
                      zck_pk_as_str(b.frozen->u.dict.keys[i]));
   for (size_t i = 0; st == ZCK_OK && b.shared && i < b.shared->u.dict.len; i++) {
-    if (b.alias_param[i] < 0) continue;   /* an alias missing from module: ignored, as DeepSpeed's reader does */
+    if (b.alias_param[i] < 0) continue;   /* an alias missing from module (or of an unsaved source): ignored */
     const char *src = zck_pk_as_str(b.shared->u.dict.values[i]);
     int64_t si = zck_model_find_param(c->m, src);
     if (si < 0 || c->m->params[si].tied_to >= 0)  /* DS-25 */

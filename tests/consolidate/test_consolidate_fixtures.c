@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "safetensors/safetensors.h"
+#include "sha256.h"
 #include "test.h"
 
 static unsigned char *tensor_bytes(const zck_hf_checkpoint *c, const zck_hf_tensor *t) {
@@ -85,6 +86,34 @@ static void compare(const char *case_name, const char *ours_path, const char *ex
   zck_hf_close(exp);
 }
 
+/* Where zero_to_fp32 cannot read the checkpoint (BF16_Optimizer files), the fp32 masters
+ * must be those DeepSpeed's live engine held (safe_get_full_fp32_param in expected.json's
+ * live_fp32_params), and the buffers must be there. */
+static void compare_live(const char *case_name, const char *ours_path, cJSON *j) {
+  zck_hf_checkpoint *ours = NULL;
+  ZT_OK(zck_hf_open(ours_path, &ours));
+  cJSON *live = cJSON_GetObjectItem(j, "live_fp32_params"), *it;
+  size_t n = 0;
+  cJSON_ArrayForEach(it, live) {
+    const zck_hf_tensor *a = zck_hf_find(ours, it->string);
+    if (!a) ZT_FAIL("%s: %s missing from our output", case_name, it->string);
+    ZT_EQ_INT(a->t->dtype, ZCK_F32);
+    unsigned char *x = tensor_bytes(ours, a);
+    char hex[65];
+    zt_sha256_hex(x, a->t->nbytes, hex);
+    free(x);
+    if (strcmp(hex, cJSON_GetObjectItem(it, "sha256")->valuestring))
+      ZT_FAIL("%s: %s differs from the live engine's fp32 master", case_name, it->string);
+    n++;
+  }
+  cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "buffer_names")) {
+    if (!zck_hf_find(ours, it->valuestring)) ZT_FAIL("%s: buffer %s missing", case_name, it->valuestring);
+    n++;
+  }
+  if (zck_hf_count(ours) != n) ZT_FAIL("%s: %zu tensors written, expected %zu", case_name, zck_hf_count(ours), n);
+  zck_hf_close(ours);
+}
+
 int main(void) {
   char *root = zt_fixture("deepspeed");
   DIR *d = opendir(root);
@@ -104,13 +133,15 @@ int main(void) {
     snprintf(ckpt, sizeof ckpt, "%s/%s/ckpt", root, e->d_name);
     snprintf(expected, sizeof expected, "%s/%s/expected_fp32.safetensors", root, e->d_name);
     if (err && cJSON_IsString(err)) {
-      /* zero_to_fp32 itself fails on this case (e.g. BF16_Optimizer files): we must
-       * either produce a result or refuse with a message, never crash. */
-      snprintf(out, sizeof out, "%s/%s-unsupported", tmp, e->d_name);
-      zck_status s = zck_consolidate(ckpt, out, NULL);
-      fprintf(stderr, "%s: DeepSpeed fails (%.60s...); zckpt: %s %s\n", e->d_name, err->valuestring,
-              zck_status_name(s), zck_last_error());
+      /* zero_to_fp32 itself fails on this case (BF16_Optimizer files): compare with the
+       * live engine instead */
+      snprintf(out, sizeof out, "%s/%s-live", tmp, e->d_name);
+      ZT_OK(zck_consolidate(ckpt, out, NULL));
+      compare_live(e->d_name, out, j);
+      fprintf(stderr, "%s: DeepSpeed's zero_to_fp32 fails (%.60s...); zckpt equals the live engine\n", e->d_name,
+              err->valuestring);
       cJSON_Delete(j);
+      cases++;
       continue;
     }
     cJSON *frozen = cJSON_GetObjectItem(j, "frozen");

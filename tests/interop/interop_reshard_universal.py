@@ -13,9 +13,9 @@ Known DeepSpeed behaviours, checked as such rather than skipped:
                            folder must then differ from the checkpoint's in exactly the fp32 / exp_avg / exp_avg_sq
                            values (same files, same sizes), while zckpt's own to-universal folder reshards to the
                            same bytes.
-  s1w2_bf16_bf16optimizer  zckpt refuses the BF16_Optimizer checkpoint itself; ds_to_universal converts it, and the
-                           reshard of that folder must load in zckpt with the fixture's zero_to_fp32-equivalent
-                           fp32 values (expected.json live_fp32_params).
+  s1w2_bf16_bf16optimizer  zero_to_fp32 refuses the BF16_Optimizer checkpoint; the reshards of the checkpoint and
+                           of ds_to_universal's folder must both hold the live engine's fp32 masters
+                           (expected.json live_fp32_params), read back by DeepSpeed's zero_to_fp32.
 
 Prints `N passed, M failed`; exit 0 only if all pass (77 without a zckpt binary).
 """
@@ -77,20 +77,21 @@ def check_case(case, tmp):
         return [f"ds_to_universal failed: {err}"], []
     probs, notes = [], []
     if case.endswith("bf16optimizer"):
-        if zck("reshard", "-q", "--to-stage", "1", "--to-world-size", "2", src, os.path.join(tmp, "x")) is None:
-            probs.append("zckpt now reads the BF16_Optimizer checkpoint: compare with it instead")
-        out = os.path.join(tmp, "from_uc")
-        err = zck("reshard", "-q", "--to-stage", "2", "--to-world-size", "3", uc_root, out)
-        if err:
-            return [f"reshard of ds_to_universal's folder failed: {err}"], notes
         with open(os.path.join(FIX, "deepspeed", case, "expected.json")) as f:
             live = json.load(f)["live_fp32_params"]
-        got = fp32_of(out)
-        for n, h in live.items():
-            t = got[n].detach().contiguous()
-            if hashlib.sha256(t.numpy().tobytes()).hexdigest() != h["sha256"]:
-                probs.append(f"{n}: fp32 master differs from the live engine's")
-        notes.append("BF16_Optimizer: reshard of ds_to_universal's folder holds the live fp32 masters")
+        for what, frm in (("the checkpoint", src), ("ds_to_universal's folder", uc_root)):
+            out = os.path.join(tmp, "from_" + ("ckpt" if frm == src else "uc"))
+            err = zck("reshard", "-q", "--to-stage", "2", "--to-world-size", "3", frm, out)
+            if err:
+                probs.append(f"reshard of {what} failed: {err}")
+                continue
+            got = fp32_of(out)
+            for n, h in live.items():
+                t = got[n].detach().contiguous()
+                if hashlib.sha256(t.numpy().tobytes()).hexdigest() != h["sha256"]:
+                    probs.append(f"reshard of {what}: {n}: fp32 master differs from the live engine's")
+        notes.append("BF16_Optimizer: the reshards of the checkpoint and of ds_to_universal's folder hold the live "
+                     "fp32 masters")
         return probs, notes
     for s, w in TARGETS:
         a, b = os.path.join(tmp, f"ds-{s}-{w}"), os.path.join(tmp, f"uc-{s}-{w}")

@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
   char *tmp = zt_tmpdir();
   size_t n_runs = 0;
   for (struct dirent *e; (e = readdir(d));) {
-    if (e->d_name[0] == '.' || strstr(e->d_name, "bf16optimizer")) continue; /* BF16_Optimizer: not readable */
+    if (e->d_name[0] == '.') continue;
     char *ckpt = rs_path("%s/%s/ckpt", dir, e->d_name);
     if (!rs_exists(ckpt)) { free(ckpt); continue; }
     static const struct run runs[] = {

@@ -213,18 +213,6 @@ int main(void) {
     oo.require_optimizer_state = true;
     zck_ds_ckpt *ck = NULL;
     zck_status os = zck_ds_open(ut_ckpt(cs), &oo, &ck);
-    if (os == ZCK_ERR_UNSUPPORTED && strstr(cs, "bf16optimizer")) {
-      /* the DeepSpeed reader does not take BF16_Optimizer files yet: refused, not mangled */
-      zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
-      o.inject_missing_state = 1;
-      char out[4096];
-      snprintf(out, sizeof out, "%s/%s-refused", tmp, cs);
-      ZT_ERR(zck_to_universal(ut_ckpt(cs), out, &o), ZCK_ERR_UNSUPPORTED, "BF16_Optimizer");
-      struct stat st;
-      ZT_ASSERT(stat(out, &st) != 0);
-      printf("%s: refused (BF16_Optimizer)\n", cs);
-      continue;
-    }
     ZT_OK(os);
     char ep[4096];
     snprintf(ep, sizeof ep, "%s/deepspeed/%s/expected_fp32.safetensors", zt_fixtures(), cs);
