@@ -228,9 +228,12 @@ typedef struct zck_ds_write_opts {
   const char *const *unsaved_ties; /* [2 * n]: alias, source pairs added to shared_params as they are
                                       (tied aliases whose source was not saved: zck_ds_unsaved_tie) */
   size_t n_unsaved_ties;
+  bool exclude_frozen;             /* saved with exclude_frozen_parameters: with no frozen params, stage 2/3
+                                      files get frozen_param_shapes / _fragments None, not {} (DeepSpeed's
+                                      load copies every frozen param of the live model from a dict) */
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, false}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */

@@ -32,6 +32,7 @@ void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o) {
   o->module_attrs = module && module->kind == ZCK_PK_DICT ? module->u.dict.attrs : NULL;
   o->unsaved_ties = c->unsaved_pairs;
   o->n_unsaved_ties = c->n_unsaved_ties;
+  o->exclude_frozen = in->stage >= 2 && !in->has_frozen_shapes;
 }
 
 // ---- the source

@@ -230,7 +230,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   if (!put(d, root, "param_shapes", ps)) goto nomem;
   /* frozen params: stage >= 2 only (stage 1 never saves them) */
   zck_pk *fshapes = zck_pk_new_none(d), *frags = zck_pk_new_none(d);
-  if (w->stage >= 2) {
+  if (w->stage >= 2 && !(w->o.exclude_frozen && !w->n_frozen)) {
     fshapes = zck_pk_new_dict(d, 1);
     frags = zck_pk_new_dict(d, 1);
     if (!fshapes || !frags) goto nomem;

@@ -1,7 +1,7 @@
 """interop_hf_peft.py: DeepSpeed loads what `zckpt reshard` writes from HF Trainer + PEFT (LoRA) checkpoints.
 
 For every case of tests/fixtures/hf_peft/ (saved by the real HF Trainer with exclude_frozen_parameters; see
-tests/fixtures/gen/make_hf_peft_fixtures.py) and every target (stage 1/2/3, world size 1 and 2):
+tests/fixtures/gen/make_hf_peft_fixtures.py) and its target (TARGETS: stages 1-3, world sizes 1 and 2):
 `zckpt reshard --to-stage S --to-world-size W`, then W processes build the same PEFT model, a fresh DeepSpeed
 engine at (S, W) and call engine.load_checkpoint(out, load_module_strict=False) (as the Trainer does for PEFT
 models). Checks on every rank, per trainable (LoRA) param, gathered with DeepSpeed's own safe_get_full_* API:
@@ -24,7 +24,10 @@ FIX = os.path.join(os.environ.get("ZCK_FIXTURES") or os.path.join(SRC, "tests", 
 sys.path.insert(0, GEN)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
-TARGETS = [(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (3, 2)]
+# (stage, world size) targets per case: every target stage and both directions between stages 2 and 3 over the
+# four cases, kept to one DeepSpeed load each (a load costs about a minute of CPU here)
+TARGETS = {"s2w2_lora_tied_bf16": [(3, 2)], "s3w2_lora_tied_bf16": [(2, 1)], "s2w2_lora_untied_fp32": [(1, 1)],
+           "s3w2_lora_untied_fp32": [(3, 1)]}
 
 
 def sha(t):
@@ -121,7 +124,7 @@ def main():
                 continue
             with open(ep) as f:
                 exp = json.load(f)
-            for stage, world in TARGETS:
+            for stage, world in TARGETS.get(case, [(2, 1)]):
                 probs = scenario(case, exp, stage, world, tmp)
                 name = f"{case} -> stage {stage}, W={world}"
                 print(("FAIL " if probs else "ok   ") + name, flush=True)
