@@ -59,6 +59,8 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   wo.lr_scheduler = sched && sched->kind != ZCK_PK_NONE ? sched : NULL;
   wo.loss_scaler = zck_uv_loss_scaler(u);
   wo.module_attrs = zck_uv_module_attrs(u);
+  wo.unsaved_ties = zck_uv_unsaved_ties(u, &wo.n_unsaved_ties);
+  wo.exclude_frozen = zck_uv_frozen_excluded(u);
   zck_status st = skip || !in->root ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) st = zck__reshard_check(in->dir, s.m, &wo, in->has_optimizer_state, o);
   if (st == ZCK_OK) st = zck__reshard_whole(&s, &wo, out, o);

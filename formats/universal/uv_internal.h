@@ -46,6 +46,9 @@ struct zck_uv_ckpt {
   zck_store *frozen_stores, *buffer_stores;
   zck__uv_tstore *aux;         /* contexts of the frozen and buffer stores */
   size_t n_aux, cap_aux;
+  const char **unsaved_pairs;  /* alias, source of shared_params entries whose source was not saved */
+  size_t n_unsaved;
+  bool frozen_excluded;        /* stage 2/3 model file with frozen_param_shapes None */
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);

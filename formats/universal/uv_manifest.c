@@ -468,6 +468,16 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
     if (b.frozen_param[i] < 0)
       st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not in module", path,
                      zck_pk_as_str(b.frozen->u.dict.keys[i]));
+  c->frozen_excluded = c->info.stage >= 2 && !b.frozen;
+  size_t nsh = b.shared ? b.shared->u.dict.len : 0;
+  if (st == ZCK_OK && !(c->unsaved_pairs = zck__calloc(2 * nsh + 1, sizeof *c->unsaved_pairs))) st = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < nsh; i++) {
+    const char *src = zck_pk_as_str(b.shared->u.dict.values[i]);
+    if (zck__uv_source_saved(c, &b, src)) continue;
+    c->unsaved_pairs[2 * c->n_unsaved] = zck_pk_as_str(b.shared->u.dict.keys[i]);
+    c->unsaved_pairs[2 * c->n_unsaved + 1] = src;
+    c->n_unsaved++;
+  }
   for (size_t i = 0; st == ZCK_OK && b.shared && i < b.shared->u.dict.len; i++) {
     if (b.alias_param[i] < 0) continue;   /* an alias missing from module (or of an unsaved source): ignored */
     const char *src = zck_pk_as_str(b.shared->u.dict.values[i]);

@@ -428,6 +428,7 @@ void zck_uv_close(zck_uv_ckpt *c) {
   free(c->param_mod);
   free(c->buffer_mod);
   free(c->flat);
+  free(c->unsaved_pairs);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim);
   free(c->ds_version);
@@ -472,3 +473,10 @@ const zck_pk *zck_uv_module_attrs(const zck_uv_ckpt *c) {
 const zck_pk *zck_uv_loss_scaler(const zck_uv_ckpt *c) {
   return c->optim ? zck_pk_dict_get(zck_torch_root(c->optim), "loss_scaler") : NULL;
 }
+
+const char *const *zck_uv_unsaved_ties(const zck_uv_ckpt *c, size_t *n) {
+  *n = c->n_unsaved;
+  return c->unsaved_pairs;
+}
+
+bool zck_uv_frozen_excluded(const zck_uv_ckpt *c) { return c->frozen_excluded; }

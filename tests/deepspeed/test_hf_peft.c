@@ -159,6 +159,22 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   struct stat st;
   if (stat(udir, &st) != 0) snprintf(udir, sizeof udir, "%s", out);
   same_as_ds_to_universal(cs, udir, u);
+  /* and back from the universal folder: the same values, alias and None frozen entries */
+  {
+    char rs[4096], rc[4200];
+    snprintf(rs, sizeof rs, "%s/%s-from-universal", tmp, cs);
+    zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+    ro.to_stage = 3;
+    ro.to_world_size = 2;
+    ZT_OK(zck_reshard(out, rs, &ro));
+    ZT_OK(zck_ds_open(rs, NULL, &c));
+    ZT_EQ_INT(zck_ds_unsaved_tie_count(c), tied);
+    ZT_ASSERT(!zck_ds_info_of(c)->has_frozen_shapes);
+    zck_ds_close(c);
+    snprintf(rc, sizeof rc, "%s.safetensors", rs);
+    ZT_OK(zck_consolidate(rs, rc, NULL));
+    same_as_zero_to_fp32(cs, rc, expected, order, tied);
+  }
 
   /* reshard to every other stage and to 1 and 3 ranks, then consolidate again */
   static const int stages[] = {1, 2, 3};
