@@ -76,7 +76,7 @@ zck_status zck_comm_mpi_create(zck_comm **out);
 /* This rank's index among the ranks on its host (MPI_Comm_split_type SHARED): its GPU. */
 int zck_comm_mpi_local_rank(const zck_comm *c);
 /* From now on, when mpirun stops this rank with SIGTERM because another rank died, the
- * lowest surviving rank on each host prints one line naming the dead rank on its host
+ * first rank so stopped on each host prints one line naming the dead rank on its host
  * ("PROG: error: rank R: rank K (pid P) died; mpirun stopped the job") before dying of
  * the signal. Installs a SIGTERM handler (removed by destroy). */
 void zck_comm_mpi_name_dead_peers(zck_comm *c);

@@ -13,8 +13,8 @@
  * a core from ranks that compute, and after ZCK_COMM_TIMEOUT_S seconds (default 1800, as
  * torch.distributed) without completion it prints one line and calls MPI_Abort: a hung peer
  * ends the job instead of holding every node. A peer that dies ends the job through mpirun
- * (which stops the others with SIGTERM); zck_comm_mpi_name_dead_peers makes the lowest
- * surviving rank of each host print one line naming the dead rank first.
+ * (which stops the others with SIGTERM); zck_comm_mpi_name_dead_peers makes the first
+ * rank stopped on each host print one line naming the dead rank first.
  *
  * MPI calls are serialized by a mutex (the MPI library may give less than
  * MPI_THREAD_MULTIPLE); the wait sleeps without it, so two threads may wait at once on
