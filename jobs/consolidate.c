@@ -204,25 +204,6 @@ static void zck__cons_side_files(const char *root, char ***names, char ***texts,
   zck_clear_error();
 }
 
-/* An existing OUT that is the checkpoint's tag folder or root, or holds them, would be
- * deleted by --overwrite (and read while being replaced): refused. */
-static zck_status zck__cons_check_out(const zck_ds_info *info, const char *out) {
-  char *rout = realpath(out, NULL);
-  if (!rout) return ZCK_OK; /* does not exist yet */
-  const char *ins[2] = {info->dir, info->root};
-  zck_status st = ZCK_OK;
-  for (int i = 0; i < 2 && st == ZCK_OK; i++) {
-    char *rin = ins[i] ? realpath(ins[i], NULL) : NULL;
-    size_t n = strlen(rout);
-    if (rin && !strncmp(rout, rin, n) && (rin[n] == 0 || rin[n] == '/' || (n == 1 && rout[0] == '/')))
-      st = zck__fail(ZCK_ERR_INVALID_ARG, "%s: is the checkpoint %s or a folder holding it; replacing it would delete the "
-                     "input (write the output elsewhere)", out, ins[i]);
-    free(rin);
-  }
-  free(rout);
-  return st;
-}
-
 /* The output tensors of zero_to_fp32's recipe as a tensor set (sources unbound: the
  * filler binds them), with what each entry is in DeepSpeed terms. */
 zck_status zck__cons_build_set(const zck_ds_ckpt *ck, const zck_consolidate_opts *opts, zck__tensor_set *set,
@@ -290,7 +271,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   ZCK_TRY(zck_ds_open(path, &dopts, &ck));
   /* a zckpt-written checkpoint without its manifest was never completed */
   zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
-  if (complete == ZCK_OK) complete = zck__cons_check_out(zck_ds_info_of(ck), out);
+  if (complete == ZCK_OK) complete = zck_check_out_not_input(path, out, o.tag);
   struct stat osb;
   if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))
     complete = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder (an OUT named *.%s is written as one file)", out,

@@ -19,6 +19,7 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
   if (opts) o = *opts;
   if (o.dtype != ZCK_DTYPE_INVALID && o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16 && o.dtype != ZCK_F64)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16, fp16 or fp64");
+  ZCK_TRY(zck_check_out_not_input(in, out, NULL));
   zck__tensor_set s;
   zck__set_init(&s);
   zck_status st = zck__set_from_path(&s, in);

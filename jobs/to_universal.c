@@ -666,6 +666,7 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   if (o.format != ZCK_UNIVERSAL_DS && o.format != ZCK_UNIVERSAL_HDF5)
     return zck__fail(ZCK_ERR_INVALID_ARG, "unknown universal format %d", (int)o.format);
   if (o.level < 0 || o.level > 22) return zck__fail(ZCK_ERR_INVALID_ARG, "--level must be 1..22");
+  ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o.tag;
   dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */

@@ -129,7 +129,9 @@ zck_status zck__source_open(zck__source *src, const char *path) {
   src->fd = -1;
   int fe = zck__io_fault(ZCK_IO_OP_OPEN);
   if (fe) return zck__fail_errno(fe, "%s: cannot open", path);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO for reading would wait for a writer for ever; it is
+   * refused below, as every other non-regular file (a device reads without end) */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return zck__fail_errno(errno, "%s: cannot open", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -140,6 +142,10 @@ zck_status zck__source_open(zck__source *src, const char *path) {
   if (S_ISDIR(st.st_mode)) {
     close(fd);
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: is a directory, expected a file", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: not a regular file (a FIFO, socket or device), expected a file", path);
   }
   src->name = zck__strdup(path);
   if (!src->name) { close(fd); return ZCK_ERR_NO_MEMORY; }
@@ -284,6 +290,8 @@ static bool zck__in_open_dir(const char *path) {
 
 /* ---- single output files */
 
+static void zck__clean_stale_temps(const char *final_path);
+
 zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
   memset(f, 0, sizeof *f);
   f->fd = -1;
@@ -311,6 +319,12 @@ zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
      * it again would leave it behind */
     if (s == ZCK_OK && !strstr(parent, ".zck-tmp-")) s = zck__mkdirs_track(parent, &f->made_top);
     free(parent);
+    if (s == ZCK_OK) {
+      /* absent now: the commit must not replace what appears meanwhile (another writer) */
+      struct stat st;
+      f->was_absent = lstat(f->path, &st) != 0 && errno == ENOENT;
+      zck__clean_stale_temps(f->path); /* dead writers' temporaries (and their lost outputs back) */
+    }
     if (s != ZCK_OK) {
       free(f->tmp_path);
       f->tmp_path = NULL;
@@ -337,6 +351,23 @@ zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size) {
   if (ftruncate(f->fd, (off_t)size) != 0) return zck__fail_errno(errno, "%s: cannot set size", f->path);
   return ZCK_OK;
+}
+
+/* rename(2) that never replaces: OUT was absent when the run began, so whatever is there
+ * now another writer put there (two runs writing one OUT), and it is left as it is.
+ * Filesystems without RENAME_NOREPLACE get link + unlink (link never replaces either). */
+static zck_status zck__rename_noreplace(const char *from, const char *to) {
+  int r = renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+  if (r != 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+    r = link(from, to);
+    if (r == 0) unlink(from);
+    else if (errno == EPERM || errno == EOPNOTSUPP) r = rename(from, to); /* no hard links at all (vfat) */
+  }
+  if (r == 0) return ZCK_OK;
+  if (errno == EEXIST)
+    return zck__fail(ZCK_ERR_EXISTS, "%s: appeared while this run wrote it (another run writing the same OUT?); "
+                     "left as it is, nothing written", to);
+  return zck__fail_errno(errno, "%s: cannot rename into place", to);
 }
 
 zck_status zck__outfile_commit(zck__outfile *f) {
@@ -367,7 +398,9 @@ zck_status zck__outfile_commit(zck__outfile *f) {
   }
   if (s == ZCK_OK) {
     int fe = zck__io_fault(ZCK_IO_OP_RENAME);
-    if (fe || rename(f->tmp_path, f->path) != 0) s = zck__fail_errno(fe ? fe : errno, "%s: cannot rename into place", f->path);
+    if (fe) s = zck__fail_errno(fe, "%s: cannot rename into place", f->path);
+    else if (f->was_absent && !f->in_outdir) s = zck__rename_noreplace(f->tmp_path, f->path);
+    else if (rename(f->tmp_path, f->path) != 0) s = zck__fail_errno(errno, "%s: cannot rename into place", f->path);
   }
   if (s != ZCK_OK) {
     if (old) unlink(old);
@@ -597,8 +630,11 @@ bool zck__writer_gone(long pid, time_t changed) {
 
 /* Removes every ".<name>.zck-tmp-<pid>" entry beside path whose writer died before its
  * commit (the pid no longer runs): a save killed while writing checkpoint-10 leaves a tree
- * that no later save of checkpoint-20 would otherwise ever look at. Live writers (their
- * pid runs, this process included) are left alone. */
+ * that no later save of checkpoint-20 would otherwise ever look at; single files alike. An
+ * earlier output a replacing commit had moved aside (".<name>.zck-tmp-<pid>.zck-old-<pid>")
+ * goes back to <name> when <name> is missing (the writer died between its two renames),
+ * and is removed only when <name> is there. Live writers (their pid runs, this process
+ * included) are left alone. */
 static void zck__clean_stale_temps(const char *final_path) {
   char *copy = zck__strdup(final_path);
   if (copy) {
@@ -617,7 +653,18 @@ static void zck__clean_stale_temps(const char *final_path) {
       if (pid == (long)getpid()) continue;
       char *stale = zck__path_join(dir, e->d_name);
       struct stat st;
-      if (stale && lstat(stale, &st) == 0 && zck__writer_gone(pid, st.st_ctime)) zck__remove_tree(stale);
+      if (stale && lstat(stale, &st) == 0 && zck__writer_gone(pid, st.st_ctime)) {
+        bool restored = false;
+        if (*end) { /* a kept earlier version: its final name is between '.' and the mark */
+          char *name = zck__strdup(e->d_name + 1);
+          char *final = name ? (name[mark - e->d_name - 1] = 0, zck__path_join(dir, name)) : NULL;
+          struct stat fs;
+          if (final && *name && lstat(final, &fs) != 0 && errno == ENOENT) restored = rename(stale, final) == 0;
+          free(final);
+          free(name);
+        }
+        if (!restored) zck__remove_tree(stale);
+      }
       free(stale);
     }
     if (dd) closedir(dd);
@@ -631,6 +678,8 @@ zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overw
   struct stat st;
   char *real = NULL; /* a link to a folder: its target */
   ZCK_TRY(zck__resolve_out(final_path, &real));
+  /* first: an earlier output a dead run had moved aside comes back before OUT is judged */
+  zck__clean_stale_temps(real);
   if (stat(real, &st) == 0) {
     zck_status s = ZCK_OK;
     if (!S_ISDIR(st.st_mode))
@@ -649,7 +698,6 @@ zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overw
   free(parent);
   if (s != ZCK_OK) { zck__outdir_abort(d); return s; }
   zck__remove_tree(d->tmp_path); /* a stale one from a crashed run of the same pid */
-  zck__clean_stale_temps(real);
   if (mkdir(d->tmp_path, 0755) != 0) {
     s = zck__fail_errno(errno, "%s: cannot create output directory", final_path);
     free(d->tmp_path);
@@ -747,11 +795,35 @@ static zck_status zck__fsync_tree(const char *path) {
   return s;
 }
 
+/* After the RENAME_EXCHANGE of zck__outdir_commit: tmp_path holds the earlier tree. */
+static zck_status zck__outdir_exchanged(zck__outdir *d) {
+  char *parent = zck__parent_dir(d->path);
+  zck_status s = parent ? zck__fsync_path(parent, true) : ZCK_ERR_NO_MEMORY;
+  free(parent);
+  if (s != ZCK_OK && renameat2(AT_FDCWD, d->tmp_path, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0)
+    return s; /* not durable: swapped back; the caller's abort removes the new tree */
+  zck__open_dirs_remove(d->tmp_path);
+  zck__remove_tree(d->tmp_path); /* the earlier output */
+  free(d->tmp_path);
+  d->tmp_path = NULL;
+  free(d->made_top);
+  d->made_top = NULL;
+  return s;
+}
+
 zck_status zck__outdir_commit(zck__outdir *d) {
   ZCK_TRY(zck__fsync_tree(d->tmp_path));
   char *old = NULL;
   if (d->replace) {
-    /* Move the old tree aside first; rename(2) cannot replace a non-empty directory. */
+    /* One atomic swap where the filesystem has it: the new tree at OUT, the old one at
+     * the temporary name, never a moment without OUT. */
+    int fe = zck__io_fault(ZCK_IO_OP_RENAME);
+    if (!fe && renameat2(AT_FDCWD, d->tmp_path, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0)
+      return zck__outdir_exchanged(d);
+    if (fe) return zck__fail_errno(fe, "%s: cannot rename output into place", d->path);
+    /* Elsewhere move the old tree aside first (rename(2) cannot replace a non-empty
+     * directory); a run killed between the two renames leaves it as ".zck-old-", which
+     * the next run puts back (zck__clean_stale_temps). */
     old = zck__sprintf("%s.zck-old-%ld", d->tmp_path, (long)getpid());
     if (!old) return ZCK_ERR_NO_MEMORY;
     if (rename(d->path, old) != 0 && errno != ENOENT) {

@@ -50,12 +50,15 @@ typedef struct zck__outfile {
   char *tmp_path;  /* where it is written until commit */
   bool in_outdir;  /* inside an open zck__outdir of this process: its commit fsyncs it */
   char *made_top;  /* the highest missing parent folder this create made, or NULL */
+  bool was_absent; /* nothing at path at create: the commit never replaces what came since */
 } zck__outfile;
 
 /* Creates "<dir>/.<name>.zck-tmp-<pid>" for the final path, making its missing parent
  * folders (outside an open outdir; a failed commit or an abort removes those again, if
- * empty). A final path that is a symlink to a folder is written at the link's target
- * (the link stays); a dangling one is refused. */
+ * empty) and removing dead writers' temporaries beside it. A final path that is a symlink
+ * to a folder is written at the link's target (the link stays); a dangling one is
+ * refused. A final path absent at create is never replaced by the commit: another writer
+ * that got there first wins, and this commit fails with ZCK_ERR_EXISTS. */
 zck_status zck__outfile_create(zck__outfile *f, const char *final_path);
 zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off);
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size);

@@ -93,6 +93,13 @@ uint64_t zck_xxh3(const void *data, size_t n);
  * atomically: on any error nothing is left at the destination. Option structs are
  * versioned by their initializer macro, so fields can be added later. */
 
+/* ZCK_ERR_INVALID_ARG (message naming OUT and the input) when writing OUT would replace,
+ * hold or change an input of a job reading IN (a file, a DeepSpeed root, a tag, HF or
+ * universal folder; tag: the --tag given, or NULL for `latest`): OUT is an input file, a
+ * link to one, a folder holding one, or lies inside the tag folder. Compared by device and
+ * inode. Every job checks this itself; callers may check before any other work. */
+zck_status zck_check_out_not_input(const char *in, const char *out, const char *tag);
+
 /* Progress: bytes written so far and in total (called from worker threads, serialized).
  * Returning non-zero cancels the job: it stops, removes what it had written (as on
  * Ctrl-C) and returns ZCK_ERR_CANCELED. */

@@ -92,64 +92,9 @@ int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv) {
   return zck_cli_usage_error(cmd, "unknown option '%s'", arg);
 }
 
-/* realpath(dir/name), or NULL. */
-static char *zck__cli_real_join(const char *dir, const char *name) {
-  char path[PATH_MAX];
-  if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return NULL;
-  return realpath(path, NULL);
-}
-
-/* The tag a DeepSpeed root's `latest` names (first line, trimmed), or NULL. */
-static char *zck__cli_latest_tag(const char *dir, const char *file) {
-  char path[PATH_MAX], line[256];
-  if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) return NULL;
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char *got = fgets(line, sizeof line, f);
-  fclose(f);
-  if (!got) return NULL;
-  char *b = line, *e = line + strlen(line);
-  while (*b && isspace((unsigned char)*b)) b++;
-  while (e > b && isspace((unsigned char)e[-1])) e--;
-  *e = 0;
-  return *b && !strchr(b, '/') && strcmp(b, "..") && strcmp(b, ".") ? strdup(b) : NULL;
-}
-
-/* a is b or a folder above it */
-static bool zck__cli_holds(const char *a, const char *b) {
-  size_t n = strlen(a);
-  if (strncmp(a, b, n)) return false;
-  return b[n] == 0 || b[n] == '/' || (n == 1 && a[0] == '/');
-}
-
 int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag) {
-  char *rout = realpath(out, NULL);
-  if (!rout) return ZCK_EXIT_OK; /* OUT does not exist yet: nothing of IN can be in it */
-  char *rin = realpath(in, NULL);
-  int rc = ZCK_EXIT_OK;
-  struct stat so, si;
-  if (rin && stat(rout, &so) == 0 && stat(rin, &si) == 0) {
-    if (S_ISREG(so.st_mode) && S_ISREG(si.st_mode)) {
-      /* a file replaced by its own conversion: the new one is renamed over it */
-    } else if (zck__cli_holds(rout, rin)) {
-      rc = zck_cli_error("%s: is the input %s or a folder holding it; replacing it would delete the input "
-                         "(write the output elsewhere)", out, in);
-    } else if (S_ISDIR(si.st_mode)) {
-      char *names[3] = {tag ? strdup(tag) : NULL, tag ? NULL : zck__cli_latest_tag(rin, "latest"),
-                        tag ? NULL : zck__cli_latest_tag(rin, "latest_universal")};
-      for (int i = 0; i < 3; i++) {
-        char *rtag = names[i] ? zck__cli_real_join(rin, names[i]) : NULL;
-        if (rc == ZCK_EXIT_OK && rtag && zck__cli_holds(rout, rtag))
-          rc = zck_cli_error("%s: is the tag folder %s of the input %s; replacing it would delete the input "
-                             "(write the output elsewhere)", out, names[i], in);
-        free(rtag);
-        free(names[i]);
-      }
-    }
-  }
-  free(rin);
-  free(rout);
-  return rc;
+  zck_status s = zck_check_out_not_input(in, out, tag);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }
 
 int zck_cli_resolve_out(const char *out, char **resolved) {

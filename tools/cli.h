@@ -26,10 +26,8 @@ int zck_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((fo
 /* An option getopt_long rejected: c is what it returned (':' a missing value, with an
  * optstring starting with ':'; '?' an unknown option). Prints the usage error. */
 int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv);
-/* Refuses an OUT whose replacement would delete the input: IN itself, a folder holding
- * IN, or the tag folder IN's `latest` (or tag) names. OUT == IN for two regular files is
- * allowed (the new file is renamed over the old one, atomically). Returns
- * ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
+/* Refuses an OUT that is, holds or lies inside the input (zck_check_out_not_input), before
+ * any work. Returns ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
 int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag);
 /* OUT as the job should get it: a symlink to a folder (model/ -> /disk/model) is written
  * through, at its target, and stays a link (the jobs rename their output over OUT itself,

@@ -44,8 +44,26 @@ run 0 "" "$zckpt" consolidate -q ck ck/model --overwrite
 mkdir -p hf/sub && cp "$fx/safetensors/dtypes.safetensors" hf/sub/model.safetensors
 run 1 "is the input" "$zckpt" convert -q hf/sub hf --overwrite
 [ -f hf/sub/model.safetensors ] && ok || bad "convert IN-in-OUT deleted the input"
-cp "$fx/safetensors/dtypes.safetensors" x.safetensors
-run 0 "" "$zckpt" convert -q x.safetensors x.safetensors --overwrite --dtype bf16
+# issue 13.1: a file converted onto itself lost what the conversion changes (fp32 -> bf16,
+# or every value of a .pt that is not a tensor); an input file, a link to one, a rank file
+# inside the tag folder (or kept elsewhere through a symlink) is refused, by inode
+cp "$fx/safetensors/dtypes.safetensors" x.safetensors; xs=$(md5sum <x.safetensors)
+run 1 "x.safetensors: is the input x.safetensors" "$zckpt" convert -q x.safetensors x.safetensors --overwrite --dtype bf16
+ln -f x.safetensors hard.safetensors; ln -sf x.safetensors soft.safetensors
+run 1 "hard.safetensors: is the input x.safetensors" "$zckpt" convert -q x.safetensors hard.safetensors --overwrite
+run 1 "soft.safetensors: is the input x.safetensors" "$zckpt" convert -q x.safetensors soft.safetensors --overwrite
+[ "$(md5sum <x.safetensors)" = "$xs" ] && ok || bad "convert onto itself changed the input"
+cp "$fx/torch/dtypes.pt" self.pt
+run 1 "self.pt: is the input self.pt" "$zckpt" convert -q self.pt self.pt --overwrite
+fresh; before=$(tree_sum ck); r1=bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt
+run 1 "lies inside the input folder ck/global_step2" "$zckpt" consolidate -q ck "ck/global_step2/$r1" --overwrite
+run 1 "lies inside the input folder ck/global_step2" "$zckpt" reshard -q ck ck/global_step2/new --to-world-size 1
+run 1 "ck/latest: is the input file ck/latest" "$zckpt" consolidate -q ck ck/latest --overwrite
+mkdir -p kept; mv "ck/global_step2/$r1" kept/r1.pt; ln -s "$tmp/kept/r1.pt" "ck/global_step2/$r1"
+run 1 "kept/r1.pt: is the input file ck/global_step2/$r1" "$zckpt" consolidate -q ck kept/r1.pt --overwrite
+run 1 "kept: is the input file ck/global_step2/$r1" "$zckpt" consolidate -q ck kept --overwrite
+rm "ck/global_step2/$r1"; mv kept/r1.pt "ck/global_step2/$r1"
+[ "$(tree_sum ck)" = "$before" ] && ok || bad "an OUT inside the input changed it"
 
 # 2. --format that an OUT file's suffix overrode was silently ignored
 run 2 "--format pt does not fit" "$zckpt" consolidate -q ck o.safetensors --format pt
@@ -256,6 +274,50 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=16k tmpfs small 2>/dev/null; the
 else
   echo "note: no tmpfs: full-disk case skipped"
 fi
+
+fresh
+# issue 13.2: a replacing commit killed between its two renames left OUT missing and the
+# earlier output in ".OUT.zck-tmp-P.zck-old-P", which the next run deleted: it is put back
+sh -c 'exit 0' & dead=$!; wait "$dead" # a pid that no longer runs
+rm -rf o9; "$zckpt" consolidate -q ck o9 || bad "setup: consolidate ck o9"
+before=$(tree_sum o9); mv o9 ".o9.zck-tmp-$dead.zck-old-$dead"
+run 1 "o9: exists and is not empty" "$zckpt" consolidate -q ck o9
+[ -d o9 ] && [ "$(tree_sum o9)" = "$before" ] && ! ls -A | grep -q "^\.o9" && ok || bad "the kept earlier output was not put back: $(ls -A)"
+# issue 13.3: killed single-file writers' temporaries were never removed
+for o in m3.safetensors u3.h5 x3.pt; do head -c 1000 /dev/zero >".$o.zck-tmp-$dead"; done
+run 0 "" "$zckpt" consolidate -q ck m3.safetensors
+run 0 "" "$zckpt" to-universal -q "$fx/deepspeed/s3w2_bf16/ckpt" u3.h5
+run 0 "" "$zckpt" convert -q self.pt x3.pt
+rm -f latest_universal
+left=$(ls -A | grep "zck-tmp-$dead" || true)
+[ -z "$left" ] && ok || bad "dead writers' temporaries left: $left"
+# issue 13.4: two runs writing one new OUT file both exited 0, one output replacing the
+# other: a file that appears at OUT while a run writes it is left, the run exits 1
+rm -f race.safetensors
+"$zckpt" consolidate -q big race.safetensors --threads 1 2>err.txt & p=$!
+for i in $(seq 1 5000); do [ -e ".race.safetensors.zck-tmp-$p" ] && break; done
+if (set -C; echo other >race.safetensors) 2>/dev/null; then
+  wait "$p"; rc=$?
+  [ "$rc" = 1 ] && [ "$(cat race.safetensors)" = other ] && grep -q "race.safetensors: appeared while this run wrote it" err.txt &&
+    [ "$(wc -l <err.txt)" = 1 ] && ok || bad "a second writer's output was replaced: exit $rc, $(cat err.txt)"
+else
+  wait "$p"; echo "note: the run finished first: concurrent-writer case not exercised"
+fi
+# issue 13.5: a FIFO as `latest`, zckpt-manifest.json or config.json hung every command
+rm -rf c7; cp -r "$ck_src" c7; rm c7/latest; mkfifo c7/latest
+run 1 "c7/latest: not a regular file" timeout 20 "$zckpt" consolidate -q c7 o7
+run 1 "c7/latest: not a regular file" timeout 20 "$zckpt" reshard -q c7 o7 --to-world-size 1
+run 1 "c7/latest: not a regular file" timeout 20 "$zckpt" to-universal -q c7 o7 --inject-missing-state
+timeout 20 "$zckpt" verify c7 >out.txt 2>&1; rc=$?
+[ "$rc" = 1 ] && grep -q "c7/latest: not a regular file" out.txt && ok || bad "verify, FIFO latest: exit $rc: $(cat out.txt)"
+rm -rf c7; cp -r "$ck_src" c7; mkfifo c7/global_step2/zckpt-manifest.json c7/config.json
+run 1 "zckpt-manifest.json: not a regular file" timeout 20 "$zckpt" consolidate -q c7 o7
+run 1 "zckpt-manifest.json: not a regular file" timeout 20 "$zckpt" reshard -q c7 o7 --to-world-size 1
+timeout 20 "$zckpt" verify c7 >out.txt 2>&1; rc=$?
+[ "$rc" = 1 ] && grep -q "zckpt-manifest.json: not a regular file" out.txt && ok || bad "verify, FIFO manifest: exit $rc: $(cat out.txt)"
+rm c7/global_step2/zckpt-manifest.json
+run 0 "" timeout 20 "$zckpt" to-universal -q c7 o7.h5 --inject-missing-state
+[ ! -e o7 ] && ok || bad "o7 written"
 
 # an oversized `latest` was "0 bytes" (lib/io.c read the size after closing the file)
 rm -rf c6; cp -r "$ck_src" c6; head -c 5000 /dev/zero | tr '\0' 'a' >c6/latest
