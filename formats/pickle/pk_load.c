@@ -175,8 +175,27 @@ static zck_status append_items(vm *v, zck_pk *target, zck_pk **items, size_t n, 
   return ZCK_OK;
 }
 
+/* Whether a dict key could be one in Python (P-13): a list, dict or set, or a tuple holding
+ * one, is unhashable (Python raises TypeError). *budget bounds the walk: tuples can share
+ * items (a DAG of 10^40 paths in a few hundred bytes); more than it reads as unhashable. */
+static bool key_hashable(const zck_pk *k, int depth, size_t *budget) {
+  if (!*budget || depth > 64) return false;
+  --*budget;
+  if (k->kind == ZCK_PK_LIST || k->kind == ZCK_PK_DICT || (k->kind == ZCK_PK_SET && k->tag != ZCK_PK_TAG_FROZENSET))
+    return false;
+  if (k->kind == ZCK_PK_TUPLE || k->kind == ZCK_PK_SET)
+    for (size_t i = 0; i < k->u.seq.len; i++)
+      if (!key_hashable(k->u.seq.items[i], depth + 1, budget)) return false;
+  return true;
+}
+
 static zck_status set_items(vm *v, zck_pk *target, zck_pk **kv, size_t n) {
   if (n % 2) return zck__vm_fail(v, ZCK_ERR_FORMAT, "odd number of items (%zu) for key/value pairs", n);
+  for (size_t i = 0; i < n; i += 2) {
+    size_t budget = 4096;
+    if (!key_hashable(kv[i], 0, &budget))
+      return zck__vm_fail(v, ZCK_ERR_FORMAT, "a %s used as a dict key (unhashable in Python)", zck__pk_kind_name(kv[i]));
+  }
   if (target->kind == ZCK_PK_OBJECT) {
     if (!target->u.obj.dict_items) VNEW(v, zck_pk_new_dict(v->doc, 0), target->u.obj.dict_items);
     target = target->u.obj.dict_items;

@@ -353,8 +353,13 @@ static void test_malformed(void) {
   }
   /* invalid UTF-8 in a str */
   BAD("\x80\x02X\x02\x00\x00\x00\xc3\x28.", ZCK_ERR_FORMAT, "BINUNICODE: string is not valid UTF-8");
-  /* P-13 unhashable keys: accepted (kept as given) */
-  GOOD("\x80\x02}]Ns.");
+  /* P-13 unhashable keys (a list, dict or set, or a tuple holding one): rejected */
+  BAD("\x80\x02}]Ns.", ZCK_ERR_FORMAT, "a list used as a dict key");
+  BAD("\x80\x02}}Ns.", ZCK_ERR_FORMAT, "a dict used as a dict key");
+  BAD("\x80\x02}]\x85Ns.", ZCK_ERR_FORMAT, "a tuple used as a dict key");
+  BAD("\x80\x02}(NN]Nu.", ZCK_ERR_FORMAT, "a list used as a dict key");  /* SETITEMS */
+  GOOD("\x80\x02}K\x01\x85Ns.");                                      /* a tuple of ints */
+  GOOD("\x80\x02}NNs.");                                                /* None */
   /* P-14 nesting depth, string length */
   lim = (zck_pk_limits)ZCK_PK_LIMITS_INIT;
   lim.max_depth = 8;

@@ -3,6 +3,7 @@
  * error, plus the inputs those sections say to accept. Files are built with the zip
  * writer and hand-made pickle trees, so each differs from a valid file in one thing. */
 #include "test.h"
+#include <unistd.h>
 #include "torch/torch.h"
 
 static char *g_dir;
@@ -320,11 +321,44 @@ static void test_geometry(void) {
   EXPECT1(s, ZCK_ERR_FORMAT, "(G-05)");
 }
 
+/* A shared 10-ary DAG 40 levels deep under a None key (no state dict name reaches it):
+ * 10^40 paths in 1 KB of pickle. inspect walked every path (issue 13.7);
+ * the alarm makes a regression fail instead of hanging the suite. */
+static void test_shared_dag(void) {
+  zck__buf b;
+  zck__buf_init(&b);
+  /* {'a': 1, None: node40}: node0 = [] (memo 0), nodeL = [nodeL-1] * 10 (memo L) */
+  zck__buf_append(&b, "\x80\x02}(X\x01\x00\x00\x00" "aK\x01N]q\x00", 16);
+  for (int level = 1; level <= 40; level++) {
+    zck__buf_append(&b, "0(", 2); /* POP the previous node (it is in the memo) */
+    for (int i = 0; i < 10; i++) { zck__buf_byte(&b, 'h'); zck__buf_byte(&b, (uint8_t)(level - 1)); }
+    zck__buf_byte(&b, 'l');
+    zck__buf_byte(&b, 'q');
+    zck__buf_byte(&b, (uint8_t)level);
+  }
+  zck__buf_append(&b, "u.", 2);
+  ZT_ASSERT(!b.failed && b.len < 1100);
+  entry e[] = {{"archive/data.pkl", b.data, b.len}, {"archive/version", "3\n", 2}};
+  char *p = write_zip(e, 2);
+  FILE *out = fopen("/dev/null", "w");
+  ZT_ASSERT(out);
+  zck_inspect_opts o = ZCK_INSPECT_OPTS_INIT;
+  alarm(60);
+  ZT_OK(zck_inspect(p, &o, out));
+  o.json = 1;
+  ZT_OK(zck_inspect(p, &o, out));
+  alarm(0);
+  fclose(out);
+  free(p);
+  zck__buf_free(&b);
+}
+
 int main(void) {
   g_dir = zt_tmpdir();
   test_archive();
   test_storages();
   test_geometry();
+  test_shared_dag();
   printf("%d malformed .pt files checked\n", g_count);
   free(g_dir);
   return 0;
