@@ -62,13 +62,37 @@ void zck__verify_add_status(vctx *c, zck_status s, const char *check, const char
 }
 
 
-static bool ds_dir(const char *dir) {
-  if (zck__verify_exists_in(dir, "latest")) return true;
+/* A folder holding DeepSpeed rank files. */
+static bool ds_files_in(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return false;
   bool found = false;
   struct dirent *e;
   while (!found && (e = readdir(d))) found = zck__verify_ends_with(e->d_name, "_model_states.pt") || zck__verify_ends_with(e->d_name, "optim_states.pt");
+  closedir(d);
+  return found;
+}
+
+/* A DeepSpeed root or tag folder, as the jobs would take it: one with `latest` (any kind of
+ * entry: a dangling link or a loop is the reader's to refuse, not a reason to verify the
+ * folder as something else), with rank files, or a root whose `latest` is gone but whose
+ * tag folders are there (the jobs refuse it: "no 'latest' file; pass a tag"). */
+static bool ds_dir(const char *dir) {
+  char *lp = zck__path_join(dir, "latest");
+  struct stat sb;
+  bool has_latest = lp && lstat(lp, &sb) == 0;
+  free(lp);
+  if (has_latest || ds_files_in(dir)) return true;
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char *sub = zck__path_join(dir, e->d_name);
+    found = sub && is_dir(sub) && ds_files_in(sub);
+    free(sub);
+  }
   closedir(d);
   return found;
 }

@@ -319,6 +319,20 @@ rm c7/global_step2/zckpt-manifest.json
 run 0 "" timeout 20 "$zckpt" to-universal -q c7 o7.h5 --inject-missing-state
 [ ! -e o7 ] && ok || bad "o7 written"
 
+# issue 13.6: verify said "clean" (as a "torch" folder) where every job refuses: `latest`
+# removed, dangling or a loop; a tag with model files but no optimizer states
+for how in removed dangling loop; do
+  rm -rf c8; cp -r "$ck_src" c8; rm c8/latest
+  case $how in dangling) ln -s nowhere c8/latest;; loop) ln -s latest c8/latest;; esac
+  "$zckpt" verify c8 >out.txt 2>&1; rc=$?
+  [ "$rc" != 0 ] && ! grep -q "result: clean" out.txt && ok || bad "verify, latest $how: exit $rc: $(cat out.txt)"
+  run 1 "c8" "$zckpt" consolidate -q c8 o8
+done
+rm -rf c8; cp -r "$ck_src" c8; rm c8/global_step2/*optim_states.pt
+"$zckpt" verify c8 >out.txt 2>&1; rc=$?
+[ "$rc" = 1 ] && grep -q "unchecked: c8/global_step2: no \*_optim_states.pt files" out.txt && ok || bad "verify, no optimizer files: exit $rc: $(cat out.txt)"
+run 1 "c8/global_step2: no *_optim_states.pt files" "$zckpt" consolidate -q c8 o8
+
 # an oversized `latest` was "0 bytes" (lib/io.c read the size after closing the file)
 rm -rf c6; cp -r "$ck_src" c6; head -c 5000 /dev/zero | tr '\0' 'a' >c6/latest
 run 1 "c6/latest: 5000 bytes, more than the 4096 expected" "$zckpt" consolidate -q c6 o6
