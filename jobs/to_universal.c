@@ -304,7 +304,7 @@ static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size
   static const char *states[3] = {"fp32", "exp_avg", "exp_avg_sq"};
   for (size_t i = 0; i < n_flat; i++) {
     const zck_param *p = &j->m->params[flat[i]];
-    ZCK_TRY(zck_uv_check_name(p->name));
+    ZCK_TRY_CTX(zck_uv_check_name(p->name), "%s", j->info->dir);
     /* stage 1/2: a param without fragments (no elements) gets no files from the merge */
     if (j->info->stage <= 2 && !p->numel) continue;
     written[flat[i]] = 1;
@@ -346,7 +346,7 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
     bool dup = false;   /* a key twice in the pickle: the file is written once */
     for (size_t k = 0; k < j->n && !dup; k++) dup = j->e[k].part < 0 && !strcmp(j->e[k].name, name);
     if (dup) continue;
-    ZCK_TRY(zck_uv_check_name(name));
+    ZCK_TRY_CTX(zck_uv_check_name(name), "%s", j->info->dir);
     if (t->ndim > ZCK_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s has %d dimensions", zck_torch_name(mf), name, t->ndim);
     if (!zck_dtype_convertible(ZCK_F32, t->dtype))
       return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s: cannot convert %s to float32", zck_torch_name(mf), name,

@@ -379,7 +379,12 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   zck_status st = ZCK_OK;
   for (size_t i = 0; st == ZCK_OK && i < n_flat; i++) st = zck_uv_check_name(m->params[flat[i]].name);
   /* frozen params, when the checkpoint keeps them (stage 1: module; 2/3: fragments) */
-  if (st == ZCK_OK && zck_ds_get(ck, ZCK_DS_FROZEN, &frozen) == ZCK_OK) {
+  bool has_frozen = false;
+  if (st == ZCK_OK) {
+    has_frozen = zck_ds_get(ck, ZCK_DS_FROZEN, &frozen) == ZCK_OK;
+    if (!has_frozen) zck_clear_error(); /* none kept (and a bad name's message stays) */
+  }
+  if (st == ZCK_OK && has_frozen) {
     if (!(fz = zck__malloc((m->n_params ? m->n_params : 1) * sizeof *fz))) st = ZCK_ERR_NO_MEMORY;
     for (uint32_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
       const zck_param *pa = &m->params[p];
@@ -387,10 +392,9 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
       st = zck_uv_check_name(pa->name);
       fz[n_fz++] = p;
     }
-  } else {
-    zck_clear_error();
   }
   for (size_t i = 0; st == ZCK_OK && i < m->n_buffers; i++) st = zck_uv_check_name(m->buffers[i].name);
+  if (st == ZCK_ERR_FORMAT) st = zck__error_prepend(st, "%s", zck_ds_info_of(ck)->dir); /* which checkpoint */
   zck_h5_write_opts wo = ZCK_H5_WRITE_OPTS_INIT;
   wo.level = o->level;
   wo.chunk_bytes = o->chunk_bytes;

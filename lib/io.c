@@ -319,9 +319,13 @@ zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
      * it again would leave it behind */
     if (s == ZCK_OK && !strstr(parent, ".zck-tmp-")) s = zck__mkdirs_track(parent, &f->made_top);
     free(parent);
+    struct stat st;
+    /* a folder cannot be replaced by a file (rename fails only at the very end) */
+    if (s == ZCK_OK && stat(f->path, &st) == 0 && S_ISDIR(st.st_mode))
+      s = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder; this output is one file (remove the folder or name "
+                    "another OUT)", final_path);
     if (s == ZCK_OK) {
       /* absent now: the commit must not replace what appears meanwhile (another writer) */
-      struct stat st;
       f->was_absent = lstat(f->path, &st) != 0 && errno == ENOENT;
       zck__clean_stale_temps(f->path); /* dead writers' temporaries (and their lost outputs back) */
     }

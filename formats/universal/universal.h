@@ -40,7 +40,7 @@
 #include <stdbool.h>
 
 /* A parameter name usable as one folder name (no '/', '\\', NUL, not "", "." or ".."),
- * else FORMAT "NAME: parameter name cannot be a folder name". */
+ * else FORMAT "parameter 'NAME' cannot be stored ...: why". */
 zck_status zck_uv_check_name(const char *name);
 
 // ---- writer

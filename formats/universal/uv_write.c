@@ -41,8 +41,12 @@ struct zck_uv_writer {
 };
 
 zck_status zck_uv_check_name(const char *name) {
-  if (!name[0] || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/') || strchr(name, '\\'))
-    return zck__fail(ZCK_ERR_FORMAT, "%s: parameter name cannot be a folder name", name[0] ? name : "\"\"");
+  /* it becomes a folder (zero/NAME/) or an HDF5 group (/params/NAME/): one plain component */
+  const char *why = !name[0] ? "it is empty" : !strcmp(name, ".") || !strcmp(name, "..") ? "it is '.' or '..'"
+                    : strchr(name, '/') ? "it holds '/'" : strchr(name, '\\') ? "it holds '\\'" : NULL;
+  if (why)
+    return zck__fail(ZCK_ERR_FORMAT, "parameter '%s' cannot be stored in a universal checkpoint: %s (its name is a "
+                     "folder or HDF5 group name there)", name, why);
   return ZCK_OK;
 }
 

@@ -333,6 +333,13 @@ rm -rf c8; cp -r "$ck_src" c8; rm c8/global_step2/*optim_states.pt
 [ "$rc" = 1 ] && grep -q "unchecked: c8/global_step2: no \*_optim_states.pt files" out.txt && ok || bad "verify, no optimizer files: exit $rc: $(cat out.txt)"
 run 1 "c8/global_step2: no *_optim_states.pt files" "$zckpt" consolidate -q c8 o8
 
+# issue 13.9: a folder OUT replaced by a one-file output with --overwrite failed after all
+# the work with "cannot keep the previous version ...: Operation not permitted"
+mkdir -p fold.h5/x fold.pt/x
+run 1 "fold.h5: exists and is a folder" "$zckpt" to-universal -q "$fx/deepspeed/s3w2_bf16/ckpt" fold.h5 --overwrite
+run 1 "fold.pt: exists and is a folder" "$zckpt" convert -q self.pt fold.pt --overwrite
+[ -d fold.h5/x ] && [ -d fold.pt/x ] && ok || bad "a refused folder OUT changed"
+
 # an oversized `latest` was "0 bytes" (lib/io.c read the size after closing the file)
 rm -rf c6; cp -r "$ck_src" c6; head -c 5000 /dev/zero | tr '\0' 'a' >c6/latest
 run 1 "c6/latest: 5000 bytes, more than the 4096 expected" "$zckpt" consolidate -q c6 o6

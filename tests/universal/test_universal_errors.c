@@ -6,8 +6,14 @@
 
 #include "io.h"
 #include "universal/universal.h"
+#include "zip/zip.h"
 #include "zck.h"
 #include "ut_util.h"
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
 
 static void sh(const char *fmt, const char *a, const char *b) {
   char cmd[8192];
@@ -115,9 +121,11 @@ static void test_malformed(const char *tmp) {
   st = zck_uv_open(d, NULL, &c);
   ZT_ASSERT(st != ZCK_OK && strstr(zck_last_error(), "mp_rank_00_model_states.pt"));
   /* names that are not folder names */
-  ZT_ERR(zck_uv_check_name("a/b"), ZCK_ERR_FORMAT, "cannot be a folder name");
-  ZT_ERR(zck_uv_check_name(".."), ZCK_ERR_FORMAT, "cannot be a folder name");
-  ZT_ERR(zck_uv_check_name(""), ZCK_ERR_FORMAT, "cannot be a folder name");
+  ZT_ERR(zck_uv_check_name("a/b"), ZCK_ERR_FORMAT, "parameter 'a/b' cannot be stored in a universal checkpoint: it holds '/'");
+  ZT_ERR(zck_uv_check_name("../x"), ZCK_ERR_FORMAT, "parameter '../x' cannot be stored in a universal checkpoint: it holds '/'");
+  ZT_ERR(zck_uv_check_name(".."), ZCK_ERR_FORMAT, "parameter '..' cannot be stored in a universal checkpoint: it is '.' or '..'");
+  ZT_ERR(zck_uv_check_name("."), ZCK_ERR_FORMAT, "parameter '.' cannot be stored in a universal checkpoint: it is '.' or '..'");
+  ZT_ERR(zck_uv_check_name(""), ZCK_ERR_FORMAT, "parameter '' cannot be stored in a universal checkpoint: it is empty");
   ZT_OK(zck_uv_check_name("layers.0.attn.weight"));
 }
 
@@ -163,9 +171,66 @@ static void test_faults(const char *tmp, zck_universal_format fmt) {
   }
 }
 
+/* Rewrites every rank file of dir/global_step2 with `from` replaced by `to` (same length)
+ * in its pickle: a checkpoint whose param is named `to`. */
+static void rename_param(const char *dir, const char *from, const char *to) {
+  static const char *files[] = {"mp_rank_00_model_states.pt", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"};
+  size_t n = strlen(from);
+  ZT_ASSERT(strlen(to) == n);
+  for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/global_step2/%s", dir, files[k]);
+    zck__source src;
+    zck_zip *z = NULL;
+    ZT_OK(zck__source_open(&src, path));
+    ZT_OK(zck_zip_open(&src, &z));
+    zck__outfile out;
+    zck_zip_writer *w = NULL;
+    ZT_OK(zck__outfile_create(&out, path));
+    ZT_OK(zck_zip_writer_create(&out, &w));
+    for (size_t i = 0; i < zck_zip_count(z); i++) {
+      const zck_zip_entry *e = zck_zip_entry_at(z, i);
+      char *buf = malloc(e->size + 1);
+      ZT_OK(zck_zip_read_entry(z, e, buf));
+      if (ends_with(e->name, "data.pkl"))
+        for (char *p = buf; p + n <= buf + e->size; p++)
+          if (!memcmp(p, from, n)) memcpy(p, to, n);
+      ZT_OK(zck_zip_writer_add(w, e->name, buf, e->size));
+      free(buf);
+    }
+    ZT_OK(zck_zip_writer_finish(w));
+    zck_zip_writer_free(w);
+    ZT_OK(zck__outfile_commit(&out));
+    zck_zip_close(z);
+    zck__source_close(&src);
+  }
+}
+
+/* A param whose name cannot be a folder or HDF5 group: the message names it, the reason
+ * and the checkpoint (the HDF5 path said only "format error"), in both layouts. */
+static void test_bad_names(const char *tmp) {
+  char dir[4096], out[4096];
+  snprintf(dir, sizeof dir, "%s/badname", tmp);
+  sh("rm -rf '%s' && mkdir -p '%s'", dir, dir);
+  sh("cp -r '%s/.' '%s'", ut_ckpt("s2w2_bf16"), dir);
+  rename_param(dir, "ln.bias", "ln/bias");
+  for (int fmt = 0; fmt < 2; fmt++) {
+    snprintf(out, sizeof out, "%s/badname-out%s", tmp, fmt ? ".h5" : "");
+    zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
+    o.inject_missing_state = 1;
+    o.format = fmt ? ZCK_UNIVERSAL_HDF5 : ZCK_UNIVERSAL_DS;
+    ZT_ERR(zck_to_universal(dir, out, &o), ZCK_ERR_FORMAT,
+           "badname/global_step2: parameter 'ln/bias' cannot be stored in a universal checkpoint: it holds '/'");
+    struct stat sb;
+    ZT_ASSERT(stat(out, &sb) != 0);
+  }
+}
+
 int main(void) {
   char *tmp = zt_tmpdir();
   test_malformed(tmp);
+  test_bad_names(tmp);
   test_faults(tmp, ZCK_UNIVERSAL_HDF5);
   test_faults(tmp, ZCK_UNIVERSAL_DS);
   free(tmp);
