@@ -39,13 +39,56 @@ static herr_t zck__probe_attr(hid_t loc, const char *name, const H5A_info_t *inf
   return 0;
 }
 
+/* Every attribute name the reader looks up by name (zck_h5_attr_*, zck_h5_dataset_open):
+ * a lookup by name walks the attribute name index, which iterating by index does not (one
+ * changed byte there crashed H5Aexists in the real open, after a clean probe). */
+static const char *const zck__probe_attr_names[] = {
+  "dtype", ZCK_H5_XXH3_ATTR, ZCK_H5_ATTRS_XXH3_ATTR, "tag", "zckpt_format", "zckpt_format_version", "stage",
+  "world_size", "global_steps", "skipped_steps", "global_samples", "step_is_tensor", "step", "ds_version", "ds_config",
+  "frozen_parameters", "lp_dtype", "param_groups", "param_names", "param_shapes", "buffer_names", "tied_parameters",
+};
+
+static herr_t zck__probe_attr_by_name(hid_t loc, const char *name, const H5A_info_t *info, void *ctx) {
+  (void)info;
+  (void)ctx;
+  if (H5Aexists(loc, name) > 0) {
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a >= 0) H5Aclose(a);
+  }
+  return 0;
+}
+
+static void zck__probe_attr_lookups(hid_t o) {
+  for (size_t i = 0; i < sizeof zck__probe_attr_names / sizeof *zck__probe_attr_names; i++)
+    if (H5Aexists(o, zck__probe_attr_names[i]) > 0) zck__probe_attr(o, zck__probe_attr_names[i], NULL, NULL);
+  H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, zck__probe_attr_by_name, NULL);
+}
+
 static herr_t zck__probe_object(hid_t root, const char *name, const H5O_info_t *info, void *ctx) {
+  if (H5Lexists(root, name, H5P_DEFAULT) <= 0) return 0; /* the reader's own path check */
   hid_t o = H5Oopen(root, name, H5P_DEFAULT);
   if (o < 0) return 0;
   H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, zck__probe_attr, ctx);
+  zck__probe_attr_lookups(o);
   if (info->type == H5O_TYPE_DATASET) {
     hid_t sp = H5Dget_space(o), pl = H5Dget_create_plist(o), ty = H5Dget_type(o);
     hsize_t nchunks = 0;
+    if (pl >= 0) { /* what zck_h5_dataset_open asks of the creation properties */
+      int nf = H5Pget_nfilters(pl);
+      for (int i = 0; i < nf && i < 32; i++) {
+        unsigned flags = 0, cd[8] = {0}, cfg = 0;
+        size_t ncd = 8;
+        char fname[64] = "";
+        H5Pget_filter2(pl, (unsigned)i, &flags, &ncd, cd, sizeof fname, fname, &cfg);
+      }
+      H5D_fill_value_t fv;
+      if (ty >= 0 && H5Pfill_value_defined(pl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED && H5Tget_size(ty) <= 64) {
+        unsigned char fill[64];
+        H5Pget_fill_value(pl, ty, fill);
+      }
+      hsize_t cd[32];
+      if (H5Pget_layout(pl) == H5D_CHUNKED) H5Pget_chunk(pl, 32, cd);
+    }
     if (pl >= 0 && H5Pget_layout(pl) == H5D_CHUNKED && sp >= 0 && H5Dget_num_chunks(o, sp, &nchunks) >= 0) {
       for (hsize_t i = 0; i < nchunks && i < 100000; i++) {
         hsize_t off[32];
@@ -82,6 +125,11 @@ zck_status zck__h5_probe(const char *path) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f >= 0) {
       H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, zck__probe_attr, NULL);
+      hid_t root = H5Oopen(f, "/", H5P_DEFAULT);
+      if (root >= 0) {
+        zck__probe_attr_lookups(root);
+        H5Oclose(root);
+      }
       H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_NATIVE, zck__probe_object, NULL, H5O_INFO_BASIC);
       H5Fclose(f);
     }
