@@ -125,7 +125,10 @@ static void test_clean_fixtures(void) {
   size_t n = 0;
   char **cases = ds_cases(&n);
   for (size_t i = 0; i < n; i++) {
-    zck_verify_report *r = expect(cases[i], NULL, ZCK_VERIFY_CLEAN);
+    /* a checkpoint every job refuses (BF16_Optimizer) is never "clean": could not check */
+    bool refused = strstr(cases[i], "bf16optimizer") != NULL;
+    zck_verify_report *r = expect(cases[i], NULL, refused ? ZCK_VERIFY_UNCHECKED : ZCK_VERIFY_CLEAN);
+    if (refused) find(r, ZCK_VERIFY_UNCHECKABLE, "structure", "BF16_Optimizer checkpoint", "not supported");
     ZT_EQ_STR(r->kind, "deepspeed");
     ZT_ASSERT(!r->manifest);
     ZT_ASSERT(r->records > 0);
