@@ -44,7 +44,14 @@ static int die(zck_status s) {
 #define TRY(x) do { zck_status s_ = (x); if (s_ != ZCK_OK) return die(s_); } while (0)
 
 int main(int argc, char **argv) {
-  if (argc < 2) { fprintf(stderr, "usage: make_big_ckpt OUT_ROOT [--params N] [--world W] [--stage S] [--threads T]\n"); return 2; }
+  static const char usage[] =
+    "usage: make_big_ckpt OUT_ROOT [--params N] [--world W] [--stage S] [--threads T]\n"
+    "Writes a synthetic GPT-2-shaped DeepSpeed ZeRO checkpoint of about N parameters (default\n"
+    "1e9: some 12 GB) to OUT_ROOT, over W ranks (default 8) at ZeRO stage S (default 3).\n";
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { fputs(usage, stdout); return 0; }
+  /* an option where OUT_ROOT belongs (a typo, or options first) would write gigabytes into
+   * a folder named after it */
+  if (argc < 2 || argv[1][0] == '-' || argc % 2) { fputs(usage, stderr); return 2; }
   double target = 1e9;
   uint32_t world = 8, threads = 0;
   int stage = 3;
@@ -53,6 +60,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--world")) world = (uint32_t)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--stage")) stage = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) threads = (uint32_t)atoi(argv[i + 1]);
+    else { fprintf(stderr, "make_big_ckpt: unknown option '%s'\n%s", argv[i], usage); return 2; }
   }
   const int64_t V = 50304, T = 1024;
   int64_t C = target >= 5e8 ? 2048 : target >= 1e8 ? 1024 : 256;

@@ -340,6 +340,12 @@ run 1 "fold.h5: exists and is a folder" "$zckpt" to-universal -q "$fx/deepspeed/
 run 1 "fold.pt: exists and is a folder" "$zckpt" convert -q self.pt fold.pt --overwrite
 [ -d fold.h5/x ] && [ -d fold.pt/x ] && ok || bad "a refused folder OUT changed"
 
+# make_big_ckpt --help started writing 12 GB into ./--help
+(cd "$tmp" && "$make_big" --help >out.txt 2>&1); rc=$?
+[ "$rc" = 0 ] && grep -q "usage: make_big_ckpt" out.txt && [ ! -e ./--help ] && ok || bad "make_big_ckpt --help: exit $rc, $(ls -A | head -3)"
+(cd "$tmp" && "$make_big" mb --parms 10 >out.txt 2>&1); rc=$?
+[ "$rc" = 2 ] && [ ! -e mb ] && ok || bad "make_big_ckpt with a misspelt option: exit $rc"
+
 # an oversized `latest` was "0 bytes" (lib/io.c read the size after closing the file)
 rm -rf c6; cp -r "$ck_src" c6; head -c 5000 /dev/zero | tr '\0' 'a' >c6/latest
 run 1 "c6/latest: 5000 bytes, more than the 4096 expected" "$zckpt" consolidate -q c6 o6
