@@ -81,7 +81,43 @@ int zck_cli_usage_error(const char *cmd, const char *fmt, ...) {
   return ZCK_EXIT_USAGE;
 }
 
-int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv) {
+/* Edit distance of a and b (n, m bytes), '_' and '-' counted alike; stops above 8. */
+static size_t zck__cli_distance(const char *a, size_t n, const char *b, size_t m) {
+  if (n > 64 || m > 64) return 99;
+  size_t row[65];
+  for (size_t j = 0; j <= m; j++) row[j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= m; j++) {
+      char x = a[i - 1] == '_' ? '-' : a[i - 1], y = b[j - 1] == '_' ? '-' : b[j - 1];
+      size_t best = diag + (x != y);
+      if (row[j] + 1 < best) best = row[j] + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = row[j];
+      row[j] = best;
+    }
+  }
+  return row[m];
+}
+
+/* The long option closest to what was typed ("--max-shard" -> "max-shard-size"), or NULL. */
+static const char *zck__cli_suggest(const char *typed, const struct option *opts) {
+  size_t n = strcspn(typed, "=");
+  const char *best = NULL;
+  size_t best_d = n / 3 + 1; /* up to a third of the name wrong */
+  for (const struct option *o = opts; o && o->name; o++) {
+    size_t m = strlen(o->name);
+    size_t d = zck__cli_distance(typed, n, o->name, m);
+    /* a prefix of a longer name, or the name with more after it */
+    if (d > 2 && ((n >= 3 && n < m && !strncmp(typed, o->name, n)) || (m >= 3 && m < n && !strncmp(typed, o->name, m))))
+      d = 2;
+    if (d < best_d) { best_d = d; best = o->name; }
+  }
+  return best;
+}
+
+int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv, const struct option *opts) {
   const char *arg = (optind >= 1 && optind - 1 < argc) ? argv[optind - 1] : "";
   bool is_long = arg[0] == '-' && arg[1] == '-';
   if (c == ':') {
@@ -89,6 +125,8 @@ int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv) {
     return zck_cli_usage_error(cmd, "option '-%c' needs a value", optopt);
   }
   if (!is_long && optopt > 0 && optopt < 128 && isprint(optopt)) return zck_cli_usage_error(cmd, "unknown option '-%c'", optopt);
+  const char *near = is_long ? zck__cli_suggest(arg + 2, opts) : NULL;
+  if (near) return zck_cli_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)", arg, near);
   return zck_cli_usage_error(cmd, "unknown option '%s'", arg);
 }
 

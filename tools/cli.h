@@ -9,6 +9,8 @@
 
 #include "zck.h"
 
+#include <getopt.h>
+
 enum { ZCK_EXIT_OK = 0, ZCK_EXIT_ERROR = 1, ZCK_EXIT_USAGE = 2, ZCK_EXIT_DAMAGED = 3 };
 
 typedef struct zck_cli_command {
@@ -24,8 +26,9 @@ int zck_cli_fail(zck_status s);
 /* Prints "zckpt CMD: <msg> (see 'zckpt CMD --help')" and returns ZCK_EXIT_USAGE. */
 int zck_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* An option getopt_long rejected: c is what it returned (':' a missing value, with an
- * optstring starting with ':'; '?' an unknown option). Prints the usage error. */
-int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv);
+ * optstring starting with ':'; '?' an unknown option). Prints the usage error, with the
+ * closest long option of opts as a "did you mean". */
+int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv, const struct option *opts);
 /* Refuses an OUT that is, holds or lies inside the input (zck_check_out_not_input), before
  * any work. Returns ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
 int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag);

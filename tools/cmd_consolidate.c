@@ -22,6 +22,8 @@ static const char zck__consolidate_help[] =
   "  --max-shard-size SIZE    HF shard size (5GB, 500MB, 2GiB); default 5GB\n"
   "  --format safetensors|pt|both  pt: pytorch_model.bin; both: the two (default safetensors)\n"
   "  --exclude-frozen         leave frozen parameters out\n"
+  "  (zero_to_fp32.py's --max_shard_size, --exclude_frozen_parameters and\n"
+  "   --safe_serialization are accepted too)\n"
   "  --keep-tied              write tied aliases as tensors too (default: once, as\n"
   "                           save_pretrained; the alias is recorded in the metadata)\n"
   "  --threads N              worker threads (default: all cores)\n"
@@ -36,7 +38,10 @@ int zck_cmd_consolidate(int argc, char **argv) {
     {"max-shard-size", required_argument, 0, 's'}, {"format", required_argument, 0, 'f'},
     {"exclude-frozen", no_argument, 0, 'x'}, {"keep-tied", no_argument, 0, 'k'},
     {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
-    {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+    /* DeepSpeed zero_to_fp32.py's spellings (safetensors is what a folder OUT gets anyway) */
+    {"max_shard_size", required_argument, 0, 's'}, {"exclude_frozen_parameters", no_argument, 0, 'x'},
+    {"safe_serialization", no_argument, 0, 'S'}, {0, 0, 0, 0}};
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   bool quiet = false;
   const char *format = NULL;
@@ -60,6 +65,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
       else return zck_cli_usage_error("consolidate", "--format must be safetensors, pt or both");
       break;
     case 'x': o.exclude_frozen = 1; break;
+    case 'S': break;
     case 'k': o.keep_tied = 1; break;
     case 't':
       if ((rc = zck_cli_opt_threads("consolidate", optarg, &o.threads))) return rc;
@@ -68,7 +74,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
     case 'F': o.force = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__consolidate_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_bad_option("consolidate", c, argc, argv);
+    default: return zck_cli_bad_option("consolidate", c, argc, argv, opts);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("consolidate", "expected CHECKPOINT and OUT");

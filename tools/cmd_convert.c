@@ -26,6 +26,7 @@ static const char zck__convert_help[] =
 int zck_cmd_convert(int argc, char **argv) {
   static const struct option opts[] = {
     {"dtype", required_argument, 0, 'd'}, {"max-shard-size", required_argument, 0, 's'},
+    {"max_shard_size", required_argument, 0, 's'},
     {"format", required_argument, 0, 'f'}, {"threads", required_argument, 0, 't'},
     {"overwrite", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
@@ -54,7 +55,7 @@ int zck_cmd_convert(int argc, char **argv) {
     case 'o': o.overwrite = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__convert_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_bad_option("convert", c, argc, argv);
+    default: return zck_cli_bad_option("convert", c, argc, argv, opts);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("convert", "expected IN and OUT");

@@ -27,7 +27,7 @@ int zck_cmd_inspect(int argc, char **argv) {
     switch (c) {
     case 'j': o.json = 1; break;
     case 'h': fputs(zck__inspect_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_bad_option("inspect", c, argc, argv);
+    default: return zck_cli_bad_option("inspect", c, argc, argv, opts);
     }
   }
   if (argc - optind != 1) return zck_cli_usage_error("inspect", "expected one PATH");

@@ -79,7 +79,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     case 'F': o.force = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__reshard_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_bad_option("reshard", c, argc, argv);
+    default: return zck_cli_bad_option("reshard", c, argc, argv, opts);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");

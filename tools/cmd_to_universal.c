@@ -74,7 +74,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
     case 'o': o.overwrite = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__to_universal_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_bad_option("to-universal", c, argc, argv);
+    default: return zck_cli_bad_option("to-universal", c, argc, argv, opts);
     }
   }
   if (argc - optind != 2) return zck_cli_usage_error("to-universal", "expected CHECKPOINT and OUT");

@@ -63,7 +63,7 @@ int zck_cmd_verify(int argc, char **argv) {
       break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__verify_help, stdout); return ZCK_EXIT_OK;
-    default: return zck_cli_bad_option("verify", c, argc, argv);
+    default: return zck_cli_bad_option("verify", c, argc, argv, opts);
     }
   }
   if (argc - optind != 1) return zck_cli_usage_error("verify", "expected one PATH");

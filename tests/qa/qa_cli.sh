@@ -340,6 +340,14 @@ run 1 "fold.h5: exists and is a folder" "$zckpt" to-universal -q "$fx/deepspeed/
 run 1 "fold.pt: exists and is a folder" "$zckpt" convert -q self.pt fold.pt --overwrite
 [ -d fold.h5/x ] && [ -d fold.pt/x ] && ok || bad "a refused folder OUT changed"
 
+# issue 14.5: DeepSpeed zero_to_fp32.py's spellings were unknown options; an unknown option
+# got no hint
+run 0 "" "$zckpt" consolidate -q ck dsnames --max_shard_size 1KB --exclude_frozen_parameters --safe_serialization
+[ -f dsnames/model.safetensors.index.json ] && ok || bad "--max_shard_size did not shard: $(ls dsnames | head -3)"
+run 2 "unknown option '--overwirte' (did you mean '--overwrite'?)" "$zckpt" consolidate ck o2 --overwirte
+run 2 "(did you mean '--to-world-size'?)" "$zckpt" reshard ck o2 --to-worldsize 2
+[ ! -e o2 ] && ok || bad "o2 written despite usage errors"
+
 # make_big_ckpt --help started writing 12 GB into ./--help
 (cd "$tmp" && "$make_big" --help >out.txt 2>&1); rc=$?
 [ "$rc" = 0 ] && grep -q "usage: make_big_ckpt" out.txt && [ ! -e ./--help ] && ok || bad "make_big_ckpt --help: exit $rc, $(ls -A | head -3)"
