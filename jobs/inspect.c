@@ -138,6 +138,24 @@ static bool zck__holds_tensor(const zck_torch_file *f, const zck_pk *n, zck__see
   return zck__holds_tensor_in(f, n, m, 0);
 }
 
+/* A pickled value as JSON: numbers, booleans, None and text as themselves; anything else
+ * (containers, objects) as the one-line summary the text output prints. */
+static cJSON *zck__pk_scalar_json(const zck_pk *v) {
+  int64_t i;
+  switch (v->kind) {
+  case ZCK_PK_NONE: return cJSON_CreateNull();
+  case ZCK_PK_BOOL: return cJSON_CreateBool(v->u.b != 0);
+  case ZCK_PK_INT: return zck_pk_as_int(v, &i) ? cJSON_CreateNumber((double)i) : cJSON_CreateNull();
+  case ZCK_PK_FLOAT: return cJSON_CreateNumber(v->u.f);
+  case ZCK_PK_STR: return cJSON_CreateString(v->u.str.data);
+  default: {
+    char buf[256];
+    zck_pk_summary(v, buf, sizeof buf);
+    return cJSON_CreateString(buf);
+  }
+  }
+}
+
 static zck_status zck__inspect_torch(const char *path, const zck_inspect_opts *o, FILE *out) {
   zck__tensor_set s;
   zck__set_init(&s);
@@ -168,9 +186,7 @@ static zck_status zck__inspect_torch(const char *path, const zck_inspect_opts *o
       for (size_t i = 0; i < root->u.dict.len && (int)i < max_values; i++) {
         const char *k = zck_pk_as_str(root->u.dict.keys[i]);
         if (!k || zck__holds_tensor(f, root->u.dict.values[i], &seen)) continue;
-        char buf[256];
-        zck_pk_summary(root->u.dict.values[i], buf, sizeof buf);
-        cJSON_AddStringToObject(vals, k, buf);
+        cJSON_AddItemToObject(vals, k, zck__pk_scalar_json(root->u.dict.values[i]));
       }
     }
     st = zck__emit_json(j, out);

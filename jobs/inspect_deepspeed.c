@@ -32,16 +32,26 @@ static void zck__hparam_text(const zck_hparam *h, char *buf, size_t n) {
   }
 }
 
+/* A hyperparameter as JSON: numbers, booleans, null and arrays as themselves, not as text. */
+static cJSON *zck__hparam_json(const zck_hparam *h) {
+  switch (h->kind) {
+  case ZCK_HP_NONE: return cJSON_CreateNull();
+  case ZCK_HP_BOOL: return cJSON_CreateBool(h->i != 0);
+  case ZCK_HP_INT: return cJSON_CreateNumber((double)h->i);
+  case ZCK_HP_FLOAT: return cJSON_CreateNumber(h->f[0]);
+  case ZCK_HP_FLOATS: return cJSON_CreateDoubleArray(h->f, h->n_floats);
+  case ZCK_HP_STRING: return cJSON_CreateString(h->s ? h->s : "");
+  default: return cJSON_CreateNull();
+  }
+}
+
 static void zck__inspect_model_json(cJSON *j, const zck_model *m) {
   cJSON *groups = cJSON_AddArrayToObject(j, "param_groups");
   for (size_t g = 0; g < m->n_groups; g++) {
     cJSON *gj = cJSON_CreateObject();
     cJSON_AddNumberToObject(gj, "params", (double)m->groups[g].n_params);
-    for (size_t h = 0; h < m->groups[g].n_hparams; h++) {
-      char buf[128];
-      zck__hparam_text(&m->groups[g].hparams[h], buf, sizeof buf);
-      cJSON_AddStringToObject(gj, m->groups[g].hparams[h].key, buf);
-    }
+    for (size_t h = 0; h < m->groups[g].n_hparams; h++)
+      cJSON_AddItemToObject(gj, m->groups[g].hparams[h].key, zck__hparam_json(&m->groups[g].hparams[h]));
     cJSON_AddItemToArray(groups, gj);
   }
   cJSON *params = cJSON_AddArrayToObject(j, "params");

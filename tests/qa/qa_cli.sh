@@ -348,6 +348,12 @@ run 2 "unknown option '--overwirte' (did you mean '--overwrite'?)" "$zckpt" cons
 run 2 "(did you mean '--to-world-size'?)" "$zckpt" reshard ck o2 --to-worldsize 2
 [ ! -e o2 ] && ok || bad "o2 written despite usage errors"
 
+# issue 14.5: inspect --json gave hyperparameters as Python text ("0.004", "False", "(0.9, 0.999)")
+run 0 "" "$zckpt" inspect --json ck
+grep -q '"lr":[[:space:]]*0.004,' out.txt && grep -q '"amsgrad":[[:space:]]*false' out.txt &&
+  grep -q '"betas":[[:space:]]*\[0.9, 0.999\]' out.txt && grep -q '"foreach":[[:space:]]*null' out.txt && ok ||
+  bad "inspect --json: hyperparameters not JSON values: $(grep -m3 '"lr"\|"betas"\|"amsgrad"' out.txt)"
+
 # make_big_ckpt --help started writing 12 GB into ./--help
 (cd "$tmp" && "$make_big" --help >out.txt 2>&1); rc=$?
 [ "$rc" = 0 ] && grep -q "usage: make_big_ckpt" out.txt && [ ! -e ./--help ] && ok || bad "make_big_ckpt --help: exit $rc, $(ls -A | head -3)"
