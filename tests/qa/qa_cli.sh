@@ -354,6 +354,10 @@ grep -q '"lr":[[:space:]]*0.004,' out.txt && grep -q '"amsgrad":[[:space:]]*fals
   grep -q '"betas":[[:space:]]*\[0.9, 0.999\]' out.txt && grep -q '"foreach":[[:space:]]*null' out.txt && ok ||
   bad "inspect --json: hyperparameters not JSON values: $(grep -m3 '"lr"\|"betas"\|"amsgrad"' out.txt)"
 
+# issue 14.5: verify FILE.safetensors said "checked: 0 files, 0 bytes read ... clean"
+"$zckpt" verify x.safetensors >out.txt 2>&1; rc=$?
+[ "$rc" = 0 ] && grep -q "checked: 1 file.*, $(wc -c <x.safetensors) bytes read" out.txt && ok || bad "verify x.safetensors: exit $rc: $(cat out.txt)"
+
 # make_big_ckpt --help started writing 12 GB into ./--help
 (cd "$tmp" && "$make_big" --help >out.txt 2>&1); rc=$?
 [ "$rc" = 0 ] && grep -q "usage: make_big_ckpt" out.txt && [ ! -e ./--help ] && ok || bad "make_big_ckpt --help: exit $rc, $(ls -A | head -3)"
