@@ -30,7 +30,7 @@ expect 2 "--level must be 1..22" to-universal --level 0 a b
 expect 2 "--chunk-size" to-universal --chunk-size 2GiB a b
 expect 2 "unknown option '--bogus'" to-universal --bogus a b
 expect 1 "zckpt: error:" to-universal "$T/missing" "$T/x"
-expect 1 "(DS-76); pass --inject-missing-state" to-universal -q "$FX/s2w2_bf16/ckpt" "$T/p/uc"
+expect 1 "no universal_checkpoint_info in the model states; pass --inject-missing-state" to-universal -q "$FX/s2w2_bf16/ckpt" "$T/p/uc"
 [ -e "$T/p/uc" ] && fail "output left after an error"
 
 "$BIN" to-universal -q --inject-missing-state "$FX/s2w2_bf16/ckpt" "$T/p/uc/" || fail "ds layout: exit $?"
