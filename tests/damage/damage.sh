@@ -315,10 +315,8 @@ done
 for st in 1 2 3; do reshard_source "$st" "train-s$((st % 3 + 1))" 3 --bf16 reshard; done
 if [ "$FULL" = 1 ]; then
   for c in s1w3_fp32 s1w4_bf16 s2w2_fp16 s2w3_bf16 s2w4_fp32 s3w2_fp16 s3w3_fp32 s3w4_bf16; do ds_source "$c"; done
-  for st in 1 2 3; do
-    train_source "$st" 3 "" train:w3-fp32
-    reshard_source "$st" "train:w3-fp32-s$((st % 3 + 1))" 4 "" reshard:w4-fp32
-  done
+  for st in 1 2 3; do train_source "$st" 3 "" train:w3-fp32; done
+  for st in 1 2 3; do reshard_source "$st" "train:w3-fp32-s$((st % 3 + 1))" 4 "" reshard:w4-fp32; done
 fi
 # every tag folder name must be what the info says
 for s in $SOURCES; do
@@ -369,12 +367,14 @@ awk -F '\t' -v jobs="$JOBS" -v strict="$STRICT" -v secs=$(($(date +%s) - start))
   }
   END {
     nj = split(jobs, J, " ")
-    printf "%-12s %-2s %-4s %-8s", "class", "st", "mf", "source"
+    sw = 8
+    for (i = 1; i <= nrows; i++) { split(rows[i], k, " "); if (length(k[4]) > sw) sw = length(k[4]) }
+    printf "%-12s %-2s %-4s %-*s", "class", "st", "mf", sw, "source"
     for (j = 1; j <= nj; j++) printf " %-11s", J[j]
     printf "\n"
     for (i = 1; i <= nrows; i++) {
       split(rows[i], k, " ")
-      printf "%-12s %-2s %-4s %-8s", k[1], substr(k[2], 2), k[3], k[4]
+      printf "%-12s %-2s %-4s %-*s", k[1], substr(k[2], 2), k[3], sw, k[4]
       for (j = 1; j <= nj; j++) printf " %-11s", verdict[rows[i] " " J[j]]
       printf "\n"
     }
