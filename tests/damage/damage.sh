@@ -64,7 +64,7 @@ model() {
 rel() { echo "${1#"$C/ck/"}"; } # a path as named under the checkpoint root
 
 # result JOB LINE: the verdict of one job of the current cell
-result() { echo "$2" >"$RES/$ID.$1"; }
+result() { echo "$2" | sed "s|$C/||g" >"$RES/$ID.$1"; } # paths shown from the cell folder
 
 all_jobs() { for j in $JOBS; do result "$j" "$1"; done; }
 
