@@ -126,9 +126,12 @@ damage() {
   esac
 }
 
-# names_in FILE: 0 if a line of FILE names one of $NAMES
+# names_in FILE: 0 if a line of FILE names one of $NAMES (its file name, as a whole word: the
+# line may lead with another file it found disagreeing, e.g. "X: step 2, but Y says 1")
 names_in() {
-  echo "$NAMES" | tr '|' '\n' | while read -r n; do grep -qF -- "$n" "$1" && echo y; done | grep -q y
+  echo "$NAMES" | tr "|" "\n" | while read -r n; do
+    grep -qE -- "(^|[^A-Za-z0-9_])$(echo "${n##*/}" | sed "s/[.]/[.]/g")(\$|[^A-Za-z0-9_])" "$1" && echo y
+  done | grep -q y
 }
 
 # check JOB: runs one job on $C/ck and writes its verdict
