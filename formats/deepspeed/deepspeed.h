@@ -248,6 +248,18 @@ void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o);
 zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o,
                                 zck_ds_writer **out);
 
+/* A writer of one rank's files alone, for checkpoints where each process writes its own:
+ * rank r's optimizer states, its stage-3 model states and, for r = 0, the stage-1/2 model
+ * states; each byte for byte what zck_ds_writer_create writes for it. The files are
+ * created straight in <root>/<tag>, which must exist (no temporary tag folder; no
+ * `latest`: o->save_latest and o->overwrite are ignored); the commit finishes each (temp
+ * file, fsync, rename). Parts and buffers keep the whole checkpoint's layouts; the stores
+ * of other ranks' files are left unbound, so a plan that writes one fails with an error
+ * (restrict the source to rank r: zck_layout_restrict_rank; zck_ds_writer_state leaves out
+ * what the rank does not build). Not for zck_ds_copy. */
+zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
+                                      zck_ds_writer **out);
+
 /* Target parts (same meaning as zck_ds_get; stores are write callbacks that pwrite into
  * the reserved regions, from any thread, and record a CRC-32 per written range so the zip
  * entries' CRCs are assembled at commit without reading anything back; ranges of one store

@@ -84,18 +84,6 @@ struct zck_ds_writer {
   zck__manifest_known known;
 };
 
-/* A writer of one rank's files alone, for checkpoints where each process writes its own:
- * rank r's optimizer states, its stage-3 model states and, for r = 0, the stage-1/2 model
- * states; each byte for byte what zck_ds_writer_create writes for it. The files are
- * created straight in <root>/<tag>, which must exist (no temporary tag folder; no
- * `latest`: o->save_latest and o->overwrite are ignored); the commit finishes each (temp
- * file, fsync, rename). Parts and buffers keep the whole checkpoint's layouts; the stores
- * of other ranks' files are left unbound, so a plan that writes one fails with an error
- * (restrict the source to rank r: zck_layout_restrict_rank; zck_ds_writer_state leaves out
- * what the rank does not build). Not for zck_ds_copy. */
-zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
-                                      zck_ds_writer **out);
-
 /* Asks w to compute the manifest hashes of its files while a transfer writes them
  * (chunk_size: the manifest's; budget_bytes: memory for pieces written ahead of a file's
  * hash cursor, over all files; 0: 64 MiB). The copy then plans in target order. After

@@ -11,7 +11,6 @@
 #include "ckpt_internal.h"
 
 #include "deepspeed/deepspeed.h"
-#include "deepspeed/ds_writer.h" /* zck__ds_writer_create_rank */
 #include "dsconfig.h"
 #include "hf.h"
 #include "io.h"
