@@ -48,7 +48,8 @@ typedef struct zck__outfile {
   int fd;
   char *path;      /* final path */
   char *tmp_path;  /* where it is written until commit */
-  bool in_outdir;  /* inside an open zck__outdir of this process: its commit fsyncs it */
+  bool in_outdir;  /* inside an open zck__outdir of this process: its commit fsyncs it, and
+                      the file is written in place (tmp_path == path) */
   char *made_top;  /* the highest missing parent folder this create made, or NULL */
   bool was_absent; /* nothing at path at create: the commit never replaces what came since */
 } zck__outfile;
@@ -83,6 +84,8 @@ typedef struct zck__outdir {
   char *tmp_path;  /* "<parent>/.<name>.zck-tmp-<pid>" while being written */
   bool replace;    /* an existing final directory is replaced at commit */
   char *made_top;  /* the highest missing parent folder create made, or NULL */
+  int sync_fd;     /* the temporary tree opened at create, plus 1 (0: none): commit syncfs'es
+                      a big tree through it */
 } zck__outdir;
 
 /* Fails with ZCK_ERR_EXISTS if path exists and is non-empty, unless overwrite. Makes the

@@ -47,6 +47,7 @@ typedef struct hs_entry {
   bool hashed;
   hs_range *cover;          /* bytes of the data some plan writes (relative); the rest is zeros */
   size_t n_cover, cap_cover;
+  size_t cover_at;          /* the first range not wholly behind the cursor (it only moves on) */
 } hs_entry;
 
 typedef struct hs_piece {
@@ -68,7 +69,7 @@ struct zck__ds_hfile {
   uint64_t end;             /* the zip writer's cursor after the last entry */
   uint64_t cursor;          /* bytes hashed */
   uint64_t streamed;        /* bytes hashed from memory (the rest is read back) */
-  hs_piece *pend;
+  hs_piece *pend;           /* a min-heap by off: the piece at the cursor, if any, is pend[0] */
   size_t n_pend, cap_pend;
   bool want_crc;            /* entry CRCs are needed (descriptors still to predict) */
   XXH3_state_t *fst, *cst, *rst;
@@ -148,7 +149,7 @@ static bool add_entry(zck__ds_hfile *f, const char *name, uint64_t size, const v
   le16(&p, (uint16_t)pad);
   memset(p, 'Z', (size_t)pad);
   size_t e = f->n_ents;
-  f->ents[e] = (hs_entry){data_off, size, storage, 0, 0, false, NULL, 0, 0};
+  f->ents[e] = (hs_entry){data_off, size, storage, 0, 0, false, NULL, 0, 0, 0};
   uint8_t *kb = NULL;
   if (known && size && !(kb = malloc((size_t)size))) { free(h); return false; }
   if (kb) memcpy(kb, known, (size_t)size);
@@ -276,17 +277,41 @@ static void take(zck__ds_hfile *f, const uint8_t *p, uint64_t n, bool crc_given,
   }
 }
 
-/* The first byte of a hole (never written: zeros) at rel in entry e, and where it ends. */
-static bool in_hole(const hs_entry *e, uint64_t rel, uint64_t *hole_end) {
-  uint64_t end = e->size;
-  for (size_t i = 0; i < e->n_cover; i++) {
-    if (e->cover[i].off + e->cover[i].len <= rel) continue;
-    if (e->cover[i].off <= rel) return false;
-    end = e->cover[i].off;
-    break;
-  }
-  *hole_end = end;
+/* The first byte of a hole (never written: zeros) at rel in entry e, and where it ends.
+ * rel never goes back (it is the cursor's), so the scan resumes where it stopped: an entry
+ * holding 100k params costs one pass over its ranges, not one per piece. */
+static bool in_hole(hs_entry *e, uint64_t rel, uint64_t *hole_end) {
+  while (e->cover_at < e->n_cover && e->cover[e->cover_at].off + e->cover[e->cover_at].len <= rel) e->cover_at++;
+  if (e->cover_at < e->n_cover && e->cover[e->cover_at].off <= rel) return false;
+  *hole_end = e->cover_at < e->n_cover ? e->cover[e->cover_at].off : e->size;
   return true;
+}
+
+/* The pieces ahead of the cursor, a binary min-heap by file offset (pieces arrive in any
+ * order from the copy threads; the cursor takes them front to back). */
+static void pend_swap(hs_piece *a, hs_piece *b) { hs_piece t = *a; *a = *b; *b = t; }
+
+static void pend_push(zck__ds_hfile *f, hs_piece pc) {
+  size_t i = f->n_pend++;
+  f->pend[i] = pc;
+  while (i && f->pend[(i - 1) / 2].off > f->pend[i].off) {
+    pend_swap(&f->pend[(i - 1) / 2], &f->pend[i]);
+    i = (i - 1) / 2;
+  }
+}
+
+static hs_piece pend_pop(zck__ds_hfile *f) {
+  hs_piece top = f->pend[0];
+  f->pend[0] = f->pend[--f->n_pend];
+  for (size_t i = 0;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < f->n_pend && f->pend[l].off < f->pend[m].off) m = l;
+    if (r < f->n_pend && f->pend[r].off < f->pend[m].off) m = r;
+    if (m == i) break;
+    pend_swap(&f->pend[i], &f->pend[m]);
+    i = m;
+  }
+  return top;
 }
 
 static void drop_pending(zck__ds_hfile *f) {
@@ -336,11 +361,8 @@ static void advance(zck__ds_hfile *f) {
       pthread_mutex_lock(&f->mu);
       continue;
     }
-    size_t i = 0;
-    while (i < f->n_pend && f->pend[i].off != f->cursor) i++;
-    if (i == f->n_pend) break; /* wait for the copy */
-    hs_piece pc = f->pend[i];
-    f->pend[i] = f->pend[--f->n_pend];
+    if (!f->n_pend || f->pend[0].off != f->cursor) break; /* wait for the copy */
+    hs_piece pc = pend_pop(f);
     if (pc.len > left) { free(pc.data); f->broken = true; break; }
     pthread_mutex_unlock(&f->mu);
     take(f, pc.data, pc.len, true, pc.crc);
@@ -374,7 +396,7 @@ void zck__ds_hfeed(zck__ds_hfile *f, size_t entry, uint64_t rel, const void *src
       goto out;
     }
     memcpy(copy, src, (size_t)n);
-    f->pend[f->n_pend++] = (hs_piece){off, n, crc, copy};
+    pend_push(f, (hs_piece){off, n, crc, copy});
     goto out;
   }
   f->busy = true;

@@ -2,6 +2,7 @@
  * pickle (deepspeed-checkpoint.md §2). Tensors become (dtype, shape, file offset) records;
  * no tensor byte is read except the 0-dim `step`. Errors name the file and the key. */
 #include "ds_internal.h"
+#include "strmap.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -137,23 +138,27 @@ static zck_status read_tensor_dict(zck_ds_ckpt *c, const zck_torch_file *tf, con
   *names = zck__calloc(cap, sizeof **names);
   *trefs = zck__calloc(cap, sizeof **trefs);
   if (!*names || !*trefs) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < d->u.dict.len; i++) {
+  zck__strmap seen = {0}; /* keys are the pickle's strings, alive while tf is */
+  zck_status s = zck__strmap_init(&seen, d->u.dict.len);
+  for (size_t i = 0; s == ZCK_OK && i < d->u.dict.len; i++) {
     const char *name = zck_pk_as_str(d->u.dict.keys[i]);
-    if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: key %zu is not a string", path, what, i);
-    for (size_t j = 0; j < *n; j++)
-      if (!strcmp((*names)[j], name)) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: duplicate key '%s'", path, what, name);
+    if (!name) { s = zck__fail(ZCK_ERR_FORMAT, "%s: %s: key %zu is not a string", path, what, i); break; }
+    bool dup;
+    if ((s = zck__strmap_put(&seen, name, i, &dup, NULL)) != ZCK_OK) break;
+    if (dup) { s = zck__fail(ZCK_ERR_FORMAT, "%s: %s: duplicate key '%s'", path, what, name); break; }
     const zck_pk *v = d->u.dict.values[i];
     if (!zck_torch_tensor_of(tf, v)) {
-      ZCK_TRY(zck__ds_warn(c, "%s: %s['%s'] is not a tensor; ignored", path, what, name));
+      s = zck__ds_warn(c, "%s: %s['%s'] is not a tensor; ignored", path, what, name);
       continue;
     }
     char ctx[512];
     snprintf(ctx, sizeof ctx, "%s['%.200s']", what, name);
-    ZCK_TRY(zck__ds_tensor(tf, v, &(*trefs)[*n], ctx));
-    if (!((*names)[*n] = zck__strdup(name))) return ZCK_ERR_NO_MEMORY;
+    if ((s = zck__ds_tensor(tf, v, &(*trefs)[*n], ctx)) != ZCK_OK) break;
+    if (!((*names)[*n] = zck__strdup(name))) { s = ZCK_ERR_NO_MEMORY; break; }
     (*n)++;
   }
-  return ZCK_OK;
+  zck__strmap_free(&seen);
+  return s;
 }
 
 static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_torch_file *tf) {

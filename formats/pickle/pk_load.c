@@ -111,15 +111,23 @@ static zck_status read_len(vm *v, size_t width, uint64_t *n) {
 
 // ---- memo
 
+/* The memo index limit: max_memo, or the op's byte offset when that is larger. Picklers
+ * (CPython's, torch.save's, ours) number memo entries densely from 0 and every entry costs
+ * at least one byte before its PUT, so no real pickle has an index past its offset, however
+ * many tensors it holds (a 100k-tensor model file passes 1<<20 entries); a hostile sparse
+ * index is refused, and the memo array stays within 8 bytes per pickle byte. */
+static size_t memo_limit(const vm *v) { return v->op_pos > v->lim.max_memo ? v->op_pos : v->lim.max_memo; }
+
 static zck_status memo_put(vm *v, uint64_t idx) {
   zck_pk *t;
   ZCK_TRY(top(v, &t));
-  if (idx >= v->lim.max_memo)
-    return zck__vm_fail(v, ZCK_ERR_LIMIT, "memo index %llu over the memo limit %zu", (unsigned long long)idx, v->lim.max_memo);
+  size_t limit = memo_limit(v);
+  if (idx >= limit)
+    return zck__vm_fail(v, ZCK_ERR_LIMIT, "memo index %llu over the memo limit %zu", (unsigned long long)idx, limit);
   if (idx >= v->memo_cap) {
     size_t cap = v->memo_cap ? v->memo_cap : 64;
     while (cap <= idx) cap *= 2;
-    if (cap > v->lim.max_memo) cap = v->lim.max_memo;
+    if (cap > limit) cap = limit;
     zck_pk **m = zck__realloc(v->memo, cap * sizeof *m);
     if (!m) return zck__vm_oom(v);
     memset(m + v->memo_cap, 0, (cap - v->memo_cap) * sizeof *m);

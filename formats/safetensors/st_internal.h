@@ -1,11 +1,12 @@
 /* st_internal.h: helpers shared by the safetensors reader, writer and HF index code:
  * a strict JSON pull parser (serde_json's grammar and limits), the two JSON string
- * spellings we must reproduce byte for byte, a name -> index hash table, an arena for names
+ * spellings we must reproduce byte for byte, an arena for names
  * and shapes, and one-line message helpers. Not part of the format's interface. */
 #ifndef ZCK_ST_INTERNAL_H
 #define ZCK_ST_INTERNAL_H
 
 #include "safetensors.h"
+#include "strmap.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,23 +20,6 @@ typedef struct zck__arena {
 void *zck__arena_alloc(zck__arena *a, size_t n);           /* 8-aligned; NULL + error on OOM */
 char *zck__arena_strndup(zck__arena *a, const char *s, size_t n);
 void zck__arena_free(zck__arena *a);
-
-/* ---- name -> index table (open addressing; names are owned by the caller) */
-typedef struct zck__strmap_entry {
-  uint64_t hash;
-  const char *key;
-  size_t slot;            /* index + 1, 0 = empty */
-} zck__strmap_entry;      /* one cache line holds a probe's whole state */
-typedef struct zck__strmap {
-  size_t cap, len;
-  zck__strmap_entry *e;
-} zck__strmap;
-zck_status zck__strmap_init(zck__strmap *m, size_t expected);
-/* Inserts key -> index; *existing receives the previous index and nothing is inserted when
- * the key is already there (returns ZCK_OK either way; *dup tells). */
-zck_status zck__strmap_put(zck__strmap *m, const char *key, size_t index, bool *dup, size_t *existing);
-bool zck__strmap_get(const zck__strmap *m, const char *key, size_t *index);
-void zck__strmap_free(zck__strmap *m);
 
 /* ---- a list of owned strings (warnings) */
 typedef struct zck__strlist {

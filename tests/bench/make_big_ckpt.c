@@ -1,7 +1,10 @@
 /* make_big_ckpt.c: writes a large synthetic DeepSpeed ZeRO checkpoint for benchmarks.
  *
- * usage: make_big_ckpt OUT_ROOT [--params N] [--world W] [--stage S] [--threads T]
+ * usage: make_big_ckpt OUT_ROOT [--params N] [--world W] [--stage S] [--threads T] [--tensors K]
  *
+ * --tensors K: instead, K small tensors shaped like a mixture-of-experts model (expert
+ * matrices of a few dozen elements, biases, norms), to measure cost per tensor rather than
+ * per byte: 100k tensors make a checkpoint of about 14 MB at ZeRO-3.
  * A GPT-2-shaped model (HF names; hidden size C, vocab 50304, L layers chosen so the
  * total is about N params), two param groups (decay / no-decay), bf16, fp32 master +
  * exp_avg + exp_avg_sq filled with deterministic pseudo-random values, written with
@@ -45,14 +48,16 @@ static int die(zck_status s) {
 
 int main(int argc, char **argv) {
   static const char usage[] =
-    "usage: make_big_ckpt OUT_ROOT [--params N] [--world W] [--stage S] [--threads T]\n"
+    "usage: make_big_ckpt OUT_ROOT [--params N] [--world W] [--stage S] [--threads T] [--tensors K]\n"
     "Writes a synthetic GPT-2-shaped DeepSpeed ZeRO checkpoint of about N parameters (default\n"
-    "1e9: some 12 GB) to OUT_ROOT, over W ranks (default 8) at ZeRO stage S (default 3).\n";
+    "1e9: some 12 GB) to OUT_ROOT, over W ranks (default 8) at ZeRO stage S (default 3);\n"
+    "--tensors K: K small MoE-shaped tensors instead (cost per tensor, not per byte).\n";
   if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) { fputs(usage, stdout); return 0; }
   /* an option where OUT_ROOT belongs (a typo, or options first) would write gigabytes into
    * a folder named after it */
   if (argc < 2 || argv[1][0] == '-' || argc % 2) { fputs(usage, stderr); return 2; }
   double target = 1e9;
+  long tensors = 0;
   uint32_t world = 8, threads = 0;
   int stage = 3;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -60,11 +65,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--world")) world = (uint32_t)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--stage")) stage = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--threads")) threads = (uint32_t)atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--tensors")) tensors = atol(argv[i + 1]);
     else { fprintf(stderr, "make_big_ckpt: unknown option '%s'\n%s", argv[i], usage); return 2; }
   }
-  const int64_t V = 50304, T = 1024;
-  int64_t C = target >= 5e8 ? 2048 : target >= 1e8 ? 1024 : 256;
-  int L = (int)fmax(1, round((target - (double)(V + T) * C) / (12.0 * C * C + 13.0 * C)));
   zck_model *m = zck_model_new();
   uint32_t decay, no_decay, idx;
   TRY(zck_model_add_group(m, &decay));
@@ -80,19 +83,46 @@ int main(int argc, char **argv) {
 #define ADD(name, nd, group, ...) do { int64_t sh[] = {__VA_ARGS__}; \
     TRY(zck_model_add_param(m, name, nd, sh, ZCK_BF16, &idx)); TRY(zck_model_group_add_param(m, group, idx)); } while (0)
   char name[256];
-  ADD("transformer.wte.weight", 2, decay, V, C);
-  ADD("transformer.wpe.weight", 2, decay, T, C);
-  for (int l = 0; l < L; l++) {
+  int64_t C = 0;
+  int L = 0;
+  if (tensors > 0) {
+    /* MoE-shaped: per layer a norm, a router, then experts of three small matrices each;
+     * the count is cut at exactly `tensors`. Shapes vary so partitions split params. */
+    long n = 0;
+    for (int l = 0; n < tensors; l++) {
+#define T_ADD(nd, group, ...) do { if (n++ >= tensors) break; ADD(name, nd, group, __VA_ARGS__); } while (0)
+      snprintf(name, sizeof name, "model.layers.%d.norm.weight", l);
+      T_ADD(1, no_decay, 8);
+      snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+      T_ADD(2, decay, 64, 2);
+      for (int e = 0; e < 64 && n < tensors; e++) {
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.w1.weight", l, e);
+        T_ADD(2, decay, 3, 4);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.w2.weight", l, e);
+        T_ADD(2, decay, 4, 3);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.b2.bias", l, e);
+        T_ADD(1, no_decay, 1 + (e % 5));
+      }
+#undef T_ADD
+    }
+  } else {
+    const int64_t V = 50304, T = 1024;
+    C = target >= 5e8 ? 2048 : target >= 1e8 ? 1024 : 256;
+    L = (int)fmax(1, round((target - (double)(V + T) * C) / (12.0 * C * C + 13.0 * C)));
+    ADD("transformer.wte.weight", 2, decay, V, C);
+    ADD("transformer.wpe.weight", 2, decay, T, C);
+    for (int l = 0; l < L; l++) {
 #define P(suffix, nd, group, ...) do { snprintf(name, sizeof name, "transformer.h.%d.%s", l, suffix); ADD(name, nd, group, __VA_ARGS__); } while (0)
-    P("ln_1.weight", 1, no_decay, C); P("ln_1.bias", 1, no_decay, C);
-    P("attn.c_attn.weight", 2, decay, C, 3 * C); P("attn.c_attn.bias", 1, no_decay, 3 * C);
-    P("attn.c_proj.weight", 2, decay, C, C); P("attn.c_proj.bias", 1, no_decay, C);
-    P("ln_2.weight", 1, no_decay, C); P("ln_2.bias", 1, no_decay, C);
-    P("mlp.c_fc.weight", 2, decay, C, 4 * C); P("mlp.c_fc.bias", 1, no_decay, 4 * C);
-    P("mlp.c_proj.weight", 2, decay, 4 * C, C); P("mlp.c_proj.bias", 1, no_decay, C);
+      P("ln_1.weight", 1, no_decay, C); P("ln_1.bias", 1, no_decay, C);
+      P("attn.c_attn.weight", 2, decay, C, 3 * C); P("attn.c_attn.bias", 1, no_decay, 3 * C);
+      P("attn.c_proj.weight", 2, decay, C, C); P("attn.c_proj.bias", 1, no_decay, C);
+      P("ln_2.weight", 1, no_decay, C); P("ln_2.bias", 1, no_decay, C);
+      P("mlp.c_fc.weight", 2, decay, C, 4 * C); P("mlp.c_fc.bias", 1, no_decay, 4 * C);
+      P("mlp.c_proj.weight", 2, decay, 4 * C, C); P("mlp.c_proj.bias", 1, no_decay, C);
+    }
+    ADD("transformer.ln_f.weight", 1, no_decay, C);
+    ADD("transformer.ln_f.bias", 1, no_decay, C);
   }
-  ADD("transformer.ln_f.weight", 1, no_decay, C);
-  ADD("transformer.ln_f.bias", 1, no_decay, C);
   uint64_t total = 0;
   for (size_t p = 0; p < m->n_params; p++) total += m->params[p].numel;
   fprintf(stderr, "make_big_ckpt: %zu params, %llu elements (C=%lld, L=%d), ZeRO-%d over %u ranks\n", m->n_params,

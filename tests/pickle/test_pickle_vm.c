@@ -325,6 +325,18 @@ static void test_malformed(void) {
   zck_pk_limits lim = ZCK_PK_LIMITS_INIT;
   lim.max_memo = 16;
   BADL("\x80\x02Nr\x00\x01\x00\x00.", &lim, ZCK_ERR_LIMIT, "memo index 256 over the memo limit 16");
+  {
+    /* ...but a dense memo (entries 0, 1, 2, ... each after its object, as every pickler
+     * writes) passes it: a 100k-tensor model file holds over 1<<20 memo entries. */
+    char dense[3 + 3 * 40 + 2];
+    size_t n = 0;
+    memcpy(dense, "\x80\x02(", 3), n = 3;
+    for (int i = 0; i < 40; i++) dense[n++] = 'N', dense[n++] = 'q', dense[n++] = (char)i;
+    dense[n++] = 't', dense[n++] = '.';
+    ZT_OK(load_bytes(dense, n, &lim));
+    dense[3 + 3 * 39 + 2] = (char)200; /* the last index jumps past its offset: sparse, refused */
+    ZT_ERR(load_bytes(dense, n, &lim), ZCK_ERR_LIMIT, "byte 121: BINPUT: memo index 200 over the memo limit 121");
+  }
   lim = (zck_pk_limits)ZCK_PK_LIMITS_INIT;
   lim.max_objects = 4;
   BADL("\x80\x02(NNNNNNt.", &lim, ZCK_ERR_LIMIT, "more than 4 objects");

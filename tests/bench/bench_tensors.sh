@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# bench_tensors.sh: cost per tensor. For each count (default 10k and 100k parameters), a
+# ZeRO checkpoint of that many small MoE-shaped tensors (make_big_ckpt --tensors; a few
+# dozen bytes each, so the time is the per-tensor work, not bytes), then every job on it:
+# inspect, verify, consolidate, reshard (and reading its own output back), to-universal in
+# both layouts. Reports wall time and peak RSS of each (/usr/bin/time), and per job the
+# ratio time(largest)/time(smallest): linear cost makes it the count ratio (10 for 10k ->
+# 100k), quadratic cost its square. cpu (user + system seconds) is shown too: on a shared
+# machine it is steadier than the wall time.
+#
+# usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)
+#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+counts=${1:-"10000 100000"}
+work=${2:-/tmp/zckpt-bench-tensors}
+bin=${ZCK_BUILD:-build}/bin
+stage=${STAGE:-3}
+world=${WORLD:-2}
+threads=${THREADS:-$(nproc)}
+rm -rf "$work"; mkdir -p "$work"
+: >"$work/results"
+timed() { # count label cmd...: appends "count label wall_s peak_kb cpu_s" to results
+  local n=$1 label=$2; shift 2
+  /usr/bin/time -f "%e %M %U %S" -o "$work/time" "$@" >"$work/log.$n.$label" 2>&1 || {
+    echo "$label ($n params) failed:"; tail -3 "$work/log.$n.$label"; echo "$n $label FAIL 0 0" >>"$work/results"; return 0; }
+  read -r wall rss user sys <"$work/time"
+  local cpu; cpu=$(echo "$user + $sys" | bc -l)
+  echo "$n $label $wall $rss $cpu" >>"$work/results"
+  printf '%7s %-14s %8.2f s wall %8.2f s cpu %9.1f MB\n' "$n" "$label" "$wall" "$cpu" "$(echo "$rss / 1024" | bc -l)"
+}
+for n in $counts; do
+  d=$work/$n
+  $bin/make_big_ckpt "$d/ckpt" --tensors "$n" --stage "$stage" --world "$world" 2>/dev/null
+  q=(-q --threads "$threads")
+  timed "$n" inspect $bin/zckpt inspect "$d/ckpt"
+  timed "$n" verify $bin/zckpt verify -q --threads "$threads" "$d/ckpt"
+  timed "$n" consolidate $bin/zckpt consolidate "${q[@]}" "$d/ckpt" "$d/st"
+  timed "$n" reshard $bin/zckpt reshard "${q[@]}" "$d/ckpt" "$d/rs" --to-stage "$stage" --to-world-size $((world * 2))
+  timed "$n" reshard_back $bin/zckpt reshard "${q[@]}" "$d/rs" "$d/rs2" --to-stage "$stage" --to-world-size "$world"
+  timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$d/uv/u"
+  timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$d/u.h5"
+  rm -rf "$d"
+done
+echo "== per job, largest count / smallest: wall and cpu ratios (linear cost: the count ratio)"
+awk 'NR == FNR { if (!first) first = $1; last = $1; next }
+     $1 == first { t0[$2] = $3; c0[$2] = $5 } $1 == last { t1[$2] = $3; c1[$2] = $5; order[++k] = $2 }
+     END { for (i = 1; i <= k; i++) { j = order[i]
+             if (t0[j] > 0 && c0[j] > 0 && t1[j] != "FAIL") printf "%-14s %8.1f wall %8.1f cpu\n", j, t1[j] / t0[j], c1[j] / c0[j]
+             else printf "%-14s %8s\n", j, "-" } }' \
+  "$work/results" "$work/results"
