@@ -309,13 +309,15 @@ static void test_writer(void) {
     ZT_OK(zck_hf_writer_layout(w));
     ZT_EQ_INT(dir_entries(clean), 1); /* the temporary directory */
     if (mode == 1) {
-      /* renames: 2 shard files, then the index file */
-      zck__io_fault_set(ZCK_IO_OP_RENAME, 3, EIO);
+      /* files inside the temporary directory are written in place (no rename each): the
+       * index is the first file commit creates (the shards were made by layout) */
+      zck__io_fault_set(ZCK_IO_OP_OPEN, 1, EIO);
       ZT_ERR(zck_hf_writer_commit(w), ZCK_ERR_IO, "model.safetensors.index.json");
     } else if (mode == 2) {
-      zck__io_fault_set(ZCK_IO_OP_RENAME, 4, EIO); /* the directory */
+      zck__io_fault_set(ZCK_IO_OP_RENAME, 1, EIO); /* the directory, the only rename */
       ZT_ERR(zck_hf_writer_commit(w), ZCK_ERR_IO, "cannot rename output into place");
     }
+    zck__io_fault_set(ZCK_IO_OP_OPEN, 0, 0);
     zck__io_fault_set(ZCK_IO_OP_RENAME, 0, 0);
     zck_hf_writer_free(w);
     ZT_EQ_INT(dir_entries(clean), 0);
