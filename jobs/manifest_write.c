@@ -23,10 +23,10 @@
 #include "zck.h"
 
 typedef struct desc_tensor {
-  char *name;
+  char *name;                   /* the name, then the shape's ndim int64s (one allocation) */
   const char *dtype;            /* static string */
   int ndim;
-  int64_t shape[ZCK_MANIFEST_MAX_DIMS];
+  const int64_t *shape;         /* inside name's allocation: a file may list 100k tensors */
   uint64_t offset, nbytes;
 } desc_tensor;
 
@@ -73,10 +73,14 @@ static zck_status desc_push(desc_file *f, size_t *cap, const char *name, const c
   }
   desc_tensor *t = &f->t[f->n];
   memset(t, 0, sizeof *t);
-  if (!(t->name = zck__strdup(name))) return ZCK_ERR_NO_MEMORY;
+  size_t nlen = strlen(name) + 1, at = (nlen + 7) & ~(size_t)7;
+  if (!(t->name = zck__malloc(at + (size_t)ndim * sizeof *shape))) return ZCK_ERR_NO_MEMORY;
+  memcpy(t->name, name, nlen);
+  int64_t *sh = (int64_t *)(void *)(t->name + at);
+  if (ndim) memcpy(sh, shape, (size_t)ndim * sizeof *shape);
+  t->shape = sh;
   t->dtype = dtype;
   t->ndim = ndim;
-  if (ndim) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
   t->offset = off;
   t->nbytes = nbytes;
   f->n++;

@@ -46,7 +46,6 @@ typedef struct zck__h5w_ds {
   zck_h5_writer *w;
   char *path;
   char *label;             /* "FILE:/path" for messages */
-  hid_t dset, ftype;
   zck_dtype dtype;
   size_t es;
   int ndim;
@@ -199,9 +198,13 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
     zck__h5_lock();
     int e = zck__io_fault(ZCK_IO_OP_WRITE);
     zck_status st = ZCK_OK;
+    hid_t dset = e ? H5I_INVALID_HID : H5Dopen2(w->file, d->path, H5P_DEFAULT);
+    hid_t ftype = dset < 0 ? H5I_INVALID_HID : zck__h5_file_type(d->dtype);
     if (e) st = zck__fail_errno(e, "%s: write", d->label);
-    else if (H5Dwrite(d->dset, d->ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+    else if (dset < 0 || ftype < 0 || H5Dwrite(dset, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
       st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
+    if (ftype >= 0) H5Tclose(ftype);
+    if (dset >= 0) H5Dclose(dset);
     uint64_t h = zck_xxh3(buf, raw);
     if (st == ZCK_OK) st = zck__h5w_attr(w, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h);
     zck__h5_unlock();
@@ -224,9 +227,13 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
   zck_status st = ZCK_OK;
   zck__h5_lock();
   int e = zck__io_fault(ZCK_IO_OP_WRITE);
+  /* opened per chunk: an open dataset holds tens of KB of library state, and a universal
+   * file of 100k params has 300k datasets (the open costs little next to compressing) */
+  hid_t dset = e ? H5I_INVALID_HID : H5Dopen2(w->file, d->path, H5P_DEFAULT);
   if (e) st = zck__fail_errno(e, "%s: writing chunk %llu", d->label, (unsigned long long)id);
-  else if (H5Dwrite_chunk(d->dset, H5P_DEFAULT, 0, off, n, zc.z) < 0)
+  else if (dset < 0 || H5Dwrite_chunk(dset, H5P_DEFAULT, 0, off, n, zc.z) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
+  if (dset >= 0) H5Dclose(dset);
   zck__h5_unlock();
   zck__h5w_zc_put(w, zc);
   if (st == ZCK_OK) zck__h5w_write_behind(w, n);
@@ -376,8 +383,6 @@ zck_status zck_h5_writer_group(zck_h5_writer *w, const char *path) {
 
 static void zck__h5w_ds_free(zck__h5w_ds *d) {
   if (!d) return;
-  if (d->dset >= 0) H5Dclose(d->dset);
-  if (d->ftype >= 0) H5Tclose(d->ftype);
   for (size_t i = 0; i < d->n_slots; i++) free(d->slots[i].buf);   /* malloc'd either way */
   free(d->slots);
   pthread_mutex_destroy(&d->mu);
@@ -415,7 +420,6 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
   if (!d) return ZCK_ERR_NO_MEMORY;
   pthread_mutex_init(&d->mu, NULL);
   d->w = w;
-  d->dset = d->ftype = H5I_INVALID_HID;
   d->dtype = dtype;
   d->es = zck_dtype_size(dtype);
   d->ndim = ndim;
@@ -447,8 +451,8 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
   hid_t space = ndim ? H5Screate_simple(ndim, dims, NULL) : H5Screate(H5S_SCALAR);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   unsigned level = (unsigned)w->level;
-  d->ftype = zck__h5_file_type(dtype);
-  if (d->ftype < 0) st = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
+  hid_t ftype = zck__h5_file_type(dtype);
+  if (ftype < 0) st = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
   else if (space < 0 || dcpl < 0) st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: dataspace", d->label);
   else if (H5Pset_obj_track_times(dcpl, 0) < 0) st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: properties", d->label);
   else if (d->chunked && (H5Pset_chunk(dcpl, ndim, chunk) < 0 ||
@@ -456,9 +460,12 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
     st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: chunk properties", d->label);
   if (st == ZCK_OK) st = zck__h5w_groups(w, path, false);
   if (st == ZCK_OK) {
-    d->dset = H5Dcreate2(w->file, path, d->ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    if (d->dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
+    /* closed at once, reopened for each chunk (see zck__h5w_flush) */
+    hid_t dset = H5Dcreate2(w->file, path, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
+    else H5Dclose(dset);
   }
+  if (ftype >= 0) H5Tclose(ftype);
   if (space >= 0) H5Sclose(space);
   if (dcpl >= 0) H5Pclose(dcpl);
   zck__h5_unlock();

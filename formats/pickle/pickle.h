@@ -63,8 +63,9 @@ struct zck_pk {
 
 typedef struct zck_pk_limits {
   size_t max_depth;       /* nesting of containers; default 256 */
-  size_t max_memo;        /* memo entries; default 1<<20 */
-  size_t max_objects;     /* nodes; default 1<<22 */
+  size_t max_memo;        /* memo index; default 1<<20, or the PUT's byte offset if larger
+                             (any densely numbered memo passes: see pk_load.c memo_limit) */
+  size_t max_objects;     /* nodes; default 1<<22, or half the pickle's length if larger */
   size_t max_string;      /* bytes in one string; default 1<<28 */
 } zck_pk_limits;
 #define ZCK_PK_LIMITS_INIT {256, 1u << 20, 1u << 22, 1u << 28}
