@@ -127,6 +127,7 @@ zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store 
     to.exec.threads = c->threads;
     to.exec.progress = c->progress;
     to.exec.progress_ctx = c->progress_ctx;
+    to.exec.no_verify = c->no_verify;
     st = zck_transfer(&src, views, n_pass, &to);
   }
   for (size_t j = 0; jobs && j < 3 * n_pass; j++) {
@@ -283,7 +284,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   zck__tensor_set s;
   zck__cons_entry *entries = NULL;
   zck_status st = zck__cons_build_set(ck, &o, &s, &entries);
-  zck__cons_ctx ctx = {ck, entries, o.threads, o.progress, o.progress_ctx};
+  zck__cons_ctx ctx = {ck, entries, o.threads, o.progress, o.progress_ctx, o.no_verify != 0};
   zck__write_opts wo = {.fill = zck__cons_fill, .fill_ctx = &ctx, .threads = o.threads,
                         .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0, .manifest = true,
                         .progress = o.progress, .progress_ctx = o.progress_ctx};

@@ -18,6 +18,7 @@ typedef struct zck__cons_ctx {
   unsigned threads;
   zck_progress_cb progress;
   void *progress_ctx;
+  bool no_verify;             /* skip the sources' checksums (verify on read) */
 } zck__cons_ctx;
 
 bool zck__cons_floating(zck_dtype t);

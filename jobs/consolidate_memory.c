@@ -81,7 +81,8 @@ zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers) {
     dst[i] = zck_store_memory(buffers[i], d->dtype, d->numel, d->name);
     if (!d->numel) dst[i].kind = ZCK_STORE_UNBOUND; /* nothing to copy */
   }
-  zck__cons_ctx ctx = {sd->ck, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx};
+  zck__cons_ctx ctx = {sd->ck, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
+                       sd->opts.no_verify != 0};
   if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL);
   free(dst);
   return st;

@@ -32,7 +32,7 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
     }
   }
   zck__write_opts wo = {.threads = o.threads, .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0,
-                        .progress = o.progress, .progress_ctx = o.progress_ctx};
+                        .progress = o.progress, .progress_ctx = o.progress_ctx, .no_verify = o.no_verify != 0};
   zck_output_format fmt = o.format ? o.format : zck__output_format_of(out);
   if (st == ZCK_OK) {
     switch (fmt) {

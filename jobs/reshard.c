@@ -177,6 +177,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     eo.threads = o.threads;
     eo.progress = o.progress;
     eo.progress_ctx = o.progress_ctx;
+    eo.no_verify = o.no_verify != 0;
     st = zck_ds_copy(c, w, &eo);
   }
   if (st == ZCK_OK) st = zck_ds_writer_commit(w);

@@ -48,6 +48,7 @@ zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *
     to.exec.threads = o->threads;
     to.exec.progress = o->progress;
     to.exec.progress_ctx = o->progress_ctx;
+    to.exec.no_verify = o->no_verify != 0;
     st = zck_transfer(&src, &dst, 1, &to);
   }
   if (st == ZCK_OK) st = zck_ds_writer_commit(w);

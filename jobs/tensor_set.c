@@ -171,6 +171,21 @@ zck_status zck__set_from_torch(zck__tensor_set *s, const char *path) {
     zck_store store;
     if (zck_torch_tensor_contiguous(t)) {
       store = zck_store_source(zck_torch_source(f), zck_torch_tensor_file_offset(f, t), t->dtype, t->numel, path);
+      zck_record_check rc;
+      if (zck_torch_tensor_record(f, t, &rc)) { /* its zip CRC, checked as the copy reads it */
+        const zck_torch_storage *sto = zck_torch_tensor_storage(f, t);
+        char *what = zck__sprintf("record data/%s (%s)", sto->key, named[i].name);
+        zck_record_check *r = zck__malloc(sizeof *r);
+        if (!what || !r || zck__set_on_free(s, zck__free_ptr, what) != ZCK_OK) {
+          free(r);
+          st = ZCK_ERR_NO_MEMORY;
+          break;
+        }
+        if (zck__set_on_free(s, zck__free_ptr, r) != ZCK_OK) { free(r); st = ZCK_ERR_NO_MEMORY; break; }
+        rc.what = what;
+        *r = rc;
+        store.record = r;
+      }
     } else {
       zck__torch_view_ctx *c = zck__malloc(sizeof *c);
       if (!c) { st = ZCK_ERR_NO_MEMORY; break; }
@@ -268,6 +283,7 @@ static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, 
     eo.threads = o ? o->threads : 0;
     eo.progress = o ? o->progress : NULL;
     eo.progress_ctx = o ? o->progress_ctx : NULL;
+    eo.no_verify = o && o->no_verify;
     st = zck_exec_plan(plan, src, dsts, crc_out ? crcs : NULL, &eo);
   }
   if (st == ZCK_OK && crc_out)

@@ -88,6 +88,7 @@ typedef struct zck__write_opts {
   bool overwrite;
   bool torch_bin_too;         /* HF directory: also pytorch_model.bin, in the same commit */
   bool manifest;              /* HF directory: write zckpt-manifest.json last (checksums) */
+  bool no_verify;             /* skip the sources' CRC checks (exec.h verify on read) */
   zck_progress_fn progress;
   void *progress_ctx;
 } zck__write_opts;

@@ -32,6 +32,7 @@ int zck__uvj_progress_fn(void *ctx, uint64_t done, uint64_t total) {
 zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress *p) {
   zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
   eo.threads = o->threads;
+  eo.no_verify = o->no_verify != 0;
   if (p->cb) {
     eo.progress = zck__uvj_progress_fn;
     eo.progress_ctx = p;

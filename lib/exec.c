@@ -1,10 +1,17 @@
 /* exec.c: runs copy plans (read, convert, write) on the thread pool with one bounded
- * staging buffer per thread; checksums of what it wrote; read-back hashing.
+ * staging buffer per thread; checksums of what it read (verify on read) and wrote;
+ * read-back hashing.
  *
  * Work is cut into batches: runs of consecutive extents (in plan order) reading one
  * source store front to back with small gaps, spanning at most half a staging buffer, so
  * one pread serves many small tensors. An extent longer than that is a batch of its own,
- * streamed in chunks. The other half of the buffer receives dtype conversions. */
+ * streamed in chunks. The other half of the buffer receives dtype conversions. A store
+ * with an XXH3 to check is one "stream" batch: read whole, in order, every extent reading
+ * it served from the chunks as they pass.
+ *
+ * Every read of a store with a record to check leaves one piece (byte range, CRC-32) in
+ * its batch's slot; after the run the pieces of each record are sorted, the bytes between
+ * them read, the CRCs combined and compared (verify_records). */
 #include "exec.h"
 
 #include "threadpool.h"
@@ -49,7 +56,15 @@ typedef struct batch {
   uint32_t job;
   size_t first, n;       /* extents [first, first + n) of the job's plan */
   uint64_t lo, hi;       /* source element span */
+  size_t *order;         /* stream batch: its n extents' indices, by source offset; else NULL */
 } batch;
+
+/* What one batch read of a store whose record is checked: absolute bytes and their CRC. */
+typedef struct read_piece {
+  uint64_t lo, hi;
+  uint32_t crc;
+  bool set;
+} read_piece;
 
 typedef struct job_state {
   uint32_t *ext_crc;     /* per extent, when the job wants CRCs */
@@ -62,8 +77,12 @@ typedef struct exec_ctx {
   job_state *js;
   batch *batches;
   size_t n_batches;
+  size_t *order_arena;   /* stream batches' extent lists */
+  bool verify;           /* check records and XXH3s (not opts->no_verify) */
+  read_piece *pieces;    /* [n_batches] when verify */
   size_t staging, half;
   uint8_t **bufs;        /* [workers], allocated by each worker on first use */
+  unsigned n_workers;
   const zck_exec_opts *o;
   atomic_int failed;
   pthread_mutex_t lock;
@@ -160,12 +179,76 @@ static zck_status emit(exec_ctx *c, uint8_t *cbuf, size_t job, size_t ei, const 
   return ZCK_OK;
 }
 
-static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) {
+/* Does the store's source need its reads CRC'd (a record to check)? */
+static bool checks_record(const exec_ctx *c, const zck_store *S) {
+  return c->verify && S->record && (S->kind == ZCK_STORE_SOURCE || S->kind == ZCK_STORE_FD);
+}
+
+static void set_piece(exec_ctx *c, size_t bi, const zck_store *S, uint64_t elem_lo, uint64_t elem_hi, uint32_t crc) {
+  size_t ss = zck_dtype_size(S->dtype);
+  c->pieces[bi] = (read_piece){S->base + elem_lo * ss, S->base + elem_hi * ss, crc, true};
+}
+
+/* A stream batch: the whole store [lo, hi) read in order, one chunk at a time; each
+ * extent (sorted by source offset) gets its piece of every chunk it overlaps. Hashes the
+ * store (XXH3) and its bytes (CRC) on the way. */
+static zck_status run_stream(exec_ctx *c, size_t bi, unsigned thread) {
+  const batch *b = &c->batches[bi];
+  const zck_exec_job *j = &c->jobs[b->job];
+  const zck_extent *ext = j->plan->ext;
+  const zck_store *S = &j->src[ext[b->order[0]].src_store];
+  size_t ss = zck_dtype_size(S->dtype);
+  uint32_t *ext_crc = c->js[b->job].ext_crc;
+  if (!c->bufs[thread] && !(c->bufs[thread] = zck__malloc(c->staging))) return ZCK_ERR_NO_MEMORY;
+  uint8_t *rbuf = c->bufs[thread], *cbuf = rbuf + c->half;
+  XXH3_state_t *xs = XXH3_createState();
+  if (!xs) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  XXH3_64bits_reset(xs);
+  uint64_t step = c->half / ss;
+  uint32_t crc = 0;
+  size_t first = 0;
+  zck_status st = ZCK_OK;
+  for (uint64_t k = b->lo; st == ZCK_OK && k < b->hi; k += step) {
+    if (atomic_load_explicit(&c->failed, memory_order_relaxed)) break;
+    uint64_t n = b->hi - k < step ? b->hi - k : step, end = k + n, bytes = 0;
+    st = store_read(S, ext[b->order[0]].src_store, rbuf, k, n);
+    if (st != ZCK_OK) break;
+    XXH3_64bits_update(xs, rbuf, (size_t)(n * ss));
+    crc = zck_crc32_update(crc, rbuf, (size_t)(n * ss));
+    for (size_t i = first; st == ZCK_OK && i < b->n; i++) {
+      size_t ei = b->order[i];
+      const zck_extent *e = &ext[ei];
+      if (e->src_off >= end) break;
+      uint64_t s0 = e->src_off > k ? e->src_off : k, s1 = e->src_off + e->count < end ? e->src_off + e->count : end;
+      if (s1 <= s0) continue;
+      st = emit(c, cbuf, b->job, ei, rbuf + (s0 - k) * ss, s0 - e->src_off, s1 - s0, ext_crc ? &ext_crc[ei] : NULL);
+      bytes += (s1 - s0) * zck_dtype_size(j->dst[e->dst_store].dtype);
+    }
+    while (first < b->n && ext[b->order[first]].src_off + ext[b->order[first]].count <= end) first++;
+    st = report(c, bytes);
+  }
+  uint64_t got = XXH3_64bits_digest(xs);
+  XXH3_freeState(xs);
+  if (st != ZCK_OK || atomic_load_explicit(&c->failed, memory_order_relaxed)) return st;
+  if (got != S->xxh3) {
+    char lb[64];
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: XXH3-64 mismatch with " "zckpt-manifest.json (stored %016llx, read %016llx)",
+                     store_label(S, lb, sizeof lb, "source", ext[b->order[0]].src_store), (unsigned long long)S->xxh3,
+                     (unsigned long long)got);
+  }
+  if (checks_record(c, S)) set_piece(c, bi, S, b->lo, b->hi, crc);
+  return ZCK_OK;
+}
+
+static zck_status run_batch_inner(exec_ctx *c, size_t bi, unsigned thread) {
+  const batch *b = &c->batches[bi];
+  if (b->order) return run_stream(c, bi, thread);
   const zck_exec_job *j = &c->jobs[b->job];
   const zck_extent *e0 = &j->plan->ext[b->first];
   const zck_store *S = &j->src[e0->src_store];
   size_t ss = zck_dtype_size(S->dtype);
   uint32_t *ext_crc = c->js[b->job].ext_crc;
+  bool vr = checks_record(c, S);
   uint64_t bytes = 0;
   for (size_t i = 0; i < b->n; i++) {
     const zck_extent *e = &j->plan->ext[b->first + i];
@@ -189,12 +272,14 @@ static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) 
   if ((b->hi - b->lo) * ss <= c->half) { /* one read for the whole batch */
     const zck_store *D = &j->dst[e0->dst_store];
     if (b->n == 1 && D->kind == ZCK_STORE_MEMORY && D->dtype == S->dtype && !ext_crc && !c->o->written) {
-      ZCK_TRY(store_read(S, e0->src_store, (uint8_t *)D->mem + e0->dst_off * zck_dtype_size(D->dtype), e0->src_off,
-                         e0->count));
+      uint8_t *dp = (uint8_t *)D->mem + e0->dst_off * zck_dtype_size(D->dtype);
+      ZCK_TRY(store_read(S, e0->src_store, dp, e0->src_off, e0->count));
+      if (vr) set_piece(c, bi, S, b->lo, b->hi, zck_crc32_update(0, dp, (size_t)(e0->count * ss)));
       ZCK_TRY(report(c, bytes));
       return ZCK_OK;
     }
     ZCK_TRY(store_read(S, e0->src_store, rbuf, b->lo, b->hi - b->lo));
+    if (vr) set_piece(c, bi, S, b->lo, b->hi, zck_crc32_update(0, rbuf, (size_t)((b->hi - b->lo) * ss)));
     for (size_t i = 0; i < b->n; i++) {
       const zck_extent *e = &j->plan->ext[b->first + i];
       uint32_t crc = 0;
@@ -207,23 +292,25 @@ static zck_status run_batch_inner(exec_ctx *c, const batch *b, unsigned thread) 
   }
   /* one long extent, streamed */
   uint64_t step = c->half / ss;
-  uint32_t crc = 0;
+  uint32_t crc = 0, rcrc = 0;
   size_t dsz = zck_dtype_size(j->dst[e0->dst_store].dtype);
   for (uint64_t k = 0; k < e0->count; k += step) {
     if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
     uint64_t n = e0->count - k < step ? e0->count - k : step;
     ZCK_TRY(store_read(S, e0->src_store, rbuf, e0->src_off + k, n));
+    if (vr) rcrc = zck_crc32_update(rcrc, rbuf, (size_t)(n * ss));
     ZCK_TRY(emit(c, cbuf, b->job, b->first, rbuf, k, n, ext_crc ? &crc : NULL));
     ZCK_TRY(report(c, n * dsz));
   }
   if (ext_crc) ext_crc[b->first] = crc;
+  if (vr) set_piece(c, bi, S, b->lo, b->hi, rcrc);
   return ZCK_OK;
 }
 
 static zck_status run_batch(void *ctx, size_t item, unsigned thread) {
   exec_ctx *c = ctx;
   if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
-  zck_status s = run_batch_inner(c, &c->batches[item], thread);
+  zck_status s = run_batch_inner(c, item, thread);
   if (s != ZCK_OK) atomic_store(&c->failed, 1);
   return s;
 }
@@ -250,6 +337,17 @@ static zck_status check_store_range(const zck_store *s, uint32_t id, const char 
     ZCK_FAIL_IF(hi > s->source->size, ZCK_ERR_TRUNCATED, "%s: truncated: need bytes %llu..%llu but the file has %llu",
                 s->source->name, (unsigned long long)lo, (unsigned long long)hi,
                 (unsigned long long)s->source->size);
+  }
+  if (s->record && (s->kind == ZCK_STORE_SOURCE || s->kind == ZCK_STORE_FD)) {
+    /* the describer's promise: the store lies inside its record (a whole-store stream may
+     * read all of it) */
+    uint64_t rec_end, store_end = s->base + s->numel * es;
+    ZCK_FAIL_IF(!zck__add_u64(s->record->off, s->record->size, &rec_end) || s->base < s->record->off ||
+                    store_end > rec_end || (s->kind == ZCK_STORE_SOURCE && rec_end > s->source->size),
+                ZCK_ERR_INTERNAL, "%s: bytes %llu..%llu lie outside its %s (bytes %llu..%llu)", name,
+                (unsigned long long)s->base, (unsigned long long)store_end,
+                s->record->what ? s->record->what : "record", (unsigned long long)s->record->off,
+                (unsigned long long)(s->record->off + s->record->size));
   }
   return ZCK_OK;
 }
@@ -328,20 +426,46 @@ static void assemble_crc(const zck_exec_job *j, const job_state *js) {
 
 static bool readable_in_batches(const zck_store *s) { return s->kind != ZCK_STORE_MEMORY; }
 
+/* A store read whole in order by one worker: its XXH3 is checked. */
+static bool streams_whole(const exec_ctx *c, const zck_store *s) {
+  return c->verify && s->has_xxh3 && (s->kind == ZCK_STORE_SOURCE || s->kind == ZCK_STORE_FD);
+}
+
+static int cmp_src_order_r(const void *a, const void *b, void *ctx) {
+  const zck_extent *ext = ctx;
+  const zck_extent *x = &ext[*(const size_t *)a], *y = &ext[*(const size_t *)b];
+  if (x->src_off != y->src_off) return x->src_off < y->src_off ? -1 : 1;
+  return 0;
+}
+
 static zck_status make_batches(exec_ctx *c) {
   size_t total = 0;
   for (size_t jn = 0; jn < c->n_jobs; jn++) total += c->jobs[jn].plan->n;
   c->batches = zck__malloc((total ? total : 1) * sizeof *c->batches);
-  if (!c->batches) return ZCK_ERR_NO_MEMORY;
-  size_t nb = 0;
+  c->order_arena = zck__malloc((total ? total : 1) * sizeof *c->order_arena);
+  if (!c->batches || !c->order_arena) return ZCK_ERR_NO_MEMORY;
+  size_t nb = 0, used = 0;
   for (size_t jn = 0; jn < c->n_jobs; jn++) {
     const zck_exec_job *j = &c->jobs[jn];
     const zck_plan *p = j->plan;
+    size_t first_stream = nb;
+    size_t *stream_of = NULL;  /* src store -> its stream batch + 1 */
     for (size_t i = 0; i < p->n;) {
       const zck_extent *e = &p->ext[i];
       const zck_store *S = &j->src[e->src_store];
       size_t ss = zck_dtype_size(S->dtype);
-      batch b = {(uint32_t)jn, i, 1, e->src_off, e->src_off + e->count};
+      if (streams_whole(c, S)) {
+        if (!stream_of && !(stream_of = zck__calloc(p->n_src_stores ? p->n_src_stores : 1, sizeof *stream_of)))
+          return ZCK_ERR_NO_MEMORY;
+        if (!stream_of[e->src_store]) {
+          c->batches[nb] = (batch){(uint32_t)jn, i, 0, 0, S->numel, NULL};
+          stream_of[e->src_store] = ++nb;
+        }
+        c->batches[stream_of[e->src_store] - 1].n++;
+        i++;
+        continue;
+      }
+      batch b = {(uint32_t)jn, i, 1, e->src_off, e->src_off + e->count, NULL};
       uint64_t limit = c->half / ss;
       if (!readable_in_batches(S)) limit = (uint64_t)c->half * 64 / ss; /* memory: group small work only */
       size_t k = i + 1;
@@ -358,9 +482,135 @@ static zck_status make_batches(exec_ctx *c) {
       c->batches[nb++] = b;
       i = k;
     }
+    if (!stream_of) continue;
+    /* the stream batches' extent lists, each sorted by source offset */
+    for (size_t bi = first_stream; bi < nb; bi++)
+      if (c->batches[bi].n && stream_of[p->ext[c->batches[bi].first].src_store] == bi + 1) {
+        c->batches[bi].order = c->order_arena + used;
+        used += c->batches[bi].n;
+        c->batches[bi].n = 0;
+      }
+    for (size_t i = 0; i < p->n; i++) {
+      size_t sb = stream_of[p->ext[i].src_store];
+      if (sb) c->batches[sb - 1].order[c->batches[sb - 1].n++] = i;
+    }
+    for (size_t bi = first_stream; bi < nb; bi++)
+      if (c->batches[bi].order && c->batches[bi].n > 1)
+        qsort_r(c->batches[bi].order, c->batches[bi].n, sizeof(size_t), cmp_src_order_r, (void *)p->ext);
+    free(stream_of);
   }
   c->n_batches = nb;
   return ZCK_OK;
+}
+
+// ---- verify on read: the records' CRCs from the pieces read
+
+typedef struct vpiece {
+  const zck_store *S;    /* the store it was read through (source, record) */
+  uintptr_t file;        /* the source's identity */
+  uint64_t rec_off;
+  uint64_t lo, hi;
+  uint32_t crc;
+} vpiece;
+
+static uintptr_t file_id(const zck_store *S) {
+  return S->kind == ZCK_STORE_SOURCE ? (uintptr_t)S->source : (uintptr_t)(S->fd + 1);
+}
+
+static int cmp_vpiece(const void *a, const void *b) {
+  const vpiece *x = a, *y = b;
+  if (x->file != y->file) return x->file < y->file ? -1 : 1;
+  if (x->rec_off != y->rec_off) return x->rec_off < y->rec_off ? -1 : 1;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return x->hi > y->hi ? -1 : x->hi < y->hi;  /* the longest first */
+}
+
+typedef struct vrec_ctx {
+  vpiece *p;
+  size_t *group;         /* [n_groups + 1] starts into p */
+  uint8_t **bufs;
+  size_t staging;
+} vrec_ctx;
+
+static zck_status raw_read(const zck_store *S, void *dst, size_t n, uint64_t off) {
+  if (S->kind == ZCK_STORE_SOURCE) return zck__source_read(S->source, dst, n, off);
+  return zck__pread_all(S->fd, dst, n, off, S->name ? S->name : "source");
+}
+
+/* CRC of bytes [lo, hi) of the file, read in staging-sized pieces. */
+static zck_status crc_of_gap(const zck_store *S, uint8_t *buf, size_t cap, uint64_t lo, uint64_t hi, uint32_t *crc) {
+  *crc = 0;
+  for (uint64_t k = lo; k < hi; k += cap) {
+    size_t n = hi - k < cap ? (size_t)(hi - k) : cap;
+    ZCK_TRY(raw_read(S, buf, n, k));
+    *crc = zck_crc32_update(*crc, buf, n);
+  }
+  return ZCK_OK;
+}
+
+static zck_status verify_record(void *ctx, size_t g, unsigned thread) {
+  vrec_ctx *v = ctx;
+  const vpiece *p = v->p + v->group[g], *pe = v->p + v->group[g + 1];
+  const zck_store *S = p->S;
+  const zck_record_check *r = S->record;
+  if (!v->bufs[thread] && !(v->bufs[thread] = zck__malloc(v->staging))) return ZCK_ERR_NO_MEMORY;
+  uint64_t pos = r->off, end = r->off + r->size;
+  uint32_t crc = 0, part;
+  for (; p < pe; p++) {
+    if (p->hi <= pos) continue;                  /* read twice (two views, two jobs) */
+    if (p->lo > pos) {                           /* bytes the plan did not need */
+      ZCK_TRY(crc_of_gap(S, v->bufs[thread], v->staging, pos, p->lo, &part));
+      crc = zck_crc32_combine(crc, part, p->lo - pos);
+      pos = p->lo;
+    }
+    if (p->lo == pos) {
+      crc = zck_crc32_combine(crc, p->crc, p->hi - p->lo);
+    } else {                                     /* overlaps what is counted: the rest again */
+      ZCK_TRY(crc_of_gap(S, v->bufs[thread], v->staging, pos, p->hi, &part));
+      crc = zck_crc32_combine(crc, part, p->hi - pos);
+    }
+    pos = p->hi;
+  }
+  if (pos < end) {
+    ZCK_TRY(crc_of_gap(S, v->bufs[thread], v->staging, pos, end, &part));
+    crc = zck_crc32_combine(crc, part, end - pos);
+  }
+  if (crc != r->crc32) {
+    const char *file = S->kind == ZCK_STORE_SOURCE ? S->source->name : S->name;
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: %s: CRC-32 mismatch (stored %08x, read %08x)", file ? file : "source",
+                     r->what ? r->what : "record", r->crc32, crc);
+  }
+  return ZCK_OK;
+}
+
+static zck_status verify_records(exec_ctx *c) {
+  size_t n = 0;
+  for (size_t bi = 0; bi < c->n_batches; bi++) n += c->pieces[bi].set;
+  if (!n) return ZCK_OK;
+  vpiece *v = zck__malloc(n * sizeof *v);
+  size_t *group = zck__malloc((n + 1) * sizeof *group);
+  zck_status st = v && group ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t k = 0, ng = 0;
+  for (size_t bi = 0; st == ZCK_OK && bi < c->n_batches; bi++) {
+    if (!c->pieces[bi].set) continue;
+    const batch *b = &c->batches[bi];
+    const zck_exec_job *j = &c->jobs[b->job];
+    const zck_store *S = &j->src[j->plan->ext[b->order ? b->order[0] : b->first].src_store];
+    v[k++] = (vpiece){S, file_id(S), S->record->off, c->pieces[bi].lo, c->pieces[bi].hi, c->pieces[bi].crc};
+  }
+  if (st == ZCK_OK) {
+    qsort(v, n, sizeof *v, cmp_vpiece);
+    for (size_t i = 0; i < n; i++)
+      if (!i || v[i].file != v[i - 1].file || v[i].rec_off != v[i - 1].rec_off) group[ng++] = i;
+    group[ng] = n;
+    vrec_ctx vc = {v, group, c->bufs, c->staging};
+    unsigned workers = zck__worker_count(ng, c->o->threads);
+    if (workers > c->n_workers) workers = c->n_workers ? c->n_workers : 1;
+    st = zck__parallel_for(ng, workers, verify_record, &vc);
+  }
+  free(v);
+  free(group);
+  return st;
 }
 
 // ---- entry points
@@ -375,6 +625,7 @@ zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_
   c.staging = c.o->staging_bytes ? c.o->staging_bytes : ZCK_EXEC_DEFAULT_STAGING;
   if (c.staging < 64) c.staging = 64;
   c.half = (c.staging / 2) & ~(size_t)15;
+  c.verify = !c.o->no_verify;
   atomic_init(&c.failed, 0);
   zck_status s = ZCK_OK;
   c.js = zck__calloc(n_jobs ? n_jobs : 1, sizeof *c.js);
@@ -385,12 +636,16 @@ zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_
   }
   if (s == ZCK_OK) s = make_batches(&c);
   unsigned workers = zck__worker_count(c.n_batches, c.o->threads);
-  if (s == ZCK_OK && !(c.bufs = zck__calloc(workers, sizeof *c.bufs))) s = ZCK_ERR_NO_MEMORY;
+  c.n_workers = workers;
+  if (s == ZCK_OK && !(c.bufs = zck__calloc(workers ? workers : 1, sizeof *c.bufs))) s = ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK && c.verify && !(c.pieces = zck__calloc(c.n_batches ? c.n_batches : 1, sizeof *c.pieces)))
+    s = ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) {
     pthread_mutex_init(&c.lock, NULL);
     s = zck__parallel_for(c.n_batches, workers, run_batch, &c);
     pthread_mutex_destroy(&c.lock);
   }
+  if (s == ZCK_OK && c.verify) s = verify_records(&c);
   if (s == ZCK_OK)
     for (size_t jn = 0; jn < n_jobs; jn++)
       if (jobs[jn].dst_crc32) assemble_crc(&jobs[jn], &c.js[jn]);
@@ -398,6 +653,8 @@ zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_
     for (unsigned i = 0; i < workers; i++) free(c.bufs[i]);
   free(c.bufs);
   free(c.batches);
+  free(c.order_arena);
+  free(c.pieces);
   for (size_t jn = 0; jn < n_jobs; jn++) {
     free(c.js[jn].ext_crc);
     free(c.js[jn].crc_order);

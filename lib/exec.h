@@ -19,6 +19,20 @@
  *
  * Target elements no extent writes (padding) are left untouched: create output files
  * with ftruncate (zeros) and zero memory targets first, as DeepSpeed readers expect zeros.
+ *
+ * Verify on read. A file-backed source store (SOURCE, FD) may carry what its bytes must
+ * hash to, set by the describer that made it:
+ *   - `record`: the zip record (torch storage) holding the store, with the CRC-32 the zip
+ *     directory gives it. The executor CRCs every byte it reads as it reads it (ISA-L),
+ *     one CRC per read, assembled per record with crc32_combine. Bytes of a touched record
+ *     the plan does not need (padding, the rest of a storage viewed in part) are read
+ *     afterwards to complete its CRC; records the plan does not touch are not read.
+ *   - `xxh3`: the XXH3-64 of the store's own bytes [base, base + numel * size) (a tensor
+ *     range of zckpt-manifest.json). XXH3 needs its bytes in order, so such a store is read
+ *     whole, front to back, by one worker, which hands each extent its piece as it passes.
+ * A mismatch fails the run with one line, "FILE: record data/3 (what): CRC-32 mismatch
+ * (stored 1234abcd, read 99887766)", after which the caller commits nothing.
+ * zck_exec_opts.no_verify skips both (--no-verify).
  */
 #ifndef ZCK_EXEC_H
 #define ZCK_EXEC_H
@@ -39,6 +53,15 @@ typedef enum zck_store_kind {
 typedef zck_status (*zck_store_read_fn)(void *ctx, void *dst, uint64_t elem_off, uint64_t count);
 typedef zck_status (*zck_store_write_fn)(void *ctx, const void *src, uint64_t elem_off, uint64_t count);
 
+/* The zip record (a torch storage) a source store's bytes lie in, and its CRC-32. Many
+ * stores may view one record (stage-1/2 module tensors in one flat buffer): records are
+ * matched by source and offset, so each is checked once whatever the number of views. */
+typedef struct zck_record_check {
+  uint64_t off, size;          /* absolute byte range in the source (file) */
+  uint32_t crc32;              /* what the zip directory says */
+  const char *what;            /* for messages: "record data/3 (fp32_flat_groups[0])" */
+} zck_record_check;
+
 typedef struct zck_store {
   zck_store_kind kind;
   zck_dtype dtype;
@@ -51,24 +74,29 @@ typedef struct zck_store {
   zck_store_read_fn read;      /* CALLBACK */
   zck_store_write_fn write;
   void *ctx;
+  /* verify on read (SOURCE and FD stores; see above); NULL / false: nothing expected */
+  const zck_record_check *record;
+  bool has_xxh3;
+  uint64_t xxh3;
 } zck_store;
 
 static inline zck_store zck_store_memory(void *mem, zck_dtype dtype, uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_MEMORY, dtype, numel, name, mem, NULL, -1, 0, NULL, NULL, NULL};
+  zck_store s = {ZCK_STORE_MEMORY, dtype, numel, name, mem, NULL, -1, 0, NULL, NULL, NULL, NULL, false, 0};
   return s;
 }
 static inline zck_store zck_store_source(const zck__source *src, uint64_t base, zck_dtype dtype,
                                          uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_SOURCE, dtype, numel, name ? name : src->name, NULL, src, -1, base, NULL, NULL, NULL};
+  zck_store s = {ZCK_STORE_SOURCE, dtype, numel, name ? name : src->name, NULL, src, -1, base, NULL, NULL, NULL,
+                 NULL, false, 0};
   return s;
 }
 static inline zck_store zck_store_fd(int fd, uint64_t base, zck_dtype dtype, uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_FD, dtype, numel, name, NULL, NULL, fd, base, NULL, NULL, NULL};
+  zck_store s = {ZCK_STORE_FD, dtype, numel, name, NULL, NULL, fd, base, NULL, NULL, NULL, NULL, false, 0};
   return s;
 }
 static inline zck_store zck_store_callback(zck_store_read_fn rd, zck_store_write_fn wr, void *ctx,
                                            zck_dtype dtype, uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_CALLBACK, dtype, numel, name, NULL, NULL, -1, 0, rd, wr, ctx};
+  zck_store s = {ZCK_STORE_CALLBACK, dtype, numel, name, NULL, NULL, -1, 0, rd, wr, ctx, NULL, false, 0};
   return s;
 }
 
@@ -105,10 +133,11 @@ typedef struct zck_exec_opts {
   void *progress_ctx;
   zck_written_fn written;
   void *written_ctx;
+  bool no_verify;              /* ignore the stores' record CRCs and XXH3s (--no-verify) */
 } zck_exec_opts;
 
 #define ZCK_EXEC_DEFAULT_STAGING ((size_t)8 << 20)
-#define ZCK_EXEC_OPTS_INIT {0, 0, NULL, NULL, NULL, NULL}
+#define ZCK_EXEC_OPTS_INIT {0, 0, NULL, NULL, NULL, NULL, false}
 
 /* Runs every job's extents on one thread pool. opts may be NULL. */
 zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_opts *opts);

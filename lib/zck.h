@@ -120,8 +120,10 @@ typedef struct zck_convert_opts {
   int overwrite;              /* replace an existing output */
   zck_progress_cb progress;
   void *progress_ctx;
+  int no_verify;              /* skip the zip CRC-32 checks of the tensor bytes read (never the
+                                 structure checks) */
 } zck_convert_opts;
-#define ZCK_CONVERT_OPTS_INIT {ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL}
+#define ZCK_CONVERT_OPTS_INIT {ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0}
 
 /* A state dict of tensors between .pt/.bin and safetensors (file, index or directory). */
 zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts);
@@ -151,8 +153,10 @@ typedef struct zck_consolidate_opts {
   int overwrite;
   zck_progress_cb progress;
   void *progress_ctx;
+  int no_verify;              /* skip the checksums of the bytes read (zip CRC-32s, the manifest's
+                                 XXH3s); the structure and rank identity checks always run */
 } zck_consolidate_opts;
-#define ZCK_CONSOLIDATE_OPTS_INIT {NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL}
+#define ZCK_CONSOLIDATE_OPTS_INIT {NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL, 0}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (root with `latest`, tag folder, or HF checkpoint-N/)
  * to whole tensors, equal bit for bit to DeepSpeed's zero_to_fp32. OUT: a directory (HF
@@ -207,8 +211,9 @@ typedef struct zck_reshard_opts {
   zck_progress_cb progress;
   void *progress_ctx;
   int force;                  /* accept a zckpt-written source whose manifest is missing */
+  int no_verify;              /* as zck_consolidate_opts.no_verify */
 } zck_reshard_opts;
-#define ZCK_RESHARD_OPTS_INIT {0, 0, 0, NULL, 0, 0, NULL, NULL, 0}
+#define ZCK_RESHARD_OPTS_INIT {0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that
@@ -235,8 +240,9 @@ typedef struct zck_universal_opts {
   int overwrite;              /* replace an existing output */
   zck_progress_cb progress;
   void *progress_ctx;
+  int no_verify;              /* as zck_consolidate_opts.no_verify */
 } zck_universal_opts;
-#define ZCK_UNIVERSAL_OPTS_INIT {ZCK_UNIVERSAL_DS, NULL, 0, 0, 0, 0, 0, NULL, NULL}
+#define ZCK_UNIVERSAL_OPTS_INIT {ZCK_UNIVERSAL_DS, NULL, 0, 0, 0, 0, 0, NULL, NULL, 0}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (save root with `latest`, tag folder or HF
  * checkpoint-N/) with its optimizer state to a universal checkpoint, in one pass over the

@@ -29,6 +29,8 @@ static const char zck__consolidate_help[] =
   "  --threads N              worker threads (default: all cores)\n"
   "  --overwrite              replace an existing output\n"
   "  --force                  read a zckpt-written checkpoint whose manifest is missing\n"
+  "  --no-verify              skip the checksums of the bytes read (zip CRC-32s; the\n"
+  "                           manifest's XXH3s); structure and rank checks still run\n"
   "  -q, --quiet              no progress bar\n"
   "  -h, --help               this help\n";
 
@@ -38,6 +40,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
     {"max-shard-size", required_argument, 0, 's'}, {"format", required_argument, 0, 'f'},
     {"exclude-frozen", no_argument, 0, 'x'}, {"keep-tied", no_argument, 0, 'k'},
     {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
+    {"no-verify", no_argument, 0, 'V'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     /* DeepSpeed zero_to_fp32.py's spellings (safetensors is what a folder OUT gets anyway) */
     {"max_shard_size", required_argument, 0, 's'}, {"exclude_frozen_parameters", no_argument, 0, 'x'},
@@ -72,6 +75,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
       break;
     case 'o': o.overwrite = 1; break;
     case 'F': o.force = 1; break;
+    case 'V': o.no_verify = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__consolidate_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_bad_option("consolidate", c, argc, argv, opts);

@@ -20,6 +20,7 @@ static const char zck__convert_help[] =
   "  --format safetensors|hf|pt  force the output kind\n"
   "  --threads N              worker threads (default: all cores)\n"
   "  --overwrite              replace an existing output\n"
+  "  --no-verify              skip the zip CRC-32 checks of the tensor bytes read\n"
   "  -q, --quiet              no progress bar\n"
   "  -h, --help               this help\n";
 
@@ -28,7 +29,7 @@ int zck_cmd_convert(int argc, char **argv) {
     {"dtype", required_argument, 0, 'd'}, {"max-shard-size", required_argument, 0, 's'},
     {"max_shard_size", required_argument, 0, 's'},
     {"format", required_argument, 0, 'f'}, {"threads", required_argument, 0, 't'},
-    {"overwrite", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+    {"overwrite", no_argument, 0, 'o'}, {"no-verify", no_argument, 0, 'V'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
   zck_convert_opts o = ZCK_CONVERT_OPTS_INIT;
   bool quiet = false;
@@ -53,6 +54,7 @@ int zck_cmd_convert(int argc, char **argv) {
       if ((rc = zck_cli_opt_threads("convert", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
+    case 'V': o.no_verify = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__convert_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_bad_option("convert", c, argc, argv, opts);

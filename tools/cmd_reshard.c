@@ -31,6 +31,8 @@ static const char zck__reshard_help[] =
   "  --threads N              worker threads (default: all cores)\n"
   "  --overwrite              replace an existing OUT\n"
   "  --force                  read a zckpt-written SRC whose manifest is missing\n"
+  "  --no-verify              skip the checksums of the bytes read (zip CRC-32s; the\n"
+  "                           manifest's XXH3s); structure and rank checks still run\n"
   "  -q, --quiet              no progress bar\n"
   "  -h, --help               this help\n";
 
@@ -50,6 +52,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"to-stage", required_argument, 0, 's'}, {"to-world-size", required_argument, 0, 'w'},
     {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 'T'},
     {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
+    {"no-verify", no_argument, 0, 'V'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -77,6 +80,7 @@ int zck_cmd_reshard(int argc, char **argv) {
       break;
     case 'o': o.overwrite = 1; break;
     case 'F': o.force = 1; break;
+    case 'V': o.no_verify = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__reshard_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_bad_option("reshard", c, argc, argv, opts);

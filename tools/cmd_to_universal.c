@@ -32,6 +32,8 @@ static const char zck__to_universal_help[] =
   "  --chunk-size SIZE         hdf5: uncompressed chunk size (default 1MiB)\n"
   "  --threads N               worker threads (default: all cores)\n"
   "  --overwrite               replace an existing output\n"
+  "  --no-verify               skip the checksums of the bytes read (zip CRC-32s; the\n"
+  "                            manifest's XXH3s); structure and rank checks still run\n"
   "  -q, --quiet               no progress bar\n"
   "  -h, --help                this help\n";
 
@@ -40,7 +42,8 @@ int zck_cmd_to_universal(int argc, char **argv) {
     {"format", required_argument, 0, 'f'}, {"tag", required_argument, 0, 'T'},
     {"inject-missing-state", no_argument, 0, 'i'}, {"level", required_argument, 0, 'l'},
     {"chunk-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
-    {"overwrite", no_argument, 0, 'o'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+    {"overwrite", no_argument, 0, 'o'}, {"no-verify", no_argument, 0, 'V'}, {"quiet", no_argument, 0, 'q'},
+    {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
   zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
   bool quiet = false, format_given = false;
@@ -72,6 +75,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
       if ((rc = zck_cli_opt_threads("to-universal", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
+    case 'V': o.no_verify = 1; break;
     case 'q': quiet = true; break;
     case 'h': fputs(zck__to_universal_help, stdout); return ZCK_EXIT_OK;
     default: return zck_cli_bad_option("to-universal", c, argc, argv, opts);

@@ -26,10 +26,35 @@ const char *zck__ds_store_name(zck_ds_ckpt *c, const char *fmt, ...) {
   return s;
 }
 
+/* The record check of a tensor's storage: its zip CRC, verified as the executor reads it. */
+static const zck_record_check *record_check(zck_ds_ckpt *c, const zck__ds_tref *t, const char *what) {
+  if (!t->has_record) return NULL;
+  if (c->n_records == c->cap_records) {
+    size_t nc = c->cap_records ? 2 * c->cap_records : 64;
+    zck_record_check **nv = zck__realloc(c->records, nc * sizeof *nv);
+    if (!nv) return NULL;
+    c->records = nv;
+    c->cap_records = nc;
+  }
+  zck_record_check *r = zck__calloc(1, sizeof *r);
+  char *w = zck__sprintf("record data/%s (%s)", t->rec_key, what);
+  if (!r || !w) {
+    free(r);
+    free(w);
+    return NULL;
+  }
+  *r = (zck_record_check){t->rec_off, t->rec_size, t->rec_crc, w};
+  c->records[c->n_records++] = r;
+  return r;
+}
+
 static zck_store source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,
                               const char *what) {
   const char *name = zck__ds_store_name(c, "%s: %s", path, what);
-  return zck_store_source(src, t->offset, t->dtype, t->numel, name);
+  zck_store s = zck_store_source(src, t->offset, t->dtype, t->numel, name);
+  s.record = record_check(c, t, what);
+  if (t->has_record && !s.record) c->records_oom = true;
+  return s;
 }
 
 /* ---- ds_config */
@@ -484,6 +509,8 @@ zck_status zck__ds_describe(zck_ds_ckpt *c) {
   free(numels);
   if (s == ZCK_OK) s = build_buffers(c);
   if (s == ZCK_OK) s = build_outputs(c);
+  if (s == ZCK_OK && c->records_oom) s = ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK) s = zck__ds_expect_manifest(c);
   if (s == ZCK_OK) {  /* warnings may have been added since fill_info */
     c->info.n_warnings = c->n_warnings;
     c->info.warnings = (const char *const *)c->warnings;

@@ -58,6 +58,7 @@ typedef struct hs_piece {
 
 struct zck__ds_hfile {
   char *name;
+  char prefix[256];         /* the archive folder torch_write.c names it with */
   bool disabled;            /* the layout could not be predicted: not hashed here */
   bool on, busy, broken;
   pthread_mutex_t mu;
@@ -169,15 +170,18 @@ zck__ds_hfile *zck__ds_hfile_new(const char *name) {
   if (!f) return NULL;
   pthread_mutex_init(&f->mu, NULL);
   if (!(f->name = zck__strdup(name))) { zck__ds_hfile_free(f); return NULL; }
-  /* torch_write.c: "archive/byteorder" = "little" first */
-  if (!add_entry(f, "archive/byteorder", 6, "little", false, UINT64_MAX)) f->disabled = true;
+  /* torch_write.c: "<stem>/byteorder" = "little" first */
+  zck_torch_archive_name(name, f->prefix, sizeof f->prefix);
+  char rec[300];
+  snprintf(rec, sizeof rec, "%s/byteorder", f->prefix);
+  if (!add_entry(f, rec, 6, "little", false, UINT64_MAX)) f->disabled = true;
   return f;
 }
 
 void zck__ds_hfile_storage(zck__ds_hfile *f, size_t index, uint64_t data_off, uint64_t nbytes, const void *known) {
   if (!f || f->disabled) return;
-  char name[64];
-  snprintf(name, sizeof name, "archive/data/%zu", index);
+  char name[300];
+  snprintf(name, sizeof name, "%s/data/%zu", f->prefix, index);
   /* storage i is the writer's zip entry i + 1 (after byteorder): any other order is not predicted */
   if (f->n_ents != index + 1 || !add_entry(f, name, nbytes, known, true, data_off)) f->disabled = true;
 }

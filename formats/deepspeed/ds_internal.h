@@ -17,6 +17,11 @@ typedef struct zck__ds_tref {
   uint64_t numel;
   uint64_t offset;       /* absolute byte offset of element 0 in the file */
   bool contiguous;
+  /* its storage's zip record, checked on read (exec.h zck_record_check) */
+  bool has_record;
+  uint64_t rec_off, rec_size;
+  uint32_t rec_crc;
+  char rec_key[24];      /* the storage key: record <archive>/data/<key> */
 } zck__ds_tref;
 
 typedef struct zck__ds_named_shape {
@@ -62,6 +67,8 @@ typedef struct zck__ds_flat {
   zck__ds_tref fp32;
   bool has_state;
   zck__ds_tref exp_avg, exp_avg_sq;
+  bool has_step;                   /* the state's `step` (int, float or 0-dim tensor) */
+  double step;
 } zck__ds_flat;
 
 typedef struct zck__ds_optim_file {
@@ -108,6 +115,9 @@ struct zck_ds_ckpt {
   zck_store *buffer_stores;
   char **store_names;              /* owned names for the stores' messages */
   size_t n_store_names, cap_store_names;
+  zck_record_check **records;      /* owned record checks of the stores (verify on read) */
+  size_t n_records, cap_records;
+  bool records_oom;
   char *lp_missing;                 /* why ZCK_DS_LP is unavailable (stage 1/2) */
   size_t *unsaved_ties;             /* indices into models[0].shared_*: aliases whose source was not saved */
   const char **unsaved_pairs;       /* [2 * n_unsaved_ties]: alias, source, ... (borrowed strings) */
@@ -146,6 +156,10 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c);
 /* ---- ds_describe.c */
 zck_status zck__ds_describe(zck_ds_ckpt *c);
 const char *zck__ds_store_name(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);
+
+/* ---- ds_expect.c: zckpt-manifest.json's layout checked, its tensor XXH3s attached to
+ * the stores (verified on read) */
+zck_status zck__ds_expect_manifest(zck_ds_ckpt *c);
 
 /* ---- ds_math.c: the flat order and fragment math shared by reader and writer */
 /* Per-param padding of parameter_alignment (stage_1_and_2.py): after every param but the

@@ -122,6 +122,54 @@ static zck_status read_models(zck_ds_ckpt *c) {
   return ZCK_OK;
 }
 
+/* Rank identity from the counters the files carry. ZeRO ranks step together, and every
+ * flat group / sub-group with them: DeepSpeed's engine counts each step in global_steps,
+ * those an fp16 overflow skipped also in skipped_steps, and the optimizer's `step` counts
+ * the others. So every optimizer file's step of every group equals global_steps -
+ * skipped_steps of the model file(s), which agree with each other (stage 3: one per rank).
+ * A rank file taken from another checkpoint of the run (or every optimizer file from
+ * another step) has a consistent file set and shapes, and would silently mix steps; this
+ * names it. (A run whose optimizer state was reset on resume while global_steps went on,
+ * load_optimizer_states=False, breaks the equality too, and is refused with the same line.)
+ * float32 `step` tensors count exactly only up to 2^24: past that, only equality between
+ * the files is asked. */
+static zck_status check_steps(const zck_ds_ckpt *c) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  for (size_t r = 1; r < c->n_models; r++) {
+    const zck__ds_model_file *m = &c->models[r];
+    if (m->global_steps != m0->global_steps || m->skipped_steps != m0->skipped_steps)
+      return zck__fail(ZCK_ERR_MISMATCH,
+                       "%s: global_steps %lld, skipped_steps %lld, but %s has %lld, %lld: rank files from different steps",
+                       m->file->path, (long long)m->global_steps, (long long)m->skipped_steps, m0->file->name,
+                       (long long)m0->global_steps, (long long)m0->skipped_steps);
+  }
+  int64_t applied = m0->global_steps - m0->skipped_steps;
+  const zck__ds_flat *ref = NULL;
+  const zck__ds_optim_file *ref_file = NULL;
+  for (uint32_t r = 0; r < c->info.world_size; r++) {
+    const zck__ds_optim_file *o = &c->optims[r];
+    for (size_t g = 0; g < o->n_flat; g++) {
+      const zck__ds_flat *f = &o->flat[g];
+      if (!f->has_state || !f->has_step) continue;
+      bool exact = f->step < 16777216.0 && applied < 16777216;
+      if (exact && f->step != (double)applied)
+        return zck__fail(ZCK_ERR_MISMATCH,
+                         "%s: optimizer step %.17g (flat group %zu), but %s says global_steps %lld - skipped_steps %lld = "
+                         "%lld: rank files from different steps",
+                         o->file->path, f->step, g, m0->file->name, (long long)m0->global_steps,
+                         (long long)m0->skipped_steps, (long long)applied);
+      if (ref && f->step != ref->step)
+        return zck__fail(ZCK_ERR_MISMATCH, "%s: optimizer step %.17g (flat group %zu), but %s has %.17g: rank files from "
+                         "different steps", o->file->path, f->step, g, ref_file->file->name, ref->step);
+      if (!ref) {
+        ref = f;
+        ref_file = o;
+      }
+    }
+  }
+  return ZCK_OK;
+}
+
 zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ckpt **out) {
   ZCK_ASSERT(path && out);
   *out = NULL;
@@ -133,6 +181,7 @@ zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ck
   zck_status s = zck__ds_find(path, o.tag, &c->fs);
   if (s == ZCK_OK) s = read_optims(c);
   if (s == ZCK_OK) s = read_models(c);
+  if (s == ZCK_OK) s = check_steps(c);
   if (s == ZCK_OK) s = zck__ds_describe(c);
   if (s == ZCK_OK && o.require_optimizer_state && !c->info.has_optimizer_state)  /* DS-48 */
     s = zck__fail(ZCK_ERR_NOT_FOUND,
@@ -163,6 +212,11 @@ void zck_ds_close(zck_ds_ckpt *c) {
   free(c->buffer_stores);
   for (size_t i = 0; i < c->n_store_names; i++) free(c->store_names[i]);
   free(c->store_names);
+  for (size_t i = 0; i < c->n_records; i++) {
+    free((char *)c->records[i]->what);
+    free(c->records[i]);
+  }
+  free(c->records);
   free(c->outputs);
   for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
   free(c->warnings);

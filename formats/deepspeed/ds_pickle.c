@@ -41,6 +41,14 @@ zck_status zck__ds_tensor(const zck_torch_file *f, const zck_pk *node, zck__ds_t
   out->numel = zck_torch_tensor_numel(t);
   out->contiguous = zck_torch_tensor_contiguous(t) != 0;
   out->offset = zck_torch_tensor_file_offset(f, t);
+  const zck_torch_storage *st = zck_torch_tensor_storage(f, t);
+  if (st && st->entry && st->entry->method == 0 && strlen(st->key) < sizeof out->rec_key) {
+    out->has_record = true;
+    out->rec_off = st->entry->data_offset;
+    out->rec_size = st->entry->size;
+    out->rec_crc = st->entry->crc32;
+    memcpy(out->rec_key, st->key, strlen(st->key) + 1);
+  }
   return ZCK_OK;
 }
 

@@ -350,29 +350,33 @@ static zck_status read_state(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_t
     ZCK_TRY(flat_tensor(tf, ea, &fl->exp_avg, w1));
     ZCK_TRY(flat_tensor(tf, eas, &fl->exp_avg_sq, w2));
     fl->has_state = true;
+    /* every rank's and group's step: they must agree (identity checks in ds_open.c) */
+    const zck_pk *step = zck_pk_dict_get(sd, "step");
+    double v = 0;
+    bool is_tensor = false;
+    if (step && step->kind == ZCK_PK_INT) {
+      int64_t iv;
+      zck_pk_as_int(step, &iv);
+      v = (double)iv;
+    } else if (step && step->kind == ZCK_PK_FLOAT) {
+      v = step->u.f;
+    } else if (step && zck_torch_tensor_of(tf, step)) {
+      const zck_torch_tensor *t = zck_torch_tensor_of(tf, step);
+      uint8_t raw[16];
+      if (zck_torch_tensor_numel(t) != 1 || zck_dtype_size(t->dtype) > sizeof raw ||
+          !zck_dtype_convertible(ZCK_F64, t->dtype))
+        return zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][%lld]['step'] is not a scalar", path, what, (long long)k);
+      ZCK_TRY(zck_torch_tensor_read(tf, t, raw, 0, 1));
+      ZCK_TRY(zck_convert(ZCK_F64, &v, t->dtype, raw, 1));
+      is_tensor = true;
+    } else if (step) {
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][%lld]['step'] is neither an int nor a tensor", path, what,
+                       (long long)k);
+    }
+    fl->has_step = step != NULL;
+    fl->step = v;
     if (rank0 && k == 0) {
-      const zck_pk *step = zck_pk_dict_get(sd, "step");
-      double v = 0;
-      if (step && step->kind == ZCK_PK_INT) {
-        int64_t iv;
-        zck_pk_as_int(step, &iv);
-        v = (double)iv;
-        c->info.step_is_tensor = false;
-      } else if (step && step->kind == ZCK_PK_FLOAT) {
-        v = step->u.f;
-        c->info.step_is_tensor = false;
-      } else if (step && zck_torch_tensor_of(tf, step)) {
-        const zck_torch_tensor *t = zck_torch_tensor_of(tf, step);
-        uint8_t raw[16];
-        if (zck_torch_tensor_numel(t) != 1 || zck_dtype_size(t->dtype) > sizeof raw ||
-            !zck_dtype_convertible(ZCK_F64, t->dtype))
-          return zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][0]['step'] is not a scalar", path, what);
-        ZCK_TRY(zck_torch_tensor_read(tf, t, raw, 0, 1));
-        ZCK_TRY(zck_convert(ZCK_F64, &v, t->dtype, raw, 1));
-        c->info.step_is_tensor = true;
-      } else if (step) {
-        return zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][0]['step'] is neither an int nor a tensor", path, what);
-      }
+      c->info.step_is_tensor = is_tensor;
       c->info.step = v;
     }
   }

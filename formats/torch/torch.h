@@ -29,6 +29,7 @@
 #define ZCK_TORCH_H
 
 #include "pickle/pickle.h"
+#include "exec.h"
 #include "zip/zip.h"
 
 #define ZCK_TORCH_MAX_DIMS 64
@@ -118,9 +119,15 @@ int zck_torch_tensor_contiguous(const zck_torch_tensor *t);
 uint64_t zck_torch_tensor_file_offset(const zck_torch_file *f, const zck_torch_tensor *t);
 /* Copies elements [first_elem, first_elem + count) of the row-major flattening of t into
  * dst (count * element size bytes). Contiguous ranges are one read; strided views gather
- * through a bounded buffer. */
+ * through a bounded buffer. A storage record of at most ZCK_TORCH_SMALL_RECORD bytes (a
+ * `step`, a loss scale, a small view) is read whole and its zip CRC-32 checked. */
+#define ZCK_TORCH_SMALL_RECORD ((uint64_t)1 << 20)
 zck_status zck_torch_tensor_read(const zck_torch_file *f, const zck_torch_tensor *t, void *dst,
                                  uint64_t first_elem, uint64_t count);
+/* The zip record holding t's storage, for a store that reads t in place (exec.h verify on
+ * read): byte range and CRC-32; what is left NULL. False for a record zckpt cannot read
+ * in place (compressed). */
+bool zck_torch_tensor_record(const zck_torch_file *f, const zck_torch_tensor *t, zck_record_check *out);
 
 /* ZCK_OK if torch.load(weights_only=True) (torch 2.6+ allowlist) would accept the file;
  * otherwise ZCK_ERR_UNSUPPORTED naming the first global (or opcode) it would reject:
@@ -129,6 +136,14 @@ zck_status zck_torch_check_weights_only(const zck_torch_file *f);
 
 /* ---- writer */
 typedef struct zck_torch_writer zck_torch_writer;
+
+/* The archive folder torch.save names inside a file saved at `path` (torch 2.x
+ * PyTorchStreamWriter): the last path component up to its last '.' ("x/y/foo.pt" ->
+ * "foo", "a.b.pt" -> "a.b"). zckpt's writer does the same, so a rank file copied over
+ * another one still says whose it is (formats/deepspeed checks it). Where torch would
+ * refuse the name (empty stem) or the stem is unusable in a zip ('.', over cap - 1
+ * bytes), "archive", the folder older zckpt files carry. */
+void zck_torch_archive_name(const char *path, char *buf, size_t cap);
 
 /* Creates PATH (written under a temporary name; atomically renamed at finish). */
 zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out);

@@ -133,22 +133,15 @@ static zck_status read_range(const view *v, uint64_t a, uint64_t count, uint8_t 
   return ZCK_OK;
 }
 
-zck_status zck_torch_tensor_read(const zck_torch_file *f, const zck_torch_tensor *t, void *dst, uint64_t first_elem,
-                                 uint64_t count) {
-  uint64_t end;
-  if (!zck__add_u64(first_elem, count, &end) || end > t->numel)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: elements %llu..%llu requested from a tensor of %llu", f->name,
-                     (unsigned long long)first_elem, (unsigned long long)first_elem + count, (unsigned long long)t->numel);
-  if (!count) return ZCK_OK;
-  uint64_t esz = zck_dtype_size(t->dtype);
-  if (count * esz > SIZE_MAX) return zck__fail(ZCK_ERR_INVALID_ARG, "%s: read too large", f->name);
-  if (zck_torch_tensor_contiguous(t))
-    return zck__source_read(f->src, dst, (size_t)(count * esz), zck_torch_tensor_file_offset(f, t) + first_elem * esz);
+/* Elements [first_elem, first_elem + count) of t whose element 0 is at byte `base` of src. */
+static zck_status read_from(const zck__source *src, uint64_t base, const zck_torch_tensor *t, void *dst,
+                            uint64_t first_elem, uint64_t count, uint64_t esz) {
+  if (zck_torch_tensor_contiguous(t)) return zck__source_read(src, dst, (size_t)(count * esz), base + first_elem * esz);
   view v;
   v.nd = 0;
   v.esz = esz;
-  v.base = zck_torch_tensor_file_offset(f, t);
-  v.src = f->src;
+  v.base = base;
+  v.src = src;
   for (int i = 0; i < t->ndim; i++) {   /* drop size-1 dims, merge dims that are dense together */
     if (t->shape[i] == 1) continue;
     uint64_t sz = (uint64_t)t->shape[i], st = (uint64_t)t->stride[i];
@@ -162,6 +155,39 @@ zck_status zck_torch_tensor_read(const zck_torch_file *f, const zck_torch_tensor
     }
   }
   return read_range(&v, first_elem, count, dst);
+}
+
+zck_status zck_torch_tensor_read(const zck_torch_file *f, const zck_torch_tensor *t, void *dst, uint64_t first_elem,
+                                 uint64_t count) {
+  uint64_t end;
+  if (!zck__add_u64(first_elem, count, &end) || end > t->numel)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: elements %llu..%llu requested from a tensor of %llu", f->name,
+                     (unsigned long long)first_elem, (unsigned long long)first_elem + count, (unsigned long long)t->numel);
+  if (!count) return ZCK_OK;
+  uint64_t esz = zck_dtype_size(t->dtype);
+  if (count * esz > SIZE_MAX) return zck__fail(ZCK_ERR_INVALID_ARG, "%s: read too large", f->name);
+  uint64_t base = zck_torch_tensor_file_offset(f, t);
+  const zck_zip_entry *e = f->storages[t->storage].entry;
+  if (!e || e->method != 0 || e->size > ZCK_TORCH_SMALL_RECORD) return read_from(f->src, base, t, dst, first_elem, count, esz);
+  /* a small record: read whole so its CRC is checked, then served from memory */
+  uint8_t *rec = zck__malloc(e->size ? (size_t)e->size : 1);
+  if (!rec) return ZCK_ERR_NO_MEMORY;
+  zck_status st = zck_zip_read_entry(f->zip, e, rec);
+  if (st == ZCK_OK) {
+    zck__source mem;
+    zck__source_memory(&mem, f->name, rec, e->size);
+    st = read_from(&mem, base - e->data_offset, t, dst, first_elem, count, esz);
+    zck__source_close(&mem);
+  }
+  free(rec);
+  return st;
+}
+
+bool zck_torch_tensor_record(const zck_torch_file *f, const zck_torch_tensor *t, zck_record_check *out) {
+  const zck_zip_entry *e = f->storages[t->storage].entry;
+  if (!e || e->method != 0) return false;
+  *out = (zck_record_check){e->data_offset, e->size, e->crc32, NULL};
+  return true;
 }
 
 // ---- state dict names

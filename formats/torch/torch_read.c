@@ -339,7 +339,7 @@ static const uint8_t zck__legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 
 
 static zck_status read_small_entry(zck_torch_file *f, const zck_zip_entry *e, char *buf, size_t cap, size_t *len) {
   if (e->size >= cap) { *len = SIZE_MAX; return ZCK_OK; }
-  ZCK_TRY(zck_zip_read_range(f->zip, e, buf, e->size, 0));
+  ZCK_TRY(zck_zip_read_entry(f->zip, e, buf));
   buf[e->size] = 0;
   *len = (size_t)e->size;
   return ZCK_OK;
@@ -403,14 +403,18 @@ static zck_status load_pickle(zck_torch_file *f, const zck_torch_open_opts *o) {
   if (e->size > o->max_pickle_bytes)
     return zck__fail(ZCK_ERR_LIMIT, "%s: %s is %llu bytes, over the limit of %llu", f->name, path, (unsigned long long)e->size,
                      (unsigned long long)o->max_pickle_bytes);
-  const uint8_t *mem = zck__source_peek(f->src, e->data_offset, e->size);
+  /* read whole, so its CRC is checked: a flipped bit in a pickle can still parse */
+  const uint8_t *mem = e->method == 0 ? zck__source_peek(f->src, e->data_offset, e->size) : NULL;
   uint8_t *copy = NULL;
-  if (!mem || e->method != 0) {
-    copy = zck__malloc((size_t)e->size);
+  if (!mem) {
+    copy = zck__malloc(e->size ? (size_t)e->size : 1);
     if (!copy) return ZCK_ERR_NO_MEMORY;
-    zck_status s = zck_zip_read_range(f->zip, e, copy, e->size, 0);
+    zck_status s = zck_zip_read_entry(f->zip, e, copy);
     if (s != ZCK_OK) { free(copy); return s; }
     mem = copy;
+  } else if (zck_crc32(0, mem, (size_t)e->size) != e->crc32) {
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: record %s: CRC-32 mismatch (stored %08x, read %08x) [Z-22]", f->name, path,
+                     e->crc32, zck_crc32(0, mem, (size_t)e->size));
   }
   char *name = zck__sprintf("%s: %s", f->name, path);
   if (!name) { free(copy); return ZCK_ERR_NO_MEMORY; }

@@ -13,6 +13,7 @@
 #include "torch_internal.h"
 
 #include "exec.h"
+#include "zip/zip_internal.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -41,9 +42,22 @@ struct zck_torch_writer {
   zck_pk *g_v2, *g_v3, *g_param, *g_untyped, *s_storage, *s_cpu;
   zck_pk *storage_class[ZCK_DTYPE_COUNT], *dtype_global[ZCK_DTYPE_COUNT];
   bool finished;
+  char prefix[256];        /* the archive folder: the file's stem, as torch.save names it */
 };
 
-#define ZCK__TORCH_PREFIX "archive"
+void zck_torch_archive_name(const char *path, char *buf, size_t cap) {
+  const char *base = path;
+  for (const char *p = path; *p; p++)
+    if (*p == '/' || *p == '\\') base = p + 1;
+  const char *dot = strrchr(base, '.');
+  size_t n = dot ? (size_t)(dot - base) : strlen(base);
+  if (!n || n >= cap || (n == 1 && base[0] == '.') || zck__zip_name_problem(base, n)) {
+    snprintf(buf, cap, "archive");
+    return;
+  }
+  memcpy(buf, base, n);
+  buf[n] = 0;
+}
 
 zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out) {
   *out = NULL;
@@ -54,8 +68,11 @@ zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out) {
   if (s != ZCK_OK) { free(w); return s; }
   s = zck_zip_writer_create(&w->out, &w->zip);
   if (s == ZCK_OK && !(w->doc = zck_pk_doc_new())) s = ZCK_ERR_NO_MEMORY;
+  zck_torch_archive_name(path, w->prefix, sizeof w->prefix);
   /* byteorder first: data.pkl can only be written once the tree is complete (see torch.h) */
-  if (s == ZCK_OK) s = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/byteorder", "little", 6);
+  char name[300];
+  snprintf(name, sizeof name, "%s/byteorder", w->prefix);
+  if (s == ZCK_OK) s = zck_zip_writer_add(w->zip, name, "little", 6);
   if (s != ZCK_OK) {
     zck_torch_writer_free(w);
     return s;
@@ -90,9 +107,9 @@ zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, ui
   wstorage *s = &w->st[w->n];
   memset(s, 0, sizeof *s);
   atomic_init(&s->written, 0);
-  char name[64], key[24];
+  char name[300], key[24];
   snprintf(key, sizeof key, "%zu", w->n);
-  snprintf(name, sizeof name, ZCK__TORCH_PREFIX "/data/%s", key);
+  snprintf(name, sizeof name, "%s/data/%s", w->prefix, key);
   ZCK_TRY(zck_zip_writer_reserve(w->zip, name, nbytes, &s->zip_index, &s->data_offset));
   if (!(s->key = zck_pk_new_str(w->doc, key))) return ZCK_ERR_NO_MEMORY;
   s->dtype = dtype;
@@ -253,15 +270,19 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
     zck__buf_free(&pkl);
     return zck__error_prepend(st, "%s: data.pkl", w->out.path);
   }
-  st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/data.pkl", pkl.data, pkl.len);
+  char name[300];
+  snprintf(name, sizeof name, "%s/data.pkl", w->prefix);
+  st = zck_zip_writer_add(w->zip, name, pkl.data, pkl.len);
   /* .data/serialization_id: torch writes two %020u numbers (a hash of the record names
    * and the combined CRCs); it is only logged on load, so ours hashes the pickle instead. */
   char sid[48];
   snprintf(sid, sizeof sid, "%020llu%020llu", (unsigned long long)(zck_xxh3(pkl.data, pkl.len) % 10000000000000000000ULL),
            (unsigned long long)(((uint64_t)all_crc << 32 | zck_crc32_update(0, pkl.data, pkl.len)) % 10000000000000000000ULL));
   zck__buf_free(&pkl);
-  if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/version", "3\n", 2);
-  if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, ZCK__TORCH_PREFIX "/.data/serialization_id", sid, 40);
+  snprintf(name, sizeof name, "%s/version", w->prefix);
+  if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, name, "3\n", 2);
+  snprintf(name, sizeof name, "%s/.data/serialization_id", w->prefix);
+  if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, name, sid, 40);
   if (st == ZCK_OK) st = zck_zip_writer_finish(w->zip);
   if (st == ZCK_OK) st = zck__outfile_commit(&w->out);
   if (st == ZCK_OK) w->finished = true;
