@@ -13,15 +13,17 @@ for ranks in 1 3 4; do
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
  "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true, "sub_group_size": $sub}}
 JSON
-    rm -rf "$tmp/run" "$tmp"/*.pt "$tmp/c"
+    rm -rf "$tmp/run" "$tmp/g" "$tmp/k" "$tmp/c"
     "$train" --deepspeed "$tmp/ds.json" --output-dir "$tmp/run" --max-steps 3 --save-steps 3 --ranks $ranks --bf16 \
       --freeze transformer.wpe --quiet --n-layer 1 --n-embd 32 --n-head 2 --n-positions 32
     ck="$tmp/run/checkpoint-3"
     test -s "$ck/model.safetensors"
     "$zckpt" consolidate -q --dtype bf16 "$ck" "$tmp/c"
-    "$zckpt" convert -q "$ck/model.safetensors" "$tmp/gathered.pt"
-    "$zckpt" convert -q "$tmp/c/model.safetensors" "$tmp/consolidated.pt"
-    cmp "$tmp/gathered.pt" "$tmp/consolidated.pt"
+    # one file name for both: a .pt names its archive folder after the file (as torch.save)
+    mkdir -p "$tmp/g" "$tmp/k"
+    "$zckpt" convert -q "$ck/model.safetensors" "$tmp/g/model.pt"
+    "$zckpt" convert -q "$tmp/c/model.safetensors" "$tmp/k/model.pt"
+    cmp "$tmp/g/model.pt" "$tmp/k/model.pt"
     n=$((n + 1))
   done
 done
