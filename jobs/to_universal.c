@@ -12,6 +12,7 @@
  * The HDF5 output is in to_universal_h5.c.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -363,6 +364,20 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
     e->numel = t->numel;
     if (zck_torch_tensor_contiguous(t)) {
       e->src = zck_store_source(zck_torch_source(mf), zck_torch_tensor_file_offset(mf, t), t->dtype, t->numel, zck_torch_name(mf));
+      zck_record_check rc; /* its zip CRC, checked as the copy reads it; one block owns the name */
+      if (zck_torch_tensor_record(mf, t, &rc)) {
+        char what[600];
+        snprintf(what, sizeof what, "record data/%s (module['%.500s'])", zck_torch_tensor_storage(mf, t)->key, name);
+        void **v = zck__realloc(j->ctx, (j->n_ctx + 1) * sizeof *v);
+        zck_record_check *r = v ? zck__malloc(sizeof *r + strlen(what) + 1) : NULL;
+        if (v) j->ctx = v;
+        if (!r) return ZCK_ERR_NO_MEMORY;
+        memcpy(r + 1, what, strlen(what) + 1);
+        rc.what = (const char *)(r + 1);
+        *r = rc;
+        j->ctx[j->n_ctx++] = r;
+        e->src.record = r;
+      }
     } else {
       void **v = zck__realloc(j->ctx, (j->n_ctx + 1) * sizeof *v);
       zck__uvj_tread *r = v ? zck__malloc(sizeof *r) : NULL;
