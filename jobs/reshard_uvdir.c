@@ -20,7 +20,9 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   if (o->tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint; give its folder instead of a tag", src);
   zck_uv_ckpt *u = NULL;
-  ZCK_TRY(zck_uv_open(src, NULL, &u));
+  zck_uv_open_opts uo = ZCK_UV_OPEN_OPTS_INIT;
+  uo.no_verify = o->no_verify != 0;
+  ZCK_TRY(zck_uv_open(src, &uo, &u));
   const zck_uv_info *in = zck_uv_info_of(u);
   zck__whole_src s;
   memset(&s, 0, sizeof s);

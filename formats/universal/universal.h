@@ -164,8 +164,9 @@ typedef enum zck_uv_part {
 
 typedef struct zck_uv_open_opts {
   zck_torch_open_opts torch;
+  bool no_verify;              /* the state files' zip CRCs are not checked as they are read */
 } zck_uv_open_opts;
-#define ZCK_UV_OPEN_OPTS_INIT {ZCK_TORCH_OPEN_OPTS_INIT}
+#define ZCK_UV_OPEN_OPTS_INIT {ZCK_TORCH_OPEN_OPTS_INIT, false}
 
 /* Opens path: the universal folder (it has zero/), or a folder holding latest_universal.
  * The manifest follows the DeepSpeed reader's rules (deepspeed.h) applied to the carried

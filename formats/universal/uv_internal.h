@@ -3,14 +3,31 @@
 #ifndef ZCK_UV_INTERNAL_H
 #define ZCK_UV_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "universal/universal.h"
 
 /* A tensor read in place by reopening its file for each read (a model has thousands of
  * per-parameter files; none is kept open). */
+typedef struct zck__uv_piece {
+  uint64_t lo, hi;
+  uint32_t crc;
+} zck__uv_piece;
+
 typedef struct zck__uv_tstore {
   char *path;
   uint64_t base;               /* absolute byte offset of element 0 */
   size_t es;
+  uint64_t numel;
+  /* verify on read: the tensor's zip record and the CRCs of the pieces read so far; once
+   * they cover the tensor, the rest of the record is read and the whole compared */
+  bool has_rec;
+  zck_record_check rec;
+  atomic_flag lock;
+  zck__uv_piece *got;
+  size_t n_got, cap_got;
+  uint64_t covered;
+  bool done;
 } zck__uv_tstore;
 
 /* A tensor of a model-states file: where its bytes are. */

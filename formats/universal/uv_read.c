@@ -137,11 +137,71 @@ static zck_status zck__uv_step_value(const zck_torch_file *f, const zck_pk *node
 
 // ---- tensor files
 
+static int cmp_uv_piece(const void *a, const void *b) {
+  const zck__uv_piece *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The record's CRC once the pieces read cover the tensor: the pieces in order (a piece read
+ * twice counted once), the bytes of the record around the tensor read from s. */
+static zck_status uv_check_record(zck__uv_tstore *t, const zck__source *s) {
+  qsort(t->got, t->n_got, sizeof *t->got, cmp_uv_piece);
+  uint64_t pos = t->rec.off, end = t->rec.off + t->rec.size;
+  uint32_t crc = 0;
+  uint8_t buf[4096];
+  for (size_t i = 0; i <= t->n_got; i++) {
+    uint64_t lo = i < t->n_got ? t->got[i].lo : end;
+    if (i < t->n_got && t->got[i].hi <= pos) continue;
+    if (lo < pos) return ZCK_OK; /* overlapping pieces of unequal bounds: not checked */
+    for (; pos < lo;) {          /* bytes of the record outside the tensor */
+      size_t n = lo - pos < sizeof buf ? (size_t)(lo - pos) : sizeof buf;
+      ZCK_TRY(zck__source_read(s, buf, n, pos));
+      crc = zck_crc32_combine(crc, zck_crc32_update(0, buf, n), n);
+      pos += n;
+    }
+    if (i == t->n_got) break;
+    crc = zck_crc32_combine(crc, t->got[i].crc, t->got[i].hi - t->got[i].lo);
+    pos = t->got[i].hi;
+  }
+  if (crc != t->rec.crc32)
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: %s: CRC-32 mismatch (stored %08x, read %08x)", t->path,
+                     t->rec.what ? t->rec.what : "tensor record", t->rec.crc32, crc);
+  return ZCK_OK;
+}
+
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count) {
   zck__uv_tstore *t = ctx;
   zck__source s;
   ZCK_TRY(zck__source_open(&s, t->path));
-  zck_status st = zck__source_read(&s, dst, (size_t)(count * t->es), t->base + off * t->es);
+  uint64_t at = t->base + off * t->es, n = count * t->es;
+  zck_status st = zck__source_read(&s, dst, (size_t)n, at);
+  if (st == ZCK_OK && t->has_rec && n) {
+    uint32_t crc = zck_crc32_update(0, dst, (size_t)n);
+    while (atomic_flag_test_and_set_explicit(&t->lock, memory_order_acquire)) {}
+    if (!t->done) {
+      bool dup = false;
+      for (size_t i = 0; i < t->n_got && !dup; i++) dup = t->got[i].lo == at && t->got[i].hi == at + n;
+      if (!dup && t->n_got == t->cap_got) {
+        size_t nc = t->cap_got ? 2 * t->cap_got : 4;
+        zck__uv_piece *g = realloc(t->got, nc * sizeof *g);
+        if (g) {
+          t->got = g;
+          t->cap_got = nc;
+        } else {
+          t->done = true; /* no memory for the bookkeeping: this tensor goes unchecked */
+        }
+      }
+      if (!dup && !t->done) {
+        t->got[t->n_got++] = (zck__uv_piece){at, at + n, crc};
+        t->covered += n;
+      }
+      if (!t->done && t->covered >= t->numel * t->es) {
+        t->done = true;
+        st = uv_check_record(t, &s);
+      }
+    }
+    atomic_flag_clear_explicit(&t->lock, memory_order_release);
+  }
   zck__source_close(&s);
   return st;
 }
@@ -191,6 +251,10 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
     ts->path = path;
     ts->base = zck_torch_tensor_file_offset(f, t);
     ts->es = zck_dtype_size(t->dtype);
+    ts->numel = t->numel;
+    atomic_flag_clear(&ts->lock);
+    ts->has_rec = !o->no_verify && zck_torch_tensor_record(f, t, &ts->rec);
+    ts->rec.what = "tensor record";
     *dtype = t->dtype;
     path = NULL;
   }
@@ -412,7 +476,10 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
 void zck_uv_close(zck_uv_ckpt *c) {
   if (!c) return;
   for (int s = 0; s < 3; s++) {
-    for (size_t i = 0; c->ts[s] && i <= c->n_flat; i++) free(c->ts[s][i].path);
+    for (size_t i = 0; c->ts[s] && i <= c->n_flat; i++) {
+      free(c->ts[s][i].path);
+      free(c->ts[s][i].got);
+    }
     free(c->ts[s]);
     free(c->stores[s]);
   }

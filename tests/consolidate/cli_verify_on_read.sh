@@ -121,6 +121,14 @@ resume "a flipped fp32 bit, no manifest" "$tmp/r" "CRC-32 mismatch"
 rm -rf "$tmp/r"; cp -r "$zk" "$tmp/r"; cp "$old/$o1" "$tmp/r/global_step2/$o1"
 resume "rank 1 of the earlier save" "$tmp/r" "rank files from different steps"
 
+# reshard from a universal folder: a bit flipped in a parameter's fp32.pt (zckpt writes its
+# one record, data/0 of fc1.weight's 253 floats, at byte 192)
+"$zckpt" to-universal -q --inject-missing-state "$fx/deepspeed/s2w2_bf16/ckpt" "$tmp/uv"
+passes "universal intact" reshard "$tmp/uv"
+flip "$tmp/uv/zero/fc1.weight/fp32.pt" 692
+refused "universal fp32 bit flip" reshard "$tmp/uv" "fc1.weight/fp32.pt: tensor record: CRC-32 mismatch"
+passes "universal fp32 bit flip, --no-verify" reshard "$tmp/uv" --no-verify
+
 # 3. convert: a bit flipped in a module record of a .pt (data/3, bytes 3648..5480)
 cp "$fx/deepspeed/s2w2_bf16/ckpt/global_step2/mp_rank_00_model_states.pt" "$tmp/m.pt"
 passes "convert intact" convert "$tmp/m.pt"
