@@ -69,19 +69,22 @@ class ConsolidateOpts(_Opts):
     _fields_ = [("tag", ctypes.c_char_p), ("dtype", ctypes.c_int), ("max_shard_size", ctypes.c_uint64),
                 ("exclude_frozen", ctypes.c_int), ("keep_tied", ctypes.c_int), ("safetensors", ctypes.c_int),
                 ("torch_bin", ctypes.c_int), ("force", ctypes.c_int), ("threads", ctypes.c_uint),
-                ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p)]
+                ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p),
+                ("no_verify", ctypes.c_int)]
 
 
 class ReshardOpts(_Opts):
     _fields_ = [("to_stage", ctypes.c_int), ("to_world_size", ctypes.c_uint32), ("sub_group_size", ctypes.c_uint64),
                 ("tag", ctypes.c_char_p), ("threads", ctypes.c_uint), ("overwrite", ctypes.c_int),
-                ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int)]
+                ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int),
+                ("no_verify", ctypes.c_int)]
 
 
 class UniversalOpts(_Opts):
     _fields_ = [("format", ctypes.c_int), ("tag", ctypes.c_char_p), ("inject_missing_state", ctypes.c_int),
                 ("level", ctypes.c_int), ("chunk_bytes", ctypes.c_uint64), ("threads", ctypes.c_uint),
-                ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p)]
+                ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p),
+                ("no_verify", ctypes.c_int)]
 
 
 class InspectOpts(_Opts):
