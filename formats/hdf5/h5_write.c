@@ -619,7 +619,8 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
   if (st == ZCK_OK && !final) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) {
     st = zck__outfile_commit(&w->out);
-    if (st != ZCK_OK && !w->out.tmp_path) unlink(final);  /* renamed, then the directory fsync failed */
+    /* a failed commit has already undone itself (the earlier file back, or none): the
+     * name may hold an earlier output, so it is not ours to unlink */
   }
   free(final);
   if (st == ZCK_OK) {

@@ -275,7 +275,8 @@ static zck_status zck__uv_write_latest(const zck_uv_writer *w) {
   if (st == ZCK_OK) {
     st = zck__outfile_pwrite(&f, base, strlen(base), 0);
     if (st == ZCK_OK) st = zck__outfile_commit(&f);
-    if (st != ZCK_OK && !f.tmp_path) unlink(latest);  /* renamed, then the directory fsync failed */
+    /* a failed commit has already undone itself (the earlier file back, or none): the
+     * name may hold an earlier output, so it is not ours to unlink */
     zck__outfile_abort(&f);
   }
   free(latest);
