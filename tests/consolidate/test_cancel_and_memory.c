@@ -139,6 +139,7 @@ int main(void) {
   free(header);
   free(file);
   free(src);
+  free(tmp);
   printf("cancel and in-memory state dict: ok\n");
   return 0;
 }
