@@ -58,8 +58,9 @@ typedef struct cm_state {
   size_t segment;       /* CM_SEGMENT (smaller in tests: zck__comm_mpi_set_segment) */
   cm_peer *peers;
   MPI_Comm node;        /* the ranks of this host */
-  MPI_Win notice_win;   /* one int on the host's local rank 0, shared by the host's ranks: */
-  int *notice;          /* set by the first rank to name a dead peer (one line per host) */
+  MPI_Win notice_win;   /* two ints on the host's local rank 0, shared by the host's ranks: */
+  int *notice;          /* [0] set by the first rank to name a dead peer (one line per host);
+                         * [1] 1 + the first same-host rank a waiting rank saw dead (0: none) */
   unsigned char *tmp;   /* staging for the reductions (grown, about one segment) */
   size_t tmp_cap;
   int *counts, *displs; /* [2 * size] for the v-collectives */
@@ -81,6 +82,23 @@ static zck_status cm_mpi_fail(const zck_comm *c, const char *what, int err) {
   return zck__fail(ZCK_ERR_INTERNAL, "mpi comm: rank %d: %s: %s", c->rank, what, s);
 }
 
+static bool cm_pid_gone(int pid);
+
+/* While it waits, a rank looks at its same-host peers now and then and records the first one
+ * gone: when mpirun later stops the job with SIGTERM, the handler names that rank. Seen from
+ * the handler alone, a rank that mpirun killed for not stopping in time (its SIGKILL follows
+ * the SIGTERM on a loaded host) looks as dead as the one that ended the job. */
+static void cm_watch_peers(zck_comm *c) {
+  cm_state *st = c->impl;
+  if (!st->notice || __atomic_load_n(&st->notice[1], __ATOMIC_SEQ_CST) != 0) return;
+  for (int k = 0; k < c->size; k++)
+    if (k != c->rank && st->peers[k].same_host && cm_pid_gone(st->peers[k].pid)) {
+      int none = 0;
+      __atomic_compare_exchange_n(&st->notice[1], &none, k + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      return;
+    }
+}
+
 /* Waits for req, polling MPI_Test; gives up on the whole job after the timeout. */
 static zck_status cm_wait(zck_comm *c, MPI_Request *req, const char *what) {
   cm_state *st = c->impl;
@@ -99,6 +117,7 @@ static zck_status cm_wait(zck_comm *c, MPI_Request *req, const char *what) {
     sleep_ns = sleep_ns ? (sleep_ns * 2 > 1000000 ? 1000000 : sleep_ns * 2) : 2000;
     struct timespec ts = {0, sleep_ns};
     nanosleep(&ts, NULL);
+    if ((polls & 63) == 0) cm_watch_peers(c);
     if (st->timeout_s > 0 && (polls & 63) == 0 && cm_now() - t0 > st->timeout_s) {
       /* one line per host: the host's notice also keeps the stopped ranks from calling
        * this one dead (cm_on_sigterm) */
@@ -331,12 +350,15 @@ static int cm_exchange_peers(zck_comm *c, cm_state *st) {
  * handler may use it). */
 static int cm_notice_create(cm_state *st) {
   int *mine = NULL;
-  int e = MPI_Win_allocate_shared(st->local_rank == 0 ? (MPI_Aint)sizeof(int) : 0, (int)sizeof(int), MPI_INFO_NULL,
+  int e = MPI_Win_allocate_shared(st->local_rank == 0 ? (MPI_Aint)(2 * sizeof(int)) : 0, (int)sizeof(int), MPI_INFO_NULL,
                                   st->node, &mine, &st->notice_win);
   MPI_Aint size = 0;
   int disp = 0;
   if (e == MPI_SUCCESS) e = MPI_Win_shared_query(st->notice_win, 0, &size, &disp, &st->notice);
-  if (e == MPI_SUCCESS && st->local_rank == 0) __atomic_store_n(st->notice, 0, __ATOMIC_SEQ_CST);
+  if (e == MPI_SUCCESS && st->local_rank == 0) {
+    __atomic_store_n(&st->notice[0], 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&st->notice[1], 0, __ATOMIC_SEQ_CST);
+  }
   if (e == MPI_SUCCESS) e = MPI_Barrier(st->node);
   return e;
 }
@@ -433,14 +455,14 @@ static void cm_put(char *line, size_t *at, size_t cap, const char *s) {
 }
 
 /* mpirun stops the ranks of a job whose rank died with SIGTERM. The first rank of a host
- * to get here claims the host's notice and names the dead rank: at that moment no rank of
- * the host has died of the SIGTERM yet (each passes here first), so a dead one there is the
- * one that ended the job, not one that mpirun stopped. */
+ * to get here claims the host's notice and names the dead rank: the one a waiting rank saw
+ * gone (cm_watch_peers), else a dead one found now (no rank of the host has died of the
+ * SIGTERM yet unless mpirun's SIGKILL overtook a handler that was slow to run). */
 static void cm_on_sigterm(int sig) {
   zck_comm *c = cm_watched;
   cm_state *st = c ? c->impl : NULL;
   if (st && st->notice && __atomic_exchange_n(st->notice, 1, __ATOMIC_SEQ_CST) == 0) {
-    int dead = -1;
+    int dead = __atomic_load_n(&st->notice[1], __ATOMIC_SEQ_CST) - 1;
     for (int k = 0; k < c->size && dead < 0; k++)
       if (k != c->rank && st->peers[k].same_host && cm_pid_gone(st->peers[k].pid)) dead = k;
     if (dead >= 0) {
