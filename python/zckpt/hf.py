@@ -1,0 +1,434 @@
+"""zckpt.hf: the Hugging Face Trainer with DeepSpeed ZeRO checkpoints, made safe and portable.
+
+    from zckpt.hf import ZckptCallback, prepare_resume, last_complete_checkpoint
+
+    trainer = Trainer(..., callbacks=[ZckptCallback(consolidate="best")])
+    trainer.train(resume_from_checkpoint=prepare_resume("out/checkpoint-500"))
+
+ZckptCallback (a transformers.TrainerCallback; transformers is imported when it is first used)
+    After each save, once every rank has written its files, the main process writes
+    zckpt-manifest.json into the checkpoint's DeepSpeed tag folder (checkpoint-N/global_stepN/;
+    into checkpoint-N/ itself when the run saved no DeepSpeed checkpoint). The Trainer writes
+    the manifest's folder last of all its files, so a checkpoint-N with a manifest is complete
+    and one without it, in a run using the callback, is not (last_complete_checkpoint,
+    is_complete); `zckpt verify checkpoint-N` checks every byte against it.
+    consolidate="every" also writes checkpoint-N/consolidated/ (model.safetensors + config.json,
+    equal bit for bit to DeepSpeed's zero_to_fp32) after each save; consolidate="best" writes
+    the best checkpoint (state.best_model_checkpoint, else the last one saved) to
+    OUTPUT_DIR/best_model/ when training ends. Consolidation reads the fp32 master partitions
+    from the files on the CPU: no GPU gather, and ZeRO-3 needs no
+    stage3_gather_16bit_weights_on_model_save.
+    Every rank calls the hooks; the others wait for the main process (on a gloo group of their
+    own, so a long consolidation does not run into the training group's NCCL timeout), and a
+    failure raises zckpt.Error on every rank.
+
+prepare_resume(checkpoint_dir, world_size=None, zero_stage=None) -> path
+    The path to give trainer.train(resume_from_checkpoint=...): checkpoint_dir itself when the
+    run's world size and ZeRO stage are the checkpoint's, else a reshard of it beside it.
+
+last_complete_checkpoint(output_dir) / is_complete(checkpoint_dir) / write_manifest(checkpoint_dir)
+
+Checkpoints must be on a filesystem every rank sees (as DeepSpeed's resume needs anyway).
+"""
+import ctypes
+import hashlib
+import logging
+import os
+import re
+import shutil
+import time
+
+from . import _native as N
+from ._run import Error, run
+
+__all__ = ["ZckptCallback", "prepare_resume", "last_complete_checkpoint", "is_complete", "write_manifest",
+           "checkpoint_tag_dir"]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "zckpt-manifest.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")   # transformers.trainer_utils' PREFIX_CHECKPOINT_DIR
+
+
+def _b(s):
+    return os.fsencode(os.fspath(s))
+
+
+def _c_function(name, argtypes):
+    # lib[name] is a fresh function object: these argtypes stay private to this module
+    f = N.lib[name]
+    f.restype = ctypes.c_int
+    f.argtypes = argtypes
+    return f
+
+
+_manifest_write_dir = _c_function("zck_manifest_write_dir", [ctypes.c_char_p, ctypes.c_void_p])
+_manifest_check_complete = _c_function("zck_manifest_check_complete", [ctypes.c_char_p, ctypes.c_int])
+
+
+def _check_complete(folder):
+    """Raises zckpt.Error (status "damaged") when folder is an incomplete or damaged zckpt save."""
+    st, err = run(_manifest_check_complete, _b(folder), 0, progress=False, label="manifest")
+    if st != N.OK:
+        raise err
+
+
+# ---- checkpoints and their manifests
+
+def checkpoint_tag_dir(checkpoint_dir):
+    """The DeepSpeed tag folder a checkpoint's `latest` names (checkpoint-N/global_stepN), or
+    None when checkpoint_dir holds no DeepSpeed checkpoint."""
+    latest = os.path.join(checkpoint_dir, "latest")
+    if not os.path.isfile(latest):
+        return None
+    with open(latest) as f:
+        tag = f.read().strip()
+    if not tag or "/" in tag or tag in (".", ".."):
+        raise Error(f"{latest}: names no tag folder ({tag!r})", "format error")
+    d = os.path.join(checkpoint_dir, tag)
+    if not os.path.isdir(d):
+        raise Error(f"{d}: tag folder named by 'latest' does not exist", "not found")
+    return d
+
+
+def _manifest_dir(checkpoint_dir):
+    return checkpoint_tag_dir(checkpoint_dir) or os.fspath(checkpoint_dir)
+
+
+def write_manifest(checkpoint_dir, *, overwrite=False):
+    """Writes zckpt-manifest.json (every file's size and XXH3, every tensor's byte range and
+    XXH3) into the checkpoint's DeepSpeed tag folder, or into checkpoint_dir when it holds
+    no DeepSpeed checkpoint. Call it when every file of the checkpoint is final. Returns
+    the manifest's path; an existing manifest is kept unless overwrite."""
+    d = _manifest_dir(checkpoint_dir)
+    path = os.path.join(d, MANIFEST_NAME)
+    if os.path.exists(path):
+        if not overwrite:
+            return path
+        os.unlink(path)  # else the new manifest would list the old one among the files
+    run(_manifest_write_dir, _b(d), None, progress=False, label="manifest")
+    return path
+
+
+def is_complete(checkpoint_dir):
+    """True when the checkpoint carries a zckpt manifest and every file it lists is there
+    with its size (stats only: `zckpt verify` reads the bytes)."""
+    try:
+        d = _manifest_dir(checkpoint_dir)
+    except Error:
+        return False
+    if not os.path.isfile(os.path.join(d, MANIFEST_NAME)):
+        return False
+    try:
+        _check_complete(d)
+    except Error:
+        return False
+    return True
+
+
+def last_complete_checkpoint(output_dir):
+    """The newest checkpoint-N of output_dir (by N, as transformers' get_last_checkpoint)
+    that is complete (is_complete), or None. A save that was interrupted, or is still being
+    written, has no manifest yet and is skipped."""
+    found = []
+    for name in os.listdir(output_dir):
+        m = _CHECKPOINT_RE.match(name)
+        if m and os.path.isdir(os.path.join(output_dir, name)):
+            found.append((int(m.group(1)), name))
+    for _, name in sorted(found, reverse=True):
+        path = os.path.join(output_dir, name)
+        if is_complete(path):
+            return path
+    return None
+
+
+# ---- ranks
+
+def _dist():
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _rank_and_world():
+    d = _dist()
+    if d is not None:
+        return d.get_rank(), d.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _gloo_group(timeout_s):
+    """A gloo group over all ranks for the waits (every rank must call this together)."""
+    import datetime
+    d = _dist()
+    return d.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def _main_does(work, group):
+    """Rank 0 runs work(); every rank returns its result or raises its Error (the others wait
+    in a broadcast on group, a gloo group: no NCCL timeout while rank 0 works)."""
+    d = _dist()
+    if d is None or d.get_world_size() == 1:
+        return work()
+    box = [None]
+    if d.get_rank() == 0:
+        try:
+            box[0] = ("ok", work())
+        except Error as e:
+            box[0] = ("error", e.message, e.status)
+        except Exception as e:  # noqa: BLE001  (sent to the other ranks, re-raised here below)
+            box[0] = ("error", f"{type(e).__name__}: {e}", "error")
+            d.broadcast_object_list(box, src=0, group=group)
+            raise
+    d.broadcast_object_list(box, src=0, group=group)
+    if box[0][0] == "error":
+        raise Error(box[0][1], box[0][2])
+    return box[0][1]
+
+
+# ---- resume at another world size or ZeRO stage
+
+def _source_id(checkpoint_dir, tag_dir):
+    """Names the checkpoint's current files (name, size, mtime, inode): the same on every rank
+    of a shared filesystem, different once the checkpoint is written again."""
+    h = hashlib.sha256()
+    for d in (checkpoint_dir, tag_dir):
+        for name in sorted(os.listdir(d)):
+            p = os.path.join(d, name)
+            if name == MANIFEST_NAME or not os.path.isfile(p):  # a manifest may be added later
+                continue
+            st = os.stat(p)
+            rel = os.path.relpath(p, checkpoint_dir)
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    return h.hexdigest()[:12]
+
+
+def _fix_rng_files(out, from_world, to_world):
+    """The Trainer reads rng_state.pth at world size 1 and rng_state_<r>.pth above it; the
+    reshard kept rng_state_<r>.pth of ranks below the new world size."""
+    single, rank0 = os.path.join(out, "rng_state.pth"), os.path.join(out, "rng_state_0.pth")
+    if to_world == 1 and from_world > 1 and os.path.isfile(rank0) and not os.path.exists(single):
+        os.rename(rank0, single)
+    elif to_world > 1 and from_world == 1 and os.path.isfile(single) and not os.path.exists(rank0):
+        os.rename(single, rank0)
+
+
+def _reshard_beside(checkpoint_dir, out, src_world, world, stage, threads):
+    from . import reshard
+    parent, name = os.path.split(out)
+    tmp = os.path.join(parent, f".{name}.zckpt-tmp-{os.getpid()}")
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    try:
+        reshard(checkpoint_dir, tmp, world_size=world, stage=stage, threads=threads, progress=False)
+        _fix_rng_files(tmp, src_world, world)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if not os.path.isdir(out):  # else an earlier call made the same folder from the same files
+                raise
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    return out
+
+
+def _inspect_layout(checkpoint_dir):
+    from . import inspect
+    info = inspect(checkpoint_dir)
+    return int(info["world_size"]), int(info["stage"])
+
+
+def _decide(checkpoint_dir, world, stage, threads):
+    """On rank 0: the folder to resume from, resharding when needed."""
+    tag_dir = checkpoint_tag_dir(checkpoint_dir)
+    if tag_dir is None:
+        return os.fspath(checkpoint_dir)  # no DeepSpeed checkpoint: nothing zckpt changes
+    _check_complete(tag_dir)
+    src_world, src_stage = _inspect_layout(checkpoint_dir)
+    want_stage = stage or src_stage
+    if src_world == world and src_stage == want_stage:
+        return os.fspath(checkpoint_dir)
+    out = _resharded_path(checkpoint_dir, tag_dir, world, want_stage)
+    if os.path.isdir(out):
+        logger.info("zckpt: resuming from %s (made earlier from the same files)", out)
+        return out
+    t0 = time.monotonic()
+    _reshard_beside(checkpoint_dir, out, src_world, world, want_stage, threads)
+    logger.info("zckpt: resharded %s (ZeRO-%d, %d ranks) to %s (ZeRO-%d, %d ranks) in %.1f s", checkpoint_dir,
+                src_stage, src_world, out, want_stage, world, time.monotonic() - t0)
+    return out
+
+
+def _resharded_path(checkpoint_dir, tag_dir, world, stage):
+    # Beside the checkpoint, named outside transformers' "checkpoint-*" (its rotation and
+    # get_last_checkpoint never see it), and after the source's files: a checkpoint saved
+    # again under the same name gets a new folder, never a stale one.
+    parent, name = os.path.split(os.path.abspath(checkpoint_dir))
+    return os.path.join(parent, f"resharded-{name}-w{world}-zero{stage}-{_source_id(checkpoint_dir, tag_dir)}")
+
+
+def _decision_file(checkpoint_dir, world, stage):
+    parent, name = os.path.split(os.path.abspath(checkpoint_dir))
+    tag_dir = checkpoint_tag_dir(checkpoint_dir)
+    sid = _source_id(checkpoint_dir, tag_dir) if tag_dir else "none"
+    return os.path.join(parent, f".zckpt-resume-{name}-w{world}-zero{stage or 'same'}-{sid}")
+
+
+def prepare_resume(checkpoint_dir, world_size=None, zero_stage=None, *, threads=0, timeout_s=24 * 3600,
+                   poll_s=0.5):
+    """The path to pass to trainer.train(resume_from_checkpoint=...).
+
+    When the run's world size (default: torch.distributed's, else $WORLD_SIZE) or ZeRO stage
+    (default: the checkpoint's) differs from the checkpoint's, the checkpoint is resharded
+    (zckpt.reshard: fp32 masters, Adam moments, step, param groups, scheduler, exactly) into
+    a sibling folder, resharded-checkpoint-N-w<W>-zero<S>-<id>, which also gets the
+    checkpoint's other files: trainer_state.json, scheduler.pt, config, tokenizer, ...
+    RNG states: rank r < W keeps rng_state_<r>.pth; new ranks have none and the Trainer
+    starts them with fresh RNG state (it logs that and goes on). At W=1 the Trainer reads
+    rng_state.pth, which is rank 0's; from W=1, rank 0 gets it. Data order does not depend on
+    these files (the sampler's seed and the step do). Else checkpoint_dir is returned as is,
+    after checking that it is not an incomplete zckpt-marked save.
+
+    Call it on every rank (under torchrun). Rank 0 does the work; the others wait: in a
+    broadcast over a gloo group when torch.distributed is initialized (it is once
+    TrainingArguments exist), else for a file that rank 0 writes when done (a failure on rank
+    0 raises there and the launcher stops the others). The folder is made from a temporary
+    one renamed into place, so a crash leaves nothing half-written, and a later call with the
+    same checkpoint reuses it. Raises zckpt.Error with the library's message on failure.
+    """
+    checkpoint_dir = os.fspath(checkpoint_dir)
+    rank, run_world = _rank_and_world()
+    world = int(world_size or run_world)
+    if world < 1:
+        raise Error(f"world_size {world}: must be at least 1", "invalid argument")
+    if zero_stage is not None and zero_stage not in (1, 2, 3):
+        raise Error(f"zero_stage {zero_stage}: zckpt reshards to ZeRO stage 1, 2 or 3", "invalid argument")
+    d = _dist()
+    if d is not None and d.get_world_size() > 1:
+        group = _gloo_group(timeout_s)
+        try:
+            return _main_does(lambda: _decide(checkpoint_dir, world, zero_stage, threads), group)
+        finally:
+            d.destroy_process_group(group)
+    if run_world <= 1:
+        return _decide(checkpoint_dir, world, zero_stage, threads)
+    # several processes, no process group yet: a file, named after the checkpoint's files
+    # (never stale), says where rank 0 put the result
+    decision = _decision_file(checkpoint_dir, world, zero_stage)
+    if rank == 0:
+        result = _decide(checkpoint_dir, world, zero_stage, threads)
+        tmp = f"{decision}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(result)
+        os.replace(tmp, decision)
+        return result
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(decision):
+        if time.monotonic() > deadline:
+            raise Error(f"{checkpoint_dir}: rank 0 did not prepare the resume within {timeout_s} s", "limit exceeded")
+        time.sleep(poll_s)
+    with open(decision) as f:
+        result = f.read()
+    while not os.path.isdir(result):  # a decision left by an earlier run: rank 0 makes the folder again
+        if time.monotonic() > deadline:
+            raise Error(f"{result}: rank 0 did not prepare the resume within {timeout_s} s", "limit exceeded")
+        time.sleep(poll_s)
+    return result
+
+
+# ---- the Trainer callback
+
+def _callback_class():
+    from transformers import TrainerCallback
+
+    class ZckptCallback(TrainerCallback):
+        """Writes the zckpt manifest after each save and consolidates checkpoints on the CPU.
+
+        consolidate: None (manifest only), "every" (each checkpoint-N into
+            checkpoint-N/<consolidated_name>/), "best" (at the end of training,
+            state.best_model_checkpoint, else the last checkpoint saved, into best_dir,
+            default OUTPUT_DIR/best_model), or ("every", "best") for both.
+        dtype, max_shard_size, exclude_frozen: as zckpt.consolidate (default: fp32 masters,
+            one model.safetensors, as zero_to_fp32 gives).
+        manifest: write zckpt-manifest.json after each save (default True).
+        timeout_s: how long the other ranks wait for the main process at each save.
+        """
+
+        def __init__(self, consolidate=None, *, consolidated_name="consolidated", best_dir=None, dtype=None,
+                     max_shard_size=None, exclude_frozen=False, manifest=True, threads=0, timeout_s=6 * 3600):
+            modes = set() if consolidate is None else {consolidate} if isinstance(consolidate, str) else set(consolidate)
+            if not modes <= {"every", "best"}:
+                raise ValueError(f"consolidate={consolidate!r}: use None, 'every', 'best' or ('every', 'best')")
+            self.every, self.best = "every" in modes, "best" in modes
+            self.consolidated_name = consolidated_name
+            self.best_dir = best_dir
+            self.options = dict(dtype=dtype, max_shard_size=max_shard_size, exclude_frozen=exclude_frozen,
+                                threads=threads)
+            self.manifest = manifest
+            self.timeout_s = timeout_s
+            self.group = None
+            self.last_saved = None
+
+        # every rank runs these hooks; _main_does makes rank 0 work and the others wait
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            d = _dist()
+            if self.group is None and d is not None and d.get_world_size() > 1:
+                self.group = _gloo_group(self.timeout_s)
+
+        def on_save(self, args, state, control, **kwargs):
+            # The Trainer's save: the DeepSpeed checkpoint (ends in a barrier), then each rank's
+            # rng_state_<r>.pth (no barrier), trainer_state.json and the rotation of old
+            # checkpoints on the main process, then this hook on every rank. The broadcast
+            # below is the barrier that makes every rank's files final before the manifest.
+            ckpt = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            self.last_saved = ckpt
+            _main_does(lambda: self._after_save(ckpt), self.group)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.best:
+                best = state.best_model_checkpoint or self.last_saved
+                out = self.best_dir or os.path.join(args.output_dir, "best_model")
+                _main_does(lambda: self._consolidate(best, out) if best else logger.warning(
+                    "zckpt: no checkpoint was saved: nothing to consolidate"), self.group)
+            if self.group is not None:
+                _dist().destroy_process_group(self.group)
+                self.group = None
+
+        def _after_save(self, ckpt):
+            if not os.path.isdir(ckpt):
+                raise Error(f"{ckpt}: the checkpoint just saved is not there", "not found")
+            if self.manifest:
+                t0 = time.monotonic()
+                write_manifest(ckpt, overwrite=True)
+                logger.info("zckpt: %s/%s written in %.1f s", _manifest_dir(ckpt), MANIFEST_NAME,
+                            time.monotonic() - t0)
+            if self.every:
+                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name))
+
+        def _consolidate(self, ckpt, out):
+            from . import consolidate
+            if checkpoint_tag_dir(ckpt) is None:
+                logger.warning("zckpt: %s holds no DeepSpeed checkpoint: nothing to consolidate", ckpt)
+                return None
+            t0 = time.monotonic()
+            consolidate(ckpt, out, overwrite=True, progress=False, **self.options)
+            logger.info("zckpt: consolidated %s into %s in %.1f s", ckpt, out, time.monotonic() - t0)
+            return out
+
+    ZckptCallback.__module__ = __name__
+    ZckptCallback.__qualname__ = "ZckptCallback"
+    return ZckptCallback
+
+
+def __getattr__(name):
+    # ZckptCallback subclasses transformers.TrainerCallback: made on first use, so that
+    # importing zckpt.hf needs no transformers
+    if name == "ZckptCallback":
+        cls = _callback_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
