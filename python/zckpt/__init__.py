@@ -16,6 +16,10 @@ progress=callable(done_bytes, total_bytes) (a true return value cancels the job)
 leave it None for a tqdm bar when tqdm is installed and stderr is a terminal. Ctrl-C
 cancels cleanly and raises KeyboardInterrupt.
 
+Hugging Face Trainer integration (zckpt.hf, imported on its own): ZckptCallback (manifest
+after each save, CPU consolidation of every or the best checkpoint) and prepare_resume
+(reshard a checkpoint-N for another world size or ZeRO stage before resuming).
+
 Importing zckpt needs neither torch nor numpy.
 """
 import json
