@@ -271,7 +271,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(path, &dopts, &ck));
   /* a zckpt-written checkpoint without its manifest was never completed */
-  zck_status complete = zck_manifest_check_complete(zck_ds_info_of(ck)->dir, o.force);
+  zck_status complete = zck_ds_check_complete(ck, o.force);
   if (complete == ZCK_OK) complete = zck_check_out_not_input(path, out, o.tag);
   struct stat osb;
   if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))

@@ -37,7 +37,7 @@ zck_status zck_consolidate_open(const char *path, const zck_consolidate_opts *op
   dopts.tag = o.tag;
   zck_status st = zck_ds_open(path, &dopts, &sd->ck);
   /* a zckpt-written checkpoint without its manifest was never completed */
-  if (st == ZCK_OK) st = zck_manifest_check_complete(zck_ds_info_of(sd->ck)->dir, o.force);
+  if (st == ZCK_OK) st = zck_ds_check_complete(sd->ck, o.force);
   if (st == ZCK_OK) st = zck__cons_build_set(sd->ck, &o, &sd->set, &sd->entries);
   if (st == ZCK_OK && !(sd->desc = zck__calloc(sd->set.n ? sd->set.n : 1, sizeof *sd->desc))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < sd->set.n; i++) {

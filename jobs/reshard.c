@@ -148,7 +148,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &c));
   const zck_ds_info *in = zck_ds_info_of(c);
-  zck_status complete = zck_manifest_check_complete(in->dir, o.force);
+  zck_status complete = zck_ds_check_complete(c, o.force);
   if (complete != ZCK_OK) {
     zck_ds_close(c);
     return complete;

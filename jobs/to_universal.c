@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 
 #include "deepspeed/deepspeed.h"
+#include "manifest.h"
 #include "plan.h"
 #include "to_universal.h"
 #include "universal/universal.h"
@@ -564,14 +565,24 @@ static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_ex
   return st;
 }
 
-// ---- the model-states files, byte for byte (shutil.copy2 in ds_to_universal)
+// ---- the model-states files, byte for byte (shutil.copy2 in ds_to_universal), checked
 
-/* The sources and raw targets of the copy job, alive until it ran. */
+/* The sources and raw targets of the copy job, alive until it ran. Each file is copied
+ * as pieces: every zip record is a store carrying its CRC-32 (the executor checks it as
+ * it reads), the zip structure between records (local headers, descriptors, the central
+ * directory) plain stores the zip reader validated at open. When the tag folder's
+ * manifest lists the file, the whole file is one store carrying its XXH3 instead: every
+ * byte copied is then checked. Nothing is written from a piece whose check fails: the
+ * run stops and the folder is never committed. */
 typedef struct zck__uvj_models {
   size_t n;
   zck__source *srcs;
   bool *open;
-  zck_store *s, *d;
+  zck_store *s, *d;             /* s: the pieces of every file; d: one raw target per file */
+  size_t n_s, cap_s;
+  zck_extent *ext;              /* one per piece (a piece goes to its file's target) */
+  zck_record_check **recs;      /* owned, one per record piece; what follows each struct */
+  size_t n_recs;
   zck_plan *plan;
   uint64_t bytes;
 } zck__uvj_models;
@@ -579,7 +590,10 @@ typedef struct zck__uvj_models {
 static void zck__uvj_models_free(zck__uvj_models *mf) {
   for (size_t i = 0; mf->open && i < mf->n; i++)
     if (mf->open[i]) zck__source_close(&mf->srcs[i]);
+  for (size_t i = 0; i < mf->n_recs; i++) free(mf->recs[i]);
   zck_plan_free(mf->plan);
+  free(mf->recs);
+  free(mf->ext);
   free(mf->srcs);
   free(mf->open);
   free(mf->s);
@@ -587,29 +601,98 @@ static void zck__uvj_models_free(zck__uvj_models *mf) {
   memset(mf, 0, sizeof *mf);
 }
 
+/* Bytes [off, off + len) of file i as one more piece; rc (may be NULL) its record. */
+static zck_status zck__uvj_model_piece(zck__uvj_models *mf, size_t i, uint64_t off, uint64_t len,
+                                       const zck_record_check *rc, const char *name) {
+  if (!len) return ZCK_OK;
+  if (mf->n_s == mf->cap_s) {
+    size_t cap = mf->cap_s ? 2 * mf->cap_s : 64;
+    zck_store *s = zck__realloc(mf->s, cap * sizeof *s);
+    if (s) mf->s = s;
+    zck_extent *e = s ? zck__realloc(mf->ext, cap * sizeof *e) : NULL;
+    if (!e) return ZCK_ERR_NO_MEMORY;
+    mf->ext = e;
+    mf->cap_s = cap;
+  }
+  zck_record_check *r = NULL;
+  if (rc) {
+    char what[600];
+    snprintf(what, sizeof what, "record %.500s", name);
+    zck_record_check **v = zck__realloc(mf->recs, (mf->n_recs + 1) * sizeof *v);
+    if (v) mf->recs = v;
+    if (!v || !(r = zck__malloc(sizeof *r + strlen(what) + 1))) return ZCK_ERR_NO_MEMORY;
+    *r = *rc;
+    memcpy(r + 1, what, strlen(what) + 1);
+    r->what = (const char *)(r + 1);
+    mf->recs[mf->n_recs++] = r;
+  }
+  zck_store st = zck_store_source(&mf->srcs[i], off, ZCK_U8, len, mf->srcs[i].name);
+  st.record = r;
+  mf->ext[mf->n_s] = (zck_extent){(uint32_t)mf->n_s, (uint32_t)i, 0, 0, off, len};
+  mf->s[mf->n_s++] = st;
+  return ZCK_OK;
+}
+
+static int zck__uvj_cmp_entry(const void *a, const void *b) {
+  const zck_zip_entry *x = *(const zck_zip_entry *const *)a, *y = *(const zck_zip_entry *const *)b;
+  return x->data_offset < y->data_offset ? -1 : x->data_offset > y->data_offset;
+}
+
+/* File i cut at its records: each stored record a piece with its CRC-32, the bytes
+ * between them plain pieces. */
+static zck_status zck__uvj_model_records(zck__uvj_models *mf, size_t i) {
+  zck_zip *z = NULL;
+  ZCK_TRY(zck_zip_open(&mf->srcs[i], &z));
+  size_t n = zck_zip_count(z);
+  const zck_zip_entry **by_off = zck__malloc((n ? n : 1) * sizeof *by_off);
+  zck_status st = by_off ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t k = 0; st == ZCK_OK && k < n; k++) by_off[k] = zck_zip_entry_at(z, k);
+  if (st == ZCK_OK) qsort(by_off, n, sizeof *by_off, zck__uvj_cmp_entry);
+  uint64_t at = 0; /* the reader refused overlapping records and records past the end */
+  for (size_t k = 0; st == ZCK_OK && k < n; k++) {
+    const zck_zip_entry *e = by_off[k];
+    if (e->method != 0 || !e->size) continue; /* a compressed record's CRC is of other bytes */
+    st = zck__uvj_model_piece(mf, i, at, e->data_offset - at, NULL, NULL);
+    zck_record_check rc = {e->data_offset, e->size, e->crc32, NULL};
+    if (st == ZCK_OK) st = zck__uvj_model_piece(mf, i, e->data_offset, e->size, &rc, e->name);
+    at = e->data_offset + e->size;
+  }
+  if (st == ZCK_OK) st = zck__uvj_model_piece(mf, i, at, mf->srcs[i].size - at, NULL, NULL);
+  free(by_off);
+  zck_zip_close(z);
+  return st;
+}
+
 static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exec_job *job) {
   size_t n = zck_ds_model_file_count(j->ck);
+  const zck_manifest *man = zck_ds_manifest(j->ck);
   mf->n = n;
   mf->srcs = zck__calloc(n, sizeof *mf->srcs);
   mf->open = zck__calloc(n, sizeof *mf->open);
-  mf->s = zck__calloc(n, sizeof *mf->s);
   mf->d = zck__calloc(n, sizeof *mf->d);
-  zck_extent *ext = zck__calloc(n, sizeof *ext);
-  zck_status st = mf->srcs && mf->open && mf->s && mf->d && ext ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  size_t ne = 0;
+  zck_status st = mf->srcs && mf->open && mf->d ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     zck_ds_file f = zck_ds_model_file(j->ck, i);
     st = zck__source_open(&mf->srcs[i], f.path);
     if (st != ZCK_OK) break;
     mf->open[i] = true;
-    mf->s[i] = zck_store_source(&mf->srcs[i], 0, ZCK_U8, mf->srcs[i].size, f.path);
-    st = zck_uv_writer_raw(j->w, f.name, mf->srcs[i].size, &mf->d[i]);
-    if (st == ZCK_OK && mf->srcs[i].size) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, mf->srcs[i].size};
-    mf->bytes += mf->srcs[i].size;
+    uint64_t size = mf->srcs[i].size;
+    st = zck_uv_writer_raw(j->w, f.name, size, &mf->d[i]);
+    mf->bytes += size;
+    ptrdiff_t k = man ? zck_manifest_find_file(man, f.name) : -1;
+    if (st != ZCK_OK || !size) continue;
+    if (k >= 0 && man->files[k].hashed) { /* the whole file against the manifest */
+      st = zck__uvj_model_piece(mf, i, 0, size, NULL, NULL);
+      if (st == ZCK_OK) {
+        mf->s[mf->n_s - 1].has_xxh3 = true;
+        mf->s[mf->n_s - 1].xxh3 = man->files[k].xxh3;
+      }
+    } else {
+      st = zck__uvj_model_records(mf, i);
+    }
   }
-  if (st == ZCK_OK) st = zck_plan_from_extents(ext, ne, n, n, &mf->plan);
+  if (st == ZCK_OK) st = zck_plan_from_extents(mf->ext, mf->n_s, mf->n_s, n, &mf->plan);
   if (st == ZCK_OK) st = zck_plan_split(mf->plan, (uint64_t)16 << 20);
-  free(ext);
   if (st == ZCK_OK) *job = (zck_exec_job){mf->plan, mf->s, mf->d, NULL};
   return st;
 }

@@ -309,6 +309,13 @@ zck_status zck_manifest_check_complete(const char *dir, int force) {
                      dir);
   }
   if (st != ZCK_OK) return zck__error_prepend(st, "%s: cannot tell whether the checkpoint is complete (use --force to read it anyway)", dir);
+  st = zck__manifest_check_sizes(dir, m);
+  zck_manifest_free(m);
+  return st;
+}
+
+zck_status zck__manifest_check_sizes(const char *dir, const zck_manifest *m) {
+  zck_status st = ZCK_OK;
   for (size_t i = 0; st == ZCK_OK && i < m->n_files; i++) {
     char *p = zck__path_join(dir, m->files[i].path);
     struct stat sb;
@@ -320,7 +327,6 @@ zck_status zck_manifest_check_complete(const char *dir, int force) {
                      p, (unsigned long long)sb.st_size, (unsigned long long)m->files[i].size);
     free(p);
   }
-  zck_manifest_free(m);
   return st;
 }
 

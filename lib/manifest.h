@@ -256,5 +256,8 @@ zck_status zck_manifest_mark_partial(const char *dir);
  * ZCK_ERR_DAMAGED ("DIR: incomplete checkpoint: ..."), or the manifest's parse error;
  * force turns every refusal into ZCK_OK. Only stats files: no data is read. */
 zck_status zck_manifest_check_complete(const char *dir, int force);
+/* Its second half over a manifest already parsed: every listed file exists under dir with
+ * its listed size. */
+zck_status zck__manifest_check_sizes(const char *dir, const zck_manifest *m);
 
 #endif

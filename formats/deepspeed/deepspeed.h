@@ -198,6 +198,15 @@ zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
 const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c);
 
+/* The tag folder's zckpt-manifest.json as the reader parsed it at open (lib/manifest.h;
+ * its tensor XXH3s are already attached to the stores), or NULL when it has none or it
+ * does not parse. Valid until zck_ds_close. */
+struct zck_manifest;
+const struct zck_manifest *zck_ds_manifest(const zck_ds_ckpt *c);
+/* zck_manifest_check_complete of the tag folder over the manifest parsed at open (not
+ * read again): ZCK_OK, or ZCK_ERR_DAMAGED naming the incomplete or resized file. */
+zck_status zck_ds_check_complete(const zck_ds_ckpt *c, int force);
+
 /* ---- writer */
 
 typedef struct zck_ds_writer zck_ds_writer;

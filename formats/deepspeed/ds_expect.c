@@ -8,7 +8,8 @@
  * The manifest's layout must also be the folder's own (tag, stage, world size): a manifest
  * of another tag or layout says the folder is not what it was written as. A folder without
  * a manifest (DeepSpeed's own) has nothing to attach; a manifest that cannot be read is the
- * completeness check's business (zck_manifest_check_complete, run by every job). */
+ * completeness check's business (zck_ds_check_complete, run by every job). The parsed
+ * manifest stays with the reader (zck_ds_manifest), so a job parses it once. */
 #include "ds_internal.h"
 #include "manifest.h"
 
@@ -97,6 +98,7 @@ zck_status zck__ds_expect_manifest(zck_ds_ckpt *c) {
   free(fr);
   free(fill);
   free(mpath);
-  zck_manifest_free(m);
+  if (st == ZCK_OK) c->manifest = m; /* kept: jobs check completeness and whole files with it */
+  else zck_manifest_free(m);
   return st;
 }

@@ -124,6 +124,7 @@ struct zck_ds_ckpt {
   size_t n_unsaved_ties;
   zck_ds_output *outputs;
   size_t n_outputs;
+  struct zck_manifest *manifest;   /* zckpt-manifest.json, parsed once (ds_expect.c); NULL: none */
 };
 
 /* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */

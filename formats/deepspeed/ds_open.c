@@ -2,6 +2,7 @@
  * files agree with each other (stage, world size, rank set, versions), then describe
  * (ds_describe.c). Also the reader's accessors and zck_ds_close. */
 #include "ds_internal.h"
+#include "manifest.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,6 +219,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   }
   free(c->records);
   free(c->outputs);
+  zck_manifest_free(c->manifest);
   for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
   free(c->warnings);
   free(c->lp_missing);
@@ -294,6 +296,17 @@ zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i) {
  * open (see read_optims), so zck_torch_source() of these files stays valid. */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c) { return c->model0; }
 const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c) { return c->optim0; }
+
+const struct zck_manifest *zck_ds_manifest(const zck_ds_ckpt *c) { return c->manifest; }
+
+/* The manifest the reader parsed at open is the one checked: a job parses it once. A
+ * folder without one (or with one that does not parse) goes to the plain check, which
+ * looks for the partial marker or explains the parse failure. */
+zck_status zck_ds_check_complete(const zck_ds_ckpt *c, int force) {
+  if (force) return ZCK_OK;
+  if (c->manifest) return zck__manifest_check_sizes(c->fs.dir, c->manifest);
+  return zck_manifest_check_complete(c->fs.dir, force);
+}
 
 size_t zck_ds_unsaved_tie_count(const zck_ds_ckpt *c) { return c->n_unsaved_ties; }
 
