@@ -121,22 +121,27 @@ def free_port():
 
 
 def torchrun(world, argv, log):
-    port = free_port()
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=os.pathsep.join([os.path.join(SRC, "python"), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-           "--master-addr", "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)] + argv
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-    import glob  # DeepSpeed's CPU shared-memory all-reduce leaves a file per process
-    for leftover in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*"):
-        try:
-            os.unlink(leftover)
-        except OSError:
-            pass
-    if rc != 0:
+    for attempt in range(3):
+        # a port found free can be taken by another test before torchrun binds it: then try another one
+        port = free_port()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
+               "--master-addr", "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)] + argv
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        import glob  # DeepSpeed's CPU shared-memory all-reduce leaves a file per process
+        for leftover in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*"):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
         with open(log) as f:
-            sys.stdout.write(f.read()[-6000:])
+            text = f.read()
+        if rc == 0 or "EADDRINUSE" not in text:
+            break
+    if rc != 0:
+        sys.stdout.write(text[-6000:])
     return rc
 
 

@@ -2,7 +2,7 @@
 # wheel_test.sh BUILD_DIR: builds the wheel (scripts/wheel.sh), installs it into a fresh
 # venv with no network and no other package, checks that its programs and library find
 # every shared library inside the install, then runs the CLI tests (tests/cli) and the
-# Python tests (test_api.py) against that install. Skipped (77) without python3 venv
+# Python tests (test_api.py, test_hf.py) against that install. Skipped (77) without python3 venv
 # support or when the build tools cannot be fetched from PyPI.
 set -euo pipefail
 build="$1"; here="$(cd "$(dirname "$0")" && pwd)"; root="$here/../.."
@@ -41,7 +41,9 @@ done
 "$tmp/v/bin/zckpt-train" --help >/dev/null || { echo "FAIL: zckpt-train --help"; fail=1; }
 # the command's contract and the Python API, from the install (not the source tree)
 ZCK_BIN="$tmp/v/bin/zckpt" bash "$root/tests/cli/cli_test.sh" || fail=1
-(cd "$tmp" && env -u ZCKPT_LIBRARY -u PYTHONPATH ZCK_BIN="$tmp/v/bin/zckpt" ZCK_FIXTURES="$root/tests/fixtures" \
-   "$tmp/v/bin/python" "$here/test_api.py") || fail=1
+for t in test_api.py test_hf.py; do
+  (cd "$tmp" && env -u ZCKPT_LIBRARY -u PYTHONPATH ZCK_BIN="$tmp/v/bin/zckpt" ZCK_FIXTURES="$root/tests/fixtures" \
+     "$tmp/v/bin/python" "$here/$t") || fail=1
+done
 if [ "$fail" = 0 ]; then echo "wheel $(basename "$whl"): installed and tested"; fi
 exit "$fail"
