@@ -468,10 +468,18 @@ zck_status zck__mkdirs(const char *path) {
 
 zck_status zck__mkdirs_track(const char *path, char **made_top) {
   *made_top = NULL;
-  /* the common case first: the folder exists (a writer making the folder of each of 100k
-   * files), one stat instead of a mkdir per path component */
+  /* the common cases first, one system call each: only the last component is missing (a
+   * universal folder's 100k parameter folders), or the folder exists (a writer making
+   * the folder of each of its files) */
+  if (mkdir(path, 0755) == 0) {
+    if (!(*made_top = zck__strdup(path))) {
+      rmdir(path);
+      return ZCK_ERR_NO_MEMORY;
+    }
+    return ZCK_OK;
+  }
   struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return ZCK_OK;
+  if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return ZCK_OK;
   char *p = zck__strdup(path);
   if (!p) return ZCK_ERR_NO_MEMORY;
   char *last = NULL; /* the deepest folder made so far */

@@ -21,11 +21,15 @@ zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind) {
     zck__pkn **nb = zck__realloc(d->blocks, (d->nblocks + 1) * sizeof *nb);
     if (!nb) return NULL;
     d->blocks = nb;
-    nb[d->nblocks] = zck__calloc(ZCK__PK_BLOCK, sizeof(zck__pkn));
+    /* not zeroed here: a block is zeroed node by node as it is handed out, so a small
+     * pickle (one per file of a universal folder, 300k of them) costs its own nodes,
+     * not a whole block */
+    nb[d->nblocks] = zck__malloc(ZCK__PK_BLOCK * sizeof(zck__pkn));
     if (!nb[d->nblocks]) return NULL;
     d->nblocks++;
   }
   zck__pkn *n = &d->blocks[d->count / ZCK__PK_BLOCK][d->count % ZCK__PK_BLOCK];
+  memset(n, 0, sizeof *n);
   d->count++;
   n->pub.kind = kind;
   return &n->pub;

@@ -38,6 +38,7 @@ struct zck_uv_writer {
   size_t handle_base;           /* handle of files[0] */
   zck__uv_raw **raws;
   size_t n_raws, cap_raws;
+  char *made_dir;               /* the folder made last: a param's files share one */
 };
 
 zck_status zck_uv_check_name(const char *name) {
@@ -95,7 +96,11 @@ static zck_status zck__uv_prepare(zck_uv_writer *w, const char *rel, char **out)
   char *slash = strrchr(p, '/');
   if (slash) {
     *slash = 0;
-    zck_status st = zck__mkdirs(p);
+    zck_status st = w->made_dir && !strcmp(w->made_dir, p) ? ZCK_OK : zck__mkdirs(p);
+    if (st == ZCK_OK) {
+      free(w->made_dir);
+      w->made_dir = strdup(p); /* NULL on out of memory: the next file makes it again */
+    }
     *slash = '/';
     if (st != ZCK_OK) {
       free(p);
@@ -319,5 +324,6 @@ void zck_uv_writer_free(zck_uv_writer *w) {
   free(w->raws);
   zck__outdir_abort(&w->dir);   /* after commit it only frees the path */
   free(w->final_path);
+  free(w->made_dir);
   free(w);
 }
