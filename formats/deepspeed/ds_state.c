@@ -64,7 +64,7 @@ void zck_ds_state(const zck_ds_ckpt *c, zck_state_view *out) {
 static zck_status interleave_files(zck_plan *p, const zck_store *dst) {
   size_t n = p->n;
   if (n < 2) return ZCK_OK;
-  zck__ds_hfile **file = zck__calloc(n, sizeof *file);
+  zck__shash **file = zck__calloc(n, sizeof *file);
   size_t *next = zck__calloc(n, sizeof *next), *head = zck__calloc(n, sizeof *head), *tail = zck__calloc(n, sizeof *tail);
   zck_extent *out = zck__malloc(n * sizeof *out);
   zck_status s = file && next && head && tail && out ? ZCK_OK : ZCK_ERR_NO_MEMORY;
@@ -105,7 +105,7 @@ static zck_status writer_ready(void *ctx, zck_plan *const *plans, const zck_exec
       const zck_extent *e = &plans[i]->ext[k];
       zck__ds_wstore *ws = zck__ds_wstore_of(&jobs[i].dst[e->dst_store]);
       size_t es = ws ? zck_dtype_size(ws->dtype) : 0;
-      if (ws) zck__ds_hash_cover(ws->hf, ws->entry, e->dst_off * es, e->count * es);
+      if (ws) zck__shash_cover(ws->hf, ws->base + e->dst_off * es, e->count * es);
     }
   for (size_t i = 0; i < n; i++) ZCK_TRY(interleave_files(plans[i], jobs[i].dst));
   return zck__ds_writer_hash_start(w);

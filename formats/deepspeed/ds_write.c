@@ -32,7 +32,7 @@ static zck_status ws_write(void *ctx, const void *src, uint64_t elem_off, uint64
   }
   pthread_mutex_unlock(&s->mu);
   /* the manifest hashes, from these bytes while they are here (after the range is recorded) */
-  if (st == ZCK_OK) zck__ds_hfeed(s->hf, s->entry, off, src, nbytes, crc);
+  if (st == ZCK_OK) zck__shash_feed(s->hf, s->base + off, src, nbytes, &crc);
   return st;
 }
 
@@ -40,10 +40,10 @@ zck__ds_wstore *zck__ds_wstore_of(const zck_store *st) {
   return st && st->kind == ZCK_STORE_CALLBACK && st->write == ws_write ? st->ctx : NULL;
 }
 
-zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtype dt, uint64_t numel, const void *known,
+zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__shash *hf, zck_dtype dt, uint64_t numel, const void *known,
                                size_t *idx, uint64_t *off) {
   ZCK_TRY(zck_torch_writer_add_storage(tw, dt, numel, idx, off));
-  zck__ds_hfile_storage(hf, *idx, *off, numel * zck_dtype_size(dt), known);
+  if (known) zck__shash_known(hf, *off, known, numel * zck_dtype_size(dt));
   return ZCK_OK;
 }
 
@@ -60,8 +60,8 @@ static const char *keep_name(zck_ds_writer *w, const char *name) {
   return s;
 }
 
-zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, size_t storage, zck_dtype dt,
-                              uint64_t numel, const char *name, zck_store *out) {
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
+                              zck_dtype dt, uint64_t numel, const char *name, zck_store *out) {
   if (w->n_ws == w->cap_ws) {
     size_t nc = w->cap_ws ? 2 * w->cap_ws : 64;
     zck__ds_wstore **nw = zck__realloc(w->ws, nc * sizeof *nw);
@@ -78,7 +78,7 @@ zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hf
   s->numel = numel;
   s->name = nm;
   s->hf = hf;
-  s->entry = zck__ds_hfile_entry(hf, storage);
+  s->base = off;
   pthread_mutex_init(&s->mu, NULL);
   w->ws[w->n_ws++] = s;
   *out = zck_store_callback(NULL, ws_write, s, dt, numel, nm);
@@ -300,8 +300,8 @@ void zck__ds_writer_hash_inline(zck_ds_writer *w, uint64_t chunk_size, uint64_t 
 
 /* Starts every file's hash stream (a transfer's ready hook, once the plans said what they write). */
 zck_status zck__ds_writer_hash_start(zck_ds_writer *w) {
-  for (uint32_t r = 0; r < w->n_models; r++) ZCK_TRY(zck__ds_hfile_start(w->model_h[r], &w->budget, w->hash_chunk));
-  for (uint32_t r = 0; r < w->w; r++) ZCK_TRY(zck__ds_hfile_start(w->optim_h[r], &w->budget, w->hash_chunk));
+  for (uint32_t r = 0; r < w->n_models; r++) ZCK_TRY(zck__shash_start(w->model_h[r], &w->budget, w->hash_chunk));
+  for (uint32_t r = 0; r < w->w; r++) ZCK_TRY(zck__shash_start(w->optim_h[r], &w->budget, w->hash_chunk));
   w->hash_started = true;
   return ZCK_OK;
 }
@@ -312,20 +312,21 @@ static zck_status finish_hashes(zck_ds_writer *w) {
   if (!w->known.files) return ZCK_ERR_NO_MEMORY;
   w->known.chunk_size = w->hash_chunk;
   for (size_t i = 0; i < n; i++) {
-    zck__ds_hfile *hf = i < w->n_models ? w->model_h[i] : w->optim_h[i - w->n_models];
+    zck__shash *hf = i < w->n_models ? w->model_h[i] : w->optim_h[i - w->n_models];
     if (!hf) continue;
     char *fname = i < w->n_models ? zck__ds_model_name(w->stage, (uint32_t)i)
                                   : zck__ds_optim_name(w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE,
                                                        (uint32_t)(i - w->n_models));
     char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
+    const char *rel = fname ? keep_name(w, fname) : NULL; /* the known file's path */
     uint64_t reread = 0;
-    zck_status s = path ? zck__ds_hfile_finish(hf, path, &reread) : ZCK_ERR_NO_MEMORY;
+    zck_status s = path && rel ? zck__shash_finish(hf, path, &reread) : ZCK_ERR_NO_MEMORY;
     free(fname);
     free(path);
     ZCK_TRY(s);
     w->hash_reread += reread;
-    w->hash_streamed += zck__ds_hfile_streamed(hf);
-    ZCK_TRY(zck__ds_hfile_known(hf, &w->known.files[w->known.n_files]));
+    w->hash_streamed += zck__shash_streamed(hf);
+    ZCK_TRY(zck__shash_known_file(hf, rel, &w->known.files[w->known.n_files]));
     if (w->known.files[w->known.n_files].hashed) w->known.n_files++;
   }
   return ZCK_OK;
@@ -339,6 +340,8 @@ const zck__manifest_known *zck__ds_writer_known(const zck_ds_writer *w, uint64_t
 
 zck_status zck_ds_writer_commit(zck_ds_writer *w) {
   ZCK_ASSERT(!w->committed);
+  for (uint32_t r = 0; !w->hash_started && w->model_h && r < w->n_models; r++) zck__shash_stop(w->model_h[r]);
+  for (uint32_t r = 0; !w->hash_started && w->optim_h && r < w->w; r++) zck__shash_stop(w->optim_h[r]);
   for (size_t i = 0; i < w->n_ws; i++) {
     uint32_t crc = 0;
     ZCK_TRY(ws_crc(w->ws[i], &crc));
@@ -379,9 +382,12 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   if (!w) return;
   for (uint32_t r = 0; w->model_w && r < w->n_models; r++) zck_torch_writer_free(w->model_w[r]);
   for (uint32_t r = 0; w->optim_w && r < w->w; r++) zck_torch_writer_free(w->optim_w[r]);
-  for (uint32_t r = 0; w->model_h && r < w->n_models; r++) zck__ds_hfile_free(w->model_h[r]);
-  for (uint32_t r = 0; w->optim_h && r < w->w; r++) zck__ds_hfile_free(w->optim_h[r]);
-  for (size_t i = 0; i < w->known.n_files; i++) free((void *)w->known.files[i].ranges);
+  for (uint32_t r = 0; w->model_h && r < w->n_models; r++) zck__shash_free(w->model_h[r]);
+  for (uint32_t r = 0; w->optim_h && r < w->w; r++) zck__shash_free(w->optim_h[r]);
+  for (size_t i = 0; i < w->known.n_files; i++) {
+    free((void *)w->known.files[i].ranges);
+    free((void *)w->known.files[i].chunks);
+  }
   free(w->known.files);
   free(w->model_h);
   free(w->optim_h);

@@ -152,7 +152,7 @@ static zck_pk *param_groups(zck_ds_writer *w, zck_pk_doc *d) {
 static zck_status oom(const char *path) { return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory building the pickle", path); }
 
 /* A tensor node on a fresh storage, registered as a target store when out != NULL. */
-static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtype dt, int ndim,
+static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, zck_dtype dt, int ndim,
                              const int64_t *shape, uint64_t numel, int requires_grad, const char *name, zck_store *out,
                              size_t *storage, zck_pk **node) {
   uint64_t off;
@@ -160,7 +160,7 @@ static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfi
   ZCK_TRY(zck__ds_add_storage(tw, hf, dt, numel, NULL, &idx, &off));
   if (!(*node = zck_torch_writer_tensor(tw, idx, ndim, shape, NULL, 0, requires_grad))) return ZCK_ERR_NO_MEMORY;
   if (storage) *storage = idx;
-  if (out) ZCK_TRY(zck__ds_add_wstore(w, tw, hf, idx, dt, numel, name, out));
+  if (out) ZCK_TRY(zck__ds_add_wstore(w, tw, hf, idx, off, dt, numel, name, out));
   return ZCK_OK;
 }
 
@@ -171,9 +171,9 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   zck_status s = ZCK_OK;
   size_t *stor = zck__calloc(m->n_params + 1, sizeof *stor);
   if (!path || !stor) { s = ZCK_ERR_NO_MEMORY; goto out; }
-  ZCK_CHECK_GOTO(zck_torch_writer_create(path, &w->model_w[r]), s, out);
+  zck__shash *hf = w->model_h[r] = zck__shash_new(); /* NULL (no memory): no hashes */
+  ZCK_CHECK_GOTO(zck_torch_writer_create_hashed(path, hf, &w->model_w[r]), s, out);
   zck_torch_writer *tw = w->model_w[r];
-  zck__ds_hfile *hf = w->model_h[r] = zck__ds_hfile_new(fname); /* NULL (no memory): no hashes */
   zck_pk_doc *d = zck_torch_writer_doc(tw);
   zck_pk *root = zck_pk_new_dict(d, 0), *module = zck_pk_new_dict(d, 1);
   if (!root || !module) goto nomem;
@@ -318,7 +318,7 @@ static zck_pk *slice_mappings(zck_ds_writer *w, zck_pk_doc *d, uint32_t r, size_
 }
 
 /* One flat group's optimizer state: {'step', 'exp_avg', 'exp_avg_sq'} as torch Adam orders it. */
-static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, zck_pk_doc *d, uint32_t r,
+static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, zck_pk_doc *d, uint32_t r,
                               size_t g, const char *fname, zck_pk **out) {
   uint32_t id = zck_layout_store_id(w->train, (uint32_t)g, r);
   int64_t n = (int64_t)w->train->stores[id].numel;
@@ -346,7 +346,7 @@ static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hf
 }
 
 /* {'state': {g: ...}, 'param_groups': [...]}: the wrapped torch optimizer's state_dict(). */
-static zck_status torch_optim_state(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, zck_pk_doc *d, uint32_t r,
+static zck_status torch_optim_state(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, zck_pk_doc *d, uint32_t r,
                                     const char *fname, zck_pk **out) {
   zck_pk *osd = zck_pk_new_dict(d, 0), *state = zck_pk_new_dict(d, 0);
   if (!osd || !state) return ZCK_ERR_NO_MEMORY;
@@ -367,9 +367,9 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
   zck_status s = ZCK_OK;
   if (!path) { s = ZCK_ERR_NO_MEMORY; goto out; }
-  ZCK_CHECK_GOTO(zck_torch_writer_create(path, &w->optim_w[r]), s, out);
+  zck__shash *hf = w->optim_h[r] = zck__shash_new();
+  ZCK_CHECK_GOTO(zck_torch_writer_create_hashed(path, hf, &w->optim_w[r]), s, out);
   zck_torch_writer *tw = w->optim_w[r];
-  zck__ds_hfile *hf = w->optim_h[r] = zck__ds_hfile_new(fname);
   zck_pk_doc *d = zck_torch_writer_doc(tw);
   zck_pk *root = zck_pk_new_dict(d, 0), *osd = zck_pk_new_dict(d, 0), *ls = loss_scaler(w, d);
   if (!root || !osd || !ls) goto nomem;

@@ -1,22 +1,18 @@
 /* ds_writer.h: the writer's internals, shared by ds_write.c (layout of the files),
- * ds_write_tree.c (the pickled objects), ds_state.c (the reserved target as a state view)
- * and ds_hash.c. */
+ * ds_write_tree.c (the pickled objects) and ds_state.c (the reserved target as a state
+ * view). Each file's manifest hashes are made as it is written by a lib stream hasher
+ * (stream_hash.h) that the file's zip writer tells its layout, and that the target stores
+ * feed with the bytes they write. */
 #ifndef ZCK_DS_WRITER_H
 #define ZCK_DS_WRITER_H
 
 #include "ds_internal.h"
 
 #include "manifest.h"
+#include "stream_hash.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
-
-/* ds_hash.c: one file's manifest hashes, computed as it is written (see there). */
-typedef struct zck__ds_hfile zck__ds_hfile;
-typedef struct zck__ds_hbudget {
-  _Atomic uint64_t used;    /* bytes of pieces held ahead of their file's cursor */
-  uint64_t max;
-} zck__ds_hbudget;
 
 /* One reserved tensor region that callers fill: a storage of a torch writer. Written
  * ranges are recorded with their CRC-32 so the entry CRC is assembled at commit. */
@@ -32,8 +28,8 @@ typedef struct zck__ds_wstore {
   uint64_t numel;
   const char *name;         /* for messages */
   pthread_mutex_t mu;
-  zck__ds_hfile *hf;        /* its file's hashes, and its zip entry there */
-  size_t entry;
+  zck__shash *hf;           /* its file's hashes */
+  uint64_t base;            /* the storage's data offset in its file */
   zck__ds_wrange *ranges;
   size_t n_ranges, cap_ranges;
   bool oom;
@@ -76,10 +72,10 @@ struct zck_ds_writer {
   size_t n_stores[ZCK_DS_PART_COUNT];
   zck_store *buffer_stores;         /* [n_models * n_buffers] */
   /* manifest hashes while writing (zck__ds_writer_hash_inline) */
-  zck__ds_hfile **model_h, **optim_h;
+  zck__shash **model_h, **optim_h;
   bool hash_want, hash_started;
   uint64_t hash_chunk;
-  zck__ds_hbudget budget;
+  zck__shash_budget budget;
   uint64_t hash_streamed, hash_reread;
   zck__manifest_known known;
 };
@@ -94,34 +90,23 @@ void zck__ds_writer_hash_inline(zck_ds_writer *w, uint64_t chunk_size, uint64_t 
  * reread (optional): bytes hashed from memory / read back at commit. */
 const zck__manifest_known *zck__ds_writer_known(const zck_ds_writer *w, uint64_t *streamed, uint64_t *reread);
 
-/* ds_write.c: a torch storage of file `hf` (NULL: none), registered with the file's hash
- * layout; known: its bytes when already written (the step scalar), else NULL. */
-zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__ds_hfile *hf, zck_dtype dt, uint64_t numel, const void *known,
+/* ds_write.c: a torch storage of file `hf` (NULL: none); known: its bytes when already
+ * written (the step scalar), else NULL. */
+zck_status zck__ds_add_storage(zck_torch_writer *tw, zck__shash *hf, zck_dtype dt, uint64_t numel, const void *known,
                                size_t *idx, uint64_t *off);
 /* The writer's store behind a target store (NULL if st is not one). */
 zck__ds_wstore *zck__ds_wstore_of(const zck_store *st);
 
-/* Starts the hash streams (ds_state.c, after zck__ds_hash_cover of what the plans write). */
+/* Starts the hash streams (ds_state.c, after zck__shash_cover of what the plans write). */
 zck_status zck__ds_writer_hash_start(zck_ds_writer *w);
-
-/* ds_hash.c */
-zck__ds_hfile *zck__ds_hfile_new(const char *name);
-void zck__ds_hfile_free(zck__ds_hfile *f);
-void zck__ds_hfile_storage(zck__ds_hfile *f, size_t index, uint64_t data_off, uint64_t nbytes, const void *known);
-size_t zck__ds_hfile_entry(const zck__ds_hfile *f, size_t storage_index);
-void zck__ds_hash_cover(zck__ds_hfile *f, size_t entry, uint64_t off, uint64_t len);
-zck_status zck__ds_hfile_start(zck__ds_hfile *f, zck__ds_hbudget *budget, uint64_t chunk_size);
-void zck__ds_hfeed(zck__ds_hfile *f, size_t entry, uint64_t rel, const void *src, uint64_t n, uint32_t crc);
-zck_status zck__ds_hfile_finish(zck__ds_hfile *f, const char *path, uint64_t *reread);
-uint64_t zck__ds_hfile_streamed(const zck__ds_hfile *f);
-zck_status zck__ds_hfile_known(const zck__ds_hfile *f, zck__manifest_known_file *out);
 
 /* ds_write_tree.c: builds the model-states and optimizer-states trees of rank r,
  * reserving storages and registering target stores. */
 zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r);
 zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r);
-/* Registers a target store for storage `storage` of tw; *out receives its callback store. */
-zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__ds_hfile *hf, size_t storage, zck_dtype dt,
-                              uint64_t numel, const char *name, zck_store *out);
+/* Registers a target store for storage `storage` of tw (its data at file offset off);
+ * *out receives its callback store. */
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
+                              zck_dtype dt, uint64_t numel, const char *name, zck_store *out);
 
 #endif

@@ -147,6 +147,10 @@ void zck_torch_archive_name(const char *path, char *buf, size_t cap);
 
 /* Creates PATH (written under a temporary name; atomically renamed at finish). */
 zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out);
+/* The same, its zip writer telling h every byte it lays out (zip.h zck_zip_writer_hash):
+ * the file's manifest hashes are then made as it is written. */
+struct zck__shash;
+zck_status zck_torch_writer_create_hashed(const char *path, struct zck__shash *hash, zck_torch_writer **out);
 /* The document that owns the nodes of the tree to save (zck_pk_new_* with it). */
 zck_pk_doc *zck_torch_writer_doc(zck_torch_writer *w);
 /* Reserves storage `data/<index>` of numel elements of dtype; returns its index and the

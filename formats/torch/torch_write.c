@@ -60,6 +60,10 @@ void zck_torch_archive_name(const char *path, char *buf, size_t cap) {
 }
 
 zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out) {
+  return zck_torch_writer_create_hashed(path, NULL, out);
+}
+
+zck_status zck_torch_writer_create_hashed(const char *path, struct zck__shash *hash, zck_torch_writer **out) {
   *out = NULL;
   zck_torch_writer *w = zck__calloc(1, sizeof *w);
   if (!w) return ZCK_ERR_NO_MEMORY;
@@ -67,6 +71,7 @@ zck_status zck_torch_writer_create(const char *path, zck_torch_writer **out) {
   zck_status s = zck__outfile_create(&w->out, path);
   if (s != ZCK_OK) { free(w); return s; }
   s = zck_zip_writer_create(&w->out, &w->zip);
+  if (s == ZCK_OK && hash) zck_zip_writer_hash(w->zip, hash);
   if (s == ZCK_OK && !(w->doc = zck_pk_doc_new())) s = ZCK_ERR_NO_MEMORY;
   zck_torch_archive_name(path, w->prefix, sizeof w->prefix);
   /* byteorder first: data.pkl can only be written once the tree is complete (see torch.h) */

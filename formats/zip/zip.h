@@ -52,6 +52,12 @@ zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t 
 void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc);
 /* reserve + pwrite + crc in one call, for small entries (data.pkl, version, ...). */
 zck_status zck_zip_writer_add(zck_zip_writer *w, const char *name, const void *data, uint64_t size);
+/* Hands every byte the writer lays out to h as soon as it is known (stream_hash.h: local
+ * headers and data regions at reserve, descriptors from the data's CRC, small entries'
+ * data, the directory at finish), so a manifest's hashes follow the file as it is written.
+ * Call before the first reserve; h must outlive the writer's finish. */
+struct zck__shash;
+void zck_zip_writer_hash(zck_zip_writer *w, struct zck__shash *h);
 /* Testing aid: write every entry with ZIP64 extra fields and sentinel values, and the end
  * record with sentinels, as if the archive were larger than 4 GiB. Call before the first
  * reserve. */

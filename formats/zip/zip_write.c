@@ -10,8 +10,15 @@
  *
  * reserve() only computes offsets, so callers can pwrite entry data from many threads;
  * headers, descriptors and the directory are written at finish(), when the CRCs are known.
+ *
+ * A writer given a stream hasher (zck_zip_writer_hash) hands it every byte it lays out as
+ * soon as the byte is known: an entry's local header and data region at reserve, its data
+ * descriptor as a function of the data's CRC, the data of zck_zip_writer_add, the central
+ * directory and end records at finish. The hasher thus follows the file front to back
+ * without knowing anything of zip, and nothing re-derives this file's layout.
  */
 #include "zip_internal.h"
+#include "stream_hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +38,7 @@ struct zck_zip_writer {
   uint64_t cursor;          /* end of the last reserved entry (its descriptor included) */
   bool force_zip64, finished;
   zck__zip_names names;
+  zck__shash *hash;         /* optional: told every byte laid out (zck_zip_writer_hash) */
 };
 
 static const char *zck__zip_wentry_name(const void *ctx, size_t i) { return ((const zck_zip_writer *)ctx)->e[i].name; }
@@ -40,6 +48,11 @@ zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w) {
   if (!*w) return ZCK_ERR_NO_MEMORY;
   (*w)->out = out;
   return ZCK_OK;
+}
+
+void zck_zip_writer_hash(zck_zip_writer *w, zck__shash *h) {
+  ZCK_ASSERT(w->count == 0);
+  w->hash = h;
 }
 
 void zck_zip_writer_force_zip64(zck_zip_writer *w, bool on) {
@@ -69,7 +82,11 @@ static size_t zck__zip_descriptor_len(const zck_zip_writer *w, const zck__zip_we
   return zck__zip_local_zip64_len(w, e) ? 24u : 16u;
 }
 
-zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t size, size_t *index, uint64_t *data_offset) {
+static void zck__zip_tell_hash(zck_zip_writer *w, const zck__zip_wentry *e, size_t index, const void *known);
+
+/* known: the entry's data when the writer itself writes it (zck_zip_writer_add), for the hasher. */
+static zck_status zck__zip_reserve(zck_zip_writer *w, const char *name, uint64_t size, const void *known, size_t *index,
+                                   uint64_t *data_offset) {
   ZCK_ASSERT(!w->finished);
   size_t nlen = strlen(name);
   const char *bad = zck__zip_name_problem(name, nlen);
@@ -107,7 +124,12 @@ zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t 
   w->cursor = end;
   *index = w->count - 1;
   *data_offset = e->data_offset;
+  if (w->hash) zck__zip_tell_hash(w, e, *index, known);
   return ZCK_OK;
+}
+
+zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t size, size_t *index, uint64_t *data_offset) {
+  return zck__zip_reserve(w, name, size, NULL, index, data_offset);
 }
 
 void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc) {
@@ -119,7 +141,7 @@ void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc) {
 zck_status zck_zip_writer_add(zck_zip_writer *w, const char *name, const void *data, uint64_t size) {
   size_t index;
   uint64_t off;
-  ZCK_TRY(zck_zip_writer_reserve(w, name, size, &index, &off));
+  ZCK_TRY(zck__zip_reserve(w, name, size, data, &index, &off));
   if (size) ZCK_TRY(zck__outfile_pwrite(w->out, data, (size_t)size, off));
   zck_zip_writer_set_crc(w, index, zck_crc32(0, data, (size_t)size));
   return ZCK_OK;
@@ -179,10 +201,10 @@ static void zck__zip_local_header(zck__zip_emit *m, const zck__zip_wentry *e) {
   for (uint64_t i = 0; i < pad; i++) zck__buf_byte(b, 'Z');
 }
 
-static void zck__zip_descriptor(zck__zip_emit *m, const zck__zip_wentry *e) {
+static void zck__zip_descriptor_crc(zck__zip_emit *m, const zck__zip_wentry *e, uint32_t crc) {
   zck__buf *b = &m->buf;
   zck__buf_u32le(b, ZCK_ZIP_DESCRIPTOR_SIG);
-  zck__buf_u32le(b, e->crc);
+  zck__buf_u32le(b, crc);
   if (zck__zip_descriptor_len(m->w, e) == 24) {
     zck__buf_u64le(b, e->size);
     zck__buf_u64le(b, e->size);
@@ -190,6 +212,34 @@ static void zck__zip_descriptor(zck__zip_emit *m, const zck__zip_wentry *e) {
     zck__buf_u32le(b, (uint32_t)e->size);
     zck__buf_u32le(b, (uint32_t)e->size);
   }
+}
+
+static void zck__zip_descriptor(zck__zip_emit *m, const zck__zip_wentry *e) { zck__zip_descriptor_crc(m, e, e->crc); }
+
+/* ---- the stream hasher's view: the same bytes, as soon as they are known */
+
+/* An entry's data descriptor, given the CRC-32 the hasher computed of its data. Called
+ * while no entry is being reserved (the copy runs between reserve and finish). */
+static void zck__zip_hash_descriptor(void *ctx, size_t index, uint32_t crc, uint8_t *out, size_t len) {
+  zck_zip_writer *w = ctx;
+  zck__zip_emit m = {.w = w};
+  zck__buf_init(&m.buf);
+  zck__zip_descriptor_crc(&m, &w->e[index], crc);
+  if (!m.buf.failed && m.buf.len == len) memcpy(out, m.buf.data, len);
+  else memset(out, 0, len); /* cannot happen; the CRC check at finish then drops the hashes */
+  zck__buf_free(&m.buf);
+}
+
+static void zck__zip_tell_hash(zck_zip_writer *w, const zck__zip_wentry *e, size_t index, const void *known) {
+  zck__zip_emit m = {.w = w};
+  zck__buf_init(&m.buf);
+  zck__zip_local_header(&m, e);
+  if (!m.buf.failed) zck__shash_bytes(w->hash, e->header_offset, m.buf.data, m.buf.len);
+  else zck__shash_bytes(w->hash, e->header_offset + 1, "", 1); /* out of order: the hasher gives up */
+  zck__buf_free(&m.buf);
+  zck__shash_region(w->hash, e->data_offset, e->size, known);
+  size_t dlen = zck__zip_descriptor_len(w, e);
+  if (dlen) zck__shash_defer(w->hash, e->data_offset + e->size, dlen, zck__zip_hash_descriptor, w, index);
 }
 
 static void zck__zip_central_entry(zck__zip_emit *m, const zck__zip_wentry *e) {
@@ -264,6 +314,8 @@ zck_status zck_zip_writer_finish(zck_zip_writer *w) {
       return zck__fail(ZCK_ERR_INVALID_ARG, "%s: zip entry \"%s\": its CRC-32 was never set", w->out->path, w->e[i].name);
   zck__zip_emit m = {.w = w, .off = 0, .st = ZCK_OK};
   zck__buf_init(&m.buf);
+  for (size_t i = 0; w->hash && i < w->count; i++) /* the descriptors it made must be these */
+    if (w->e[i].size) zck__shash_check_crc(w->hash, w->e[i].data_offset, w->e[i].crc);
   for (size_t i = 0; i < w->count && m.st == ZCK_OK; i++) {
     const zck__zip_wentry *e = &w->e[i];
     zck__zip_seek(&m, e->header_offset);
@@ -282,6 +334,7 @@ zck_status zck_zip_writer_finish(zck_zip_writer *w) {
     m.st = zck__fail(ZCK_ERR_LIMIT, "%s: zip central directory of %llu bytes (4 GiB or more)", w->out->path, (unsigned long long)cd_size);
   if (m.st == ZCK_OK) {
     zck__zip_end_records(&m, w->cursor, cd_size);
+    if (w->hash && !m.buf.failed) zck__shash_bytes(w->hash, w->cursor, m.buf.data + cd_start, m.buf.len - cd_start);
     zck__zip_flush(&m);
   }
   zck__buf_free(&m.buf);

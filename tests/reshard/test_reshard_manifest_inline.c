@@ -1,5 +1,5 @@
 /* test_reshard_manifest_inline.c: the manifest of a reshard, hashed by the writer as the
- * copy writes (ds_hash.c), is byte for byte the manifest computed by reading the files
+ * copy writes (lib/stream_hash.c), is byte for byte the manifest computed by reading the files
  * back (zck_manifest_write_dir), for every DeepSpeed fixture resharded to stages 1-3 and
  * W = 1..4; with 4 KiB chunks (many chunk hashes per file) and the default 64 MiB; with a
  * budget so small that every file stops streaming and is finished by reading (the slow

@@ -1,0 +1,82 @@
+/* stream_hash.h: the manifest hashes of a file computed from its bytes as they are
+ * written, so that no job reads its output back to make its manifest (manifest.h).
+ *
+ * zckpt-manifest.json needs, per file, the XXH3-64 of the whole file, of each chunk_size
+ * piece and of each tensor's bytes: sequential hashes, while a copy writes a file's bytes
+ * from many threads in any order. A zck__shash follows the file front to back with a
+ * cursor over segments that the writer laying the file out declares, in file order (the
+ * zip writer does, zip.h zck_zip_writer_hash, so nothing else knows its layout):
+ *   - bytes the writer knows (headers, small records, the directory): copied in;
+ *   - regions (a record's data), filled by pieces fed from the copy's threads at any
+ *     offset (zck__shash_feed, e.g. from the executor's `written` hook or a write callback)
+ *     or known up front (zck__shash_known); the bytes of a region nothing is declared to
+ *     write (zck__shash_cover) are zeros, as ftruncate leaves them. Each region gets its
+ *     own XXH3 and CRC-32;
+ *   - deferred bytes made from a region's CRC-32 (a zip data descriptor): the writer's
+ *     callback makes them when the cursor reaches them, from the CRC the stream computed;
+ *     the writer later checks that CRC against its own (zck__shash_check_crc).
+ * A piece fed ahead of the cursor is copied into a buffer bounded by a budget shared by
+ * the files; past it the file stops streaming and zck__shash_finish reads the rest back
+ * (zck__shash_reread says how much). Segments may be added while streaming (a zip writer
+ * adds data.pkl and its directory at finish), never while a copy writes into the file.
+ * A hasher that was fed inconsistent pieces (overlapping, outside the cover) or whose
+ * stream disagrees with the file ends "not done": the caller then hashes the file itself.
+ */
+#ifndef ZCK_STREAM_HASH_H
+#define ZCK_STREAM_HASH_H
+
+#include "manifest.h"
+#include "util.h"
+
+#include <stdatomic.h>
+
+typedef struct zck__shash zck__shash;
+
+/* Bytes buffered ahead of the cursors, over every file sharing it. */
+typedef struct zck__shash_budget {
+  _Atomic uint64_t used;
+  uint64_t max;
+} zck__shash_budget;
+
+/* Deferred bytes: writes len bytes to out, given the CRC-32 of the region they follow.
+ * Called with the hasher's lock held, from any thread. */
+typedef void (*zck__shash_defer_fn)(void *ctx, size_t id, uint32_t region_crc, uint8_t *out, size_t len);
+
+zck__shash *zck__shash_new(void);
+void zck__shash_free(zck__shash *h);
+
+/* ---- layout, in file order (each segment starts where the previous one ended) */
+void zck__shash_bytes(zck__shash *h, uint64_t off, const void *bytes, uint64_t n);
+/* known: the region's bytes when the writer has them now (a small record), else NULL. */
+void zck__shash_region(zck__shash *h, uint64_t off, uint64_t len, const void *known);
+void zck__shash_defer(zck__shash *h, uint64_t off, uint64_t len, zck__shash_defer_fn fn, void *ctx, size_t id);
+/* Bytes [off, off + len) of a region will be written (fed); the rest of it stays zeros. */
+void zck__shash_cover(zck__shash *h, uint64_t off, uint64_t len);
+/* Bytes of a region known now (written directly, not by a copy): covered and fed. Before
+ * zck__shash_start, as zck__shash_cover. */
+void zck__shash_known(zck__shash *h, uint64_t off, const void *bytes, uint64_t n);
+/* No hashes wanted after all: drops everything held; later calls do nothing. */
+void zck__shash_stop(zck__shash *h);
+
+/* ---- streaming */
+/* After the covers: the stream starts (chunk_size 0: ZCK_MANIFEST_DEFAULT_CHUNK). */
+zck_status zck__shash_start(zck__shash *h, zck__shash_budget *budget, uint64_t chunk_size);
+/* n bytes written at off, inside one region, with their CRC-32 (NULL: not known, the
+ * hasher computes it as it hashes them). Any thread, any order. */
+void zck__shash_feed(zck__shash *h, uint64_t off, const void *bytes, uint64_t n, const uint32_t *crc);
+/* The writer's CRC-32 of the region at off: a different one than the stream's means the
+ * stream did not see what was written, and the hashes are dropped. */
+void zck__shash_check_crc(zck__shash *h, uint64_t off, uint32_t crc);
+
+/* ---- results */
+/* After the file is complete at path: reads back what the stream did not reach (not
+ * counted as an error: *reread bytes) and finalizes. ZCK_OK also when the hashes had to
+ * be dropped (zck__shash_done false); an error only when the file cannot be read. */
+zck_status zck__shash_finish(zck__shash *h, const char *path, uint64_t *reread);
+bool zck__shash_done(const zck__shash *h);
+uint64_t zck__shash_streamed(const zck__shash *h);
+/* The file's hashes for zck__manifest_write_dir_known: path is borrowed; chunks and ranges
+ * (one per region) are malloc'd (the caller frees both). Not done: out->hashed false. */
+zck_status zck__shash_known_file(const zck__shash *h, const char *relpath, zck__manifest_known_file *out);
+
+#endif
