@@ -14,7 +14,10 @@ function(zck_component name)
   target_include_directories(zck_${name} PUBLIC ${ZCK_INCLUDE_DIRS})
   target_compile_options(zck_${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:${ZCK_C_FLAGS}>)
   target_compile_definitions(zck_${name} PRIVATE _GNU_SOURCE)
-  set_target_properties(zck_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # libzckpt.so exports only zck.h's ZCK_API functions; our programs and tests link the
+  # static library, where hidden symbols still resolve
+  set_target_properties(zck_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON C_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
   if(Z_LIBS)
     target_link_libraries(zck_${name} PUBLIC ${Z_LIBS})
   endif()
@@ -23,7 +26,7 @@ function(zck_component name)
 endfunction()
 
 # Links every registered component into libzckpt (static, used by our own programs)
-# and libzckpt.so (installed).
+# and libzckpt.so (installed). Neither holds device code: that is zckpt_cuda (cuda/).
 function(zck_finish_library)
   get_property(comps GLOBAL PROPERTY ZCK_COMPONENTS)
   get_property(libs GLOBAL PROPERTY ZCK_COMPONENT_LIBS)
@@ -47,9 +50,6 @@ function(zck_finish_library)
     set_target_properties(${t} PROPERTIES OUTPUT_NAME zckpt VERSION ${PROJECT_VERSION}
       SOVERSION ${PROJECT_VERSION_MAJOR} LINKER_LANGUAGE C)
   endforeach()
-  if(ZCK_HAVE_CUDA)
-    set_target_properties(zckpt zckpt_shared PROPERTIES CUDA_RESOLVE_DEVICE_SYMBOLS ON)
-  endif()
 endfunction()
 
 # zck_program(NAME SOURCES ...) : an executable of ours linked to libzckpt.

@@ -258,7 +258,7 @@ zck_status zck__cons_build_set(const zck_ds_ckpt *ck, const zck_consolidate_opts
 
 zck_status zck_consolidate(const char *path, const char *out, const zck_consolidate_opts *opts) {
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
-  if (opts) o = *opts;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_consolidate"));
   if (o.dtype != ZCK_DTYPE_INVALID && !zck__cons_floating(o.dtype))
     return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16 or fp16");
   zck_output_format fmt = zck__output_format_of(out);

@@ -26,7 +26,7 @@ zck_status zck_consolidate_open(const char *path, const zck_consolidate_opts *op
   if (!path || !out) return zck__fail(ZCK_ERR_INVALID_ARG, "zck_consolidate_open: NULL argument");
   *out = NULL;
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
-  if (opts) o = *opts;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_consolidate_open"));
   if (o.dtype != ZCK_DTYPE_INVALID && !zck__cons_floating(o.dtype))
     return zck__fail(ZCK_ERR_INVALID_ARG, "dtype must be fp32, bf16 or fp16");
   zck_state_dict *sd = zck__calloc(1, sizeof *sd);

@@ -16,7 +16,7 @@ zck_output_format zck__output_format_of(const char *out) {
 
 zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts) {
   zck_convert_opts o = ZCK_CONVERT_OPTS_INIT;
-  if (opts) o = *opts;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_convert_file"));
   if (o.dtype != ZCK_DTYPE_INVALID && o.dtype != ZCK_F32 && o.dtype != ZCK_BF16 && o.dtype != ZCK_F16 && o.dtype != ZCK_F64)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--dtype must be fp32, bf16, fp16 or fp64");
   ZCK_TRY(zck_check_out_not_input(in, out, NULL));

@@ -276,7 +276,7 @@ static bool zck__insp_is_file(const char *p) { struct stat st; return stat(p, &s
 
 zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vout) {
   zck_inspect_opts o = ZCK_INSPECT_OPTS_INIT;
-  if (opts) o = *opts;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_inspect"));
   FILE *out = vout ? vout : stdout;
   /* a universal folder (zero/optimizer_state.pt), or the folder whose latest_universal
    * names one (a DeepSpeed root's `latest` wins, as in reshard) */

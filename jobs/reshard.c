@@ -136,7 +136,7 @@ static bool zck__is_universal(const char *path) {
 
 zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
-  if (opts) o = *opts;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_reshard"));
   if (o.to_stage < 0 || o.to_stage > 3 || (o.to_stage == 0 && opts && opts->to_stage))
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);

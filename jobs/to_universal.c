@@ -761,7 +761,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
 
 zck_status zck_to_universal(const char *src, const char *out, const zck_universal_opts *opts) {
   zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
-  if (opts) o = *opts;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_to_universal"));
   if (o.format != ZCK_UNIVERSAL_DS && o.format != ZCK_UNIVERSAL_HDF5)
     return zck__fail(ZCK_ERR_INVALID_ARG, "unknown universal format %d", (int)o.format);
   if (o.level < 0 || o.level > 22) return zck__fail(ZCK_ERR_INVALID_ARG, "--level must be 1..22");

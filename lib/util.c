@@ -84,3 +84,14 @@ void zck__buf_printf(zck__buf *b, const char *fmt, ...) {
 }
 
 uint64_t zck_xxh3(const void *data, size_t n) { return XXH3_64bits(data, n); }
+
+zck_status zck__opts_load(void *dst, size_t dst_size, const void *src, const char *what) {
+  if (!src) return ZCK_OK;
+  size_t n;
+  memcpy(&n, src, sizeof n);
+  if (n < sizeof n || n > ((size_t)1 << 20))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: options without their size (initialize them with the _INIT macro)", what);
+  memcpy(dst, src, n < dst_size ? n : dst_size);
+  memcpy(dst, &dst_size, sizeof dst_size);
+  return ZCK_OK;
+}

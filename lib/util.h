@@ -22,6 +22,10 @@ char *zck__strdup(const char *s);
 char *zck__strndup(const char *s, size_t n);
 /* asprintf into a fresh string; NULL (with error set) on failure. */
 char *zck__sprintf(const char *fmt, ...) ZCK__PRINTF(1, 2);
+/* Copies a caller's option struct (which starts with its size_t size, see zck.h) over the
+ * defaults in dst: the bytes the caller's struct has, so a shorter (older) one leaves the
+ * newer fields at their defaults. NULL src keeps the defaults. */
+zck_status zck__opts_load(void *dst, size_t dst_size, const void *src, const char *what);
 /* Joins a directory and a name with one '/'. */
 char *zck__path_join(const char *dir, const char *name);
 

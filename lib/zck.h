@@ -8,7 +8,11 @@
  *  - every fallible call returns a zck_status; ZCK_OK is 0;
  *  - on failure, zck_last_error() returns one line describing what went wrong, with the
  *    file, tensor and byte offset where known ("FILE: what is wrong"); it is per thread;
- *  - the caller owns output buffers; every create/open has a free/close accepting NULL.
+ *  - the caller owns output buffers; every create/open has a free/close accepting NULL;
+ *  - option structs start with their size, set by their _INIT macro: fields are only ever
+ *    added at the end, and a caller built against an older zck.h gets defaults for the
+ *    fields it does not know;
+ *  - libzckpt.so exports exactly the functions declared here (ZCK_API).
  */
 #ifndef ZCK_H
 #define ZCK_H
@@ -18,6 +22,12 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ZCK_API __attribute__((visibility("default")))
+#else
+#define ZCK_API
 #endif
 
 #define ZCK_VERSION_MAJOR 0
@@ -46,12 +56,12 @@ typedef enum zck_status {
 } zck_status;
 
 /* Name of a status ("format error", ...). Never NULL. */
-const char *zck_status_name(zck_status s);
+ZCK_API const char *zck_status_name(zck_status s);
 /* The calling thread's last error message; "" if none. Valid until the next zckpt call. */
-const char *zck_last_error(void);
+ZCK_API const char *zck_last_error(void);
 /* Clears the calling thread's error message. */
-void zck_clear_error(void);
-const char *zck_version(void);
+ZCK_API void zck_clear_error(void);
+ZCK_API const char *zck_version(void);
 
 /* ---- element types */
 typedef enum zck_dtype {
@@ -66,39 +76,44 @@ typedef enum zck_dtype {
 } zck_dtype;
 
 /* Bytes per element (0 for INVALID). */
-size_t zck_dtype_size(zck_dtype t);
+ZCK_API size_t zck_dtype_size(zck_dtype t);
 /* torch spelling without the prefix: "float32", "bfloat16", "int64", "bool", ... */
-const char *zck_dtype_name(zck_dtype t);
+ZCK_API const char *zck_dtype_name(zck_dtype t);
 /* Parses user spellings: fp32|float32|f32|float, bf16|bfloat16, fp16|float16|half, ... */
-zck_dtype zck_dtype_parse(const char *s);
+ZCK_API zck_dtype zck_dtype_parse(const char *s);
 /* safetensors spelling ("F32", "BF16", ...) and back; NULL / INVALID when there is none. */
-const char *zck_dtype_safetensors_name(zck_dtype t);
-zck_dtype zck_dtype_from_safetensors(const char *s);
+ZCK_API const char *zck_dtype_safetensors_name(zck_dtype t);
+ZCK_API zck_dtype zck_dtype_from_safetensors(const char *s);
 /* torch storage class name ("FloatStorage", "BFloat16Storage", ...) and back. */
-const char *zck_dtype_torch_storage(zck_dtype t);
-zck_dtype zck_dtype_from_torch_storage(const char *s);
+ZCK_API const char *zck_dtype_torch_storage(zck_dtype t);
+ZCK_API zck_dtype zck_dtype_from_torch_storage(const char *s);
 /* 1 if zck_convert can convert between the two types. */
-int zck_dtype_convertible(zck_dtype dst, zck_dtype src);
+ZCK_API int zck_dtype_convertible(zck_dtype dst, zck_dtype src);
 /* Converts n elements. Float narrowing rounds to nearest even exactly as torch's .to()
  * does (NaN stays NaN, overflow to inf). Same type is a memcpy. */
-zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type, const void *src, size_t n);
+ZCK_API zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type, const void *src, size_t n);
+
+/* OUT as a job writes it: a symlink to a folder is followed (the job writes at its target
+ * and the link stays), a dangling link is refused. *resolved: free() it. */
+ZCK_API zck_status zck_resolve_out(const char *path, char **resolved);
 
 /* ---- checksums */
 /* XXH3-64 of a byte range (the manifest's per-tensor checksum). */
-uint64_t zck_xxh3(const void *data, size_t n);
+ZCK_API uint64_t zck_xxh3(const void *data, size_t n);
 
 
 /* ---- jobs
  * Each job is one copy plan run by the parallel executor, with its output committed
- * atomically: on any error nothing is left at the destination. Option structs are
- * versioned by their initializer macro, so fields can be added later. */
+ * atomically: on any error nothing is left at the destination. Option structs start
+ * with their size (set by their _INIT macro; the older verify and manifest options carry
+ * a version number instead), so fields can be added at the end later. */
 
 /* ZCK_ERR_INVALID_ARG (message naming OUT and the input) when writing OUT would replace,
  * hold or change an input of a job reading IN (a file, a DeepSpeed root, a tag, HF or
  * universal folder; tag: the --tag given, or NULL for `latest`): OUT is an input file, a
  * link to one, a folder holding one, or lies inside the tag folder. Compared by device and
  * inode. Every job checks this itself; callers may check before any other work. */
-zck_status zck_check_out_not_input(const char *in, const char *out, const char *tag);
+ZCK_API zck_status zck_check_out_not_input(const char *in, const char *out, const char *tag);
 
 /* Progress: bytes written so far and in total (called from worker threads, serialized).
  * Returning non-zero cancels the job: it stops, removes what it had written (as on
@@ -113,6 +128,7 @@ typedef enum zck_output_format {
 } zck_output_format;
 
 typedef struct zck_convert_opts {
+  size_t size;                /* sizeof(zck_convert_opts), set by ZCK_CONVERT_OPTS_INIT */
   zck_dtype dtype;            /* ZCK_DTYPE_INVALID: keep each tensor's dtype */
   zck_output_format format;
   uint64_t max_shard_size;    /* HF directory output, bytes; 0 = 5GB (HF default) */
@@ -123,22 +139,24 @@ typedef struct zck_convert_opts {
   int no_verify;              /* skip the zip CRC-32 checks of the tensor bytes read (never the
                                  structure checks) */
 } zck_convert_opts;
-#define ZCK_CONVERT_OPTS_INIT {ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0}
+#define ZCK_CONVERT_OPTS_INIT {sizeof(zck_convert_opts), ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0}
 
 /* A state dict of tensors between .pt/.bin and safetensors (file, index or directory). */
-zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts);
+ZCK_API zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts);
 
 typedef struct zck_inspect_opts {
+  size_t size;                /* sizeof(zck_inspect_opts), set by ZCK_INSPECT_OPTS_INIT */
   int json;                   /* machine-readable output */
   int max_values;             /* non-tensor values listed; 0 = 200 */
 } zck_inspect_opts;
-#define ZCK_INSPECT_OPTS_INIT {0, 0}
+#define ZCK_INSPECT_OPTS_INIT {sizeof(zck_inspect_opts), 0, 0}
 
 /* Describes a .pt/.bin, a safetensors file or index, an HF or DeepSpeed checkpoint
  * directory, on `out` (a FILE *). */
-zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *out);
+ZCK_API zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *out);
 
 typedef struct zck_consolidate_opts {
+  size_t size;                /* sizeof(zck_consolidate_opts), set by ZCK_CONSOLIDATE_OPTS_INIT */
   const char *tag;            /* NULL: the tag named by `latest` */
   zck_dtype dtype;            /* INVALID: zero_to_fp32's dtypes (fp32 params, frozen params in
                                  their 16-bit dtype, floating buffers fp32); else every floating
@@ -156,14 +174,14 @@ typedef struct zck_consolidate_opts {
   int no_verify;              /* skip the checksums of the bytes read (zip CRC-32s, the manifest's
                                  XXH3s); the structure and rank identity checks always run */
 } zck_consolidate_opts;
-#define ZCK_CONSOLIDATE_OPTS_INIT {NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL, 0}
+#define ZCK_CONSOLIDATE_OPTS_INIT {sizeof(zck_consolidate_opts), NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL, 0}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (root with `latest`, tag folder, or HF checkpoint-N/)
  * to whole tensors, equal bit for bit to DeepSpeed's zero_to_fp32. OUT: a directory (HF
  * layout: model.safetensors or shards + index; pytorch_model.bin with torch_bin), or one
  * *.safetensors / *.bin file. Reads only the fp32 partitions (in place), the frozen and
  * buffer tensors, never exp_avg / exp_avg_sq. */
-zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
+ZCK_API zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
 
 /* ---- whole tensors in the caller's memory
  * The tensors zck_consolidate would write (same names, order, dtypes and values), read
@@ -192,16 +210,17 @@ typedef struct zck_tensor_desc {
 } zck_tensor_desc;
 
 /* Opens the checkpoint and lists its tensors; reads no tensor data. */
-zck_status zck_consolidate_open(const char *ckpt, const zck_consolidate_opts *opts, zck_state_dict **out);
-size_t zck_state_dict_count(const zck_state_dict *sd);
+ZCK_API zck_status zck_consolidate_open(const char *ckpt, const zck_consolidate_opts *opts, zck_state_dict **out);
+ZCK_API size_t zck_state_dict_count(const zck_state_dict *sd);
 /* The i-th tensor (i < count), valid until zck_state_dict_free. */
-const zck_tensor_desc *zck_state_dict_tensor(const zck_state_dict *sd, size_t i);
+ZCK_API const zck_tensor_desc *zck_state_dict_tensor(const zck_state_dict *sd, size_t i);
 /* Fills buffers[i] (desc->nbytes bytes, any alignment) for every tensor that is not an
  * alias (aliases' entries are ignored and may be NULL). Can be called again. */
-zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers);
-void zck_state_dict_free(zck_state_dict *sd);
+ZCK_API zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers);
+ZCK_API void zck_state_dict_free(zck_state_dict *sd);
 
 typedef struct zck_reshard_opts {
+  size_t size;                /* sizeof(zck_reshard_opts), set by ZCK_RESHARD_OPTS_INIT */
   int to_stage;               /* 1, 2 or 3; 0 = the source's */
   uint32_t to_world_size;     /* 0 = the source's */
   uint64_t sub_group_size;    /* stage 3; 0 = DeepSpeed's default (1e9) */
@@ -213,14 +232,14 @@ typedef struct zck_reshard_opts {
   int force;                  /* accept a zckpt-written source whose manifest is missing */
   int no_verify;              /* as zck_consolidate_opts.no_verify */
 } zck_reshard_opts;
-#define ZCK_RESHARD_OPTS_INIT {0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0}
+#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that
  * engine.load_checkpoint of an engine configured that way loads without load_universal.
  * OUT is a new save root (OUT/latest, OUT/<tag>/); the other files of an HF checkpoint-N/
  * folder are carried over. Written whole under a temporary name, then renamed. */
-zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts);
+ZCK_API zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts);
 
 /* ---- universal checkpoints */
 typedef enum zck_universal_format {
@@ -229,6 +248,7 @@ typedef enum zck_universal_format {
 } zck_universal_format;
 
 typedef struct zck_universal_opts {
+  size_t size;                /* sizeof(zck_universal_opts), set by ZCK_UNIVERSAL_OPTS_INIT */
   zck_universal_format format;
   const char *tag;            /* NULL: the tag named by `latest` */
   int inject_missing_state;   /* ds format, stage 1/2: accept a checkpoint without
@@ -242,7 +262,7 @@ typedef struct zck_universal_opts {
   void *progress_ctx;
   int no_verify;              /* as zck_consolidate_opts.no_verify */
 } zck_universal_opts;
-#define ZCK_UNIVERSAL_OPTS_INIT {ZCK_UNIVERSAL_DS, NULL, 0, 0, 0, 0, 0, NULL, NULL, 0}
+#define ZCK_UNIVERSAL_OPTS_INIT {sizeof(zck_universal_opts), ZCK_UNIVERSAL_DS, NULL, 0, 0, 0, 0, 0, NULL, NULL, 0}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (save root with `latest`, tag folder or HF
  * checkpoint-N/) with its optimizer state to a universal checkpoint, in one pass over the
@@ -254,7 +274,7 @@ typedef struct zck_universal_opts {
  *  - ZCK_UNIVERSAL_HDF5: OUT is one HDF5 file (formats/hdf5/zck_h5.h describes it),
  *    readable with h5py + hdf5plugin.
  * Nothing is left at OUT on failure. */
-zck_status zck_to_universal(const char *src, const char *out, const zck_universal_opts *opts);
+ZCK_API zck_status zck_to_universal(const char *src, const char *out, const zck_universal_opts *opts);
 
 /* ---- integrity: manifests and verify
  * zckpt writes zckpt-manifest.json LAST into every directory it produces (a DeepSpeed tag
@@ -275,15 +295,15 @@ typedef struct zck_manifest_opts {
 /* Describes and hashes every file of dir (recursively) and writes dir/zckpt-manifest.json
  * atomically; call it last, when every other file of dir is final. For a DeepSpeed tag
  * folder, the layout is recorded (the folder must open with the DeepSpeed reader). */
-zck_status zck_manifest_write_dir(const char *dir, const zck_manifest_opts *opts);
+ZCK_API zck_status zck_manifest_write_dir(const char *dir, const zck_manifest_opts *opts);
 /* Marks dir as being written in place (dir/.zckpt-partial), for writers that do not build
  * their output under a temporary name; zck_manifest_write_dir removes the mark. */
-zck_status zck_manifest_mark_partial(const char *dir);
+ZCK_API zck_status zck_manifest_mark_partial(const char *dir);
 /* For readers of zckpt-written checkpoints: ZCK_OK when dir holds a valid manifest whose
  * files exist with the listed sizes, or no manifest and no partial mark (a checkpoint not
  * written by zckpt); else ZCK_ERR_DAMAGED "DIR: incomplete checkpoint: ..." (or the
  * manifest's parse error). force accepts anyway. Stats only, reads no data. */
-zck_status zck_manifest_check_complete(const char *dir, int force);
+ZCK_API zck_status zck_manifest_check_complete(const char *dir, int force);
 
 /* ---- verify */
 
@@ -347,10 +367,10 @@ typedef struct zck_verify_report {
  * the first thing that could not be checked (zck_last_error() says what). *out receives
  * the report in every case but misuse and out of memory (then NULL); free it with
  * zck_verify_report_free. */
-zck_status zck_verify(const char *path, const zck_verify_opts *opts, zck_verify_report **out);
-void zck_verify_report_free(zck_verify_report *r);
+ZCK_API zck_status zck_verify(const char *path, const zck_verify_opts *opts, zck_verify_report **out);
+ZCK_API void zck_verify_report_free(zck_verify_report *r);
 /* Prints the report on out (a FILE *): text, one finding per line, or JSON. */
-zck_status zck_verify_report_print(const zck_verify_report *r, int json, void *out);
+ZCK_API zck_status zck_verify_report_print(const zck_verify_report *r, int json, void *out);
 
 #ifdef __cplusplus
 }

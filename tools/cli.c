@@ -1,6 +1,6 @@
 /* cli.c: error printing, size parsing and the progress bar shared by subcommands. */
 #include "cli.h"
-#include "io.h"
+#include "zck.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -165,7 +165,7 @@ int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag) {
 int zck_cli_resolve_out(const char *out, char **resolved) {
   /* the library writes through a folder's link by itself; resolved here too so the
    * input checks and the interruption clean-up see the folder the job writes */
-  zck_status s = zck__resolve_out(out, resolved);
+  zck_status s = zck_resolve_out(out, resolved);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }
 

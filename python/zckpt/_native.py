@@ -1,9 +1,9 @@
 """ctypes bindings over lib/zck.h: the shared library and the structs the API uses.
 
 The library is found next to this package (the wheel installs it as zckpt/_lib/libzckpt.so)
-or at $ZCKPT_LIBRARY (a build tree). Structs are declared field for field as in zck.h and
-passed with trailing zero bytes, so a library whose option structs grew fields at the end
-(zero meaning "default") still reads only zeros past what this module knows.
+or at $ZCKPT_LIBRARY (a build tree). Structs are declared field for field as in zck.h; option
+structs carry their size, so a newer library gives the fields this module does not know
+their defaults.
 """
 import ctypes
 import glob
@@ -48,25 +48,21 @@ lib.zck_dtype_parse.argtypes = [ctypes.c_char_p]
 
 PROGRESS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
 
-# Room for fields a newer library appends to an option struct (read as zeros = defaults).
-_SPARE = 256
-
-
 class _Opts(ctypes.Structure):
-    """An option struct followed by spare zero bytes."""
+    """An option struct: zeros, its size when it has that field, then the given fields."""
 
     @classmethod
     def new(cls, **fields):
-        holder = (ctypes.c_char * (ctypes.sizeof(cls) + _SPARE))()
-        o = cls.from_buffer(holder)
-        o._holder = holder
+        o = cls()
+        if cls._fields_[0][0] == "size":
+            o.size = ctypes.sizeof(cls)
         for k, v in fields.items():
             setattr(o, k, v)
         return o
 
 
 class ConsolidateOpts(_Opts):
-    _fields_ = [("tag", ctypes.c_char_p), ("dtype", ctypes.c_int), ("max_shard_size", ctypes.c_uint64),
+    _fields_ = [("size", ctypes.c_size_t), ("tag", ctypes.c_char_p), ("dtype", ctypes.c_int), ("max_shard_size", ctypes.c_uint64),
                 ("exclude_frozen", ctypes.c_int), ("keep_tied", ctypes.c_int), ("safetensors", ctypes.c_int),
                 ("torch_bin", ctypes.c_int), ("force", ctypes.c_int), ("threads", ctypes.c_uint),
                 ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p),
@@ -74,21 +70,21 @@ class ConsolidateOpts(_Opts):
 
 
 class ReshardOpts(_Opts):
-    _fields_ = [("to_stage", ctypes.c_int), ("to_world_size", ctypes.c_uint32), ("sub_group_size", ctypes.c_uint64),
+    _fields_ = [("size", ctypes.c_size_t), ("to_stage", ctypes.c_int), ("to_world_size", ctypes.c_uint32), ("sub_group_size", ctypes.c_uint64),
                 ("tag", ctypes.c_char_p), ("threads", ctypes.c_uint), ("overwrite", ctypes.c_int),
                 ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int),
                 ("no_verify", ctypes.c_int)]
 
 
 class UniversalOpts(_Opts):
-    _fields_ = [("format", ctypes.c_int), ("tag", ctypes.c_char_p), ("inject_missing_state", ctypes.c_int),
+    _fields_ = [("size", ctypes.c_size_t), ("format", ctypes.c_int), ("tag", ctypes.c_char_p), ("inject_missing_state", ctypes.c_int),
                 ("level", ctypes.c_int), ("chunk_bytes", ctypes.c_uint64), ("threads", ctypes.c_uint),
                 ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p),
                 ("no_verify", ctypes.c_int)]
 
 
 class InspectOpts(_Opts):
-    _fields_ = [("json", ctypes.c_int), ("max_values", ctypes.c_int)]
+    _fields_ = [("size", ctypes.c_size_t), ("json", ctypes.c_int), ("max_values", ctypes.c_int)]
 
 
 VERIFY_OPTS_VERSION = 1

@@ -1,9 +1,13 @@
-/* test_cancel_and_memory.c: the public API's progress cancellation and in-memory state dict.
+/* test_cancel_and_memory.c: the public API's progress cancellation, sized options and
+ * in-memory state dict.
  *  - a progress callback returning non-zero stops consolidate, reshard, to-universal (both
  *    formats) and verify with ZCK_ERR_CANCELED, and nothing is left at or beside OUT;
+ *  - option structs are read as far as their size field says;
  *  - zck_consolidate_open/read fill caller buffers with exactly the bytes of the tensors
  *    zck_consolidate writes (same names and dtypes), aliases sharing their source. */
 #include <dirent.h>
+#include <stddef.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,6 +83,26 @@ int main(void) {
     if (s != ZCK_ERR_CANCELED)
       ZT_FAIL("job %d: expected canceled, got %s: %s", job, zck_status_name(s), zck_last_error());
     ZT_EQ_INT(c.calls, 1);
+    ZT_EQ_INT(entries(tmp), 0);
+  }
+
+  /* ---- sized options: a caller's struct is read only as far as its size says (an older,
+   * shorter one gets defaults for newer fields); one without its size is refused */
+  {
+    counter c = {0, 1};
+    zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+    o.progress = stop_after; /* past the size below: must not be seen */
+    o.progress_ctx = &c;
+    o.size = offsetof(zck_consolidate_opts, progress);
+    snprintf(out, sizeof out, "%s/sized.safetensors", tmp);
+    ZT_OK(zck_consolidate(src, out, &o));
+    ZT_EQ_INT(c.calls, 0);
+    ZT_ASSERT(unlink(out) == 0);
+    o.size = 0;
+    ZT_ERR(zck_consolidate(src, out, &o), ZCK_ERR_INVALID_ARG, "_INIT");
+    zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+    ro.size = 3;
+    ZT_ERR(zck_reshard(src, out, &ro), ZCK_ERR_INVALID_ARG, "size");
     ZT_EQ_INT(entries(tmp), 0);
   }
 

@@ -5,6 +5,11 @@ set -euo pipefail
 build="$1"; here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+# both programs; a package and library that need no CUDA or NCCL (the device code is the
+# engine's own library), whatever the build had
+test -x "$tmp/prefix/bin/zckpt" && test -x "$tmp/prefix/bin/zckpt-train"
+! grep -rlE "CUDAToolkit|NCCL|cudart" "$tmp"/prefix/lib*/cmake/zckpt/ || { echo "FAIL: the CMake package needs CUDA"; exit 1; }
+! ldd "$(ls "$tmp"/prefix/lib*/libzckpt.so | head -1)" | grep -E "cudart|nccl|cublas" || { echo "FAIL: libzckpt.so links CUDA"; exit 1; }
 cmake -S "$here/consumer" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/b" >/dev/null
 "$tmp/b/consumer" "$ZCK_FIXTURES/torch/dtypes.pt" "$tmp/out.safetensors"
