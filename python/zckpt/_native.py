@@ -48,6 +48,7 @@ lib.zck_dtype_parse.argtypes = [ctypes.c_char_p]
 
 PROGRESS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
 
+
 class _Opts(ctypes.Structure):
     """An option struct: zeros, its size when it has that field, then the given fields."""
 

@@ -6,8 +6,10 @@ one-line message, progress reports, cancellation by the callback and by Ctrl-C (
 left at OUT or beside it), and that importing the package pulls in neither torch nor numpy.
 Run: python test_api.py (ZCK_FIXTURES and ZCK_BIN name the fixtures and a zckpt program).
 """
+import ctypes
 import filecmp
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import time
 import unittest
 
 import zckpt
+import zckpt._native as N
 
 FX = os.environ.get("ZCK_FIXTURES") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 DS = os.path.join(FX, "deepspeed")
@@ -26,6 +29,67 @@ BIN = os.environ.get("ZCK_BIN", "zckpt")
 
 def listing(d):
     return sorted(os.listdir(d))
+
+
+HEADER = os.environ.get("ZCK_HEADER") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib", "zck.h")
+
+
+def header_structs(text):
+    """zck.h's structs: {name: [(field, C type), ...]}, from its `typedef struct X { ... } X;` blocks."""
+    structs = {}
+    for m in re.finditer(r"typedef struct (zck_\w+) \{(.*?)\n\} \1;", text, re.S):
+        body = re.sub(r"/\*.*?\*/", "", m.group(2), flags=re.S)
+        fields = []
+        for decl in body.split(";"):
+            decl = " ".join(decl.split())
+            if decl:
+                f = re.match(r"(.*?)\s*\b(\w+)$", decl)
+                fields.append((f.group(2), f.group(1).replace(" *", "*")))
+        structs[m.group(1)] = fields
+    return structs
+
+
+class Mirror(unittest.TestCase):
+    """_native.py declares zck.h's structs field for field, with the C types' ctypes."""
+
+    CTYPES = {"const char*": ctypes.c_char_p, "void*": ctypes.c_void_p, "size_t": ctypes.c_size_t,
+              "int": ctypes.c_int, "unsigned": ctypes.c_uint, "uint32_t": ctypes.c_uint32,
+              "uint64_t": ctypes.c_uint64, "int64_t": ctypes.c_int64}
+
+    def ctype(self, c):
+        if c in self.CTYPES:
+            return self.CTYPES[c]
+        if c == "zck_progress_cb":
+            return N.PROGRESS
+        if c in ("zck_dtype", "zck_output_format", "zck_universal_format", "zck_tensor_role",
+                 "zck_verify_result", "zck_verify_severity"):
+            return ctypes.c_int   # enums
+        if c == "const int64_t*":
+            return ctypes.POINTER(ctypes.c_int64)
+        if c == "const zck_verify_finding*":
+            return ctypes.POINTER(N.VerifyFinding)
+        self.fail(f"zck.h type {c!r}: no ctypes equivalent known to this test")
+
+    def test_structs_mirror_zck_h(self):
+        if not os.path.exists(HEADER):
+            self.skipTest("zck.h not found (set ZCK_HEADER)")
+        with open(HEADER) as f:
+            structs = header_structs(f.read())
+        pairs = {"zck_consolidate_opts": N.ConsolidateOpts, "zck_reshard_opts": N.ReshardOpts,
+                 "zck_universal_opts": N.UniversalOpts, "zck_inspect_opts": N.InspectOpts,
+                 "zck_verify_opts": N.VerifyOpts, "zck_verify_finding": N.VerifyFinding,
+                 "zck_verify_report": N.VerifyReport, "zck_tensor_desc": N.TensorDesc}
+        for cname, cls in pairs.items():
+            self.assertIn(cname, structs)
+            want = [(f, self.ctype(t)) for f, t in structs[cname]]
+            have = list(cls._fields_)
+            self.assertEqual([f for f, _ in have], [f for f, _ in want], cname)
+            for (f, a), (_, b) in zip(have, want):
+                self.assertIs(a, b, f"{cname}.{f}")
+        # every option struct of the jobs starts with its size, and new() sets it
+        for cls in (N.ConsolidateOpts, N.ReshardOpts, N.UniversalOpts, N.InspectOpts):
+            self.assertEqual(cls._fields_[0][0], "size")
+            self.assertEqual(cls.new().size, ctypes.sizeof(cls))
 
 
 class Api(unittest.TestCase):
