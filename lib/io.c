@@ -601,7 +601,8 @@ static double zck__process_start_time(long pid) {
   if (!p) return -1;
   unsigned long long ticks = 0;
   int field = 2; /* the name was field 2; count the fields after it */
-  for (char *tok = strtok(p + 1, " "); tok; tok = strtok(NULL, " "))
+  char *save = NULL; /* strtok_r: jobs run in threads of their own */
+  for (char *tok = strtok_r(p + 1, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
     if (++field == 22) {
       ticks = strtoull(tok, NULL, 10);
       break;
@@ -646,46 +647,16 @@ bool zck__writer_gone(long pid, time_t changed) {
   return started > 0 && started > (double)changed + 2.0; /* 2 s: clock-tick and time rounding */
 }
 
-/* Removes every ".<name>.zck-tmp-<pid>" entry beside path whose writer died before its
- * commit (the pid no longer runs): a save killed while writing checkpoint-10 leaves a tree
- * that no later save of checkpoint-20 would otherwise ever look at; single files alike. An
- * earlier output a replacing commit had moved aside (".<name>.zck-tmp-<pid>.zck-old-<pid>")
- * goes back to <name> when <name> is missing (the writer died between its two renames),
- * and is removed only when <name> is there. Live writers (their pid runs, this process
- * included) are left alone. */
+/* Sweeps the folder of final_path of the temporaries of writers that died before their
+ * commit (zck_sweep_temporaries, sweep.c): a save killed while writing checkpoint-10 leaves
+ * a tree that no later save of checkpoint-20 would otherwise ever look at. An earlier
+ * output a dead writer had moved aside comes back first, before OUT is judged. */
 static void zck__clean_stale_temps(const char *final_path) {
   char *copy = zck__strdup(final_path);
   if (copy) {
     size_t n = strlen(copy);
     while (n > 1 && copy[n - 1] == '/') copy[--n] = 0;
-    const char *dir = dirname(copy);
-    DIR *dd = opendir(dir);
-    struct dirent *e;
-    while (dd && (e = readdir(dd))) {
-      if (e->d_name[0] != '.') continue;
-      const char *mark = strstr(e->d_name, ".zck-tmp-");
-      if (!mark) continue;
-      char *end;
-      long pid = strtol(mark + strlen(".zck-tmp-"), &end, 10);
-      if (pid <= 0 || (*end && strncmp(end, ".zck-old-", 9))) continue;
-      if (pid == (long)getpid()) continue;
-      char *stale = zck__path_join(dir, e->d_name);
-      struct stat st;
-      if (stale && lstat(stale, &st) == 0 && zck__writer_gone(pid, st.st_ctime)) {
-        bool restored = false;
-        if (*end) { /* a kept earlier version: its final name is between '.' and the mark */
-          char *name = zck__strdup(e->d_name + 1);
-          char *final = name ? (name[mark - e->d_name - 1] = 0, zck__path_join(dir, name)) : NULL;
-          struct stat fs;
-          if (final && *name && lstat(final, &fs) != 0 && errno == ENOENT) restored = rename(stale, final) == 0;
-          free(final);
-          free(name);
-        }
-        if (!restored) zck__remove_tree(stale);
-      }
-      free(stale);
-    }
-    if (dd) closedir(dd);
+    zck_sweep_temporaries(dirname(copy), ZCK_SWEEP_DEAD, NULL, NULL);
   }
   free(copy);
   zck_clear_error();

@@ -97,6 +97,28 @@ ZCK_API zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type
  * and the link stays), a dangling link is refused. *resolved: free() it. */
 ZCK_API zck_status zck_resolve_out(const char *path, char **resolved);
 
+/* ---- temporaries
+ * A job builds its output under a temporary name beside it, ".NAME.zck-tmp-PID" (a file
+ * or a folder), and renames it to NAME at its commit; a commit replacing an earlier NAME
+ * first moves that aside as ".NAME.zck-tmp-PID.zck-old-PID". A writer killed outright
+ * (SIGKILL, out of memory, power loss) leaves these behind; every job sweeps its OUT's
+ * folder of dead writers' entries before it writes (ZCK_SWEEP_DEAD). */
+typedef enum zck_sweep_mode {
+  ZCK_SWEEP_DEAD = 0,         /* entries of writers no longer running; other live processes'
+                                 and this process's own are left alone */
+  ZCK_SWEEP_OWN = 1           /* this process's own entries, after its job was interrupted:
+                                 system calls and stack buffers only, so it may run while the
+                                 other threads are stopped anywhere (inside malloc included);
+                                 sets no error message */
+} zck_sweep_mode;
+
+/* Sweeps the entries of folder dir (not below): removes the temporaries (never following
+ * a link), and puts an earlier version that was moved aside back at NAME when NAME is
+ * missing (its writer died between its two renames), else removes it. removed and
+ * restored (either may be NULL) receive the number of entries. ZCK_ERR_NOT_FOUND or
+ * ZCK_ERR_IO when dir cannot be opened; an entry that cannot be removed stays. */
+ZCK_API zck_status zck_sweep_temporaries(const char *dir, zck_sweep_mode mode, unsigned *removed, unsigned *restored);
+
 /* ---- checksums */
 /* XXH3-64 of a byte range (the manifest's per-tensor checksum). */
 ZCK_API uint64_t zck_xxh3(const void *data, size_t n);

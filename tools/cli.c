@@ -215,7 +215,8 @@ void zck_cli_set_output(const char *out) {
 }
 
 /* After the signal, every other thread is frozen (it could hold malloc's or stdio's lock),
- * so the cleanup below uses system calls and stack buffers only. */
+ * so the code below and the sweep (zck_sweep_temporaries, ZCK_SWEEP_OWN) use system calls
+ * and stack buffers only. */
 struct zck__cli_dirent {
   uint64_t ino;
   int64_t off;
@@ -225,78 +226,6 @@ struct zck__cli_dirent {
 };
 
 static bool zck__cli_dot(const char *n) { return n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])); }
-
-/* rm -r of dfd/name, never following symlinks. */
-static void zck__cli_rmrf_at(int dfd, const char *name, int depth) {
-  if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT) return;
-  if (depth > 24) return;
-  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  char buf[2048];
-  for (int pass = 0; pass < 8; pass++) {
-    lseek(fd, 0, SEEK_SET);
-    long n;
-    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
-      for (long off = 0; off < n;) {
-        struct zck__cli_dirent *e = (struct zck__cli_dirent *)(buf + off);
-        off += e->reclen;
-        if (!zck__cli_dot(e->name)) zck__cli_rmrf_at(fd, e->name, depth + 1);
-      }
-    }
-    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno != ENOTEMPTY) break;
-  }
-  close(fd);
-}
-
-static bool zck__cli_ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && !strcmp(s + n - m, suffix);
-}
-
-/* Removes ".NAME.zck-tmp-<pid>" entries of this process from dir; an earlier output that a
- * replacing commit moved aside (".NAME.zck-tmp-<pid>.zck-old-<pid>") goes back to NAME if
- * NAME is gone, else (the commit finished) is removed as the commit would have. */
-static void zck__cli_clean_dir(const char *dir) {
-  char tmp_suffix[64], old_suffix[96];
-  long pid = (long)getpid();
-  snprintf(tmp_suffix, sizeof tmp_suffix, ".zck-tmp-%ld", pid);
-  snprintf(old_suffix, sizeof old_suffix, ".zck-tmp-%ld.zck-old-%ld", pid, pid);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  char buf[4096];
-  for (int pass = 0; pass < 4; pass++) {
-    bool found = false;
-    lseek(fd, 0, SEEK_SET);
-    long n;
-    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0) {
-      for (long off = 0; off < n;) {
-        struct zck__cli_dirent *e = (struct zck__cli_dirent *)(buf + off);
-        off += e->reclen;
-        const char *name = e->name;
-        if (name[0] != '.') continue;
-        if (zck__cli_ends_with(name, old_suffix)) {
-          char final[NAME_MAX + 1];
-          size_t len = strlen(name) - strlen(old_suffix) - 1;
-          if (len > 0 && len <= NAME_MAX) {
-            memcpy(final, name + 1, len);
-            final[len] = 0;
-            struct stat st;
-            if (fstatat(fd, final, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT &&
-                renameat(fd, name, fd, final) == 0)
-              continue;
-          }
-          zck__cli_rmrf_at(fd, name, 0);
-          found = true;
-        } else if (zck__cli_ends_with(name, tmp_suffix)) {
-          zck__cli_rmrf_at(fd, name, 0);
-          found = true;
-        }
-      }
-    }
-    if (!found) break;
-  }
-  close(fd);
-}
 
 static volatile sig_atomic_t zck__cli_frozen;
 
@@ -353,7 +282,7 @@ static void *zck__cli_signal_main(void *arg) {
   pthread_mutex_lock(&zck__cli_sig_lock); /* registration is done under it: no half entry */
   zck__cli_freeze_others();
   for (int i = 0; i < ZCK__CLI_MAX_DIRS; i++)
-    if (zck__cli_dirs[i]) zck__cli_clean_dir(zck__cli_dirs[i]);
+    if (zck__cli_dirs[i]) zck_sweep_temporaries(zck__cli_dirs[i], ZCK_SWEEP_OWN, NULL, NULL);
   const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
   char msg[PATH_MAX + 128];
   int len;

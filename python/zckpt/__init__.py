@@ -6,6 +6,7 @@ Jobs (each one atomic: on any error, or when canceled, nothing is left at OUT):
     to_universal(checkpoint, out, ...)    DeepSpeed's universal checkpoint, or one HDF5 file
     verify(path, ...) -> VerifyReport     structure and checksums
     inspect(path) -> dict                 what a checkpoint or tensor file holds
+    sweep_temporaries(folder)             what writers killed before their commit left
 
 DeepSpeed's zero_to_fp32 functions, same signatures and results, no DeepSpeed needed:
     get_fp32_state_dict_from_zero_checkpoint, convert_zero_checkpoint_to_fp32_state_dict,
@@ -16,6 +17,8 @@ progress=callable(done_bytes, total_bytes) (a true return value cancels the job)
 leave it None for a tqdm bar when tqdm is installed and stderr is a terminal. Ctrl-C
 cancels cleanly and raises KeyboardInterrupt.
 
+no_verify=True skips the checksums of the bytes a job reads (the command's --no-verify).
+
 Hugging Face Trainer integration (zckpt.hf, imported on its own): ZckptCallback (manifest
 after each save, CPU consolidation of every or the best checkpoint) and prepare_resume
 (reshard a checkpoint-N for another world size or ZeRO stage before resuming).
@@ -25,13 +28,13 @@ Importing zckpt needs neither torch nor numpy.
 import json
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 from . import _native as N
-from ._run import Canceled, Error, run
+from ._run import Canceled, Error, error_from, run
 
 __all__ = ["Error", "Canceled", "consolidate", "reshard", "to_universal", "verify", "inspect", "VerifyReport",
-           "VerifyFinding", "version", "get_fp32_state_dict_from_zero_checkpoint",
+           "VerifyFinding", "version", "sweep_temporaries", "Swept", "get_fp32_state_dict_from_zero_checkpoint",
            "convert_zero_checkpoint_to_fp32_state_dict", "load_state_dict_from_zero_checkpoint"]
 
 __version__ = N.lib.zck_version().decode()
@@ -74,7 +77,8 @@ def _size(v):
 
 
 def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, exclude_frozen=False,
-                keep_tied=False, format="safetensors", force=False, overwrite=False, threads=0, progress=None):
+                keep_tied=False, format="safetensors", force=False, overwrite=False, threads=0, progress=None,
+                no_verify=False):
     """A DeepSpeed ZeRO-1/2/3 checkpoint (save root with `latest`, tag folder or HF
     checkpoint-N/) to whole tensors at OUT: a folder (model.safetensors or shards + index),
     or one *.safetensors / *.bin file. format: "safetensors", "pt" or "both" (folders)."""
@@ -83,30 +87,33 @@ def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, e
     o = N.ConsolidateOpts.new(tag=_b(tag), dtype=_dtype(dtype), max_shard_size=_size(max_shard_size),
                               exclude_frozen=int(bool(exclude_frozen)), keep_tied=int(bool(keep_tied)),
                               safetensors=int(format != "pt"), torch_bin=int(format != "safetensors"),
-                              force=int(bool(force)), threads=threads, overwrite=int(bool(overwrite)))
+                              force=int(bool(force)), threads=threads, overwrite=int(bool(overwrite)),
+                              no_verify=int(bool(no_verify)))
     run(N.lib.zck_consolidate, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="consolidate")
     return os.fspath(out)
 
 
 def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None, tag=None, force=False,
-            overwrite=False, threads=0, progress=None):
+            overwrite=False, threads=0, progress=None, no_verify=False):
     """A DeepSpeed checkpoint (or a universal folder / HDF5 file) as a DeepSpeed checkpoint
     for another ZeRO stage and/or world size; OUT is a new save root (OUT/latest, OUT/<tag>/)."""
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
-                          tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)))
+                          tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)),
+                          no_verify=int(bool(no_verify)))
     run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
     return os.fspath(out)
 
 
 def to_universal(checkpoint, out, *, format="deepspeed", tag=None, inject_missing_state=False, level=0,
-                 chunk_bytes=0, overwrite=False, threads=0, progress=None):
+                 chunk_bytes=0, overwrite=False, threads=0, progress=None, no_verify=False):
     """A DeepSpeed checkpoint with its optimizer state as a universal checkpoint: format
     "deepspeed" (the folder ds_to_universal.py writes) or "hdf5" (one file)."""
     if format not in ("deepspeed", "ds", "hdf5", "h5"):
         raise Error(f"format {format!r}: use deepspeed or hdf5", "invalid argument")
     o = N.UniversalOpts.new(format=1 if format in ("hdf5", "h5") else 0, tag=_b(tag),
                             inject_missing_state=int(bool(inject_missing_state)), level=level,
-                            chunk_bytes=chunk_bytes, threads=threads, overwrite=int(bool(overwrite)))
+                            chunk_bytes=chunk_bytes, threads=threads, overwrite=int(bool(overwrite)),
+                            no_verify=int(bool(no_verify)))
     run(N.lib.zck_to_universal, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="to-universal")
     return os.fspath(out)
 
@@ -187,6 +194,25 @@ def inspect(path, *, max_values=0):
         text = N.ctypes.string_at(buf, size.value) if buf else b""
         N.libc.free(buf)
     return json.loads(text)
+
+
+class Swept(NamedTuple):
+    removed: int    # temporaries removed
+    restored: int   # earlier versions put back at their name
+
+
+def sweep_temporaries(folder):
+    """Sweeps FOLDER's entries (not below) of what writers that died before their commit
+    left: their temporaries (".NAME.zck-tmp-PID", files or trees) go, and an earlier NAME a
+    dying commit had moved aside comes back when NAME is missing. Entries of writers still
+    running are left alone. Every job does this in its OUT's folder before it writes; call
+    it for a folder no job will write into again (an HF output_dir after a killed run)."""
+    removed, restored = N.ctypes.c_uint(), N.ctypes.c_uint()
+    st = N.lib.zck_sweep_temporaries(_b(os.fspath(folder)), N.SWEEP_DEAD, N.ctypes.byref(removed),
+                                     N.ctypes.byref(restored))
+    if st:
+        raise error_from(st)
+    return Swept(removed.value, restored.value)
 
 
 from .zero_to_fp32 import (convert_zero_checkpoint_to_fp32_state_dict,  # noqa: E402

@@ -133,6 +133,9 @@ for name, args in [
     f = getattr(lib, name)
     f.restype = ctypes.c_int
     f.argtypes = args
+lib.zck_sweep_temporaries.restype = ctypes.c_int
+lib.zck_sweep_temporaries.argtypes = [_c, ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint)]
+SWEEP_DEAD = 0
 lib.zck_verify_report_free.restype = None
 lib.zck_verify_report_free.argtypes = [ctypes.POINTER(VerifyReport)]
 lib.zck_state_dict_count.restype = ctypes.c_size_t

@@ -228,6 +228,26 @@ class Api(unittest.TestCase):
         with self.assertRaises(zckpt.Error):
             zckpt.inspect(os.path.join(self.tmp, "nope.pt"))
 
+    def test_sweep_temporaries(self):
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()   # a writer that is gone
+        tree = os.path.join(self.tmp, f".checkpoint-10.zck-tmp-{dead.pid}")
+        os.makedirs(os.path.join(tree, "global_step10"))
+        aside = os.path.join(self.tmp, f".model.zck-tmp-{dead.pid}.zck-old-{dead.pid}")
+        os.makedirs(aside)
+        with open(os.path.join(aside, "model.safetensors"), "w") as f:
+            f.write("earlier")
+        mine = os.path.join(self.tmp, f".live.zck-tmp-{os.getpid()}")   # a running writer's
+        open(mine, "w").close()
+        self.assertEqual(zckpt.sweep_temporaries(self.tmp), zckpt.Swept(removed=1, restored=1))
+        self.assertEqual(listing(self.tmp), [os.path.basename(mine), "model"])
+        with open(os.path.join(self.tmp, "model", "model.safetensors")) as f:
+            self.assertEqual(f.read(), "earlier")
+        with self.assertRaises(zckpt.Error) as e:
+            zckpt.sweep_temporaries(os.path.join(self.tmp, "nope"))
+        self.assertIn("nope", str(e.exception))
+        self.assertEqual(e.exception.status, "not found")
+
     def test_state_dict_without_torch_or_numpy(self):
         try:
             import numpy  # noqa: F401
