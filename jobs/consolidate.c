@@ -337,6 +337,11 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
       zck__outdir_abort(&d);
     }
   }
+  if (st == ZCK_OK && o.summary) {
+    uint64_t stored = 0; /* a tied alias in the safetensors metadata is no tensor of its own */
+    for (size_t i = 0; i < s.n; i++) stored += !o.safetensors || s.v[i].alias_of < 0;
+    zck__job_summary_fill(o.summary, out, stored);
+  }
   for (size_t i = 0; i < n_side; i++) { free(side_names[i]); free(side_texts[i]); }
   free(side_names);
   free(side_texts);

@@ -41,6 +41,11 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
     default: st = zck__write_safetensors_dir(&s, out, &wo, NULL, NULL, 0); break;
     }
   }
+  if (st == ZCK_OK) {
+    uint64_t stored = 0; /* torch.save keeps every name; safetensors stores a tied alias once */
+    for (size_t i = 0; i < s.n; i++) stored += fmt == ZCK_OUT_TORCH || s.v[i].alias_of < 0;
+    zck__job_summary_fill(o.summary, out, stored);
+  }
   zck__set_free(&s);
   return st;
 }

@@ -193,6 +193,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     free(tag_dir);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);
+  if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(c)->n_params);
   zck_ds_writer_free(w);
   zck__outdir_abort(&d);
   zck_ds_close(c);

@@ -302,6 +302,7 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   m = s.m;
   if (st == ZCK_OK) st = zck__reshard_check(src, m, &wo, wo.has_optimizer_state, o);
   if (st == ZCK_OK) st = zck__reshard_whole(&s, &wo, out, o);
+  if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, m->n_params);
   zck__h5_order_free(&ord);
   zck_pk_doc_free(rs);
   zck_h5u_close(u);

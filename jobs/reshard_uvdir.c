@@ -66,6 +66,7 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   zck_status st = skip || !in->root ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) st = zck__reshard_check(in->dir, s.m, &wo, in->has_optimizer_state, o);
   if (st == ZCK_OK) st = zck__reshard_whole(&s, &wo, out, o);
+  if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, s.m->n_params);
   free(skip);
   zck_uv_close(u);
   return st;

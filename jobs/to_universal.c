@@ -772,6 +772,7 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &ck));
   zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o);
+  if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(ck)->n_params);
   zck_ds_close(ck);
   return st;
 }

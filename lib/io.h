@@ -114,6 +114,9 @@ void zck__rmdirs_made(const char *path, const char *made_top);
  * its target (renaming the output over OUT itself would replace the link), a dangling
  * link is an error naming it, anything else is OUT as given. *resolved: caller frees. */
 zck_status zck__resolve_out(const char *path, char **resolved);
+/* Fills *sum (when not NULL) after a job committed OUT: tensors as given, and the regular
+ * files at OUT (links not followed below OUT itself) and their bytes (out_summary.c). */
+void zck__job_summary_fill(zck_job_summary *sum, const char *out, uint64_t tensors);
 
 /* ---- fault injection */
 typedef enum { ZCK_IO_OP_READ, ZCK_IO_OP_WRITE, ZCK_IO_OP_FSYNC, ZCK_IO_OP_RENAME, ZCK_IO_OP_OPEN, ZCK_IO_OP_COUNT } zck__io_op;

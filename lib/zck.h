@@ -149,6 +149,15 @@ typedef enum zck_output_format {
   ZCK_OUT_TORCH            /* one torch.save file (a state dict) */
 } zck_output_format;
 
+/* What a job wrote, filled on success when an option struct's `summary` points here. */
+typedef struct zck_job_summary {
+  uint64_t tensors;           /* consolidate, convert: tensors stored at OUT (a tied alias
+                                 recorded in the safetensors metadata is not one); reshard,
+                                 to-universal: the model's parameters */
+  uint64_t files;             /* regular files at OUT (1 when OUT is a file) */
+  uint64_t bytes;             /* their sizes */
+} zck_job_summary;
+
 typedef struct zck_convert_opts {
   size_t size;                /* sizeof(zck_convert_opts), set by ZCK_CONVERT_OPTS_INIT */
   zck_dtype dtype;            /* ZCK_DTYPE_INVALID: keep each tensor's dtype */
@@ -160,8 +169,9 @@ typedef struct zck_convert_opts {
   void *progress_ctx;
   int no_verify;              /* skip the zip CRC-32 checks of the tensor bytes read (never the
                                  structure checks) */
+  zck_job_summary *summary;   /* filled on success when not NULL */
 } zck_convert_opts;
-#define ZCK_CONVERT_OPTS_INIT {sizeof(zck_convert_opts), ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0}
+#define ZCK_CONVERT_OPTS_INIT {sizeof(zck_convert_opts), ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0, NULL}
 
 /* A state dict of tensors between .pt/.bin and safetensors (file, index or directory). */
 ZCK_API zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts);
@@ -195,8 +205,9 @@ typedef struct zck_consolidate_opts {
   void *progress_ctx;
   int no_verify;              /* skip the checksums of the bytes read (zip CRC-32s, the manifest's
                                  XXH3s); the structure and rank identity checks always run */
+  zck_job_summary *summary;   /* filled on success when not NULL (not by zck_consolidate_open) */
 } zck_consolidate_opts;
-#define ZCK_CONSOLIDATE_OPTS_INIT {sizeof(zck_consolidate_opts), NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL, 0}
+#define ZCK_CONSOLIDATE_OPTS_INIT {sizeof(zck_consolidate_opts), NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL, 0, NULL}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (root with `latest`, tag folder, or HF checkpoint-N/)
  * to whole tensors, equal bit for bit to DeepSpeed's zero_to_fp32. OUT: a directory (HF
@@ -253,8 +264,9 @@ typedef struct zck_reshard_opts {
   void *progress_ctx;
   int force;                  /* accept a zckpt-written source whose manifest is missing */
   int no_verify;              /* as zck_consolidate_opts.no_verify */
+  zck_job_summary *summary;   /* filled on success when not NULL */
 } zck_reshard_opts;
-#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0}
+#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that
@@ -283,8 +295,9 @@ typedef struct zck_universal_opts {
   zck_progress_cb progress;
   void *progress_ctx;
   int no_verify;              /* as zck_consolidate_opts.no_verify */
+  zck_job_summary *summary;   /* filled on success when not NULL */
 } zck_universal_opts;
-#define ZCK_UNIVERSAL_OPTS_INIT {sizeof(zck_universal_opts), ZCK_UNIVERSAL_DS, NULL, 0, 0, 0, 0, 0, NULL, NULL, 0}
+#define ZCK_UNIVERSAL_OPTS_INIT {sizeof(zck_universal_opts), ZCK_UNIVERSAL_DS, NULL, 0, 0, 0, 0, 0, NULL, NULL, 0, NULL}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (save root with `latest`, tag folder or HF
  * checkpoint-N/) with its optimizer state to a universal checkpoint, in one pass over the

@@ -416,6 +416,24 @@ void zck_cli_progress_finish(zck_cli_progress *p) {
   if (p->enabled) fputs("\r\033[K", stderr);
 }
 
+double zck_cli_now(void) { return zck__now(); }
+
+void zck_cli_summary(const char *out, const char *what, const zck_job_summary *sum, double started, bool quiet) {
+  if (quiet) return;
+  double secs = zck__now() - started, b = (double)sum->bytes;
+  static const char *const units[] = {"KB", "MB", "GB", "TB", "PB"};
+  char size[48];
+  if (sum->bytes < 1000) {
+    snprintf(size, sizeof size, "%llu bytes", (unsigned long long)sum->bytes);
+  } else {
+    int u = 0; /* Hugging Face's units: powers of 1000 */
+    for (b /= 1000; b >= 999.95 && u < 4; u++) b /= 1000;
+    snprintf(size, sizeof size, "%.1f %s", b, units[u]);
+  }
+  fprintf(stderr, "wrote %s: %llu %s%s, %s in %.1f s\n", out, (unsigned long long)sum->tensors, what,
+          sum->tensors == 1 ? "" : "s", size, secs < 0 ? 0.0 : secs);
+}
+
 void zck_cli_format_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
   size_t off = (size_t)snprintf(buf, n, "[");
   for (int i = 0; i < ndim && off < n; i++)

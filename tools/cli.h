@@ -67,6 +67,11 @@ void zck_cli_progress_update(void *p, uint64_t done_bytes);
 /* A zck_progress_cb drawing the bar (total known only once the job starts). */
 int zck_cli_progress_cb(void *p, uint64_t done_bytes, uint64_t total_bytes);
 void zck_cli_progress_finish(zck_cli_progress *p);
+/* Seconds on a monotonic clock, for the summary's duration. */
+double zck_cli_now(void);
+/* The one line on stderr after a job succeeded (not when quiet):
+ * "wrote OUT: 148 tensors, 4.0 GB in 9.3 s"; what: "tensor" or "parameter". */
+void zck_cli_summary(const char *out, const char *what, const zck_job_summary *sum, double started, bool quiet);
 /* Prints a shape as [a, b, c]. */
 void zck_cli_format_shape(char *buf, size_t n, const int64_t *shape, int ndim);
 

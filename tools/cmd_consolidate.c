@@ -16,7 +16,7 @@ static const char zck__consolidate_help[] =
   "or one *.safetensors or *.bin file. Reads only the fp32 partitions, in place.\n"
   "\n"
   "options:\n"
-  "  --tag TAG                the tag folder to read instead of `latest`\n"
+  "  -t, --tag TAG            the tag folder to read instead of `latest`\n"
   "  --dtype fp32|bf16|fp16   cast floating tensors (default: zero_to_fp32's dtypes:\n"
   "                           fp32 params, frozen params in their 16-bit dtype)\n"
   "  --max-shard-size SIZE    HF shard size (5GB, 500MB, 2GiB); default 5GB\n"
@@ -26,20 +26,20 @@ static const char zck__consolidate_help[] =
   "   --safe_serialization are accepted too)\n"
   "  --keep-tied              write tied aliases as tensors too (default: once, as\n"
   "                           save_pretrained; the alias is recorded in the metadata)\n"
-  "  --threads N              worker threads (default: all cores)\n"
+  "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing output\n"
   "  --force                  read a zckpt-written checkpoint whose manifest is missing\n"
   "  --no-verify              skip the checksums of the bytes read (zip CRC-32s; the\n"
   "                           manifest's XXH3s); structure and rank checks still run\n"
-  "  -q, --quiet              no progress bar\n"
+  "  -q, --quiet              no progress bar, no summary line\n"
   "  -h, --help               this help\n";
 
 int zck_cmd_consolidate(int argc, char **argv) {
   static const struct option opts[] = {
-    {"tag", required_argument, 0, 'T'}, {"dtype", required_argument, 0, 'd'},
+    {"tag", required_argument, 0, 't'}, {"dtype", required_argument, 0, 'd'},
     {"max-shard-size", required_argument, 0, 's'}, {"format", required_argument, 0, 'f'},
     {"exclude-frozen", no_argument, 0, 'x'}, {"keep-tied", no_argument, 0, 'k'},
-    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
+    {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     /* DeepSpeed zero_to_fp32.py's spellings (safetensors is what a folder OUT gets anyway) */
@@ -51,9 +51,9 @@ int zck_cmd_consolidate(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
     switch (c) {
-    case 'T': o.tag = optarg; break;
+    case 't': o.tag = optarg; break;
     case 'd':
       if ((rc = zck_cli_opt_float_dtype("consolidate", optarg, &o.dtype))) return rc;
       break;
@@ -70,7 +70,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
     case 'x': o.exclude_frozen = 1; break;
     case 'S': break;
     case 'k': o.keep_tied = 1; break;
-    case 't':
+    case 'j':
       if ((rc = zck_cli_opt_threads("consolidate", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
@@ -103,8 +103,12 @@ int zck_cmd_consolidate(int argc, char **argv) {
   zck_cli_progress_init(&bar, "consolidate", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
+  zck_job_summary sum;
+  o.summary = &sum;
+  double started = zck_cli_now();
   zck_status s = zck_consolidate(in, out, &o);
   zck_cli_progress_finish(&bar);
   free(out); /* the signal thread keeps its own copy */
+  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "tensor", &sum, started, quiet);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -18,17 +18,17 @@ static const char zck__convert_help[] =
   "  --dtype fp32|bf16|fp16   cast floating tensors (round to nearest even, as torch)\n"
   "  --max-shard-size SIZE    HF directory shards, HF units (5GB, 500MB, 2GiB); default 5GB\n"
   "  --format safetensors|hf|pt  force the output kind\n"
-  "  --threads N              worker threads (default: all cores)\n"
+  "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing output\n"
   "  --no-verify              skip the zip CRC-32 checks of the tensor bytes read\n"
-  "  -q, --quiet              no progress bar\n"
+  "  -q, --quiet              no progress bar, no summary line\n"
   "  -h, --help               this help\n";
 
 int zck_cmd_convert(int argc, char **argv) {
   static const struct option opts[] = {
     {"dtype", required_argument, 0, 'd'}, {"max-shard-size", required_argument, 0, 's'},
     {"max_shard_size", required_argument, 0, 's'},
-    {"format", required_argument, 0, 'f'}, {"threads", required_argument, 0, 't'},
+    {"format", required_argument, 0, 'f'}, {"threads", required_argument, 0, 'j'},
     {"overwrite", no_argument, 0, 'o'}, {"no-verify", no_argument, 0, 'V'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
   zck_convert_opts o = ZCK_CONVERT_OPTS_INIT;
@@ -36,7 +36,7 @@ int zck_cmd_convert(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hqj:", opts, NULL)) != -1) {
     switch (c) {
     case 'd':
       if ((rc = zck_cli_opt_float_dtype("convert", optarg, &o.dtype))) return rc;
@@ -50,7 +50,7 @@ int zck_cmd_convert(int argc, char **argv) {
       else if (!strcmp(optarg, "pt")) o.format = ZCK_OUT_TORCH;
       else return zck_cli_usage_error("convert", "--format must be safetensors, hf or pt");
       break;
-    case 't':
+    case 'j':
       if ((rc = zck_cli_opt_threads("convert", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
@@ -71,8 +71,12 @@ int zck_cmd_convert(int argc, char **argv) {
   zck_cli_progress_init(&bar, "convert", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
+  zck_job_summary sum;
+  o.summary = &sum;
+  double started = zck_cli_now();
   zck_status s = zck_convert_file(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);
   free(out_r);
+  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "tensor", &sum, started, quiet);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

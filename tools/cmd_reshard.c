@@ -27,13 +27,13 @@ static const char zck__reshard_help[] =
   "  --to-world-size W        target data-parallel world size (default: the source's)\n"
   "  --sub-group-size N       ZeRO-3 target: sub_group_size of the target run (default:\n"
   "                           the source's, else 1e9); less than 1e18\n"
-  "  --tag TAG                DeepSpeed source: the tag instead of `latest`\n"
-  "  --threads N              worker threads (default: all cores)\n"
+  "  -t, --tag TAG            DeepSpeed source: the tag instead of `latest`\n"
+  "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing OUT\n"
   "  --force                  read a zckpt-written SRC whose manifest is missing\n"
   "  --no-verify              skip the checksums of the bytes read (zip CRC-32s; the\n"
   "                           manifest's XXH3s); structure and rank checks still run\n"
-  "  -q, --quiet              no progress bar\n"
+  "  -q, --quiet              no progress bar, no summary line\n"
   "  -h, --help               this help\n";
 
 static bool zck__parse_u64(const char *s, uint64_t max, uint64_t *out) {
@@ -50,8 +50,8 @@ static bool zck__parse_u64(const char *s, uint64_t max, uint64_t *out) {
 int zck_cmd_reshard(int argc, char **argv) {
   static const struct option opts[] = {
     {"to-stage", required_argument, 0, 's'}, {"to-world-size", required_argument, 0, 'w'},
-    {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 'T'},
-    {"threads", required_argument, 0, 't'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
+    {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 't'},
+    {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
@@ -60,7 +60,7 @@ int zck_cmd_reshard(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
     switch (c) {
     case 's':
       if (!zck__parse_u64(optarg, 3, &v)) return zck_cli_usage_error("reshard", "--to-stage must be 1, 2 or 3");
@@ -74,8 +74,8 @@ int zck_cmd_reshard(int argc, char **argv) {
       if (!zck__parse_u64(optarg, UINT64_MAX / 2, &v)) return zck_cli_usage_error("reshard", "--sub-group-size must be a positive integer");
       o.sub_group_size = v;
       break;
-    case 'T': o.tag = optarg; break;
-    case 't':
+    case 't': o.tag = optarg; break;
+    case 'j':
       if ((rc = zck_cli_opt_threads("reshard", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
@@ -98,8 +98,12 @@ int zck_cmd_reshard(int argc, char **argv) {
   zck_cli_progress_init(&bar, "reshard", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
+  zck_job_summary sum;
+  o.summary = &sum;
+  double started = zck_cli_now();
   zck_status s = zck_reshard(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);
   free(out_r);
+  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -24,24 +24,24 @@ static const char zck__to_universal_help[] =
   "options:\n"
   "  --format ds|hdf5          output layout (default: hdf5 for an OUT named *.h5 or\n"
   "                            *.hdf5, else ds)\n"
-  "  --tag TAG                 the tag folder to read instead of `latest`\n"
+  "  -t, --tag TAG             the tag folder to read instead of `latest`\n"
   "  --inject-missing-state    ds, stage 1/2: accept a checkpoint without\n"
   "                            universal_checkpoint_info (as ds_to_universal's\n"
   "                            --inject_missing_state; HF and plain DeepSpeed runs need it)\n"
   "  --level N                 hdf5: zstd level 1..22 (default 3)\n"
   "  --chunk-size SIZE         hdf5: uncompressed chunk size (default 1MiB)\n"
-  "  --threads N               worker threads (default: all cores)\n"
+  "  -j, --threads N           worker threads (default: all cores)\n"
   "  --overwrite               replace an existing output\n"
   "  --no-verify               skip the checksums of the bytes read (zip CRC-32s; the\n"
   "                            manifest's XXH3s); structure and rank checks still run\n"
-  "  -q, --quiet               no progress bar\n"
+  "  -q, --quiet               no progress bar, no summary line\n"
   "  -h, --help                this help\n";
 
 int zck_cmd_to_universal(int argc, char **argv) {
   static const struct option opts[] = {
-    {"format", required_argument, 0, 'f'}, {"tag", required_argument, 0, 'T'},
+    {"format", required_argument, 0, 'f'}, {"tag", required_argument, 0, 't'},
     {"inject-missing-state", no_argument, 0, 'i'}, {"level", required_argument, 0, 'l'},
-    {"chunk-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
+    {"chunk-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 'j'},
     {"overwrite", no_argument, 0, 'o'}, {"no-verify", no_argument, 0, 'V'}, {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
@@ -50,7 +50,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
     switch (c) {
     case 'f':
       format_given = true;
@@ -58,7 +58,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
       else if (!strcmp(optarg, "hdf5") || !strcmp(optarg, "h5")) o.format = ZCK_UNIVERSAL_HDF5;
       else return zck_cli_usage_error("to-universal", "--format must be ds or hdf5, not '%s'", optarg);
       break;
-    case 'T': o.tag = optarg; break;
+    case 't': o.tag = optarg; break;
     case 'i': o.inject_missing_state = 1; break;
     case 'l': {
       char *end;
@@ -71,7 +71,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
       if (!zck_cli_parse_size(optarg, &o.chunk_bytes) || o.chunk_bytes == 0 || o.chunk_bytes > ((uint64_t)1 << 30))
         return zck_cli_usage_error("to-universal", "--chunk-size: cannot read '%s' (e.g. 1MiB, 4MB; at most 1GiB)", optarg);
       break;
-    case 't':
+    case 'j':
       if ((rc = zck_cli_opt_threads("to-universal", optarg, &o.threads))) return rc;
       break;
     case 'o': o.overwrite = 1; break;
@@ -98,8 +98,12 @@ int zck_cmd_to_universal(int argc, char **argv) {
   zck_cli_progress_init(&bar, "to-universal", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
+  zck_job_summary sum;
+  o.summary = &sum;
+  double started = zck_cli_now();
   zck_status s = zck_to_universal(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);
   free(out_r);
+  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

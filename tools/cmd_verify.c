@@ -29,11 +29,11 @@ static const char zck__verify_help[] =
   "  --json              machine-readable report on stdout\n"
   "  --force             check a folder zckpt marked incomplete (interrupted save) without\n"
   "                      counting the missing manifest as damage\n"
-  "  --tag TAG           DeepSpeed: the tag folder to check instead of `latest`\n"
+  "  -t, --tag TAG       DeepSpeed: the tag folder to check instead of `latest`\n"
   "  --structure-only    read no tensor data (no CRCs, no checksums)\n"
   "  --write-manifest    after a clean check of a folder without a manifest, record it in\n"
   "                      zckpt-manifest.json (checkpoints written by other tools)\n"
-  "  --threads N         worker threads (default: all cores)\n"
+  "  -j, --threads N     worker threads (default: all cores)\n"
   "  -q, --quiet         no progress bar\n"
   "  -h, --help          this help\n"
   "\n"
@@ -41,9 +41,9 @@ static const char zck__verify_help[] =
 
 int zck_cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {
-    {"json", no_argument, 0, 'j'}, {"force", no_argument, 0, 'f'}, {"tag", required_argument, 0, 'T'},
+    {"json", no_argument, 0, 'J'}, {"force", no_argument, 0, 'f'}, {"tag", required_argument, 0, 't'},
     {"structure-only", no_argument, 0, 's'}, {"write-manifest", no_argument, 0, 'w'},
-    {"threads", required_argument, 0, 't'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+    {"threads", required_argument, 0, 'j'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
   zck_verify_opts o = ZCK_VERIFY_OPTS_INIT;
   int json = 0, write_manifest = 0;
@@ -51,14 +51,14 @@ int zck_cmd_verify(int argc, char **argv) {
   int c, rc;
   optind = 1;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
     switch (c) {
-    case 'j': json = 1; break;
+    case 'J': json = 1; break;
     case 'f': o.force = 1; break;
-    case 'T': o.tag = optarg; break;
+    case 't': o.tag = optarg; break;
     case 's': o.skip_data = 1; break;
     case 'w': write_manifest = 1; break;
-    case 't':
+    case 'j':
       if ((rc = zck_cli_opt_threads("verify", optarg, &o.threads))) return rc;
       break;
     case 'q': quiet = true; break;

@@ -62,26 +62,30 @@ class _Opts(ctypes.Structure):
         return o
 
 
+class JobSummary(ctypes.Structure):
+    _fields_ = [("tensors", ctypes.c_uint64), ("files", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
 class ConsolidateOpts(_Opts):
     _fields_ = [("size", ctypes.c_size_t), ("tag", ctypes.c_char_p), ("dtype", ctypes.c_int), ("max_shard_size", ctypes.c_uint64),
                 ("exclude_frozen", ctypes.c_int), ("keep_tied", ctypes.c_int), ("safetensors", ctypes.c_int),
                 ("torch_bin", ctypes.c_int), ("force", ctypes.c_int), ("threads", ctypes.c_uint),
                 ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p),
-                ("no_verify", ctypes.c_int)]
+                ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary))]
 
 
 class ReshardOpts(_Opts):
     _fields_ = [("size", ctypes.c_size_t), ("to_stage", ctypes.c_int), ("to_world_size", ctypes.c_uint32), ("sub_group_size", ctypes.c_uint64),
                 ("tag", ctypes.c_char_p), ("threads", ctypes.c_uint), ("overwrite", ctypes.c_int),
                 ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int),
-                ("no_verify", ctypes.c_int)]
+                ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary))]
 
 
 class UniversalOpts(_Opts):
     _fields_ = [("size", ctypes.c_size_t), ("format", ctypes.c_int), ("tag", ctypes.c_char_p), ("inject_missing_state", ctypes.c_int),
                 ("level", ctypes.c_int), ("chunk_bytes", ctypes.c_uint64), ("threads", ctypes.c_uint),
                 ("overwrite", ctypes.c_int), ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p),
-                ("no_verify", ctypes.c_int)]
+                ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary))]
 
 
 class InspectOpts(_Opts):

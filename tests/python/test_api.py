@@ -68,6 +68,8 @@ class Mirror(unittest.TestCase):
             return ctypes.POINTER(ctypes.c_int64)
         if c == "const zck_verify_finding*":
             return ctypes.POINTER(N.VerifyFinding)
+        if c == "zck_job_summary*":
+            return ctypes.POINTER(N.JobSummary)
         self.fail(f"zck.h type {c!r}: no ctypes equivalent known to this test")
 
     def test_structs_mirror_zck_h(self):
@@ -78,7 +80,8 @@ class Mirror(unittest.TestCase):
         pairs = {"zck_consolidate_opts": N.ConsolidateOpts, "zck_reshard_opts": N.ReshardOpts,
                  "zck_universal_opts": N.UniversalOpts, "zck_inspect_opts": N.InspectOpts,
                  "zck_verify_opts": N.VerifyOpts, "zck_verify_finding": N.VerifyFinding,
-                 "zck_verify_report": N.VerifyReport, "zck_tensor_desc": N.TensorDesc}
+                 "zck_verify_report": N.VerifyReport, "zck_tensor_desc": N.TensorDesc,
+                 "zck_job_summary": N.JobSummary}
         for cname, cls in pairs.items():
             self.assertIn(cname, structs)
             want = [(f, self.ctype(t)) for f, t in structs[cname]]

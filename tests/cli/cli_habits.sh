@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# cli_habits.sh: the command as DeepSpeed and Hugging Face users type it: -t/--tag
+# (zero_to_fp32's spelling) and -j/--threads in every command; one summary line on stderr
+# after a job succeeds ("wrote OUT: N tensors, X KB in T s"), silenced by -q.
+set -u
+bin="${ZCK_BIN:?ZCK_BIN must name the zckpt binary}"
+here="$(cd "$(dirname "$0")" && pwd)"
+fx="${ZCK_FIXTURES:-$here/../fixtures}"
+ck="$fx/deepspeed/s3w2_bf16/ckpt"
+[ -d "$ck" ] || { echo "SKIP: no fixture $ck"; exit 77; }
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+run() { # expected_rc cmd...: stdout in $tmp/out, stderr in $tmp/err
+  local want="$1"; shift
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  [ "$rc" = "$want" ] || { bad "exit $rc, expected $want: $*"; cat "$tmp/err"; return 1; }
+}
+bytes_of() { find "$1" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
+human() { # bytes as the summary writes them (powers of 1000, one decimal)
+  awk -v b="$1" 'BEGIN { if (b < 1000) { printf "%d bytes", b; exit }
+    split("KB MB GB TB PB", u, " "); v = b / 1000; i = 1
+    while (v >= 999.95 && i < 5) { v /= 1000; i++ } printf "%.1f %s", v, u[i] }'
+}
+summary_is() { # OUT N WHAT: stderr is exactly the summary line for OUT
+  local want line; want="wrote $1: $2 $3, $(human "$(bytes_of "$1")") in "
+  line="$(cat "$tmp/err")"
+  if [ "$(wc -l <"$tmp/err")" != 1 ] || [[ "$line" != "$want"* ]] || ! [[ "${line#"$want"}" =~ ^[0-9]+\.[0-9]\ s$ ]]; then
+    bad "summary of $1: expected one line '$want<T> s', got:"; cat "$tmp/err"
+  fi
+}
+quiet_is_silent() { [ ! -s "$tmp/err" ] || { bad "-q: stderr not empty: $*"; cat "$tmp/err"; }; }
+
+# ---- -t is --tag, -j is --threads (zero_to_fp32.py: -t/--tag)
+run 0 "$bin" consolidate -q --tag global_step2 --threads 2 "$ck" "$tmp/long.safetensors"
+run 0 "$bin" consolidate -q -t global_step2 -j 2 "$ck" "$tmp/short.safetensors" &&
+  { cmp -s "$tmp/long.safetensors" "$tmp/short.safetensors" || bad "-t/-j output differs from --tag/--threads"; }
+run 1 "$bin" consolidate -q -t global_step9 "$ck" "$tmp/none.safetensors" &&
+  { grep -q "global_step9" "$tmp/err" && [ "$(wc -l <"$tmp/err")" = 1 ] || { bad "-t global_step9: error should name the tag"; cat "$tmp/err"; }; }
+[ ! -e "$tmp/none.safetensors" ] || bad "-t global_step9 left output"
+run 2 "$bin" consolidate -q -j 0 "$ck" "$tmp/j0.safetensors" && grep -q -- "threads" "$tmp/err" || bad "-j 0 is not refused as threads"
+run 0 "$bin" reshard -q -t global_step2 -j 1 --to-world-size 3 "$ck" "$tmp/r3"
+run 0 "$bin" to-universal -q -t global_step2 -j 1 "$ck" "$tmp/u"
+run 0 "$bin" verify -q -t global_step2 -j 1 "$ck"
+run 1 "$bin" verify -q -t global_step9 "$ck"
+run 0 "$bin" convert -q -j 1 "$tmp/short.safetensors" "$tmp/short.pt"
+run 0 "$bin" verify --json -q "$ck" && grep -q '"result"' "$tmp/out" || bad "verify --json"
+
+# ---- one summary line on success, none with -q, none on failure
+run 0 "$bin" consolidate "$ck" "$tmp/one.safetensors" &&
+  summary_is "$tmp/one.safetensors" "$("$bin" inspect "$tmp/one.safetensors" | sed -n 's/^\([0-9]*\) tensors,.*/\1/p')" tensors
+run 0 "$bin" consolidate --max-shard-size 2KB "$ck" "$tmp/hf" && summary_is "$tmp/hf" 11 tensors
+run 0 "$bin" consolidate --format both "$ck" "$tmp/both" && summary_is "$tmp/both" 11 tensors
+run 0 "$bin" reshard --to-world-size 3 --to-stage 2 "$ck" "$tmp/r" && summary_is "$tmp/r" 10 parameters
+run 0 "$bin" to-universal "$ck" "$tmp/uv" && summary_is "$tmp/uv" 10 parameters
+run 0 "$bin" to-universal --format hdf5 "$ck" "$tmp/uv.h5" && summary_is "$tmp/uv.h5" 10 parameters
+run 0 "$bin" convert "$tmp/one.safetensors" "$tmp/one.pt" && summary_is "$tmp/one.pt" 11 tensors
+run 0 "$bin" consolidate -q "$ck" "$tmp/q.safetensors" && quiet_is_silent consolidate
+run 0 "$bin" reshard --quiet --to-world-size 1 "$ck" "$tmp/rq" && quiet_is_silent reshard
+run 0 "$bin" to-universal -q "$ck" "$tmp/uq" && quiet_is_silent to-universal
+run 0 "$bin" convert -q "$tmp/one.safetensors" "$tmp/q.pt" && quiet_is_silent convert
+run 1 "$bin" consolidate "$ck" "$tmp/one.safetensors" && ! grep -q '^wrote' "$tmp/err" || bad "a failed job printed a summary"
+
+[ "$fail" = 0 ] && echo "cli habits: all checks passed"
+exit "$fail"
