@@ -21,6 +21,7 @@
 #include "torch/torch.h"
 #include "universal/universal.h"
 #include "zck.h"
+#include "dist.h"
 
 typedef struct desc_tensor {
   char *name;                   /* the name, then the shape's ndim int64s (one allocation) */
@@ -331,6 +332,7 @@ zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opt
   if (opts) o = *opts;
   ZCK_ASSERT(o.version >= 1);
   if (from_known) *from_known = 0;
+  if (!zck__dist_writes()) return ZCK_OK; /* a distributed job's rank 0 writes it */
   zck_manifest *m = NULL;
   ZCK_TRY_CTX(manifest_build(dir, &o, known, from_known, &m), "%s: cannot write " ZCK_MANIFEST_NAME, dir);
   zck_status st = zck_manifest_write(m, dir);

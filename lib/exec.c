@@ -13,6 +13,7 @@
  * its batch's slot; after the run the pieces of each record are sorted, the bytes between
  * them read, the CRCs combined and compared (verify_records). */
 #include "exec.h"
+#include "dist.h"
 
 #include "threadpool.h"
 
@@ -615,7 +616,13 @@ static zck_status verify_records(exec_ctx *c) {
 
 // ---- entry points
 
+/* A distributed job's copy is shared by its ranks (exec_dist.c), each running its share here. */
 zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_opts *opts) {
+  if (zck__dist_on()) return zck__exec_run_dist(jobs, n_jobs, opts);
+  return zck__exec_run_here(jobs, n_jobs, opts);
+}
+
+zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_opts *opts) {
   static const zck_exec_opts defaults = ZCK_EXEC_OPTS_INIT;
   exec_ctx c;
   memset(&c, 0, sizeof c);

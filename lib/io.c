@@ -1,5 +1,6 @@
 /* io.c: bounds-checked inputs, atomic outputs, fault injection. See io.h. */
 #include "io.h"
+#include "dist.h"
 
 #include "threadpool.h"
 
@@ -221,7 +222,7 @@ static char *zck__tmp_sibling(const char *final_path) {
     size_t n = strlen(copy1);
     while (n > 1 && copy1[n - 1] == '/') copy1[--n] = 0, copy2[n] = 0;
     const char *dir = dirname(copy1), *base = basename(copy2);
-    res = zck__sprintf("%s/.%s.zck-tmp-%ld", dir, base, (long)getpid());
+    res = zck__sprintf("%s/.%s.zck-tmp-%ld", dir, base, zck__dist_tmp_pid()); /* rank 0's in a distributed job */
   }
   free(copy1);
   free(copy2);
@@ -288,6 +289,48 @@ static bool zck__in_open_dir(const char *path) {
   return in;
 }
 
+/* ---- the other ranks of a distributed job (dist.h)
+ *
+ * Rank 0 alone creates, names, fills in and commits or removes the output. Another rank
+ * only computes the same names (temporaries carry rank 0's pid) and holds a placeholder
+ * descriptor for each file, onto which dist.c opens rank 0's file when a copy starts; it
+ * writes nothing outside its share of a copy. */
+
+static bool zck__follower(void) { return zck__dist_on() && zck__dist_rank() != 0; }
+
+static zck_status zck__outfile_follow(zck__outfile *f, const char *final_path) {
+  f->path = zck__strdup(final_path);
+  f->in_outdir = zck__in_open_dir(final_path);
+  zck_status s = f->path ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK && !f->in_outdir) {
+    char *real = NULL;
+    s = zck__resolve_out(final_path, &real);
+    if (s == ZCK_OK) {
+      free(f->path);
+      f->path = real;
+    }
+  }
+  if (s == ZCK_OK) f->tmp_path = f->in_outdir ? zck__strdup(f->path) : zck__tmp_sibling(f->path);
+  if (s == ZCK_OK && !f->tmp_path) s = ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK && (f->fd = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+    s = zck__fail_errno(errno, "%s: cannot create output", final_path);
+  if (s == ZCK_OK) zck__dist_outfile_add(f->fd, f->tmp_path);
+  if (s != ZCK_OK) zck__outfile_abort(f);
+  return s;
+}
+
+static void zck__outfile_unfollow(zck__outfile *f) {
+  if (f->fd >= 0) {
+    zck__dist_outfile_remove(f->fd);
+    close(f->fd);
+  }
+  free(f->made_top);
+  free(f->tmp_path);
+  free(f->path);
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+}
+
 /* ---- single output files */
 
 static void zck__clean_stale_temps(const char *final_path);
@@ -295,6 +338,7 @@ static void zck__clean_stale_temps(const char *final_path);
 zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
   memset(f, 0, sizeof *f);
   f->fd = -1;
+  if (zck__follower()) return zck__outfile_follow(f, final_path);
   f->path = zck__strdup(final_path);
   f->in_outdir = zck__in_open_dir(final_path);
   /* inside a temporary tree the file is written in place: the whole tree is the
@@ -351,10 +395,12 @@ zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
 }
 
 zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off) {
+  if (!zck__dist_writes()) return ZCK_OK; /* rank 0 writes it */
   return zck__pwrite_all(f->fd, data, n, off, f->path);
 }
 
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size) {
+  if (!zck__dist_writes()) return ZCK_OK;
   if (ftruncate(f->fd, (off_t)size) != 0) return zck__fail_errno(errno, "%s: cannot set size", f->path);
   return ZCK_OK;
 }
@@ -379,6 +425,10 @@ static zck_status zck__rename_noreplace(const char *from, const char *to) {
 zck_status zck__outfile_commit(zck__outfile *f) {
   /* A failed commit is an abort: the temporary file is removed and f freed, so callers
    * never leak or leave anything behind whatever step failed. */
+  if (zck__follower()) {
+    zck__outfile_unfollow(f);
+    return ZCK_OK;
+  }
   zck_status s = ZCK_OK;
   if (!f->in_outdir) {
     int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
@@ -443,6 +493,10 @@ zck_status zck__outfile_commit(zck__outfile *f) {
 
 void zck__outfile_abort(zck__outfile *f) {
   if (!f) return;
+  if (zck__follower()) {
+    zck__outfile_unfollow(f);
+    return;
+  }
   if (f->fd >= 0) close(f->fd);
   if (f->tmp_path) unlink(f->tmp_path);
   if (f->made_top && f->path) { /* a failed save leaves no folders of its own behind */
@@ -468,6 +522,7 @@ zck_status zck__mkdirs(const char *path) {
 
 zck_status zck__mkdirs_track(const char *path, char **made_top) {
   *made_top = NULL;
+  if (zck__follower()) return ZCK_OK; /* rank 0's tree */
   /* the common cases first, one system call each: only the last component is missing (a
    * universal folder's 100k parameter folders), or the folder exists (a writer making
    * the folder of each of its files) */
@@ -513,6 +568,7 @@ zck_status zck__mkdirs_track(const char *path, char **made_top) {
 }
 
 void zck__rmdirs_made(const char *path, const char *made_top) {
+  if (zck__follower()) return;
   size_t top = strlen(made_top);
   while (top > 1 && made_top[top - 1] == '/') top--;
   if (strncmp(path, made_top, top) || (path[top] && path[top] != '/')) return; /* not under it */
@@ -552,6 +608,7 @@ zck_status zck__resolve_out(const char *path, char **resolved) {
 }
 
 zck_status zck__remove_tree(const char *path) {
+  if (zck__follower()) return ZCK_OK;
   struct stat st;
   if (lstat(path, &st) != 0) return errno == ENOENT ? ZCK_OK : zck__fail_errno(errno, "%s: cannot stat", path);
   if (S_ISDIR(st.st_mode)) {
@@ -667,6 +724,13 @@ zck_status zck__outdir_create(zck__outdir *d, const char *final_path, bool overw
   struct stat st;
   char *real = NULL; /* a link to a folder: its target */
   ZCK_TRY(zck__resolve_out(final_path, &real));
+  if (zck__follower()) { /* rank 0 makes it; files inside are opened when a copy starts */
+    d->path = real;
+    d->tmp_path = zck__tmp_sibling(real);
+    if (!d->tmp_path) { zck__outdir_abort(d); return ZCK_ERR_NO_MEMORY; }
+    zck__open_dirs_add(d->tmp_path);
+    return ZCK_OK;
+  }
   /* first: an earlier output a dead run had moved aside comes back before OUT is judged */
   zck__clean_stale_temps(real);
   if (stat(real, &st) == 0) {
@@ -835,6 +899,10 @@ static zck_status zck__outdir_exchanged(zck__outdir *d) {
 }
 
 zck_status zck__outdir_commit(zck__outdir *d) {
+  if (zck__follower()) {
+    zck__outdir_abort(d);
+    return ZCK_OK;
+  }
   ZCK_TRY(zck__fsync_tree(d));
   char *old = NULL;
   if (d->replace) {
@@ -885,6 +953,14 @@ zck_status zck__outdir_commit(zck__outdir *d) {
 
 void zck__outdir_abort(zck__outdir *d) {
   if (!d) return;
+  if (zck__follower()) {
+    if (d->tmp_path) zck__open_dirs_remove(d->tmp_path);
+    free(d->made_top);
+    free(d->tmp_path);
+    free(d->path);
+    memset(d, 0, sizeof *d);
+    return;
+  }
   if (d->sync_fd > 0) close(d->sync_fd - 1);
   if (d->tmp_path) {
     zck__open_dirs_remove(d->tmp_path);

@@ -3,6 +3,7 @@
 #include "manifest.h"
 
 #include "io.h"
+#include "dist.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -274,6 +275,7 @@ void zck_manifest_free_paths(char **paths, size_t n) {
 // ---- completeness
 
 zck_status zck_manifest_mark_partial(const char *dir) {
+  if (!zck__dist_writes()) return ZCK_OK; /* a distributed job's rank 0 marks it */
   char *p = zck__path_join(dir, ZCK_MANIFEST_PARTIAL_NAME);
   if (!p) return ZCK_ERR_NO_MEMORY;
   zck_status st = ZCK_OK;

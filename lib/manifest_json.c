@@ -8,6 +8,7 @@
 #include "manifest.h"
 
 #include "io.h"
+#include "dist.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -104,6 +105,7 @@ zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len)
 }
 
 zck_status zck_manifest_write(const zck_manifest *m, const char *dir) {
+  if (!zck__dist_writes()) return ZCK_OK; /* a distributed job's rank 0 writes it */
   char *text = NULL;
   size_t len = 0;
   ZCK_TRY(zck_manifest_to_json(m, &text, &len));

@@ -1,6 +1,7 @@
 /* cli.c: error printing, size parsing and the progress bar shared by subcommands. */
 #include "cli.h"
 #include "zck.h"
+#include "cli_dist.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +69,7 @@ int zck_cli_error(const char *fmt, ...) {
   /* the user asked for OUT, not for the temporary name it is built under:
    * "dir/.out.zck-tmp-PID/x" reads "dir/out/x" */
   char mark[48];
-  snprintf(mark, sizeof mark, ".zck-tmp-%ld", (long)getpid());
+  snprintf(mark, sizeof mark, ".zck-tmp-%ld", zck_cli_dist_tmp_pid()); /* rank 0's under mpirun */
   for (char *hit; (hit = strstr(buf, mark));) {
     char *start = hit;
     while (start > buf && start[-1] != '/' && start[-1] != ' ' && start[-1] != '\'') start--;
@@ -88,6 +90,7 @@ int zck_cli_error(const char *fmt, ...) {
     size_t plen = (size_t)(colon - buf) + 2;
     if (!strncmp(buf + plen, buf, plen)) memmove(buf, buf + plen, strlen(buf + plen) + 1);
   }
+  if (zck_cli_dist_take_error(buf)) return ZCK_EXIT_ERROR; /* the ranks agree on one line */
   fprintf(stderr, "zckpt: error: %s\n", buf);
   return ZCK_EXIT_ERROR;
 }
@@ -100,6 +103,7 @@ int zck_cli_fail(zck_status s) {
 
 int zck_cli_usage_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
+  if (zck_cli_dist_quiet()) return ZCK_EXIT_USAGE; /* rank 0 says it */
   fprintf(stderr, "zckpt%s%s: ", cmd ? " " : "", cmd ? cmd : "");
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
@@ -275,10 +279,20 @@ static void zck__cli_freeze_others(void) {
   }
 }
 
+static atomic_int zck__cli_after_rc = -1;
+
+void zck_cli_signals_after(int rc) { atomic_store(&zck__cli_after_rc, rc); }
+
 static void *zck__cli_signal_main(void *arg) {
   (void)arg;
   int sig = 0;
   if (sigwait(&zck__cli_sigs, &sig) != 0) return NULL;
+  /* the command is over (mpirun ending the other ranks once one has exited): its own
+   * result stands, and there is nothing to clean up */
+  int after = atomic_load(&zck__cli_after_rc);
+  if (after >= 0) _exit(after);
+  /* a distributed job: rank 0 owns the temporaries and says it */
+  if (zck_cli_dist_quiet()) _exit(128 + sig);
   pthread_mutex_lock(&zck__cli_sig_lock); /* registration is done under it: no half entry */
   zck__cli_freeze_others();
   for (int i = 0; i < ZCK__CLI_MAX_DIRS; i++)

@@ -6,6 +6,7 @@
 
 #include "zck.h"
 #include "cli.h"
+#include "cli_dist.h"
 
 static const char zck__to_universal_help[] =
   "usage: zckpt to-universal [options] CHECKPOINT OUT\n"
@@ -90,6 +91,9 @@ int zck_cmd_to_universal(int argc, char **argv) {
   size_t n = strlen(out);
   if (!format_given && ((n >= 3 && !strcmp(out + n - 3, ".h5")) || (n >= 5 && !strcmp(out + n - 5, ".hdf5"))))
     o.format = ZCK_UNIVERSAL_HDF5;
+  /* the HDF5 writer is one process (libhdf5 places each chunk in the file as it comes):
+   * in a distributed job rank 0 writes it alone, the other ranks wait */
+  if (o.format == ZCK_UNIVERSAL_HDF5 && zck_cli_dist_solo()) return ZCK_EXIT_OK;
   char *out_r = NULL;
   if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
   if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, o.tag))) { free(out_r); return rc; }

@@ -4,6 +4,7 @@
  * `latest`, each atomic). A rank-only writer (zck__ds_writer_create_rank) builds one rank's
  * files straight into an existing tag folder. The pickled trees are built in ds_write_tree.c. */
 #include "ds_writer.h"
+#include "dist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,22 @@ static zck_status ws_write(void *ctx, const void *src, uint64_t elem_off, uint64
   /* the manifest hashes, from these bytes while they are here (after the range is recorded) */
   if (st == ZCK_OK) zck__shash_feed(s->hf, s->base + off, src, nbytes, &crc);
   return st;
+}
+
+/* A range another rank of a distributed job wrote (lib/dist.h): its CRC joins the list. */
+static void ws_noted(void *ctx, uint64_t elem_off, uint64_t count, uint32_t crc) {
+  zck__ds_wstore *s = ctx;
+  size_t es = zck_dtype_size(s->dtype);
+  if (!count) return;
+  pthread_mutex_lock(&s->mu);
+  if (s->n_ranges == s->cap_ranges) {
+    size_t nc = s->cap_ranges ? 2 * s->cap_ranges : 8;
+    zck__ds_wrange *nr = realloc(s->ranges, nc * sizeof *nr);
+    if (nr) { s->ranges = nr; s->cap_ranges = nc; }
+  }
+  if (s->n_ranges < s->cap_ranges) s->ranges[s->n_ranges++] = (zck__ds_wrange){elem_off * es, count * es, crc};
+  else s->oom = true;
+  pthread_mutex_unlock(&s->mu);
 }
 
 zck__ds_wstore *zck__ds_wstore_of(const zck_store *st) {
@@ -81,6 +98,7 @@ zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash
   s->base = off;
   pthread_mutex_init(&s->mu, NULL);
   w->ws[w->n_ws++] = s;
+  zck__dist_register_noted(ws_write, ws_noted);
   *out = zck_store_callback(NULL, ws_write, s, dt, numel, nm);
   return ZCK_OK;
 }

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# mpi_jobs_test.sh ZCKPT TEST_COMM_MPI: the offline jobs as distributed MPI jobs
+# (`mpirun -np N zckpt consolidate|reshard|to-universal|verify ...`) on this host:
+#  - the output equals a single-process run's, byte for byte (cmp / diff -r), at -np 2, 3, 4;
+#  - the copy is shared: with ZCK_DIST_TRACE=1 every rank lists the source records it
+#    reads, and at -np 4 over 4 rank files every rank reads some;
+#  - a damaged rank file that only a rank other than 0 reads: one error line naming it,
+#    every rank exits 1, nothing left behind (no OUT, no temporary), an earlier OUT intact;
+#  - a command that does not run distributed, and a usage error, say so once.
+# Skipped (77) without mpirun or in a build without MPI (scripts/deps.sh installs both).
+set -uo pipefail
+bin="$1" probe="$2"
+fx="${ZCK_FIXTURES:?}/deepspeed"
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not installed (scripts/deps.sh)"; exit 77; }
+"$probe" none; rc=$?
+[ $rc = 77 ] || { [ $rc = 0 ] && { echo "SKIP: built without MPI"; exit 77; }; echo "FAIL: probe: $rc"; exit 1; }
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# LeakSanitizer (the sanitizer build) would report Open MPI's own allocations at exit
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mp() { local np=$1; shift; timeout 300 mpirun --oversubscribe -np "$np" "$bin" "$@"; }
+n=0
+same() { # what single dist
+  diff -r "$2" "$3" >/dev/null || fail "$1: differs from the single-process run: $(diff -r "$2" "$3" | head -3)"
+  n=$((n + 1))
+}
+errs() { grep -c '^zckpt' "$1"; }
+no_temps() { # folder
+  ! ls -A "$1" | grep -q 'zck-tmp' || fail "temporaries left in $1: $(ls -A "$1")"
+}
+
+# consolidate: a folder of safetensors + .bin (zip CRCs combined across ranks), and one file
+src="$fx/s2w4_fp32_3groups/ckpt"
+"$bin" consolidate -q --format both "$src" "$tmp/c1" || fail "consolidate single"
+"$bin" consolidate -q --dtype bf16 "$src" "$tmp/c1.safetensors" || fail "consolidate single file"
+for np in 2 3 4; do
+  mp $np consolidate -q --format both "$src" "$tmp/c$np" || fail "consolidate -np $np"
+  same "consolidate -np $np" "$tmp/c1" "$tmp/c$np"
+  mkdir "$tmp/f$np"
+  ZCK_DIST_TRACE=1 mp $np consolidate -q --dtype bf16 "$src" "$tmp/f$np/c.safetensors" 2>"$tmp/f$np.log" ||
+    fail "consolidate -np $np one file: $(cat "$tmp/f$np.log")"
+  cmp "$tmp/c1.safetensors" "$tmp/f$np/c.safetensors" || fail "consolidate -np $np: one file differs"
+  no_temps "$tmp/f$np"
+  # every rank reads a share, and each record is read by one rank
+  for r in $(seq 0 $((np - 1))); do
+    grep -q "^zckpt: rank $r: reads " "$tmp/f$np.log" || fail "consolidate -np $np: rank $r read nothing: $(cat "$tmp/f$np.log")"
+  done
+  grep '^zckpt: rank' "$tmp/f$np.log" | sed 's/^zckpt: rank [0-9]*: //' | sort | uniq -d | grep -q . &&
+    fail "consolidate -np $np: a record read by two ranks: $(cat "$tmp/f$np.log")"
+  n=$((n + 1))
+done
+
+# reshard (the DeepSpeed writer's storage CRCs gathered from every rank)
+src3="$fx/s3w4_fp32_3groups/ckpt"
+"$bin" reshard -q --to-stage 2 --to-world-size 3 "$src3" "$tmp/r1" || fail "reshard single"
+for np in 2 4; do
+  mp $np reshard -q --to-stage 2 --to-world-size 3 "$src3" "$tmp/r$np" || fail "reshard -np $np"
+  same "reshard -np $np" "$tmp/r1" "$tmp/r$np"
+done
+
+# to-universal: the DeepSpeed layout shared out; HDF5 written by rank 0 alone (libhdf5
+# places chunks as they come: --threads 1 makes the file the same bytes run to run)
+for d in u1 u3 h1 h3; do mkdir "$tmp/$d"; done
+"$bin" to-universal -q --inject-missing-state "$src" "$tmp/u1/u" || fail "to-universal single"
+mp 3 to-universal -q --inject-missing-state "$src" "$tmp/u3/u" || fail "to-universal -np 3"
+same "to-universal -np 3" "$tmp/u1" "$tmp/u3"
+"$bin" to-universal -q --threads 1 "$src3" "$tmp/h1/u.h5" || fail "to-universal hdf5 single"
+mp 3 to-universal -q --threads 1 "$src3" "$tmp/h3/u.h5" || fail "to-universal hdf5 -np 3"
+cmp "$tmp/h1/u.h5" "$tmp/h3/u.h5" || fail "to-universal hdf5 -np 3 differs"
+n=$((n + 1))
+
+# a damaged rank file only rank 2 reads: one line naming it, all ranks exit 1, nothing written
+cp -r "$src" "$tmp/bad"
+f="$(ls "$tmp"/bad/global_step*/zero_pp_rank_2_mp_rank_00_optim_states.pt)"
+printf '\x55' | dd of="$f" bs=1 seek=6400 conv=notrunc 2>/dev/null
+mkdir "$tmp/o" && echo earlier >"$tmp/o/keep"
+ZCK_DIST_TRACE=1 mp 4 consolidate -q --overwrite "$tmp/bad" "$tmp/o" >"$tmp/b.out" 2>"$tmp/b.log"; rc=$?
+[ $rc = 1 ] || fail "damaged: exit $rc: $(cat "$tmp/b.log")"
+grep -q "^zckpt: rank [123]: reads $f" "$tmp/b.log" || fail "damaged: rank 0 read the file: $(cat "$tmp/b.log")"
+[ "$(grep '^zckpt: error' "$tmp/b.log" | wc -l)" = 1 ] || fail "damaged: not one line: $(cat "$tmp/b.log")"
+grep -q "^zckpt: error: $f: record data/9 .*CRC-32 mismatch" "$tmp/b.log" || fail "damaged: $(cat "$tmp/b.log")"
+[ "$(ls -A "$tmp/o")" = keep ] && [ "$(cat "$tmp/o/keep")" = earlier ] || fail "damaged: earlier output changed"
+no_temps "$tmp"
+mp 3 consolidate -q "$tmp/bad" "$tmp/o2" 2>"$tmp/b2.log"; rc=$?
+[ $rc = 1 ] && [ ! -e "$tmp/o2" ] && [ "$(errs "$tmp/b2.log")" = 1 ] || fail "damaged -np 3: exit $rc: $(cat "$tmp/b2.log")"
+no_temps "$tmp"
+n=$((n + 1))
+
+# one line for a usage error and for a command that does not run distributed
+mp 2 consolidate --no-such-option 2>"$tmp/u.log"; rc=$?
+[ $rc = 2 ] && [ "$(errs "$tmp/u.log")" = 1 ] || fail "usage: exit $rc: $(cat "$tmp/u.log")"
+mp 2 convert "$tmp/c1/model.safetensors" "$tmp/x.bin" 2>"$tmp/v.log"; rc=$?
+[ $rc = 1 ] && [ ! -e "$tmp/x.bin" ] && [ "$(errs "$tmp/v.log")" = 1 ] || fail "convert: exit $rc: $(cat "$tmp/v.log")"
+grep -q "^zckpt: error: convert does not run on several ranks" "$tmp/v.log" || fail "convert: $(cat "$tmp/v.log")"
+n=$((n + 1))
+echo "$n passed, 0 failed"

@@ -1,0 +1,104 @@
+/* cli_dist.c: a command started by mpirun / srun (`mpirun -np N zckpt consolidate ...`).
+ *
+ * Every rank parses the same arguments and runs the same job; lib/dist.h shares its copy
+ * out and leaves the output to rank 0. Here: whether this process is such a rank, the
+ * group, and the end: every rank waits for all the others, and rank 0 prints the one
+ * error line of the lowest rank that failed on its own; every rank exits with its code.
+ *
+ * A build without MPI started as one of several ranks refuses (one line, from the first
+ * rank): N independent copies would each write the same OUT.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_dist.h"
+#include "comm.h"
+#include "dist.h"
+
+static bool zck__cli_buffering;
+static char zck__cli_buffered[2048];
+
+bool zck_cli_dist_take_error(const char *line) {
+  if (!zck__cli_buffering) return false;
+  snprintf(zck__cli_buffered, sizeof zck__cli_buffered, "%s", line);
+  return true;
+}
+
+bool zck_cli_dist_solo(void) {
+  if (!zck__dist_on()) return false;
+  if (zck__dist_rank() != 0) return true;
+  zck__dist_pause(true);
+  return false;
+}
+
+long zck_cli_dist_tmp_pid(void) { return zck__dist_tmp_pid(); }
+
+bool zck_cli_dist_quiet(void) { return zck__dist_on() && zck__dist_rank() != 0; }
+
+/* The launcher's word on this process: world size (0: unknown) and rank. */
+static void zck__cli_launch(long *size, long *rank) {
+  static const char *sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+  static const char *ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+  *size = 0;
+  *rank = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !*size; i++)
+    if (getenv(sizes[i])) *size = strtol(getenv(sizes[i]), NULL, 10);
+  for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
+    if (getenv(ranks[i])) {
+      *rank = strtol(getenv(ranks[i]), NULL, 10);
+      break;
+    }
+}
+
+int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char **argv) {
+  if (!zck_comm_mpi_launched()) return run(argc, argv);
+  long size, rank;
+  zck__cli_launch(&size, &rank);
+  if (size == 1) return run(argc, argv);
+  if (!zck_comm_mpi_available()) {
+    char n[32] = "several";
+    if (size > 1) snprintf(n, sizeof n, "%ld", size);
+    if (rank == 0)
+      fprintf(stderr, "zckpt: error: started by an MPI launcher as one of %s ranks, but this zckpt was built without "
+              "MPI: each rank would write the same output (build with MPI, or run one process)\n", n);
+    return ZCK_EXIT_ERROR;
+  }
+  static const char *distributed[] = {"consolidate", "reshard", "to-universal"};
+  bool known = false;
+  for (size_t i = 0; i < sizeof distributed / sizeof distributed[0]; i++) known = known || !strcmp(name, distributed[i]);
+  if (!known) {
+    if (rank == 0)
+      fprintf(stderr, "zckpt: error: %s does not run on several ranks; run it as one process (without mpirun)\n", name);
+    return ZCK_EXIT_ERROR;
+  }
+  /* a rank whose share is done waits at the next agreement for the slowest one: a long
+   * copy is no hang (a dead rank ends the job through mpirun) */
+  setenv("ZCK_COMM_TIMEOUT_S", "604800", 0);
+  zck_comm *comm = NULL;
+  zck_status s = zck_comm_mpi_create(&comm);
+  if (s != ZCK_OK) return zck_cli_fail(s);
+  if (comm->size == 1) {
+    zck_comm_mpi_destroy(comm);
+    return run(argc, argv);
+  }
+  s = zck__dist_begin(comm);
+  if (s != ZCK_OK) {
+    zck_comm_mpi_destroy(comm);
+    return zck_cli_fail(s);
+  }
+  zck__cli_buffering = true;
+  zck__cli_buffered[0] = 0;
+  int rc = run(argc, argv);
+  zck__dist_pause(false);
+  zck__cli_buffering = false;
+  char line[2048];
+  rc = zck__dist_finish(rc, zck__cli_buffered[0] ? zck__cli_buffered : NULL, line, sizeof line);
+  if (comm->rank == 0 && line[0]) fprintf(stderr, "zckpt: error: %s\n", line);
+  /* no rank exits (and so has mpirun stop the others) before rank 0 has said it */
+  comm->barrier(comm);
+  zck_cli_signals_after(rc);
+  zck__dist_end();
+  zck_comm_mpi_destroy(comm);
+  return rc;
+}
