@@ -119,7 +119,7 @@ zck_status zck__verify_data(vctx *c) {
     ho.keep_going = true;
     ho.progress = c->o.progress;
     ho.progress_ctx = c->o.progress_ctx;
-    st = zck__hash_files(hf, n_hash, &ho);
+    st = zck__hash_files_shared(hf, n_hash, &ho); /* under mpirun: each file read by one rank */
   }
   for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
     vfile *f = &c->files[i];

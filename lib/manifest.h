@@ -165,6 +165,9 @@ typedef struct zck__hash_file {
 /* Hashes files on a thread pool, one sequential read per file, biggest files first. */
 zck_status zck__hash_files(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o);
 void zck__hash_file_clear(zck__hash_file *f);
+/* The same, shared by the ranks of a distributed job (lib/dist.h; every rank calls it with
+ * the same files): each file read by one rank, every rank gets every result. */
+zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o);
 
 /* Hashes a writer already computed while writing (formats/deepspeed/ds_hash.c), so the
  * manifest of its files needs no second read: per file its size, whole-file and chunk

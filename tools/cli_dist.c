@@ -64,7 +64,7 @@ int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char 
               "MPI: each rank would write the same output (build with MPI, or run one process)\n", n);
     return ZCK_EXIT_ERROR;
   }
-  static const char *distributed[] = {"consolidate", "reshard", "to-universal"};
+  static const char *distributed[] = {"consolidate", "reshard", "to-universal", "verify"};
   bool known = false;
   for (size_t i = 0; i < sizeof distributed / sizeof distributed[0]; i++) known = known || !strcmp(name, distributed[i]);
   if (!known) {

@@ -7,7 +7,7 @@
 #include "cli.h"
 
 /* Runs the command: as it is outside an MPI launch (or with one rank); as one rank of a
- * distributed job in an MPI build (consolidate, reshard, to-universal), the ranks agreeing
+ * distributed job in an MPI build (consolidate, reshard, to-universal, verify), the ranks agreeing
  * on the exit code and on the one error line rank 0 prints; refused with one line in a
  * build without MPI, or for a command that does not run distributed. */
 int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char **argv);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_dist.h"
 #include "commands.h"
 #include "zck.h" /* until it is merged into zck.h */
 
@@ -79,7 +80,8 @@ int zck_cmd_verify(int argc, char **argv) {
   zck_cli_progress_finish(&bar);
   if (!r) return zck_cli_fail(s);
   int code = r->result == ZCK_VERIFY_CLEAN ? ZCK_EXIT_OK : r->result == ZCK_VERIFY_DAMAGED ? ZCK_EXIT_DAMAGED : ZCK_EXIT_ERROR;
-  if (zck_verify_report_print(r, json, stdout) != ZCK_OK) code = zck_cli_fail(ZCK_ERR_IO);
+  /* under mpirun every rank holds the same combined report: rank 0 prints it */
+  if (!zck_cli_dist_quiet() && zck_verify_report_print(r, json, stdout) != ZCK_OK) code = zck_cli_fail(ZCK_ERR_IO);
   /* could not check: the report is on stdout; stderr gets the one line every zckpt
    * command gives for a runtime error (the first thing that could not be checked) */
   for (size_t i = 0; code == ZCK_EXIT_ERROR && r->result != ZCK_VERIFY_CLEAN && i < r->n_findings; i++) {
@@ -89,7 +91,7 @@ int zck_cmd_verify(int argc, char **argv) {
   }
   if (write_manifest && code == ZCK_EXIT_OK) {
     if (r->manifest) {
-      if (!json) printf("manifest: already present, not rewritten\n");
+      if (!json && !zck_cli_dist_quiet()) printf("manifest: already present, not rewritten\n");
     } else if (r->single_file || !r->dir) { /* a file's folder may hold anything else */
       code = zck_cli_error("--write-manifest needs a folder, not a single file");
     } else {
@@ -98,7 +100,7 @@ int zck_cmd_verify(int argc, char **argv) {
       mo.threads = o.threads;
       zck_status ws = zck_manifest_write_dir(r->dir, &mo);
       if (ws != ZCK_OK) code = zck_cli_fail(ws);
-      else if (!json) printf("manifest: written to %s/zckpt-manifest.json\n", r->dir);
+      else if (!json && !zck_cli_dist_quiet()) printf("manifest: written to %s/zckpt-manifest.json\n", r->dir);
     }
   }
   zck_verify_report_free(r);

@@ -70,6 +70,27 @@ mp 3 to-universal -q --threads 1 "$src3" "$tmp/h3/u.h5" || fail "to-universal hd
 cmp "$tmp/h1/u.h5" "$tmp/h3/u.h5" || fail "to-universal hdf5 -np 3 differs"
 n=$((n + 1))
 
+# verify: each file read by one rank, rank 0 prints the report of one process (clean, and
+# damaged: exit 3, the same findings), --json too
+"$bin" verify "$tmp/r1" >"$tmp/v1.out"; rc=$?
+[ $rc = 0 ] || fail "verify single: $rc"
+"$bin" verify --json "$src" >"$tmp/vj1.out" || fail "verify --json single"
+for np in 2 4; do
+  mp $np verify "$tmp/r1" >"$tmp/v$np.out" || fail "verify -np $np"
+  cmp "$tmp/v1.out" "$tmp/v$np.out" || fail "verify -np $np: $(diff "$tmp/v1.out" "$tmp/v$np.out")"
+  mp $np verify --json "$src" >"$tmp/vj$np.out" || fail "verify --json -np $np"
+  cmp "$tmp/vj1.out" "$tmp/vj$np.out" || fail "verify --json -np $np: $(diff "$tmp/vj1.out" "$tmp/vj$np.out")"
+  n=$((n + 1))
+done
+cp -r "$tmp/r1" "$tmp/rbad"
+printf '\x55' | dd of="$(ls "$tmp"/rbad/global_step*/zero_pp_rank_2_mp_rank_00_optim_states.pt)" bs=1 seek=3000 conv=notrunc 2>/dev/null
+"$bin" verify "$tmp/rbad" >"$tmp/vb1.out"; rc=$?
+[ $rc = 3 ] || fail "verify damaged single: $rc"
+mp 3 verify "$tmp/rbad" >"$tmp/vb3.out" 2>"$tmp/vb3.err"; rc=$?
+[ $rc = 3 ] && cmp "$tmp/vb1.out" "$tmp/vb3.out" || fail "verify damaged -np 3: $rc: $(diff "$tmp/vb1.out" "$tmp/vb3.out")"
+! grep -q '^zckpt' "$tmp/vb3.err" || fail "verify damaged -np 3: $(cat "$tmp/vb3.err")"
+n=$((n + 1))
+
 # a damaged rank file only rank 2 reads: one line naming it, all ranks exit 1, nothing written
 cp -r "$src" "$tmp/bad"
 f="$(ls "$tmp"/bad/global_step*/zero_pp_rank_2_mp_rank_00_optim_states.pt)"
