@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -19,6 +20,13 @@ typedef struct dist_outfile {
   char *path;
   bool opened;
 } dist_outfile;
+
+typedef struct dist_stub {
+  dev_t dev;
+  ino_t ino;
+  uint64_t *holes;   /* pairs */
+  size_t n_holes;
+} dist_stub;
 
 typedef struct dist_noted {
   zck_store_write_fn write_fn;
@@ -31,8 +39,9 @@ static struct {
   long root_pid;
   bool follower, paused;
   atomic_bool in_copy;
-  zck__dist_holds_fn holds;
-  void *holds_ctx;
+  char *root;
+  dist_stub *stubs;
+  size_t n_stubs, cap_stubs;
   pthread_mutex_t mu;
   dist_outfile *files;
   size_t n_files, cap_files;
@@ -63,8 +72,8 @@ void zck__dist_end(void) {
   g.c = NULL;
   g.rank = 0;
   g.size = 1;
-  g.holds = NULL;
-  g.holds_ctx = NULL;
+  zck__dist_set_root(NULL);
+  zck__dist_clear_stubs();
   g.paused = false;
 }
 
@@ -156,12 +165,93 @@ int zck__dist_finish(int rc, const char *msg, char *out, size_t out_size) {
 
 // ---- node-local sources
 
-void zck__dist_set_holds(zck__dist_holds_fn pred, void *ctx) {
-  g.holds = pred;
-  g.holds_ctx = ctx;
+void zck__dist_set_root(const char *root) {
+  free(g.root);
+  g.root = root ? strdup(root) : NULL;
+  size_t n = g.root ? strlen(g.root) : 0;
+  while (n > 1 && g.root[n - 1] == '/') g.root[--n] = 0;
 }
 
-bool zck__dist_holds(const char *name) { return !g.holds || g.holds(g.holds_ctx, name); }
+const char *zck__dist_key(const char *name) {
+  size_t n = g.root ? strlen(g.root) : 0;
+  if (!n || strncmp(name, g.root, n) || (name[n] && name[n] != '/')) return name;
+  name += n;
+  while (*name == '/' || (name[0] == '.' && name[1] == '/')) name += *name == '/' ? 1 : 2;
+  return name;
+}
+
+static int cmp_stub(const void *a, const void *b) {
+  const dist_stub *x = a, *y = b;
+  if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+  return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+zck_status zck__dist_add_stub(const char *path, const uint64_t *holes, size_t n_holes) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) return zck__fail_errno(errno, "%s: cannot stat", path);
+  dist_stub s = {sb.st_dev, sb.st_ino, NULL, n_holes};
+  if (n_holes && !(s.holes = zck__malloc(2 * n_holes * sizeof *s.holes))) return ZCK_ERR_NO_MEMORY;
+  if (n_holes) memcpy(s.holes, holes, 2 * n_holes * sizeof *s.holes);
+  pthread_mutex_lock(&g.mu);
+  if (g.n_stubs == g.cap_stubs) {
+    size_t nc = g.cap_stubs ? 2 * g.cap_stubs : 64;
+    dist_stub *v = realloc(g.stubs, nc * sizeof *v);
+    if (v) { g.stubs = v; g.cap_stubs = nc; }
+  }
+  bool ok = g.n_stubs < g.cap_stubs;
+  if (ok) {
+    g.stubs[g.n_stubs++] = s;
+    qsort(g.stubs, g.n_stubs, sizeof *g.stubs, cmp_stub); /* a few per node-local file, once */
+  }
+  pthread_mutex_unlock(&g.mu);
+  if (!ok) {
+    free(s.holes);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  return ZCK_OK;
+}
+
+void zck__dist_clear_stubs(void) {
+  pthread_mutex_lock(&g.mu);
+  for (size_t i = 0; i < g.n_stubs; i++) free(g.stubs[i].holes);
+  free(g.stubs);
+  g.stubs = NULL;
+  g.n_stubs = g.cap_stubs = 0;
+  pthread_mutex_unlock(&g.mu);
+}
+
+bool zck__dist_has_stubs(void) { return g.n_stubs > 0; }
+
+static const dist_stub *find_stub(dev_t dev, ino_t ino) {
+  dist_stub key = {dev, ino, NULL, 0};
+  return g.n_stubs ? bsearch(&key, g.stubs, g.n_stubs, sizeof *g.stubs, cmp_stub) : NULL;
+}
+
+bool zck__dist_holds(const char *name) {
+  struct stat sb;
+  if (!g.n_stubs || stat(name, &sb) != 0) return true;
+  pthread_mutex_lock(&g.mu);
+  bool held = !find_stub(sb.st_dev, sb.st_ino);
+  pthread_mutex_unlock(&g.mu);
+  return held;
+}
+
+zck_status zck__dist_check_read(int fd, const char *name, uint64_t off, uint64_t n) {
+  struct stat sb;
+  if (!g.n_stubs || fd < 0 || fstat(fd, &sb) != 0) return ZCK_OK;
+  zck_status s = ZCK_OK;
+  pthread_mutex_lock(&g.mu);
+  const dist_stub *st = find_stub(sb.st_dev, sb.st_ino);
+  for (size_t i = 0; st && i < st->n_holes && s == ZCK_OK; i++) {
+    uint64_t lo = st->holes[2 * i], hi = st->holes[2 * i + 1];
+    if (off < hi && off + n > lo)
+      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: bytes %llu..%llu are on another node's disk, and this rank needs them "
+                    "to describe the checkpoint (node-local files are read only where they are)", zck__dist_key(name),
+                    (unsigned long long)(off > lo ? off : lo), (unsigned long long)(off + n < hi ? off + n : hi));
+  }
+  pthread_mutex_unlock(&g.mu);
+  return s;
+}
 
 // ---- rank 0's output files, on the other ranks
 

@@ -62,11 +62,30 @@ bool zck__dist_follower(void);
  * (out_size bytes). */
 int zck__dist_finish(int rc, const char *msg, char *out, size_t out_size);
 
-/* Node-local sources: pred(name) says whether this rank's node holds the file named so
- * (a store's name, up to its first ": "). NULL (the default): every rank sees every file. */
-typedef bool (*zck__dist_holds_fn)(void *ctx, const char *name);
-void zck__dist_set_holds(zck__dist_holds_fn pred, void *ctx);
+/* Node-local sources (jobs/dist_view.c). Each rank reads the source under its own root
+ * (the user's path, or its view of a checkpoint whose files are spread over the nodes'
+ * local disks); a file's key is its path below the root, the same on every rank. */
+void zck__dist_set_root(const char *root);
+/* name without the root (and the slashes after it); name itself outside the root. */
+const char *zck__dist_key(const char *name);
+/* A stub: a file of the view this rank's node does not hold, with the metadata bytes its
+ * holder sent; holes[2i], holes[2i+1] are byte ranges it lacks. */
+zck_status zck__dist_add_stub(const char *path, const uint64_t *holes, size_t n_holes);
+void zck__dist_clear_stubs(void);
+/* Whether this rank's node holds the file (it is no stub). */
 bool zck__dist_holds(const char *name);
+/* A read of [off, off + n) of the open file fd: fails, naming it, when the bytes are on
+ * another node (a hole of a stub). */
+zck_status zck__dist_check_read(int fd, const char *name, uint64_t off, uint64_t n);
+bool zck__dist_has_stubs(void);
+/* Collective (defined in jobs/dist_view.c: it reads zip directories). Compares what the
+ * ranks see under root: *view is NULL when every rank sees the same files (or no
+ * distributed job runs); else a private folder of the whole tree to read instead of root
+ * (links to this node's files, and stubs of the others' files holding only what describes
+ * them: zip directories, headers, pickles, small records). Free with zck__dist_view_close. */
+zck_status zck__dist_view_open(const char *root, char **view);
+/* Removes the view folder (NULL is fine) and forgets its stubs. */
+void zck__dist_view_close(char *view);
 
 /* io.c's side of a rank > 0: output files rank 0 creates, opened here once it has. */
 /* Registers fd (a placeholder) for the temporary file path rank 0 makes. */

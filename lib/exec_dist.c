@@ -24,7 +24,8 @@
 #include "util.h"
 
 typedef struct xitem {
-  const char *name;    /* source file, NULL: memory (any rank) */
+  const char *name;    /* source file below the source root (the same on every rank), NULL: memory */
+  const char *path;    /* the file as this rank opened it */
   uint64_t key;        /* record offset, store base, or job/store id */
   uint32_t job;
   size_t ext;
@@ -40,7 +41,7 @@ static int cmp_item(const void *a, const void *b) {
   return x->ext < y->ext ? -1 : x->ext > y->ext;
 }
 
-/* The name a store's file goes by ("PATH", "PATH: tensor" -> "PATH"), for the holder check. */
+/* The file a store reads, NULL for memory. */
 static const char *store_file(const zck_store *s) {
   if (s->kind == ZCK_STORE_SOURCE) return s->source && s->source->fd >= 0 ? s->source->name : NULL;
   if (s->kind == ZCK_STORE_FD) return s->name;
@@ -51,6 +52,16 @@ typedef struct group {
   size_t first, n;     /* items */
   uint64_t bytes;
 } group;
+
+static const group *g_sort_groups; /* for cmp_group: qsort has no context */
+
+/* largest first; equal sizes in group order (the same order on every rank) */
+static int cmp_group(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  uint64_t bx = g_sort_groups[x].bytes, by = g_sort_groups[y].bytes;
+  if (bx != by) return bx > by ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
 
 typedef struct noted_rec {
   uint32_t job, store;
@@ -104,9 +115,9 @@ static zck_status assign(const zck_exec_job *jobs, size_t n_jobs, size_t n_ext, 
     for (size_t e = 0; e < jobs[j].plan->n; e++, k++) {
       const zck_extent *x = &jobs[j].plan->ext[e];
       const zck_store *s = &jobs[j].src[x->src_store];
-      const char *name = store_file(s);
-      uint64_t key = name ? (s->record ? s->record->off : s->base) : ((uint64_t)j << 32 | x->src_store);
-      it[k] = (xitem){name, key, (uint32_t)j, e};
+      const char *path = store_file(s);
+      uint64_t key = path ? (s->record ? s->record->off : s->base) : ((uint64_t)j << 32 | x->src_store);
+      it[k] = (xitem){path ? zck__dist_key(path) : NULL, path, key, (uint32_t)j, e};
     }
   qsort(it, n_ext, sizeof *it, cmp_item);
   size_t ng = 0;
@@ -121,15 +132,15 @@ static zck_status assign(const zck_exec_job *jobs, size_t n_jobs, size_t n_ext, 
   /* which ranks' nodes hold each group's file */
   uint8_t *mine = zck__malloc(ng ? ng : 1), *holds = zck__malloc((size_t)size * (ng ? ng : 1));
   zck_status s = mine && holds ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; s == ZCK_OK && i < ng; i++) mine[i] = !it[gr[i].first].name || zck__dist_holds(it[gr[i].first].name);
+  for (size_t i = 0; s == ZCK_OK && i < ng; i++) mine[i] = !it[gr[i].first].path || zck__dist_holds(it[gr[i].first].path);
   if (s == ZCK_OK && ng) s = c->all_gather(c, mine, holds, ng, ZCK_U8);
   /* largest first, each to the least loaded holder (the same answer on every rank) */
   for (size_t i = 0; i < ng; i++) order[i] = i;
-  for (size_t i = 1; s == ZCK_OK && i < ng; i++) { /* insertion sort by bytes, stable: few groups per file */
-    size_t v = order[i], p = i;
-    while (p > 0 && gr[order[p - 1]].bytes < gr[v].bytes) order[p] = order[p - 1], p--;
-    order[p] = v;
-  }
+  g_sort_groups = gr;
+  if (ng) qsort(order, ng, sizeof *order, cmp_group);
+  size_t *first_ext = zck__malloc((n_jobs + 1) * sizeof *first_ext); /* a job's first extent in owner[] */
+  if (!first_ext && s == ZCK_OK) s = ZCK_ERR_NO_MEMORY;
+  for (size_t j = 0; first_ext && j <= n_jobs; j++) first_ext[j] = j ? first_ext[j - 1] + jobs[j - 1].plan->n : 0;
   /* ZCK_DIST_TRACE=1: each rank lists the records it reads (tests, and a user checking the split) */
   const char *tv = getenv("ZCK_DIST_TRACE");
   bool trace = tv && *tv && strcmp(tv, "0");
@@ -140,22 +151,20 @@ static zck_status assign(const zck_exec_job *jobs, size_t n_jobs, size_t n_ext, 
       if (holds[(size_t)r * ng + gi] && (best < 0 || load[r] < load[best])) best = r;
     if (best < 0) {
       s = zck__fail(ZCK_ERR_NOT_FOUND, "%s: on no rank's node (each rank reads only the files its node holds)",
-                    it[gr[gi].first].name);
+                    it[gr[gi].first].path);
       break;
     }
     load[best] += gr[gi].bytes;
     if (trace && best == zck__dist_rank())
       fprintf(stderr, "zckpt: rank %d: reads %s (%s %llu, %llu bytes)\n", best,
-              it[gr[gi].first].name ? it[gr[gi].first].name : "<memory>", it[gr[gi].first].name ? "at" : "store",
+              it[gr[gi].first].path ? it[gr[gi].first].path : "<memory>", it[gr[gi].first].path ? "at" : "store",
               (unsigned long long)it[gr[gi].first].key, (unsigned long long)gr[gi].bytes);
     for (size_t m = 0; m < gr[gi].n; m++) {
       const xitem *x = &it[gr[gi].first + m];
-      size_t flat = 0;
-      for (uint32_t j = 0; j < x->job; j++) flat += jobs[j].plan->n;
-      owner[flat + x->ext] = best;
+      owner[first_ext[x->job] + x->ext] = best;
     }
   }
-  free(it), free(gr), free(order), free(load), free(mine), free(holds);
+  free(it), free(gr), free(order), free(load), free(mine), free(holds), free(first_ext);
   return s;
 }
 

@@ -164,6 +164,8 @@ void zck__source_memory(zck__source *src, const char *name, const void *data, ui
 }
 
 zck_status zck__source_read(const zck__source *src, void *dst, size_t n, uint64_t off) {
+  /* a node-local checkpoint's file another node holds: only its metadata is here */
+  if (src->fd >= 0 && zck__dist_has_stubs()) ZCK_TRY(zck__dist_check_read(src->fd, src->name, off, n));
   uint64_t end;
   if (!zck__add_u64(off, n, &end) || end > src->size)
     return zck__fail(ZCK_ERR_TRUNCATED, "%s: truncated: need bytes %llu..%llu but the file has %llu",

@@ -6,6 +6,7 @@
 #include "dist.h"
 #include "manifest.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -56,13 +57,13 @@ static void put_file(buf *b, uint64_t index, const zck__hash_file *f) {
   }
 }
 
-static zck_status get_files(const uint8_t *at, const uint8_t *end, zck__hash_file *files, size_t n) {
+static zck_status get_files(const uint8_t *at, const uint8_t *end, zck__hash_file **files, size_t n) {
   while (at < end) {
     uint64_t index, nc, el;
     uint8_t ok;
     int32_t status;
     if (!get(&at, end, &index, 8) || index >= n) return zck__fail(ZCK_ERR_INTERNAL, "hash results: bad file index");
-    zck__hash_file *f = &files[index];
+    zck__hash_file *f = files[index];
     zck__hash_file_clear(f);
     if (!get(&at, end, &ok, 1) || !get(&at, end, &status, 4) || !get(&at, end, &f->size, 8) ||
         !get(&at, end, &f->xxh3, 8) || !get(&at, end, &nc, 8) || nc > (uint64_t)(end - at) / 8)
@@ -90,8 +91,28 @@ static zck_status get_files(const uint8_t *at, const uint8_t *end, zck__hash_fil
   return ZCK_OK;
 }
 
-zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o) {
-  if (!zck__dist_on()) return zck__hash_files(files, n, o);
+static const int64_t *g_sizes; /* for cmp_size: qsort has no context */
+
+/* biggest first; equal sizes in name order (the same order on every rank) */
+static int cmp_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  if (g_sizes[x] != g_sizes[y]) return g_sizes[x] > g_sizes[y] ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  const zck__hash_file *x = *(zck__hash_file *const *)a, *y = *(zck__hash_file *const *)b;
+  return strcmp(zck__dist_key(x->path), zck__dist_key(y->path));
+}
+
+zck_status zck__hash_files_shared(zck__hash_file *files_in, size_t n, const zck_manifest_hash_opts *o) {
+  if (!zck__dist_on()) return zck__hash_files(files_in, n, o);
+  /* the files in the order of their names below the source root: the same on every rank
+   * (a rank's listing order is its own, and each node-local rank lists its own view) */
+  zck__hash_file **files = zck__malloc((n ? n : 1) * sizeof *files);
+  if (!files) return ZCK_ERR_NO_MEMORY; /* the agreement below: mpirun ends the others */
+  for (size_t i = 0; i < n; i++) files[i] = &files_in[i];
+  qsort(files, n, sizeof *files, cmp_key);
   zck_comm *c = zck__dist_comm();
   int size = zck__dist_size(), me = zck__dist_rank();
   /* each rank's size of each file, -1 where its node lacks it */
@@ -103,7 +124,7 @@ zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_man
   zck_status s = mine && all && owner && order && load && sub ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     struct stat sb;
-    mine[i] = zck__dist_holds(files[i].path) && stat(files[i].path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    mine[i] = zck__dist_holds(files[i]->path) && stat(files[i]->path, &sb) == 0 ? (int64_t)sb.st_size : -1;
   }
   s = zck__dist_agree(ZCK__DIST_COPY_START, s);
   if (s == ZCK_OK && n) s = c->all_gather(c, mine, all, n, ZCK_I64);
@@ -113,11 +134,13 @@ zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_man
     int64_t best = -1;
     for (int r = 0; r < size; r++) best = all[(size_t)r * n + i] > best ? all[(size_t)r * n + i] : best;
     mine[i] = best; /* the size, for the order */
-    size_t p = i;
-    while (p > 0 && mine[order[p - 1]] < best) order[p] = order[p - 1], p--;
-    order[p] = i;
+    order[i] = i;
   }
+  g_sizes = mine;
+  if (s == ZCK_OK && n) qsort(order, n, sizeof *order, cmp_size);
   size_t k = 0;
+  const char *tv = getenv("ZCK_DIST_TRACE"); /* as exec_dist.c */
+  bool trace = tv && *tv && strcmp(tv, "0");
   for (size_t oi = 0; s == ZCK_OK && oi < n; oi++) {
     size_t i = order[oi];
     int best = -1;
@@ -125,20 +148,21 @@ zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_man
       if (all[(size_t)r * n + i] >= 0 && (best < 0 || load[r] < load[best])) best = r;
     if (best < 0) best = 0;
     owner[i] = best;
+    if (trace && best == me) fprintf(stderr, "zckpt: rank %d: reads %s (whole, %lld bytes)\n", me, files[i]->path, (long long)mine[i]);
     load[best] += mine[i] > 0 ? (uint64_t)mine[i] : 0;
   }
   for (size_t i = 0; s == ZCK_OK && i < n; i++)
-    if (owner[i] == me) sub[k++] = files[i];
+    if (owner[i] == me) sub[k++] = *files[i];
   if (s == ZCK_OK) s = zck__hash_files(sub, k, o);
   for (size_t i = 0, j = 0; s == ZCK_OK && i < n; i++)
-    if (owner[i] == me) files[i] = sub[j++]; /* the results (chunks and error move with them) */
+    if (owner[i] == me) *files[i] = sub[j++]; /* the results (chunks and error move with them) */
   s = zck__dist_agree(ZCK__DIST_HASHED, s);
   /* every rank's results to all */
   for (int r = 0; s == ZCK_OK && r < size; r++) {
     buf b = {NULL, 0, 0, false};
     if (r == me)
       for (size_t i = 0; i < n; i++)
-        if (owner[i] == me) put_file(&b, i, &files[i]);
+        if (owner[i] == me) put_file(&b, i, files[i]);
     int64_t len = b.oom ? -1 : (int64_t)b.n;
     s = c->broadcast(c, &len, 1, ZCK_I64, r);
     if (s == ZCK_OK && len < 0) s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory sending hash results", r);
@@ -147,6 +171,6 @@ zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_man
     if (s == ZCK_OK && r != me) s = get_files(b.p, b.p + len, files, n);
     free(b.p);
   }
-  free(mine), free(all), free(owner), free(order), free(load), free(sub);
+  free(mine), free(all), free(owner), free(order), free(load), free(sub), free(files);
   return s;
 }

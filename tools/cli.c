@@ -291,6 +291,7 @@ static void *zck__cli_signal_main(void *arg) {
    * result stands, and there is nothing to clean up */
   int after = atomic_load(&zck__cli_after_rc);
   if (after >= 0) _exit(after);
+  zck_cli_dist_interrupted(); /* a node-local source's view goes */
   /* a distributed job: rank 0 owns the temporaries and says it */
   if (zck_cli_dist_quiet()) _exit(128 + sig);
   pthread_mutex_lock(&zck__cli_sig_lock); /* registration is done under it: no half entry */

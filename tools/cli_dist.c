@@ -18,11 +18,48 @@
 
 static bool zck__cli_buffering;
 static char zck__cli_buffered[2048];
+static char *zck__cli_view, *zck__cli_view_of; /* a node-local source's view, and the path it stands for */
+
+char *zck_cli_dist_unview(const char *text) {
+  /* files of the view are the user's files: "VIEW/global_step2/x.pt" reads "CKPT/global_step2/x.pt" */
+  size_t vl = zck__cli_view ? strlen(zck__cli_view) : 0, ul = zck__cli_view_of ? strlen(zck__cli_view_of) : 0;
+  size_t hits = 0;
+  for (const char *p = text; vl && (p = strstr(p, zck__cli_view)); p += vl) hits++;
+  char *out = malloc(strlen(text) + hits * ul + 1), *o = out;
+  if (!out) return NULL;
+  for (const char *p = text; *p;) {
+    if (vl && !strncmp(p, zck__cli_view, vl)) {
+      memcpy(o, zck__cli_view_of, ul);
+      o += ul;
+      p += vl;
+    } else {
+      *o++ = *p++;
+    }
+  }
+  *o = 0;
+  return out;
+}
 
 bool zck_cli_dist_take_error(const char *line) {
   if (!zck__cli_buffering) return false;
-  snprintf(zck__cli_buffered, sizeof zck__cli_buffered, "%s", line);
+  char *u = zck_cli_dist_unview(line);
+  snprintf(zck__cli_buffered, sizeof zck__cli_buffered, "%s", u ? u : line);
+  free(u);
   return true;
+}
+
+int zck_cli_dist_source(const char *in, const char **src) {
+  *src = in;
+  if (!zck__dist_on()) return ZCK_EXIT_OK;
+  char *view = NULL;
+  zck_status s = zck__dist_view_open(in, &view);
+  if (s != ZCK_OK) return zck_cli_fail(s);
+  if (view) {
+    zck__cli_view = view;
+    zck__cli_view_of = strdup(in);
+    *src = view;
+  }
+  return ZCK_EXIT_OK;
 }
 
 bool zck_cli_dist_solo(void) {
@@ -33,6 +70,10 @@ bool zck_cli_dist_solo(void) {
 }
 
 long zck_cli_dist_tmp_pid(void) { return zck__dist_tmp_pid(); }
+void zck_cli_dist_interrupted(void) {
+  if (zck__cli_view) zck__dist_view_close(zck__cli_view);
+  zck__cli_view = NULL;
+}
 
 bool zck_cli_dist_quiet(void) { return zck__dist_on() && zck__dist_rank() != 0; }
 
@@ -95,7 +136,11 @@ int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char 
   char line[2048];
   rc = zck__dist_finish(rc, zck__cli_buffered[0] ? zck__cli_buffered : NULL, line, sizeof line);
   if (comm->rank == 0 && line[0]) fprintf(stderr, "zckpt: error: %s\n", line);
-  /* no rank exits (and so has mpirun stop the others) before rank 0 has said it */
+  zck__dist_view_close(zck__cli_view);
+  free(zck__cli_view_of);
+  zck__cli_view = zck__cli_view_of = NULL;
+  /* no rank exits (and so has mpirun stop the others) before rank 0 has said it and
+   * every rank has removed its view */
   comm->barrier(comm);
   zck_cli_signals_after(rc);
   zck__dist_end();

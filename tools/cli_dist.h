@@ -22,6 +22,15 @@ void zck_cli_signals_after(int rc);
 bool zck_cli_dist_solo(void);
 /* The pid that names temporaries: rank 0's under mpirun, else this process's. */
 long zck_cli_dist_tmp_pid(void);
+/* The source path the job reads: in itself, or in a distributed job whose ranks see
+ * different files under it (node-local disks), this rank's view of the whole checkpoint
+ * (jobs/dist_view.h; removed at the end). Returns ZCK_EXIT_OK or prints the error. */
+int zck_cli_dist_source(const char *in, const char **src);
+/* text with this rank's view folder named as the path the user gave (malloc'd; NULL
+ * without memory). */
+char *zck_cli_dist_unview(const char *text);
+/* From the interruption handler: removes this rank's view folder, if any. */
+void zck_cli_dist_interrupted(void);
 /* True on the ranks other than 0 of a distributed command (usage errors are rank 0's). */
 bool zck_cli_dist_quiet(void);
 

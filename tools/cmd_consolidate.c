@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_dist.h"
 #include "commands.h"
 
 static const char zck__consolidate_help[] =
@@ -106,9 +107,11 @@ int zck_cmd_consolidate(int argc, char **argv) {
   zck_job_summary sum;
   o.summary = &sum;
   double started = zck_cli_now();
-  zck_status s = zck_consolidate(in, out, &o);
+  const char *src = in;
+  if ((rc = zck_cli_dist_source(in, &src))) { free(out); return rc; } /* node-local files under mpirun */
+  zck_status s = zck_consolidate(src, out, &o);
   zck_cli_progress_finish(&bar);
   free(out); /* the signal thread keeps its own copy */
-  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "tensor", &sum, started, quiet);
+  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "tensor", &sum, started, quiet || zck_cli_dist_quiet());
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -105,9 +105,11 @@ int zck_cmd_to_universal(int argc, char **argv) {
   zck_job_summary sum;
   o.summary = &sum;
   double started = zck_cli_now();
-  zck_status s = zck_to_universal(argv[optind], out_r, &o);
+  const char *src = argv[optind];
+  if ((rc = zck_cli_dist_source(argv[optind], &src))) { free(out_r); return rc; } /* node-local files under mpirun */
+  zck_status s = zck_to_universal(src, out_r, &o);
   zck_cli_progress_finish(&bar);
   free(out_r);
-  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet);
+  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet || zck_cli_dist_quiet());
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -40,6 +40,22 @@ static const char zck__verify_help[] =
   "\n"
   "exit status: 0 clean, 3 damaged, 1 could not check, 2 usage error.\n";
 
+/* The report on stdout; a node-local source's view folder (mpirun) named as the user's path. */
+static zck_status zck__verify_print(const zck_verify_report *r, int json) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  if (!m) return ZCK_ERR_NO_MEMORY;
+  zck_status s = zck_verify_report_print(r, json, m);
+  if (fclose(m) != 0 && s == ZCK_OK) s = ZCK_ERR_NO_MEMORY;
+  char *u = s == ZCK_OK ? zck_cli_dist_unview(text) : NULL;
+  if (s == ZCK_OK && !u) s = ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK && (fputs(u, stdout) < 0 || fflush(stdout) != 0)) s = ZCK_ERR_IO;
+  free(u);
+  free(text);
+  return s;
+}
+
 int zck_cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {
     {"json", no_argument, 0, 'J'}, {"force", no_argument, 0, 'f'}, {"tag", required_argument, 0, 't'},
@@ -76,12 +92,14 @@ int zck_cmd_verify(int argc, char **argv) {
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
   zck_verify_report *r = NULL;
-  zck_status s = zck_verify(argv[optind], &o, &r);
+  const char *src = argv[optind];
+  if ((rc = zck_cli_dist_source(argv[optind], &src))) return rc; /* node-local files under mpirun */
+  zck_status s = zck_verify(src, &o, &r);
   zck_cli_progress_finish(&bar);
   if (!r) return zck_cli_fail(s);
   int code = r->result == ZCK_VERIFY_CLEAN ? ZCK_EXIT_OK : r->result == ZCK_VERIFY_DAMAGED ? ZCK_EXIT_DAMAGED : ZCK_EXIT_ERROR;
   /* under mpirun every rank holds the same combined report: rank 0 prints it */
-  if (!zck_cli_dist_quiet() && zck_verify_report_print(r, json, stdout) != ZCK_OK) code = zck_cli_fail(ZCK_ERR_IO);
+  if (!zck_cli_dist_quiet() && zck__verify_print(r, json) != ZCK_OK) code = zck_cli_fail(ZCK_ERR_IO);
   /* could not check: the report is on stdout; stderr gets the one line every zckpt
    * command gives for a runtime error (the first thing that could not be checked) */
   for (size_t i = 0; code == ZCK_EXIT_ERROR && r->result != ZCK_VERIFY_CLEAN && i < r->n_findings; i++) {

@@ -69,6 +69,13 @@ same "to-universal -np 3" "$tmp/u1" "$tmp/u3"
 mp 3 to-universal -q --threads 1 "$src3" "$tmp/h3/u.h5" || fail "to-universal hdf5 -np 3"
 cmp "$tmp/h1/u.h5" "$tmp/h3/u.h5" || fail "to-universal hdf5 -np 3 differs"
 n=$((n + 1))
+# reshard from the universal folder and from the HDF5 container, shared
+"$bin" reshard -q --to-stage 1 --to-world-size 2 "$tmp/u1/u" "$tmp/ru1" || fail "reshard universal single"
+mp 3 reshard -q --to-stage 1 --to-world-size 2 "$tmp/u1/u" "$tmp/ru3" || fail "reshard universal -np 3"
+same "reshard from universal -np 3" "$tmp/ru1" "$tmp/ru3"
+"$bin" reshard -q --to-world-size 2 "$tmp/h1/u.h5" "$tmp/rh1" || fail "reshard hdf5 single"
+mp 2 reshard -q --to-world-size 2 "$tmp/h1/u.h5" "$tmp/rh2" || fail "reshard hdf5 -np 2"
+same "reshard from hdf5 -np 2" "$tmp/rh1" "$tmp/rh2"
 
 # verify: each file read by one rank, rank 0 prints the report of one process (clean, and
 # damaged: exit 3, the same findings), --json too
@@ -89,6 +96,53 @@ printf '\x55' | dd of="$(ls "$tmp"/rbad/global_step*/zero_pp_rank_2_mp_rank_00_o
 mp 3 verify "$tmp/rbad" >"$tmp/vb3.out" 2>"$tmp/vb3.err"; rc=$?
 [ $rc = 3 ] && cmp "$tmp/vb1.out" "$tmp/vb3.out" || fail "verify damaged -np 3: $rc: $(diff "$tmp/vb1.out" "$tmp/vb3.out")"
 ! grep -q '^zckpt' "$tmp/vb3.err" || fail "verify damaged -np 3: $(cat "$tmp/vb3.err")"
+n=$((n + 1))
+
+# node-local disks (DeepSpeed's use_node_local_storage), simulated on one host: node A holds
+# rank files 0 and 1, node B 2 and 3, both the model states and `latest`. On a cluster the
+# path is the same on every node; here MPMD gives each rank its node's folder. The ranks
+# see different files, build views (links + stubs) and each reads only its node's files.
+for nd in A B; do
+  mkdir -p "$tmp/n$nd/ckpt/global_step2"
+  cp "$src/latest" "$tmp/n$nd/ckpt/"
+  cp "$src"/global_step2/mp_rank_00_model_states.pt "$tmp/n$nd/ckpt/global_step2/"
+done
+cp "$src"/global_step2/zero_pp_rank_[01]_* "$tmp/nA/ckpt/global_step2/"
+cp "$src"/global_step2/zero_pp_rank_[23]_* "$tmp/nB/ckpt/global_step2/"
+mkdir "$tmp/tmpdir"
+nl() { # ranks-on-A ranks-on-B command args-before-CKPT -- args-after-CKPT
+  local a=$1 b=$2 cmd=$3; shift 3
+  local pre=() post=()
+  while [ "$1" != -- ]; do pre+=("$1"); shift; done; shift
+  post=("$@")
+  TMPDIR="$tmp/tmpdir" timeout 300 mpirun --oversubscribe -np "$a" "$bin" "$cmd" "${pre[@]}" "$tmp/nA/ckpt" "${post[@]}" : \
+    -np "$b" "$bin" "$cmd" "${pre[@]}" "$tmp/nB/ckpt" "${post[@]}"
+}
+"$bin" consolidate -q "$src" "$tmp/nl1" || fail "node-local: single"
+for ab in "2 1" "2 2"; do
+  set -- $ab
+  ZCK_DIST_TRACE=1 nl $1 $2 consolidate -q -- "$tmp/nl$1$2" 2>"$tmp/nl$1$2.log" || fail "node-local $ab: $(cat "$tmp/nl$1$2.log")"
+  same "node-local consolidate $ab" "$tmp/nl1" "$tmp/nl$1$2"
+  grep -E "^zckpt: rank [01]: reads .*zero_pp_rank_[23]_" "$tmp/nl$1$2.log" && fail "node-local $ab: node A read B's file"
+  grep -E "^zckpt: rank [23]: reads .*zero_pp_rank_[01]_" "$tmp/nl$1$2.log" && fail "node-local $ab: node B read A's file"
+  for r in $(seq 0 $(($1 + $2 - 1))); do
+    grep -q "^zckpt: rank $r: reads " "$tmp/nl$1$2.log" || fail "node-local $ab: rank $r read nothing: $(cat "$tmp/nl$1$2.log")"
+  done
+done
+"$bin" reshard -q --to-stage 3 --to-world-size 2 "$src" "$tmp/nr1" || fail "node-local reshard single"
+nl 2 2 reshard -q --to-stage 3 --to-world-size 2 -- "$tmp/nr4" || fail "node-local reshard"
+same "node-local reshard" "$tmp/nr1" "$tmp/nr4"
+"$bin" verify "$src" | sed "s|^$src:|CKPT:|" >"$tmp/nv1.out"
+nl 2 2 verify -- | sed "s|^$tmp/nA/ckpt:|CKPT:|" >"$tmp/nv4.out" || fail "node-local verify"
+cmp "$tmp/nv1.out" "$tmp/nv4.out" || fail "node-local verify: $(diff "$tmp/nv1.out" "$tmp/nv4.out")"
+# a damaged file on node B: the line names it as B's ranks see it
+fB="$tmp/nB/ckpt/global_step2/zero_pp_rank_3_mp_rank_00_optim_states.pt"
+printf '\x55' | dd of="$fB" bs=1 seek=6400 conv=notrunc 2>/dev/null
+nl 2 2 consolidate -q -- "$tmp/nlbad" 2>"$tmp/nlb.log"; rc=$?
+[ $rc = 1 ] && [ ! -e "$tmp/nlbad" ] && [ "$(errs "$tmp/nlb.log")" = 1 ] || fail "node-local damaged: exit $rc: $(cat "$tmp/nlb.log")"
+grep -q "^zckpt: error: $fB: record data/9 .*CRC-32 mismatch" "$tmp/nlb.log" || fail "node-local damaged: $(cat "$tmp/nlb.log")"
+[ -z "$(ls -A "$tmp/tmpdir")" ] || fail "node-local: views left: $(ls -A "$tmp/tmpdir")"
+no_temps "$tmp"
 n=$((n + 1))
 
 # a damaged rank file only rank 2 reads: one line naming it, all ranks exit 1, nothing written
