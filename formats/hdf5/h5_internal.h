@@ -6,6 +6,7 @@
 #include <zstd.h>
 
 #include "hdf5/zck_h5.h"
+#include "util.h"
 
 /* Chunks larger than this are refused (H-04: HDF5's own limit is 4 GiB). */
 #define ZCK__H5_MAX_CHUNK_BYTES ((uint64_t)1 << 30)
@@ -40,8 +41,69 @@ zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, c
  * over the root group's attributes but that one. Lock held. */
 zck_status zck__h5_attrs_digest(hid_t file, uint64_t *out);
 
-/* Walks the file's metadata in a forked child first; FORMAT error if the library crashes
- * there (h5_probe.c). */
-zck_status zck__h5_probe(const char *path);
+// ---- the metadata the reader uses, read in a forked child (h5_probe.c, h5_meta.c)
+
+/* fixed-length text attributes this long or longer are refused (ZCK_ERR_LIMIT) */
+#define ZCK__H5M_MAX_FIXED_TEXT ((size_t)1 << 24)
+
+/* What the child could answer about one attribute (zck__h5_mattr.flags). */
+enum {
+  ZCK__H5M_STR = 1,       /* one text value: text, text_len */
+  ZCK__H5M_STR_BIG = 2,   /* one fixed-length text of ZCK__H5M_MAX_FIXED_TEXT bytes or more */
+  ZCK__H5M_STR_ERR = 4,   /* reading it as text failed: err */
+  ZCK__H5M_I64 = 8,       /* one number, as int64: i64 */
+  ZCK__H5M_U64 = 16,      /* as uint64: u64 */
+  ZCK__H5M_F64 = 32,      /* as double: f64 */
+  ZCK__H5M_NUM_ERR = 64,  /* reading it as a number failed: err */
+  ZCK__H5M_OPEN_ERR = 128 /* the attribute, its type or its dataspace cannot be opened: err */
+};
+
+typedef struct zck__h5_mattr {
+  const char *name, *text, *err;
+  size_t text_len;
+  unsigned flags;
+  int cls;          /* H5T_class_t */
+  int64_t npoints, i64;
+  uint64_t u64;
+  double f64;
+} zck__h5_mattr;
+
+typedef struct zck__h5_mlink {
+  const char *name;
+  bool hard;        /* soft and external links are listed, never followed */
+  uint64_t addr;
+} zck__h5_mlink;
+
+typedef struct zck__h5_mobj {
+  uint64_t addr;
+  int type;                          /* H5O_type_t; -1: the child could not open it (err) */
+  const char *err, *attrs_err, *links_err;   /* non-NULL: that walk failed, with this message */
+  zck__h5_mattr *attrs;              /* in name order */
+  size_t nattrs;
+  zck__h5_mlink *links;              /* a group's links, in name order */
+  size_t nlinks;
+} zck__h5_mobj;
+
+typedef struct zck__h5_meta zck__h5_meta;
+
+/* Forks a child that opens path with libhdf5 and reads every object reached by hard links,
+ * their attributes and links, and the root's attribute digest; appends its records to
+ * *records. FORMAT error if the library crashes there (h5_probe.c). With ZCK_H5_NO_PROBE
+ * set, walks in this process instead (debugging). */
+zck_status zck__h5_probe(const char *path, zck__buf *records);
+
+/* The child's answers for path (zck__h5_probe), kept for the life of the file. */
+zck_status zck__h5_meta_load(const char *path, zck__h5_meta **out);
+void zck__h5_meta_free(zck__h5_meta *m);
+/* false when the child could not open the file at all */
+bool zck__h5_meta_opened(const zck__h5_meta *m);
+/* The object at path ("/", "/a/b", "a/b"), following hard links from the root. NOT_FOUND
+ * (no error set) when a link is missing; otherwise not OK with *why set: FORMAT when a
+ * group's links or the object could not be read, UNSUPPORTED for a soft or external link. */
+zck_status zck__h5_meta_find(const zck__h5_meta *m, const char *path, const zck__h5_mobj **out, const char **why);
+/* The attribute of o named name; NULL if it has none (check o->attrs_err first). */
+const zck__h5_mattr *zck__h5_meta_attr(const zck__h5_mobj *o, const char *name);
+/* The root's attribute digest (zck__h5_attrs_digest), or false with *why. */
+bool zck__h5_meta_digest(const zck__h5_meta *m, uint64_t *out, const char **why);
 
 #endif

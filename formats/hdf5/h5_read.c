@@ -14,6 +14,7 @@ struct zck_h5_file {
   char *path;
   hid_t file;
   uint64_t size;
+  zck__h5_meta *meta;   /* groups, links, attributes: as the forked child read them */
 };
 
 #define ZCK__H5_MAX_FILTERS 16
@@ -35,7 +36,7 @@ struct zck_h5_dataset {
 
 // ---- files
 
-static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, hid_t mt, void *out);
+static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, char as, void *out);
 
 zck_status zck_h5_open(const char *path, zck_h5_file **out) {
   *out = NULL;
@@ -44,7 +45,7 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     free(f);
     return ZCK_ERR_NO_MEMORY;
   }
-  zck_status st = zck__h5_probe(path);
+  zck_status st = zck__h5_meta_load(path, &f->meta);
   if (st != ZCK_OK) {
     free(f->path);
     free(f);
@@ -59,6 +60,7 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     f->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     hsize_t sz = 0;
     if (f->file < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: cannot open as HDF5", path);
+    else if (!zck__h5_meta_opened(f->meta)) st = zck__fail(ZCK_ERR_FORMAT, "%s: cannot open as HDF5", path);
     else if (H5Fget_filesize(f->file, &sz) < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: size", path);
     f->size = sz;
   }
@@ -73,16 +75,14 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
 
 zck_status zck_h5_check_attrs(zck_h5_file *f) {
   uint64_t want = 0, got = 0;
-  zck_status st = zck__h5_attr_num(f, "/", ZCK_H5_ATTRS_XXH3_ATTR, H5T_NATIVE_UINT64, &want);
+  zck_status st = zck__h5_attr_num(f, "/", ZCK_H5_ATTRS_XXH3_ATTR, 'u', &want);
   if (st == ZCK_ERR_NOT_FOUND) {
     zck_clear_error();   /* not written by zckpt, or before the digest */
     return ZCK_OK;
   }
   if (st != ZCK_OK) return st;
-  zck__h5_lock();
-  st = zck__h5_attrs_digest(f->file, &got);
-  zck__h5_unlock();
-  if (st != ZCK_OK) return zck__error_prepend(st, "%s", f->path);
+  const char *why;
+  if (!zck__h5_meta_digest(f->meta, &got, &why)) return zck__fail(ZCK_ERR_FORMAT, "%s: %s", f->path, why);
   if (got != want)
     return zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its root attributes do not match their digest %s", f->path,
                      ZCK_H5_ATTRS_XXH3_ATTR);
@@ -95,181 +95,100 @@ void zck_h5_close(zck_h5_file *f) {
   if (f->file > 0) H5Fclose(f->file);
   H5Eclear2(H5E_DEFAULT);
   zck__h5_unlock();
+  zck__h5_meta_free(f->meta);
   free(f->path);
   free(f);
 }
 
 const char *zck_h5_name(const zck_h5_file *f) { return f->path; }
 
-/* H5Lexists on each prefix: HDF5 fails, rather than answering 0, for a missing parent. */
-static bool zck__h5_path_exists(hid_t file, const char *path) {
-  if (!strcmp(path, "/")) return true;
-  char buf[4096];
-  size_t n = strlen(path);
-  if (n >= sizeof buf) return false;
-  memcpy(buf, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (buf[i] != '/' && buf[i] != 0) continue;
-    char c = buf[i];
-    buf[i] = 0;
-    htri_t e = H5Lexists(file, buf, H5P_DEFAULT);
-    buf[i] = c;
-    if (e <= 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return false;
-    }
-  }
-  return true;
-}
-
 bool zck_h5_exists(zck_h5_file *f, const char *path) {
-  zck__h5_lock();
-  bool e = zck__h5_path_exists(f->file, path);
-  zck__h5_unlock();
-  return e;
-}
-
-typedef struct {
-  char **v;
-  size_t n, cap;
-  bool oom;
-} zck__h5_names;
-
-static herr_t zck__h5_list_cb(hid_t g, const char *name, const H5L_info_t *info, void *ctx) {
-  zck__h5_names *l = ctx;
-  if (l->n == l->cap) {
-    size_t nc = l->cap ? 2 * l->cap : 32;
-    char **v = realloc(l->v, nc * sizeof *v);
-    if (!v) { l->oom = true; return -1; }
-    l->v = v;
-    l->cap = nc;
-  }
-  if (!(l->v[l->n] = strdup(name))) { l->oom = true; return -1; }
-  l->n++;
-  return 0;
+  const zck__h5_mobj *o;
+  const char *why;
+  /* a link that cannot be followed or read exists: opening it then says what is wrong */
+  return zck__h5_meta_find(f->meta, path, &o, &why) != ZCK_ERR_NOT_FOUND;
 }
 
 zck_status zck_h5_list(zck_h5_file *f, const char *group, char ***names, size_t *n) {
   *names = NULL;
   *n = 0;
-  zck__h5_names l = {0};
-  zck_status st = ZCK_OK;
-  zck__h5_lock();
-  hid_t g = zck__h5_path_exists(f->file, group) ? H5Gopen2(f->file, group, H5P_DEFAULT) : H5I_INVALID_HID;
-  if (g < 0) {
-    st = zck__h5_fail(ZCK_ERR_NOT_FOUND, "%s: no group %s", f->path, group);
-  } else {
-    hsize_t idx = 0;
-    if (H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, zck__h5_list_cb, &l) < 0)
-      st = l.oom ? zck__fail(ZCK_ERR_NO_MEMORY, "out of memory") : zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: listing", f->path, group);
-    H5Gclose(g);
+  const zck__h5_mobj *o;
+  const char *why;
+  zck_status st = zck__h5_meta_find(f->meta, group, &o, &why);
+  if (st == ZCK_OK && o->type != H5O_TYPE_GROUP) st = ZCK_ERR_NOT_FOUND;
+  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s: no group %s", f->path, group);
+  if (st == ZCK_OK && o->links_err) st = ZCK_ERR_FORMAT, why = o->links_err;
+  if (st != ZCK_OK) return zck__fail(st, "%s: %s: listing: %s", f->path, group, why);
+  char **v = zck__calloc(o->nlinks + 1, sizeof *v);
+  if (!v) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < o->nlinks; i++) {
+    if (!(v[i] = zck__strdup(o->links[i].name))) {
+      for (size_t j = 0; j < i; j++) free(v[j]);
+      free(v);
+      return ZCK_ERR_NO_MEMORY;
+    }
   }
-  zck__h5_unlock();
-  if (st != ZCK_OK) {
-    for (size_t i = 0; i < l.n; i++) free(l.v[i]);
-    free(l.v);
-    return st;
-  }
-  *names = l.v;
-  *n = l.n;
+  *names = v;
+  *n = o->nlinks;
   return ZCK_OK;
 }
 
 // ---- attributes
 
-/* Opens attribute key of obj, or fails NOT_FOUND. Lock held. */
-static zck_status zck__h5_attr_open(zck_h5_file *f, const char *obj, const char *key, hid_t *o, hid_t *a) {
-  *o = *a = H5I_INVALID_HID;
-  if (!zck__h5_path_exists(f->file, obj)) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no object %s", f->path, obj);
-  *o = H5Oopen(f->file, obj, H5P_DEFAULT);
-  if (*o < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: cannot open", f->path, obj);
-  htri_t ex = H5Aexists(*o, key);
+/* Attribute key of obj, holding one value, or fails (NOT_FOUND when absent). */
+static zck_status zck__h5_attr_find(zck_h5_file *f, const char *obj, const char *key, const zck__h5_mattr **out) {
+  *out = NULL;
+  const zck__h5_mobj *o;
+  const char *why;
+  zck_status st = zck__h5_meta_find(f->meta, obj, &o, &why);
+  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s: no object %s", f->path, obj);
+  if (st != ZCK_OK) return zck__fail(st, "%s: %s: %s", f->path, obj, why);
   /* an error is not absence: a damaged attribute index must not read as "no attribute" */
-  if (ex < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s", f->path, obj, key);
-  if (ex == 0) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: %s: no attribute %s", f->path, obj, key);
-  *a = H5Aopen(*o, key, H5P_DEFAULT);
-  if (*a < 0) return zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s", f->path, obj, key);
-  hid_t sp = H5Aget_space(*a);
-  hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-  if (sp >= 0) H5Sclose(sp);
-  if (np != 1) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s holds %lld values, expected 1", f->path, obj, key, (long long)np);
+  if (o->attrs_err) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s: %s", f->path, obj, key, o->attrs_err);
+  const zck__h5_mattr *a = zck__h5_meta_attr(o, key);
+  if (!a) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: %s: no attribute %s", f->path, obj, key);
+  if (a->flags & ZCK__H5M_OPEN_ERR) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s: %s", f->path, obj, key, a->err);
+  if (a->npoints != 1)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s holds %lld values, expected 1", f->path, obj, key,
+                     (long long)a->npoints);
+  *out = a;
   return ZCK_OK;
 }
 
-static void zck__h5_attr_close(hid_t o, hid_t a) {
-  if (a >= 0) H5Aclose(a);
-  if (o >= 0) H5Oclose(o);
-}
-
-static zck_status zck__h5_attr_str_locked(zck_h5_file *f, const char *obj, const char *key, char **out) {
-  *out = NULL;
-  hid_t o, a;
-  zck_status st = zck__h5_attr_open(f, obj, key, &o, &a);
-  hid_t t = st == ZCK_OK ? H5Aget_type(a) : H5I_INVALID_HID;
-  if (st == ZCK_OK && H5Tget_class(t) != H5T_STRING)
-    st = zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s is not text", f->path, obj, key);
-  if (st == ZCK_OK && H5Tis_variable_str(t) > 0) {
-    hid_t mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, H5T_VARIABLE);
-    H5Tset_cset(mt, H5Tget_cset(t));
-    char *p = NULL;
-    if (H5Aread(a, mt, &p) < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: reading attribute %s", f->path, obj, key);
-    else *out = zck__strdup(p ? p : "");
-    if (p) H5free_memory(p);
-    H5Tclose(mt);
-  } else if (st == ZCK_OK) {
-    /* fixed length, NUL- or space-padded (H-07: accepted) */
-    size_t n = H5Tget_size(t);
-    char *buf = n < ((size_t)1 << 24) ? zck__calloc(n + 1, 1) : NULL;
-    hid_t mt = H5Tcopy(t);
-    if (!buf) st = zck__fail(ZCK_ERR_LIMIT, "%s: %s: attribute %s of %zu bytes", f->path, obj, key, n);
-    else if (H5Aread(a, mt, buf) < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: reading attribute %s", f->path, obj, key);
-    H5Tclose(mt);
-    if (st == ZCK_OK) {
-      size_t len = strnlen(buf, n);
-      if (H5Tget_strpad(t) == H5T_STR_SPACEPAD)
-        while (len && buf[len - 1] == ' ') len--;
-      buf[len] = 0;
-      *out = buf;
-      buf = NULL;
-    }
-    free(buf);
-  }
-  if (t >= 0) H5Tclose(t);
-  zck__h5_attr_close(o, a);
-  if (st == ZCK_OK && !*out) st = ZCK_ERR_NO_MEMORY;
-  return st;
-}
-
 zck_status zck_h5_attr_str(zck_h5_file *f, const char *obj, const char *key, char **out) {
-  zck__h5_lock();
-  zck_status st = zck__h5_attr_str_locked(f, obj, key, out);
-  zck__h5_unlock();
-  return st;
+  *out = NULL;
+  const zck__h5_mattr *a;
+  ZCK_TRY(zck__h5_attr_find(f, obj, key, &a));
+  if (a->cls != H5T_STRING) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s is not text", f->path, obj, key);
+  if (a->flags & ZCK__H5M_STR_BIG)
+    return zck__fail(ZCK_ERR_LIMIT, "%s: %s: attribute %s of %zu bytes or more", f->path, obj, key, ZCK__H5M_MAX_FIXED_TEXT);
+  if (!(a->flags & ZCK__H5M_STR)) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: reading attribute %s: %s", f->path, obj, key, a->err);
+  /* fixed-length text was cut at its padding by the child (H-07) */
+  *out = zck__strndup(a->text, a->text_len);
+  return *out ? ZCK_OK : ZCK_ERR_NO_MEMORY;
 }
 
-static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, hid_t mt, void *out) {
-  zck__h5_lock();
-  hid_t o, a;
-  zck_status st = zck__h5_attr_open(f, obj, key, &o, &a);
-  if (st == ZCK_OK) {
-    hid_t t = H5Aget_type(a);
-    H5T_class_t c = H5Tget_class(t);
-    H5Tclose(t);
-    if (c != H5T_INTEGER && c != H5T_FLOAT) st = zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s is not a number", f->path, obj, key);
-    else if (H5Aread(a, mt, out) < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: %s: reading attribute %s", f->path, obj, key);
-  }
-  zck__h5_attr_close(o, a);
-  zck__h5_unlock();
-  return st;
+/* A one-value integer or float attribute as int64 ('i'), uint64 ('u') or double ('d'),
+ * converted by libhdf5 in the child as H5Aread converts. */
+static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, char as, void *out) {
+  const zck__h5_mattr *a;
+  ZCK_TRY(zck__h5_attr_find(f, obj, key, &a));
+  if (a->cls != H5T_INTEGER && a->cls != H5T_FLOAT)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s is not a number", f->path, obj, key);
+  unsigned have = as == 'i' ? ZCK__H5M_I64 : as == 'u' ? ZCK__H5M_U64 : ZCK__H5M_F64;
+  if (!(a->flags & have)) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: reading attribute %s: %s", f->path, obj, key, a->err);
+  if (as == 'i') *(int64_t *)out = a->i64;
+  else if (as == 'u') *(uint64_t *)out = a->u64;
+  else *(double *)out = a->f64;
+  return ZCK_OK;
 }
 
 zck_status zck_h5_attr_i64(zck_h5_file *f, const char *obj, const char *key, int64_t *out) {
-  return zck__h5_attr_num(f, obj, key, H5T_NATIVE_INT64, out);
+  return zck__h5_attr_num(f, obj, key, 'i', out);
 }
 
 zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, double *out) {
-  return zck__h5_attr_num(f, obj, key, H5T_NATIVE_DOUBLE, out);
+  return zck__h5_attr_num(f, obj, key, 'd', out);
 }
 
 // ---- datasets
@@ -305,12 +224,19 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   zck_status st = ZCK_OK;
   hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
   char *attr = NULL;
+  const zck__h5_mobj *o;
+  const char *why;
+  zck_status fs = zck__h5_meta_find(f->meta, path, &o, &why);
   zck__h5_lock();
-  if (!zck__h5_path_exists(f->file, path)) {
-    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no dataset", d->label);
-    goto done;
+  if (fs == ZCK_ERR_NOT_FOUND) { st = zck__fail(fs, "%s: no dataset", d->label); goto done; }
+  if (fs != ZCK_OK) { st = zck__fail(fs, "%s: %s", d->label, why); goto done; }
+  if (o->type != H5O_TYPE_DATASET) { st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
+  /* by the address the child opened it at: the parent follows no links itself */
+  d->dset = H5Oopen_by_addr(f->file, (haddr_t)o->addr);
+  if (d->dset >= 0 && H5Iget_type(d->dset) != H5I_DATASET) {
+    H5Oclose(d->dset);
+    d->dset = H5I_INVALID_HID;
   }
-  d->dset = H5Dopen2(f->file, path, H5P_DEFAULT);
   if (d->dset < 0) { st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
   type = H5Dget_type(d->dset);
   space = H5Dget_space(d->dset);
@@ -359,6 +285,11 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: storage layout %d not supported", d->label, (int)lay);
     goto done;
   }
+  if (H5Pget_external_count(dcpl) != 0) {
+    /* its bytes would be read from other files, named by the file */
+    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: data stored in external files is not supported", d->label);
+    goto done;
+  }
   int nf = H5Pget_nfilters(dcpl);
   if (nf < 0 || nf > ZCK__H5_MAX_FILTERS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %d filters", d->label, nf); goto done; }
   d->nfilters = nf;
@@ -384,7 +315,7 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   if (H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED && d->es <= sizeof d->fill)
     H5Pget_fill_value(dcpl, type, d->fill);
   H5Eclear2(H5E_DEFAULT);
-  st = zck__h5_attr_str_locked(f, path, "dtype", &attr);
+  st = zck_h5_attr_str(f, path, "dtype", &attr);
   if (st == ZCK_ERR_NOT_FOUND) {
     zck_clear_error();
     st = ZCK_OK;
@@ -393,7 +324,7 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   }
   if (st == ZCK_OK && !d->info.chunked && d->info.numel) {
     /* the checksum zckpt writes for an unfiltered dataset; optional (older files, h5py) */
-    zck_status hs = zck__h5_attr_num(f, path, ZCK_H5_XXH3_ATTR, H5T_NATIVE_UINT64, &d->xxh3);
+    zck_status hs = zck__h5_attr_num(f, path, ZCK_H5_XXH3_ATTR, 'u', &d->xxh3);
     if (hs == ZCK_OK) d->has_xxh3 = true;
     else if (hs == ZCK_ERR_NOT_FOUND) zck_clear_error();
     else st = hs;

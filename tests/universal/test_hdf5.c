@@ -344,6 +344,44 @@ static void test_malformed(const char *tmp) {
   ZT_EQ_INT(zck_h5_dataset_info_of(d)->dtype, ZCK_BF16);
   zck_h5_dataset_close(d);
   zck_h5_close(f);
+  /* links: a second hard link is the same dataset; a soft link is listed, never followed,
+   * nor is data kept in an external file (the reader follows only what the forked metadata
+   * check walked: hard links inside the file) */
+  snprintf(p, sizeof p, "%s/links.h5", tmp);
+  make_bad(p, M_NO_CHECKSUM);
+  {
+    hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    ZT_ASSERT(H5Lcreate_hard(h, "/d", h, "/g_hard", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    ZT_ASSERT(H5Lcreate_soft("/d", h, "/soft", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    hsize_t dims[1] = {8};
+    hid_t sp = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ZT_ASSERT(H5Pset_external(dcpl, "links.raw", 0, 32) >= 0);
+    hid_t e = H5Dcreate2(h, "/ext", H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ZT_ASSERT(e >= 0);
+    H5Dclose(e);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Fclose(h);
+  }
+  ZT_OK(zck_h5_open(p, &f));
+  char **names = NULL;
+  size_t nn = 0;
+  ZT_OK(zck_h5_list(f, "/", &names, &nn));
+  ZT_EQ_U64(nn, 4);
+  ZT_EQ_STR(names[0], "d");
+  ZT_EQ_STR(names[3], "soft");
+  for (size_t i = 0; i < nn; i++) free(names[i]);
+  free(names);
+  ZT_OK(zck_h5_dataset_open(f, "/g_hard", &d));
+  memset(got, 0, sizeof got);
+  ZT_OK(zck_h5_dataset_read(d, got, 0, 8));
+  ZT_ASSERT(!memcmp(got, want, sizeof want));
+  zck_h5_dataset_close(d);
+  ZT_ASSERT(zck_h5_exists(f, "/soft"));
+  ZT_ERR(zck_h5_dataset_open(f, "/soft", &d), ZCK_ERR_UNSUPPORTED, "links.h5:/soft: a soft or external link (not followed)");
+  ZT_ERR(zck_h5_dataset_open(f, "/ext", &d), ZCK_ERR_UNSUPPORTED, "links.h5:/ext: data stored in external files is not supported");
+  ZT_ERR(zck_h5_dataset_open(f, "/nothing", &d), ZCK_ERR_NOT_FOUND, "links.h5:/nothing: no dataset");
+  zck_h5_close(f);
   /* not HDF5 at all; missing */
   snprintf(p, sizeof p, "%s/not.h5", tmp);
   zt_write_file(p, "hello, this is not hdf5", 23);
