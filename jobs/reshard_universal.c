@@ -20,14 +20,11 @@
 
 /* Every name of the frozen_parameters attribute has its /frozen/<name> dataset (the
  * container reader passes over a missing one, which would drop the param silently). */
-static zck_status zck__h5_frozen_complete(const char *src) {
-  zck_h5_file *hf = NULL;
-  ZCK_TRY(zck_h5_open(src, &hf));
+static zck_status zck__h5_frozen_complete(const char *src, zck_h5_file *hf) {
   char *text = NULL;
   zck_status st = zck_h5_attr_str(hf, "/", "frozen_parameters", &text);
   if (st == ZCK_ERR_NOT_FOUND) {
     zck_clear_error();
-    zck_h5_close(hf);
     return ZCK_OK;
   }
   cJSON *j = st == ZCK_OK ? cJSON_Parse(text) : NULL;
@@ -42,20 +39,15 @@ static zck_status zck__h5_frozen_complete(const char *src) {
   }
   cJSON_Delete(j);
   free(text);
-  zck_h5_close(hf);
   return st;
 }
 
 /* The container's lp_dtype attribute, or INVALID (the manifest's). */
-static zck_dtype zck__h5_lp_dtype(const char *src) {
+static zck_dtype zck__h5_lp_dtype(zck_h5_file *hf) {
   zck_dtype lp = ZCK_DTYPE_INVALID;
-  zck_h5_file *hf = NULL;
-  if (zck_h5_open(src, &hf) == ZCK_OK) {
-    char *s = NULL;
-    if (zck_h5_attr_str(hf, "/", "lp_dtype", &s) == ZCK_OK && s) lp = zck_dtype_parse(s);
-    free(s);
-    zck_h5_close(hf);
-  }
+  char *s = NULL;
+  if (zck_h5_attr_str(hf, "/", "lp_dtype", &s) == ZCK_OK && s) lp = zck_dtype_parse(s);
+  free(s);
   zck_clear_error();
   return lp;
 }
@@ -80,14 +72,9 @@ static void zck__h5_config(const char *json, zck_ds_write_opts *wo, uint64_t *su
 
 /* The container's /resume_state pickle (zck_h5.h) into *doc, its root a dict; *doc stays
  * NULL for a container written before it (the target then gets DeepSpeed's defaults). */
-static zck_status zck__h5_resume_load(const char *src, zck_pk_doc **doc) {
+static zck_status zck__h5_resume_load(const char *src, zck_h5_file *hf, zck_pk_doc **doc) {
   *doc = NULL;
-  zck_h5_file *hf = NULL;
-  ZCK_TRY(zck_h5_open(src, &hf));
-  if (!zck_h5_exists(hf, ZCK_H5U_RESUME_STATE)) {
-    zck_h5_close(hf);
-    return ZCK_OK;
-  }
+  if (!zck_h5_exists(hf, ZCK_H5U_RESUME_STATE)) return ZCK_OK;
   const char *path = ZCK_H5U_RESUME_STATE;
   zck_h5_dataset *d = NULL;
   uint8_t *buf = NULL;
@@ -112,7 +99,6 @@ static zck_status zck__h5_resume_load(const char *src, zck_pk_doc **doc) {
   free(name);
   free(buf);
   zck_h5_dataset_close(d);
-  zck_h5_close(hf);
   return st;
 }
 
@@ -269,9 +255,9 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   wo.tag = in->tag;   /* the source's tag, as its reshard keeps it; NULL: global_step<N> */
   uint64_t sgs = 1000000000ull;
   zck__h5_config(in->ds_config_json, &wo, &sgs);
-  wo.lp_dtype = zck__h5_lp_dtype(src);   /* clears the error state: before anything that may fail */
+  wo.lp_dtype = zck__h5_lp_dtype(zck_h5u_file(u));   /* clears the error state: before anything that may fail */
   zck_pk_doc *rs = NULL;
-  zck_status st = zck__h5_resume_load(src, &rs);
+  zck_status st = zck__h5_resume_load(src, zck_h5u_file(u), &rs);
   if (st == ZCK_OK && rs) st = zck__h5_resume_apply(src, zck_pk_doc_root(rs), &wo, &sgs);
   wo.sub_group_size = o->sub_group_size ? o->sub_group_size : sgs != 1000000000ull ? sgs : 0;
   wo.global_steps = in->global_steps;
@@ -281,6 +267,9 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   wo.step_is_tensor = in->step_is_tensor;
   wo.ds_version = in->ds_version;
   wo.has_optimizer_state = have[ZCK_H5U_EXP_AVG] && have[ZCK_H5U_EXP_AVG_SQ];
+  wo.unsaved_ties = in->unsaved_ties;   /* exclude_frozen_parameters (HF + PEFT), as from the source */
+  wo.n_unsaved_ties = in->n_unsaved_ties;
+  wo.exclude_frozen = in->exclude_frozen;
   if (st == ZCK_OK && !have[ZCK_H5U_FP32]) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no fp32 master weights in the container", src);
   /* every trainable param has all three states (the reader opens each dataset it lists) */
   for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
@@ -293,7 +282,7 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
         free(ds);
       }
   }
-  if (st == ZCK_OK) st = zck__h5_frozen_complete(src);
+  if (st == ZCK_OK) st = zck__h5_frozen_complete(src, zck_h5u_file(u));
   /* after the checks above, which name what is missing better than a count would */
   zck__h5_order ord;
   memset(&ord, 0, sizeof ord);

@@ -174,6 +174,17 @@ static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const 
   else cJSON_Delete(tied);
   if (st == ZCK_OK) st = zck__uvh_attr_json(w, "frozen_parameters", frozen);
   else cJSON_Delete(frozen);
+  /* saved with exclude_frozen_parameters (HF + PEFT): the tied aliases whose source was not
+   * saved, which a reshard keeps in shared_params, and the flag that keeps its
+   * frozen_param_shapes / _fragments None */
+  zck_ds_write_opts so;
+  zck_ds_write_opts_from(ck, &so);
+  cJSON *unsaved = cJSON_CreateObject();
+  for (size_t i = 0; unsaved && i < so.n_unsaved_ties; i++)
+    cJSON_AddItemToObject(unsaved, so.unsaved_ties[2 * i], cJSON_CreateString(so.unsaved_ties[2 * i + 1]));
+  if (st == ZCK_OK) st = zck__uvh_attr_json(w, "unsaved_tied_parameters", unsaved);
+  else cJSON_Delete(unsaved);
+  if (st == ZCK_OK) st = zck_h5_writer_attr_i64(w, "/", "exclude_frozen_parameters", so.exclude_frozen);
   if (st == ZCK_OK) st = zck__uvh_attr_json(w, "buffer_names", bufs);
   else cJSON_Delete(bufs);
   if (st == ZCK_OK) st = zck__uvh_attr_json(w, "param_groups", groups);

@@ -27,6 +27,7 @@ struct zck_h5u {
   zck_h5u_info info;
   char *ds_version, *ds_config, *tag;
   char **side;                     /* names under /side_files */
+  char **unsaved;                  /* info.unsaved_ties */
   zck_model *m;
   zck__h5u_part parts[ZCK_H5U_PART_COUNT];
   zck__h5u_part buffers;
@@ -133,6 +134,41 @@ static zck_status zck__h5u_side_list(zck_h5u *u) {
   return ZCK_OK;
 }
 
+/* exclude_frozen_parameters and unsaved_tied_parameters (zck_h5.h); absent: 0 and none. */
+static zck_status zck__h5u_unsaved(zck_h5u *u) {
+  int64_t v = 0;
+  zck_status st = zck_h5_attr_i64(u->f, "/", "exclude_frozen_parameters", &v);
+  if (st == ZCK_ERR_NOT_FOUND) {
+    zck_clear_error();
+    st = ZCK_OK;
+  }
+  if (st != ZCK_OK) return st;
+  u->info.exclude_frozen = v != 0;
+  cJSON *j = NULL;
+  ZCK_TRY(zck__h5u_json(u, "unsaved_tied_parameters", cJSON_Object, &j));
+  size_t n = j ? (size_t)cJSON_GetArraySize(j) : 0;
+  if (!(u->unsaved = zck__calloc(2 * n + 1, sizeof *u->unsaved))) st = ZCK_ERR_NO_MEMORY;
+  const cJSON *it;
+  size_t k = 0;
+  cJSON_ArrayForEach(it, j) {
+    if (st != ZCK_OK) break;
+    if (!cJSON_IsString(it) || !it->string) {
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: attribute unsaved_tied_parameters: '%s' is not an alias -> source name",
+                     zck_h5_name(u->f), it->string ? it->string : "");
+      break;
+    }
+    if (!(u->unsaved[2 * k] = zck__strdup(it->string)) || !(u->unsaved[2 * k + 1] = zck__strdup(it->valuestring))) {
+      st = ZCK_ERR_NO_MEMORY;
+      break;
+    }
+    k++;
+  }
+  cJSON_Delete(j);
+  u->info.unsaved_ties = (const char *const *)u->unsaved;
+  u->info.n_unsaved_ties = k;
+  return st;
+}
+
 static zck_status zck__h5u_build(zck_h5u *u) {
   const char *fn = zck_h5_name(u->f);
   char *fmt = NULL;
@@ -158,6 +194,7 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   if (zck_h5_attr_str(u->f, "/", "ds_version", &u->ds_version) == ZCK_OK) u->info.ds_version = u->ds_version;
   if (zck_h5_attr_str(u->f, "/", "ds_config", &u->ds_config) == ZCK_OK) u->info.ds_config_json = u->ds_config;
   zck_clear_error();
+  ZCK_TRY(zck__h5u_unsaved(u));
   ZCK_TRY(zck__h5u_tag(u));
   ZCK_TRY(zck__h5u_side_list(u));
   cJSON *names = NULL, *shapes = NULL, *groups = NULL, *tied = NULL, *frozen = NULL, *bufs = NULL;
@@ -320,10 +357,13 @@ void zck_h5u_close(zck_h5u *u) {
   free(u->tag);
   for (size_t i = 0; u->side && i < u->info.n_side_files; i++) free(u->side[i]);
   free(u->side);
+  for (size_t i = 0; u->unsaved && u->unsaved[i]; i++) free(u->unsaved[i]);
+  free(u->unsaved);
   free(u);
 }
 
 const zck_h5u_info *zck_h5u_info_of(const zck_h5u *u) { return &u->info; }
+zck_h5_file *zck_h5u_file(const zck_h5u *u) { return u->f; }
 const zck_model *zck_h5u_model(const zck_h5u *u) { return u->m; }
 
 zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **layout, const zck_store **stores) {

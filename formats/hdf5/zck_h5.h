@@ -142,6 +142,12 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
  *       param_groups     JSON list of {"params": [names], "hyperparameters": {...}}
  *       tied_parameters  JSON object alias -> source
  *       frozen_parameters, buffer_names   JSON lists
+ *       unsaved_tied_parameters  JSON object alias -> source: shared_params entries whose
+ *                        source was not saved (exclude_frozen_parameters, HF + PEFT's tied
+ *                        head); no parameter here, kept for a reshard's shared_params
+ *       exclude_frozen_parameters  int64 0/1: the source was saved so (a reshard then keeps
+ *                        frozen_param_shapes / _fragments None). Both optional (absent in
+ *                        containers written before them: {} and 0)
  *       ds_config        JSON of the source's ds_config (inf/nan as strings)
  *   /params/<name>/fp32, /params/<name>/exp_avg, /params/<name>/exp_avg_sq
  *                              full shape, master / optimizer-state dtype
@@ -193,11 +199,17 @@ typedef struct zck_h5u_info {
   const char *ds_config_json;  /* NULL if absent */
   const char *tag;             /* the source's tag folder name; NULL if absent or empty */
   size_t n_side_files;         /* datasets under /side_files */
+  bool exclude_frozen;         /* the source was saved with exclude_frozen_parameters */
+  const char *const *unsaved_ties;   /* [2 * n]: alias, source of tied aliases whose source
+                                        was not saved (zck_ds_unsaved_tie), in source order */
+  size_t n_unsaved_ties;
 } zck_h5u_info;
 
 zck_status zck_h5u_open(const char *path, zck_h5u **out);
 void zck_h5u_close(zck_h5u *u);
 const zck_h5u_info *zck_h5u_info_of(const zck_h5u *u);
+/* The container's file, open while u is (its metadata was read once, at zck_h5u_open). */
+zck_h5_file *zck_h5u_file(const zck_h5u *u);
 const zck_model *zck_h5u_model(const zck_h5u *u);
 /* NOT_FOUND when the container has no such part. */
 zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **layout, const zck_store **stores);

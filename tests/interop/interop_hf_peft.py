@@ -7,7 +7,8 @@ engine at (S, W) and call engine.load_checkpoint(out, load_module_strict=False) 
 models). Checks on every rank, per trainable (LoRA) param, gathered with DeepSpeed's own safe_get_full_* API:
   fp32 master            == DeepSpeed's zero_to_fp32 of the source (sha256 in expected.json)
   exp_avg, exp_avg_sq    == DeepSpeed's ds_to_universal.py of the source (sha256 in expected.json)
-and that the resharded files keep the unsaved tied alias in shared_params.
+and that the resharded files keep the unsaved tied alias in shared_params. One target goes through the HDF5
+container instead (`to-universal --format hdf5`, then reshard from it).
 Prints `N passed, M failed`; exit 0 only if all pass (77 without zckpt or fixtures).
 """
 import hashlib
@@ -28,6 +29,9 @@ ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 # four cases, kept to one DeepSpeed load each (a load costs about a minute of CPU here)
 TARGETS = {"s2w2_lora_tied_bf16": [(3, 2)], "s3w2_lora_tied_bf16": [(2, 1)], "s2w2_lora_untied_fp32": [(1, 1)],
            "s3w2_lora_untied_fp32": [(3, 1)]}
+# and through the HDF5 container (`to-universal --format hdf5`, then reshard from it): one load; tests/reshard's
+# test_reshard_universal checks every target of every case byte for byte against the reshard of the source
+H5_TARGETS = {"s3w2_lora_tied_bf16": [(3, 2)]}
 
 
 def sha(t):
@@ -68,10 +72,16 @@ def worker(spec_path):
     dist.barrier()
 
 
-def scenario(case, exp, stage, world, tmp):
+def scenario(case, exp, stage, world, tmp, via_h5=False):
     from ds_launch import launch
     src = os.path.join(FIX, case, "ckpt")
-    out = os.path.join(tmp, f"{case}-s{stage}w{world}")
+    out = os.path.join(tmp, f"{case}-s{stage}w{world}" + ("-h5" if via_h5 else ""))
+    if via_h5:
+        h5 = os.path.join(tmp, f"{case}.h5")
+        r = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", src, h5], capture_output=True, text=True)
+        if r.returncode:
+            return [f"zckpt to-universal --format hdf5 failed: {r.stderr.strip()}"]
+        src = h5
     r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-stage", str(stage), "--to-world-size", str(world)],
                        capture_output=True, text=True)
     if r.returncode:
@@ -84,7 +94,7 @@ def scenario(case, exp, stage, world, tmp):
     if shared != exp["model_states"]["shared_params"]:
         probs.append(f"shared_params {shared} != source's {exp['model_states']['shared_params']}")
     spec = {"tied": exp["tied_head"], "stage": stage, "dtype": exp["dtype"], "load_dir": out,
-            "out": os.path.join(tmp, f"res-{case}-s{stage}w{world}")}
+            "out": os.path.join(tmp, f"res-{case}-s{stage}w{world}" + ("-h5" if via_h5 else ""))}
     sp = spec["out"] + ".spec.json"
     with open(sp, "w") as f:
         json.dump(spec, f)
@@ -124,9 +134,11 @@ def main():
                 continue
             with open(ep) as f:
                 exp = json.load(f)
-            for stage, world in TARGETS.get(case, [(2, 1)]):
-                probs = scenario(case, exp, stage, world, tmp)
-                name = f"{case} -> stage {stage}, W={world}"
+            runs = [(s, w, False) for s, w in TARGETS.get(case, [(2, 1)])]
+            runs += [(s, w, True) for s, w in H5_TARGETS.get(case, [])]
+            for stage, world, via_h5 in runs:
+                probs = scenario(case, exp, stage, world, tmp, via_h5)
+                name = f"{case}{' -> universal.h5' if via_h5 else ''} -> stage {stage}, W={world}"
                 print(("FAIL " if probs else "ok   ") + name, flush=True)
                 for p in probs[:10]:
                     print("     " + p)
