@@ -3,9 +3,9 @@
 # ZeRO checkpoint of that many small MoE-shaped tensors (make_big_ckpt --tensors; a few
 # dozen bytes each, so the time is the per-tensor work, not bytes), then every job on it:
 # inspect, verify, consolidate, reshard (and reading its own output back), to-universal in
-# both layouts. Reports wall time and peak RSS of each (/usr/bin/time), and per job the
-# ratio time(largest)/time(smallest): linear cost makes it the count ratio (10 for 10k ->
-# 100k), quadratic cost its square. cpu (user + system seconds) is shown too: on a shared
+# both layouts, inspect of the HDF5 container. Reports wall time and peak RSS of each
+# (/usr/bin/time), and per job the ratio time(largest)/time(smallest): linear cost makes it
+# the count ratio (10 for 10k -> 100k), quadratic cost its square. cpu (user + system seconds) is shown too: on a shared
 # machine it is steadier than the wall time.
 #
 # usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)
@@ -40,6 +40,8 @@ for n in $counts; do
   timed "$n" reshard_back $bin/zckpt reshard "${q[@]}" "$d/rs" "$d/rs2" --to-stage "$stage" --to-world-size "$world"
   timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$d/uv/u"
   timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$d/u.h5"
+  # reading the container back: the forked metadata walk (every object, link and attribute) and the open
+  timed "$n" inspect_h5 $bin/zckpt inspect "$d/u.h5"
   rm -rf "$d"
 done
 echo "== per job, largest count / smallest: wall and cpu ratios (linear cost: the count ratio)"
