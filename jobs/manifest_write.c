@@ -36,6 +36,7 @@ typedef struct desc_file {
   char *full;
   desc_tensor *t;
   size_t n;
+  const zck__manifest_known_file *kf; /* its writer's hashes (and tensors), or NULL */
 } desc_file;
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -162,6 +163,7 @@ static zck_status describe_safetensors(desc_file *f) {
 
 static zck_status describe_item(void *ctx, size_t item, unsigned thread) {
   desc_file *f = &((desc_file *)ctx)[item];
+  if (f->kf && f->kf->described) return ZCK_OK; /* its writer said what it holds */
   if (ends_with(f->rel, ".safetensors")) return describe_safetensors(f);
   if ((ends_with(f->rel, ".pt") || ends_with(f->rel, ".bin") || ends_with(f->rel, ".pth")) && is_zip_file(f->full))
     return describe_torch(f);
@@ -224,12 +226,34 @@ static int cmp_known_range(const void *a, const void *b) {
   return x->len < y->len ? -1 : x->len > y->len;
 }
 
-/* Takes file i's hashes from `known` when they describe what is on disk: same size, same
- * chunking, every tensor range found. true: done (no read needed). */
-static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__manifest_known *k) {
-  const zck__manifest_known_file *kf = NULL;
-  for (size_t j = 0; j < k->n_files && !kf; j++)
-    if (k->files[j].hashed && k->files[j].path && !strcmp(k->files[j].path, m->files[i].path)) kf = &k->files[j];
+static int cmp_known_path(const void *a, const void *b) {
+  const zck__manifest_known_file *x = *(const zck__manifest_known_file *const *)a, *y = *(const zck__manifest_known_file *const *)b;
+  return strcmp(x->path, y->path);
+}
+
+/* The known files by path (hashed ones only), sorted: a folder may hold 300k files. */
+static const zck__manifest_known_file **known_index(const zck__manifest_known *k, size_t *n) {
+  *n = 0;
+  const zck__manifest_known_file **v = zck__malloc((k->n_files ? k->n_files : 1) * sizeof *v);
+  if (!v) return NULL;
+  for (size_t j = 0; j < k->n_files; j++)
+    if (k->files[j].hashed && k->files[j].path) v[(*n)++] = &k->files[j];
+  qsort(v, *n, sizeof *v, cmp_known_path);
+  return v;
+}
+
+static const zck__manifest_known_file *known_find(const zck__manifest_known_file **v, size_t n, const char *path) {
+  zck__manifest_known_file key = {0};
+  key.path = path;
+  const zck__manifest_known_file *kp = &key;
+  const zck__manifest_known_file **hit = v ? bsearch(&kp, v, n, sizeof *v, cmp_known_path) : NULL;
+  return hit ? *hit : NULL;
+}
+
+/* Takes file i's hashes from its writer's (kf) when they describe what is on disk: same
+ * size, same chunking, every tensor range found. true: done (no read needed). */
+static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__manifest_known *k,
+                       const zck__manifest_known_file *kf) {
   struct stat sb;
   if (!kf || k->chunk_size != m->chunk_size || stat(full, &sb) != 0 || (uint64_t)sb.st_size != kf->size) return false;
   uint64_t want_chunks = m->chunk_size ? (kf->size + m->chunk_size - 1) / m->chunk_size : 0;
@@ -284,29 +308,43 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
     if (o->kind) st = parse_kind(o->kind, &m->kind);
     if (o->chunk_size) m->chunk_size = o->chunk_size;
   }
+  size_t n_kv = 0;
+  const zck__manifest_known_file **kv = NULL;
+  if (st == ZCK_OK && known && !(kv = known_index(known, &n_kv))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     df[i].rel = paths[i];
+    df[i].kf = known_find(kv, n_kv, paths[i]);
     if (!(df[i].full = zck__path_join(dir, paths[i]))) st = ZCK_ERR_NO_MEMORY;
-    if (st == ZCK_OK) st = zck_manifest_add_file(m, paths[i], NULL);
+    if (st == ZCK_OK) st = zck__manifest_add_listed_file(m, paths[i], NULL);
   }
   if (st == ZCK_OK) st = zck__parallel_for(n, o->threads, describe_item, df);
-  for (size_t i = 0; st == ZCK_OK && i < n; i++)
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    if (df[i].kf && df[i].kf->described) {
+      for (size_t k = 0; st == ZCK_OK && k < df[i].kf->n_tensors; k++) {
+        const zck__manifest_known_tensor *t = &df[i].kf->tensors[k];
+        st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
+      }
+      continue;
+    }
     for (size_t k = 0; st == ZCK_OK && k < df[i].n; k++) {
       const desc_tensor *t = &df[i].t[k];
       st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
     }
+  }
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED) st = deepspeed_layout(dir, m);
-  if (st == ZCK_OK && m->kind == ZCK_MANIFEST_UNIVERSAL) st = universal_layout(dir, m);
+  if (st == ZCK_OK && m->kind == ZCK_MANIFEST_UNIVERSAL)
+    st = known && known->layout ? zck_manifest_set_layout(m, known->layout) : universal_layout(dir, m);
   bool *skip = NULL;
   if (st == ZCK_OK && known && !(skip = zck__calloc(n ? n : 1, sizeof *skip))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && known && i < n; i++)
-    if ((skip[i] = take_known(m, i, df[i].full, known)) && from_known) (*from_known)++;
+    if (df[i].kf && (skip[i] = take_known(m, i, df[i].full, known, df[i].kf)) && from_known) (*from_known)++;
   if (st == ZCK_OK) {
     zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
     ho.threads = o->threads;
     st = zck__manifest_hash_some(dir, m, skip, &ho);
   }
   free(skip);
+  free(kv);
   for (size_t i = 0; df && i < n; i++) {
     for (size_t k = 0; k < df[i].n; k++) free(df[i].t[k].name);
     free(df[i].t);

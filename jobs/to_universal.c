@@ -6,9 +6,10 @@
  * the executor: per state a plan from the ZeRO layout to whole tensors, plus direct copies
  * (the 0.19.8 `module` fallback files). Then step.pt, zero/optimizer_state.pt (the rank-0
  * optimizer state as ds_to_universal reshapes it) and byte copies of the model-states
- * files; the folder appears in one rename, then latest_universal. Where ds_to_universal
- * extracts every fragment to a temporary tree and merges it back, each byte here is read
- * once, straight from the rank files into the final files.
+ * files, checked as they are copied; then zckpt-manifest.json, its tensor files' hashes
+ * made as they were written; the folder appears in one rename, then latest_universal.
+ * Where ds_to_universal extracts every fragment to a temporary tree and merges it back,
+ * each byte here is read once, straight from the rank files into the final files.
  * The HDF5 output is in to_universal_h5.c.
  */
 #include <math.h>
@@ -720,6 +721,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   for (size_t i = 0; i < j.n; i++) j.prog.total += j.e[i].numel * zck_dtype_size(j.e[i].dtype);
   zck_uv_write_opts wo = ZCK_UV_WRITE_OPTS_INIT;
   wo.overwrite = o->overwrite != 0;
+  wo.hash = true; /* the tensor files' manifest hashes as they are written */
   if (st == ZCK_OK) st = zck_uv_writer_create(out, &wo, &j.w);
   /* optimizer_state.pt and the model files: reserved first and copied with the first
    * batch, unless the descriptor limit is too tight for their files (a source and a
@@ -749,6 +751,20 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
   if (st == ZCK_OK) st = zck__uvj_opt_finish(&os);
   zck__uvj_opt_free(&os);
+  if (st == ZCK_OK) st = zck_uv_writer_finish_files(j.w);
+  if (st == ZCK_OK) {
+    /* written last, as in every folder zckpt produces (zckpt verify checks it): the tensor
+     * files' hashes were made as they were written; the few other files are read */
+    zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+    mo.kind = "universal";
+    mo.threads = o->threads;
+    /* the layout the universal reader finds in what was just written: the source's */
+    zck_manifest_layout l = {NULL, j.info->stage, j.info->world_size, 0, (char *)zck_dtype_name(j.info->lp_dtype),
+                             (char *)zck_dtype_name(j.info->master_dtype), false};
+    zck__manifest_known k = *zck_uv_writer_known(j.w);
+    k.layout = &l;
+    st = zck__manifest_write_dir_known(zck_uv_writer_tmp_dir(j.w), &mo, &k, NULL);
+  }
   if (st == ZCK_OK) st = zck_uv_writer_commit(j.w);
   zck_uv_writer_free(j.w);
   for (size_t i = 0; i < j.n_ctx; i++) free(j.ctx[i]);

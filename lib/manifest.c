@@ -103,11 +103,11 @@ ptrdiff_t zck_manifest_find_file(const zck_manifest *m, const char *relpath) {
   return -1;
 }
 
-zck_status zck_manifest_add_file(zck_manifest *m, const char *relpath, size_t *index) {
+static zck_status add_file(zck_manifest *m, const char *relpath, size_t *index, bool check_twice) {
   char shown[256];
   zck__manifest_shown(shown, sizeof shown, relpath);
   if (!safe_relpath(relpath)) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: unsafe file path \"%s\"", shown);
-  if (zck_manifest_find_file(m, relpath) >= 0)
+  if (check_twice && zck_manifest_find_file(m, relpath) >= 0)
     return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file \"%s\" listed twice", shown);
   if (m->n_files == m->cap_files) {
     size_t cap = m->cap_files ? 2 * m->cap_files : 16;
@@ -122,6 +122,14 @@ zck_status zck_manifest_add_file(zck_manifest *m, const char *relpath, size_t *i
   if (index) *index = m->n_files;
   m->n_files++;
   return ZCK_OK;
+}
+
+zck_status zck_manifest_add_file(zck_manifest *m, const char *relpath, size_t *index) {
+  return add_file(m, relpath, index, true);
+}
+
+zck_status zck__manifest_add_listed_file(zck_manifest *m, const char *relpath, size_t *index) {
+  return add_file(m, relpath, index, false);
 }
 
 zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *name, const char *dtype, int ndim,

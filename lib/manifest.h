@@ -108,6 +108,9 @@ zck_status zck_manifest_new(zck_manifest **out);
 void zck_manifest_free(zck_manifest *m);
 /* Appends a file (path copied); *index optional. Fails on a duplicate or unsafe path. */
 zck_status zck_manifest_add_file(zck_manifest *m, const char *relpath, size_t *index);
+/* The same for a path of zck_manifest_list_files (distinct by construction: not searched
+ * for, which costs a scan per file). */
+zck_status zck__manifest_add_listed_file(zck_manifest *m, const char *relpath, size_t *index);
 zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *name, const char *dtype, int ndim,
                                    const int64_t *shape, uint64_t offset, uint64_t nbytes, size_t *index);
 zck_status zck_manifest_set_layout(zck_manifest *m, const zck_manifest_layout *l);
@@ -179,6 +182,14 @@ zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_man
 typedef struct zck__manifest_known_range {
   uint64_t off, len, xxh3;
 } zck__manifest_known_range;
+/* A tensor as describing its file finds it (jobs/manifest_write.c: named by its path
+ * through dicts, "" for a file that is one bare tensor). */
+typedef struct zck__manifest_known_tensor {
+  const char *name, *dtype;
+  int ndim;
+  const int64_t *shape;
+  uint64_t offset, nbytes;
+} zck__manifest_known_tensor;
 typedef struct zck__manifest_known_file {
   const char *path;            /* relative to the directory */
   bool hashed;
@@ -187,11 +198,19 @@ typedef struct zck__manifest_known_file {
   size_t n_chunks;
   const zck__manifest_known_range *ranges;
   size_t n_ranges;
+  /* optional: the file's tensors, from the writer that laid it out; with them the file is
+   * not opened to be described */
+  bool described;
+  const zck__manifest_known_tensor *tensors;
+  size_t n_tensors;
 } zck__manifest_known_file;
 typedef struct zck__manifest_known {
   uint64_t chunk_size;
   zck__manifest_known_file *files;
   size_t n_files;
+  /* optional: the folder's layout as its writer knows it (a universal folder's); the
+   * folder's reader is then not run to find it */
+  const zck_manifest_layout *layout;
 } zck__manifest_known;
 /* zck_manifest_write_dir with `known` hashes (NULL: none); *from_known (optional): how
  * many files took theirs from it. Defined in jobs/manifest_write.c. */

@@ -37,6 +37,7 @@
 #include "model.h"
 #include "torch/torch.h"
 
+#include "manifest.h"
 #include <stdbool.h>
 
 /* A parameter name usable as one folder name (no '/', '\\', NUL, not "", "." or ".."),
@@ -50,8 +51,10 @@ typedef struct zck_uv_writer zck_uv_writer;
 typedef struct zck_uv_write_opts {
   bool overwrite;             /* replace an existing <out> */
   bool write_latest;          /* <parent>/latest_universal (DeepSpeed always writes it) */
+  bool hash;                  /* make the manifest hashes of the tensor files as they are
+                                 written (zck_uv_writer_known) */
 } zck_uv_write_opts;
-#define ZCK_UV_WRITE_OPTS_INIT {false, true}
+#define ZCK_UV_WRITE_OPTS_INIT {false, true, false}
 
 typedef enum zck_uv_form {
   ZCK_UV_CAT_DIM = 0,         /* {'cat_dim': 0, 'param': T} */
@@ -89,6 +92,14 @@ zck_status zck_uv_writer_torch(zck_uv_writer *w, const char *rel, zck_torch_writ
  * with the folder. */
 zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, zck_store *store);
 
+/* Finishes every file (the pending tensor files, the raw files) in the temporary folder,
+ * which is then complete but for what the caller adds (its manifest). */
+zck_status zck_uv_writer_finish_files(zck_uv_writer *w);
+const char *zck_uv_writer_tmp_dir(const zck_uv_writer *w);
+/* With opts.hash, after zck_uv_writer_finish_files: the manifest hashes of the tensor files,
+ * made as they were written (paths relative to the folder), for
+ * zck__manifest_write_dir_known; files absent from it are hashed by reading them. */
+const zck__manifest_known *zck_uv_writer_known(const zck_uv_writer *w);
 /* Renames the folder into place, then writes latest_universal. On failure nothing of
  * the output remains. */
 zck_status zck_uv_writer_commit(zck_uv_writer *w);

@@ -13,9 +13,17 @@
 #include <unistd.h>
 
 #include "io.h"
+#include "stream_hash.h"
 
 typedef struct zck__uv_tfile {
   zck_torch_writer *tw;
+  zck__shash *h;                /* opts.hash: the file's manifest hashes as it is written */
+  char *path, *rel;             /* with h: where the file is, and its name in the folder */
+  uint64_t data_off;            /* the storage's offset in the file */
+  zck_dtype dtype;              /* with h: the tensor, as describing the file finds it */
+  int ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  bool bare;
   size_t storage;
   size_t es;
   zck_pk *root;
@@ -39,6 +47,9 @@ struct zck_uv_writer {
   zck__uv_raw **raws;
   size_t n_raws, cap_raws;
   char *made_dir;               /* the folder made last: a param's files share one */
+  zck__shash_budget budget;     /* pieces held ahead of the tensor files' hash cursors */
+  zck__manifest_known known;    /* the hashed files (paths owned) */
+  size_t cap_known;
 };
 
 zck_status zck_uv_check_name(const char *name) {
@@ -57,6 +68,8 @@ zck_status zck_uv_writer_create(const char *out, const zck_uv_write_opts *o, zck
   if (!w) return ZCK_ERR_NO_MEMORY;
   w->o = (zck_uv_write_opts)ZCK_UV_WRITE_OPTS_INIT;
   if (o) w->o = *o;
+  w->budget.max = (uint64_t)64 << 20;
+  w->known.chunk_size = ZCK_MANIFEST_DEFAULT_CHUNK;
   w->final_path = zck__strdup(out);
   if (!w->final_path) {
     free(w);
@@ -115,13 +128,51 @@ static zck_status zck__uv_prepare(zck_uv_writer *w, const char *rel, char **out)
 
 static zck_status zck__uv_tensor_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
   zck__uv_tfile *f = ctx;
-  return zck_torch_writer_write(f->tw, f->storage, src, (size_t)(count * f->es), off * f->es);
+  zck_status st = zck_torch_writer_write(f->tw, f->storage, src, (size_t)(count * f->es), off * f->es);
+  /* the manifest hashes from these bytes while they are in the cache */
+  if (st == ZCK_OK) zck__shash_feed(f->h, f->data_off + off * f->es, src, count * f->es, NULL);
+  return st;
 }
 
 static void zck__uv_tfile_free(zck__uv_tfile *f) {
   if (!f) return;
   zck_torch_writer_free(f->tw);
+  zck__shash_free(f->h);
+  free(f->path);
+  free(f->rel);
   free(f);
+}
+
+/* The finished file's hashes into w->known (a file the stream could not hash is left to
+ * the manifest writer, which reads it). */
+static zck_status zck__uv_keep_hashes(zck_uv_writer *w, zck__uv_tfile *f) {
+  uint64_t reread = 0;
+  ZCK_TRY(zck__shash_finish(f->h, f->path, &reread));
+  if (!zck__shash_done(f->h)) return ZCK_OK;
+  if (w->known.n_files == w->cap_known) {
+    size_t nc = w->cap_known ? 2 * w->cap_known : 64;
+    zck__manifest_known_file *v = zck__realloc(w->known.files, nc * sizeof *v);
+    if (!v) return ZCK_ERR_NO_MEMORY;
+    w->known.files = v;
+    w->cap_known = nc;
+  }
+  /* its one tensor, as jobs/manifest_write.c names it: "" bare, else its key "param" */
+  struct kt { zck__manifest_known_tensor t; int64_t shape[ZCK_MAX_DIMS]; } *kt = zck__malloc(sizeof *kt);
+  if (!kt) return ZCK_ERR_NO_MEMORY;
+  uint64_t numel = 1;
+  for (int d = 0; d < f->ndim; d++) numel *= (uint64_t)f->shape[d];
+  memcpy(kt->shape, f->shape, sizeof kt->shape);
+  kt->t = (zck__manifest_known_tensor){f->bare ? "" : "param", zck_dtype_name(f->dtype), f->ndim, kt->shape, f->data_off,
+                                       numel * f->es};
+  zck__manifest_known_file *k = &w->known.files[w->known.n_files];
+  zck_status st = zck__shash_known_file(f->h, f->rel, k);
+  if (st != ZCK_OK) { free(kt); return st; }
+  k->described = true;
+  k->tensors = &kt->t;
+  k->n_tensors = 1;
+  f->rel = NULL; /* owned by known now */
+  w->known.n_files++;
+  return ZCK_OK;
 }
 
 zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
@@ -134,9 +185,22 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
   if (st == ZCK_OK && !f) st = ZCK_ERR_NO_MEMORY;
   uint64_t numel = 1;
   for (int i = 0; i < ndim; i++) numel *= (uint64_t)shape[i];
-  uint64_t data_off;
-  if (st == ZCK_OK) st = zck_torch_writer_create(path, &f->tw);
+  uint64_t data_off = 0;
+  if (st == ZCK_OK && w->o.hash && !(f->h = zck__shash_new())) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck_torch_writer_create_hashed(path, f->h, &f->tw);
   if (st == ZCK_OK) st = zck_torch_writer_add_storage(f->tw, dtype, numel, &f->storage, &data_off);
+  if (st == ZCK_OK && f->h) { /* the plan writes the whole tensor */
+    f->data_off = data_off;
+    f->dtype = dtype;
+    f->ndim = ndim;
+    for (int i = 0; i < ndim && i < ZCK_MAX_DIMS; i++) f->shape[i] = shape[i];
+    f->bare = form == ZCK_UV_BARE;
+    zck__shash_cover(f->h, data_off, numel * zck_dtype_size(dtype));
+    st = zck__shash_start(f->h, &w->budget, 0);
+    f->path = path;
+    f->rel = rel;
+    path = rel = NULL;
+  }
   if (st == ZCK_OK) {
     zck_pk_doc *doc = zck_torch_writer_doc(f->tw);
     zck_pk *t = zck_torch_writer_tensor(f->tw, f->storage, ndim, shape, NULL, 0, 0);
@@ -194,6 +258,7 @@ zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
       if (f->crc_set) zck_torch_writer_set_crc(f->tw, f->storage, f->crc);
       st = zck_torch_writer_finish(f->tw, f->root);
     }
+    if (st == ZCK_OK && f->h) st = zck__uv_keep_hashes(w, f);
     zck__uv_tfile_free(f);
   }
   w->handle_base += w->n_files;
@@ -288,12 +353,22 @@ static zck_status zck__uv_write_latest(const zck_uv_writer *w) {
   return st;
 }
 
-zck_status zck_uv_writer_commit(zck_uv_writer *w) {
+zck_status zck_uv_writer_finish_files(zck_uv_writer *w) {
   zck_status st = zck_uv_writer_finish_batch(w);
   for (size_t i = 0; i < w->n_raws && st == ZCK_OK; i++) {
+    if (!w->raws[i]->open) continue;
     st = zck__outfile_commit(&w->raws[i]->f);
     if (st == ZCK_OK) w->raws[i]->open = false;
   }
+  return st;
+}
+
+const char *zck_uv_writer_tmp_dir(const zck_uv_writer *w) { return w->dir.tmp_path; }
+
+const zck__manifest_known *zck_uv_writer_known(const zck_uv_writer *w) { return w->o.hash ? &w->known : NULL; }
+
+zck_status zck_uv_writer_commit(zck_uv_writer *w) {
+  zck_status st = zck_uv_writer_finish_files(w);
   if (st == ZCK_OK) {
     st = zck__outdir_commit(&w->dir);
     /* renamed into place, then the parent's fsync failed: take the folder back */
@@ -322,6 +397,13 @@ void zck_uv_writer_free(zck_uv_writer *w) {
     free(w->raws[i]);
   }
   free(w->raws);
+  for (size_t i = 0; i < w->known.n_files; i++) {
+    free((void *)w->known.files[i].path);
+    free((void *)w->known.files[i].chunks);
+    free((void *)w->known.files[i].ranges);
+    free((void *)w->known.files[i].tensors);
+  }
+  free(w->known.files);
   zck__outdir_abort(&w->dir);   /* after commit it only frees the path */
   free(w->final_path);
   free(w->made_dir);

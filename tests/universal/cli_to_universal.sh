@@ -40,6 +40,27 @@ expect 1 "no universal_checkpoint_info in the model states; pass --inject-missin
 expect 1 "exists" to-universal -q --inject-missing-state "$FX/s2w2_bf16/ckpt" "$T/p/uc"
 "$BIN" to-universal -q --inject-missing-state --overwrite "$FX/s2w2_bf16/ckpt" "$T/p/uc" || fail "--overwrite"
 
+# the folder's zckpt-manifest.json, its tensor files hashed as they were written: the same
+# bytes as a manifest made by reading the folder back, and verify checks the folder with it
+[ -f "$T/p/uc/zckpt-manifest.json" ] || fail "no zckpt-manifest.json in the universal folder"
+"$BIN" verify -q "$T/p/uc" >"$T/out" 2>"$T/err" || fail "verify of the universal folder: exit $?: $(cat "$T/err")"
+cp -r "$T/p/uc" "$T/uc2" && rm "$T/uc2/zckpt-manifest.json"
+"$BIN" verify -q --write-manifest "$T/uc2" >"$T/out" 2>"$T/err" || fail "verify --write-manifest: exit $?: $(cat "$T/err")"
+cmp "$T/p/uc/zckpt-manifest.json" "$T/uc2/zckpt-manifest.json" || fail "the manifest differs from one made by reading the folder"
+for fx in s1w2_bf16 s3w2_bf16 s3w4_fp32_3groups; do # the other stages and layouts
+  "$BIN" to-universal -q --inject-missing-state "$FX/$fx/ckpt" "$T/m/$fx" || fail "$fx: exit $?"
+  cp "$T/m/$fx/zckpt-manifest.json" "$T/m/$fx.json" && rm "$T/m/$fx/zckpt-manifest.json"
+  "$BIN" verify -q --write-manifest "$T/m/$fx" >"$T/out" 2>"$T/err" || fail "$fx: verify --write-manifest: $(cat "$T/err")"
+  cmp "$T/m/$fx.json" "$T/m/$fx/zckpt-manifest.json" || fail "$fx: the manifest differs from one made by reading the folder"
+done
+F=$T/uc2/zero/fc1.weight/fp32.pt
+N=$(( $(wc -c <"$F") / 2 ))
+B=$(od -An -tu1 -j "$N" -N1 "$F" | tr -d ' ')
+printf "\\$(printf %o $(( B ^ 1 )))" | dd of="$F" bs=1 seek="$N" conv=notrunc 2>/dev/null
+"$BIN" verify -q "$T/uc2" >"$T/out" 2>"$T/err"
+[ $? = 3 ] || fail "verify of a damaged universal folder: not exit 3"
+grep -q "fc1.weight/fp32.pt" "$T/out" "$T/err" || fail "verify does not name the damaged file: $(cat "$T/out" "$T/err")"
+
 "$BIN" to-universal -q --format hdf5 --level 7 --chunk-size 4KiB --threads 2 "$FX/s3w2_bf16/ckpt" "$T/u.h5" || fail "hdf5: exit $?"
 [ -s "$T/u.h5" ] || fail "u.h5 missing"
 expect 1 "exists" to-universal -q --format hdf5 "$FX/s3w2_bf16/ckpt" "$T/u.h5"
