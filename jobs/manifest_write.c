@@ -253,7 +253,7 @@ static const zck__manifest_known_file *known_find(const zck__manifest_known_file
 /* Takes file i's hashes from its writer's (kf) when they describe what is on disk: same
  * size, same chunking, every tensor range found. true: done (no read needed). */
 static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__manifest_known *k,
-                       const zck__manifest_known_file *kf) {
+                       const zck__manifest_known_file *kf, size_t t0, size_t t1) {
   struct stat sb;
   if (!kf || k->chunk_size != m->chunk_size || stat(full, &sb) != 0 || (uint64_t)sb.st_size != kf->size) return false;
   uint64_t want_chunks = m->chunk_size ? (kf->size + m->chunk_size - 1) / m->chunk_size : 0;
@@ -263,13 +263,11 @@ static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__m
   if (kf->n_ranges) memcpy(sorted, kf->ranges, kf->n_ranges * sizeof *sorted);
   qsort(sorted, kf->n_ranges, sizeof *sorted, cmp_known_range);
   bool all = true;
-  for (size_t t = 0; all && t < m->n_tensors; t++) {
-    if (m->tensors[t].file != i) continue;
+  for (size_t t = t0; all && t < t1; t++) { /* file i's tensors */
     zck__manifest_known_range key = {m->tensors[t].offset, m->tensors[t].nbytes, 0};
     all = bsearch(&key, sorted, kf->n_ranges, sizeof *sorted, cmp_known_range) != NULL;
   }
-  for (size_t t = 0; all && t < m->n_tensors; t++) {
-    if (m->tensors[t].file != i) continue;
+  for (size_t t = t0; all && t < t1; t++) { /* file i's tensors */
     zck__manifest_known_range key = {m->tensors[t].offset, m->tensors[t].nbytes, 0};
     const zck__manifest_known_range *r = bsearch(&key, sorted, kf->n_ranges, sizeof *sorted, cmp_known_range);
     m->tensors[t].xxh3 = r->xxh3;
@@ -280,8 +278,7 @@ static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__m
   zck_manifest_file *mf = &m->files[i];
   if (kf->n_chunks > 1) { /* as zck_manifest_hash: one chunk is the file itself */
     if (!(mf->chunks = zck__malloc(kf->n_chunks * sizeof *mf->chunks))) {
-      for (size_t t = 0; t < m->n_tensors; t++)
-        if (m->tensors[t].file == i) m->tensors[t].hashed = false;
+      for (size_t t = t0; t < t1; t++) m->tensors[t].hashed = false;
       return false;
     }
     memcpy(mf->chunks, kf->chunks, kf->n_chunks * sizeof *mf->chunks);
@@ -318,7 +315,10 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
     if (st == ZCK_OK) st = zck__manifest_add_listed_file(m, paths[i], NULL);
   }
   if (st == ZCK_OK) st = zck__parallel_for(n, o->threads, describe_item, df);
+  size_t *tfirst = zck__malloc((n + 1) * sizeof *tfirst); /* file i's tensors are [tfirst[i], tfirst[i + 1]) */
+  if (st == ZCK_OK && !tfirst) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    tfirst[i] = m->n_tensors;
     if (df[i].kf && df[i].kf->described) {
       for (size_t k = 0; st == ZCK_OK && k < df[i].kf->n_tensors; k++) {
         const zck__manifest_known_tensor *t = &df[i].kf->tensors[k];
@@ -331,13 +331,15 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
       st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
     }
   }
+  if (st == ZCK_OK) tfirst[n] = m->n_tensors;
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED) st = deepspeed_layout(dir, m);
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_UNIVERSAL)
     st = known && known->layout ? zck_manifest_set_layout(m, known->layout) : universal_layout(dir, m);
   bool *skip = NULL;
   if (st == ZCK_OK && known && !(skip = zck__calloc(n ? n : 1, sizeof *skip))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && known && i < n; i++)
-    if (df[i].kf && (skip[i] = take_known(m, i, df[i].full, known, df[i].kf)) && from_known) (*from_known)++;
+    if (df[i].kf && (skip[i] = take_known(m, i, df[i].full, known, df[i].kf, tfirst[i], tfirst[i + 1])) && from_known)
+      (*from_known)++;
   if (st == ZCK_OK) {
     zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
     ho.threads = o->threads;
@@ -345,6 +347,7 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
   }
   free(skip);
   free(kv);
+  free(tfirst);
   for (size_t i = 0; df && i < n; i++) {
     for (size_t k = 0; k < df[i].n; k++) free(df[i].t[k].name);
     free(df[i].t);

@@ -198,7 +198,8 @@ static void zck__zip_local_header(zck__zip_emit *m, const zck__zip_wentry *e) {
   }
   zck__buf_u16le(b, ZCK_ZIP_PAD_EXTRA_ID);
   zck__buf_u16le(b, (uint16_t)pad);
-  for (uint64_t i = 0; i < pad; i++) zck__buf_byte(b, 'Z');
+  static const char zz[ZCK_ZIP_ALIGN] = "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ";
+  zck__buf_append(b, zz, (size_t)pad); /* pad < ZCK_ZIP_ALIGN */
 }
 
 static void zck__zip_descriptor_crc(zck__zip_emit *m, const zck__zip_wentry *e, uint32_t crc) {
