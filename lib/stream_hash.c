@@ -258,8 +258,20 @@ static void take(zck__shash *h, const uint8_t *p, uint64_t n, bool in_region, bo
   while (n) {
     /* the hashes over one slice while it is in the cache (hashing is memory-bound) */
     uint64_t k = n < SLICE ? n : SLICE;
+    /* the first chunk's hash is the file's hash at the chunk's end: no third pass over it
+     * (a file shorter than a chunk, most of them, is hashed twice, not three times) */
+    bool first = !h->n_chunks && !h->chunk_oom;
+    if (first && k > h->chunk_size - h->chunk_fill) k = h->chunk_size - h->chunk_fill;
     XXH3_64bits_update(h->fst, p, (size_t)k);
-    for (uint64_t i = 0; i < k;) { /* chunk boundaries may fall inside */
+    if (first) {
+      h->chunk_fill += k;
+      if (h->chunk_fill == h->chunk_size) {
+        if (grow((void **)&h->chunks, &h->cap_chunks, h->n_chunks, sizeof *h->chunks)) h->chunks[h->n_chunks++] = XXH3_64bits_digest(h->fst);
+        else h->chunk_oom = true;
+        h->chunk_fill = 0;
+      }
+    }
+    for (uint64_t i = 0; !first && i < k;) { /* chunk boundaries may fall inside */
       uint64_t t = h->chunk_size - h->chunk_fill < k - i ? h->chunk_size - h->chunk_fill : k - i;
       XXH3_64bits_update(h->cst, p + i, (size_t)t);
       i += t;
@@ -521,9 +533,10 @@ zck_status zck__shash_finish(zck__shash *h, const char *path, uint64_t *reread) 
     h->seg++;
   }
   if (h->chunk_oom) { h->dropped = true; return ZCK_OK; }
-  if (h->chunk_fill) {
+  if (h->chunk_fill) { /* the last, partial chunk (the file itself when it is the first) */
     if (!grow((void **)&h->chunks, &h->cap_chunks, h->n_chunks, sizeof *h->chunks)) return ZCK_ERR_NO_MEMORY;
-    h->chunks[h->n_chunks++] = XXH3_64bits_digest(h->cst);
+    h->chunks[h->n_chunks] = h->n_chunks ? XXH3_64bits_digest(h->cst) : XXH3_64bits_digest(h->fst);
+    h->n_chunks++;
   }
   h->xxh3 = XXH3_64bits_digest(h->fst);
   h->size = size;
