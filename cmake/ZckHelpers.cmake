@@ -4,6 +4,7 @@ set(ZCK_INCLUDE_DIRS
   ${PROJECT_SOURCE_DIR}/lib
   ${PROJECT_SOURCE_DIR}/formats
   ${PROJECT_SOURCE_DIR}/cuda
+  ${PROJECT_SOURCE_DIR}/saver
   ${PROJECT_BINARY_DIR}/lib)
 
 # zck_component(NAME SOURCES a.c b.c [LIBS dep...])

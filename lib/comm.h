@@ -50,6 +50,17 @@ struct zck_comm {
   void (*abort)(zck_comm *c);
 };
 
+/* ---- agreement: collective; every rank passes its own outcome of a step, and all of them
+ * return ZCK_OK when every rank succeeded, else the error of the lowest failing rank (its
+ * message, prefixed with "rank R: " on the others), so ranks that each did their part all
+ * stop at the same point. A collective failure (a peer gone) is returned as is, except
+ * that a rank's own failure keeps precedence. */
+zck_status zck_comm_agree(zck_comm *c, zck_status s);
+/* Whether the last failure zck_comm_agree returned on this thread was an agreed one, which
+ * rank 0 holds too (so rank 0 alone need report it); cleared by zck_comm_agree_reset. */
+bool zck_comm_agree_reached_all(void);
+void zck_comm_agree_reset(void);
+
 /* ---- local backend: `size` ranks that are threads of this process.
  * Fills comms[0..size-1]; rank r's handle must be used by one thread only. Reductions
  * support F32, F64, I32, I64 (and BF16/F16, summed in float in rank order, rounded once);

@@ -15,6 +15,7 @@
 #include "hf.h"
 #include "io.h"
 #include "safetensors/safetensors.h"
+#include "saver.h"
 #include "transfer.h"
 #include "util.h"
 
@@ -43,180 +44,15 @@ zck_status ze_ckpt_tracker_init(ze_ckpt_tracker *t, const ze_train_args *a, cons
   t->plan = plan;
   t->ds_json = ds_json;
   t->gather16 = gather16;
-  t->best_metric = NAN;
-  t->log_history = cJSON_CreateArray();
-  if (!t->log_history) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
-  return ZCK_OK;
+  zck_saver_opts o = {a->output_dir, a->save_total_limit, a->greater_is_better, a->max_steps, a->logging_steps,
+                      a->eval_steps, a->save_steps, a->per_device_train_batch_size};
+  return zck_saver_init(&t->sv, &o);
 }
 
 void ze_ckpt_tracker_free(ze_ckpt_tracker *t) {
   if (!t) return;
-  for (size_t i = 0; i < t->n_saved; i++) free(t->saved[i]);
-  free(t->saved);
-  free(t->best_checkpoint);
-  cJSON_Delete(t->log_history);
+  zck_saver_free(&t->sv);
   memset(t, 0, sizeof *t);
-}
-
-static double hf_round4(double x) {
-  char b[64];
-  snprintf(b, sizeof b, "%.4f", x);
-  return strtod(b, NULL);
-}
-
-static double epoch_of(const ze_ckpt_tracker *t, int64_t step) { return (double)step / (double)t->a->max_steps; }
-
-void ze_ckpt_log(ze_ckpt_tracker *t, int64_t step, const char *key, double loss, double grad_norm, double lr) {
-  cJSON *e = cJSON_CreateObject();
-  if (!e) return;
-  cJSON_AddNumberToObject(e, "epoch", epoch_of(t, step));
-  cJSON_AddNumberToObject(e, "grad_norm", grad_norm);
-  cJSON_AddNumberToObject(e, "learning_rate", lr);
-  cJSON_AddNumberToObject(e, key, hf_round4(loss));
-  cJSON_AddNumberToObject(e, "step", (double)step);
-  cJSON_AddItemToArray(t->log_history, e);
-}
-
-void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss) {
-  cJSON *e = cJSON_CreateObject();
-  if (e) {
-    cJSON_AddNumberToObject(e, "epoch", epoch_of(t, step));
-    cJSON_AddNumberToObject(e, "eval_loss", eval_loss);
-    cJSON_AddNumberToObject(e, "step", (double)step);
-    cJSON_AddItemToArray(t->log_history, e);
-  }
-  /* eval_loss: lower is better (greater_is_better false) */
-  bool better = t->a->greater_is_better ? eval_loss > t->best_metric : eval_loss < t->best_metric;
-  if (isnan(t->best_metric) || better) {
-    t->best_metric = eval_loss;
-    t->best_step = step;
-  }
-}
-
-// ---- JSON as Python's json.dumps(indent=2, sort_keys=True) prints it
-
-static void py_json(zck__buf *b, const cJSON *j, int depth);
-
-static int cmp_keys(const void *a, const void *b) {
-  return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-static void py_indent(zck__buf *b, int depth) {
-  zck__buf_byte(b, '\n');
-  for (int i = 0; i < depth; i++) zck__buf_str(b, "  ");
-}
-
-static void py_json(zck__buf *b, const cJSON *j, int depth) {
-  char f[40];
-  if (cJSON_IsNull(j)) zck__buf_str(b, "null");
-  else if (cJSON_IsBool(j)) zck__buf_str(b, cJSON_IsTrue(j) ? "true" : "false");
-  else if (cJSON_IsString(j)) zck__buf_printf(b, "\"%s\"", j->valuestring);
-  else if (cJSON_IsNumber(j)) {
-    double v = j->valuedouble;
-    /* ints stay ints ("step": 10); every other number is a Python float repr */
-    if (j->valueint == v && v == floor(v) && fabs(v) < 2e9 && !(j->type & 0x1000)) zck__buf_printf(b, "%d", j->valueint);
-    else {
-      ze_py_float_repr(v, f, sizeof f);
-      zck__buf_str(b, isnan(v) ? "NaN" : f);
-    }
-  } else if (cJSON_IsArray(j)) {
-    if (!j->child) {
-      zck__buf_str(b, "[]");
-      return;
-    }
-    zck__buf_byte(b, '[');
-    for (const cJSON *c = j->child; c; c = c->next) {
-      py_indent(b, depth + 1);
-      py_json(b, c, depth + 1);
-      if (c->next) zck__buf_byte(b, ',');
-    }
-    py_indent(b, depth);
-    zck__buf_byte(b, ']');
-  } else if (cJSON_IsObject(j)) {
-    int n = cJSON_GetArraySize(j);
-    if (!n) {
-      zck__buf_str(b, "{}");
-      return;
-    }
-    const cJSON **items = malloc((size_t)n * sizeof *items);
-    if (!items) {
-      b->failed = true;
-      return;
-    }
-    int k = 0;
-    for (const cJSON *c = j->child; c; c = c->next) items[k++] = c;
-    qsort(items, (size_t)n, sizeof *items, cmp_keys);
-    zck__buf_byte(b, '{');
-    for (int i = 0; i < n; i++) {
-      py_indent(b, depth + 1);
-      zck__buf_printf(b, "\"%s\": ", items[i]->string);
-      py_json(b, items[i], depth + 1);
-      if (i + 1 < n) zck__buf_byte(b, ',');
-    }
-    free(items);
-    py_indent(b, depth);
-    zck__buf_byte(b, '}');
-  }
-}
-
-/* cJSON marks numbers that must print as floats with this private flag bit. */
-static cJSON *py_float(double v) {
-  cJSON *j = cJSON_CreateNumber(v);
-  if (j) j->type |= 0x1000;
-  return j;
-}
-
-static zck_status write_text(const char *path, const zck__buf *b) {
-  if (b->failed) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
-  zck__outfile f;
-  ZCK_TRY(zck__outfile_create(&f, path));
-  zck_status s = zck__outfile_pwrite(&f, b->data, b->len, 0);
-  if (s == ZCK_OK) return zck__outfile_commit(&f);
-  zck__outfile_abort(&f);
-  return s;
-}
-
-/* trainer_state.json (TrainerState.save_to_json: sorted keys, indent 2, final newline). */
-static zck_status write_trainer_state(const ze_ckpt_tracker *t, const char *path, int64_t step) {
-  const ze_train_args *a = t->a;
-  cJSON *st = cJSON_CreateObject();
-  if (!st) return ZCK_ERR_NO_MEMORY;
-  bool has_best = !isnan(t->best_metric);
-  if (has_best) cJSON_AddNumberToObject(st, "best_global_step", (double)t->best_step);
-  else cJSON_AddNullToObject(st, "best_global_step");
-  if (has_best) cJSON_AddItemToObject(st, "best_metric", py_float(t->best_metric));
-  else cJSON_AddNullToObject(st, "best_metric");
-  if (t->best_checkpoint) cJSON_AddStringToObject(st, "best_model_checkpoint", t->best_checkpoint);
-  else cJSON_AddNullToObject(st, "best_model_checkpoint");
-  cJSON_AddItemToObject(st, "epoch", py_float(epoch_of(t, step)));
-  cJSON_AddNumberToObject(st, "eval_steps", (double)(a->eval_steps > 0 ? a->eval_steps : a->logging_steps));
-  cJSON_AddNumberToObject(st, "global_step", (double)step);
-  cJSON_AddBoolToObject(st, "is_hyper_param_search", false);
-  cJSON_AddBoolToObject(st, "is_local_process_zero", true);
-  cJSON_AddBoolToObject(st, "is_world_process_zero", true);
-  cJSON *hist = cJSON_Duplicate(t->log_history, 1);
-  for (cJSON *e = hist ? hist->child : NULL; e; e = e->next)
-    for (cJSON *v = e->child; v; v = v->next)
-      if (strcmp(v->string, "step")) v->type |= 0x1000;
-  cJSON_AddItemToObject(st, "log_history", hist);
-  cJSON_AddNumberToObject(st, "logging_steps", (double)a->logging_steps);
-  cJSON_AddNumberToObject(st, "max_steps", (double)a->max_steps);
-  cJSON_AddNumberToObject(st, "num_input_tokens_seen", 0);
-  cJSON_AddNumberToObject(st, "num_train_epochs", 1);
-  cJSON_AddNumberToObject(st, "save_steps", (double)a->save_steps);
-  cJSON_AddItemToObject(st, "stateful_callbacks", cJSON_CreateObject());
-  cJSON_AddNumberToObject(st, "total_flos", 0);
-  cJSON_AddNumberToObject(st, "train_batch_size", a->per_device_train_batch_size);
-  cJSON_AddNullToObject(st, "trial_name");
-  cJSON_AddNullToObject(st, "trial_params");
-  zck__buf b;
-  zck__buf_init(&b);
-  py_json(&b, st, 0);
-  zck__buf_byte(&b, '\n');
-  cJSON_Delete(st);
-  zck_status s = write_text(path, &b);
-  zck__buf_free(&b);
-  return s;
 }
 
 // ---- cJSON -> pickle (ds_config)
@@ -409,104 +245,7 @@ static zck_status write_gathered16(const ze_ckpt_tracker *t, const char *path) {
   return s;
 }
 
-// ---- rotation (Trainer._sorted_checkpoints / _rotate_checkpoints)
-
-static int64_t checkpoint_step(const char *name) {
-  if (strncmp(name, "checkpoint-", 11) || !name[11]) return -1;
-  char *end;
-  long long v = strtoll(name + 11, &end, 10);
-  return *end || v < 0 ? -1 : (int64_t)v;
-}
-
-typedef struct ck_entry {
-  int64_t step;
-  char *path;
-} ck_entry;
-
-static int cmp_entry(const void *a, const void *b) {
-  int64_t x = ((const ck_entry *)a)->step, y = ((const ck_entry *)b)->step;
-  return x < y ? -1 : x > y;
-}
-
-zck_status ze__ckpt_rotate(ze_ckpt_tracker *t) {
-  int64_t limit = t->a->save_total_limit;
-  if (limit <= 0) return ZCK_OK;
-  DIR *d = opendir(t->a->output_dir);
-  if (!d) return zck__fail_errno(errno, "%s", t->a->output_dir);
-  ck_entry *v = NULL;
-  size_t n = 0, cap = 0;
-  zck_status s = ZCK_OK;
-  for (struct dirent *e; (e = readdir(d));) {
-    int64_t st = checkpoint_step(e->d_name);
-    if (st < 0) continue;
-    char *p = zck__path_join(t->a->output_dir, e->d_name);
-    struct stat sb;
-    if (!p || stat(p, &sb) || !S_ISDIR(sb.st_mode)) {
-      free(p);
-      continue;
-    }
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      ck_entry *nv = zck__realloc(v, cap * sizeof *v);
-      if (!nv) {
-        free(p);
-        s = ZCK_ERR_NO_MEMORY;
-        break;
-      }
-      v = nv;
-    }
-    v[n++] = (ck_entry){st, p};
-  }
-  closedir(d);
-  if (s == ZCK_OK && n) {
-    qsort(v, n, sizeof *v, cmp_entry);
-    /* the best checkpoint moves to the second-to-last place so it survives */
-    size_t best = n;
-    for (size_t i = 0; i < n; i++)
-      if (t->best_checkpoint && !strcmp(v[i].path, t->best_checkpoint)) best = i;
-    if (best < n)
-      for (size_t i = best; i + 2 < n; i++) {
-        ck_entry tmp = v[i];
-        v[i] = v[i + 1];
-        v[i + 1] = tmp;
-      }
-    if (best < n && limit == 1 && strcmp(v[n - 1].path, t->best_checkpoint)) limit = 2;
-    size_t del = n > (size_t)limit ? n - (size_t)limit : 0;
-    for (size_t i = 0; i < del && s == ZCK_OK; i++) s = zck__remove_tree(v[i].path);
-  }
-  for (size_t i = 0; i < n; i++) free(v[i].path);
-  free(v);
-  return s;
-}
-
 // ---- save
-
-char *ze__ckpt_begin(ze_ckpt_tracker *t, int64_t step, bool keeper) {
-  char name[64];
-  snprintf(name, sizeof name, "checkpoint-%lld", (long long)step);
-  char *final = zck__path_join(t->a->output_dir, name);
-  /* best model: this step's evaluation was the best so far */
-  if (final && keeper && !isnan(t->best_metric) && t->best_step == step) {
-    free(t->best_checkpoint);
-    t->best_checkpoint = zck__strdup(final);
-  }
-  return final;
-}
-
-static zck_status write_latest(const char *dir, int64_t step) {
-  char tag[64];
-  int n = snprintf(tag, sizeof tag, "global_step%lld", (long long)step);
-  char *path = zck__path_join(dir, "latest");
-  if (!path) return ZCK_ERR_NO_MEMORY;
-  zck__outfile f;
-  zck_status s = zck__outfile_create(&f, path);
-  free(path);
-  if (s != ZCK_OK) return s;
-  s = zck__outfile_pwrite(&f, tag, (size_t)n, 0);
-  if (s == ZCK_OK) return zck__outfile_commit(&f);
-  zck__outfile_abort(&f);
-  return s;
-}
 
 /* Stage 1/2: a tensor's values from the rank's own lp flat (no collective). */
 static zck_status read_lp_param(void *ctx, size_t index, const ze_param_spec *spec, float *dst) {
@@ -520,7 +259,7 @@ zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *o
   const ze_zero_plan *plan = t->plan;
   zck_status s = ZCK_OK;
   /* per rank: the tag folder is complete now (every rank's files are in), so `latest` */
-  if (per_rank && !a->save_only_model) s = write_latest(od->tmp_path, step);
+  if (per_rank && !a->save_only_model) s = zck_saver_write_latest(od->tmp_path, step);
   char *cfg = zck__outdir_file(od, "config.json"), *model = zck__outdir_file(od, "model.safetensors"),
        *state = zck__outdir_file(od, "trainer_state.json");
   if (s == ZCK_OK && (!cfg || !model || !state)) s = ZCK_ERR_NO_MEMORY;
@@ -531,7 +270,7 @@ zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *o
     s = ze_hf_write_weights(model, t->cfg, read_lp_param, zr0, plan->o.lp_dtype);
   if (s == ZCK_OK && !per_rank && plan->o.stage == 3 && (t->gather16 || a->save_only_model))
     s = write_gathered16(t, model);
-  if (s == ZCK_OK) s = write_trainer_state(t, state, step);
+  if (s == ZCK_OK) s = zck_saver_write_trainer_state(&t->sv, state, step);
   if (s == ZCK_OK) {
     /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
      * `zckpt verify` checks every tensor against its hashes */
@@ -553,7 +292,7 @@ zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *o
 static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step) {
   const ze_train_args *a = t->a;
   ZCK_TRY_CTX(zck__mkdirs(a->output_dir), "--output-dir");
-  char *final = ze__ckpt_begin(t, step, true);
+  char *final = zck_saver_checkpoint_path(&t->sv, step, true);
   if (!final) return ZCK_ERR_NO_MEMORY;
   zck__outdir od;
   memset(&od, 0, sizeof od);
@@ -561,7 +300,7 @@ static zck_status save_rank0(ze_ckpt_tracker *t, ze_zero_rank *zr0, int64_t step
   if (s == ZCK_OK && !a->save_only_model) s = ze__ckpt_write_deepspeed(t, zr0, od.tmp_path, step, NULL);
   if (s == ZCK_OK) s = ze__ckpt_finish(t, zr0, &od, step, false);
   zck__outdir_abort(&od);
-  if (s == ZCK_OK) s = ze__ckpt_rotate(t);
+  if (s == ZCK_OK) s = zck_saver_rotate(&t->sv);
   if (s != ZCK_OK) s = zck__error_prepend(s, "saving %s", final);
   free(final);
   return s;
@@ -592,41 +331,12 @@ zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) {
   return collective(t, zr, save_rank0, step);
 }
 
-// ---- temporary trees beside the output
-
-/* base/.<what>.zck-tmp-<pid>/, for a temporary output (a reshard, the best model) made in
- * a subfolder of it: a save's stale-temporary sweep removes the whole tree once its writer
- * is dead, so a killed run leaves nothing that piles up. */
-static zck_status tmp_tree(const char *base, const char *what, const char *sub, char **out) {
-  *out = NULL;
-  ZCK_TRY(zck__mkdirs(base));
-  char *dir = zck__sprintf("%s/.%s.zck-tmp-%ld", base, what, (long)getpid());
-  if (!dir) return ZCK_ERR_NO_MEMORY;
-  zck__remove_tree(dir); /* a stale one of this pid */
-  zck_status s = mkdir(dir, 0755) == 0 ? ZCK_OK : zck__fail_errno(errno, "%s: cannot create", dir);
-  *out = s == ZCK_OK ? zck__path_join(dir, sub) : NULL;
-  if (s == ZCK_OK && !*out) s = ZCK_ERR_NO_MEMORY;
-  if (s != ZCK_OK) zck__remove_tree(dir);
-  free(dir);
-  return s;
-}
-
-/* Removes the tree tmp_tree made for path (its parent). */
-static void tmp_tree_remove(const char *path) {
-  char *dir = zck__strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-  if (slash) {
-    *slash = 0;
-    zck__remove_tree(dir);
-  }
-  free(dir);
-}
-
 // ---- load
 
 void ze_ckpt_state_free(ze_ckpt_state *st) {
   if (!st) return;
   zck_ds_close(st->ds);
-  if (st->resharded) tmp_tree_remove(st->resharded);
+  if (st->resharded) zck_saver_temp_tree_remove(st->resharded);
   free(st->resharded);
   free(st->path);
   memset(st, 0, sizeof *st);
@@ -665,38 +375,6 @@ zck_status ze__ckpt_check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, c
   return ZCK_OK;
 }
 
-/* trainer_state.json: log history and the best checkpoint so far (absent: fine). */
-void ze__ckpt_read_trainer_state(ze_ckpt_tracker *t, const char *path) {
-  char *p = zck__path_join(path, "trainer_state.json"), *text = NULL;
-  size_t len;
-  if (!p || zck__read_small_file(p, 64 << 20, &text, &len) != ZCK_OK) {
-    free(p);
-    zck_clear_error();
-    return;
-  }
-  free(p);
-  cJSON *j = cJSON_Parse(text);
-  free(text);
-  if (!j) return;
-  cJSON *hist = cJSON_GetObjectItemCaseSensitive(j, "log_history");
-  if (cJSON_IsArray(hist)) {
-    cJSON_Delete(t->log_history);
-    t->log_history = cJSON_DetachItemViaPointer(j, hist);
-  }
-  const cJSON *bm = cJSON_GetObjectItemCaseSensitive(j, "best_metric"),
-              *bs = cJSON_GetObjectItemCaseSensitive(j, "best_global_step"),
-              *bc = cJSON_GetObjectItemCaseSensitive(j, "best_model_checkpoint");
-  if (cJSON_IsNumber(bm) && cJSON_IsNumber(bs)) {
-    t->best_metric = bm->valuedouble;
-    t->best_step = (int64_t)bs->valuedouble;
-  }
-  if (cJSON_IsString(bc)) {
-    free(t->best_checkpoint);
-    t->best_checkpoint = zck__strdup(bc->valuestring);
-  }
-  cJSON_Delete(j);
-}
-
 /* Another ZeRO stage, world size or sub_group_size than this run's: the checkpoint goes
  * through the library's reshard first (into a temporary folder beside the output), as
  * `zckpt reshard` would, and is loaded from there. */
@@ -710,7 +388,7 @@ zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, 
   const ze_zero_plan *plan = t->plan;
   const char *base = t->a->output_dir ? t->a->output_dir : "/tmp";
   char *dir = NULL;
-  ZCK_TRY(tmp_tree(base, "resume-resharded", "checkpoint", &dir));
+  ZCK_TRY(zck_saver_temp_tree(base, "resume-resharded", "checkpoint", &dir));
   fprintf(stderr, "zckpt-train: %s is ZeRO-%d on %u ranks; resharding it for ZeRO-%d on %u ranks\n", path, in->stage,
           in->world_size, plan->o.stage, plan->o.world);
   zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
@@ -719,7 +397,7 @@ zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, 
   ro.sub_group_size = plan->o.stage == 3 ? plan->o.sub_group_size : 0;
   zck_status s = zck_reshard(path, dir, &ro);
   if (s != ZCK_OK) {
-    tmp_tree_remove(dir);
+    zck_saver_temp_tree_remove(dir);
     free(dir);
     return zck__error_prepend(s, "resharding %s for this run", path);
   }
@@ -744,7 +422,7 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st,
   if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, path);
   if (s != ZCK_OK) {
     zck_ds_close(c);
-    if (st->resharded) tmp_tree_remove(st->resharded);
+    if (st->resharded) zck_saver_temp_tree_remove(st->resharded);
     free(st->resharded);
     st->resharded = NULL;
     return s;
@@ -754,7 +432,7 @@ zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st,
   st->path = zck__strdup(path);
   st->global_step = in->global_steps;
   st->optimizer_step = (int64_t)in->step;
-  if (t->a->output_dir || t->a->load_best_model_at_end) ze__ckpt_read_trainer_state(t, path);
+  if (t->a->output_dir || t->a->load_best_model_at_end) zck_saver_read_trainer_state(&t->sv, path);
   return ZCK_OK;
 }
 
@@ -786,15 +464,15 @@ static zck_status open_best(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t arg) {
   if (!st) return ZCK_ERR_NO_MEMORY;
   zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
   zck_ds_ckpt *c = NULL;
-  zck_status s = zck_ds_open(t->best_checkpoint, &oo, &c);
-  if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, t->best_checkpoint);
+  zck_status s = zck_ds_open(t->sv.best_checkpoint, &oo, &c);
+  if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, t->sv.best_checkpoint);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     free(st);
     return s;
   }
   st->ds = c;
-  st->path = zck__strdup(t->best_checkpoint);
+  st->path = zck__strdup(t->sv.best_checkpoint);
   st->global_step = zck_ds_info_of(c)->global_steps;
   st->optimizer_step = (int64_t)zck_ds_info_of(c)->step;
   t->best_state = st;
@@ -803,10 +481,10 @@ static zck_status open_best(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t arg) {
 
 zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t) {
   char *tmp = NULL;
-  ZCK_TRY(tmp_tree(t->a->output_dir, "best-model", "model", &tmp));
+  ZCK_TRY(zck_saver_temp_tree(t->a->output_dir, "best-model", "model", &tmp));
   zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
   co.dtype = t->plan->o.lp_dtype;
-  zck_status s = zck_consolidate(t->best_checkpoint, tmp, &co);
+  zck_status s = zck_consolidate(t->sv.best_checkpoint, tmp, &co);
   static const char *const files[] = {"model.safetensors", "config.json"};
   for (size_t i = 0; s == ZCK_OK && i < sizeof files / sizeof files[0]; i++) {
     char *from = zck__path_join(tmp, files[i]), *to = zck__path_join(t->a->output_dir, files[i]);
@@ -816,7 +494,7 @@ zck_status ze_ckpt_export_best(const ze_ckpt_tracker *t) {
     free(to);
   }
   if (s == ZCK_OK) s = zck__fsync_path(t->a->output_dir, true);
-  tmp_tree_remove(tmp);
+  zck_saver_temp_tree_remove(tmp);
   free(tmp);
   return s;
 }

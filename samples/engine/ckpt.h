@@ -23,6 +23,7 @@
 #define ZE_CKPT_H
 
 #include "train.h"
+#include "saver.h"
 #include "zero.h"
 
 #include <pthread.h>
@@ -37,12 +38,7 @@ typedef struct ze_ckpt_tracker {
   const cJSON *ds_json;
   bool gather16;                 /* stage 3: write model.safetensors too */
   ze_zero_rank *ranks[64];       /* registered by each rank thread */
-  char **saved;                  /* checkpoint folders, oldest first */
-  size_t n_saved;
-  char *best_checkpoint;
-  double best_metric;            /* eval_loss of the best evaluation (NAN: none yet) */
-  int64_t best_step;             /* step of that evaluation */
-  cJSON *log_history;            /* trainer_state.json log_history */
+  zck_saver sv;                  /* rotation, best model, trainer_state.json */
   struct ze_ckpt_state *best_state; /* open while the ranks reload the best checkpoint */
   bool per_rank;                 /* each rank writes its own files (see above) */
   bool one_rank;                 /* this tracker belongs to one rank (process per rank): that
@@ -63,10 +59,6 @@ typedef struct ze_ckpt_state {
 zck_status ze_ckpt_tracker_init(ze_ckpt_tracker *t, const ze_train_args *a, const ze_gpt2_config *cfg,
                                 const zck_model *model, const ze_zero_plan *plan, const cJSON *ds_json, bool gather16);
 void ze_ckpt_tracker_free(ze_ckpt_tracker *t);
-
-/* log_history entries (rank 0 only). */
-void ze_ckpt_log(ze_ckpt_tracker *t, int64_t step, const char *key, double loss, double grad_norm, double lr);
-void ze_ckpt_log_eval(ze_ckpt_tracker *t, int64_t step, double eval_loss);
 
 /* Collective: OUTPUT_DIR/checkpoint-<step>/, then rotation. */
 zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step);

@@ -38,16 +38,11 @@ void ze__g16_free(ze__g16 *g);
  * fill above otherwise. */
 zck_status ze__g16_gather(const ze_ckpt_tracker *t, const ze__g16 *g, int fd, const char *path);
 
-/* OUTPUT_DIR/checkpoint-<step>; the keeper of the bookkeeping records it as the best when
- * this step's evaluation was. NULL: out of memory. */
-char *ze__ckpt_begin(ze_ckpt_tracker *t, int64_t step, bool keeper);
 /* Rank 0's end of a save into od: (per rank: `latest`), config.json, model.safetensors,
  * trainer_state.json, the manifest last, and the commit of od. */
 zck_status ze__ckpt_finish(ze_ckpt_tracker *t, ze_zero_rank *zr0, zck__outdir *od, int64_t step, bool per_rank);
-zck_status ze__ckpt_rotate(ze_ckpt_tracker *t);
 
 zck_status ze__ckpt_check_fits(const ze_ckpt_tracker *t, const zck_ds_ckpt *c, const char *path);
-void ze__ckpt_read_trainer_state(ze_ckpt_tracker *t, const char *path);
 bool ze__ckpt_needs_reshard(const ze_ckpt_tracker *t, const zck_ds_info *in);
 zck_status ze__ckpt_reshard_for_run(const ze_ckpt_tracker *t, const char *path, const zck_ds_info *in, char **out);
 

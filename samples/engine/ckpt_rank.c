@@ -2,7 +2,7 @@
  * (ckpt.h: per_rank). The bytes are those of the thread path (ckpt.c): the same writer
  * lays out the checkpoint, but each rank builds and fills only its own files.
  *
- * Save of step N, in three phases separated by agreements (launch.h: ze_agree), so a
+ * Save of step N, in three phases separated by agreements (comm.h: zck_comm_agree), so a
  * failure anywhere stops every rank at the same point and nothing is committed:
  *  1. rank 0: the temporary checkpoint folder (zck__outdir: ".checkpoint-N.zck-tmp-PID"),
  *     its global_stepN/, and for a stage-3 16-bit save model.safetensors with its header at
@@ -108,7 +108,7 @@ zck_status ze__ckpt_save_per_rank(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t 
   const ze_train_args *a = t->a;
   zck_comm *c = zr->comm;
   bool lead = zr->rank == 0, keeper = is_keeper(t, zr);
-  char *final = ze__ckpt_begin(t, step, keeper);
+  char *final = zck_saver_checkpoint_path(&t->sv, step, keeper);
   char dir[ZE_PATH_MAX] = "";
   zck__outdir od;
   memset(&od, 0, sizeof od);
@@ -118,7 +118,7 @@ zck_status ze__ckpt_save_per_rank(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t 
   if (s == ZCK_OK && lead) s = prepare(t, &od, final, step, dir);
   /* after each agreement every rank knows the same outcome; a failure stops them all
    * before anything is committed (rank 0 then removes the temporary folder) */
-  s = ze_agree(c, s);
+  s = zck_comm_agree(c, s);
   if (s == ZCK_OK) s = c->broadcast(c, dir, sizeof dir, ZCK_U8, 0);
   dir[sizeof dir - 1] = 0;
   bool stopped = s != ZCK_OK;
@@ -126,15 +126,15 @@ zck_status ze__ckpt_save_per_rank(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t 
     if (!a->save_only_model) s = ze__ckpt_write_deepspeed(t, zr, dir, step, zr);
     if (s == ZCK_OK && g16_wanted(t)) s = g16_fill_own(t, zr, dir);
     if (s == ZCK_OK) ze_test_kill_point(c, step, true);
-    s = ze_agree(c, s);
+    s = zck_comm_agree(c, s);
     stopped = s != ZCK_OK;
   }
   if (!stopped && lead) {
     s = ze__ckpt_finish(t, zr, &od, step, true);
-    if (s == ZCK_OK) s = ze__ckpt_rotate(t);
+    if (s == ZCK_OK) s = zck_saver_rotate(&t->sv);
   }
   if (lead) zck__outdir_abort(&od); /* after a commit: frees the names only */
-  if (!stopped) s = ze_agree(c, s);
+  if (!stopped) s = zck_comm_agree(c, s);
   if (s != ZCK_OK && final) s = zck__error_prepend(s, "saving %s", final);
   free(final);
   return s;
@@ -160,13 +160,13 @@ zck_status ze__ckpt_load_per_process(ze_ckpt_tracker *t, const char *path, ze_ck
     if (s == ZCK_OK && strlen(use) >= sizeof from) s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: path too long", use);
     if (s == ZCK_OK) snprintf(from, sizeof from, "%s", use);
   }
-  s = ze_agree(comm, s);
+  s = zck_comm_agree(comm, s);
   if (s == ZCK_OK) s = comm->broadcast(comm, from, sizeof from, ZCK_U8, 0);
   from[sizeof from - 1] = 0;
   zck_ds_ckpt *c = NULL;
   if (s == ZCK_OK) s = zck_ds_open(from, &oo, &c);
   if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, path);
-  s = ze_agree(comm, s);
+  s = zck_comm_agree(comm, s);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     ze_ckpt_state_free(st);
@@ -177,7 +177,7 @@ zck_status ze__ckpt_load_per_process(ze_ckpt_tracker *t, const char *path, ze_ck
   st->path = zck__strdup(path);
   st->global_step = in->global_steps;
   st->optimizer_step = (int64_t)in->step;
-  if (t->a->output_dir || t->a->load_best_model_at_end) ze__ckpt_read_trainer_state(t, path);
+  if (t->a->output_dir || t->a->load_best_model_at_end) zck_saver_read_trainer_state(&t->sv, path);
   return ZCK_OK;
 }
 
@@ -186,10 +186,10 @@ zck_status ze__ckpt_load_best_per_rank(ze_ckpt_tracker *t, ze_zero_rank *zr) {
   memset(&st, 0, sizeof st);
   zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
   zck_ds_ckpt *c = NULL;
-  const char *best = t->best_checkpoint;
+  const char *best = t->sv.best_checkpoint;
   zck_status s = best ? zck_ds_open(best, &oo, &c) : zck__fail(ZCK_ERR_INTERNAL, "rank %u: no best checkpoint", zr->rank);
   if (s == ZCK_OK) s = ze__ckpt_check_fits(t, c, best);
-  s = ze_agree(zr->comm, s);
+  s = zck_comm_agree(zr->comm, s);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     return s;

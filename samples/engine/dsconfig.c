@@ -2,6 +2,8 @@
  * dsconfig.h; transformers integrations/deepspeed.py, HfTrainerDeepSpeedConfig). */
 #include "dsconfig.h"
 
+#include "pyjson.h"
+
 #include "io.h"
 #include "util.h"
 
@@ -11,63 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-// ---- Python-style printing of values
-
-void ze_py_float_repr(double v, char *buf, size_t cap) {
-  if (isnan(v)) {
-    snprintf(buf, cap, "nan");
-    return;
-  }
-  if (isinf(v)) {
-    snprintf(buf, cap, v < 0 ? "-inf" : "inf");
-    return;
-  }
-  /* shortest digits that round-trip, then Python's 'r' layout */
-  char e[40];
-  int prec;
-  for (prec = 1; prec <= 17; prec++) {
-    snprintf(e, sizeof e, "%.*e", prec - 1, v);
-    if (strtod(e, NULL) == v) break;
-  }
-  /* e = "-d.ddde+XX" */
-  char digits[24];
-  int nd = 0;
-  const char *p = e;
-  bool neg = *p == '-';
-  if (neg) p++;
-  for (; *p && *p != 'e'; p++)
-    if (*p >= '0' && *p <= '9') digits[nd++] = *p;
-  int exp10 = atoi(p + 1);
-  while (nd > 1 && digits[nd - 1] == '0') nd--;
-  digits[nd] = 0;
-  char out[64];
-  int o = 0;
-  if (neg) out[o++] = '-';
-  if (exp10 < -4 || exp10 >= 16) {
-    out[o++] = digits[0];
-    if (nd > 1) {
-      out[o++] = '.';
-      for (int i = 1; i < nd; i++) out[o++] = digits[i];
-    }
-    o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-  } else if (exp10 < 0) {
-    out[o++] = '0';
-    out[o++] = '.';
-    for (int i = 0; i < -exp10 - 1; i++) out[o++] = '0';
-    for (int i = 0; i < nd; i++) out[o++] = digits[i];
-    out[o] = 0;
-  } else {
-    for (int i = 0; i <= exp10; i++) out[o++] = i < nd ? digits[i] : '0';
-    out[o++] = '.';
-    if (nd > exp10 + 1)
-      for (int i = exp10 + 1; i < nd; i++) out[o++] = digits[i];
-    else
-      out[o++] = '0';
-    out[o] = 0;
-  }
-  snprintf(buf, cap, "%s", out);
-}
 
 /* A value on the HF side: a number (int or float), a bool, or a list of floats. */
 typedef struct hf_val {
@@ -86,11 +31,11 @@ static void hv_print(const hf_val *h, zck__buf *b) {
   switch (h->kind) {
   case HV_INT: zck__buf_printf(b, "%lld", (long long)h->v[0]); break;
   case HV_BOOL: zck__buf_str(b, h->v[0] != 0.0 ? "True" : "False"); break;
-  case HV_FLOAT: ze_py_float_repr(h->v[0], f, sizeof f); zck__buf_str(b, f); break;
+  case HV_FLOAT: zck_py_float_repr(h->v[0], f, sizeof f); zck__buf_str(b, f); break;
   case HV_FLOATS:
     zck__buf_byte(b, '[');
     for (int i = 0; i < h->n; i++) {
-      ze_py_float_repr(h->v[i], f, sizeof f);
+      zck_py_float_repr(h->v[i], f, sizeof f);
       zck__buf_printf(b, "%s%s", i ? ", " : "", f);
     }
     zck__buf_byte(b, ']');
@@ -109,7 +54,7 @@ static void json_print(const cJSON *j, zck__buf *b) {
     /* cJSON forgets whether "4" or "4.0" was written; integral values print as ints */
     if (v == floor(v) && fabs(v) < 9e15) zck__buf_printf(b, "%lld", (long long)v);
     else {
-      ze_py_float_repr(v, f, sizeof f);
+      zck_py_float_repr(v, f, sizeof f);
       zck__buf_str(b, f);
     }
   } else if (cJSON_IsArray(j)) {

@@ -57,7 +57,4 @@ zck_status ze_ds_config_load(const char *path, const ze_train_args *a, ze_ds_con
 zck_status ze_ds_config_default(const ze_train_args *a, int stage, ze_ds_config *out);
 void ze_ds_config_free(ze_ds_config *c);
 
-/* Python's repr() of a float ("5e-05", "0.001", "1.0", "1e+16"). */
-void ze_py_float_repr(double v, char *buf, size_t cap);
-
 #endif

@@ -1,5 +1,5 @@
-/* launch.c: --nproc (mpirun on this host), the error agreement of rank processes, and the
- * kill hook of the fault tests (see launch.h). */
+/* launch.c: --nproc (mpirun on this host) and the kill hook of the fault tests (see
+ * launch.h). */
 #include "launch.h"
 
 #include "error.h"
@@ -11,45 +11,36 @@
 #include <string.h>
 #include <unistd.h>
 
-// ---- agreement
-
-static _Thread_local bool g_agreed;
-
-bool ze_agree_reached_all(void) { return g_agreed; }
-void ze_agree_reset(void) { g_agreed = false; }
-
-zck_status ze_agree(zck_comm *c, zck_status s) {
-  char msg[1024] = "";
-  if (s != ZCK_OK) snprintf(msg, sizeof msg, "%s", zck_last_error());
-  int32_t first = s != ZCK_OK ? c->rank : c->size;
-  zck_status cs = c->all_reduce(c, &first, &first, 1, ZCK_I32, ZCK_COMM_MIN);
-  int32_t st = (int32_t)s;
-  if (cs == ZCK_OK && first < c->size) cs = c->broadcast(c, &st, 1, ZCK_I32, first);
-  if (cs == ZCK_OK && first < c->size) cs = c->broadcast(c, msg, sizeof msg, ZCK_U8, first);
-  if (cs == ZCK_OK && first < c->size) g_agreed = true;
-  if (s != ZCK_OK) return zck__fail(s, "%s", msg); /* ours first: the collective may have overwritten it */
-  if (cs != ZCK_OK) return cs;
-  if (first == c->size) return ZCK_OK;
-  msg[sizeof msg - 1] = 0;
-  return zck__fail((zck_status)st, "rank %d: %s", first, msg);
-}
-
 // ---- test hook
+
+/* The spec of ZCKPT_TRAIN_TEST_KILL: rank, step and where ("" at a step's start). */
+static bool kill_spec(long *rank, long long *at, char where[16]) {
+  const char *v = getenv("ZCKPT_TRAIN_TEST_KILL");
+  where[0] = 0;
+  return v && *v && sscanf(v, "%ld:%lld:%15s", rank, at, where) >= 2;
+}
 
 void ze_test_kill_point(zck_comm *c, int64_t step, bool in_save) {
   if (!strcmp(c->backend, "local")) return; /* threads share the process: nothing to kill alone */
-  const char *v = getenv("ZCKPT_TRAIN_TEST_KILL");
-  if (!v || !*v) return;
   long rank = -1;
   long long at = -1;
-  char where[16] = "";
-  if (sscanf(v, "%ld:%lld:%15s", &rank, &at, where) < 2) return;
+  char where[16];
+  if (!kill_spec(&rank, &at, where)) return;
   bool hang = !strcmp(where, "hang");
   if (rank != c->rank || at != step || in_save != !strcmp(where, "save")) return;
   fprintf(stderr, "zckpt-train: rank %d: ZCKPT_TRAIN_TEST_KILL: %s at step %lld%s\n", c->rank,
           hang ? "hanging" : "killing myself", at, in_save ? " during the save" : "");
   if (hang)
     for (;;) pause(); /* alive, never arriving: the others' wait must give up */
+  raise(SIGKILL);
+}
+
+void ze_test_kill_after_reshard(int64_t step) {
+  long rank = -1;
+  long long at = -1;
+  char where[16];
+  if (!kill_spec(&rank, &at, where) || rank != 0 || at != step || strcmp(where, "reshard")) return;
+  fprintf(stderr, "zckpt-train: ZCKPT_TRAIN_TEST_KILL: killing myself after resharding step %lld\n", at);
   raise(SIGKILL);
 }
 

@@ -1,8 +1,8 @@
 /* launch.h: zckpt-train with one process per rank.
  *
  * - Under mpirun (or srun) each rank is a process whose collectives go over lib/comm's MPI
- *   backend; ze_agree turns one rank's failure into the same error on every rank, so they
- *   all stop at the same point. A rank that dies ends the job (mpirun).
+ *   backend; zck_comm_agree (comm.h) turns one rank's failure into the same error on every
+ *   rank, so they all stop at the same point. A rank that dies ends the job (mpirun).
  * - `zckpt-train --nproc N` (ze_launch_nproc) is a shorthand for
  *   `mpirun -np N --oversubscribe zckpt-train ARGS` on this host: this process becomes
  *   mpirun (exec).
@@ -18,21 +18,14 @@
  * (the --nproc option); returns only when that fails (1, after one line). */
 int ze_launch_nproc(int nproc, int argc, char **argv, int skip_at, int skip_n);
 
-/* Collective: every rank passes its own outcome of a step; all of them return ZCK_OK when
- * every rank succeeded, else the error of the lowest failing rank (its message, prefixed
- * with "rank R: " on the others). A collective failure (a peer gone) is returned as is,
- * except that a rank's own failure keeps precedence. */
-zck_status ze_agree(zck_comm *c, zck_status s);
-
-/* Whether the last failure ze_agree returned on this thread was an agreed one, which rank
- * 0 holds too (so rank 0 alone need report it); cleared by ze_agree_reset. */
-bool ze_agree_reached_all(void);
-void ze_agree_reset(void);
-
 /* Test hook for the fault tests: ZCKPT_TRAIN_TEST_KILL="RANK:STEP[:save|:hang]" makes rank
  * RANK kill itself with SIGKILL at the start of optimizer step STEP (1-based global step),
  * or, with ":save", in the save of step STEP after it wrote its own files; with ":hang" it
  * stops there for ever instead (alive, never arriving). Only in process mode. */
 void ze_test_kill_point(zck_comm *c, int64_t step, bool in_save);
+/* ZCKPT_TRAIN_TEST_KILL="0:STEP:reshard": the process (rank 0's, or the one of all thread
+ * ranks) kills itself once a resume from the checkpoint of step STEP has written the
+ * reshard it needs (a temporary tree beside the output), before any rank reads it. */
+void ze_test_kill_after_reshard(int64_t step);
 
 #endif

@@ -74,13 +74,13 @@ int main(int argc, char **argv) {
     /* an error every rank agreed on is rank 0's to print; the rest (a peer gone, ...) each
      * rank reports itself */
     const char *msg = r.message ? r.message : zck_last_error();
-    if (!comm || (comm->rank == 0 && ze_agree_reached_all())) fprintf(stderr, "zckpt-train: error: %s\n", msg);
-    else if (!ze_agree_reached_all()) fprintf(stderr, "zckpt-train: error: rank %d: %s\n", comm->rank, msg);
+    if (!comm || (comm->rank == 0 && zck_comm_agree_reached_all())) fprintf(stderr, "zckpt-train: error: %s\n", msg);
+    else if (!zck_comm_agree_reached_all()) fprintf(stderr, "zckpt-train: error: rank %d: %s\n", comm->rank, msg);
     ze_train_result_free(&r);
     /* a failure of this rank alone: the others may be waiting in a collective, and MPI's
      * teardown is collective too, so leave without it: mpirun sees the exit and ends the
      * job at once (rather than the others timing out) */
-    if (comm && !ze_agree_reached_all()) {
+    if (comm && !zck_comm_agree_reached_all()) {
       fflush(NULL);
       _exit(1);
     }

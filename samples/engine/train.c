@@ -393,7 +393,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
       double logged_lr = ze_train_lr(a, run->warmup, global);
       ze_log(run, "step %lld/%lld | loss %.6f | grad_norm %.4f | lr %.4e | %.1f ms/step", (long long)global,
              (long long)a->max_steps, loss_acc / (double)n_acc, norm, logged_lr, 1e3 * (t - t_log) / (double)n_acc);
-      ze_ckpt_log(&run->tracker, global, "loss", loss_acc / (double)n_acc, norm, logged_lr);
+      zck_saver_log(&run->tracker.sv, global, "loss", loss_acc / (double)n_acc, norm, logged_lr);
       t_log = t;
       loss_acc = 0.0;
       n_acc = 0;
@@ -406,7 +406,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
         run->res->eval_losses[run->res->n_eval] = el;
         run->res->eval_steps_at[run->res->n_eval++] = global;
         ze_log(run, "eval step %lld | eval_loss %.6f", (long long)global, el);
-        ze_ckpt_log_eval(&run->tracker, global, el);
+        zck_saver_log_eval(&run->tracker.sv, global, el);
       }
     }
     /* --save-steps 0: only the final save (the help's "and at the end" holds for every N) */
@@ -419,10 +419,10 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
     run->res->final_eval_loss = final_eval;
     ze_log(run, "final eval_loss %.6f", final_eval);
   }
-  if (a->load_best_model_at_end && run->tracker.best_checkpoint) {
+  if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
     ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
     if (lead) {
-      ze_log(run, "loaded the best model from %s", run->tracker.best_checkpoint);
+      ze_log(run, "loaded the best model from %s", run->tracker.sv.best_checkpoint);
       ZCK_CHECK_GOTO(ze_ckpt_export_best(&run->tracker), s, done);
       ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
     }
@@ -594,7 +594,7 @@ static void run_free(ze_run *run) {
 
 zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   memset(res, 0, sizeof *res);
-  ze_agree_reset();
+  zck_comm_agree_reset();
   ZCK_TRY(ze_train_check_args(a));
   ze_run run;
   memset(&run, 0, sizeof run);
@@ -655,10 +655,11 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   run.tracker.per_rank = run.one_rank || a->per_rank_io;
   run.tracker.one_rank = run.one_rank;
 setup_done:
-  if (run.one_rank) s = ze_agree(a->comm, s);
+  if (run.one_rank) s = zck_comm_agree(a->comm, s);
   if (s != ZCK_OK) goto done;
   if (a->resume_from_checkpoint) {
     ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume, a->comm), s, done);
+    if (run.resume.resharded) ze_test_kill_after_reshard(run.resume.global_step);
     run.resuming = true;
     run.first_step = run.resume.global_step;
     if (run.first_step >= a->max_steps) {
@@ -683,7 +684,7 @@ setup_done:
   if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
       !res->mem_host || !res->dev_workspace || !res->dev_used_peak)
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
-  if (run.one_rank) s = ze_agree(a->comm, s);
+  if (run.one_rank) s = zck_comm_agree(a->comm, s);
   if (s != ZCK_OK) goto done;
 
   ze_log(&run,
@@ -720,7 +721,7 @@ setup_done:
     ze_rank_thread rt = {&run, a->comm, NULL, 0, ZCK_OK, ""};
     rank_main(&rt);
     if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
-    if (s == ZCK_OK && run.tracker.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.best_checkpoint);
+    if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
     goto done;
   }
   ZCK_CHECK_GOTO(zck_comm_local_create(W, comms), s, done);
@@ -759,7 +760,7 @@ setup_done:
         pick = r;
     if (pick >= 0) s = zck__fail(threads[pick].status, "%s", threads[pick].msg);
   }
-  if (s == ZCK_OK && run.tracker.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.best_checkpoint);
+  if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
 done:
   if (s != ZCK_OK) {
     ze_train_result_free(res);

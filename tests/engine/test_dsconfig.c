@@ -4,6 +4,7 @@
 #include "test.h"
 
 #include "dsconfig.h"
+#include "pyjson.h"
 
 #include <cjson/cJSON.h>
 
@@ -66,7 +67,7 @@ int main(void) {
     {0.1 + 0.2, "0.30000000000000004"}, {1e22, "1e+22"}, {1.5e300, "1.5e+300"}, {100.0, "100.0"}};
   for (size_t i = 0; i < sizeof reprs / sizeof *reprs; i++) {
     char buf[40];
-    ze_py_float_repr(reprs[i].v, buf, sizeof buf);
+    zck_py_float_repr(reprs[i].v, buf, sizeof buf);
     ZT_EQ_STR(buf, reprs[i].s);
   }
 
