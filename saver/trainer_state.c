@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-zck_status zck_saver_init(zck_saver *s, const zck_saver_opts *o) {
+zck_status zck_saver_init(zck_saver *s, const zck_saver_opts *o, const zck_saver_train *tr, const zck_saver_hooks *h) {
   memset(s, 0, sizeof *s);
   s->o = *o;
+  s->tr = *tr;
+  s->h = *h;
   s->best_metric = NAN;
   s->log_history = cJSON_CreateArray();
   if (!s->log_history) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");

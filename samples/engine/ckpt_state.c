@@ -1,5 +1,5 @@
 /* ckpt_state.c: the ranks' memory as a state view (lib/state.h): what a save and the
- * 16-bit gather copy from, what a resume copies into. lib/transfer does the copies.
+ * 16-bit gather copy from, what a resume copies into (the saver's describe hooks, ckpt.c).
  *
  * Stores are numbered as the ZeRO layouts number them: store g*W + r is rank r's array of
  * flat group (stage 1/2) or sub-group (stage 3) g. */
@@ -106,22 +106,22 @@ static zck_status whole_16bit(ze__state *s, const ze_zero_plan *plan, ze_zero_ra
   return ZCK_OK;
 }
 
-zck_status ze__state_of_ranks(const ze_ckpt_tracker *t, ze_zero_rank *only, ze_zero_rank *zr0, ze__state *s) {
-  const ze_zero_plan *plan = t->plan;
+zck_status ze__state_of_ranks(const ze_zero_plan *plan, ze_zero_rank *const *ranks, ze_zero_rank *only,
+                              ze_zero_rank *zr0, ze__state *s) {
   memset(s, 0, sizeof *s);
-  s->v.model = t->model;
+  s->v.model = plan->model;
   s->v.name = "rank memory";
   const zck_layout *train = NULL;
   zck_status st = rank_layout(s, 0, plan->train, only, &train);
   for (int k = ZCK_STATE_FP32; st == ZCK_OK && k <= ZCK_STATE_EXP_AVG_SQ; k++) {
-    st = rank_stores(plan, t->ranks, only, (zck_state_kind)k, "rank memory", &s->stores[k]);
+    st = rank_stores(plan, ranks, only, (zck_state_kind)k, "rank memory", &s->stores[k]);
     s->v.part[k] = (zck_state_part){train, s->stores[k], NULL};
   }
   if (st == ZCK_OK && plan->o.stage < 3 && zr0) st = whole_16bit(s, plan, zr0, true, "rank 0 frozen weights");
   if (st == ZCK_OK && plan->o.stage == 3 && plan->frozen) {
     const zck_layout *fl = NULL;
     st = rank_layout(s, 1, plan->frozen, only, &fl);
-    if (st == ZCK_OK) st = rank_stores(plan, t->ranks, only, ZCK_STATE_FROZEN, "rank memory", &s->stores[ZCK_STATE_FROZEN]);
+    if (st == ZCK_OK) st = rank_stores(plan, ranks, only, ZCK_STATE_FROZEN, "rank memory", &s->stores[ZCK_STATE_FROZEN]);
     if (st == ZCK_OK) s->v.part[ZCK_STATE_FROZEN] = (zck_state_part){fl, s->stores[ZCK_STATE_FROZEN], NULL};
   }
   if (st != ZCK_OK) ze__state_free(s);

@@ -522,7 +522,7 @@ static void *rank_main(void *arg) {
   memset(&cr, 0, sizeof cr);
   zck_status s = rank_state_init(rt, &zr, &cr);
   if (s == ZCK_OK && run->resuming) {
-    s = ze_ckpt_restore_rank(&run->resume, &zr);
+    s = ze_ckpt_restore_rank(&run->tracker, &run->resume, &zr);
     /* once every rank holds its state, the checkpoint (and a temporary reshard of it) is
      * let go: a run killed later leaves no reshard behind */
     if (s == ZCK_OK) s = rt->comm->barrier(rt->comm);
@@ -650,10 +650,8 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   ze_gpt2_init(&run.cfg, run.init, a->seed);
   run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
   ZCK_CHECK_GOTO(ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json,
-                                      run.ds.gather_16bit_on_save),
+                                      run.ds.gather_16bit_on_save, run.one_rank || a->per_rank_io, run.one_rank),
                  s, setup_done);
-  run.tracker.per_rank = run.one_rank || a->per_rank_io;
-  run.tracker.one_rank = run.one_rank;
 setup_done:
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
   if (s != ZCK_OK) goto done;

@@ -1,0 +1,204 @@
+/* gather16.c: model.safetensors of a save, the 16-bit weights HF save_model writes
+ * (saver.h), written straight from the ranks' memory by one transfer: each extent goes
+ * from a rank's memory to its byte range in the file, cast on the way (RNE, the bits of
+ * the live 16-bit params). Memory is the executor's staging buffers; no rank ever holds
+ * the whole 16-bit model.
+ *  - stage 1/2: from rank 0's live 16-bit flat (and frozen params), whole on every rank;
+ *  - stage 3 (stage3_gather_16bit_weights_on_model_save): from every rank's fp32
+ *    partitions (and frozen 16-bit partitions). Ranks that are threads: rank 0 writes it,
+ *    through the trainer's device hook when the partitions are on a device (zck_cuda.h's
+ *    bounded gather); per rank, rank 0 creates the file at full size and each rank writes
+ *    its own partitions' byte ranges.
+ * Every way gives the same bytes. */
+#include "saver_internal.h"
+
+#include "error.h"
+#include "safetensors/safetensors.h"
+#include "transfer.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The file's tensors: every owner param in manifest order (save_pretrained drops tied
+ * copies), in the 16-bit dtype; `whole` gives store i to the i-th of them, writer slot
+ * slot[i]. */
+zck_status zck__g16_init(const zck_saver *s, const char *path, zck__g16 *g) {
+  memset(g, 0, sizeof *g);
+  const zck_model *m = s->tr.model;
+  zck_st_dtype sd;
+  if (!zck_st_dtype_from_zck(s->tr.lp_dtype, &sd)) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: no safetensors dtype", path);
+  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
+  uint32_t *owners = zck__calloc(m->n_params + 1, sizeof *owners);
+  g->slot = zck__calloc(m->n_params + 1, sizeof *g->slot);
+  zck_status st = numel && owners && g->slot ? zck_st_writer_new(&g->w) : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) zck_model_numels(m, numel);
+  for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
+    if (m->params[p].tied_to >= 0) continue;
+    uint64_t shape[ZCK_MAX_DIMS];
+    for (int d = 0; d < m->params[p].ndim; d++) shape[d] = (uint64_t)m->params[p].shape[d];
+    st = zck_st_writer_add(g->w, m->params[p].name, sd, m->params[p].ndim, shape, &g->slot[g->n]);
+    owners[g->n++] = (uint32_t)p;
+  }
+  if (st == ZCK_OK) st = zck_st_writer_layout(g->w);
+  if (st == ZCK_OK) st = zck_layout_whole(m->n_params, numel, owners, g->n, &g->whole);
+  free(numel);
+  free(owners);
+  if (st != ZCK_OK) zck__g16_free(g);
+  return st;
+}
+
+void zck__g16_free(zck__g16 *g) {
+  zck_st_writer_free(g->w);
+  zck_layout_free(g->whole);
+  free(g->slot);
+  memset(g, 0, sizeof *g);
+}
+
+/* The copy of src into the open file fd: the file's tensors are the 16-bit weights, from
+ * the source's LP, else cast from its fp32; frozen ones from theirs. */
+static zck_status g16_fill(const zck_saver *s, const zck__g16 *g, int fd, const char *path, const zck__saver_view *src) {
+  zck_store *stores = zck__calloc(g->n + 1, sizeof *stores);
+  if (!stores) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < g->n; i++)
+    stores[i] = zck_store_fd(fd, zck_st_writer_tensor(g->w, g->slot[i])->offset, s->tr.lp_dtype,
+                             g->whole->stores[i].numel, path);
+  zck_state_view dst;
+  memset(&dst, 0, sizeof dst);
+  dst.model = s->tr.model;
+  dst.name = path;
+  dst.part[ZCK_STATE_LP] = (zck_state_part){g->whole, stores, NULL};
+  zck_status st = zck_transfer(&src->v, &dst, 1, NULL);
+  free(stores);
+  return st;
+}
+
+// ---- the device hook
+
+typedef struct g16_out {
+  int fd;
+  uint64_t data_start; /* absolute offset of the data section */
+  const char *path;
+} g16_out;
+
+static zck_status g16_write(void *ctx, uint64_t byte_off, const void *bytes, size_t n) {
+  const g16_out *o = ctx;
+  return zck__pwrite_all(o->fd, bytes, n, o->data_start + byte_off, o->path);
+}
+
+/* The extents of the source's FP32 and FROZEN layouts into the data section (elements),
+ * FROZEN's sources after FP32's, and the section's start. */
+static zck_status g16_extents(const zck_saver *s, const zck__g16 *g, const zck_state_view *src,
+                              zck_gather_extent **out, size_t *n_out, uint64_t *data_start) {
+  size_t es = zck_dtype_size(s->tr.lp_dtype), n_params = s->tr.model->n_params;
+  const zck_layout *train = src->part[ZCK_STATE_FP32].layout, *frozen = src->part[ZCK_STATE_FROZEN].layout;
+  uint64_t *dst_off = zck__malloc((n_params + 1) * sizeof *dst_off);
+  zck_gather_extent *tr = NULL, *fr = NULL, *all = NULL;
+  size_t n_tr = 0, n_fr = 0;
+  if (!dst_off) return ZCK_ERR_NO_MEMORY;
+  for (size_t p = 0; p < n_params; p++) dst_off[p] = UINT64_MAX; /* tied copies are not in the file */
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; i < g->n && st == ZCK_OK; i++) {
+    const zck_st_tensor *ti = zck_st_writer_tensor(g->w, g->slot[i]);
+    if (ti->begin % es) st = zck__fail(ZCK_ERR_INTERNAL, "model.safetensors: tensor %zu is not element aligned", i);
+    dst_off[g->whole->stores[i].param] = ti->begin / es;
+    *data_start = ti->offset - ti->begin;
+  }
+  if (st == ZCK_OK) st = zck_gather_extents_from_layout(train, dst_off, &tr, &n_tr);
+  if (st == ZCK_OK && frozen) st = zck_gather_extents_from_layout(frozen, dst_off, &fr, &n_fr);
+  if (st == ZCK_OK && !(all = zck__calloc(n_tr + n_fr + 1, sizeof *all))) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) {
+    uint32_t shift = (uint32_t)train->n_stores;
+    memcpy(all, tr, n_tr * sizeof *all);
+    for (size_t i = 0; i < n_fr; i++) {
+      all[n_tr + i] = fr[i];
+      all[n_tr + i].src += shift;
+    }
+    *out = all;
+    *n_out = n_tr + n_fr;
+  }
+  free(dst_off);
+  free(tr);
+  free(fr);
+  return st;
+}
+
+/* The device hook's gather; ZCK_ERR_UNSUPPORTED when it declines (or there is none). */
+static zck_status g16_device(const zck_saver *s, const zck__g16 *g, int fd, const char *path,
+                             const zck__saver_view *src) {
+  if (!s->h.gather16) return ZCK_ERR_UNSUPPORTED;
+  zck_gather_extent *ext = NULL;
+  size_t n_ext = 0;
+  g16_out o = {fd, 0, path};
+  zck_status st = g16_extents(s, g, &src->v, &ext, &n_ext, &o.data_start);
+  if (st == ZCK_OK) st = s->h.gather16(s->h.ctx, s->ranks, ext, n_ext, g16_write, &o);
+  if (st == ZCK_ERR_NO_MEMORY) st = zck__fail(st, "%s: out of memory gathering the 16-bit weights", path);
+  free(ext);
+  return st;
+}
+
+zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const char *path) {
+  zck__g16 g;
+  ZCK_TRY(zck__g16_init(s, path, &g));
+  zck__saver_view src;
+  memset(&src, 0, sizeof src);
+  /* stage 1/2: rank 0's whole 16-bit copies; stage 3: every rank's partitions */
+  zck_status st = s->tr.stage < 3 ? zck__saver_source(s, r0->mem, r0->mem, &src) : zck__saver_source(s, NULL, NULL, &src);
+  if (st == ZCK_OK) st = zck_st_writer_open(g.w, path);
+  if (st == ZCK_OK && s->tr.stage == 3) {
+    st = g16_device(s, &g, zck_st_writer_fd(g.w), path, &src);
+    if (st == ZCK_ERR_UNSUPPORTED) {
+      zck_clear_error();
+      st = g16_fill(s, &g, zck_st_writer_fd(g.w), path, &src);
+    }
+  } else if (st == ZCK_OK) {
+    st = g16_fill(s, &g, zck_st_writer_fd(g.w), path, &src);
+  }
+  if (st == ZCK_OK) st = zck_st_writer_commit(g.w);
+  zck__saver_view_free(s, &src);
+  zck__g16_free(&g);
+  return st;
+}
+
+// ---- per rank (stage 3)
+
+zck_status zck__g16_create(const zck_saver *s, const char *path) {
+  zck__g16 g;
+  ZCK_TRY(zck__g16_init(s, path, &g));
+  size_t hlen = 0;
+  const uint8_t *h = zck_st_writer_header(g.w, &hlen);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  zck_status st = fd < 0 ? zck__fail_errno(errno, "%s: cannot create", path) : ZCK_OK;
+  if (st == ZCK_OK) st = zck__pwrite_all(fd, h, hlen, 0, path);
+  if (st == ZCK_OK && ftruncate(fd, (off_t)zck_st_writer_file_size(g.w)) != 0)
+    st = zck__fail_errno(errno, "%s: cannot set size", path);
+  if (fd >= 0 && close(fd) != 0 && st == ZCK_OK) st = zck__fail_errno(errno, "%s: close failed", path);
+  zck__g16_free(&g);
+  return st;
+}
+
+zck_status zck__g16_fill_own(const zck_saver *s, const zck_saver_rank *r, const char *dir) {
+  char *path = zck__path_join(dir, "model.safetensors");
+  if (!path) return ZCK_ERR_NO_MEMORY;
+  zck__g16 g;
+  zck__saver_view src;
+  memset(&src, 0, sizeof src);
+  zck_status st = zck__g16_init(s, path, &g);
+  if (st == ZCK_OK) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) st = zck__fail_errno(errno, "%s: cannot open for writing", path);
+    if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
+    if (st == ZCK_OK) st = g16_fill(s, &g, fd, path, &src);
+    /* this rank's bytes are durable before rank 0 commits (the file may be on a network
+     * file system, where rank 0's fsync does not cover another host's writes) */
+    if (st == ZCK_OK && fsync(fd) != 0) st = zck__fail_errno(errno, "%s: fsync failed", path);
+    if (fd >= 0) close(fd);
+    zck__saver_view_free(s, &src);
+    zck__g16_free(&g);
+  }
+  free(path);
+  return st;
+}

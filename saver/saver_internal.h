@@ -1,0 +1,76 @@
+/* saver_internal.h: what the saver's files share (saver.h). */
+#ifndef ZCK_SAVER_INTERNAL_H
+#define ZCK_SAVER_INTERNAL_H
+
+#include "saver.h"
+
+#include "io.h"
+
+typedef struct zck_st_writer zck_st_writer;
+typedef struct zck_ds_ckpt zck_ds_ckpt;
+typedef struct zck_ds_info zck_ds_info;
+
+/* A view the hooks described, and what frees it. */
+typedef struct zck__saver_view {
+  zck_state_view v;
+  void *owned;
+} zck__saver_view;
+zck_status zck__saver_source(const zck_saver *s, void *only, void *lp_of, zck__saver_view *out);
+zck_status zck__saver_target(const zck_saver *s, void *rank, zck__saver_view *out);
+void zck__saver_view_free(const zck_saver *s, zck__saver_view *v);
+
+/* A keeper of the bookkeeping: the one rank of a process-per-rank saver, or rank 0. */
+bool zck__saver_keeper(const zck_saver *s, const zck_saver_rank *r);
+
+// ---- save_deepspeed.c
+/* The param groups' "lr" for a save at `step` (mutates the shared manifest: one caller). */
+zck_status zck__saver_set_lr(zck_saver *s, int64_t step);
+/* The DeepSpeed checkpoint of `step` under root (root/global_step<step>/ and root/latest).
+ * only == NULL: every rank's files from s->ranks[] (threads). only: that rank's parts alone
+ * (its optimizer-states file, its stage-3 model-states file, rank 0's stage-1/2 model
+ * states), the other files left unfilled and no `latest`; lr set beforehand. */
+zck_status zck__saver_write_deepspeed(zck_saver *s, const zck_saver_rank *r0, const char *root, int64_t step,
+                                      const zck_saver_rank *only);
+
+// ---- gather16.c: model.safetensors, the 16-bit weights
+/* Its header and tensor offsets (the same on every rank). */
+typedef struct zck__g16 {
+  zck_st_writer *w;
+  zck_layout *whole;  /* store i: the i-th owner param, whole (its param, its numel) */
+  size_t *slot;       /* [n]: store i's tensor in w */
+  size_t n;
+} zck__g16;
+zck_status zck__g16_init(const zck_saver *s, const char *path, zck__g16 *g);
+void zck__g16_free(zck__g16 *g);
+/* Stage 1/2: the file from rank r0's whole 16-bit copies. Stage 3 (threads): from every
+ * rank's partitions, through the device hook when it takes it. */
+zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const char *path);
+/* Per rank, stage 3: rank 0 creates the file at full size with its header; then each rank
+ * fills its own partitions' byte ranges (fsync'd before rank 0 commits). */
+zck_status zck__g16_create(const zck_saver *s, const char *path);
+zck_status zck__g16_fill_own(const zck_saver *s, const zck_saver_rank *r, const char *dir);
+
+// ---- save.c
+/* Rank 0's end of a save into od: (per rank: `latest`), config.json, model.safetensors,
+ * trainer_state.json, the manifest last, and the commit of od. */
+zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank);
+/* Whether a stage-3 save writes model.safetensors from the ranks' partitions. */
+bool zck__saver_g16_wanted(const zck_saver *s);
+/* Ranks that are threads: each registers its memory in s->ranks, rank 0 runs fn, and its
+ * outcome (with its message) is every rank's. */
+zck_status zck__saver_collective(zck_saver *s, const zck_saver_rank *r,
+                                 zck_status (*fn)(zck_saver *, const zck_saver_rank *, int64_t), int64_t arg);
+
+// ---- save_rank.c, resume_rank.c: one process per rank
+zck_status zck__saver_save_per_rank(zck_saver *s, const zck_saver_rank *r, int64_t step);
+zck_status zck__saver_load_per_process(zck_saver *s, const char *path, zck_saver_resume *st, zck_comm *comm);
+zck_status zck__saver_load_best_per_rank(zck_saver *s, const zck_saver_rank *r);
+
+// ---- resume.c
+zck_status zck__saver_check_fits(const zck_saver *s, const zck_ds_ckpt *c, const char *path);
+bool zck__saver_needs_reshard(const zck_saver *s, const zck_ds_info *in);
+zck_status zck__saver_reshard_for_run(const zck_saver *s, const char *path, const zck_ds_info *in, char **out);
+/* st takes the open checkpoint c (its steps; path: the name it was asked for). */
+void zck__saver_resume_take(zck_saver_resume *st, zck_ds_ckpt *c, const char *path);
+
+#endif
