@@ -102,6 +102,11 @@ zck_status zck__saver_collective(zck_saver *s, const zck_saver_rank *r,
   return zck__fail((zck_status)st, "%s", msg);
 }
 
+bool zck_saver_due(const zck_saver *s, int64_t step) {
+  /* the help's "and at the end" holds for every N */
+  return s->o.output_dir && ((s->o.save_steps > 0 && step % s->o.save_steps == 0) || step == s->o.max_steps);
+}
+
 zck_status zck_saver_save(zck_saver *s, const zck_saver_rank *r, int64_t step) {
   if (s->tr.per_rank) return zck__saver_save_per_rank(s, r, step);
   return zck__saver_collective(s, r, save_rank0, step);

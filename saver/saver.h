@@ -135,6 +135,9 @@ void zck_saver_free(zck_saver *s);
 void zck_saver_log(zck_saver *s, int64_t step, const char *key, double loss, double grad_norm, double lr);
 void zck_saver_log_eval(zck_saver *s, int64_t step, double metric);
 
+/* Whether step (1-based, just taken) saves: every save_steps steps and the last one
+ * (--save-steps 0: only the last); never without an output folder. */
+bool zck_saver_due(const zck_saver *s, int64_t step);
 /* Collective: OUTPUT_DIR/checkpoint-<step>/, then rotation. The trainer's state must be
  * settled (device streams synced) before. */
 zck_status zck_saver_save(zck_saver *s, const zck_saver_rank *r, int64_t step);

@@ -409,9 +409,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
         zck_saver_log_eval(&run->tracker.sv, global, el);
       }
     }
-    /* --save-steps 0: only the final save (the help's "and at the end" holds for every N) */
-    bool do_save = a->output_dir && ((a->save_steps > 0 && global % a->save_steps == 0) || global == a->max_steps);
-    if (do_save) ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
+    if (zck_saver_due(&run->tracker.sv, global)) ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
   }
   float final_eval;
   ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &final_eval), s, done);
