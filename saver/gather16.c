@@ -89,54 +89,25 @@ static zck_status g16_write(void *ctx, uint64_t byte_off, const void *bytes, siz
   return zck__pwrite_all(o->fd, bytes, n, o->data_start + byte_off, o->path);
 }
 
-/* The extents of the source's FP32 and FROZEN layouts into the data section (elements),
- * FROZEN's sources after FP32's, and the section's start. */
-static zck_status g16_extents(const zck_saver *s, const zck__g16 *g, const zck_state_view *src,
-                              zck_gather_extent **out, size_t *n_out, uint64_t *data_start) {
+/* The device hook's gather (each param's place in the data section, in elements);
+ * ZCK_ERR_UNSUPPORTED when it declines (or there is none). */
+static zck_status g16_device(const zck_saver *s, const zck__g16 *g, int fd, const char *path) {
+  if (!s->h.gather16) return ZCK_ERR_UNSUPPORTED;
   size_t es = zck_dtype_size(s->tr.lp_dtype), n_params = s->tr.model->n_params;
-  const zck_layout *train = src->part[ZCK_STATE_FP32].layout, *frozen = src->part[ZCK_STATE_FROZEN].layout;
   uint64_t *dst_off = zck__malloc((n_params + 1) * sizeof *dst_off);
-  zck_gather_extent *tr = NULL, *fr = NULL, *all = NULL;
-  size_t n_tr = 0, n_fr = 0;
   if (!dst_off) return ZCK_ERR_NO_MEMORY;
   for (size_t p = 0; p < n_params; p++) dst_off[p] = UINT64_MAX; /* tied copies are not in the file */
+  g16_out o = {fd, 0, path};
   zck_status st = ZCK_OK;
   for (size_t i = 0; i < g->n && st == ZCK_OK; i++) {
     const zck_st_tensor *ti = zck_st_writer_tensor(g->w, g->slot[i]);
-    if (ti->begin % es) st = zck__fail(ZCK_ERR_INTERNAL, "model.safetensors: tensor %zu is not element aligned", i);
+    if (ti->begin % es) st = zck__fail(ZCK_ERR_INTERNAL, "%s: tensor %zu is not element aligned", path, i);
     dst_off[g->whole->stores[i].param] = ti->begin / es;
-    *data_start = ti->offset - ti->begin;
+    o.data_start = ti->offset - ti->begin;
   }
-  if (st == ZCK_OK) st = zck_gather_extents_from_layout(train, dst_off, &tr, &n_tr);
-  if (st == ZCK_OK && frozen) st = zck_gather_extents_from_layout(frozen, dst_off, &fr, &n_fr);
-  if (st == ZCK_OK && !(all = zck__calloc(n_tr + n_fr + 1, sizeof *all))) st = ZCK_ERR_NO_MEMORY;
-  if (st == ZCK_OK) {
-    uint32_t shift = (uint32_t)train->n_stores;
-    memcpy(all, tr, n_tr * sizeof *all);
-    for (size_t i = 0; i < n_fr; i++) {
-      all[n_tr + i] = fr[i];
-      all[n_tr + i].src += shift;
-    }
-    *out = all;
-    *n_out = n_tr + n_fr;
-  }
-  free(dst_off);
-  free(tr);
-  free(fr);
-  return st;
-}
-
-/* The device hook's gather; ZCK_ERR_UNSUPPORTED when it declines (or there is none). */
-static zck_status g16_device(const zck_saver *s, const zck__g16 *g, int fd, const char *path,
-                             const zck__saver_view *src) {
-  if (!s->h.gather16) return ZCK_ERR_UNSUPPORTED;
-  zck_gather_extent *ext = NULL;
-  size_t n_ext = 0;
-  g16_out o = {fd, 0, path};
-  zck_status st = g16_extents(s, g, &src->v, &ext, &n_ext, &o.data_start);
-  if (st == ZCK_OK) st = s->h.gather16(s->h.ctx, s->ranks, ext, n_ext, g16_write, &o);
+  if (st == ZCK_OK) st = s->h.gather16(s->h.ctx, s->ranks, dst_off, g16_write, &o);
   if (st == ZCK_ERR_NO_MEMORY) st = zck__fail(st, "%s: out of memory gathering the 16-bit weights", path);
-  free(ext);
+  free(dst_off);
   return st;
 }
 
@@ -149,7 +120,7 @@ zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const ch
   zck_status st = s->tr.stage < 3 ? zck__saver_source(s, r0->mem, r0->mem, &src) : zck__saver_source(s, NULL, NULL, &src);
   if (st == ZCK_OK) st = zck_st_writer_open(g.w, path);
   if (st == ZCK_OK && s->tr.stage == 3) {
-    st = g16_device(s, &g, zck_st_writer_fd(g.w), path, &src);
+    st = g16_device(s, &g, zck_st_writer_fd(g.w), path);
     if (st == ZCK_ERR_UNSUPPORTED) {
       zck_clear_error();
       st = g16_fill(s, &g, zck_st_writer_fd(g.w), path, &src);

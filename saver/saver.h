@@ -29,7 +29,6 @@
 #include "comm.h"
 #include "state.h"
 #include "zck.h"
-#include "zck_cuda.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -67,6 +66,9 @@ typedef struct zck_saver_train {
   bool read_trainer_state;       /* a resume takes trainer_state.json's log and best */
 } zck_saver_train;
 
+/* Receives bytes [byte_off, byte_off + n) of a file's data section. */
+typedef zck_status (*zck_saver_write_fn)(void *ctx, uint64_t byte_off, const void *bytes, size_t n);
+
 /* The trainer's memory behind hooks. A rank is the trainer's handle on one rank's memory
  * (void *, passed back as is). ranks[r] below: every rank's handle (threads); a process
  * rank only ever passes its own, as `only`. */
@@ -85,11 +87,13 @@ typedef struct zck_saver_hooks {
    * it derives (its 16-bit weights, gathered). Collective where the trainer's is. */
   zck_status (*restored)(void *ctx, void *rank, int64_t optimizer_step);
   /* Optional, ranks that are threads, stage 3: writes the 16-bit file's data section from
-   * device memory (zck_cuda.h's bounded gather). Sources are numbered as the source view's
-   * stores: FP32's, then FROZEN's after them (shifted by FP32's n_stores). Returns
-   * ZCK_ERR_UNSUPPORTED to let the transfer write it (host memory, several devices). */
-  zck_status (*gather16)(void *ctx, void *const *ranks, const zck_gather_extent *ext, size_t n_ext,
-                         zck_gather_write_fn write, void *wctx);
+   * device memory (the bounded gather of zck_cuda.h, which the saver does not link).
+   * param_dst_off[p]: the element offset of param p in the data section (UINT64_MAX: not
+   * in the file, a tied copy); write(wctx, ...) takes data-section bytes in increasing
+   * order. Returns ZCK_ERR_UNSUPPORTED to let the transfer write it (host memory, several
+   * devices). */
+  zck_status (*gather16)(void *ctx, void *const *ranks, const uint64_t *param_dst_off, zck_saver_write_fn write,
+                         void *wctx);
   double (*lr_at)(void *ctx, int64_t step);              /* the scheduler's lr at a step */
   zck_status (*write_config)(void *ctx, const char *path); /* config.json of the model */
   /* Optional (fault tests): a per-rank save's rank has written its own files. */

@@ -22,7 +22,7 @@ zck_status ze__state_of_rank_target(ze_zero_rank *zr, ze__state *s);
 void ze__state_free(ze__state *s);
 
 /* dckpt.c: the saver's gather16 hook (saver.h) for ZeRO state on devices. */
-zck_status ze__g16_gather(void *ctx, void *const *ranks, const zck_gather_extent *ext, size_t n_ext,
-                          zck_gather_write_fn write, void *wctx);
+zck_status ze__g16_gather(void *ctx, void *const *ranks, const uint64_t *param_dst_off, zck_saver_write_fn write,
+                          void *wctx);
 
 #endif
