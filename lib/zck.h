@@ -216,6 +216,15 @@ typedef struct zck_consolidate_opts {
  * buffer tensors, never exp_avg / exp_avg_sq. */
 ZCK_API zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
 
+/* The newest complete checkpoint-N folder of a Hugging Face Trainer output_dir, picked as
+ * transformers' trainer_utils.get_last_checkpoint does (names ^checkpoint-(\d+)$ that are
+ * folders, largest N; ASCII digits) but passing over incomplete ones: complete means its
+ * `latest` names a tag folder that exists and neither folder holds a zckpt manifest that
+ * fails zck_manifest_check_complete. *picked: its path (free() it). *skipped (may be NULL):
+ * NULL, or why the newest one was passed over (free() it). ZCK_ERR_NOT_FOUND when there is
+ * no checkpoint-N folder, ZCK_ERR_DAMAGED when none is complete. */
+ZCK_API zck_status zck_hf_last_checkpoint(const char *output_dir, char **picked, char **skipped);
+
 /* ---- whole tensors in the caller's memory
  * The tensors zck_consolidate would write (same names, order, dtypes and values), read
  * straight from the rank files into buffers the caller provides: for state dicts held in

@@ -350,10 +350,27 @@ void zck_cli_start_signal_thread(void) {
 }
 
 bool zck_cli_parse_size(const char *s, uint64_t *out) {
+  if (!s) return false;
+  /* huggingface_hub's parse_size_to_int strips the string first */
+  while (isspace((unsigned char)*s)) s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1])) n--;
+  char buf[128];
+  if (!n || n >= sizeof buf) return false;
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  if (strspn(buf, "0123456789") == n) { /* an int: bytes, exactly */
+    errno = 0;
+    unsigned long long v = strtoull(buf, NULL, 10);
+    if (errno) return false;
+    *out = v;
+    return true;
+  }
   char *end;
-  if (!s || !*s || !isdigit((unsigned char)*s) || strpbrk(s, "xXpP")) return false; /* strtod reads hex */
-  double v = strtod(s, &end);
-  if (end == s || !isfinite(v) || v < 0) return false;
+  bool starts = isdigit((unsigned char)buf[0]) || (buf[0] == '.' && isdigit((unsigned char)buf[1]));
+  if (!starts || strpbrk(buf, "xXpP")) return false; /* strtod reads hex */
+  double v = strtod(buf, &end);
+  if (end == buf || !isfinite(v) || v < 0) return false;
   while (*end == ' ') end++;
   static const struct { const char *unit; double mul; } units[] = {
     {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
@@ -362,7 +379,7 @@ bool zck_cli_parse_size(const char *s, uint64_t *out) {
   };
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
     if (strcasecmp(end, units[i].unit) == 0) {
-      double b = v * units[i].mul;
+      double b = v * units[i].mul; /* int(value * multiplier), as parse_size_to_int */
       if (b >= 1.8e19) return false;
       *out = (uint64_t)b;
       return true;

@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include "cli_dist.h"
 #include "commands.h"
@@ -12,7 +14,9 @@ static const char zck__consolidate_help[] =
   "\n"
   "Turns a DeepSpeed ZeRO-1/2/3 checkpoint into whole tensors, equal bit for bit to\n"
   "DeepSpeed's zero_to_fp32.py. CHECKPOINT: the save root holding `latest`, a tag\n"
-  "folder (global_stepN), or a Hugging Face checkpoint-N/ folder. OUT: a directory\n"
+  "folder (global_stepN), a Hugging Face checkpoint-N/ folder, or a Trainer output_dir\n"
+  "(its newest complete checkpoint-N: `latest` and its tag folder there, and a zckpt\n"
+  "manifest, where there is one, intact; said on stderr). OUT: a directory\n"
   "(model.safetensors, or model-0000i-of-0000N.safetensors + model.safetensors.index.json),\n"
   "or one *.safetensors or *.bin file. Reads only the fp32 partitions, in place.\n"
   "\n"
@@ -34,6 +38,26 @@ static const char zck__consolidate_help[] =
   "                           manifest's XXH3s); structure and rank checks still run\n"
   "  -q, --quiet              no progress bar, no summary line\n"
   "  -h, --help               this help\n";
+
+/* CHECKPOINT a Hugging Face output_dir (no `latest`, checkpoint-N folders inside): the
+ * newest complete checkpoint-N, said on stderr (*picked: free it). Anything else stays as
+ * given (*picked NULL) for the job to judge. */
+static int zck__consolidate_pick(const char *in, bool quiet, char **picked) {
+  struct stat st;
+  char latest[PATH_MAX];
+  *picked = NULL;
+  snprintf(latest, sizeof latest, "%s/latest", in);
+  if (stat(in, &st) != 0 || !S_ISDIR(st.st_mode) || lstat(latest, &st) == 0) return ZCK_EXIT_OK;
+  char *skipped = NULL;
+  zck_status s = zck_hf_last_checkpoint(in, picked, &skipped);
+  if (s == ZCK_ERR_NOT_FOUND) { zck_clear_error(); return ZCK_EXIT_OK; }
+  if (s != ZCK_OK) return zck_cli_fail(s);
+  if (!quiet)
+    fprintf(stderr, "zckpt: %s: consolidating %s, the newest complete checkpoint%s%s%s\n", in, *picked,
+            skipped ? " (" : "", skipped ? skipped : "", skipped ? ")" : "");
+  free(skipped);
+  return ZCK_EXIT_OK;
+}
 
 int zck_cmd_consolidate(int argc, char **argv) {
   static const struct option opts[] = {
@@ -86,8 +110,11 @@ int zck_cmd_consolidate(int argc, char **argv) {
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("consolidate", "empty path argument");
   const char *in = argv[optind];
+  char *picked = NULL;
+  if (!o.tag && (rc = zck__consolidate_pick(in, quiet || zck_cli_dist_quiet(), &picked))) return rc;
+  if (picked) in = picked;
   char *out = NULL;
-  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out))) return rc;
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out))) { free(picked); return rc; }
   /* an OUT file's name says its format: a --format asking for something else would be ignored */
   size_t n = strlen(out);
   bool st_file = n >= 12 && !strcmp(out + n - 12, ".safetensors");
@@ -95,10 +122,11 @@ int zck_cmd_consolidate(int argc, char **argv) {
                  (n >= 4 && !strcmp(out + n - 4, ".pth"));
   if (format && ((st_file && o.torch_bin) || (pt_file && o.safetensors))) {
     free(out);
+    free(picked);
     return zck_cli_usage_error("consolidate", "--format %s does not fit OUT '%s' (one %s file); give a folder as OUT", format,
                                argv[optind + 1], st_file ? "safetensors" : "torch");
   }
-  if ((rc = zck_cli_check_out_not_in(in, out, o.tag))) { free(out); return rc; }
+  if ((rc = zck_cli_check_out_not_in(in, out, o.tag))) { free(out); free(picked); return rc; }
   zck_cli_set_output(out);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "consolidate", 0, quiet);
@@ -112,6 +140,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
   zck_status s = zck_consolidate(src, out, &o);
   zck_cli_progress_finish(&bar);
   free(out); /* the signal thread keeps its own copy */
+  free(picked);
   if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "tensor", &sum, started, quiet || zck_cli_dist_quiet());
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

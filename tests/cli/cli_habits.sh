@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_habits.sh: the command as DeepSpeed and Hugging Face users type it: -t/--tag
 # (zero_to_fp32's spelling) and -j/--threads in every command; one summary line on stderr
-# after a job succeeds ("wrote OUT: N tensors, X KB in T s"), silenced by -q.
+# after a job succeeds ("wrote OUT: N tensors, X KB in T s"), silenced by -q; consolidate
+# of a Trainer output_dir takes its newest complete checkpoint-N and says which.
 set -u
 bin="${ZCK_BIN:?ZCK_BIN must name the zckpt binary}"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -60,6 +61,25 @@ run 0 "$bin" reshard --quiet --to-world-size 1 "$ck" "$tmp/rq" && quiet_is_silen
 run 0 "$bin" to-universal -q "$ck" "$tmp/uq" && quiet_is_silent to-universal
 run 0 "$bin" convert -q "$tmp/one.safetensors" "$tmp/q.pt" && quiet_is_silent convert
 run 1 "$bin" consolidate "$ck" "$tmp/one.safetensors" && ! grep -q '^wrote' "$tmp/err" || bad "a failed job printed a summary"
+
+# ---- consolidate of a Trainer output_dir: the newest complete checkpoint-N
+od="$tmp/output_dir"; mkdir -p "$od" "$tmp/elsewhere"
+cp -r "$ck" "$od/checkpoint-2"; cp -r "$ck" "$od/checkpoint-10"
+cp -r "$ck" "$tmp/elsewhere/ck12"; ln -s "$tmp/elsewhere/ck12" "$od/checkpoint-12"   # a link to a folder counts
+cp -r "$ck" "$od/checkpoint-20"; : >"$od/checkpoint-20/global_step2/.zckpt-partial"   # zckpt still writing it
+cp -r "$ck" "$od/checkpoint-25"; printf 'global_step25' >"$od/checkpoint-25/latest"     # names a missing tag
+mkdir -p "$od/checkpoint-30/global_step30"                                               # killed before `latest`
+cp -r "$ck" "$od/checkpoint-99x"; cp -r "$ck" "$od/xcheckpoint-98"; : >"$od/checkpoint-97"  # not candidates
+run 0 "$bin" consolidate "$od" "$tmp/od.safetensors" &&
+  { [ "$(wc -l <"$tmp/err")" = 2 ] && head -1 "$tmp/err" | grep -qF "consolidating $od/checkpoint-12, the newest complete checkpoint (checkpoint-30 is incomplete: no \`latest\`" ||
+      { bad "output_dir: expected checkpoint-12 picked, checkpoint-30 named incomplete"; cat "$tmp/err"; }
+    cmp -s "$tmp/od.safetensors" "$tmp/one.safetensors" || bad "output_dir: not the checkpoint's tensors"; }
+run 0 "$bin" consolidate -q "$od" "$tmp/odq.safetensors" && quiet_is_silent output_dir
+rm -rf "$od/checkpoint-2" "$od/checkpoint-10" "$od/checkpoint-12"
+run 1 "$bin" consolidate "$od" "$tmp/none2.safetensors" &&
+  { [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "^zckpt: error: $od: no complete checkpoint-N folder (checkpoint-30 is incomplete" "$tmp/err" ||
+      { bad "output_dir without a complete checkpoint"; cat "$tmp/err"; }; }
+[ ! -e "$tmp/none2.safetensors" ] || bad "output_dir without a complete checkpoint: output written"
 
 [ "$fail" = 0 ] && echo "cli habits: all checks passed"
 exit "$fail"
