@@ -102,7 +102,7 @@ static zck_status exchange(int point, zck_status local, int32_t **all_out) {
 }
 
 zck_status zck__dist_agree(int point, zck_status local) {
-  if (!g.c) return local;
+  if (!zck__dist_on()) return local; /* off, or paused (rank 0 alone) */
   char saved[1024];
   if (local != ZCK_OK) snprintf(saved, sizeof saved, "%s", zck_last_error());
   int32_t *all = NULL;

@@ -427,9 +427,16 @@ static zck_status zck__rename_noreplace(const char *from, const char *to) {
 zck_status zck__outfile_commit(zck__outfile *f) {
   /* A failed commit is an abort: the temporary file is removed and f freed, so callers
    * never leak or leave anything behind whatever step failed. */
+  /* a distributed job: rank 0 renames only once every rank has finished with the file
+   * (the others may still read it back, by its temporary name, to hash it) */
+  zck_status agreed = f->in_outdir ? ZCK_OK : zck__dist_agree(ZCK__DIST_COMMIT, ZCK_OK);
   if (zck__follower()) {
     zck__outfile_unfollow(f);
-    return ZCK_OK;
+    return agreed;
+  }
+  if (agreed != ZCK_OK) {
+    zck__outfile_abort(f);
+    return agreed;
   }
   zck_status s = ZCK_OK;
   if (!f->in_outdir) {
@@ -901,10 +908,13 @@ static zck_status zck__outdir_exchanged(zck__outdir *d) {
 }
 
 zck_status zck__outdir_commit(zck__outdir *d) {
+  /* as zck__outfile_commit: the rename waits for every rank to be done with the tree */
+  zck_status agreed = zck__dist_agree(ZCK__DIST_COMMIT, ZCK_OK);
   if (zck__follower()) {
     zck__outdir_abort(d);
-    return ZCK_OK;
+    return agreed;
   }
+  ZCK_TRY(agreed);
   ZCK_TRY(zck__fsync_tree(d));
   char *old = NULL;
   if (d->replace) {
