@@ -153,6 +153,11 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     zck_ds_close(c);
     return complete;
   }
+  if (in->stage == 0 && !o.to_stage) {
+    zck_ds_close(c);
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
+                     "or 3", src);
+  }
   zck_ds_write_opts wo;
   zck_ds_write_opts_from(c, &wo);
   if (o.to_stage) wo.stage = o.to_stage;

@@ -787,6 +787,12 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &ck));
+  if (zck_ds_info_of(ck)->stage == 0) {
+    zck_status zs = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ZeRO-0 checkpoints are not converted to universal yet (reshard "
+                              "it into a ZeRO stage first)", zck_ds_info_of(ck)->dir);
+    zck_ds_close(ck);
+    return zs;
+  }
   zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o);
   if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(ck)->n_params);
   zck_ds_close(ck);

@@ -1,4 +1,4 @@
-/* deepspeed.h: DeepSpeed ZeRO checkpoint directories (stages 1-3), read and written.
+/* deepspeed.h: DeepSpeed ZeRO checkpoint directories (stages 1-3; ZeRO-0 read), read and written.
  *
  * On disk (deepspeed-checkpoint.md §1-3):
  *   <root>/latest                      the tag, no newline
@@ -60,7 +60,9 @@ typedef struct zck_ds_info {
   const char *root;                /* folder holding `latest` (or the tag folder's parent) */
   const char *tag;
   const char *dir;                 /* <root>/<tag> */
-  int stage;                       /* 1, 2 or 3 (zero_stage of the optimizer files; 1 for BF16_Optimizer) */
+  int stage;                       /* 1, 2 or 3 (zero_stage of the optimizer files; 1 for BF16_Optimizer);
+                                      0: ZeRO-0, no optimizer files (ds_zero0.c): the model file's `optimizer`
+                                      holds the state, the train layout is whole tensors */
   bool bf16_optimizer;             /* written by BF16_Optimizer (bf16 + stage 1 + fp32 grad accumulation):
                                       no zero_stage, fp32 partitions saved padded; otherwise a stage-1 layout */
   uint32_t world_size;             /* W = partition_count = number of optimizer files */

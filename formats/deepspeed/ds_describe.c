@@ -48,7 +48,7 @@ static const zck_record_check *record_check(zck_ds_ckpt *c, const zck__ds_tref *
   return r;
 }
 
-static zck_store source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,
+zck_store zck__ds_source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,
                               const char *what) {
   const char *name = zck__ds_store_name(c, "%s: %s", path, what);
   zck_store s = zck_store_source(src, t->offset, t->dtype, t->numel, name);
@@ -66,7 +66,9 @@ static zck_status read_config(zck_ds_ckpt *c) {
   if (!cfg || cfg->kind != ZCK_PK_DICT) return ZCK_OK;
   const zck_pk *zo = zck_pk_dict_get(cfg, "zero_optimization");
   double d;
-  if (c->info.stage == 3 && zck_pk_as_double(zck_pk_dict_get(cfg, "gradient_clipping"), &d)) c->info.clip_grad = d;
+  /* stage 1/2 files carry clip_grad; stage 3 and ZeRO-0 only the config */
+  if ((c->info.stage == 3 || c->zero0) && zck_pk_as_double(zck_pk_dict_get(cfg, "gradient_clipping"), &d))
+    c->info.clip_grad = d;
   if (!zo || zo->kind != ZCK_PK_DICT) return ZCK_OK;
   if (zck_pk_as_double(zck_pk_dict_get(zo, "sub_group_size"), &d) && d >= 1 && d < 1e18) c->info.sub_group_size = (uint64_t)d;
   const zck_pk *rr = zck_pk_dict_get(zo, "round_robin_gradients");
@@ -77,6 +79,7 @@ static zck_status read_config(zck_ds_ckpt *c) {
 /* ---- trainable params: ZeRO layout and the fp32 / exp_avg / exp_avg_sq stores */
 
 static zck_status check_dtypes(zck_ds_ckpt *c) {
+  if (c->zero0) return ZCK_OK;   /* ds_zero0.c: per-param tensors */
   const zck__ds_optim_file *o0 = &c->optims[0];
   zck_dtype master = o0->n_flat ? o0->flat[0].fp32.dtype : ZCK_F32, state = ZCK_DTYPE_INVALID;
   bool any_state = false, all_state = true;
@@ -115,7 +118,7 @@ static zck_status check_dtypes(zck_ds_ckpt *c) {
 static zck_status check_param_paddings(zck_ds_ckpt *c, const uint64_t *numels) {
   const zck__ds_optim_file *o0 = &c->optims[0];
   const zck__ds_model_file *m0 = &c->models[0];
-  if (c->info.stage == 3) return ZCK_OK;
+  if (c->info.stage == 3 || c->zero0) return ZCK_OK;
   const zck_pk *zo = c->ds_config ? zck_pk_dict_get(c->ds_config, "zero_optimization") : NULL;
   const zck_pk *pa = zo ? zck_pk_dict_get(zo, "parameter_alignment") : NULL;
   bool any = pa && pa->kind == ZCK_PK_BOOL && pa->u.b;
@@ -246,7 +249,7 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
       snprintf(what, sizeof what, "%s[%zu]", fkey, g);
       zck__ds_tref real = f->fp32;
       real.numel = st->lean;   /* the store is what the layout reads: padding is not data */
-      c->stores[ZCK_DS_FP32][id] = source_store(c, &o->src, &real, path, what);
+      c->stores[ZCK_DS_FP32][id] = zck__ds_source_store(c, &o->src, &real, path, what);
       if (!c->info.has_optimizer_state) continue;
       const zck__ds_tref *ts[2] = {&f->exp_avg, &f->exp_avg_sq};
       const char *tn[2] = {"exp_avg", "exp_avg_sq"};
@@ -256,7 +259,7 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                            "%zu is %llu", path, skey, g, tn[k], (unsigned long long)ts[k]->numel,
                            c->info.stage == 3 ? "sub-group" : "padded", g, (unsigned long long)st->numel);
         snprintf(what, sizeof what, "%s['state'][%zu]['%s']", skey, g, tn[k]);
-        c->stores[ZCK_DS_EXP_AVG + k][id] = source_store(c, &o->src, ts[k], path, what);
+        c->stores[ZCK_DS_EXP_AVG + k][id] = zck__ds_source_store(c, &o->src, ts[k], path, what);
       }
     }
   }
@@ -289,7 +292,7 @@ static zck_status build_lp(zck_ds_ckpt *c, const uint64_t *numels) {
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->params[owners[i]].name);
-    c->stores[ZCK_DS_LP][i] = source_store(c, &c->models[0].src, &m0->module_t[c->param_mod[owners[i]]],
+    c->stores[ZCK_DS_LP][i] = zck__ds_source_store(c, &c->models[0].src, &m0->module_t[c->param_mod[owners[i]]],
                                            m0->file->path, what);
   }
   free(owners);
@@ -345,7 +348,7 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
         goto out;
       }
       snprintf(what, sizeof what, "module['%.500s']", pp->name);
-      c->stores[ZCK_DS_FROZEN][i] = source_store(c, &c->models[0].src, t, m0->file->path, what);
+      c->stores[ZCK_DS_FROZEN][i] = zck__ds_source_store(c, &c->models[0].src, t, m0->file->path, what);
       continue;
     }
     snprintf(what, sizeof what, "frozen_param_fragments['%.500s']", pp->name);
@@ -370,7 +373,7 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
         goto out;
       }
       uint32_t id = c->info.stage == 3 ? zck_layout_store_id(c->frozen_layout, (uint32_t)i, r) : (uint32_t)i;
-      c->stores[ZCK_DS_FROZEN][id] = source_store(c, &mf->src, t, mf->file->path, what);
+      c->stores[ZCK_DS_FROZEN][id] = zck__ds_source_store(c, &mf->src, t, mf->file->path, what);
     }
   }
 out:
@@ -397,7 +400,7 @@ static zck_status build_buffers(zck_ds_ckpt *c) {
                        m->buffers[b].name);
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->buffers[b].name);
-    c->buffer_stores[b] = source_store(c, &c->models[0].src, t, m0->file->path, what);
+    c->buffer_stores[b] = zck__ds_source_store(c, &c->models[0].src, t, m0->file->path, what);
   }
   return ZCK_OK;
 }
@@ -418,7 +421,15 @@ static zck_status build_outputs(zck_ds_ckpt *c) {
     c->outputs[n++] = (zck_ds_output){bf->name, ZCK_DS_OUT_BUFFER, (uint32_t)b, -1, fl ? ZCK_F32 : bf->dtype, bf->dtype,
                                       bf->ndim, bf->shape, bf->numel};
   }
-  /* 2. frozen params in frozen_param_shapes order, lp dtype; none for stage 1 */
+  /* 2. frozen params in frozen_param_shapes order, lp dtype; none for stage 1. ZeRO-0,
+   * which zero_to_fp32 cannot read: module order, so the output is the whole model */
+  if (c->zero0)
+    for (size_t p = 0; p < m->n_params; p++) {
+      const zck_param *pp = &m->params[p];
+      if (!pp->frozen || pp->tied_to >= 0) continue;
+      c->outputs[n++] = (zck_ds_output){pp->name, ZCK_DS_OUT_FROZEN, (uint32_t)p, -1, pp->dtype, pp->dtype, pp->ndim,
+                                        pp->shape, pp->numel};
+    }
   if (c->info.stage >= 2 && m0->has_frozen_shapes)
     for (size_t i = 0; i < m0->frozen_shapes.n; i++) {
       int64_t p = zck_model_find_param(m, m0->frozen_shapes.v[i].name);
@@ -503,7 +514,7 @@ zck_status zck__ds_describe(zck_ds_ckpt *c) {
   if (!numels) return ZCK_ERR_NO_MEMORY;
   zck_model_numels(m, numels);
   zck_status s = check_param_paddings(c, numels);
-  if (s == ZCK_OK) s = build_train(c, numels);
+  if (s == ZCK_OK) s = c->zero0 ? zck__ds_zero0_build_train(c, numels) : build_train(c, numels);
   if (s == ZCK_OK) s = build_lp(c, numels);
   if (s == ZCK_OK) s = build_frozen(c, numels);
   free(numels);

@@ -392,7 +392,9 @@ static zck_status scan(zck__ds_fileset *fs) {
                        "zero_pp_rank_0_mp_rank_00_model_states.pt)", fs->dir);
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no DeepSpeed checkpoint files in the tag folder", fs->dir);
   }
-  if (!fs->n_optims)  /* DS-05 */
+  /* no optimizer files beside mp_rank_00_model_states.pt: ZeRO-0 keeps its optimizer state
+   * in the model file (ds_zero0.c decides, once the file is read) */
+  if (!fs->n_optims && fs->n_z3_models)  /* DS-05 */
     return zck__fail(ZCK_ERR_UNSUPPORTED,
                      "%s: no *_optim_states.pt files: not a ZeRO checkpoint (stage 0 or a non-ZeRO optimizer), or "
                      "incomplete", fs->dir);

@@ -91,6 +91,19 @@ typedef struct zck__ds_optim_file {
   size_t *n_psm;
 } zck__ds_optim_file;
 
+/* ZeRO-0 (ds_zero0.c): the optimizer's state_dict inside the model file. Optimizer param k
+ * (torch's index: group by group) is flat param k of the manifest. */
+typedef struct zck__ds_zero0 {
+  bool unfused;                    /* FP16_UnfusedOptimizer (bf16): fp32_groups hold the masters */
+  size_t n;                        /* params the optimizer holds */
+  size_t n_groups;
+  size_t *group_first;             /* [n_groups + 1] */
+  bool has_masters, has_state;
+  zck__ds_tref *master;            /* [n] fp32_groups tensors (has_masters) */
+  zck__ds_tref *exp_avg, *exp_avg_sq;  /* [n] (has_state) */
+  int64_t *module_of;              /* [n]: the `module` entry it trains */
+} zck__ds_zero0;
+
 struct zck_ds_ckpt {
   zck__ds_fileset fs;
   zck_torch_open_opts topts;
@@ -99,7 +112,9 @@ struct zck_ds_ckpt {
   size_t n_warnings;
   zck__ds_model_file *models;      /* 1 (stage 1/2) or W (stage 3) */
   size_t n_models;
-  zck__ds_optim_file *optims;      /* W */
+  bool zero0;                      /* no optimizer files: ZeRO-0 (info.stage 0; optims[0] stands for the model file) */
+  zck__ds_zero0 z0;
+  zck__ds_optim_file *optims;      /* W (ZeRO-0: 1) */
   size_t n_optims;                 /* entries allocated in optims */
   /* rank-0 files kept open for their pickled objects */
   zck_torch_file *model0, *optim0;
@@ -157,6 +172,18 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c);
 /* ---- ds_describe.c */
 zck_status zck__ds_describe(zck_ds_ckpt *c);
 const char *zck__ds_store_name(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);
+
+/* ---- ds_zero0.c */
+/* After rank 0's model file is read: the optimizer state, which module entries it trains
+ * (written into the model file's param_shapes / shared_params), world size, optims[0]. */
+zck_status zck__ds_zero0_read(zck_ds_ckpt *c);
+/* The train layout (whole tensors, flat order) and its fp32 / exp_avg / exp_avg_sq stores;
+ * sets info.master_dtype, state_dtype, has_optimizer_state. */
+zck_status zck__ds_zero0_build_train(zck_ds_ckpt *c, const uint64_t *numels);
+void zck__ds_zero0_free(zck__ds_zero0 *z);
+/* A store bound in place to t's bytes in src, with its record check (ds_describe.c). */
+zck_store zck__ds_source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,
+                               const char *what);
 
 /* ---- ds_expect.c: zckpt-manifest.json's layout checked, its tensor XXH3s attached to
  * the stores (verified on read) */

@@ -9,8 +9,9 @@
  *   - a tied alias if it is a key of shared_params;
  *   - trainable if it is in param_shapes (shape from there: stage-3 module entries are
  *     [0]-shaped placeholders);
- *   - frozen if it is in frozen_param_shapes, or, in stage 1 (which never saves frozen
+ *   - frozen if it is in frozen_param_shapes, or, in stage 0/1 (which never save frozen
  *     info) and in pre-0.9.1 stage-2 files, anything else (shape from the module tensor).
+ * ZeRO-0 files have no param_shapes / shared_params: ds_zero0.c writes them first.
  * Optimizer group g = flat group g in stage 1/2; in stage 3 the torch optimizer numbers
  * sub-groups 0..S-1 and param_groups[g]['params'] lists the sub-groups of group g. */
 #include "ds_internal.h"
@@ -169,7 +170,7 @@ static void build_free(build *b) {
 static bool source_saved(const zck_ds_ckpt *c, const build *b, const char *src) {
   if (smap_get(&b->train, src) >= 0 || smap_get(&b->frozen, src) >= 0) return true;
   const zck__ds_model_file *m0 = &c->models[0];
-  bool module_holds_frozen = c->info.stage == 1 || (c->info.stage == 2 && !m0->has_frozen_shapes);
+  bool module_holds_frozen = c->info.stage <= 1 || (c->info.stage == 2 && !m0->has_frozen_shapes);
   return module_holds_frozen && smap_get(&b->module, src) >= 0 && smap_get(&b->buffers, src) < 0 &&
          smap_get(&b->alias, src) < 0;
 }
@@ -386,7 +387,7 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
     for (size_t f = 0; s == ZCK_OK && f < n_flat; f++) {
       size_t a = c->flat_first[f], n = c->flat_first[f + 1] - a;
       const uint32_t *src = c->flat_params + a;
-      if (stage <= 2 && c->info.round_robin && n) {
+      if (stage >= 1 && stage <= 2 && c->info.round_robin && n) {
         /* param_shapes is in round-robin order: group order G with flat F = RR(G), so
          * G[RR(identity)[j]] = F[j]. */
         for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;

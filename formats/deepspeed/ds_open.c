@@ -83,6 +83,17 @@ static zck_status read_optims(zck_ds_ckpt *c) {
   return ZCK_OK;
 }
 
+/* No optimizer files: a ZeRO-0 checkpoint, whose model file holds the optimizer state. */
+static zck_status read_zero0(zck_ds_ckpt *c) {
+  c->zero0 = true;
+  c->info.stage = 0;
+  c->n_models = 1;
+  if (!(c->models = zck__calloc(1, sizeof *c->models))) return ZCK_ERR_NO_MEMORY;
+  c->models[0].file = &c->fs.model;
+  ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true));
+  return zck__ds_zero0_read(c);
+}
+
 static zck_status read_models(zck_ds_ckpt *c) {
   zck__ds_fileset *fs = &c->fs;
   uint32_t w = c->info.world_size;
@@ -133,7 +144,10 @@ static zck_status read_models(zck_ds_ckpt *c) {
  * names it. (A run whose optimizer state was reset on resume while global_steps went on,
  * load_optimizer_states=False, breaks the equality too, and is refused with the same line.)
  * float32 `step` tensors count exactly only up to 2^24: past that, only equality between
- * the files is asked. */
+ * the files is asked. One more step than that is accepted too: FP16_UnfusedOptimizer
+ * (ZeRO-0 + bf16) steps once with zero gradients when it is built, and a reshard of its
+ * checkpoint into a ZeRO stage carries the count on (the next step's bias correction
+ * depends on it). */
 static zck_status check_steps(const zck_ds_ckpt *c) {
   const zck__ds_model_file *m0 = &c->models[0];
   for (size_t r = 1; r < c->n_models; r++) {
@@ -147,13 +161,13 @@ static zck_status check_steps(const zck_ds_ckpt *c) {
   int64_t applied = m0->global_steps - m0->skipped_steps;
   const zck__ds_flat *ref = NULL;
   const zck__ds_optim_file *ref_file = NULL;
-  for (uint32_t r = 0; r < c->info.world_size; r++) {
+  for (size_t r = 0; r < c->n_optims; r++) {   /* ZeRO-0: its reader checked the steps */
     const zck__ds_optim_file *o = &c->optims[r];
     for (size_t g = 0; g < o->n_flat; g++) {
       const zck__ds_flat *f = &o->flat[g];
       if (!f->has_state || !f->has_step) continue;
       bool exact = f->step < 16777216.0 && applied < 16777216;
-      if (exact && f->step != (double)applied)
+      if (exact && f->step != (double)applied && f->step != (double)(applied + 1))
         return zck__fail(ZCK_ERR_MISMATCH,
                          "%s: optimizer step %.17g (flat group %zu), but %s says global_steps %lld - skipped_steps %lld = "
                          "%lld: rank files from different steps",
@@ -180,8 +194,8 @@ zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ck
   if (!c) return ZCK_ERR_NO_MEMORY;
   c->topts = o.torch;
   zck_status s = zck__ds_find(path, o.tag, &c->fs);
-  if (s == ZCK_OK) s = read_optims(c);
-  if (s == ZCK_OK) s = read_models(c);
+  if (s == ZCK_OK) s = c->fs.n_optims ? read_optims(c) : read_zero0(c);
+  if (s == ZCK_OK && !c->zero0) s = read_models(c);
   if (s == ZCK_OK) s = check_steps(c);
   if (s == ZCK_OK) s = zck__ds_describe(c);
   if (s == ZCK_OK && o.require_optimizer_state && !c->info.has_optimizer_state)  /* DS-48 */
@@ -204,6 +218,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   free(c->optims);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim0);
+  zck__ds_zero0_free(&c->z0);
   zck_model_free(c->model);
   zck_layout_free(c->train_layout);
   zck_layout_free(c->lp_layout);

@@ -161,6 +161,9 @@ static zck_status read_tensor_dict(zck_ds_ckpt *c, const zck_torch_file *tf, con
   return s;
 }
 
+static zck_status read_model_tail(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_torch_file *tf, const zck_pk *root,
+                                  const char *path);
+
 static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_torch_file *tf) {
   const char *path = mf->file->path;
   const zck_pk *root = zck_torch_root(tf);
@@ -222,6 +225,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   }
 
   const zck_pk *ps = zck_pk_dict_get(root, "param_shapes");  /* DS-22 */
+  if (c->zero0 && (!ps || ps->kind == ZCK_PK_NONE)) return read_model_tail(c, mf, tf, root, path);  /* ds_zero0.c fills them */
   if (!ps || ps->kind == ZCK_PK_NONE)
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or None: not a ZeRO checkpoint", path);
   if (ps->kind != ZCK_PK_LIST) return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' is not a list of dicts", path);
@@ -234,6 +238,12 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
     ZCK_TRY(read_shape_dict(ps->u.seq.items[g], &mf->param_shapes[g], path, what));
   }
 
+  return read_model_tail(c, mf, tf, root, path);
+}
+
+/* frozen_param_shapes / _fragments, shared_params, ds_version. */
+static zck_status read_model_tail(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_torch_file *tf, const zck_pk *root,
+                                  const char *path) {
   const zck_pk *fs = zck_pk_dict_get(root, "frozen_param_shapes");
   if (fs && fs->kind != ZCK_PK_NONE) {
     mf->has_frozen_shapes = true;

@@ -86,9 +86,11 @@ static void compare(const char *case_name, const char *ours_path, const char *ex
   zck_hf_close(exp);
 }
 
-/* Where zero_to_fp32 cannot read the checkpoint (BF16_Optimizer files), the fp32 masters
- * must be those DeepSpeed's live engine held (safe_get_full_fp32_param in expected.json's
- * live_fp32_params), and the buffers must be there. */
+/* Where zero_to_fp32 cannot read the checkpoint (BF16_Optimizer files, ZeRO-0), the fp32
+ * masters must be those DeepSpeed's live engine held (safe_get_full_fp32_param, for ZeRO-0
+ * FP16_UnfusedOptimizer's fp32_groups or the fp32 params themselves, in expected.json's
+ * live_fp32_params), and the buffers must be there. ZeRO-0 output is the whole model: its
+ * frozen params too, as the engine's 16-bit module holds them (lp_state_dict). */
 static void compare_live(const char *case_name, const char *ours_path, cJSON *j) {
   zck_hf_checkpoint *ours = NULL;
   ZT_OK(zck_hf_open(ours_path, &ours));
@@ -109,6 +111,20 @@ static void compare_live(const char *case_name, const char *ours_path, cJSON *j)
   cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "buffer_names")) {
     if (!zck_hf_find(ours, it->valuestring)) ZT_FAIL("%s: buffer %s missing", case_name, it->valuestring);
     n++;
+  }
+  if (cJSON_GetObjectItem(j, "stage")->valueint == 0) {
+    cJSON *lp = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "lp_state_dict"), "tensors");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "frozen")) {
+      const zck_hf_tensor *a = zck_hf_find(ours, it->valuestring);
+      if (!a) ZT_FAIL("%s: frozen %s missing from our output", case_name, it->valuestring);
+      unsigned char *x = tensor_bytes(ours, a);
+      char hex[65];
+      zt_sha256_hex(x, a->t->nbytes, hex);
+      free(x);
+      if (strcmp(hex, cJSON_GetObjectItem(cJSON_GetObjectItem(lp, it->valuestring), "sha256")->valuestring))
+        ZT_FAIL("%s: frozen %s differs from the engine's module", case_name, it->valuestring);
+      n++;
+    }
   }
   if (zck_hf_count(ours) != n) ZT_FAIL("%s: %zu tensors written, expected %zu", case_name, zck_hf_count(ours), n);
   zck_hf_close(ours);
@@ -133,8 +149,8 @@ int main(void) {
     snprintf(ckpt, sizeof ckpt, "%s/%s/ckpt", root, e->d_name);
     snprintf(expected, sizeof expected, "%s/%s/expected_fp32.safetensors", root, e->d_name);
     if (err && cJSON_IsString(err)) {
-      /* zero_to_fp32 itself fails on this case (BF16_Optimizer files): compare with the
-       * live engine instead */
+      /* zero_to_fp32 itself fails on this case (BF16_Optimizer files, ZeRO-0): compare
+       * with the live engine instead */
       snprintf(out, sizeof out, "%s/%s-live", tmp, e->d_name);
       ZT_OK(zck_consolidate(ckpt, out, NULL));
       compare_live(e->d_name, out, j);

@@ -160,14 +160,17 @@ static void check_case(const char *name, const char *tmp) {
   }
   const zck_ds_info *in = zck_ds_info_of(c);
   lp_is_cast_of_fp32(c, name);
+  zck_ds_write_opts o;
+  char *root = NULL;
+  zck_ds_ckpt *d = NULL;
+  const zck_ds_info *di = NULL;
+  if (in->stage == 0) goto other;   /* ZeRO-0 is read, not written: into ZeRO stages only */
 
   /* same stage, same world size */
-  zck_ds_write_opts o;
   zck_ds_write_opts_from(c, &o);
-  char *root = NULL;
   if (asprintf(&root, "%s/%s-same", tmp, name) < 0) abort();
-  zck_ds_ckpt *d = write_and_open(c, &o, root);
-  const zck_ds_info *di = zck_ds_info_of(d);
+  d = write_and_open(c, &o, root);
+  di = zck_ds_info_of(d);
   ZT_EQ_INT(di->stage, in->stage);
   ZT_EQ_INT(di->world_size, in->world_size);
   ZT_EQ_STR(di->tag, in->tag);
@@ -195,6 +198,7 @@ static void check_case(const char *name, const char *tmp) {
   zck_ds_close(d);
   free(root);
 
+other:;
   /* other geometries */
   static const struct target targets[] = {
       {1, 1, 0, 0, 1}, {1, 3, 0, 0, 8}, {2, 2, 0, 1, 1}, {2, 4, 0, 0, 1}, {3, 1, 0, 0, 1}, {3, 3, 100, 0, 1}, {3, 4, 0, 0, 1},
@@ -228,7 +232,9 @@ static void check_case(const char *name, const char *tmp) {
 static void check_atomicity(const char *tmp) {
   size_t n;
   char **cases = zt_ds_cases(&n);
-  char *path = zt_ds_ckpt_path(cases[0]);
+  size_t k = 0;
+  while (k + 1 < n && !strncmp(cases[k], "s0", 2)) k++;   /* a ZeRO stage it can write back */
+  char *path = zt_ds_ckpt_path(cases[k]);
   zck_ds_ckpt *c = NULL;
   ZT_OK(zck_ds_open(path, NULL, &c));
   char *root = NULL;

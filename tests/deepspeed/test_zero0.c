@@ -1,0 +1,144 @@
+/* test_zero0.c: ZeRO-0 checkpoints (tests/fixtures/deepspeed/s0w*; no optimizer files, the
+ * optimizer state inside mp_rank_00_model_states.pt) beyond what every fixture gets from
+ * test_ds_describe (names, groups, masters == the live engine's), test_ds_roundtrip
+ * (reshard into stages 1-3) and test_consolidate_fixtures (== live_fp32.safetensors):
+ *   - consolidate equals live_fp32.safetensors, the live engine's masters saved beside the
+ *     checkpoint, read as a file (not only its hashes);
+ *   - damage: a flipped byte in an fp32 master is caught on read (consolidate fails, one
+ *     line naming the file; verify says DAMAGED), a truncated model file is refused by
+ *     open with one line naming it; no output is left behind;
+ *   - reshard without --to-stage and to-universal are refused with one line. */
+#include "ds_test_util.h"
+#include "safetensors/safetensors.h"
+#include "zck.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *MODEL = "mp_rank_00_model_states.pt";
+
+static void sh(const char *cmd) {
+  if (system(cmd) != 0) ZT_FAIL("command failed: %s", cmd);
+}
+
+static bool exists(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0;
+}
+
+/* ours has every tensor of live_fp32.safetensors, same dtype and bytes. */
+static void equals_live(const char *cs, const char *ours_path, const char *live_path) {
+  zck_hf_checkpoint *a = NULL, *b = NULL;
+  ZT_OK(zck_hf_open(ours_path, &a));
+  ZT_OK(zck_hf_open(live_path, &b));
+  ZT_ASSERT(zck_hf_count(b) > 0);
+  for (size_t i = 0; i < zck_hf_count(b); i++) {
+    const zck_hf_tensor *y = zck_hf_tensor_at(b, i), *x = zck_hf_find(a, y->t->name);
+    if (!x) ZT_FAIL("%s: %s missing from the consolidation", cs, y->t->name);
+    ZT_EQ_INT(x->t->dtype, y->t->dtype);
+    ZT_EQ_U64(x->t->nbytes, y->t->nbytes);
+    unsigned char *p = malloc(x->t->nbytes + 1), *q = malloc(y->t->nbytes + 1);
+    ZT_OK(zck_st_read(x->file, x->t, p, 0, x->t->nbytes));
+    ZT_OK(zck_st_read(y->file, y->t, q, 0, y->t->nbytes));
+    if (memcmp(p, q, x->t->nbytes)) ZT_FAIL("%s: %s is not the live engine's fp32 master", cs, y->t->name);
+    free(p);
+    free(q);
+  }
+  zck_hf_close(a);
+  zck_hf_close(b);
+}
+
+/* The file offset of the first trainable param's master (store 0 of the FP32 part). */
+static uint64_t master_offset(const char *ckpt, uint64_t *nbytes) {
+  zck_ds_ckpt *c = NULL;
+  ZT_OK(zck_ds_open(ckpt, NULL, &c));
+  zck_ds_view v;
+  ZT_OK(zck_ds_get(c, ZCK_DS_FP32, &v));
+  ZT_ASSERT(v.layout->n_stores > 0);
+  uint64_t off = v.stores[0].base;
+  *nbytes = v.layout->stores[0].numel * zck_dtype_size(v.stores[0].dtype);
+  zck_ds_close(c);
+  return off;
+}
+
+static void check_case(const char *cs, const char *tmp) {
+  char *ckpt = zt_ds_ckpt_path(cs), *live = zt_fixture("deepspeed"), *out = NULL, *cmd = NULL, *copy = NULL;
+  char *lp = NULL;
+  if (asprintf(&lp, "%s/%s/live_fp32.safetensors", live, cs) < 0) abort();
+  if (!exists(lp)) ZT_FAIL("%s: live_fp32.safetensors missing", cs);
+
+  /* consolidate == the live masters, bit for bit */
+  if (asprintf(&out, "%s/%s.safetensors", tmp, cs) < 0) abort();
+  ZT_OK(zck_consolidate(ckpt, out, NULL));
+  equals_live(cs, out, lp);
+  free(out);
+
+  /* refused jobs: one line, nothing written */
+  if (asprintf(&out, "%s/%s-rs", tmp, cs) < 0) abort();
+  ZT_ERR(zck_reshard(ckpt, out, NULL), ZCK_ERR_INVALID_ARG, "pass --to-stage");
+  ZT_ASSERT(!exists(out));
+  free(out);
+  if (asprintf(&out, "%s/%s-uc", tmp, cs) < 0) abort();
+  ZT_ERR(zck_to_universal(ckpt, out, NULL), ZCK_ERR_UNSUPPORTED, "ZeRO-0");
+  ZT_ASSERT(!exists(out));
+  free(out);
+
+  /* a flipped byte in a master: caught by the record check as it is read */
+  if (asprintf(&copy, "%s/%s-flip", tmp, cs) < 0) abort();
+  if (asprintf(&cmd, "cp -r '%s' '%s'", ckpt, copy) < 0) abort();
+  sh(cmd);
+  free(cmd);
+  char *model = NULL;
+  if (asprintf(&model, "%s/global_step2/%s", copy, MODEL) < 0) abort();
+  uint64_t nb = 0, off = master_offset(copy, &nb);
+  FILE *f = fopen(model, "r+b");
+  ZT_ASSERT(f && fseek(f, (long)(off + nb / 2), SEEK_SET) == 0);
+  int ch = fgetc(f);
+  ZT_ASSERT(ch != EOF && fseek(f, (long)(off + nb / 2), SEEK_SET) == 0);
+  fputc(ch ^ 0x10, f);
+  fclose(f);
+  if (asprintf(&out, "%s/%s-flip.safetensors", tmp, cs) < 0) abort();
+  zck_status s = zck_consolidate(copy, out, NULL);
+  ZT_ASSERT(s != ZCK_OK);
+  ZT_ASSERT(strstr(zck_last_error(), MODEL) && !strchr(zck_last_error(), '\n'));
+  ZT_ASSERT(!exists(out));
+  free(out);
+  zck_verify_report *r = NULL;
+  ZT_EQ_INT(zck_verify(copy, NULL, &r), ZCK_ERR_DAMAGED);
+  ZT_ASSERT(r && r->result == ZCK_VERIFY_DAMAGED);
+  zck_verify_report_free(r);
+
+  /* a truncated model file: open refuses it, naming it */
+  if (asprintf(&cmd, "truncate -s %llu '%s'", (unsigned long long)(off + nb / 2), model) < 0) abort();
+  sh(cmd);
+  free(cmd);
+  zck_ds_ckpt *c = NULL;
+  s = zck_ds_open(copy, NULL, &c);
+  ZT_ASSERT(s != ZCK_OK && !c);
+  ZT_ASSERT(strstr(zck_last_error(), MODEL) && !strchr(zck_last_error(), '\n'));
+  fprintf(stderr, "  %s: ok (truncated: %s)\n", cs, zck_last_error());
+  free(model);
+  free(copy);
+  free(lp);
+  free(live);
+  free(ckpt);
+}
+
+int main(void) {
+  size_t n;
+  char **cases = zt_ds_cases(&n);
+  char *tmp = zt_tmpdir();
+  int done = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strncmp(cases[i], "s0", 2)) {
+      check_case(cases[i], tmp);
+      done++;
+    }
+  zt_ds_free_cases(cases, n);
+  free(tmp);
+  if (!done) zt_skip("no ZeRO-0 fixtures (tests/fixtures/deepspeed/s0w*)");
+  return 0;
+}
