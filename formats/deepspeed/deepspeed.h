@@ -81,6 +81,9 @@ typedef struct zck_ds_info {
   bool has_optimizer_state;        /* exp_avg and exp_avg_sq exist for every flat group */
   bool step_is_tensor;             /* torch Adam/AdamW (0-dim float32) vs FusedAdam/CPUAdam (int) */
   double step;                     /* the optimizer step of flat group 0 (0 without state) */
+  int64_t step_ahead;              /* step - (global_steps - skipped_steps): 1 for FP16_UnfusedOptimizer
+                                      (ZeRO-0 bf16, which steps once when built) and reshards of it
+                                      (model files' zckpt_step_ahead), else 0 */
   double clip_grad;                /* stage 1/2 clip_grad, else ds_config gradient_clipping, else 0 */
   bool has_frozen_shapes;          /* frozen_param_shapes saved (stage 2/3, not excluded) */
   bool has_shared_params;          /* shared_params present (files >= v0.9.0) */
@@ -239,12 +242,14 @@ typedef struct zck_ds_write_opts {
   const char *const *unsaved_ties; /* [2 * n]: alias, source pairs added to shared_params as they are
                                       (tied aliases whose source was not saved: zck_ds_unsaved_tie) */
   size_t n_unsaved_ties;
+  int64_t step_ahead;              /* info.step_ahead: > 0 is written as every model file's zckpt_step_ahead
+                                      (DeepSpeed hands it back in client_state, harmlessly) */
   bool exclude_frozen;             /* saved with exclude_frozen_parameters: with no frozen params, stage 2/3
                                       files get frozen_param_shapes / _fragments None, not {} (DeepSpeed's
                                       load copies every frozen param of the live model from a dict) */
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, false}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */

@@ -486,6 +486,7 @@ static zck_status fill_info(zck_ds_ckpt *c) {
   in->ds_version = m0->ds_version ? m0->ds_version : c->optims[0].ds_version;
   if (!in->ds_version) ZCK_TRY(zck__ds_warn(c, "%s: no ds_version", m0->file->path));  /* DS-28 */
   in->global_steps = m0->global_steps;
+  if (!c->zero0) in->step_ahead = m0->step_ahead;   /* ZeRO-0: ds_zero0.c knows its optimizer */
   in->skipped_steps = m0->skipped_steps;
   in->global_samples = m0->global_samples;
   in->dp_world_size = m0->dp_world_size;

@@ -402,7 +402,7 @@ static zck_status scan(zck__ds_fileset *fs) {
     return zck__fail(ZCK_ERR_UNSUPPORTED,
                      "%s/offloaded_tensors: NVMe-offloaded optimizer states are not supported", fs->dir);
 
-  qsort(fs->optims, fs->n_optims, sizeof *fs->optims, cmp_rank);
+  if (fs->n_optims) qsort(fs->optims, fs->n_optims, sizeof *fs->optims, cmp_rank);
   if (fs->n_z3_models) qsort(fs->z3_models, fs->n_z3_models, sizeof *fs->z3_models, cmp_rank);
   for (size_t i = 1; i < fs->n_optims; i++)
     if (fs->optims[i].rank == fs->optims[i - 1].rank)  /* DS-12: old and new name of the same rank */

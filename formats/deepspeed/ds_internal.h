@@ -59,6 +59,7 @@ typedef struct zck__ds_model_file {
   char **shared_alias, **shared_src;
   size_t n_shared;
   int64_t dp_world_size, mp_world_size, global_steps, skipped_steps, global_samples;
+  int64_t step_ahead;              /* zckpt_step_ahead (0 if absent): see ds_open.c check_steps */
   char *ds_version;
 } zck__ds_model_file;
 

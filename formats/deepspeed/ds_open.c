@@ -144,15 +144,14 @@ static zck_status read_models(zck_ds_ckpt *c) {
  * names it. (A run whose optimizer state was reset on resume while global_steps went on,
  * load_optimizer_states=False, breaks the equality too, and is refused with the same line.)
  * float32 `step` tensors count exactly only up to 2^24: past that, only equality between
- * the files is asked. One more step than that is accepted too: FP16_UnfusedOptimizer
- * (ZeRO-0 + bf16) steps once with zero gradients when it is built, and a reshard of its
- * checkpoint into a ZeRO stage carries the count on (the next step's bias correction
- * depends on it). */
+ * the files is asked. FP16_UnfusedOptimizer (ZeRO-0 + bf16) steps once with zero gradients
+ * when it is built; a reshard of its checkpoint carries that count on (the next step's bias
+ * correction depends on it) and says so in the model files' `zckpt_step_ahead`. */
 static zck_status check_steps(const zck_ds_ckpt *c) {
   const zck__ds_model_file *m0 = &c->models[0];
   for (size_t r = 1; r < c->n_models; r++) {
     const zck__ds_model_file *m = &c->models[r];
-    if (m->global_steps != m0->global_steps || m->skipped_steps != m0->skipped_steps)
+    if (m->global_steps != m0->global_steps || m->skipped_steps != m0->skipped_steps || m->step_ahead != m0->step_ahead)
       return zck__fail(ZCK_ERR_MISMATCH,
                        "%s: global_steps %lld, skipped_steps %lld, but %s has %lld, %lld: rank files from different steps",
                        m->file->path, (long long)m->global_steps, (long long)m->skipped_steps, m0->file->name,
@@ -167,12 +166,13 @@ static zck_status check_steps(const zck_ds_ckpt *c) {
       const zck__ds_flat *f = &o->flat[g];
       if (!f->has_state || !f->has_step) continue;
       bool exact = f->step < 16777216.0 && applied < 16777216;
-      if (exact && f->step != (double)applied && f->step != (double)(applied + 1))
+      if (exact && f->step != (double)(applied + m0->step_ahead))
         return zck__fail(ZCK_ERR_MISMATCH,
-                         "%s: optimizer step %.17g (flat group %zu), but %s says global_steps %lld - skipped_steps %lld = "
+                         "%s: optimizer step %.17g (flat group %zu), but %s says global_steps %lld - skipped_steps %lld%s = "
                          "%lld: rank files from different steps",
                          o->file->path, f->step, g, m0->file->name, (long long)m0->global_steps,
-                         (long long)m0->skipped_steps, (long long)applied);
+                         (long long)m0->skipped_steps, m0->step_ahead ? " + zckpt_step_ahead 1" : "",
+                         (long long)(applied + m0->step_ahead));
       if (ref && f->step != ref->step)
         return zck__fail(ZCK_ERR_MISMATCH, "%s: optimizer step %.17g (flat group %zu), but %s has %.17g: rank files from "
                          "different steps", o->file->path, f->step, g, ref_file->file->name, ref->step);

@@ -204,6 +204,9 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   const zck_pk *gs = zck_pk_dict_get(root, "global_samples");
   if (gs && (gs->kind != ZCK_PK_INT || !zck_pk_as_int(gs, &mf->global_samples)))
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'global_samples' is not an int", path);
+  const zck_pk *sa = zck_pk_dict_get(root, "zckpt_step_ahead");
+  if (sa && (sa->kind != ZCK_PK_INT || !zck_pk_as_int(sa, &mf->step_ahead) || mf->step_ahead < 0 || mf->step_ahead > 1))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: 'zckpt_step_ahead' is not 0 or 1", path);
   if (mf->mp_world_size != 1)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mp_world_size %lld: tensor/pipeline-parallel checkpoints are not supported",
                      path, (long long)mf->mp_world_size);

@@ -33,6 +33,7 @@ void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o) {
   o->unsaved_ties = c->unsaved_pairs;
   o->n_unsaved_ties = c->n_unsaved_ties;
   o->exclude_frozen = in->stage >= 2 && !in->has_frozen_shapes;
+  o->step_ahead = in->step_ahead;
 }
 
 // ---- the source

@@ -267,6 +267,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       !put(d, root, "global_steps", zck_pk_new_int(d, w->o.global_steps)))
     goto nomem;
   if (w->o.global_samples >= 0 && !put(d, root, "global_samples", zck_pk_new_int(d, w->o.global_samples))) goto nomem;
+  if (w->o.step_ahead > 0 && !put(d, root, "zckpt_step_ahead", zck_pk_new_int(d, w->o.step_ahead))) goto nomem;
   zck_pk *cpd = zck_pk_new_dict(d, 0);
   if (!cpd || !put(d, cpd, "pp_degree", zck_pk_new_int(d, 1)) || !put(d, cpd, "tp_degree", zck_pk_new_int(d, 1)))
     goto nomem;

@@ -105,6 +105,7 @@ static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, con
   /* FP16_UnfusedOptimizer steps once with zero gradients when it is built
    * (initialize_optimizer_states), so its count is one ahead of the engine's */
   int64_t applied = c->models[0].global_steps - c->models[0].skipped_steps + (unfused ? 1 : 0);
+  c->info.step_ahead = unfused ? 1 : 0;
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     int64_t k;
     if (!zck_pk_as_int(st->u.dict.keys[i], &k) || k < 0 || (uint64_t)k >= n || seen[k]) {

@@ -7,6 +7,7 @@
  *   - damage: a flipped byte in an fp32 master is caught on read (consolidate fails, one
  *     line naming the file; verify says DAMAGED), a truncated model file is refused by
  *     open with one line naming it; no output is left behind;
+ *   - reshard into stage 2 carries FP16_UnfusedOptimizer's step (one ahead) with zckpt_step_ahead;
  *   - reshard without --to-stage and to-universal are refused with one line. */
 #include "ds_test_util.h"
 #include "safetensors/safetensors.h"
@@ -74,6 +75,28 @@ static void check_case(const char *cs, const char *tmp) {
   if (asprintf(&out, "%s/%s.safetensors", tmp, cs) < 0) abort();
   ZT_OK(zck_consolidate(ckpt, out, NULL));
   equals_live(cs, out, lp);
+  free(out);
+
+  /* reshard into stage 2 at W 3: FP16_UnfusedOptimizer's step (one ahead of global_steps:
+   * it steps once when built) is carried and said in zckpt_step_ahead, so the strict step
+   * check still reads the output */
+  zck_ds_ckpt *src = NULL, *rs = NULL;
+  ZT_OK(zck_ds_open(ckpt, NULL, &src));
+  if (asprintf(&out, "%s/%s-s2w3", tmp, cs) < 0) abort();
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_stage = 2;
+  ro.to_world_size = 3;
+  ZT_OK(zck_reshard(ckpt, out, &ro));
+  ZT_OK(zck_ds_open(out, NULL, &rs));
+  const zck_ds_info *si = zck_ds_info_of(src), *ri = zck_ds_info_of(rs);
+  bool unfused = strstr(cs, "bf16") != NULL;
+  ZT_EQ_INT(si->step_ahead, unfused);
+  ZT_EQ_INT(ri->step_ahead, unfused);
+  ZT_ASSERT(ri->step == si->step && ri->step == (double)(ri->global_steps + unfused));
+  ZT_EQ_INT(ri->stage, 2);
+  ZT_EQ_INT(ri->world_size, 3);
+  zck_ds_close(rs);
+  zck_ds_close(src);
   free(out);
 
   /* refused jobs: one line, nothing written */

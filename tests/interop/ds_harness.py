@@ -102,7 +102,7 @@ def snapshot(engine, stage):
     import torch.distributed as dist
     from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
     opt = engine.optimizer
-    basic = opt.optimizer
+    basic = getattr(opt, "optimizer", opt)  # ZeRO-0 fp32: the torch optimizer itself
     rank = dist.get_rank()
     snap = {
         "global_steps": engine.global_steps,
@@ -118,6 +118,8 @@ def snapshot(engine, stage):
     if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and basic.state:
         opt._hp_optimizer_states_linked = False
         opt._lazy_init_hp_params_optimizer_state()
+    if stage == 0:
+        return snapshot_zero0(engine, snap)
     gathered = collections.OrderedDict()
     for n, p in engine.module.named_parameters():
         if not p.requires_grad:
@@ -135,6 +137,8 @@ def snapshot(engine, stage):
     parts = []
     if stage == 3:
         flats = list(zip(opt.fp32_partitioned_groups_flat, opt.fp16_partitioned_groups_flat))
+    elif hasattr(opt, "fp32_groups_flat_partition"):  # BF16_Optimizer
+        flats = [(f, opt.bf16_partitioned_groups[g][rank]) for g, f in enumerate(opt.fp32_groups_flat_partition)]
     else:
         flats = [(f, opt.parallel_partitioned_bit16_groups[g][rank])
                  for g, f in enumerate(opt.single_partition_of_fp32_groups)]
@@ -144,6 +148,36 @@ def snapshot(engine, stage):
                       "exp_avg": _plain(st.get("exp_avg")), "exp_avg_sq": _plain(st.get("exp_avg_sq")),
                       "step": _plain(st.get("step"))})
     snap["parts"] = parts
+    return snap
+
+
+def snapshot_zero0(engine, snap):
+    """ZeRO-0 has no hp mapping: FP16_UnfusedOptimizer (bf16) keeps the masters in fp32_groups, parallel to
+    fp16_groups; an fp32 engine trains the params themselves. The Adam state is the torch optimizer's, keyed by
+    the master. `parts` holds only the step (there are no flat partitions)."""
+    import torch.distributed as dist
+    opt = engine.optimizer
+    basic = getattr(opt, "optimizer", opt)
+    master = {}
+    if hasattr(opt, "fp32_groups"):
+        for lg, mg in zip(opt.fp16_groups, opt.fp32_groups):
+            for lp_p, m in zip(lg, mg):
+                master[id(lp_p)] = m
+    gathered = collections.OrderedDict()
+    step = None
+    for n, p in engine.module.named_parameters():
+        if not p.requires_grad:
+            continue
+        m = master.get(id(p), p)
+        st = basic.state.get(m, {})
+        gathered[n] = {"fp32": m.detach().clone().float(), "exp_avg": _plain(st.get("exp_avg")),
+                       "exp_avg_sq": _plain(st.get("exp_avg_sq"))}
+        if step is None:
+            step = _plain(st.get("step"))
+    snap["gathered"] = gathered
+    if dist.get_rank() == 0:
+        snap["lp"] = collections.OrderedDict((k, v.detach().clone()) for k, v in engine.module_state_dict().items())
+    snap["parts"] = [{"step": step}]
     return snap
 
 
@@ -164,6 +198,7 @@ def worker(spec_path):
             model.frozen.weight.add_(0.25)
     groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
     cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False))
+    cfg.update(spec.get("top", {}))   # e.g. data_types.grad_accum_dtype fp32: BF16_Optimizer
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=cfg)
     res = {"spec": spec}
     if spec["mode"] == "train":
