@@ -320,7 +320,7 @@ zck_status zck__ds_zero0_read(zck_ds_ckpt *c) {
   const zck_pk *root = zck_torch_root(tf);
   const zck_pk *ps = zck_pk_dict_get(root, "param_shapes");
   if (ps && ps->kind != ZCK_PK_NONE)  /* DS-05: a ZeRO-1/2 model file without its optimizer files */
-    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no *_optim_states.pt files, but %s is a ZeRO-1/2 model file (it has "
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: no *_optim_states.pt files, but %s is a ZeRO-1/2 model file (it has "
                      "param_shapes): incomplete checkpoint", c->fs.dir, mf->file->name);
   const zck_pk *opt = zck_pk_dict_get(root, "optimizer");
   if (!opt || opt->kind == ZCK_PK_NONE)
