@@ -130,6 +130,10 @@ static zck_status zck__h5_resume_apply(const char *src, const zck_pk *root, zck_
     if (zck_pk_as_int(v, &i) && i >= 0 && i < (int64_t)1000000000000000000) *sgs = i ? (uint64_t)i : 1000000000ull;
     else bad = "sub_group_size";
   }
+  if ((v = zck_pk_dict_get(root, "step_ahead"))) {  /* ZeRO-0 bf16 sources (deepspeed.h info.step_ahead) */
+    if (zck_pk_as_int(v, &i) && i >= 0 && i <= 1) wo->step_ahead = i;
+    else bad = "step_ahead";
+  }
   if (bad) return zck__fail(ZCK_ERR_FORMAT, "%s:%s: %s has the wrong type or range", src, ZCK_H5U_RESUME_STATE, bad);
   return ZCK_OK;
 }
@@ -249,6 +253,9 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   }
   zck_clear_error();
   zck_h5u_buffers(u, &s.buffer_layout, &s.buffer_stores);
+  if (!o->to_stage && in->stage == 0)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: the container holds a ZeRO-0 checkpoint, resharded into a ZeRO stage: "
+                     "pass --to-stage 1, 2 or 3", src);
   zck_ds_write_opts wo = ZCK_DS_WRITE_OPTS_INIT;
   wo.stage = o->to_stage ? o->to_stage : in->stage;
   wo.world_size = o->to_world_size ? o->to_world_size : in->world_size;

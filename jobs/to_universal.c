@@ -89,11 +89,14 @@ zck_status zck__uvj_flat_params(const zck_ds_view *fp32, uint32_t **out, size_t 
   const zck_layout *l = fp32->layout;
   size_t total = 0;
   for (size_t g = 0; g < l->n_groups; g++) total += l->groups[g].n_params;
+  if (!l->n_groups && l->kind == ZCK_LAYOUT_WHOLE) total = l->n_stores;
   uint32_t *v = zck__malloc((total ? total : 1) * sizeof *v);
   if (!v) return ZCK_ERR_NO_MEMORY;
   size_t k = 0;
   for (size_t g = 0; g < l->n_groups; g++)
     for (size_t i = 0; i < l->groups[g].n_params; i++) v[k++] = l->groups[g].params[i];
+  /* ZeRO-0: whole tensors, store k = flat param k */
+  for (size_t s = 0; !l->n_groups && l->kind == ZCK_LAYOUT_WHOLE && s < l->n_stores; s++) v[k++] = (uint32_t)l->stores[s].param;
   *out = v;
   *n = k;
   return ZCK_OK;
@@ -787,9 +790,12 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &ck));
-  if (zck_ds_info_of(ck)->stage == 0) {
-    zck_status zs = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ZeRO-0 checkpoints are not converted to universal yet (reshard "
-                              "it into a ZeRO stage first)", zck_ds_info_of(ck)->dir);
+  if (zck_ds_info_of(ck)->stage == 0 && o.format != ZCK_UNIVERSAL_HDF5) {
+    /* DeepSpeed's universal folder copies the model files, and a ZeRO-0 one names no param in its
+     * optimizer state: ds_to_universal refuses it too; zckpt's HDF5 container holds it */
+    zck_status zs = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a ZeRO-0 checkpoint is not converted to DeepSpeed's universal "
+                              "folder (ds_to_universal refuses it too); use --format hdf5, or reshard it into a ZeRO "
+                              "stage first", zck_ds_info_of(ck)->dir);
     zck_ds_close(ck);
     return zs;
   }

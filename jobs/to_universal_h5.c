@@ -201,6 +201,8 @@ static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const 
  *   module_metadata                        the BUILD state of `module` ({'_metadata': ...}) or None
  *   clip_grad (float), round_robin_gradients (bool), parameter_alignment (int),
  *   sub_group_size (int, 0: DeepSpeed's default)   the layout switches the source read
+ *   step_ahead (int)                       the optimizer step beyond global_steps - skipped_steps
+ *                                          (1: ZeRO-0 bf16's FP16_UnfusedOptimizer; deepspeed.h)
  *   module_params                          every param name (frozen, aliases) in module order,
  *                                          the order the `module` state dict lists them */
 static zck_status zck__uvh_resume_state(zck_h5_writer *w, const zck_ds_ckpt *ck) {
@@ -217,7 +219,8 @@ static zck_status zck__uvh_resume_state(zck_h5_writer *w, const zck_ds_ckpt *ck)
   ok = ok && zck_pk_dict_set(d, root, zck_pk_new_str(d, "clip_grad"), zck_pk_new_float(d, src.clip_grad)) &&
        zck_pk_dict_set(d, root, zck_pk_new_str(d, "round_robin_gradients"), zck_pk_new_bool(d, src.round_robin)) &&
        zck_pk_dict_set(d, root, zck_pk_new_str(d, "parameter_alignment"), zck_pk_new_int(d, src.param_align)) &&
-       zck_pk_dict_set(d, root, zck_pk_new_str(d, "sub_group_size"), zck_pk_new_int(d, (int64_t)src.sub_group_size));
+       zck_pk_dict_set(d, root, zck_pk_new_str(d, "sub_group_size"), zck_pk_new_int(d, (int64_t)src.sub_group_size)) &&
+       zck_pk_dict_set(d, root, zck_pk_new_str(d, "step_ahead"), zck_pk_new_int(d, src.step_ahead));
   const zck_model *m = zck_ds_model(ck);
   zck_pk *order = ok ? zck_pk_new_list(d) : NULL;
   ok = order && zck_pk_dict_set(d, root, zck_pk_new_str(d, "module_params"), order);

@@ -8,7 +8,9 @@
  *     line naming the file; verify says DAMAGED), a truncated model file is refused by
  *     open with one line naming it; no output is left behind;
  *   - reshard into stage 2 carries FP16_UnfusedOptimizer's step (one ahead) with zckpt_step_ahead;
- *   - reshard without --to-stage and to-universal are refused with one line. */
+ *   - to-universal --format hdf5, then reshard of the container: the direct reshard's files;
+ *   - reshard without --to-stage, and to-universal into DeepSpeed's folder layout, are refused
+ *     with one line. */
 #include "ds_test_util.h"
 #include "safetensors/safetensors.h"
 #include "zck.h"
@@ -97,6 +99,21 @@ static void check_case(const char *cs, const char *tmp) {
   ZT_EQ_INT(ri->world_size, 3);
   zck_ds_close(rs);
   zck_ds_close(src);
+
+  /* through zckpt's HDF5 container: the reshard of the container is the direct reshard, byte
+   * for byte (FP16_UnfusedOptimizer's step_ahead carried in its resume state) */
+  char *h5 = NULL, *out_h = NULL;
+  if (asprintf(&h5, "%s/%s.h5", tmp, cs) < 0 || asprintf(&out_h, "%s/%s-h5-s2w3", tmp, cs) < 0) abort();
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(ckpt, h5, &uo));
+  ZT_ERR(zck_reshard(h5, out_h, NULL), ZCK_ERR_INVALID_ARG, "pass --to-stage");
+  ZT_OK(zck_reshard(h5, out_h, &ro));
+  if (asprintf(&cmd, "diff -r '%s' '%s' >/dev/null", out, out_h) < 0) abort();
+  sh(cmd);
+  free(cmd);
+  free(h5);
+  free(out_h);
   free(out);
 
   /* refused jobs: one line, nothing written */

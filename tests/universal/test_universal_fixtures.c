@@ -214,11 +214,9 @@ int main(void) {
     zck_ds_ckpt *ck = NULL;
     zck_status os = zck_ds_open(ut_ckpt(cs), &oo, &ck);
     ZT_OK(os);
-    if (zck_ds_info_of(ck)->stage == 0) {   /* ZeRO-0: refused for now, with one line */
+    bool zero0 = zck_ds_info_of(ck)->stage == 0;
+    if (zero0)   /* DeepSpeed's universal folder: refused with one line (ds_to_universal refuses it too) */
       ZT_ERR(zck_to_universal(ut_ckpt(cs), tmp, NULL), ZCK_ERR_UNSUPPORTED, "ZeRO-0");
-      zck_ds_close(ck);
-      continue;
-    }
     char ep[4096];
     snprintf(ep, sizeof ep, "%s/deepspeed/%s/expected_fp32.safetensors", zt_fixtures(), cs);
     zck_hf_checkpoint *exp = NULL;
@@ -227,7 +225,7 @@ int main(void) {
     char d[4096];
     snprintf(d, sizeof d, "%s/%s", tmp, cs);
     mkdir(d, 0755);
-    check_ds_layout(cs, tmp, ck, exp);
+    if (!zero0) check_ds_layout(cs, tmp, ck, exp);
     check_hdf5(cs, tmp, ck, exp, 0);
     check_hdf5(cs, tmp, ck, exp, 40);   /* 10 fp32 elements per chunk: many chunks, edge chunks */
     zck_hf_close(exp);
