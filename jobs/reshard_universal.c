@@ -253,9 +253,12 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   }
   zck_clear_error();
   zck_h5u_buffers(u, &s.buffer_layout, &s.buffer_stores);
-  if (!o->to_stage && in->stage == 0)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: the container holds a ZeRO-0 checkpoint, resharded into a ZeRO stage: "
-                     "pass --to-stage 1, 2 or 3", src);
+  if (!o->to_stage && in->stage == 0) {
+    zck_status zs = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the container holds a ZeRO-0 checkpoint, resharded into a ZeRO "
+                              "stage: pass --to-stage 1, 2 or 3", src);
+    zck_h5u_close(u);
+    return zs;
+  }
   zck_ds_write_opts wo = ZCK_DS_WRITE_OPTS_INIT;
   wo.stage = o->to_stage ? o->to_stage : in->stage;
   wo.world_size = o->to_world_size ? o->to_world_size : in->world_size;
