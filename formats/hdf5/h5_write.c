@@ -42,9 +42,18 @@ typedef struct zck__h5w_slot {
   uint64_t filled;
 } zck__h5w_slot;
 
+/* Where a dataset's object header is: each chunk reopens the dataset by it, not by its
+ * path (a lookup through a group of 100k names costs more than the chunk's write). */
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5O_token_t zck__h5w_loc;
+#else
+typedef haddr_t zck__h5w_loc;
+#endif
+
 typedef struct zck__h5w_ds {
   zck_h5_writer *w;
   char *path;
+  zck__h5w_loc loc;
   char *label;             /* "FILE:/path" for messages */
   zck_dtype dtype;
   size_t es;
@@ -78,7 +87,33 @@ struct zck_h5_writer {
   size_t n_bufs, cap_bufs;
   uint64_t unsynced;        /* bytes stored since the last writeback start */
   bool committed;
+  char *group;              /* the group made (or found) last: datasets share a few */
 };
+
+static zck_status zck__h5w_attr_on(zck_h5_writer *w, hid_t o, const char *obj, const char *key, hid_t type,
+                                   const void *v);
+
+static zck_status zck__h5w_loc_of(hid_t obj, zck__h5w_loc *loc) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0) return ZCK_ERR_IO;
+  *loc = info.token;
+#else
+  H5O_info_t info;
+  if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0) return ZCK_ERR_IO;
+  *loc = info.addr;
+#endif
+  return ZCK_OK;
+}
+
+/* The dataset, opened by where its header is. Lock held. */
+static hid_t zck__h5w_open(const zck__h5w_ds *d) {
+#if H5_VERSION_GE(1, 12, 0)
+  return H5Oopen_by_token(d->w->file, d->loc);
+#else
+  return H5Oopen_by_addr(d->w->file, d->loc);
+#endif
+}
 
 // ---- geometry
 
@@ -198,15 +233,15 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
     zck__h5_lock();
     int e = zck__io_fault(ZCK_IO_OP_WRITE);
     zck_status st = ZCK_OK;
-    hid_t dset = e ? H5I_INVALID_HID : H5Dopen2(w->file, d->path, H5P_DEFAULT);
+    hid_t dset = e ? H5I_INVALID_HID : zck__h5w_open(d);
     hid_t ftype = dset < 0 ? H5I_INVALID_HID : zck__h5_file_type(d->dtype);
     if (e) st = zck__fail_errno(e, "%s: write", d->label);
     else if (dset < 0 || ftype < 0 || H5Dwrite(dset, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
       st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
     if (ftype >= 0) H5Tclose(ftype);
-    if (dset >= 0) H5Dclose(dset);
     uint64_t h = zck_xxh3(buf, raw);
-    if (st == ZCK_OK) st = zck__h5w_attr(w, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h);
+    if (st == ZCK_OK) st = zck__h5w_attr_on(w, dset, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h);
+    if (dset >= 0) H5Oclose(dset);
     zck__h5_unlock();
     return st;
   }
@@ -229,11 +264,11 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
   int e = zck__io_fault(ZCK_IO_OP_WRITE);
   /* opened per chunk: an open dataset holds tens of KB of library state, and a universal
    * file of 100k params has 300k datasets (the open costs little next to compressing) */
-  hid_t dset = e ? H5I_INVALID_HID : H5Dopen2(w->file, d->path, H5P_DEFAULT);
+  hid_t dset = e ? H5I_INVALID_HID : zck__h5w_open(d);
   if (e) st = zck__fail_errno(e, "%s: writing chunk %llu", d->label, (unsigned long long)id);
   else if (dset < 0 || H5Dwrite_chunk(dset, H5P_DEFAULT, 0, off, n, zc.z) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
-  if (dset >= 0) H5Dclose(dset);
+  if (dset >= 0) H5Oclose(dset);
   zck__h5_unlock();
   zck__h5w_zc_put(w, zc);
   if (st == ZCK_OK) zck__h5w_write_behind(w, n);
@@ -339,7 +374,7 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
     st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: file access properties", path);
-  else if ((w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
+  if (st == ZCK_OK && (w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);
   if (fapl >= 0) H5Pclose(fapl);
   zck__h5_unlock();
@@ -357,8 +392,18 @@ static zck_status zck__h5w_groups(zck_h5_writer *w, const char *path, bool whole
   if (!p) return ZCK_ERR_NO_MEMORY;
   zck_status st = ZCK_OK;
   size_t n = strlen(p);
+  bool parent = !whole;
+  if (parent) { /* the parent's: when it is the group of the dataset before, nothing to do */
+    char *slash = strrchr(p, '/');
+    n = slash ? (size_t)(slash - p) : 0;
+    p[n] = 0;
+    if (w->group && !strcmp(w->group, p)) {
+      free(p);
+      return ZCK_OK;
+    }
+  }
   for (size_t i = 1; i <= n && st == ZCK_OK; i++) {
-    if (p[i] != '/' && !(whole && p[i] == 0)) continue;
+    if (p[i] != '/' && p[i] != 0) continue;
     char c = p[i];
     p[i] = 0;
     htri_t ex = H5Lexists(w->file, p, H5P_DEFAULT);
@@ -370,7 +415,12 @@ static zck_status zck__h5w_groups(zck_h5_writer *w, const char *path, bool whole
     }
     p[i] = c;
   }
-  free(p);
+  if (st == ZCK_OK && parent) {
+    free(w->group);
+    w->group = p; /* made, or there already */
+  } else {
+    free(p);
+  }
   return st;
 }
 
@@ -463,13 +513,21 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
     /* closed at once, reopened for each chunk (see zck__h5w_flush) */
     hid_t dset = H5Dcreate2(w->file, path, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     if (dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
-    else H5Dclose(dset);
+    else if (zck__h5w_loc_of(dset, &d->loc) != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
+    if (st == ZCK_OK) { /* the dtype attribute while the dataset is open (a lookup by path costs more) */
+      const char *dn = zck_dtype_name(dtype);
+      hid_t t = H5Tcopy(H5T_C_S1);
+      H5Tset_size(t, H5T_VARIABLE);
+      H5Tset_cset(t, H5T_CSET_UTF8);
+      st = zck__h5w_attr_on(w, dset, path, "dtype", t, &dn);
+      H5Tclose(t);
+    }
+    if (dset >= 0) H5Dclose(dset);
   }
   if (ftype >= 0) H5Tclose(ftype);
   if (space >= 0) H5Sclose(space);
   if (dcpl >= 0) H5Pclose(dcpl);
   zck__h5_unlock();
-  if (st == ZCK_OK) st = zck_h5_writer_attr_str(w, path, "dtype", zck_dtype_name(dtype));
   if (st == ZCK_OK && w->n_ds == w->cap_ds) {
     size_t nc = w->cap_ds ? 2 * w->cap_ds : 64;
     zck__h5w_ds **v = zck__realloc(w->ds, nc * sizeof *v);
@@ -489,6 +547,21 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
 
 // ---- attributes
 
+/* Writes attribute key of the open object o (named obj in messages), replacing one of
+ * that name. Lock held. */
+static zck_status zck__h5w_attr_on(zck_h5_writer *w, hid_t o, const char *obj, const char *key, hid_t type,
+                                   const void *v) {
+  zck_status st = ZCK_OK;
+  if (H5Aexists(o, key) > 0) H5Adelete(o, key);
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = sp >= 0 ? H5Acreate2(o, key, type, sp, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
+  if (a < 0 || H5Awrite(a, type, v) < 0)
+    st = zck__h5_fail(ZCK_ERR_IO, "%s:%s: cannot write attribute %s", w->out.path, obj, key);
+  if (a >= 0) H5Aclose(a);
+  if (sp >= 0) H5Sclose(sp);
+  return st;
+}
+
 static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v) {
   zck_status st = ZCK_OK;
   zck__h5_lock();
@@ -496,13 +569,7 @@ static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *k
   if (o < 0) {
     st = zck__h5_fail(ZCK_ERR_NOT_FOUND, "%s:%s: no such object", w->out.path, obj);
   } else {
-    if (H5Aexists(o, key) > 0) H5Adelete(o, key);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = sp >= 0 ? H5Acreate2(o, key, type, sp, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
-    if (a < 0 || H5Awrite(a, type, v) < 0)
-      st = zck__h5_fail(ZCK_ERR_IO, "%s:%s: cannot write attribute %s", w->out.path, obj, key);
-    if (a >= 0) H5Aclose(a);
-    if (sp >= 0) H5Sclose(sp);
+    st = zck__h5w_attr_on(w, o, obj, key, type, v);
     H5Oclose(o);
   }
   zck__h5_unlock();
@@ -644,6 +711,7 @@ void zck_h5_writer_free(zck_h5_writer *w) {
   for (size_t i = 0; i < w->n_bufs; i++) free(w->bufs[i]);
   free(w->bufs);
   free(w->ds);
+  free(w->group);
   pthread_mutex_destroy(&w->pool_mu);
   free(w);
 }
