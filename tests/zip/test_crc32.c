@@ -36,6 +36,14 @@ int main(void) {
       ZT_EQ_U64(zck_crc32_update(seed, buf + align, n), zlib_crc(seed, buf + align, n));
       ZT_EQ_U64(zck_crc32(seed, buf + align, n), zlib_crc(seed, buf + align, n));
     }
+  /* combine and zeros against zlib on both sides of their short-piece path */
+  static const uint8_t zeros[600];
+  for (size_t n = 0; n < 600; n++) {
+    uint32_t seed = (uint32_t)next(), a = zlib_crc(seed, buf, 7), b = zlib_crc(0, buf + 7, n);
+    ZT_EQ_U64(zck_crc32_combine(a, b, n), zlib_crc(seed, buf, 7 + n));
+    ZT_EQ_U64(zck_crc32_combine(a, b, n), (uint32_t)crc32_combine(a, b, (z_off_t)n));
+    ZT_EQ_U64(zck_crc32_zeros(n), zlib_crc(0, zeros, n));
+  }
   for (int t = 0; t < 200; t++) {
     size_t off = next() % 64, n = next() % (cap - 64);
     uint32_t seed = t % 2 ? (uint32_t)next() : 0;
