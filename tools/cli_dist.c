@@ -92,27 +92,37 @@ static void zck__cli_launch(long *size, long *rank) {
     }
 }
 
-int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char **argv) {
-  if (!zck_comm_mpi_launched()) return run(argc, argv);
-  long size, rank;
-  zck__cli_launch(&size, &rank);
-  if (size == 1) return run(argc, argv);
+/* Whether this process may run the command: -1 yes, else the exit code of a refusal,
+ * said once, by rank 0, which exits 1 (and so does the job: mpirun and srun return a
+ * rank's non-zero code). The other ranks leave quietly with 0: a rank exiting non-zero
+ * first would have mpirun kill rank 0 before it says why. Decided before the signal
+ * thread starts, so a rank that mpirun ends with SIGTERM dies without a second line. */
+static int zck__cli_dist_refusal(const char *name, long size, long rank) {
   if (!zck_comm_mpi_available()) {
     char n[32] = "several";
     if (size > 1) snprintf(n, sizeof n, "%ld", size);
     if (rank == 0)
       fprintf(stderr, "zckpt: error: started by an MPI launcher as one of %s ranks, but this zckpt was built without "
               "MPI: each rank would write the same output (build with MPI, or run one process)\n", n);
-    return ZCK_EXIT_ERROR;
+    return rank == 0 ? ZCK_EXIT_ERROR : ZCK_EXIT_OK;
   }
   static const char *distributed[] = {"consolidate", "reshard", "to-universal", "verify"};
-  bool known = false;
-  for (size_t i = 0; i < sizeof distributed / sizeof distributed[0]; i++) known = known || !strcmp(name, distributed[i]);
-  if (!known) {
-    if (rank == 0)
-      fprintf(stderr, "zckpt: error: %s does not run on several ranks; run it as one process (without mpirun)\n", name);
-    return ZCK_EXIT_ERROR;
+  for (size_t i = 0; i < sizeof distributed / sizeof distributed[0]; i++)
+    if (!strcmp(name, distributed[i])) return -1;
+  if (rank == 0)
+    fprintf(stderr, "zckpt: error: %s does not run on several ranks; run it as one process (without mpirun)\n", name);
+  return rank == 0 ? ZCK_EXIT_ERROR : ZCK_EXIT_OK;
+}
+
+int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char **argv) {
+  long size = 1, rank = 0;
+  if (zck_comm_mpi_launched()) zck__cli_launch(&size, &rank);
+  if (size != 1) {
+    int refused = zck__cli_dist_refusal(name, size, rank);
+    if (refused >= 0) return refused;
   }
+  zck_cli_start_signal_thread(); /* before the jobs' threads (and MPI's), which inherit the mask */
+  if (size == 1) return run(argc, argv);
   /* a rank whose share is done waits at the next agreement for the slowest one: a long
    * copy is no hang (a dead rank ends the job through mpirun) */
   setenv("ZCK_COMM_TIMEOUT_S", "604800", 0);

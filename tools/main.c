@@ -71,7 +71,6 @@ int main(int argc, char **argv) {
   }
   for (const zck_cli_command *c = zck_commands; c->name; c++) {
     if (strcmp(c->name, cmd)) continue;
-    zck_cli_start_signal_thread(); /* before the jobs' threads, which inherit the mask */
     return zck_cli_dist_run(c->name, c->run, argc - 1, argv + 1); /* plain run unless mpirun started it */
   }
   if (cmd[0] == '-') return zck_cli_usage_error(NULL, "unknown option '%s'", cmd);

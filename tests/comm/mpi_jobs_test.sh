@@ -168,5 +168,11 @@ mp 2 consolidate --no-such-option 2>"$tmp/u.log"; rc=$?
 mp 2 convert "$tmp/c1/model.safetensors" "$tmp/x.bin" 2>"$tmp/v.log"; rc=$?
 [ $rc = 1 ] && [ ! -e "$tmp/x.bin" ] && [ "$(errs "$tmp/v.log")" = 1 ] || fail "convert: exit $rc: $(cat "$tmp/v.log")"
 grep -q "^zckpt: error: convert does not run on several ranks" "$tmp/v.log" || fail "convert: $(cat "$tmp/v.log")"
+# the line comes from rank 0 while mpirun may already be ending the others: said once,
+# never lost, never followed by an "interrupted" (a race: several tries at -np 4)
+for try in 1 2 3 4 5; do
+  mp 4 inspect "$tmp/c1/model.safetensors" >/dev/null 2>"$tmp/v.log"; rc=$?
+  [ $rc = 1 ] && [ "$(errs "$tmp/v.log")" = 1 ] || fail "inspect -np 4, try $try: exit $rc: $(cat "$tmp/v.log")"
+done
 n=$((n + 1))
 echo "$n passed, 0 failed"
