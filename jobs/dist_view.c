@@ -281,6 +281,31 @@ static int rm_item(const char *path, const struct stat *sb, int flag, struct FTW
   return 0;
 }
 
+/* The view folder, "$TMPDIR/.zckpt-nodelocal.zck-tmp-PID": named as every zckpt temporary,
+ * so the view of a rank that was killed (SIGKILL, the OOM killer: no handler runs) is
+ * removed by the next job on that node, which sweeps the dead writers' temporaries of
+ * $TMPDIR first (zck_sweep_temporaries). */
+static char *view_create(zck_status *s) {
+  const char *tmpdir = getenv("TMPDIR");
+  if (!tmpdir || !*tmpdir) tmpdir = "/tmp";
+  zck_sweep_temporaries(tmpdir, ZCK_SWEEP_DEAD, NULL, NULL); /* what cannot go stays: not this job's concern */
+  char *view = zck__sprintf("%s/.zckpt-nodelocal.zck-tmp-%ld", tmpdir, (long)getpid());
+  if (!view) {
+    *s = ZCK_ERR_NO_MEMORY;
+    return NULL;
+  }
+  /* a leftover under this pid is a dead process's (the sweep passes over this pid's own) */
+  int made = mkdir(view, 0700);
+  if (made != 0 && errno == EEXIST) {
+    nftw(view, rm_item, 16, FTW_DEPTH | FTW_PHYS);
+    made = mkdir(view, 0700);
+  }
+  if (made == 0) return view;
+  *s = zck__fail_errno(errno, "%s: cannot create the view of the node-local checkpoint", view);
+  free(view);
+  return NULL;
+}
+
 void zck__dist_view_close(char *view) {
   zck__dist_clear_stubs();
   if (view) nftw(view, rm_item, 16, FTW_DEPTH | FTW_PHYS);
@@ -387,10 +412,7 @@ zck_status zck__dist_view_open(const char *root, char **view_out) {
   s = zck__dist_agree(ZCK__DIST_CHECKED, s); /* from here every rank takes the same steps */
   if (s == ZCK_OK && spread) {
     /* every rank sees the tree as a whole from here on, under its own view folder */
-    const char *tmpdir = getenv("TMPDIR");
-    view = zck__sprintf("%s/zckpt-nodelocal-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    if (!view) s = ZCK_ERR_NO_MEMORY;
-    else if (!mkdtemp(view)) s = zck__fail_errno(errno, "%s: cannot create the view of the node-local checkpoint", view);
+    view = view_create(&s);
     char *real = s == ZCK_OK ? realpath(root, NULL) : NULL;
     if (s == ZCK_OK && is_dir && !real) s = zck__fail_errno(errno, "%s: cannot resolve", root);
     for (size_t i = 0; s == ZCK_OK && i < nu; i++) {

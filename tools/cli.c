@@ -292,8 +292,17 @@ static void *zck__cli_signal_main(void *arg) {
   int after = atomic_load(&zck__cli_after_rc);
   if (after >= 0) _exit(after);
   zck_cli_dist_interrupted(); /* a node-local source's view goes */
-  /* a distributed job: rank 0 owns the temporaries and says it */
-  if (zck_cli_dist_quiet()) _exit(128 + sig);
+  if (zck_cli_dist_quiet()) {
+    /* a distributed job: rank 0 owns the temporaries and says it. This rank stops its
+     * threads and leaves only after a grace: mpirun answers a rank that exits during its
+     * SIGTERM round with an immediate SIGKILL of the whole job, which would cut rank 0's
+     * cleanup short (its temporaries stayed in 4 runs of 6); its own SIGKILL, 1 s after
+     * the SIGTERM, still ends this rank in time (Slurm's comes after KillWait) */
+    zck__cli_freeze_others();
+    struct timespec grace = {3, 0};
+    nanosleep(&grace, NULL);
+    _exit(128 + sig);
+  }
   pthread_mutex_lock(&zck__cli_sig_lock); /* registration is done under it: no half entry */
   zck__cli_freeze_others();
   for (int i = 0; i < ZCK__CLI_MAX_DIRS; i++)

@@ -135,6 +135,20 @@ same "node-local reshard" "$tmp/nr1" "$tmp/nr4"
 "$bin" verify "$src" | sed "s|^$src:|CKPT:|" >"$tmp/nv1.out"
 nl 2 2 verify -- | sed "s|^$tmp/nA/ckpt:|CKPT:|" >"$tmp/nv4.out" || fail "node-local verify"
 cmp "$tmp/nv1.out" "$tmp/nv4.out" || fail "node-local verify: $(diff "$tmp/nv1.out" "$tmp/nv4.out")"
+# node B's ranks die without running a handler (the fault injector's _exit in the middle
+# of their reads, as SIGKILL or the OOM killer): mpirun ends the others; rank 0 removes its
+# temporaries and says so once; the dead ranks' views stay until the next job on the node
+# removes them (named as zckpt temporaries, their writers gone)
+TMPDIR="$tmp/tmpdir" timeout 300 mpirun --oversubscribe -np 2 "$bin" consolidate -q "$tmp/nA/ckpt" "$tmp/nlk" : \
+  -np 2 env ZCK_FAULT=read:20:KILL "$bin" consolidate -q "$tmp/nB/ckpt" "$tmp/nlk" >/dev/null 2>"$tmp/nlk.log" && fail "node-local kill: exit 0"
+[ ! -e "$tmp/nlk" ] || fail "node-local kill: output written"
+no_temps "$tmp"
+[ "$(errs "$tmp/nlk.log")" = 1 ] && grep -q "^zckpt: error: $tmp/nlk: interrupted by SIGTERM; nothing written" "$tmp/nlk.log" ||
+  fail "node-local kill: $(cat "$tmp/nlk.log")"
+ls -A "$tmp/tmpdir" | grep -q '^\.zckpt-nodelocal\.zck-tmp-' || fail "node-local kill: no view left, the ranks did not die mid-job"
+nl 2 2 verify -- >/dev/null || fail "node-local verify after a kill"
+[ -z "$(ls -A "$tmp/tmpdir")" ] || fail "node-local: views of killed ranks left: $(ls -A "$tmp/tmpdir")"
+no_temps "$tmp"
 # a damaged file on node B: the line names it as B's ranks see it
 fB="$tmp/nB/ckpt/global_step2/zero_pp_rank_3_mp_rank_00_optim_states.pt"
 printf '\x55' | dd of="$fB" bs=1 seek=6400 conv=notrunc 2>/dev/null
