@@ -8,6 +8,7 @@
  * are in the cache; a piece ahead is copied and waits in a min-heap by offset. */
 #include "stream_hash.h"
 
+#include "dist.h"
 #include "exec.h"
 #include "io.h"
 
@@ -102,6 +103,10 @@ zck__shash *zck__shash_new(void) {
   XXH3_64bits_reset(h->fst);
   XXH3_64bits_reset(h->cst);
   XXH3_64bits_reset(h->rst);
+  /* In a distributed job only rank 0 writes the manifest (dist.h); on the other ranks a
+   * stream would see only their own share of the file and read the rest back at finish:
+   * every output byte again on every rank. Off from the start there. */
+  if (zck__dist_on() && zck__dist_rank() != 0) h->dropped = true;
   return h;
 }
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_dist.h"
 #include "comm.h"
@@ -114,6 +115,27 @@ static int zck__cli_dist_refusal(const char *name, long size, long rank) {
   return rank == 0 ? ZCK_EXIT_ERROR : ZCK_EXIT_OK;
 }
 
+static double zck__cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ZCK_DIST_TRACE=1: at the end, what this rank read (the kernel's count of bytes through
+ * read calls, page cache included: /proc/self/io rchar) and its time in the job, for
+ * tests/bench/bench_dist_jobs.sh and a user checking the split. */
+static void zck__cli_trace_rank(int rank, double t0) {
+  const char *tv = getenv("ZCK_DIST_TRACE");
+  if (!tv || !*tv || !strcmp(tv, "0")) return;
+  unsigned long long rchar = 0;
+  FILE *f = fopen("/proc/self/io", "r");
+  char l[128];
+  while (f && fgets(l, sizeof l, f))
+    if (sscanf(l, "rchar: %llu", &rchar) == 1) break;
+  if (f) fclose(f);
+  fprintf(stderr, "zckpt: rank %d: read %llu bytes, %.3f s in the job\n", rank, rchar, zck__cli_now() - t0);
+}
+
 int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char **argv) {
   long size = 1, rank = 0;
   if (zck_comm_mpi_launched()) zck__cli_launch(&size, &rank);
@@ -122,7 +144,12 @@ int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char 
     if (refused >= 0) return refused;
   }
   zck_cli_start_signal_thread(); /* before the jobs' threads (and MPI's), which inherit the mask */
-  if (size == 1) return run(argc, argv);
+  double t0 = zck__cli_now();
+  if (size == 1) {
+    int rc = run(argc, argv);
+    zck__cli_trace_rank(0, t0);
+    return rc;
+  }
   /* a rank whose share is done waits at the next agreement for the slowest one: a long
    * copy is no hang (a dead rank ends the job through mpirun) */
   setenv("ZCK_COMM_TIMEOUT_S", "604800", 0);
@@ -146,6 +173,7 @@ int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char 
   char line[2048];
   rc = zck__dist_finish(rc, zck__cli_buffered[0] ? zck__cli_buffered : NULL, line, sizeof line);
   if (comm->rank == 0 && line[0]) fprintf(stderr, "zckpt: error: %s\n", line);
+  zck__cli_trace_rank(comm->rank, t0);
   zck__dist_view_close(zck__cli_view);
   free(zck__cli_view_of);
   zck__cli_view = zck__cli_view_of = NULL;
