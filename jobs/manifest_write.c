@@ -343,7 +343,7 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
   if (st == ZCK_OK) {
     zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
     ho.threads = o->threads;
-    st = zck__manifest_hash_some(dir, m, skip, &ho);
+    st = zck__manifest_hash_some(dir, m, skip, &ho, true);
   }
   free(skip);
   free(kv);
@@ -373,10 +373,19 @@ zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opt
   if (opts) o = *opts;
   ZCK_ASSERT(o.version >= 1);
   if (from_known) *from_known = 0;
-  if (!zck__dist_writes()) return ZCK_OK; /* a distributed job's rank 0 writes it */
+  /* A distributed job's rank 0 writes it; the ranks meet first (one that failed before
+   * fails them all here), then the others read their share of what rank 0 must hash. */
+  ZCK_TRY(zck__dist_agree(ZCK__DIST_MANIFEST, ZCK_OK));
+  if (!zck__dist_writes()) {
+    zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
+    ho.threads = o.threads;
+    return zck__hash_files_follow(&ho);
+  }
   zck_manifest *m = NULL;
-  ZCK_TRY_CTX(manifest_build(dir, &o, known, from_known, &m), "%s: cannot write " ZCK_MANIFEST_NAME, dir);
-  zck_status st = zck_manifest_write(m, dir);
+  zck_status st = manifest_build(dir, &o, known, from_known, &m);
+  zck__hash_files_release(); /* the others wait for a list until rank 0 says */
+  ZCK_TRY_CTX(st, "%s: cannot write " ZCK_MANIFEST_NAME, dir);
+  st = zck_manifest_write(m, dir);
   zck_manifest_free(m);
   return st;
 }

@@ -49,7 +49,7 @@ long zck__dist_tmp_pid(void);
 
 /* Points of agreement (each rank must pass the same ones in the same order). */
 enum { ZCK__DIST_COPY_START = 1, ZCK__DIST_COPY_DONE, ZCK__DIST_HASHED, ZCK__DIST_CHECKED, ZCK__DIST_COMMIT,
-       ZCK__DIST_END = 100 };
+       ZCK__DIST_MANIFEST, ZCK__DIST_END = 100 };
 /* Every rank reports (point, local); ZCK_OK when all are at `point` and OK. Otherwise a
  * rank that failed itself returns its own status (its message kept); the others get
  * ZCK_ERR_INTERNAL "another rank failed" and are marked followers. Off: returns local. */

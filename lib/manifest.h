@@ -171,6 +171,13 @@ void zck__hash_file_clear(zck__hash_file *f);
 /* The same, shared by the ranks of a distributed job (lib/dist.h; every rank calls it with
  * the same files): each file read by one rank, every rank gets every result. */
 zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o);
+/* A distributed job's manifest (rank 0 writes it): rank 0 hands the files it has to read
+ * to the other ranks, which wait for them in zck__hash_files_follow, and all hash them
+ * shared. Rank 0 ends each manifest with zck__hash_files_release, which frees the others
+ * when it led no hashing. Off: zck__hash_files_lead is zck__hash_files. */
+zck_status zck__hash_files_lead(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o);
+zck_status zck__hash_files_follow(const zck_manifest_hash_opts *o);
+void zck__hash_files_release(void);
 
 /* Hashes a writer already computed while writing (formats/deepspeed/ds_hash.c), so the
  * manifest of its files needs no second read: per file its size, whole-file and chunk
@@ -217,7 +224,8 @@ typedef struct zck__manifest_known {
 zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
                                          size_t *from_known);
 /* zck_manifest_hash for the files whose skip[i] is false (skip may be NULL). */
-zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o);
+zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o,
+                                   bool lead);
 
 /* ---- JSON */
 /* The manifest as JSON text (one file or tensor per line), malloc'd. Every file must be

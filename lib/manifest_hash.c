@@ -273,10 +273,11 @@ zck_status zck__hash_files(zck__hash_file *files, size_t n, const zck_manifest_h
 /* ---- manifests */
 
 zck_status zck_manifest_hash(const char *dir, zck_manifest *m, const zck_manifest_hash_opts *o) {
-  return zck__manifest_hash_some(dir, m, NULL, o);
+  return zck__manifest_hash_some(dir, m, NULL, o, false);
 }
 
-zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o) {
+zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o,
+                                   bool lead) {
   size_t nf = m->n_files;
   zck__hash_file *hf = zck__calloc(nf ? nf : 1, sizeof *hf);
   zck__hash_range *ranges = zck__calloc(m->n_tensors ? m->n_tensors : 1, sizeof *ranges);
@@ -305,7 +306,7 @@ zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool 
     hf[nh].n_ranges = first[f + 1] - first[f];
     nh++;
   }
-  if (st == ZCK_OK) st = zck__hash_files(hf, nh, o);
+  if (st == ZCK_OK) st = lead ? zck__hash_files_lead(hf, nh, o) : zck__hash_files(hf, nh, o);
   for (size_t k = 0; st == ZCK_OK && k < nh; k++) {
     size_t f = which[k];
     zck_manifest_file *mf = &m->files[f];

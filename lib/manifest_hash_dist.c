@@ -105,8 +105,8 @@ static int cmp_key(const void *a, const void *b) {
   return strcmp(zck__dist_key(x->path), zck__dist_key(y->path));
 }
 
-zck_status zck__hash_files_shared(zck__hash_file *files_in, size_t n, const zck_manifest_hash_opts *o) {
-  if (!zck__dist_on()) return zck__hash_files(files_in, n, o);
+/* pre: a failure of this rank before (it still meets the others at every agreement) */
+static zck_status hash_shared(zck__hash_file *files_in, size_t n, const zck_manifest_hash_opts *o, zck_status pre) {
   /* the files in the order of their names below the source root: the same on every rank
    * (a rank's listing order is its own, and each node-local rank lists its own view) */
   zck__hash_file **files = zck__malloc((n ? n : 1) * sizeof *files);
@@ -121,7 +121,7 @@ zck_status zck__hash_files_shared(zck__hash_file *files_in, size_t n, const zck_
   size_t *order = zck__malloc((n ? n : 1) * sizeof *order);
   uint64_t *load = zck__calloc((size_t)size, sizeof *load);
   zck__hash_file *sub = zck__malloc((n ? n : 1) * sizeof *sub);
-  zck_status s = mine && all && owner && order && load && sub ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status s = pre != ZCK_OK ? pre : mine && all && owner && order && load && sub ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     struct stat sb;
     mine[i] = zck__dist_holds(files[i]->path) && stat(files[i]->path, &sb) == 0 ? (int64_t)sb.st_size : -1;
@@ -172,5 +172,98 @@ zck_status zck__hash_files_shared(zck__hash_file *files_in, size_t n, const zck_
     free(b.p);
   }
   free(mine), free(all), free(owner), free(order), free(load), free(sub), free(files);
+  return s;
+}
+
+zck_status zck__hash_files_shared(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o) {
+  if (!zck__dist_on()) return zck__hash_files(files, n, o);
+  return hash_shared(files, n, o, ZCK_OK);
+}
+
+/* ---- rank 0's manifest, hashed by every rank
+ *
+ * Only rank 0 writes a distributed job's manifest, and its hash streams saw only what it
+ * wrote itself: the rest of each output file must be read. The other ranks wait in
+ * zck__hash_files_follow for rank 0's list of files to read (or its word that there is
+ * none), then all hash it shared, each file read by one rank. */
+
+static bool g_led; /* rank 0 sent its list (or its "none") in this manifest */
+
+static zck_status send_list(const zck__hash_file *files, int64_t n) {
+  zck_comm *c = zck__dist_comm();
+  buf b = {NULL, 0, 0, false};
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t pl = strlen(files[i].path), nr = files[i].n_ranges;
+    put(&b, &pl, 8), put(&b, files[i].path, pl), put(&b, &files[i].chunk_size, 8), put(&b, &nr, 8);
+    for (size_t k = 0; k < nr; k++) {
+      uint32_t want = files[i].ranges[k].want;
+      put(&b, &files[i].ranges[k].off, 8), put(&b, &files[i].ranges[k].len, 8), put(&b, &want, 4);
+    }
+  }
+  int64_t head[2] = {n, b.oom ? -1 : (int64_t)b.n};
+  g_led = true;
+  zck_status s = c->broadcast(c, head, 2, ZCK_I64, 0);
+  if (s == ZCK_OK && head[1] < 0) s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory sending the files to hash");
+  if (s == ZCK_OK && head[1] > 0) s = c->broadcast(c, b.p, (size_t)head[1], ZCK_U8, 0);
+  free(b.p);
+  return s;
+}
+
+zck_status zck__hash_files_lead(zck__hash_file *files, size_t n, const zck_manifest_hash_opts *o) {
+  if (!zck__dist_on()) return zck__hash_files(files, n, o);
+  ZCK_TRY(send_list(files, (int64_t)n));
+  return zck__hash_files_shared(files, n, o);
+}
+
+void zck__hash_files_release(void) {
+  if (zck__dist_on() && zck__dist_rank() == 0 && !g_led) send_list(NULL, -1);
+  g_led = false;
+}
+
+zck_status zck__hash_files_follow(const zck_manifest_hash_opts *o) {
+  zck_comm *c = zck__dist_comm();
+  int64_t head[2] = {0, 0};
+  ZCK_TRY(c->broadcast(c, head, 2, ZCK_I64, 0));
+  if (head[0] < 0) return ZCK_OK; /* rank 0 reads nothing (or failed before: the commit's agreement says) */
+  if (head[1] < 0) return ZCK_ERR_NO_MEMORY;
+  uint8_t *p = head[1] > 0 ? zck__malloc((size_t)head[1]) : NULL;
+  zck_status s = head[1] > 0 && !p ? ZCK_ERR_NO_MEMORY : ZCK_OK;
+  /* the broadcast is collective: taken even when the buffer could not be made (into a
+   * scratch byte by byte would be slow; mpirun ends the job on the failure instead) */
+  if (s == ZCK_OK && head[1] > 0) s = c->broadcast(c, p, (size_t)head[1], ZCK_U8, 0);
+  size_t n = (size_t)head[0];
+  zck__hash_file *files = s == ZCK_OK ? zck__calloc(n ? n : 1, sizeof *files) : NULL;
+  if (s == ZCK_OK && !files) s = ZCK_ERR_NO_MEMORY;
+  const uint8_t *at = p, *end = p + (head[1] > 0 ? head[1] : 0);
+  for (size_t i = 0; s == ZCK_OK && i < n; i++) {
+    uint64_t pl = 0, nr = 0;
+    char *path = NULL;
+    bool ok = get(&at, end, &pl, 8) && pl <= (uint64_t)(end - at) && (path = zck__malloc((size_t)pl + 1));
+    if (ok) {
+      memcpy(path, at, (size_t)pl);
+      path[pl] = 0;
+      at += pl;
+      files[i].path = path;
+      ok = get(&at, end, &files[i].chunk_size, 8) && get(&at, end, &nr, 8) && nr <= (uint64_t)(end - at) / 20;
+    }
+    if (ok && nr && !(files[i].ranges = zck__calloc((size_t)nr, sizeof *files[i].ranges))) ok = false;
+    files[i].n_ranges = (size_t)nr;
+    for (size_t k = 0; ok && k < nr; k++) {
+      uint32_t want = 0;
+      ok = get(&at, end, &files[i].ranges[k].off, 8) && get(&at, end, &files[i].ranges[k].len, 8) &&
+           get(&at, end, &want, 4);
+      files[i].ranges[k].want = want;
+    }
+    if (!ok) s = zck__fail(ZCK_ERR_INTERNAL, "rank %d: a garbled list of files to hash from rank 0", zck__dist_rank());
+  }
+  free(p);
+  /* a failure here still meets the others at the sharing's agreements */
+  s = hash_shared(s == ZCK_OK ? files : NULL, s == ZCK_OK ? n : 0, o, s);
+  for (size_t i = 0; files && i < n; i++) {
+    free((char *)files[i].path);
+    free(files[i].ranges);
+    zck__hash_file_clear(&files[i]);
+  }
+  free(files);
   return s;
 }

@@ -55,8 +55,17 @@ done
 src3="$fx/s3w4_fp32_3groups/ckpt"
 "$bin" reshard -q --to-stage 2 --to-world-size 3 "$src3" "$tmp/r1" || fail "reshard single"
 for np in 2 4; do
-  mp $np reshard -q --to-stage 2 --to-world-size 3 "$src3" "$tmp/r$np" || fail "reshard -np $np"
+  ZCK_DIST_TRACE=1 mp $np reshard -q --to-stage 2 --to-world-size 3 "$src3" "$tmp/r$np" 2>"$tmp/r$np.log" ||
+    fail "reshard -np $np: $(cat "$tmp/r$np.log")"
   same "reshard -np $np" "$tmp/r1" "$tmp/r$np"
+  # the output bytes rank 0 did not write are hashed for its manifest by one rank each,
+  # not all read back by rank 0 (nor by every rank)
+  for f in zero_pp_rank_0_mp_rank_00_optim_states.pt zero_pp_rank_1_mp_rank_00_optim_states.pt \
+           zero_pp_rank_2_mp_rank_00_optim_states.pt mp_rank_00_model_states.pt; do
+    [ "$(grep -c "reads .*\.r$np\.zck-tmp-.*/$f (whole" "$tmp/r$np.log")" = 1 ] ||
+      fail "reshard -np $np: $f not hashed by exactly one rank: $(cat "$tmp/r$np.log")"
+  done
+  grep -q "^zckpt: rank [1-9]: reads .*\.r$np\.zck-tmp-" "$tmp/r$np.log" || fail "reshard -np $np: rank 0 hashed every output file"
 done
 
 # to-universal: the DeepSpeed layout shared out; HDF5 written by rank 0 alone (libhdf5
