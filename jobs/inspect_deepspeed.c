@@ -132,6 +132,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     cJSON_AddStringToObject(j, "tag", in->tag);
     cJSON_AddNumberToObject(j, "stage", in->stage);
     cJSON_AddNumberToObject(j, "world_size", in->world_size);
+    if (in->tp_size > 1) cJSON_AddNumberToObject(j, "tp_size", in->tp_size);
     cJSON_AddStringToObject(j, "lp_dtype", zck_dtype_name(in->lp_dtype));
     cJSON_AddStringToObject(j, "master_dtype", zck_dtype_name(in->master_dtype));
     cJSON_AddBoolToObject(j, "optimizer_state", in->has_optimizer_state);
@@ -159,6 +160,9 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
   } else {
     fprintf(out, "%s: DeepSpeed ZeRO-%d checkpoint%s, tag %s, world size %u\n", path, in->stage,
             in->bf16_optimizer ? " (BF16_Optimizer)" : "", in->tag, in->world_size);
+    if (in->tp_size > 1)
+      fprintf(out, "AutoTP: %u tensor-parallel ranks x %u data-parallel (mp_rank_00..%02u), slices merged by the "
+              "affine map; shapes below are the full tensors\n", in->tp_size, in->world_size, in->tp_size - 1);
     fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
             zck_dtype_name(in->lp_dtype), zck_dtype_name(in->master_dtype),
             in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->ds_version ? in->ds_version : "?",

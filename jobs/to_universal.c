@@ -123,6 +123,7 @@ static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal
                      info->dir);
   }
   if (uci->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: universal_checkpoint_info is not a dict", info->dir);
+  if (info->tp_size > 1) return ZCK_OK;  /* AutoTP: the reader merged the slices by its affine map */
   for (size_t i = 0; i < uci->u.dict.len; i++) {
     const char *k = zck_pk_as_str(uci->u.dict.keys[i]);
     const zck_pk *v = uci->u.dict.values[i];
@@ -137,6 +138,11 @@ static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal
 }
 
 // ---- the per-parameter files
+
+/* An entry's part: 0..2 the fp32 / exp_avg / exp_avg_sq views (whole params); ALIAS a
+ * tied alias written from its source's fp32 (its own plan: its source has an entry too);
+ * -1 a direct copy from `src`. */
+#define ZCK__UVJ_ALIAS 3
 
 typedef struct zck__uvj_entry {
   const char *name;
@@ -259,15 +265,41 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     free(ex);
     if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, pcrc[3]};
   }
-  size_t n_own = nj;
-  for (size_t q = 0; st == ZCK_OK && q < n_extra && q < 2; q++) jobs[nj++] = extra[q];
+  /* tied aliases under AutoTP: one plan each from the fp32 view */
+  size_t n_alias = 0, first_alias = nj;
+  for (size_t i = 0; i < n; i++) n_alias += j->e[first + i].part == ZCK__UVJ_ALIAS;
+  zck_exec_job *ajobs = n_alias ? zck__calloc(nj + n_alias + 2, sizeof *ajobs) : NULL;
+  zck_plan **aplans = n_alias ? zck__calloc(n_alias, sizeof *aplans) : NULL;
+  size_t *aidx = n_alias ? zck__calloc(n_alias, sizeof *aidx) : NULL;
+  uint32_t *acrc = n_alias ? zck__calloc(n_alias, sizeof *acrc) : NULL;
+  if (n_alias && (!ajobs || !aplans || !aidx || !acrc)) st = ZCK_ERR_NO_MEMORY;
+  zck_exec_job *alljobs = jobs;
+  if (st == ZCK_OK && n_alias) {
+    memcpy(ajobs, jobs, nj * sizeof *jobs);
+    alljobs = ajobs;
+    size_t a = 0;
+    for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+      const zck__uvj_entry *e = &j->e[first + i];
+      if (e->part != ZCK__UVJ_ALIAS) continue;
+      zck_layout *al = NULL;
+      st = zck_layout_whole(j->m->n_params, numel, &e->param, 1, &al);
+      if (st == ZCK_OK) st = zck_plan_build(j->views[0].layout, al, NULL, &aplans[a]);
+      zck_layout_free(al);
+      if (st != ZCK_OK) break;
+      aidx[a] = i;
+      alljobs[nj++] = (zck_exec_job){aplans[a], j->views[0].stores, &dst[i], &acrc[a]};
+      a++;
+    }
+  }
+  for (size_t q = 0; st == ZCK_OK && q < n_extra && q < 2; q++) alljobs[nj++] = extra[q];
   if (st == ZCK_OK) {
     zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
-    st = zck_exec_run(jobs, nj, &eo);
+    st = zck_exec_run(alljobs, nj, &eo);
     zck__uvj_progress_advance(&j->prog, bytes + extra_bytes);
   }
-  nj = n_own;
+  nj = first_alias;
   if (st == ZCK_OK) {
+    for (size_t a = 0; a < n_alias; a++) zck_uv_writer_set_crc(j->w, handle[aidx[a]], acrc[a]);
     for (size_t q = 0; q < nj; q++) {
       int k = jobs[q].plan == plans[3] ? 3 : jobs[q].plan == plans[0] ? 0 : jobs[q].plan == plans[1] ? 1 : 2;
       for (size_t s = 0; s < jobs[q].plan->n_dst_stores; s++) zck_uv_writer_set_crc(j->w, handle[pmap[k][s]], pcrc[k][s]);
@@ -276,6 +308,11 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
   }
   for (size_t q = 0; q < nj; q++)
     if (jobs[q].dst != ddst) free((void *)jobs[q].dst);
+  for (size_t a = 0; aplans && a < n_alias; a++) zck_plan_free(aplans[a]);
+  free(ajobs);
+  free(aplans);
+  free(aidx);
+  free(acrc);
   for (int k = 0; k < 4; k++) {
     zck_plan_free(plans[k]);
     free(pcrc[k]);
@@ -325,7 +362,9 @@ static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size
       e->numel = p->numel;
       e->dtype = j->views[k].stores[0].dtype;
       if (j->info->stage <= 2) {
-        e->form = ZCK_UV_CAT_DIM;
+        /* AutoTP: ds_to_universal's affine-map merge writes {'param'} (+ 'vocab_tensor' first) */
+        e->form = j->info->tp_size <= 1 ? ZCK_UV_CAT_DIM
+                  : zck_ds_autotp_vocab(j->ck, flat[i]) ? ZCK_UV_VOCAB : ZCK_UV_PARAM;
         e->ndim = p->ndim;
         memcpy(e->shape, p->shape, sizeof e->shape);
       } else {
@@ -350,6 +389,21 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
     if (!t) continue;
     int64_t pi = zck_model_find_param(j->m, name);
     if (pi >= 0 && written[pi]) continue;
+    if (pi >= 0 && j->info->tp_size > 1) {
+      /* AutoTP: a module tensor is this TP rank's slice. ds_to_universal writes a tied alias
+       * from rank 0's 16-bit slice alone (half the matrix at tp 2); zckpt writes the whole
+       * tensor: its source's fp32 master, as zero_to_fp32 gives the alias */
+      const zck_param *pa = &j->m->params[pi];
+      if (pa->tied_to < 0 || !written[pa->tied_to])
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s: a frozen parameter of an AutoTP checkpoint (its slices "
+                         "are not merged)", zck_torch_name(mf), name);
+      zck__uvj_entry *e = zck__uvj_add(j);
+      if (!e) return ZCK_ERR_NO_MEMORY;
+      *e = (zck__uvj_entry){.name = name, .state = "fp32", .form = ZCK_UV_PARAM, .dtype = ZCK_F32, .ndim = pa->ndim,
+                            .numel = pa->numel, .part = ZCK__UVJ_ALIAS, .param = (uint32_t)pa->tied_to};
+      memcpy(e->shape, pa->shape, sizeof e->shape);
+      continue;
+    }
     bool dup = false;   /* a key twice in the pickle: the file is written once */
     for (size_t k = 0; k < j->n && !dup; k++) dup = j->e[k].part < 0 && !strcmp(j->e[k].name, name);
     if (dup) continue;

@@ -147,8 +147,10 @@ static void check_deepspeed(vctx *c) {
   }
   const zck_ds_info *in = zck_ds_info_of(ck);
   char detail[256];
-  snprintf(detail, sizeof detail, "tag %s, ZeRO stage %d, world size %u, %zu flat group%s, %s", in->tag ? in->tag : "?",
-           in->stage, in->world_size, in->n_flat_groups, in->n_flat_groups == 1 ? "" : "s", zck_dtype_name(in->lp_dtype));
+  char tp[48] = "";
+  if (in->tp_size > 1) snprintf(tp, sizeof tp, ", AutoTP %u tensor-parallel ranks", in->tp_size);
+  snprintf(detail, sizeof detail, "tag %s, ZeRO stage %d, world size %u%s, %zu flat group%s, %s", in->tag ? in->tag : "?",
+           in->stage, in->world_size, tp, in->n_flat_groups, in->n_flat_groups == 1 ? "" : "s", zck_dtype_name(in->lp_dtype));
   zck__vreport_set(&c->r->detail, detail);
   for (size_t i = 0; i < in->n_warnings; i++) zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", in->warnings[i]);
   c->ds_layout = (zck_manifest_layout){NULL, in->stage, in->world_size, in->n_flat_groups,

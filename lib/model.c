@@ -199,6 +199,17 @@ void zck_model_set_frozen(zck_model *m, uint32_t param, bool frozen) {
   m->params[param].frozen = frozen;
 }
 
+zck_status zck_model_set_shape(zck_model *m, uint32_t param, int ndim, const int64_t *shape) {
+  ZCK_ASSERT(m && param < m->n_params && ndim >= 0 && ndim <= ZCK_MAX_DIMS && (ndim == 0 || shape));
+  zck_param *p = &m->params[param];
+  uint64_t numel;
+  ZCK_TRY(shape_numel("parameter", p->name, ndim, shape, &numel));
+  p->ndim = ndim;
+  for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
+  p->numel = numel;
+  return ZCK_OK;
+}
+
 zck_status zck_model_set_tied(zck_model *m, uint32_t alias, uint32_t source) {
   ZCK_ASSERT(m && alias < m->n_params);
   const char *an = m->params[alias].name;

@@ -89,6 +89,11 @@ typedef struct zck_ds_info {
   bool has_shared_params;          /* shared_params present (files >= v0.9.0) */
   size_t n_warnings;               /* DS-24, DS-27, DS-28, ...: continue-and-report items */
   const char *const *warnings;
+  /* AutoTP (ds_autotp.c): tp_size > 1 when the folder holds one ZeRO checkpoint per
+   * tensor-parallel rank (mp_rank_XX). world_size and the files above are then those of
+   * each TP rank (the data-parallel group); the manifest holds the full tensors, merged by
+   * the universal_checkpoint_info affine map DeepSpeed saved. */
+  uint32_t tp_size;
 } zck_ds_info;
 
 /* Opens and validates the checkpoint at path: a save root with `latest` (an HF
@@ -104,6 +109,8 @@ const zck_ds_info *zck_ds_info_of(const zck_ds_ckpt *c);
  * torch.save records inside a .pt (the file's stem when it was saved): a rank file whose
  * archive names another rank is a copy of that rank's file. */
 long zck_ds_name_rank(const char *name, size_t len);
+/* The mp (tensor-parallel) rank a DeepSpeed name states ("..mp_rank_XX.."), or -1. */
+long zck_ds_name_mp(const char *name, size_t len);
 const zck_model *zck_ds_model(const zck_ds_ckpt *c);
 
 /* Parts of a checkpoint (and of a writer's output), each a layout over the manifest's
@@ -195,8 +202,12 @@ typedef struct zck_ds_file {
 } zck_ds_file;
 
 /* The model-states files: 1 (stage 1/2: mp_rank_00_model_states.pt) or W (stage 3:
- * zero_pp_rank_<r>_mp_rank_00_model_states.pt, by rank). i < zck_ds_model_file_count. */
+ * zero_pp_rank_<r>_mp_rank_00_model_states.pt, by rank), times the TP ranks of an AutoTP
+ * checkpoint (mp rank 0's first). i < zck_ds_model_file_count. */
 size_t zck_ds_model_file_count(const zck_ds_ckpt *c);
+/* AutoTP: whether param p is a vocabulary-parallel tensor (universal_checkpoint_info's
+ * vocabulary_parameter_patterns: ds_to_universal marks its files 'vocab_tensor'). */
+bool zck_ds_autotp_vocab(const zck_ds_ckpt *c, uint32_t p);
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */

@@ -99,14 +99,32 @@ long zck_ds_name_rank(const char *name, size_t len) {
   return -1;
 }
 
-char *zck__ds_optim_name(zck__ds_prefix prefix, uint32_t dp_rank) {
-  return zck__sprintf("%szero_pp_rank_%u_mp_rank_00_optim_states.pt", prefix_str(prefix), dp_rank);
+long zck_ds_name_mp(const char *name, size_t len) {
+  static const char key[] = "mp_rank_";
+  long found = -1;
+  for (size_t i = 0; i + sizeof key - 1 < len; i++) {
+    if (memcmp(name + i, key, sizeof key - 1)) continue;
+    const char *p = name + i + sizeof key - 1, *end = name + len;
+    long r = 0;
+    size_t digits = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; p++, digits++)
+      if (r < 1000000000L) r = r * 10 + (*p - '0');
+    if (digits >= 2) found = r;
+  }
+  return found;
 }
 
-char *zck__ds_model_name(int stage, uint32_t dp_rank) {
-  if (stage == 3) return zck__sprintf("zero_pp_rank_%u_mp_rank_00_model_states.pt", dp_rank);
-  return zck__strdup("mp_rank_00_model_states.pt");
+char *zck__ds_optim_name_mp(zck__ds_prefix prefix, uint32_t dp_rank, uint32_t mp_rank) {
+  return zck__sprintf("%szero_pp_rank_%u_mp_rank_%02u_optim_states.pt", prefix_str(prefix), dp_rank, mp_rank);
 }
+
+char *zck__ds_model_name_mp(int stage, uint32_t dp_rank, uint32_t mp_rank) {
+  if (stage == 3) return zck__sprintf("zero_pp_rank_%u_mp_rank_%02u_model_states.pt", dp_rank, mp_rank);
+  return zck__sprintf("mp_rank_%02u_model_states.pt", mp_rank);
+}
+
+char *zck__ds_optim_name(zck__ds_prefix prefix, uint32_t dp_rank) { return zck__ds_optim_name_mp(prefix, dp_rank, 0); }
+char *zck__ds_model_name(int stage, uint32_t dp_rank) { return zck__ds_model_name_mp(stage, dp_rank, 0); }
 
 zck_status zck__ds_check_tag(const char *tag, const char *where) {
   /* DS-02 / DS-03: the tag is joined to the root, so it must be one plain path component. */
@@ -328,12 +346,9 @@ static zck_status scan(zck__ds_fileset *fs) {
                     "zckpt reads plain ZeRO checkpoints only", fs->dir, name);
       break;
     }
-    if (mp != 0) {
-      s = zck__fail(ZCK_ERR_UNSUPPORTED,
-                    "%s/%s: model-parallel rank %u: tensor/pipeline-parallel checkpoints are not supported", fs->dir,
-                    name, mp);
-      break;
-    }
+    /* AutoTP: every mp rank's files form a ZeRO checkpoint of their own; keep this one's */
+    if (mp >= fs->n_mp) fs->n_mp = mp + 1;
+    if (mp != fs->mp) continue;
     char *full = zck__path_join(fs->dir, name);
     if (!full) { s = ZCK_ERR_NO_MEMORY; break; }
     struct stat st;
@@ -412,7 +427,13 @@ static zck_status scan(zck__ds_fileset *fs) {
 }
 
 zck_status zck__ds_find(const char *path, const char *tag, zck__ds_fileset *fs) {
+  return zck__ds_find_mp(path, tag, 0, fs);
+}
+
+zck_status zck__ds_find_mp(const char *path, const char *tag, uint32_t mp, zck__ds_fileset *fs) {
   memset(fs, 0, sizeof *fs);
+  fs->mp = mp;
+  fs->n_mp = 1;
   zck_status s = resolve(path, tag, fs);
   if (s == ZCK_OK) s = scan(fs);
   if (s != ZCK_OK) zck__ds_fileset_free(fs);
@@ -440,23 +461,26 @@ static zck_status check_set(const char *dir, const zck__ds_rankfile *f, size_t n
   return ZCK_OK;
 }
 
-static char *optim_name_cb(uint32_t r, const void *ctx) { return zck__ds_optim_name(*(const zck__ds_prefix *)ctx, r); }
-static char *z3_model_name_cb(uint32_t r, const void *ctx) { (void)ctx; return zck__ds_model_name(3, r); }
+static char *optim_name_cb(uint32_t r, const void *ctx) {
+  const zck__ds_fileset *fs = ctx;
+  return zck__ds_optim_name_mp(fs->prefix, r, fs->mp);
+}
+static char *z3_model_name_cb(uint32_t r, const void *ctx) { return zck__ds_model_name_mp(3, r, ((const zck__ds_fileset *)ctx)->mp); }
 
 zck_status zck__ds_check_ranks(const zck__ds_fileset *fs, uint32_t w, int stage, const char *who) {
-  ZCK_TRY(check_set(fs->dir, fs->optims, fs->n_optims, w, "optimizer", who, optim_name_cb, &fs->prefix));
+  ZCK_TRY(check_set(fs->dir, fs->optims, fs->n_optims, w, "optimizer", who, optim_name_cb, fs));
   if (stage == 3) {
     if (fs->model.name)
       return zck__fail(ZCK_ERR_FORMAT, "%s/%s: a stage 0-2 model file in a stage-3 checkpoint (from %s)", fs->dir,
                        fs->model.name, who);
-    ZCK_TRY(check_set(fs->dir, fs->z3_models, fs->n_z3_models, w, "model-states", who, z3_model_name_cb, NULL));
+    ZCK_TRY(check_set(fs->dir, fs->z3_models, fs->n_z3_models, w, "model-states", who, z3_model_name_cb, fs));
   } else {
     if (fs->n_z3_models)
       return zck__fail(ZCK_ERR_FORMAT, "%s/%s: a stage-3 model file in a stage-%d checkpoint (from %s)", fs->dir,
                        fs->z3_models[0].name, stage, who);
     if (!fs->model.name)
-      return zck__fail(ZCK_ERR_NOT_FOUND, "%s/mp_rank_00_model_states.pt: missing (stage %d checkpoint)", fs->dir,
-                       stage);
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s/mp_rank_%02u_model_states.pt: missing (stage %d checkpoint)", fs->dir,
+                       fs->mp, stage);
   }
   return ZCK_OK;
 }

@@ -42,11 +42,18 @@ typedef struct zck__ds_fileset {
   size_t n_optims;
   zck__ds_prefix prefix;
   bool has_offload_dir;     /* offloaded_tensors/ (NVMe optimizer swap) */
+  /* AutoTP (tensor parallel): the files of each mp (TP) rank form one ZeRO checkpoint. The
+   * set above is mp rank `mp`'s; n_mp is one more than the highest mp rank named by any
+   * states file of the folder (1 for a plain ZeRO checkpoint). */
+  uint32_t mp;
+  uint32_t n_mp;
 } zck__ds_fileset;
 
 /* Resolves path (+ optional explicit tag) and scans the tag folder. Errors follow
  * malformed-inputs.md §9.1-9.2 (DS-01..DS-04, DS-10, DS-11, DS-15..DS-17). */
 zck_status zck__ds_find(const char *path, const char *tag, zck__ds_fileset *fs);
+/* The same for the files of mp (TP) rank mp; fs->n_mp counts the mp ranks seen. */
+zck_status zck__ds_find_mp(const char *path, const char *tag, uint32_t mp, zck__ds_fileset *fs);
 void zck__ds_fileset_free(zck__ds_fileset *fs);
 
 /* Checks that the optimizer (and, for stage 3, model) files are exactly ranks 0..w-1.
@@ -59,5 +66,7 @@ zck_status zck__ds_check_tag(const char *tag, const char *where);
 /* The exact names DeepSpeed gives its files (caller frees). */
 char *zck__ds_optim_name(zck__ds_prefix prefix, uint32_t dp_rank);
 char *zck__ds_model_name(int stage, uint32_t dp_rank);
+char *zck__ds_optim_name_mp(zck__ds_prefix prefix, uint32_t dp_rank, uint32_t mp_rank);
+char *zck__ds_model_name_mp(int stage, uint32_t dp_rank, uint32_t mp_rank);
 
 #endif

@@ -141,6 +141,14 @@ struct zck_ds_ckpt {
   zck_ds_output *outputs;
   size_t n_outputs;
   struct zck_manifest *manifest;   /* zckpt-manifest.json, parsed once (ds_expect.c); NULL: none */
+  /* AutoTP (ds_autotp.c). c itself reads mp rank 0's files; tp[t - 1] reads mp rank t's,
+   * each a plain ZeRO checkpoint of its own (shard shapes). After zck__ds_autotp, c's
+   * model holds the full shapes and its parts point into every rank's stores. */
+  struct zck_ds_ckpt **tp;
+  uint32_t n_tp;                   /* entries of tp (tp_size - 1) */
+  bool *tp_vocab;                  /* [n_params]: in vocabulary_parameter_patterns (or NULL) */
+  const zck__ds_model_file *tie_from;  /* mp rank t > 0: rank 0's model file, whose shared_params
+                                          DeepSpeed saves on global rank 0 only */
 };
 
 /* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */
@@ -166,6 +174,13 @@ zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool 
 void zck__ds_model_file_free(zck__ds_model_file *mf);
 void zck__ds_optim_file_free(zck__ds_optim_file *of);
 zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);
+
+/* ---- ds_open.c: one mp rank's file set, opened and described (tie_from: see the struct) */
+zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t mp, const zck__ds_model_file *tie_from,
+                           zck_ds_ckpt **out);
+
+/* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */
+zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
 
 /* ---- ds_manifest.c */
 zck_status zck__ds_build_manifest(zck_ds_ckpt *c);

@@ -94,6 +94,23 @@ static zck_status read_zero0(zck_ds_ckpt *c) {
   return zck__ds_zero0_read(c);
 }
 
+/* AutoTP: DeepSpeed computes shared_params on global rank 0 only, so the model files of
+ * the other TP ranks save {} though their module ties the same params. */
+static zck_status copy_ties(zck__ds_model_file *mf, const zck__ds_model_file *from) {
+  if (mf->n_shared || !from->n_shared) return ZCK_OK;
+  mf->shared_alias = zck__calloc(from->n_shared, sizeof(char *));
+  mf->shared_src = zck__calloc(from->n_shared, sizeof(char *));
+  if (!mf->shared_alias || !mf->shared_src) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < from->n_shared; i++) {
+    mf->shared_alias[i] = zck__strdup(from->shared_alias[i]);
+    mf->shared_src[i] = zck__strdup(from->shared_src[i]);
+    mf->n_shared++;
+    if (!mf->shared_alias[i] || !mf->shared_src[i]) return ZCK_ERR_NO_MEMORY;
+  }
+  mf->has_shared = true;
+  return ZCK_OK;
+}
+
 static zck_status read_models(zck_ds_ckpt *c) {
   zck__ds_fileset *fs = &c->fs;
   uint32_t w = c->info.world_size;
@@ -102,6 +119,7 @@ static zck_status read_models(zck_ds_ckpt *c) {
   if (!c->models) return ZCK_ERR_NO_MEMORY;
   for (size_t r = 0; r < c->n_models; r++) c->models[r].file = c->info.stage == 3 ? &fs->z3_models[r] : &fs->model;
   ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true));
+  if (c->tie_from) ZCK_TRY(copy_ties(&c->models[0], c->tie_from));
   const zck__ds_model_file *m0 = &c->models[0];
   for (size_t r = 1; r < c->n_models; r++) {
     zck__ds_model_file *m = &c->models[r];
@@ -185,19 +203,36 @@ static zck_status check_steps(const zck_ds_ckpt *c) {
   return ZCK_OK;
 }
 
+zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t mp, const zck__ds_model_file *tie_from,
+                           zck_ds_ckpt **out) {
+  *out = NULL;
+  zck_ds_ckpt *c = zck__calloc(1, sizeof *c);
+  if (!c) return ZCK_ERR_NO_MEMORY;
+  c->topts = o->torch;
+  c->tie_from = tie_from;
+  c->info.tp_size = 1;
+  zck_status s = zck__ds_find_mp(path, o->tag, mp, &c->fs);
+  if (s == ZCK_OK) s = c->fs.n_optims ? read_optims(c) : read_zero0(c);
+  if (s == ZCK_OK && !c->zero0) s = read_models(c);
+  if (s == ZCK_OK) s = check_steps(c);
+  if (s == ZCK_OK) s = zck__ds_describe(c);
+  if (s != ZCK_OK) {
+    zck_ds_close(c);
+    return s;
+  }
+  *out = c;
+  return ZCK_OK;
+}
+
 zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ckpt **out) {
   ZCK_ASSERT(path && out);
   *out = NULL;
   zck_ds_open_opts o = ZCK_DS_OPEN_OPTS_INIT;
   if (opts) o = *opts;
-  zck_ds_ckpt *c = zck__calloc(1, sizeof *c);
-  if (!c) return ZCK_ERR_NO_MEMORY;
-  c->topts = o.torch;
-  zck_status s = zck__ds_find(path, o.tag, &c->fs);
-  if (s == ZCK_OK) s = c->fs.n_optims ? read_optims(c) : read_zero0(c);
-  if (s == ZCK_OK && !c->zero0) s = read_models(c);
-  if (s == ZCK_OK) s = check_steps(c);
-  if (s == ZCK_OK) s = zck__ds_describe(c);
+  zck_ds_ckpt *c = NULL;
+  zck_status s = zck__ds_open_mp(path, &o, 0, NULL, &c);
+  if (s != ZCK_OK) return s;
+  if (c->fs.n_mp > 1) s = zck__ds_autotp(c, path, &o);
   if (s == ZCK_OK && o.require_optimizer_state && !c->info.has_optimizer_state)  /* DS-48 */
     s = zck__fail(ZCK_ERR_NOT_FOUND,
                   "%s: no optimizer state (exp_avg / exp_avg_sq): saved before the first optimizer step, or removed",
@@ -212,6 +247,9 @@ zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ck
 
 void zck_ds_close(zck_ds_ckpt *c) {
   if (!c) return;
+  for (uint32_t t = 0; t < c->n_tp; t++) zck_ds_close(c->tp[t]);
+  free(c->tp);
+  free(c->tp_vocab);
   for (size_t i = 0; i < c->n_models; i++) zck__ds_model_file_free(&c->models[i]);
   free(c->models);
   for (size_t r = 0; r < c->n_optims; r++) zck__ds_optim_file_free(&c->optims[r]);
@@ -299,11 +337,13 @@ const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c) { return c->lr_scheduler
 const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c) { return c->loss_scaler; }
 const zck_pk *zck_ds_client_state(const zck_ds_ckpt *c) { return c->model0 ? zck_torch_root(c->model0) : NULL; }
 
-size_t zck_ds_model_file_count(const zck_ds_ckpt *c) { return c->n_models; }
+/* AutoTP: every TP rank's model files, rank 0's first. */
+size_t zck_ds_model_file_count(const zck_ds_ckpt *c) { return c->n_models * (c->n_tp + 1); }
 
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i) {
-  ZCK_ASSERT(i < c->n_models);
-  const zck__ds_rankfile *f = c->models[i].file;
+  ZCK_ASSERT(i < c->n_models * (c->n_tp + 1));
+  const zck_ds_ckpt *sub = i < c->n_models ? c : c->tp[i / c->n_models - 1];
+  const zck__ds_rankfile *f = sub->models[i % c->n_models].file;
   return (zck_ds_file){f->name, f->path, f->size};
 }
 

@@ -29,9 +29,15 @@ zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) {
  * values would be written in this rank's place. An archive name that is no rank pattern
  * ("archive" from older torch or zckpt's writer, a file saved under another name) is fine. */
 static zck_status check_archive_rank(const zck_torch_file *tf, const zck__ds_rankfile *rf, const char *what) {
-  long own = zck_ds_name_rank(rf->name, strlen(rf->name));
   const char *arch = zck_torch_prefix(tf);
-  if (own < 0 || !arch) return ZCK_OK;
+  if (!arch) return ZCK_OK;
+  /* AutoTP: the TP rank ("mp_rank_XX") is part of the identity too */
+  long own_mp = zck_ds_name_mp(rf->name, strlen(rf->name)), held_mp = zck_ds_name_mp(arch, strlen(arch));
+  if (own_mp >= 0 && held_mp >= 0 && own_mp != held_mp)
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: holds tensor-parallel rank %ld's %s (archive '%.200s'), expected mp rank %ld",
+                     rf->path, held_mp, what, arch, own_mp);
+  long own = zck_ds_name_rank(rf->name, strlen(rf->name));
+  if (own < 0) return ZCK_OK;
   long held = zck_ds_name_rank(arch, strlen(arch));
   if (held < 0 || held == own) return ZCK_OK;
   return zck__fail(ZCK_ERR_MISMATCH, "%s: holds rank %ld's %s (archive '%.200s'), expected rank %ld", rf->path, held, what,
@@ -207,9 +213,10 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   const zck_pk *sa = zck_pk_dict_get(root, "zckpt_step_ahead");
   if (sa && (sa->kind != ZCK_PK_INT || !zck_pk_as_int(sa, &mf->step_ahead) || mf->step_ahead < 0 || mf->step_ahead > 1))
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'zckpt_step_ahead' is not 0 or 1", path);
-  if (mf->mp_world_size != 1)
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mp_world_size %lld: tensor/pipeline-parallel checkpoints are not supported",
-                     path, (long long)mf->mp_world_size);
+  if (mf->mp_world_size != (int64_t)c->fs.n_mp)  /* AutoTP: one file set per mp rank (ds_autotp.c) */
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: mp_world_size %lld but the folder holds files of %u mp (tensor-parallel) "
+                     "rank%s: stale files from another run?", path, (long long)mf->mp_world_size, c->fs.n_mp,
+                     c->fs.n_mp == 1 ? "" : "s");
   if (mf->dp_world_size < 1) return zck__fail(ZCK_ERR_FORMAT, "%s: dp_world_size %lld < 1", path, (long long)mf->dp_world_size);
 
   const zck_pk *cpd = zck_pk_dict_get(root, "checkpoint_parallel_dimensions");  /* DS-30 */
@@ -221,6 +228,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
       int64_t x;
       if (!v || v->kind != ZCK_PK_INT || !zck_pk_as_int(v, &x) || x < 1)
         return zck__fail(ZCK_ERR_FORMAT, "%s: checkpoint_parallel_dimensions['%s'] is not a positive int", path, dims[k]);
+      if (k == 1 && x == (int64_t)c->fs.n_mp) continue;  /* AutoTP's tp_degree: its files are here */
       if (x != 1)
         return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s = %lld: pipeline/tensor-parallel checkpoints are not supported", path,
                          dims[k], (long long)x);

@@ -59,7 +59,8 @@ typedef struct zck_uv_write_opts {
 typedef enum zck_uv_form {
   ZCK_UV_CAT_DIM = 0,         /* {'cat_dim': 0, 'param': T} */
   ZCK_UV_PARAM,               /* {'param': T} */
-  ZCK_UV_BARE                 /* T */
+  ZCK_UV_BARE,                /* T */
+  ZCK_UV_VOCAB                /* {'vocab_tensor': True, 'param': T}: AutoTP vocabulary-parallel params */
 } zck_uv_form;
 
 /* out must not end with '/' (it is stripped: DeepSpeed would write an empty

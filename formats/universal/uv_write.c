@@ -216,6 +216,9 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
       if (st == ZCK_OK && form == ZCK_UV_CAT_DIM &&
           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "cat_dim"), zck_pk_new_int(doc, 0)))
         st = ZCK_ERR_NO_MEMORY;
+      if (st == ZCK_OK && form == ZCK_UV_VOCAB &&
+          !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "vocab_tensor"), zck_pk_new_bool(doc, 1)))
+        st = ZCK_ERR_NO_MEMORY;
       if (st == ZCK_OK && !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "param"), t)) st = ZCK_ERR_NO_MEMORY;
     }
   }

@@ -132,7 +132,8 @@ static void file_set(void) {
   expect_fail(r, NULL, ZCK_ERR_UNSUPPORTED, "layer_01_expert_0_mp_rank_00_model_states.pt", "MoE");
   SH("rm '%s/layer_01_expert_0_mp_rank_00_model_states.pt'", t);
   SH("cp '%s/mp_rank_00_model_states.pt' '%s/mp_rank_01_model_states.pt'", t, t);  /* tensor parallel */
-  expect_fail(r, NULL, ZCK_ERR_UNSUPPORTED, "mp_rank_01_model_states.pt", "model-parallel");
+  /* a stray mp rank: AutoTP folders hold one file set per mp rank, named in mp_world_size */
+  expect_fail(r, NULL, ZCK_ERR_MISMATCH, "mp_rank_00_model_states.pt", "mp_world_size 1 but the folder holds files of 2 mp");
   SH("rm '%s/mp_rank_01_model_states.pt'", t);
   char *o1_orig = fmt("%s.rank1.pt", r);        /* beside the checkpoint, not in it */
   SH("cp '%s' '%s'", o1, o1_orig);
