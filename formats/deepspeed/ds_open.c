@@ -98,6 +98,8 @@ static zck_status read_zero0(zck_ds_ckpt *c) {
  * the other TP ranks save {} though their module ties the same params. */
 static zck_status copy_ties(zck__ds_model_file *mf, const zck__ds_model_file *from) {
   if (mf->n_shared || !from->n_shared) return ZCK_OK;
+  free(mf->shared_alias);  /* the reader's empty arrays */
+  free(mf->shared_src);
   mf->shared_alias = zck__calloc(from->n_shared, sizeof(char *));
   mf->shared_src = zck__calloc(from->n_shared, sizeof(char *));
   if (!mf->shared_alias || !mf->shared_src) return ZCK_ERR_NO_MEMORY;
