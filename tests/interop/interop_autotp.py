@@ -1,0 +1,247 @@
+"""interop_autotp.py: DeepSpeed's AutoTP checkpoints through zckpt, checked against DeepSpeed itself.
+
+Sources: the real AutoTP checkpoints of tests/fixtures/autotp (DeepSpeed 0.19.8 on the CPU, made by
+tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are imported here). Per case:
+
+  to-universal  `zckpt to-universal` == DeepSpeed's own ds_to_universal.py of the same folder, file by file
+                (every zero/<param>/<state>.pt, step.pt, optimizer_state.pt, the copied mp_rank_* files), except
+                the tied head: ds_to_universal writes TP rank 0's 16-bit half ([V/2, H]), zckpt the whole matrix,
+                which equals the embedding's fp32 master.
+  load (TP)     a fresh AutoTP engine (same TP size, dp 1: from dp 2 too) with checkpoint.load_universal loads
+                zckpt's universal folder: its gathered fp32 masters equal the source engine's (expected_fp32)
+                bit for bit, and the next step's loss equals the source engine's third step (same data).
+  load (TP 1)   `zckpt reshard --to-stage S --to-world-size DP` (S: 3 from ZeRO-1, 2 from ZeRO-2) into plain ZeRO, loaded by a plain DeepSpeed
+                engine (no tensor_parallel) with engine.load_checkpoint: fp32 masters, exp_avg, exp_avg_sq equal
+                the source engine's (expected_fp32 / expected_state) bit for bit; the next loss equals the
+                source's third step to LOSS_RTOL (same data per dp rank; TP changes the summation order).
+
+Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+GEN = os.path.join(SRC, "tests", "fixtures", "gen")
+FIX = os.path.join(SRC, "tests", "fixtures", "autotp")
+sys.path.insert(0, GEN)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
+LOSS_RTOL = {"fp32": 1e-5, "bf16": 2e-2}
+# the default run (about 2 minutes on 2 cores): TP 2 x DP 1 fp32 ZeRO-1 tied, TP 2 x DP 2 bf16 ZeRO-2 tied
+CASES = ["tp2_s1_fp32_tied", "tp2dp2_s2_bf16_tied"]
+
+
+def worker(spec_path):
+    """One rank of a load: build the engine, load, gather, take the next step."""
+    import torch
+    import deepspeed
+    import deepspeed.comm as dist
+    import make_autotp_fixtures as G
+    from deepspeed.utils import groups, safe_get_full_fp32_param, safe_get_full_optimizer_state
+    with open(spec_path) as f:
+        spec = json.load(f)
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = G.build_model(spec["tied"])
+    tp = spec["tp"]
+    cfg = G.ds_config(spec["world"], max(tp, 1), spec["stage"], spec["dtype"])
+    if tp <= 1:
+        del cfg["tensor_parallel"]
+    if spec["universal"]:
+        cfg["checkpoint"] = {"load_universal": True}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    path, _ = engine.load_checkpoint(spec["load"])
+    assert path is not None, "load_checkpoint found nothing"
+    dp_rank = groups._get_data_parallel_rank()
+    # stage 1/2: after a load the optimizer-state fragments are linked only at the next step: link them now
+    # (only views; as tests/interop/ds_harness.py does)
+    opt = engine.optimizer
+    if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and getattr(opt, "optimizer", opt).state:
+        opt._hp_optimizer_states_linked = False
+        opt._lazy_init_hp_params_optimizer_state()
+    if tp > 1:
+        full = {k: G.gather_full(engine, safe_get_full_fp32_param) for k in ["fp32"]}["fp32"]
+        state = {}
+        for key in ("exp_avg", "exp_avg_sq"):
+            for n, t in G.gather_full(engine, lambda p, k=key: safe_get_full_optimizer_state(p, k)).items():
+                state[f"{n}/{key}"] = t
+    else:
+        full, state, seen = {}, {}, set()
+        for n, p in engine.module.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            full[n] = safe_get_full_fp32_param(p).detach().clone()
+            for key in ("exp_avg", "exp_avg_sq"):
+                state[f"{n}/{key}"] = safe_get_full_optimizer_state(p, key).detach().clone()
+    loss = G.train_step(engine, 2, dp_rank)
+    losses = [None] * dist.get_world_size()
+    dist.all_gather_object(losses, loss)
+    if dist.get_rank() == 0:
+        torch.save({"fp32": full, "state": state, "losses": losses, "global_steps": engine.global_steps},
+                   spec["out"])
+    dist.barrier()
+
+
+def run_load(tmp, name, spec):
+    from ds_launch import launch
+    spec["out"] = os.path.join(tmp, name + ".result.pt")
+    sp = os.path.join(tmp, name + ".spec.json")
+    with open(sp, "w") as f:
+        json.dump(spec, f)
+    rc = launch(spec["world"], [os.path.abspath(__file__), "--worker", sp], timeout=300,
+                log_prefix=os.path.join(tmp, name))
+    if rc:
+        logs = "".join(l for l in open(os.path.join(tmp, f"{name}.rank0.log")).read().splitlines(True)
+                       if "Error" in l or "error" in l or "assert" in l)[-1500:]
+        raise AssertionError(f"{name}: DeepSpeed load failed (rc {rc}): {logs}")
+    import torch
+    return torch.load(spec["out"], weights_only=False)
+
+
+def load_st(path):
+    from safetensors.torch import load
+    with open(path, "rb") as f:
+        return load(f.read())
+
+
+def bits_equal(a, b):
+    import torch
+    return a.dtype == b.dtype and a.shape == b.shape and a.reshape(-1).view(torch.uint8).equal(
+        b.reshape(-1).view(torch.uint8))
+
+
+def same_obj(x, y):
+    import torch
+    if torch.is_tensor(x):
+        return torch.is_tensor(y) and bits_equal(x, y)
+    if isinstance(x, dict):
+        return isinstance(y, dict) and list(x) == list(y) and all(same_obj(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return type(x) == type(y) and len(x) == len(y) and all(same_obj(u, v) for u, v in zip(x, y))
+    if type(x).__module__.startswith("deepspeed"):  # LossScaler & co. have no __eq__
+        return type(x) == type(y) and vars(x) == vars(y)
+    return x == y
+
+
+def check_universal(case, tmp, exp, fails):
+    import torch
+    ckpt = os.path.join(FIX, case, "ckpt")
+    # DeepSpeed's load_universal reads <load dir>/latest_universal, then <load dir>/<tag>
+    root = os.path.join(tmp, case + "-zckpt-universal")
+    os.makedirs(root)
+    with open(os.path.join(root, "latest_universal"), "w") as f:
+        f.write("global_step2_universal")
+    ours, theirs = os.path.join(root, "global_step2_universal"), os.path.join(tmp, case + "-ds-universal")
+    subprocess.run([ZCKPT, "to-universal", "-q", ckpt, ours], check=True)
+    r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                        os.path.join(ckpt, "global_step2"), "--output_folder", theirs, "--num_extract_workers", "1",
+                        "--num_merge_workers", "1"], capture_output=True, text=True)
+    if r.returncode:
+        fails.append(f"{case}: ds_to_universal failed: {r.stderr[-500:]}")
+        return root
+    files = lambda d: sorted(os.path.relpath(os.path.join(dp, f), d) for dp, _, fs in os.walk(d) for f in fs
+                             if f != "zckpt-manifest.json")
+    if files(ours) != files(theirs):
+        fails.append(f"{case}: universal files differ: {sorted(set(files(ours)) ^ set(files(theirs)))}")
+    fp32 = load_st(os.path.join(FIX, case, "expected_fp32.safetensors"))
+    for rel in files(theirs):
+        a = torch.load(os.path.join(ours, rel), weights_only=False)
+        b = torch.load(os.path.join(theirs, rel), weights_only=False)
+        if rel == "zero/lm_head.weight/fp32.pt" and exp["tied"]:
+            # ds_to_universal: TP rank 0's 16-bit half; zckpt: the whole tied matrix (the embedding's master)
+            whole = fp32["model.embed_tokens.weight"]
+            if not (list(a) == ["param"] and bits_equal(a["param"], whole)):
+                fails.append(f"{case}: {rel}: not the whole tied matrix")
+            if tuple(b["param"].shape) != (whole.shape[0] // exp["tp_size"], whole.shape[1]):
+                fails.append(f"{case}: {rel}: ds_to_universal no longer writes half the matrix: {b['param'].shape}")
+            continue
+        if not same_obj(a, b):
+            fails.append(f"{case}: {rel} differs from ds_to_universal's")
+    return root
+
+
+def check_case(case, tmp):
+    import torch
+    fails = []
+    with open(os.path.join(FIX, case, "expected.json")) as f:
+        exp = json.load(f)
+    fp32 = load_st(os.path.join(FIX, case, "expected_fp32.safetensors"))
+    state = load_st(os.path.join(FIX, case, "expected_state.safetensors"))
+    ref_loss = exp["loss_step3"]
+    base = {"tied": exp["tied"], "stage": exp["stage"], "dtype": exp["dtype"]}
+
+    def compare(tag, res, with_state):
+        for n, t in fp32.items():
+            if n not in res["fp32"] or not bits_equal(res["fp32"][n].cpu(), t):
+                fails.append(f"{case} {tag}: fp32 master of {n} differs from the source engine's")
+        if with_state:
+            for n, t in state.items():
+                if n not in res["state"] or not bits_equal(res["state"][n].cpu(), t):
+                    fails.append(f"{case} {tag}: {n} differs from the source engine's")
+        loss = res["losses"][0]
+        tol = LOSS_RTOL[exp["dtype"]]
+        if not abs(loss - ref_loss) <= tol * abs(ref_loss):
+            fails.append(f"{case} {tag}: next loss {loss!r} vs the source engine's {ref_loss!r} (rtol {tol})")
+        return loss
+
+    uni = check_universal(case, tmp, exp, fails)
+    # AutoTP engine, same TP size, dp 1 (from dp 2 in the tp2dp2 case), from zckpt's universal folder
+    for dp in (1,):
+        tag = f"universal->tp{exp['tp_size']}xdp{dp}"
+        try:
+            res = run_load(tmp, f"{case}-{tag}", dict(base, world=exp["tp_size"] * dp, tp=exp["tp_size"],
+                                                       universal=True, load=uni))
+            loss = compare(tag, res, True)
+            print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
+        except Exception as e:  # noqa: BLE001
+            fails.append(f"{case} {tag}: {e}")
+    # plain ZeRO (TP 1) from zckpt reshard, at the source's dp size
+    for stage in ({1: 3, 2: 2}[exp["stage"]],):  # one target stage per case: 1 -> 3, 2 -> 2
+        tag = f"reshard->tp1-s{stage}w{exp['dp_size']}"
+        out = os.path.join(tmp, f"{case}-{tag}")
+        try:
+            subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), out, "--to-stage", str(stage),
+                            "--to-world-size", str(exp["dp_size"])], check=True)
+            res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage, world=exp["dp_size"], tp=1, universal=False,
+                                                       load=out))
+            loss = compare(tag, res, True)
+            print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
+        except Exception as e:  # noqa: BLE001
+            fails.append(f"{case} {tag}: {e}")
+    return fails
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+        return 0
+    if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
+        print("SKIP: no zckpt binary or no AutoTP fixtures")
+        return 77
+    cases = sys.argv[1:] or CASES
+    passed, failed = 0, 0
+    tmp = tempfile.mkdtemp(prefix="zckpt-autotp-")
+    try:
+        for case in cases:
+            try:
+                fails = check_case(case, tmp)
+            except Exception:  # noqa: BLE001
+                fails = [f"{case}: {traceback.format_exc()}"]
+            for f in fails:
+                print("FAIL", f)
+            passed += not fails
+            failed += bool(fails)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
