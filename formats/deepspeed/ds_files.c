@@ -403,8 +403,8 @@ static zck_status scan(zck__ds_fileset *fs) {
   if (!fs->model.name && !fs->n_z3_models) {
     if (fs->n_optims)
       return zck__fail(ZCK_ERR_NOT_FOUND,
-                       "%s: incomplete checkpoint: no model-states file (mp_rank_00_model_states.pt or "
-                       "zero_pp_rank_0_mp_rank_00_model_states.pt)", fs->dir);
+                       "%s: incomplete checkpoint: no model-states file (mp_rank_%02u_model_states.pt or "
+                       "zero_pp_rank_0_mp_rank_%02u_model_states.pt)", fs->dir, fs->mp, fs->mp);
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no DeepSpeed checkpoint files in the tag folder", fs->dir);
   }
   /* no optimizer files beside mp_rank_00_model_states.pt: ZeRO-0 keeps its optimizer state

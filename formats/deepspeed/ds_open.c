@@ -29,7 +29,7 @@ static bool str_eq(const char *a, const char *b) { return (!a && !b) || (a && b 
 static zck_status read_optims(zck_ds_ckpt *c) {
   zck__ds_fileset *fs = &c->fs;
   if (fs->optims[0].rank != 0) {
-    char *name = zck__ds_optim_name(fs->prefix, 0);
+    char *name = zck__ds_optim_name_mp(fs->prefix, 0, fs->mp);
     zck_status s = zck__fail(ZCK_ERR_NOT_FOUND, "%s/%s: missing optimizer file for dp rank 0 (found %zu others, first %s)",
                              fs->dir, name ? name : "?", fs->n_optims, fs->optims[0].name);
     free(name);

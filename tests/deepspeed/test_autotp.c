@@ -216,6 +216,21 @@ static void check_damage(const char *cs, const char *ckpt, const char *tmp, cons
   fprintf(stderr, "    ok: %s\n", msg);
 }
 
+/* A TP rank's file removed: refused with one line naming that rank's file. */
+static void check_missing(const char *cs, const char *ckpt, const char *tmp, const char *file, const char *needle) {
+  char d[4096], p[4300], out[4300];
+  snprintf(d, sizeof d, "%s/%s-missing-%s", tmp, cs, file);
+  if (zt_copy_tree(ckpt, d) != 0) ZT_FAIL("cp %s", ckpt);
+  snprintf(p, sizeof p, "%s/global_step2/%s", d, file);
+  if (remove(p) != 0) ZT_FAIL("rm %s", p);
+  snprintf(out, sizeof out, "%s.safetensors", d);
+  zck_status s = zck_consolidate(d, out, NULL);
+  if (s == ZCK_OK) ZT_FAIL("%s: consolidate without %s succeeded", cs, file);
+  const char *msg = zck_last_error();
+  if (!strstr(msg, needle) || strchr(msg, '\n')) ZT_FAIL("%s: message \"%s\" lacks \"%s\"", cs, msg, needle);
+  fprintf(stderr, "    ok: %s\n", msg);
+}
+
 static void check_case(const char *root, const char *cs, const char *tmp) {
   char dir[4096], ckpt[4200], path[4300], out[4300];
   snprintf(dir, sizeof dir, "%s/%s", root, cs);
@@ -295,6 +310,8 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   check_damage(cs, ckpt, tmp, "mp_rank_01_model_states.pt", "mp_rank_00_model_states.pt", 0, "tensor-parallel rank 1");
   check_damage(cs, ckpt, tmp, o1, o0, 0, "tensor-parallel rank 1");
   check_damage(cs, ckpt, tmp, NULL, o1, 1, "CRC-32 mismatch");
+  check_missing(cs, ckpt, tmp, "mp_rank_01_model_states.pt", "no model-states file (mp_rank_01_model_states.pt");
+  check_missing(cs, ckpt, tmp, o1, o1);
   fprintf(stderr, "  %s: ok (tp %d x dp %d, %s, %s head)\n", cs, tp, dp, dtype, tied ? "tied" : "untied");
   cJSON_Delete(e);
 }
