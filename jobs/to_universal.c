@@ -361,8 +361,9 @@ static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size
       e->param = flat[i];
       e->numel = p->numel;
       e->dtype = j->views[k].stores[0].dtype;
-      if (j->info->stage <= 2) {
-        /* AutoTP: ds_to_universal's affine-map merge writes {'param'} (+ 'vocab_tensor' first) */
+      if (j->info->stage <= 2 || j->info->tp_size > 1) {
+        /* AutoTP (any stage): ds_to_universal's affine-map merge writes the full tensor as {'param'}
+         * (+ 'vocab_tensor' first) */
         e->form = j->info->tp_size <= 1 ? ZCK_UV_CAT_DIM
                   : zck_ds_autotp_vocab(j->ck, flat[i]) ? ZCK_UV_VOCAB : ZCK_UV_PARAM;
         e->ndim = p->ndim;

@@ -1,6 +1,6 @@
 /* ds_autotp.c: AutoTP (tensor-parallel) checkpoints as one state view.
  *
- * DeepSpeed's AutoTP (`"tensor_parallel": {"autotp_size": T}`, ZeRO 1/2) saves one ZeRO
+ * DeepSpeed's AutoTP (`"tensor_parallel": {"autotp_size": T}`, ZeRO 1/2/3) saves one ZeRO
  * checkpoint per TP rank t in the same tag folder: mp_rank_0t_model_states.pt and
  * [bf16_]zero_pp_rank_<dp>_mp_rank_0t_optim_states.pt. Each holds the TP slices of the
  * model (column-parallel linears cut along dim 0, row-parallel ones along dim 1, the
@@ -15,9 +15,10 @@
  * (consolidate, to-universal, reshard, verify) runs through the one transfer unchanged.
  *
  * A piece held by several ranks (replicated norms) is read from the first rank of its
- * locations, as ParamAffineMap.rebuild keeps the first copy. Scaled pieces (pre-divided
- * replicated biases of row-parallel layers) cannot be moved by a copy: refused. Stage 3
- * with AutoTP is refused (not reproduced on the CPU here). */
+ * locations, as ParamAffineMap.rebuild keeps the first copy (DeepSpeed's rebuild also
+ * checks that the copies agree; zckpt does not compare them). Scaled pieces (pre-divided
+ * replicated biases of row-parallel layers) cannot be moved by a copy: refused. ZeRO-3
+ * works the same way: each TP rank's per-parameter partitions are composed alike. */
 #include "ds_internal.h"
 #include "strmap.h"
 
@@ -491,8 +492,6 @@ static zck_status vocab_params(zck_ds_ckpt *c, const zck_pk *uci, const char *mp
 zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o) {
   uint32_t T = c->fs.n_mp;
   const char *mpath = c->models[0].file->path;
-  if (c->info.stage == 3)
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoTP (%u tensor-parallel ranks) with ZeRO stage 3: not supported", mpath, T);
   if (c->info.bf16_optimizer)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoTP with BF16_Optimizer files: not supported", mpath);
   /* universal_checkpoint_info['affine_map']['params']: DeepSpeed's record of the slicing */

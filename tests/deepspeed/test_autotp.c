@@ -1,6 +1,6 @@
 /* test_autotp.c: AutoTP (tensor-parallel) checkpoints saved by the real DeepSpeed 0.19.8 on
  * the CPU (tests/fixtures/autotp/<case>/, made by tests/fixtures/gen/make_autotp_fixtures.py):
- * TP 2 x DP 1 and TP 2 x DP 2, ZeRO 1 and 2, fp32 and bf16, tied and untied head.
+ * TP 2 x DP 1 and TP 2 x DP 2, ZeRO 1, 2 and 3, fp32 and bf16, tied and untied head.
  *   - open: the full shapes (what DeepSpeed's engine holds gathered), tp_size, dp size;
  *   - consolidate equals the live engine's full fp32 masters (safe_get_full_fp32_param on
  *     every TP rank, merged by DeepSpeed's ParamAffineMap.rebuild) bit for bit; with
@@ -100,9 +100,9 @@ static void same_universal(const char *cs, const char *udir, const char *name, c
 
 /* Whether DeepSpeed listed name in universal_checkpoint_info['vocabulary_parameter_patterns']
  * ("^" + re.escape(name) + "$") of mp rank 0's model file. */
-static int is_vocab(const char *ckpt, const char *name) {
+static int is_vocab(const char *ckpt, int stage, const char *name) {
   char p[4096], pat[1024];
-  snprintf(p, sizeof p, "%s/global_step2/mp_rank_00_model_states.pt", ckpt);
+  snprintf(p, sizeof p, "%s/global_step2/%smp_rank_00_model_states.pt", ckpt, stage == 3 ? "zero_pp_rank_0_" : "");
   size_t k = 0;
   pat[k++] = '^';
   for (const char *c = name; *c && k < sizeof pat - 3; c++) {
@@ -132,11 +132,17 @@ static void check_universal(const char *cs, const char *ckpt, const char *dir, c
   const zck_model *m = zck_ds_model(c);
   for (size_t p = 0; p < m->n_params; p++) {
     const zck_param *pp = &m->params[p];
-    if (pp->tied_to >= 0) {  /* the whole tied matrix (ds_to_universal: TP rank 0's 16-bit half) */
-      same_universal(cs, out, pp->name, "fp32", fp32, m->params[pp->tied_to].name, 0);
+    if (pp->tied_to >= 0) {
+      char ap[4300];
+      struct stat st;
+      snprintf(ap, sizeof ap, "%s/zero/%s", out, pp->name);
+      if (zck_ds_info_of(c)->stage == 3)  /* stage 3 writes no module files for aliases (ds_to_universal neither) */
+        ZT_ASSERT(stat(ap, &st) != 0);
+      else  /* the whole tied matrix (ds_to_universal: TP rank 0's 16-bit half) */
+        same_universal(cs, out, pp->name, "fp32", fp32, m->params[pp->tied_to].name, 0);
       continue;
     }
-    int vocab = is_vocab(ckpt, pp->name);
+    int vocab = is_vocab(ckpt, zck_ds_info_of(c)->stage, pp->name);
     same_universal(cs, out, pp->name, "fp32", fp32, pp->name, vocab);
     snprintf(key, sizeof key, "%s/exp_avg", pp->name);
     same_universal(cs, out, pp->name, "exp_avg", state, key, vocab);
@@ -144,12 +150,14 @@ static void check_universal(const char *cs, const char *ckpt, const char *dir, c
     same_universal(cs, out, pp->name, "exp_avg_sq", state, key, vocab);
   }
   zck_ds_close(c);
-  for (int t = 0; t < get(e, "tp_size")->valueint; t++) {  /* every TP rank's model file, as ds_to_universal copies them */
-    char p[4200];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/mp_rank_%02d_model_states.pt", out, t);
-    if (stat(p, &st) != 0) ZT_FAIL("%s: no %s", cs, p);
-  }
+  for (int t = 0; t < get(e, "tp_size")->valueint; t++)  /* every TP rank's model files, as ds_to_universal copies them */
+    for (int r = 0; r < (get(e, "stage")->valueint == 3 ? get(e, "dp_size")->valueint : 1); r++) {
+      char p[4200], z[64] = "";
+      struct stat st;
+      if (get(e, "stage")->valueint == 3) snprintf(z, sizeof z, "zero_pp_rank_%d_", r);
+      snprintf(p, sizeof p, "%s/%smp_rank_%02d_model_states.pt", out, z, t);
+      if (stat(p, &st) != 0) ZT_FAIL("%s: no %s", cs, p);
+    }
   /* the HDF5 container, read back through a reshard to plain ZeRO */
   zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
   uo.format = ZCK_UNIVERSAL_HDF5;
@@ -307,10 +315,14 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   char o0[128], o1[128];
   snprintf(o0, sizeof o0, "%szero_pp_rank_0_mp_rank_00_optim_states.pt", pre);
   snprintf(o1, sizeof o1, "%szero_pp_rank_0_mp_rank_01_optim_states.pt", pre);
-  check_damage(cs, ckpt, tmp, "mp_rank_01_model_states.pt", "mp_rank_00_model_states.pt", 0, "tensor-parallel rank 1");
+  const char *zp = get(e, "stage")->valueint == 3 ? "zero_pp_rank_0_" : "";  /* stage 3: a model file per dp rank */
+  char m0[128], m1[128];
+  snprintf(m0, sizeof m0, "%smp_rank_00_model_states.pt", zp);
+  snprintf(m1, sizeof m1, "%smp_rank_01_model_states.pt", zp);
+  check_damage(cs, ckpt, tmp, m1, m0, 0, "tensor-parallel rank 1");
   check_damage(cs, ckpt, tmp, o1, o0, 0, "tensor-parallel rank 1");
   check_damage(cs, ckpt, tmp, NULL, o1, 1, "CRC-32 mismatch");
-  check_missing(cs, ckpt, tmp, "mp_rank_01_model_states.pt", "no model-states file (mp_rank_01_model_states.pt");
+  check_missing(cs, ckpt, tmp, m1, *zp ? m1 : "no model-states file (mp_rank_01_model_states.pt");
   check_missing(cs, ckpt, tmp, o1, o1);
   fprintf(stderr, "  %s: ok (tp %d x dp %d, %s, %s head)\n", cs, tp, dp, dtype, tied ? "tied" : "untied");
   cJSON_Delete(e);
