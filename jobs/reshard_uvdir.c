@@ -50,6 +50,7 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   wo.param_align = in->param_align;
   wo.global_steps = in->global_steps;
   wo.skipped_steps = in->skipped_steps;
+  wo.step_ahead = in->step_ahead;
   wo.global_samples = in->global_samples;
   wo.has_optimizer_state = in->has_optimizer_state;
   wo.step_is_tensor = in->step_is_tensor;

@@ -152,6 +152,7 @@ typedef struct zck_uv_info {
   bool step_is_tensor;
   double step;
   int64_t global_steps, skipped_steps;
+  int64_t step_ahead;         /* the model file's zckpt_step_ahead (0 if absent): step.pt is one ahead */
   int64_t global_samples;     /* -1 if absent */
   const char *ds_version;     /* NULL if absent */
   /* the source run's configuration, as the DeepSpeed reader derives it */

@@ -415,6 +415,11 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   ZCK_TRY(zck__uv_need_int(root, "dp_world_size", &dp, path));
   ZCK_TRY(zck__uv_need_int(root, "global_steps", &c->info.global_steps, path));
   ZCK_TRY(zck__uv_need_int(root, "skipped_steps", &c->info.skipped_steps, path));
+  /* a zckpt reshard of FP16_UnfusedOptimizer's checkpoint: its step is one ahead (deepspeed.h) */
+  const zck_pk *sa = zck_pk_dict_get(root, "zckpt_step_ahead");
+  if (sa && (sa->kind != ZCK_PK_INT || !zck_pk_as_int(sa, &c->info.step_ahead) || c->info.step_ahead < 0 ||
+             c->info.step_ahead > 1))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: 'zckpt_step_ahead' is not 0 or 1", path);
   if (zck_pk_dict_get(root, "mp_world_size")) ZCK_TRY(zck__uv_need_int(root, "mp_world_size", &mp, path));
   if (mp != 1)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mp_world_size %lld: tensor/pipeline-parallel checkpoints are not supported",

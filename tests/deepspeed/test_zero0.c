@@ -7,7 +7,8 @@
  *   - damage: a flipped byte in an fp32 master is caught on read (consolidate fails, one
  *     line naming the file; verify says DAMAGED), a truncated model file is refused by
  *     open with one line naming it; no output is left behind;
- *   - reshard into stage 2 carries FP16_UnfusedOptimizer's step (one ahead) with zckpt_step_ahead;
+ *   - reshard into stage 2 carries FP16_UnfusedOptimizer's step (one ahead) with zckpt_step_ahead,
+ *     also through DeepSpeed's universal folder of that reshard;
  *   - to-universal --format hdf5, then reshard of the container: the direct reshard's files;
  *   - reshard without --to-stage, and to-universal into DeepSpeed's folder layout, are refused
  *     with one line. */
@@ -99,6 +100,28 @@ static void check_case(const char *cs, const char *tmp) {
   ZT_EQ_INT(ri->world_size, 3);
   zck_ds_close(rs);
   zck_ds_close(src);
+
+  /* ... and through DeepSpeed's universal folder of that reshard: the carried model file
+   * says zckpt_step_ahead, and the reshard of the folder keeps it (its step.pt is one ahead) */
+  {
+    char *uvd = NULL, *out_u = NULL;
+    if (asprintf(&uvd, "%s/%s-s2w3-uv", tmp, cs) < 0 || asprintf(&out_u, "%s/%s-s2w3-uv-s1w2", tmp, cs) < 0) abort();
+    zck_universal_opts uvo = ZCK_UNIVERSAL_OPTS_INIT;
+    uvo.inject_missing_state = 1;   /* ZeRO-0's model file has no universal_checkpoint_info */
+    ZT_OK(zck_to_universal(out, uvd, &uvo));
+    zck_reshard_opts ro2 = ZCK_RESHARD_OPTS_INIT;
+    ro2.to_stage = 1;
+    ro2.to_world_size = 2;
+    ZT_OK(zck_reshard(uvd, out_u, &ro2));
+    zck_ds_ckpt *ru = NULL;
+    ZT_OK(zck_ds_open(out_u, NULL, &ru));
+    const zck_ds_info *ui = zck_ds_info_of(ru);
+    ZT_EQ_INT(ui->step_ahead, unfused);
+    ZT_ASSERT(ui->step == (double)(ui->global_steps + unfused));
+    zck_ds_close(ru);
+    free(uvd);
+    free(out_u);
+  }
 
   /* through zckpt's HDF5 container: the reshard of the container is the direct reshard, byte
    * for byte (FP16_UnfusedOptimizer's step_ahead carried in its resume state) */
