@@ -221,6 +221,10 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
       const char *path = o->file->path;
       /* BF16_Optimizer saves the whole padded partition; the real elements are its prefix */
       uint64_t saved = c->info.bf16_optimizer ? st->numel : st->lean;
+      if (zck__ds_offload_swapped(c, f, saved)) {  /* the sub-group lies in offloaded_tensors/ (ds_offload.c) */
+        ZCK_TRY(zck__ds_offload_bind(c, r, g, st, id));
+        continue;
+      }
       if (f->fp32.numel != saved) {  /* DS-51 / DS-61 */
         if (c->info.stage == 3)
           return zck__fail(ZCK_ERR_MISMATCH,

@@ -413,9 +413,9 @@ static zck_status scan(zck__ds_fileset *fs) {
     return zck__fail(ZCK_ERR_UNSUPPORTED,
                      "%s: no *_optim_states.pt files: not a ZeRO checkpoint (stage 0 or a non-ZeRO optimizer), or "
                      "incomplete", fs->dir);
-  if (fs->has_offload_dir)  /* DS-47 */
+  if (fs->has_offload_dir && !fs->n_z3_models)  /* DS-47: only ZeRO-3 swaps its optimizer (ds_offload.c) */
     return zck__fail(ZCK_ERR_UNSUPPORTED,
-                     "%s/offloaded_tensors: NVMe-offloaded optimizer states are not supported", fs->dir);
+                     "%s/offloaded_tensors: NVMe-offloaded optimizer states outside a stage-3 checkpoint", fs->dir);
 
   if (fs->n_optims) qsort(fs->optims, fs->n_optims, sizeof *fs->optims, cmp_rank);
   if (fs->n_z3_models) qsort(fs->z3_models, fs->n_z3_models, sizeof *fs->z3_models, cmp_rank);

@@ -149,6 +149,7 @@ struct zck_ds_ckpt {
   bool *tp_vocab;                  /* [n_params]: in vocabulary_parameter_patterns (or NULL) */
   const zck__ds_model_file *tie_from;  /* mp rank t > 0: rank 0's model file, whose shared_params
                                           DeepSpeed saves on global rank 0 only */
+  struct zck__ds_offload *offload; /* ds_offload.c: open swap files of offloaded_tensors/ */
 };
 
 /* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */
@@ -200,6 +201,13 @@ void zck__ds_zero0_free(zck__ds_zero0 *z);
 /* A store bound in place to t's bytes in src, with its record check (ds_describe.c). */
 zck_store zck__ds_source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,
                                const char *what);
+
+/* ---- ds_offload.c: ZeRO-3 sub-groups swapped to NVMe, read from offloaded_tensors/ */
+/* The optim file holds an empty partition for a sub-group of `saved` elements: it was swapped. */
+bool zck__ds_offload_swapped(const zck_ds_ckpt *c, const zck__ds_flat *f, uint64_t saved);
+/* Binds the fp32 / exp_avg / exp_avg_sq stores `id` (sub-group g of rank r) to its swap files. */
+zck_status zck__ds_offload_bind(zck_ds_ckpt *c, uint32_t r, size_t g, const zck_layout_store *st, uint32_t id);
+void zck__ds_offload_free(struct zck__ds_offload *o);
 
 /* ---- ds_expect.c: zckpt-manifest.json's layout checked, its tensor XXH3s attached to
  * the stores (verified on read) */

@@ -275,6 +275,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   free(c->records);
   free(c->outputs);
   zck_manifest_free(c->manifest);
+  zck__ds_offload_free(c->offload);
   for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
   free(c->warnings);
   free(c->lp_missing);
