@@ -256,6 +256,11 @@ static zck_status load_manifest(vctx *c) {
     } else {
       zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", NULL, NULL, -1, 0,
                        "no " ZCK_MANIFEST_NAME ": structure checks only (zip CRCs, headers, shapes); no checksums of the data as written");
+      /* NVMe-offloaded optimizer state: raw swap files that carry no CRC either */
+      if (zck__verify_exists_in(c->base, "offloaded_tensors"))
+        zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", NULL, NULL, -1, 0,
+                         "%s/offloaded_tensors: NVMe swap files are raw bytes without checksums: only their presence and "
+                         "sizes are checked (a flipped bit there cannot be seen without a manifest)", c->base);
     }
   } else if (st != ZCK_OK) {
     if (st == ZCK_ERR_NO_MEMORY) { free(mpath); return st; }
