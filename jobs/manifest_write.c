@@ -332,7 +332,8 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
     }
   }
   if (st == ZCK_OK) tfirst[n] = m->n_tensors;
-  if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED) st = deepspeed_layout(dir, m);
+  if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED)
+    st = known && known->layout ? zck_manifest_set_layout(m, known->layout) : deepspeed_layout(dir, m);
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_UNIVERSAL)
     st = known && known->layout ? zck_manifest_set_layout(m, known->layout) : universal_layout(dir, m);
   bool *skip = NULL;

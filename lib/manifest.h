@@ -215,7 +215,7 @@ typedef struct zck__manifest_known {
   uint64_t chunk_size;
   zck__manifest_known_file *files;
   size_t n_files;
-  /* optional: the folder's layout as its writer knows it (a universal folder's); the
+  /* optional: the folder's layout as its writer knows it (a universal or DeepSpeed tag folder's); the
    * folder's reader is then not run to find it */
   const zck_manifest_layout *layout;
 } zck__manifest_known;

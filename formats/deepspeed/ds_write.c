@@ -324,8 +324,21 @@ zck_status zck__ds_writer_hash_start(zck_ds_writer *w) {
   return ZCK_OK;
 }
 
+/* The layout the DeepSpeed reader finds in what w wrote (ds_describe.c's fill_info): the
+ * lp dtype is that of the trainable, untied params (w's); masters are fp32. */
+static void known_layout(zck_ds_writer *w) {
+  zck_dtype lp = ZCK_DTYPE_INVALID;
+  for (size_t p = 0; p < w->m->n_params && lp == ZCK_DTYPE_INVALID; p++)
+    if (!w->m->params[p].frozen && w->m->params[p].tied_to < 0) lp = w->lp; /* written in w's lp dtype */
+  if (lp == ZCK_DTYPE_INVALID) lp = w->lp == ZCK_BF16 ? ZCK_BF16 : ZCK_F32;
+  w->known_layout = (zck_manifest_layout){w->tag, w->stage, w->w, w->n_flat, (char *)zck_dtype_name(lp),
+                                          (char *)zck_dtype_name(ZCK_F32), w->lp == ZCK_BF16};
+  w->known.layout = &w->known_layout;
+}
+
 static zck_status finish_hashes(zck_ds_writer *w) {
   size_t n = (size_t)w->n_models + w->w;
+  known_layout(w);
   w->known.files = zck__calloc(n, sizeof *w->known.files);
   if (!w->known.files) return ZCK_ERR_NO_MEMORY;
   w->known.chunk_size = w->hash_chunk;

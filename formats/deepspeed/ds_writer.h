@@ -78,6 +78,8 @@ struct zck_ds_writer {
   zck__shash_budget budget;
   uint64_t hash_streamed, hash_reread;
   zck__manifest_known known;
+  zck_manifest_layout known_layout; /* known.layout: the tag folder's layout as written, so
+                                       the manifest writer need not open the folder again */
 };
 
 /* Asks w to compute the manifest hashes of its files while a transfer writes them
