@@ -269,7 +269,7 @@ static zck_status cu_write2(void *ctx, const void *src, uint64_t off, uint64_t c
 static zck_status cu_gather16(void *ctx, const zck_gather_plan *p, const zck_gather_src *srcs, zck_gather_write_fn write,
                               void *wctx) {
   ZCK_TRY(zck_cuda_set_device(zck_cuda_ctx_device(cu_ctx(ctx))));
-  /* the gather synchronizes the device (and frees page-locked memory): never with an
+  /* the gather synchronizes the device (and may free page-locked memory): never with an
    * NCCL kernel of this rank in flight */
   ZCK_TRY(cu_wait_streams(ctx));
   return zck_cuda_gather16_to_host(p, srcs, write, wctx);

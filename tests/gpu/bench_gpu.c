@@ -107,6 +107,11 @@ int main(int argc, char **argv) {
   OK(zck_gather_extents_from_layout(l, dst, &ext, &n_ext));
   zck_gather_plan *p;
   OK(zck_gather_plan_build(src, (size_t)W, ext, n_ext, ZCK_BF16, bucket_mib << 20, &p));
+  /* the first call pins its staging memory; later ones reuse it (cuda/gather16.cu) */
+  uint64_t next0 = 0;
+  double t_first = now();
+  OK(zck_cuda_gather16_to_host(p, src, null_write, &next0));
+  t_first = now() - t_first;
   double g_null = 1e30, g_copy = 1e30;
   for (int i = 0; i < iters; i++) {
     uint64_t next = 0;
@@ -120,9 +125,9 @@ int main(int argc, char **argv) {
     if (t < g_copy) g_copy = t;
   }
   double ob = (double)total * 2;
-  printf("gather16_GBps=%.2f (of d2h %.0f%%) with_host_copy_GBps=%.2f out_bytes=%.0f params=%zu ranks=%d bucket_mib=%zu "
-         "buckets=%zu\n", ob / g_null / 1e9, 100.0 * (ob / g_null / 1e9) / d2h, ob / g_copy / 1e9, ob, np, W, bucket_mib,
-         p->n_buckets);
+  printf("gather16_GBps=%.2f (of d2h %.0f%%) first_call_GBps=%.2f with_host_copy_GBps=%.2f out_bytes=%.0f params=%zu "
+         "ranks=%d bucket_mib=%zu buckets=%zu items=%zu\n", ob / g_null / 1e9, 100.0 * (ob / g_null / 1e9) / d2h,
+         ob / t_first / 1e9, ob / g_copy / 1e9, ob, np, W, bucket_mib, p->n_buckets, p->n_items);
   zck_gather_plan_free(p);
   free(ext);
   for (int r = 0; r < W; r++) zck_cuda_free((void *)src[r].data);
