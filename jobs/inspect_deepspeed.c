@@ -206,6 +206,7 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
     cJSON_AddStringToObject(j, "dir", in->dir);
     cJSON_AddNumberToObject(j, "stage", in->stage);
     cJSON_AddNumberToObject(j, "world_size", in->world_size);
+    if (in->tp_size > 1) cJSON_AddNumberToObject(j, "tp_size", in->tp_size);
     cJSON_AddStringToObject(j, "lp_dtype", zck_dtype_name(in->lp_dtype));
     cJSON_AddStringToObject(j, "master_dtype", zck_dtype_name(in->master_dtype));
     cJSON_AddBoolToObject(j, "optimizer_state", in->has_optimizer_state);
@@ -222,6 +223,9 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
     else { fprintf(out, "%s\n", text); cJSON_free(text); }
   } else {
     fprintf(out, "%s: universal checkpoint %s, from ZeRO-%d, world size %u\n", path, in->dir, in->stage, in->world_size);
+    if (in->tp_size > 1)
+      fprintf(out, "AutoTP source: %u tensor-parallel ranks; full tensors (shapes: the affine map's logical shapes)\n",
+              in->tp_size);
     fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
             zck_dtype_name(in->lp_dtype), zck_dtype_name(in->master_dtype),
             in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->ds_version ? in->ds_version : "?",

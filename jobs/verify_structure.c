@@ -169,7 +169,9 @@ static void check_universal(vctx *c) {
   }
   const zck_uv_info *in = zck_uv_info_of(u);
   char detail[256];
-  snprintf(detail, sizeof detail, "ZeRO stage %d source, world size %u, %s%s", in->stage, in->world_size,
+  char tp[48] = "";
+  if (in->tp_size > 1) snprintf(tp, sizeof tp, ", AutoTP %u tensor-parallel ranks", in->tp_size);
+  snprintf(detail, sizeof detail, "ZeRO stage %d source, world size %u%s, %s%s", in->stage, in->world_size, tp,
            zck_dtype_name(in->lp_dtype), in->has_optimizer_state ? ", with optimizer state" : "");
   zck__vreport_set(&c->r->detail, detail);
   c->ds_layout = (zck_manifest_layout){NULL, in->stage, in->world_size, 0, (char *)zck_dtype_name(in->lp_dtype),

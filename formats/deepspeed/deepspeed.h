@@ -208,6 +208,9 @@ size_t zck_ds_model_file_count(const zck_ds_ckpt *c);
 /* AutoTP: whether param p is a vocabulary-parallel tensor (universal_checkpoint_info's
  * vocabulary_parameter_patterns: ds_to_universal marks its files 'vocab_tensor'). */
 bool zck_ds_autotp_vocab(const zck_ds_ckpt *c, uint32_t p);
+/* The literal name of a pattern DeepSpeed wrote with "^" + re.escape(name) + "$" (its
+ * universal_checkpoint_info names params so), or NULL; out has room for strlen(pat) + 1. */
+const char *zck_ds_pattern_name(const char *pat, char *out);
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */

@@ -55,9 +55,7 @@ static zck_status push_run(tp_runs *R, tp_run r) {
   return ZCK_OK;
 }
 
-/* The literal name of a pattern DeepSpeed wrote with "^" + re.escape(name) + "$", or NULL
- * (out has room for strlen(pat)). */
-static const char *pattern_name(const char *pat, char *out) {
+const char *zck_ds_pattern_name(const char *pat, char *out) {
   size_t n = strlen(pat), k = 0;
   if (n < 2 || pat[0] != '^' || pat[n - 1] != '$' || (n >= 3 && pat[n - 2] == '\\')) return NULL;
   for (size_t i = 1; i + 1 < n; i++) {
@@ -421,7 +419,7 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
     const char *pat = zck_pk_as_str(amp->u.dict.keys[i]);
     if (!pat) { s = zck__fail(ZCK_ERR_FORMAT, "%s: affine_map key %zu is not a string", mpath, i); break; }
     if (!(lits[i] = zck__calloc(strlen(pat) + 1, 1))) { s = ZCK_ERR_NO_MEMORY; break; }
-    if (!pattern_name(pat, lits[i])) {
+    if (!zck_ds_pattern_name(pat, lits[i])) {
       s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: affine_map pattern '%.200s' is not one parameter's name", mpath, pat);
       break;
     }
@@ -475,7 +473,7 @@ static zck_status vocab_params(zck_ds_ckpt *c, const zck_pk *uci, const char *mp
     const char *pat = zck_pk_as_str(vp->u.seq.items[i]);
     char *lit = pat ? zck__calloc(strlen(pat) + 1, 1) : NULL;
     if (pat && !lit) return ZCK_ERR_NO_MEMORY;
-    int64_t p = lit && pattern_name(pat, lit) ? zck_model_find_param(m, lit) : -2;
+    int64_t p = lit && zck_ds_pattern_name(pat, lit) ? zck_model_find_param(m, lit) : -2;
     free(lit);
     if (p == -2)
       return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: vocabulary_parameter_patterns[%zu] is not one parameter's name", mpath, i);

@@ -145,6 +145,8 @@ typedef struct zck_uv_info {
                                  checkpoint-N/ folder is one), or NULL */
   int stage;                  /* 1/2 (dict files) or 3 (bare tensors), from zero_stage */
   uint32_t world_size;        /* dp_world_size of the source */
+  uint32_t tp_size;           /* mp_world_size: > 1 for an AutoTP source (its full tensors;
+                                 the params' shapes are the affine map's logical shapes) */
   zck_dtype lp_dtype;         /* the module's trainable params (as the DeepSpeed reader) */
   zck_dtype master_dtype;     /* dtype of the fp32 files */
   zck_dtype state_dtype;      /* dtype of exp_avg / exp_avg_sq; INVALID without them */

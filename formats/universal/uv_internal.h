@@ -73,6 +73,9 @@ zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t coun
 /* uv_manifest.c: from model0 and param_groups (c->info.stage, world_size, round_robin set):
  * c->m, c->module, c->param_mod, c->buffer_mod, c->flat, info counters and ds_version. */
 zck_status zck__uv_build_manifest(zck_uv_ckpt *c);
+/* uv_autotp.c: mp_world_size (info.tp_size) > 1: the params' full shapes from the rank-0
+ * model file's universal_checkpoint_info['affine_map'] (AutoTP), after the manifest. */
+zck_status zck__uv_autotp(zck_uv_ckpt *c);
 /* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
 zck_status zck__uv_build_buffers(zck_uv_ckpt *c);

@@ -421,9 +421,10 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
              c->info.step_ahead > 1))
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'zckpt_step_ahead' is not 0 or 1", path);
   if (zck_pk_dict_get(root, "mp_world_size")) ZCK_TRY(zck__uv_need_int(root, "mp_world_size", &mp, path));
-  if (mp != 1)
+  if (mp < 1 || mp > 4096)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mp_world_size %lld: tensor/pipeline-parallel checkpoints are not supported",
                      path, (long long)mp);
+  c->info.tp_size = (uint32_t)mp;  /* > 1: AutoTP, its shapes set by uv_autotp.c */
   if (dp < 1 || dp > (1 << 20)) return zck__fail(ZCK_ERR_FORMAT, "%s: dp_world_size %lld is not a world size", path, (long long)dp);
   c->info.world_size = (uint32_t)dp;
   c->info.global_samples = -1;
@@ -494,6 +495,7 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
     if (st == ZCK_OK) zck_model_set_frozen(c->m, (uint32_t)b.alias_param[i], c->m->params[si].frozen);
   }
   if (st == ZCK_OK) st = zck__uv_groups(c, &b);
+  if (st == ZCK_OK && c->info.tp_size > 1) st = zck__uv_autotp(c);
   zck__uv_build_free(&b);
   return st;
 }

@@ -221,8 +221,9 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
   const zck_pk *root = f ? zck_torch_root(f) : NULL;
   const zck_pk *node = root;
   if (st == ZCK_OK && c->info.stage <= 2) {
-    /* DS-73: {'cat_dim': d, 'param': T} */
-    if (!root || root->kind != ZCK_PK_DICT || !zck_pk_dict_get(root, "param") || !zck_pk_dict_get(root, "cat_dim"))
+    /* DS-73: {'cat_dim': d, 'param': T}; AutoTP: {'param': T} (+ 'vocab_tensor'), no cat_dim */
+    if (!root || root->kind != ZCK_PK_DICT || !zck_pk_dict_get(root, "param") ||
+        (!zck_pk_dict_get(root, "cat_dim") && c->info.tp_size <= 1))
       st = zck__fail(ZCK_ERR_FORMAT, "%s: not a {'cat_dim', 'param'} dict (DS-73)", path);
     else node = zck_pk_dict_get(root, "param");
   } else if (st == ZCK_OK && root && root->kind == ZCK_PK_DICT && zck_pk_dict_get(root, "param")) {

@@ -7,12 +7,15 @@
  *     --dtype bf16 it equals DeepSpeed's own 16-bit TP gather (_consolidated_16bit_state_dict);
  *   - to-universal: every fp32 / exp_avg / exp_avg_sq file holds the full tensor the engine
  *     had, vocabulary params carry 'vocab_tensor', a tied head is the whole matrix, both TP
- *     ranks' model files are there; the HDF5 container too (read back by a reshard);
+ *     ranks' model files are there; the HDF5 container too (read back by a reshard); the
+ *     folder read back by zckpt's universal reader (full shapes, verify clean), its reshard
+ *     = the direct reshard, file for file;
  *   - reshard to plain ZeRO (TP 1) at every stage and other world sizes keeps every value;
  *   - verify calls them clean; a TP rank's file copied over another's and a flipped bit in
  *     mp rank 1's data are refused with one line naming the file. */
 #include "ds_test_util.h"
 #include "safetensors/safetensors.h"
+#include "universal/universal.h"
 #include "zck.h"
 
 #include <dirent.h>
@@ -121,6 +124,38 @@ static int is_vocab(const char *ckpt, int stage, const char *name) {
   return hit;
 }
 
+/* Folders a and b hold the same files, byte for byte (recursively). */
+static void same_tree(const char *cs, const char *a, const char *b) {
+  DIR *d = opendir(a);
+  if (!d) ZT_FAIL("%s: cannot list %s", cs, a);
+  struct dirent *de;
+  int n_a = 0, n_b = 0;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char pa[4400], pb[4400];
+    struct stat st;
+    snprintf(pa, sizeof pa, "%s/%s", a, de->d_name);
+    snprintf(pb, sizeof pb, "%s/%s", b, de->d_name);
+    n_a++;
+    if (stat(pa, &st) == 0 && S_ISDIR(st.st_mode)) {
+      same_tree(cs, pa, pb);
+      continue;
+    }
+    unsigned char *x, *y;
+    size_t nx, ny;
+    if (zt_read_file(pa, &x, &nx) != 0) ZT_FAIL("%s: read %s", cs, pa);
+    if (zt_read_file(pb, &y, &ny) != 0) ZT_FAIL("%s: %s has no counterpart %s", cs, pa, pb);
+    if (nx != ny || memcmp(x, y, nx)) ZT_FAIL("%s: %s differs from %s", cs, pa, pb);
+    free(x);
+    free(y);
+  }
+  closedir(d);
+  if (!(d = opendir(b))) ZT_FAIL("%s: cannot list %s", cs, b);
+  while ((de = readdir(d))) n_b += de->d_name[0] != '.';
+  closedir(d);
+  ZT_EQ_INT(n_a, n_b);
+}
+
 static void check_universal(const char *cs, const char *ckpt, const char *dir, const char *tmp, const cJSON *e) {
   char out[4096], fp32[4200], state[4200], key[600];
   snprintf(out, sizeof out, "%s/%s-universal", tmp, cs);
@@ -148,6 +183,39 @@ static void check_universal(const char *cs, const char *ckpt, const char *dir, c
     same_universal(cs, out, pp->name, "exp_avg", state, key, vocab);
     snprintf(key, sizeof key, "%s/exp_avg_sq", pp->name);
     same_universal(cs, out, pp->name, "exp_avg_sq", state, key, vocab);
+  }
+  /* read back by zckpt's own universal reader: the full shapes, AutoTP noted; its reshard to
+   * plain ZeRO equals the direct reshard of the AutoTP checkpoint, file for file */
+  zck_uv_ckpt *u = NULL;
+  ZT_OK(zck_uv_open(out, NULL, &u));
+  ZT_EQ_INT(zck_uv_info_of(u)->tp_size, get(e, "tp_size")->valueint);
+  const zck_model *um = zck_uv_model(u);
+  ZT_EQ_INT(um->n_params, m->n_params);
+  for (size_t p = 0; p < m->n_params; p++) {
+    ZT_EQ_INT(um->params[p].ndim, m->params[p].ndim);
+    for (int d = 0; d < m->params[p].ndim; d++) ZT_EQ_INT(um->params[p].shape[d], m->params[p].shape[d]);
+  }
+  zck_uv_close(u);
+  zck_verify_report *vr = NULL;
+  ZT_OK(zck_verify(out, NULL, &vr));
+  ZT_EQ_INT(vr->result, ZCK_VERIFY_CLEAN);
+  zck_verify_report_free(vr);
+  {
+    /* a folder of its own: a reshard carries over the other files of the folder whose
+     * latest_universal names the universal folder (an HF checkpoint-N/), here tmp's */
+    char a[4200], b[4200], own[4200], uv[4300];
+    snprintf(own, sizeof own, "%s/%s-uvroot", tmp, cs);
+    snprintf(uv, sizeof uv, "%s/global_step2_universal", own);
+    if (mkdir(own, 0755) != 0) ZT_FAIL("mkdir %s", own);
+    ZT_OK(zck_to_universal(ckpt, uv, NULL));
+    snprintf(a, sizeof a, "%s/%s-uv-reshard", tmp, cs);
+    snprintf(b, sizeof b, "%s/%s-direct-reshard", tmp, cs);
+    zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+    ro.to_stage = 2;
+    ro.to_world_size = 3;
+    ZT_OK(zck_reshard(own, a, &ro));
+    ZT_OK(zck_reshard(ckpt, b, &ro));
+    same_tree(cs, a, b);
   }
   zck_ds_close(c);
   for (int t = 0; t < get(e, "tp_size")->valueint; t++)  /* every TP rank's model files, as ds_to_universal copies them */

@@ -7,6 +7,8 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 (every zero/<param>/<state>.pt, step.pt, optimizer_state.pt, the copied mp_rank_* files), except
                 the tied head: ds_to_universal writes TP rank 0's 16-bit half ([V/2, H]), zckpt the whole matrix,
                 which equals the embedding's fp32 master.
+  read back    zckpt reshard of either universal folder (zckpt's, ds_to_universal's) into plain ZeRO == the direct
+                reshard of the AutoTP checkpoint, file for file (zckpt's own universal reader).
   load (TP)     a fresh AutoTP engine (same TP size, dp 1: from dp 2 too) with checkpoint.load_universal loads
                 zckpt's universal folder: its gathered fp32 masters equal the source engine's (expected_fp32)
                 bit for bit, and the next step's loss equals the source engine's third step (same data).
@@ -138,7 +140,9 @@ def check_universal(case, tmp, exp, fails):
     os.makedirs(root)
     with open(os.path.join(root, "latest_universal"), "w") as f:
         f.write("global_step2_universal")
-    ours, theirs = os.path.join(root, "global_step2_universal"), os.path.join(tmp, case + "-ds-universal")
+    # ds_to_universal's output in a folder of its own (it writes latest_universal beside it; a reshard carries over
+    # the other files of that folder)
+    ours, theirs = os.path.join(root, "global_step2_universal"), os.path.join(tmp, case + "-ds", "global_step2_universal")
     subprocess.run([ZCKPT, "to-universal", "-q", ckpt, ours], check=True)
     r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
                         os.path.join(ckpt, "global_step2"), "--output_folder", theirs, "--num_extract_workers", "1",
@@ -164,6 +168,19 @@ def check_universal(case, tmp, exp, fails):
             continue
         if not same_obj(a, b):
             fails.append(f"{case}: {rel} differs from ds_to_universal's")
+    # zckpt's universal reader takes both folders back: their reshards to plain ZeRO equal the direct reshard of the
+    # AutoTP checkpoint, file for file
+    direct = os.path.join(tmp, case + "-direct-s2w3")
+    subprocess.run([ZCKPT, "reshard", "-q", ckpt, direct, "--to-stage", "2", "--to-world-size", "3"], check=True)
+    for who, src in (("zckpt", root), ("ds_to_universal", os.path.dirname(theirs))):
+        out = os.path.join(tmp, f"{case}-{who}-universal-s2w3")
+        r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "3"],
+                           capture_output=True, text=True)
+        if r.returncode:
+            fails.append(f"{case}: zckpt reshard of {who}'s universal folder failed: {r.stderr.strip()}")
+        elif files(out) != files(direct) or any(open(os.path.join(out, f), "rb").read() !=
+                                                open(os.path.join(direct, f), "rb").read() for f in files(direct)):
+            fails.append(f"{case}: zckpt reshard of {who}'s universal folder differs from the direct reshard")
     return root
 
 
