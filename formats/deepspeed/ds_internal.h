@@ -95,7 +95,7 @@ typedef struct zck__ds_optim_file {
 /* ZeRO-0 (ds_zero0.c): the optimizer's state_dict inside the model file. Optimizer param k
  * (torch's index: group by group) is flat param k of the manifest. */
 typedef struct zck__ds_zero0 {
-  bool unfused;                    /* FP16_UnfusedOptimizer (bf16): fp32_groups hold the masters */
+  bool unfused;                    /* FP16_UnfusedOptimizer (bf16 / fp16): fp32_groups hold the masters */
   size_t n;                        /* params the optimizer holds */
   size_t n_groups;
   size_t *group_first;             /* [n_groups + 1] */
@@ -103,6 +103,7 @@ typedef struct zck__ds_zero0 {
   zck__ds_tref *master;            /* [n] fp32_groups tensors (has_masters) */
   zck__ds_tref *exp_avg, *exp_avg_sq;  /* [n] (has_state) */
   int64_t *module_of;              /* [n]: the `module` entry it trains */
+  zck_pk_doc *doc;                 /* objects built for the writers (the fp16 loss scaler) */
 } zck__ds_zero0;
 
 struct zck_ds_ckpt {

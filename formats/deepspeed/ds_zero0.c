@@ -25,6 +25,7 @@
 #include <string.h>
 
 void zck__ds_zero0_free(zck__ds_zero0 *z) {
+  if (z->doc) zck_pk_doc_free(z->doc);
   free(z->master);
   free(z->exp_avg);
   free(z->exp_avg_sq);
@@ -313,6 +314,52 @@ static zck_status fill_shapes(zck_ds_ckpt *c, const int64_t *alias, const int64_
   return ZCK_OK;
 }
 
+static bool put(zck_pk_doc *d, zck_pk *dict, const char *key, zck_pk *v) {
+  zck_pk *k = zck_pk_new_str(d, key);
+  return k && v && zck_pk_dict_set(d, dict, k, v);
+}
+
+/* ds_config['fp16'][key] as an int or bool node of d, else `def`. */
+static zck_pk *fp16_cfg(zck_ds_ckpt *c, zck_pk_doc *d, const char *key, int64_t def, bool is_bool) {
+  const zck_pk *v = zck_pk_dict_get(zck_pk_dict_get(c->ds_config, "fp16"), key);
+  int64_t i = def;
+  if (v && !zck_pk_as_int(v, &i)) i = def;
+  return is_bool ? zck_pk_new_bool(d, i != 0) : zck_pk_new_int(d, i);
+}
+
+/* fp16 FP16_UnfusedOptimizer with dynamic loss scaling saves its scaler as loose keys
+ * (cur_scale, cur_iter, last_overflow_iter, scale_factor, scale_window); a ZeRO-1/2/3 file
+ * holds a DynamicLossScaler object, which the engine that loads it takes whole
+ * (stage_1_and_2 _load_global_state). The object is built as the engine builds it from
+ * ds_config['fp16'] (min_loss_scale, hysteresis, consecutive_hysteresis; DeepSpeed 0.19.8
+ * precision_config.py defaults), carrying the saved keys' values. cur_hysteresis is not
+ * saved: a ZeRO-0 engine resuming its own file starts it at `hysteresis` too. */
+static zck_status dynamic_loss_scaler(zck_ds_ckpt *c, const zck_pk *opt, const char *path) {
+  static const char *const saved[5] = {"cur_scale", "cur_iter", "last_overflow_iter", "scale_factor", "scale_window"};
+  for (int i = 0; i < 5; i++)
+    if (!zck_pk_dict_get(opt, saved[i]))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: optimizer['%s'] missing (FP16_UnfusedOptimizer with dynamic_loss_scale saves "
+                       "it)", path, saved[i]);
+  zck_pk_doc *d = c->z0.doc = zck_pk_doc_new();
+  zck_pk *st = d ? zck_pk_new_dict(d, 0) : NULL;
+  bool ok = st != NULL;
+  ok = ok && put(d, st, "cur_scale", zck__ds_pk_copy(d, zck_pk_dict_get(opt, "cur_scale")));
+  ok = ok && put(d, st, "dynamic", zck_pk_new_bool(d, 1));
+  for (int i = 1; ok && i < 5; i++) ok = put(d, st, saved[i], zck__ds_pk_copy(d, zck_pk_dict_get(opt, saved[i])));
+  ok = ok && put(d, st, "min_scale", fp16_cfg(c, d, "min_loss_scale", 1, false));
+  ok = ok && put(d, st, "delayed_shift", fp16_cfg(c, d, "hysteresis", 2, false));
+  ok = ok && put(d, st, "cur_hysteresis", fp16_cfg(c, d, "hysteresis", 2, false));
+  ok = ok && put(d, st, "consecutive_hysteresis", fp16_cfg(c, d, "consecutive_hysteresis", 0, true));
+  ok = ok && put(d, st, "raise_error_at_min_scale", zck_pk_new_bool(d, 1));
+  ok = ok && put(d, st, "dtype", zck_pk_new_global(d, "torch", "float16"));
+  zck_pk *g = ok ? zck_pk_new_global(d, "deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler") : NULL;
+  zck_pk *args = g ? zck_pk_new_tuple(d, 0) : NULL;
+  zck_pk *obj = args ? zck_pk_new_object(d, g, args, 1, st) : NULL;
+  if (!obj) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory building the loss scaler", path);
+  c->loss_scaler = obj;
+  return ZCK_OK;
+}
+
 zck_status zck__ds_zero0_read(zck_ds_ckpt *c) {
   zck__ds_model_file *mf = &c->models[0];
   const char *path = mf->file->path;
@@ -335,6 +382,8 @@ zck_status zck__ds_zero0_read(zck_ds_ckpt *c) {
     return zck__fail(ZCK_ERR_FORMAT, "%s: optimizer['optimizer_state_dict'] missing or not a dict", path);
   ZCK_TRY(read_torch_state(c, tf, osd, unfused ? "optimizer['optimizer_state_dict']" : "optimizer", unfused));
   if (unfused) ZCK_TRY(read_fp32_groups(c, tf, zck_pk_dict_get(opt, "fp32_groups")));
+  const zck_pk *dyn = zck_pk_dict_get(opt, "dynamic_loss_scale");
+  if (unfused && dyn && dyn->kind == ZCK_PK_BOOL && dyn->u.b) ZCK_TRY(dynamic_loss_scaler(c, opt, path));
   c->z0.unfused = unfused;
   c->info.world_size = mf->dp_world_size > 0 && mf->dp_world_size <= (1 << 20) ? (uint32_t)mf->dp_world_size : 1;
 

@@ -8,7 +8,8 @@
  *     line naming the file; verify says DAMAGED), a truncated model file is refused by
  *     open with one line naming it; no output is left behind;
  *   - reshard into stage 2 carries FP16_UnfusedOptimizer's step (one ahead) with zckpt_step_ahead,
- *     also through DeepSpeed's universal folder of that reshard;
+ *     also through DeepSpeed's universal folder of that reshard, and (fp16) its dynamic loss
+ *     scale as the DynamicLossScaler a ZeRO-2 file holds;
  *   - to-universal --format hdf5, then reshard of the container: the direct reshard's files;
  *   - reshard without --to-stage, and to-universal into DeepSpeed's folder layout, are refused
  *     with one line. */
@@ -92,12 +93,25 @@ static void check_case(const char *cs, const char *tmp) {
   ZT_OK(zck_reshard(ckpt, out, &ro));
   ZT_OK(zck_ds_open(out, NULL, &rs));
   const zck_ds_info *si = zck_ds_info_of(src), *ri = zck_ds_info_of(rs);
-  bool unfused = strstr(cs, "bf16") != NULL;
+  bool unfused = strstr(cs, "bf16") || strstr(cs, "fp16");  /* FP16_UnfusedOptimizer */
   ZT_EQ_INT(si->step_ahead, unfused);
   ZT_EQ_INT(ri->step_ahead, unfused);
   ZT_ASSERT(ri->step == si->step && ri->step == (double)(ri->global_steps + unfused));
   ZT_EQ_INT(ri->stage, 2);
   ZT_EQ_INT(ri->world_size, 3);
+  /* fp16: FP16_UnfusedOptimizer's dynamic loss scale (saved as loose keys) becomes the
+   * DynamicLossScaler a ZeRO-2 file holds, at the saved scale; bf16 / fp32: a static one */
+  {
+    bool fp16 = strstr(cs, "fp16") != NULL;
+    const zck_pk *ls = zck_ds_loss_scaler(rs), *st = ls && ls->kind == ZCK_PK_OBJECT ? ls->u.obj.state : NULL;
+    ZT_ASSERT(zck_pk_is_global(ls, "deepspeed.runtime.fp16.loss_scaler", fp16 ? "DynamicLossScaler" : "LossScaler"));
+    const zck_pk *dyn = zck_pk_dict_get(st, "dynamic");
+    ZT_ASSERT(dyn && dyn->kind == ZCK_PK_BOOL && dyn->u.b == fp16);
+    double cur = 0, want = fp16 ? 256 : 1;   /* the fixture's initial_scale_power 8, no overflow */
+    ZT_ASSERT(zck_pk_as_double(zck_pk_dict_get(st, "cur_scale"), &cur) && cur == want);
+    int64_t it = -1;
+    ZT_ASSERT(!fp16 || (zck_pk_as_int(zck_pk_dict_get(st, "cur_iter"), &it) && it == ri->global_steps));
+  }
   zck_ds_close(rs);
   zck_ds_close(src);
 
