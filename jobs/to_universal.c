@@ -569,7 +569,22 @@ static zck_status zck__uvj_opt_finish(zck__uvj_opt *os) {
   return zck_torch_writer_finish(os->tw, os->root);
 }
 
+/* ZeRO-0: its model file rebuilt as a ZeRO-1 one (to_universal_zero0.c), not copied. */
+static zck_status zck__uvj_zero0_model(zck__uvj *j, const uint32_t *flat, size_t n_flat, zck__uvj_opt *os,
+                                       zck_exec_job *job) {
+  ZCK_TRY(zck_uv_writer_torch(j->w, zck_ds_model_file(j->ck, 0).name, &os->tw));
+  zck_status st = zck__uvj_zero0_model_file(j->ck, flat, n_flat, os->tw, &os->root, &os->copies);
+  if (st == ZCK_OK) st = zck__uvj_opt_job(os, job);
+  return st;
+}
+
 static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_exec_job *job) {
+  if (j->info->stage == 0) {
+    ZCK_TRY(zck_uv_writer_torch(j->w, "zero/optimizer_state.pt", &os->tw));
+    zck_status st = zck__uvj_zero0_optimizer_state(j->ck, os->tw, &os->root, &os->copies);
+    if (st == ZCK_OK) st = zck__uvj_opt_job(os, job);
+    return st;
+  }
   const zck_torch_file *of = zck_ds_rank0_optim(j->ck);
   const zck__source *data = zck_torch_source(of);
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
@@ -766,7 +781,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   j.info = zck_ds_info_of(ck);
   j.o = o;
   j.prog = (zck__uvj_progress){o->progress, o->progress_ctx, 0, 0};
-  if (j.info->stage <= 2) ZCK_TRY(zck__uvj_check_info(ck, o));
+  if (j.info->stage >= 1 && j.info->stage <= 2) ZCK_TRY(zck__uvj_check_info(ck, o));  /* ZeRO-0 files have none */
   static const zck_ds_part parts[3] = {ZCK_DS_FP32, ZCK_DS_EXP_AVG, ZCK_DS_EXP_AVG_SQ};
   for (int k = 0; k < 3; k++) ZCK_TRY(zck_ds_get(ck, parts[k], &j.views[k]));
   uint32_t *flat = NULL;
@@ -784,7 +799,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   /* optimizer_state.pt and the model files: reserved first and copied with the first
    * batch, unless the descriptor limit is too tight for their files (a source and a
    * target per model file) beside a batch: then after the batches, on their own */
-  zck__uvj_opt os = {0};
+  zck__uvj_opt os = {0}, om = {0};   /* om: ZeRO-0's rebuilt model file */
   zck__uvj_models mf = {0};
   zck_exec_job extra[2];
   size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * zck_ds_model_file_count(ck);
@@ -793,7 +808,9 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   for (int step = 0; step < 3 && st == ZCK_OK; step++) {
     if (step == (ride ? 0 : 1)) { /* reserve the extra files */
       st = zck__uvj_optimizer_state(&j, &os, &extra[0]);
-      if (st == ZCK_OK) st = zck__uvj_model_files(&j, &mf, &extra[1]);
+      if (st == ZCK_OK)
+        st = j.info->stage == 0 ? zck__uvj_zero0_model(&j, flat, n_flat, &om, &extra[1]) : zck__uvj_model_files(&j, &mf, &extra[1]);
+      mf.bytes += om.bytes;
       j.prog.total += os.bytes + mf.bytes;
     } else if (step == (ride ? 1 : 0)) { /* the batches */
       for (size_t i = 0; st == ZCK_OK && i < j.n; i += per)
@@ -806,7 +823,10 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
     }
   }
   zck__uvj_models_free(&mf);
-  if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
+  if (st == ZCK_OK && j.info->stage == 0) st = zck__uvj_opt_finish(&om);
+  zck__uvj_opt_free(&om);
+  if (st == ZCK_OK && j.info->stage == 0) st = zck__uvj_zero0_steps(ck, j.w, flat, n_flat);
+  else if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
   if (st == ZCK_OK) st = zck__uvj_opt_finish(&os);
   zck__uvj_opt_free(&os);
   if (st == ZCK_OK) st = zck_uv_writer_finish_files(j.w);
@@ -817,7 +837,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
     mo.kind = "universal";
     mo.threads = o->threads;
     /* the layout the universal reader finds in what was just written: the source's */
-    zck_manifest_layout l = {NULL, j.info->stage, j.info->world_size, 0, (char *)zck_dtype_name(j.info->lp_dtype),
+    zck_manifest_layout l = {NULL, j.info->stage ? j.info->stage : 1, j.info->world_size, 0, (char *)zck_dtype_name(j.info->lp_dtype),
                              (char *)zck_dtype_name(j.info->master_dtype), false};
     zck__manifest_known k = *zck_uv_writer_known(j.w);
     k.layout = &l;
@@ -845,15 +865,6 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &ck));
-  if (zck_ds_info_of(ck)->stage == 0 && o.format != ZCK_UNIVERSAL_HDF5) {
-    /* DeepSpeed's universal folder copies the model files, and a ZeRO-0 one names no param in its
-     * optimizer state: ds_to_universal refuses it too; zckpt's HDF5 container holds it */
-    zck_status zs = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a ZeRO-0 checkpoint is not converted to DeepSpeed's universal "
-                              "folder (ds_to_universal refuses it too); use --format hdf5, or reshard it into a ZeRO "
-                              "stage first", zck_ds_info_of(ck)->dir);
-    zck_ds_close(ck);
-    return zs;
-  }
   zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o);
   if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(ck)->n_params);
   zck_ds_close(ck);

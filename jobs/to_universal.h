@@ -6,6 +6,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "exec.h"
+#include "universal/universal.h"
 #include "zck.h"
 
 /* One progress bar over several executor runs: each run's bytes are added to what the
@@ -32,6 +33,15 @@ zck_status zck__uvj_flat_params(const zck_ds_view *fp32, uint32_t **out, size_t 
 
 /* Bytes of the elements a whole-tensor copy of params would write. */
 uint64_t zck__uvj_bytes(const zck_model *m, const uint32_t *params, size_t n, zck_dtype t);
+
+/* to_universal_zero0.c: DeepSpeed's folder from a ZeRO-0 source, as ds_to_universal writes
+ * it for the equivalent ZeRO-1 checkpoint: the model file's tree (its tensors as copies),
+ * zero/optimizer_state.pt's tree, and step.pt of every trainable param. */
+zck_status zck__uvj_zero0_model_file(const zck_ds_ckpt *ck, const uint32_t *flat, size_t n_flat, zck_torch_writer *tw,
+                                     zck_pk **root, zck_uv_copies *copies);
+zck_status zck__uvj_zero0_optimizer_state(const zck_ds_ckpt *ck, zck_torch_writer *tw, zck_pk **root,
+                                          zck_uv_copies *copies);
+zck_status zck__uvj_zero0_steps(const zck_ds_ckpt *ck, zck_uv_writer *w, const uint32_t *flat, size_t n_flat);
 
 zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o);
 
