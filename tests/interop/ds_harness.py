@@ -8,6 +8,7 @@ tests/fixtures/gen/make_deepspeed_fixtures.py and the launcher from tests/fixtur
           snapshot, then train `more` steps (the "direct path" loss curve).
   resume: build a fresh engine, load_checkpoint(load_dir) (plain, or with checkpoint.load_universal),
           snapshot, then train `more` steps.
+Spec `nvme` (a folder): the optimizer offloaded to "NVMe" there (offload_optimizer device nvme, async_io).
 
 The frozen parameter is perturbed (spec perturb_frozen) in the source run, so that a resume which does not
 restore it from the checkpoint shows. A universal-checkpoint resume never loads the module (weights come from
@@ -50,9 +51,17 @@ def fixture_frozen():
     return [n for n, p in fixture().build_model().named_parameters() if not p.requires_grad]
 
 
-def make_config(stage, world, dtype, sub_group_size=None, universal=False):
+# NVMe offload as the fixtures s3w2_fp32_nvme / s3w1_bf16_nvme have it: sub-groups of 100 elements, the ones of
+# at least 512 bytes swapped (MIN_AIO_BYTES lowered from 1 MiB, aio.block_size 512) to a folder
+NVME_EXTRA = {"sub_group_size": 100, "_nvme": True, "_aio_block": 512}
+NVME_MIN_AIO_BYTES = 512
+
+
+def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None):
     m = fixture()
     extra = {} if sub_group_size is None else {"sub_group_size": sub_group_size}
+    if nvme_path:
+        extra = dict(NVME_EXTRA, _nvme_path=nvme_path)
     cfg = m.ds_config(stage, dtype, extra)
     cfg["train_micro_batch_size_per_gpu"] = GLOBAL_BATCH // world
     cfg["steps_per_print"] = 10**6
@@ -197,7 +206,11 @@ def worker(spec_path):
         with torch.no_grad():
             model.frozen.weight.add_(0.25)
     groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
-    cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False))
+    if spec.get("nvme"):
+        import deepspeed.runtime.swap_tensor.optimizer_utils as swap_utils
+        swap_utils.MIN_AIO_BYTES = NVME_MIN_AIO_BYTES
+    cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False),
+                      spec.get("nvme"))
     cfg.update(spec.get("top", {}))   # e.g. data_types.grad_accum_dtype fp32: BF16_Optimizer
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=cfg)
     res = {"spec": spec}

@@ -28,6 +28,11 @@ pair, it runs too and both routes must agree exactly: every rank's partitions in
 16-bit weights, and the loss curve of the next steps. Where it is broken, the error is recorded
 (DeepSpeed 0.19.x: a stage-3 universal checkpoint cannot be loaded by a stage-1/2 engine).
 
+A ZeRO-0 source into stage 1/2 also goes through DeepSpeed's universal route from zckpt's own `to-universal`
+folder (ds_to_universal refuses ZeRO-0): load_universal must land on exactly the plain reshard's state, every
+rank, and train on with its losses. An NVMe-offload source (optimizer swapped to a folder, offloaded_tensors/ in
+the checkpoint) is resharded into plain files and loaded as the others.
+
 Training continues: the next MORE steps in the resharded engine give finite, decreasing losses equal to
 the source engine continuing directly within LOSS_RTOL. The global batch of each step is the same at any
 world size (split over ranks), so the two runs compute the same gradients mathematically; they differ only
@@ -40,6 +45,7 @@ Usage: interop_reshard.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
 import contextlib
 import filecmp
+import glob
 import math
 import os
 import shutil
@@ -61,10 +67,12 @@ LOSS_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
 
 # (name, source (stage, W), target (stage, W), dtype, also run DeepSpeed's universal route)
 SCENARIOS = [
-    # ZeRO-0 sources (the optimizer state in the model file; FP16_UnfusedOptimizer for bf16): no universal
-    # route exists (ds_to_universal and zckpt to-universal refuse ZeRO-0)
+    # ZeRO-0 sources (the optimizer state in the model file; FP16_UnfusedOptimizer for bf16). ds_to_universal
+    # refuses ZeRO-0; the first also loads zckpt's to-universal folder with load_universal (stage 1/2 targets)
     ("0w2->1w3", (0, 2), (1, 3), "bf16", False),
     ("0w1->3w2", (0, 1), (3, 2), "fp32", False),
+    # NVMe-offload source (optimizer swapped to a folder; offloaded_tensors/ in the checkpoint) into plain files
+    ("nvme 3w2->2w1", (3, 2), (2, 1), "fp32", False),
     # BF16_Optimizer source (bf16 + ZeRO-1 + fp32 gradient accumulation) into plain ZeRO files
     ("bf16opt 1w2->2w3", (1, 2), (2, 3), "bf16", False),
     ("3w4->2w2", (3, 4), (2, 2), "bf16", True),
@@ -305,15 +313,19 @@ def consolidated_live(zck_ckpt, src_snap, tmp):
 
 
 def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
-    """A source zero_to_fp32 and ds_to_universal cannot read (ZeRO-0, BF16_Optimizer): the reshard loads to the
-    source engine's state and trains on with its losses."""
+    """A source zero_to_fp32 and ds_to_universal cannot read (ZeRO-0, BF16_Optimizer, NVMe offload): the reshard
+    loads to the source engine's state and trains on with its losses."""
     (s0, w0), (s1, w1) = src_cfg, dst_cfg
     notes, probs = [], []
     t0 = time.time()
     top = BF16_OPTIMIZER if name.startswith("bf16opt") else {}
+    nvme = os.path.join(tmp, "nvme") if name.startswith("nvme") else None
     src_dir = os.path.join(tmp, "src")
     src = H.run(tmp, "src", w0, mode="train", stage=s0, dtype=dtype, steps=STEPS, more=MORE, save_dir=src_dir,
-                perturb_frozen=True, top=top)
+                perturb_frozen=True, top=top, nvme=nvme)
+    tag = open(os.path.join(src_dir, "latest")).read().strip()
+    if nvme and not glob.glob(os.path.join(src_dir, tag, "offloaded_tensors", "rank*", "*.tensor.swp")):
+        return ["the NVMe source saved no swap files (nothing was offloaded)"], notes
     ref = src[0]["snap"]
     out = os.path.join(tmp, "zck")
     err = reshard(src_dir, out, s1, w1)
@@ -333,13 +345,33 @@ def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
     probs += lp
     notes.append(f"losses {['%.6f' % x for x in zr[0]['losses']]} vs direct {['%.6f' % x for x in src[0]['losses']]} "
                  f"(max rel diff {worst:.2g})")
+    if s0 == 0 and s1 in (1, 2) and not probs:
+        # DeepSpeed's universal route from zckpt's folder of the ZeRO-0 source (what ds_to_universal writes for the
+        # equivalent ZeRO-1 checkpoint): load_universal lands on exactly the plain reshard's state, every rank
+        uc_root = os.path.join(tmp, "zuc")
+        os.makedirs(uc_root)
+        r = subprocess.run([ZCKPT, "to-universal", "-q", os.path.join(src_dir, tag),
+                            os.path.join(uc_root, tag + "_universal")], capture_output=True, text=True)
+        if r.returncode:
+            probs.append(f"zckpt to-universal of the ZeRO-0 source failed: {r.stderr.strip() or r.returncode}")
+        else:
+            try:
+                ur = H.run(tmp, "zuc", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=uc_root,
+                           universal=True, perturb_frozen=True)
+                up = cmp_routes(zr, ur)
+                probs += up
+                if not up:
+                    notes.append("load_universal of zckpt's to-universal folder: the plain reshard's partitions, "
+                                 "counters, 16-bit weights and losses on every rank")
+            except H.RunFailed as e:
+                probs.append(f"DeepSpeed load_universal of zckpt's to-universal folder failed: {e}")
     notes.append(f"{time.time() - t0:.0f} s")
     return probs, notes
 
 
 def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     (s0, w0), (s1, w1) = src_cfg, dst_cfg
-    if s0 == 0 or name.startswith("bf16opt"):
+    if s0 == 0 or name.startswith("bf16opt") or name.startswith("nvme"):
         return scenario_plain(name, src_cfg, dst_cfg, dtype, tmp)
     notes, probs = [], []
     t0 = time.time()
