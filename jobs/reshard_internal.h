@@ -49,6 +49,11 @@ typedef struct zck__whole_src {
 zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *wo, const char *out,
                               const zck_reshard_opts *o);
 
+/* An AutoTP checkpoint (tp_size > 1) at the same TP size, another stage / dp size from wo:
+ * every TP rank's files (reshard_autotp.c). */
+zck_status zck__reshard_autotp(const zck_ds_ckpt *c, const zck_ds_write_opts *wo, const char *out,
+                               const zck_reshard_opts *o);
+
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
 zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o);
 

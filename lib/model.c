@@ -369,3 +369,40 @@ size_t zck_model_group_trainable(const zck_model *m, uint32_t g, uint32_t *out, 
 void zck_model_numels(const zck_model *m, uint64_t *out) {
   for (size_t i = 0; i < m->n_params; i++) out[i] = m->params[i].numel;
 }
+
+zck_model *zck_model_clone(const zck_model *src) {
+  zck_model *m = zck_model_new();
+  zck_status s = m ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t p = 0; s == ZCK_OK && p < src->n_params; p++) {
+    const zck_param *a = &src->params[p];
+    s = zck_model_add_param(m, a->name, a->ndim, a->shape, a->dtype, NULL);
+    if (s == ZCK_OK) zck_model_set_frozen(m, (uint32_t)p, a->frozen);
+  }
+  for (size_t p = 0; s == ZCK_OK && p < src->n_params; p++)
+    if (src->params[p].tied_to >= 0) s = zck_model_set_tied(m, (uint32_t)p, (uint32_t)src->params[p].tied_to);
+  for (size_t b = 0; s == ZCK_OK && b < src->n_buffers; b++) {
+    const zck_buffer *a = &src->buffers[b];
+    s = zck_model_add_buffer(m, a->name, a->ndim, a->shape, a->dtype, NULL);
+  }
+  for (size_t g = 0; s == ZCK_OK && g < src->n_groups; g++) {
+    const zck_param_group *a = &src->groups[g];
+    uint32_t ng;
+    s = zck_model_add_group(m, &ng);
+    for (size_t i = 0; s == ZCK_OK && i < a->n_params; i++) s = zck_model_group_add_param(m, ng, a->params[i]);
+    for (size_t k = 0; s == ZCK_OK && k < a->n_hparams; k++) {
+      zck_hparam *h;
+      s = hparam_slot(m, ng, a->hparams[k].key, &h);
+      if (s != ZCK_OK) break;
+      char *key = h->key;
+      *h = a->hparams[k];
+      h->key = key;
+      h->s = NULL;
+      if (a->hparams[k].s && !(h->s = zck__strdup(a->hparams[k].s))) s = ZCK_ERR_NO_MEMORY;
+    }
+  }
+  if (s != ZCK_OK) {
+    zck_model_free(m);
+    return NULL;
+  }
+  return m;
+}

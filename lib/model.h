@@ -102,6 +102,9 @@ void zck_model_set_frozen(zck_model *m, uint32_t param, bool frozen);
 /* Gives param a new shape (numel recomputed; overflow fails naming it): a describer whose
  * files hold slices (AutoTP) states the full tensor's. */
 zck_status zck_model_set_shape(zck_model *m, uint32_t param, int ndim, const int64_t *shape);
+/* A deep copy of src (params, ties, frozen flags, buffers, groups and their hparams), or
+ * NULL (out of memory). */
+zck_model *zck_model_clone(const zck_model *src);
 /* alias shares the data of source (source must not itself be an alias). FORMAT error
  * when source is out of range, equals alias, or is an alias. */
 zck_status zck_model_set_tied(zck_model *m, uint32_t alias, uint32_t source);

@@ -26,6 +26,9 @@ static const char zck__reshard_help[] =
   "options:\n"
   "  --to-stage S             target ZeRO stage (default: the source's)\n"
   "  --to-world-size W        target data-parallel world size (default: the source's)\n"
+  "  --to-tp-size T           AutoTP source: 1 (default) writes plain ZeRO; the source's\n"
+  "                           own TP size writes AutoTP files again (every mp_rank_0t), for\n"
+  "                           DeepSpeed's AutoTP engine at that TP size and the new DP size\n"
   "  --sub-group-size N       ZeRO-3 target: sub_group_size of the target run (default:\n"
   "                           the source's, else 1e9); less than 1e18\n"
   "  -t, --tag TAG            DeepSpeed source: the tag instead of `latest`\n"
@@ -53,7 +56,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"to-stage", required_argument, 0, 's'}, {"to-world-size", required_argument, 0, 'w'},
     {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 't'},
     {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
-    {"no-verify", no_argument, 0, 'V'},
+    {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -75,6 +78,10 @@ int zck_cmd_reshard(int argc, char **argv) {
       if (!zck__parse_u64(optarg, UINT64_MAX / 2, &v)) return zck_cli_usage_error("reshard", "--sub-group-size must be a positive integer");
       o.sub_group_size = v;
       break;
+    case 'T':
+      if (!zck__parse_u64(optarg, 4096, &v)) return zck_cli_usage_error("reshard", "--to-tp-size must be a positive integer");
+      o.to_tp_size = (uint32_t)v;
+      break;
     case 't': o.tag = optarg; break;
     case 'j':
       if ((rc = zck_cli_opt_threads("reshard", optarg, &o.threads))) return rc;
@@ -90,7 +97,8 @@ int zck_cmd_reshard(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
-  if (!o.to_stage && !o.to_world_size) return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  if (!o.to_stage && !o.to_world_size && !o.to_tp_size)
+    return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
   char *out_r = NULL;
   if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
   if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, o.tag))) { free(out_r); return rc; }

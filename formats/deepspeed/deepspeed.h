@@ -211,6 +211,16 @@ bool zck_ds_autotp_vocab(const zck_ds_ckpt *c, uint32_t p);
 /* The literal name of a pattern DeepSpeed wrote with "^" + re.escape(name) + "$" (its
  * universal_checkpoint_info names params so), or NULL; out has room for strlen(pat) + 1. */
 const char *zck_ds_pattern_name(const char *pat, char *out);
+/* AutoTP as a reshard target at the source's TP size (tp_size > 1): TP rank t's files are a
+ * ZeRO checkpoint of the model with t's shard shapes (zck_ds_autotp_shard_model: a copy of
+ * zck_ds_model with each param's affine-map shard_shape); zck_ds_autotp_target moves a
+ * layout over those shapes (a writer's) onto the full shapes, every piece t holds included
+ * (replicated params are written on every rank), so one transfer from the full source
+ * fills it. zck_ds_autotp_info: the universal_checkpoint_info every TP rank's model file
+ * carries (NULL if not AutoTP). */
+zck_status zck_ds_autotp_shard_model(const zck_ds_ckpt *c, uint32_t t, zck_model **out);
+zck_status zck_ds_autotp_target(const zck_ds_ckpt *c, uint32_t t, const zck_layout *shard, zck_layout **out);
+const zck_pk *zck_ds_autotp_info(const zck_ds_ckpt *c);
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
@@ -261,9 +271,14 @@ typedef struct zck_ds_write_opts {
   bool exclude_frozen;             /* saved with exclude_frozen_parameters: with no frozen params, stage 2/3
                                       files get frozen_param_shapes / _fragments None, not {} (DeepSpeed's
                                       load copies every frozen param of the live model from a dict) */
+  /* AutoTP (tp_size > 1): this writer makes TP rank mp_rank's files (mp_rank_0t names,
+   * mp_world_size and tp_degree tp_size, tp_info carried as universal_checkpoint_info;
+   * shared_params on mp rank 0 only, as DeepSpeed saves them). 0/1: plain ZeRO */
+  uint32_t mp_rank, tp_size;
+  const zck_pk *tp_info;
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */
@@ -289,6 +304,12 @@ zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_
  * what the rank does not build). Not for zck_ds_copy. */
 zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
                                       zck_ds_writer **out);
+
+/* A writer of one more TP rank's files (o->mp_rank > 0) into lead's temporary tag folder:
+ * every dp rank's files, each finished on this writer's commit, which must come before
+ * lead's (lead renames the folder into place and writes `latest`). lead outlives it. */
+zck_status zck__ds_writer_create_joined(const zck_ds_writer *lead, const zck_model *m, const zck_ds_write_opts *o,
+                                        zck_ds_writer **out);
 
 /* Target parts (same meaning as zck_ds_get; stores are write callbacks that pwrite into
  * the reserved regions, from any thread, and record a CRC-32 per written range so the zip

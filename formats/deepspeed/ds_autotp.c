@@ -102,10 +102,10 @@ static bool piece_side(const zck_pk *n, int nd, const int64_t *shape, int64_t *o
   return true;
 }
 
-/* The runs of one param on one TP rank from the pieces it holds. Pieces whose first holder is
- * another rank are checked but not used. */
+/* The runs of one param on one TP rank from the pieces it holds. Unless `all` (a target: every
+ * copy is written), pieces whose first holder is another rank are checked but not used. */
 static zck_status rank_runs(tp_runs *R, const zck_pk *pieces, uint32_t rank, uint32_t T, uint64_t full_numel,
-                            uint64_t shard_numel, const char *where) {
+                            uint64_t shard_numel, bool all, const char *where) {
   if (!pieces || pieces->kind != ZCK_PK_LIST)
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'pieces' is not a list", where);
   uint64_t held = 0;
@@ -144,7 +144,7 @@ static zck_status rank_runs(tp_runs *R, const zck_pk *pieces, uint32_t rank, uin
     if (sc && (!zck_pk_as_double(sc, &scale) || scale != 1.0))
       return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: piece %zu is stored scaled (a pre-divided replicated bias): not supported",
                        where, i);
-    if (first != (int64_t)rank) continue;
+    if (first != (int64_t)rank && !all) continue;
     /* walk the piece in row-major order, one run per innermost row (or element) */
     int64_t inner = nd ? shape[nd - 1] : 1;
     bool dense = !nd || inner == 1 || (sstr[nd - 1] == 1 && dstr[nd - 1] == 1);
@@ -223,7 +223,7 @@ static zck_status param_runs(zck_ds_ckpt *c, uint32_t p, const zck_pk *entry, tp
     }
     char rw[760];
     snprintf(rw, sizeof rw, "%s, rank %lld", where, (long long)r);
-    ZCK_TRY(rank_runs(R, zck_pk_dict_get(v, "pieces"), (uint32_t)r, T, numel, sp->numel, rw));
+    ZCK_TRY(rank_runs(R, zck_pk_dict_get(v, "pieces"), (uint32_t)r, T, numel, sp->numel, false, rw));
   }
   for (uint32_t r = 0; r < T; r++)
     if (!seen[r]) return zck__fail(ZCK_ERR_FORMAT, "%s: no entry for TP rank %u", where, r);
@@ -274,9 +274,8 @@ static zck_status check_sub(const zck_ds_ckpt *c, const zck_ds_ckpt *s) {
 /* The layout of one part over the full shapes: each rank's pieces of the part, moved
  * through the runs. ls[t] is rank t's layout; rank t's stores are numbered from the sum of
  * the earlier ranks' store counts (concat_stores). */
-static zck_status compose(const zck_ds_ckpt *c, const tp_runs *R, const uint64_t *full_numel,
+static zck_status compose(size_t n_params, uint32_t T, const tp_runs *R, const uint64_t *full_numel,
                           const zck_layout *const *ls, zck_layout **out) {
-  uint32_t T = c->n_tp + 1;
   size_t n_stores = 0, base[T];
   for (uint32_t t = 0; t < T; t++) {
     base[t] = n_stores;
@@ -288,7 +287,6 @@ static zck_status compose(const zck_ds_ckpt *c, const tp_runs *R, const uint64_t
   zck_status s = lst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (uint32_t t = 0; s == ZCK_OK && t < T; t++)
     for (size_t i = 0; i < ls[t]->n_stores; i++) lst[base[t] + i] = ls[t]->stores[i];
-  size_t n_params = c->model->n_params;
   for (size_t p = 0; s == ZCK_OK && p < n_params; p++) {
     for (size_t k = R->first[p]; s == ZCK_OK && k < R->first[p + 1]; k++) {
       const tp_run *r = &R->v[k];
@@ -383,7 +381,7 @@ static zck_status merge_part(zck_ds_ckpt *c, const tp_runs *R, const uint64_t *f
   }
   zck_layout *nl = NULL;
   zck_store *ns[ZCK_DS_PART_COUNT] = {NULL};
-  zck_status s = compose(c, R, full_numel, ls, &nl);
+  zck_status s = compose(c->model->n_params, T, R, full_numel, ls, &nl);
   for (int p = first; s == ZCK_OK && p <= last; p++)
     if (c->stores[p] && !(ns[p] = concat_stores(c, ls, p))) s = ZCK_ERR_NO_MEMORY;
   if (s != ZCK_OK) {
@@ -414,7 +412,9 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
   int *full_nd = zck__calloc(m->n_params + 1, sizeof *full_nd);
   char **lits = zck__calloc(amp->u.dict.len + 1, sizeof *lits);
   R->first = zck__calloc(m->n_params + 1, sizeof *R->first);
-  zck_status s = full && full_nd && lits && R->first ? zck__strmap_init(&names, amp->u.dict.len) : ZCK_ERR_NO_MEMORY;
+  c->tp_entry = zck__calloc(m->n_params + 1, sizeof *c->tp_entry);
+  zck_status s = full && full_nd && lits && R->first && c->tp_entry ? zck__strmap_init(&names, amp->u.dict.len)
+                                                                    : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; s == ZCK_OK && i < amp->u.dict.len; i++) {
     const char *pat = zck_pk_as_str(amp->u.dict.keys[i]);
     if (!pat) { s = zck__fail(ZCK_ERR_FORMAT, "%s: affine_map key %zu is not a string", mpath, i); break; }
@@ -432,6 +432,7 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
     const zck_param *pp = &m->params[p];
     full_nd[p] = pp->ndim;
     memcpy(full[p], pp->shape, sizeof full[p]);
+    c->tp_entry[p] = SIZE_MAX;
     if (pp->tied_to >= 0) continue;  /* an alias takes its source's shape below */
     size_t k;
     if (!zck__strmap_get(&names, pp->name, &k)) {
@@ -439,6 +440,7 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
                     "tensor-parallel slicing is unknown", mpath, pp->name);
       break;
     }
+    c->tp_entry[p] = k;
     s = param_runs(c, (uint32_t)p, amp->u.dict.values[k], R, &full_nd[p], full[p], mpath);
   }
   if (s == ZCK_OK) R->first[m->n_params] = R->n;
@@ -536,4 +538,89 @@ zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_op
   free(R.v);
   free(R.first);
   return s;
+}
+
+// ---- AutoTP as a target: TP rank t's files of a reshard at the same TP size
+
+/* affine_map['params'] of mp rank 0's model file, and the entry of TP rank t of param p. */
+static const zck_pk *rank_entry(const zck_ds_ckpt *c, uint32_t p, uint32_t t) {
+  const zck_pk *root = c->model0 ? zck_torch_root(c->model0) : NULL;
+  const zck_pk *amp = zck_pk_dict_get(zck_pk_dict_get(zck_pk_dict_get(root, "universal_checkpoint_info"), "affine_map"),
+                                      "params");
+  if (!c->tp_entry || p >= c->model->n_params || c->tp_entry[p] == SIZE_MAX || !amp) return NULL;
+  const zck_pk *ranks = zck_pk_dict_get(amp->u.dict.values[c->tp_entry[p]], "ranks");
+  for (size_t i = 0; ranks && ranks->kind == ZCK_PK_DICT && i < ranks->u.dict.len; i++) {
+    int64_t r;
+    if (zck_pk_as_int(ranks->u.dict.keys[i], &r) && r == (int64_t)t) return ranks->u.dict.values[i];
+  }
+  return NULL;
+}
+
+zck_status zck_ds_autotp_shard_model(const zck_ds_ckpt *c, uint32_t t, zck_model **out) {
+  *out = NULL;
+  if (c->info.tp_size <= 1 || t >= c->info.tp_size)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: TP rank %u of %u", c->fs.dir, t, c->info.tp_size);
+  zck_model *m = zck_model_clone(c->model);
+  if (!m) return ZCK_ERR_NO_MEMORY;
+  zck_status s = ZCK_OK;
+  for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++) {
+    if (m->params[p].tied_to >= 0) continue;
+    int64_t shard[ZCK_MAX_DIMS];
+    int nd = 0;
+    const zck_pk *e = rank_entry(c, (uint32_t)p, t);  /* checked at open */
+    if (!e || !int_list(zck_pk_dict_get(e, "shard_shape"), shard, ZCK_MAX_DIMS, &nd))
+      s = zck__fail(ZCK_ERR_FORMAT, "%s: affine_map of '%s' has no TP rank %u shard_shape", c->fs.dir, m->params[p].name, t);
+    else s = zck_model_set_shape(m, (uint32_t)p, nd, shard);
+  }
+  for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++)
+    if (m->params[p].tied_to >= 0) {
+      const zck_param *src = &m->params[m->params[p].tied_to];
+      s = zck_model_set_shape(m, (uint32_t)p, src->ndim, src->shape);
+    }
+  if (s != ZCK_OK) {
+    zck_model_free(m);
+    return s;
+  }
+  *out = m;
+  return ZCK_OK;
+}
+
+zck_status zck_ds_autotp_target(const zck_ds_ckpt *c, uint32_t t, const zck_layout *shard, zck_layout **out) {
+  *out = NULL;
+  const zck_model *m = c->model;
+  uint32_t T = c->info.tp_size;
+  if (T <= 1 || t >= T || shard->n_params != m->n_params)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: TP rank %u of %u, or a layout of another model", c->fs.dir, t, T);
+  tp_runs R = {0};
+  uint64_t *full_numel = zck__calloc(m->n_params + 1, sizeof *full_numel);
+  R.first = zck__calloc(m->n_params + 1, sizeof *R.first);
+  zck_status s = full_numel && R.first ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++) {
+    R.first[p] = R.n;
+    full_numel[p] = m->params[p].numel;
+    if (m->params[p].tied_to >= 0) continue;
+    char where[700];
+    snprintf(where, sizeof where, "%s: universal_checkpoint_info['affine_map'] of '%.400s', rank %u", c->fs.dir,
+             m->params[p].name, t);
+    const zck_pk *e = rank_entry(c, (uint32_t)p, t);
+    if (!e) { s = zck__fail(ZCK_ERR_FORMAT, "%s: missing", where); break; }
+    size_t start = R.n;
+    s = rank_runs(&R, zck_pk_dict_get(e, "pieces"), t, T, full_numel[p], shard->param_numel[p], true, where);
+    if (s == ZCK_OK) qsort(R.v + start, R.n - start, sizeof *R.v, cmp_run);
+  }
+  if (s == ZCK_OK) {
+    R.first[m->n_params] = R.n;
+    for (size_t i = 0; i < R.n; i++) R.v[i].rank = 0;  /* one target: its layout is ls[0] */
+    const zck_layout *ls[1] = {shard};
+    s = compose(m->n_params, 1, &R, full_numel, ls, out);
+  }
+  free(full_numel);
+  free(R.v);
+  free(R.first);
+  return s;
+}
+
+const zck_pk *zck_ds_autotp_info(const zck_ds_ckpt *c) {
+  if (c->info.tp_size <= 1 || !c->model0) return NULL;
+  return zck_pk_dict_get(zck_torch_root(c->model0), "universal_checkpoint_info");
 }

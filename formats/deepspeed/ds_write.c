@@ -2,7 +2,9 @@
  * trainable params, lp / frozen / buffer layouts), the files under a temporary tag folder,
  * the write-callback stores, and the commit (entry CRCs, files, tag folder rename, then
  * `latest`, each atomic). A rank-only writer (zck__ds_writer_create_rank) builds one rank's
- * files straight into an existing tag folder. The pickled trees are built in ds_write_tree.c. */
+ * files straight into an existing tag folder; a joined writer (zck__ds_writer_create_joined)
+ * another AutoTP rank's files into a lead writer's temporary one. The pickled trees are
+ * built in ds_write_tree.c. */
 #include "ds_writer.h"
 #include "dist.h"
 
@@ -187,7 +189,7 @@ static bool builds_model(const zck_ds_writer *w, uint32_t r) {
 static bool builds_optim(const zck_ds_writer *w, uint32_t r) { return !w->rank_only || r == w->only; }
 
 static zck_status create(const char *root, const zck_model *m, const zck_ds_write_opts *o, bool rank_only,
-                         uint32_t rank, zck_ds_writer **out) {
+                         uint32_t rank, const zck_ds_writer *lead, zck_ds_writer **out) {
   ZCK_ASSERT(root && m && o && out);
   *out = NULL;
   zck_dtype lp = o->lp_dtype;
@@ -225,8 +227,18 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
     }
     w->o.save_latest = false;
   }
+  if (o->tp_size > 1 && (o->mp_rank >= o->tp_size || (o->mp_rank > 0) != (lead != NULL))) {
+    s = zck__fail(ZCK_ERR_INVALID_ARG, "mp rank %u of %u: rank 0 leads, the others join it", o->mp_rank, o->tp_size);
+    goto fail;
+  }
   ZCK_CHECK_GOTO(build_geometry(w), s, fail);
-  if (rank_only) {
+  if (lead) {
+    /* lead's temporary tag folder: each file lands there on this writer's commit */
+    w->joined = true;
+    w->o.save_latest = false;
+    if (!(w->fdir = zck__strdup(lead->fdir))) { s = ZCK_ERR_NO_MEMORY; goto fail; }
+    w->shown = lead->shown;
+  } else if (rank_only) {
     /* the caller's tag folder: each file lands there on its own commit */
     struct stat sb;
     if (!(w->fdir = zck__path_join(root, w->tag))) { s = ZCK_ERR_NO_MEMORY; goto fail; }
@@ -277,12 +289,18 @@ fail:
 }
 
 zck_status zck_ds_writer_create(const char *root, const zck_model *m, const zck_ds_write_opts *o, zck_ds_writer **out) {
-  return create(root, m, o, false, 0, out);
+  return create(root, m, o, false, 0, NULL, out);
 }
 
 zck_status zck__ds_writer_create_rank(const char *root, const zck_model *m, const zck_ds_write_opts *o, uint32_t rank,
                                       zck_ds_writer **out) {
-  return create(root, m, o, true, rank, out);
+  return create(root, m, o, true, rank, NULL, out);
+}
+
+zck_status zck__ds_writer_create_joined(const zck_ds_writer *lead, const zck_model *m, const zck_ds_write_opts *o,
+                                        zck_ds_writer **out) {
+  ZCK_ASSERT(lead && !lead->rank_only && !lead->joined && !lead->committed);
+  return create(lead->root, m, o, false, 0, lead, out);
 }
 
 zck_status zck_ds_writer_get(const zck_ds_writer *w, zck_ds_part part, zck_ds_view *out) {
@@ -345,9 +363,9 @@ static zck_status finish_hashes(zck_ds_writer *w) {
   for (size_t i = 0; i < n; i++) {
     zck__shash *hf = i < w->n_models ? w->model_h[i] : w->optim_h[i - w->n_models];
     if (!hf) continue;
-    char *fname = i < w->n_models ? zck__ds_model_name(w->stage, (uint32_t)i)
-                                  : zck__ds_optim_name(w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE,
-                                                       (uint32_t)(i - w->n_models));
+    char *fname = i < w->n_models ? zck__ds_model_name_mp(w->stage, (uint32_t)i, w->o.mp_rank)
+                                  : zck__ds_optim_name_mp(w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE,
+                                                          (uint32_t)(i - w->n_models), w->o.mp_rank);
     char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
     const char *rel = fname ? keep_name(w, fname) : NULL; /* the known file's path */
     uint64_t reread = 0;
@@ -393,7 +411,7 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
     ZCK_TRY(s);
   }
   if (w->hash_started) ZCK_TRY(finish_hashes(w));
-  if (!w->rank_only) ZCK_TRY(zck__outdir_commit(&w->dir));
+  if (!w->rank_only && !w->joined) ZCK_TRY(zck__outdir_commit(&w->dir));
   w->committed = true;
   if (!w->o.save_latest) return ZCK_OK;
   /* `latest` last: a reader that sees it finds the whole tag folder */

@@ -166,7 +166,7 @@ static zck_status new_tensor(zck_ds_writer *w, zck_torch_writer *tw, zck__shash 
 
 zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   const zck_model *m = w->m;
-  char *fname = zck__ds_model_name(w->stage, r);
+  char *fname = zck__ds_model_name_mp(w->stage, r, w->o.mp_rank);
   char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
   zck_status s = ZCK_OK;
   size_t *stor = zck__calloc(m->n_params + 1, sizeof *stor);
@@ -251,12 +251,13 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     }
   }
   if (!put(d, root, "frozen_param_shapes", fshapes)) goto nomem;
-  /* shared_params: computed on global rank 0 only; other stage-3 ranks save {} */
+  /* shared_params: computed on global rank 0 only; other stage-3 ranks and TP ranks save {} */
   zck_pk *shared = zck_pk_new_dict(d, 0);
-  for (size_t p = 0; shared && r == 0 && p < m->n_params; p++)
+  bool global0 = r == 0 && w->o.mp_rank == 0;
+  for (size_t p = 0; shared && global0 && p < m->n_params; p++)
     if (m->params[p].tied_to >= 0 && !put(d, shared, m->params[p].name, S(d, m->params[m->params[p].tied_to].name)))
       goto nomem;
-  for (size_t i = 0; shared && r == 0 && i < w->o.n_unsaved_ties; i++)
+  for (size_t i = 0; shared && global0 && i < w->o.n_unsaved_ties; i++)
     if (!put(d, shared, w->o.unsaved_ties[2 * i], S(d, w->o.unsaved_ties[2 * i + 1]))) goto nomem;
   if (!put(d, root, "shared_params", shared) || !put(d, root, "frozen_param_fragments", frags)) goto nomem;
   zck_pk *sched = w->o.lr_scheduler ? zck__ds_pk_copy(d, w->o.lr_scheduler) : zck_pk_new_none(d);
@@ -269,12 +270,18 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   if (w->o.global_samples >= 0 && !put(d, root, "global_samples", zck_pk_new_int(d, w->o.global_samples))) goto nomem;
   if (w->o.step_ahead > 0 && !put(d, root, "zckpt_step_ahead", zck_pk_new_int(d, w->o.step_ahead))) goto nomem;
   zck_pk *cpd = zck_pk_new_dict(d, 0);
-  if (!cpd || !put(d, cpd, "pp_degree", zck_pk_new_int(d, 1)) || !put(d, cpd, "tp_degree", zck_pk_new_int(d, 1)))
+  int64_t tp = w->o.tp_size > 1 ? w->o.tp_size : 1;
+  if (!cpd || !put(d, cpd, "pp_degree", zck_pk_new_int(d, 1)) || !put(d, cpd, "tp_degree", zck_pk_new_int(d, tp)))
     goto nomem;
-  if (!put(d, root, "dp_world_size", zck_pk_new_int(d, w->w)) || !put(d, root, "mp_world_size", zck_pk_new_int(d, 1)) ||
+  if (!put(d, root, "dp_world_size", zck_pk_new_int(d, w->w)) || !put(d, root, "mp_world_size", zck_pk_new_int(d, tp)) ||
       !put(d, root, "checkpoint_parallel_dimensions", cpd) || !put(d, root, "ds_config", ds_config(w, d)) ||
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;
+  if (tp > 1 && w->o.tp_info) {  /* AutoTP: DeepSpeed's record of the slicing, last (as DeepSpeed orders it) */
+    zck_pk *uci = zck__ds_pk_copy(d, w->o.tp_info);
+    if (!uci) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "universal_checkpoint_info"); goto out; }
+    if (!put(d, root, "universal_checkpoint_info", uci)) goto nomem;
+  }
   w->model_root[r] = root;
   goto out;
 nomem:
@@ -364,7 +371,7 @@ static zck_status torch_optim_state(zck_ds_writer *w, zck_torch_writer *tw, zck_
 zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   const zck_model *m = w->m;
   zck__ds_prefix prefix = w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE;
-  char *fname = zck__ds_optim_name(prefix, r);
+  char *fname = zck__ds_optim_name_mp(prefix, r, w->o.mp_rank);
   char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
   zck_status s = ZCK_OK;
   if (!path) { s = ZCK_ERR_NO_MEMORY; goto out; }

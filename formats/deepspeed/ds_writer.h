@@ -48,6 +48,7 @@ struct zck_ds_writer {
                                        (rank-only) <root>/<tag> itself */
   const char *shown;                /* the tag folder in messages: dir.path or fdir */
   bool rank_only;                   /* builds rank `only`'s files alone */
+  bool joined;                      /* another TP rank's files in a lead writer's folder */
   uint32_t only;
   bool committed;
   /* geometry (lib/layout's, owned by geo; the fields below point into it) */

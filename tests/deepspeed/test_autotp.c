@@ -11,6 +11,9 @@
  *     folder read back by zckpt's universal reader (full shapes, verify clean), its reshard
  *     = the direct reshard, file for file;
  *   - reshard to plain ZeRO (TP 1) at every stage and other world sizes keeps every value;
+ *   - reshard into AutoTP files at the same TP size (another stage and dp size) reads back
+ *     as the same model (fp32, 16-bit), and its reshard back equals the direct one byte for
+ *     byte; another TP size is refused;
  *   - verify calls them clean; a TP rank's file copied over another's and a flipped bit in
  *     mp rank 1's data are refused with one line naming the file. */
 #include "ds_test_util.h"
@@ -376,6 +379,53 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
     snprintf(rc, sizeof rc, "%s.safetensors", rs);
     ZT_OK(zck_consolidate(rs, rc, NULL));
     same_tensors(cs, rc, fp32, (int)owners);
+  }
+
+  /* reshard into AutoTP files at the same TP size, another stage and dp size: every TP
+   * rank's files, read back as the same full model; and back again, the same bytes as a
+   * direct reshard to that configuration */
+  {
+    int stage = get(e, "stage")->valueint, st2 = stage == 3 ? 1 : stage + 1, w2 = dp == 1 ? 2 : 1;
+    char a[4400], b[4400], b2[4400], rc[4500];
+    snprintf(a, sizeof a, "%s/%s-tp%d-s%dw%d", tmp, cs, tp, st2, w2);
+    zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+    ro.to_tp_size = (uint32_t)tp;
+    ro.to_stage = st2;
+    ro.to_world_size = (uint32_t)w2;
+    ZT_OK(zck_reshard(ckpt, a, &ro));
+    ZT_OK(zck_ds_open(a, NULL, &c));
+    ZT_EQ_INT(zck_ds_info_of(c)->tp_size, tp);
+    ZT_EQ_INT(zck_ds_info_of(c)->world_size, w2);
+    ZT_EQ_INT(zck_ds_info_of(c)->stage, st2);
+    zck_ds_close(c);
+    snprintf(rc, sizeof rc, "%s.safetensors", a);
+    ZT_OK(zck_consolidate(a, rc, NULL));
+    same_tensors(cs, rc, fp32, (int)owners);
+    if (!strcmp(dtype, "bf16")) {  /* the 16-bit weights of every TP rank: DeepSpeed's 16-bit gather */
+      zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
+      co.dtype = ZCK_BF16;
+      snprintf(rc, sizeof rc, "%s-bf16.safetensors", a);
+      ZT_OK(zck_consolidate(a, rc, &co));
+      same_tensors(cs, rc, lp, (int)owners);
+    }
+    r = NULL;
+    ZT_OK(zck_verify(a, NULL, &r));
+    ZT_EQ_INT(r->result, ZCK_VERIFY_CLEAN);
+    zck_verify_report_free(r);
+    snprintf(b, sizeof b, "%s/%s-tp%d-back", tmp, cs, tp);
+    snprintf(b2, sizeof b2, "%s/%s-tp%d-direct", tmp, cs, tp);
+    ro.to_stage = stage;
+    ro.to_world_size = (uint32_t)dp;
+    ZT_OK(zck_reshard(a, b, &ro));
+    ZT_OK(zck_reshard(ckpt, b2, &ro));
+    same_tree(cs, b, b2);
+    /* another TP size, or AutoTP files from the universal folder: refused, nothing written */
+    ro.to_tp_size = (uint32_t)tp + 1;
+    snprintf(b, sizeof b, "%s/%s-tp-other", tmp, cs);
+    ZT_ASSERT(zck_reshard(ckpt, b, &ro) == ZCK_ERR_UNSUPPORTED);
+    ZT_ASSERT(strstr(zck_last_error(), "--to-tp-size") && !strchr(zck_last_error(), '\n'));
+    struct stat sb;
+    ZT_ASSERT(stat(b, &sb) != 0);
   }
 
   /* damage: TP rank files swapped, a flipped bit in mp rank 1's data */

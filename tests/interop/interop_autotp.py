@@ -17,6 +17,10 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 the source engine's (expected_fp32 / expected_state) bit for bit; the next loss equals the
                 source's third step to LOSS_RTOL (same data per dp rank; TP changes the summation order).
 
+  AutoTP files  `zckpt reshard --to-tp-size T` (the source's TP size): at the source's stage and dp size, every file equals
+                DeepSpeed's own object for object; at another stage and dp size, DeepSpeed's AutoTP engine at (T, new dp)
+                loads it with engine.load_checkpoint: fp32 masters, exp_avg, exp_avg_sq bit for bit, next loss as above.
+
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
 import json
@@ -232,6 +236,36 @@ def check_case(case, tmp):
             print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
         except Exception as e:  # noqa: BLE001
             fails.append(f"{case} {tag}: {e}")
+    # AutoTP files again (`--to-tp-size` = the source's TP size): resharded to the source's own stage and dp size they
+    # equal DeepSpeed's files object for object; at another stage and dp size, DeepSpeed's AutoTP engine at (TP, new DP)
+    # loads them with a plain load_checkpoint (DeepSpeed refuses another DP size of its own files)
+    tp, stage, dp = exp["tp_size"], exp["stage"], exp["dp_size"]
+    ident = os.path.join(tmp, f"{case}-tp{tp}-identity")
+    src_tag = os.path.join(FIX, case, "ckpt", "global_step2")
+    try:
+        subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), ident, "--to-tp-size", str(tp),
+                        "--to-stage", str(stage), "--to-world-size", str(dp)], check=True)
+        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
+        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
+        if names != ours:
+            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
+        for f in names:
+            if f in ours and not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
+                                          torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
+                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
+    except Exception as e:  # noqa: BLE001
+        fails.append(f"{case} tp identity: {e}")
+    stage2, dp2 = {1: 2, 2: 3, 3: 1}[stage], 2 if dp == 1 else 1
+    tag = f"reshard->tp{tp}-s{stage2}w{dp2}"
+    out = os.path.join(tmp, f"{case}-{tag}")
+    try:
+        subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), out, "--to-tp-size", str(tp),
+                        "--to-stage", str(stage2), "--to-world-size", str(dp2)], check=True)
+        res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=tp * dp2, tp=tp, universal=False, load=out))
+        loss = compare(tag, res, True)
+        print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
+    except Exception as e:  # noqa: BLE001
+        fails.append(f"{case} {tag}: {e}")
     return fails
 
 
