@@ -119,6 +119,7 @@ def snapshot(engine, stage):
         "skipped_steps": engine.skipped_steps,
         "lr_scheduler": _plain(engine.lr_scheduler.state_dict()) if engine.lr_scheduler is not None else None,
         "param_groups": [{k: _plain(v) for k, v in g.items() if k != "params"} for g in basic.param_groups],
+        "loss_scale": _plain(getattr(opt, "loss_scale", None)),   # fp16: the dynamic scale in force
     }
     # stage 1/2: after a plain load_checkpoint the optimizer-state fragments are linked only at the next step
     # (_lazy_init_hp_params_optimizer_state), so safe_get_full_optimizer_state would fail before that
@@ -206,6 +207,11 @@ def worker(spec_path):
         with torch.no_grad():
             model.frozen.weight.add_(0.25)
     groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
+    if spec["dtype"] == "fp16":
+        # DeepSpeed 0.19.8 refuses fp16 on a CPU without AVX512-FP16 (cpu_accelerator.is_fp16_supported is
+        # torch.ops.mkldnn._is_mkldnn_fp16_supported()); torch's CPU fp16 kernels run it (as the fixture s0w2_fp16)
+        from deepspeed.accelerator import get_accelerator
+        get_accelerator().is_fp16_supported = lambda: True
     if spec.get("nvme"):
         import deepspeed.runtime.swap_tensor.optimizer_utils as swap_utils
         swap_utils.MIN_AIO_BYTES = NVME_MIN_AIO_BYTES
