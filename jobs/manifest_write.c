@@ -16,6 +16,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "manifest.h"
+#include "stream_hash.h"
 #include "safetensors/safetensors.h"
 #include "threadpool.h"
 #include "torch/torch.h"
@@ -346,6 +347,8 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
     ho.threads = o->threads;
     st = zck__manifest_hash_some(dir, m, skip, &ho, true);
   }
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) /* read back: no writer hashed it as written */
+    if (!skip || !skip[i]) zck__manifest_count_reread(m->files[i].size);
   free(skip);
   free(kv);
   free(tfirst);

@@ -503,9 +503,17 @@ static void take_read(zck__shash *h, const uint8_t *p, uint64_t n) {
   }
 }
 
+static zck_status finish(zck__shash *h, const char *path, uint64_t *reread);
+
 zck_status zck__shash_finish(zck__shash *h, const char *path, uint64_t *reread) {
   *reread = 0;
   if (!h) return ZCK_OK;
+  zck_status fs = finish(h, path, reread);
+  zck__manifest_count_reread(*reread);
+  return fs;
+}
+
+static zck_status finish(zck__shash *h, const char *path, uint64_t *reread) {
   pthread_mutex_lock(&h->mu);
   h->on = false;
   bool ok = !h->dropped; /* pieces still waiting: the stream stalled; the rest is read */
@@ -577,3 +585,119 @@ zck_status zck__shash_known_file(const zck__shash *h, const char *relpath, zck__
   out->hashed = true;
   return ZCK_OK;
 }
+
+// ---- helpers for writers
+
+void zck__shash_feed_split(zck__shash *h, uint64_t off, const void *bytes, uint64_t n) {
+  const uint8_t *p = bytes;
+  while (h && n) {
+    uint64_t k = n;
+    pthread_mutex_lock(&h->mu);
+    const region *r = h->dropped ? NULL : region_of(h, off, 1);
+    if (r && off + k > r->off + r->len) k = r->off + r->len - off;
+    pthread_mutex_unlock(&h->mu);
+    zck__shash_feed(h, off, p, k, NULL);
+    off += k;
+    p += k;
+    n -= k;
+  }
+}
+
+static zck_status fd_store_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  zck__shash_fd *c = ctx;
+  uint64_t at = c->base + off * c->es, n = count * c->es;
+  ZCK_TRY(zck__pwrite_all(c->fd, src, (size_t)n, at, c->name));
+  zck__shash_feed_split(c->h, at, src, n); /* while the bytes are in the cache */
+  return ZCK_OK;
+}
+
+zck_store zck__shash_fd_store(zck__shash_fd *ctx, int fd, uint64_t base, zck_dtype dtype, uint64_t numel,
+                              const char *name, zck__shash *h) {
+  *ctx = (zck__shash_fd){fd, base, zck_dtype_size(dtype), h, name ? name : "a target file"};
+  /* unnamed: a failed write says what an FD store's does ("NAME: write of ..."), once */
+  return zck_store_callback(NULL, fd_store_write, ctx, dtype, numel, NULL);
+}
+
+static zck_status wrap_store_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  zck__shash_wrap *c = ctx;
+  ZCK_TRY(c->inner.write(c->inner.ctx, src, off, count));
+  zck__shash_feed(c->h, c->base + off * c->es, src, count * c->es, NULL);
+  return ZCK_OK;
+}
+
+zck_store zck__shash_wrap_store(zck__shash_wrap *ctx, const zck_store *inner, uint64_t base, zck__shash *h) {
+  ZCK_ASSERT(inner->kind == ZCK_STORE_CALLBACK && inner->write);
+  *ctx = (zck__shash_wrap){*inner, base, zck_dtype_size(inner->dtype), h};
+  zck_store s = *inner;
+  s.write = wrap_store_write;
+  s.ctx = ctx;
+  return s;
+}
+
+static void known_file_free(zck__manifest_known_file *f) {
+  free((void *)f->path);
+  free((void *)f->chunks);
+  free((void *)f->ranges);
+  free((void *)f->tensors);
+  memset(f, 0, sizeof *f);
+}
+
+zck_status zck__known_take(zck__manifest_known *k, size_t *cap, zck__manifest_known_file *f, const char *relpath) {
+  char *path = relpath ? strdup(relpath) : NULL;
+  if (!path || !grow((void **)&k->files, cap, k->n_files, sizeof *k->files)) {
+    free(path);
+    known_file_free(f);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  }
+  f->path = path;
+  k->files[k->n_files++] = *f;
+  memset(f, 0, sizeof *f);
+  return ZCK_OK;
+}
+
+void zck__known_free(zck__manifest_known *k) {
+  for (size_t i = 0; k->files && i < k->n_files; i++) known_file_free(&k->files[i]);
+  free(k->files);
+  k->files = NULL;
+  k->n_files = 0;
+}
+
+zck_status zck__known_bytes(zck__manifest_known *k, size_t *cap, const char *path, const char *relpath,
+                            const void *bytes, uint64_t n) {
+  zck__shash *h = zck__shash_new();
+  if (!h) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  zck__shash_budget budget = {0, 0};
+  zck__shash_bytes(h, 0, bytes, n);
+  uint64_t reread = 0;
+  zck_status st = zck__shash_start(h, &budget, k->chunk_size);
+  if (st == ZCK_OK) st = zck__shash_finish(h, path, &reread);
+  zck__manifest_known_file f;
+  if (st == ZCK_OK) st = zck__shash_known_file(h, NULL, &f);
+  if (st == ZCK_OK && f.hashed) st = zck__known_take(k, cap, &f, relpath);
+  zck__shash_free(h);
+  return st;
+}
+
+zck_status zck__known_merge(zck__manifest_known *dst, size_t *cap, zck__manifest_known *src) {
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; i < src->n_files; i++) {
+    zck__manifest_known_file f = src->files[i];
+    const char *path = f.path;
+    f.path = NULL;
+    if (st == ZCK_OK) st = zck__known_take(dst, cap, &f, path);
+    else known_file_free(&f);
+    free((void *)path);
+  }
+  free(src->files);
+  src->files = NULL;
+  src->n_files = 0;
+  return st;
+}
+
+static _Atomic uint64_t g_reread;
+
+void zck__manifest_count_reread(uint64_t bytes) {
+  if (bytes) atomic_fetch_add(&g_reread, bytes);
+}
+
+uint64_t zck__manifest_reread_total(void) { return atomic_load(&g_reread); }

@@ -25,6 +25,7 @@
 #ifndef ZCK_STREAM_HASH_H
 #define ZCK_STREAM_HASH_H
 
+#include "exec.h"
 #include "manifest.h"
 #include "util.h"
 
@@ -64,6 +65,9 @@ zck_status zck__shash_start(zck__shash *h, zck__shash_budget *budget, uint64_t c
 /* n bytes written at off, inside one region, with their CRC-32 (NULL: not known, the
  * hasher computes it as it hashes them). Any thread, any order. */
 void zck__shash_feed(zck__shash *h, uint64_t off, const void *bytes, uint64_t n, const uint32_t *crc);
+/* The same for n bytes that may span several regions (a raw copy's piece): fed region by
+ * region. */
+void zck__shash_feed_split(zck__shash *h, uint64_t off, const void *bytes, uint64_t n);
 /* The writer's CRC-32 of the region at off: a different one than the stream's means the
  * stream did not see what was written, and the hashes are dropped. */
 void zck__shash_check_crc(zck__shash *h, uint64_t off, uint32_t crc);
@@ -78,5 +82,46 @@ uint64_t zck__shash_streamed(const zck__shash *h);
 /* The file's hashes for zck__manifest_write_dir_known: path is borrowed; chunks and ranges
  * (one per region) are malloc'd (the caller frees both). Not done: out->hashed false. */
 zck_status zck__shash_known_file(const zck__shash *h, const char *relpath, zck__manifest_known_file *out);
+
+/* ---- helpers for writers */
+/* A target store over fd bytes [base, ...) that writes as a ZCK_STORE_FD store does
+ * (pwrite) and feeds h (may be NULL) with what it wrote at file offset base + byte offset:
+ * for writers whose file the executor fills directly (a safetensors shard, a raw copy).
+ * ctx lives as long as the store; it is filled here. */
+typedef struct zck__shash_fd {
+  int fd;
+  uint64_t base;
+  size_t es;
+  zck__shash *h;
+  const char *name;          /* borrowed: the file, in write errors */
+} zck__shash_fd;
+zck_store zck__shash_fd_store(zck__shash_fd *ctx, int fd, uint64_t base, zck_dtype dtype, uint64_t numel,
+                              const char *name, zck__shash *h);
+/* The same over a callback target store that writes its elements at file offset base + byte
+ * offset (a torch writer's storage): *inner is copied into ctx. */
+typedef struct zck__shash_wrap {
+  zck_store inner;
+  uint64_t base;
+  size_t es;
+  zck__shash *h;
+} zck__shash_wrap;
+zck_store zck__shash_wrap_store(zck__shash_wrap *ctx, const zck_store *inner, uint64_t base, zck__shash *h);
+
+/* A manifest's list of known files whose every pointer is owned by it (path, chunks,
+ * ranges, tensors: one allocation whose names are static): zck__known_take moves f in (f's pointers
+ * must be malloc'd; path is copied), zck__known_free frees them all. */
+zck_status zck__known_take(zck__manifest_known *k, size_t *cap, zck__manifest_known_file *f, const char *relpath);
+void zck__known_free(zck__manifest_known *k);
+/* A small file written whole from memory (a JSON side file, an index): its hashes from
+ * those bytes, checked against the file's size at path, into k as relpath. */
+zck_status zck__known_bytes(zck__manifest_known *k, size_t *cap, const char *path, const char *relpath,
+                            const void *bytes, uint64_t n);
+/* Moves every file of src into dst (src's file list is emptied; both owned lists). */
+zck_status zck__known_merge(zck__manifest_known *dst, size_t *cap, zck__manifest_known *src);
+
+/* Bytes the manifests written by this process had to read back from their files (the
+ * files or remainders no writer hashed as written): what tests check is 0. */
+void zck__manifest_count_reread(uint64_t bytes);
+uint64_t zck__manifest_reread_total(void);
 
 #endif
