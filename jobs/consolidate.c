@@ -15,6 +15,8 @@
 
 #include "deepspeed/deepspeed.h"
 #include "consolidate_internal.h"
+#include "manifest.h"
+#include "stream_hash.h"
 #include "tensor_set.h"
 #include "transfer.h"
 #include "zck.h"
@@ -311,10 +313,13 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
                                       (const char *const *)side_texts, n_side);
     } else {
       zck__outdir d;
+      /* every file's manifest hashes as it is written: the manifest reads nothing back */
+      zck__manifest_known known = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
+      size_t cap_known = 0;
       st = zck__outdir_create(&d, out, o.overwrite != 0);
       if (st == ZCK_OK) {
         char *bin = zck__outdir_file(&d, "pytorch_model.bin");
-        st = bin ? zck__write_torch_file(&s, bin, &wo) : ZCK_ERR_NO_MEMORY;
+        st = bin ? zck__write_torch_file_hashed(&s, bin, &wo, "pytorch_model.bin", &known, &cap_known) : ZCK_ERR_NO_MEMORY;
         free(bin);
         for (size_t i = 0; st == ZCK_OK && i < n_side; i++) {
           char *p = zck__outdir_file(&d, side_names[i]);
@@ -323,6 +328,8 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
           if (st == ZCK_OK) st = zck__outfile_pwrite(&f, side_texts[i], strlen(side_texts[i]), 0);
           if (st == ZCK_OK) st = zck__outfile_commit(&f);
           else if (p) zck__outfile_abort(&f);
+          if (st == ZCK_OK)
+            st = zck__known_bytes(&known, &cap_known, p, side_names[i], side_texts[i], strlen(side_texts[i]));
           free(p);
         }
         if (st == ZCK_OK) {
@@ -330,10 +337,11 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
           zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
           mo.kind = "torch";
           mo.threads = o.threads;
-          st = zck_manifest_write_dir(d.tmp_path, &mo);
+          st = zck__manifest_write_dir_known(d.tmp_path, &mo, &known, NULL);
         }
         if (st == ZCK_OK) st = zck__outdir_commit(&d);
       }
+      zck__known_free(&known);
       zck__outdir_abort(&d);
     }
   }

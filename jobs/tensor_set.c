@@ -10,6 +10,7 @@
 #include "zck.h"
 #include "plan.h"
 #include "safetensors/safetensors.h"
+#include "stream_hash.h"
 #include "torch/torch.h"
 
 void zck__set_init(zck__tensor_set *s) { memset(s, 0, sizeof *s); }
@@ -365,12 +366,18 @@ zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *pat
   return st;
 }
 
+typedef struct zck__hf_manifest_ctx {
+  const zck__write_opts *o;
+  zck_hf_writer *w;
+} zck__hf_manifest_ctx;
+
+/* The manifest from the hashes the writers made as they wrote: nothing is read back. */
 static zck_status zck__manifest_before_commit(void *ctx, const char *tmp_dir) {
-  const zck__write_opts *o = ctx;
+  const zck__hf_manifest_ctx *c = ctx;
   zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
   mo.kind = "safetensors";
-  mo.threads = o->threads;
-  return zck_manifest_write_dir(tmp_dir, &mo);
+  mo.threads = c->o->threads;
+  return zck__manifest_write_dir_known(tmp_dir, &mo, zck_hf_writer_known(c->w), NULL);
 }
 
 zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir, const zck__write_opts *o,
@@ -380,13 +387,19 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
   ho.max_shard_size = o ? o->max_shard_size : 0;
   ho.overwrite = o ? o->overwrite : false;
   ho.style = ZCK_HF_INDEX_SORTED; /* as transformers' save_pretrained and zero_to_fp32 */
+  zck__hf_manifest_ctx mctx = {o, NULL};
   if (o && o->manifest) {
     ho.before_commit = zck__manifest_before_commit;
-    ho.before_commit_ctx = (void *)o;
+    ho.before_commit_ctx = &mctx;
   }
   zck_hf_writer *w = NULL;
   zck_store *dst = NULL;
+  zck__manifest_known extra = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL}; /* the files written here */
+  size_t cap_extra = 0;
+  bool hash = o && o->manifest;
   zck_status st = zck_hf_writer_new(dir, &ho, &w);
+  mctx.w = w;
+  if (st == ZCK_OK && hash) zck_hf_writer_hash_inline(w);
   for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_hf_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
   size_t *slot = NULL;
   if (st == ZCK_OK) st = zck__add_entries(s, zck__st_dir_add, w, &slot);
@@ -405,14 +418,15 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
     if (s->v[i].alias_of >= 0) continue;
     zck_hf_slot hs = zck_hf_writer_slot(w, slot[i]);
-    dst[i] = zck_store_fd(hs.fd, hs.offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel, shard_paths[hs.shard]);
+    dst[i] = zck_hf_writer_store(w, slot[i], zck__entry_out_dtype(&s->v[i]), s->v[i].numel, shard_paths[hs.shard]);
   }
   if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
   if (st == ZCK_OK && o && o->torch_bin_too) {
     char *p = zck_hf_writer_extra_path(w, "pytorch_model.bin");
     zck__write_opts to = *o;
     to.overwrite = true;
-    st = p ? zck__write_torch_file(s, p, &to) : ZCK_ERR_NO_MEMORY;
+    st = p ? zck__write_torch_file_hashed(s, p, &to, "pytorch_model.bin", hash ? &extra : NULL, &cap_extra)
+           : ZCK_ERR_NO_MEMORY;
     free(p);
   }
   for (size_t i = 0; st == ZCK_OK && i < n_extra; i++) {
@@ -423,8 +437,12 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
     if (st == ZCK_OK) st = zck__outfile_pwrite(&f, extra_texts[i], strlen(extra_texts[i]), 0);
     if (st == ZCK_OK) st = zck__outfile_commit(&f);
     else zck__outfile_abort(&f);
+    if (st == ZCK_OK && hash)
+      st = zck__known_bytes(&extra, &cap_extra, p, extra_names[i], extra_texts[i], strlen(extra_texts[i]));
     free(p);
   }
+  if (st == ZCK_OK && hash) st = zck_hf_writer_add_known(w, &extra);
+  zck__known_free(&extra);
   if (st == ZCK_OK) st = zck_hf_writer_commit(w);
   for (size_t i = 0; i < n_shards && shard_paths; i++) free(shard_paths[i]);
   free(shard_paths);
@@ -439,18 +457,34 @@ typedef struct zck__torch_dst_ctx {
   zck_torch_writer *w;
   size_t storage;
   size_t elem_size;
+  zck__shash *h;              /* the file's manifest hashes, or NULL */
+  uint64_t data_off;          /* the storage's offset in the file */
 } zck__torch_dst_ctx;
 
 static zck_status zck__torch_dst_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
   zck__torch_dst_ctx *c = ctx;
-  return zck_torch_writer_write(c->w, c->storage, src, (size_t)(count * c->elem_size), off * c->elem_size);
+  ZCK_TRY(zck_torch_writer_write(c->w, c->storage, src, (size_t)(count * c->elem_size), off * c->elem_size));
+  zck__shash_feed(c->h, c->data_off + off * c->elem_size, src, count * c->elem_size, NULL);
+  return ZCK_OK;
 }
 
 zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
+  return zck__write_torch_file_hashed(s, path, o, NULL, NULL, NULL);
+}
+
+zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *path, const zck__write_opts *o,
+                                        const char *relpath, zck__manifest_known *known, size_t *cap) {
   if (!(o && o->overwrite) && zck__is_file(path))
     return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
+  zck__shash *h = NULL;
+  zck__shash_budget budget = {0, (uint64_t)64 << 20};
+  if (known && !(h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
   zck_torch_writer *w = NULL;
-  ZCK_TRY(zck_torch_writer_create(path, &w));
+  zck_status cs = zck_torch_writer_create_hashed(path, h, &w);
+  if (cs != ZCK_OK) {
+    zck__shash_free(h);
+    return cs;
+  }
   zck_pk_doc *doc = zck_torch_writer_doc(w);
   zck_pk *root = zck_pk_new_dict(doc, 1);
   size_t n = s->n ? s->n : 1;
@@ -462,24 +496,32 @@ zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, con
     const zck__tensor_entry *e = &s->v[i];
     zck_dtype dt = zck__entry_out_dtype(e);
     size_t si;
-    uint64_t off;
+    uint64_t off = 0;
     if (e->tied_to >= 0) {
       si = ctx[e->tied_to].storage; /* the same storage: torch.load gives tied tensors */
     } else {
       st = zck_torch_writer_add_storage(w, dt, e->numel, &si, &off);
       if (st != ZCK_OK) break;
+      zck__shash_cover(h, off, e->numel * zck_dtype_size(dt)); /* the copy writes it whole */
     }
     zck_pk *t = zck_torch_writer_tensor(w, si, e->ndim, e->shape, NULL, 0, 0);
     zck_pk *k = zck_pk_new_str(doc, e->name);
     if (!t || !k || !zck_pk_dict_set(doc, root, k, t)) { st = t ? ZCK_ERR_NO_MEMORY : ZCK_ERR_INTERNAL; break; }
-    ctx[i] = (zck__torch_dst_ctx){w, si, zck_dtype_size(dt)};
+    ctx[i] = (zck__torch_dst_ctx){w, si, zck_dtype_size(dt), h, off};
     if (e->tied_to < 0) dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
   }
+  if (st == ZCK_OK) st = zck__shash_start(h, &budget, known ? known->chunk_size : 0);
   if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o);
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++)
     if (s->v[i].tied_to < 0) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
   if (st == ZCK_OK) st = zck_torch_writer_finish(w, root);
   zck_torch_writer_free(w);
+  uint64_t reread = 0;
+  zck__manifest_known_file kf;
+  if (st == ZCK_OK && h) st = zck__shash_finish(h, path, &reread);
+  if (st == ZCK_OK && h) st = zck__shash_known_file(h, NULL, &kf);
+  if (st == ZCK_OK && h && kf.hashed) st = zck__known_take(known, cap, &kf, relpath);
+  zck__shash_free(h);
   free(dst);
   free(ctx);
   free(crc);

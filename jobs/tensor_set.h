@@ -101,5 +101,10 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
                                       size_t n_extra);
 /* A torch.save file holding an OrderedDict name -> tensor (loads with weights_only=True). */
 zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o);
+/* The same, its manifest hashes made as it is written and added to known as relpath
+ * (lib/stream_hash.h: an owned list; known NULL: none), so its manifest reads nothing back. */
+struct zck__manifest_known;
+zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *path, const zck__write_opts *o,
+                                        const char *relpath, struct zck__manifest_known *known, size_t *cap);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stream_hash.h"
+
 /* ---- sizes */
 
 zck_status zck_hf_parse_size(const char *s, uint64_t *bytes) {
@@ -131,6 +133,10 @@ struct zck_hf_writer {
   char **shard_names;
   zck__outdir dir;
   bool laid_out, dir_created, committed;
+  bool hash;                    /* zck_hf_writer_hash_inline */
+  zck__shash_budget budget;
+  zck__manifest_known known;    /* owned (stream_hash.h zck__known_take) */
+  size_t cap_known;
 };
 
 zck_status zck_hf_writer_new(const char *out_dir, const zck_hf_options *opts, zck_hf_writer **out) {
@@ -163,6 +169,7 @@ void zck_hf_writer_free(zck_hf_writer *w) {
     for (size_t i = 0; i < w->nshards; i++) free(w->shard_names[i]);
   free(w->shard_names);
   free(w->shards);
+  zck__known_free(&w->known);
   free(w->items);
   free(w->md_keys);
   free(w->md_values);
@@ -280,6 +287,7 @@ zck_status zck_hf_writer_layout(zck_hf_writer *w) {
     ZCK_TRY(zck_st_writer_add(w->shards[it->shard], it->name, it->dtype, it->ndim, it->shape, &it->local));
   }
   for (size_t s = 0; s < nshards; s++) ZCK_TRY(zck_st_writer_layout(w->shards[s]));
+  for (size_t s = 0; w->hash && s < nshards; s++) ZCK_TRY(zck_st_writer_hash(w->shards[s], &w->budget));
   ZCK_TRY(zck__outdir_create(&w->dir, w->out_dir, w->opts.overwrite));
   w->dir_created = true;
   for (size_t s = 0; s < nshards; s++) {
@@ -404,7 +412,10 @@ static zck_status zck__hf_index_json(zck_hf_writer *w, zck__buf *b) {
 
 zck_status zck_hf_writer_commit(zck_hf_writer *w) {
   ZCK_ASSERT(w->laid_out && !w->committed);
-  for (size_t s = 0; s < w->nshards; s++) ZCK_TRY(zck_st_writer_commit(w->shards[s]));
+  for (size_t s = 0; s < w->nshards; s++) {
+    ZCK_TRY(zck_st_writer_commit(w->shards[s]));
+    if (w->hash) ZCK_TRY(zck_st_writer_known(w->shards[s], w->shard_names[s], &w->known, &w->cap_known));
+  }
   if (w->nshards > 1) {
     zck__buf b;
     zck__buf_init(&b);
@@ -416,6 +427,7 @@ zck_status zck_hf_writer_commit(zck_hf_writer *w) {
     if (s == ZCK_OK) s = zck__outfile_create(&f, path);
     if (s == ZCK_OK) s = zck__outfile_pwrite(&f, b.data, b.len, 0);
     if (s == ZCK_OK) s = zck__outfile_commit(&f);
+    if (s == ZCK_OK && w->hash) s = zck__known_bytes(&w->known, &w->cap_known, path, name, b.data, b.len);
     zck__outfile_abort(&f);
     zck__buf_free(&b);
     free(name);
@@ -427,3 +439,24 @@ zck_status zck_hf_writer_commit(zck_hf_writer *w) {
   w->committed = true;
   return ZCK_OK;
 }
+
+// ---- manifest hashes as written
+
+void zck_hf_writer_hash_inline(zck_hf_writer *w) {
+  ZCK_ASSERT(!w->laid_out);
+  w->hash = true;
+  w->budget.max = (uint64_t)64 << 20;
+  w->known.chunk_size = ZCK_MANIFEST_DEFAULT_CHUNK;
+}
+
+zck_store zck_hf_writer_store(zck_hf_writer *w, size_t index, zck_dtype dtype, uint64_t numel, const char *name) {
+  ZCK_ASSERT(w->laid_out && index < w->count);
+  const zck__hf_item *it = &w->items[index];
+  return zck_st_writer_store(w->shards[it->shard], it->local, dtype, numel, name);
+}
+
+zck_status zck_hf_writer_add_known(zck_hf_writer *w, zck__manifest_known *k) {
+  return zck__known_merge(&w->known, &w->cap_known, k);
+}
+
+const zck__manifest_known *zck_hf_writer_known(const zck_hf_writer *w) { return w->hash ? &w->known : NULL; }

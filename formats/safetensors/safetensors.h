@@ -152,6 +152,21 @@ zck_status zck_st_writer_commit(zck_st_writer *w);
 /* Frees; an opened but uncommitted output is removed. Accepts NULL. */
 void zck_st_writer_free(zck_st_writer *w);
 
+/* Manifest hashes as the file is written (lib/stream_hash.h), so that no manifest reads it
+ * back. After layout, before open: the header is known, each tensor is a region the copy
+ * fills whole (budget: memory for pieces written ahead of the hash cursor, shared; it
+ * outlives the writer's commit). Then every tensor's data goes through
+ * zck_st_writer_store, and after commit zck_st_writer_known adds the file's hashes to k
+ * as relpath (a file the stream could not hash is left out: the manifest reads it). */
+struct zck__shash_budget;
+struct zck__manifest_known;
+struct zck_store;
+zck_status zck_st_writer_hash(zck_st_writer *w, struct zck__shash_budget *budget);
+/* After open: a target store for tensor `index`'s data (count elements of dtype), named
+ * `name` in messages: an FD store, or with hashing one that feeds the hashes. */
+struct zck_store zck_st_writer_store(zck_st_writer *w, size_t index, zck_dtype dtype, uint64_t numel, const char *name);
+zck_status zck_st_writer_known(zck_st_writer *w, const char *relpath, struct zck__manifest_known *k, size_t *cap);
+
 /* ---- Hugging Face sharding */
 
 /* "5GB" -> 5,000,000,000 as huggingface_hub's parse_size_to_int reads it (the parser that
@@ -226,6 +241,16 @@ char *zck_hf_writer_extra_path(const zck_hf_writer *w, const char *name);
 zck_status zck_hf_writer_commit(zck_hf_writer *w);
 /* Frees; an uncommitted output directory is removed. Accepts NULL. */
 void zck_hf_writer_free(zck_hf_writer *w);
+
+/* Manifest hashes as the directory is written, so that its manifest reads nothing back:
+ * asked before layout; the tensors' data then goes through zck_hf_writer_store; at commit,
+ * once the shards and the index are final and before before_commit runs,
+ * zck_hf_writer_known lists their hashes (paths relative to the directory), with what
+ * callers added for the files they wrote (zck_hf_writer_add_known: moved in). */
+void zck_hf_writer_hash_inline(zck_hf_writer *w);
+struct zck_store zck_hf_writer_store(zck_hf_writer *w, size_t index, zck_dtype dtype, uint64_t numel, const char *name);
+zck_status zck_hf_writer_add_known(zck_hf_writer *w, struct zck__manifest_known *k);
+const struct zck__manifest_known *zck_hf_writer_known(const zck_hf_writer *w);
 
 /* ---- Hugging Face checkpoint reader */
 

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stream_hash.h"
+
 struct zck_st_writer {
   zck_st_tensor *tensors;  /* in add order */
   size_t count, cap;
@@ -24,6 +26,8 @@ struct zck_st_writer {
   bool laid_out, opened, committed;
   zck__outfile out;
   char *path;
+  zck__shash *hash;        /* zck_st_writer_hash: the manifest hashes as written */
+  zck__shash_fd *stores;   /* [count]: the hashing stores' contexts */
 };
 
 zck_status zck_st_writer_new(zck_st_writer **out) {
@@ -45,6 +49,8 @@ zck_status zck_st_writer_new(zck_st_writer **out) {
 void zck_st_writer_free(zck_st_writer *w) {
   if (!w) return;
   if (w->opened && !w->committed) zck__outfile_abort(&w->out);
+  zck__shash_free(w->hash);
+  free(w->stores);
   free(w->tensors);
   free(w->md_keys);
   free(w->md_values);
@@ -252,4 +258,49 @@ zck_status zck_st_writer_commit(zck_st_writer *w) {
   ZCK_TRY(zck__outfile_commit(&w->out));
   w->committed = true;
   return ZCK_OK;
+}
+
+// ---- manifest hashes as written
+
+static int zck__st_cmp_offset(const void *a, const void *b) {
+  const zck_st_tensor *x = *(const zck_st_tensor *const *)a, *y = *(const zck_st_tensor *const *)b;
+  /* an empty tensor first among those at its offset: each region starts where the last ended */
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+zck_status zck_st_writer_hash(zck_st_writer *w, zck__shash_budget *budget) {
+  ZCK_ASSERT(w->laid_out && !w->opened && !w->hash);
+  const zck_st_tensor **order = zck__malloc((w->count ? w->count : 1) * sizeof *order);
+  w->stores = zck__calloc(w->count ? w->count : 1, sizeof *w->stores);
+  w->hash = zck__shash_new();
+  if (!order || !w->stores || !w->hash) {
+    free(order);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  /* the file: the header, then each tensor's bytes back to back (layout's order) */
+  zck__shash_bytes(w->hash, 0, w->header.data, w->header.len);
+  for (size_t i = 0; i < w->count; i++) order[i] = &w->tensors[i];
+  qsort(order, w->count, sizeof *order, zck__st_cmp_offset);
+  for (size_t i = 0; i < w->count; i++) zck__shash_region(w->hash, order[i]->offset, order[i]->nbytes, NULL);
+  for (size_t i = 0; i < w->count; i++) zck__shash_cover(w->hash, order[i]->offset, order[i]->nbytes);
+  free(order);
+  return zck__shash_start(w->hash, budget, 0);
+}
+
+zck_store zck_st_writer_store(zck_st_writer *w, size_t index, zck_dtype dtype, uint64_t numel, const char *name) {
+  ZCK_ASSERT(w->opened && index < w->count);
+  const zck_st_tensor *t = &w->tensors[index];
+  if (!w->hash) return zck_store_fd(w->out.fd, t->offset, dtype, numel, name);
+  return zck__shash_fd_store(&w->stores[index], w->out.fd, t->offset, dtype, numel, name, w->hash);
+}
+
+zck_status zck_st_writer_known(zck_st_writer *w, const char *relpath, zck__manifest_known *k, size_t *cap) {
+  ZCK_ASSERT(w->committed);
+  if (!w->hash) return ZCK_OK;
+  uint64_t reread = 0;
+  ZCK_TRY(zck__shash_finish(w->hash, w->path, &reread));
+  zck__manifest_known_file f;
+  ZCK_TRY(zck__shash_known_file(w->hash, NULL, &f));
+  return f.hashed ? zck__known_take(k, cap, &f, relpath) : ZCK_OK;
 }
