@@ -21,6 +21,7 @@
 #include "deepspeed/deepspeed.h"
 #include "manifest.h"
 #include "plan.h"
+#include "stream_hash.h"
 #include "to_universal.h"
 #include "universal/universal.h"
 
@@ -498,6 +499,9 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
  * first batch (zck__uvj_batch). */
 typedef struct zck__uvj_opt {
   zck_torch_writer *tw;
+  zck__shash *h;                /* its manifest hashes, made as it is written */
+  zck__shash_budget budget;
+  zck__shash_wrap *wrap;        /* [copies.n]: the target stores, feeding h */
   zck_pk *root;
   zck_uv_copies copies;
   zck_plan *plan;
@@ -506,8 +510,12 @@ typedef struct zck__uvj_opt {
   uint64_t bytes;
 } zck__uvj_opt;
 
+#define ZCK__UVJ_OPT_NAME "zero/optimizer_state.pt"
+
 static void zck__uvj_opt_free(zck__uvj_opt *os) {
   zck_torch_writer_free(os->tw);
+  zck__shash_free(os->h);
+  free(os->wrap);
   zck_uv_copies_free(&os->copies);
   zck_plan_free(os->plan);
   free(os->src);
@@ -524,13 +532,19 @@ static zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
   os->src = zck__calloc(n ? n : 1, sizeof *os->src);
   os->dst = zck__calloc(n ? n : 1, sizeof *os->dst);
   os->crc = zck__calloc(n ? n : 1, sizeof *os->crc);
-  zck_status st = ext && os->src && os->dst && os->crc ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  os->wrap = zck__calloc(n ? n : 1, sizeof *os->wrap);
+  zck_status st = ext && os->src && os->dst && os->crc && os->wrap ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count};
     os->src[i] = c->v[i].src;
-    os->dst[i] = c->v[i].dst;
-    os->bytes += c->v[i].count * zck_dtype_size(c->v[i].dst.dtype);
+    uint64_t nbytes = c->v[i].count * zck_dtype_size(c->v[i].dst.dtype);
+    /* each storage is written whole; the file's hashes follow the copy */
+    zck__shash_cover(os->h, c->v[i].data_off, nbytes);
+    os->dst[i] = os->h ? zck__shash_wrap_store(&os->wrap[i], &c->v[i].dst, c->v[i].data_off, os->h) : c->v[i].dst;
+    os->bytes += nbytes;
   }
+  os->budget.max = (uint64_t)64 << 20;
+  if (st == ZCK_OK) st = zck__shash_start(os->h, &os->budget, 0);
   if (st == ZCK_OK) st = zck_plan_from_extents(ext, n, n, n, &os->plan);
   if (st == ZCK_OK) st = zck_plan_split(os->plan, ZCK_PLAN_DEFAULT_CHUNK);
   free(ext);
@@ -589,7 +603,8 @@ static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_ex
   const zck__source *data = zck_torch_source(of);
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
   if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
-  ZCK_TRY(zck_uv_writer_torch(j->w, "zero/optimizer_state.pt", &os->tw));
+  if (!(os->h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck_uv_writer_torch_hashed(j->w, ZCK__UVJ_OPT_NAME, os->h, &os->tw));
   zck_torch_writer *tw = os->tw;
   zck_pk_doc *d = zck_torch_writer_doc(tw);
   zck_uv_copies copies = {0};
@@ -737,6 +752,63 @@ static zck_status zck__uvj_model_records(zck__uvj_models *mf, size_t i) {
   return st;
 }
 
+static int zck__uvj_cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The copy's regions for its manifest hashes (zck_uv_writer_raw): the file cut at the
+ * first and last byte of every tensor its pickle holds (read from the source, which the
+ * copy equals), so that each tensor describing the output finds is one region, an empty
+ * one a region of length 0 (tensors overlapping others span several: the manifest reads
+ * such a file back). */
+static zck_status zck__uvj_model_regions(const char *path, uint64_t size, zck__manifest_known_range **out,
+                                         size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  zck_torch_file *tf = NULL;
+  ZCK_TRY(zck_torch_open(path, NULL, &tf));
+  size_t n = zck_torch_tensor_count(tf);
+  uint64_t *cut = zck__malloc((2 * n + 2) * sizeof *cut), *empty = zck__malloc((n + 1) * sizeof *empty);
+  zck__manifest_known_range *r = zck__malloc((3 * n + 2) * sizeof *r);
+  zck_status st = cut && empty && r ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t nc = 0, ne = 0, nr = 0;
+  if (st == ZCK_OK) cut[nc++] = 0, cut[nc++] = size;
+  for (size_t k = 0; st == ZCK_OK && k < n; k++) {
+    const zck_torch_tensor *t = zck_torch_tensor_at(tf, k);
+    uint64_t off = zck_torch_tensor_file_offset(tf, t), span = 0;
+    if (t->numel) { /* element 0 to the last element, as the manifest describes it */
+      uint64_t last = 0;
+      for (int d = 0; d < t->ndim; d++) last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->stride[d];
+      span = (last + 1) * zck_dtype_size(t->dtype);
+    }
+    if (off > size || span > size - off) continue; /* the reader refuses it anyway */
+    cut[nc++] = off;
+    if (span) cut[nc++] = off + span;
+    else empty[ne++] = off;
+  }
+  if (st == ZCK_OK) {
+    qsort(cut, nc, sizeof *cut, zck__uvj_cmp_u64);
+    qsort(empty, ne, sizeof *empty, zck__uvj_cmp_u64);
+    for (size_t k = 0, e = 0; k + 1 < nc || e < ne;) {
+      if (e < ne && (k + 1 >= nc || empty[e] <= cut[k])) { /* before the region starting at its offset */
+        if (!nr || r[nr - 1].off != empty[e] || r[nr - 1].len) r[nr++] = (zck__manifest_known_range){empty[e], 0, 0};
+        e++;
+      } else {
+        if (cut[k + 1] > cut[k]) r[nr++] = (zck__manifest_known_range){cut[k], cut[k + 1] - cut[k], 0};
+        k++;
+      }
+    }
+  }
+  free(cut);
+  free(empty);
+  zck_torch_close(tf);
+  if (st != ZCK_OK) { free(r); return st; }
+  *out = r;
+  *n_out = nr;
+  return ZCK_OK;
+}
+
 static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exec_job *job) {
   size_t n = zck_ds_model_file_count(j->ck);
   const zck_manifest *man = zck_ds_manifest(j->ck);
@@ -751,7 +823,11 @@ static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exe
     if (st != ZCK_OK) break;
     mf->open[i] = true;
     uint64_t size = mf->srcs[i].size;
-    st = zck_uv_writer_raw(j->w, f.name, size, &mf->d[i]);
+    zck__manifest_known_range *regions = NULL;
+    size_t n_regions = 0;
+    st = zck__uvj_model_regions(f.path, size, &regions, &n_regions);
+    if (st == ZCK_OK) st = zck_uv_writer_raw(j->w, f.name, size, regions, n_regions, &mf->d[i]);
+    free(regions);
     mf->bytes += size;
     ptrdiff_t k = man ? zck_manifest_find_file(man, f.name) : -1;
     if (st != ZCK_OK || !size) continue;
@@ -828,11 +904,12 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   if (st == ZCK_OK && j.info->stage == 0) st = zck__uvj_zero0_steps(ck, j.w, flat, n_flat);
   else if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
   if (st == ZCK_OK) st = zck__uvj_opt_finish(&os);
+  if (st == ZCK_OK) st = zck_uv_writer_keep_hashed(j.w, ZCK__UVJ_OPT_NAME, os.h);
   zck__uvj_opt_free(&os);
   if (st == ZCK_OK) st = zck_uv_writer_finish_files(j.w);
   if (st == ZCK_OK) {
-    /* written last, as in every folder zckpt produces (zckpt verify checks it): the tensor
-     * files' hashes were made as they were written; the few other files are read */
+    /* written last, as in every folder zckpt produces (zckpt verify checks it): every
+     * file's hashes were made as it was written, so nothing is read back */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
     mo.kind = "universal";
     mo.threads = o->threads;

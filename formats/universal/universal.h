@@ -82,16 +82,25 @@ size_t zck_uv_writer_pending(const zck_uv_writer *w);
  * descriptors. Call after the plan that fills them ran. */
 zck_status zck_uv_writer_finish_batch(zck_uv_writer *w);
 
-/* zero/<name>/step.pt: a 0-dim float32 tensor (is_tensor) or a Python int. */
+/* zero/<name>/step.pt: a 0-dim float32 tensor (is_tensor) or a Python int (with opts.hash,
+ * hashed as written). */
 zck_status zck_uv_writer_step(zck_uv_writer *w, const char *name, bool is_tensor, double value);
 
 /* A torch file at rel (e.g. "zero/optimizer_state.pt") built by the caller: the writer
  * is created here and finished with zck_torch_writer_finish by the caller. */
 zck_status zck_uv_writer_torch(zck_uv_writer *w, const char *rel, zck_torch_writer **tw);
+/* The same, its manifest hashes made as it is written into h (stream_hash.h; the caller's:
+ * it covers, starts and feeds it); once the caller finished the file,
+ * zck_uv_writer_keep_hashed adds them to zck_uv_writer_known (no-op without opts.hash). */
+struct zck__shash;
+zck_status zck_uv_writer_torch_hashed(zck_uv_writer *w, const char *rel, struct zck__shash *h, zck_torch_writer **tw);
+zck_status zck_uv_writer_keep_hashed(zck_uv_writer *w, const char *rel, struct zck__shash *h);
 
-/* A raw file at rel of size bytes: *store (U8, fd-backed) receives its bytes. Committed
- * with the folder. */
-zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, zck_store *store);
+/* A raw file at rel of size bytes: *store (U8) receives its bytes, each byte written once.
+ * With opts.hash it is hashed as written, its tensors' ranges being among regions (in file
+ * order, back to back from 0; NULL: the whole file, one region). Committed with the folder. */
+zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, const zck__manifest_known_range *regions,
+                             size_t n_regions, zck_store *store);
 
 /* Finishes every file (the pending tensor files, the raw files) in the temporary folder,
  * which is then complete but for what the caller adds (its manifest). */
@@ -114,6 +123,7 @@ typedef struct zck_uv_tensor_copy {
   zck_store src, dst;
   uint64_t count;
   size_t storage;             /* in the destination writer */
+  uint64_t data_off;          /* where the storage's bytes lie in the destination file */
   uint32_t crc;               /* filled by the caller's executor run */
 } zck_uv_tensor_copy;
 

@@ -118,6 +118,7 @@ static zck_pk *zck__uv_tensor(zck__uv_cp *cp, const zck_torch_tensor *t) {
   e->dst = zck_store_callback(NULL, zck__uv_twrite_fn, wc, t->dtype, t->numel, name);
   e->count = t->numel;
   e->storage = si;
+  e->data_off = off;
   c->n++;
   return node;
 }

@@ -34,6 +34,9 @@ typedef struct zck__uv_tfile {
 typedef struct zck__uv_raw {
   zck__outfile f;
   bool open;
+  char *rel;                    /* opts.hash: its name in the folder, and its hashes */
+  zck__shash *h;
+  zck__shash_fd store;
 } zck__uv_raw;
 
 struct zck_uv_writer {
@@ -272,10 +275,33 @@ zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
 // ---- other files
 
 zck_status zck_uv_writer_torch(zck_uv_writer *w, const char *rel, zck_torch_writer **tw) {
+  return zck_uv_writer_torch_hashed(w, rel, NULL, tw);
+}
+
+zck_status zck_uv_writer_torch_hashed(zck_uv_writer *w, const char *rel, zck__shash *h, zck_torch_writer **tw) {
   *tw = NULL;
   char *path = NULL;
   ZCK_TRY(zck__uv_prepare(w, rel, &path));
-  zck_status st = zck_torch_writer_create(path, tw);
+  zck_status st = zck_torch_writer_create_hashed(path, h, tw);
+  free(path);
+  return st;
+}
+
+/* A finished file's hashes, made as it was written, into w->known (not done: left to the
+ * manifest writer, which reads the file). */
+static zck_status zck__uv_keep(zck_uv_writer *w, const char *path, const char *rel, zck__shash *h) {
+  uint64_t reread = 0;
+  ZCK_TRY(zck__shash_finish(h, path, &reread));
+  zck__manifest_known_file f;
+  ZCK_TRY(zck__shash_known_file(h, NULL, &f));
+
+  return f.hashed ? zck__known_take(&w->known, &w->cap_known, &f, rel) : ZCK_OK;
+}
+
+zck_status zck_uv_writer_keep_hashed(zck_uv_writer *w, const char *rel, zck__shash *h) {
+  if (!w->o.hash || !h) return ZCK_OK;
+  char *path = zck__outdir_file(&w->dir, rel);
+  zck_status st = path ? zck__uv_keep(w, path, rel, h) : ZCK_ERR_NO_MEMORY;
   free(path);
   return st;
 }
@@ -285,25 +311,32 @@ zck_status zck_uv_writer_step(zck_uv_writer *w, const char *name, bool is_tensor
   char *rel = zck__sprintf("zero/%s/step.pt", name);
   if (!rel) return ZCK_ERR_NO_MEMORY;
   zck_torch_writer *tw = NULL;
-  zck_status st = zck_uv_writer_torch(w, rel, &tw);
-  free(rel);
+  zck__shash *h = NULL;
+  zck_status st = w->o.hash && !(h = zck__shash_new()) ? ZCK_ERR_NO_MEMORY : ZCK_OK;
+  if (st == ZCK_OK) st = zck_uv_writer_torch_hashed(w, rel, h, &tw);
   zck_pk *root = NULL;
   if (st == ZCK_OK && is_tensor) {
     size_t si;
     uint64_t off;
     float v = (float)value;
     st = zck_torch_writer_add_storage(tw, ZCK_F32, 1, &si, &off);
+    if (st == ZCK_OK) zck__shash_known(h, off, &v, sizeof v); /* its one value, known now */
     if (st == ZCK_OK) st = zck_torch_writer_write(tw, si, &v, sizeof v, 0);
     if (st == ZCK_OK && !(root = zck_torch_writer_tensor(tw, si, 0, NULL, NULL, 0, 0))) st = ZCK_ERR_NO_MEMORY;
   } else if (st == ZCK_OK) {
     if (!(root = zck_pk_new_int(zck_torch_writer_doc(tw), (int64_t)value))) st = ZCK_ERR_NO_MEMORY;
   }
+  if (st == ZCK_OK) st = zck__shash_start(h, &w->budget, 0);
   if (st == ZCK_OK) st = zck_torch_writer_finish(tw, root);
   zck_torch_writer_free(tw);
+  if (st == ZCK_OK) st = zck_uv_writer_keep_hashed(w, rel, h);
+  zck__shash_free(h);
+  free(rel);
   return st;
 }
 
-zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, zck_store *store) {
+zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, const zck__manifest_known_range *regions,
+                             size_t n_regions, zck_store *store) {
   char *path = NULL;
   ZCK_TRY(zck__uv_prepare(w, rel, &path));
   zck__uv_raw *r = zck__calloc(1, sizeof *r);
@@ -319,14 +352,25 @@ zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, z
     r->open = true;
     st = zck__outfile_truncate(&r->f, size);
   }
+  if (st == ZCK_OK && w->o.hash) { /* every byte written by the copy */
+    if (!(r->h = zck__shash_new()) || !(r->rel = zck__strdup(rel))) st = ZCK_ERR_NO_MEMORY;
+    for (size_t k = 0; k < n_regions; k++) zck__shash_region(r->h, regions[k].off, regions[k].len, NULL);
+    if (!n_regions) zck__shash_region(r->h, 0, size, NULL);
+    for (size_t k = 0; k < n_regions; k++) zck__shash_cover(r->h, regions[k].off, regions[k].len);
+    if (!n_regions) zck__shash_cover(r->h, 0, size);
+    if (st == ZCK_OK) st = zck__shash_start(r->h, &w->budget, 0);
+  }
   free(path);
   if (st != ZCK_OK) {
     if (r && r->open) zck__outfile_abort(&r->f);
+    if (r) zck__shash_free(r->h);
+    if (r) free(r->rel);
     free(r);
     return st;
   }
   w->raws[w->n_raws++] = r;
-  *store = zck_store_fd(r->f.fd, 0, ZCK_U8, size, r->f.path);
+  *store = r->h ? zck__shash_fd_store(&r->store, r->f.fd, 0, ZCK_U8, size, r->f.path, r->h)
+                : zck_store_fd(r->f.fd, 0, ZCK_U8, size, r->f.path);
   return ZCK_OK;
 }
 
@@ -360,8 +404,12 @@ zck_status zck_uv_writer_finish_files(zck_uv_writer *w) {
   zck_status st = zck_uv_writer_finish_batch(w);
   for (size_t i = 0; i < w->n_raws && st == ZCK_OK; i++) {
     if (!w->raws[i]->open) continue;
-    st = zck__outfile_commit(&w->raws[i]->f);
+    char *path = w->raws[i]->h ? zck__strdup(w->raws[i]->f.path) : NULL; /* commit frees it */
+    if (w->raws[i]->h && !path) st = ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK) st = zck__outfile_commit(&w->raws[i]->f);
     if (st == ZCK_OK) w->raws[i]->open = false;
+    if (st == ZCK_OK && w->raws[i]->h) st = zck__uv_keep(w, path, w->raws[i]->rel, w->raws[i]->h);
+    free(path);
   }
   return st;
 }
@@ -397,6 +445,8 @@ void zck_uv_writer_free(zck_uv_writer *w) {
   free(w->files);
   for (size_t i = 0; i < w->n_raws; i++) {
     if (w->raws[i]->open) zck__outfile_abort(&w->raws[i]->f);
+    zck__shash_free(w->raws[i]->h);
+    free(w->raws[i]->rel);
     free(w->raws[i]);
   }
   free(w->raws);
