@@ -4,7 +4,9 @@
  * the whole folder into place, then rotation. */
 #include "saver_internal.h"
 
+#include "deepspeed/ds_writer.h"
 #include "error.h"
+#include "manifest.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -34,7 +36,8 @@ bool zck__saver_g16_wanted(const zck_saver *s) { return s->tr.stage == 3 && (s->
 
 // ---- the end of a save (rank 0)
 
-zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank) {
+zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank,
+                             const zck__manifest_known *known) {
   const zck_saver_train *tr = &s->tr;
   zck_status st = ZCK_OK;
   /* per rank: the tag folder is complete now (every rank's files are in), so `latest` */
@@ -55,7 +58,7 @@ zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir
     char *tag_dir = tr->save_only_model ? zck__strdup(od->tmp_path) : zck__outdir_file(od, tag);
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
     mo.kind = tr->save_only_model ? "safetensors" : "deepspeed";
-    st = tag_dir ? zck_manifest_write_dir(tag_dir, &mo) : ZCK_ERR_NO_MEMORY;
+    st = tag_dir ? zck__manifest_write_dir_known(tag_dir, &mo, known, NULL) : ZCK_ERR_NO_MEMORY;
     free(tag_dir);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(od);
@@ -73,9 +76,11 @@ static zck_status save_rank0(zck_saver *s, const zck_saver_rank *r0, int64_t ste
   if (!final) return ZCK_ERR_NO_MEMORY;
   zck__outdir od;
   memset(&od, 0, sizeof od);
+  zck_ds_writer *w = NULL; /* kept for the hashes it made as it wrote */
   zck_status st = zck__outdir_create(&od, final, true);
-  if (st == ZCK_OK && !s->tr.save_only_model) st = zck__saver_write_deepspeed(s, r0, od.tmp_path, step, NULL);
-  if (st == ZCK_OK) st = zck__saver_finish(s, r0, &od, step, false);
+  if (st == ZCK_OK && !s->tr.save_only_model) st = zck__saver_write_deepspeed(s, r0, od.tmp_path, step, NULL, &w);
+  if (st == ZCK_OK) st = zck__saver_finish(s, r0, &od, step, false, w ? zck__ds_writer_known(w, NULL, NULL) : NULL);
+  zck_ds_writer_free(w);
   zck__outdir_abort(&od);
   if (st == ZCK_OK) st = zck_saver_rotate(s);
   if (st != ZCK_OK) st = zck__error_prepend(st, "saving %s", final);

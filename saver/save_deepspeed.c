@@ -5,6 +5,7 @@
 #include "saver_internal.h"
 
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/ds_writer.h"
 #include "error.h"
 #include "transfer.h"
 #include "util.h"
@@ -79,7 +80,8 @@ zck_status zck__saver_set_lr(zck_saver *t, int64_t step) {
 }
 
 zck_status zck__saver_write_deepspeed(zck_saver *t, const zck_saver_rank *r0, const char *root, int64_t step,
-                                      const zck_saver_rank *only) {
+                                      const zck_saver_rank *only, zck_ds_writer **keep) {
+  if (keep) *keep = NULL;
   const zck_saver_train *tr = &t->tr;
   zck_model *m = (zck_model *)tr->model;
   if (!only) ZCK_TRY(zck__saver_set_lr(t, step)); /* per rank: done before the ranks start writing */
@@ -116,6 +118,8 @@ zck_status zck__saver_write_deepspeed(zck_saver *t, const zck_saver_rank *r0, co
   /* per rank: a writer of this rank's files alone, straight into root/<tag> (rank 0 made it) */
   if (only) ZCK_CHECK_GOTO(zck__ds_writer_create_rank(root, m, &o, (uint32_t)only->comm->rank, &w), s, out);
   else ZCK_CHECK_GOTO(zck_ds_writer_create(root, m, &o, &w), s, out);
+  /* the manifest's hashes are made from the bytes as the transfer writes them */
+  if (keep) zck__ds_writer_hash_inline(w, 0, 0);
   /* the 16-bit module weights are rank 0's (stage 1/2: its lp flat and frozen copies) */
   ZCK_CHECK_GOTO(zck__saver_source(t, only ? only->mem : NULL, !only || only->comm->rank == 0 ? r0->mem : NULL, &src),
                  s, out);
@@ -125,6 +129,10 @@ zck_status zck__saver_write_deepspeed(zck_saver *t, const zck_saver_rank *r0, co
   to.partial = only != NULL; /* one rank's source covers only its own part of the files */
   ZCK_CHECK_GOTO(zck_transfer(&src.v, &dst, 1, &to), s, out);
   s = zck_ds_writer_commit(w);
+  if (s == ZCK_OK && keep) {
+    *keep = w;
+    w = NULL;
+  }
 out:
   zck__saver_view_free(t, &src);
   zck_ds_writer_free(w);

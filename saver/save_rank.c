@@ -17,6 +17,7 @@
  */
 #include "saver_internal.h"
 
+#include "deepspeed/ds_writer.h"
 #include "error.h"
 #include "util.h"
 
@@ -64,6 +65,7 @@ zck_status zck__saver_save_per_rank(zck_saver *t, const zck_saver_rank *zr, int6
   char dir[ZCK_SAVER_PATH_MAX] = "";
   zck__outdir od;
   memset(&od, 0, sizeof od);
+  zck_ds_writer *w = NULL;
   zck_status s = final ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   /* the manifest's lr: one writer of the (per-process or shared) model */
   if (s == ZCK_OK && keeper && !a->save_only_model) s = zck__saver_set_lr(t, step);
@@ -75,16 +77,26 @@ zck_status zck__saver_save_per_rank(zck_saver *t, const zck_saver_rank *zr, int6
   dir[sizeof dir - 1] = 0;
   bool stopped = s != ZCK_OK;
   if (!stopped) {
-    if (!a->save_only_model) s = zck__saver_write_deepspeed(t, zr, dir, step, zr);
+    /* rank 0 hashes its own files as it writes them (the manifest reads the others') */
+    if (!a->save_only_model) s = zck__saver_write_deepspeed(t, zr, dir, step, zr, lead ? &w : NULL);
     if (s == ZCK_OK && zck__saver_g16_wanted(t)) s = zck__g16_fill_own(t, zr, dir);
     if (s == ZCK_OK && t->h.rank_written) t->h.rank_written(t->h.ctx, c, step);
     s = zck_comm_agree(c, s);
     stopped = s != ZCK_OK;
   }
   if (!stopped && lead) {
-    s = zck__saver_finish(t, zr, &od, step, true);
+    /* the other ranks' files are described and hashed by reading them, and the folder's
+     * layout by its reader, which checks the whole file set the ranks wrote */
+    const zck__manifest_known *own = w ? zck__ds_writer_known(w, NULL, NULL) : NULL;
+    zck__manifest_known k;
+    if (own) {
+      k = *own;
+      k.layout = NULL;
+    }
+    s = zck__saver_finish(t, zr, &od, step, true, own ? &k : NULL);
     if (s == ZCK_OK) s = zck_saver_rotate(t);
   }
+  zck_ds_writer_free(w);
   if (lead) zck__outdir_abort(&od); /* after a commit: frees the names only */
   if (!stopped) s = zck_comm_agree(c, s);
   if (s != ZCK_OK && final) s = zck__error_prepend(s, "saving %s", final);

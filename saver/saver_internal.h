@@ -9,6 +9,8 @@
 typedef struct zck_st_writer zck_st_writer;
 typedef struct zck_ds_ckpt zck_ds_ckpt;
 typedef struct zck_ds_info zck_ds_info;
+struct zck_ds_writer;
+struct zck__manifest_known;
 
 /* A view the hooks described, and what frees it. */
 typedef struct zck__saver_view {
@@ -28,9 +30,11 @@ zck_status zck__saver_set_lr(zck_saver *s, int64_t step);
 /* The DeepSpeed checkpoint of `step` under root (root/global_step<step>/ and root/latest).
  * only == NULL: every rank's files from s->ranks[] (threads). only: that rank's parts alone
  * (its optimizer-states file, its stage-3 model-states file, rank 0's stage-1/2 model
- * states), the other files left unfilled and no `latest`; lr set beforehand. */
+ * states), the other files left unfilled and no `latest`; lr set beforehand. keep (may be
+ * NULL): the files' manifest hashes are made as they are written, and *keep receives the
+ * committed writer (zck__ds_writer_known; the caller frees it). */
 zck_status zck__saver_write_deepspeed(zck_saver *s, const zck_saver_rank *r0, const char *root, int64_t step,
-                                      const zck_saver_rank *only);
+                                      const zck_saver_rank *only, struct zck_ds_writer **keep);
 
 // ---- gather16.c: model.safetensors, the 16-bit weights
 /* Its header and tensor offsets (the same on every rank). */
@@ -52,8 +56,10 @@ zck_status zck__g16_fill_own(const zck_saver *s, const zck_saver_rank *r, const 
 
 // ---- save.c
 /* Rank 0's end of a save into od: (per rank: `latest`), config.json, model.safetensors,
- * trainer_state.json, the manifest last, and the commit of od. */
-zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank);
+ * trainer_state.json, the manifest last, and the commit of od. known (may be NULL): the
+ * tag folder's files hashed as they were written; the others are read to be hashed. */
+zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank,
+                             const struct zck__manifest_known *known);
 /* Whether a stage-3 save writes model.safetensors from the ranks' partitions. */
 bool zck__saver_g16_wanted(const zck_saver *s);
 /* Ranks that are threads: each registers its memory in s->ranks, rank 0 runs fn, and its
