@@ -93,7 +93,9 @@ zck_status zck_saver_load(zck_saver *t, const char *path, zck_saver_resume *st, 
   oo.require_optimizer_state = true;
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(path, &oo, &c));
-  zck_status s = zck_manifest_check_complete(zck_ds_info_of(c)->dir, 0);
+  /* the jobs' check, over the manifest parsed at open; the transfer then checks every
+   * record's CRC and every tensor's XXH3 as it reads (a damaged file stops it in one line) */
+  zck_status s = zck_ds_check_complete(c, 0);
   if (s == ZCK_OK && zck__saver_needs_reshard(t, zck_ds_info_of(c))) {
     s = zck__saver_reshard_for_run(t, path, zck_ds_info_of(c), &st->resharded);
     zck_ds_close(c);
@@ -150,6 +152,7 @@ static zck_status open_best(zck_saver *t, const zck_saver_rank *zr, int64_t arg)
   zck_ds_open_opts oo = ZCK_DS_OPEN_OPTS_INIT;
   zck_ds_ckpt *c = NULL;
   zck_status s = zck_ds_open(t->best_checkpoint, &oo, &c);
+  if (s == ZCK_OK) s = zck_ds_check_complete(c, 0);
   if (s == ZCK_OK) s = zck__saver_check_fits(t, c, t->best_checkpoint);
   if (s != ZCK_OK) {
     zck_ds_close(c);

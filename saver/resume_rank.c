@@ -22,7 +22,7 @@ zck_status zck__saver_load_per_process(zck_saver *t, const char *path, zck_saver
     /* rank 0 checks the checkpoint and reshards it once if this run needs another layout */
     zck_ds_ckpt *c = NULL;
     s = zck_ds_open(path, &oo, &c);
-    if (s == ZCK_OK) s = zck_manifest_check_complete(zck_ds_info_of(c)->dir, 0);
+    if (s == ZCK_OK) s = zck_ds_check_complete(c, 0); /* the jobs' check, over the manifest parsed at open */
     if (s == ZCK_OK && zck__saver_needs_reshard(t, zck_ds_info_of(c)))
       s = zck__saver_reshard_for_run(t, path, zck_ds_info_of(c), &st->resharded);
     zck_ds_close(c);
@@ -54,6 +54,7 @@ zck_status zck__saver_load_best_per_rank(zck_saver *t, const zck_saver_rank *zr)
   zck_ds_ckpt *c = NULL;
   const char *best = t->best_checkpoint;
   zck_status s = best ? zck_ds_open(best, &oo, &c) : zck__fail(ZCK_ERR_INTERNAL, "rank %d: no best checkpoint", zr->comm->rank);
+  if (s == ZCK_OK) s = zck_ds_check_complete(c, 0);
   if (s == ZCK_OK) s = zck__saver_check_fits(t, c, best);
   s = zck_comm_agree(zr->comm, s);
   if (s != ZCK_OK) {
