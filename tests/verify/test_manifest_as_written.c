@@ -1,0 +1,148 @@
+/* test_manifest_as_written.c: every job writes its zckpt-manifest.json from hashes its
+ * writers made as they wrote (lib/stream_hash.h), reading none of its output back
+ * (zck__manifest_reread_total stays where it was), and that manifest is byte for byte the
+ * one made by reading the files back (zck_manifest_write_dir):
+ *   - consolidate into an HF folder: sharded safetensors + index + pytorch_model.bin +
+ *     config.json beside them, and into a pytorch_model.bin folder;
+ *   - to-universal (DeepSpeed layout): per-param tensor files, zero/optimizer_state.pt,
+ *     step.pt (stage 1/2) and the byte-for-byte copies of the model-states files;
+ *   - reshard (its tag folder).
+ * The fixtures are small: every file streams within the writers' 64 MiB budgets. */
+#include "manifest.h"
+#include "stream_hash.h"
+#include "test.h"
+#include "util.h"
+#include "zck.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *p = malloc(n);
+  if (!p) ZT_FAIL("out of memory");
+  snprintf(p, n, "%s/%s", a, b);
+  return p;
+}
+
+/* dir's manifest as the job wrote it, then as reading every file back makes it: equal;
+ * and the job read nothing back (reread_before: the counter before the job ran). */
+static void check(const char *what, const char *dir, const char *kind, uint64_t reread_before) {
+  uint64_t reread = zck__manifest_reread_total() - reread_before;
+  if (reread) ZT_FAIL("%s: the manifest of %s read %llu bytes of its output back", what, dir, (unsigned long long)reread);
+  char *mpath = join(dir, ZCK_MANIFEST_NAME);
+  unsigned char *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  if (zt_read_file(mpath, &a, &na) != 0) ZT_FAIL("%s: no %s", what, mpath);
+  zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+  mo.kind = kind;
+  ZT_OK(zck_manifest_write_dir(dir, &mo)); /* the same, read back */
+  if (zt_read_file(mpath, &b, &nb) != 0) ZT_FAIL("%s: cannot read %s", what, mpath);
+  if (na != nb || memcmp(a, b, na)) ZT_FAIL("%s: %s differs from the manifest read back (%zu / %zu bytes)", what, mpath, na, nb);
+  /* the files are there to be counted: the check itself read them */
+  if (zck__manifest_reread_total() == reread_before) ZT_FAIL("%s: the read-back counter counts nothing", what);
+  free(a);
+  free(b);
+  free(mpath);
+}
+
+static void consolidate_hf(const char *src, const char *out) {
+  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+  o.torch_bin = 1;
+  o.max_shard_size = 1024; /* several shards and an index */
+  uint64_t before = zck__manifest_reread_total();
+  ZT_OK(zck_consolidate(src, out, &o));
+  check("consolidate (HF folder)", out, "safetensors", before);
+  char *index = join(out, "model.safetensors.index.json"), *config = join(out, "config.json");
+  unsigned char *d = NULL;
+  size_t n = 0;
+  if (zt_read_file(index, &d, &n) != 0) ZT_FAIL("%s: not sharded", out);
+  free(d);
+  if (zt_read_file(config, &d, &n) != 0) ZT_FAIL("%s: no config.json", out);
+  free(d);
+  free(index);
+  free(config);
+}
+
+static void consolidate_bin_dir(const char *src, const char *out) {
+  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+  o.safetensors = 0;
+  o.torch_bin = 1;
+  uint64_t before = zck__manifest_reread_total();
+  ZT_OK(zck_consolidate(src, out, &o));
+  check("consolidate (pytorch_model.bin folder)", out, "torch", before);
+}
+
+static void to_universal(const char *src, const char *out) {
+  zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
+  o.inject_missing_state = 1; /* the fixtures' DeepSpeed saved no universal_checkpoint_info */
+  uint64_t before = zck__manifest_reread_total();
+  ZT_OK(zck_to_universal(src, out, &o));
+  check("to-universal", out, "universal", before);
+}
+
+/* A reshard of the fixture (its tag folder checked), with a config.json beside it: the
+ * source of the consolidations. */
+static char *reshard(const char *src, const char *out, int stage, uint32_t world) {
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  o.to_stage = stage;
+  o.to_world_size = world;
+  uint64_t before = zck__manifest_reread_total();
+  ZT_OK(zck_reshard(src, out, &o));
+  char *latest = join(out, "latest");
+  unsigned char *tag = NULL;
+  size_t n = 0;
+  if (zt_read_file(latest, &tag, &n) != 0) ZT_FAIL("%s: no latest", out);
+  char *t = calloc(n + 1, 1);
+  memcpy(t, tag, n);
+  char *tag_dir = join(out, t);
+  check("reshard", tag_dir, "deepspeed", before);
+  static const char config[] = "{\n  \"model_type\": \"gpt2\"\n}\n";
+  char *cfg = join(out, "config.json");
+  if (zt_write_file(cfg, config, sizeof config - 1) != 0) ZT_FAIL("cannot write %s", cfg);
+  free(cfg);
+  free(tag_dir);
+  free(t);
+  free(tag);
+  free(latest);
+  return zck__strdup(out);
+}
+
+int main(void) {
+  char *tmp = zt_tmpdir();
+  static const struct { const char *fixture; int stage; uint32_t world; } cases[] = {
+      {"deepspeed/s2w2_bf16/ckpt", 1, 3},
+      {"deepspeed/s3w2_bf16/ckpt", 3, 1},
+      {"deepspeed/s1w2_fp32_paramalign/ckpt", 2, 2},
+      {"deepspeed/s2w2_fp32_zeronumel/ckpt", 2, 1}, /* zero-element tensors: empty ranges */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *fx = zt_fixture(cases[i].fixture);
+    char name[64];
+    snprintf(name, sizeof name, "rs%zu", i);
+    char *rs_out = join(tmp, name);
+    char *rs = reshard(fx, rs_out, cases[i].stage, cases[i].world);
+    snprintf(name, sizeof name, "hf%zu", i);
+    char *hf = join(tmp, name);
+    consolidate_hf(rs, hf);
+    snprintf(name, sizeof name, "bin%zu", i);
+    char *bin = join(tmp, name);
+    consolidate_bin_dir(rs, bin);
+    snprintf(name, sizeof name, "uv%zu", i);
+    char *uv = join(tmp, name);
+    to_universal(fx, uv);
+    snprintf(name, sizeof name, "uvrs%zu", i);
+    char *uv2 = join(tmp, name);
+    to_universal(rs, uv2); /* a zckpt-written source: the model files copied under its manifest */
+    free(fx);
+    free(rs_out);
+    free(rs);
+    free(hf);
+    free(bin);
+    free(uv);
+    free(uv2);
+  }
+  printf("ok: every manifest made as written, none read back\n");
+  return 0;
+}
