@@ -43,7 +43,7 @@ static void zck__cons_job_free(zck__cons_job *j) {
 /* Takes every entry of `kind` not yet done whose param is not already in this job. */
 static zck_status zck__cons_job_build(zck__cons_job *j, const zck_state_part *src, const zck__tensor_set *s,
                                       const zck__cons_ctx *c, const zck_store *dst, zck_ds_out_kind kind,
-                                      uint8_t *done) {
+                                      uint8_t *done, const size_t *order) {
   memset(j, 0, sizeof *j);
   size_t n_index = src->layout->n_params;
   uint64_t *numel = zck__calloc(n_index ? n_index : 1, sizeof *numel);
@@ -54,7 +54,8 @@ static zck_status zck__cons_job_build(zck__cons_job *j, const zck_state_part *sr
   j->entry_of_store = zck__calloc(s->n ? s->n : 1, sizeof *j->entry_of_store);
   zck_status st = (numel && taken && owners && j->dst && j->crc && j->entry_of_store) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n_index; i++) numel[i] = src->layout->param_numel[i];
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
+  for (size_t q = 0; st == ZCK_OK && q < s->n; q++) {
+    size_t i = order ? order[q] : q; /* target stores in output order */
     const zck__cons_entry *e = &c->entries[i];
     if (e->kind != kind || dst[i].kind == ZCK_STORE_UNBOUND || done[i]) continue;
     if (e->index >= n_index) {
@@ -79,7 +80,8 @@ static zck_status zck__cons_job_build(zck__cons_job *j, const zck_state_part *sr
 /* The output tensors as target views of the checkpoint's state: trainable ones take the
  * fp32 masters, frozen ones the frozen params, the rest the buffers; one view per pass
  * (a tensor kept under two names is in two passes). One transfer fills them all. */
-zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out) {
+zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
+                          const size_t *order) {
   const zck__cons_ctx *c = vctx;
   static const zck_ds_out_kind kinds[3] = {ZCK_DS_OUT_TRAINABLE, ZCK_DS_OUT_FROZEN, ZCK_DS_OUT_BUFFER};
   zck_state_view src;
@@ -110,9 +112,10 @@ zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store 
     more = false;
     for (int k = 0; st == ZCK_OK && k < 3; k++) {
       if (!have[k]) continue;
-      st = zck__cons_job_build(&pj[k], from[k], s, c, dst, kinds[k], done);
+      st = zck__cons_job_build(&pj[k], from[k], s, c, dst, kinds[k], done, order);
       if (st != ZCK_OK || !pj[k].n) continue;
       more = true;
+      v->write_in_order = order != NULL; /* its plans in target order: the output's hashes follow */
       zck_state_part part = {pj[k].dst_layout, pj[k].dst, crc_out ? pj[k].crc : NULL};
       if (k == 0) v->part[ZCK_STATE_FP32] = part;
       else if (k == 1) v->part[ZCK_STATE_FROZEN] = part;

@@ -27,6 +27,7 @@ bool zck__cons_floating(zck_dtype t);
 zck_status zck__cons_build_set(const zck_ds_ckpt *ck, const zck_consolidate_opts *opts, zck__tensor_set *set,
                                zck__cons_entry **entries);
 /* A zck__fill_fn (ctx: zck__cons_ctx): copies every entry from the rank files to dst. */
-zck_status zck__cons_fill(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out);
+zck_status zck__cons_fill(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
+                          const size_t *order);
 
 #endif

@@ -83,7 +83,7 @@ zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers) {
   }
   zck__cons_ctx ctx = {sd->ck, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
                        sd->opts.no_verify != 0};
-  if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL);
+  if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL, NULL);
   free(dst);
   return st;
 }

@@ -253,8 +253,8 @@ zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
 /* ---- the copy: whole tensors to whole tensors */
 
 static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
-                                const zck__write_opts *o) {
-  if (o && o->fill) return o->fill(o->fill_ctx, s, dst, crc_out);
+                                const zck__write_opts *o, const size_t *order) {
+  if (o && o->fill) return o->fill(o->fill_ctx, s, dst, crc_out, order);
   /* entries without a destination (aliases) have nothing to copy */
   /* one whole-tensor store per entry on both sides; aliases have nothing to copy */
   size_t n = s->n ? s->n : 1;
@@ -268,8 +268,9 @@ static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, 
   zck_status st = (numel && owners && src && dsts && crcs) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t k = 0;
   if (st == ZCK_OK) {
-    for (size_t i = 0; i < s->n; i++) {
-      numel[i] = s->v[i].numel;
+    for (size_t i = 0; i < s->n; i++) numel[i] = s->v[i].numel;
+    for (size_t q = 0; q < s->n; q++) { /* stores in output order: the plan copies in that order */
+      size_t i = order ? order[q] : q;
       if (dst[i].kind == ZCK_STORE_UNBOUND) continue;
       owners[k] = (uint32_t)i;
       src[k] = s->v[i].src;
@@ -358,12 +359,43 @@ zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *pat
     const zck_st_tensor *t = zck_st_writer_tensor(w, slot[i]);
     dst[i] = zck_store_fd(zck_st_writer_fd(w), t->offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel, path);
   }
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o, NULL);
   if (st == ZCK_OK) st = zck_st_writer_commit(w);
   free(slot);
   free(dst);
   zck_st_writer_free(w);
   return st;
+}
+
+typedef struct zck__hf_pos {
+  size_t entry, shard;
+  uint64_t offset;
+} zck__hf_pos;
+
+static int zck__hf_cmp_pos(const void *a, const void *b) {
+  const zck__hf_pos *x = a, *y = b;
+  if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return x->entry < y->entry ? -1 : x->entry > y->entry;
+}
+
+/* Every entry by where its bytes lie (shard, offset); aliases, which have none, last. */
+static size_t *zck__hf_write_order(const zck__tensor_set *s, const zck_hf_writer *w, const size_t *slot) {
+  zck__hf_pos *p = zck__malloc((s->n ? s->n : 1) * sizeof *p);
+  size_t *order = zck__malloc((s->n ? s->n : 1) * sizeof *order);
+  if (!p || !order) {
+    free(p);
+    free(order);
+    return NULL;
+  }
+  for (size_t i = 0; i < s->n; i++) {
+    zck_hf_slot hs = s->v[i].alias_of < 0 ? zck_hf_writer_slot(w, slot[i]) : (zck_hf_slot){SIZE_MAX, -1, 0, 0};
+    p[i] = (zck__hf_pos){i, hs.shard, hs.offset};
+  }
+  qsort(p, s->n, sizeof *p, zck__hf_cmp_pos);
+  for (size_t i = 0; i < s->n; i++) order[i] = p[i].entry;
+  free(p);
+  return order;
 }
 
 typedef struct zck__hf_manifest_ctx {
@@ -420,7 +452,11 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
     zck_hf_slot hs = zck_hf_writer_slot(w, slot[i]);
     dst[i] = zck_hf_writer_store(w, slot[i], zck__entry_out_dtype(&s->v[i]), s->v[i].numel, shard_paths[hs.shard]);
   }
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o);
+  /* hashed as written: the tensors copied in the order of their bytes in the shards */
+  size_t *order = hash && st == ZCK_OK ? zck__hf_write_order(s, w, slot) : NULL;
+  if (hash && st == ZCK_OK && !order) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o, order);
+  free(order);
   if (st == ZCK_OK && o && o->torch_bin_too) {
     char *p = zck_hf_writer_extra_path(w, "pytorch_model.bin");
     zck__write_opts to = *o;
@@ -511,7 +547,7 @@ zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *pa
     if (e->tied_to < 0) dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
   }
   if (st == ZCK_OK) st = zck__shash_start(h, &budget, known ? known->chunk_size : 0);
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o);
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o, NULL);
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++)
     if (s->v[i].tied_to < 0) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
   if (st == ZCK_OK) st = zck_torch_writer_finish(w, root);

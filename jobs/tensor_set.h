@@ -77,8 +77,12 @@ zck_output_format zck__output_format_of(const char *out);
 /* ---- writers: one plan, executed in parallel, committed atomically */
 /* Fills the reserved outputs: dst[i] is where entry i goes (UNBOUND for aliases); when
  * crc is non-NULL the filler must store each destination's CRC-32 there (exec's
- * dst_crc32). The default filler copies every entry from its own src store. */
-typedef zck_status (*zck__fill_fn)(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc);
+ * dst_crc32). order (may be NULL): every entry index once, in the order the entries' bytes
+ * lie in the output; a writer hashing its files as they are written wants them written in
+ * that order (what arrives ahead of a file's hash cursor is held, within a budget). The
+ * default filler copies every entry from its own src store. */
+typedef zck_status (*zck__fill_fn)(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc,
+                                   const size_t *order);
 
 typedef struct zck__write_opts {
   zck__fill_fn fill;          /* NULL: copy each entry's src */
