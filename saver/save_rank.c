@@ -11,7 +11,9 @@
  *     (zck__ds_writer_create_rank) straight into global_stepN/, each committed on its own
  *     (no other rank's file is created, not even empty); its byte ranges of
  *     model.safetensors (pwrite, fsync).
- *  3. rank 0: `latest`, the HF files, the manifest last, the rename into place, rotation.
+ *  3. every rank: its files' manifest hashes, made as it wrote them, to rank 0
+ *     (save_hashes.c); rank 0: `latest`, the HF files, the manifest last (from those
+ *     hashes), the rename into place, rotation.
  * A rank killed before phase 3 ends leaves only the temporary folder, which rank 0 removes
  * when it sees the failure, or the next save removes once its writer is dead.
  */
@@ -19,6 +21,7 @@
 
 #include "deepspeed/ds_writer.h"
 #include "error.h"
+#include "stream_hash.h"
 #include "util.h"
 
 #include <errno.h>
@@ -77,25 +80,27 @@ zck_status zck__saver_save_per_rank(zck_saver *t, const zck_saver_rank *zr, int6
   dir[sizeof dir - 1] = 0;
   bool stopped = s != ZCK_OK;
   if (!stopped) {
-    /* rank 0 hashes its own files as it writes them (the manifest reads the others') */
-    if (!a->save_only_model) s = zck__saver_write_deepspeed(t, zr, dir, step, zr, lead ? &w : NULL);
+    /* each rank hashes its own files as it writes them */
+    if (!a->save_only_model) s = zck__saver_write_deepspeed(t, zr, dir, step, zr, &w);
     if (s == ZCK_OK && zck__saver_g16_wanted(t)) s = zck__g16_fill_own(t, zr, dir);
     if (s == ZCK_OK && t->h.rank_written) t->h.rank_written(t->h.ctx, c, step);
     s = zck_comm_agree(c, s);
     stopped = s != ZCK_OK;
   }
+  /* rank 0 collects every rank's hashes: the manifest reads none of the files back (the
+   * folder's layout still comes from its reader, which checks the file set the ranks wrote) */
+  zck__manifest_known all = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
+  size_t cap_all = 0;
+  if (!stopped && !a->save_only_model) {
+    s = zck__saver_gather_hashes(c, w ? zck__ds_writer_known(w, NULL, NULL) : NULL, &all, &cap_all);
+    s = zck_comm_agree(c, s);
+    stopped = s != ZCK_OK;
+  }
   if (!stopped && lead) {
-    /* the other ranks' files are described and hashed by reading them, and the folder's
-     * layout by its reader, which checks the whole file set the ranks wrote */
-    const zck__manifest_known *own = w ? zck__ds_writer_known(w, NULL, NULL) : NULL;
-    zck__manifest_known k;
-    if (own) {
-      k = *own;
-      k.layout = NULL;
-    }
-    s = zck__saver_finish(t, zr, &od, step, true, own ? &k : NULL);
+    s = zck__saver_finish(t, zr, &od, step, true, a->save_only_model ? NULL : &all);
     if (s == ZCK_OK) s = zck_saver_rotate(t);
   }
+  zck__known_free(&all);
   zck_ds_writer_free(w);
   if (lead) zck__outdir_abort(&od); /* after a commit: frees the names only */
   if (!stopped) s = zck_comm_agree(c, s);

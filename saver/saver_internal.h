@@ -67,6 +67,12 @@ bool zck__saver_g16_wanted(const zck_saver *s);
 zck_status zck__saver_collective(zck_saver *s, const zck_saver_rank *r,
                                  zck_status (*fn)(zck_saver *, const zck_saver_rank *, int64_t), int64_t arg);
 
+// ---- save_hashes.c
+/* Every rank calls it after writing its own files: rank 0 gets every rank's manifest
+ * hashes (own: a rank's writer's, or NULL) in all (an owned list, stream_hash.h). */
+zck_status zck__saver_gather_hashes(zck_comm *c, const struct zck__manifest_known *own, struct zck__manifest_known *all,
+                                    size_t *cap);
+
 // ---- save_rank.c, resume_rank.c: one process per rank
 zck_status zck__saver_save_per_rank(zck_saver *s, const zck_saver_rank *r, int64_t step);
 zck_status zck__saver_load_per_process(zck_saver *s, const char *path, zck_saver_resume *st, zck_comm *comm);
