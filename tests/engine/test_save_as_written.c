@@ -1,8 +1,9 @@
 /* test_save_as_written.c: zckpt-train's saves write the tag folder's zckpt-manifest.json
- * from the hashes the DeepSpeed writer made as it wrote the files: with ranks as threads
- * nothing of the checkpoint is read back (lib/stream_hash.h zck__manifest_reread_total);
- * rank by rank, rank 0's own files are not. Either way the manifest is byte for byte the
- * one made by reading every file back, for ZeRO 1, 2 and 3 (bf16, frozen params included). */
+ * from the hashes the DeepSpeed writers made as they wrote the files, whether rank 0
+ * writes every file (ranks as threads) or each rank its own (rank by rank, the hashes sent
+ * to rank 0): nothing of the checkpoint is read back (lib/stream_hash.h
+ * zck__manifest_reread_total), and the manifest is byte for byte the one made by reading
+ * every file back, for ZeRO 1, 2 and 3 (bf16, frozen params included). */
 #include "test.h"
 
 #include "manifest.h"
@@ -39,6 +40,7 @@ static void save_case(const char *tmp, int stage, bool per_rank) {
   ze_train_result r;
   zck_status s = ze_train_run(&a, &r);
   if (s != ZCK_OK) ZT_FAIL("ze_train_run: %s: %s", zck_status_name(s), zck_last_error());
+  ze_train_result_free(&r);
   uint64_t reread = zck__manifest_reread_total() - before;
   snprintf(tag, sizeof tag, "%s/checkpoint-2/global_step2", out);
   snprintf(mpath, sizeof mpath, "%s/%s", tag, ZCK_MANIFEST_NAME);
@@ -47,17 +49,11 @@ static void save_case(const char *tmp, int stage, bool per_rank) {
   read_or_fail(mpath, &m1, &n1);
   zck_manifest *m = NULL;
   ZT_OK(zck_manifest_read(tag, &m));
-  uint64_t all = 0, rank0 = 0; /* the folder's bytes; rank 0's own files */
-  for (size_t i = 0; i < m->n_files; i++) {
-    all += m->files[i].size;
-    if (strstr(m->files[i].path, "rank_0_") || !strcmp(m->files[i].path, "mp_rank_00_model_states.pt"))
-      rank0 += m->files[i].size;
-  }
+  ZT_ASSERT(m->n_files >= 3); /* a model file and two optimizer files at least */
   zck_manifest_free(m);
-  if (!per_rank && reread) ZT_FAIL("stage %d: the save read %llu bytes of its checkpoint back", stage, (unsigned long long)reread);
-  if (per_rank && reread > all - rank0)
-    ZT_FAIL("stage %d, rank by rank: %llu bytes read back, more than the other ranks' %llu", stage,
-            (unsigned long long)reread, (unsigned long long)(all - rank0));
+  if (reread)
+    ZT_FAIL("stage %d%s: the save read %llu bytes of its checkpoint back", stage, per_rank ? " (rank by rank)" : "",
+            (unsigned long long)reread);
   zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
   mo.kind = "deepspeed";
   ZT_OK(zck_manifest_write_dir(tag, &mo)); /* the same, read back */
@@ -73,6 +69,7 @@ int main(void) {
     save_case(tmp, stage, false);
     save_case(tmp, stage, true);
   }
+  free(tmp);
   printf("ok: saves hash their checkpoint as written\n");
   return 0;
 }

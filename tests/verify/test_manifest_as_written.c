@@ -143,6 +143,7 @@ int main(void) {
     free(uv);
     free(uv2);
   }
+  free(tmp);
   printf("ok: every manifest made as written, none read back\n");
   return 0;
 }
