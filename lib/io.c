@@ -398,11 +398,13 @@ zck_status zck__outfile_create(zck__outfile *f, const char *final_path) {
 
 zck_status zck__outfile_pwrite(zck__outfile *f, const void *data, size_t n, uint64_t off) {
   if (!zck__dist_writes()) return ZCK_OK; /* rank 0 writes it */
+  if (f->img) return zck__outfile_image_write(f, data, n, off);
   return zck__pwrite_all(f->fd, data, n, off, f->path);
 }
 
 zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size) {
   if (!zck__dist_writes()) return ZCK_OK;
+  ZCK_TRY(zck__outfile_image_flush(f));
   if (ftruncate(f->fd, (off_t)size) != 0) return zck__fail_errno(errno, "%s: cannot set size", f->path);
   return ZCK_OK;
 }
@@ -438,8 +440,9 @@ zck_status zck__outfile_commit(zck__outfile *f) {
     zck__outfile_abort(f);
     return agreed;
   }
-  zck_status s = ZCK_OK;
-  if (!f->in_outdir) {
+  zck_status s = zck__outfile_image_flush(f);
+  zck__outfile_image_free(f);
+  if (s == ZCK_OK && !f->in_outdir) {
     int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
     if (fe || fsync(f->fd) != 0) s = zck__fail_errno(fe ? fe : errno, "%s: fsync failed", f->path);
   }
@@ -506,6 +509,7 @@ void zck__outfile_abort(zck__outfile *f) {
     zck__outfile_unfollow(f);
     return;
   }
+  zck__outfile_image_free(f);
   if (f->fd >= 0) close(f->fd);
   if (f->tmp_path) unlink(f->tmp_path);
   if (f->made_top && f->path) { /* a failed save leaves no folders of its own behind */

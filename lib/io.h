@@ -52,7 +52,9 @@ typedef struct zck__outfile {
                       the file is written in place (tmp_path == path) */
   char *made_top;  /* the highest missing parent folder this create made, or NULL */
   bool was_absent; /* nothing at path at create: the commit never replaces what came since */
+  struct zck__outimg *img; /* the file assembled in memory until commit (io_image.c), or NULL */
 } zck__outfile;
+typedef struct zck__outimg zck__outimg;
 
 /* Creates "<dir>/.<name>.zck-tmp-<pid>" for the final path, making its missing parent
  * folders (outside an open outdir; a failed commit or an abort removes those again, if
@@ -69,6 +71,18 @@ zck_status zck__outfile_truncate(zck__outfile *f, uint64_t size);
 zck_status zck__outfile_commit(zck__outfile *f);
 /* Closes and unlinks the temporary file. Safe on a zeroed or committed outfile. */
 void zck__outfile_abort(zck__outfile *f);
+/* io_image.c: from now on f's writes are assembled in memory and written with one pwrite
+ * at commit (or earlier, when the process's image budget or the file's limit is reached;
+ * then writes go straight to the file). For outputs of many small writes that only
+ * zck__outfile_pwrite touches: nothing may write or read f->fd directly meanwhile, but
+ * zck__outfile_image_read. A no-op for the ranks of a distributed job. */
+void zck__outfile_buffer(zck__outfile *f);
+/* Copies n bytes at off out of f's image: false when f has none or they are not in it
+ * (then they are on disk). */
+bool zck__outfile_image_read(zck__outfile *f, void *buf, size_t n, uint64_t off);
+zck_status zck__outfile_image_write(zck__outfile *f, const void *data, size_t n, uint64_t off);
+zck_status zck__outfile_image_flush(zck__outfile *f);
+void zck__outfile_image_free(zck__outfile *f);
 
 /* pwrite/pread of exactly n bytes with EINTR/short-count retries (and fault injection). */
 zck_status zck__pwrite_all(int fd, const void *data, size_t n, uint64_t off, const char *name);

@@ -71,6 +71,9 @@ zck_status zck_torch_writer_create_hashed(const char *path, struct zck__shash *h
   w->out.fd = -1;
   zck_status s = zck__outfile_create(&w->out, path);
   if (s != ZCK_OK) { free(w); return s; }
+  /* records are written piece by piece (headers, data, descriptors): assembled in memory,
+   * a small file is one write (lib/io_image.c) */
+  zck__outfile_buffer(&w->out);
   s = zck_zip_writer_create(&w->out, &w->zip);
   if (s == ZCK_OK && hash) zck_zip_writer_hash(w->zip, hash);
   if (s == ZCK_OK && !(w->doc = zck_pk_doc_new())) s = ZCK_ERR_NO_MEMORY;
@@ -239,6 +242,11 @@ static zck_status read_back_crc(zck_torch_writer *w, wstorage *s) {
   if (!zck__dist_writes()) return ZCK_OK; /* another rank of a distributed job: rank 0 finishes the file */
   for (uint64_t at = 0; at < s->nbytes;) {
     size_t n = s->nbytes - at < sizeof buf ? (size_t)(s->nbytes - at) : sizeof buf;
+    if (zck__outfile_image_read(&w->out, buf, n, s->data_offset + at)) {
+      crc = zck_crc32_update(crc, buf, n);
+      at += n;
+      continue;
+    }
     ssize_t r = pread(w->out.fd, buf, n, (off_t)(s->data_offset + at));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return zck__fail_errno(errno, "%s: reading back storage data failed", w->out.path);
