@@ -7,6 +7,7 @@
  * format only describes them. */
 #include "universal/universal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +107,18 @@ static zck_pk *zck__uv_tensor(zck__uv_cp *cp, const zck_torch_tensor *t) {
   if (zck_torch_tensor_contiguous(t)) {
     const zck__source *data = cp->data ? cp->data : zck_torch_source(cp->src);
     e->src = zck_store_source(data, zck_torch_tensor_file_offset(cp->src, t), t->dtype, t->numel, name);
+    /* its zip record's CRC, checked as the copy reads it (the bytes are in src's own file) */
+    zck_record_check rc;
+    if (data == zck_torch_source(cp->src) && zck_torch_tensor_record(cp->src, t, &rc)) {
+      char what[80];
+      snprintf(what, sizeof what, "record data/%.60s", zck_torch_tensor_storage(cp->src, t)->key);
+      zck_record_check *r = zck__uv_own(c, sizeof *r + strlen(what) + 1);
+      if (!r) return NULL;
+      memcpy(r + 1, what, strlen(what) + 1);
+      rc.what = (const char *)(r + 1);
+      *r = rc;
+      e->src.record = r;
+    }
   } else if (cp->data) {
     zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a strided tensor view in a carried object", name);
     return NULL;

@@ -57,12 +57,13 @@ static void equals_live(const char *cs, const char *ours_path, const char *live_
   zck_hf_close(b);
 }
 
-/* The file offset of the first trainable param's master (store 0 of the FP32 part). */
-static uint64_t master_offset(const char *ckpt, uint64_t *nbytes) {
+/* The file offset of store 0 of `part`: the first trainable param's master (FP32), or the
+ * first module entry's 16-bit tensor (LP). */
+static uint64_t part_offset(const char *ckpt, zck_ds_part part, uint64_t *nbytes) {
   zck_ds_ckpt *c = NULL;
   ZT_OK(zck_ds_open(ckpt, NULL, &c));
   zck_ds_view v;
-  ZT_OK(zck_ds_get(c, ZCK_DS_FP32, &v));
+  ZT_OK(zck_ds_get(c, part, &v));
   ZT_ASSERT(v.layout->n_stores > 0);
   uint64_t off = v.stores[0].base;
   *nbytes = v.layout->stores[0].numel * zck_dtype_size(v.stores[0].dtype);
@@ -227,7 +228,7 @@ static void check_case(const char *cs, const char *tmp) {
   free(cmd);
   char *model = NULL;
   if (asprintf(&model, "%s/global_step2/%s", copy, MODEL) < 0) abort();
-  uint64_t nb = 0, off = master_offset(copy, &nb);
+  uint64_t nb = 0, off = part_offset(copy, ZCK_DS_FP32, &nb);
   FILE *f = fopen(model, "r+b");
   ZT_ASSERT(f && fseek(f, (long)(off + nb / 2), SEEK_SET) == 0);
   int ch = fgetc(f);
@@ -244,6 +245,30 @@ static void check_case(const char *cs, const char *tmp) {
   ZT_EQ_INT(zck_verify(copy, NULL, &r), ZCK_ERR_DAMAGED);
   ZT_ASSERT(r && r->result == ZCK_VERIFY_DAMAGED);
   zck_verify_report_free(r);
+
+  /* a flipped byte in a 16-bit module tensor (not a master: only the universal folder's
+   * rebuilt model file reads it) is caught as it is copied; nothing is written */
+  if (unfused) {
+    char *lpc = NULL, *lpm = NULL, *uvd = NULL;
+    if (asprintf(&lpc, "%s/%s-lpflip", tmp, cs) < 0 || asprintf(&lpm, "%s/global_step2/%s", lpc, MODEL) < 0 ||
+        asprintf(&uvd, "%s/%s-lpflip-uv", tmp, cs) < 0 || asprintf(&cmd, "cp -r '%s' '%s'", ckpt, lpc) < 0)
+      abort();
+    sh(cmd);
+    free(cmd);
+    uint64_t lnb = 0, loff = part_offset(lpc, ZCK_DS_LP, &lnb);
+    FILE *g = fopen(lpm, "r+b");
+    ZT_ASSERT(g && fseek(g, (long)loff, SEEK_SET) == 0);
+    int c0 = fgetc(g);
+    ZT_ASSERT(c0 != EOF && fseek(g, (long)loff, SEEK_SET) == 0);
+    fputc(c0 ^ 0x01, g);
+    fclose(g);
+    ZT_ASSERT(zck_to_universal(lpc, uvd, NULL) != ZCK_OK);
+    ZT_ASSERT(strstr(zck_last_error(), MODEL) && !strchr(zck_last_error(), '\n'));
+    ZT_ASSERT(!exists(uvd));
+    free(lpc);
+    free(lpm);
+    free(uvd);
+  }
 
   /* a truncated model file: open refuses it, naming it */
   if (asprintf(&cmd, "truncate -s %llu '%s'", (unsigned long long)(off + nb / 2), model) < 0) abort();
