@@ -30,8 +30,9 @@ pair, it runs too and both routes must agree exactly: every rank's partitions in
 
 A ZeRO-0 source into stage 1/2 also goes through DeepSpeed's universal route from zckpt's own `to-universal`
 folder (ds_to_universal refuses ZeRO-0): load_universal must land on exactly the plain reshard's state, every
-rank, and train on with its losses. An NVMe-offload source (optimizer swapped to a folder, offloaded_tensors/ in
-the checkpoint) is resharded into plain files and loaded as the others.
+rank, and train on with its losses; an fp16 one must come back at the source's dynamic loss scale. An
+NVMe-offload source (optimizer swapped to a folder, offloaded_tensors/ in the checkpoint) is resharded into
+plain files and loaded as the others.
 
 Training continues: the next MORE steps in the resharded engine give finite, decreasing losses equal to
 the source engine continuing directly within LOSS_RTOL. The global batch of each step is the same at any
