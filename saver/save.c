@@ -7,6 +7,7 @@
 #include "deepspeed/ds_writer.h"
 #include "error.h"
 #include "manifest.h"
+#include "stream_hash.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -46,9 +47,14 @@ zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir
        *state = zck__outdir_file(od, "trainer_state.json");
   if (st == ZCK_OK && (!cfg || !model || !state)) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) st = s->h.write_config(s->h.ctx, cfg);
+  /* save_only_model: model.safetensors is in the manifest's folder, hashed as written */
+  zck__manifest_known mk = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
+  size_t cap_mk = 0;
   /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
    * only the DeepSpeed checkpoint); per rank, the ranks wrote the stage-3 file already */
-  if (st == ZCK_OK && (tr->stage < 3 || (!per_rank && zck__saver_g16_wanted(s)))) st = zck__g16_write(s, r0, model);
+  if (st == ZCK_OK && (tr->stage < 3 || (!per_rank && zck__saver_g16_wanted(s))))
+    st = zck__g16_write(s, r0, model, tr->save_only_model ? &mk : NULL, &cap_mk);
+  if (tr->save_only_model) known = &mk;
   if (st == ZCK_OK) st = zck_saver_write_trainer_state(s, state, step);
   if (st == ZCK_OK) {
     /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
@@ -62,6 +68,7 @@ zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir
     free(tag_dir);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(od);
+  zck__known_free(&mk);
   free(cfg);
   free(model);
   free(state);

@@ -47,8 +47,10 @@ typedef struct zck__g16 {
 zck_status zck__g16_init(const zck_saver *s, const char *path, zck__g16 *g);
 void zck__g16_free(zck__g16 *g);
 /* Stage 1/2: the file from rank r0's whole 16-bit copies. Stage 3 (threads): from every
- * rank's partitions, through the device hook when it takes it. */
-zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const char *path);
+ * rank's partitions, through the device hook when it takes it. known (may be NULL): its
+ * manifest hashes are made as it is written and added there as "model.safetensors". */
+zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const char *path,
+                          struct zck__manifest_known *known, size_t *cap);
 /* Per rank, stage 3: rank 0 creates the file at full size with its header; then each rank
  * fills its own partitions' byte ranges (fsync'd before rank 0 commits). */
 zck_status zck__g16_create(const zck_saver *s, const char *path);

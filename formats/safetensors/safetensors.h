@@ -166,6 +166,9 @@ zck_status zck_st_writer_hash(zck_st_writer *w, struct zck__shash_budget *budget
  * `name` in messages: an FD store, or with hashing one that feeds the hashes. */
 struct zck_store zck_st_writer_store(zck_st_writer *w, size_t index, zck_dtype dtype, uint64_t numel, const char *name);
 zck_status zck_st_writer_known(zck_st_writer *w, const char *relpath, struct zck__manifest_known *k, size_t *cap);
+/* Bytes the caller wrote into the file itself (pwrite at absolute offset off, tensor data
+ * only) for the hashes; no-op without hashing. */
+void zck_st_writer_wrote(zck_st_writer *w, uint64_t off, const void *bytes, uint64_t n);
 
 /* ---- Hugging Face sharding */
 

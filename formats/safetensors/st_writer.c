@@ -304,3 +304,7 @@ zck_status zck_st_writer_known(zck_st_writer *w, const char *relpath, zck__manif
   ZCK_TRY(zck__shash_known_file(w->hash, NULL, &f));
   return f.hashed ? zck__known_take(k, cap, &f, relpath) : ZCK_OK;
 }
+
+void zck_st_writer_wrote(zck_st_writer *w, uint64_t off, const void *bytes, uint64_t n) {
+  zck__shash_feed_split(w->hash, off, bytes, n);
+}
