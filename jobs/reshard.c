@@ -141,10 +141,9 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
-  if (o.to_tp_size > 1 && (zck__is_hdf5(src) || zck__is_universal(src)))
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: AutoTP files are written from an AutoTP checkpoint "
-                     "(not from a universal checkpoint: DeepSpeed's load_universal reads that at any TP size)", src,
-                     o.to_tp_size);
+  if (o.to_tp_size > 1 && zck__is_hdf5(src))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: AutoTP files are written from an AutoTP checkpoint or "
+                     "its universal folder, not from the HDF5 container", src, o.to_tp_size);
   if (zck__is_hdf5(src)) return zck__reshard_from_h5(src, out, &o);
   if (zck__is_universal(src)) return zck__reshard_from_universal(src, out, &o);
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
@@ -170,14 +169,15 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   wo.save_latest = true;
   wo.overwrite = false;
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
-  if (st == ZCK_OK && o.to_tp_size > 1 && o.to_tp_size != in->tp_size)
-    st = in->tp_size > 1 ? zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u from an AutoTP checkpoint of TP size %u: "
-                                     "not supported (DeepSpeed's split at another TP size depends on the model config; "
-                                     "to-universal, then load_universal at any TP size)", in->dir, o.to_tp_size, in->tp_size)
-                         : zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: the source is not tensor-parallel "
-                                     "(AutoTP files are written only at an AutoTP source's own TP size)", in->dir,
-                                     o.to_tp_size);
-  if (st == ZCK_OK && o.to_tp_size > 1) st = zck__reshard_autotp(c, &wo, out, &o);
+  if (st == ZCK_OK && o.to_tp_size > 1 && in->tp_size <= 1)
+    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: the source is not tensor-parallel (AutoTP files are "
+                   "written only at an AutoTP source's own TP size)", in->dir, o.to_tp_size);
+  if (st == ZCK_OK && o.to_tp_size > 1) {
+    zck_state_view view;
+    zck_ds_state(c, &view);
+    zck__autotp_src as = {in->dir, &view, zck_ds_model(c), zck_ds_autotp_info(c), in->tp_size, in->root, in->tag};
+    st = zck__reshard_autotp(&as, &wo, out, &o);
+  }
   if (st != ZCK_OK || o.to_tp_size > 1) {
     zck_ds_close(c);
     return st;

@@ -49,10 +49,23 @@ typedef struct zck__whole_src {
 zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *wo, const char *out,
                               const zck_reshard_opts *o);
 
-/* An AutoTP checkpoint (tp_size > 1) at the same TP size, another stage / dp size from wo:
- * every TP rank's files (reshard_autotp.c). */
-zck_status zck__reshard_autotp(const zck_ds_ckpt *c, const zck_ds_write_opts *wo, const char *out,
+/* An AutoTP source (an AutoTP checkpoint, or the universal folder of one) over the full
+ * shapes, and what says how its TP ranks cut them. */
+typedef struct zck__autotp_src {
+  const char *dir;                  /* for messages */
+  const zck_state_view *view;
+  const zck_model *m;               /* full shapes */
+  const zck_pk *uci;                /* universal_checkpoint_info (its affine map) */
+  uint32_t tp;
+  const char *side_root, *side_skip;  /* as zck__whole_src's; side_root NULL: none */
+} zck__autotp_src;
+
+/* o->to_tp_size == src->tp (else refused): every TP rank's files again, at wo's stage and
+ * dp size (reshard_autotp.c). */
+zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_opts *wo, const char *out,
                                const zck_reshard_opts *o);
+/* The whole-tensor source as a state view (reshard_whole.c). */
+void zck__whole_state(const zck__whole_src *s, zck_state_view *v);
 
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
 zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o);

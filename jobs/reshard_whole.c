@@ -15,7 +15,7 @@
 
 /* The whole-tensor source as a state view: its frozen part holds the frozen params' 16-bit
  * values; it has no LP part, so the 16-bit weights are cast from fp32. */
-static void zck__whole_state(const zck__whole_src *s, zck_state_view *v) {
+void zck__whole_state(const zck__whole_src *s, zck_state_view *v) {
   memset(v, 0, sizeof *v);
   v->model = s->m;
   v->name = s->path;

@@ -211,15 +211,17 @@ bool zck_ds_autotp_vocab(const zck_ds_ckpt *c, uint32_t p);
 /* The literal name of a pattern DeepSpeed wrote with "^" + re.escape(name) + "$" (its
  * universal_checkpoint_info names params so), or NULL; out has room for strlen(pat) + 1. */
 const char *zck_ds_pattern_name(const char *pat, char *out);
-/* AutoTP as a reshard target at the source's TP size (tp_size > 1): TP rank t's files are a
- * ZeRO checkpoint of the model with t's shard shapes (zck_ds_autotp_shard_model: a copy of
- * zck_ds_model with each param's affine-map shard_shape); zck_ds_autotp_target moves a
- * layout over those shapes (a writer's) onto the full shapes, every piece t holds included
- * (replicated params are written on every rank), so one transfer from the full source
- * fills it. zck_ds_autotp_info: the universal_checkpoint_info every TP rank's model file
- * carries (NULL if not AutoTP). */
-zck_status zck_ds_autotp_shard_model(const zck_ds_ckpt *c, uint32_t t, zck_model **out);
-zck_status zck_ds_autotp_target(const zck_ds_ckpt *c, uint32_t t, const zck_layout *shard, zck_layout **out);
+/* AutoTP as a reshard target at the source's TP size T (uci: the source's
+ * universal_checkpoint_info, whose affine map says how TP rank t's shards cut the full
+ * tensors of `full`): TP rank t's files are a ZeRO checkpoint of the model with t's shard
+ * shapes (zck_ds_autotp_shard_model: a copy of full with each param's shard_shape);
+ * zck_ds_autotp_target moves a layout over those shapes (a writer's) onto the full shapes,
+ * every piece t holds included (replicated params are written on every rank), so one
+ * transfer from the full source fills it. zck_ds_autotp_info: c's universal_checkpoint_info
+ * (NULL if not AutoTP), which every TP rank's model file carries. */
+zck_status zck_ds_autotp_shard_model(const zck_pk *uci, const zck_model *full, uint32_t t, zck_model **out);
+zck_status zck_ds_autotp_target(const zck_pk *uci, const zck_model *full, uint32_t T, uint32_t t, const zck_layout *shard,
+                             zck_layout **out);
 const zck_pk *zck_ds_autotp_info(const zck_ds_ckpt *c);
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their

@@ -412,9 +412,7 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
   int *full_nd = zck__calloc(m->n_params + 1, sizeof *full_nd);
   char **lits = zck__calloc(amp->u.dict.len + 1, sizeof *lits);
   R->first = zck__calloc(m->n_params + 1, sizeof *R->first);
-  c->tp_entry = zck__calloc(m->n_params + 1, sizeof *c->tp_entry);
-  zck_status s = full && full_nd && lits && R->first && c->tp_entry ? zck__strmap_init(&names, amp->u.dict.len)
-                                                                    : ZCK_ERR_NO_MEMORY;
+  zck_status s = full && full_nd && lits && R->first ? zck__strmap_init(&names, amp->u.dict.len) : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; s == ZCK_OK && i < amp->u.dict.len; i++) {
     const char *pat = zck_pk_as_str(amp->u.dict.keys[i]);
     if (!pat) { s = zck__fail(ZCK_ERR_FORMAT, "%s: affine_map key %zu is not a string", mpath, i); break; }
@@ -432,7 +430,6 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
     const zck_param *pp = &m->params[p];
     full_nd[p] = pp->ndim;
     memcpy(full[p], pp->shape, sizeof full[p]);
-    c->tp_entry[p] = SIZE_MAX;
     if (pp->tied_to >= 0) continue;  /* an alias takes its source's shape below */
     size_t k;
     if (!zck__strmap_get(&names, pp->name, &k)) {
@@ -440,7 +437,6 @@ static zck_status build_runs(zck_ds_ckpt *c, const zck_pk *amp, const char *mpat
                     "tensor-parallel slicing is unknown", mpath, pp->name);
       break;
     }
-    c->tp_entry[p] = k;
     s = param_runs(c, (uint32_t)p, amp->u.dict.values[k], R, &full_nd[p], full[p], mpath);
   }
   if (s == ZCK_OK) R->first[m->n_params] = R->n;
@@ -540,15 +536,13 @@ zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_op
   return s;
 }
 
-// ---- AutoTP as a target: TP rank t's files of a reshard at the same TP size
+// ---- AutoTP as a target: TP rank t's files of a reshard at the source's TP size
 
-/* affine_map['params'] of mp rank 0's model file, and the entry of TP rank t of param p. */
-static const zck_pk *rank_entry(const zck_ds_ckpt *c, uint32_t p, uint32_t t) {
-  const zck_pk *root = c->model0 ? zck_torch_root(c->model0) : NULL;
-  const zck_pk *amp = zck_pk_dict_get(zck_pk_dict_get(zck_pk_dict_get(root, "universal_checkpoint_info"), "affine_map"),
-                                      "params");
-  if (!c->tp_entry || p >= c->model->n_params || c->tp_entry[p] == SIZE_MAX || !amp) return NULL;
-  const zck_pk *ranks = zck_pk_dict_get(amp->u.dict.values[c->tp_entry[p]], "ranks");
+/* The entry of TP rank t in the affine map's entry of param p (NULL if absent). */
+static const zck_pk *rank_entry(const zck_pk *amp, const zck__strmap *names, const char *name, uint32_t t) {
+  size_t k;
+  if (!zck__strmap_get(names, name, &k)) return NULL;
+  const zck_pk *ranks = zck_pk_dict_get(amp->u.dict.values[k], "ranks");
   for (size_t i = 0; ranks && ranks->kind == ZCK_PK_DICT && i < ranks->u.dict.len; i++) {
     int64_t r;
     if (zck_pk_as_int(ranks->u.dict.keys[i], &r) && r == (int64_t)t) return ranks->u.dict.values[i];
@@ -556,20 +550,50 @@ static const zck_pk *rank_entry(const zck_ds_ckpt *c, uint32_t p, uint32_t t) {
   return NULL;
 }
 
-zck_status zck_ds_autotp_shard_model(const zck_ds_ckpt *c, uint32_t t, zck_model **out) {
+/* uci's affine_map['params'] and an index of its entries by literal param name (lits own
+ * the keys). */
+static zck_status amp_index(const zck_pk *uci, const zck_pk **amp, zck__strmap *names, char ***lits) {
+  *amp = zck_pk_dict_get(zck_pk_dict_get(uci, "affine_map"), "params");
+  *lits = NULL;
+  if (!*amp || (*amp)->kind != ZCK_PK_DICT)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "no universal_checkpoint_info['affine_map']: not an AutoTP checkpoint");
+  size_t n = (*amp)->u.dict.len;
+  if (!(*lits = zck__calloc(n + 1, sizeof **lits))) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck__strmap_init(names, n));
+  for (size_t i = 0; i < n; i++) {
+    const char *pat = zck_pk_as_str((*amp)->u.dict.keys[i]);
+    if (!pat) return zck__fail(ZCK_ERR_FORMAT, "affine_map key %zu is not a string", i);
+    if (!((*lits)[i] = zck__calloc(strlen(pat) + 1, 1))) return ZCK_ERR_NO_MEMORY;
+    if (!zck_ds_pattern_name(pat, (*lits)[i]))
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "affine_map pattern '%.200s' is not one parameter's name", pat);
+    bool dup = false;
+    size_t prev;
+    ZCK_TRY(zck__strmap_put(names, (*lits)[i], i, &dup, &prev));
+  }
+  return ZCK_OK;
+}
+
+static void amp_index_free(const zck_pk *amp, zck__strmap *names, char **lits) {
+  for (size_t i = 0; lits && amp && i < amp->u.dict.len; i++) free(lits[i]);
+  free(lits);
+  zck__strmap_free(names);
+}
+
+zck_status zck_ds_autotp_shard_model(const zck_pk *uci, const zck_model *full, uint32_t t, zck_model **out) {
   *out = NULL;
-  if (c->info.tp_size <= 1 || t >= c->info.tp_size)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: TP rank %u of %u", c->fs.dir, t, c->info.tp_size);
-  zck_model *m = zck_model_clone(c->model);
-  if (!m) return ZCK_ERR_NO_MEMORY;
-  zck_status s = ZCK_OK;
+  const zck_pk *amp = NULL;
+  zck__strmap names = {0};
+  char **lits = NULL;
+  zck_model *m = NULL;
+  zck_status s = amp_index(uci, &amp, &names, &lits);
+  if (s == ZCK_OK && !(m = zck_model_clone(full))) s = ZCK_ERR_NO_MEMORY;
   for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++) {
     if (m->params[p].tied_to >= 0) continue;
     int64_t shard[ZCK_MAX_DIMS];
     int nd = 0;
-    const zck_pk *e = rank_entry(c, (uint32_t)p, t);  /* checked at open */
+    const zck_pk *e = rank_entry(amp, &names, m->params[p].name, t);
     if (!e || !int_list(zck_pk_dict_get(e, "shard_shape"), shard, ZCK_MAX_DIMS, &nd))
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: affine_map of '%s' has no TP rank %u shard_shape", c->fs.dir, m->params[p].name, t);
+      s = zck__fail(ZCK_ERR_FORMAT, "affine_map of '%s' has no TP rank %u shard_shape", m->params[p].name, t);
     else s = zck_model_set_shape(m, (uint32_t)p, nd, shard);
   }
   for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++)
@@ -577,6 +601,7 @@ zck_status zck_ds_autotp_shard_model(const zck_ds_ckpt *c, uint32_t t, zck_model
       const zck_param *src = &m->params[m->params[p].tied_to];
       s = zck_model_set_shape(m, (uint32_t)p, src->ndim, src->shape);
     }
+  amp_index_free(amp, &names, lits);
   if (s != ZCK_OK) {
     zck_model_free(m);
     return s;
@@ -585,35 +610,37 @@ zck_status zck_ds_autotp_shard_model(const zck_ds_ckpt *c, uint32_t t, zck_model
   return ZCK_OK;
 }
 
-zck_status zck_ds_autotp_target(const zck_ds_ckpt *c, uint32_t t, const zck_layout *shard, zck_layout **out) {
+zck_status zck_ds_autotp_target(const zck_pk *uci, const zck_model *full, uint32_t T, uint32_t t, const zck_layout *shard,
+                             zck_layout **out) {
   *out = NULL;
-  const zck_model *m = c->model;
-  uint32_t T = c->info.tp_size;
-  if (T <= 1 || t >= T || shard->n_params != m->n_params)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: TP rank %u of %u, or a layout of another model", c->fs.dir, t, T);
+  if (T <= 1 || t >= T || shard->n_params != full->n_params)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "TP rank %u of %u, or a layout of another model", t, T);
+  const zck_pk *amp = NULL;
+  zck__strmap names = {0};
+  char **lits = NULL;
   tp_runs R = {0};
-  uint64_t *full_numel = zck__calloc(m->n_params + 1, sizeof *full_numel);
-  R.first = zck__calloc(m->n_params + 1, sizeof *R.first);
-  zck_status s = full_numel && R.first ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++) {
+  uint64_t *full_numel = zck__calloc(full->n_params + 1, sizeof *full_numel);
+  R.first = zck__calloc(full->n_params + 1, sizeof *R.first);
+  zck_status s = full_numel && R.first ? amp_index(uci, &amp, &names, &lits) : ZCK_ERR_NO_MEMORY;
+  for (size_t p = 0; s == ZCK_OK && p < full->n_params; p++) {
     R.first[p] = R.n;
-    full_numel[p] = m->params[p].numel;
-    if (m->params[p].tied_to >= 0) continue;
+    full_numel[p] = full->params[p].numel;
+    if (full->params[p].tied_to >= 0) continue;
     char where[700];
-    snprintf(where, sizeof where, "%s: universal_checkpoint_info['affine_map'] of '%.400s', rank %u", c->fs.dir,
-             m->params[p].name, t);
-    const zck_pk *e = rank_entry(c, (uint32_t)p, t);
+    snprintf(where, sizeof where, "universal_checkpoint_info['affine_map'] of '%.400s', rank %u", full->params[p].name, t);
+    const zck_pk *e = rank_entry(amp, &names, full->params[p].name, t);
     if (!e) { s = zck__fail(ZCK_ERR_FORMAT, "%s: missing", where); break; }
     size_t start = R.n;
     s = rank_runs(&R, zck_pk_dict_get(e, "pieces"), t, T, full_numel[p], shard->param_numel[p], true, where);
     if (s == ZCK_OK) qsort(R.v + start, R.n - start, sizeof *R.v, cmp_run);
   }
   if (s == ZCK_OK) {
-    R.first[m->n_params] = R.n;
+    R.first[full->n_params] = R.n;
     for (size_t i = 0; i < R.n; i++) R.v[i].rank = 0;  /* one target: its layout is ls[0] */
     const zck_layout *ls[1] = {shard};
-    s = compose(m->n_params, 1, &R, full_numel, ls, out);
+    s = compose(full->n_params, 1, &R, full_numel, ls, out);
   }
+  amp_index_free(amp, &names, lits);
   free(full_numel);
   free(R.v);
   free(R.first);

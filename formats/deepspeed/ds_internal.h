@@ -148,7 +148,6 @@ struct zck_ds_ckpt {
   struct zck_ds_ckpt **tp;
   uint32_t n_tp;                   /* entries of tp (tp_size - 1) */
   bool *tp_vocab;                  /* [n_params]: in vocabulary_parameter_patterns (or NULL) */
-  size_t *tp_entry;                /* [n_params]: the param's index in the affine map (aliases: SIZE_MAX) */
   const zck__ds_model_file *tie_from;  /* mp rank t > 0: rank 0's model file, whose shared_params
                                           DeepSpeed saves on global rank 0 only */
   struct zck__ds_offload *offload; /* ds_offload.c: open swap files of offloaded_tensors/ */

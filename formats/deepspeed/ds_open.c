@@ -252,7 +252,6 @@ void zck_ds_close(zck_ds_ckpt *c) {
   for (uint32_t t = 0; t < c->n_tp; t++) zck_ds_close(c->tp[t]);
   free(c->tp);
   free(c->tp_vocab);
-  free(c->tp_entry);
   for (size_t i = 0; i < c->n_models; i++) zck__ds_model_file_free(&c->models[i]);
   free(c->models);
   for (size_t r = 0; r < c->n_optims; r++) zck__ds_optim_file_free(&c->optims[r]);

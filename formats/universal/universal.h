@@ -219,6 +219,9 @@ const zck_pk *zck_uv_ds_config(const zck_uv_ckpt *c);
 const zck_pk *zck_uv_lr_scheduler(const zck_uv_ckpt *c);
 const zck_pk *zck_uv_module_attrs(const zck_uv_ckpt *c);
 const zck_pk *zck_uv_loss_scaler(const zck_uv_ckpt *c);
+/* tp_size > 1: the carried rank-0 model file's universal_checkpoint_info (its affine map
+ * says how the AutoTP source's TP ranks cut the full tensors); else NULL. */
+const zck_pk *zck_uv_autotp_info(const zck_uv_ckpt *c);
 /* shared_params entries whose source was not saved (exclude_frozen_parameters; see
  * zck_ds_unsaved_tie): [2 * *n] alias, source pointers, valid until zck_uv_close. And
  * whether the stage-2/3 model file had frozen_param_shapes None (frozen params excluded). */

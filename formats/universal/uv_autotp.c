@@ -145,3 +145,8 @@ zck_status zck__uv_autotp(zck_uv_ckpt *c) {
   zck__strmap_free(&names);
   return st;
 }
+
+const zck_pk *zck_uv_autotp_info(const zck_uv_ckpt *c) {
+  if (c->info.tp_size <= 1 || !c->model0) return NULL;
+  return zck_pk_dict_get(zck_torch_root(c->model0), "universal_checkpoint_info");
+}

@@ -9,7 +9,7 @@
  *     had, vocabulary params carry 'vocab_tensor', a tied head is the whole matrix, both TP
  *     ranks' model files are there; the HDF5 container too (read back by a reshard); the
  *     folder read back by zckpt's universal reader (full shapes, verify clean), its reshard
- *     = the direct reshard, file for file;
+ *     = the direct reshard, file for file (plain ZeRO, and AutoTP files at the same TP);
  *   - reshard to plain ZeRO (TP 1) at every stage and other world sizes keeps every value;
  *   - reshard into AutoTP files at the same TP size (another stage and dp size) reads back
  *     as the same model (fp32, 16-bit), and its reshard back equals the direct one byte for
@@ -216,6 +216,14 @@ static void check_universal(const char *cs, const char *ckpt, const char *dir, c
     zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
     ro.to_stage = 2;
     ro.to_world_size = 3;
+    ZT_OK(zck_reshard(own, a, &ro));
+    ZT_OK(zck_reshard(ckpt, b, &ro));
+    same_tree(cs, a, b);
+    /* AutoTP files again (the source's TP size) from the universal folder = from the checkpoint */
+    ro.to_tp_size = (uint32_t)get(e, "tp_size")->valueint;
+    ro.to_stage = 3;
+    snprintf(a, sizeof a, "%s/%s-uv-reshard-tp", tmp, cs);
+    snprintf(b, sizeof b, "%s/%s-direct-reshard-tp", tmp, cs);
     ZT_OK(zck_reshard(own, a, &ro));
     ZT_OK(zck_reshard(ckpt, b, &ro));
     same_tree(cs, a, b);

@@ -7,8 +7,8 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 (every zero/<param>/<state>.pt, step.pt, optimizer_state.pt, the copied mp_rank_* files), except
                 the tied head: ds_to_universal writes TP rank 0's 16-bit half ([V/2, H]), zckpt the whole matrix,
                 which equals the embedding's fp32 master.
-  read back    zckpt reshard of either universal folder (zckpt's, ds_to_universal's) into plain ZeRO == the direct
-                reshard of the AutoTP checkpoint, file for file (zckpt's own universal reader).
+  read back    zckpt reshard of either universal folder (zckpt's, ds_to_universal's) into plain ZeRO, and into AutoTP
+                files at the same TP size, == the direct reshard of the AutoTP checkpoint, file for file.
   load (TP)     a fresh AutoTP engine (same TP size, dp 1: from dp 2 too) with checkpoint.load_universal loads
                 zckpt's universal folder: its gathered fp32 masters equal the source engine's (expected_fp32)
                 bit for bit, and the next step's loss equals the source engine's third step (same data).
@@ -176,15 +176,22 @@ def check_universal(case, tmp, exp, fails):
     # AutoTP checkpoint, file for file
     direct = os.path.join(tmp, case + "-direct-s2w3")
     subprocess.run([ZCKPT, "reshard", "-q", ckpt, direct, "--to-stage", "2", "--to-world-size", "3"], check=True)
+    tp_args = ["--to-tp-size", str(exp["tp_size"])]
+    direct_tp = os.path.join(tmp, case + "-direct-tp-s2w3")
+    subprocess.run([ZCKPT, "reshard", "-q", ckpt, direct_tp, "--to-stage", "2", "--to-world-size", "3"] + tp_args,
+                   check=True)
     for who, src in (("zckpt", root), ("ds_to_universal", os.path.dirname(theirs))):
-        out = os.path.join(tmp, f"{case}-{who}-universal-s2w3")
-        r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "3"],
-                           capture_output=True, text=True)
-        if r.returncode:
-            fails.append(f"{case}: zckpt reshard of {who}'s universal folder failed: {r.stderr.strip()}")
-        elif files(out) != files(direct) or any(open(os.path.join(out, f), "rb").read() !=
-                                                open(os.path.join(direct, f), "rb").read() for f in files(direct)):
-            fails.append(f"{case}: zckpt reshard of {who}'s universal folder differs from the direct reshard")
+        for extra, ref in (([], direct), (tp_args, direct_tp)):  # plain ZeRO; AutoTP files at the same TP size
+            out = os.path.join(tmp, f"{case}-{who}-universal-s2w3{'-tp' if extra else ''}")
+            r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "3"] + extra,
+                               capture_output=True, text=True)
+            if r.returncode:
+                fails.append(f"{case}: zckpt reshard {' '.join(extra)} of {who}'s universal folder failed: "
+                             f"{r.stderr.strip()}")
+            elif files(out) != files(ref) or any(open(os.path.join(out, f), "rb").read() !=
+                                                 open(os.path.join(ref, f), "rb").read() for f in files(ref)):
+                fails.append(f"{case}: zckpt reshard {' '.join(extra)} of {who}'s universal folder differs from the "
+                             "direct reshard")
     return root
 
 
