@@ -22,7 +22,8 @@ struct zck_h5_file {
 struct zck_h5_dataset {
   zck_h5_file *f;
   char *label;                     /* "FILE:/path" */
-  hid_t dset, mtype;
+  hid_t dset, mtype;               /* open only inside zck_h5_dataset_open (see there) */
+  uint64_t addr;                   /* its object header: reads reopen it by this */
   zck_h5_dataset_info info;
   size_t es;
   uint64_t dims[ZCK_H5_MAX_DIMS], cdims[ZCK_H5_MAX_DIMS];
@@ -232,6 +233,7 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   if (fs != ZCK_OK) { st = zck__fail(fs, "%s: %s", d->label, why); goto done; }
   if (o->type != H5O_TYPE_DATASET) { st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
   /* by the address the child opened it at: the parent follows no links itself */
+  d->addr = o->addr;
   d->dset = H5Oopen_by_addr(f->file, (haddr_t)o->addr);
   if (d->dset >= 0 && H5Iget_type(d->dset) != H5I_DATASET) {
     H5Oclose(d->dset);
@@ -334,6 +336,13 @@ done:
   if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);
   if (dcpl >= 0) H5Pclose(dcpl);
+  /* Closed again: an open dataset holds tens of KB of library state, and a universal
+   * container of 100k params has 300k datasets (inspect kept them all open: 6.6 GB, and
+   * HDF5's bookkeeping of open objects made it quadratic). Each read reopens it by its
+   * header address, which costs little next to reading a chunk. */
+  if (d->dset >= 0) H5Dclose(d->dset);
+  if (d->mtype >= 0) H5Tclose(d->mtype);
+  d->dset = d->mtype = H5I_INVALID_HID;
   zck__h5_unlock();
   if (st != ZCK_OK) {
     zck_h5_dataset_close(d);
@@ -345,11 +354,6 @@ done:
 
 void zck_h5_dataset_close(zck_h5_dataset *d) {
   if (!d) return;
-  zck__h5_lock();
-  if (d->dset >= 0) H5Dclose(d->dset);
-  if (d->mtype >= 0) H5Tclose(d->mtype);
-  H5Eclear2(H5E_DEFAULT);
-  zck__h5_unlock();
   free(d->label);
   free(d);
 }
@@ -375,20 +379,29 @@ static zck_status zck__h5_load_chunk(zck_h5_dataset *d, const uint64_t *coord, u
   uint32_t mask = 0;
   hsize_t nbytes = 0;
   zck__h5_lock();
-  if (H5Dget_chunk_storage_size(d->dset, off, &nbytes) < 0) {
+  hid_t dset = H5Oopen_by_addr(d->f->file, (haddr_t)d->addr);
+  if (dset < 0) {
+    st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: cannot open the dataset again", what);
+    zck__h5_unlock();
+    return st;
+  }
+  if (H5Dget_chunk_storage_size(dset, off, &nbytes) < 0) {
     /* the chunk index cannot be read (a damaged B-tree node): not "never written" */
     st = zck__h5_fail(ZCK_ERR_DAMAGED, "%s: damaged: the chunk index cannot be read", what);
+    H5Oclose(dset);
     zck__h5_unlock();
     return st;
   }
   if (nbytes == 0) {
     /* never written: the fill value, as HDF5 would return */
+    H5Oclose(dset);
     H5Eclear2(H5E_DEFAULT);
     zck__h5_unlock();
     for (size_t i = 0; i < d->chunk_elems; i++) memcpy(out + i * d->es, d->fill, d->es);
     return ZCK_OK;
   }
   if (nbytes >= ((uint64_t)1 << 32) || nbytes > d->f->size) {
+    H5Oclose(dset);
     zck__h5_unlock();
     return zck__fail(ZCK_ERR_FORMAT, "%s: stored size %llu exceeds %s (H-04)", what, (unsigned long long)nbytes,
                      nbytes > d->f->size ? "the file" : "4 GiB");
@@ -396,13 +409,15 @@ static zck_status zck__h5_load_chunk(zck_h5_dataset *d, const uint64_t *coord, u
   if (*scratch_cap < nbytes) {
     uint8_t *p = realloc(*scratch, (size_t)nbytes);
     if (!p) {
+      H5Oclose(dset);
       zck__h5_unlock();
       return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
     }
     *scratch = p;
     *scratch_cap = (size_t)nbytes;
   }
-  if (H5Dread_chunk(d->dset, H5P_DEFAULT, off, &mask, *scratch) < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: read", what);
+  if (H5Dread_chunk(dset, H5P_DEFAULT, off, &mask, *scratch) < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: read", what);
+  H5Oclose(dset);
   zck__h5_unlock();
   if (st != ZCK_OK) return st;
   bool applied = false;
@@ -509,14 +524,18 @@ static zck_status zck__h5_read_box_plain(zck__h5_rd *r, const uint64_t *start, c
   }
   zck_status st = ZCK_OK;
   zck__h5_lock();
-  hid_t fs = H5Dget_space(d->dset);
+  hid_t dset = H5Oopen_by_addr(d->f->file, (haddr_t)d->addr);
+  hid_t fs = dset < 0 ? H5I_INVALID_HID : H5Dget_space(dset);
+  hid_t mtype = dset < 0 ? H5I_INVALID_HID : H5Dget_type(dset); /* memory type = file type (little-endian both) */
   hsize_t mn = n;
   hid_t ms = H5Screate_simple(1, &mn, NULL);
-  if (fs < 0 || ms < 0 || (nd && H5Sselect_hyperslab(fs, H5S_SELECT_SET, s, NULL, c, NULL) < 0) ||
-      H5Dread(d->dset, d->mtype, ms, fs, H5P_DEFAULT, r->dst + (flat - r->first) * d->es) < 0)
+  if (fs < 0 || mtype < 0 || ms < 0 || (nd && H5Sselect_hyperslab(fs, H5S_SELECT_SET, s, NULL, c, NULL) < 0) ||
+      H5Dread(dset, mtype, ms, fs, H5P_DEFAULT, r->dst + (flat - r->first) * d->es) < 0)
     st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: read", d->label);
   if (fs >= 0) H5Sclose(fs);
   if (ms >= 0) H5Sclose(ms);
+  if (mtype >= 0) H5Tclose(mtype);
+  if (dset >= 0) H5Oclose(dset);
   zck__h5_unlock();
   /* the stored checksum covers the whole dataset: checked when a read covers it (zckpt
    * writes it only for 0-dim datasets, read whole). Memory and file types are both

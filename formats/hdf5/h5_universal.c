@@ -213,12 +213,18 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   if (st == ZCK_OK && !trainable) st = ZCK_ERR_NO_MEMORY;
   const cJSON *it;
   size_t k = 0;
+  /* param_shapes lists the names in param_names' order (the writer makes both): the next
+   * entry is tried first, so 100k params cost 100k compares, not a search each */
+  const cJSON *next_shape = shapes ? shapes->child : NULL;
   cJSON_ArrayForEach(it, names) {
     if (st != ZCK_OK) break;
     if (!cJSON_IsString(it)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: param_names holds a non-string", fn); break; }
     int nd = 0;
     int64_t shape[ZCK_MAX_DIMS] = {0};
-    st = zck__h5u_shape(cJSON_GetObjectItemCaseSensitive(shapes, it->valuestring), &nd, shape, it->valuestring);
+    const cJSON *sh = next_shape && next_shape->string && !strcmp(next_shape->string, it->valuestring)
+                          ? next_shape : cJSON_GetObjectItemCaseSensitive(shapes, it->valuestring);
+    next_shape = sh ? sh->next : NULL;
+    st = zck__h5u_shape(sh, &nd, shape, it->valuestring);
     uint32_t pi;
     if (st == ZCK_OK) st = zck_model_add_param(m, it->valuestring, nd, shape, ZCK_DTYPE_INVALID, &pi);
     for (int s = 0; st == ZCK_OK && s < 3; s++) {
