@@ -105,9 +105,13 @@ zck_status zck__saver_gather_hashes(zck_comm *c, const zck__manifest_known *own,
     if (c->rank == r) put_known(&mine, own);
     uint64_t len = mine.oom ? UINT64_MAX : mine.n;
     zck_status cs = r > 0 ? c->broadcast(c, &len, 1, ZCK_U64, r) : ZCK_OK;
-    if (cs != ZCK_OK) return cs; /* the group is broken: no further collective */
+    if (cs != ZCK_OK) { /* the group is broken: no further collective */
+      free(mine.p);
+      return cs;
+    }
     if (len == UINT64_MAX) {
       if (st == ZCK_OK) st = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory", r);
+      free(mine.p);
       continue;
     }
     for (uint64_t at = 0; r > 0 && at < len;) { /* in pieces: no rank allocates the whole */
