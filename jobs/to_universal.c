@@ -500,7 +500,7 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
 typedef struct zck__uvj_opt {
   zck_torch_writer *tw;
   zck__shash *h;                /* its manifest hashes, made as it is written */
-  zck__shash_budget budget;
+  zck__shash_budget *budget;    /* the writer's, shared with every file */
   zck__shash_wrap *wrap;        /* [copies.n]: the target stores, feeding h */
   zck_pk *root;
   zck_uv_copies copies;
@@ -543,8 +543,7 @@ static zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
     os->dst[i] = os->h ? zck__shash_wrap_store(&os->wrap[i], &c->v[i].dst, c->v[i].data_off, os->h) : c->v[i].dst;
     os->bytes += nbytes;
   }
-  os->budget.max = (uint64_t)64 << 20;
-  if (st == ZCK_OK) st = zck__shash_start(os->h, &os->budget, 0);
+  if (st == ZCK_OK) st = zck__shash_start(os->h, os->budget, 0);
   if (st == ZCK_OK) st = zck_plan_from_extents(ext, n, n, n, &os->plan);
   if (st == ZCK_OK) st = zck_plan_split(os->plan, ZCK_PLAN_DEFAULT_CHUNK);
   free(ext);
@@ -604,6 +603,7 @@ static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_ex
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
   if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
   if (!(os->h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
+  os->budget = zck_uv_writer_hash_budget(j->w);
   ZCK_TRY(zck_uv_writer_torch_hashed(j->w, ZCK__UVJ_OPT_NAME, os->h, &os->tw));
   zck_torch_writer *tw = os->tw;
   zck_pk_doc *d = zck_torch_writer_doc(tw);

@@ -95,6 +95,8 @@ zck_status zck_uv_writer_torch(zck_uv_writer *w, const char *rel, zck_torch_writ
 struct zck__shash;
 zck_status zck_uv_writer_torch_hashed(zck_uv_writer *w, const char *rel, struct zck__shash *h, zck_torch_writer **tw);
 zck_status zck_uv_writer_keep_hashed(zck_uv_writer *w, const char *rel, struct zck__shash *h);
+/* The memory budget the writer's hash streams share (for the caller's: one bound for all). */
+struct zck__shash_budget *zck_uv_writer_hash_budget(zck_uv_writer *w);
 
 /* A raw file at rel of size bytes: *store (U8) receives its bytes, each byte written once.
  * With opts.hash it is hashed as written, its tensors' ranges being among regions (in file

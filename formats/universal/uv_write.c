@@ -298,6 +298,8 @@ static zck_status zck__uv_keep(zck_uv_writer *w, const char *path, const char *r
   return f.hashed ? zck__known_take(&w->known, &w->cap_known, &f, rel) : ZCK_OK;
 }
 
+zck__shash_budget *zck_uv_writer_hash_budget(zck_uv_writer *w) { return &w->budget; }
+
 zck_status zck_uv_writer_keep_hashed(zck_uv_writer *w, const char *rel, zck__shash *h) {
   if (!w->o.hash || !h) return ZCK_OK;
   char *path = zck__outdir_file(&w->dir, rel);
