@@ -141,8 +141,9 @@ RANDOM=4321
 for trial in 1 2 3; do
   W=$((RANDOM % 2 + 2)); stage=$((RANDOM % 3 + 1)); victim=$((RANDOM % (W + 1))); delay=$((RANDOM % 300 + 150))
   prev=$(ls -d "$tmp"/rk/checkpoint-* | sed 's/.*checkpoint-//' | sort -n | tail -1)
-  "$train" "${A[@]}" --nproc "$W" --zero-stage $stage --max-steps 100000 --save-steps 1 --save-total-limit 2 \
-    --output-dir "$tmp/rk" --resume-from-checkpoint "$tmp/rk/checkpoint-$prev" >/dev/null 2>"$tmp/rk.log" &
+  # a rank left waiting on a killed peer gives up after 30 s and aborts the job
+  ZCK_COMM_TIMEOUT_S=30 "$train" "${A[@]}" --nproc "$W" --zero-stage $stage --max-steps 100000 --save-steps 1 \
+    --save-total-limit 2 --output-dir "$tmp/rk" --resume-from-checkpoint "$tmp/rk/checkpoint-$prev" >/dev/null 2>"$tmp/rk.log" &
   launcher=$!
   sleep "$(printf '0.%03d' "$delay")"
   kids=($(pgrep -P $launcher))
@@ -154,7 +155,16 @@ for trial in 1 2 3; do
   else
     # mpirun stops the other ranks and reaps them all before it exits
     kill -9 "${kids[$((victim % ${#kids[@]}))]}"
+    # Open MPI's runtime has been seen to stay up after a rank's death on a loaded machine
+    # (PMIx 'UNREACHABLE', 1 run in ~20): that hang is mpirun's, not the ranks' (they abort
+    # after ZCK_COMM_TIMEOUT_S), so it ends the trial with a note instead of blocking the suite
+    for i in $(seq 1200); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $launcher 2>/dev/null; then
+      echo "note: random kill $trial: mpirun still up 120 s after the kill; ending it: $(tail -2 "$tmp/rk.log")"
+      pkill -9 -f -- "$tmp/rk"; pkill -9 -P $launcher; kill -9 $launcher
+    fi
     wait $launcher 2>/dev/null
+    for i in $(seq 600); do pgrep -f -- "$tmp/rk" >/dev/null || break; sleep 0.05; done
   fi
   pgrep -f -- "$tmp/rk" >/dev/null && fail "random kill $trial: processes left: $(pgrep -af -- "$tmp/rk")"
   last=$(ls -d "$tmp"/rk/checkpoint-* 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
