@@ -141,9 +141,6 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
-  if (o.to_tp_size > 1 && zck__is_hdf5(src))
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: AutoTP files are written from an AutoTP checkpoint or "
-                     "its universal folder, not from the HDF5 container", src, o.to_tp_size);
   if (zck__is_hdf5(src)) return zck__reshard_from_h5(src, out, &o);
   if (zck__is_universal(src)) return zck__reshard_from_universal(src, out, &o);
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
@@ -169,13 +166,10 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   wo.save_latest = true;
   wo.overwrite = false;
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
-  if (st == ZCK_OK && o.to_tp_size > 1 && in->tp_size <= 1)
-    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: the source is not tensor-parallel (AutoTP files are "
-                   "written only at an AutoTP source's own TP size)", in->dir, o.to_tp_size);
   if (st == ZCK_OK && o.to_tp_size > 1) {
     zck_state_view view;
     zck_ds_state(c, &view);
-    zck__autotp_src as = {in->dir, &view, zck_ds_model(c), zck_ds_autotp_info(c), in->tp_size, in->root, in->tag};
+    zck__autotp_src as = {in->dir, &view, zck_ds_model(c), zck_ds_autotp_info(c), in->tp_size, in->root, in->tag, NULL, NULL, NULL};
     st = zck__reshard_autotp(&as, &wo, out, &o);
   }
   if (st != ZCK_OK || o.to_tp_size > 1) {

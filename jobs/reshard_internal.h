@@ -58,10 +58,15 @@ typedef struct zck__autotp_src {
   const zck_pk *uci;                /* universal_checkpoint_info (its affine map) */
   uint32_t tp;
   const char *side_root, *side_skip;  /* as zck__whole_src's; side_root NULL: none */
+  zck_status (*side_write)(void *ctx, const char *dst, uint32_t world);  /* as zck__whole_src's */
+  void *side_ctx;
+  const char *side_label;             /* where side_write's config.json comes from, for messages */
 } zck__autotp_src;
 
-/* o->to_tp_size == src->tp (else refused): every TP rank's files again, at wo's stage and
- * dp size (reshard_autotp.c). */
+/* Every TP rank's files at TP size o->to_tp_size (> 1), at wo's stage and dp size
+ * (reshard_autotp.c): at src->tp by src->uci; at another TP size (src->tp 1: a plain source,
+ * uci NULL) by DeepSpeed's split from the model config (o->model_config, else the carried
+ * config.json of side_root / side_write, else the one beside dir). */
 zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_opts *wo, const char *out,
                                const zck_reshard_opts *o);
 /* The whole-tensor source as a state view (reshard_whole.c). */

@@ -300,7 +300,16 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   if (st == ZCK_OK && order && s.layout[0]) st = zck__h5_reorder(src, order, &s, &ord);
   m = s.m;
   if (st == ZCK_OK) st = zck__reshard_check(src, m, &wo, wo.has_optimizer_state, o);
-  if (st == ZCK_OK) st = zck__reshard_whole(&s, &wo, out, o);
+  if (st == ZCK_OK && o->to_tp_size > 1) {
+    /* AutoTP files: the container keeps no affine map, so the split is DeepSpeed's from the
+     * model config (its /side_files/config.json: HF Trainer's, or --model-config) */
+    zck_state_view view;
+    zck__whole_state(&s, &view);
+    zck__autotp_src as = {src, &view, m, NULL, 1, NULL, NULL, zck__h5_side_write, u, "/side_files/config.json"};
+    st = zck__reshard_autotp(&as, &wo, out, o);
+  } else if (st == ZCK_OK) {
+    st = zck__reshard_whole(&s, &wo, out, o);
+  }
   if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, m->n_params);
   zck__h5_order_free(&ord);
   zck_pk_doc_free(rs);

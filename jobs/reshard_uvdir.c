@@ -66,14 +66,11 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   wo.exclude_frozen = zck_uv_frozen_excluded(u);
   zck_status st = skip || !in->root ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) st = zck__reshard_check(in->dir, s.m, &wo, in->has_optimizer_state, o);
-  if (st == ZCK_OK && o->to_tp_size > 1 && in->tp_size <= 1)
-    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-tp-size %u: the source is not tensor-parallel (AutoTP files are "
-                   "written only at an AutoTP source's own TP size)", in->dir, o->to_tp_size);
   if (st == ZCK_OK && o->to_tp_size > 1) {
     /* the universal folder of an AutoTP checkpoint: its carried model file's affine map */
     zck_state_view view;
     zck__whole_state(&s, &view);
-    zck__autotp_src as = {in->dir, &view, s.m, zck_uv_autotp_info(u), in->tp_size, s.side_root, s.side_skip};
+    zck__autotp_src as = {in->dir, &view, s.m, zck_uv_autotp_info(u), in->tp_size, s.side_root, s.side_skip, NULL, NULL, NULL};
     st = zck__reshard_autotp(&as, &wo, out, o);
   } else if (st == ZCK_OK) {
     st = zck__reshard_whole(&s, &wo, out, o);

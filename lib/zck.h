@@ -274,10 +274,13 @@ typedef struct zck_reshard_opts {
   int force;                  /* accept a zckpt-written source whose manifest is missing */
   int no_verify;              /* as zck_consolidate_opts.no_verify */
   zck_job_summary *summary;   /* filled on success when not NULL */
-  uint32_t to_tp_size;        /* AutoTP source: 0/1 = plain ZeRO (TP 1); its own TP size = AutoTP
-                                 files again (every mp_rank_0t); other sizes are refused */
+  uint32_t to_tp_size;        /* 0/1 = plain ZeRO (TP 1); T > 1 = DeepSpeed AutoTP files at TP size T
+                                 (every mp_rank_0t); a T other than an AutoTP source's own needs the
+                                 model config: DeepSpeed's split depends on it */
+  const char *model_config;   /* config.json for --to-tp-size; NULL = <checkpoint folder>/config.json
+                                 (where Hugging Face's Trainer saves it, beside global_step<N>/) */
 } zck_reshard_opts;
-#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0}
+#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that

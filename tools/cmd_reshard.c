@@ -26,9 +26,12 @@ static const char zck__reshard_help[] =
   "options:\n"
   "  --to-stage S             target ZeRO stage (default: the source's)\n"
   "  --to-world-size W        target data-parallel world size (default: the source's)\n"
-  "  --to-tp-size T           AutoTP source: 1 (default) writes plain ZeRO; the source's\n"
-  "                           own TP size writes AutoTP files again (every mp_rank_0t), for\n"
-  "                           DeepSpeed's AutoTP engine at that TP size and the new DP size\n"
+  "  --to-tp-size T           1 (default) writes plain ZeRO; T > 1 writes DeepSpeed AutoTP\n"
+  "                           files (every mp_rank_0t) for its AutoTP engine at TP size T and\n"
+  "                           the new DP size, split by DeepSpeed 0.19.8's rules; a T other\n"
+  "                           than an AutoTP source's own reads the model config\n"
+  "  --model-config FILE      config.json for --to-tp-size (default: config.json in SRC's\n"
+  "                           checkpoint folder, where Hugging Face's Trainer saves it)\n"
   "  --sub-group-size N       ZeRO-3 target: sub_group_size of the target run (default:\n"
   "                           the source's, else 1e9); less than 1e18\n"
   "  -t, --tag TAG            DeepSpeed source: the tag instead of `latest`\n"
@@ -57,6 +60,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 't'},
     {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
+    {"model-config", required_argument, 0, 'M'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -82,6 +86,7 @@ int zck_cmd_reshard(int argc, char **argv) {
       if (!zck__parse_u64(optarg, 4096, &v)) return zck_cli_usage_error("reshard", "--to-tp-size must be a positive integer");
       o.to_tp_size = (uint32_t)v;
       break;
+    case 'M': o.model_config = optarg; break;
     case 't': o.tag = optarg; break;
     case 'j':
       if ((rc = zck_cli_opt_threads("reshard", optarg, &o.threads))) return rc;

@@ -223,6 +223,27 @@ zck_status zck_ds_autotp_shard_model(const zck_pk *uci, const zck_model *full, u
 zck_status zck_ds_autotp_target(const zck_pk *uci, const zck_model *full, uint32_t T, uint32_t t, const zck_layout *shard,
                              zck_layout **out);
 const zck_pk *zck_ds_autotp_info(const zck_ds_ckpt *c);
+/* DeepSpeed 0.19.8's AutoTP split of `full` at TP size T (ds_autotp_plan.c): the
+ * universal_checkpoint_info its engine would save there (what zck_ds_autotp_shard_model /
+ * zck_ds_autotp_target take), from the source's own record (src_uci, src_tp; NULL for a
+ * checkpoint without one: then the Llama plan) and the model config (config_path: a
+ * config.json) and ds_config's tensor_parallel section; out->ds_config is ds_config with
+ * tensor_parallel.autotp_size = T (NULL when ds_config is). Refuses, one line, what it does
+ * not know exactly. */
+typedef struct zck_ds_autotp_plan_in {
+  const zck_model *full;
+  const zck_pk *src_uci;
+  uint32_t src_tp;
+  const char *config_path;
+  const char *config_label;   /* how messages name it (NULL: config_path) */
+  const zck_pk *ds_config;
+} zck_ds_autotp_plan_in;
+typedef struct zck_ds_autotp_plan_out {
+  zck_pk_doc *doc;             /* owns the nodes below */
+  const zck_pk *uci, *ds_config;
+} zck_ds_autotp_plan_out;
+zck_status zck_ds_autotp_plan(const zck_ds_autotp_plan_in *in, uint32_t T, zck_ds_autotp_plan_out *out);
+void zck_ds_autotp_plan_free(zck_ds_autotp_plan_out *p);
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */

@@ -13,7 +13,7 @@
  *   - reshard to plain ZeRO (TP 1) at every stage and other world sizes keeps every value;
  *   - reshard into AutoTP files at the same TP size (another stage and dp size) reads back
  *     as the same model (fp32, 16-bit), and its reshard back equals the direct one byte for
- *     byte; another TP size is refused;
+ *     byte; another TP size without the model config is refused (test_autotp_tpsize: with it);
  *   - verify calls them clean; a TP rank's file copied over another's and a flipped bit in
  *     mp rank 1's data are refused with one line naming the file. */
 #include "ds_test_util.h"
@@ -427,11 +427,13 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
     ZT_OK(zck_reshard(a, b, &ro));
     ZT_OK(zck_reshard(ckpt, b2, &ro));
     same_tree(cs, b, b2);
-    /* another TP size, or AutoTP files from the universal folder: refused, nothing written */
+    /* another TP size without the model config (none in ckpt/): refused, nothing written
+     * (test_autotp_tpsize: with it) */
     ro.to_tp_size = (uint32_t)tp + 1;
     snprintf(b, sizeof b, "%s/%s-tp-other", tmp, cs);
-    ZT_ASSERT(zck_reshard(ckpt, b, &ro) == ZCK_ERR_UNSUPPORTED);
-    ZT_ASSERT(strstr(zck_last_error(), "--to-tp-size") && !strchr(zck_last_error(), '\n'));
+    ZT_ASSERT(zck_reshard(ckpt, b, &ro) == ZCK_ERR_NOT_FOUND);
+    ZT_ASSERT(strstr(zck_last_error(), "--to-tp-size") && strstr(zck_last_error(), "config.json") &&
+              !strchr(zck_last_error(), '\n'));
     struct stat sb;
     ZT_ASSERT(stat(b, &sb) != 0);
   }

@@ -12,14 +12,17 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
   load (TP)     a fresh AutoTP engine (same TP size, dp 1: from dp 2 too) with checkpoint.load_universal loads
                 zckpt's universal folder: its gathered fp32 masters equal the source engine's (expected_fp32)
                 bit for bit, and the next step's loss equals the source engine's third step (same data).
-  load (TP 1)   `zckpt reshard --to-stage S --to-world-size DP` (S: 3 from ZeRO-1, else 2) into plain ZeRO, loaded by a plain DeepSpeed
+  load (TP 1)   `zckpt reshard --to-tp-size 1 --to-stage S --to-world-size DP` (S: 3 from ZeRO-1, else 2) into plain ZeRO, loaded by a plain DeepSpeed
                 engine (no tensor_parallel) with engine.load_checkpoint: fp32 masters, exp_avg, exp_avg_sq equal
                 the source engine's (expected_fp32 / expected_state) bit for bit; the next loss equals the
                 source's third step to LOSS_RTOL (same data per dp rank; TP changes the summation order).
 
   AutoTP files  `zckpt reshard --to-tp-size T` (the source's TP size): at the source's stage and dp size, every file equals
-                DeepSpeed's own object for object; at another stage and dp size, DeepSpeed's AutoTP engine at (T, new dp)
-                loads it with engine.load_checkpoint: fp32 masters, exp_avg, exp_avg_sq bit for bit, next loss as above.
+                DeepSpeed's own object for object; at another stage and dp size, the TP 1 files above resharded back to
+                TP T (DeepSpeed's split from the model's config.json) equal the direct reshard byte for byte, and
+                DeepSpeed's AutoTP engine at (T, new dp) loads them with engine.load_checkpoint: fp32 masters,
+                exp_avg, exp_avg_sq bit for bit, next loss as above, and the universal_checkpoint_info the files carry
+                equals the one the engine builds itself.
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
@@ -86,11 +89,22 @@ def worker(spec_path):
             full[n] = safe_get_full_fp32_param(p).detach().clone()
             for key in ("exp_avg", "exp_avg_sq"):
                 state[f"{n}/{key}"] = safe_get_full_optimizer_state(p, key).detach().clone()
+    uci_same = None
+    if tp > 1 and not spec["universal"]:
+        # the universal_checkpoint_info of the files loaded (zckpt's: at another TP size, built from DeepSpeed's split
+        # rules and the model config) == the one this engine builds at its own TP size
+        from deepspeed.checkpoint.constants import UNIVERSAL_CHECKPOINT_INFO
+        with open(os.path.join(spec["load"], "latest")) as f:
+            tag_dir = os.path.join(spec["load"], f.read().strip())
+        mfile = sorted(n for n in os.listdir(tag_dir) if n.endswith("mp_rank_00_model_states.pt"))[0]
+        saved = torch.load(os.path.join(tag_dir, mfile), weights_only=False)["universal_checkpoint_info"]
+        uci_same = saved == getattr(engine.module, UNIVERSAL_CHECKPOINT_INFO)
     loss = G.train_step(engine, 2, dp_rank)
     losses = [None] * dist.get_world_size()
     dist.all_gather_object(losses, loss)
     if dist.get_rank() == 0:
-        torch.save({"fp32": full, "state": state, "losses": losses, "global_steps": engine.global_steps},
+        torch.save({"fp32": full, "state": state, "losses": losses, "global_steps": engine.global_steps,
+                    "uci_same": uci_same},
                    spec["out"])
     dist.barrier()
 
@@ -213,6 +227,8 @@ def check_case(case, tmp):
             for n, t in state.items():
                 if n not in res["state"] or not bits_equal(res["state"][n].cpu(), t):
                     fails.append(f"{case} {tag}: {n} differs from the source engine's")
+        if res.get("uci_same") is False:
+            fails.append(f"{case} {tag}: the universal_checkpoint_info loaded differs from the one the engine builds")
         loss = res["losses"][0]
         tol = LOSS_RTOL[exp["dtype"]]
         if not abs(loss - ref_loss) <= tol * abs(ref_loss):
@@ -230,13 +246,14 @@ def check_case(case, tmp):
             print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
         except Exception as e:  # noqa: BLE001
             fails.append(f"{case} {tag}: {e}")
-    # plain ZeRO (TP 1) from zckpt reshard, at the source's dp size
+    # plain ZeRO (TP 1) from zckpt reshard --to-tp-size 1, at the source's dp size
+    tp1_out = None
     for stage in ({1: 3, 2: 2, 3: 2}[exp["stage"]],):  # one target stage per case: 1 -> 3, 2 -> 2, 3 -> 2
         tag = f"reshard->tp1-s{stage}w{exp['dp_size']}"
-        out = os.path.join(tmp, f"{case}-{tag}")
+        out = tp1_out = os.path.join(tmp, f"{case}-{tag}")
         try:
             subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), out, "--to-stage", str(stage),
-                            "--to-world-size", str(exp["dp_size"])], check=True)
+                            "--to-world-size", str(exp["dp_size"]), "--to-tp-size", "1"], check=True)
             res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage, world=exp["dp_size"], tp=1, universal=False,
                                                        load=out))
             loss = compare(tag, res, True)
@@ -262,12 +279,21 @@ def check_case(case, tmp):
                 fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
     except Exception as e:  # noqa: BLE001
         fails.append(f"{case} tp identity: {e}")
+    # ... and from the TP 1 files above back to TP size tp (DeepSpeed's split by the model's config.json): the same
+    # bytes as the direct reshard, loaded once for both
     stage2, dp2 = {1: 2, 2: 3, 3: 1}[stage], 2 if dp == 1 else 1
-    tag = f"reshard->tp{tp}-s{stage2}w{dp2}"
-    out = os.path.join(tmp, f"{case}-{tag}")
+    tag = f"reshard->tp1->tp{tp}-s{stage2}w{dp2}"
+    direct, out = os.path.join(tmp, f"{case}-reshard->tp{tp}-s{stage2}w{dp2}"), os.path.join(tmp, f"{case}-{tag}")
     try:
-        subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), out, "--to-tp-size", str(tp),
+        subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), direct, "--to-tp-size", str(tp),
                         "--to-stage", str(stage2), "--to-world-size", str(dp2)], check=True)
+        subprocess.run([ZCKPT, "reshard", "-q", tp1_out, out, "--to-tp-size", str(tp), "--to-stage", str(stage2),
+                        "--to-world-size", str(dp2), "--model-config", os.path.join(FIX, case, "config.json")],
+                       check=True)
+        files = lambda d: sorted(os.path.relpath(os.path.join(p, f), d) for p, _, fs in os.walk(d) for f in fs)
+        if files(out) != files(direct) or any(open(os.path.join(out, f), "rb").read() !=
+                                              open(os.path.join(direct, f), "rb").read() for f in files(direct)):
+            fails.append(f"{case} {tag}: differs from the direct reshard at TP {tp}")
         res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=tp * dp2, tp=tp, universal=False, load=out))
         loss = compare(tag, res, True)
         print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
