@@ -16,8 +16,10 @@
  *     ones; anything else (fused qkv sub-params, gathered blocks, scaled pieces) is refused;
  *   - else the Llama plan DeepSpeed follows for transformers' LlamaForCausalLM
  *     (base_model_tp_plan: q/k/v/gate/up column, o/down row; lm_head column, gathered;
- *     a tied embedding + head vocabulary-parallel; norms and an untied embedding
- *     replicated), only for model_type "llama" without biases.
+ *     a tied embedding + head vocabulary-parallel, by the embedding_rowwise entry
+ *     transformers' init_parallel_plans adds; norms and an untied embedding replicated),
+ *     only for model_type "llama" without biases, saved by transformers 5.23 or later
+ *     (the version this was checked with; the plan changes between versions).
  * The result is built as collect_autotp_universal_checkpoint_info builds it (key order,
  * shared strings), so a file carrying it equals DeepSpeed's own byte for byte. */
 #include "ds_internal.h"
@@ -235,6 +237,18 @@ static zck_status read_model_config(const char *file, const char *path, bool rul
     return s;
   }
   if (rule_path) {
+    /* the plan is transformers' (a tied embedding goes vocabulary-parallel through the
+     * embedding_rowwise entry recent versions add): checked here for 5.23 */
+    const cJSON *tv = cJSON_GetObjectItemCaseSensitive(j, "transformers_version");
+    int major = 0, minor = 0;
+    if (!cJSON_IsString(tv) || sscanf(tv->valuestring, "%d.%d", &major, &minor) != 2 ||
+        major * 1000 + minor < 5 * 1000 + 23) {
+      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: transformers_version %s: zckpt knows the Llama plan DeepSpeed follows "
+                    "from a checkpoint without an affine map for transformers 5.23 and later", path,
+                    cJSON_IsString(tv) ? tv->valuestring : "missing");
+      cJSON_Delete(j);
+      return s;
+    }
     static const char *bias[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < 2; i++)
       if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, bias[i]))) {

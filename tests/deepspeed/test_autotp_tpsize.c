@@ -13,7 +13,7 @@
  *   - refused with one line, nothing written: no config.json (the default place is the
  *     checkpoint folder; --model-config names another), a model_type zckpt does not know, a
  *     config whose split disagrees with the checkpoint's own record, a TP size that leaves a
- *     rank no rows. */
+ *     rank no rows, the Llama plan for a config saved by transformers older than 5.23. */
 #include "ds_test_util.h"
 #include "safetensors/safetensors.h"
 #include "zck.h"
@@ -230,6 +230,10 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   snprintf(p, sizeof p, "%s/%s-kv1.json", tmp, cs);
   edited_config(cfg, p, "\"num_key_value_heads\"", "1");
   refused(cs, ckpt, b, 4, p, ZCK_ERR_MISMATCH, "does not describe this checkpoint");
+  /* the Llama plan (no affine map in the source) is transformers'; known for 5.23 on */
+  snprintf(p, sizeof p, "%s/%s-tf4.json", tmp, cs);
+  edited_config(cfg, p, "\"transformers_version\"", "\"4.57.1\"");
+  refused(cs, c, b, 2, p, ZCK_ERR_UNSUPPORTED, "transformers_version 4.57.1");
   fprintf(stderr, "  %s: ok\n", cs);
   cJSON_Delete(e);
 }
