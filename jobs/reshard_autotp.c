@@ -37,10 +37,7 @@ typedef struct tp_target {
 /* The writer's view of TP rank t over the full shapes: each distinct part layout composed
  * once (fp32 / exp_avg / exp_avg_sq share the train layout). */
 static zck_status target_view(const zck__autotp_src *src, const zck_pk *uci, uint32_t T, uint32_t t, tp_target *x) {
-  zck_ds_writer_state(x->w, &x->v);
-  /* no hashing as it writes: the manifest reads the files back */
-  x->v.write_in_order = false;
-  x->v.ready = NULL;
+  zck_ds_writer_state(x->w, &x->v); /* in file order, its hash streams ready (hash_inline) */
   x->v.model = src->m;
   for (int k = 0; k < ZCK_STATE_KINDS; k++) {
     const zck_layout *l = x->v.part[k].layout;
@@ -54,6 +51,24 @@ static zck_status target_view(const zck__autotp_src *src, const zck_pk *uci, uin
       done = x->full[k];
     }
     x->v.part[k].layout = done;
+  }
+  return ZCK_OK;
+}
+
+/* The TP ranks' writers' hashes as one list (borrowed entries; the folder's layout is
+ * left to its reader, which knows the TP ranks). */
+static zck_status known_of_all(const tp_target *x, uint32_t T, zck__manifest_known *all) {
+  size_t n = 0;
+  for (uint32_t t = 0; t < T; t++) {
+    const zck__manifest_known *k = zck__ds_writer_known(x[t].w, NULL, NULL);
+    n += k ? k->n_files : 0;
+  }
+  all->files = zck__malloc((n ? n : 1) * sizeof *all->files);
+  if (!all->files) return ZCK_ERR_NO_MEMORY;
+  for (uint32_t t = 0; t < T; t++) {
+    const zck__manifest_known *k = zck__ds_writer_known(x[t].w, NULL, NULL);
+    for (size_t i = 0; k && i < k->n_files; i++) all->files[all->n_files++] = k->files[i];
+    if (k) all->chunk_size = k->chunk_size;
   }
   return ZCK_OK;
 }
@@ -137,6 +152,8 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
     if (st == ZCK_OK)
       st = t == 0 ? zck_ds_writer_create(d.tmp_path, x[t].m, &wt, &x[t].w)
                   : zck__ds_writer_create_joined(x[0].w, x[t].m, &wt, &x[t].w);
+    /* each writer hashes its files as the transfer writes them: the manifest reads none back */
+    if (st == ZCK_OK) zck__ds_writer_hash_inline(x[t].w, 0, 0);
     if (st == ZCK_OK) st = target_view(src, uci, T, t, &x[t]);
     if (st == ZCK_OK) views[t] = x[t].v;
   }
@@ -157,7 +174,10 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
     mo.threads = o->threads;
     char *tag_dir = wo->tag ? zck__path_join(d.tmp_path, wo->tag)
                             : zck__sprintf("%s/global_step%lld", d.tmp_path, (long long)wo->global_steps);
-    st = tag_dir ? zck__manifest_write_dir_known(tag_dir, &mo, NULL, NULL) : ZCK_ERR_NO_MEMORY;
+    zck__manifest_known known = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL}; /* every TP rank's files */
+    st = tag_dir ? known_of_all(x, T, &known) : ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK) st = zck__manifest_write_dir_known(tag_dir, &mo, &known, NULL);
+    free(known.files);
     free(tag_dir);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);

@@ -6,7 +6,8 @@
  *     config.json beside them, and into a pytorch_model.bin folder;
  *   - to-universal (DeepSpeed layout): per-param tensor files, zero/optimizer_state.pt,
  *     step.pt (stage 1/2) and the byte-for-byte copies of the model-states files;
- *   - reshard (its tag folder).
+ *   - reshard (its tag folder), and reshard --to-tp-size of AutoTP checkpoints (every TP
+ *     rank's writer hashes its own files).
  * The fixtures are small: every file streams within the writers' 64 MiB budgets. */
 #include "manifest.h"
 #include "stream_hash.h"
@@ -82,6 +83,22 @@ static void to_universal(const char *src, const char *out) {
   check("to-universal", out, "universal", before);
 }
 
+/* OUT/<the tag `latest` names> */
+static char *tag_dir_of(const char *out) {
+  char *latest = join(out, "latest");
+  unsigned char *tag = NULL;
+  size_t n = 0;
+  if (zt_read_file(latest, &tag, &n) != 0) ZT_FAIL("%s: no latest", out);
+  char *t = calloc(n + 1, 1);
+  if (!t) ZT_FAIL("out of memory");
+  memcpy(t, tag, n);
+  char *dir = join(out, t);
+  free(t);
+  free(tag);
+  free(latest);
+  return dir;
+}
+
 /* A reshard of the fixture (its tag folder checked), with a config.json beside it: the
  * source of the consolidations. */
 static char *reshard(const char *src, const char *out, int stage, uint32_t world) {
@@ -90,27 +107,46 @@ static char *reshard(const char *src, const char *out, int stage, uint32_t world
   o.to_world_size = world;
   uint64_t before = zck__manifest_reread_total();
   ZT_OK(zck_reshard(src, out, &o));
-  char *latest = join(out, "latest");
-  unsigned char *tag = NULL;
-  size_t n = 0;
-  if (zt_read_file(latest, &tag, &n) != 0) ZT_FAIL("%s: no latest", out);
-  char *t = calloc(n + 1, 1);
-  memcpy(t, tag, n);
-  char *tag_dir = join(out, t);
+  char *tag_dir = tag_dir_of(out);
   check("reshard", tag_dir, "deepspeed", before);
   static const char config[] = "{\n  \"model_type\": \"gpt2\"\n}\n";
   char *cfg = join(out, "config.json");
   if (zt_write_file(cfg, config, sizeof config - 1) != 0) ZT_FAIL("cannot write %s", cfg);
   free(cfg);
   free(tag_dir);
-  free(t);
-  free(tag);
-  free(latest);
   return zck__strdup(out);
+}
+
+/* reshard --to-tp-size of an AutoTP checkpoint at its own TP size: the tag folder holds
+ * every TP rank's files, each written by its own DeepSpeed writer. */
+static void reshard_tp(const char *fixture, const char *out, int stage, uint32_t world) {
+  char *src = zt_fixture(fixture);
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  o.to_tp_size = 2;
+  o.to_stage = stage;
+  o.to_world_size = world;
+  uint64_t before = zck__manifest_reread_total();
+  ZT_OK(zck_reshard(src, out, &o));
+  char *tag_dir = tag_dir_of(out);
+  check("reshard --to-tp-size", tag_dir, "deepspeed", before);
+  free(tag_dir);
+  free(src);
 }
 
 int main(void) {
   char *tmp = zt_tmpdir();
+  static const struct { const char *fixture; int stage; uint32_t world; } tp_cases[] = {
+      {"autotp/tp2dp2_s2_bf16_tied/ckpt", 1, 1},
+      {"autotp/tp2dp2_s3_bf16_tied/ckpt", 3, 2},
+      {"autotp/tp2_s1_fp32_tied/ckpt", 2, 2},
+  };
+  for (size_t i = 0; i < sizeof tp_cases / sizeof tp_cases[0]; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "tp%zu", i);
+    char *out = join(tmp, name);
+    reshard_tp(tp_cases[i].fixture, out, tp_cases[i].stage, tp_cases[i].world);
+    free(out);
+  }
   static const struct { const char *fixture; int stage; uint32_t world; } cases[] = {
       {"deepspeed/s2w2_bf16/ckpt", 1, 3},
       {"deepspeed/s3w2_bf16/ckpt", 3, 1},
