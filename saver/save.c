@@ -37,6 +37,21 @@ bool zck__saver_g16_wanted(const zck_saver *s) { return s->tr.stage == 3 && (s->
 
 // ---- the end of a save (rank 0)
 
+/* config.json from the trainer's text; known (optional): its hashes from those bytes. */
+static zck_status write_config(const zck_saver *s, const char *path, zck__manifest_known *known, size_t *cap) {
+  char *text = s->h.config_json(s->h.ctx);
+  if (!text) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  size_t n = strlen(text);
+  zck__outfile f;
+  zck_status st = zck__outfile_create(&f, path);
+  if (st == ZCK_OK) st = zck__outfile_pwrite(&f, text, n, 0);
+  if (st == ZCK_OK) st = zck__outfile_commit(&f);
+  else zck__outfile_abort(&f);
+  if (st == ZCK_OK && known) st = zck__known_bytes(known, cap, path, "config.json", text, n);
+  free(text);
+  return st;
+}
+
 zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank,
                              const zck__manifest_known *known) {
   const zck_saver_train *tr = &s->tr;
@@ -46,16 +61,18 @@ zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir
   char *cfg = zck__outdir_file(od, "config.json"), *model = zck__outdir_file(od, "model.safetensors"),
        *state = zck__outdir_file(od, "trainer_state.json");
   if (st == ZCK_OK && (!cfg || !model || !state)) st = ZCK_ERR_NO_MEMORY;
-  if (st == ZCK_OK) st = s->h.write_config(s->h.ctx, cfg);
-  /* save_only_model: model.safetensors is in the manifest's folder, hashed as written */
+  /* save_only_model: the manifest's folder is the checkpoint folder, every file of it
+   * hashed as written (model.safetensors, config.json, trainer_state.json) */
   zck__manifest_known mk = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
   size_t cap_mk = 0;
+  zck__manifest_known *own = tr->save_only_model ? &mk : NULL;
+  if (st == ZCK_OK) st = write_config(s, cfg, own, &cap_mk);
   /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
    * only the DeepSpeed checkpoint); per rank, the ranks wrote the stage-3 file already */
   if (st == ZCK_OK && (tr->stage < 3 || (!per_rank && zck__saver_g16_wanted(s))))
-    st = zck__g16_write(s, r0, model, tr->save_only_model ? &mk : NULL, &cap_mk);
+    st = zck__g16_write(s, r0, model, own, &cap_mk);
   if (tr->save_only_model) known = &mk;
-  if (st == ZCK_OK) st = zck_saver_write_trainer_state(s, state, step);
+  if (st == ZCK_OK) st = zck_saver_write_trainer_state(s, state, step, own, &cap_mk, "trainer_state.json");
   if (st == ZCK_OK) {
     /* the manifest goes last: its presence marks the DeepSpeed tag folder complete, and
      * `zckpt verify` checks every tensor against its hashes */

@@ -95,7 +95,9 @@ typedef struct zck_saver_hooks {
   zck_status (*gather16)(void *ctx, void *const *ranks, const uint64_t *param_dst_off, zck_saver_write_fn write,
                          void *wctx);
   double (*lr_at)(void *ctx, int64_t step);              /* the scheduler's lr at a step */
-  zck_status (*write_config)(void *ctx, const char *path); /* config.json of the model */
+  /* config.json of the model: its text, malloc'd (NULL: out of memory); the saver writes
+   * it, hashing it as written when the checkpoint folder's manifest lists it */
+  char *(*config_json)(void *ctx);
   /* Optional (fault tests): a per-rank save's rank has written its own files. */
   void (*rank_written)(void *ctx, zck_comm *c, int64_t step);
 } zck_saver_hooks;
@@ -165,8 +167,12 @@ zck_status zck_saver_export_best(const zck_saver *s);
  * keeps the bookkeeping, and records the checkpoint as the best when this step's
  * evaluation was. */
 char *zck_saver_checkpoint_path(zck_saver *s, int64_t step, bool keeper);
-/* trainer_state.json of a save at `step` (TrainerState.save_to_json's bytes). */
-zck_status zck_saver_write_trainer_state(const zck_saver *s, const char *path, int64_t step);
+/* trainer_state.json of a save at `step` (TrainerState.save_to_json's bytes). known
+ * (optional, an owned list of stream_hash.h): gets its manifest hashes as relpath, made
+ * from the bytes written. */
+struct zck__manifest_known;
+zck_status zck_saver_write_trainer_state(const zck_saver *s, const char *path, int64_t step,
+                                         struct zck__manifest_known *known, size_t *cap, const char *relpath);
 /* Takes the log history and best checkpoint of checkpoint folder ckpt's trainer_state.json
  * (absent or unreadable: nothing changes). */
 void zck_saver_read_trainer_state(zck_saver *s, const char *ckpt);

@@ -6,6 +6,7 @@
 #include "error.h"
 #include "io.h"
 #include "pyjson.h"
+#include "stream_hash.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -91,7 +92,8 @@ static zck_status write_text(const char *path, const zck__buf *b) {
 }
 
 /* trainer_state.json (TrainerState.save_to_json: sorted keys, indent 2, final newline). */
-zck_status zck_saver_write_trainer_state(const zck_saver *t, const char *path, int64_t step) {
+zck_status zck_saver_write_trainer_state(const zck_saver *t, const char *path, int64_t step,
+                                         zck__manifest_known *known, size_t *cap, const char *relpath) {
   const zck_saver_opts *a = &t->o;
   cJSON *st = cJSON_CreateObject();
   if (!st) return ZCK_ERR_NO_MEMORY;
@@ -129,6 +131,7 @@ zck_status zck_saver_write_trainer_state(const zck_saver *t, const char *path, i
   zck__buf_byte(&b, '\n');
   cJSON_Delete(st);
   zck_status s = write_text(path, &b);
+  if (s == ZCK_OK && known) s = zck__known_bytes(known, cap, path, relpath, b.data, b.len);
   zck__buf_free(&b);
   return s;
 }

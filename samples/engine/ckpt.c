@@ -65,9 +65,9 @@ static double lr_at(void *ctx, int64_t step) {
   return ze_train_lr(t->a, t->warmup, step);
 }
 
-static zck_status write_config(void *ctx, const char *path) {
+static char *config_json(void *ctx) {
   const ze_ckpt_tracker *t = ctx;
-  return ze_hf_write_config(path, t->cfg, t->plan->o.lp_dtype);
+  return ze_hf_config_json(t->cfg, t->plan->o.lp_dtype);
 }
 
 static void rank_written(void *ctx, zck_comm *c, int64_t step) {
@@ -101,7 +101,7 @@ zck_status ze_ckpt_tracker_init(ze_ckpt_tracker *t, const ze_train_args *a, cons
                         per_rank,
                         one_rank,
                         a->output_dir || a->load_best_model_at_end};
-  zck_saver_hooks h = {t, describe_source, describe_target, release, restored, ze__g16_gather, lr_at, write_config,
+  zck_saver_hooks h = {t, describe_source, describe_target, release, restored, ze__g16_gather, lr_at, config_json,
                        rank_written};
   return zck_saver_init(&t->sv, &o, &tr, &h);
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-zck_status ze_hf_write_config(const char *path, const ze_gpt2_config *c, zck_dtype dtype) {
+char *ze_hf_config_json(const ze_gpt2_config *c, zck_dtype dtype) {
   zck__buf b;
   zck__buf_init(&b);
   zck__buf_printf(&b,
@@ -38,16 +38,20 @@ zck_status ze_hf_write_config(const char *path, const ze_gpt2_config *c, zck_dty
                   "  \"vocab_size\": %d\n"
                   "}\n",
                   zck_dtype_name(dtype), c->n_embd, c->n_head, c->n_layer, c->max_seq_len, c->vocab_size);
-  if (b.failed) {
-    zck__buf_free(&b);
-    return ZCK_ERR_NO_MEMORY;
-  }
+  char *text = b.failed ? NULL : zck__strndup((const char *)b.data, b.len);
+  zck__buf_free(&b);
+  return text;
+}
+
+zck_status ze_hf_write_config(const char *path, const ze_gpt2_config *c, zck_dtype dtype) {
+  char *text = ze_hf_config_json(c, dtype);
+  if (!text) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
   zck__outfile f;
   zck_status s = zck__outfile_create(&f, path);
-  if (s == ZCK_OK) s = zck__outfile_pwrite(&f, b.data, b.len, 0);
+  if (s == ZCK_OK) s = zck__outfile_pwrite(&f, text, strlen(text), 0);
   if (s == ZCK_OK) s = zck__outfile_commit(&f);
   else zck__outfile_abort(&f);
-  zck__buf_free(&b);
+  free(text);
   return s;
 }
 

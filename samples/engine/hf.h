@@ -10,6 +10,8 @@
 /* GPT2Config as save_pretrained writes it (dropouts 0, gelu_new, tied embeddings; bos/eos
  * are '\n' in the byte vocabulary). dtype: the 16-bit training dtype ("bfloat16"/"float32"). */
 zck_status ze_hf_write_config(const char *path, const ze_gpt2_config *c, zck_dtype dtype);
+/* The same text, malloc'd (NULL: out of memory): for a writer that hashes what it writes. */
+char *ze_hf_config_json(const ze_gpt2_config *c, zck_dtype dtype);
 /* Gives the fp32 values of tensor `index` (spec->numel floats into dst). */
 typedef zck_status (*ze_hf_reader)(void *ctx, size_t index, const ze_param_spec *spec, float *dst);
 /* The reader of a whole fp32 buffer in parameter order (ctx: const float *). */
