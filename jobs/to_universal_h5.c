@@ -159,12 +159,21 @@ static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const 
     if (idx) zck_model_group_trainable(m, (uint32_t)g, idx, nt);
     for (size_t i = 0; idx && ps && i < nt; i++) cJSON_AddItemToArray(ps, cJSON_CreateString(m->params[idx[i]].name));
     free(idx);
-    for (size_t i = 0; hp && i < pg->n_hparams; i++)
+    /* JSON numbers do not say int or float: the ints are named beside them (FusedAdam's
+     * param_groups 'step': 0 must come back an int for the reshard to be the direct one) */
+    cJSON *ints = NULL;
+    for (size_t i = 0; hp && i < pg->n_hparams; i++) {
       cJSON_AddItemToObject(hp, pg->hparams[i].key, zck__uvh_hparam_json(&pg->hparams[i]));
+      if (pg->hparams[i].kind == ZCK_HP_INT && (ints || (ints = cJSON_CreateArray())))
+        cJSON_AddItemToArray(ints, cJSON_CreateString(pg->hparams[i].key));
+    }
     if (o) {
       cJSON_AddItemToObject(o, "params", ps);
       cJSON_AddItemToObject(o, "hyperparameters", hp);
+      if (ints) cJSON_AddItemToObject(o, "int_hyperparameters", ints);
       cJSON_AddItemToArray(groups, o);
+    } else {
+      cJSON_Delete(ints);
     }
   }
   zck_status st = zck__uvh_attr_json(w, "param_names", names);

@@ -95,7 +95,8 @@ typedef struct zck__ds_optim_file {
 /* ZeRO-0 (ds_zero0.c): the optimizer's state_dict inside the model file. Optimizer param k
  * (torch's index: group by group) is flat param k of the manifest. */
 typedef struct zck__ds_zero0 {
-  bool unfused;                    /* FP16_UnfusedOptimizer (bf16 / fp16): fp32_groups hold the masters */
+  bool wrapped;                    /* FP16_UnfusedOptimizer or FP16_Optimizer (bf16 / fp16): fp32_groups(_flat)
+                                      hold the masters, the step is one ahead, loose scaler keys */
   size_t n;                        /* params the optimizer holds */
   size_t n_groups;
   size_t *group_first;             /* [n_groups + 1] */
@@ -198,6 +199,11 @@ zck_status zck__ds_zero0_read(zck_ds_ckpt *c);
 /* The train layout (whole tensors, flat order) and its fp32 / exp_avg / exp_avg_sq stores;
  * sets info.master_dtype, state_dtype, has_optimizer_state. */
 zck_status zck__ds_zero0_build_train(zck_ds_ckpt *c, const uint64_t *numels);
+/* ds_zero0_fused.c: FP16_Optimizer's flat groups (optimizer['fp32_groups_flat']) cut into
+ * the module's params by value; replaces c->z0's one-flat-param-per-group arrays with
+ * per-param ones and sets opt_of[i] (module entry -> optimizer param, -1: frozen). */
+zck_status zck__ds_zero0_fused(zck_ds_ckpt *c, const zck_torch_file *tf, const zck_pk *flat_list, const bool *cand,
+                               int64_t *opt_of);
 void zck__ds_zero0_free(zck__ds_zero0 *z);
 /* A store bound in place to t's bytes in src, with its record check (ds_describe.c). */
 zck_store zck__ds_source_store(zck_ds_ckpt *c, const zck__source *src, const zck__ds_tref *t, const char *path,

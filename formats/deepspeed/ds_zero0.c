@@ -103,8 +103,8 @@ static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, con
   bool *seen = zck__calloc(n + 1, 1);
   if (!seen) return ZCK_ERR_NO_MEMORY;
   zck_status s = ZCK_OK;
-  /* FP16_UnfusedOptimizer steps once with zero gradients when it is built
-   * (initialize_optimizer_states), so its count is one ahead of the engine's */
+  /* FP16_UnfusedOptimizer and FP16_Optimizer step once with zero gradients when they are
+   * built (initialize_optimizer_states), so the count is one ahead of the engine's */
   int64_t applied = c->models[0].global_steps - c->models[0].skipped_steps + (unfused ? 1 : 0);
   c->info.step_ahead = unfused ? 1 : 0;
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
@@ -161,7 +161,7 @@ static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, con
     if (v < 16777216.0 && applied < 16777216 && v != (double)applied) {
       s = zck__fail(ZCK_ERR_MISMATCH, "%s: optimizer step %.17g (param %lld), but global_steps %lld - skipped_steps %lld%s "
                     "= %lld", path, v, (long long)k, (long long)c->models[0].global_steps,
-                    (long long)c->models[0].skipped_steps, unfused ? " + 1 (FP16_UnfusedOptimizer's first step)" : "",
+                    (long long)c->models[0].skipped_steps, unfused ? " + 1 (the fp16 optimizer's step at its construction)" : "",
                     (long long)applied);
       break;
     }
@@ -374,17 +374,18 @@ zck_status zck__ds_zero0_read(zck_ds_ckpt *c) {
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: no *_optim_states.pt files and no optimizer state in %s: not a ZeRO "
                      "checkpoint (saved without an optimizer?), or incomplete", c->fs.dir, mf->file->name);
   if (opt->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'optimizer' is not a dict", path);
-  if (zck_pk_dict_get(opt, "fp32_groups_flat"))
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ZeRO-0 with fp16 (FP16_Optimizer's flat fp32 groups) is not supported", path);
-  bool unfused = zck_pk_dict_get(opt, "fp32_groups") != NULL;
-  const zck_pk *osd = unfused ? zck_pk_dict_get(opt, "optimizer_state_dict") : opt;
+  /* fp16 / bf16: FP16_Optimizer (FusedAdam; flat fp32 groups, ds_zero0_fused.c) or
+   * FP16_UnfusedOptimizer (any other optimizer; per-param fp32 groups) wraps the torch one */
+  const zck_pk *flat = zck_pk_dict_get(opt, "fp32_groups_flat");
+  bool wrapped = flat || zck_pk_dict_get(opt, "fp32_groups");
+  const zck_pk *osd = wrapped ? zck_pk_dict_get(opt, "optimizer_state_dict") : opt;
   if (!osd || osd->kind != ZCK_PK_DICT)
     return zck__fail(ZCK_ERR_FORMAT, "%s: optimizer['optimizer_state_dict'] missing or not a dict", path);
-  ZCK_TRY(read_torch_state(c, tf, osd, unfused ? "optimizer['optimizer_state_dict']" : "optimizer", unfused));
-  if (unfused) ZCK_TRY(read_fp32_groups(c, tf, zck_pk_dict_get(opt, "fp32_groups")));
+  ZCK_TRY(read_torch_state(c, tf, osd, wrapped ? "optimizer['optimizer_state_dict']" : "optimizer", wrapped));
+  if (wrapped && !flat) ZCK_TRY(read_fp32_groups(c, tf, zck_pk_dict_get(opt, "fp32_groups")));
   const zck_pk *dyn = zck_pk_dict_get(opt, "dynamic_loss_scale");
-  if (unfused && dyn && dyn->kind == ZCK_PK_BOOL && dyn->u.b) ZCK_TRY(dynamic_loss_scaler(c, opt, path));
-  c->z0.unfused = unfused;
+  if (wrapped && dyn && dyn->kind == ZCK_PK_BOOL && dyn->u.b) ZCK_TRY(dynamic_loss_scaler(c, opt, path));
+  c->z0.wrapped = wrapped;
   c->info.world_size = mf->dp_world_size > 0 && mf->dp_world_size <= (1 << 20) ? (uint32_t)mf->dp_world_size : 1;
 
   /* module entries a param could be: not a buffer, not a second name of a tensor */
@@ -399,7 +400,9 @@ zck_status zck__ds_zero0_read(zck_ds_ckpt *c) {
     cand[i] = !is_buffer(mf, mf->module_names[i]) && alias[i] < 0;
     n_cand += cand[i];
   }
-  if (s == ZCK_OK && !c->z0.has_masters && !c->z0.has_state) {
+  if (s == ZCK_OK && flat) {
+    s = zck__ds_zero0_fused(c, tf, flat, cand, fwd);
+  } else if (s == ZCK_OK && !c->z0.has_masters && !c->z0.has_state) {
     /* no shapes: only "every param in one group, module order" is certain */
     if (c->z0.n_groups != 1 || c->z0.n != n_cand)
       s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ZeRO-0 optimizer saved before its first step holds no shapes, and its "

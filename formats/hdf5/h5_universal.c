@@ -169,6 +169,15 @@ static zck_status zck__h5u_unsaved(zck_h5u *u) {
   return st;
 }
 
+/* Whether group entry `group` lists hyper-parameter p among its int_hyperparameters. */
+static bool is_int_hparam(const cJSON *group, const cJSON *p) {
+  const cJSON *k;
+  cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(group, "int_hyperparameters"))
+    if (cJSON_IsString(k) && !strcmp(k->valuestring, p->string))
+      return p->valuedouble == (double)(int64_t)p->valuedouble;
+  return false;
+}
+
 static zck_status zck__h5u_build(zck_h5u *u) {
   const char *fn = zck_h5_name(u->f);
   char *fmt = NULL;
@@ -237,7 +246,8 @@ static zck_status zck__h5u_build(zck_h5u *u) {
       m->params[pi].dtype = u->parts[0].stores[k - 1].dtype;
     }
   }
-  /* groups: hyper-parameters (numbers come back as floats) and membership */
+  /* groups: hyper-parameters (numbers are floats unless int_hyperparameters names them)
+   * and membership */
   cJSON_ArrayForEach(it, groups) {
     if (st != ZCK_OK) break;
     uint32_t g;
@@ -251,6 +261,7 @@ static zck_status zck__h5u_build(zck_h5u *u) {
     cJSON_ArrayForEach(p, hp) {
       if (st != ZCK_OK) break;
       if (cJSON_IsBool(p)) st = zck_model_group_set_bool(m, g, p->string, cJSON_IsTrue(p));
+      else if (cJSON_IsNumber(p) && is_int_hparam(it, p)) st = zck_model_group_set_int(m, g, p->string, (int64_t)p->valuedouble);
       else if (cJSON_IsNumber(p)) st = zck_model_group_set_float(m, g, p->string, p->valuedouble);
       else if (cJSON_IsString(p)) st = zck_model_group_set_string(m, g, p->string, p->valuestring);
       else if (cJSON_IsNull(p)) st = zck_model_group_set_none(m, g, p->string);
