@@ -57,11 +57,13 @@ NVME_EXTRA = {"sub_group_size": 100, "_nvme": True, "_aio_block": 512}
 NVME_MIN_AIO_BYTES = 512
 
 
-def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None):
+def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None, fused_adam=False):
     m = fixture()
     extra = {} if sub_group_size is None else {"sub_group_size": sub_group_size}
     if nvme_path:
         extra = dict(NVME_EXTRA, _nvme_path=nvme_path)
+    if fused_adam:  # DeepSpeed's FusedAdam (its CPU op, JIT-built): FP16_Optimizer at ZeRO-0 fp16/bf16
+        extra = dict(extra, _fused_adam=True)
     cfg = m.ds_config(stage, dtype, extra)
     cfg["train_micro_batch_size_per_gpu"] = GLOBAL_BATCH // world
     cfg["steps_per_print"] = 10**6
@@ -114,6 +116,7 @@ def snapshot(engine, stage):
     basic = getattr(opt, "optimizer", opt)  # ZeRO-0 fp32: the torch optimizer itself
     rank = dist.get_rank()
     snap = {
+        "optimizer": type(opt).__name__ + "/" + type(basic).__name__,   # e.g. FP16_Optimizer/FusedAdam
         "global_steps": engine.global_steps,
         "global_samples": engine.global_samples,
         "skipped_steps": engine.skipped_steps,
@@ -173,6 +176,17 @@ def snapshot_zero0(engine, snap):
         for lg, mg in zip(opt.fp16_groups, opt.fp32_groups):
             for lp_p, m in zip(lg, mg):
                 master[id(lp_p)] = m
+    # FP16_Optimizer (FusedAdam): one flat fp32 master per group and the Adam state over it; each param's
+    # slice is its own _unflatten_dense_tensors view
+    flat_of = {}
+    if hasattr(opt, "fp32_groups_flat"):
+        from torch._utils import _unflatten_dense_tensors
+        for lg, flat in zip(opt.fp16_groups, opt.fp32_groups_flat):
+            st = basic.state.get(flat, {})
+            views = [_unflatten_dense_tensors(t, lg) if t is not None else [None] * len(lg)
+                     for t in (flat, st.get("exp_avg"), st.get("exp_avg_sq"))]
+            for lp_p, m, ea, eas in zip(lg, *views):
+                flat_of[id(lp_p)] = (m, {"exp_avg": ea, "exp_avg_sq": eas, "step": st.get("step")})
     gathered = collections.OrderedDict()
     step = None
     for n, p in engine.module.named_parameters():
@@ -180,6 +194,8 @@ def snapshot_zero0(engine, snap):
             continue
         m = master.get(id(p), p)
         st = basic.state.get(m, {})
+        if id(p) in flat_of:
+            m, st = flat_of[id(p)]
         gathered[n] = {"fp32": m.detach().clone().float(), "exp_avg": _plain(st.get("exp_avg")),
                        "exp_avg_sq": _plain(st.get("exp_avg_sq"))}
         if step is None:
@@ -216,7 +232,7 @@ def worker(spec_path):
         import deepspeed.runtime.swap_tensor.optimizer_utils as swap_utils
         swap_utils.MIN_AIO_BYTES = NVME_MIN_AIO_BYTES
     cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False),
-                      spec.get("nvme"))
+                      spec.get("nvme"), spec.get("fused_adam", False))
     cfg.update(spec.get("top", {}))   # e.g. data_types.grad_accum_dtype fp32: BF16_Optimizer
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=cfg)
     res = {"spec": spec}

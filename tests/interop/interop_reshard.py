@@ -77,6 +77,10 @@ SCENARIOS = [
     ("0w1->3w2", (0, 1), (3, 2), "fp32", False),
     # fp16 ZeRO-0 (FP16_UnfusedOptimizer with a dynamic loss scale): the scale carried as a DynamicLossScaler
     ("0w2->2w1", (0, 2), (2, 1), "fp16", False),
+    # ZeRO-0 under FP16_Optimizer (DeepSpeed's FusedAdam, the GPU default): flat fp32 groups cut back into params
+    # by value; into ZeRO-2 with FusedAdam too
+    ("fused 0w2->2w3", (0, 2), (2, 3), "fp16", False),
+    ("fused 0w1->1w2", (0, 1), (1, 2), "bf16", False),
     # NVMe-offload source (optimizer swapped to a folder; offloaded_tensors/ in the checkpoint) into plain files
     ("nvme 3w2->2w1", (3, 2), (2, 1), "fp32", False),
     # BF16_Optimizer source (bf16 + ZeRO-1 + fp32 gradient accumulation) into plain ZeRO files
@@ -326,19 +330,22 @@ def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
     t0 = time.time()
     top = BF16_OPTIMIZER if name.startswith("bf16opt") else {}
     nvme = os.path.join(tmp, "nvme") if name.startswith("nvme") else None
+    fused = name.startswith("fused")
     src_dir = os.path.join(tmp, "src")
     src = H.run(tmp, "src", w0, mode="train", stage=s0, dtype=dtype, steps=STEPS, more=MORE, save_dir=src_dir,
-                perturb_frozen=True, top=top, nvme=nvme)
+                perturb_frozen=True, top=top, nvme=nvme, fused_adam=fused)
     tag = open(os.path.join(src_dir, "latest")).read().strip()
     if nvme and not glob.glob(os.path.join(src_dir, tag, "offloaded_tensors", "rank*", "*.tensor.swp")):
         return ["the NVMe source saved no swap files (nothing was offloaded)"], notes
     ref = src[0]["snap"]
+    if fused and ref["optimizer"] != "FP16_Optimizer/FusedAdam":
+        return [f"the source engine ran {ref['optimizer']}, not FP16_Optimizer/FusedAdam"], notes
     out = os.path.join(tmp, "zck")
     err = reshard(src_dir, out, s1, w1)
     if err:
         return [f"zckpt reshard failed: {err}"], notes
     try:
-        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out)
+        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out, fused_adam=fused)
     except H.RunFailed as e:
         return [f"DeepSpeed load/train of the resharded checkpoint failed: {e}"], notes
     for r, rr in enumerate(zr):
@@ -353,6 +360,8 @@ def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
     probs += lp
     notes.append(f"losses {['%.6f' % x for x in zr[0]['losses']]} vs direct {['%.6f' % x for x in src[0]['losses']]} "
                  f"(max rel diff {worst:.2g})")
+    if fused:
+        notes.append(f"source {ref['optimizer']}, target {zr[0]['snap']['optimizer']}")
     if s0 == 0 and s1 in (1, 2) and not probs:
         # DeepSpeed's universal route from zckpt's folder of the ZeRO-0 source (what ds_to_universal writes for the
         # equivalent ZeRO-1 checkpoint): load_universal lands on exactly the plain reshard's state, every rank
@@ -365,7 +374,7 @@ def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
         else:
             try:
                 ur = H.run(tmp, "zuc", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=uc_root,
-                           universal=True, perturb_frozen=True)
+                           universal=True, perturb_frozen=True, fused_adam=fused)
                 up = cmp_routes(zr, ur)
                 if dtype == "fp16" and not values_equal(ur[0]["snap"]["loss_scale"], ref["loss_scale"]):
                     up.append(f"loss scale {ur[0]['snap']['loss_scale']!r} after load_universal, the source's "
@@ -399,7 +408,7 @@ def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     if err:
         return [f"zckpt reshard failed: {err}"], notes
     try:
-        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out)
+        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out, fused_adam=fused)
     except H.RunFailed as e:
         return [f"DeepSpeed load/train of the resharded checkpoint failed: {e}"], notes
 
