@@ -8,7 +8,16 @@
  * compressed straight from the caller's buffer. Assembly buffers and compression
  * contexts with their output buffers are pooled, and the file's writeback is started as
  * chunks are stored, so compressing the rest overlaps the disk and the commit's fsync
- * has little left to wait for. */
+ * has little left to wait for.
+ *
+ * A dataset of one chunk (most of a universal container's: a MoE model's biases and norms
+ * are 100k tensors of a few bytes) is not created until the commit: its chunk, compressed
+ * by the thread that completed it, waits in memory (ZCK__H5_DEFER_BYTES of them at most),
+ * and the commit creates those datasets group by group, each written and closed at once.
+ * libhdf5's cost is per object (~0.2 ms a dataset created, reopened and written by
+ * path): this creates each once, in a group already open, and never reopens it. Groups
+ * are created through a stack of the open groups along the last path, so a dataset or
+ * group next to the one before costs no lookup from the root. */
 #include "h5_internal.h"
 
 #include <errno.h>
@@ -28,6 +37,14 @@
 #define ZCK__H5_POOL_BYTES ((size_t)64 << 20)
 /* Start writeback after every this many bytes stored. */
 #define ZCK__H5_WRITE_BEHIND ((uint64_t)16 << 20)
+/* Raw bytes of one-chunk datasets whose creation waits for the commit, at most (later ones
+ * are created at once, as bigger datasets are). */
+#define ZCK__H5_DEFER_BYTES ((uint64_t)64 << 20)
+/* Half the entries of a chunk index node (HDF5's default 32: a 2 KB node for each
+ * dataset, 6 KB of a universal container's 9.6 KB per tiny param). */
+#define ZCK__H5_ISTORE_K 4
+/* Nesting of groups the writer keeps open (deeper paths are refused). */
+#define ZCK__H5_MAX_DEPTH 32
 
 /* A compression context with its output buffer. */
 typedef struct zck__h5w_zc {
@@ -67,6 +84,13 @@ typedef struct zck__h5w_ds {
   uint64_t per_prefix;     /* chunks along dim k: ceil(D[k] / ck) */
   uint64_t chunk_elems;    /* elements of a full chunk */
   uint64_t n_chunks, written;
+  /* one-chunk dataset created at the commit (mu guards these three): until then its chunk
+   * waits in frame (a zstd frame; a 0-dim dataset's raw bytes) */
+  bool deferred, created;
+  uint8_t *frame;
+  size_t frame_len;
+  zck__h5w_loc group;      /* deferred: its group's header */
+  size_t order;            /* deferred: its place in creation order */
   pthread_mutex_t mu;
   zck__h5w_slot *slots;
   size_t n_slots, cap_slots;
@@ -87,11 +111,25 @@ struct zck_h5_writer {
   size_t n_bufs, cap_bufs;
   uint64_t unsynced;        /* bytes stored since the last writeback start */
   bool committed;
-  char *group;              /* the group made (or found) last: datasets share a few */
+  /* the open groups along the last group path: gh[0] the root, gh[i] its component
+   * gname[i] (gname[0] unused); gloc[i] valid where gloc_ok[i] */
+  hid_t gh[ZCK__H5_MAX_DEPTH + 1];
+  char *gname[ZCK__H5_MAX_DEPTH + 1];
+  zck__h5w_loc gloc[ZCK__H5_MAX_DEPTH + 1];
+  bool gloc_ok[ZCK__H5_MAX_DEPTH + 1];
+  size_t ng;                /* entries of gh in use (0: not even the root yet) */
+  hid_t ftype[ZCK_DTYPE_COUNT];   /* file types by dtype, made on first use */
+  hid_t str_type, scalar;   /* the dtype attribute's type, a scalar dataspace */
+  hid_t dcpl;               /* the last chunked dataset's creation properties */
+  int dcpl_nd;
+  hsize_t dcpl_chunk[ZCK_H5_MAX_DIMS];
+  hid_t dcpl_plain;         /* creation properties of an unchunked dataset */
+  uint64_t deferred_bytes;
+  size_t n_deferred;
 };
 
 static zck_status zck__h5w_attr_on(zck_h5_writer *w, hid_t o, const char *obj, const char *key, hid_t type,
-                                   const void *v);
+                                   const void *v, bool fresh);
 
 static zck_status zck__h5w_loc_of(hid_t obj, zck__h5w_loc *loc) {
 #if H5_VERSION_GE(1, 12, 0)
@@ -222,25 +260,59 @@ static void zck__h5w_write_behind(zck_h5_writer *w, uint64_t bytes) {
 
 // ---- writing a complete chunk
 
-static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v);
+/* Writes a 0-dim dataset's bytes and their XXH3 (contiguous, no filter, so no zstd
+ * checksum: ZCK_H5_XXH3_ATTR, which the reader checks). fresh: the dataset was just
+ * created (no attribute to replace). Lock held. */
+static zck_status zck__h5w_put_plain(zck__h5w_ds *d, hid_t dset, const uint8_t *buf, bool fresh) {
+  hid_t ftype = zck__h5_file_type(d->dtype);
+  zck_status st = ZCK_OK;
+  if (ftype < 0 || H5Dwrite(dset, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+    st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
+  if (ftype >= 0) H5Tclose(ftype);
+  uint64_t h = zck_xxh3(buf, (size_t)(d->chunk_elems * d->es));
+  if (st == ZCK_OK) st = zck__h5w_attr_on(d->w, dset, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h, fresh);
+  return st;
+}
+
+static zck_status zck__h5w_put_chunk(zck__h5w_ds *d, hid_t dset, uint64_t id, const void *frame, size_t n) {
+  hsize_t off[ZCK_H5_MAX_DIMS];
+  zck__h5w_chunk_offset(d, id, off);
+  if (H5Dwrite_chunk(dset, H5P_DEFAULT, 0, off, n, frame) < 0)
+    return zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
+  return ZCK_OK;
+}
+
+/* A deferred dataset keeps its complete chunk for the commit: true when it took it
+ * (*st says whether the copy failed). */
+static bool zck__h5w_keep(zck__h5w_ds *d, const void *bytes, size_t n, zck_status *st) {
+  *st = ZCK_OK;
+  pthread_mutex_lock(&d->mu);
+  bool keep = d->deferred;
+  if (keep) {
+    d->frame = malloc(n ? n : 1);
+    if (d->frame) {
+      memcpy(d->frame, bytes, n);
+      d->frame_len = n;
+    } else {
+      *st = zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory keeping a chunk", d->label);
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  return keep;
+}
 
 static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf) {
   zck_h5_writer *w = d->w;
   size_t raw = (size_t)(d->chunk_elems * d->es);
-  if (!d->chunked) {
-    /* a 0-dim tensor: a contiguous dataset, no filter, so no zstd checksum; its XXH3 goes
-     * in an attribute the reader checks (ZCK_H5_XXH3_ATTR) */
+  zck_status st = ZCK_OK;
+  if (!d->chunked) { /* a 0-dim tensor */
+    if (zck__h5w_keep(d, buf, raw, &st)) return st;
     zck__h5_lock();
     int e = zck__io_fault(ZCK_IO_OP_WRITE);
-    zck_status st = ZCK_OK;
     hid_t dset = e ? H5I_INVALID_HID : zck__h5w_open(d);
-    hid_t ftype = dset < 0 ? H5I_INVALID_HID : zck__h5_file_type(d->dtype);
     if (e) st = zck__fail_errno(e, "%s: write", d->label);
-    else if (dset < 0 || ftype < 0 || H5Dwrite(dset, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-      st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
-    if (ftype >= 0) H5Tclose(ftype);
-    uint64_t h = zck_xxh3(buf, raw);
-    if (st == ZCK_OK) st = zck__h5w_attr_on(w, dset, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h);
+    else if (dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
+    else st = zck__h5w_put_plain(d, dset, buf, false);
     if (dset >= 0) H5Oclose(dset);
     zck__h5_unlock();
     return st;
@@ -257,17 +329,18 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
     zck__h5w_zc_put(w, zc);
     return zck__fail(ZCK_ERR_INTERNAL, "%s: zstd: %s", d->label, ZSTD_getErrorName(n));
   }
-  hsize_t off[ZCK_H5_MAX_DIMS];
-  zck__h5w_chunk_offset(d, id, off);
-  zck_status st = ZCK_OK;
+  if (zck__h5w_keep(d, zc.z, n, &st)) {
+    zck__h5w_zc_put(w, zc);
+    return st;
+  }
   zck__h5_lock();
   int e = zck__io_fault(ZCK_IO_OP_WRITE);
   /* opened per chunk: an open dataset holds tens of KB of library state, and a universal
    * file of 100k params has 300k datasets (the open costs little next to compressing) */
   hid_t dset = e ? H5I_INVALID_HID : zck__h5w_open(d);
   if (e) st = zck__fail_errno(e, "%s: writing chunk %llu", d->label, (unsigned long long)id);
-  else if (dset < 0 || H5Dwrite_chunk(dset, H5P_DEFAULT, 0, off, n, zc.z) < 0)
-    st = zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
+  else if (dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
+  else st = zck__h5w_put_chunk(d, dset, id, zc.z, n);
   if (dset >= 0) H5Oclose(dset);
   zck__h5_unlock();
   zck__h5w_zc_put(w, zc);
@@ -353,7 +426,8 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
     return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
   zck_h5_writer *w = zck__calloc(1, sizeof *w);
   if (!w) return ZCK_ERR_NO_MEMORY;
-  w->file = H5I_INVALID_HID;
+  w->file = w->str_type = w->scalar = w->dcpl = w->dcpl_plain = H5I_INVALID_HID;
+  for (int i = 0; i < ZCK_DTYPE_COUNT; i++) w->ftype[i] = H5I_INVALID_HID;
   w->level = opts.level ? opts.level : 3;
   w->chunk_bytes = opts.chunk_bytes ? opts.chunk_bytes : ZCK__H5_DEFAULT_CHUNK;
   if (w->chunk_bytes > ZCK__H5_MAX_CHUNK_BYTES) w->chunk_bytes = ZCK__H5_MAX_CHUNK_BYTES;
@@ -370,13 +444,18 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
    * format stays at the library's default (earliest) bounds, as the HDF5 spec recipe asks,
    * so older h5py/HDF5 builds open it; the 1.10 format would checksum HDF5's own metadata
    * too, but the data is covered without it: every chunk is a zstd frame with its checksum,
-   * 0-dim datasets carry an XXH3 attribute and the root attributes a digest. */
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
-    st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: file access properties", path);
-  if (st == ZCK_OK && (w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
+   * 0-dim datasets carry an XXH3 attribute and the root attributes a digest.
+   * The chunk index B-tree nodes hold 2 * ZCK__H5_ISTORE_K chunks instead of 64: every
+   * dataset gets a whole node, and most are one chunk (a superblock of version 1 records
+   * the value; HDF5 1.6 and later read it). */
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE);
+  if (fapl < 0 || fcpl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+      H5Pset_istore_k(fcpl, ZCK__H5_ISTORE_K) < 0)
+    st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: file properties", path);
+  if (st == ZCK_OK && (w->file = H5Fcreate(w->out.tmp_path, H5F_ACC_TRUNC, fcpl, fapl)) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create", path);
   if (fapl >= 0) H5Pclose(fapl);
+  if (fcpl >= 0) H5Pclose(fcpl);
   zck__h5_unlock();
   if (st != ZCK_OK) {
     zck_h5_writer_free(w);
@@ -386,55 +465,85 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   return ZCK_OK;
 }
 
-/* Creates the missing groups along path (not its last component unless whole). */
-static zck_status zck__h5w_groups(zck_h5_writer *w, const char *path, bool whole) {
-  char *p = zck__strdup(path);
-  if (!p) return ZCK_ERR_NO_MEMORY;
-  zck_status st = ZCK_OK;
-  size_t n = strlen(p);
-  bool parent = !whole;
-  if (parent) { /* the parent's: when it is the group of the dataset before, nothing to do */
-    char *slash = strrchr(p, '/');
-    n = slash ? (size_t)(slash - p) : 0;
-    p[n] = 0;
-    if (w->group && !strcmp(w->group, p)) {
-      free(p);
-      return ZCK_OK;
+// ---- groups
+
+/* Closes the open groups at levels keep and deeper. Lock held. */
+static void zck__h5w_groups_pop(zck_h5_writer *w, size_t keep) {
+  while (w->ng > keep) {
+    w->ng--;
+    if (w->gh[w->ng] >= 0) H5Gclose(w->gh[w->ng]);
+    free(w->gname[w->ng]);
+    w->gname[w->ng] = NULL;
+  }
+}
+
+/* Opens the groups along path, making the missing ones: the whole path, or (whole false)
+ * all but its last component. *level: the last one's index in w->gh. The open groups of
+ * the path before are kept as far as the two agree. Lock held. */
+static zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, size_t *level) {
+  if (!w->ng) {
+    w->gh[0] = H5Gopen2(w->file, "/", H5P_DEFAULT);
+    if (w->gh[0] < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: the root group", w->out.path);
+    w->gloc_ok[0] = false;
+    w->ng = 1;
+  }
+  size_t start[ZCK__H5_MAX_DEPTH + 1], len[ZCK__H5_MAX_DEPTH + 1], nc = 0;
+  for (size_t i = 0; path[i];) {
+    while (path[i] == '/') i++;
+    size_t n = strcspn(path + i, "/");
+    if (!n) break;
+    if (nc == ZCK__H5_MAX_DEPTH + 1)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
+    start[nc] = i;
+    len[nc++] = n;
+    i += n;
+  }
+  if (!whole && nc) nc--;
+  if (nc > ZCK__H5_MAX_DEPTH) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
+  size_t lv = 1;
+  while (lv < w->ng && lv <= nc && strlen(w->gname[lv]) == len[lv - 1] &&
+         !memcmp(w->gname[lv], path + start[lv - 1], len[lv - 1]))
+    lv++;
+  zck__h5w_groups_pop(w, lv);
+  for (; lv <= nc; lv++) {
+    char *name = zck__strndup(path + start[lv - 1], len[lv - 1]);
+    if (!name) return ZCK_ERR_NO_MEMORY;
+    int upto = (int)(start[lv - 1] + len[lv - 1]);
+    hid_t parent = w->gh[lv - 1];
+    htri_t ex = H5Lexists(parent, name, H5P_DEFAULT);
+    if (ex < 0) {
+      free(name);
+      return zck__h5_fail(ZCK_ERR_INVALID_ARG, "%.*s: bad HDF5 path", upto, path);
     }
-  }
-  for (size_t i = 1; i <= n && st == ZCK_OK; i++) {
-    if (p[i] != '/' && p[i] != 0) continue;
-    char c = p[i];
-    p[i] = 0;
-    htri_t ex = H5Lexists(w->file, p, H5P_DEFAULT);
-    if (ex < 0) st = zck__h5_fail(ZCK_ERR_INVALID_ARG, "%s: bad HDF5 path", p);
-    else if (!ex) {
-      hid_t g = H5Gcreate2(w->file, p, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-      if (g < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create group", p);
-      else H5Gclose(g);
+    hid_t g = ex ? H5Gopen2(parent, name, H5P_DEFAULT) : H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) {
+      free(name);
+      return zck__h5_fail(ZCK_ERR_IO, "%.*s: cannot create group", upto, path);
     }
-    p[i] = c;
+    w->gh[lv] = g;
+    w->gname[lv] = name;
+    w->gloc_ok[lv] = false;
+    w->ng = lv + 1;
   }
-  if (st == ZCK_OK && parent) {
-    free(w->group);
-    w->group = p; /* made, or there already */
-  } else {
-    free(p);
-  }
-  return st;
+  *level = nc;
+  return ZCK_OK;
 }
 
 zck_status zck_h5_writer_group(zck_h5_writer *w, const char *path) {
   zck__h5_lock();
-  zck_status st = zck__h5w_groups(w, path, true);
+  size_t level;
+  zck_status st = zck__h5w_group_at(w, path, true, &level);
   zck__h5_unlock();
   return st;
 }
+
+// ---- datasets
 
 static void zck__h5w_ds_free(zck__h5w_ds *d) {
   if (!d) return;
   for (size_t i = 0; i < d->n_slots; i++) free(d->slots[i].buf);   /* malloc'd either way */
   free(d->slots);
+  free(d->frame);
   pthread_mutex_destroy(&d->mu);
   free(d->path);
   free(d->label);
@@ -461,6 +570,163 @@ static void zck__h5w_chunking(zck__h5w_ds *d, uint64_t target_elems) {
   uint64_t prefixes = 1;
   for (int i = 0; i < k; i++) prefixes *= d->dims[i];
   d->n_chunks = prefixes * d->per_prefix;
+}
+
+/* The file type of dtype, made once (the writer closes it); H5I_INVALID_HID with the
+ * error set for types HDF5 cannot hold. Lock held. */
+static hid_t zck__h5w_ftype(zck_h5_writer *w, zck_dtype dtype) {
+  if ((int)dtype <= 0 || (int)dtype >= ZCK_DTYPE_COUNT) return zck__h5_file_type(dtype);
+  if (w->ftype[dtype] < 0) w->ftype[dtype] = zck__h5_file_type(dtype);
+  return w->ftype[dtype];
+}
+
+/* The creation properties of d: chunked with the zstd filter (the last chunk shape's are
+ * kept: a param's states share it), or unchunked. Lock held. */
+static hid_t zck__h5w_dcpl(zck_h5_writer *w, const zck__h5w_ds *d) {
+  if (!d->chunked) {
+    if (w->dcpl_plain < 0 && (w->dcpl_plain = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
+        H5Pset_obj_track_times(w->dcpl_plain, 0) < 0) {
+      H5Pclose(w->dcpl_plain);
+      w->dcpl_plain = H5I_INVALID_HID;
+    }
+    return w->dcpl_plain;
+  }
+  hsize_t chunk[ZCK_H5_MAX_DIMS];
+  for (int i = 0; i < d->ndim; i++) chunk[i] = i < d->k ? 1 : i == d->k ? d->ck : d->dims[i];
+  if (w->dcpl >= 0 && w->dcpl_nd == d->ndim && !memcmp(w->dcpl_chunk, chunk, (size_t)d->ndim * sizeof *chunk))
+    return w->dcpl;
+  if (w->dcpl >= 0) H5Pclose(w->dcpl);
+  unsigned level = (unsigned)w->level;
+  w->dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (w->dcpl >= 0 && (H5Pset_obj_track_times(w->dcpl, 0) < 0 || H5Pset_chunk(w->dcpl, d->ndim, chunk) < 0 ||
+                       H5Pset_filter(w->dcpl, ZCK_H5_ZSTD_FILTER, H5Z_FLAG_MANDATORY, 1, &level) < 0)) {
+    H5Pclose(w->dcpl);
+    w->dcpl = H5I_INVALID_HID;
+  }
+  if (w->dcpl >= 0) {
+    w->dcpl_nd = d->ndim;
+    memcpy(w->dcpl_chunk, chunk, (size_t)d->ndim * sizeof *chunk);
+  }
+  return w->dcpl;
+}
+
+/* Creates d's dataset in the open group g with its dtype attribute, open in *out. Lock
+ * held. */
+static zck_status zck__h5w_make(zck_h5_writer *w, zck__h5w_ds *d, hid_t g, hid_t *out) {
+  *out = H5I_INVALID_HID;
+  hid_t ftype = zck__h5w_ftype(w, d->dtype);
+  if (ftype < 0) return zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
+  if (w->str_type < 0) {
+    w->str_type = H5Tcopy(H5T_C_S1);
+    if (w->str_type >= 0 && (H5Tset_size(w->str_type, H5T_VARIABLE) < 0 || H5Tset_cset(w->str_type, H5T_CSET_UTF8) < 0)) {
+      H5Tclose(w->str_type);
+      w->str_type = H5I_INVALID_HID;
+    }
+  }
+  if (w->scalar < 0) w->scalar = H5Screate(H5S_SCALAR);
+  hsize_t dims[ZCK_H5_MAX_DIMS];
+  for (int i = 0; i < d->ndim; i++) dims[i] = d->dims[i];
+  hid_t space = d->ndim ? H5Screate_simple(d->ndim, dims, NULL) : H5Scopy(w->scalar);
+  hid_t dcpl = zck__h5w_dcpl(w, d);
+  if (space < 0 || dcpl < 0 || w->str_type < 0 || w->scalar < 0) {
+    if (space >= 0) H5Sclose(space);
+    return zck__h5_fail(ZCK_ERR_INTERNAL, "%s: dataset properties", d->label);
+  }
+  const char *base = strrchr(d->path, '/');
+  base = base ? base + 1 : d->path;
+  hid_t dset = H5Dcreate2(g, base, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Sclose(space);
+  if (dset < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
+  const char *dn = zck_dtype_name(d->dtype);
+  zck_status st = zck__h5w_attr_on(w, dset, d->path, "dtype", w->str_type, &dn, true);
+  if (st != ZCK_OK) {
+    H5Dclose(dset);
+    return st;
+  }
+  *out = dset;
+  return ZCK_OK;
+}
+
+/* Opens the object whose header is at loc. Lock held. */
+static hid_t zck__h5w_open_at(zck_h5_writer *w, zck__h5w_loc loc) {
+#if H5_VERSION_GE(1, 12, 0)
+  return H5Oopen_by_token(w->file, loc);
+#else
+  return H5Oopen_by_addr(w->file, loc);
+#endif
+}
+
+static bool zck__h5w_loc_eq(const zck__h5w_loc *a, const zck__h5w_loc *b) { return !memcmp(a, b, sizeof *a); }
+
+/* Creates a deferred dataset in the group open as g and writes its chunk if it has come:
+ * from now on it is an ordinary dataset. d->mu and the lock held. */
+static zck_status zck__h5w_create_deferred(zck__h5w_ds *d, hid_t g) {
+  zck_h5_writer *w = d->w;
+  int e = zck__io_fault(ZCK_IO_OP_WRITE);
+  if (e) return zck__fail_errno(e, "%s: write", d->label);
+  hid_t dset;
+  zck_status st = zck__h5w_make(w, d, g, &dset);
+  if (st != ZCK_OK) return st;
+  st = zck__h5w_loc_of(dset, &d->loc);
+  if (st != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
+  if (st == ZCK_OK && d->frame)
+    st = d->chunked ? zck__h5w_put_chunk(d, dset, 0, d->frame, d->frame_len) : zck__h5w_put_plain(d, dset, d->frame, true);
+  H5Dclose(dset);
+  if (st != ZCK_OK) return st;
+  if (d->frame) zck__h5w_write_behind(w, d->frame_len);
+  free(d->frame);
+  d->frame = NULL;
+  d->deferred = false;
+  d->created = true;
+  return ZCK_OK;
+}
+
+/* Creates d now (an attribute is being written to it before the commit). Lock held. */
+static zck_status zck__h5w_materialize(zck__h5w_ds *d) {
+  hid_t g = zck__h5w_open_at(d->w, d->group);
+  if (g < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: opening its group", d->label);
+  pthread_mutex_lock(&d->mu);
+  zck_status st = d->deferred ? zck__h5w_create_deferred(d, g) : ZCK_OK;
+  pthread_mutex_unlock(&d->mu);
+  H5Oclose(g);
+  return st;
+}
+
+static int zck__h5w_deferred_cmp(const void *a, const void *b) {
+  const zck__h5w_ds *x = *(zck__h5w_ds *const *)a, *y = *(zck__h5w_ds *const *)b;
+  int c = memcmp(&x->group, &y->group, sizeof x->group);
+  if (c) return c;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* The commit's creation of the deferred datasets, group by group (each group opened once),
+ * in the order they were declared within a group. Lock held. */
+static zck_status zck__h5w_create_all_deferred(zck_h5_writer *w) {
+  size_t n = 0;
+  for (size_t i = 0; i < w->n_ds; i++) n += w->ds[i]->deferred;
+  if (!n) return ZCK_OK;
+  zck__h5w_ds **v = zck__malloc(n * sizeof *v);
+  if (!v) return ZCK_ERR_NO_MEMORY;
+  n = 0;
+  for (size_t i = 0; i < w->n_ds; i++)
+    if (w->ds[i]->deferred) v[n++] = w->ds[i];
+  qsort(v, n, sizeof *v, zck__h5w_deferred_cmp);
+  zck_status st = ZCK_OK;
+  hid_t g = H5I_INVALID_HID;
+  for (size_t i = 0; i < n && st == ZCK_OK; i++) {
+    if (g < 0 || !zck__h5w_loc_eq(&v[i]->group, &v[i - 1]->group)) {
+      if (g >= 0) H5Oclose(g);
+      g = zck__h5w_open_at(w, v[i]->group);
+      if (g < 0) {
+        st = zck__h5_fail(ZCK_ERR_IO, "%s: opening its group", v[i]->label);
+        break;
+      }
+    }
+    st = zck__h5w_create_deferred(v[i], g);
+  }
+  if (g >= 0) H5Oclose(g);
+  free(v);
+  return st;
 }
 
 zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype dtype, int ndim,
@@ -493,40 +759,29 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
   }
   zck_status st = ZCK_OK;
   zck__h5_lock();
-  hsize_t dims[ZCK_H5_MAX_DIMS], chunk[ZCK_H5_MAX_DIMS];
-  for (int i = 0; i < ndim; i++) {
-    dims[i] = d->dims[i];
-    chunk[i] = i < d->k ? 1 : i == d->k ? d->ck : d->dims[i];
-  }
-  hid_t space = ndim ? H5Screate_simple(ndim, dims, NULL) : H5Screate(H5S_SCALAR);
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  unsigned level = (unsigned)w->level;
-  hid_t ftype = zck__h5_file_type(dtype);
-  if (ftype < 0) st = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
-  else if (space < 0 || dcpl < 0) st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: dataspace", d->label);
-  else if (H5Pset_obj_track_times(dcpl, 0) < 0) st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: properties", d->label);
-  else if (d->chunked && (H5Pset_chunk(dcpl, ndim, chunk) < 0 ||
-                          H5Pset_filter(dcpl, ZCK_H5_ZSTD_FILTER, H5Z_FLAG_MANDATORY, 1, &level) < 0))
-    st = zck__h5_fail(ZCK_ERR_INTERNAL, "%s: chunk properties", d->label);
-  if (st == ZCK_OK) st = zck__h5w_groups(w, path, false);
-  if (st == ZCK_OK) {
-    /* closed at once, reopened for each chunk (see zck__h5w_flush) */
-    hid_t dset = H5Dcreate2(w->file, path, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    if (dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
-    else if (zck__h5w_loc_of(dset, &d->loc) != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
-    if (st == ZCK_OK) { /* the dtype attribute while the dataset is open (a lookup by path costs more) */
-      const char *dn = zck_dtype_name(dtype);
-      hid_t t = H5Tcopy(H5T_C_S1);
-      H5Tset_size(t, H5T_VARIABLE);
-      H5Tset_cset(t, H5T_CSET_UTF8);
-      st = zck__h5w_attr_on(w, dset, path, "dtype", t, &dn);
-      H5Tclose(t);
+  size_t level = 0;
+  uint64_t raw = d->numel * d->es;
+  if (zck__h5w_ftype(w, dtype) < 0) st = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
+  if (st == ZCK_OK) st = zck__h5w_group_at(w, path, false, &level);
+  if (st == ZCK_OK && d->n_chunks == 1 && raw <= ZCK__H5_DEFER_BYTES - w->deferred_bytes) {
+    /* one chunk: made at the commit, in its group (see the top) */
+    if (!w->gloc_ok[level] && zck__h5w_loc_of(w->gh[level], &w->gloc[level]) != ZCK_OK)
+      st = zck__h5_fail(ZCK_ERR_IO, "%s: group info", d->label);
+    w->gloc_ok[level] = st == ZCK_OK;
+    if (st == ZCK_OK) {
+      d->group = w->gloc[level];
+      d->deferred = true;
+      d->order = w->n_deferred++;
+      w->deferred_bytes += raw;
     }
+  } else if (st == ZCK_OK) {
+    /* closed at once, reopened for each chunk (see zck__h5w_flush) */
+    hid_t dset;
+    st = zck__h5w_make(w, d, w->gh[level], &dset);
+    if (st == ZCK_OK && zck__h5w_loc_of(dset, &d->loc) != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
     if (dset >= 0) H5Dclose(dset);
+    d->created = st == ZCK_OK;
   }
-  if (ftype >= 0) H5Tclose(ftype);
-  if (space >= 0) H5Sclose(space);
-  if (dcpl >= 0) H5Pclose(dcpl);
   zck__h5_unlock();
   if (st == ZCK_OK && w->n_ds == w->cap_ds) {
     size_t nc = w->cap_ds ? 2 * w->cap_ds : 64;
@@ -535,6 +790,7 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
     else { w->ds = v; w->cap_ds = nc; }
   }
   if (st != ZCK_OK) {
+    if (d->deferred) w->deferred_bytes -= raw;
     zck__h5_lock();
     zck__h5w_ds_free(d);
     zck__h5_unlock();
@@ -548,28 +804,43 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
 // ---- attributes
 
 /* Writes attribute key of the open object o (named obj in messages), replacing one of
- * that name. Lock held. */
+ * that name unless fresh (o was just created). Lock held. */
 static zck_status zck__h5w_attr_on(zck_h5_writer *w, hid_t o, const char *obj, const char *key, hid_t type,
-                                   const void *v) {
+                                   const void *v, bool fresh) {
   zck_status st = ZCK_OK;
-  if (H5Aexists(o, key) > 0) H5Adelete(o, key);
-  hid_t sp = H5Screate(H5S_SCALAR);
-  hid_t a = sp >= 0 ? H5Acreate2(o, key, type, sp, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
+  if (!fresh && H5Aexists(o, key) > 0) H5Adelete(o, key);
+  if (w->scalar < 0) w->scalar = H5Screate(H5S_SCALAR);
+  hid_t a = w->scalar >= 0 ? H5Acreate2(o, key, type, w->scalar, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
   if (a < 0 || H5Awrite(a, type, v) < 0)
     st = zck__h5_fail(ZCK_ERR_IO, "%s:%s: cannot write attribute %s", w->out.path, obj, key);
   if (a >= 0) H5Aclose(a);
-  if (sp >= 0) H5Sclose(sp);
   return st;
+}
+
+/* The deferred dataset at path obj, if any. */
+static zck__h5w_ds *zck__h5w_deferred_at(zck_h5_writer *w, const char *obj) {
+  if (!w->n_deferred) return NULL;
+  for (size_t i = 0; i < w->n_ds; i++)
+    if (w->ds[i]->deferred && !strcmp(w->ds[i]->path, obj)) return w->ds[i];
+  return NULL;
 }
 
 static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v) {
   zck_status st = ZCK_OK;
   zck__h5_lock();
   hid_t o = H5Oopen(w->file, obj, H5P_DEFAULT);
-  if (o < 0) {
+  zck__h5w_ds *d = o < 0 ? zck__h5w_deferred_at(w, obj) : NULL;
+  if (d) { /* a dataset not made yet: made now */
+    H5Eclear2(H5E_DEFAULT);
+    st = zck__h5w_materialize(d);
+    if (st == ZCK_OK) o = H5Oopen(w->file, obj, H5P_DEFAULT);
+  }
+  if (st != ZCK_OK) {
+    /* said */
+  } else if (o < 0) {
     st = zck__h5_fail(ZCK_ERR_NOT_FOUND, "%s:%s: no such object", w->out.path, obj);
   } else {
-    st = zck__h5w_attr_on(w, o, obj, key, type, v);
+    st = zck__h5w_attr_on(w, o, obj, key, type, v, false);
     H5Oclose(o);
   }
   zck__h5_unlock();
@@ -597,6 +868,20 @@ zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char 
 
 // ---- closing
 
+/* Closes the ids the writer keeps open besides the file. Lock held. */
+static void zck__h5w_close_kept(zck_h5_writer *w) {
+  zck__h5w_groups_pop(w, 0);
+  for (int i = 0; i < ZCK_DTYPE_COUNT; i++) {
+    if (w->ftype[i] >= 0) H5Tclose(w->ftype[i]);
+    w->ftype[i] = H5I_INVALID_HID;
+  }
+  if (w->str_type >= 0) H5Tclose(w->str_type);
+  if (w->scalar >= 0) H5Sclose(w->scalar);
+  if (w->dcpl >= 0) H5Pclose(w->dcpl);
+  if (w->dcpl_plain >= 0) H5Pclose(w->dcpl_plain);
+  w->str_type = w->scalar = w->dcpl = w->dcpl_plain = H5I_INVALID_HID;
+}
+
 /* Closes the datasets and the file of a writer that is being given up, never leaving an
  * HDF5 id open. Why not a plain H5Fclose: closing flushes HDF5's dirty metadata, and when
  * that write fails (a full disk) HDF5 1.10 keeps the half-destroyed file id, which its
@@ -617,6 +902,7 @@ static void zck__h5w_discard(zck_h5_writer *w) {
   }
   for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
   w->n_ds = 0;
+  zck__h5w_close_kept(w);
   if (w->file >= 0) {
     /* Should it still fail (a flush that failed before the swap leaves HDF5 1.10's
      * metadata cache unable to flush again), the id is left alone: closing it a second
@@ -654,9 +940,10 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
   }
   if (st != ZCK_OK) return st;
   zck__h5_lock();
+  st = zck__h5w_create_all_deferred(w);
   /* the root attributes' digest (zck_h5.h), once they are all written */
   uint64_t digest = 0;
-  st = zck__h5_attrs_digest(w->file, &digest);
+  if (st == ZCK_OK) st = zck__h5_attrs_digest(w->file, &digest);
   if (st != ZCK_OK) st = zck__error_prepend(st, "%s", w->out.path);
   if (st == ZCK_OK) st = zck__h5w_attr(w, "/", ZCK_H5_ATTRS_XXH3_ATTR, H5T_STD_U64LE, &digest);
   /* HDF5 cannot recover from a failed flush of its metadata (zck__h5w_discard), so the
@@ -668,6 +955,7 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
   if (st == ZCK_OK) {
     for (size_t i = 0; i < w->n_ds; i++) zck__h5w_ds_free(w->ds[i]);
     w->n_ds = 0;
+    zck__h5w_close_kept(w);
     herr_t r = H5Fclose(w->file);
     w->file = H5I_INVALID_HID;   /* never closed twice, even when this failed (see discard) */
     if (r < 0) {
@@ -711,7 +999,6 @@ void zck_h5_writer_free(zck_h5_writer *w) {
   for (size_t i = 0; i < w->n_bufs; i++) free(w->bufs[i]);
   free(w->bufs);
   free(w->ds);
-  free(w->group);
   pthread_mutex_destroy(&w->pool_mu);
   free(w);
 }

@@ -18,12 +18,15 @@
  *     filter): a 0-dim one carries the XXH3 of its bytes in a uint64 attribute
  *     ZCK_H5_XXH3_ATTR, checked when it is read (absent in older files: not checked);
  *   - text attributes are scalar variable-length UTF-8 strings, numbers scalar attributes;
- *   - library version bounds 1.10 (low and high): every piece of metadata the format can
- *     checksum is checksummed (superblock v3, v2 object headers holding the attributes,
- *     fixed-array chunk indexes), and HDF5 checks those sums when it reads them. Readers
- *     need HDF5 >= 1.10 (2016; h5py >= 2.10 bundles it). Text attributes are variable-length
- *     strings, kept in the global heap, which has no checksum: the container records a
- *     digest of the root's attributes instead (ZCK_H5_ATTRS_XXH3_ATTR).
+ *   - the library's default (earliest) file format, so older h5py/HDF5 builds open it; its
+ *     metadata carries no checksums: the data is covered by the chunks' zstd checksums and
+ *     the 0-dim datasets' XXH3, the root's attributes (variable-length strings in the global
+ *     heap) by their digest (ZCK_H5_ATTRS_XXH3_ATTR). Chunk index B-tree nodes hold 8
+ *     entries (istore_k 4, recorded in a version 1 superblock) instead of 64: every dataset
+ *     gets one node, and most of a universal container's datasets are one chunk;
+ *   - a dataset of one chunk is created at the commit, its chunk written at once (it waits
+ *     in memory, compressed, up to 64 MiB of them): libhdf5's cost is per object, and this
+ *     creates each once and never reopens it.
  * The output file is written under a temporary name and renamed at commit.
  *
  * Reading: datasets written by anyone (h5py + hdf5plugin included). An element range of
