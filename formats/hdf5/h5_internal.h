@@ -74,6 +74,29 @@ typedef struct zck__h5_mlink {
   uint64_t addr;
 } zck__h5_mlink;
 
+#define ZCK__H5M_MAX_FILTERS 16
+
+/* What the child read of a dataset's header: its stored type, dataspace and creation
+ * properties, as zck_h5_dataset_open asks for them (the parent decodes none itself). */
+typedef struct zck__h5_mdset {
+  const char *err;          /* non-NULL: its type, dataspace or properties could not be read */
+  int dtype;                /* zck__h5_dtype_of the stored type (0: none) */
+  int cls;                  /* H5T_class_t */
+  uint64_t size;            /* bytes of one stored element */
+  int space_cls;            /* H5S_class_t */
+  int ndims;                /* -1: unreadable; dims holds min(ndims, ZCK_H5_MAX_DIMS) */
+  uint64_t dims[ZCK_H5_MAX_DIMS];
+  int layout;               /* H5D_layout_t */
+  int chunk_nd;             /* what H5Pget_chunk returned (chunked only) */
+  uint64_t chunk[ZCK_H5_MAX_DIMS];
+  const char *chunk_err;    /* "" unless H5Pget_chunk failed */
+  int external;             /* H5Pget_external_count */
+  int nfilters;             /* H5Pget_nfilters; the first ZCK__H5M_MAX_FILTERS are below */
+  struct { unsigned id, flags; int level; const char *name; } filters[ZCK__H5M_MAX_FILTERS];
+  uint8_t fill[16];         /* a user-defined fill value's bytes (fill_len of them) */
+  size_t fill_len;
+} zck__h5_mdset;
+
 typedef struct zck__h5_mobj {
   uint64_t addr;
   int type;                          /* H5O_type_t; -1: the child could not open it (err) */
@@ -82,6 +105,7 @@ typedef struct zck__h5_mobj {
   size_t nattrs;
   zck__h5_mlink *links;              /* a group's links, in name order */
   size_t nlinks;
+  const zck__h5_mdset *ds;           /* a dataset's header as the child read it; NULL if none */
 } zck__h5_mobj;
 
 typedef struct zck__h5_meta zck__h5_meta;

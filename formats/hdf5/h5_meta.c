@@ -9,6 +9,11 @@
  *   'a' err                            its attributes could not all be read
  *   'L' name hard:u8 addr:u64          a link of a group
  *   'l' err                            its links could not all be read
+ *   'S' 1 dtype:u32 class:u32 size:u64 space_class:u32 ndims:u32 dims:u64[ndims] layout:u32
+ *       chunk_nd:u32 chunk:u64[chunk_nd] chunk_err external:u32 nfilters:u32
+ *       (id:u32 flags:u32 level:u32 name)[min(nfilters, 16)] fill_len:u8 fill[fill_len]
+ *     | 0 err                          a dataset's header (zck__h5_mdset); -1 as u32 where
+ *                                      HDF5 answered -1
  *   'D' 1 digest:u64 | 0 err           the root's attribute digest
  *   'F'                                the file could not be opened
  *   'X'                                the records grew past twice the file's size
@@ -26,6 +31,7 @@ struct zck__h5_meta {
   zck__h5_mobj **by_addr;       /* sorted by address */
   zck__h5_mattr *attrs;
   zck__h5_mlink *links;
+  zck__h5_mdset *dsets;
   bool opened, over, digest_ok;
   uint64_t digest;
   const char *digest_err;
@@ -60,9 +66,46 @@ static const char *zck__h5m_str(zck__h5m_cur *c, size_t *len) {
 
 /* One pass over the records: counts them (fill false), or fills the arrays sized by the
  * counting pass. */
-static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nattr, size_t *nlink) {
+static bool zck__h5m_dset(zck__h5m_cur *c, zck__h5_mdset *s) {
+  memset(s, 0, sizeof *s);
+  if (!zck__h5m_u8(c)) {
+    s->err = zck__h5m_str(c, NULL);
+    return !c->bad;
+  }
+  s->dtype = (int)zck__h5m_u64(c, 4);
+  s->cls = (int)(int32_t)zck__h5m_u64(c, 4);
+  s->size = zck__h5m_u64(c, 8);
+  s->space_cls = (int)(int32_t)zck__h5m_u64(c, 4);
+  s->ndims = (int)(int32_t)zck__h5m_u64(c, 4);
+  if (s->ndims > 32) return false;
+  for (int i = 0; i < s->ndims; i++) {
+    uint64_t v = zck__h5m_u64(c, 8);
+    if (i < ZCK_H5_MAX_DIMS) s->dims[i] = v;
+  }
+  s->layout = (int)(int32_t)zck__h5m_u64(c, 4);
+  s->chunk_nd = (int)(int32_t)zck__h5m_u64(c, 4);
+  for (int i = 0; i < s->chunk_nd && i < 32; i++) {
+    uint64_t v = zck__h5m_u64(c, 8);
+    if (i < ZCK_H5_MAX_DIMS) s->chunk[i] = v;
+  }
+  s->chunk_err = zck__h5m_str(c, NULL);
+  s->external = (int)(int32_t)zck__h5m_u64(c, 4);
+  s->nfilters = (int)(int32_t)zck__h5m_u64(c, 4);
+  for (int i = 0; i < s->nfilters && i < ZCK__H5M_MAX_FILTERS; i++) {
+    s->filters[i].id = (unsigned)zck__h5m_u64(c, 4);
+    s->filters[i].flags = (unsigned)zck__h5m_u64(c, 4);
+    s->filters[i].level = (int)(int32_t)zck__h5m_u64(c, 4);
+    s->filters[i].name = zck__h5m_str(c, NULL);
+  }
+  s->fill_len = zck__h5m_u8(c);
+  if (s->fill_len > sizeof s->fill) return false;
+  for (size_t i = 0; i < s->fill_len; i++) s->fill[i] = zck__h5m_u8(c);
+  return !c->bad;
+}
+
+static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nattr, size_t *nlink, size_t *ndset) {
   zck__h5m_cur c = {m->raw.data, m->raw.data + m->raw.len, false};
-  size_t no = 0, na = 0, nl = 0;
+  size_t no = 0, na = 0, nl = 0, nd = 0;
   zck__h5_mobj *cur = NULL;
   for (;;) {
     uint8_t tag = zck__h5m_u8(&c);
@@ -116,6 +159,13 @@ static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nat
       nl++;
       break;
     }
+    case 'S': {
+      zck__h5_mdset s;
+      if (!zck__h5m_dset(&c, &s) || !no) return false;
+      if (fill) m->dsets[nd] = s, cur->ds = &m->dsets[nd];
+      nd++;
+      break;
+    }
     case 'D':
       if (zck__h5m_u8(&c)) {
         uint64_t d = zck__h5m_u64(&c, 8);
@@ -134,6 +184,7 @@ static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nat
   *nobj = no;
   *nattr = na;
   *nlink = nl;
+  *ndset = nd;
   return c.p == c.end;
 }
 
@@ -160,8 +211,8 @@ zck_status zck__h5_meta_load(const char *path, zck__h5_meta **out) {
     return st;
   }
   m->opened = true;
-  size_t no = 0, na = 0, nl = 0;
-  if (!zck__h5m_parse(m, false, &no, &na, &nl)) {
+  size_t no = 0, na = 0, nl = 0, nd = 0;
+  if (!zck__h5m_parse(m, false, &no, &na, &nl, &nd)) {
     zck__h5_meta_free(m);
     /* the child exited cleanly, so it wrote every record: this is ours */
     return zck__fail(ZCK_ERR_FORMAT, "%s: the HDF5 metadata check returned malformed records", path);
@@ -174,11 +225,12 @@ zck_status zck__h5_meta_load(const char *path, zck__h5_meta **out) {
   m->by_addr = zck__calloc(no + 1, sizeof *m->by_addr);
   m->attrs = zck__calloc(na + 1, sizeof *m->attrs);
   m->links = zck__calloc(nl + 1, sizeof *m->links);
-  if (!m->objs || !m->by_addr || !m->attrs || !m->links) {
+  m->dsets = zck__calloc(nd + 1, sizeof *m->dsets);
+  if (!m->objs || !m->by_addr || !m->attrs || !m->links || !m->dsets) {
     zck__h5_meta_free(m);
     return ZCK_ERR_NO_MEMORY;
   }
-  zck__h5m_parse(m, true, &no, &na, &nl);
+  zck__h5m_parse(m, true, &no, &na, &nl, &nd);
   m->nobjs = no;
   for (size_t i = 0; i < no; i++) {
     zck__h5_mobj *o = &m->objs[i];
@@ -198,6 +250,7 @@ void zck__h5_meta_free(zck__h5_meta *m) {
   free(m->by_addr);
   free(m->attrs);
   free(m->links);
+  free(m->dsets);
   free(m);
 }
 

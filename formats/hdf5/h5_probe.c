@@ -235,33 +235,64 @@ static herr_t zck__h5p_link(hid_t g, const char *name, const H5L_info_t *info, v
   return p->over ? -1 : 0;
 }
 
-/* What zck_h5_dataset_open and the chunk reads ask of a dataset's header and chunk index:
- * asked here first, on the same object, opened the same way. */
+/* A dataset's header as zck_h5_dataset_open uses it (record 'S', h5_meta.c), and every
+ * chunk looked up as the chunk reads do: asked here first, on the same object. */
 static void zck__h5p_dataset(zck__h5p *p, hid_t o) {
+  size_t start = p->out.len;
   hid_t sp = H5Dget_space(o), pl = H5Dget_create_plist(o), ty = H5Dget_type(o);
-  if (ty >= 0 && H5Tget_class(ty) == H5T_ENUM) {
-    hid_t super = H5Tget_super(ty);
-    if (super >= 0) H5Tclose(super);
-  }
-  if (pl >= 0) {
+  int nd = -1;
+  hsize_t dims[32] = {0}, cd[32] = {0};
+  int lay = -1, cnd = -1;
+  zck__buf_byte(&p->out, 'S');
+  if (sp < 0 || pl < 0 || ty < 0) {
+    zck__buf_byte(&p->out, 0);
+    zck__h5p_err(p);
+  } else {
+    zck__buf_byte(&p->out, 1);
+    zck_dtype dt = zck__h5_dtype_of(ty);
+    zck__buf_u32le(&p->out, (uint32_t)dt);
+    zck__buf_u32le(&p->out, (uint32_t)H5Tget_class(ty));
+    zck__buf_u64le(&p->out, (uint64_t)H5Tget_size(ty));
+    H5S_class_t sc = H5Sget_simple_extent_type(sp);
+    nd = sc == H5S_SCALAR ? 0 : H5Sget_simple_extent_ndims(sp);
+    if (nd > 32 || (nd > 0 && H5Sget_simple_extent_dims(sp, dims, NULL) != nd)) nd = -1;
+    zck__buf_u32le(&p->out, (uint32_t)sc);
+    zck__buf_u32le(&p->out, (uint32_t)nd);
+    for (int i = 0; i < nd; i++) zck__buf_u64le(&p->out, dims[i]);
+    lay = (int)H5Pget_layout(pl);
+    zck__buf_u32le(&p->out, (uint32_t)lay);
+    H5Eclear2(H5E_DEFAULT);
+    if (lay == H5D_CHUNKED && nd >= 0) cnd = H5Pget_chunk(pl, nd, cd);
+    zck__buf_u32le(&p->out, (uint32_t)cnd);
+    for (int i = 0; i < cnd && i < 32; i++) zck__buf_u64le(&p->out, cd[i]);
+    if (lay == H5D_CHUNKED && cnd != nd) zck__h5p_err(p);
+    else zck__h5p_str(p, "", 0);
+    zck__buf_u32le(&p->out, (uint32_t)H5Pget_external_count(pl));
     int nf = H5Pget_nfilters(pl);
-    for (int i = 0; i < nf && i < 32; i++) {
-      unsigned flags = 0, cd[8] = {0}, cfg = 0;
+    zck__buf_u32le(&p->out, (uint32_t)nf);
+    for (int i = 0; i < nf && i < ZCK__H5M_MAX_FILTERS; i++) {
+      unsigned flags = 0, cdv[8] = {0}, cfg = 0;
       size_t ncd = 8;
       char fname[64] = "";
-      H5Pget_filter2(pl, (unsigned)i, &flags, &ncd, cd, sizeof fname, fname, &cfg);
+      H5Z_filter_t id = H5Pget_filter2(pl, (unsigned)i, &flags, &ncd, cdv, sizeof fname, fname, &cfg);
+      fname[sizeof fname - 1] = 0;
+      zck__buf_u32le(&p->out, (uint32_t)id);
+      zck__buf_u32le(&p->out, flags);
+      zck__buf_u32le(&p->out, ncd > 0 ? cdv[0] : (uint32_t)-1);
+      zck__h5p_str(p, fname, strlen(fname));
     }
-    H5Pget_external_count(pl);
     H5D_fill_value_t fv;
-    if (ty >= 0 && H5Pfill_value_defined(pl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED && H5Tget_size(ty) <= 64) {
-      unsigned char fill[64];
-      H5Pget_fill_value(pl, ty, fill);
-    }
+    unsigned char fill[16];
+    size_t fl = 0;
+    if (H5Pfill_value_defined(pl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED && H5Tget_size(ty) <= sizeof fill &&
+        H5Pget_fill_value(pl, ty, fill) >= 0)
+      fl = H5Tget_size(ty);
+    zck__buf_byte(&p->out, (uint8_t)fl);
+    zck__buf_append(&p->out, fill, fl);
   }
-  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-  hsize_t dims[32] = {0}, cd[32] = {0};
-  if (pl >= 0 && nd > 0 && nd <= 32 && H5Pget_layout(pl) == H5D_CHUNKED && H5Pget_chunk(pl, nd, cd) == nd &&
-      H5Sget_simple_extent_dims(sp, dims, NULL) == nd) {
+  H5Eclear2(H5E_DEFAULT);
+  zck__h5p_end(p, start);
+  if (lay == H5D_CHUNKED && nd > 0 && cnd == nd) {
     /* every chunk in row-major order, looked up by its offset as the reader does */
     hsize_t n[32], idx[32] = {0}, off[32];
     bool any = true;
@@ -363,7 +394,9 @@ static bool zck__h5p_walk(zck__h5p *p, const char *path) {
       }
       zck__h5p_end(p, start);
     }
-    H5Fclose(p->file);
+    /* the child ends with _exit: closing a read-only file there (evicting every cached
+     * object) is work nobody waits for */
+    if (p->fd < 0) H5Fclose(p->file);
     H5Eclear2(H5E_DEFAULT);
   }
   if (p->over) zck__buf_byte(&p->out, 'X');

@@ -22,8 +22,7 @@ struct zck_h5_file {
 struct zck_h5_dataset {
   zck_h5_file *f;
   char *label;                     /* "FILE:/path" */
-  hid_t dset, mtype;               /* open only inside zck_h5_dataset_open (see there) */
-  uint64_t addr;                   /* its object header: reads reopen it by this */
+  uint64_t addr;                   /* its object header: each read opens it by this */
   zck_h5_dataset_info info;
   size_t es;
   uint64_t dims[ZCK_H5_MAX_DIMS], cdims[ZCK_H5_MAX_DIMS];
@@ -216,66 +215,52 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   zck_h5_dataset *d = zck__calloc(1, sizeof *d);
   if (!d) return ZCK_ERR_NO_MEMORY;
   d->f = f;
-  d->dset = d->mtype = H5I_INVALID_HID;
   d->label = zck__sprintf("%s:%s", f->path, path);
   if (!d->label) {
     free(d);
     return ZCK_ERR_NO_MEMORY;
   }
   zck_status st = ZCK_OK;
-  hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
   char *attr = NULL;
   const zck__h5_mobj *o;
   const char *why;
+  /* everything from the header as the forked child read it (h5_probe.c): the parent opens
+   * the dataset only to read it, by the address the child opened it at */
   zck_status fs = zck__h5_meta_find(f->meta, path, &o, &why);
-  zck__h5_lock();
   if (fs == ZCK_ERR_NOT_FOUND) { st = zck__fail(fs, "%s: no dataset", d->label); goto done; }
   if (fs != ZCK_OK) { st = zck__fail(fs, "%s: %s", d->label, why); goto done; }
-  if (o->type != H5O_TYPE_DATASET) { st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
-  /* by the address the child opened it at: the parent follows no links itself */
+  if (o->type != H5O_TYPE_DATASET || !o->ds) { st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
+  const zck__h5_mdset *s = o->ds;
   d->addr = o->addr;
-  d->dset = H5Oopen_by_addr(f->file, (haddr_t)o->addr);
-  if (d->dset >= 0 && H5Iget_type(d->dset) != H5I_DATASET) {
-    H5Oclose(d->dset);
-    d->dset = H5I_INVALID_HID;
-  }
-  if (d->dset < 0) { st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
-  type = H5Dget_type(d->dset);
-  space = H5Dget_space(d->dset);
-  dcpl = H5Dget_create_plist(d->dset);
-  if (type < 0 || space < 0 || dcpl < 0) { st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: unreadable header", d->label); goto done; }
-  zck_dtype stored = zck__h5_dtype_of(type);
-  if (!stored) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: element type not supported (class %d, %zu bytes)", d->label, (int)H5Tget_class(type), H5Tget_size(type)); goto done; }
+  if (s->err) { st = zck__fail(ZCK_ERR_FORMAT, "%s: unreadable header: %s", d->label, s->err); goto done; }
+  zck_dtype stored = (zck_dtype)s->dtype;
+  if (s->dtype <= 0 || s->dtype >= ZCK_DTYPE_COUNT) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: element type not supported (class %d, %zu bytes)", d->label, s->cls, (size_t)s->size); goto done; }
   d->info.dtype = stored;
   d->es = zck_dtype_size(stored);
-  d->mtype = H5Tcopy(type);
-  H5S_class_t sc = H5Sget_simple_extent_type(space);
-  int nd = sc == H5S_SCALAR ? 0 : H5Sget_simple_extent_ndims(space);
-  if (sc == H5S_NULL || nd < 0 || nd > ZCK_H5_MAX_DIMS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: dataspace of %d dimensions", d->label, nd); goto done; }
-  hsize_t dims[ZCK_H5_MAX_DIMS] = {0};
-  if (nd) H5Sget_simple_extent_dims(space, dims, NULL);
+  int nd = s->ndims;
+  if (s->space_cls == H5S_NULL || nd < 0 || nd > ZCK_H5_MAX_DIMS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: dataspace of %d dimensions", d->label, nd); goto done; }
   d->info.ndim = nd;
   d->info.numel = 1;
   for (int i = 0; i < nd; i++) {
-    d->dims[i] = dims[i];
-    d->info.shape[i] = (int64_t)dims[i];
-    if (dims[i] > ((uint64_t)1 << 62) || !zck__mul_u64(d->info.numel, dims[i], &d->info.numel)) {
+    uint64_t dim = s->dims[i];
+    d->dims[i] = dim;
+    d->info.shape[i] = (int64_t)dim;
+    if (dim > ((uint64_t)1 << 62) || !zck__mul_u64(d->info.numel, dim, &d->info.numel)) {
       st = zck__fail(ZCK_ERR_FORMAT, "%s: element count overflows", d->label);
       goto done;
     }
   }
   uint64_t nbytes;
   if (!zck__mul_u64(d->info.numel, d->es, &nbytes)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: size overflows", d->label); goto done; }
-  H5D_layout_t lay = H5Pget_layout(dcpl);
-  if (lay == H5D_CHUNKED) {
-    hsize_t cd[ZCK_H5_MAX_DIMS] = {0};
-    if (H5Pget_chunk(dcpl, nd, cd) != nd) { st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: chunk dimensions", d->label); goto done; }
+  if (s->layout == H5D_CHUNKED) {
+    if (s->chunk_nd != nd) { st = zck__fail(ZCK_ERR_FORMAT, "%s: chunk dimensions: %s", d->label, s->chunk_err); goto done; }
     d->info.chunked = true;
     d->chunk_elems = 1;
     for (int i = 0; i < nd; i++) {
-      d->cdims[i] = cd[i];
-      d->info.chunk[i] = (int64_t)cd[i];
-      if (!cd[i] || !zck__mul_u64(d->chunk_elems, cd[i], &d->chunk_elems) || d->chunk_elems > ((uint64_t)1 << 40)) {
+      uint64_t cd = s->chunk[i];
+      d->cdims[i] = cd;
+      d->info.chunk[i] = (int64_t)cd;
+      if (!cd || !zck__mul_u64(d->chunk_elems, cd, &d->chunk_elems) || d->chunk_elems > ((uint64_t)1 << 40)) {
         st = zck__fail(ZCK_ERR_FORMAT, "%s: bad chunk dimensions", d->label);
         goto done;
       }
@@ -283,40 +268,34 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
     uint64_t cb = d->chunk_elems * d->es;
     if (cb >= ((uint64_t)1 << 32)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: chunks of %llu bytes exceed 4 GiB (H-04)", d->label, (unsigned long long)cb); goto done; }
     if (cb > ZCK__H5_MAX_CHUNK_BYTES) { st = zck__fail(ZCK_ERR_LIMIT, "%s: chunks of %llu bytes exceed the 1 GiB limit", d->label, (unsigned long long)cb); goto done; }
-  } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
-    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: storage layout %d not supported", d->label, (int)lay);
+  } else if (s->layout != H5D_CONTIGUOUS && s->layout != H5D_COMPACT) {
+    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: storage layout %d not supported", d->label, s->layout);
     goto done;
   }
-  if (H5Pget_external_count(dcpl) != 0) {
+  if (s->external != 0) {
     /* its bytes would be read from other files, named by the file */
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: data stored in external files is not supported", d->label);
     goto done;
   }
-  int nf = H5Pget_nfilters(dcpl);
-  if (nf < 0 || nf > ZCK__H5_MAX_FILTERS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %d filters", d->label, nf); goto done; }
+  int nf = s->nfilters;
+  if (nf < 0 || nf > ZCK__H5_MAX_FILTERS || nf > ZCK__H5M_MAX_FILTERS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %d filters", d->label, nf); goto done; }
   d->nfilters = nf;
   d->info.zstd_level = -1;
   for (int i = 0; i < nf; i++) {
-    unsigned flags = 0, cd[8] = {0}, cfg = 0;
-    size_t ncd = 8;
-    char name[64] = "";
-    H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof name, name, &cfg);
-    d->filt_id[i] = (unsigned)id;
+    unsigned id = s->filters[i].id, flags = s->filters[i].flags;
+    d->filt_id[i] = id;
     d->filt_flags[i] = flags;
     if (id == ZCK_H5_ZSTD_FILTER) {
       d->info.zstd = true;
       d->info.zstd_flags = flags;
-      d->info.zstd_level = ncd > 0 ? (int)cd[0] : -1;
+      d->info.zstd_level = s->filters[i].level;
     } else if (!(flags & H5Z_FLAG_OPTIONAL)) {
       /* H-05: never hand out bytes a filter we cannot undo produced */
-      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mandatory filter %d (%s) not supported (H-05)", d->label, (int)id, name);
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mandatory filter %d (%s) not supported (H-05)", d->label, (int)id, s->filters[i].name);
       goto done;
     }
   }
-  H5D_fill_value_t fv;
-  if (H5Pfill_value_defined(dcpl, &fv) >= 0 && fv == H5D_FILL_VALUE_USER_DEFINED && d->es <= sizeof d->fill)
-    H5Pget_fill_value(dcpl, type, d->fill);
-  H5Eclear2(H5E_DEFAULT);
+  if (s->fill_len && s->fill_len == d->es && d->es <= sizeof d->fill) memcpy(d->fill, s->fill, d->es);
   st = zck_h5_attr_str(f, path, "dtype", &attr);
   if (st == ZCK_ERR_NOT_FOUND) {
     zck_clear_error();
@@ -333,17 +312,6 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   }
 done:
   free(attr);
-  if (type >= 0) H5Tclose(type);
-  if (space >= 0) H5Sclose(space);
-  if (dcpl >= 0) H5Pclose(dcpl);
-  /* Closed again: an open dataset holds tens of KB of library state, and a universal
-   * container of 100k params has 300k datasets (inspect kept them all open: 6.6 GB, and
-   * HDF5's bookkeeping of open objects made it quadratic). Each read reopens it by its
-   * header address, which costs little next to reading a chunk. */
-  if (d->dset >= 0) H5Dclose(d->dset);
-  if (d->mtype >= 0) H5Tclose(d->mtype);
-  d->dset = d->mtype = H5I_INVALID_HID;
-  zck__h5_unlock();
   if (st != ZCK_OK) {
     zck_h5_dataset_close(d);
     return st;
