@@ -133,6 +133,12 @@ zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store 
     to.exec.progress = c->progress;
     to.exec.progress_ctx = c->progress_ctx;
     to.exec.no_verify = c->no_verify;
+    /* targets hashed as written get their bytes in file order. A source store with an
+     * XXH3 (a zckpt-written rank file) streamed whole in its own order (a rank's flat
+     * masters, in model order) would run ahead of them (a shard's tensors are in name
+     * order; the ranks' partitions stream at once) by more than the hashes may hold: its
+     * XXH3s are checked in a pass of their own, and the copy follows the output */
+    to.exec.verify_first = order && zck__set_out_bytes(s) > zck__shash_default_budget();
     st = zck_transfer(&src, views, n_pass, &to);
   }
   for (size_t j = 0; jobs && j < 3 * n_pass; j++) {

@@ -455,6 +455,8 @@ zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir,
   /* hashed as written: the tensors copied in the order of their bytes in the shards */
   size_t *order = hash && st == ZCK_OK ? zck__hf_write_order(s, w, slot) : NULL;
   if (hash && st == ZCK_OK && !order) st = ZCK_ERR_NO_MEMORY;
+  for (size_t q = 0; order && q < s->n; q++) /* the executor runs the copy in that order, across passes */
+    if (dst[order[q]].kind != ZCK_STORE_UNBOUND) dst[order[q]].write_order = q + 1;
   if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o, order);
   free(order);
   if (st == ZCK_OK && o && o->torch_bin_too) {
@@ -513,7 +515,7 @@ zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *pa
   if (!(o && o->overwrite) && zck__is_file(path))
     return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
   zck__shash *h = NULL;
-  zck__shash_budget budget = {0, (uint64_t)64 << 20};
+  zck__shash_budget budget = {0, zck__shash_default_budget()};
   if (known && !(h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
   zck_torch_writer *w = NULL;
   zck_status cs = zck_torch_writer_create_hashed(path, h, &w);
@@ -528,6 +530,7 @@ zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *pa
   zck__torch_dst_ctx *ctx = zck__calloc(n, sizeof *ctx);
   uint32_t *crc = zck__calloc(n, sizeof *crc);
   zck_status st = (root && dst && ctx && crc) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  uint64_t n_stored = 0;
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
     const zck__tensor_entry *e = &s->v[i];
     zck_dtype dt = zck__entry_out_dtype(e);
@@ -545,9 +548,15 @@ zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *pa
     if (!t || !k || !zck_pk_dict_set(doc, root, k, t)) { st = t ? ZCK_ERR_NO_MEMORY : ZCK_ERR_INTERNAL; break; }
     ctx[i] = (zck__torch_dst_ctx){w, si, zck_dtype_size(dt), h, off};
     if (e->tied_to < 0) dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
+    if (e->tied_to < 0 && h) dst[i].write_order = ++n_stored; /* storages lie in entry order */
   }
+  /* hashed as written: copied in the order of the storages in the file */
+  size_t *order = h && st == ZCK_OK ? zck__malloc(n * sizeof *order) : NULL;
+  if (h && st == ZCK_OK && !order) st = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; order && i < s->n; i++) order[i] = i;
   if (st == ZCK_OK) st = zck__shash_start(h, &budget, known ? known->chunk_size : 0);
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o, NULL);
+  if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o, order);
+  free(order);
   for (size_t i = 0; st == ZCK_OK && i < s->n; i++)
     if (s->v[i].tied_to < 0) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
   if (st == ZCK_OK) st = zck_torch_writer_finish(w, root);

@@ -7,7 +7,13 @@
  * one pread serves many small tensors. An extent longer than that is a batch of its own,
  * streamed in chunks. The other half of the buffer receives dtype conversions. A store
  * with an XXH3 to check is one "stream" batch: read whole, in order, every extent reading
- * it served from the chunks as they pass.
+ * it served from the chunks as they pass (verify_first: such stores are hashed in a pass
+ * of their own before the copy, which then batches them like any other).
+ *
+ * When every target store has a write order (exec.h), the batches run in it across jobs
+ * (workers take them in index order), each batch one stretch of it, and a worker waits
+ * before starting a batch more than a window of target bytes after the oldest unfinished
+ * one: writers that hash as they write get their files nearly front to back.
  *
  * Every read of a store with a record to check leaves one piece (byte range, CRC-32) in
  * its batch's slot; after the run the pieces of each record are sorted, the bytes between
@@ -99,6 +105,15 @@ typedef struct exec_ctx {
   pthread_mutex_t lock;
   uint64_t done, total;  /* bytes written, under lock */
   bool canceled;         /* the progress callback asked to stop, under lock */
+  /* batches in their targets' write order (order_batches): a worker starts batch i only
+   * within `window` target bytes of the oldest batch not finished, so what is written
+   * ahead of a file's hash cursor stays bounded even when hashing is slower than writing */
+  uint64_t *start;       /* [n_batches + 1]: target bytes before each batch; NULL: no window */
+  uint64_t window;
+  uint8_t *finished;     /* [n_batches], under win_lock */
+  size_t oldest;         /* the first batch not finished, under win_lock */
+  pthread_mutex_t win_lock;
+  pthread_cond_t win_cv;
 } exec_ctx;
 
 static const char *store_label(const zck_store *s, char *buf, size_t cap, const char *side, uint32_t id) {
@@ -318,11 +333,30 @@ static zck_status run_batch_inner(exec_ctx *c, size_t bi, unsigned thread) {
   return ZCK_OK;
 }
 
+/* Workers take batches in index order, so the oldest unfinished one is always running:
+ * a wait here ends when it finishes (or the run fails). */
+static void window_enter(exec_ctx *c, size_t item) {
+  pthread_mutex_lock(&c->win_lock);
+  while (c->start[item] - c->start[c->oldest] > c->window && !atomic_load(&c->failed))
+    pthread_cond_wait(&c->win_cv, &c->win_lock);
+  pthread_mutex_unlock(&c->win_lock);
+}
+
+static void window_leave(exec_ctx *c, size_t item) {
+  pthread_mutex_lock(&c->win_lock);
+  c->finished[item] = 1;
+  while (c->oldest < c->n_batches && c->finished[c->oldest]) c->oldest++;
+  pthread_cond_broadcast(&c->win_cv);
+  pthread_mutex_unlock(&c->win_lock);
+}
+
 static zck_status run_batch(void *ctx, size_t item, unsigned thread) {
   exec_ctx *c = ctx;
-  if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
-  zck_status s = run_batch_inner(c, item, thread);
+  if (c->start) window_enter(c, item);
+  zck_status s = ZCK_OK;
+  if (!atomic_load_explicit(&c->failed, memory_order_relaxed)) s = run_batch_inner(c, item, thread);
   if (s != ZCK_OK) atomic_store(&c->failed, 1);
+  if (c->start) window_leave(c, item);
   return s;
 }
 
@@ -437,9 +471,10 @@ static void assemble_crc(const zck_exec_job *j, const job_state *js) {
 
 static bool readable_in_batches(const zck_store *s) { return s->kind != ZCK_STORE_MEMORY; }
 
-/* A store read whole in order by one worker: its XXH3 is checked. */
+/* A store read whole in order by one worker: its XXH3 is checked (unless a pass of its
+ * own checked it first: verify_first). */
 static bool streams_whole(const exec_ctx *c, const zck_store *s) {
-  return c->verify && s->has_xxh3 && (s->kind == ZCK_STORE_SOURCE || s->kind == ZCK_STORE_FD);
+  return c->verify && !c->o->verify_first && s->has_xxh3 && (s->kind == ZCK_STORE_SOURCE || s->kind == ZCK_STORE_FD);
 }
 
 static int cmp_src_order_r(const void *a, const void *b, void *ctx) {
@@ -484,6 +519,10 @@ static zck_status make_batches(exec_ctx *c) {
         for (; k < p->n; k++) {
           const zck_extent *f = &p->ext[k];
           if (f->src_store != e->src_store || f->src_off < b.hi || (f->src_off - b.hi) * ss > ZCK__GAP_BYTES) break;
+          /* targets in a write order: a batch writes one stretch of it (another job's
+           * target in between would otherwise be written after what follows it) */
+          uint64_t wo = j->dst[p->ext[k - 1].dst_store].write_order, wf = j->dst[f->dst_store].write_order;
+          if (wo && wf != wo && wf != wo + 1) break;
           uint64_t hi = f->src_off + f->count;
           if (hi - b.lo > limit) break;
           b.hi = hi;
@@ -512,6 +551,114 @@ static zck_status make_batches(exec_ctx *c) {
   }
   c->n_batches = nb;
   return ZCK_OK;
+}
+
+/* Where a batch writes first, in its targets' write order: (write_order, element offset)
+ * of its first extent (a stream batch: its earliest). false: a target without an order. */
+typedef struct batch_key { uint64_t order, off; size_t index; } batch_key;
+
+static bool batch_first_write(const exec_ctx *c, const batch *b, batch_key *k) {
+  const zck_exec_job *j = &c->jobs[b->job];
+  bool any = false;
+  for (size_t i = 0; i < b->n; i++) {
+    const zck_extent *e = &j->plan->ext[b->order ? b->order[i] : b->first + i];
+    uint64_t o = j->dst[e->dst_store].write_order;
+    if (!o) return false;
+    if (!any || o < k->order || (o == k->order && e->dst_off < k->off)) *k = (batch_key){o, e->dst_off, 0};
+    any = true;
+    if (!b->order) break; /* consecutive extents of a plan in target order: the first is the earliest */
+  }
+  return any;
+}
+
+static int cmp_batch_key(const void *a, const void *b) {
+  const batch_key *x = a, *y = b;
+  if (x->order != y->order) return x->order < y->order ? -1 : 1;
+  if (x->off != y->off) return x->off < y->off ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* When every target says where it lies in its writer's order, the batches run in that
+ * order, across jobs (workers take them in index order). */
+static zck_status order_batches(exec_ctx *c) {
+  if (c->n_batches < 2) return ZCK_OK;
+  batch_key *k = zck__malloc(c->n_batches * sizeof *k);
+  batch *sorted = k ? zck__malloc(c->n_batches * sizeof *sorted) : NULL;
+  if (!k || !sorted) {
+    free(k);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  bool all = true;
+  for (size_t i = 0; all && i < c->n_batches; i++) {
+    all = batch_first_write(c, &c->batches[i], &k[i]);
+    k[i].index = i;
+  }
+  zck_status st = ZCK_OK;
+  if (all) {
+    qsort(k, c->n_batches, sizeof *k, cmp_batch_key);
+    for (size_t i = 0; i < c->n_batches; i++) sorted[i] = c->batches[k[i].index];
+    memcpy(c->batches, sorted, c->n_batches * sizeof *sorted);
+    c->start = zck__malloc((c->n_batches + 1) * sizeof *c->start);
+    c->finished = zck__calloc(c->n_batches, 1);
+    if (!c->start || !c->finished) st = ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK) c->start[0] = 0;
+    for (size_t i = 0; st == ZCK_OK && i < c->n_batches; i++) {
+      const batch *b = &c->batches[i];
+      const zck_exec_job *j = &c->jobs[b->job];
+      uint64_t bytes = 0;
+      for (size_t x = 0; x < b->n; x++) {
+        const zck_extent *e = &j->plan->ext[b->order ? b->order[x] : b->first + x];
+        bytes += e->count * zck_dtype_size(j->dst[e->dst_store].dtype);
+      }
+      c->start[i + 1] = c->start[i] + bytes;
+    }
+    c->window = 4 * (uint64_t)c->staging; /* 32 MiB by default: half a writer's hash budget */
+  }
+  free(k);
+  free(sorted);
+  return st;
+}
+
+/* verify_first: every source store with an XXH3 that an extent reads, hashed whole in a
+ * pass of its own (each once, in parallel) and compared. */
+static int cmp_store_ptr(const void *a, const void *b) {
+  const zck_store *x = *(const zck_store *const *)a, *y = *(const zck_store *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+static zck_status verify_xxh3_first(exec_ctx *c) {
+  size_t n = 0;
+  for (size_t jn = 0; jn < c->n_jobs; jn++) n += c->jobs[jn].plan->n;
+  const zck_store **v = zck__malloc((n ? n : 1) * sizeof *v);
+  if (!v) return ZCK_ERR_NO_MEMORY;
+  size_t k = 0;
+  for (size_t jn = 0; jn < c->n_jobs; jn++) {
+    const zck_exec_job *j = &c->jobs[jn];
+    for (size_t i = 0; i < j->plan->n; i++) {
+      const zck_store *S = &j->src[j->plan->ext[i].src_store];
+      if (S->has_xxh3 && (S->kind == ZCK_STORE_SOURCE || S->kind == ZCK_STORE_FD) && (!k || v[k - 1] != S)) v[k++] = S;
+    }
+  }
+  if (k > 1) qsort(v, k, sizeof *v, cmp_store_ptr);
+  size_t u = 0; /* distinct stores */
+  for (size_t i = 0; i < k; i++)
+    if (!u || v[u - 1] != v[i]) v[u++] = v[i];
+  zck_store *stores = zck__malloc((u ? u : 1) * sizeof *stores);
+  uint64_t *got = zck__malloc((u ? u : 1) * sizeof *got);
+  zck_status st = stores && got ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < u; i++) stores[i] = *v[i];
+  zck_exec_opts ho = *c->o;
+  ho.staging_bytes = c->staging;
+  if (st == ZCK_OK && u) st = zck_exec_hash_stores(stores, u, &ho, got, NULL);
+  for (size_t i = 0; st == ZCK_OK && i < u; i++)
+    if (got[i] != stores[i].xxh3)
+      st = zck__fail(ZCK_ERR_DAMAGED, "%s: XXH3-64 mismatch with " "zckpt-manifest.json (stored %016llx, read %016llx)",
+                     stores[i].name ? stores[i].name : "a source store", (unsigned long long)stores[i].xxh3,
+                     (unsigned long long)got[i]);
+  free(v);
+  free(stores);
+  free(got);
+  return st;
 }
 
 // ---- verify on read: the records' CRCs from the pieces read
@@ -651,7 +798,9 @@ zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck
     s = check_job(&jobs[jn], jn, &c.total);
     if (s == ZCK_OK && jobs[jn].dst_crc32) s = prepare_crc(&jobs[jn], jn, &c.js[jn]);
   }
+  if (s == ZCK_OK && c.verify && c.o->verify_first) s = verify_xxh3_first(&c);
   if (s == ZCK_OK) s = make_batches(&c);
+  if (s == ZCK_OK) s = order_batches(&c);
   unsigned workers = zck__worker_count(c.n_batches, c.o->threads);
   c.n_workers = workers;
   if (s == ZCK_OK && !(c.bufs = zck__calloc(workers ? workers : 1, sizeof *c.bufs))) s = ZCK_ERR_NO_MEMORY;
@@ -659,7 +808,11 @@ zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck
     s = ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) {
     pthread_mutex_init(&c.lock, NULL);
+    pthread_mutex_init(&c.win_lock, NULL);
+    pthread_cond_init(&c.win_cv, NULL);
     s = zck__parallel_for(c.n_batches, workers, run_batch, &c);
+    pthread_cond_destroy(&c.win_cv);
+    pthread_mutex_destroy(&c.win_lock);
     pthread_mutex_destroy(&c.lock);
   }
   if (s == ZCK_OK && c.verify) s = verify_records(&c);
@@ -672,6 +825,8 @@ zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck
   free(c.batches);
   free(c.order_arena);
   free(c.pieces);
+  free(c.start);
+  free(c.finished);
   for (size_t jn = 0; jn < n_jobs; jn++) {
     free(c.js[jn].ext_crc);
     free(c.js[jn].crc_order);

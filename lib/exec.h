@@ -78,25 +78,31 @@ typedef struct zck_store {
   const zck_record_check *record;
   bool has_xxh3;
   uint64_t xxh3;
+  /* target stores, optional: the store's place in the order its writer lays its bytes out,
+   * from 1 (0: none). When every extent's target has one, the work runs in that order
+   * (target offset next), whatever job it belongs to, so a writer that hashes its files
+   * as they are written gets them front to back (frozen params and buffers in their
+   * places among the masters rather than after them). */
+  uint64_t write_order;
 } zck_store;
 
 static inline zck_store zck_store_memory(void *mem, zck_dtype dtype, uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_MEMORY, dtype, numel, name, mem, NULL, -1, 0, NULL, NULL, NULL, NULL, false, 0};
+  zck_store s = {ZCK_STORE_MEMORY, dtype, numel, name, mem, NULL, -1, 0, NULL, NULL, NULL, NULL, false, 0, 0};
   return s;
 }
 static inline zck_store zck_store_source(const zck__source *src, uint64_t base, zck_dtype dtype,
                                          uint64_t numel, const char *name) {
   zck_store s = {ZCK_STORE_SOURCE, dtype, numel, name ? name : src->name, NULL, src, -1, base, NULL, NULL, NULL,
-                 NULL, false, 0};
+                 NULL, false, 0, 0};
   return s;
 }
 static inline zck_store zck_store_fd(int fd, uint64_t base, zck_dtype dtype, uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_FD, dtype, numel, name, NULL, NULL, fd, base, NULL, NULL, NULL, NULL, false, 0};
+  zck_store s = {ZCK_STORE_FD, dtype, numel, name, NULL, NULL, fd, base, NULL, NULL, NULL, NULL, false, 0, 0};
   return s;
 }
 static inline zck_store zck_store_callback(zck_store_read_fn rd, zck_store_write_fn wr, void *ctx,
                                            zck_dtype dtype, uint64_t numel, const char *name) {
-  zck_store s = {ZCK_STORE_CALLBACK, dtype, numel, name, NULL, NULL, -1, 0, rd, wr, ctx, NULL, false, 0};
+  zck_store s = {ZCK_STORE_CALLBACK, dtype, numel, name, NULL, NULL, -1, 0, rd, wr, ctx, NULL, false, 0, 0};
   return s;
 }
 
@@ -121,8 +127,11 @@ typedef struct zck_exec_job {
 typedef int (*zck_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
 
 /* Called for every range written, from worker threads, concurrently: the destination
- * store, element range and the bytes as written (destination dtype). For callers that
- * checksum or mirror output themselves. */
+ * store, element range and the bytes as written (destination dtype). Its caller is the
+ * distributed run (exec_dist.c: the ranges each rank wrote into a DeepSpeed writer's
+ * storages, for their CRCs). Writers that hash their files as written do it in their
+ * stores instead (stream_hash.h zck__shash_fd_store, zck__shash_wrap_store), which know
+ * the file offset of each byte and see every write whoever runs the copy. */
 typedef void (*zck_written_fn)(void *ctx, size_t job, uint32_t dst_store, uint64_t dst_off,
                                uint64_t count, const void *bytes, size_t n_bytes);
 
@@ -134,10 +143,17 @@ typedef struct zck_exec_opts {
   zck_written_fn written;
   void *written_ctx;
   bool no_verify;              /* ignore the stores' record CRCs and XXH3s (--no-verify) */
+  /* Source stores with an XXH3 are checked in a pass of their own before the copy (each
+   * read whole, in order, on the thread pool), and the copy then reads them like any
+   * other store, in plan order, their record CRCs still checked as it reads. For targets
+   * written in an order of their own (a safetensors shard's names) that hash as they are
+   * written: a stream in source order would run ahead of their hash cursors without
+   * bound. Costs a second read of those stores. */
+  bool verify_first;
 } zck_exec_opts;
 
 #define ZCK_EXEC_DEFAULT_STAGING ((size_t)8 << 20)
-#define ZCK_EXEC_OPTS_INIT {0, 0, NULL, NULL, NULL, NULL, false}
+#define ZCK_EXEC_OPTS_INIT {0, 0, NULL, NULL, NULL, NULL, false, false}
 
 /* Runs every job's extents on one thread pool. opts may be NULL. */
 zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_opts *opts);

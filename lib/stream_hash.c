@@ -694,6 +694,11 @@ zck_status zck__known_merge(zck__manifest_known *dst, size_t *cap, zck__manifest
   return st;
 }
 
+static uint64_t g_default_budget;
+
+uint64_t zck__shash_default_budget(void) { return g_default_budget ? g_default_budget : (uint64_t)64 << 20; }
+void zck__shash_set_default_budget(uint64_t bytes) { g_default_budget = bytes; }
+
 static _Atomic uint64_t g_reread;
 
 void zck__manifest_count_reread(uint64_t bytes) {

@@ -39,6 +39,12 @@ typedef struct zck__shash_budget {
   uint64_t max;
 } zck__shash_budget;
 
+/* The max of a writer's budget: 64 MiB. A job whose copy could run further ahead of its
+ * files' cursors than that orders it otherwise (exec.h verify_first). Tests lower it to
+ * reach that case with small files (0: back to 64 MiB); not thread-safe with a job running. */
+uint64_t zck__shash_default_budget(void);
+void zck__shash_set_default_budget(uint64_t bytes);
+
 /* Deferred bytes: writes len bytes to out, given the CRC-32 of the region they follow.
  * Called with the hasher's lock held, from any thread. */
 typedef void (*zck__shash_defer_fn)(void *ctx, size_t id, uint32_t region_crc, uint8_t *out, size_t len);

@@ -76,6 +76,8 @@ static zck_status g16_fill(const zck_saver *s, const zck__g16 *g, int fd, const 
     stores[i] = hashed ? zck_st_writer_store(g->w, g->slot[i], s->tr.lp_dtype, g->whole->stores[i].numel, path)
                        : zck_store_fd(fd, zck_st_writer_tensor(g->w, g->slot[i])->offset, s->tr.lp_dtype,
                                       g->whole->stores[i].numel, path);
+  /* the stores are in file order: the copy runs in it, frozen params in their places */
+  for (size_t i = 0; hashed && i < g->n; i++) stores[i].write_order = i + 1;
   zck_state_view dst;
   memset(&dst, 0, sizeof dst);
   dst.model = s->tr.model;
@@ -131,7 +133,7 @@ zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const ch
   ZCK_TRY(zck__g16_init(s, path, &g));
   zck__saver_view src;
   memset(&src, 0, sizeof src);
-  zck__shash_budget budget = {0, (uint64_t)64 << 20};
+  zck__shash_budget budget = {0, zck__shash_default_budget()};
   bool hashed = known != NULL;
   /* stage 1/2: rank 0's whole 16-bit copies; stage 3: every rank's partitions */
   zck_status st = s->tr.stage < 3 ? zck__saver_source(s, r0->mem, r0->mem, &src) : zck__saver_source(s, NULL, NULL, &src);

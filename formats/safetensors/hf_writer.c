@@ -445,7 +445,7 @@ zck_status zck_hf_writer_commit(zck_hf_writer *w) {
 void zck_hf_writer_hash_inline(zck_hf_writer *w) {
   ZCK_ASSERT(!w->laid_out);
   w->hash = true;
-  w->budget.max = (uint64_t)64 << 20;
+  w->budget.max = zck__shash_default_budget();
   w->known.chunk_size = ZCK_MANIFEST_DEFAULT_CHUNK;
 }
 

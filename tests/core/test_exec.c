@@ -2,7 +2,7 @@
  * bf16 file (compared with zck_convert), CRCs and hashes of what was written, progress,
  * thread counts 1..4, tiny staging buffers, error propagation from worker threads, and
  * verify on read (record CRC-32s completed over skipped bytes, XXH3 of stores read whole,
- * --no-verify). */
+ * or in a pass of their own first, --no-verify), and targets' write order across jobs. */
 #include "exec.h"
 #include "io.h"
 #include "test.h"
@@ -436,15 +436,17 @@ static void test_verify_on_read(void) {
    * (stores streamed whole) agree; the copy is right whatever the staging and threads */
   for (int mode = 0; mode < 3; mode++)
     for (size_t si = 0; si < 4; si++)
-      for (unsigned threads = 1; threads <= 3; threads += 2) {
-        for (int p = 0; p < NP; p++) memset(mem[p], 0, numel[p] * 4);
-        bind_checked(ss, mode != 1, mode != 0);
-        zck_exec_opts o = ZCK_EXEC_OPTS_INIT;
-        o.staging_bytes = stagings[si];
-        o.threads = threads;
-        ZT_OK(zck_exec_plan(plan, ss, ds, NULL, &o));
-        check_gathered(mem);
-      }
+      for (unsigned threads = 1; threads <= 3; threads += 2)
+        for (int first = 0; first <= 1; first++) { /* the XXH3s in a pass of their own first */
+          for (int p = 0; p < NP; p++) memset(mem[p], 0, numel[p] * 4);
+          bind_checked(ss, mode != 1, mode != 0);
+          zck_exec_opts o = ZCK_EXEC_OPTS_INIT;
+          o.staging_bytes = stagings[si];
+          o.threads = threads;
+          o.verify_first = first;
+          ZT_OK(zck_exec_plan(plan, ss, ds, NULL, &o));
+          check_gathered(mem);
+        }
   /* the same records read by two jobs (a second copy of each param): counted once */
   {
     zck_exec_job jobs[2] = {{plan, ss, ds, NULL}, {plan, ss, ds, NULL}};
@@ -480,14 +482,20 @@ static void test_verify_on_read(void) {
   /* a data byte whose CRC was rewritten too (a file of another step): its XXH3 says so */
   uint64_t xgood = store_xxh3[2];
   store_xxh3[2] ^= 1;
-  for (size_t si = 0; si < 4; si++) {
+  for (size_t si = 0; si < 8; si++) {
     bind_checked(ss, true, true);
     zck_exec_opts o = ZCK_EXEC_OPTS_INIT;
-    o.staging_bytes = stagings[si];
+    o.staging_bytes = stagings[si % 4];
     o.threads = 2;
+    o.verify_first = si >= 4;
     ss[2].name = "rank2.pt: fp32 flat group 0";
+    for (int p = 0; p < NP; p++) memset(mem[p], 0, numel[p] * 4);
     ZT_ERR(zck_exec_plan(plan, ss, ds, NULL, &o), ZCK_ERR_DAMAGED,
            "rank2.pt: fp32 flat group 0: XXH3-64 mismatch with zckpt-manifest.json");
+    ZT_ASSERT(!strchr(zck_last_error(), '\n'));
+    /* checked before the copy: nothing was written */
+    for (int p = 0; o.verify_first && p < NP; p++)
+      for (uint64_t e = 0; e < numel[p]; e++) ZT_ASSERT(mem[p][e] == 0.0f);
   }
   store_xxh3[2] = xgood;
   /* a record that does not hold its store is the describer's bug, refused before reading */
@@ -500,8 +508,65 @@ static void test_verify_on_read(void) {
   for (uint32_t r = 0; r < W; r++) free(file_bytes[r]);
 }
 
+/* Targets with a write order: the work of every job runs in it (then by target offset),
+ * so the writes of two jobs whose targets alternate in the output alternate too. */
+typedef struct order_log {
+  pthread_mutex_t lock;
+  uint64_t last_order, last_off, n;
+  bool in_order;
+  const zck_exec_job *jobs;
+} order_log;
+
+static void on_written_order(void *ctx, size_t job, uint32_t st, uint64_t off, uint64_t count, const void *bytes,
+                             size_t n) {
+  (void)count, (void)bytes, (void)n;
+  order_log *l = ctx;
+  uint64_t o = l->jobs[job].dst[st].write_order;
+  pthread_mutex_lock(&l->lock);
+  if (l->n && (o < l->last_order || (o == l->last_order && off < l->last_off))) l->in_order = false;
+  l->last_order = o;
+  l->last_off = off;
+  l->n++;
+  pthread_mutex_unlock(&l->lock);
+}
+
+static void test_write_order(void) {
+  zck_store ss[W], da[NP], db[NP];
+  float *ma[NP], *mb[NP];
+  bind_sources(ss);
+  for (int p = 0; p < NP; p++) {
+    ma[p] = calloc(numel[p] + 1, sizeof(float));
+    mb[p] = calloc(numel[p] + 1, sizeof(float));
+    da[p] = zck_store_memory(ma[p], ZCK_F32, numel[p], NULL);
+    db[p] = zck_store_memory(mb[p], ZCK_F32, numel[p], NULL);
+    da[p].write_order = 2 * (uint64_t)p + 1; /* job 0's param p, then job 1's, ... */
+    db[p].write_order = 2 * (uint64_t)p + 2;
+  }
+  zck_exec_job jobs[2] = {{plan, ss, da, NULL}, {plan, ss, db, NULL}};
+  for (int ordered = 0; ordered <= 1; ordered++) {
+    order_log l = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, true, jobs};
+    if (!ordered) db[0].write_order = 0; /* one target without an order: plan order */
+    zck_exec_opts o = ZCK_EXEC_OPTS_INIT;
+    o.threads = 1;
+    o.staging_bytes = 4096;
+    o.written = on_written_order;
+    o.written_ctx = &l;
+    ZT_OK(zck_exec_run(jobs, 2, &o));
+    check_gathered(ma);
+    check_gathered(mb);
+    ZT_ASSERT(l.n > 2 * NP);
+    ZT_ASSERT(l.in_order == (ordered == 1)); /* without an order job 0 runs whole first */
+    db[0].write_order = 2;
+  }
+  for (int p = 0; p < NP; p++) {
+    free(ma[p]);
+    free(mb[p]);
+  }
+}
+
 int main(void) {
   setup();
+  test_write_order();
   test_gather_to_file();
   test_packed_crc();
   test_errors();

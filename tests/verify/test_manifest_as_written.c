@@ -8,7 +8,8 @@
  *     step.pt (stage 1/2) and the byte-for-byte copies of the model-states files;
  *   - reshard (its tag folder), and reshard --to-tp-size of AutoTP checkpoints (every TP
  *     rank's writer hashes its own files).
- * The fixtures are small: every file streams within the writers' 64 MiB budgets. */
+ * The fixtures are small: every file streams within the writers' 64 MiB budgets; the
+ * consolidations are run again with a budget of 64 bytes, the case of a big checkpoint. */
 #include "manifest.h"
 #include "stream_hash.h"
 #include "test.h"
@@ -48,10 +49,31 @@ static void check(const char *what, const char *dir, const char *kind, uint64_t 
   free(mpath);
 }
 
-static void consolidate_hf(const char *src, const char *out) {
+/* Every file of a equals b's (listed by a's manifest). */
+static void same_files(const char *a, const char *b) {
+  zck_manifest *m = NULL;
+  ZT_OK(zck_manifest_read(a, &m));
+  for (size_t i = 0; i < m->n_files; i++) {
+    char *pa = join(a, m->files[i].path), *pb = join(b, m->files[i].path);
+    unsigned char *da = NULL, *db = NULL;
+    size_t na = 0, nb = 0;
+    if (zt_read_file(pa, &da, &na) != 0 || zt_read_file(pb, &db, &nb) != 0) ZT_FAIL("cannot read %s or %s", pa, pb);
+    if (na != nb || memcmp(da, db, na)) ZT_FAIL("%s differs from %s", pb, pa);
+    free(da);
+    free(db);
+    free(pa);
+    free(pb);
+  }
+  zck_manifest_free(m);
+}
+
+/* threads 0: all cores; 1: with a tight hash budget, one thread, so that nothing but the
+ * order of the copy decides what runs ahead of a file's hash cursor */
+static void consolidate_hf(const char *src, const char *out, unsigned threads) {
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   o.torch_bin = 1;
   o.max_shard_size = 1024; /* several shards and an index */
+  o.threads = threads;
   uint64_t before = zck__manifest_reread_total();
   ZT_OK(zck_consolidate(src, out, &o));
   check("consolidate (HF folder)", out, "safetensors", before);
@@ -66,10 +88,11 @@ static void consolidate_hf(const char *src, const char *out) {
   free(config);
 }
 
-static void consolidate_bin_dir(const char *src, const char *out) {
+static void consolidate_bin_dir(const char *src, const char *out, unsigned threads) {
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   o.safetensors = 0;
   o.torch_bin = 1;
+  o.threads = threads;
   uint64_t before = zck__manifest_reread_total();
   ZT_OK(zck_consolidate(src, out, &o));
   check("consolidate (pytorch_model.bin folder)", out, "torch", before);
@@ -161,10 +184,26 @@ int main(void) {
     char *rs = reshard(fx, rs_out, cases[i].stage, cases[i].world);
     snprintf(name, sizeof name, "hf%zu", i);
     char *hf = join(tmp, name);
-    consolidate_hf(rs, hf);
+    consolidate_hf(rs, hf, 0);
     snprintf(name, sizeof name, "bin%zu", i);
     char *bin = join(tmp, name);
-    consolidate_bin_dir(rs, bin);
+    consolidate_bin_dir(rs, bin, 0);
+    /* outputs bigger than what the hashes may hold ahead of their cursors (a budget of
+     * 64 bytes stands for 64 MiB): the rank files' XXH3s are checked in a pass of their
+     * own, and the copy follows the output's order, frozen params and buffers in their
+     * places among the masters, so nothing runs ahead and nothing is read back */
+    zck__shash_set_default_budget(64);
+    snprintf(name, sizeof name, "hft%zu", i);
+    char *hft = join(tmp, name);
+    consolidate_hf(rs, hft, 1);
+    snprintf(name, sizeof name, "bint%zu", i);
+    char *bint = join(tmp, name);
+    consolidate_bin_dir(rs, bint, 1);
+    zck__shash_set_default_budget(0);
+    same_files(hf, hft);
+    same_files(bin, bint);
+    free(hft);
+    free(bint);
     snprintf(name, sizeof name, "uv%zu", i);
     char *uv = join(tmp, name);
     to_universal(fx, uv);
