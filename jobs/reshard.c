@@ -165,6 +165,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (o.sub_group_size) wo.sub_group_size = o.sub_group_size;
   wo.save_latest = true;
   wo.overwrite = false;
+  wo.threads = o.threads;
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
   if (st == ZCK_OK && o.to_tp_size > 1) {
     zck_state_view view;

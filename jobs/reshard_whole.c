@@ -37,7 +37,9 @@ zck_status zck__reshard_whole(const zck__whole_src *s, const zck_ds_write_opts *
   memset(&d, 0, sizeof d);
   zck_ds_writer *w = NULL;
   zck_status st = zck__outdir_create(&d, out, o->overwrite != 0);
-  if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, m, wo, &w);
+  zck_ds_write_opts wt = *wo;
+  wt.threads = o->threads;
+  if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, m, &wt, &w);
   /* the manifest's hashes are computed from the bytes as the transfer writes them */
   if (st == ZCK_OK) zck__ds_writer_hash_inline(w, 0, 0);
   if (st == ZCK_OK) {

@@ -299,9 +299,10 @@ typedef struct zck_ds_write_opts {
    * shared_params on mp rank 0 only, as DeepSpeed saves them). 0/1: plain ZeRO */
   uint32_t mp_rank, tp_size;
   const zck_pk *tp_info;
+  unsigned threads;                /* files whose pickles are built at once; 0: zck__default_threads() */
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */

@@ -4,9 +4,12 @@
  * `latest`, each atomic). A rank-only writer (zck__ds_writer_create_rank) builds one rank's
  * files straight into an existing tag folder; a joined writer (zck__ds_writer_create_joined)
  * another AutoTP rank's files into a lead writer's temporary one. The pickled trees are
- * built in ds_write_tree.c. */
+ * built in ds_write_tree.c, one file per thread; each is named for the manifest and pickled
+ * as soon as it is built, and freed (a stage-3 model file of 100k params is a tree of ~1.5M
+ * nodes: W' of them alive through the copy cost more than the rest of the job). */
 #include "ds_writer.h"
 #include "dist.h"
+#include "threadpool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,8 +82,8 @@ static const char *keep_name(zck_ds_writer *w, const char *name) {
   return s;
 }
 
-zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
-                              zck_dtype dt, uint64_t numel, const char *name, zck_store *out) {
+static zck_status add_wstore_locked(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
+                                    zck_dtype dt, uint64_t numel, const char *name, zck_store *out) {
   if (w->n_ws == w->cap_ws) {
     size_t nc = w->cap_ws ? 2 * w->cap_ws : 64;
     zck__ds_wstore **nw = zck__realloc(w->ws, nc * sizeof *nw);
@@ -89,7 +92,7 @@ zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash
     w->cap_ws = nc;
   }
   zck__ds_wstore *s = zck__calloc(1, sizeof *s);
-  const char *nm = keep_name(w, name);
+  const char *nm = s ? keep_name(w, name) : NULL;
   if (!s || !nm) { free(s); return ZCK_ERR_NO_MEMORY; }
   s->tw = tw;
   s->storage = storage;
@@ -103,6 +106,14 @@ zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash
   zck__dist_register_noted(ws_write, ws_noted);
   *out = zck_store_callback(NULL, ws_write, s, dt, numel, nm);
   return ZCK_OK;
+}
+
+zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
+                              zck_dtype dt, uint64_t numel, const char *name, zck_store *out) {
+  pthread_mutex_lock(&w->mu);
+  zck_status st = add_wstore_locked(w, tw, hf, storage, off, dt, numel, name, out);
+  pthread_mutex_unlock(&w->mu);
+  return st;
 }
 
 static int cmp_range(const void *a, const void *b) {
@@ -129,6 +140,53 @@ static zck_status ws_crc(zck__ds_wstore *s, uint32_t *out) {
   if (total > pos) crc = zck_crc32_combine(crc, zck_crc32_zeros(total - pos), total - pos);
   *out = crc;
   return ZCK_OK;
+}
+
+/* ---- sealing a file's tree */
+
+/* Bytes a tensor spans in its storage, from element 0 to its last element (as the
+ * manifest describes a view). */
+static uint64_t tensor_span(const zck_torch_tensor *t) {
+  if (!t->numel) return 0;
+  uint64_t last = 0;
+  for (int d = 0; d < t->ndim; d++) last += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->stride[d];
+  return (last + 1) * zck_dtype_size(t->dtype);
+}
+
+static void wdesc_free(zck__ds_wdesc *d) {
+  for (size_t i = 0; i < d->n; i++) free((void *)d->t[i].name);
+  free(d->t);
+  free(d->dims);
+  memset(d, 0, sizeof *d);
+}
+
+zck_status zck__ds_seal_file(zck_torch_writer *tw, const zck_pk *root, zck__ds_wdesc *d) {
+  memset(d, 0, sizeof *d);
+  zck_torch_named *v = NULL;
+  size_t n = 0, nd = 0;
+  zck_status st = zck_torch_writer_named(tw, root, &v, &n);
+  if (st == ZCK_ERR_NO_MEMORY) return st;
+  if (st != ZCK_OK) zck_clear_error(); /* left undescribed: the manifest reads the file */
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) nd += (size_t)v[i].tensor->ndim;
+  if (st == ZCK_OK && (!(d->t = zck__calloc(n + 1, sizeof *d->t)) || !(d->dims = zck__malloc((nd + 1) * sizeof *d->dims)))) {
+    zck_torch_named_free(v, n);
+    wdesc_free(d);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0, at = 0; st == ZCK_OK && i < n; i++) {
+    const zck_torch_tensor *t = v[i].tensor;
+    if (t->ndim) memcpy(d->dims + at, t->shape, (size_t)t->ndim * sizeof *d->dims);
+    d->t[i] = (zck__manifest_known_tensor){v[i].name, zck_dtype_name(t->dtype), t->ndim, d->dims + at,
+                                           zck_torch_writer_tensor_offset(tw, t), tensor_span(t)};
+    v[i].name = NULL; /* d owns it now */
+    at += (size_t)t->ndim;
+  }
+  if (st == ZCK_OK) {
+    d->n = n;
+    d->described = true;
+  }
+  zck_torch_named_free(v, n);
+  return zck_torch_writer_seal(tw, root);
 }
 
 /* ---- geometry */
@@ -188,6 +246,16 @@ static bool builds_model(const zck_ds_writer *w, uint32_t r) {
 }
 static bool builds_optim(const zck_ds_writer *w, uint32_t r) { return !w->rank_only || r == w->only; }
 
+/* Item i < n_models: model file i, else optimizer file i - n_models (each its own tree and
+ * torch writer; the stores they register are distinct slots). */
+static zck_status build_file(void *ctx, size_t i, unsigned thread) {
+  (void)thread;
+  zck_ds_writer *w = ctx;
+  if (i < w->n_models) return builds_model(w, (uint32_t)i) ? zck__ds_build_model_file(w, (uint32_t)i) : ZCK_OK;
+  uint32_t r = (uint32_t)(i - w->n_models);
+  return builds_optim(w, r) ? zck__ds_build_optim_file(w, r) : ZCK_OK;
+}
+
 static zck_status create(const char *root, const zck_model *m, const zck_ds_write_opts *o, bool rank_only,
                          uint32_t rank, const zck_ds_writer *lead, zck_ds_writer **out) {
   ZCK_ASSERT(root && m && o && out);
@@ -198,6 +266,7 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
   ZCK_TRY(check_opts(m, o, lp));
   zck_ds_writer *w = zck__calloc(1, sizeof *w);
   if (!w) return ZCK_ERR_NO_MEMORY;
+  pthread_mutex_init(&w->mu, NULL);
   w->m = m;
   w->o = *o;
   if (o->stage == 3) {  /* stage-1/2 options: ignored by DeepSpeed's stage 3 too */
@@ -257,12 +326,12 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
     w->shown = w->dir.path;
   }
   w->model_w = zck__calloc(w->n_models, sizeof *w->model_w);
-  w->model_root = zck__calloc(w->n_models, sizeof *w->model_root);
+  w->model_desc = zck__calloc(w->n_models, sizeof *w->model_desc);
   w->optim_w = zck__calloc(w->w, sizeof *w->optim_w);
-  w->optim_root = zck__calloc(w->w, sizeof *w->optim_root);
+  w->optim_desc = zck__calloc(w->w, sizeof *w->optim_desc);
   w->model_h = zck__calloc(w->n_models, sizeof *w->model_h);
   w->optim_h = zck__calloc(w->w, sizeof *w->optim_h);
-  if (!w->model_w || !w->model_root || !w->optim_w || !w->optim_root || !w->model_h || !w->optim_h) {
+  if (!w->model_w || !w->model_desc || !w->optim_w || !w->optim_desc || !w->model_h || !w->optim_h) {
     s = ZCK_ERR_NO_MEMORY;
     goto fail;
   }
@@ -277,10 +346,8 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
     goto fail;
   }
   /* other ranks' stores stay unbound in a rank-only writer (zeroed: ZCK_STORE_UNBOUND) */
-  for (uint32_t r = 0; r < w->n_models; r++)
-    if (builds_model(w, r)) ZCK_CHECK_GOTO(zck__ds_build_model_file(w, r), s, fail);
-  for (uint32_t r = 0; r < w->w; r++)
-    if (builds_optim(w, r)) ZCK_CHECK_GOTO(zck__ds_build_optim_file(w, r), s, fail);
+  /* each file's tree is pickled and freed once built: threads bound how many are alive */
+  ZCK_CHECK_GOTO(zck__parallel_for((size_t)w->n_models + w->w, o->threads, build_file, w), s, fail);
   *out = w;
   return ZCK_OK;
 fail:
@@ -375,8 +442,15 @@ static zck_status finish_hashes(zck_ds_writer *w) {
     ZCK_TRY(s);
     w->hash_reread += reread;
     w->hash_streamed += zck__shash_streamed(hf);
-    ZCK_TRY(zck__shash_known_file(hf, rel, &w->known.files[w->known.n_files]));
-    if (w->known.files[w->known.n_files].hashed) w->known.n_files++;
+    zck__manifest_known_file *kf = &w->known.files[w->known.n_files];
+    ZCK_TRY(zck__shash_known_file(hf, rel, kf));
+    const zck__ds_wdesc *d = i < w->n_models ? &w->model_desc[i] : &w->optim_desc[i - w->n_models];
+    if (d->described) { /* its tensors as the tree named them: the manifest does not parse it again */
+      kf->described = true;
+      kf->tensors = d->t;
+      kf->n_tensors = d->n;
+    }
+    if (kf->hashed) w->known.n_files++;
   }
   return ZCK_OK;
 }
@@ -398,14 +472,14 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
   }
   for (uint32_t r = 0; r < w->n_models; r++) {
     if (!w->model_w[r]) continue; /* rank-only: another rank's file */
-    zck_status s = zck_torch_writer_finish(w->model_w[r], w->model_root[r]);
+    zck_status s = zck_torch_writer_finish(w->model_w[r], NULL);
     zck_torch_writer_free(w->model_w[r]);
     w->model_w[r] = NULL;
     ZCK_TRY(s);
   }
   for (uint32_t r = 0; r < w->w; r++) {
     if (!w->optim_w[r]) continue;
-    zck_status s = zck_torch_writer_finish(w->optim_w[r], w->optim_root[r]);
+    zck_status s = zck_torch_writer_finish(w->optim_w[r], NULL);
     zck_torch_writer_free(w->optim_w[r]);
     w->optim_w[r] = NULL;
     ZCK_TRY(s);
@@ -442,8 +516,10 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   free(w->optim_h);
   free(w->model_w);
   free(w->optim_w);
-  free(w->model_root);
-  free(w->optim_root);
+  for (uint32_t r = 0; w->model_desc && r < w->n_models; r++) wdesc_free(&w->model_desc[r]);
+  for (uint32_t r = 0; w->optim_desc && r < w->w; r++) wdesc_free(&w->optim_desc[r]);
+  free(w->model_desc);
+  free(w->optim_desc);
   zck__outdir_abort(&w->dir);  /* after a commit: only frees the names (the tree was renamed);
                                   rank-only: zeroed (the unfinished files went with their writers) */
   free(w->fdir);
@@ -464,5 +540,6 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   free(w->root);
   free(w->tag);
   free(w->ds_version);
+  pthread_mutex_destroy(&w->mu);
   free(w);
 }

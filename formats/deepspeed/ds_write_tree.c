@@ -282,7 +282,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     if (!uci) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "universal_checkpoint_info"); goto out; }
     if (!put(d, root, "universal_checkpoint_info", uci)) goto nomem;
   }
-  w->model_root[r] = root;
+  ZCK_CHECK_GOTO(zck__ds_seal_file(tw, root, &w->model_desc[r]), s, out);
   goto out;
 nomem:
   s = oom(path);
@@ -442,7 +442,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   if (!put(d, root, "optimizer_state_dict", osd) || !put(d, root, "ds_config", ds_config(w, d)) ||
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;
-  w->optim_root[r] = root;
+  ZCK_CHECK_GOTO(zck__ds_seal_file(tw, root, &w->optim_desc[r]), s, out);
   goto out;
 nomem:
   s = oom(path);

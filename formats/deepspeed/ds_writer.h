@@ -35,6 +35,15 @@ typedef struct zck__ds_wstore {
   bool oom;
 } zck__ds_wstore;
 
+/* A file's tensors as its manifest entry lists them (zck__manifest_known_file.tensors),
+ * named from its tree before the tree is freed; not described: the manifest reads it. */
+typedef struct zck__ds_wdesc {
+  bool described;
+  zck__manifest_known_tensor *t;   /* names are owned (malloc'd), shapes point into dims */
+  size_t n;
+  int64_t *dims;
+} zck__ds_wdesc;
+
 struct zck_ds_writer {
   const zck_model *m;
   zck_ds_write_opts o;
@@ -60,11 +69,12 @@ struct zck_ds_writer {
   size_t n_frozen;
   uint32_t *owners;                 /* non-alias params (stage 1/2 LP stores) */
   size_t n_owners;
-  /* files */
+  /* files: their trees are pickled and freed as soon as they are built (zck__ds_seal_file) */
   uint32_t n_models;
   zck_torch_writer **model_w, **optim_w;
-  zck_pk **model_root, **optim_root;
-  /* target stores */
+  zck__ds_wdesc *model_desc, *optim_desc;
+  /* target stores (files are built on several threads: mu guards ws and names) */
+  pthread_mutex_t mu;
   zck__ds_wstore **ws;              /* all of them (stable addresses: callback contexts) */
   size_t n_ws, cap_ws;
   char **names;                     /* store names for messages */
@@ -107,6 +117,9 @@ zck_status zck__ds_writer_hash_start(zck_ds_writer *w);
  * reserving storages and registering target stores. */
 zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r);
 zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r);
+/* ds_write.c: names root's tensors into *d (see zck__ds_wdesc), then pickles root and frees
+ * the tree (zck_torch_writer_seal). */
+zck_status zck__ds_seal_file(zck_torch_writer *tw, const zck_pk *root, zck__ds_wdesc *d);
 /* Registers a target store for storage `storage` of tw (its data at file offset off);
  * *out receives its callback store. */
 zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,

@@ -175,7 +175,21 @@ zck_status zck_torch_writer_write(zck_torch_writer *w, size_t storage_index, con
 /* The CRC-32 of a storage's complete data (combine per-range CRCs with
  * zck_crc32_combine). */
 void zck_torch_writer_set_crc(zck_torch_writer *w, size_t storage_index, uint32_t crc);
-/* Pickles root, writes the remaining entries and the directory, commits the file. */
+/* The tensors under root by state-dict name, as zck_torch_state_dict names them in the
+ * finished file (its records: dtype, shape, stride, storage offset, as a reader resolves
+ * them), so a caller describes the file without reading it back. ZCK_ERR_NOT_FOUND when a
+ * tensor of the file is reached by no name (a reader would list it by index), or the
+ * names collide. Valid until zck_torch_writer_seal / free; free the array with
+ * zck_torch_named_free. */
+zck_status zck_torch_writer_named(zck_torch_writer *w, const zck_pk *root, zck_torch_named **out, size_t *count);
+/* Absolute byte offset in the file of element 0 of a tensor of zck_torch_writer_named. */
+uint64_t zck_torch_writer_tensor_offset(const zck_torch_writer *w, const zck_torch_tensor *t);
+/* Pickles root now and frees the tree (the document and every node): a writer holding many
+ * files open while their data is copied keeps each one's data.pkl bytes, not its tree.
+ * No tensor or node may be added after; finish then takes root NULL. */
+zck_status zck_torch_writer_seal(zck_torch_writer *w, const zck_pk *root);
+/* Pickles root (NULL after zck_torch_writer_seal), writes the remaining entries and the
+ * directory, commits the file. */
 zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root);
 /* Frees the writer; an unfinished file is removed. NULL is fine. */
 void zck_torch_writer_free(zck_torch_writer *w);

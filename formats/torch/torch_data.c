@@ -193,7 +193,9 @@ bool zck_torch_tensor_record(const zck_torch_file *f, const zck_torch_tensor *t,
 // ---- state dict names
 
 typedef struct sdwalk {
-  const zck_torch_file *f;
+  const char *fname;           /* for messages */
+  const zck_torch_tensor *(*tensor_of)(const void *ctx, const zck_pk *node);
+  const void *ctx;
   zck_torch_named *v;
   size_t n, cap;
   char name[4096];
@@ -219,11 +221,11 @@ static zck_status sd_add(sdwalk *w, const zck_torch_tensor *t) {
 
 static zck_status sd_walk(sdwalk *w, const zck_pk *n, size_t len, int depth) {
   if (depth > 256)
-    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict nested deeper than 256 at \"%.200s\"", w->f->name, w->name);
+    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict nested deeper than 256 at \"%.200s\"", w->fname, w->name);
   if (++w->visits > w->max_visits)
-    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict names more than %llu entries (heavily shared containers?)", w->f->name,
+    return zck__fail(ZCK_ERR_LIMIT, "%s: state dict names more than %llu entries (heavily shared containers?)", w->fname,
                      (unsigned long long)w->max_visits);
-  const zck_torch_tensor *t = zck_torch_tensor_of(w->f, n);
+  const zck_torch_tensor *t = w->tensor_of(w->ctx, n);
   if (t) return sd_add(w, t);
   if (n->kind == ZCK_PK_DICT || n->kind == ZCK_PK_LIST || n->kind == ZCK_PK_TUPLE) {
     for (int i = 0; i < depth; i++)
@@ -240,7 +242,7 @@ static zck_status sd_walk(sdwalk *w, const zck_pk *n, size_t len, int depth) {
       else continue;   /* keys that cannot be part of a name */
       size_t kl = strlen(ks), add = (len ? 1 : 0) + kl;
       if (len + add >= sizeof w->name)
-        return zck__fail(ZCK_ERR_LIMIT, "%s: state dict name longer than %zu bytes", w->f->name, sizeof w->name);
+        return zck__fail(ZCK_ERR_LIMIT, "%s: state dict name longer than %zu bytes", w->fname, sizeof w->name);
       if (len) w->name[len] = '.';
       memcpy(w->name + len + (len ? 1 : 0), ks, kl + 1);
       ZCK_TRY(sd_walk(w, n->u.dict.values[i], len + add, depth + 1));
@@ -252,7 +254,7 @@ static zck_status sd_walk(sdwalk *w, const zck_pk *n, size_t len, int depth) {
       snprintf(part, sizeof part, "%zu", i);
       size_t kl = strlen(part), add = (len ? 1 : 0) + kl;
       if (len + add >= sizeof w->name)
-        return zck__fail(ZCK_ERR_LIMIT, "%s: state dict name longer than %zu bytes", w->f->name, sizeof w->name);
+        return zck__fail(ZCK_ERR_LIMIT, "%s: state dict name longer than %zu bytes", w->fname, sizeof w->name);
       if (len) w->name[len] = '.';
       memcpy(w->name + len + (len ? 1 : 0), part, kl + 1);
       ZCK_TRY(sd_walk(w, n->u.seq.items[i], len + add, depth + 1));
@@ -266,11 +268,19 @@ static int name_cmp(const void *a, const void *b) {
   return strcmp(((const zck_torch_named *)a)->name, ((const zck_torch_named *)b)->name);
 }
 
-zck_status zck_torch_state_dict(const zck_torch_file *f, const zck_pk *dict, zck_torch_named **out, size_t *count) {
+static const zck_torch_tensor *file_tensor_of(const void *ctx, const zck_pk *node) {
+  return zck_torch_tensor_of(ctx, node);
+}
+
+zck_status zck__torch_named_walk(const char *fname, const zck_torch_tensor *(*tensor_of)(const void *, const zck_pk *),
+                                 const void *ctx, const zck_pk_doc *doc, const zck_pk *dict, zck_torch_named **out,
+                                 size_t *count) {
   sdwalk w;
   memset(&w, 0, sizeof w);
-  w.f = f;
-  w.max_visits = 16 * (uint64_t)zck_pk_doc_node_count(f->doc) + ((uint64_t)1 << 20);
+  w.fname = fname;
+  w.tensor_of = tensor_of;
+  w.ctx = ctx;
+  w.max_visits = 16 * (uint64_t)zck_pk_doc_node_count(doc) + ((uint64_t)1 << 20);
   *out = NULL;
   *count = 0;
   zck_status s = dict ? sd_walk(&w, dict, 0, 0) : ZCK_OK;
@@ -282,7 +292,7 @@ zck_status zck_torch_state_dict(const zck_torch_file *f, const zck_pk *dict, zck
       qsort(sorted, w.n, sizeof *sorted, name_cmp);
       for (size_t i = 1; i < w.n && s == ZCK_OK; i++)
         if (!strcmp(sorted[i - 1].name, sorted[i].name))
-          s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor name \"%s\" occurs twice in the state dict", f->name, sorted[i].name);
+          s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor name \"%s\" occurs twice in the state dict", fname, sorted[i].name);
       free(sorted);
     }
   }
@@ -293,6 +303,10 @@ zck_status zck_torch_state_dict(const zck_torch_file *f, const zck_pk *dict, zck
   *out = w.v;
   *count = w.n;
   return ZCK_OK;
+}
+
+zck_status zck_torch_state_dict(const zck_torch_file *f, const zck_pk *dict, zck_torch_named **out, size_t *count) {
+  return zck__torch_named_walk(f->name, file_tensor_of, f, f->doc, dict, out, count);
 }
 
 void zck_torch_named_free(zck_torch_named *v, size_t count) {

@@ -45,6 +45,12 @@ const char *zck__torch_storage_class(zck_dtype t);
 /* torch.<name> dtype global -> dtype; *known set when it is a torch dtype zckpt lacks. */
 zck_dtype zck__torch_dtype_global(const char *name, bool *known);
 
+/* zck_torch_state_dict over any resolver of tensor nodes (a reader's file, a writer's
+ * records); fname for messages, doc bounds the walk. */
+zck_status zck__torch_named_walk(const char *fname, const zck_torch_tensor *(*tensor_of)(const void *, const zck_pk *),
+                                 const void *ctx, const zck_pk_doc *doc, const zck_pk *dict, zck_torch_named **out,
+                                 size_t *count);
+
 /* "a.b.0.c": where node sits under the root (for messages); "?" if not found. */
 void zck__torch_path_of(const zck_torch_file *f, const zck_pk *node, char *buf, size_t n);
 

@@ -9,7 +9,10 @@
  * per-extent CRCs are not computed twice): a storage's CRC is given by set_crc, or else
  * read back from the file at finish, which only small storages written directly need.
  * finish() pickles the tree, adds data.pkl, version and .data/serialization_id, writes the
- * directory and commits the file atomically (zck__outfile). */
+ * directory and commits the file atomically (zck__outfile). A writer holding many files open
+ * during a copy seals each tree once built (pickled then, the nodes freed), after naming its
+ * tensors from the writer's own records of the tensor nodes it made (what a reader of the
+ * file resolves), so the file's manifest entry needs no second parse. */
 #include "torch_internal.h"
 
 #include "exec.h"
@@ -44,6 +47,18 @@ struct zck_torch_writer {
   zck_pk *storage_class[ZCK_DTYPE_COUNT], *dtype_global[ZCK_DTYPE_COUNT];
   bool finished;
   char prefix[256];        /* the archive folder: the file's stem, as torch.save names it */
+  /* the tensor nodes built, as a reader resolves them (zck_torch_writer_named): records
+   * whose shape / stride sit at dim_at[i] in dims (pointers set when named: dims grows) */
+  zck_torch_tensor *rec;
+  size_t *dim_at;
+  bool *wrapped;           /* the inner tensor of a Parameter (not listed by a reader) */
+  size_t nrec, caprec;
+  int64_t *dims;
+  size_t ndims, capdims;
+  zck__ptrmap rec_of;      /* node -> record */
+  /* after seal: data.pkl, and the tree is gone */
+  zck__buf pkl;
+  bool sealed;
 };
 
 void zck_torch_archive_name(const char *path, char *buf, size_t cap) {
@@ -94,7 +109,7 @@ zck_pk_doc *zck_torch_writer_doc(zck_torch_writer *w) { return w->doc; }
 
 zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, uint64_t numel, size_t *storage_index,
                                         uint64_t *data_file_offset) {
-  ZCK_ASSERT(!w->finished);
+  ZCK_ASSERT(!w->finished && !w->sealed);
   size_t esz = zck_dtype_size(dtype);
   if (!esz) return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage of an invalid dtype", w->out.path);
   if (!zck__torch_storage_class(dtype)) {
@@ -136,6 +151,59 @@ static zck_pk *shared(zck_torch_writer *w, zck_pk **slot, zck_pk *(*make)(zck_pk
 }
 static zck_pk *new_str2(zck_pk_doc *d, const char *s, const char *unused) { (void)unused; return zck_pk_new_str(d, s); }
 
+/* Records node as a reader would resolve it: dims of the view, or (inner != SIZE_MAX) a
+ * Parameter wrapping record `inner`. false: out of memory. */
+static bool record(zck_torch_writer *w, const zck_pk *node, size_t storage, int ndim, const int64_t *shape,
+                   const int64_t *stride, uint64_t storage_offset, uint64_t numel, int requires_grad, size_t inner) {
+  if (w->nrec == w->caprec) {
+    size_t cap = w->caprec ? 2 * w->caprec : 64;
+    zck_torch_tensor *r = zck__realloc(w->rec, cap * sizeof *r);
+    if (r) w->rec = r;
+    size_t *da = r ? zck__realloc(w->dim_at, cap * sizeof *da) : NULL;
+    if (da) w->dim_at = da;
+    bool *wr = da ? zck__realloc(w->wrapped, cap * sizeof *wr) : NULL;
+    if (!wr) return false;
+    w->wrapped = wr;
+    w->caprec = cap;
+  }
+  if (inner != SIZE_MAX) {
+    storage = w->rec[inner].storage, ndim = w->rec[inner].ndim, storage_offset = w->rec[inner].storage_offset;
+    numel = w->rec[inner].numel;
+  }
+  size_t need = w->ndims + 2 * (size_t)ndim;
+  if (need > w->capdims) {
+    size_t cap = w->capdims ? 2 * w->capdims : 256;
+    while (cap < need) cap *= 2;
+    int64_t *d = zck__realloc(w->dims, cap * sizeof *d);
+    if (!d) return false;
+    w->dims = d;
+    w->capdims = cap;
+  }
+  size_t at = w->ndims;
+  if (inner != SIZE_MAX) memcpy(w->dims + at, w->dims + w->dim_at[inner], 2 * (size_t)ndim * sizeof *w->dims);
+  else if (ndim) {
+    memcpy(w->dims + at, shape, (size_t)ndim * sizeof *shape);
+    memcpy(w->dims + at + ndim, stride, (size_t)ndim * sizeof *stride);
+  }
+  if (!zck__ptrmap_put(&w->rec_of, node, w->nrec)) return false;
+  w->ndims = need;
+  zck_torch_tensor *t = &w->rec[w->nrec];
+  memset(t, 0, sizeof *t);
+  t->node = node;
+  t->storage = storage;
+  t->dtype = w->st[storage].dtype;
+  t->ndim = ndim;
+  t->storage_offset = storage_offset;
+  t->numel = numel;
+  t->requires_grad = requires_grad != 0;
+  t->is_parameter = inner != SIZE_MAX;
+  w->dim_at[w->nrec] = at;
+  w->wrapped[w->nrec] = false;
+  if (inner != SIZE_MAX) w->wrapped[inner] = true;
+  w->nrec++;
+  return true;
+}
+
 static zck_pk *int_tuple(zck_torch_writer *w, int n, const int64_t *v) {
   zck_pk *t = zck_pk_new_tuple(w->doc, (size_t)n);
   if (!t) return NULL;
@@ -146,7 +214,7 @@ static zck_pk *int_tuple(zck_torch_writer *w, int n, const int64_t *v) {
 
 zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int ndim, const int64_t *shape,
                                 const int64_t *stride, uint64_t storage_offset, int requires_grad) {
-  ZCK_ASSERT(!w->finished && storage_index < w->n && ndim >= 0);
+  ZCK_ASSERT(!w->finished && !w->sealed && storage_index < w->n && ndim >= 0);
   const wstorage *s = &w->st[storage_index];
   if (ndim > ZCK_TORCH_MAX_DIMS) {
     zck__fail(ZCK_ERR_INVALID_ARG, "%s: tensor of %d dimensions", w->out.path, ndim);
@@ -204,7 +272,12 @@ zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int n
   for (size_t i = 0; i < args->u.seq.len; i++)
     if (!args->u.seq.items[i]) return NULL;
   if (!fn) return NULL;
-  return zck_pk_new_object(d, fn, args, 0, NULL);
+  zck_pk *node = zck_pk_new_object(d, fn, args, 0, NULL);
+  if (node && !record(w, node, storage_index, ndim, shape, stride, storage_offset, numel, requires_grad, SIZE_MAX)) {
+    zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", w->out.path);
+    return NULL;
+  }
+  return node;
 }
 
 zck_pk *zck_torch_writer_parameter(zck_torch_writer *w, zck_pk *tensor, int requires_grad) {
@@ -216,7 +289,13 @@ zck_pk *zck_torch_writer_parameter(zck_torch_writer *w, zck_pk *tensor, int requ
   args->u.seq.items[1] = zck_pk_new_bool(w->doc, requires_grad);
   args->u.seq.items[2] = zck_pk_new_dict(w->doc, 1);
   if (!args->u.seq.items[1] || !args->u.seq.items[2]) return NULL;
-  return zck_pk_new_object(w->doc, fn, args, 0, NULL);
+  zck_pk *p = zck_pk_new_object(w->doc, fn, args, 0, NULL);
+  size_t inner = zck__ptrmap_get(&w->rec_of, tensor);
+  if (p && inner != SIZE_MAX && !record(w, p, 0, 0, NULL, NULL, 0, 0, requires_grad, inner)) {
+    zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", w->out.path);
+    return NULL;
+  }
+  return p;
 }
 
 zck_status zck_torch_writer_write(zck_torch_writer *w, size_t storage_index, const void *data, size_t nbytes,
@@ -264,8 +343,80 @@ void zck_torch_writer_set_crc(zck_torch_writer *w, size_t storage_index, uint32_
   w->st[storage_index].crc_set = true;
 }
 
+static const zck_torch_tensor *rec_tensor_of(const void *ctx, const zck_pk *node) {
+  const zck_torch_writer *w = ctx;
+  size_t i = node ? zck__ptrmap_get(&w->rec_of, node) : SIZE_MAX;
+  return i == SIZE_MAX ? NULL : &w->rec[i];
+}
+
+zck_status zck_torch_writer_named(zck_torch_writer *w, const zck_pk *root, zck_torch_named **out, size_t *count) {
+  ZCK_ASSERT(!w->sealed && root);
+  *out = NULL;
+  *count = 0;
+  for (size_t i = 0; i < w->nrec; i++) {
+    w->rec[i].shape = w->dims + w->dim_at[i];
+    w->rec[i].stride = w->dims + w->dim_at[i] + w->rec[i].ndim;
+  }
+  zck_torch_named *v = NULL;
+  size_t n = 0;
+  ZCK_TRY(zck__torch_named_walk(w->out.path, rec_tensor_of, w, w->doc, root, &v, &n));
+  /* every listed record named: a reader would list the others by index */
+  bool *named = zck__calloc(w->nrec + 1, sizeof *named);
+  if (!named) {
+    zck_torch_named_free(v, n);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  for (size_t i = 0; i < n; i++) named[v[i].tensor - w->rec] = true;
+  size_t unnamed = 0;
+  for (size_t i = 0; i < w->nrec; i++) unnamed += !w->wrapped[i] && !named[i];
+  free(named);
+  if (unnamed) {
+    zck_torch_named_free(v, n);
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: %zu tensors reached by no state-dict name", w->out.path, unnamed);
+  }
+  *out = v;
+  *count = n;
+  return ZCK_OK;
+}
+
+uint64_t zck_torch_writer_tensor_offset(const zck_torch_writer *w, const zck_torch_tensor *t) {
+  return w->st[t->storage].data_offset + t->storage_offset * zck_dtype_size(t->dtype);
+}
+
+static void free_records(zck_torch_writer *w) {
+  free(w->rec);
+  free(w->dim_at);
+  free(w->wrapped);
+  free(w->dims);
+  zck__ptrmap_free(&w->rec_of);
+  w->rec = NULL, w->dim_at = NULL, w->wrapped = NULL, w->dims = NULL;
+  w->nrec = w->caprec = w->ndims = w->capdims = 0;
+}
+
+static zck_status dump_pkl(zck_torch_writer *w, const zck_pk *root) {
+  zck__buf_init(&w->pkl);
+  zck_status st = zck_pickle_dump(root, &w->pkl);
+  if (st != ZCK_OK) {
+    zck__buf_free(&w->pkl);
+    return zck__error_prepend(st, "%s: data.pkl", w->out.path);
+  }
+  return ZCK_OK;
+}
+
+zck_status zck_torch_writer_seal(zck_torch_writer *w, const zck_pk *root) {
+  ZCK_ASSERT(!w->finished && !w->sealed && root);
+  ZCK_TRY(dump_pkl(w, root));
+  uint8_t *fit = w->pkl.len ? realloc(w->pkl.data, w->pkl.len) : NULL; /* kept until finish: no slack */
+  if (fit) w->pkl.data = fit, w->pkl.cap = w->pkl.len;
+  zck_pk_doc_free(w->doc);
+  w->doc = NULL;
+  free_records(w);
+  w->sealed = true;
+  return ZCK_OK;
+}
+
 zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
-  ZCK_ASSERT(!w->finished && root);
+  ZCK_ASSERT(!w->finished && (w->sealed ? !root : root != NULL));
   uint32_t all_crc = 0;
   for (size_t i = 0; i < w->n; i++) {
     wstorage *s = &w->st[i];
@@ -278,13 +429,10 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
     zck_zip_writer_set_crc(w->zip, s->zip_index, s->crc);
     all_crc = zck_crc32_combine(all_crc, s->crc, s->nbytes);
   }
-  zck__buf pkl;
-  zck__buf_init(&pkl);
-  zck_status st = zck_pickle_dump(root, &pkl);
-  if (st != ZCK_OK) {
-    zck__buf_free(&pkl);
-    return zck__error_prepend(st, "%s: data.pkl", w->out.path);
-  }
+  if (!w->sealed) ZCK_TRY(dump_pkl(w, root));
+  zck__buf pkl = w->pkl;
+  zck__buf_init(&w->pkl);
+  zck_status st;
   char name[300];
   snprintf(name, sizeof name, "%s/data.pkl", w->prefix);
   st = zck_zip_writer_add(w->zip, name, pkl.data, pkl.len);
@@ -309,6 +457,8 @@ void zck_torch_writer_free(zck_torch_writer *w) {
   if (!w->finished) zck__outfile_abort(&w->out);
   zck_zip_writer_free(w->zip);
   zck_pk_doc_free(w->doc);
+  free_records(w);
+  zck__buf_free(&w->pkl);
   free(w->st);
   free(w);
 }

@@ -3,8 +3,10 @@
  * back (zck_manifest_write_dir), for every DeepSpeed fixture resharded to stages 1-3 and
  * W = 1..4; with 4 KiB chunks (many chunk hashes per file) and the default 64 MiB; with a
  * budget so small that every file stops streaming and is finished by reading (the slow
- * path, same bytes). Every file takes its hashes from the writer, and in the normal runs
- * the writer streams the data from memory (only the zip records at the ends are read). */
+ * path, same bytes). Every file takes its hashes and its tensor list from the writer (the
+ * tensors named from its pickle tree before the tree is freed, so no file is parsed again),
+ * and in the normal runs the writer streams the data from memory (only the zip records at
+ * the ends are read). */
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/ds_writer.h"
 #include "manifest.h"
@@ -53,6 +55,8 @@ static void check(const char *ckpt, const char *root, const struct run *r, bool 
   if (na != nb || memcmp(a, b, na)) ZT_FAIL("%s -> %s: manifests differ (%zu / %zu bytes)", ckpt, root, na, nb);
   size_t nfiles = (size_t)zck_ds_writer_model_files(w) + r->world;
   if (from_known != nfiles) ZT_FAIL("%s -> %s: %zu of %zu files hashed by the writer", ckpt, root, from_known, nfiles);
+  for (size_t i = 0; i < k->n_files; i++) /* named from the writer's trees: no file parsed again */
+    if (!k->files[i].described) ZT_FAIL("%s -> %s: %s: its tensors are not named by the writer", ckpt, root, k->files[i].path);
   if (expect_streaming && streamed == 0) ZT_FAIL("%s -> %s: nothing streamed", ckpt, root);
   total_streamed += streamed;
   total_reread += reread;

@@ -1,6 +1,8 @@
 /* test_torch_write.c: write -> read round trips of the .pt writer: every dtype, views of
  * one storage (transpose, slice, scalar), empty tensors, Parameters, nested containers,
- * out-of-order writes with set_crc; the archive's CRCs, alignment and prefix; and the
+ * out-of-order writes with set_crc; the archive's CRCs, alignment and prefix; the writer's
+ * own naming of its tensors (zck_torch_writer_named) against the reader's, and a tree
+ * sealed (pickled and freed) before finish; and the
  * writer's misuse errors (incomplete data, views that do not fit, abort on free). */
 #include "test.h"
 #include "torch/torch.h"
@@ -87,7 +89,24 @@ static void test_roundtrip(const char *dir) {
   ZT_ASSERT(zck_pk_append(d, lst, param));
   ZT_ASSERT(zck_pk_dict_set(d, opt, zck_pk_new_str(d, "params"), lst));
   ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "opt"), opt));
-  ZT_OK(zck_torch_writer_finish(w, root));
+  /* the writer names its tensors as a reader of the file will (kept: the records go with
+   * the tree), then pickles and frees the tree before finish */
+  zck_torch_named *wv;
+  size_t wn;
+  ZT_OK(zck_torch_writer_named(w, root, &wv, &wn));
+  struct { char name[32]; zck_dtype dtype; int ndim; int64_t dims[4]; uint64_t storage_offset, file_offset; bool param; } wt[64];
+  ZT_ASSERT(wn <= 64);
+  for (size_t i = 0; i < wn; i++) {
+    const zck_torch_tensor *t = wv[i].tensor;
+    snprintf(wt[i].name, sizeof wt[i].name, "%s", wv[i].name);
+    wt[i].dtype = t->dtype, wt[i].ndim = t->ndim, wt[i].storage_offset = t->storage_offset;
+    wt[i].file_offset = zck_torch_writer_tensor_offset(w, t), wt[i].param = t->is_parameter;
+    for (int k = 0; k < t->ndim; k++) wt[i].dims[k] = t->shape[k], wt[i].dims[2 + k] = t->stride[k];
+  }
+  zck_torch_named_free(wv, wn);
+  ZT_OK(zck_torch_writer_seal(w, root));
+  ZT_ASSERT(!zck_torch_writer_doc(w));
+  ZT_OK(zck_torch_writer_finish(w, NULL));
   zck_torch_writer_free(w);
 
   zck_torch_file *f;
@@ -106,6 +125,20 @@ static void test_roundtrip(const char *dir) {
   size_t n;
   ZT_OK(zck_torch_state_dict(f, zck_torch_root(f), &v, &n));
   ZT_EQ_INT(n, NTYPES + 4 + 1 + 2);
+  ZT_EQ_INT(wn, n);
+  for (size_t i = 0; i < n; i++) { /* the writer's names: the reader's, in its order, the same views */
+    const zck_torch_tensor *t = v[i].tensor;
+    ZT_EQ_STR(wt[i].name, v[i].name);
+    ZT_EQ_INT(wt[i].dtype, t->dtype);
+    ZT_EQ_INT(wt[i].ndim, t->ndim);
+    ZT_EQ_U64(wt[i].storage_offset, t->storage_offset);
+    ZT_EQ_U64(wt[i].file_offset, zck_torch_tensor_file_offset(f, t));
+    ZT_EQ_INT(wt[i].param, t->is_parameter);
+    for (int k = 0; k < t->ndim; k++) {
+      ZT_EQ_INT(wt[i].dims[k], t->shape[k]);
+      ZT_EQ_INT(wt[i].dims[2 + k], t->stride[k]);
+    }
+  }
   for (size_t i = 0; i < NTYPES; i++) {
     const zck_torch_tensor *t = find(v, n, zck_dtype_name(all_types[i]));
     ZT_EQ_INT(t->dtype, all_types[i]);
@@ -145,6 +178,37 @@ static void test_roundtrip(const char *dir) {
   free(path);
 }
 
+/* A tensor a reader lists by index only (inside an object's state): the writer cannot name
+ * the file's tensors, and says so; the file itself is written as before. */
+static void test_unnamed(const char *dir) {
+  char *path = NULL;
+  ZT_ASSERT(asprintf(&path, "%s/unnamed.pt", dir) > 0);
+  zck_torch_writer *w;
+  ZT_OK(zck_torch_writer_create(path, &w));
+  zck_pk_doc *d = zck_torch_writer_doc(w);
+  size_t si;
+  uint64_t off;
+  float x[2] = {1, 2};
+  int64_t two = 2;
+  ZT_OK(zck_torch_writer_add_storage(w, ZCK_F32, 2, &si, &off));
+  ZT_OK(zck_torch_writer_write(w, si, x, sizeof x, 0));
+  zck_pk *state = zck_pk_new_dict(d, 0), *root = zck_pk_new_dict(d, 0);
+  ZT_ASSERT(zck_pk_dict_set(d, state, zck_pk_new_str(d, "t"), zck_torch_writer_tensor(w, si, 1, &two, NULL, 0, 0)));
+  zck_pk *obj = zck_pk_new_object(d, zck_pk_new_global(d, "m", "C"), zck_pk_new_tuple(d, 0), 1, state);
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "obj"), obj));
+  zck_torch_named *v = NULL;
+  size_t n = 0;
+  ZT_ERR(zck_torch_writer_named(w, root, &v, &n), ZCK_ERR_NOT_FOUND, "1 tensors reached by no state-dict name");
+  ZT_ASSERT(!v && !n);
+  ZT_OK(zck_torch_writer_finish(w, root));
+  zck_torch_writer_free(w);
+  zck_torch_file *f;
+  ZT_OK(zck_torch_open(path, NULL, &f));
+  ZT_EQ_INT(zck_torch_tensor_count(f), 1);
+  zck_torch_close(f);
+  free(path);
+}
+
 static void test_misuse(const char *dir) {
   char *path = NULL;
   ZT_ASSERT(asprintf(&path, "%s/bad.pt", dir) > 0);
@@ -173,6 +237,7 @@ static void test_misuse(const char *dir) {
 int main(void) {
   char *dir = zt_tmpdir();
   test_roundtrip(dir);
+  test_unnamed(dir);
   test_misuse(dir);
   free(dir);
   printf("torch writer tests passed\n");
