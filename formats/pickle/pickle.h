@@ -112,7 +112,8 @@ const char *zck_pk_as_str(const zck_pk *node);
  * Bounded in depth and length; cycle-safe. */
 void zck_pk_summary(const zck_pk *node, char *buf, size_t n);
 
-/* ---- building trees (for the emitter); nodes belong to the doc */
+/* ---- building trees (for the emitter); nodes belong to the doc. None, the bools and
+ * small ints are one shared node per doc (the loader's too): never modify a node's value. */
 zck_pk_doc *zck_pk_doc_new(void);
 void zck_pk_doc_set_root(zck_pk_doc *doc, zck_pk *root);
 zck_pk *zck_pk_new_none(zck_pk_doc *d);

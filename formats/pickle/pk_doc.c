@@ -11,7 +11,38 @@
 
 zck_pk_doc *zck_pk_doc_new(void) { return zck__calloc(1, sizeof(zck_pk_doc)); }
 
+void *zck__pk_arena(zck_pk_doc *d, size_t n) {
+  if (n > SIZE_MAX - 64) return NULL;
+  n = (n + 7) & ~(size_t)7;
+  if (n > 4096) { /* a chunk of its own */
+    zck__pk_chunk *c = zck__malloc(sizeof *c + n);
+    if (!c) return NULL;
+    c->next = d->big;
+    c->used = c->cap = n;
+    d->big = c;
+    return c->data;
+  }
+  zck__pk_chunk *c = d->arena;
+  if (!c || c->cap - c->used < n) {
+    /* chunks double from 1 KiB to 256 KiB: a small pickle pays for little */
+    size_t cap = c ? (c->cap < ((size_t)256 << 10) ? 2 * c->cap : c->cap) : 1024;
+    zck__pk_chunk *nc = zck__malloc(sizeof *nc + cap);
+    if (!nc) return NULL;
+    nc->next = c;
+    nc->used = 0;
+    nc->cap = cap;
+    d->arena = c = nc;
+  }
+  void *p = (char *)c->data + c->used;
+  c->used += n;
+  return p;
+}
+
 zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind) {
+  if (d->count >= UINT32_MAX) {
+    zck__fail(ZCK_ERR_LIMIT, "more than %u objects", UINT32_MAX - 1);
+    return NULL;
+  }
   if (d->max_objects && d->count >= d->max_objects) {
     d->hit_limit = true;
     zck__fail(ZCK_ERR_LIMIT, "more than %zu objects", d->max_objects);
@@ -30,26 +61,39 @@ zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind) {
   }
   zck__pkn *n = &d->blocks[d->count / ZCK__PK_BLOCK][d->count % ZCK__PK_BLOCK];
   memset(n, 0, sizeof *n);
-  d->count++;
+  n->id = (uint32_t)d->count++;
   n->pub.kind = kind;
   return &n->pub;
 }
 
-static void pk_free_owned(zck_pk *n) {
-  switch (n->kind) {
-  case ZCK_PK_STR: case ZCK_PK_BYTES: case ZCK_PK_BIGINT: free(n->u.str.data); break;
-  case ZCK_PK_TUPLE: case ZCK_PK_LIST: case ZCK_PK_SET: free(n->u.seq.items); break;
-  case ZCK_PK_DICT: free(n->u.dict.keys); free(n->u.dict.values); break;
-  case ZCK_PK_GLOBAL: free(n->u.global.module); free(n->u.global.name); break;
-  default: break;
+/* What a node owns outside the arena: grown lists, dicts and sets. */
+static void pk_free_owned(zck__pkn *w) {
+  if (!w->cap) return;
+  zck_pk *n = &w->pub;
+  if (n->kind == ZCK_PK_DICT) {
+    free(n->u.dict.keys);
+    free(n->u.dict.values);
+  } else {
+    free(n->u.seq.items);
+  }
+}
+
+static void free_chunks(zck__pk_chunk *c) {
+  while (c) {
+    zck__pk_chunk *next = c->next;
+    free(c);
+    c = next;
   }
 }
 
 void zck_pk_doc_free(zck_pk_doc *d) {
   if (!d) return;
-  for (size_t i = 0; i < d->count; i++) pk_free_owned(&d->blocks[i / ZCK__PK_BLOCK][i % ZCK__PK_BLOCK].pub);
+  for (size_t i = 0; i < d->count; i++) pk_free_owned(&d->blocks[i / ZCK__PK_BLOCK][i % ZCK__PK_BLOCK]);
   for (size_t b = 0; b < d->nblocks; b++) free(d->blocks[b]);
   free(d->blocks);
+  free_chunks(d->arena);
+  free_chunks(d->big);
+  free(d->shared);
   free(d);
 }
 
@@ -66,12 +110,19 @@ int zck_pk_doc_protocol(const zck_pk_doc *d) { return d ? d->protocol : 0; }
 bool zck__pk_reserve(zck_pk *node, size_t n) {
   zck__pkn *w = (zck__pkn *)node;
   if (n <= w->cap) return true;
+  bool in_arena = !w->cap && node->kind != ZCK_PK_DICT && node->u.seq.items;
+  if (in_arena && n <= node->u.seq.len) return true;
   size_t cap = w->cap ? w->cap : 4;
   while (cap < n) {
-    if (cap > SIZE_MAX / 2 / sizeof(zck_pk *)) { zck__fail(ZCK_ERR_NO_MEMORY, "container too large"); return false; }
+    if (cap >= UINT32_MAX / 2) { zck__fail(ZCK_ERR_NO_MEMORY, "container too large"); return false; }
     cap *= 2;
   }
-  if (node->kind == ZCK_PK_DICT) {
+  if (in_arena) { /* moves out of the arena (which keeps the old copy until the doc goes) */
+    zck_pk **it = zck__malloc(cap * sizeof *it);
+    if (!it) return false;
+    memcpy(it, node->u.seq.items, node->u.seq.len * sizeof *it);
+    node->u.seq.items = it;
+  } else if (node->kind == ZCK_PK_DICT) {
     zck_pk **k = zck__realloc(node->u.dict.keys, cap * sizeof *k);
     if (!k) return false;
     node->u.dict.keys = k;
@@ -83,16 +134,31 @@ bool zck__pk_reserve(zck_pk *node, size_t n) {
     if (!it) return false;
     node->u.seq.items = it;
   }
-  w->cap = cap;
+  w->cap = (uint32_t)cap;
   return true;
+}
+
+zck_pk *zck__pk_new_seq(zck_pk_doc *d, zck_pk_kind kind, zck_pk *const *items, size_t n) {
+  zck_pk *t = zck__pk_alloc(d, kind);
+  if (!t) return NULL;
+  if (n) {
+    if (n > SIZE_MAX / sizeof *items || !(t->u.seq.items = zck__pk_arena(d, n * sizeof *items))) {
+      zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+      return NULL;
+    }
+    if (items) memcpy(t->u.seq.items, items, n * sizeof *items);
+    else memset(t->u.seq.items, 0, n * sizeof *items);
+  }
+  t->u.seq.len = n;
+  return t;
 }
 
 zck_pk *zck__pk_new_blob(zck_pk_doc *d, zck_pk_kind kind, const void *p, size_t n) {
   zck_pk *node = zck__pk_alloc(d, kind);
   if (!node) return NULL;
   if (n == SIZE_MAX) { zck__fail(ZCK_ERR_NO_MEMORY, "string too large"); return NULL; }
-  char *s = zck__malloc(n + 1);
-  if (!s) return NULL;
+  char *s = zck__pk_arena(d, n + 1);
+  if (!s) { zck__fail(ZCK_ERR_NO_MEMORY, "out of memory"); return NULL; }
   if (n) memcpy(s, p, n);
   s[n] = 0;
   node->u.str.data = s;
@@ -185,13 +251,22 @@ int zck__pk_utf8_valid(const uint8_t *s, size_t n) {
 
 // ---- constructors
 
-zck_pk *zck_pk_new_none(zck_pk_doc *d) { return zck__pk_alloc(d, ZCK_PK_NONE); }
-zck_pk *zck_pk_new_bool(zck_pk_doc *d, int b) {
-  zck_pk *n = zck__pk_alloc(d, ZCK_PK_BOOL);
-  if (n) n->u.b = b != 0;
-  return n;
+/* Slot: 0 None, 1 False, 2 True, 3 + (v - MIN) the int v. */
+static zck_pk *shared(zck_pk_doc *d, size_t slot, zck_pk_kind kind, int64_t v) {
+  if (!d->shared && !(d->shared = zck__calloc(3 + ZCK__PK_SHARED_MAX - ZCK__PK_SHARED_MIN + 1, sizeof *d->shared)))
+    return NULL;
+  zck_pk *n = d->shared[slot];
+  if (n) return n;
+  if (!(n = zck__pk_alloc(d, kind))) return NULL;
+  if (kind == ZCK_PK_BOOL) n->u.b = (int)v;
+  else if (kind == ZCK_PK_INT) n->u.i = v;
+  return d->shared[slot] = n;
 }
+
+zck_pk *zck_pk_new_none(zck_pk_doc *d) { return shared(d, 0, ZCK_PK_NONE, 0); }
+zck_pk *zck_pk_new_bool(zck_pk_doc *d, int b) { return shared(d, b ? 2 : 1, ZCK_PK_BOOL, b != 0); }
 zck_pk *zck_pk_new_int(zck_pk_doc *d, int64_t v) {
+  if (v >= ZCK__PK_SHARED_MIN && v <= ZCK__PK_SHARED_MAX) return shared(d, (size_t)(3 + v - ZCK__PK_SHARED_MIN), ZCK_PK_INT, v);
   zck_pk *n = zck__pk_alloc(d, ZCK_PK_INT);
   if (n) n->u.i = v;
   return n;
@@ -203,13 +278,7 @@ zck_pk *zck_pk_new_float(zck_pk_doc *d, double v) {
 }
 zck_pk *zck_pk_new_str(zck_pk_doc *d, const char *s) { return zck__pk_new_blob(d, ZCK_PK_STR, s, strlen(s)); }
 zck_pk *zck_pk_new_bytes(zck_pk_doc *d, const void *p, size_t n) { return zck__pk_new_blob(d, ZCK_PK_BYTES, p, n); }
-zck_pk *zck_pk_new_tuple(zck_pk_doc *d, size_t n) {
-  zck_pk *t = zck__pk_alloc(d, ZCK_PK_TUPLE);
-  if (!t || !zck__pk_reserve(t, n)) return NULL;
-  for (size_t i = 0; i < n; i++) t->u.seq.items[i] = NULL;
-  t->u.seq.len = n;
-  return t;
-}
+zck_pk *zck_pk_new_tuple(zck_pk_doc *d, size_t n) { return zck__pk_new_seq(d, ZCK_PK_TUPLE, NULL, n); }
 zck_pk *zck_pk_new_list(zck_pk_doc *d) { return zck__pk_alloc(d, ZCK_PK_LIST); }
 zck_pk *zck_pk_new_dict(zck_pk_doc *d, int ordered) {
   zck_pk *n = zck__pk_alloc(d, ZCK_PK_DICT);
@@ -225,9 +294,13 @@ zck_pk *zck_pk_new_global(zck_pk_doc *d, const char *module, const char *name) {
   zck_pk *n = zck__pk_alloc(d, ZCK_PK_GLOBAL);
   if (!n) return NULL;
   zck__pk_global_py3(&module, &name);
-  n->u.global.module = zck__strdup(module);
-  n->u.global.name = zck__strdup(name);
-  if (!n->u.global.module || !n->u.global.name) return NULL;
+  size_t ml = strlen(module) + 1, nl = strlen(name) + 1;
+  char *s = zck__pk_arena(d, ml + nl);
+  if (!s) { zck__fail(ZCK_ERR_NO_MEMORY, "out of memory"); return NULL; }
+  memcpy(s, module, ml);
+  memcpy(s + ml, name, nl);
+  n->u.global.module = s;
+  n->u.global.name = s + ml;
   return n;
 }
 zck_pk *zck_pk_new_object(zck_pk_doc *d, zck_pk *callable, zck_pk *args, int newobj, zck_pk *state) {

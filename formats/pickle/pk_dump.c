@@ -16,9 +16,17 @@
 
 typedef struct em_global { const char *module, *name; uint32_t idx; } em_global;
 
+/* The memo: a node's PUT index in the slot of its id (its index in its doc), so a tree of
+ * millions of nodes is looked up where it was built, not in a hash table scattered over
+ * memory; a node whose slot holds a node of another doc (a tree mixing docs) goes to a
+ * pointer hash table beside it. */
+typedef struct em_slot { const zck_pk *n; uint32_t idx; } em_slot;
+
 typedef struct em {
   zck__buf *out;
-  const zck_pk **keys;   /* pointer memo: open addressing */
+  em_slot *slots;        /* by node id */
+  size_t nslots;
+  const zck_pk **keys;   /* the other nodes: open addressing */
   uint32_t *vals;
   size_t cap, count;
   em_global *globals;
@@ -36,7 +44,12 @@ static size_t ptr_hash(const void *p, size_t cap) {
   return (size_t)x & (cap - 1);
 }
 
+static uint32_t node_id(const zck_pk *n) { return ((const zck__pkn *)n)->id; }
+
 static int64_t memo_find(const em *e, const zck_pk *n) {
+  uint32_t id = node_id(n);
+  if (id >= e->nslots || !e->slots[id].n) return -1; /* nothing of this id memoized yet */
+  if (e->slots[id].n == n) return e->slots[id].idx;
   if (!e->cap) return -1;
   for (size_t i = ptr_hash(n, e->cap);; i = (i + 1) & (e->cap - 1)) {
     if (!e->keys[i]) return -1;
@@ -44,7 +57,11 @@ static int64_t memo_find(const em *e, const zck_pk *n) {
   }
 }
 
-static void op(em *e, uint8_t c) { zck__buf_byte(e->out, c); }
+static inline void op(em *e, uint8_t c) {
+  zck__buf *b = e->out;
+  if (b->len < b->cap) b->data[b->len++] = c;
+  else zck__buf_byte(b, c);
+}
 
 static void write_get(em *e, uint32_t idx) {
   if (idx < 256) { op(e, ZPK_BINGET); op(e, (uint8_t)idx); }
@@ -60,6 +77,21 @@ static uint32_t write_put(em *e) {
 }
 
 static zck_status memoize(em *e, const zck_pk *n) {
+  uint32_t id = node_id(n);
+  if (id >= e->nslots) {
+    size_t cap = e->nslots ? 2 * e->nslots : 1024;
+    while (cap <= id) cap *= 2;
+    em_slot *ns = zck__calloc(cap, sizeof *ns); /* untouched pages stay unmapped */
+    if (!ns) return ZCK_ERR_NO_MEMORY;
+    if (e->nslots) memcpy(ns, e->slots, e->nslots * sizeof *ns);
+    free(e->slots);
+    e->slots = ns;
+    e->nslots = cap;
+  }
+  if (!e->slots[id].n) {
+    e->slots[id] = (em_slot){n, write_put(e)};
+    return ZCK_OK;
+  }
   if ((e->count + 1) * 2 > e->cap) {
     size_t cap = e->cap ? e->cap * 2 : 256;
     const zck_pk **k = zck__calloc(cap, sizeof *k);
@@ -380,6 +412,7 @@ zck_status zck_pickle_dump(const zck_pk *root, zck__buf *out) {
   op(&e, 2);
   zck_status s = emit(&e, root);
   if (s == ZCK_OK) op(&e, ZPK_STOP);
+  free(e.slots);
   free(e.keys);
   free(e.vals);
   free(e.globals);

@@ -5,19 +5,36 @@
 
 #include "pickle.h"
 
-/* A node as allocated: the public part first, so a zck_pk * is a zck__pkn *. */
+/* A node as allocated: the public part first, so a zck_pk * is a zck__pkn *. 64 bytes: a
+ * pickle of 100k tensors is millions of nodes. */
 typedef struct zck__pkn {
   zck_pk pub;
-  size_t cap;        /* allocated slots of seq.items, or of dict.keys / dict.values */
-  uint32_t height;   /* scratch for the depth check */
-  uint8_t state;     /* scratch: 0 unvisited, 1 on the DFS stack, 2 done */
+  uint32_t cap;      /* malloc'd slots of seq.items, or of dict.keys / dict.values; 0 with
+                        items: a tuple's len items in the doc's arena (made with the node) */
+  uint32_t id;       /* index in its doc (creation order): side tables of a walk (the depth
+                        check, the emitter's memo) are indexed by it */
 } zck__pkn;
 
 #define ZCK__PK_BLOCK 1024
+/* Ints in this range, None and the bools are one node per doc: the emitter writes them by
+ * value (never memoized), so sharing changes no byte, and a tensor's shape, stride, offset
+ * and flags, or a loaded pickle's small ints, cost no node each. */
+#define ZCK__PK_SHARED_MIN (-1)
+#define ZCK__PK_SHARED_MAX 1023
+
+/* Bump-allocated bytes of a doc (strings, small item arrays), freed with it. */
+typedef struct zck__pk_chunk {
+  struct zck__pk_chunk *next;
+  size_t used, cap;
+  uint64_t data[];
+} zck__pk_chunk;
 
 struct zck_pk_doc {
   zck__pkn **blocks;
   size_t nblocks, count;
+  zck__pk_chunk *arena;    /* the chunk being filled first, then the older ones */
+  zck__pk_chunk *big;      /* requests too big for a chunk, one each */
+  zck_pk **shared;         /* None, False, True, ints ZCK__PK_SHARED_MIN.. (made on first use) */
   size_t max_objects;      /* 0 = no limit (trees built by hand) */
   bool hit_limit;          /* the last allocation failed on max_objects */
   zck_pk *root;
@@ -27,6 +44,12 @@ struct zck_pk_doc {
 
 /* A zeroed node of the kind, or NULL with ZCK_ERR_NO_MEMORY / ZCK_ERR_LIMIT set. */
 zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind);
+/* n bytes (8-aligned) that live as long as the doc; NULL when out of memory. Only for what
+ * is made with a node of d (its string, a tuple's items): a node's later growth could be
+ * asked through another doc. */
+void *zck__pk_arena(zck_pk_doc *d, size_t n);
+/* A TUPLE/LIST/SET node of d holding a copy of items[0..n), in d's arena. */
+zck_pk *zck__pk_new_seq(zck_pk_doc *d, zck_pk_kind kind, zck_pk *const *items, size_t n);
 /* Grows seq.items (or the dict arrays) to hold at least n entries. false + error on failure. */
 bool zck__pk_reserve(zck_pk *node, size_t n);
 /* STR/BYTES/BIGINT node owning a copy of p[0..n) plus a NUL. */

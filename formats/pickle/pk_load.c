@@ -162,11 +162,7 @@ static zck_status parse_uint_line(vm *v, uint64_t *out) {
 // ---- containers
 
 static zck_pk *copy_seq(vm *v, zck_pk_kind kind, zck_pk **items, size_t n) {
-  zck_pk *t = zck__pk_alloc(v->doc, kind);
-  if (!t || !zck__pk_reserve(t, n)) return NULL;
-  if (n) memcpy(t->u.seq.items, items, n * sizeof *items);
-  t->u.seq.len = n;
-  return t;
+  return zck__pk_new_seq(v->doc, kind, items, n);
 }
 
 static zck_status append_items(vm *v, zck_pk *target, zck_pk **items, size_t n, int set) {
@@ -341,23 +337,29 @@ static int child_at(const zck_pk *n, size_t i, zck_pk **c) {
   }
 }
 
-/* Longest acyclic path from the root, iteratively (hostile nesting must not recurse). */
+/* Longest acyclic path from the root, iteratively (hostile nesting must not recurse).
+ * mark[id]: 0 unvisited, 1 on the DFS stack, h + 2 done with height h. */
 static zck_status check_depth(vm *v, zck_pk *root) {
   typedef struct { zck_pk *n; size_t next; uint32_t h; } frame;
   size_t cap = 64, sp = 0;
   frame *st = zck__malloc(cap * sizeof *st);
-  if (!st) return zck__vm_oom(v);
+  uint32_t *mark = zck__calloc(v->doc->count + 1, sizeof *mark);
+  if (!st || !mark) {
+    free(st);
+    free(mark);
+    return zck__vm_oom(v);
+  }
   zck_status s = ZCK_OK;
   st[sp++] = (frame){root, 0, 0};
-  ((zck__pkn *)root)->state = 1;
+  mark[((zck__pkn *)root)->id] = 1;
   while (sp) {
     frame *f = &st[sp - 1];
     zck_pk *c = NULL;
     if (child_at(f->n, f->next++, &c)) {
       if (!c) continue;
-      zck__pkn *cw = (zck__pkn *)c;
-      if (cw->state == 2) { if (cw->height > f->h) f->h = cw->height; continue; }
-      if (cw->state == 1) continue;   /* a cycle: allowed, consumers bound their walks */
+      uint32_t *cm = &mark[((zck__pkn *)c)->id];
+      if (*cm >= 2) { if (*cm - 2 > f->h) f->h = *cm - 2; continue; }
+      if (*cm == 1) continue;   /* a cycle: allowed, consumers bound their walks */
       if (sp >= v->lim.max_depth) {
         s = zck__fail(ZCK_ERR_LIMIT, "%s: objects nested deeper than the limit %zu", v->name, v->lim.max_depth);
         break;
@@ -368,17 +370,17 @@ static zck_status check_depth(vm *v, zck_pk *root) {
         st = ns;
         cap *= 2;
       }
-      cw->state = 1;
+      *cm = 1;
       st[sp++] = (frame){c, 0, 0};
       continue;
     }
-    zck__pkn *w = (zck__pkn *)f->n;
-    w->height = f->h + 1;
-    w->state = 2;
+    uint32_t height = f->h + 1;
+    mark[((zck__pkn *)f->n)->id] = height + 2;
     sp--;
-    if (sp && w->height > st[sp - 1].h) st[sp - 1].h = w->height;
+    if (sp && height > st[sp - 1].h) st[sp - 1].h = height;
   }
   free(st);
+  free(mark);
   return s;
 }
 

@@ -339,9 +339,10 @@ static void test_malformed(void) {
   }
   lim = (zck_pk_limits)ZCK_PK_LIMITS_INIT;
   lim.max_objects = 4;
-  BADL("\x80\x02(NNNNNNt.", &lim, ZCK_ERR_LIMIT, "more than 5 objects"); /* the cap: 11 bytes / 2 */
+  /* (lists: None and small ints are one shared node per doc, and count once) */
+  BADL("\x80\x02(]]]]]]t.", &lim, ZCK_ERR_LIMIT, "more than 5 objects"); /* the cap: 11 bytes / 2 */
   /* the cap grows to half a node per byte: 10 nodes in 50 bytes pass a cap of 4 */
-  ZT_OK(load_bytes("\x80\x02(" "J\1\0\0\0J\1\0\0\0J\1\0\0\0J\1\0\0\0J\1\0\0\0J\1\0\0\0J\1\0\0\0J\1\0\0\0J\1\0\0\0" "t.", 50, &lim));
+  ZT_OK(load_bytes("\x80\x02(" "J\0\4\0\0J\0\4\0\0J\0\4\0\0J\0\4\0\0J\0\4\0\0J\0\4\0\0J\0\4\0\0J\0\4\0\0J\0\4\0\0" "t.", 50, &lim));
   /* P-10 REDUCE of a non-global, or with non-tuple arguments */
   BAD("\x80\x02N)R.", ZCK_ERR_FORMAT, "REDUCE: callable is a None, not a global");
   BAD("\x80\x02" "cm\nf\nNR.", ZCK_ERR_FORMAT, "REDUCE: arguments are a None, not a tuple");
