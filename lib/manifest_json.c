@@ -24,22 +24,46 @@
 
 // ---- writing
 
+/* Formatted by hand, not printf: a manifest lists every tensor (100k-param checkpoints
+ * have millions of numbers). */
 static void put_string(zck__buf *b, const char *s) {
   zck__buf_byte(b, '"');
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    const unsigned char *run = p;
+    while (*p && *p != '"' && *p != '\\' && *p >= 0x20 && *p != 0x7f) p++;
+    if (p > run) zck__buf_append(b, run, (size_t)(p - run));
+    if (!*p) break;
     if (*p == '"' || *p == '\\') {
       zck__buf_byte(b, '\\');
       zck__buf_byte(b, *p);
-    } else if (*p < 0x20 || *p == 0x7f) {
-      zck__buf_printf(b, "\\u%04x", *p);
     } else {
-      zck__buf_byte(b, *p);
+      zck__buf_printf(b, "\\u%04x", *p);
     }
+    p++;
   }
   zck__buf_byte(b, '"');
 }
 
-static void put_hex(zck__buf *b, uint64_t v) { zck__buf_printf(b, "\"%016llx\"", ULL(v)); }
+static void put_hex(zck__buf *b, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char t[18];
+  t[0] = t[17] = '"';
+  for (int i = 16; i >= 1; i--, v >>= 4) t[i] = digits[v & 15];
+  zck__buf_append(b, t, sizeof t);
+}
+
+static void put_u64(zck__buf *b, uint64_t v) {
+  char t[20];
+  int i = 20;
+  do t[--i] = (char)('0' + v % 10); while (v /= 10);
+  zck__buf_append(b, t + i, (size_t)(20 - i));
+}
+
+static void put_i64(zck__buf *b, int64_t v) {
+  if (v < 0) zck__buf_byte(b, '-');
+  put_u64(b, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+}
 
 zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len) {
   for (size_t i = 0; i < m->n_files; i++)
@@ -66,7 +90,9 @@ zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len)
     const zck_manifest_file *f = &m->files[i];
     zck__buf_str(&b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
     put_string(&b, f->path);
-    zck__buf_printf(&b, ", \"size\": %llu, \"xxh3\": ", ULL(f->size));
+    zck__buf_str(&b, ", \"size\": ");
+    put_u64(&b, f->size);
+    zck__buf_str(&b, ", \"xxh3\": ");
     put_hex(&b, f->xxh3);
     if (f->n_chunks) {
       zck__buf_str(&b, ", \"chunks\": [");
@@ -88,8 +114,15 @@ zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len)
     zck__buf_str(&b, ", \"dtype\": ");
     put_string(&b, t->dtype);
     zck__buf_str(&b, ", \"shape\": [");
-    for (int d = 0; d < t->ndim; d++) zck__buf_printf(&b, d ? ", %lld" : "%lld", (long long)t->shape[d]);
-    zck__buf_printf(&b, "], \"offset\": %llu, \"nbytes\": %llu, \"xxh3\": ", ULL(t->offset), ULL(t->nbytes));
+    for (int d = 0; d < t->ndim; d++) {
+      if (d) zck__buf_str(&b, ", ");
+      put_i64(&b, t->shape[d]);
+    }
+    zck__buf_str(&b, "], \"offset\": ");
+    put_u64(&b, t->offset);
+    zck__buf_str(&b, ", \"nbytes\": ");
+    put_u64(&b, t->nbytes);
+    zck__buf_str(&b, ", \"xxh3\": ");
     put_hex(&b, t->xxh3);
     zck__buf_byte(&b, '}');
   }
