@@ -94,13 +94,14 @@ def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, e
 
 
 def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None, tag=None, force=False,
-            overwrite=False, threads=0, progress=None, no_verify=False, tp_size=None):
+            overwrite=False, threads=0, progress=None, no_verify=False, tp_size=None, model_config=None):
     """A DeepSpeed checkpoint (or a universal folder / HDF5 file) as a DeepSpeed checkpoint
     for another ZeRO stage and/or world size; OUT is a new save root (OUT/latest, OUT/<tag>/).
-    tp_size: an AutoTP source's own TP size writes AutoTP files again (default: TP 1)."""
+    tp_size: write AutoTP files at that TP size (default: TP 1); another TP size than the
+    source's needs the model's config.json: model_config, else the one beside the checkpoint."""
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
                           tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)),
-                          no_verify=int(bool(no_verify)), to_tp_size=tp_size or 0)
+                          no_verify=int(bool(no_verify)), to_tp_size=tp_size or 0, model_config=_b(model_config))
     run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
     return os.fspath(out)
 

@@ -78,7 +78,8 @@ class ReshardOpts(_Opts):
     _fields_ = [("size", ctypes.c_size_t), ("to_stage", ctypes.c_int), ("to_world_size", ctypes.c_uint32), ("sub_group_size", ctypes.c_uint64),
                 ("tag", ctypes.c_char_p), ("threads", ctypes.c_uint), ("overwrite", ctypes.c_int),
                 ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int),
-                ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary)), ("to_tp_size", ctypes.c_uint32)]
+                ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary)), ("to_tp_size", ctypes.c_uint32),
+                ("model_config", ctypes.c_char_p)]
 
 
 class UniversalOpts(_Opts):
