@@ -464,8 +464,9 @@ static zck_status build_uci(keys *K, const zck_model *m, tp_param *tp, size_t n,
         sizes[r] = shard_size(total, T, c, tp[i].size_name, r);
         if (!sizes[r])
           s = zck__fail(ZCK_ERR_UNSUPPORTED, "'%s': DeepSpeed's split at TP %u leaves TP rank %u none of its %lld %s "
-                        "(%lld kv heads, tp_grain_size %lld): not supported", pp->name, T, r, (long long)total,
-                        tp[i].dim ? "columns" : "rows", (long long)c->kv_heads, (long long)c->grain);
+                        "(%lld kv heads, tp_grain_size %lld): not supported (DeepSpeed saves such an empty shard with "
+                        "the frozen params)", pp->name, T, r, (long long)total, tp[i].dim ? "columns" : "rows",
+                        (long long)c->kv_heads, (long long)c->grain);
       }
       if (s != ZCK_OK) break;
       if (tp[i].dim == 1) row[nr++] = tp[i].pattern;
