@@ -291,13 +291,17 @@ static bool last_is_head(const char *module) {
   return !strcmp(last, "lm_head") || !strcmp(last, "embed_out");
 }
 
-/* The alias of p named as a head (a tied head), or -1. */
-static int64_t tied_head(const zck_model *m, uint32_t p) {
+/* head[p]: the alias of p named as a head (a tied head), or -1; one pass. */
+static int64_t *tied_heads(const zck_model *m) {
+  int64_t *head = zck__calloc(m->n_params + 1, sizeof *head);
+  if (!head) return NULL;
+  for (size_t p = 0; p < m->n_params; p++) head[p] = -1;
   char buf[1024];
   for (size_t q = 0; q < m->n_params; q++)
-    if (m->params[q].tied_to == (int32_t)p && last_is_head(module_of(m->params[q].name, buf, sizeof buf)))
-      return (int64_t)q;
-  return -1;
+    if (m->params[q].tied_to >= 0 && head[m->params[q].tied_to] < 0 &&
+        last_is_head(module_of(m->params[q].name, buf, sizeof buf)))
+      head[m->params[q].tied_to] = (int64_t)q;
+  return head;
 }
 
 /* Llama's plan (model_type llama, no biases): name -> kind; false if the name is not one. */
@@ -320,7 +324,7 @@ static bool llama_kind(const char *name, tp_kind *kind, int *dim, bool *meta) {
   return false;
 }
 
-static zck_status rule_kinds(const zck_model *m, tp_param *tp, size_t *n, char **names) {
+static zck_status rule_kinds(const zck_model *m, const int64_t *heads, tp_param *tp, size_t *n, char **names) {
   size_t k = 0;
   /* layers with DeepSpeed metadata first, then the untouched (replicated) params, each in
    * module order (collect_autotp_universal_checkpoint_info) */
@@ -332,7 +336,7 @@ static zck_status rule_kinds(const zck_model *m, tp_param *tp, size_t *n, char *
       int dim = 0;
       bool meta;
       if (!strcmp(pp->name, "model.embed_tokens.weight")) {
-        bool tied = tied_head(m, (uint32_t)p) >= 0;
+        bool tied = heads[p] >= 0;
         kind = tied ? TP_SPLIT : TP_REPL;
         meta = tied;
       } else if (!llama_kind(pp->name, &kind, &dim, &meta)) {
@@ -344,8 +348,7 @@ static zck_status rule_kinds(const zck_model *m, tp_param *tp, size_t *n, char *
         return zck__fail(ZCK_ERR_FORMAT, "parameter '%s' is not 2-D", pp->name);
       tp[k] = (tp_param){(uint32_t)p, kind, dim, NULL, NULL};
       char buf[1024];
-      int64_t head = tied_head(m, (uint32_t)p);
-      names[k] = zck__strdup(module_of(head >= 0 ? m->params[head].name : pp->name, buf, sizeof buf));
+      names[k] = zck__strdup(module_of(heads[p] >= 0 ? m->params[heads[p]].name : pp->name, buf, sizeof buf));
       if (!names[k]) return ZCK_ERR_NO_MEMORY;
       tp[k].size_name = names[k];
       k++;
@@ -354,10 +357,9 @@ static zck_status rule_kinds(const zck_model *m, tp_param *tp, size_t *n, char *
   return ZCK_OK;
 }
 
-/* The kinds from the source's affine map: each entry is rebuilt from its kind and sizes and
- * must equal the recorded one; the rule must give the recorded sizes. */
-static zck_status map_kinds(const zck_model *m, const zck_pk *amp, uint32_t T0, const tp_cfg *c, keys *K, tp_param *tp,
-                            size_t *n, char **names) {
+/* map_kinds' walk over the entries (seen: the params already described). */
+static zck_status map_entries(const zck_model *m, const int64_t *heads, const zck_pk *amp, uint32_t T0,
+                              const tp_cfg *c, keys *K, tp_param *tp, size_t *n, char **names, bool *seen) {
   size_t k = 0;
   for (size_t i = 0; i < amp->u.dict.len; i++) {
     const char *pat = zck_pk_as_str(amp->u.dict.keys[i]);
@@ -365,8 +367,11 @@ static zck_status map_kinds(const zck_model *m, const zck_pk *amp, uint32_t T0, 
     if (pat && !lit) return ZCK_ERR_NO_MEMORY;
     int64_t p = lit && zck_ds_pattern_name(pat, lit) ? zck_model_find_param(m, lit) : -1;
     free(lit);
-    if (p < 0 || m->params[p].tied_to >= 0 || k >= m->n_params)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "affine_map entry '%.200s' is not one saved parameter", pat ? pat : "?");
+    if (p < 0 || m->params[p].tied_to >= 0 || k >= m->n_params || seen[p]) {
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "affine_map entry '%.200s' is not one saved parameter (or a second entry "
+                       "for one)", pat ? pat : "?");
+    }
+    seen[p] = true;
     const zck_param *pp = &m->params[p];
     const zck_pk *ranks = zck_pk_dict_get(amp->u.dict.values[i], "ranks");
     int64_t sizes[4096], sh[ZCK_MAX_DIMS];
@@ -391,7 +396,7 @@ static zck_status map_kinds(const zck_model *m, const zck_pk *amp, uint32_t T0, 
       return zck__fail(ZCK_ERR_UNSUPPORTED, "affine_map of '%s' is cut along several dimensions: not supported", pp->name);
     tp_param x = {(uint32_t)p, dim < 0 ? TP_REPL : TP_SPLIT, dim < 0 ? 0 : dim, NULL, NULL};
     char buf[1024];
-    int64_t head = tied_head(m, (uint32_t)p);
+    int64_t head = heads[p];
     names[k] = zck__strdup(module_of(head >= 0 && dim == 0 ? m->params[head].name : pp->name, buf, sizeof buf));
     if (!names[k]) return ZCK_ERR_NO_MEMORY;
     x.size_name = names[k];
@@ -424,16 +429,26 @@ static zck_status map_kinds(const zck_model *m, const zck_pk *amp, uint32_t T0, 
   return ZCK_OK;
 }
 
+/* The kinds from the source's affine map: each entry is rebuilt from its kind and sizes and
+ * must equal the recorded one; the rule must give the recorded sizes. */
+static zck_status map_kinds(const zck_model *m, const int64_t *heads, const zck_pk *amp, uint32_t T0, const tp_cfg *c,
+                            keys *K, tp_param *tp, size_t *n, char **names) {
+  bool *seen = zck__calloc(m->n_params + 1, sizeof *seen);
+  zck_status s = seen ? map_entries(m, heads, amp, T0, c, K, tp, n, names, seen) : ZCK_ERR_NO_MEMORY;
+  free(seen);
+  return s;
+}
+
+
 // ---- the universal_checkpoint_info
+
+static int cmp_str_node(const void *a, const void *b) {
+  return strcmp(zck_pk_as_str(*(zck_pk *const *)a), zck_pk_as_str(*(zck_pk *const *)b));
+}
 
 static zck_pk *str_list(zck_pk_doc *d, zck_pk **v, size_t n) {
   /* sorted(set(...)) of distinct patterns: str order is code point order (UTF-8 byte order) */
-  for (size_t i = 1; i < n; i++)
-    for (size_t j = i; j > 0 && strcmp(zck_pk_as_str(v[j - 1]), zck_pk_as_str(v[j])) > 0; j--) {
-      zck_pk *t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
+  qsort(v, n, sizeof *v, cmp_str_node);
   zck_pk *l = zck_pk_new_list(d);
   for (size_t i = 0; l && i < n; i++)
     if (!zck_pk_append(d, l, v[i])) return NULL;
@@ -544,11 +559,12 @@ zck_status zck_ds_autotp_plan(const zck_ds_autotp_plan_in *in, uint32_t T, zck_d
   ZCK_TRY(read_model_config(in->config_path, in->config_label ? in->config_label : in->config_path, rule_path, &c));
   zck_pk_doc *d = zck_pk_doc_new();
   tp_param *tp = zck__calloc(m->n_params + 1, sizeof *tp);
+  int64_t *heads = tied_heads(m);
   char **names = zck__calloc(m->n_params + 1, sizeof *names);
   keys K;
   memset(&K, 0, sizeof K);
   K.d = d;
-  zck_status s = d && tp && names ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status s = d && tp && names && heads ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) {
     K.logical_shape = skey(d, "logical_shape");
     K.ranks = skey(d, "ranks");
@@ -562,7 +578,8 @@ zck_status zck_ds_autotp_plan(const zck_ds_autotp_plan_in *in, uint32_t T, zck_d
       s = ZCK_ERR_NO_MEMORY;
   }
   size_t n = 0;
-  if (s == ZCK_OK) s = rule_path ? rule_kinds(m, tp, &n, names) : map_kinds(m, amp, in->src_tp, &c, &K, tp, &n, names);
+  if (s == ZCK_OK)
+    s = rule_path ? rule_kinds(m, heads, tp, &n, names) : map_kinds(m, heads, amp, in->src_tp, &c, &K, tp, &n, names);
   size_t owners = 0;
   for (size_t p = 0; p < m->n_params; p++) owners += m->params[p].tied_to < 0;
   if (s == ZCK_OK && n != owners)
@@ -577,6 +594,7 @@ zck_status zck_ds_autotp_plan(const zck_ds_autotp_plan_in *in, uint32_t T, zck_d
   for (size_t i = 0; names && i < m->n_params; i++) free(names[i]);
   free(names);
   free(tp);
+  free(heads);
   if (s != ZCK_OK) {
     zck_pk_doc_free(d);
     return s;
