@@ -22,7 +22,9 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 TP T (DeepSpeed's split from the model's config.json) equal the direct reshard byte for byte, and
                 DeepSpeed's AutoTP engine at (T, new dp) loads them with engine.load_checkpoint: fp32 masters,
                 exp_avg, exp_avg_sq bit for bit, next loss as above, and the universal_checkpoint_info the files carry
-                equals the one the engine builds itself.
+                equals the one the engine builds itself (TP 2 x DP 2 and TP 1 x DP 2 sources); from the AutoTP
+                checkpoint to TP 4 (its affine map; a config of 4 kv heads of the same shapes), DeepSpeed's engine
+                at TP 4 loads it: masters and Adam state bit for bit, its own universal_checkpoint_info (DP 1 sources).
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
@@ -57,7 +59,12 @@ def worker(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
     deepspeed.init_distributed(dist_backend="gloo")
-    model = G.build_model(spec["tied"])
+    if spec.get("config"):  # another config of the same shapes (its weights are loaded)
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig.from_json_file(spec["config"]))
+    else:
+        model = G.build_model(spec["tied"])
     tp = spec["tp"]
     cfg = G.ds_config(spec["world"], max(tp, 1), spec["stage"], spec["dtype"])
     if tp <= 1:
@@ -294,9 +301,44 @@ def check_case(case, tmp):
         if files(out) != files(direct) or any(open(os.path.join(out, f), "rb").read() !=
                                               open(os.path.join(direct, f), "rb").read() for f in files(direct)):
             fails.append(f"{case} {tag}: differs from the direct reshard at TP {tp}")
+        if dp == 1:  # a DP 1 source's load would run on tp * dp2 = 4 ranks: the TP 4 load below takes them
+            return fails + check_tp4(case, tmp, stage2, base, fp32, state)
         res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=tp * dp2, tp=tp, universal=False, load=out))
         loss = compare(tag, res, True)
         print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
+    except Exception as e:  # noqa: BLE001
+        fails.append(f"{case} {tag}: {e}")
+    return fails
+
+
+def check_tp4(case, tmp, stage2, base, fp32, state):
+    fails = []
+    # TP 2 -> 4 by the source's affine map (the model has 2 kv heads, with which DeepSpeed leaves TP ranks 2, 3 empty
+    # attention shards, refused): with a config of 8 heads, 4 kv heads and head_dim 2, the same shapes, which splits
+    # them at TP 2 as the checkpoint holds them. DeepSpeed's AutoTP engine at TP 4 x DP 1 over that model loads the
+    # files: masters and Adam state bit for bit, and the universal_checkpoint_info is the one it builds at TP 4 (the
+    # loss is another model's: not compared)
+    tag = f"reshard->tp4-s{stage2}w1"
+    out, cfg = os.path.join(tmp, f"{case}-{tag}"), os.path.join(tmp, f"{case}-heads8-kv4.json")
+    try:
+        with open(os.path.join(FIX, case, "config.json")) as f:
+            c = json.load(f)
+        c.update(num_attention_heads=8, num_key_value_heads=4, head_dim=2)
+        with open(cfg, "w") as f:
+            json.dump(c, f)
+        subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), out, "--to-tp-size", "4",
+                        "--to-stage", str(stage2), "--to-world-size", "1", "--model-config", cfg], check=True)
+        res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=4, tp=4, universal=False, load=out,
+                                                   config=cfg))
+        if res.get("uci_same") is not True:
+            fails.append(f"{case} {tag}: the universal_checkpoint_info loaded differs from the one the engine builds")
+        for n, t in fp32.items():
+            if n not in res["fp32"] or not bits_equal(res["fp32"][n].cpu(), t):
+                fails.append(f"{case} {tag}: fp32 master of {n} differs from the source engine's")
+        for n, t in state.items():
+            if n not in res["state"] or not bits_equal(res["state"][n].cpu(), t):
+                fails.append(f"{case} {tag}: {n} differs from the source engine's")
+        print(f"  {case} {tag}: state equal, universal_checkpoint_info DeepSpeed's")
     except Exception as e:  # noqa: BLE001
         fails.append(f"{case} {tag}: {e}")
     return fails
