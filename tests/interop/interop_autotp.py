@@ -122,7 +122,7 @@ def run_load(tmp, name, spec):
     sp = os.path.join(tmp, name + ".spec.json")
     with open(sp, "w") as f:
         json.dump(spec, f)
-    rc = launch(spec["world"], [os.path.abspath(__file__), "--worker", sp], timeout=300,
+    rc = launch(spec["world"], [os.path.abspath(__file__), "--worker", sp], timeout=600,
                 log_prefix=os.path.join(tmp, name))
     if rc:
         logs = "".join(l for l in open(os.path.join(tmp, f"{name}.rank0.log")).read().splitlines(True)
