@@ -163,7 +163,11 @@ static zck_status layout_finish(zck_layout *l, piece_vec *pv) {
                 p->store, (unsigned long long)p->store_off, (unsigned long long)(p->store_off + p->count),
                 (unsigned long long)l->stores[p->store].numel);
   }
-  if (l->n_pieces) qsort(l->pieces, l->n_pieces, sizeof *l->pieces, cmp_piece_param);
+  /* builders add pieces in param order (sorting is for the others): checked first, since a
+   * 100k-param layout is sorted many times a job */
+  bool in_order = true;
+  for (size_t i = 1; in_order && i < l->n_pieces; i++) in_order = cmp_piece_param(&l->pieces[i - 1], &l->pieces[i]) <= 0;
+  if (!in_order) qsort(l->pieces, l->n_pieces, sizeof *l->pieces, cmp_piece_param);
   l->param_first = zck__calloc(l->n_params + 1, sizeof *l->param_first);
   l->store_first = zck__calloc(l->n_stores + 1, sizeof *l->store_first);
   l->by_store = zck__malloc((l->n_pieces ? l->n_pieces : 1) * sizeof *l->by_store);
@@ -179,8 +183,20 @@ static zck_status layout_finish(zck_layout *l, piece_vec *pv) {
   }
   for (size_t i = 0; i < l->n_params; i++) l->param_first[i + 1] += l->param_first[i];
   for (size_t i = 0; i < l->n_stores; i++) l->store_first[i + 1] += l->store_first[i];
-  for (size_t i = 0; i < l->n_pieces; i++) l->by_store[i] = (uint32_t)i;
-  if (l->n_pieces) qsort_r(l->by_store, l->n_pieces, sizeof *l->by_store, cmp_piece_store, l->pieces);
+  /* by store: counted into each store's range in piece order (stable, as the sort is), which
+   * is already by offset when each store is filled in param order; else sorted */
+  size_t *next = zck__malloc((l->n_stores + 1) * sizeof *next);
+  if (!next) return ZCK_ERR_NO_MEMORY;
+  memcpy(next, l->store_first, (l->n_stores + 1) * sizeof *next);
+  for (size_t i = 0; i < l->n_pieces; i++) l->by_store[next[l->pieces[i].store]++] = (uint32_t)i;
+  free(next);
+  in_order = true;
+  for (size_t i = 1; in_order && i < l->n_pieces; i++)
+    in_order = cmp_piece_store(&l->by_store[i - 1], &l->by_store[i], l->pieces) <= 0;
+  if (!in_order) {
+    for (size_t i = 0; i < l->n_pieces; i++) l->by_store[i] = (uint32_t)i;
+    qsort_r(l->by_store, l->n_pieces, sizeof *l->by_store, cmp_piece_store, l->pieces);
+  }
   return ZCK_OK;
 }
 

@@ -27,7 +27,12 @@ static zck_status ws_write(void *ctx, const void *src, uint64_t elem_off, uint64
   /* the write itself from any thread; the lock guards only the list of written ranges */
   zck_status st = zck_torch_writer_write(s->tw, s->storage, src, (size_t)nbytes, off);
   pthread_mutex_lock(&s->mu);
-  if (st == ZCK_OK) {
+  zck__ds_wrange *last = s->n_ranges ? &s->ranges[s->n_ranges - 1] : NULL;
+  if (st == ZCK_OK && last && last->off + last->len == off) {
+    /* writes in order (a transfer in target order): one range, its CRC extended */
+    last->crc = zck_crc32_combine(last->crc, crc, nbytes);
+    last->len += nbytes;
+  } else if (st == ZCK_OK) {
     if (s->n_ranges == s->cap_ranges) {
       size_t nc = s->cap_ranges ? 2 * s->cap_ranges : 8;
       zck__ds_wrange *nr = realloc(s->ranges, nc * sizeof *nr);

@@ -118,11 +118,13 @@ static zck_status memoize(em *e, const zck_pk *n) {
   return ZCK_OK;
 }
 
-static zck_status emit_global(em *e, const char *module, const char *name) {
+/* *idx (optional): the memo index the global has now. */
+static zck_status emit_global_at(em *e, const char *module, const char *name, uint32_t *idx) {
   zck__pk_global_py3(&module, &name);
   for (size_t i = 0; i < e->nglobals; i++)
     if (!strcmp(e->globals[i].module, module) && !strcmp(e->globals[i].name, name)) {
       write_get(e, e->globals[i].idx);
+      if (idx) *idx = e->globals[i].idx;
       return ZCK_OK;
     }
   if (strchr(module, '\n') || strchr(name, '\n') || !*module || !*name)
@@ -142,6 +144,22 @@ static zck_status emit_global(em *e, const char *module, const char *name) {
     e->gcap = cap;
   }
   e->globals[e->nglobals++] = (em_global){module, name, write_put(e)};
+  if (idx) *idx = e->globals[e->nglobals - 1].idx;
+  return ZCK_OK;
+}
+
+static zck_status emit_global(em *e, const char *module, const char *name) {
+  return emit_global_at(e, module, name, NULL);
+}
+
+/* A GLOBAL node: by name, as CPython memoizes the class object; the node then remembers
+ * the memo index in its slot, so a node written many times (a writer's one
+ * _rebuild_tensor_v2 node for 100k tensors) is a GET without comparing names. */
+static zck_status emit_global_node(em *e, const zck_pk *n) {
+  uint32_t idx;
+  ZCK_TRY(emit_global_at(e, n->u.global.module, n->u.global.name, &idx));
+  uint32_t id = node_id(n);
+  if (id < e->nslots && !e->slots[id].n) e->slots[id] = (em_slot){n, idx};
   return ZCK_OK;
 }
 
@@ -363,7 +381,7 @@ static zck_status emit_node(em *e, const zck_pk *n) {
     }
     return ZCK_OK;
   case ZCK_PK_GLOBAL:
-    return emit_global(e, n->u.global.module, n->u.global.name);
+    return emit_global_node(e, n);
   case ZCK_PK_OBJECT: {
     const zck_pk *args = n->u.obj.args;
     if (!n->u.obj.callable || !args || args->kind != ZCK_PK_TUPLE)
