@@ -10,15 +10,9 @@
  * chunks are stored, so compressing the rest overlaps the disk and the commit's fsync
  * has little left to wait for.
  *
- * A dataset of one chunk (most of a universal container's: a MoE model's biases and norms
- * are 100k tensors of a few bytes) is not created until the commit: its chunk, compressed
- * by the thread that completed it, waits in memory (ZCK__H5_DEFER_BYTES of them at most),
- * and the commit creates those datasets group by group, each written and closed at once.
- * libhdf5's cost is per object (~0.2 ms a dataset created, reopened and written by
- * path): this creates each once, in a group already open, and never reopens it. Groups
- * are created through a stack of the open groups along the last path, so a dataset or
- * group next to the one before costs no lookup from the root. */
-#include "h5_internal.h"
+ * The objects in the file (groups, datasets, attributes) are made in h5_write_objects.c;
+ * a dataset of one chunk is made at the commit, its chunk kept until then (see there). */
+#include "h5_write_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,127 +25,6 @@
 #include <zstd.h>
 
 #include "io.h"
-
-#define ZCK__H5_DEFAULT_CHUNK ((uint64_t)1 << 20)
-/* Pooled buffers kept for reuse, at most this many bytes of them. */
-#define ZCK__H5_POOL_BYTES ((size_t)64 << 20)
-/* Start writeback after every this many bytes stored. */
-#define ZCK__H5_WRITE_BEHIND ((uint64_t)16 << 20)
-/* Raw bytes of one-chunk datasets whose creation waits for the commit, at most (later ones
- * are created at once, as bigger datasets are). */
-#define ZCK__H5_DEFER_BYTES ((uint64_t)64 << 20)
-/* Half the entries of a chunk index node (HDF5's default 32: a 2 KB node for each
- * dataset, 6 KB of a universal container's 9.6 KB per tiny param). */
-#define ZCK__H5_ISTORE_K 4
-/* Nesting of groups the writer keeps open (deeper paths are refused). */
-#define ZCK__H5_MAX_DEPTH 32
-
-/* A compression context with its output buffer. */
-typedef struct zck__h5w_zc {
-  ZSTD_CCtx *cc;
-  uint8_t *z;
-  size_t cap;
-} zck__h5w_zc;
-
-typedef struct zck__h5w_slot {
-  uint64_t id;
-  uint8_t *buf;
-  uint64_t filled;
-} zck__h5w_slot;
-
-/* Where a dataset's object header is: each chunk reopens the dataset by it, not by its
- * path (a lookup through a group of 100k names costs more than the chunk's write). */
-#if H5_VERSION_GE(1, 12, 0)
-typedef H5O_token_t zck__h5w_loc;
-#else
-typedef haddr_t zck__h5w_loc;
-#endif
-
-typedef struct zck__h5w_ds {
-  zck_h5_writer *w;
-  char *path;
-  zck__h5w_loc loc;
-  char *label;             /* "FILE:/path" for messages */
-  zck_dtype dtype;
-  size_t es;
-  int ndim;
-  uint64_t dims[ZCK_H5_MAX_DIMS];
-  uint64_t numel;
-  bool chunked;
-  int k;                   /* the dimension chunks cut (earlier dims have chunk 1) */
-  uint64_t ck;             /* chunk extent along k */
-  uint64_t inner;          /* elements of one index of dim k (product of later dims) */
-  uint64_t per_prefix;     /* chunks along dim k: ceil(D[k] / ck) */
-  uint64_t chunk_elems;    /* elements of a full chunk */
-  uint64_t n_chunks, written;
-  /* one-chunk dataset created at the commit (mu guards these three): until then its chunk
-   * waits in frame (a zstd frame; a 0-dim dataset's raw bytes) */
-  bool deferred, created;
-  uint8_t *frame;
-  size_t frame_len;
-  zck__h5w_loc group;      /* deferred: its group's header */
-  size_t order;            /* deferred: its place in creation order */
-  pthread_mutex_t mu;
-  zck__h5w_slot *slots;
-  size_t n_slots, cap_slots;
-} zck__h5w_ds;
-
-struct zck_h5_writer {
-  zck__outfile out;
-  bool out_open;
-  hid_t file;
-  int level;
-  uint64_t chunk_bytes;
-  zck__h5w_ds **ds;
-  size_t n_ds, cap_ds;
-  pthread_mutex_t pool_mu;  /* the pools and the write-behind count */
-  zck__h5w_zc *zc;          /* idle compression contexts */
-  size_t n_zc, cap_zc;
-  uint8_t **bufs;           /* idle assembly buffers of chunk_bytes */
-  size_t n_bufs, cap_bufs;
-  uint64_t unsynced;        /* bytes stored since the last writeback start */
-  bool committed;
-  /* the open groups along the last group path: gh[0] the root, gh[i] its component
-   * gname[i] (gname[0] unused); gloc[i] valid where gloc_ok[i] */
-  hid_t gh[ZCK__H5_MAX_DEPTH + 1];
-  char *gname[ZCK__H5_MAX_DEPTH + 1];
-  zck__h5w_loc gloc[ZCK__H5_MAX_DEPTH + 1];
-  bool gloc_ok[ZCK__H5_MAX_DEPTH + 1];
-  size_t ng;                /* entries of gh in use (0: not even the root yet) */
-  hid_t ftype[ZCK_DTYPE_COUNT];   /* file types by dtype, made on first use */
-  hid_t str_type, scalar;   /* the dtype attribute's type, a scalar dataspace */
-  hid_t dcpl;               /* the last chunked dataset's creation properties */
-  int dcpl_nd;
-  hsize_t dcpl_chunk[ZCK_H5_MAX_DIMS];
-  hid_t dcpl_plain;         /* creation properties of an unchunked dataset */
-  uint64_t deferred_bytes;
-  size_t n_deferred;
-};
-
-static zck_status zck__h5w_attr_on(zck_h5_writer *w, hid_t o, const char *obj, const char *key, hid_t type,
-                                   const void *v, bool fresh);
-
-static zck_status zck__h5w_loc_of(hid_t obj, zck__h5w_loc *loc) {
-#if H5_VERSION_GE(1, 12, 0)
-  H5O_info2_t info;
-  if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0) return ZCK_ERR_IO;
-  *loc = info.token;
-#else
-  H5O_info_t info;
-  if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0) return ZCK_ERR_IO;
-  *loc = info.addr;
-#endif
-  return ZCK_OK;
-}
-
-/* The dataset, opened by where its header is. Lock held. */
-static hid_t zck__h5w_open(const zck__h5w_ds *d) {
-#if H5_VERSION_GE(1, 12, 0)
-  return H5Oopen_by_token(d->w->file, d->loc);
-#else
-  return H5Oopen_by_addr(d->w->file, d->loc);
-#endif
-}
 
 // ---- geometry
 
@@ -171,7 +44,7 @@ static void zck__h5w_locate(const zck__h5w_ds *d, uint64_t e, uint64_t *id, uint
   *valid = (rows < d->ck ? rows : d->ck) * d->inner;
 }
 
-static void zck__h5w_chunk_offset(const zck__h5w_ds *d, uint64_t id, hsize_t *off) {
+void zck__h5w_chunk_offset(const zck__h5w_ds *d, uint64_t id, hsize_t *off) {
   uint64_t p = id / d->per_prefix, j = id % d->per_prefix;
   for (int i = d->ndim - 1; i >= 0; i--) off[i] = 0;
   for (int i = d->k - 1; i >= 0; i--) {
@@ -249,7 +122,7 @@ static void zck__h5w_buf_put(zck_h5_writer *w, uint8_t *b) {
 
 /* After `bytes` more were stored: every ZCK__H5_WRITE_BEHIND bytes, start the writeback
  * of what the file holds so far (a hint; the commit's fsync makes it durable). */
-static void zck__h5w_write_behind(zck_h5_writer *w, uint64_t bytes) {
+void zck__h5w_write_behind(zck_h5_writer *w, uint64_t bytes) {
   pthread_mutex_lock(&w->pool_mu);
   w->unsynced += bytes;
   bool kick = w->unsynced >= ZCK__H5_WRITE_BEHIND;
@@ -259,28 +132,6 @@ static void zck__h5w_write_behind(zck_h5_writer *w, uint64_t bytes) {
 }
 
 // ---- writing a complete chunk
-
-/* Writes a 0-dim dataset's bytes and their XXH3 (contiguous, no filter, so no zstd
- * checksum: ZCK_H5_XXH3_ATTR, which the reader checks). fresh: the dataset was just
- * created (no attribute to replace). Lock held. */
-static zck_status zck__h5w_put_plain(zck__h5w_ds *d, hid_t dset, const uint8_t *buf, bool fresh) {
-  hid_t ftype = zck__h5_file_type(d->dtype);
-  zck_status st = ZCK_OK;
-  if (ftype < 0 || H5Dwrite(dset, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-    st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
-  if (ftype >= 0) H5Tclose(ftype);
-  uint64_t h = zck_xxh3(buf, (size_t)(d->chunk_elems * d->es));
-  if (st == ZCK_OK) st = zck__h5w_attr_on(d->w, dset, d->path, ZCK_H5_XXH3_ATTR, H5T_STD_U64LE, &h, fresh);
-  return st;
-}
-
-static zck_status zck__h5w_put_chunk(zck__h5w_ds *d, hid_t dset, uint64_t id, const void *frame, size_t n) {
-  hsize_t off[ZCK_H5_MAX_DIMS];
-  zck__h5w_chunk_offset(d, id, off);
-  if (H5Dwrite_chunk(dset, H5P_DEFAULT, 0, off, n, frame) < 0)
-    return zck__h5_fail(ZCK_ERR_IO, "%s: writing chunk %llu", d->label, (unsigned long long)id);
-  return ZCK_OK;
-}
 
 /* A deferred dataset keeps its complete chunk for the commit: true when it took it
  * (*st says whether the copy failed). */
@@ -465,78 +316,6 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   return ZCK_OK;
 }
 
-// ---- groups
-
-/* Closes the open groups at levels keep and deeper. Lock held. */
-static void zck__h5w_groups_pop(zck_h5_writer *w, size_t keep) {
-  while (w->ng > keep) {
-    w->ng--;
-    if (w->gh[w->ng] >= 0) H5Gclose(w->gh[w->ng]);
-    free(w->gname[w->ng]);
-    w->gname[w->ng] = NULL;
-  }
-}
-
-/* Opens the groups along path, making the missing ones: the whole path, or (whole false)
- * all but its last component. *level: the last one's index in w->gh. The open groups of
- * the path before are kept as far as the two agree. Lock held. */
-static zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, size_t *level) {
-  if (!w->ng) {
-    w->gh[0] = H5Gopen2(w->file, "/", H5P_DEFAULT);
-    if (w->gh[0] < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: the root group", w->out.path);
-    w->gloc_ok[0] = false;
-    w->ng = 1;
-  }
-  size_t start[ZCK__H5_MAX_DEPTH + 1], len[ZCK__H5_MAX_DEPTH + 1], nc = 0;
-  for (size_t i = 0; path[i];) {
-    while (path[i] == '/') i++;
-    size_t n = strcspn(path + i, "/");
-    if (!n) break;
-    if (nc == ZCK__H5_MAX_DEPTH + 1)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
-    start[nc] = i;
-    len[nc++] = n;
-    i += n;
-  }
-  if (!whole && nc) nc--;
-  if (nc > ZCK__H5_MAX_DEPTH) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
-  size_t lv = 1;
-  while (lv < w->ng && lv <= nc && strlen(w->gname[lv]) == len[lv - 1] &&
-         !memcmp(w->gname[lv], path + start[lv - 1], len[lv - 1]))
-    lv++;
-  zck__h5w_groups_pop(w, lv);
-  for (; lv <= nc; lv++) {
-    char *name = zck__strndup(path + start[lv - 1], len[lv - 1]);
-    if (!name) return ZCK_ERR_NO_MEMORY;
-    int upto = (int)(start[lv - 1] + len[lv - 1]);
-    hid_t parent = w->gh[lv - 1];
-    htri_t ex = H5Lexists(parent, name, H5P_DEFAULT);
-    if (ex < 0) {
-      free(name);
-      return zck__h5_fail(ZCK_ERR_INVALID_ARG, "%.*s: bad HDF5 path", upto, path);
-    }
-    hid_t g = ex ? H5Gopen2(parent, name, H5P_DEFAULT) : H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (g < 0) {
-      free(name);
-      return zck__h5_fail(ZCK_ERR_IO, "%.*s: cannot create group", upto, path);
-    }
-    w->gh[lv] = g;
-    w->gname[lv] = name;
-    w->gloc_ok[lv] = false;
-    w->ng = lv + 1;
-  }
-  *level = nc;
-  return ZCK_OK;
-}
-
-zck_status zck_h5_writer_group(zck_h5_writer *w, const char *path) {
-  zck__h5_lock();
-  size_t level;
-  zck_status st = zck__h5w_group_at(w, path, true, &level);
-  zck__h5_unlock();
-  return st;
-}
-
 // ---- datasets
 
 static void zck__h5w_ds_free(zck__h5w_ds *d) {
@@ -570,163 +349,6 @@ static void zck__h5w_chunking(zck__h5w_ds *d, uint64_t target_elems) {
   uint64_t prefixes = 1;
   for (int i = 0; i < k; i++) prefixes *= d->dims[i];
   d->n_chunks = prefixes * d->per_prefix;
-}
-
-/* The file type of dtype, made once (the writer closes it); H5I_INVALID_HID with the
- * error set for types HDF5 cannot hold. Lock held. */
-static hid_t zck__h5w_ftype(zck_h5_writer *w, zck_dtype dtype) {
-  if ((int)dtype <= 0 || (int)dtype >= ZCK_DTYPE_COUNT) return zck__h5_file_type(dtype);
-  if (w->ftype[dtype] < 0) w->ftype[dtype] = zck__h5_file_type(dtype);
-  return w->ftype[dtype];
-}
-
-/* The creation properties of d: chunked with the zstd filter (the last chunk shape's are
- * kept: a param's states share it), or unchunked. Lock held. */
-static hid_t zck__h5w_dcpl(zck_h5_writer *w, const zck__h5w_ds *d) {
-  if (!d->chunked) {
-    if (w->dcpl_plain < 0 && (w->dcpl_plain = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
-        H5Pset_obj_track_times(w->dcpl_plain, 0) < 0) {
-      H5Pclose(w->dcpl_plain);
-      w->dcpl_plain = H5I_INVALID_HID;
-    }
-    return w->dcpl_plain;
-  }
-  hsize_t chunk[ZCK_H5_MAX_DIMS];
-  for (int i = 0; i < d->ndim; i++) chunk[i] = i < d->k ? 1 : i == d->k ? d->ck : d->dims[i];
-  if (w->dcpl >= 0 && w->dcpl_nd == d->ndim && !memcmp(w->dcpl_chunk, chunk, (size_t)d->ndim * sizeof *chunk))
-    return w->dcpl;
-  if (w->dcpl >= 0) H5Pclose(w->dcpl);
-  unsigned level = (unsigned)w->level;
-  w->dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (w->dcpl >= 0 && (H5Pset_obj_track_times(w->dcpl, 0) < 0 || H5Pset_chunk(w->dcpl, d->ndim, chunk) < 0 ||
-                       H5Pset_filter(w->dcpl, ZCK_H5_ZSTD_FILTER, H5Z_FLAG_MANDATORY, 1, &level) < 0)) {
-    H5Pclose(w->dcpl);
-    w->dcpl = H5I_INVALID_HID;
-  }
-  if (w->dcpl >= 0) {
-    w->dcpl_nd = d->ndim;
-    memcpy(w->dcpl_chunk, chunk, (size_t)d->ndim * sizeof *chunk);
-  }
-  return w->dcpl;
-}
-
-/* Creates d's dataset in the open group g with its dtype attribute, open in *out. Lock
- * held. */
-static zck_status zck__h5w_make(zck_h5_writer *w, zck__h5w_ds *d, hid_t g, hid_t *out) {
-  *out = H5I_INVALID_HID;
-  hid_t ftype = zck__h5w_ftype(w, d->dtype);
-  if (ftype < 0) return zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
-  if (w->str_type < 0) {
-    w->str_type = H5Tcopy(H5T_C_S1);
-    if (w->str_type >= 0 && (H5Tset_size(w->str_type, H5T_VARIABLE) < 0 || H5Tset_cset(w->str_type, H5T_CSET_UTF8) < 0)) {
-      H5Tclose(w->str_type);
-      w->str_type = H5I_INVALID_HID;
-    }
-  }
-  if (w->scalar < 0) w->scalar = H5Screate(H5S_SCALAR);
-  hsize_t dims[ZCK_H5_MAX_DIMS];
-  for (int i = 0; i < d->ndim; i++) dims[i] = d->dims[i];
-  hid_t space = d->ndim ? H5Screate_simple(d->ndim, dims, NULL) : H5Scopy(w->scalar);
-  hid_t dcpl = zck__h5w_dcpl(w, d);
-  if (space < 0 || dcpl < 0 || w->str_type < 0 || w->scalar < 0) {
-    if (space >= 0) H5Sclose(space);
-    return zck__h5_fail(ZCK_ERR_INTERNAL, "%s: dataset properties", d->label);
-  }
-  const char *base = strrchr(d->path, '/');
-  base = base ? base + 1 : d->path;
-  hid_t dset = H5Dcreate2(g, base, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  H5Sclose(space);
-  if (dset < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: cannot create dataset", d->label);
-  const char *dn = zck_dtype_name(d->dtype);
-  zck_status st = zck__h5w_attr_on(w, dset, d->path, "dtype", w->str_type, &dn, true);
-  if (st != ZCK_OK) {
-    H5Dclose(dset);
-    return st;
-  }
-  *out = dset;
-  return ZCK_OK;
-}
-
-/* Opens the object whose header is at loc. Lock held. */
-static hid_t zck__h5w_open_at(zck_h5_writer *w, zck__h5w_loc loc) {
-#if H5_VERSION_GE(1, 12, 0)
-  return H5Oopen_by_token(w->file, loc);
-#else
-  return H5Oopen_by_addr(w->file, loc);
-#endif
-}
-
-static bool zck__h5w_loc_eq(const zck__h5w_loc *a, const zck__h5w_loc *b) { return !memcmp(a, b, sizeof *a); }
-
-/* Creates a deferred dataset in the group open as g and writes its chunk if it has come:
- * from now on it is an ordinary dataset. d->mu and the lock held. */
-static zck_status zck__h5w_create_deferred(zck__h5w_ds *d, hid_t g) {
-  zck_h5_writer *w = d->w;
-  int e = zck__io_fault(ZCK_IO_OP_WRITE);
-  if (e) return zck__fail_errno(e, "%s: write", d->label);
-  hid_t dset;
-  zck_status st = zck__h5w_make(w, d, g, &dset);
-  if (st != ZCK_OK) return st;
-  st = zck__h5w_loc_of(dset, &d->loc);
-  if (st != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
-  if (st == ZCK_OK && d->frame)
-    st = d->chunked ? zck__h5w_put_chunk(d, dset, 0, d->frame, d->frame_len) : zck__h5w_put_plain(d, dset, d->frame, true);
-  H5Dclose(dset);
-  if (st != ZCK_OK) return st;
-  if (d->frame) zck__h5w_write_behind(w, d->frame_len);
-  free(d->frame);
-  d->frame = NULL;
-  d->deferred = false;
-  d->created = true;
-  return ZCK_OK;
-}
-
-/* Creates d now (an attribute is being written to it before the commit). Lock held. */
-static zck_status zck__h5w_materialize(zck__h5w_ds *d) {
-  hid_t g = zck__h5w_open_at(d->w, d->group);
-  if (g < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: opening its group", d->label);
-  pthread_mutex_lock(&d->mu);
-  zck_status st = d->deferred ? zck__h5w_create_deferred(d, g) : ZCK_OK;
-  pthread_mutex_unlock(&d->mu);
-  H5Oclose(g);
-  return st;
-}
-
-static int zck__h5w_deferred_cmp(const void *a, const void *b) {
-  const zck__h5w_ds *x = *(zck__h5w_ds *const *)a, *y = *(zck__h5w_ds *const *)b;
-  int c = memcmp(&x->group, &y->group, sizeof x->group);
-  if (c) return c;
-  return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/* The commit's creation of the deferred datasets, group by group (each group opened once),
- * in the order they were declared within a group. Lock held. */
-static zck_status zck__h5w_create_all_deferred(zck_h5_writer *w) {
-  size_t n = 0;
-  for (size_t i = 0; i < w->n_ds; i++) n += w->ds[i]->deferred;
-  if (!n) return ZCK_OK;
-  zck__h5w_ds **v = zck__malloc(n * sizeof *v);
-  if (!v) return ZCK_ERR_NO_MEMORY;
-  n = 0;
-  for (size_t i = 0; i < w->n_ds; i++)
-    if (w->ds[i]->deferred) v[n++] = w->ds[i];
-  qsort(v, n, sizeof *v, zck__h5w_deferred_cmp);
-  zck_status st = ZCK_OK;
-  hid_t g = H5I_INVALID_HID;
-  for (size_t i = 0; i < n && st == ZCK_OK; i++) {
-    if (g < 0 || !zck__h5w_loc_eq(&v[i]->group, &v[i - 1]->group)) {
-      if (g >= 0) H5Oclose(g);
-      g = zck__h5w_open_at(w, v[i]->group);
-      if (g < 0) {
-        st = zck__h5_fail(ZCK_ERR_IO, "%s: opening its group", v[i]->label);
-        break;
-      }
-    }
-    st = zck__h5w_create_deferred(v[i], g);
-  }
-  if (g >= 0) H5Oclose(g);
-  free(v);
-  return st;
 }
 
 zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype dtype, int ndim,
@@ -801,86 +423,7 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
   return ZCK_OK;
 }
 
-// ---- attributes
-
-/* Writes attribute key of the open object o (named obj in messages), replacing one of
- * that name unless fresh (o was just created). Lock held. */
-static zck_status zck__h5w_attr_on(zck_h5_writer *w, hid_t o, const char *obj, const char *key, hid_t type,
-                                   const void *v, bool fresh) {
-  zck_status st = ZCK_OK;
-  if (!fresh && H5Aexists(o, key) > 0) H5Adelete(o, key);
-  if (w->scalar < 0) w->scalar = H5Screate(H5S_SCALAR);
-  hid_t a = w->scalar >= 0 ? H5Acreate2(o, key, type, w->scalar, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
-  if (a < 0 || H5Awrite(a, type, v) < 0)
-    st = zck__h5_fail(ZCK_ERR_IO, "%s:%s: cannot write attribute %s", w->out.path, obj, key);
-  if (a >= 0) H5Aclose(a);
-  return st;
-}
-
-/* The deferred dataset at path obj, if any. */
-static zck__h5w_ds *zck__h5w_deferred_at(zck_h5_writer *w, const char *obj) {
-  if (!w->n_deferred) return NULL;
-  for (size_t i = 0; i < w->n_ds; i++)
-    if (w->ds[i]->deferred && !strcmp(w->ds[i]->path, obj)) return w->ds[i];
-  return NULL;
-}
-
-static zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v) {
-  zck_status st = ZCK_OK;
-  zck__h5_lock();
-  hid_t o = H5Oopen(w->file, obj, H5P_DEFAULT);
-  zck__h5w_ds *d = o < 0 ? zck__h5w_deferred_at(w, obj) : NULL;
-  if (d) { /* a dataset not made yet: made now */
-    H5Eclear2(H5E_DEFAULT);
-    st = zck__h5w_materialize(d);
-    if (st == ZCK_OK) o = H5Oopen(w->file, obj, H5P_DEFAULT);
-  }
-  if (st != ZCK_OK) {
-    /* said */
-  } else if (o < 0) {
-    st = zck__h5_fail(ZCK_ERR_NOT_FOUND, "%s:%s: no such object", w->out.path, obj);
-  } else {
-    st = zck__h5w_attr_on(w, o, obj, key, type, v, false);
-    H5Oclose(o);
-  }
-  zck__h5_unlock();
-  return st;
-}
-
-zck_status zck_h5_writer_attr_str(zck_h5_writer *w, const char *obj, const char *key, const char *value) {
-  zck__h5_lock();
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, H5T_VARIABLE);
-  H5Tset_cset(t, H5T_CSET_UTF8);
-  zck_status st = zck__h5w_attr(w, obj, key, t, &value);
-  H5Tclose(t);
-  zck__h5_unlock();
-  return st;
-}
-
-zck_status zck_h5_writer_attr_i64(zck_h5_writer *w, const char *obj, const char *key, int64_t value) {
-  return zck__h5w_attr(w, obj, key, H5T_STD_I64LE, &value);
-}
-
-zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char *key, double value) {
-  return zck__h5w_attr(w, obj, key, H5T_IEEE_F64LE, &value);
-}
-
 // ---- closing
-
-/* Closes the ids the writer keeps open besides the file. Lock held. */
-static void zck__h5w_close_kept(zck_h5_writer *w) {
-  zck__h5w_groups_pop(w, 0);
-  for (int i = 0; i < ZCK_DTYPE_COUNT; i++) {
-    if (w->ftype[i] >= 0) H5Tclose(w->ftype[i]);
-    w->ftype[i] = H5I_INVALID_HID;
-  }
-  if (w->str_type >= 0) H5Tclose(w->str_type);
-  if (w->scalar >= 0) H5Sclose(w->scalar);
-  if (w->dcpl >= 0) H5Pclose(w->dcpl);
-  if (w->dcpl_plain >= 0) H5Pclose(w->dcpl_plain);
-  w->str_type = w->scalar = w->dcpl = w->dcpl_plain = H5I_INVALID_HID;
-}
 
 /* Closes the datasets and the file of a writer that is being given up, never leaving an
  * HDF5 id open. Why not a plain H5Fclose: closing flushes HDF5's dirty metadata, and when
