@@ -408,7 +408,7 @@ def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     if err:
         return [f"zckpt reshard failed: {err}"], notes
     try:
-        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out, fused_adam=fused)
+        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out)
     except H.RunFailed as e:
         return [f"DeepSpeed load/train of the resharded checkpoint failed: {e}"], notes
 
