@@ -111,10 +111,6 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
                                const zck_reshard_opts *o) {
   const zck_model *m = src->m;
   uint32_t T = o->to_tp_size;
-  for (size_t p = 0; p < m->n_params; p++)
-    if (m->params[p].frozen && m->params[p].tied_to < 0)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: frozen parameter '%s': an AutoTP reshard with frozen parameters is not "
-                       "supported (reshard to TP 1, or to-universal)", src->dir, m->params[p].name);
   zck_ds_write_opts wo_plan = *wo_in;
   const zck_ds_write_opts *wo = wo_in;
   const zck_pk *uci = src->uci;

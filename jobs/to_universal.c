@@ -142,8 +142,10 @@ static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal
 
 /* An entry's part: 0..2 the fp32 / exp_avg / exp_avg_sq views (whole params); ALIAS a
  * tied alias written from its source's fp32 (its own plan: its source has an entry too);
- * -1 a direct copy from `src`. */
+ * FROZEN (AutoTP) a frozen param, or an alias of one, written from the frozen view, whose
+ * slices the reader merged; -1 a direct copy from `src`. */
 #define ZCK__UVJ_ALIAS 3
+#define ZCK__UVJ_FROZEN 4
 
 typedef struct zck__uvj_entry {
   const char *name;
@@ -165,6 +167,7 @@ typedef struct zck__uvj {
   const zck_universal_opts *o;
   zck_uv_writer *w;
   zck_ds_view views[3];
+  zck_ds_view frozen;       /* AutoTP with frozen params: their merged slices */
   zck__uvj_entry *e;
   size_t n, cap;
   zck__uvj_progress prog;
@@ -266,9 +269,9 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     free(ex);
     if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, pcrc[3]};
   }
-  /* tied aliases under AutoTP: one plan each from the fp32 view */
+  /* tied aliases and frozen params under AutoTP: one plan each from the fp32 / frozen view */
   size_t n_alias = 0, first_alias = nj;
-  for (size_t i = 0; i < n; i++) n_alias += j->e[first + i].part == ZCK__UVJ_ALIAS;
+  for (size_t i = 0; i < n; i++) n_alias += j->e[first + i].part >= ZCK__UVJ_ALIAS;
   zck_exec_job *ajobs = n_alias ? zck__calloc(nj + n_alias + 2, sizeof *ajobs) : NULL;
   zck_plan **aplans = n_alias ? zck__calloc(n_alias, sizeof *aplans) : NULL;
   size_t *aidx = n_alias ? zck__calloc(n_alias, sizeof *aidx) : NULL;
@@ -281,14 +284,15 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     size_t a = 0;
     for (size_t i = 0; st == ZCK_OK && i < n; i++) {
       const zck__uvj_entry *e = &j->e[first + i];
-      if (e->part != ZCK__UVJ_ALIAS) continue;
+      if (e->part < ZCK__UVJ_ALIAS) continue;
+      const zck_ds_view *from = e->part == ZCK__UVJ_FROZEN ? &j->frozen : &j->views[0];
       zck_layout *al = NULL;
       st = zck_layout_whole(j->m->n_params, numel, &e->param, 1, &al);
-      if (st == ZCK_OK) st = zck_plan_build(j->views[0].layout, al, NULL, &aplans[a]);
+      if (st == ZCK_OK) st = zck_plan_build(from->layout, al, NULL, &aplans[a]);
       zck_layout_free(al);
       if (st != ZCK_OK) break;
       aidx[a] = i;
-      alljobs[nj++] = (zck_exec_job){aplans[a], j->views[0].stores, &dst[i], &acrc[a]};
+      alljobs[nj++] = (zck_exec_job){aplans[a], from->stores, &dst[i], &acrc[a]};
       a++;
     }
   }
@@ -381,7 +385,7 @@ static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size
 
 /* DeepSpeed 0.19.8 (stage 1/2): every `module` entry still without zero/<name>/fp32.pt
  * gets {'param': tensor.float()}: frozen params, tied aliases, buffers. */
-static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
+static zck_status zck__uvj_module_entries(zck__uvj *j, uint8_t *written) {
   const zck_torch_file *mf = zck_ds_rank0_model(j->ck);
   const zck_pk *module = zck_pk_dict_get(zck_torch_root(mf), "module");
   if (!module || module->kind != ZCK_PK_DICT) return ZCK_OK;
@@ -392,18 +396,24 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, const uint8_t *written) {
     int64_t pi = zck_model_find_param(j->m, name);
     if (pi >= 0 && written[pi]) continue;
     if (pi >= 0 && j->info->tp_size > 1) {
-      /* AutoTP: a module tensor is this TP rank's slice. ds_to_universal writes a tied alias
-       * from rank 0's 16-bit slice alone (half the matrix at tp 2); zckpt writes the whole
-       * tensor: its source's fp32 master, as zero_to_fp32 gives the alias */
+      /* AutoTP: a module tensor is this TP rank's slice. ds_to_universal writes it from rank
+       * 0's 16-bit slice alone (half a tied head or of a frozen split param at tp 2); zckpt
+       * writes the whole tensor, as float32: a tied alias from its source's fp32 master, as
+       * zero_to_fp32 gives the alias; a frozen param (or an alias of one) from its slices,
+       * merged by the affine map. DeepSpeed's load_universal reads neither (frozen params
+       * keep the model's values; an alias is its source) */
       const zck_param *pa = &j->m->params[pi];
-      if (pa->tied_to < 0 || !written[pa->tied_to])
-        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s: a frozen parameter of an AutoTP checkpoint (its slices "
-                         "are not merged)", zck_torch_name(mf), name);
+      uint32_t owner = pa->tied_to >= 0 ? (uint32_t)pa->tied_to : (uint32_t)pi;
+      bool frozen = j->m->params[owner].frozen && j->frozen.layout;
+      if (!frozen && (pa->tied_to < 0 || !written[pa->tied_to]))
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module.%s: a parameter of an AutoTP checkpoint that is neither "
+                         "trained, frozen nor tied to either", zck_torch_name(mf), name);
       zck__uvj_entry *e = zck__uvj_add(j);
       if (!e) return ZCK_ERR_NO_MEMORY;
       *e = (zck__uvj_entry){.name = name, .state = "fp32", .form = ZCK_UV_PARAM, .dtype = ZCK_F32, .ndim = pa->ndim,
-                            .numel = pa->numel, .part = ZCK__UVJ_ALIAS, .param = (uint32_t)pa->tied_to};
+                            .numel = pa->numel, .part = frozen ? ZCK__UVJ_FROZEN : ZCK__UVJ_ALIAS, .param = owner};
       memcpy(e->shape, pa->shape, sizeof e->shape);
+      written[pi] = 1;
       continue;
     }
     bool dup = false;   /* a key twice in the pickle: the file is written once */
@@ -860,6 +870,9 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   if (j.info->stage >= 1 && j.info->stage <= 2) ZCK_TRY(zck__uvj_check_info(ck, o));  /* ZeRO-0 files have none */
   static const zck_ds_part parts[3] = {ZCK_DS_FP32, ZCK_DS_EXP_AVG, ZCK_DS_EXP_AVG_SQ};
   for (int k = 0; k < 3; k++) ZCK_TRY(zck_ds_get(ck, parts[k], &j.views[k]));
+  bool any_frozen = false;
+  for (size_t p = 0; p < j.m->n_params; p++) any_frozen |= j.m->params[p].frozen && j.m->params[p].tied_to < 0;
+  if (j.info->tp_size > 1 && any_frozen) ZCK_TRY(zck_ds_get(ck, ZCK_DS_FROZEN, &j.frozen));
   uint32_t *flat = NULL;
   size_t n_flat = 0;
   ZCK_TRY(zck__uvj_flat_params(&j.views[0], &flat, &n_flat));

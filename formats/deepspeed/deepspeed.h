@@ -223,6 +223,13 @@ zck_status zck_ds_autotp_shard_model(const zck_pk *uci, const zck_model *full, u
 zck_status zck_ds_autotp_target(const zck_pk *uci, const zck_model *full, uint32_t T, uint32_t t, const zck_layout *shard,
                              zck_layout **out);
 const zck_pk *zck_ds_autotp_info(const zck_ds_ckpt *c);
+/* The reverse, for a reader holding every TP rank's shards of some params: ls[t] lays TP
+ * rank t's shards of `params` (t's shard shapes); the result lays the full params over
+ * all of them, each piece read from the first rank that holds it (as
+ * ParamAffineMap.rebuild keeps the first copy), rank t's stores numbered after the earlier
+ * ranks' (concatenated in rank order). */
+zck_status zck_ds_autotp_merge(const zck_pk *uci, const zck_model *full, uint32_t T, const uint32_t *params, size_t n,
+                               const zck_layout *const *ls, zck_layout **out);
 /* DeepSpeed 0.19.8's AutoTP split of `full` at TP size T (ds_autotp_plan.c): the
  * universal_checkpoint_info its engine would save there (what zck_ds_autotp_shard_model /
  * zck_ds_autotp_target take), from the source's own record (src_uci, src_tp; NULL for a

@@ -647,6 +647,58 @@ zck_status zck_ds_autotp_target(const zck_pk *uci, const zck_model *full, uint32
   return s;
 }
 
+zck_status zck_ds_autotp_merge(const zck_pk *uci, const zck_model *full, uint32_t T, const uint32_t *params, size_t n,
+                               const zck_layout *const *ls, zck_layout **out) {
+  *out = NULL;
+  if (T < 2) return zck__fail(ZCK_ERR_INVALID_ARG, "a merge of %u TP ranks", T);
+  const zck_pk *amp = NULL;
+  zck__strmap names = {0};
+  char **lits = NULL;
+  tp_runs R = {0};
+  uint64_t *full_numel = zck__calloc(full->n_params + 1, sizeof *full_numel);
+  uint8_t *want = zck__calloc(full->n_params + 1, 1);
+  R.first = zck__calloc(full->n_params + 1, sizeof *R.first);
+  zck_status s = full_numel && want && R.first ? amp_index(uci, &amp, &names, &lits) : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; s == ZCK_OK && i < n; i++)
+    if (params[i] < full->n_params) want[params[i]] = 1;
+  for (size_t p = 0; s == ZCK_OK && p < full->n_params; p++) {
+    R.first[p] = R.n;
+    full_numel[p] = full->params[p].numel;
+    if (!want[p] || full->params[p].tied_to >= 0) continue;
+    size_t start = R.n;
+    for (uint32_t t = 0; s == ZCK_OK && t < T; t++) {
+      char where[700];
+      snprintf(where, sizeof where, "universal_checkpoint_info['affine_map'] of '%.400s', rank %u", full->params[p].name,
+               t);
+      const zck_pk *e = rank_entry(amp, &names, full->params[p].name, t);
+      if (!e) s = zck__fail(ZCK_ERR_FORMAT, "%s: missing", where);
+      else s = rank_runs(&R, zck_pk_dict_get(e, "pieces"), t, T, full_numel[p], ls[t]->param_numel[p], false, where);
+    }
+    if (s != ZCK_OK) break;
+    qsort(R.v + start, R.n - start, sizeof *R.v, cmp_run);
+    uint64_t at = 0;  /* every element of the full param exactly once */
+    for (size_t i = start; s == ZCK_OK && i < R.n; i++) {
+      if (R.v[i].full_off != at)
+        s = zck__fail(ZCK_ERR_FORMAT, "universal_checkpoint_info['affine_map'] of '%s': the pieces %s element %llu",
+                      full->params[p].name, R.v[i].full_off > at ? "leave out" : "hold twice", (unsigned long long)at);
+      at += R.v[i].count;
+    }
+    if (s == ZCK_OK && at != full_numel[p])
+      s = zck__fail(ZCK_ERR_FORMAT, "universal_checkpoint_info['affine_map'] of '%s': the pieces cover %llu of %llu "
+                    "elements", full->params[p].name, (unsigned long long)at, (unsigned long long)full_numel[p]);
+  }
+  if (s == ZCK_OK) {
+    R.first[full->n_params] = R.n;
+    s = compose(full->n_params, T, &R, full_numel, ls, out);
+  }
+  amp_index_free(amp, &names, lits);
+  free(full_numel);
+  free(want);
+  free(R.v);
+  free(R.first);
+  return s;
+}
+
 const zck_pk *zck_ds_autotp_info(const zck_ds_ckpt *c) {
   if (c->info.tp_size <= 1 || !c->model0) return NULL;
   return zck_pk_dict_get(zck_torch_root(c->model0), "universal_checkpoint_info");

@@ -100,10 +100,6 @@ zck_status zck__uv_autotp(zck_uv_ckpt *c) {
                      "AutoTP): tensor/pipeline-parallel checkpoints are not supported", path, T);
   if (!zck_pk_as_int(zck_pk_dict_get(am, "version"), &ver) || ver != 1)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: affine_map version %lld (zckpt reads version 1)", path, (long long)ver);
-  for (size_t p = 0; p < m->n_params; p++)
-    if (m->params[p].frozen && m->params[p].tied_to < 0)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: frozen parameter '%s' in an AutoTP universal folder: not supported (its "
-                       "module tensor is TP rank 0's slice)", path, m->params[p].name);
   size_t n = amp->u.dict.len;
   char **lits = zck__calloc(n + 1, sizeof *lits);
   int64_t (*full)[ZCK_MAX_DIMS] = zck__calloc(m->n_params + 1, sizeof *full);

@@ -15,6 +15,8 @@
  * file in stage 3) and the buffers. */
 #include "uv_internal.h"
 
+#include "deepspeed/deepspeed.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -533,6 +535,101 @@ static zck_status zck__uv_fragment(zck_uv_ckpt *c, const zck_torch_file *f, cons
   return zck__uv_aux(c, path, &t, what, out);
 }
 
+/* The model-states file of TP rank t (AutoTP) and dp rank r (stage 3: every dp rank has
+ * one), opened unless it is model0. */
+static zck_status zck__uv_rank_model(const zck_uv_ckpt *c, uint32_t t, uint32_t r, const zck_torch_open_opts *topts,
+                                     zck_torch_file **f, const char **why) {
+  char *p = c->info.stage == 3 ? zck__sprintf("%s/zero_pp_rank_%u_mp_rank_%02u_model_states.pt", c->dir, r, t)
+                               : zck__sprintf("%s/mp_rank_%02u_model_states.pt", c->dir, t);
+  struct stat sb;
+  zck_status st = ZCK_OK;
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  if (stat(p, &sb) != 0) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (%s)", p, why ? *why : "a rank's frozen params");
+  else st = zck_torch_open(p, topts, f);
+  free(p);
+  return st;
+}
+
+/* AutoTP (stage 1/2/3): every TP rank's model files hold its slices of the frozen params
+ * (module, or frozen_param_fragments); laid out per TP rank over its shard shapes, then
+ * merged onto the full shapes by the affine map. */
+static zck_status zck__uv_build_frozen_tp(zck_uv_ckpt *c, const zck_torch_open_opts *topts, const uint32_t *fp,
+                                          size_t nf, bool frags) {
+  const zck_model *m = c->m;
+  uint32_t T = c->info.tp_size, w = c->info.world_size;
+  int stage = c->info.stage;
+  const zck_pk *uci = zck_pk_dict_get(zck_torch_root(c->model0), "universal_checkpoint_info");
+  zck_layout **ls = zck__calloc(T, sizeof *ls);
+  zck_model **sm = zck__calloc(T, sizeof *sm);
+  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
+  zck_group_spec *specs = zck__calloc(nf + 1, sizeof *specs);
+  size_t n_stores = 0;
+  zck_status st = ls && sm && numel && specs ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < nf && specs; i++) specs[i] = (zck_group_spec){&fp[i], 1, -1};
+  for (uint32_t t = 0; st == ZCK_OK && t < T; t++) {
+    st = zck_ds_autotp_shard_model(uci, m, t, &sm[t]);
+    if (st != ZCK_OK) { st = zck__error_prepend(st, "%s", zck_torch_name(c->model0)); break; }
+    zck_model_numels(sm[t], numel);
+    st = stage == 3 ? zck_layout_zero3(m->n_params, numel, specs, nf, w, &ls[t])
+                    : zck_layout_whole(m->n_params, numel, fp, nf, &ls[t]);
+    if (st == ZCK_OK) n_stores += ls[t]->n_stores;
+  }
+  if (st == ZCK_OK && !(c->frozen_stores = zck__calloc(n_stores + 1, sizeof *c->frozen_stores))) st = ZCK_ERR_NO_MEMORY;
+  size_t base = 0;
+  zck_torch_file *rf = NULL;
+  for (uint32_t t = 0; st == ZCK_OK && t < T; t++) {
+    for (uint32_t r = 0; st == ZCK_OK && r < (stage == 3 ? w : 1); r++) {
+      const zck_torch_file *f = c->model0;
+      if (t || r) {
+        const char *why = "a TP rank's slices of the frozen params";
+        st = zck__uv_rank_model(c, t, r, topts, &rf, &why);
+        f = rf;
+      }
+      const zck_pk *module = st == ZCK_OK ? zck_pk_dict_get(zck_torch_root(f), "module") : NULL;
+      for (size_t i = 0; st == ZCK_OK && i < nf; i++) {
+        const zck_param *p = &sm[t]->params[fp[i]];
+        uint32_t id = stage == 3 ? zck_layout_store_id(ls[t], (uint32_t)i, r) : (uint32_t)i;
+        zck_store *out = &c->frozen_stores[base + id];
+        if (frags) {
+          st = zck__uv_fragment(c, f, p, stage == 3 ? zck_zero3_partition(p->numel, w) : p->numel, out);
+          continue;
+        }
+        const zck_pk *node = module && module->kind == ZCK_PK_DICT ? zck_pk_dict_get(module, p->name) : NULL;
+        zck__uv_tref tr;
+        char what[600];
+        snprintf(what, sizeof what, "module['%.500s']", p->name);
+        if (!node) {
+          st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' missing from module", zck_torch_name(f), p->name);
+          break;
+        }
+        st = zck__uv_tref_of(f, node, p->name, &tr);
+        if (st == ZCK_OK && tr.numel != p->numel) {
+          char a[128], b[128];
+          st = zck__fail(ZCK_ERR_MISMATCH, "%s: %s has shape %s but the affine map gives TP rank %u %s",
+                         zck_torch_name(f), what, zck_shape_str(tr.ndim, tr.shape, a, sizeof a), t,
+                         zck_shape_str(p->ndim, p->shape, b, sizeof b));
+        }
+        if (st == ZCK_OK) st = zck__uv_aux(c, zck_torch_name(f), &tr, what, out);
+      }
+      zck_torch_close(rf);
+      rf = NULL;
+    }
+    if (st == ZCK_OK) base += ls[t]->n_stores;
+  }
+  if (st == ZCK_OK &&
+      (st = zck_ds_autotp_merge(uci, m, T, fp, nf, (const zck_layout *const *)ls, &c->frozen_layout)) != ZCK_OK)
+    st = zck__error_prepend(st, "%s", zck_torch_name(c->model0));
+  for (uint32_t t = 0; ls && sm && t < T; t++) {
+    zck_layout_free(ls[t]);
+    zck_model_free(sm[t]);
+  }
+  free(ls);
+  free(sm);
+  free(numel);
+  free(specs);
+  return st;
+}
+
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts) {
   const zck_model *m = c->m;
   uint32_t w = c->info.world_size;
@@ -556,6 +653,13 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
   for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++)
     if (m->params[p].frozen && m->params[p].tied_to < 0) fp[nf++] = (uint32_t)p;
   if (st == ZCK_OK) zck_model_numels(m, numel);
+  if (st == ZCK_OK && c->info.tp_size > 1 && (stage != 3 || frags)) {
+    st = zck__uv_build_frozen_tp(c, topts, fp, nf, stage == 3 || (stage == 2 && frags));
+    free(fp);
+    free(specs);
+    free(numel);
+    return st;
+  }
   if (st == ZCK_OK && stage == 3 && !frags)
     st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' but no frozen_param_fragments", zck_torch_name(c->model0),
                    m->params[fp[0]].name);

@@ -1,6 +1,10 @@
 /* test_autotp.c: AutoTP (tensor-parallel) checkpoints saved by the real DeepSpeed 0.19.8 on
  * the CPU (tests/fixtures/autotp/<case>/, made by tests/fixtures/gen/make_autotp_fixtures.py):
- * TP 2 x DP 1 and TP 2 x DP 2, ZeRO 1, 2 and 3, fp32 and bf16, tied and untied head.
+ * TP 2 x DP 1 and TP 2 x DP 2, ZeRO 1, 2 and 3, fp32 and bf16, tied and untied head, frozen
+ * params (column-, row-parallel, replicated, the vocab-parallel tied embedding) at ZeRO 1 and 2.
+ * Frozen params: consolidate gives them where zero_to_fp32 does (ZeRO-2/3), equal to the live
+ * engine's slices merged by ParamAffineMap.rebuild (expected_frozen); to-universal writes them
+ * whole as float32; every reshard and read-back below carries them.
  *   - open: the full shapes (what DeepSpeed's engine holds gathered), tp_size, dp size;
  *   - consolidate equals the live engine's full fp32 masters (safe_get_full_fp32_param on
  *     every TP rank, merged by DeepSpeed's ParamAffineMap.rebuild) bit for bit; with
@@ -50,15 +54,21 @@ static unsigned char *read_st(const zck_hf_tensor *t) {
   return p;
 }
 
-/* Every tensor of `out` equals the one of the same name in `expected` (dtype, shape,
- * bytes); `out` has `n_expected` tensors (-1: any number). */
+/* The frozen params' full values (the live engine's slices merged by DeepSpeed's
+ * ParamAffineMap.rebuild), for the cases with frozen params; else NULL. */
+static const char *g_frozen;
+
+/* Every tensor of `out` equals the one of the same name in `expected`, or in g_frozen
+ * (dtype, shape, bytes); `out` has `n_expected` tensors (-1: any number). */
 static void same_tensors(const char *cs, const char *out, const char *expected, int n_expected) {
-  zck_hf_checkpoint *a = NULL, *b = NULL;
+  zck_hf_checkpoint *a = NULL, *b = NULL, *f = NULL;
   ZT_OK(zck_hf_open(out, &a));
   ZT_OK(zck_hf_open(expected, &b));
+  if (g_frozen) ZT_OK(zck_hf_open(g_frozen, &f));
   if (n_expected >= 0) ZT_EQ_INT(zck_hf_count(a), n_expected);
   for (size_t i = 0; i < zck_hf_count(a); i++) {
     const zck_hf_tensor *x = zck_hf_tensor_at(a, i), *y = zck_hf_find(b, x->t->name);
+    if (!y && f) y = zck_hf_find(f, x->t->name);
     if (!y) ZT_FAIL("%s: %s: no %s in %s", cs, out, x->t->name, expected);
     ZT_EQ_INT(x->t->dtype, y->t->dtype);
     ZT_EQ_INT(x->t->ndim, y->t->ndim);
@@ -70,6 +80,7 @@ static void same_tensors(const char *cs, const char *out, const char *expected, 
   }
   zck_hf_close(a);
   zck_hf_close(b);
+  zck_hf_close(f);
 }
 
 /* zero/<name>/<state>.pt of a universal folder equals `key` of expected (a safetensors file). */
@@ -91,13 +102,21 @@ static void same_universal(const char *cs, const char *udir, const char *name, c
   ZT_OK(zck_hf_open(expected, &b));
   const zck_hf_tensor *y = zck_hf_find(b, key);
   if (!y) ZT_FAIL("%s: %s lacks %s", cs, expected, key);
-  ZT_EQ_INT(t->dtype, y->t->dtype);
+  /* a frozen bf16 param: module entries are written as float32 (ds_to_universal: tensor.float()) */
+  int widen = y->t->dtype == ZCK_BF16 && t->dtype == ZCK_F32;
+  if (!widen) ZT_EQ_INT(t->dtype, y->t->dtype);
   ZT_EQ_INT(t->ndim, y->t->ndim);
   for (int d = 0; d < t->ndim; d++) ZT_EQ_INT(t->shape[d], y->t->shape[d]);
   uint64_t numel = zck_torch_tensor_numel(t);
-  unsigned char *buf = malloc(y->t->nbytes + 1), *q = read_st(y);
+  unsigned char *buf = malloc(numel * 4 + 1), *q = read_st(y);
   ZT_OK(zck_torch_tensor_read(tf, t, buf, 0, numel));
-  if (memcmp(buf, q, y->t->nbytes)) ZT_FAIL("%s: %s differs from the live engine's %s", cs, p, key);
+  if (widen) { /* bf16 -> f32 is exact: the bf16 bits in the high half */
+    unsigned char *wq = calloc(numel * 4 + 1, 1);
+    for (uint64_t i = 0; i < numel; i++) memcpy(wq + 4 * i + 2, q + 2 * i, 2);
+    free(q);
+    q = wq;
+  }
+  if (memcmp(buf, q, numel * zck_dtype_size(t->dtype))) ZT_FAIL("%s: %s differs from the live engine's %s", cs, p, key);
   free(buf);
   free(q);
   zck_hf_close(b);
@@ -177,7 +196,15 @@ static void check_universal(const char *cs, const char *ckpt, const char *dir, c
       if (zck_ds_info_of(c)->stage == 3)  /* stage 3 writes no module files for aliases (ds_to_universal neither) */
         ZT_ASSERT(stat(ap, &st) != 0);
       else  /* the whole tied matrix (ds_to_universal: TP rank 0's 16-bit half) */
-        same_universal(cs, out, pp->name, "fp32", fp32, m->params[pp->tied_to].name, 0);
+        same_universal(cs, out, pp->name, "fp32", pp->frozen ? g_frozen : fp32, m->params[pp->tied_to].name, 0);
+      continue;
+    }
+    if (pp->frozen) {  /* the whole frozen param, merged from its slices, as float32; no optimizer state */
+      char ap[4300];
+      struct stat st;
+      same_universal(cs, out, pp->name, "fp32", g_frozen, pp->name, 0);
+      snprintf(ap, sizeof ap, "%s/zero/%s/exp_avg.pt", out, pp->name);
+      ZT_ASSERT(stat(ap, &st) != 0);
       continue;
     }
     int vocab = is_vocab(ckpt, zck_ds_info_of(c)->stage, pp->name);
@@ -326,6 +353,13 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   cJSON *e = load_json(path);
   int tp = get(e, "tp_size")->valueint, dp = get(e, "dp_size")->valueint, tied = cJSON_IsTrue(get(e, "tied"));
   const char *dtype = get(e, "dtype")->valuestring;
+  char frozen_path[4300];
+  snprintf(frozen_path, sizeof frozen_path, "%s/expected_frozen.safetensors", dir);
+  struct stat fst;
+  g_frozen = stat(frozen_path, &fst) == 0 ? frozen_path : NULL;
+  const cJSON *frozen_names = cJSON_GetObjectItemCaseSensitive(e, "frozen");
+  int n_frozen = frozen_names ? cJSON_GetArraySize(frozen_names) : 0;
+  ZT_ASSERT(!g_frozen == !n_frozen);
 
   /* open: the full shapes DeepSpeed's engine holds gathered */
   zck_ds_ckpt *c = NULL;
@@ -336,9 +370,14 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   ZT_EQ_INT(in->world_size, dp);
   ZT_EQ_INT(in->stage, get(e, "stage")->valueint);
   const cJSON *shapes = get(e, "full_shapes"), *it;
-  size_t owners = 0;
+  size_t owners = 0, frozen = 0;
   for (size_t p = 0; p < m->n_params; p++) owners += m->params[p].tied_to < 0;
+  for (size_t p = 0; p < m->n_params; p++) frozen += m->params[p].tied_to < 0 && m->params[p].frozen;
   ZT_EQ_INT(owners, cJSON_GetArraySize(shapes));
+  ZT_EQ_INT(frozen, n_frozen);
+  /* consolidate's tensors at stage S: the trainable ones, and the frozen ones where ZeRO saves
+   * them for zero_to_fp32 (frozen_param_fragments: stage 2 and 3) */
+#define OUT_AT(S) ((int)(owners - ((S) == 1 ? frozen : 0)))
   cJSON_ArrayForEach(it, shapes) {
     int64_t p = zck_model_find_param(m, it->string);
     if (p < 0) ZT_FAIL("%s: no param %s", cs, it->string);
@@ -361,13 +400,13 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   snprintf(lp, sizeof lp, "%s/expected_lp.safetensors", dir);
   snprintf(out, sizeof out, "%s/%s.safetensors", tmp, cs);
   ZT_OK(zck_consolidate(ckpt, out, NULL));
-  same_tensors(cs, out, fp32, (int)owners);
+  same_tensors(cs, out, fp32, OUT_AT(get(e, "stage")->valueint));
   if (!strcmp(dtype, "bf16")) {
     zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
     co.dtype = ZCK_BF16;
     snprintf(out, sizeof out, "%s/%s-bf16.safetensors", tmp, cs);
     ZT_OK(zck_consolidate(ckpt, out, &co));
-    same_tensors(cs, out, lp, (int)owners);
+    same_tensors(cs, out, lp, OUT_AT(get(e, "stage")->valueint));
   }
 
   check_universal(cs, ckpt, dir, tmp, e);
@@ -386,7 +425,7 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
     zck_ds_close(c);
     snprintf(rc, sizeof rc, "%s.safetensors", rs);
     ZT_OK(zck_consolidate(rs, rc, NULL));
-    same_tensors(cs, rc, fp32, (int)owners);
+    same_tensors(cs, rc, fp32, OUT_AT(stages[i]));
   }
 
   /* reshard into AutoTP files at the same TP size, another stage and dp size: every TP
@@ -408,13 +447,13 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
     zck_ds_close(c);
     snprintf(rc, sizeof rc, "%s.safetensors", a);
     ZT_OK(zck_consolidate(a, rc, NULL));
-    same_tensors(cs, rc, fp32, (int)owners);
+    same_tensors(cs, rc, fp32, OUT_AT(st2));
     if (!strcmp(dtype, "bf16")) {  /* the 16-bit weights of every TP rank: DeepSpeed's 16-bit gather */
       zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
       co.dtype = ZCK_BF16;
       snprintf(rc, sizeof rc, "%s-bf16.safetensors", a);
       ZT_OK(zck_consolidate(a, rc, &co));
-      same_tensors(cs, rc, lp, (int)owners);
+      same_tensors(cs, rc, lp, OUT_AT(st2));
     }
     r = NULL;
     ZT_OK(zck_verify(a, NULL, &r));
@@ -452,8 +491,10 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   check_damage(cs, ckpt, tmp, NULL, o1, 1, "CRC-32 mismatch");
   check_missing(cs, ckpt, tmp, m1, *zp ? m1 : "no model-states file (mp_rank_01_model_states.pt");
   check_missing(cs, ckpt, tmp, o1, o1);
-  fprintf(stderr, "  %s: ok (tp %d x dp %d, %s, %s head)\n", cs, tp, dp, dtype, tied ? "tied" : "untied");
+  fprintf(stderr, "  %s: ok (tp %d x dp %d, %s, %s head, %d frozen)\n", cs, tp, dp, dtype, tied ? "tied" : "untied",
+          n_frozen);
   cJSON_Delete(e);
+#undef OUT_AT
 }
 
 int main(void) {

@@ -26,6 +26,10 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 checkpoint to TP 4 (its affine map; a config of 4 kv heads of the same shapes), DeepSpeed's engine
                 at TP 4 loads it: masters and Adam state bit for bit, its own universal_checkpoint_info (DP 1 sources).
 
+  frozen        (the `_frozen` cases, check_frozen) AutoTP files at the source's own layout = DeepSpeed's, object for
+                object; DeepSpeed's AutoTP engine (ZeRO-3 files) and a plain engine (TP 1) load zckpt's reshards:
+                masters, Adam state and the frozen params bit for bit, next loss as above.
+
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
 import json
@@ -46,7 +50,7 @@ ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 LOSS_RTOL = {"fp32": 1e-5, "bf16": 2e-2}
 # the default run (about 2 minutes on 2 cores): TP 2 x DP 1 fp32 ZeRO-1 tied, TP 2 x DP 2 bf16 ZeRO-3 tied (ZeRO-2
 # files are ZeRO-1's format: test_autotp covers them against the live engine; pass a case name to run any other)
-CASES = ["tp2_s1_fp32_tied", "tp2dp2_s3_bf16_tied"]
+CASES = ["tp2_s1_fp32_tied", "tp2dp2_s3_bf16_tied", "tp2_s2_bf16_tied_frozen"]
 
 
 def worker(spec_path):
@@ -65,6 +69,9 @@ def worker(spec_path):
         model = LlamaForCausalLM(LlamaConfig.from_json_file(spec["config"]))
     else:
         model = G.build_model(spec["tied"])
+    if spec.get("frozen"):  # the frozen cases' params, frozen as the source engine's were
+        for n, p in model.named_parameters():
+            p.requires_grad_(not any(k in n for k in G.FROZEN))
     tp = spec["tp"]
     cfg = G.ds_config(spec["world"], max(tp, 1), spec["stage"], spec["dtype"])
     if tp <= 1:
@@ -81,18 +88,24 @@ def worker(spec_path):
     if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and getattr(opt, "optimizer", opt).state:
         opt._hp_optimizer_states_linked = False
         opt._lazy_init_hp_params_optimizer_state()
+    frozen = {}
     if tp > 1:
         full = {k: G.gather_full(engine, safe_get_full_fp32_param) for k in ["fp32"]}["fp32"]
         state = {}
         for key in ("exp_avg", "exp_avg_sq"):
             for n, t in G.gather_full(engine, lambda p, k=key: safe_get_full_optimizer_state(p, k)).items():
                 state[f"{n}/{key}"] = t
+        if spec.get("frozen"):  # the frozen params' slices, merged by the affine map
+            frozen = G.gather_full(engine, None)
     else:
         full, state, seen = {}, {}, set()
         for n, p in engine.module.named_parameters():
             if id(p) in seen:
                 continue
             seen.add(id(p))
+            if not p.requires_grad:  # stage 1/2: the module holds it whole
+                frozen[n] = p.detach().clone()
+                continue
             full[n] = safe_get_full_fp32_param(p).detach().clone()
             for key in ("exp_avg", "exp_avg_sq"):
                 state[f"{n}/{key}"] = safe_get_full_optimizer_state(p, key).detach().clone()
@@ -110,8 +123,8 @@ def worker(spec_path):
     losses = [None] * dist.get_world_size()
     dist.all_gather_object(losses, loss)
     if dist.get_rank() == 0:
-        torch.save({"fp32": full, "state": state, "losses": losses, "global_steps": engine.global_steps,
-                    "uci_same": uci_same},
+        torch.save({"fp32": full, "state": state, "frozen": frozen, "losses": losses,
+                    "global_steps": engine.global_steps, "uci_same": uci_same},
                    spec["out"])
     dist.barrier()
 
@@ -344,6 +357,66 @@ def check_tp4(case, tmp, stage2, base, fp32, state):
     return fails
 
 
+def check_frozen(case, tmp):
+    """A case with frozen params (tests/fixtures/autotp/*_frozen): zckpt's AutoTP files at the source's own layout equal
+    DeepSpeed's object for object; DeepSpeed's AutoTP engine loads zckpt's reshard into ZeRO-3 AutoTP files (frozen
+    params in frozen_param_fragments per dp rank) and a plain engine the TP 1 files: masters and Adam state bit for bit,
+    the frozen params equal the source engine's (expected_frozen: its slices merged by ParamAffineMap.rebuild), next
+    loss as above. ds_to_universal refuses the checkpoint (its tp-slice merge finds no fragments for the frozen params'
+    patterns); zckpt to-universal writes them whole (test_autotp checks the files)."""
+    import torch
+    fails = []
+    with open(os.path.join(FIX, case, "expected.json")) as f:
+        exp = json.load(f)
+    ckpt = os.path.join(FIX, case, "ckpt")
+    fp32 = load_st(os.path.join(FIX, case, "expected_fp32.safetensors"))
+    state = load_st(os.path.join(FIX, case, "expected_state.safetensors"))
+    frozen = load_st(os.path.join(FIX, case, "expected_frozen.safetensors"))
+    tp, stage, dp, ref_loss = exp["tp_size"], exp["stage"], exp["dp_size"], exp["loss_step3"]
+    base = {"tied": exp["tied"], "dtype": exp["dtype"], "frozen": True, "universal": False}
+    ident = os.path.join(tmp, f"{case}-identity")
+    try:
+        subprocess.run([ZCKPT, "reshard", "-q", ckpt, ident, "--to-tp-size", str(tp), "--to-stage", str(stage),
+                        "--to-world-size", str(dp)], check=True)
+        src_tag = os.path.join(ckpt, "global_step2")
+        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
+        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
+        if names != ours:
+            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
+        for f in set(names) & set(ours):
+            if not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
+                            torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
+                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
+    except Exception as e:  # noqa: BLE001
+        fails.append(f"{case} identity: {e}")
+    r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                        os.path.join(ckpt, "global_step2"), "--output_folder", os.path.join(tmp, case + "-dsu"),
+                        "--num_extract_workers", "1", "--num_merge_workers", "1"], capture_output=True, text=True)
+    if r.returncode == 0 or "Unused patterns" not in r.stderr:
+        fails.append(f"{case}: ds_to_universal no longer refuses frozen AutoTP params (rc {r.returncode}): zckpt's "
+                     "to-universal should be compared with it")
+    for tag, t, st in ((f"reshard->tp{tp}-s3w1", tp, 3), ("reshard->tp1-s2w1", 1, 2)):
+        out = os.path.join(tmp, f"{case}-{tag}")
+        try:
+            subprocess.run([ZCKPT, "reshard", "-q", ckpt, out, "--to-tp-size", str(t), "--to-stage", str(st),
+                            "--to-world-size", "1"], check=True)
+            res = run_load(tmp, f"{case}-{tag}", dict(base, stage=st, world=max(t, 1), tp=t, load=out))
+            for want, got, what in ((fp32, res["fp32"], "fp32 master"), (state, res["state"], "Adam state"),
+                                    (frozen, res["frozen"], "frozen param")):
+                for n, v in want.items():
+                    if n not in got or not bits_equal(got[n].cpu(), v):
+                        fails.append(f"{case} {tag}: {what} {n} differs from the source engine's")
+                if set(got) != set(want):
+                    fails.append(f"{case} {tag}: {what}s {sorted(set(got) ^ set(want))} on one side only")
+            loss, tol = res["losses"][0], LOSS_RTOL[exp["dtype"]]
+            if not abs(loss - ref_loss) <= tol * abs(ref_loss):
+                fails.append(f"{case} {tag}: next loss {loss!r} vs the source engine's {ref_loss!r} (rtol {tol})")
+            print(f"  {case} {tag}: state and frozen params equal, loss {loss:.9g} (source {ref_loss:.9g})")
+        except Exception as e:  # noqa: BLE001
+            fails.append(f"{case} {tag}: {e}")
+    return fails
+
+
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
@@ -357,7 +430,7 @@ def main():
     try:
         for case in cases:
             try:
-                fails = check_case(case, tmp)
+                fails = check_frozen(case, tmp) if case.endswith("_frozen") else check_case(case, tmp)
             except Exception:  # noqa: BLE001
                 fails = [f"{case}: {traceback.format_exc()}"]
             for f in fails:
