@@ -84,8 +84,7 @@ zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store 
                           const size_t *order) {
   const zck__cons_ctx *c = vctx;
   static const zck_ds_out_kind kinds[3] = {ZCK_DS_OUT_TRAINABLE, ZCK_DS_OUT_FROZEN, ZCK_DS_OUT_BUFFER};
-  zck_state_view src;
-  zck_ds_state(c->ckpt, &src);
+  zck_state_view src = *c->src;
   const zck_state_part *from[3] = {&src.part[ZCK_STATE_FP32], &src.part[ZCK_STATE_FROZEN], &src.buffers};
   bool have[3] = {false, false, false};
   for (size_t i = 0; i < s->n; i++)
@@ -175,15 +174,11 @@ static zck_status zck__cons_tied_meta(zck__tensor_set *s) {
  * exclude_frozen_parameters: PEFT's lm_head.weight -> transformer.wte.weight). zero_to_fp32
  * drops them; the output keeps the pair as metadata {"alias": "source", ...} so a loader
  * can re-tie them to the base model's weight. */
-static zck_status zck__cons_unsaved_meta(zck__tensor_set *s, const zck_ds_ckpt *ck) {
-  size_t n = zck_ds_unsaved_tie_count(ck);
+static zck_status zck__cons_unsaved_meta(zck__tensor_set *s, const char *const *pairs, size_t n) {
   if (!n) return ZCK_OK;
   cJSON *m = cJSON_CreateObject();
-  for (size_t i = 0; m && i < n; i++) {
-    const char *alias, *src;
-    zck_ds_unsaved_tie(ck, i, &alias, &src);
-    if (!cJSON_AddStringToObject(m, alias, src)) { cJSON_Delete(m); m = NULL; }
-  }
+  for (size_t i = 0; m && i < n; i++)
+    if (!cJSON_AddStringToObject(m, pairs[2 * i], pairs[2 * i + 1])) { cJSON_Delete(m); m = NULL; }
   char *text = m ? cJSON_PrintUnformatted(m) : NULL;
   cJSON_Delete(m);
   if (!text) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
@@ -193,7 +188,7 @@ static zck_status zck__cons_unsaved_meta(zck__tensor_set *s, const zck_ds_ckpt *
 }
 
 /* Side files of an HF checkpoint-N/ folder that make the output loadable on its own. */
-static void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n) {
+void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n) {
   static const char *candidates[] = {"config.json", "generation_config.json"};
   for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
     char *p = zck__path_join(root, candidates[i]);
@@ -218,13 +213,11 @@ static void zck__cons_side_files(const char *root, char ***names, char ***texts,
 
 /* The output tensors of zero_to_fp32's recipe as a tensor set (sources unbound: the
  * filler binds them), with what each entry is in DeepSpeed terms. */
-zck_status zck__cons_build_set(const zck_ds_ckpt *ck, const zck_consolidate_opts *opts, zck__tensor_set *set,
-                               zck__cons_entry **entries_out) {
+zck_status zck__cons_build_set(const zck_ds_output *outs, size_t n_out, const zck_consolidate_opts *opts,
+                               zck__tensor_set *set, zck__cons_entry **entries_out) {
   const zck_consolidate_opts o = *opts;
   zck__tensor_set s;
   zck__set_init(&s);
-  size_t n_out = 0;
-  const zck_ds_output *outs = zck_ds_outputs(ck, &n_out);
 
   zck__cons_entry *entries = zck__calloc(n_out ? n_out : 1, sizeof *entries);
   int32_t *set_index = zck__malloc((n_out ? n_out : 1) * sizeof *set_index);
@@ -277,31 +270,27 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   if (fmt == ZCK_OUT_TORCH) { o.safetensors = 0; o.torch_bin = 1; }
   if (!o.safetensors && !o.torch_bin) return zck__fail(ZCK_ERR_INVALID_ARG, "nothing to write: choose safetensors or pt");
 
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o.tag;
-  zck_ds_ckpt *ck = NULL;
-  ZCK_TRY(zck_ds_open(path, &dopts, &ck));
-  /* a zckpt-written checkpoint without its manifest was never completed */
-  zck_status complete = zck_ds_check_complete(ck, o.force);
-  if (complete == ZCK_OK) complete = zck_check_out_not_input(path, out, o.tag);
+  zck__cons_src src;
+  ZCK_TRY(zck__cons_src_open(&src, path, &o));
+  zck_status complete = zck_check_out_not_input(path, out, o.tag);
   struct stat osb;
   if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))
     complete = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder (an OUT named *.%s is written as one file)", out,
                          fmt == ZCK_OUT_SAFETENSORS ? "safetensors" : "bin/.pt");
   if (complete != ZCK_OK) {
-    zck_ds_close(ck);
+    zck__cons_src_close(&src);
     return complete;
   }
   zck__tensor_set s;
   zck__cons_entry *entries = NULL;
-  zck_status st = zck__cons_build_set(ck, &o, &s, &entries);
-  zck__cons_ctx ctx = {ck, entries, o.threads, o.progress, o.progress_ctx, o.no_verify != 0};
+  zck_status st = zck__cons_build_set(src.outs, src.n_outs, &o, &s, &entries);
+  zck__cons_ctx ctx = {&src.view, entries, o.threads, o.progress, o.progress_ctx, o.no_verify != 0};
   zck__write_opts wo = {.fill = zck__cons_fill, .fill_ctx = &ctx, .threads = o.threads,
                         .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0, .manifest = true,
                         .progress = o.progress, .progress_ctx = o.progress_ctx};
   char **side_names = NULL, **side_texts = NULL;
   size_t n_side = 0;
-  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) zck__cons_side_files(zck_ds_info_of(ck)->root, &side_names, &side_texts, &n_side);
+  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) zck__cons_src_side_files(&src, &side_names, &side_texts, &n_side);
 
   if (st == ZCK_OK && o.safetensors) {
     if (o.keep_tied) {
@@ -309,7 +298,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
     } else {
       st = zck__cons_tied_meta(&s);
     }
-    if (st == ZCK_OK) st = zck__cons_unsaved_meta(&s, ck);
+    if (st == ZCK_OK) st = zck__cons_unsaved_meta(&s, src.unsaved, src.n_unsaved);
   }
   if (st == ZCK_OK) {
     if (fmt == ZCK_OUT_SAFETENSORS) {
@@ -364,6 +353,6 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   free(side_texts);
   zck__set_free(&s);
   free(entries);
-  zck_ds_close(ck);
+  zck__cons_src_close(&src);
   return st;
 }

@@ -12,6 +12,7 @@
 
 struct zck_state_dict {
   zck_ds_ckpt *ck;
+  zck_state_view view;      /* ck's state */
   zck__tensor_set set;
   zck__cons_entry *entries;
   zck_tensor_desc *desc;    /* [set.n] */
@@ -38,7 +39,10 @@ zck_status zck_consolidate_open(const char *path, const zck_consolidate_opts *op
   zck_status st = zck_ds_open(path, &dopts, &sd->ck);
   /* a zckpt-written checkpoint without its manifest was never completed */
   if (st == ZCK_OK) st = zck_ds_check_complete(sd->ck, o.force);
-  if (st == ZCK_OK) st = zck__cons_build_set(sd->ck, &o, &sd->set, &sd->entries);
+  size_t n_outs = 0;
+  const zck_ds_output *outs = st == ZCK_OK ? zck_ds_outputs(sd->ck, &n_outs) : NULL;
+  if (st == ZCK_OK) zck_ds_state(sd->ck, &sd->view);
+  if (st == ZCK_OK) st = zck__cons_build_set(outs, n_outs, &o, &sd->set, &sd->entries);
   if (st == ZCK_OK && !(sd->desc = zck__calloc(sd->set.n ? sd->set.n : 1, sizeof *sd->desc))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < sd->set.n; i++) {
     const zck__tensor_entry *e = &sd->set.v[i];
@@ -81,7 +85,7 @@ zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers) {
     dst[i] = zck_store_memory(buffers[i], d->dtype, d->numel, d->name);
     if (!d->numel) dst[i].kind = ZCK_STORE_UNBOUND; /* nothing to copy */
   }
-  zck__cons_ctx ctx = {sd->ck, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
+  zck__cons_ctx ctx = {&sd->view, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
                        sd->opts.no_verify != 0};
   if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL, NULL);
   free(dst);

@@ -110,7 +110,7 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *tag, cons
 }
 
 /* The 8-byte signature HDF5 files start with (a universal container from to-universal). */
-static bool zck__is_hdf5(const char *path) {
+bool zck__is_hdf5(const char *path) {
   zck__source s;
   if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
   uint8_t sig[8];
@@ -129,7 +129,7 @@ static bool zck__has_entry(const char *dir, const char *name, bool want_dir) {
 }
 
 /* A universal folder (it has zero/), or a folder with latest_universal and no `latest`. */
-static bool zck__is_universal(const char *path) {
+bool zck__is_universal(const char *path) {
   if (zck__has_entry(path, "zero", true)) return true;
   return !zck__has_entry(path, "latest", false) && zck__has_entry(path, "latest_universal", false);
 }

@@ -42,6 +42,18 @@ typedef struct zck__whole_src {
   void *side_ctx;
 } zck__whole_src;
 
+/* The whole-tensor parts of a universal folder (universal.h) and of an HDF5 container
+ * (zck_h5.h; path for messages, have[p]: part p present), as the reshard and consolidate
+ * from them read them: sides and side files left empty. */
+struct zck_uv_ckpt;
+struct zck_h5u;
+void zck__whole_src_uv(const struct zck_uv_ckpt *u, zck__whole_src *s);
+void zck__whole_src_h5(const struct zck_h5u *u, const char *path, zck__whole_src *s, bool have[4]);
+/* Whether SRC is an HDF5 file (signature), or a universal folder (it has zero/, or
+ * latest_universal and no `latest`): reshard.c. */
+bool zck__is_hdf5(const char *path);
+bool zck__is_universal(const char *path);
+
 /* Writes OUT (a save root: OUT/latest, OUT/<tag>/, zckpt manifest) from s with wo: fp32 /
  * exp_avg / exp_avg_sq partition by partition, 16-bit module weights cast from fp32 (RNE)
  * with frozen params from their own part, stage-3 frozen fragments, buffers into every

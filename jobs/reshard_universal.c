@@ -232,6 +232,18 @@ static zck_status zck__h5_side_write(void *ctx, const char *dst, uint32_t world)
   return ZCK_OK;
 }
 
+void zck__whole_src_h5(const zck_h5u *u, const char *src, zck__whole_src *s, bool have[4]) {
+  memset(s, 0, sizeof *s);
+  s->path = src;
+  s->m = zck_h5u_model(u);
+  for (int p = 0; p < ZCK_H5U_PART_COUNT; p++) {
+    have[p] = zck_h5u_get(u, (zck_h5u_part)p, &s->layout[p], &s->stores[p]) == ZCK_OK;
+    if (!have[p]) s->layout[p] = NULL;
+  }
+  zck_clear_error();   /* a part the container lacks is NULL */
+  zck_h5u_buffers(u, &s->buffer_layout, &s->buffer_stores);
+}
+
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o) {
   if (o->tag) return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
   zck_h5u *u = NULL;
@@ -241,18 +253,10 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   const zck_h5u_info *in = zck_h5u_info_of(u);
   const zck_model *m = zck_h5u_model(u);
   zck__whole_src s;
-  memset(&s, 0, sizeof s);
-  s.path = src;
-  s.m = m;
+  bool have[ZCK_H5U_PART_COUNT];
+  zck__whole_src_h5(u, src, &s, have);
   s.side_write = zck__h5_side_write;   /* the source's HF / Accelerate files */
   s.side_ctx = u;
-  bool have[ZCK_H5U_PART_COUNT];
-  for (int p = 0; p < ZCK_H5U_PART_COUNT; p++) {
-    have[p] = zck_h5u_get(u, (zck_h5u_part)p, &s.layout[p], &s.stores[p]) == ZCK_OK;
-    if (!have[p]) s.layout[p] = NULL;
-  }
-  zck_clear_error();
-  zck_h5u_buffers(u, &s.buffer_layout, &s.buffer_stores);
   if (!o->to_stage && in->stage == 0) {
     zck_status zs = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the container holds a ZeRO-0 checkpoint, resharded into a ZeRO "
                               "stage: pass --to-stage 1, 2 or 3", src);

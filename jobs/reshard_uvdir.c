@@ -16,6 +16,16 @@
 #include "reshard_internal.h"
 #include "universal/universal.h"
 
+void zck__whole_src_uv(const zck_uv_ckpt *u, zck__whole_src *s) {
+  memset(s, 0, sizeof *s);
+  s->path = zck_uv_info_of(u)->dir;
+  s->m = zck_uv_model(u);
+  for (int p = 0; p < ZCK_UV_PART_COUNT; p++)
+    if (zck_uv_get(u, (zck_uv_part)p, &s->layout[p], &s->stores[p]) != ZCK_OK) s->layout[p] = NULL;
+  zck_clear_error();   /* a part the folder lacks is NULL */
+  zck_uv_buffers(u, &s->buffer_layout, &s->buffer_stores);
+}
+
 zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o) {
   if (o->tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint; give its folder instead of a tag", src);
@@ -25,13 +35,7 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   ZCK_TRY(zck_uv_open(src, &uo, &u));
   const zck_uv_info *in = zck_uv_info_of(u);
   zck__whole_src s;
-  memset(&s, 0, sizeof s);
-  s.path = in->dir;
-  s.m = zck_uv_model(u);
-  for (int p = 0; p < ZCK_UV_PART_COUNT; p++)
-    if (zck_uv_get(u, (zck_uv_part)p, &s.layout[p], &s.stores[p]) != ZCK_OK) s.layout[p] = NULL;
-  zck_clear_error();
-  zck_uv_buffers(u, &s.buffer_layout, &s.buffer_stores);
+  zck__whole_src_uv(u, &s);
   char *skip = NULL;
   if (in->root) {
     const char *slash = strrchr(in->dir, '/');

@@ -226,5 +226,11 @@ const char *zck_h5u_side_file_name(const zck_h5u *u, size_t i);
 zck_status zck_h5u_side_file_write(const zck_h5u *u, size_t i, const char *path);
 /* Whether the container can hold a side file of this name (what the reader accepts). */
 bool zck_h5u_side_name_ok(const char *name);
+/* zero_to_fp32's output recipe (deepspeed.h zck_ds_outputs) for the checkpoint the
+ * container was made from (h5_outputs.c): consolidating by it through the parts above
+ * gives what consolidating that checkpoint gives. *out: free() it; its strings and shapes
+ * borrow from u. */
+struct zck_ds_output;
+zck_status zck_h5u_outputs(const zck_h5u *u, struct zck_ds_output **out, size_t *n);
 
 #endif

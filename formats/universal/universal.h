@@ -229,5 +229,11 @@ const zck_pk *zck_uv_autotp_info(const zck_uv_ckpt *c);
  * whether the stage-2/3 model file had frozen_param_shapes None (frozen params excluded). */
 const char *const *zck_uv_unsaved_ties(const zck_uv_ckpt *c, size_t *n);
 bool zck_uv_frozen_excluded(const zck_uv_ckpt *c);
+/* zero_to_fp32's output recipe (deepspeed.h zck_ds_outputs) for the checkpoint the folder
+ * was made from, built from its carried model-states file (uv_outputs.c): consolidating by
+ * it through the parts above gives what consolidating that checkpoint gives. Valid until
+ * zck_uv_close. */
+struct zck_ds_output;
+const struct zck_ds_output *zck_uv_outputs(const zck_uv_ckpt *c, size_t *n);
 
 #endif

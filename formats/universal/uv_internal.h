@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include "deepspeed/deepspeed.h"
 #include "universal/universal.h"
 
 /* A tensor read in place by reopening its file for each read (a model has thousands of
@@ -66,6 +67,8 @@ struct zck_uv_ckpt {
   const char **unsaved_pairs;  /* alias, source of shared_params entries whose source was not saved */
   size_t n_unsaved;
   bool frozen_excluded;        /* stage 2/3 model file with frozen_param_shapes None */
+  zck_ds_output *outputs;      /* zero_to_fp32's recipe (uv_outputs.c) */
+  size_t n_outputs;
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);
@@ -79,5 +82,7 @@ zck_status zck__uv_autotp(zck_uv_ckpt *c);
 /* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
 zck_status zck__uv_build_buffers(zck_uv_ckpt *c);
+/* uv_outputs.c: c->outputs, after the frozen params and buffers. */
+zck_status zck__uv_build_outputs(zck_uv_ckpt *c);
 
 #endif

@@ -465,6 +465,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   }
   if (st == ZCK_OK) st = zck__uv_build_frozen(c, &o.torch);
   if (st == ZCK_OK) st = zck__uv_build_buffers(c);
+  if (st == ZCK_OK) st = zck__uv_build_outputs(c);
   free(opath);
   free(params);
   if (st != ZCK_OK) {
@@ -498,6 +499,7 @@ void zck_uv_close(zck_uv_ckpt *c) {
   free(c->buffer_mod);
   free(c->flat);
   free(c->unsaved_pairs);
+  free(c->outputs);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim);
   free(c->ds_version);
