@@ -29,6 +29,14 @@ typedef struct zck__uv_tstore {
   size_t n_got, cap_got;
   uint64_t covered;
   bool done;
+  /* where the folder has zckpt's manifest: the XXH3-64 it lists for the tensor's bytes
+   * (uv_expect.c). Pieces read front to back feed the hash as they come; once the tensor is
+   * covered, a hash that missed some (pieces read out of order) reads the tensor again */
+  bool has_xxh3;
+  uint64_t xxh3;
+  void *hash_state;            /* XXH3_state_t, while pieces come in order */
+  uint64_t hashed_to;          /* absolute offset the hash state has reached */
+  char *what;                  /* owned label for aux stores ("module['x']"), or NULL */
 } zck__uv_tstore;
 
 /* A tensor of a model-states file: where its bytes are. */
@@ -40,6 +48,8 @@ typedef struct zck__uv_tref {
   uint64_t numel;
   uint64_t offset;
   bool contiguous;
+  bool has_rec;                /* its zip record (zck_torch_tensor_record) */
+  zck_record_check rec;
 } zck__uv_tref;
 
 struct zck_uv_ckpt {
@@ -67,11 +77,16 @@ struct zck_uv_ckpt {
   const char **unsaved_pairs;  /* alias, source of shared_params entries whose source was not saved */
   size_t n_unsaved;
   bool frozen_excluded;        /* stage 2/3 model file with frozen_param_shapes None */
+  bool no_verify;              /* open option: stores check nothing they read */
   zck_ds_output *outputs;      /* zero_to_fp32's recipe (uv_outputs.c) */
   size_t n_outputs;
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);
+void zck__uv_tstore_free(zck__uv_tstore *t);
+/* uv_expect.c: the manifest's XXH3 of each tensor the stores read, where the folder has
+ * zckpt-manifest.json (none, or unreadable: the completeness check's business). */
+zck_status zck__uv_expect_manifest(zck_uv_ckpt *c);
 
 /* uv_manifest.c: from model0 and param_groups (c->info.stage, world_size, round_robin set):
  * c->m, c->module, c->param_mod, c->buffer_mod, c->flat, info counters and ds_version. */

@@ -106,6 +106,7 @@ static zck_status zck__uv_tref_of(const zck_torch_file *f, const zck_pk *node, c
   out->numel = zck_torch_tensor_numel(t);
   out->offset = zck_torch_tensor_file_offset(f, t);
   out->contiguous = zck_torch_tensor_contiguous(t) != 0;
+  out->has_rec = zck_torch_tensor_record(f, t, &out->rec);
   return ZCK_OK;
 }
 
@@ -512,6 +513,15 @@ static zck_status zck__uv_aux(zck_uv_ckpt *c, const char *path, const zck__uv_tr
   c->n_aux++;
   a->base = t->offset;
   a->es = zck_dtype_size(t->dtype);
+  a->numel = t->numel;
+  atomic_flag_clear(&a->lock);
+  /* its zip record's CRC-32, checked as the tensor is read (as for the state files) */
+  a->has_rec = !c->no_verify && t->has_rec;
+  if (a->has_rec) {
+    a->rec = t->rec;
+    if (!(a->what = zck__strdup(what))) return ZCK_ERR_NO_MEMORY;
+    a->rec.what = a->what;
+  }
   *out = zck_store_callback(zck__uv_tstore_read, NULL, a, t->dtype, t->numel, a->path);
   return ZCK_OK;
 }

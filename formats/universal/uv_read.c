@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 
 #include "io.h"
+#include "manifest.h"
+
+#include <xxhash.h>
 
 static bool zck__uv_is_dir(const char *p) {
   struct stat st;
@@ -169,15 +172,58 @@ static zck_status uv_check_record(zck__uv_tstore *t, const zck__source *s) {
   return ZCK_OK;
 }
 
+/* The manifest's XXH3 of the whole tensor, once the pieces read cover it: from the hash the
+ * pieces fed in order, or, where some came out of order, from the tensor read again. */
+static zck_status uv_check_xxh3(zck__uv_tstore *t, const zck__source *s) {
+  uint64_t end = t->base + t->numel * t->es, got;
+  if (t->hash_state && t->hashed_to == end) {
+    got = XXH3_64bits_digest(t->hash_state);
+  } else {
+    XXH3_state_t *h = t->hash_state ? t->hash_state : XXH3_createState();
+    t->hash_state = h;
+    uint8_t *buf = h ? zck__malloc(1 << 20) : NULL;
+    if (!buf) return ZCK_ERR_NO_MEMORY;
+    XXH3_64bits_reset(h);
+    zck_status st = ZCK_OK;
+    for (uint64_t pos = t->base; st == ZCK_OK && pos < end; pos += 1 << 20) {
+      size_t n = end - pos < (1 << 20) ? (size_t)(end - pos) : (size_t)1 << 20;
+      st = zck__source_read(s, buf, n, pos);
+      if (st == ZCK_OK) XXH3_64bits_update(h, buf, n);
+    }
+    free(buf);
+    ZCK_TRY(st);
+    got = XXH3_64bits_digest(h);
+  }
+  if (got != t->xxh3)
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: tensor bytes [%llu, %llu) differ from " ZCK_MANIFEST_NAME " (XXH3 stored %016llx, "
+                     "read %016llx): replaced or damaged since zckpt wrote it", t->path, (unsigned long long)t->base,
+                     (unsigned long long)end, (unsigned long long)t->xxh3, (unsigned long long)got);
+  return ZCK_OK;
+}
+
+void zck__uv_tstore_free(zck__uv_tstore *t) {
+  free(t->path);
+  free(t->got);
+  free(t->what);
+  XXH3_freeState(t->hash_state);
+}
+
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count) {
   zck__uv_tstore *t = ctx;
   zck__source s;
   ZCK_TRY(zck__source_open(&s, t->path));
   uint64_t at = t->base + off * t->es, n = count * t->es;
   zck_status st = zck__source_read(&s, dst, (size_t)n, at);
-  if (st == ZCK_OK && t->has_rec && n) {
-    uint32_t crc = zck_crc32_update(0, dst, (size_t)n);
+  if (st == ZCK_OK && (t->has_rec || t->has_xxh3) && n) {
+    uint32_t crc = t->has_rec ? zck_crc32_update(0, dst, (size_t)n) : 0;
     while (atomic_flag_test_and_set_explicit(&t->lock, memory_order_acquire)) {}
+    if (!t->done && t->has_xxh3 && at == t->hashed_to) {   /* in order: into the hash */
+      if (!t->hash_state && at == t->base && (t->hash_state = XXH3_createState())) XXH3_64bits_reset(t->hash_state);
+      if (t->hash_state) {
+        XXH3_64bits_update(t->hash_state, dst, (size_t)n);
+        t->hashed_to = at + n;
+      }
+    }
     if (!t->done) {
       bool dup = false;
       for (size_t i = 0; i < t->n_got && !dup; i++) dup = t->got[i].lo == at && t->got[i].hi == at + n;
@@ -197,7 +243,8 @@ zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t coun
       }
       if (!t->done && t->covered >= t->numel * t->es) {
         t->done = true;
-        st = uv_check_record(t, &s);
+        if (t->has_rec) st = uv_check_record(t, &s);
+        if (st == ZCK_OK && t->has_xxh3) st = uv_check_xxh3(t, &s);
       }
     }
     atomic_flag_clear_explicit(&t->lock, memory_order_release);
@@ -404,6 +451,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   zck_uv_ckpt *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
   uint32_t *params = NULL;
+  c->no_verify = o.no_verify;
   zck_status st = zck__uv_resolve(path, &c->dir, &c->root);
   c->info.dir = c->dir;
   c->info.root = c->root;
@@ -466,6 +514,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   if (st == ZCK_OK) st = zck__uv_build_frozen(c, &o.torch);
   if (st == ZCK_OK) st = zck__uv_build_buffers(c);
   if (st == ZCK_OK) st = zck__uv_build_outputs(c);
+  if (st == ZCK_OK && !o.no_verify) st = zck__uv_expect_manifest(c);
   free(opath);
   free(params);
   if (st != ZCK_OK) {
@@ -479,14 +528,11 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
 void zck_uv_close(zck_uv_ckpt *c) {
   if (!c) return;
   for (int s = 0; s < 3; s++) {
-    for (size_t i = 0; c->ts[s] && i <= c->n_flat; i++) {
-      free(c->ts[s][i].path);
-      free(c->ts[s][i].got);
-    }
+    for (size_t i = 0; c->ts[s] && i <= c->n_flat; i++) zck__uv_tstore_free(&c->ts[s][i]);
     free(c->ts[s]);
     free(c->stores[s]);
   }
-  for (size_t i = 0; i < c->n_aux; i++) free(c->aux[i].path);
+  for (size_t i = 0; i < c->n_aux; i++) zck__uv_tstore_free(&c->aux[i]);
   free(c->aux);
   zck_layout_free(c->layout);
   zck_layout_free(c->frozen_layout);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # cli_h5_damage.sh ZCKPT FIXTURES: 8 bytes overwritten at offsets across an HDF5 container
 # (chunk data, object headers, attribute heaps) are never taken silently. For each damaged
-# copy, `zckpt reshard` either fails with one error line naming the file (exit 1) or writes
-# byte for byte the reshard of the intact container; and `zckpt verify` reports the damage
+# copy, `zckpt reshard` and `zckpt consolidate` each either fail with one error line naming
+# the file (exit 1) and leave no output, or write byte for byte what they write from the
+# intact container; and `zckpt verify` reports the damage
 # (exit 3, a "damaged:" line; or exit 1, could not check, where the damage asks for an
 # unknown filter) unless the bytes are ones nothing reads (the reshard is then
 # the intact one). The root attributes' digest is checked when the container is opened,
@@ -20,6 +21,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" to-universal "$SRC" "$T/u.h5" --format hdf5 -j 1 2>"$T/err" || fail "to-universal: $(cat "$T/err")"
 "$BIN" verify "$T/u.h5" >"$T/out" 2>&1 || fail "intact container: verify exit $?: $(cat "$T/out")"
 "$BIN" reshard "$T/u.h5" "$T/ref" --to-stage 2 --to-world-size 1 2>"$T/err" || fail "intact reshard: $(cat "$T/err")"
+"$BIN" consolidate -q "$T/u.h5" "$T/ref.safetensors" 2>"$T/err" || fail "intact consolidate: $(cat "$T/err")"
 size=$(wc -c <"$T/u.h5")
 caught=0
 tried=0
@@ -39,6 +41,15 @@ for pct in $(seq 1 2 99); do
   1) [ "$(wc -l <"$T/rout")" = 1 ] || fail "at $off ($pct%): reshard: not one line: $(cat "$T/rout")"
      grep -q "^zckpt: error: $T/d.h5" "$T/rout" || fail "at $off ($pct%): reshard: $(cat "$T/rout")" ;;
   *) fail "at $off ($pct%): reshard exit $rr: $(cat "$T/rout")" ;;
+  esac
+  rm -f "$T/c.safetensors"
+  "$BIN" consolidate -q "$T/d.h5" "$T/c.safetensors" >"$T/cout" 2>&1
+  case $? in
+  0) cmp -s "$T/ref.safetensors" "$T/c.safetensors" || fail "at $off ($pct%): consolidate succeeded with another output" ;;
+  1) [ "$(wc -l <"$T/cout")" = 1 ] || fail "at $off ($pct%): consolidate: not one line: $(cat "$T/cout")"
+     grep -q "^zckpt: error: $T/d.h5" "$T/cout" || fail "at $off ($pct%): consolidate: $(cat "$T/cout")"
+     ! ls -A "$T" | grep -q '^\.\{0,1\}c\.safetensors' || fail "at $off ($pct%): consolidate failed but left: $(ls -A "$T")" ;;
+  *) fail "at $off ($pct%): consolidate exit $?: $(cat "$T/cout")" ;;
   esac
   if [ "$vr" = 0 ]; then
     [ "$rr" = 0 ] || fail "at $off ($pct%): verify clean but reshard failed: $(cat "$T/rout")"
