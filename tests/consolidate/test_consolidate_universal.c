@@ -37,13 +37,14 @@ static const char *ds_cases[] = {
   "hf_peft/s2w2_lora_tied_bf16", "hf_peft/s2w2_lora_untied_fp32", "hf_peft/s3w2_lora_tied_bf16",
   "hf_peft/s3w2_lora_untied_fp32",
   "autotp/tp2_s1_fp32_tied", "autotp/tp2_s2_bf16_untied", "autotp/tp2dp2_s1_fp32_untied",
-  "autotp/tp2dp2_s2_bf16_tied", "autotp/tp2dp2_s3_bf16_tied"};
+  "autotp/tp2dp2_s2_bf16_tied", "autotp/tp2dp2_s3_bf16_tied", "autotp/tp2_s1_fp32_untied_frozen",
+  "autotp/tp2_s2_bf16_tied_frozen"};
 
 /* The cases every output format is checked on: one per stage, and the special layouts. */
 static const char *all_formats[] = {"deepspeed/s0w2_bf16", "deepspeed/s1w2_bf16_bf16optimizer",
                                     "deepspeed/s1w3_bf16_3groups", "deepspeed/s2w2_fp32_zeronumel",
                                     "deepspeed/s3w2_fp32_nvme", "hf_peft/s2w2_lora_tied_bf16",
-                                    "autotp/tp2dp2_s3_bf16_tied"};
+                                    "autotp/tp2dp2_s3_bf16_tied", "autotp/tp2_s2_bf16_tied_frozen"};
 
 typedef struct variant {
   const char *name, *out;   /* out: what OUT is named (a folder, .safetensors, .bin) */
