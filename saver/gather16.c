@@ -7,8 +7,8 @@
  *  - stage 3 (stage3_gather_16bit_weights_on_model_save): from every rank's fp32
  *    partitions (and frozen 16-bit partitions). Ranks that are threads: rank 0 writes it,
  *    through the trainer's device hook when the partitions are on a device (zck_cuda.h's
- *    bounded gather); per rank, rank 0 creates the file at full size and each rank writes
- *    its own partitions' byte ranges.
+ *    bounded gather); per rank, the ranks gather it window by window and rank 0 writes it
+ *    (gather16_ranks.c).
  * Every way gives the same bytes. */
 #include "saver_internal.h"
 
@@ -152,45 +152,5 @@ zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const ch
   if (st == ZCK_OK && hashed) st = zck_st_writer_known(g.w, "model.safetensors", known, cap);
   zck__saver_view_free(s, &src);
   zck__g16_free(&g);
-  return st;
-}
-
-// ---- per rank (stage 3)
-
-zck_status zck__g16_create(const zck_saver *s, const char *path) {
-  zck__g16 g;
-  ZCK_TRY(zck__g16_init(s, path, &g));
-  size_t hlen = 0;
-  const uint8_t *h = zck_st_writer_header(g.w, &hlen);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  zck_status st = fd < 0 ? zck__fail_errno(errno, "%s: cannot create", path) : ZCK_OK;
-  if (st == ZCK_OK) st = zck__pwrite_all(fd, h, hlen, 0, path);
-  if (st == ZCK_OK && ftruncate(fd, (off_t)zck_st_writer_file_size(g.w)) != 0)
-    st = zck__fail_errno(errno, "%s: cannot set size", path);
-  if (fd >= 0 && close(fd) != 0 && st == ZCK_OK) st = zck__fail_errno(errno, "%s: close failed", path);
-  zck__g16_free(&g);
-  return st;
-}
-
-zck_status zck__g16_fill_own(const zck_saver *s, const zck_saver_rank *r, const char *dir) {
-  char *path = zck__path_join(dir, "model.safetensors");
-  if (!path) return ZCK_ERR_NO_MEMORY;
-  zck__g16 g;
-  zck__saver_view src;
-  memset(&src, 0, sizeof src);
-  zck_status st = zck__g16_init(s, path, &g);
-  if (st == ZCK_OK) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) st = zck__fail_errno(errno, "%s: cannot open for writing", path);
-    if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
-    if (st == ZCK_OK) st = g16_fill(s, &g, fd, path, &src, false);
-    /* this rank's bytes are durable before rank 0 commits (the file may be on a network
-     * file system, where rank 0's fsync does not cover another host's writes) */
-    if (st == ZCK_OK && fsync(fd) != 0) st = zck__fail_errno(errno, "%s: fsync failed", path);
-    if (fd >= 0) close(fd);
-    zck__saver_view_free(s, &src);
-    zck__g16_free(&g);
-  }
-  free(path);
   return st;
 }

@@ -53,7 +53,7 @@ static zck_status write_config(const zck_saver *s, const char *path, zck__manife
 }
 
 zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank,
-                             const zck__manifest_known *known) {
+                             const zck__manifest_known *known, zck__manifest_known *folder) {
   const zck_saver_train *tr = &s->tr;
   zck_status st = ZCK_OK;
   /* per rank: the tag folder is complete now (every rank's files are in), so `latest` */
@@ -65,10 +65,11 @@ zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir
    * hashed as written (model.safetensors, config.json, trainer_state.json) */
   zck__manifest_known mk = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
   size_t cap_mk = 0;
+  if (st == ZCK_OK && tr->save_only_model && folder) st = zck__known_merge(&mk, &cap_mk, folder);
   zck__manifest_known *own = tr->save_only_model ? &mk : NULL;
   if (st == ZCK_OK) st = write_config(s, cfg, own, &cap_mk);
   /* 16-bit weights: stage 1/2 always; stage 3 only when gathered on save (else HF keeps
-   * only the DeepSpeed checkpoint); per rank, the ranks wrote the stage-3 file already */
+   * only the DeepSpeed checkpoint); per rank, the ranks gathered the stage-3 file already */
   if (st == ZCK_OK && (tr->stage < 3 || (!per_rank && zck__saver_g16_wanted(s))))
     st = zck__g16_write(s, r0, model, own, &cap_mk);
   if (tr->save_only_model) known = &mk;
@@ -103,7 +104,8 @@ static zck_status save_rank0(zck_saver *s, const zck_saver_rank *r0, int64_t ste
   zck_ds_writer *w = NULL; /* kept for the hashes it made as it wrote */
   zck_status st = zck__outdir_create(&od, final, true);
   if (st == ZCK_OK && !s->tr.save_only_model) st = zck__saver_write_deepspeed(s, r0, od.tmp_path, step, NULL, &w);
-  if (st == ZCK_OK) st = zck__saver_finish(s, r0, &od, step, false, w ? zck__ds_writer_known(w, NULL, NULL) : NULL);
+  if (st == ZCK_OK)
+    st = zck__saver_finish(s, r0, &od, step, false, w ? zck__ds_writer_known(w, NULL, NULL) : NULL, NULL);
   zck_ds_writer_free(w);
   zck__outdir_abort(&od);
   if (st == ZCK_OK) st = zck_saver_rotate(s);

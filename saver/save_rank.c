@@ -1,19 +1,21 @@
 /* save_rank.c: a save written rank by rank, as one process per rank needs (saver.h:
  * per_rank). The bytes are those of the thread path (save.c): the same writer lays out
- * the checkpoint, but each rank builds and fills only its own files.
+ * the checkpoint, but each rank builds and fills only its own files (and the 16-bit
+ * model.safetensors of stage 3, which rank 0 writes, is gathered from all of them).
  *
  * Save of step N, in three phases separated by agreements (comm.h: zck_comm_agree), so a
  * failure anywhere stops every rank at the same point and nothing is committed:
- *  1. rank 0: the temporary checkpoint folder (zck__outdir: ".checkpoint-N.zck-tmp-PID"),
- *     its global_stepN/, and for a stage-3 16-bit save model.safetensors with its header at
- *     full size; the folder's name goes to every rank.
+ *  1. rank 0: the temporary checkpoint folder (zck__outdir: ".checkpoint-N.zck-tmp-PID")
+ *     and its global_stepN/; the folder's name goes to every rank.
  *  2. every rank: its own DeepSpeed files, built by a rank-only writer
  *     (zck__ds_writer_create_rank) straight into global_stepN/, each committed on its own
- *     (no other rank's file is created, not even empty); its byte ranges of
- *     model.safetensors (pwrite, fsync).
+ *     (no other rank's file is created, not even empty); for a stage-3 16-bit save, its
+ *     partitions gathered window by window into model.safetensors, which rank 0 writes in
+ *     file order, hashing it as it goes, and commits (gather16_ranks.c).
  *  3. every rank: its files' manifest hashes, made as it wrote them, to rank 0
  *     (save_hashes.c); rank 0: `latest`, the HF files, the manifest last (from those
- *     hashes), the rename into place, rotation.
+ *     hashes, and with --save-only-model its own of model.safetensors), the rename into
+ *     place, rotation.
  * A rank killed before phase 3 ends leaves only the temporary folder, which rank 0 removes
  * when it sees the failure, or the next save removes once its writer is dead.
  */
@@ -48,13 +50,6 @@ static zck_status prepare(zck_saver *t, zck__outdir *od, const char *final, int6
     free(tag_dir);
     ZCK_TRY(s);
   }
-  if (zck__saver_g16_wanted(t)) {
-    char *model = zck__outdir_file(od, "model.safetensors");
-    if (!model) return ZCK_ERR_NO_MEMORY;
-    zck_status s = zck__g16_create(t, model);
-    free(model);
-    ZCK_TRY(s);
-  }
   return ZCK_OK;
 }
 
@@ -79,28 +74,36 @@ zck_status zck__saver_save_per_rank(zck_saver *t, const zck_saver_rank *zr, int6
   if (s == ZCK_OK) s = c->broadcast(c, dir, sizeof dir, ZCK_U8, 0);
   dir[sizeof dir - 1] = 0;
   bool stopped = s != ZCK_OK;
+  /* rank 0 collects every rank's hashes: the manifest reads none of the files back (the
+   * folder's layout still comes from its reader, which checks the file set the ranks wrote) */
+  zck__manifest_known all = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL}, model = all;
+  size_t cap_all = 0, cap_model = 0;
   if (!stopped) {
     /* each rank hashes its own files as it writes them */
     if (!a->save_only_model) s = zck__saver_write_deepspeed(t, zr, dir, step, zr, &w);
-    if (s == ZCK_OK && zck__saver_g16_wanted(t)) s = zck__g16_fill_own(t, zr, dir);
+    if (zck__saver_g16_wanted(t)) {
+      /* collective whatever this rank's outcome so far (the others are in it); the
+       * manifest lists model.safetensors only when the folder is the model alone */
+      char path[ZCK_SAVER_PATH_MAX + 32];
+      snprintf(path, sizeof path, "%s/model.safetensors", dir);
+      zck_status g = zck__g16_gather_ranks(t, zr, path, lead && a->save_only_model ? &model : NULL, &cap_model);
+      if (s == ZCK_OK) s = g;
+    }
     if (s == ZCK_OK && t->h.rank_written) t->h.rank_written(t->h.ctx, c, step);
     s = zck_comm_agree(c, s);
     stopped = s != ZCK_OK;
   }
-  /* rank 0 collects every rank's hashes: the manifest reads none of the files back (the
-   * folder's layout still comes from its reader, which checks the file set the ranks wrote) */
-  zck__manifest_known all = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
-  size_t cap_all = 0;
   if (!stopped && !a->save_only_model) {
     s = zck__saver_gather_hashes(c, w ? zck__ds_writer_known(w, NULL, NULL) : NULL, &all, &cap_all);
     s = zck_comm_agree(c, s);
     stopped = s != ZCK_OK;
   }
   if (!stopped && lead) {
-    s = zck__saver_finish(t, zr, &od, step, true, a->save_only_model ? NULL : &all);
+    s = zck__saver_finish(t, zr, &od, step, true, a->save_only_model ? NULL : &all, &model);
     if (s == ZCK_OK) s = zck_saver_rotate(t);
   }
   zck__known_free(&all);
+  zck__known_free(&model);
   zck_ds_writer_free(w);
   if (lead) zck__outdir_abort(&od); /* after a commit: frees the names only */
   if (!stopped) s = zck_comm_agree(c, s);

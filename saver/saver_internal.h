@@ -51,17 +51,26 @@ void zck__g16_free(zck__g16 *g);
  * manifest hashes are made as it is written and added there as "model.safetensors". */
 zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const char *path,
                           struct zck__manifest_known *known, size_t *cap);
-/* Per rank, stage 3: rank 0 creates the file at full size with its header; then each rank
- * fills its own partitions' byte ranges (fsync'd before rank 0 commits). */
-zck_status zck__g16_create(const zck_saver *s, const char *path);
-zck_status zck__g16_fill_own(const zck_saver *s, const zck_saver_rank *r, const char *dir);
+
+// ---- gather16_ranks.c
+/* Per rank, stage 3, collective: every rank's partitions gathered in file order, window by
+ * window, and rank 0 alone writes path front to back and commits it (known, rank 0, may be
+ * NULL: its manifest hashes, made as it is written, added as "model.safetensors"). Returns
+ * this rank's own failure; when only another rank failed, ZCK_OK with nothing committed
+ * (the agreement that follows names that rank). */
+zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, const char *path,
+                                 struct zck__manifest_known *known, size_t *cap);
+/* (tests) The window in bytes (0: the default, 32 MiB). */
+void zck__g16_set_window(size_t bytes);
 
 // ---- save.c
 /* Rank 0's end of a save into od: (per rank: `latest`), config.json, model.safetensors,
  * trainer_state.json, the manifest last, and the commit of od. known (may be NULL): the
- * tag folder's files hashed as they were written; the others are read to be hashed. */
+ * tag folder's files hashed as they were written; the others are read to be hashed.
+ * save_only_model: folder (may be NULL) holds the hashes of the checkpoint folder's files
+ * written before (per rank: model.safetensors), to which those written here are added. */
 zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank,
-                             const struct zck__manifest_known *known);
+                             const struct zck__manifest_known *known, struct zck__manifest_known *folder);
 /* Whether a stage-3 save writes model.safetensors from the ranks' partitions. */
 bool zck__saver_g16_wanted(const zck_saver *s);
 /* Ranks that are threads: each registers its memory in s->ranks, rank 0 runs fn, and its
