@@ -5,16 +5,17 @@
  * reads nothing back; XXH3 needs the bytes in order, which scattered per-rank writes do
  * not give).
  *
- * The data section goes window by window (G16_WINDOW bytes, whatever the model size):
- * every rank casts the elements of its own partitions that fall in the window (RNE of its
- * fp32 masters, its frozen 16-bit values) into a zeroed buffer of the window, and one
- * all_reduce of the buffers, summed as 64-bit integers, gives every rank the whole window.
- * ZeRO-3 partitions are disjoint, so each byte is non-zero on at most one rank and the
- * integer sum is exactly the bitwise OR of the ranks' bytes: no carry, no float rounding
- * (a float sum would turn -0 into +0 and touch NaN payloads). A trailing 64-bit word in
- * the same reduction counts the ranks that failed, so a failure stops every rank after the
- * same window and the collectives stay in step; the caller's agreement then names it.
- * Memory per rank: the window buffer and the executor's staging, never the model. */
+ * The data section goes window by window (G16_WINDOW bytes, whatever the model size).
+ * Every rank casts the elements of its own partitions that fall in the window (RNE of its
+ * fp32 masters, its frozen 16-bit values) into its window buffer, noting the ranges its
+ * copy wrote (the executor's written hook), and packs them: the ranges, then their bytes.
+ * An all_gather of the packets (padded to the longest, which a small all_reduce agrees
+ * on first, with the ranks' failures) brings every rank's share to rank 0, which unpacks
+ * them in place and writes the window. ZeRO-3 partitions are disjoint and cover every
+ * tensor, so the window is whole; bytes no packet brings stay zero. A failure anywhere
+ * stops every rank before the same collective, so they stay in step, and the caller's
+ * agreement then names it. Memory per rank: the window, the packets and the executor's
+ * staging, never the model. */
 #include "saver_internal.h"
 
 #include "error.h"
@@ -23,10 +24,11 @@
 #include "transfer.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define G16_WINDOW ((size_t)32 << 20)
+#define G16_WINDOW ((size_t)16 << 20)
 
 static size_t g_window; /* tests: a smaller window (0: G16_WINDOW) */
 
@@ -51,9 +53,47 @@ static zck_status window_layout(const zck__g16 *g, const uint64_t *numel, size_t
   return zck_layout_custom(n_params, numel, &st, 1, pieces, n, out);
 }
 
-/* This rank's elements of window [w0, w1) into buf (zeroed). */
+/* The element ranges of the window this rank's copy wrote (the executor's written hook,
+ * called from its workers at once). */
+typedef struct g16_range {
+  uint64_t off, n;
+} g16_range;
+
+typedef struct g16_wrote {
+  pthread_mutex_t mu;
+  g16_range *r;
+  size_t n, cap;
+  bool oom;
+} g16_wrote;
+
+static void on_written(void *ctx, size_t job, uint32_t dst_store, uint64_t off, uint64_t count, const void *bytes,
+                       size_t n_bytes) {
+  (void)job, (void)dst_store, (void)bytes, (void)n_bytes;
+  g16_wrote *w = ctx;
+  pthread_mutex_lock(&w->mu);
+  if (w->n == w->cap && !w->oom) {
+    size_t nc = w->cap ? 2 * w->cap : 256;
+    g16_range *nr = realloc(w->r, nc * sizeof *nr);
+    if (nr) {
+      w->r = nr;
+      w->cap = nc;
+    } else {
+      w->oom = true;
+    }
+  }
+  if (!w->oom) w->r[w->n++] = (g16_range){off, count};
+  pthread_mutex_unlock(&w->mu);
+}
+
+static int range_cmp(const void *a, const void *b) {
+  const g16_range *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* This rank's elements of the window (layout l) into buf, and its ranges in w, sorted and
+ * merged. */
 static zck_status window_fill(const zck_saver *s, const zck__saver_view *src, const zck_layout *l, void *buf,
-                              uint64_t count, const char *path) {
+                              uint64_t count, const char *path, g16_wrote *w) {
   zck_store store = zck_store_memory(buf, s->tr.lp_dtype, count, path);
   zck_state_view dst;
   memset(&dst, 0, sizeof dst);
@@ -62,17 +102,83 @@ static zck_status window_fill(const zck_saver *s, const zck__saver_view *src, co
   dst.part[ZCK_STATE_LP] = (zck_state_part){l, &store, NULL};
   zck_transfer_opts o = ZCK_TRANSFER_OPTS_INIT;
   o.partial = true; /* the other ranks hold the rest */
-  return zck_transfer(&src->v, &dst, 1, &o);
+  o.exec.written = on_written;
+  o.exec.written_ctx = w;
+  w->n = 0;
+  ZCK_TRY(zck_transfer(&src->v, &dst, 1, &o));
+  if (w->oom) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory gathering the 16-bit weights", path);
+  qsort(w->r, w->n, sizeof *w->r, range_cmp);
+  size_t k = 0;
+  for (size_t i = 0; i < w->n; i++) {
+    if (k && w->r[k - 1].off + w->r[k - 1].n == w->r[i].off) w->r[k - 1].n += w->r[i].n;
+    else w->r[k++] = w->r[i];
+  }
+  w->n = k;
+  return ZCK_OK;
 }
 
-/* Whether every rank got here with ok: one reduction of the count of failed ranks. *peer:
- * another rank failed while this one did not. */
-static zck_status all_ok(zck_comm *c, uint64_t *failed_word, bool ok, bool *stop, bool *peer) {
-  *failed_word = !ok;
-  ZCK_TRY(c->all_reduce(c, failed_word, failed_word, 1, ZCK_I64, ZCK_COMM_SUM));
-  *stop = *failed_word != 0;
-  *peer = *stop && ok;
+/* A growable byte buffer. */
+typedef struct g16_bytes {
+  uint8_t *p;
+  size_t cap;
+} g16_bytes;
+
+static zck_status bytes_reserve(g16_bytes *b, size_t n, const char *path) {
+  if (n <= b->cap) return ZCK_OK;
+  uint8_t *q = realloc(b->p, n);
+  if (!q) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory gathering the 16-bit weights", path);
+  b->p = q;
+  b->cap = n;
   return ZCK_OK;
+}
+
+/* The packet of this rank's share of the window: the count of ranges, each range (byte
+ * offset in the window, byte length), then their bytes in that order. *len: its length. */
+static zck_status pack(const g16_wrote *w, const uint8_t *buf, size_t es, g16_bytes *pkt, uint64_t *len,
+                       const char *path) {
+  uint64_t data = 0;
+  for (size_t i = 0; i < w->n; i++) data += w->r[i].n * es;
+  uint64_t n = 8 + 16 * (uint64_t)w->n + data;
+  ZCK_TRY(bytes_reserve(pkt, (size_t)n, path));
+  uint64_t *h = (uint64_t *)pkt->p;
+  h[0] = w->n;
+  uint8_t *at = pkt->p + 8 + 16 * w->n;
+  for (size_t i = 0; i < w->n; i++) {
+    h[1 + 2 * i] = w->r[i].off * es;
+    h[2 + 2 * i] = w->r[i].n * es;
+    memcpy(at, buf + w->r[i].off * es, (size_t)(w->r[i].n * es));
+    at += w->r[i].n * es;
+  }
+  *len = n;
+  return ZCK_OK;
+}
+
+/* Rank 0: every rank's packet (each `stride` bytes apart in recv) into the window out of
+ * nb bytes, zeroed first. The packets are this run's own, but checked all the same. */
+static zck_status unpack(const uint8_t *recv, size_t stride, int ranks, uint8_t *out, uint64_t nb, const char *path) {
+  memset(out, 0, (size_t)nb);
+  for (int k = 0; k < ranks; k++) {
+    const uint8_t *p = recv + (size_t)k * stride;
+    uint64_t n;
+    memcpy(&n, p, 8);
+    if (n > (stride - 8) / 16) return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
+    const uint8_t *at = p + 8 + 16 * n, *end = p + stride;
+    for (uint64_t i = 0; i < n; i++) {
+      uint64_t off, len;
+      memcpy(&off, p + 8 + 16 * i, 8);
+      memcpy(&len, p + 16 + 16 * i, 8);
+      if (off > nb || len > nb - off || len > (uint64_t)(end - at))
+        return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
+      memcpy(out + off, at, (size_t)len);
+      at += len;
+    }
+  }
+  return ZCK_OK;
+}
+
+/* One all_reduce (MAX) of v[0..n): every rank's failure flags and sizes. */
+static zck_status agree_max(zck_comm *c, uint64_t *v, size_t n) {
+  return c->all_reduce(c, v, v, n, ZCK_I64, ZCK_COMM_MAX);
 }
 
 zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, const char *path,
@@ -82,20 +188,25 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   const zck_model *m = s->tr.model;
   size_t es = zck_dtype_size(s->tr.lp_dtype);
   size_t win = g_window ? g_window : G16_WINDOW;
-  win = win < 8 ? 8 : win - win % 8; /* whole 64-bit words, whole elements (es divides 8) */
+  win = win < 8 ? 8 : win - win % 8; /* whole elements (es divides 8) */
   zck__g16 g;
   memset(&g, 0, sizeof g);
   zck__saver_view src;
   memset(&src, 0, sizeof src);
   zck__shash_budget budget = {0, zck__shash_default_budget()};
-  uint64_t *numel = NULL, *buf = NULL, data = 0;
+  g16_wrote w;
+  memset(&w, 0, sizeof w);
+  pthread_mutex_init(&w.mu, NULL);
+  g16_bytes pkt = {NULL, 0}, recv = {NULL, 0};
+  uint64_t *numel = NULL, data = 0;
+  uint8_t *buf = NULL;
   zck_piece *pieces = NULL;
   size_t hlen = 0;
   zck_status st = zck__g16_init(s, path, &g);
   if (st == ZCK_OK) {
     numel = zck__calloc(m->n_params + 1, sizeof *numel);
     pieces = zck__calloc(g.n + 1, sizeof *pieces);
-    buf = zck__malloc(win + 8); /* the window, then the count of failed ranks */
+    buf = zck__malloc(win);
     if (!numel || !pieces || !buf) st = ZCK_ERR_NO_MEMORY;
   }
   if (st == ZCK_OK) {
@@ -109,33 +220,35 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
   if (st == ZCK_OK && lead && known) st = zck_st_writer_hash(g.w, &budget);
   if (st == ZCK_OK && lead) st = zck_st_writer_open(g.w, path);
-  /* every rank ready (its buffer too), or none goes on */
-  uint64_t one = 0;
-  bool stop = false, peer_failed = false;
-  zck_status coll = all_ok(c, &one, st == ZCK_OK, &stop, &peer_failed);
-  uint64_t words = win / 8;
-  size_t next = 0;
-  /* then every rank runs every window, the collectives in step, until one of them fails */
+  zck_status coll = ZCK_OK;
+  bool stop = false;
+  size_t next = 0, W = (size_t)c->size;
+  /* every rank runs every window, the collectives in step, until one of them fails: each
+   * collective is preceded by an agreement that every rank can take part in it */
   for (uint64_t b0 = 0; coll == ZCK_OK && !stop && b0 < data; b0 += win) {
-    uint64_t nb = data - b0 < win ? data - b0 : win;
-    memset(buf, 0, (size_t)(words + 1) * 8);
+    uint64_t nb = data - b0 < win ? data - b0 : win, len = 0;
     if (st == ZCK_OK) {
       zck_layout *l = NULL;
       st = window_layout(&g, numel, m->n_params, es, b0 / es, (b0 + nb) / es, &next, pieces, &l);
-      if (st == ZCK_OK) st = window_fill(s, &src, l, buf, nb / es, path);
+      if (st == ZCK_OK) st = window_fill(s, &src, l, buf, nb / es, path, &w);
       zck_layout_free(l);
+      if (st == ZCK_OK) st = pack(&w, buf, es, &pkt, &len, path);
     }
-    buf[words] = st != ZCK_OK;
-    coll = c->all_reduce(c, buf, buf, (size_t)words + 1, ZCK_I64, ZCK_COMM_SUM);
-    if (coll != ZCK_OK) break;
-    stop = buf[words] != 0;
-    peer_failed = stop && st == ZCK_OK;
-    if (!stop && lead) {
-      uint64_t off = hlen + b0;
-      st = zck__pwrite_all(zck_st_writer_fd(g.w), buf, (size_t)nb, off, path);
-      if (st == ZCK_OK && known) zck_st_writer_wrote(g.w, off, buf, nb);
-    }
+    uint64_t v[2] = {st != ZCK_OK, len};
+    if ((coll = agree_max(c, v, 2)) != ZCK_OK || (stop = v[0] != 0)) break;
+    uint64_t stride = (v[1] + 7) / 8 * 8; /* the longest packet */
+    st = bytes_reserve(&recv, (size_t)(stride * W), path);
+    if (st == ZCK_OK) st = bytes_reserve(&pkt, (size_t)stride, path);
+    v[0] = st != ZCK_OK;
+    if ((coll = agree_max(c, v, 1)) != ZCK_OK || (stop = v[0] != 0)) break;
+    coll = c->all_gather(c, pkt.p, recv.p, (size_t)stride, ZCK_U8);
+    if (coll != ZCK_OK || !lead) continue;
+    st = unpack(recv.p, (size_t)stride, c->size, buf, nb, path);
+    uint64_t off = hlen + b0;
+    if (st == ZCK_OK) st = zck__pwrite_all(zck_st_writer_fd(g.w), buf, (size_t)nb, off, path);
+    if (st == ZCK_OK && known) zck_st_writer_wrote(g.w, off, buf, nb);
   }
+  bool peer_failed = stop && st == ZCK_OK;
   if (st == ZCK_OK) st = coll;
   /* a peer's failure: nothing is committed here, and the agreement after names it */
   if (st == ZCK_OK && lead && !peer_failed) st = zck_st_writer_commit(g.w);
@@ -145,5 +258,9 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   free(numel);
   free(pieces);
   free(buf);
+  free(pkt.p);
+  free(recv.p);
+  free(w.r);
+  pthread_mutex_destroy(&w.mu);
   return st;
 }
