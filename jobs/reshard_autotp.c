@@ -52,6 +52,11 @@ static zck_status target_view(const zck__autotp_src *src, const zck_pk *uci, uin
     }
     x->v.part[k].layout = done;
   }
+  /* frozen params with no elements on this rank only (more TP ranks than kv heads: DeepSpeed
+   * saves the empty attention shards as frozen there) move nothing: a source with no frozen
+   * params need not have any */
+  if (x->v.part[ZCK_STATE_FROZEN].layout && !x->v.part[ZCK_STATE_FROZEN].layout->n_pieces)
+    x->v.part[ZCK_STATE_FROZEN].layout = NULL;
   return ZCK_OK;
 }
 

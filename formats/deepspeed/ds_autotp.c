@@ -260,8 +260,11 @@ static zck_status check_sub(const zck_ds_ckpt *c, const zck_ds_ckpt *s) {
                      b->n_buffers, a->n_params, a->n_buffers);
   for (size_t i = 0; i < a->n_params; i++) {
     const zck_param *x = &a->params[i], *y = &b->params[i];
-    if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->frozen != y->frozen || x->tied_to != y->tied_to ||
-        x->group != y->group)
+    /* more TP ranks than kv heads: DeepSpeed gives the extra ranks empty attention shards,
+     * which ZeRO keeps out of the optimizer and saves as frozen (a zero-element param) */
+    bool empty_here = y->frozen && !x->frozen && y->numel == 0 && x->numel > 0 && y->group < 0;
+    if (strcmp(x->name, y->name) || x->dtype != y->dtype || (x->frozen != y->frozen && !empty_here) ||
+        x->tied_to != y->tied_to || (x->group != y->group && !empty_here))
       return zck__fail(ZCK_ERR_MISMATCH, "%s: parameter %zu is '%s' (%s%s) but mp rank 0 has '%s' (%s%s)", p, i, y->name,
                        zck_dtype_name(y->dtype), y->frozen ? ", frozen" : "", x->name, zck_dtype_name(x->dtype),
                        x->frozen ? ", frozen" : "");
@@ -601,6 +604,12 @@ zck_status zck_ds_autotp_shard_model(const zck_pk *uci, const zck_model *full, u
       const zck_param *src = &m->params[m->params[p].tied_to];
       s = zck_model_set_shape(m, (uint32_t)p, src->ndim, src->shape);
     }
+  /* a trained param with no elements on rank t (more TP ranks than kv heads: an empty
+   * attention shard) is what DeepSpeed's ZeRO keeps out of the optimizer and saves as
+   * frozen on that rank */
+  for (size_t p = 0; s == ZCK_OK && p < m->n_params; p++)
+    if (m->params[p].tied_to < 0 && !m->params[p].frozen && !m->params[p].numel && full->params[p].numel)
+      zck_model_set_frozen(m, (uint32_t)p, true);
   amp_index_free(amp, &names, lits);
   if (s != ZCK_OK) {
     zck_model_free(m);

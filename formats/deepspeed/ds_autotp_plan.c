@@ -7,7 +7,8 @@
  * (module_inject/tp_shard.py): a layer whose name holds no "mlp" (nor an MoE MLP name), is
  * not exactly "lm_head"/"embed_out", and whose dimension the kv-head count divides, is cut
  * by kv heads (rank r: kv // tp (+1 if r < kv % tp) heads' worth); every other one by
- * tp_grain_size grains (the remainder to the last rank). A vocabulary-parallel embedding
+ * tp_grain_size grains (the remainder to the last rank). A rank may get none (more TP ranks
+ * than kv heads): an empty shard, as DeepSpeed makes. A vocabulary-parallel embedding
  * tied to the head takes the head's sizes ("lm_head"). The kind of each split comes from:
  *   - the source's affine map, when the source is AutoTP: each entry must be exactly
  *     DeepSpeed's replicated_map or contiguous_split_map (module_inject/layers.py
@@ -474,16 +475,10 @@ static zck_status build_uci(keys *K, const zck_model *m, tp_param *tp, size_t n,
     if (tp[i].kind == TP_REPL) {
       rep[nrep++] = tp[i].pattern;
     } else {
+      /* a rank may get none (more TP ranks than kv heads): an empty shard, which ZeRO saves as
+       * a frozen zero-element param on that rank (zck_ds_autotp_shard_model) */
       int64_t total = pp->shape[tp[i].dim];
-      for (uint32_t r = 0; r < T && s == ZCK_OK; r++) {
-        sizes[r] = shard_size(total, T, c, tp[i].size_name, r);
-        if (!sizes[r])
-          s = zck__fail(ZCK_ERR_UNSUPPORTED, "'%s': DeepSpeed's split at TP %u leaves TP rank %u none of its %lld %s "
-                        "(%lld kv heads, tp_grain_size %lld): not supported (DeepSpeed saves such an empty shard with "
-                        "the frozen params)", pp->name, T, r, (long long)total, tp[i].dim ? "columns" : "rows",
-                        (long long)c->kv_heads, (long long)c->grain);
-      }
-      if (s != ZCK_OK) break;
+      for (uint32_t r = 0; r < T; r++) sizes[r] = shard_size(total, T, c, tp[i].size_name, r);
       if (tp[i].dim == 1) row[nr++] = tp[i].pattern;
       if (tp[i].dim == 0 && pp->ndim == 2 && (has(pp->name, "embed") || has(pp->name, "lm_head"))) {
         voc[nv++] = tp[i].pattern;

@@ -7,13 +7,17 @@
  *     source's own TP size byte for byte, at the source's stage and dp size (whose files
  *     interop_autotp proves equal to DeepSpeed's own, object for object: so the split, the
  *     universal_checkpoint_info and its pickled sharing are DeepSpeed's) and at another;
- *   - TP 2 -> TP 4 -> TP 2 (the affine-map path both ways) with a config of 4 kv heads (the
- *     fixture's model has 2, with which TP 4 leaves ranks without attention rows: refused),
+ *   - TP 2 -> TP 4 -> TP 2 (the affine-map path both ways) with a config of 4 kv heads,
  *     bit for bit the source again; TP 4 consolidates to the live engine's fp32 masters;
+ *   - every fixture (TP 4 over 2 kv heads, mistral, qwen2 with tp_grain_size 8 too) at another
+ *     TP size by its affine map and its own config.json (TP 2 <-> 4: the 2 kv heads leave TP
+ *     ranks 2 and 3 empty attention shards, saved as frozen there), and back: the source's
+ *     files again, byte for byte; from TP 1 by the Llama plan alike; consolidate = the live
+ *     engine's masters (and frozen params);
  *   - refused with one line, nothing written: no config.json (the default place is the
  *     checkpoint folder; --model-config names another), a model_type zckpt does not know, a
- *     config whose split disagrees with the checkpoint's own record, a TP size that leaves a
- *     rank no rows, the Llama plan for a config saved by transformers older than 5.23. */
+ *     config whose split disagrees with the checkpoint's own record, the Llama plan for
+ *     another model type or a config saved by transformers older than 5.23. */
 #include "ds_test_util.h"
 #include "safetensors/safetensors.h"
 #include "zck.h"
@@ -55,14 +59,17 @@ static void same_tree(const char *cs, const char *a, const char *b) {
   ZT_EQ_INT(n_a, n_b);
 }
 
-/* Every tensor of the safetensors file `out` equals the one of that name in `expected`. */
-static void same_tensors(const char *cs, const char *out, const char *expected) {
-  zck_hf_checkpoint *a = NULL, *b = NULL;
+/* Every tensor of the safetensors file `out` equals the one of that name in `expected`, or
+ * in `frozen` (the frozen params' full values; NULL: none), and `out` has all of them. */
+static void same_tensors2(const char *cs, const char *out, const char *expected, const char *frozen) {
+  zck_hf_checkpoint *a = NULL, *b = NULL, *f = NULL;
   ZT_OK(zck_hf_open(out, &a));
   ZT_OK(zck_hf_open(expected, &b));
-  ZT_EQ_INT(zck_hf_count(a), zck_hf_count(b));
+  if (frozen) ZT_OK(zck_hf_open(frozen, &f));
+  ZT_EQ_INT(zck_hf_count(a), zck_hf_count(b) + (f ? zck_hf_count(f) : 0));
   for (size_t i = 0; i < zck_hf_count(a); i++) {
     const zck_hf_tensor *x = zck_hf_tensor_at(a, i), *y = zck_hf_find(b, x->t->name);
+    if (!y && f) y = zck_hf_find(f, x->t->name);
     if (!y || x->t->nbytes != y->t->nbytes) ZT_FAIL("%s: %s: %s missing or another size", cs, out, x->t->name);
     unsigned char *p = malloc(x->t->nbytes + 1), *q = malloc(y->t->nbytes + 1);
     ZT_OK(zck_st_read(x->file, x->t, p, 0, x->t->nbytes));
@@ -73,6 +80,11 @@ static void same_tensors(const char *cs, const char *out, const char *expected) 
   }
   zck_hf_close(a);
   zck_hf_close(b);
+  zck_hf_close(f);
+}
+
+static void same_tensors(const char *cs, const char *out, const char *expected) {
+  same_tensors2(cs, out, expected, NULL);
 }
 
 static void reshard(const char *src, const char *out, uint32_t tp, int stage, int world, const char *config) {
@@ -182,7 +194,10 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   free(text);
   int tp = cJSON_GetObjectItem(e, "tp_size")->valueint, dp = cJSON_GetObjectItem(e, "dp_size")->valueint;
   int stage = cJSON_GetObjectItem(e, "stage")->valueint;
-  ZT_EQ_INT(tp, 2);
+  const cJSON *mt = cJSON_GetObjectItem(e, "model_type");
+  /* the Llama plan (a source without an affine map) is for model_type llama only */
+  int llama = !mt || !strcmp(mt->valuestring, "llama");
+  uint32_t other = tp == 2 ? 4 : 2;  /* another TP size: with the fixtures' 2 kv heads, TP 4 leaves ranks 2, 3 none */
 
   /* TP 1 is the plain reshard */
   snprintf(a, sizeof a, "%s/%s-tp1", tmp, cs);
@@ -191,49 +206,90 @@ static void check_case(const char *root, const char *cs, const char *tmp) {
   reshard(ckpt, b, 0, stage, dp, NULL);
   same_tree(cs, a, b);
 
-  /* TP 2 -> 1 -> 2: the source's own files again (the reshard at its own TP size) */
-  snprintf(b, sizeof b, "%s/%s-tp1-tp2", tmp, cs);
-  snprintf(c, sizeof c, "%s/%s-tp2", tmp, cs);
-  reshard(a, b, 2, stage, dp, cfg);
-  reshard(ckpt, c, 2, stage, dp, NULL);
-  same_tree(cs, b, c);
-  /* ... and at another stage and dp size, from TP 1 or from TP 2 alike */
+  /* the reshard at the source's own TP size (at its stage and dp size: DeepSpeed's files, interop_autotp) */
+  snprintf(c, sizeof c, "%s/%s-tp%d", tmp, cs, tp);
+  reshard(ckpt, c, (uint32_t)tp, stage, dp, NULL);
   int st2 = stage == 3 ? 1 : stage + 1, w2 = dp == 1 ? 2 : 1;
-  snprintf(b, sizeof b, "%s/%s-tp1-tp2-s%dw%d", tmp, cs, st2, w2);
-  snprintf(c, sizeof c, "%s/%s-tp2-s%dw%d", tmp, cs, st2, w2);
-  reshard(a, b, 2, st2, w2, cfg);
-  reshard(ckpt, c, 2, st2, w2, NULL);
-  same_tree(cs, b, c);
-
-  /* the default place of config.json: the checkpoint folder (HF's checkpoint-N/), carried along */
-  snprintf(p, sizeof p, "%s/config.json", a);
-  ZT_ASSERT(zt_copy_tree(cfg, p) == 0);
-  snprintf(b, sizeof b, "%s/%s-tp1-tp2-default", tmp, cs);
-  reshard(a, b, 2, stage, dp, NULL);
-  snprintf(b, sizeof b, "%s/%s-tp1-tp2-default/global_step2", tmp, cs);
-  snprintf(c, sizeof c, "%s/%s-tp2/global_step2", tmp, cs);
-  same_tree(cs, b, c);
-  snprintf(b, sizeof b, "%s/%s-tp1-tp2-default/config.json", tmp, cs);
   struct stat sb;
-  ZT_ASSERT(stat(b, &sb) == 0);
+  if (llama) {
+    /* TP T -> 1 -> T: the source's own files again */
+    snprintf(b, sizeof b, "%s/%s-tp1-tp%d", tmp, cs, tp);
+    reshard(a, b, (uint32_t)tp, stage, dp, cfg);
+    same_tree(cs, b, c);
+    /* ... and at another stage and dp size, from TP 1 or from TP T alike */
+    snprintf(b, sizeof b, "%s/%s-tp1-tp%d-s%dw%d", tmp, cs, tp, st2, w2);
+    snprintf(p, sizeof p, "%s/%s-tp%d-s%dw%d", tmp, cs, tp, st2, w2);
+    reshard(a, b, (uint32_t)tp, st2, w2, cfg);
+    reshard(ckpt, p, (uint32_t)tp, st2, w2, NULL);
+    same_tree(cs, b, p);
 
-  if (stage != 2) other_paths(cs, dir, ckpt, cfg, tmp, stage, dp);
+    /* the default place of config.json: the checkpoint folder (HF's checkpoint-N/), carried along */
+    snprintf(p, sizeof p, "%s/config.json", a);
+    ZT_ASSERT(zt_copy_tree(cfg, p) == 0);
+    snprintf(b, sizeof b, "%s/%s-tp1-tp%d-default", tmp, cs, tp);
+    reshard(a, b, (uint32_t)tp, stage, dp, NULL);
+    snprintf(b, sizeof b, "%s/%s-tp1-tp%d-default/global_step2", tmp, cs, tp);
+    snprintf(p, sizeof p, "%s/global_step2", c);
+    same_tree(cs, b, p);
+    snprintf(b, sizeof b, "%s/%s-tp1-tp%d-default/config.json", tmp, cs, tp);
+    ZT_ASSERT(stat(b, &sb) == 0);
+  } else {
+    /* without an affine map (TP 1 files) the split of another model type is unknown */
+    snprintf(b, sizeof b, "%s/%s-refused", tmp, cs);
+    refused(cs, a, b, (uint32_t)tp, cfg, ZCK_ERR_UNSUPPORTED, "model_type");
+  }
+
+  /* another TP size by the affine map: with the fixtures' 2 kv heads TP 4 gives ranks 2 and 3
+   * empty attention shards (and the grain-8 MLP of 24 rows none on rank 3), saved as frozen
+   * zero-element params there, as DeepSpeed does (interop_autotp: DeepSpeed loads them);
+   * back to the source's TP size it is the source again, byte for byte; its consolidate is the
+   * live engine's masters */
+  snprintf(b, sizeof b, "%s/%s-map-tp%u", tmp, cs, other);
+  reshard(ckpt, b, other, stage, dp, cfg);
+  {
+    zck_ds_ckpt *ck = NULL;
+    ZT_OK(zck_ds_open(b, NULL, &ck));
+    ZT_EQ_INT(zck_ds_info_of(ck)->tp_size, other);
+    zck_ds_close(ck);
+    char st[4500], fp32[4300], fz[4300];
+    snprintf(st, sizeof st, "%s.safetensors", b);
+    snprintf(fp32, sizeof fp32, "%s/expected_fp32.safetensors", dir);
+    snprintf(fz, sizeof fz, "%s/expected_frozen.safetensors", dir);
+    ZT_OK(zck_consolidate(b, st, NULL));
+    /* frozen params where zero_to_fp32 gives them (frozen_param_fragments: ZeRO-2/3) */
+    same_tensors2(cs, st, fp32, stage >= 2 && stat(fz, &sb) == 0 ? fz : NULL);
+    zck_verify_report *r = NULL;
+    ZT_OK(zck_verify(b, NULL, &r));
+    ZT_EQ_INT(r->result, ZCK_VERIFY_CLEAN);
+    zck_verify_report_free(r);
+  }
+  snprintf(p, sizeof p, "%s/%s-map-tp%u-tp%d", tmp, cs, other, tp);
+  reshard(b, p, (uint32_t)tp, stage, dp, cfg);
+  same_tree(cs, p, c);
+  if (llama) {  /* from TP 1 by the Llama plan: the same files (TP 1's folder now carries config.json) */
+    char q[4500];
+    snprintf(p, sizeof p, "%s/%s-tp1-map-tp%u", tmp, cs, other);
+    reshard(a, p, other, stage, dp, cfg);
+    snprintf(p, sizeof p, "%s/%s-tp1-map-tp%u/global_step2", tmp, cs, other);
+    snprintf(q, sizeof q, "%s/global_step2", b);
+    same_tree(cs, p, q);
+  }
+
+  if (llama && tp == 2 && stage != 2) other_paths(cs, dir, ckpt, cfg, tmp, stage, dp);
   /* refusals */
   snprintf(b, sizeof b, "%s/%s-refused", tmp, cs);
-  refused(cs, ckpt, b, 4, NULL, ZCK_ERR_NOT_FOUND, "config.json");          /* not in ckpt/ */
-  refused(cs, ckpt, b, 4, cfg, ZCK_ERR_UNSUPPORTED, "leaves TP rank 2 none"); /* 2 kv heads at TP 4 */
+  refused(cs, ckpt, b, other, NULL, ZCK_ERR_NOT_FOUND, "config.json");          /* not in ckpt/ */
   snprintf(c, sizeof c, "%s/%s-tp1", tmp, cs);
-  refused(cs, c, b, 4, cfg, ZCK_ERR_UNSUPPORTED, "leaves TP rank 2 none");
   snprintf(p, sizeof p, "%s/%s-gpt2.json", tmp, cs);
   edited_config(cfg, p, "\"model_type\"", "\"gpt2\"");
-  refused(cs, ckpt, b, 4, p, ZCK_ERR_UNSUPPORTED, "model_type 'gpt2'");
+  refused(cs, ckpt, b, other, p, ZCK_ERR_UNSUPPORTED, "model_type 'gpt2'");
   snprintf(p, sizeof p, "%s/%s-kv1.json", tmp, cs);
   edited_config(cfg, p, "\"num_key_value_heads\"", "1");
-  refused(cs, ckpt, b, 4, p, ZCK_ERR_MISMATCH, "does not describe this checkpoint");
+  refused(cs, ckpt, b, other, p, ZCK_ERR_MISMATCH, "does not describe this checkpoint");
   /* the Llama plan (no affine map in the source) is transformers'; known for 5.23 on */
   snprintf(p, sizeof p, "%s/%s-tf4.json", tmp, cs);
   edited_config(cfg, p, "\"transformers_version\"", "\"4.57.1\"");
-  refused(cs, c, b, 2, p, ZCK_ERR_UNSUPPORTED, "transformers_version 4.57.1");
+  if (llama) refused(cs, c, b, 2, p, ZCK_ERR_UNSUPPORTED, "transformers_version 4.57.1");
   fprintf(stderr, "  %s: ok\n", cs);
   cJSON_Delete(e);
 }

@@ -23,11 +23,16 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 DeepSpeed's AutoTP engine at (T, new dp) loads them with engine.load_checkpoint: fp32 masters,
                 exp_avg, exp_avg_sq bit for bit, next loss as above, and the universal_checkpoint_info the files carry
                 equals the one the engine builds itself (TP 2 x DP 2 and TP 1 x DP 2 sources); from the AutoTP
-                checkpoint to TP 4 (its affine map; a config of 4 kv heads of the same shapes), DeepSpeed's engine
-                at TP 4 loads it: masters and Adam state bit for bit, its own universal_checkpoint_info (DP 1 sources).
+                checkpoint to TP 4 (its affine map; the model's 2 kv heads leave TP ranks 2 and 3 empty attention
+                shards, saved as frozen zero-element params there, as DeepSpeed does), DeepSpeed's engine at TP 4
+                loads it: masters and Adam state bit for bit, its own universal_checkpoint_info, the next loss
+                (DP 1 sources).
+  other layouts (check_map: TP 4 x 2 kv heads, mistral, qwen2 with tp_grain_size 8) zckpt's AutoTP files at the
+                source's own layout = DeepSpeed's, object for object; qwen2 at TP 4 (rank 3 gets no MLP grain) is
+                loaded by DeepSpeed's engine there as above.
 
   frozen        (the `_frozen` cases, check_frozen) AutoTP files at the source's own layout = DeepSpeed's, object for
-                object; DeepSpeed's AutoTP engine (ZeRO-3 files) and a plain engine (TP 1) load zckpt's reshards:
+                object; DeepSpeed's AutoTP engine loads zckpt's reshard into ZeRO-3 AutoTP files:
                 masters, Adam state and the frozen params bit for bit, next loss as above.
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
@@ -50,7 +55,9 @@ ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 LOSS_RTOL = {"fp32": 1e-5, "bf16": 2e-2}
 # the default run (about 2 minutes on 2 cores): TP 2 x DP 1 fp32 ZeRO-1 tied, TP 2 x DP 2 bf16 ZeRO-3 tied (ZeRO-2
 # files are ZeRO-1's format: test_autotp covers them against the live engine; pass a case name to run any other)
-CASES = ["tp2_s1_fp32_tied", "tp2dp2_s3_bf16_tied", "tp2_s2_bf16_tied_frozen"]
+CASES = ["tp2_s1_fp32_tied", "tp2dp2_s3_bf16_tied", "tp2_s2_bf16_tied_frozen", "tp4_s2_bf16_tied_kv2",
+         "tp2_s1_fp32_untied_mistral", "tp2_s2_bf16_tied_qwen2_grain8"]
+MAP_CASES = CASES[3:]
 
 
 def worker(spec_path):
@@ -63,10 +70,8 @@ def worker(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
     deepspeed.init_distributed(dist_backend="gloo")
-    if spec.get("config"):  # another config of the same shapes (its weights are loaded)
-        from transformers import LlamaConfig, LlamaForCausalLM
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig.from_json_file(spec["config"]))
+    if spec.get("case"):  # the fixture's model (mistral, qwen2, ...)
+        model = G.case_model(spec["case"])
     else:
         model = G.build_model(spec["tied"])
     if spec.get("frozen"):  # the frozen cases' params, frozen as the source engine's were
@@ -76,6 +81,8 @@ def worker(spec_path):
     cfg = G.ds_config(spec["world"], max(tp, 1), spec["stage"], spec["dtype"])
     if tp <= 1:
         del cfg["tensor_parallel"]
+    elif spec.get("grain"):
+        cfg["tensor_parallel"]["tp"] = {"tp_grain_size": spec["grain"]}
     if spec["universal"]:
         cfg["checkpoint"] = {"load_universal": True}
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
@@ -315,7 +322,7 @@ def check_case(case, tmp):
                                               open(os.path.join(direct, f), "rb").read() for f in files(direct)):
             fails.append(f"{case} {tag}: differs from the direct reshard at TP {tp}")
         if dp == 1:  # a DP 1 source's load would run on tp * dp2 = 4 ranks: the TP 4 load below takes them
-            return fails + check_tp4(case, tmp, stage2, base, fp32, state)
+            return fails + check_tp4(case, tmp, stage2, base, fp32, state, ref_loss)
         res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=tp * dp2, tp=tp, universal=False, load=out))
         loss = compare(tag, res, True)
         print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
@@ -324,25 +331,19 @@ def check_case(case, tmp):
     return fails
 
 
-def check_tp4(case, tmp, stage2, base, fp32, state):
+def check_tp4(case, tmp, stage2, base, fp32, state, ref_loss=None, grain=None):
     fails = []
-    # TP 2 -> 4 by the source's affine map (the model has 2 kv heads, with which DeepSpeed leaves TP ranks 2, 3 empty
-    # attention shards, refused): with a config of 8 heads, 4 kv heads and head_dim 2, the same shapes, which splits
-    # them at TP 2 as the checkpoint holds them. DeepSpeed's AutoTP engine at TP 4 x DP 1 over that model loads the
-    # files: masters and Adam state bit for bit, and the universal_checkpoint_info is the one it builds at TP 4 (the
-    # loss is another model's: not compared)
+    # TP 2 -> 4 by the source's affine map and the model's own config.json: its 2 kv heads leave TP ranks 2 and 3 empty
+    # attention shards, which DeepSpeed keeps out of the optimizer and saves as frozen zero-element params there.
+    # DeepSpeed's AutoTP engine at TP 4 x DP 1 loads the files: masters and Adam state bit for bit, the
+    # universal_checkpoint_info is the one it builds at TP 4, and the next loss is the source engine's (to LOSS_RTOL)
     tag = f"reshard->tp4-s{stage2}w1"
-    out, cfg = os.path.join(tmp, f"{case}-{tag}"), os.path.join(tmp, f"{case}-heads8-kv4.json")
+    out, cfg = os.path.join(tmp, f"{case}-{tag}"), os.path.join(FIX, case, "config.json")
     try:
-        with open(os.path.join(FIX, case, "config.json")) as f:
-            c = json.load(f)
-        c.update(num_attention_heads=8, num_key_value_heads=4, head_dim=2)
-        with open(cfg, "w") as f:
-            json.dump(c, f)
         subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), out, "--to-tp-size", "4",
                         "--to-stage", str(stage2), "--to-world-size", "1", "--model-config", cfg], check=True)
         res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=4, tp=4, universal=False, load=out,
-                                                   config=cfg))
+                                                   case=case, grain=grain))
         if res.get("uci_same") is not True:
             fails.append(f"{case} {tag}: the universal_checkpoint_info loaded differs from the one the engine builds")
         for n, t in fp32.items():
@@ -351,16 +352,55 @@ def check_tp4(case, tmp, stage2, base, fp32, state):
         for n, t in state.items():
             if n not in res["state"] or not bits_equal(res["state"][n].cpu(), t):
                 fails.append(f"{case} {tag}: {n} differs from the source engine's")
-        print(f"  {case} {tag}: state equal, universal_checkpoint_info DeepSpeed's")
+        loss, tol = res["losses"][0], LOSS_RTOL[base["dtype"]]
+        if ref_loss is not None and not abs(loss - ref_loss) <= tol * abs(ref_loss):
+            fails.append(f"{case} {tag}: next loss {loss!r} vs the source engine's {ref_loss!r} (rtol {tol})")
+        print(f"  {case} {tag}: state equal, universal_checkpoint_info DeepSpeed's, loss {loss:.9g}")
     except Exception as e:  # noqa: BLE001
         fails.append(f"{case} {tag}: {e}")
+    return fails
+
+
+def check_map(case, tmp):
+    """Other layouts of DeepSpeed's own (tp4_s2_bf16_tied_kv2: TP 4 with 2 kv heads, ranks 2 and 3 holding empty
+    attention shards, saved as frozen there; mistral; qwen2 with tp_grain_size 8): zckpt's AutoTP files at the source's
+    own layout equal DeepSpeed's object for object (the reader and the writer of each); the qwen2 case at TP 4 (kv heads
+    and grains leave ranks empty: rank 3 gets no MLP rows) is loaded by DeepSpeed's engine there, with its own
+    universal_checkpoint_info."""
+    import torch
+    fails = []
+    with open(os.path.join(FIX, case, "expected.json")) as f:
+        exp = json.load(f)
+    ckpt = os.path.join(FIX, case, "ckpt")
+    tp, stage, dp = exp["tp_size"], exp["stage"], exp["dp_size"]
+    ident = os.path.join(tmp, f"{case}-identity")
+    try:
+        subprocess.run([ZCKPT, "reshard", "-q", ckpt, ident, "--to-tp-size", str(tp), "--to-stage", str(stage),
+                        "--to-world-size", str(dp)], check=True)
+        src_tag = os.path.join(ckpt, "global_step2")
+        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
+        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
+        if names != ours:
+            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
+        for f in set(names) & set(ours):
+            if not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
+                            torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
+                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
+        print(f"  {case}: AutoTP files at the source's layout = DeepSpeed's")
+    except Exception as e:  # noqa: BLE001
+        fails.append(f"{case} identity: {e}")
+    if "grain" in case:
+        base = {"tied": exp["tied"], "dtype": exp["dtype"]}
+        fails += check_tp4(case, tmp, stage, base, load_st(os.path.join(FIX, case, "expected_fp32.safetensors")),
+                           load_st(os.path.join(FIX, case, "expected_state.safetensors")), exp["loss_step3"],
+                           grain=exp["ds_config"]["tensor_parallel"]["tp"]["tp_grain_size"])
     return fails
 
 
 def check_frozen(case, tmp):
     """A case with frozen params (tests/fixtures/autotp/*_frozen): zckpt's AutoTP files at the source's own layout equal
     DeepSpeed's object for object; DeepSpeed's AutoTP engine loads zckpt's reshard into ZeRO-3 AutoTP files (frozen
-    params in frozen_param_fragments per dp rank) and a plain engine the TP 1 files: masters and Adam state bit for bit,
+    params in frozen_param_fragments per dp rank): masters and Adam state bit for bit,
     the frozen params equal the source engine's (expected_frozen: its slices merged by ParamAffineMap.rebuild), next
     loss as above. ds_to_universal refuses the checkpoint (its tp-slice merge finds no fragments for the frozen params'
     patterns); zckpt to-universal writes them whole (test_autotp checks the files)."""
@@ -395,7 +435,8 @@ def check_frozen(case, tmp):
     if r.returncode == 0 or "Unused patterns" not in r.stderr:
         fails.append(f"{case}: ds_to_universal no longer refuses frozen AutoTP params (rc {r.returncode}): zckpt's "
                      "to-universal should be compared with it")
-    for tag, t, st in ((f"reshard->tp{tp}-s3w1", tp, 3), ("reshard->tp1-s2w1", 1, 2)):
+    # (TP 1 files hold the merged frozen params: test_autotp checks them against the live engine's; not loaded here)
+    for tag, t, st in ((f"reshard->tp{tp}-s3w1", tp, 3),):
         out = os.path.join(tmp, f"{case}-{tag}")
         try:
             subprocess.run([ZCKPT, "reshard", "-q", ckpt, out, "--to-tp-size", str(t), "--to-stage", str(st),
@@ -430,7 +471,8 @@ def main():
     try:
         for case in cases:
             try:
-                fails = check_frozen(case, tmp) if case.endswith("_frozen") else check_case(case, tmp)
+                fails = (check_frozen(case, tmp) if case.endswith("_frozen") else
+                         check_map(case, tmp) if case in MAP_CASES else check_case(case, tmp))
             except Exception:  # noqa: BLE001
                 fails = [f"{case}: {traceback.format_exc()}"]
             for f in fails:
