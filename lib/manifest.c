@@ -132,8 +132,9 @@ zck_status zck__manifest_add_listed_file(zck_manifest *m, const char *relpath, s
   return add_file(m, relpath, index, false);
 }
 
-zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *name, const char *dtype, int ndim,
-                                   const int64_t *shape, uint64_t offset, uint64_t nbytes, size_t *index) {
+zck_status zck__manifest_add_tensor_n(zck_manifest *m, size_t file, const char *name, size_t name_n, const char *dtype,
+                                      size_t dtype_n, int ndim, const int64_t *shape, uint64_t offset, uint64_t nbytes,
+                                      size_t *index) {
   ZCK_ASSERT(file < m->n_files && name && dtype && ndim >= 0 && ndim <= ZCK_MANIFEST_MAX_DIMS);
   if (m->n_tensors == m->cap_tensors) {
     size_t cap = m->cap_tensors ? 2 * m->cap_tensors : 64;
@@ -148,8 +149,8 @@ zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *nam
   t->ndim = ndim;
   t->offset = offset;
   t->nbytes = nbytes;
-  t->name = zck__strdup(name);
-  t->dtype = zck__strdup(dtype);
+  t->name = zck__strndup(name, name_n);
+  t->dtype = zck__strndup(dtype, dtype_n);
   t->shape = zck__malloc((ndim ? (size_t)ndim : 1) * sizeof *t->shape);
   if (!t->name || !t->dtype || !t->shape) {
     free(t->name);
@@ -161,6 +162,12 @@ zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *nam
   if (index) *index = m->n_tensors;
   m->n_tensors++;
   return ZCK_OK;
+}
+
+zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *name, const char *dtype, int ndim,
+                                   const int64_t *shape, uint64_t offset, uint64_t nbytes, size_t *index) {
+  ZCK_ASSERT(name && dtype);
+  return zck__manifest_add_tensor_n(m, file, name, strlen(name), dtype, strlen(dtype), ndim, shape, offset, nbytes, index);
 }
 
 static char *dup_or_null(const char *s, bool *failed) {

@@ -113,6 +113,10 @@ zck_status zck_manifest_add_file(zck_manifest *m, const char *relpath, size_t *i
 zck_status zck__manifest_add_listed_file(zck_manifest *m, const char *relpath, size_t *index);
 zck_status zck_manifest_add_tensor(zck_manifest *m, size_t file, const char *name, const char *dtype, int ndim,
                                    const int64_t *shape, uint64_t offset, uint64_t nbytes, size_t *index);
+/* The same with name and dtype given as (bytes, length). */
+zck_status zck__manifest_add_tensor_n(zck_manifest *m, size_t file, const char *name, size_t name_n, const char *dtype,
+                                      size_t dtype_n, int ndim, const int64_t *shape, uint64_t offset, uint64_t nbytes,
+                                      size_t *index);
 zck_status zck_manifest_set_layout(zck_manifest *m, const zck_manifest_layout *l);
 /* Index of a file by relative path, or -1. */
 ptrdiff_t zck_manifest_find_file(const zck_manifest *m, const char *relpath);
@@ -237,6 +241,12 @@ zck_status zck_manifest_write(const zck_manifest *m, const char *dir);
 /* Parses and validates manifest JSON; `name` is for messages. Errors are one line:
  * "NAME: files[3].size: not an integer". */
 zck_status zck_manifest_parse(const char *name, const char *json, size_t len, zck_manifest **out);
+/* Its two readers. _tree: the whole text as a cJSON tree, checked field by field (every
+ * message is this one's). _plain (manifest_tensors.c): the tensor table scanned without a
+ * tree, the rest through _tree; it declines (non-OK, message unspecified) anything but a
+ * plain subset and every error, and zck_manifest_parse then runs _tree. */
+zck_status zck__manifest_parse_tree(const char *name, const char *json, size_t len, zck_manifest **out);
+zck_status zck__manifest_parse_plain(const char *name, const char *json, size_t len, zck_manifest **out);
 /* Reads <dir>/zckpt-manifest.json (or the file itself when path is a file);
  * ZCK_ERR_NOT_FOUND when there is none. */
 zck_status zck_manifest_read(const char *path, zck_manifest **out);

@@ -3,7 +3,8 @@
  * Written by hand so the output is deterministic (same checkpoint, same bytes), one file
  * or tensor per line (diffable, greppable), with exact 64-bit integers, and streamed into
  * one buffer rather than a tree of a million nodes. Read with cJSON and validated field
- * by field: every error names the manifest and the JSON path ("files[3].size").
+ * by field: every error names the manifest and the JSON path ("files[3].size"). The
+ * tensor table of a plain manifest is read without the tree (manifest_tensors.c).
  */
 #include "manifest.h"
 
@@ -374,6 +375,12 @@ static zck_status parse_root(const jctx *c, const cJSON *root, zck_manifest *m) 
 }
 
 zck_status zck_manifest_parse(const char *name, const char *json, size_t len, zck_manifest **out) {
+  if (zck__manifest_parse_plain(name, json, len, out) == ZCK_OK) return ZCK_OK;
+  zck_clear_error();
+  return zck__manifest_parse_tree(name, json, len, out);
+}
+
+zck_status zck__manifest_parse_tree(const char *name, const char *json, size_t len, zck_manifest **out) {
   *out = NULL;
   jctx c = {name ? name : ZCK_MANIFEST_NAME};
   const char *end = NULL;

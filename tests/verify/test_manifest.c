@@ -2,6 +2,7 @@
  * across buffer and chunk boundaries), JSON round trip (byte-identical, deterministic),
  * writing a directory's manifest and reading it back, comparison, one malformed manifest
  * per check, and the completeness protocol. */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -319,6 +320,95 @@ static void test_malformed(void) {
   }
 }
 
+/* The tensor table read without a tree (manifest_tensors.c) against the cJSON tree: the
+ * writer's own text and plain variants are read by it, to the same manifest; what it does
+ * not read (escapes, other number spellings, unknown keys) the tree still does. */
+static char *json_of(const char *text, bool plain) {
+  zck_manifest *m = NULL;
+  if (plain) ZT_OK(zck__manifest_parse_plain("P.json", text, strlen(text), &m));
+  else ZT_OK(zck__manifest_parse_tree("T.json", text, strlen(text), &m));
+  char *out = NULL;
+  ZT_OK(zck_manifest_to_json(m, &out, NULL));
+  zck_manifest_free(m);
+  return out;
+}
+
+static void test_plain_reader(void) {
+  zck_manifest *m = NULL;
+  ZT_OK(zck_manifest_new(&m));
+  size_t fa, fb;
+  ZT_OK(zck_manifest_add_file(m, "a.pt", &fa));
+  ZT_OK(zck_manifest_add_file(m, "sub/b.pt", &fb));
+  m->files[fa].size = 4096;
+  m->files[fb].size = (uint64_t)1 << 52;
+  m->files[fa].hashed = m->files[fb].hashed = true;
+  m->files[fb].xxh3 = 0xfedcba9876543210ull;
+  int64_t s3[3] = {2, 0, 7}, s1[1] = {9007199254740991};
+  ZT_OK(zck_manifest_add_tensor(m, fa, "module.w", "bfloat16", 3, s3, 64, 0, NULL));
+  ZT_OK(zck_manifest_add_tensor(m, fa, "", "float32", 0, NULL, 0, 4, NULL));
+  ZT_OK(zck_manifest_add_tensor(m, fb, "opt.\xc3\xa9t\xc3\xa9", "F8_E4M3", 1, s1, ((uint64_t)1 << 52) - 8, 8, NULL));
+  ZT_OK(zck_manifest_add_tensor(m, fa, "module.b", "bfloat16", 1, s1, 4000, 96, NULL));
+  for (size_t i = 0; i < m->n_tensors; i++) {
+    m->tensors[i].hashed = true;
+    m->tensors[i].xxh3 = 0x0123456789abcdefull * (i + 1);
+  }
+  char *text = NULL;
+  ZT_OK(zck_manifest_to_json(m, &text, NULL));
+  zck_manifest_free(m);
+  char *a = json_of(text, true), *b = json_of(text, false);
+  ZT_EQ_STR(a, text);
+  ZT_EQ_STR(b, text);
+  free(a);
+  free(b);
+
+  /* one tensor respelled: (from, to, whether the plain reader still reads it) */
+  static const struct { const char *from, *to; bool plain; } edits[] = {
+    {"{\"file\": \"a.pt\", \"name\": \"module.b\"", "{\"name\":\"module.b\" ,\r\n\t\"file\":\"a.pt\"", true},
+    {"\"offset\": 4000, \"nbytes\": 96, \"xxh3\": \"", "\"xxh3\" : \"", true}, /* hex case below */
+    {"\"name\": \"module.b\"", "\"name\": \"module\\u002eb\"", false},
+    {"\"offset\": 4000", "\"offset\": 4e3", false},
+    {"\"offset\": 4000", "\"offset\": 04000", false},
+    {"\"offset\": 0,", "\"offset\": -0,", false},
+    {"\"nbytes\": 96", "\"nbytes\": 96, \"note\": null", false},
+    {"\"tensors\"", "\"tensor\\u0073\"", false},
+  };
+  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+    const char *at = strstr(text, edits[i].from);
+    ZT_ASSERT(at);
+    char *v = NULL;
+    if (i == 1) { /* the xxh3 moved before offset and nbytes, in capitals */
+      const char *hex = at + strlen(edits[i].from);
+      char up[17];
+      for (int k = 0; k < 16; k++) up[k] = (char)toupper((unsigned char)hex[k]);
+      up[16] = 0;
+      ZT_ASSERT(asprintf(&v, "%.*s\"xxh3\": \"%s\", \"offset\": 4000, \"nbytes\": 96%s", (int)(at - text), text, up,
+                         hex + 17) > 0);
+    } else {
+      ZT_ASSERT(asprintf(&v, "%.*s%s%s", (int)(at - text), text, edits[i].to, at + strlen(edits[i].from)) > 0);
+    }
+    zck_manifest *p = NULL;
+    zck_status st = zck__manifest_parse_plain("P.json", v, strlen(v), &p);
+    if ((st == ZCK_OK) != edits[i].plain) ZT_FAIL("edit %zu: plain reader %s: %s", i, zck_status_name(st), v);
+    zck_manifest_free(p);
+    char *t = json_of(v, false);
+    if (edits[i].plain) {
+      char *q = json_of(v, true);
+      ZT_EQ_STR(q, t);
+      free(q);
+    }
+    ZT_OK(zck_manifest_parse("M.json", v, strlen(v), &p)); /* either way, read */
+    char *w = NULL;
+    ZT_OK(zck_manifest_to_json(p, &w, NULL));
+    ZT_EQ_STR(w, t);
+    if (i < 3) ZT_EQ_STR(w, text); /* a respelling of the same manifest */
+    free(w);
+    free(t);
+    zck_manifest_free(p);
+    free(v);
+  }
+  free(text);
+}
+
 static void test_completeness(const char *tmp) {
   char *dir = join(tmp, "complete");
   ZT_ASSERT(mkdir(dir, 0755) == 0);
@@ -367,6 +457,7 @@ int main(void) {
   char *tmp = zt_tmpdir();
   test_hash_engine(tmp);
   test_malformed();
+  test_plain_reader();
   test_completeness(tmp);
   test_dir_round_trip(tmp);
   free(tmp);
