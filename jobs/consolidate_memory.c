@@ -36,6 +36,7 @@ zck_status zck_consolidate_open(const char *path, const zck_consolidate_opts *op
   sd->opts = o;
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o.tag;
+  dopts.threads = o.threads;
   zck_status st = zck_ds_open(path, &dopts, &sd->ck);
   /* a zckpt-written checkpoint without its manifest was never completed */
   if (st == ZCK_OK) st = zck_ds_check_complete(sd->ck, o.force);

@@ -20,6 +20,7 @@
 static zck_status zck__cons_open_ds(zck__cons_src *s, const char *path, const zck_consolidate_opts *o) {
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o->tag;
+  dopts.threads = o->threads;
   ZCK_TRY(zck_ds_open(path, &dopts, &s->ck));
   /* a zckpt-written checkpoint without its manifest was never completed */
   ZCK_TRY(zck_ds_check_complete(s->ck, o->force));

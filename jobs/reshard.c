@@ -145,6 +145,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (zck__is_universal(src)) return zck__reshard_from_universal(src, out, &o);
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o.tag;
+  dopts.threads = o.threads;
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &c));
   const zck_ds_info *in = zck_ds_info_of(c);

@@ -952,6 +952,7 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
   dopts.tag = o.tag;
+  dopts.threads = o.threads;
   dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
   zck_ds_ckpt *ck = NULL;
   ZCK_TRY(zck_ds_open(src, &dopts, &ck));

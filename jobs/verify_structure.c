@@ -137,6 +137,7 @@ static zck_status open_item(void *ctx, size_t item, unsigned thread) {
 static void check_deepspeed(vctx *c) {
   zck_ds_open_opts o = ZCK_DS_OPEN_OPTS_INIT;
   o.tag = c->o.tag;
+  o.threads = c->o.threads;
   zck_ds_ckpt *ck = NULL;
   /* the reader every job opens a checkpoint with: what it refuses is never "clean" here
    * (an unsupported file set, e.g. a tag without optimizer states, is "could not check") */

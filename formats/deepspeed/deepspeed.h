@@ -52,8 +52,9 @@ typedef struct zck_ds_open_opts {
   const char *tag;                 /* NULL: the tag named by <path>/latest */
   bool require_optimizer_state;    /* fail (DS-48) when exp_avg / exp_avg_sq are absent */
   zck_torch_open_opts torch;       /* limits for every .pt file */
+  unsigned threads;                /* stage-3 model files read at once; 0: zck__default_threads() */
 } zck_ds_open_opts;
-#define ZCK_DS_OPEN_OPTS_INIT {NULL, false, ZCK_TORCH_OPEN_OPTS_INIT}
+#define ZCK_DS_OPEN_OPTS_INIT {NULL, false, ZCK_TORCH_OPEN_OPTS_INIT, 0}
 
 /* What a checkpoint is; fixed after open. Strings belong to the checkpoint. */
 typedef struct zck_ds_info {

@@ -61,6 +61,8 @@ typedef struct zck__ds_model_file {
   int64_t dp_world_size, mp_world_size, global_steps, skipped_steps, global_samples;
   int64_t step_ahead;              /* zckpt_step_ahead (0 if absent): see ds_open.c check_steps */
   char *ds_version;
+  char **warnings;                 /* raised while reading it (files are read on several threads): */
+  size_t n_warnings;               /* the reader takes them in file order (zck__ds_take_warnings) */
 } zck__ds_model_file;
 
 /* One flat group's tensors in an optimizer file. */
@@ -110,6 +112,7 @@ typedef struct zck__ds_zero0 {
 struct zck_ds_ckpt {
   zck__ds_fileset fs;
   zck_torch_open_opts topts;
+  unsigned threads;                /* stage-3 model files read at once (zck_ds_open_opts) */
   zck_ds_info info;
   char **warnings;
   size_t n_warnings;
@@ -172,6 +175,8 @@ zck_pk *zck__ds_pk_get_mut(zck_pk *dict, const char *key);
 /* ---- ds_read.c */
 /* keep_torch: rank 0's file stays open (its pickled ds_config, lr_scheduler, module attrs). */
 zck_status zck__ds_read_model_file(zck_ds_ckpt *c, zck__ds_model_file *mf, bool keep_torch);
+/* Moves mf's warnings to the reader's list. */
+zck_status zck__ds_take_warnings(zck_ds_ckpt *c, zck__ds_model_file *mf);
 zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool keep_torch);
 
 void zck__ds_model_file_free(zck__ds_model_file *mf);

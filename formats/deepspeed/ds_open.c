@@ -3,6 +3,7 @@
  * (ds_describe.c). Also the reader's accessors and zck_ds_close. */
 #include "ds_internal.h"
 #include "manifest.h"
+#include "threadpool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,7 @@ static zck_status read_zero0(zck_ds_ckpt *c) {
   if (!(c->models = zck__calloc(1, sizeof *c->models))) return ZCK_ERR_NO_MEMORY;
   c->models[0].file = &c->fs.model;
   ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true));
+  ZCK_TRY(zck__ds_take_warnings(c, &c->models[0]));
   return zck__ds_zero0_read(c);
 }
 
@@ -113,33 +115,22 @@ static zck_status copy_ties(zck__ds_model_file *mf, const zck__ds_model_file *fr
   return ZCK_OK;
 }
 
-static zck_status read_models(zck_ds_ckpt *c) {
-  zck__ds_fileset *fs = &c->fs;
-  uint32_t w = c->info.world_size;
-  c->n_models = c->info.stage == 3 ? w : 1;
-  c->models = zck__calloc(c->n_models, sizeof *c->models);
-  if (!c->models) return ZCK_ERR_NO_MEMORY;
-  for (size_t r = 0; r < c->n_models; r++) c->models[r].file = c->info.stage == 3 ? &fs->z3_models[r] : &fs->model;
-  ZCK_TRY(zck__ds_read_model_file(c, &c->models[0], true));
-  if (c->tie_from) ZCK_TRY(copy_ties(&c->models[0], c->tie_from));
-  const zck__ds_model_file *m0 = &c->models[0];
-  for (size_t r = 1; r < c->n_models; r++) {
-    zck__ds_model_file *m = &c->models[r];
-    ZCK_TRY(zck__ds_read_model_file(c, m, false));
-    const char *p = m->file->path;
-    /* DS-32 */
-    if (!same_shape_lists(m, m0))
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: param_shapes differ from %s", p, m0->file->name);
-    if (m->dp_world_size != m0->dp_world_size)
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: dp_world_size %lld but %s has %lld", p, (long long)m->dp_world_size,
-                       m0->file->name, (long long)m0->dp_world_size);
-    if (!str_eq(m->ds_version, m0->ds_version))
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_version '%s' but %s has '%s'", p, m->ds_version ? m->ds_version : "(none)",
-                       m0->file->name, m0->ds_version ? m0->ds_version : "(none)");
-    if (m->has_frozen_frags != m0->has_frozen_frags)
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments %s but %s %s", p,
-                       m->has_frozen_frags ? "present" : "absent", m0->file->name,
-                       m0->has_frozen_frags ? "has them" : "does not");
+/* Stage 3 has a model file per rank, each a whole pickle to load (at 100k params, 19 MB
+ * and a third of reading the checkpoint): they are read on c->threads threads. What is
+ * checked and said stays in rank order: each read's outcome is kept, then the ranks are
+ * gone through one by one as when they were read one after another. */
+typedef struct model_reads {
+  zck_ds_ckpt *c;
+  zck_status *st;                  /* per rank; ZCK_ERR_INTERNAL: not read (an earlier rank failed) */
+  char **why;                      /* a failed read's message */
+} model_reads;
+
+static zck_status read_one_model(void *ctx, size_t r, unsigned thread) {
+  (void)thread;
+  model_reads *x = ctx;
+  zck__ds_model_file *m = &x->c->models[r];
+  zck_status s = zck__ds_read_model_file(x->c, m, r == 0);
+  if (s == ZCK_OK && r > 0) {
     /* Only the frozen fragments of the other ranks are used: drop the rest now. */
     for (size_t i = 0; i < m->n_module; i++) free(m->module_names[i]);
     free(m->module_names);
@@ -148,6 +139,55 @@ static zck_status read_models(zck_ds_ckpt *c) {
     m->module_t = NULL;
     m->n_module = 0;
   }
+  x->st[r] = s;
+  if (s != ZCK_OK) x->why[r] = zck__strdup(zck_last_error());
+  return s; /* a failure stops the ranks after it: rank order reports it first anyway */
+}
+
+static zck_status check_model(const zck_ds_ckpt *c, const zck__ds_model_file *m) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  const char *p = m->file->path;
+  /* DS-32 */
+  if (!same_shape_lists(m, m0))
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: param_shapes differ from %s", p, m0->file->name);
+  if (m->dp_world_size != m0->dp_world_size)
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: dp_world_size %lld but %s has %lld", p, (long long)m->dp_world_size,
+                     m0->file->name, (long long)m0->dp_world_size);
+  if (!str_eq(m->ds_version, m0->ds_version))
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_version '%s' but %s has '%s'", p, m->ds_version ? m->ds_version : "(none)",
+                     m0->file->name, m0->ds_version ? m0->ds_version : "(none)");
+  if (m->has_frozen_frags != m0->has_frozen_frags)
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments %s but %s %s", p,
+                     m->has_frozen_frags ? "present" : "absent", m0->file->name,
+                     m0->has_frozen_frags ? "has them" : "does not");
+  return ZCK_OK;
+}
+
+static zck_status read_models(zck_ds_ckpt *c) {
+  zck__ds_fileset *fs = &c->fs;
+  uint32_t w = c->info.world_size;
+  c->n_models = c->info.stage == 3 ? w : 1;
+  c->models = zck__calloc(c->n_models, sizeof *c->models);
+  if (!c->models) return ZCK_ERR_NO_MEMORY;
+  for (size_t r = 0; r < c->n_models; r++) c->models[r].file = c->info.stage == 3 ? &fs->z3_models[r] : &fs->model;
+  model_reads x = {c, zck__malloc(c->n_models * sizeof *x.st), zck__calloc(c->n_models, sizeof *x.why)};
+  zck_status s = x.st && x.why ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t r = 0; s == ZCK_OK && r < c->n_models; r++) x.st[r] = ZCK_ERR_INTERNAL;
+  if (s == ZCK_OK) (void)zck__parallel_for(c->n_models, c->threads, read_one_model, &x);
+  for (size_t r = 0; s == ZCK_OK && r < c->n_models; r++) {
+    if (x.st[r] != ZCK_OK) {
+      s = x.why[r] ? zck__fail(x.st[r], "%s", x.why[r]) : ZCK_ERR_NO_MEMORY;
+      break;
+    }
+    if (r == 0 && c->tie_from) s = copy_ties(&c->models[0], c->tie_from);
+    if (s == ZCK_OK && r > 0) s = check_model(c, &c->models[r]);
+    if (s == ZCK_OK) s = zck__ds_take_warnings(c, &c->models[r]);
+  }
+  for (size_t r = 0; x.why && r < c->n_models; r++) free(x.why[r]);
+  free(x.why);
+  free(x.st);
+  ZCK_TRY(s);
+  const zck__ds_model_file *m0 = &c->models[0];
   if (m0->dp_world_size != (int64_t)w)  /* DS-44 */
     return zck__fail(ZCK_ERR_MISMATCH, "%s: dp_world_size %lld but there are %u optimizer files (partition_count %u)",
                      m0->file->path, (long long)m0->dp_world_size, w, w);
@@ -211,6 +251,7 @@ zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t
   zck_ds_ckpt *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
   c->topts = o->torch;
+  c->threads = o->threads;
   c->tie_from = tie_from;
   c->info.tp_size = 1;
   zck_status s = zck__ds_find_mp(path, o->tag, mp, &c->fs);

@@ -9,18 +9,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+static zck_status add_warning(char ***list, size_t *n, char *w) {
+  char **nw = w ? zck__realloc(*list, (*n + 1) * sizeof *nw) : NULL;
+  if (!nw) {
+    free(w);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  *list = nw;
+  nw[(*n)++] = w;
+  return ZCK_OK;
+}
+
 zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) {
   char buf[768];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  char **nw = zck__realloc(c->warnings, (c->n_warnings + 1) * sizeof *nw);
-  if (!nw) return ZCK_ERR_NO_MEMORY;
-  c->warnings = nw;
-  if (!(nw[c->n_warnings] = zck__strdup(buf))) return ZCK_ERR_NO_MEMORY;
-  c->n_warnings++;
-  return ZCK_OK;
+  return add_warning(&c->warnings, &c->n_warnings, zck__strdup(buf));
+}
+
+/* A model file's warning, kept with the file until the reader takes it. */
+static zck_status warn_file(zck__ds_model_file *mf, const char *fmt, ...) ZCK__PRINTF(2, 3);
+static zck_status warn_file(zck__ds_model_file *mf, const char *fmt, ...) {
+  char buf[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return add_warning(&mf->warnings, &mf->n_warnings, zck__strdup(buf));
+}
+
+zck_status zck__ds_take_warnings(zck_ds_ckpt *c, zck__ds_model_file *mf) {
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < mf->n_warnings; i++) {
+    if (s == ZCK_OK) s = add_warning(&c->warnings, &c->n_warnings, mf->warnings[i]);
+    else free(mf->warnings[i]);
+  }
+  free(mf->warnings);
+  mf->warnings = NULL;
+  mf->n_warnings = 0;
+  return s;
 }
 
 /* A rank file that is a copy of another rank's: torch.save names the archive folder inside
@@ -74,6 +103,7 @@ void zck__ds_model_file_free(zck__ds_model_file *mf) {
   free_strs(mf->shared_alias, mf->n_shared);
   free_strs(mf->shared_src, mf->n_shared);
   free(mf->ds_version);
+  free_strs(mf->warnings, mf->n_warnings);
   if (mf->src_open) zck__source_close(&mf->src);
   const zck__ds_rankfile *keep = mf->file;
   memset(mf, 0, sizeof *mf);
@@ -136,7 +166,7 @@ static zck_status need_int(const zck_pk *root, const char *key, int64_t *out, co
 
 /* A dict name -> tensor (module, frozen_param_fragments), in order. Non-tensor values
  * (a module's _extra_state objects) are skipped. */
-static zck_status read_tensor_dict(zck_ds_ckpt *c, const zck_torch_file *tf, const zck_pk *d, char ***names,
+static zck_status read_tensor_dict(zck__ds_model_file *mf, const zck_torch_file *tf, const zck_pk *d, char ***names,
                                    zck__ds_tref **trefs, size_t *n, const char *what) {
   const char *path = zck_torch_name(tf);
   if (!d || d->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is not a dict", path, what);
@@ -154,7 +184,7 @@ static zck_status read_tensor_dict(zck_ds_ckpt *c, const zck_torch_file *tf, con
     if (dup) { s = zck__fail(ZCK_ERR_FORMAT, "%s: %s: duplicate key '%s'", path, what, name); break; }
     const zck_pk *v = d->u.dict.values[i];
     if (!zck_torch_tensor_of(tf, v)) {
-      s = zck__ds_warn(c, "%s: %s['%s'] is not a tensor; ignored", path, what, name);
+      s = warn_file(mf, "%s: %s['%s'] is not a tensor; ignored", path, what, name);
       continue;
     }
     char ctx[512];
@@ -200,7 +230,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   }
   const zck_pk *module = zck_pk_dict_get(root, "module");
   if (!module) return zck__fail(ZCK_ERR_FORMAT, "%s: key 'module' missing (DeepSpeed's loader needs it)", path);
-  ZCK_TRY(read_tensor_dict(c, tf, module, &mf->module_names, &mf->module_t, &mf->n_module, "module"));
+  ZCK_TRY(read_tensor_dict(mf, tf, module, &mf->module_names, &mf->module_t, &mf->n_module, "module"));
 
   ZCK_TRY(need_int(root, "dp_world_size", &mf->dp_world_size, path));
   ZCK_TRY(need_int(root, "mp_world_size", &mf->mp_world_size, path));
@@ -263,7 +293,7 @@ static zck_status read_model_tail(zck_ds_ckpt *c, zck__ds_model_file *mf, const 
   const zck_pk *ff = zck_pk_dict_get(root, "frozen_param_fragments");
   if (ff && ff->kind != ZCK_PK_NONE) {
     mf->has_frozen_frags = true;
-    ZCK_TRY(read_tensor_dict(c, tf, ff, &mf->frag_names, &mf->frag_t, &mf->n_frags, "frozen_param_fragments"));
+    ZCK_TRY(read_tensor_dict(mf, tf, ff, &mf->frag_names, &mf->frag_t, &mf->n_frags, "frozen_param_fragments"));
   }
   const zck_pk *sp = zck_pk_dict_get(root, "shared_params");
   if (sp && sp->kind != ZCK_PK_NONE) {
