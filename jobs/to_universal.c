@@ -206,22 +206,13 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
                                  uint64_t extra_bytes) {
   zck_store *dst = zck__calloc(n, sizeof *dst);
   size_t *handle = zck__calloc(n, sizeof *handle);
-  uint32_t *crc = zck__calloc(n, sizeof *crc);
   uint32_t *params = zck__calloc(n, sizeof *params);
-  size_t *which = zck__calloc(n, sizeof *which);
   zck_store *pdst = zck__calloc(n, sizeof *pdst), *dsrc = zck__calloc(n, sizeof *dsrc), *ddst = zck__calloc(n, sizeof *ddst);
   zck_extent *dext = zck__calloc(n, sizeof *dext);
-  uint32_t *pcrc[4] = {0};
-  size_t *pmap[4] = {0};
   zck_layout *dl[3] = {0};
   zck_plan *plans[4] = {0};
   uint64_t *numel = zck__calloc(j->m->n_params ? j->m->n_params : 1, sizeof *numel);
-  zck_status st = dst && handle && crc && params && which && pdst && dsrc && ddst && dext && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (int k = 0; st == ZCK_OK && k < 4; k++) {
-    pcrc[k] = zck__calloc(n, sizeof *pcrc[k]);
-    pmap[k] = zck__calloc(n, sizeof *pmap[k]);
-    if (!pcrc[k] || !pmap[k]) st = ZCK_ERR_NO_MEMORY;
-  }
+  zck_status st = dst && handle && params && pdst && dsrc && ddst && dext && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   uint64_t bytes = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     const zck__uvj_entry *e = &j->e[first + i];
@@ -236,8 +227,7 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     for (size_t i = 0; i < n; i++) {
       if (j->e[first + i].part != k) continue;
       params[np] = j->e[first + i].param;
-      pdst[np] = dst[i];
-      pmap[k][np++] = i;
+      pdst[np++] = dst[i];
     }
     if (!np) continue;
     st = zck_layout_whole(j->m->n_params, numel, params, np, &dl[k]);
@@ -246,7 +236,9 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     zck_store *copy = zck__malloc(np * sizeof *copy);
     if (!copy) { st = ZCK_ERR_NO_MEMORY; break; }
     memcpy(copy, pdst, np * sizeof *copy);
-    jobs[nj++] = (zck_exec_job){plans[k], j->views[k].stores, copy, pcrc[k]};
+    /* no CRCs from the executor: the tensor files' stores take each piece's as they write
+     * it (uv_write.c) */
+    jobs[nj++] = (zck_exec_job){plans[k], j->views[k].stores, copy, NULL};
   }
   size_t nd = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
@@ -255,7 +247,7 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     dsrc[nd] = e->src;
     ddst[nd] = dst[i];
     dext[nd] = (zck_extent){(uint32_t)nd, (uint32_t)nd, 0, 0, 0, e->numel};
-    pmap[3][nd++] = i;
+    nd++;
   }
   if (st == ZCK_OK && nd) {
     /* empty tensors have nothing to copy: leave them out of the plan */
@@ -267,16 +259,14 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     if (st == ZCK_OK) st = zck_plan_from_extents(ex, ne, nd, nd, &plans[3]);
     if (st == ZCK_OK) st = zck_plan_split(plans[3], ZCK_PLAN_DEFAULT_CHUNK);
     free(ex);
-    if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, pcrc[3]};
+    if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, NULL};
   }
   /* tied aliases and frozen params under AutoTP: one plan each from the fp32 / frozen view */
   size_t n_alias = 0, first_alias = nj;
   for (size_t i = 0; i < n; i++) n_alias += j->e[first + i].part >= ZCK__UVJ_ALIAS;
   zck_exec_job *ajobs = n_alias ? zck__calloc(nj + n_alias + 2, sizeof *ajobs) : NULL;
   zck_plan **aplans = n_alias ? zck__calloc(n_alias, sizeof *aplans) : NULL;
-  size_t *aidx = n_alias ? zck__calloc(n_alias, sizeof *aidx) : NULL;
-  uint32_t *acrc = n_alias ? zck__calloc(n_alias, sizeof *acrc) : NULL;
-  if (n_alias && (!ajobs || !aplans || !aidx || !acrc)) st = ZCK_ERR_NO_MEMORY;
+  if (n_alias && (!ajobs || !aplans)) st = ZCK_ERR_NO_MEMORY;
   zck_exec_job *alljobs = jobs;
   if (st == ZCK_OK && n_alias) {
     memcpy(ajobs, jobs, nj * sizeof *jobs);
@@ -291,8 +281,7 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
       if (st == ZCK_OK) st = zck_plan_build(from->layout, al, NULL, &aplans[a]);
       zck_layout_free(al);
       if (st != ZCK_OK) break;
-      aidx[a] = i;
-      alljobs[nj++] = (zck_exec_job){aplans[a], from->stores, &dst[i], &acrc[a]};
+      alljobs[nj++] = (zck_exec_job){aplans[a], from->stores, &dst[i], NULL};
       a++;
     }
   }
@@ -303,32 +292,17 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
     zck__uvj_progress_advance(&j->prog, bytes + extra_bytes);
   }
   nj = first_alias;
-  if (st == ZCK_OK) {
-    for (size_t a = 0; a < n_alias; a++) zck_uv_writer_set_crc(j->w, handle[aidx[a]], acrc[a]);
-    for (size_t q = 0; q < nj; q++) {
-      int k = jobs[q].plan == plans[3] ? 3 : jobs[q].plan == plans[0] ? 0 : jobs[q].plan == plans[1] ? 1 : 2;
-      for (size_t s = 0; s < jobs[q].plan->n_dst_stores; s++) zck_uv_writer_set_crc(j->w, handle[pmap[k][s]], pcrc[k][s]);
-    }
-    st = zck_uv_writer_finish_batch(j->w);
-  }
+  if (st == ZCK_OK) st = zck_uv_writer_finish_batch(j->w);
   for (size_t q = 0; q < nj; q++)
     if (jobs[q].dst != ddst) free((void *)jobs[q].dst);
   for (size_t a = 0; aplans && a < n_alias; a++) zck_plan_free(aplans[a]);
   free(ajobs);
   free(aplans);
-  free(aidx);
-  free(acrc);
-  for (int k = 0; k < 4; k++) {
-    zck_plan_free(plans[k]);
-    free(pcrc[k]);
-    free(pmap[k]);
-  }
+  for (int k = 0; k < 4; k++) zck_plan_free(plans[k]);
   for (int k = 0; k < 3; k++) zck_layout_free(dl[k]);
   free(dst);
   free(handle);
-  free(crc);
   free(params);
-  free(which);
   free(pdst);
   free(dsrc);
   free(ddst);

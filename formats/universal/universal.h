@@ -71,11 +71,10 @@ const char *zck_uv_writer_path(const zck_uv_writer *w);
 char *zck_uv_writer_tmp_file(const zck_uv_writer *w, const char *rel);
 
 /* Reserves zero/<name>/<state>.pt holding one contiguous tensor in `form`; *store writes
- * its elements (row-major, dtype) from any thread. Returns a handle for set_crc. */
+ * its elements (row-major, dtype) from any thread, taking each piece's CRC-32 as it writes
+ * it (a plan writing it needs no dst_crc32). *handle: the file's number among the writer's. */
 zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
                                 zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle);
-/* CRC-32 of the tensor's complete data (the executor's dst_crc32). */
-void zck_uv_writer_set_crc(zck_uv_writer *w, size_t handle, uint32_t crc);
 /* Number of tensor files reserved and not yet finished. */
 size_t zck_uv_writer_pending(const zck_uv_writer *w);
 /* Finishes every reserved tensor file (pickle, directory, rename) and frees their

@@ -3,15 +3,22 @@
  * The folder is built under a temporary name (zck__outdir). Every per-parameter tensor
  * file is a torch writer with one reserved storage, filled through a callback store by
  * whatever plan the caller runs; a batch of them is finished together so the number of
- * open descriptors stays bounded however many parameters the model has. */
+ * open descriptors stays bounded however many parameters the model has. The store takes
+ * each piece's CRC-32 once, as it writes it: the manifest hash stream is given it, and the
+ * zip record's CRC is assembled from the pieces at finish (crc32_combine). In a
+ * distributed job the pieces other ranks wrote reach the store through the executor's
+ * written ranges (exec_dist.c, dist.h zck__dist_register_noted), as a DeepSpeed writer's
+ * storages do, so every rank assembles the same CRC. */
 #include "universal/universal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "io.h"
 #include "stream_hash.h"
 
@@ -24,11 +31,14 @@ typedef struct zck__uv_tfile {
   int ndim;
   int64_t shape[ZCK_MAX_DIMS];
   bool bare;
+  uint64_t numel;
   size_t storage;
   size_t es;
   zck_pk *root;
-  uint32_t crc;
-  bool crc_set;
+  pthread_mutex_t mu;           /* the ranges written, each with its CRC-32 (in order: one) */
+  struct zck__uv_piece { uint64_t off, n; uint32_t crc; } *pieces;
+  size_t n_pieces, cap_pieces;
+  bool pieces_lost;             /* out of memory recording one: the CRC is read back */
 } zck__uv_tfile;
 
 typedef struct zck__uv_raw {
@@ -129,16 +139,72 @@ static zck_status zck__uv_prepare(zck_uv_writer *w, const char *rel, char **out)
 
 // ---- tensor files
 
+/* Bytes [off, off + n) of the storage were written, with this CRC-32. */
+static void zck__uv_add_piece(zck__uv_tfile *f, uint64_t off, uint64_t n, uint32_t crc) {
+  pthread_mutex_lock(&f->mu);
+  struct zck__uv_piece *last = f->n_pieces ? &f->pieces[f->n_pieces - 1] : NULL;
+  if (last && last->off + last->n == off) { /* written in order: one piece, its CRC extended */
+    last->crc = zck_crc32_combine(last->crc, crc, n);
+    last->n += n;
+  } else {
+    if (f->n_pieces == f->cap_pieces) {
+      size_t nc = f->cap_pieces ? 2 * f->cap_pieces : 4;
+      struct zck__uv_piece *v = realloc(f->pieces, nc * sizeof *v);
+      if (v) { f->pieces = v; f->cap_pieces = nc; }
+    }
+    if (f->n_pieces < f->cap_pieces) f->pieces[f->n_pieces++] = (struct zck__uv_piece){off, n, crc};
+    else f->pieces_lost = true;
+  }
+  pthread_mutex_unlock(&f->mu);
+}
+
 static zck_status zck__uv_tensor_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
   zck__uv_tfile *f = ctx;
-  zck_status st = zck_torch_writer_write(f->tw, f->storage, src, (size_t)(count * f->es), off * f->es);
-  /* the manifest hashes from these bytes while they are in the cache */
-  if (st == ZCK_OK) zck__shash_feed(f->h, f->data_off + off * f->es, src, count * f->es, NULL);
-  return st;
+  uint64_t n = count * f->es;
+  if (!n) return ZCK_OK;
+  uint32_t crc = zck_crc32_update(0, src, (size_t)n);
+  zck_status st = zck_torch_writer_write(f->tw, f->storage, src, (size_t)n, off * f->es);
+  if (st != ZCK_OK) return st;
+  zck__uv_add_piece(f, off * f->es, n, crc);
+  /* the manifest hashes from these bytes while they are in the cache, with their CRC */
+  zck__shash_feed(f->h, f->data_off + off * f->es, src, n, &crc);
+  return ZCK_OK;
+}
+
+/* A range another rank of a distributed job wrote (lib/dist.h). */
+static void zck__uv_tensor_noted(void *ctx, uint64_t elem_off, uint64_t count, uint32_t crc) {
+  zck__uv_tfile *f = ctx;
+  if (count) zck__uv_add_piece(f, elem_off * f->es, count * f->es, crc);
+}
+
+static int zck__uv_piece_cmp(const void *a, const void *b) {
+  uint64_t x = ((const struct zck__uv_piece *)a)->off, y = ((const struct zck__uv_piece *)b)->off;
+  return x < y ? -1 : x > y;
+}
+
+/* The storage's CRC-32 from its pieces' (bytes no piece wrote are the file's zeros); false
+ * when a piece was not recorded or two overlap (the torch writer then reads it back). */
+static bool zck__uv_pieces_crc(zck__uv_tfile *f, uint64_t nbytes, uint32_t *out) {
+  if (f->pieces_lost) return false;
+  qsort(f->pieces, f->n_pieces, sizeof *f->pieces, zck__uv_piece_cmp);
+  uint32_t crc = 0;
+  uint64_t at = 0;
+  for (size_t i = 0; i < f->n_pieces; i++) {
+    const struct zck__uv_piece *p = &f->pieces[i];
+    if (p->off < at || p->off + p->n > nbytes) return false;
+    if (p->off > at) crc = zck_crc32_combine(crc, zck_crc32_zeros(p->off - at), p->off - at);
+    crc = zck_crc32_combine(crc, p->crc, p->n);
+    at = p->off + p->n;
+  }
+  if (at < nbytes) crc = zck_crc32_combine(crc, zck_crc32_zeros(nbytes - at), nbytes - at);
+  *out = crc;
+  return true;
 }
 
 static void zck__uv_tfile_free(zck__uv_tfile *f) {
   if (!f) return;
+  pthread_mutex_destroy(&f->mu);
+  free(f->pieces);
   zck_torch_writer_free(f->tw);
   zck__shash_free(f->h);
   free(f->path);
@@ -186,9 +252,11 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
   zck_status st = rel ? zck__uv_prepare(w, rel, &path) : ZCK_ERR_NO_MEMORY;
   zck__uv_tfile *f = st == ZCK_OK ? zck__calloc(1, sizeof *f) : NULL;
   if (st == ZCK_OK && !f) st = ZCK_ERR_NO_MEMORY;
+  if (f) pthread_mutex_init(&f->mu, NULL);
   uint64_t numel = 1;
   for (int i = 0; i < ndim; i++) numel *= (uint64_t)shape[i];
   uint64_t data_off = 0;
+  if (f) f->numel = numel;
   if (st == ZCK_OK && w->o.hash && !(f->h = zck__shash_new())) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) st = zck_torch_writer_create_hashed(path, f->h, &f->tw);
   if (st == ZCK_OK) st = zck_torch_writer_add_storage(f->tw, dtype, numel, &f->storage, &data_off);
@@ -240,18 +308,12 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
   w->files[w->n_files] = f;
   *handle = w->handle_base + w->n_files;
   w->n_files++;
+  zck__dist_register_noted(zck__uv_tensor_write, zck__uv_tensor_noted);
   *store = zck_store_callback(NULL, zck__uv_tensor_write, f, dtype, numel, zck_uv_writer_path(w));
   store->name = zck_uv_writer_path(w);
   free(rel);
   free(path);
   return ZCK_OK;
-}
-
-void zck_uv_writer_set_crc(zck_uv_writer *w, size_t handle, uint32_t crc) {
-  ZCK_ASSERT(handle >= w->handle_base && handle < w->handle_base + w->n_files);
-  zck__uv_tfile *f = w->files[handle - w->handle_base];
-  f->crc = crc;
-  f->crc_set = true;
 }
 
 size_t zck_uv_writer_pending(const zck_uv_writer *w) { return w->n_files; }
@@ -261,7 +323,8 @@ zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
   for (size_t i = 0; i < w->n_files; i++) {
     zck__uv_tfile *f = w->files[i];
     if (st == ZCK_OK) {
-      if (f->crc_set) zck_torch_writer_set_crc(f->tw, f->storage, f->crc);
+      uint32_t crc;
+      if (zck__uv_pieces_crc(f, f->numel * f->es, &crc)) zck_torch_writer_set_crc(f->tw, f->storage, crc);
       st = zck_torch_writer_finish(f->tw, f->root);
     }
     if (st == ZCK_OK && f->h) st = zck__uv_keep_hashes(w, f);
