@@ -36,7 +36,7 @@ struct zck__outimg {
   pthread_mutex_t mu;
   _Atomic bool spilled;  /* written out: later writes go straight to the file */
   uint8_t *data;
-  uint64_t len;          /* end of the furthest write */
+  uint64_t len;          /* end of the furthest write: [0, len) is written or zeroed */
   uint64_t cap;          /* bytes of data, reserved in zck__image_bytes */
 };
 
@@ -84,8 +84,7 @@ static bool zck__image_grow(zck__outimg *m, uint64_t end) {
     atomic_fetch_sub(&zck__image_bytes, more);
     return false;
   }
-  memset(d + m->cap, 0, (size_t)more); /* never-written bytes read as zeros, as a file's holes */
-  m->data = d;
+  m->data = d; /* not zeroed: a write past len zeroes the gap before it (a file's holes) */
   m->cap = cap;
   return true;
 }
@@ -103,6 +102,7 @@ zck_status zck__outfile_image_write(zck__outfile *f, const void *data, size_t n,
     direct = true;
   }
   if (!direct) {
+    if (off > m->len) memset(m->data + m->len, 0, (size_t)(off - m->len));
     memcpy(m->data + off, data, n);
     if (end > m->len) m->len = end;
   }

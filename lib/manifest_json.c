@@ -27,12 +27,26 @@
 
 /* Formatted by hand, not printf: a manifest lists every tensor (100k-param checkpoints
  * have millions of numbers). */
+
+/* Bytes a JSON string takes as they are: not NUL, '"', '\\', control bytes or DEL. */
+static const bool plain_byte[256] = {
+#define R16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+  R16(false), R16(false),                                                   /* 0x00-0x1f */
+  true, true, false, true, true, true, true, true, true, true, true, true, true, true, true, true, /* '"' */
+  R16(true), R16(true),
+  true, true, true, true, true, true, true, true, true, true, true, true, false, true, true, true, /* '\\' */
+  R16(true),
+  true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, false, /* DEL */
+  R16(true), R16(true), R16(true), R16(true), R16(true), R16(true), R16(true), R16(true),
+#undef R16
+};
+
 static void put_string(zck__buf *b, const char *s) {
   zck__buf_byte(b, '"');
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
     const unsigned char *run = p;
-    while (*p && *p != '"' && *p != '\\' && *p >= 0x20 && *p != 0x7f) p++;
+    while (plain_byte[*p]) p++;
     if (p > run) zck__buf_append(b, run, (size_t)(p - run));
     if (!*p) break;
     if (*p == '"' || *p == '\\') {
@@ -106,10 +120,28 @@ zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len)
     zck__buf_byte(&b, '}');
   }
   zck__buf_str(&b, m->n_files ? "\n  ],\n  \"tensors\": [" : "],\n  \"tensors\": [");
-  for (size_t i = 0; i < m->n_tensors; i++) {
+  /* Each file's path as JSON once (every tensor line names its file), and the buffer sized
+   * for the tensor lines up front: at 100k params they are 83 MB, which doubling would
+   * copy and fault in about twice over. */
+  zck__buf paths;
+  zck__buf_init(&paths);
+  size_t *path_at = zck__malloc((m->n_files + 1) * sizeof *path_at);
+  if (!path_at) b.failed = true;
+  for (size_t f = 0; path_at && f < m->n_files; f++) {
+    path_at[f] = paths.len;
+    put_string(&paths, m->files[f].path);
+  }
+  if (path_at) path_at[m->n_files] = paths.len;
+  size_t want = 0;
+  for (size_t i = 0; path_at && i < m->n_tensors; i++) {
+    const zck_manifest_tensor *t = &m->tensors[i];
+    want += path_at[t->file + 1] - path_at[t->file] + strlen(t->name) + strlen(t->dtype) + (size_t)t->ndim * 22 + 160;
+  }
+  zck__buf_reserve(&b, want);
+  for (size_t i = 0; i < m->n_tensors && !b.failed && !paths.failed; i++) {
     const zck_manifest_tensor *t = &m->tensors[i];
     zck__buf_str(&b, i ? ",\n    {\"file\": " : "\n    {\"file\": ");
-    put_string(&b, m->files[t->file].path);
+    zck__buf_append(&b, paths.data + path_at[t->file], path_at[t->file + 1] - path_at[t->file]);
     zck__buf_str(&b, ", \"name\": ");
     put_string(&b, t->name);
     zck__buf_str(&b, ", \"dtype\": ");
@@ -129,6 +161,9 @@ zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len)
   }
   zck__buf_str(&b, m->n_tensors ? "\n  ]\n}\n" : "]\n}\n");
   zck__buf_byte(&b, 0);
+  if (paths.failed) b.failed = true;
+  zck__buf_free(&paths);
+  free(path_at);
   if (b.failed) {
     zck__buf_free(&b);
     return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
