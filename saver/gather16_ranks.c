@@ -25,6 +25,7 @@
 #include "util.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,6 +177,52 @@ static zck_status unpack(const uint8_t *recv, size_t stride, int ranks, uint8_t 
   return ZCK_OK;
 }
 
+/* Rank 0's writes: each window's pwrite and hashes run on a thread of their own while the
+ * ranks gather the next window (into rank 0's other window buffer), one write in flight
+ * at a time, so the file is still written and hashed front to back. */
+typedef struct g16_writer {
+  pthread_t th;
+  bool running;
+  zck_st_writer *w;
+  const char *path;
+  bool hash;
+  const uint8_t *buf;
+  uint64_t off, n;
+  zck_status st;
+  char msg[1024]; /* its message (errors are per thread) */
+} g16_writer;
+
+static void *writer_main(void *arg) {
+  g16_writer *wr = arg;
+  wr->st = zck__pwrite_all(zck_st_writer_fd(wr->w), wr->buf, (size_t)wr->n, wr->off, wr->path);
+  if (wr->st != ZCK_OK) snprintf(wr->msg, sizeof wr->msg, "%s", zck_last_error());
+  else if (wr->hash) zck_st_writer_wrote(wr->w, wr->off, wr->buf, wr->n);
+  return NULL;
+}
+
+/* Waits for the write in flight; its failure becomes the caller's. */
+static zck_status writer_join(g16_writer *wr) {
+  if (!wr->running) return ZCK_OK;
+  pthread_join(wr->th, NULL);
+  wr->running = false;
+  return wr->st == ZCK_OK ? ZCK_OK : zck__fail(wr->st, "%s", wr->msg);
+}
+
+/* The previous write joined, then n bytes of buf to the file's offset off (on this thread
+ * when no thread can be made). */
+static zck_status writer_start(g16_writer *wr, const uint8_t *buf, uint64_t off, uint64_t n) {
+  ZCK_TRY(writer_join(wr));
+  wr->buf = buf;
+  wr->off = off;
+  wr->n = n;
+  if (pthread_create(&wr->th, NULL, writer_main, wr) == 0) {
+    wr->running = true;
+    return ZCK_OK;
+  }
+  writer_main(wr);
+  return wr->st == ZCK_OK ? ZCK_OK : zck__fail(wr->st, "%s", wr->msg);
+}
+
 /* One all_reduce (MAX) of v[0..n): every rank's failure flags and sizes. */
 static zck_status agree_max(zck_comm *c, uint64_t *v, size_t n) {
   return c->all_reduce(c, v, v, n, ZCK_I64, ZCK_COMM_MAX);
@@ -199,15 +246,18 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   pthread_mutex_init(&w.mu, NULL);
   g16_bytes pkt = {NULL, 0}, recv = {NULL, 0};
   uint64_t *numel = NULL, data = 0;
-  uint8_t *buf = NULL;
+  uint8_t *bufs[2] = {NULL, NULL}; /* rank 0: one gathered, one written */
+  g16_writer wr;
+  memset(&wr, 0, sizeof wr);
   zck_piece *pieces = NULL;
   size_t hlen = 0;
   zck_status st = zck__g16_init(s, path, &g);
   if (st == ZCK_OK) {
     numel = zck__calloc(m->n_params + 1, sizeof *numel);
     pieces = zck__calloc(g.n + 1, sizeof *pieces);
-    buf = zck__malloc(win);
-    if (!numel || !pieces || !buf) st = ZCK_ERR_NO_MEMORY;
+    bufs[0] = zck__malloc(win);
+    bufs[1] = lead ? zck__malloc(win) : bufs[0];
+    if (!numel || !pieces || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
   }
   if (st == ZCK_OK) {
     zck_model_numels(m, numel);
@@ -220,13 +270,17 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
   if (st == ZCK_OK && lead && known) st = zck_st_writer_hash(g.w, &budget);
   if (st == ZCK_OK && lead) st = zck_st_writer_open(g.w, path);
-  zck_status coll = ZCK_OK;
-  bool stop = false;
+  if (st == ZCK_OK && lead) wr = (g16_writer){.w = g.w, .path = path, .hash = known != NULL};
+  /* every rank ready, or none goes on (a rank that failed here does not know the windows) */
+  uint64_t failed = st != ZCK_OK;
+  zck_status coll = agree_max(c, &failed, 1);
+  bool stop = failed != 0;
   size_t next = 0, W = (size_t)c->size;
   /* every rank runs every window, the collectives in step, until one of them fails: each
    * collective is preceded by an agreement that every rank can take part in it */
-  for (uint64_t b0 = 0; coll == ZCK_OK && !stop && b0 < data; b0 += win) {
+  for (uint64_t b0 = 0, k = 0; coll == ZCK_OK && !stop && b0 < data; b0 += win, k++) {
     uint64_t nb = data - b0 < win ? data - b0 : win, len = 0;
+    uint8_t *buf = bufs[k % 2];
     if (st == ZCK_OK) {
       zck_layout *l = NULL;
       st = window_layout(&g, numel, m->n_params, es, b0 / es, (b0 + nb) / es, &next, pieces, &l);
@@ -244,10 +298,10 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
     coll = c->all_gather(c, pkt.p, recv.p, (size_t)stride, ZCK_U8);
     if (coll != ZCK_OK || !lead) continue;
     st = unpack(recv.p, (size_t)stride, c->size, buf, nb, path);
-    uint64_t off = hlen + b0;
-    if (st == ZCK_OK) st = zck__pwrite_all(zck_st_writer_fd(g.w), buf, (size_t)nb, off, path);
-    if (st == ZCK_OK && known) zck_st_writer_wrote(g.w, off, buf, nb);
+    if (st == ZCK_OK) st = writer_start(&wr, buf, hlen + b0, nb);
   }
+  zck_status ws = writer_join(&wr);
+  if (st == ZCK_OK) st = ws;
   bool peer_failed = stop && st == ZCK_OK;
   if (st == ZCK_OK) st = coll;
   /* a peer's failure: nothing is committed here, and the agreement after names it */
@@ -257,7 +311,8 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   zck__g16_free(&g);
   free(numel);
   free(pieces);
-  free(buf);
+  if (bufs[1] != bufs[0]) free(bufs[1]);
+  free(bufs[0]);
   free(pkt.p);
   free(recv.p);
   free(w.r);

@@ -9,7 +9,7 @@
 #  - a rank killed mid-run (ZCKPT_TRAIN_TEST_KILL, SIGKILL of the rank process): mpirun ends
 #    the job, one line names rank 1, every checkpoint left is complete (verify), none is
 #    committed after the kill, no process is left, and the next run sweeps the temporaries;
-#    so too for rank 0 or 1 killed in a --save-only-model ZeRO-3 save (model.safetensors
+#    so too for rank 0 killed in a --save-only-model ZeRO-3 save (model.safetensors
 #    gathered for rank 0 to write);
 #  - a rank that hangs: after ZCK_COMM_TIMEOUT_S one line, MPI_Abort, no process left;
 #  - SIGKILL at random moments to a rank or to mpirun: the newest checkpoint verifies and
@@ -119,35 +119,31 @@ for when in "1:3" "1:3:save"; do
   n=$((n + 1))
 done
 
-# a rank killed in a --save-only-model ZeRO-3 save, where the ranks gather
-# model.safetensors for rank 0 to write (saver/gather16_ranks.c): the save is never
-# committed, the earlier ones verify, and the next run's save sweeps the temporary folder.
-# Rank 0 dies with the gathered file written whole in it, just before the commit.
-for who in 0 1; do
-  rm -rf "$tmp/killm"
-  ZCKPT_TRAIN_TEST_KILL=$who:3:save "$train" "${A[@]}" --nproc 2 --zero-stage 3 --save-only-model --max-steps 6 \
-    --save-steps 1 --output-dir "$tmp/killm" >/dev/null 2>"$tmp/k.log" && fail "model-only kill $who: exit 0"
-  grep -q "rank $who: ZCKPT_TRAIN_TEST_KILL: killing myself at step 3 during the save" "$tmp/k.log" ||
-    fail "model-only kill $who: not killed in the save: $(cat "$tmp/k.log")"
-  [ "$(grep -c "^zckpt-train: error: rank $((1 - who)): rank $who (pid [0-9]*) died; mpirun stopped the job$" "$tmp/k.log")" = 1 ] ||
-    fail "model-only kill $who: not one line naming rank $who: $(cat "$tmp/k.log")"
-  [ -e "$tmp/killm/checkpoint-3" ] && fail "model-only kill $who: checkpoint-3 exists"
-  tmpdir=$(ls -d "$tmp"/killm/.checkpoint-3.zck-tmp-* 2>/dev/null | head -1)
-  [ -n "$tmpdir" ] || fail "model-only kill $who: no temporary folder left by the save: $(ls -a "$tmp/killm")"
-  if [ $who = 0 ]; then
-    [ "$(stat -c %s "$tmpdir/model.safetensors" 2>/dev/null)" = "$(stat -c %s "$tmp/killm/checkpoint-2/model.safetensors")" ] ||
-      fail "model-only kill 0: the gathered model.safetensors is not whole in $tmpdir: $(ls -la "$tmpdir")"
-  fi
-  for ck in 1 2; do
-    "$zckpt" verify "$tmp/killm/checkpoint-$ck" >"$tmp/v" 2>&1 || fail "model-only kill $who: checkpoint-$ck: $(cat "$tmp/v")"
-  done
-  pgrep -f -- "$tmp/killm" >/dev/null && fail "model-only kill $who: processes left: $(pgrep -af -- "$tmp/killm")"
-  "$train" "${A[@]}" --nproc 2 --zero-stage 3 --save-only-model --max-steps 3 --save-steps 1 --output-dir "$tmp/killm" \
-    >/dev/null 2>"$tmp/k2.log" || fail "model-only kill $who: next run: $(tail -3 "$tmp/k2.log")"
-  ls -a "$tmp/killm" | grep -q "zck-tmp" && fail "model-only kill $who: a temporary folder survived the next save: $(ls -a "$tmp/killm")"
-  "$zckpt" verify "$tmp/killm/checkpoint-3" >"$tmp/v" 2>&1 || fail "model-only kill $who: checkpoint-3: $(cat "$tmp/v")"
-  n=$((n + 1))
+# rank 0 killed in a --save-only-model ZeRO-3 save, where the ranks gather
+# model.safetensors for rank 0 to write (saver/gather16_ranks.c), with that file written
+# whole in the temporary folder, just before the commit: the save is never committed, the
+# earlier ones verify, and the next run's save sweeps the temporary folder
+rm -rf "$tmp/killm"
+ZCKPT_TRAIN_TEST_KILL=0:3:save "$train" "${A[@]}" --nproc 2 --zero-stage 3 --save-only-model --max-steps 6 \
+  --save-steps 1 --output-dir "$tmp/killm" >/dev/null 2>"$tmp/k.log" && fail "model-only kill 0: exit 0"
+grep -q "rank 0: ZCKPT_TRAIN_TEST_KILL: killing myself at step 3 during the save" "$tmp/k.log" ||
+  fail "model-only kill 0: not killed in the save: $(cat "$tmp/k.log")"
+[ "$(grep -c "^zckpt-train: error: rank 1: rank 0 (pid [0-9]*) died; mpirun stopped the job$" "$tmp/k.log")" = 1 ] ||
+  fail "model-only kill 0: not one line naming rank 0: $(cat "$tmp/k.log")"
+[ -e "$tmp/killm/checkpoint-3" ] && fail "model-only kill 0: checkpoint-3 exists"
+tmpdir=$(ls -d "$tmp"/killm/.checkpoint-3.zck-tmp-* 2>/dev/null | head -1)
+[ -n "$tmpdir" ] || fail "model-only kill 0: no temporary folder left by the save: $(ls -a "$tmp/killm")"
+[ "$(stat -c %s "$tmpdir/model.safetensors" 2>/dev/null)" = "$(stat -c %s "$tmp/killm/checkpoint-2/model.safetensors")" ] ||
+  fail "model-only kill 0: the gathered model.safetensors is not whole in $tmpdir: $(ls -la "$tmpdir")"
+for ck in 1 2; do
+  "$zckpt" verify "$tmp/killm/checkpoint-$ck" >"$tmp/v" 2>&1 || fail "model-only kill 0: checkpoint-$ck: $(cat "$tmp/v")"
 done
+pgrep -f -- "$tmp/killm" >/dev/null && fail "model-only kill 0: processes left: $(pgrep -af -- "$tmp/killm")"
+"$train" "${A[@]}" --nproc 2 --zero-stage 3 --save-only-model --max-steps 3 --save-steps 1 --output-dir "$tmp/killm" \
+  >/dev/null 2>"$tmp/k2.log" || fail "model-only kill 0: next run: $(tail -3 "$tmp/k2.log")"
+ls -a "$tmp/killm" | grep -q "zck-tmp" && fail "model-only kill 0: a temporary folder survived the next save: $(ls -a "$tmp/killm")"
+"$zckpt" verify "$tmp/killm/checkpoint-3" >"$tmp/v" 2>&1 || fail "model-only kill 0: checkpoint-3: $(cat "$tmp/v")"
+n=$((n + 1))
 
 # a rank that hangs (alive, never arriving): the waiting rank gives up after the timeout
 rm -rf "$tmp/hang"
