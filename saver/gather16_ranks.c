@@ -11,11 +11,12 @@
  * copy wrote (the executor's written hook), and packs them: the ranges, then their bytes.
  * An all_gather of the packets (padded to the longest, which a small all_reduce agrees
  * on first, with the ranks' failures) brings every rank's share to rank 0, which unpacks
- * them in place and writes the window. ZeRO-3 partitions are disjoint and cover every
- * tensor, so the window is whole; bytes no packet brings stay zero. A failure anywhere
- * stops every rank before the same collective, so they stay in step, and the caller's
- * agreement then names it. Memory per rank: the window, the packets and the executor's
- * staging, never the model. */
+ * them in place and writes the window (on a thread of its own, while the next window is
+ * gathered). ZeRO-3 partitions are disjoint and cover every tensor, so the window is
+ * whole; bytes no packet brings stay zero. A failure anywhere stops every rank before the
+ * same collective, so they stay in step, and the caller's agreement then names it.
+ * Memory per rank: the window (two on rank 0), the packets and the executor's staging,
+ * never the model. */
 #include "saver_internal.h"
 
 #include "error.h"
