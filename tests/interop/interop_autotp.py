@@ -29,7 +29,8 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 (DP 1 sources).
   other layouts (check_map: TP 4 x 2 kv heads, mistral, qwen2 with tp_grain_size 8) zckpt's AutoTP files at the
                 source's own layout = DeepSpeed's, object for object; qwen2 at TP 4 (rank 3 gets no MLP grain) is
-                loaded by DeepSpeed's engine there as above.
+                loaded by DeepSpeed's engine there as above; zckpt's universal folder of the TP 4 x 2 kv heads case
+                (ds_to_universal fails on its empty shards) by load_universal at TP 4, state bit for bit.
 
   frozen        (the `_frozen` cases, check_frozen) AutoTP files at the source's own layout = DeepSpeed's, object for
                 object; DeepSpeed's AutoTP engine loads zckpt's reshard into ZeRO-3 AutoTP files:
@@ -366,7 +367,7 @@ def check_map(case, tmp):
     attention shards, saved as frozen there; mistral; qwen2 with tp_grain_size 8): zckpt's AutoTP files at the source's
     own layout equal DeepSpeed's object for object (the reader and the writer of each); the qwen2 case at TP 4 (kv heads
     and grains leave ranks empty: rank 3 gets no MLP rows) is loaded by DeepSpeed's engine there, with its own
-    universal_checkpoint_info."""
+    universal_checkpoint_info; the kv2 case's universal folder (ds_to_universal fails on it) by load_universal."""
     import torch
     fails = []
     with open(os.path.join(FIX, case, "expected.json")) as f:
@@ -389,6 +390,36 @@ def check_map(case, tmp):
         print(f"  {case}: AutoTP files at the source's layout = DeepSpeed's")
     except Exception as e:  # noqa: BLE001
         fails.append(f"{case} identity: {e}")
+    if "kv2" in case:
+        # the universal folder: ds_to_universal fails on the empty shards (TypeError in _merge_zero_shards); zckpt's
+        # (full tensors) is loaded by DeepSpeed's engine at TP 4 with load_universal: state bit for bit, same next loss
+        tag = f"universal->tp{tp}xdp1"
+        root = os.path.join(tmp, case + "-zckpt-universal")
+        try:
+            os.makedirs(root)
+            with open(os.path.join(root, "latest_universal"), "w") as f:
+                f.write("global_step2_universal")
+            subprocess.run([ZCKPT, "to-universal", "-q", ckpt, os.path.join(root, "global_step2_universal")],
+                           check=True)
+            r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                                os.path.join(ckpt, "global_step2"), "--output_folder", os.path.join(tmp, case + "-dsu"),
+                                "--num_extract_workers", "1", "--num_merge_workers", "1"], capture_output=True, text=True)
+            if r.returncode == 0:
+                fails.append(f"{case}: ds_to_universal no longer fails on empty shards: compare zckpt's folder with it")
+            res = run_load(tmp, f"{case}-{tag}", dict(tied=exp["tied"], stage=stage, dtype=exp["dtype"], world=tp, tp=tp,
+                                                       universal=True, load=root, case=case))
+            fp32 = load_st(os.path.join(FIX, case, "expected_fp32.safetensors"))
+            state = load_st(os.path.join(FIX, case, "expected_state.safetensors"))
+            for want, got, what in ((fp32, res["fp32"], "fp32 master"), (state, res["state"], "Adam state")):
+                for n, v in want.items():
+                    if n not in got or not bits_equal(got[n].cpu(), v):
+                        fails.append(f"{case} {tag}: {what} {n} differs from the source engine's")
+            loss, tol = res["losses"][0], LOSS_RTOL[exp["dtype"]]
+            if not abs(loss - exp["loss_step3"]) <= tol * abs(exp["loss_step3"]):
+                fails.append(f"{case} {tag}: next loss {loss!r} vs the source engine's {exp['loss_step3']!r}")
+            print(f"  {case} {tag}: state equal, loss {loss:.9g} (source {exp['loss_step3']:.9g})")
+        except Exception as e:  # noqa: BLE001
+            fails.append(f"{case} {tag}: {e}")
     if "grain" in case:
         base = {"tied": exp["tied"], "dtype": exp["dtype"]}
         fails += check_tp4(case, tmp, stage, base, load_st(os.path.join(FIX, case, "expected_fp32.safetensors")),
