@@ -1,4 +1,5 @@
-/* consolidate_memory.c: zero_to_fp32's state dict into the caller's memory.
+/* consolidate_memory.c: zero_to_fp32's state dict into the caller's memory, from a
+ * DeepSpeed checkpoint or a universal one made of it (consolidate_source.c).
  *
  * The same recipe and filler as `zckpt consolidate` (consolidate.c), with memory stores as
  * the targets instead of reserved file regions: each tensor's bytes go from the rank files
@@ -11,8 +12,7 @@
 #include "zck.h"
 
 struct zck_state_dict {
-  zck_ds_ckpt *ck;
-  zck_state_view view;      /* ck's state */
+  zck__cons_src src;        /* the checkpoint, or a universal one made of it */
   zck__tensor_set set;
   zck__cons_entry *entries;
   zck_tensor_desc *desc;    /* [set.n] */
@@ -34,16 +34,8 @@ zck_status zck_consolidate_open(const char *path, const zck_consolidate_opts *op
   if (!sd) return ZCK_ERR_NO_MEMORY;
   zck__set_init(&sd->set);
   sd->opts = o;
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o.tag;
-  dopts.threads = o.threads;
-  zck_status st = zck_ds_open(path, &dopts, &sd->ck);
-  /* a zckpt-written checkpoint without its manifest was never completed */
-  if (st == ZCK_OK) st = zck_ds_check_complete(sd->ck, o.force);
-  size_t n_outs = 0;
-  const zck_ds_output *outs = st == ZCK_OK ? zck_ds_outputs(sd->ck, &n_outs) : NULL;
-  if (st == ZCK_OK) zck_ds_state(sd->ck, &sd->view);
-  if (st == ZCK_OK) st = zck__cons_build_set(outs, n_outs, &o, &sd->set, &sd->entries);
+  zck_status st = zck__cons_src_open(&sd->src, path, &o);
+  if (st == ZCK_OK) st = zck__cons_build_set(sd->src.outs, sd->src.n_outs, &o, &sd->set, &sd->entries);
   if (st == ZCK_OK && !(sd->desc = zck__calloc(sd->set.n ? sd->set.n : 1, sizeof *sd->desc))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < sd->set.n; i++) {
     const zck__tensor_entry *e = &sd->set.v[i];
@@ -86,7 +78,7 @@ zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers) {
     dst[i] = zck_store_memory(buffers[i], d->dtype, d->numel, d->name);
     if (!d->numel) dst[i].kind = ZCK_STORE_UNBOUND; /* nothing to copy */
   }
-  zck__cons_ctx ctx = {&sd->view, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
+  zck__cons_ctx ctx = {&sd->src.view, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
                        sd->opts.no_verify != 0};
   if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL, NULL);
   free(dst);
@@ -98,6 +90,6 @@ void zck_state_dict_free(zck_state_dict *sd) {
   zck__set_free(&sd->set);
   free(sd->entries);
   free(sd->desc);
-  zck_ds_close(sd->ck);
+  zck__cons_src_close(&sd->src);
   free(sd);
 }

@@ -210,7 +210,10 @@ typedef struct zck_consolidate_opts {
 #define ZCK_CONSOLIDATE_OPTS_INIT {sizeof(zck_consolidate_opts), NULL, ZCK_DTYPE_INVALID, 0, 0, 0, 1, 0, 0, 0, 0, NULL, NULL, 0, NULL}
 
 /* A DeepSpeed ZeRO-1/2/3 checkpoint (root with `latest`, tag folder, or HF checkpoint-N/)
- * to whole tensors, equal bit for bit to DeepSpeed's zero_to_fp32. OUT: a directory (HF
+ * to whole tensors, equal bit for bit to DeepSpeed's zero_to_fp32. ckpt may also be a
+ * universal checkpoint made of one (a universal folder in DeepSpeed's layout, or the folder
+ * holding latest_universal; zckpt's HDF5 container): the output is then byte for byte that
+ * of the checkpoint it was made from. OUT: a directory (HF
  * layout: model.safetensors or shards + index; pytorch_model.bin with torch_bin), or one
  * *.safetensors / *.bin file. Reads only the fp32 partitions (in place), the frozen and
  * buffer tensors, never exp_avg / exp_avg_sq. */
@@ -251,7 +254,8 @@ typedef struct zck_tensor_desc {
   zck_tensor_role role;       /* of the data (an alias: its source's) */
 } zck_tensor_desc;
 
-/* Opens the checkpoint and lists its tensors; reads no tensor data. */
+/* Opens the checkpoint (any source zck_consolidate takes) and lists its tensors; reads
+ * no tensor data. */
 ZCK_API zck_status zck_consolidate_open(const char *ckpt, const zck_consolidate_opts *opts, zck_state_dict **out);
 ZCK_API size_t zck_state_dict_count(const zck_state_dict *sd);
 /* The i-th tensor (i < count), valid until zck_state_dict_free. */

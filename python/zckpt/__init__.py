@@ -80,8 +80,10 @@ def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, e
                 keep_tied=False, format="safetensors", force=False, overwrite=False, threads=0, progress=None,
                 no_verify=False):
     """A DeepSpeed ZeRO-1/2/3 checkpoint (save root with `latest`, tag folder or HF
-    checkpoint-N/) to whole tensors at OUT: a folder (model.safetensors or shards + index),
-    or one *.safetensors / *.bin file. format: "safetensors", "pt" or "both" (folders)."""
+    checkpoint-N/), or a universal checkpoint made of one (its folder, the folder holding
+    latest_universal, or the HDF5 file), to whole tensors at OUT: a folder
+    (model.safetensors or shards + index), or one *.safetensors / *.bin file. format:
+    "safetensors", "pt" or "both" (folders)."""
     if format not in ("safetensors", "pt", "both"):
         raise Error(f"format {format!r}: use safetensors, pt or both", "invalid argument")
     o = N.ConsolidateOpts.new(tag=_b(tag), dtype=_dtype(dtype), max_shard_size=_size(max_shard_size),

@@ -11,6 +11,7 @@
  *     --exclude-frozen;
  *   - from the folders DeepSpeed's own ds_to_universal.py wrote (tests/fixtures/universal),
  *     given as the folder or as its parent holding latest_universal;
+ *   - the state dict in memory (zck_consolidate_open) from either, as from the checkpoint;
  *   - from an HF checkpoint-N/ holding the universal folder, and from the container made of
  *     it: config.json and generation_config.json come along as from the checkpoint;
  *   - damaged input is refused with one line naming the file, and nothing is written: a
@@ -274,8 +275,64 @@ static void damage(const char *tmp) {
   free(out);
 }
 
+/* The state dict in memory (zck_consolidate_open) from a universal source: the same
+ * tensors, names, dtypes, roles and values as from the checkpoint. */
+static void **read_all(zck_state_dict *sd) {
+  size_t n = zck_state_dict_count(sd);
+  void **b = calloc(n + 1, sizeof *b);
+  for (size_t i = 0; i < n; i++) {
+    const zck_tensor_desc *d = zck_state_dict_tensor(sd, i);
+    b[i] = d->alias_of >= 0 ? b[d->alias_of] : calloc(d->nbytes + 1, 1);
+  }
+  ZT_OK(zck_state_dict_read(sd, b));
+  return b;
+}
+
+static void memory_api(const char *tmp) {
+  char *ck = zt_fixture("deepspeed/s3w2_bf16/ckpt");
+  char *uv = rs_path("%s/mem-uv", tmp), *h5 = rs_path("%s/mem.h5", tmp);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  ZT_OK(zck_to_universal(ck, uv, &uo));
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(ck, h5, &uo));
+  zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
+  o.dtype = ZCK_BF16;
+  zck_state_dict *ref = NULL;
+  ZT_OK(zck_consolidate_open(ck, &o, &ref));
+  void **rb = read_all(ref);
+  const char *srcs[2] = {uv, h5};
+  for (int k = 0; k < 2; k++) {
+    zck_state_dict *sd = NULL;
+    ZT_OK(zck_consolidate_open(srcs[k], &o, &sd));
+    ZT_EQ_U64(zck_state_dict_count(sd), zck_state_dict_count(ref));
+    void **b = read_all(sd);
+    for (size_t i = 0; i < zck_state_dict_count(ref); i++) {
+      const zck_tensor_desc *x = zck_state_dict_tensor(ref, i), *y = zck_state_dict_tensor(sd, i);
+      ZT_EQ_STR(x->name, y->name);
+      ZT_EQ_INT(x->dtype, y->dtype);
+      ZT_EQ_INT(x->role, y->role);
+      ZT_EQ_INT(x->alias_of, y->alias_of);
+      ZT_EQ_U64(x->nbytes, y->nbytes);
+      if (memcmp(rb[i], b[i], x->nbytes)) ZT_FAIL("%s: %s differs in memory", srcs[k], x->name);
+    }
+    for (size_t i = 0; i < zck_state_dict_count(sd); i++)
+      if (zck_state_dict_tensor(sd, i)->alias_of < 0) free(b[i]);
+    free(b);
+    zck_state_dict_free(sd);
+  }
+  for (size_t i = 0; i < zck_state_dict_count(ref); i++)
+    if (zck_state_dict_tensor(ref, i)->alias_of < 0) free(rb[i]);
+  free(rb);
+  zck_state_dict_free(ref);
+  rs_sh("rm -rf '%s' '%s' '%s/latest_universal'", uv, h5, tmp);
+  free(ck);
+  free(uv);
+  free(h5);
+}
+
 int main(void) {
   char *tmp = zt_tmpdir();
+  memory_api(tmp);
   damage(tmp);
   hf_folder(tmp);
   made_by_deepspeed(tmp);

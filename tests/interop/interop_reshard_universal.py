@@ -7,6 +7,10 @@ fp32, 3 param groups, sub-groups, parameter alignment, a zero-element param), ru
 folder (through its parent's latest_universal) and the checkpoint to stages 1, 2, 3 at world sizes 1-4: the tag
 folders (every optimizer and model file, the zckpt manifest) and `latest` must be byte for byte identical.
 
+`zckpt consolidate` of the same ds_to_universal folder equals, byte for byte, `zckpt consolidate` of the checkpoint,
+and each of its tensors is DeepSpeed's zero_to_fp32 output of the checkpoint (get_fp32_state_dict_from_zero_checkpoint,
+run here; tied aliases are the output's metadata).
+
 Known DeepSpeed behaviours, checked as such rather than skipped:
   s2w2_fp32_roundrobin     ds_to_universal follows param_slice_mappings, whose offsets ignore
                            round_robin_gradients: the reordered params get each other's values. The reshard of its
@@ -67,6 +71,32 @@ def fp32_of(ckpt):
         return get_fp32_state_dict_from_zero_checkpoint(ckpt)
 
 
+def consolidate_check(case, src, uc_root, tmp, z2f=True):
+    """consolidate(ds_to_universal(src)) == consolidate(src), and == zero_to_fp32(src) tensor for tensor; the
+    names of the tensors that differ (ds_to_universal's round-robin misplacement) or problems."""
+    a, b = os.path.join(tmp, "c-ckpt.safetensors"), os.path.join(tmp, "c-uc.safetensors")
+    e = zck("consolidate", "-q", src, a) or zck("consolidate", "-q", uc_root, b)
+    if e:
+        return [f"consolidate failed: {e}"], []
+    from safetensors.torch import load_file
+    ours, ref = load_file(b), load_file(a)
+    wrong = sorted(n for n in ref if n not in ours or not H_equal(ref[n], ours[n]))
+    if not wrong and open(a, "rb").read() != open(b, "rb").read():
+        return ["consolidate of ds_to_universal's folder: same tensors, other bytes"], []
+    if z2f and not wrong:
+        sd = fp32_of(src)
+        for n, t in ours.items():
+            if n not in sd or not H_equal(sd[n].detach().contiguous(), t):
+                return [f"consolidate of ds_to_universal's folder: {n} is not zero_to_fp32's"], []
+        missing = sorted(set(sd) - set(ours))
+        from safetensors import safe_open
+        with safe_open(b, "pt") as f:  # dropped tied aliases are in the metadata
+            tied = json.loads((f.metadata() or {}).get("tied_parameters", "{}"))
+        if any(n not in tied for n in missing):
+            return [f"consolidate of ds_to_universal's folder lacks {missing}"], []
+    return [], wrong
+
+
 def check_case(case, tmp):
     src = os.path.join(FIX, "deepspeed", case, "ckpt")
     uc_root = os.path.join(tmp, "uc")
@@ -115,6 +145,10 @@ def check_case(case, tmp):
                     probs.append(f"reshard of {what}: {n}: fp32 master differs from the live engine's")
         notes.append("BF16_Optimizer: the reshards of the checkpoint and of ds_to_universal's folder hold the live "
                      "fp32 masters")
+        p, wrong = consolidate_check(case, src, uc_root, tmp, z2f=False)   # zero_to_fp32 refuses these files
+        probs += p + [f"consolidate: {n} differs" for n in wrong]
+        if not p and not wrong:
+            notes.append("consolidate of ds_to_universal's folder = consolidate of the checkpoint")
         return probs, notes
     for s, w in TARGETS:
         a, b = os.path.join(tmp, f"ds-{s}-{w}"), os.path.join(tmp, f"uc-{s}-{w}")
@@ -139,6 +173,15 @@ def check_case(case, tmp):
             probs += [f"stage {s} W {w}: {x}" for x in d]
         shutil.rmtree(a, ignore_errors=True)
         shutil.rmtree(b, ignore_errors=True)
+    p, wrong = consolidate_check(case, src, uc_root, tmp)
+    probs += p
+    if case.endswith("roundrobin"):
+        if not p and set(wrong) != {"fc1.weight", "fc2.weight", "fc1.bias", "ln.weight", "ln.bias", "fc2.bias"}:
+            probs.append(f"consolidate: expected DeepSpeed's round-robin misplacement, got {wrong}")
+    else:
+        probs += [f"consolidate: {n} differs" for n in wrong]
+    if not p and not wrong:
+        notes.append("consolidate of ds_to_universal's folder = consolidate of the checkpoint = zero_to_fp32")
     if case.endswith("roundrobin") and not probs:
         notes.append("round-robin: ds_to_universal misplaces the 6 reordered params (DeepSpeed bug), as expected")
     elif not probs:

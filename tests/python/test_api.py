@@ -200,6 +200,13 @@ class Api(unittest.TestCase):
                 q = os.path.join(r, os.path.relpath(p, cli))
                 if f.endswith(".pt"):
                     self.assertTrue(filecmp.cmp(p, q, shallow=False), q)
+        # consolidate takes the universal checkpoint too: the same bytes as from the checkpoint
+        a, b = os.path.join(self.tmp, "a", "m.safetensors"), os.path.join(self.tmp, "b", "m.safetensors")
+        os.makedirs(os.path.dirname(a))
+        os.makedirs(os.path.dirname(b))
+        zckpt.consolidate(CKPT, a, progress=False)
+        zckpt.consolidate(u, b, progress=False)
+        self.assertTrue(filecmp.cmp(a, b, shallow=False))
 
     def test_verify_report(self):
         out = os.path.join(self.tmp, "hf")
