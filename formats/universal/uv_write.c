@@ -186,7 +186,7 @@ static int zck__uv_piece_cmp(const void *a, const void *b) {
  * when a piece was not recorded or two overlap (the torch writer then reads it back). */
 static bool zck__uv_pieces_crc(zck__uv_tfile *f, uint64_t nbytes, uint32_t *out) {
   if (f->pieces_lost) return false;
-  qsort(f->pieces, f->n_pieces, sizeof *f->pieces, zck__uv_piece_cmp);
+  if (f->n_pieces) qsort(f->pieces, f->n_pieces, sizeof *f->pieces, zck__uv_piece_cmp);   /* a zero-element tensor: none, pieces NULL */
   uint32_t crc = 0;
   uint64_t at = 0;
   for (size_t i = 0; i < f->n_pieces; i++) {
