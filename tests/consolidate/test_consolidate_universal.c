@@ -1,9 +1,10 @@
 /* test_consolidate_universal.c: `consolidate` of a universal checkpoint equals, byte for
  * byte, `consolidate` of the DeepSpeed checkpoint it was made from:
- *   - every fixture to-universal accepts (tests/fixtures/deepspeed: ZeRO-0/1/2/3, groups,
+ *   - every fixture checkpoint (tests/fixtures/deepspeed: ZeRO-0/1/2/3, groups,
  *     sub-groups, round-robin, parameter alignment, a zero-element param, BF16_Optimizer,
  *     NVMe offload, frozen, tied params and buffers; hf_peft: LoRA saved with
- *     exclude_frozen_parameters, an alias whose source was not saved; autotp: TP x DP),
+ *     exclude_frozen_parameters, an alias whose source was not saved; autotp: TP x DP, frozen
+ *     params, empty kv shards; new ones are picked up),
  *     from the folder `to-universal --format ds` writes and from the HDF5 container, into
  *     one safetensors file;
  *   - on a case per kind, every output consolidate writes: HF shards + index with
@@ -25,21 +26,6 @@
 #include "torch/torch.h"
 #include "zck.h"
 
-static const char *ds_cases[] = {
-  "deepspeed/s0w1_bf16", "deepspeed/s0w1_fp32", "deepspeed/s0w2_bf16", "deepspeed/s0w2_bf16_fused",
-  "deepspeed/s0w2_fp16", "deepspeed/s0w2_fp16_fused", "deepspeed/s0w2_fp32", "deepspeed/s1w1_fp32",
-  "deepspeed/s1w2_bf16", "deepspeed/s1w2_bf16_bf16optimizer", "deepspeed/s1w2_fp32_paramalign",
-  "deepspeed/s1w3_bf16_3groups", "deepspeed/s1w3_fp32", "deepspeed/s1w4_bf16", "deepspeed/s2w1_fp32",
-  "deepspeed/s2w2_bf16", "deepspeed/s2w2_fp16", "deepspeed/s2w2_fp32_roundrobin", "deepspeed/s2w2_fp32_zeronumel",
-  "deepspeed/s2w3_bf16", "deepspeed/s2w3_bf16_paramalign", "deepspeed/s2w4_fp32", "deepspeed/s2w4_fp32_3groups",
-  "deepspeed/s3w1_bf16_nvme", "deepspeed/s3w1_fp32", "deepspeed/s3w2_bf16", "deepspeed/s3w2_fp16",
-  "deepspeed/s3w2_fp32_nvme", "deepspeed/s3w2_fp32_subgroup100", "deepspeed/s3w3_bf16_subgroup100",
-  "deepspeed/s3w3_fp32", "deepspeed/s3w4_bf16", "deepspeed/s3w4_fp32_3groups",
-  "hf_peft/s2w2_lora_tied_bf16", "hf_peft/s2w2_lora_untied_fp32", "hf_peft/s3w2_lora_tied_bf16",
-  "hf_peft/s3w2_lora_untied_fp32",
-  "autotp/tp2_s1_fp32_tied", "autotp/tp2_s2_bf16_untied", "autotp/tp2dp2_s1_fp32_untied",
-  "autotp/tp2dp2_s2_bf16_tied", "autotp/tp2dp2_s3_bf16_tied", "autotp/tp2_s1_fp32_untied_frozen",
-  "autotp/tp2_s2_bf16_tied_frozen"};
 
 /* The cases every output format is checked on: one per stage, and the special layouts. */
 static const char *all_formats[] = {"deepspeed/s0w2_bf16", "deepspeed/s1w2_bf16_bf16optimizer",
@@ -114,9 +100,35 @@ static bool in_list(const char *c, const char *const *v, size_t n) {
   return false;
 }
 
+/* Every case of these fixture folders (each <case>/ckpt a checkpoint), new ones included. */
+static char **all_cases(size_t *n) {
+  static const char *kinds[] = {"deepspeed", "hf_peft", "autotp"};
+  char **v = NULL;
+  *n = 0;
+  for (size_t k = 0; k < 3; k++) {
+    char *dir = zt_fixture(kinds[k]);
+    size_t m;
+    char **l = rs_list(dir, &m);
+    for (size_t i = 0; i < m; i++) {
+      char *ck = rs_path("%s/%s/ckpt", dir, l[i]);
+      if (rs_exists(ck)) {
+        v = realloc(v, (*n + 1) * sizeof *v);
+        v[(*n)++] = rs_path("%s/%s", kinds[k], l[i]);
+      }
+      free(ck);
+    }
+    rs_free_list(l, m);
+    free(dir);
+  }
+  if (*n < 40) ZT_FAIL("only %zu fixture checkpoints found", *n);
+  return v;
+}
+
 /* Every case: to-universal (folder and container), consolidated as the checkpoint is. */
 static void made_by_zckpt(const char *tmp) {
-  for (size_t i = 0; i < sizeof ds_cases / sizeof ds_cases[0]; i++) {
+  size_t n_cases;
+  char **ds_cases = all_cases(&n_cases);
+  for (size_t i = 0; i < n_cases; i++) {
     char *ck = fixture("%s/ckpt", ds_cases[i]);
     char *uv = rs_path("%s/uv", tmp), *h5 = rs_path("%s/u.h5", tmp);
     zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
@@ -138,6 +150,7 @@ static void made_by_zckpt(const char *tmp) {
     free(uv);
     free(h5);
   }
+  rs_free_list(ds_cases, n_cases);
 }
 
 /* The folders ds_to_universal.py wrote, as the folder and as its parent. */
