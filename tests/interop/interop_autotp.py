@@ -22,14 +22,12 @@ tests/fixtures/gen/make_autotp_fixtures.py, whose model, data and ds_config are 
                 TP T (DeepSpeed's split from the model's config.json) equal the direct reshard byte for byte, and
                 DeepSpeed's AutoTP engine at (T, new dp) loads them with engine.load_checkpoint: fp32 masters,
                 exp_avg, exp_avg_sq bit for bit, next loss as above, and the universal_checkpoint_info the files carry
-                equals the one the engine builds itself (TP 2 x DP 2 and TP 1 x DP 2 sources); from the AutoTP
-                checkpoint to TP 4 (its affine map; the model's 2 kv heads leave TP ranks 2 and 3 empty attention
-                shards, saved as frozen zero-element params there, as DeepSpeed does), DeepSpeed's engine at TP 4
-                loads it: masters and Adam state bit for bit, its own universal_checkpoint_info, the next loss
-                (DP 1 sources).
+                equals the one the engine builds itself (TP 2 x DP 2 and TP 1 x DP 2 sources).
   other layouts (check_map: TP 4 x 2 kv heads, mistral, qwen2 with tp_grain_size 8) zckpt's AutoTP files at the
-                source's own layout = DeepSpeed's, object for object; qwen2 at TP 4 (rank 3 gets no MLP grain) is
-                loaded by DeepSpeed's engine there as above; zckpt's universal folder of the TP 4 x 2 kv heads case
+                source's own layout = DeepSpeed's, object for object; qwen2 from TP 2 to TP 4 (its affine map; the
+                2 kv heads leave TP ranks 2 and 3 empty attention shards, saved as frozen zero-element params there,
+                as DeepSpeed does; rank 3 gets no MLP grain) is loaded by DeepSpeed's engine at TP 4: masters and
+                Adam state bit for bit, its own universal_checkpoint_info, the next loss; zckpt's universal folder of the TP 4 x 2 kv heads case
                 (ds_to_universal fails on its empty shards) by load_universal at TP 4, state bit for bit.
 
   frozen        (the `_frozen` cases, check_frozen) AutoTP files at the source's own layout = DeepSpeed's, object for
@@ -322,8 +320,8 @@ def check_case(case, tmp):
         if files(out) != files(direct) or any(open(os.path.join(out, f), "rb").read() !=
                                               open(os.path.join(direct, f), "rb").read() for f in files(direct)):
             fails.append(f"{case} {tag}: differs from the direct reshard at TP {tp}")
-        if dp == 1:  # a DP 1 source's load would run on tp * dp2 = 4 ranks: the TP 4 load below takes them
-            return fails + check_tp4(case, tmp, stage2, base, fp32, state, ref_loss)
+        if dp == 1:  # a DP 1 source's load would run on tp * dp2 = 4 ranks: check_map's TP 4 load (qwen2) takes them
+            return fails
         res = run_load(tmp, f"{case}-{tag}", dict(base, stage=stage2, world=tp * dp2, tp=tp, universal=False, load=out))
         loss = compare(tag, res, True)
         print(f"  {case} {tag}: loss {loss:.9g} (source {ref_loss:.9g})")
@@ -335,7 +333,8 @@ def check_case(case, tmp):
 def check_tp4(case, tmp, stage2, base, fp32, state, ref_loss=None, grain=None):
     fails = []
     # TP 2 -> 4 by the source's affine map and the model's own config.json: its 2 kv heads leave TP ranks 2 and 3 empty
-    # attention shards, which DeepSpeed keeps out of the optimizer and saves as frozen zero-element params there.
+    # attention shards, which DeepSpeed keeps out of the optimizer and saves as frozen zero-element params there (and
+    # with tp_grain_size 8 the MLP's 3 grains leave rank 3 none).
     # DeepSpeed's AutoTP engine at TP 4 x DP 1 loads the files: masters and Adam state bit for bit, the
     # universal_checkpoint_info is the one it builds at TP 4, and the next loss is the source engine's (to LOSS_RTOL)
     tag = f"reshard->tp4-s{stage2}w1"
