@@ -137,7 +137,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
   zck_job_summary sum;
-  o.summary = &sum;
+  o.summary = quiet || zck_cli_dist_quiet() ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
   double started = zck_cli_now();
   const char *src = in;
   if ((rc = zck_cli_dist_source(in, &src))) { free(out); return rc; } /* node-local files under mpirun */

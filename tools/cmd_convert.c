@@ -72,7 +72,7 @@ int zck_cmd_convert(int argc, char **argv) {
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
   zck_job_summary sum;
-  o.summary = &sum;
+  o.summary = quiet ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
   double started = zck_cli_now();
   zck_status s = zck_convert_file(argv[optind], out_r, &o);
   zck_cli_progress_finish(&bar);

@@ -113,7 +113,7 @@ int zck_cmd_reshard(int argc, char **argv) {
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
   zck_job_summary sum;
-  o.summary = &sum;
+  o.summary = quiet || zck_cli_dist_quiet() ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
   double started = zck_cli_now();
   const char *src = argv[optind];
   if ((rc = zck_cli_dist_source(argv[optind], &src))) { free(out_r); return rc; } /* node-local files under mpirun */
