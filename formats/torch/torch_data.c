@@ -5,6 +5,7 @@
  * a strided range is read as the byte span it covers when that span is not much larger
  * than the request (then gathered in memory), otherwise split along its outermost varying
  * dimension until the pieces are dense enough (down to single elements for huge strides). */
+#include "strmap.h"
 #include "torch_internal.h"
 
 #include <stdio.h>
@@ -284,7 +285,16 @@ zck_status zck__torch_named_walk(const char *fname, const zck_torch_tensor *(*te
   *out = NULL;
   *count = 0;
   zck_status s = dict ? sd_walk(&w, dict, 0, 0) : ZCK_OK;
-  if (s == ZCK_OK && w.n > 1) {   /* duplicate names: check on a sorted copy, keep insertion order */
+  /* duplicate names: a hash set says whether there is one (a model file of 100k params
+   * names 100k tensors); only then a sorted copy names the first in name order */
+  bool dup = false;
+  if (s == ZCK_OK && w.n > 1) {
+    zck__strmap seen = {0};
+    s = zck__strmap_init(&seen, w.n);
+    for (size_t i = 0; s == ZCK_OK && i < w.n && !dup; i++) s = zck__strmap_put(&seen, w.v[i].name, i, &dup, NULL);
+    zck__strmap_free(&seen);
+  }
+  if (s == ZCK_OK && dup) {   /* keep insertion order */
     zck_torch_named *sorted = zck__malloc(w.n * sizeof *sorted);
     if (!sorted) s = ZCK_ERR_NO_MEMORY;
     else {

@@ -209,6 +209,34 @@ static void test_unnamed(const char *dir) {
   free(path);
 }
 
+/* Two paths to one name ("b.x" and b -> x): refused, naming the first such name in name
+ * order whatever the insertion order (the check hashes first, then sorts to name it). */
+static void test_duplicate_names(const char *dir) {
+  char *path = NULL;
+  ZT_ASSERT(asprintf(&path, "%s/dup.pt", dir) > 0);
+  zck_torch_writer *w;
+  ZT_OK(zck_torch_writer_create(path, &w));
+  zck_pk_doc *d = zck_torch_writer_doc(w);
+  size_t si;
+  uint64_t off;
+  int64_t one = 1;
+  ZT_OK(zck_torch_writer_add_storage(w, ZCK_F32, 4, &si, &off));
+  zck_pk *root = zck_pk_new_dict(d, 0), *b = zck_pk_new_dict(d, 0), *a = zck_pk_new_dict(d, 0);
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "b.x"), zck_torch_writer_tensor(w, si, 1, &one, NULL, 0, 0)));
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "a.y"), zck_torch_writer_tensor(w, si, 1, &one, NULL, 1, 0)));
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "c"), zck_torch_writer_tensor(w, si, 1, &one, NULL, 2, 0)));
+  ZT_ASSERT(zck_pk_dict_set(d, b, zck_pk_new_str(d, "x"), zck_torch_writer_tensor(w, si, 1, &one, NULL, 3, 0)));
+  ZT_ASSERT(zck_pk_dict_set(d, a, zck_pk_new_str(d, "y"), zck_torch_writer_tensor(w, si, 1, &one, NULL, 3, 0)));
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "b"), b));
+  ZT_ASSERT(zck_pk_dict_set(d, root, zck_pk_new_str(d, "a"), a));
+  zck_torch_named *v = NULL;
+  size_t n = 0;
+  ZT_ERR(zck_torch_writer_named(w, root, &v, &n), ZCK_ERR_FORMAT, "tensor name \"a.y\" occurs twice in the state dict");
+  ZT_ASSERT(!v && !n);
+  zck_torch_writer_free(w);
+  free(path);
+}
+
 static void test_misuse(const char *dir) {
   char *path = NULL;
   ZT_ASSERT(asprintf(&path, "%s/bad.pt", dir) > 0);
@@ -238,6 +266,7 @@ int main(void) {
   char *dir = zt_tmpdir();
   test_roundtrip(dir);
   test_unnamed(dir);
+  test_duplicate_names(dir);
   test_misuse(dir);
   free(dir);
   printf("torch writer tests passed\n");
