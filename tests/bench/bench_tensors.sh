@@ -10,7 +10,10 @@
 # to-universal --format ds is mostly the file system's cost (three files and a folder per
 # parameter): files_floor (tests/bench/files_floor.c: the same folders and files, one
 # write each, syncfs; nothing else) runs right before it, on one thread and on THREADS,
-# and the job is also given as a ratio to that floor measured in the same run.
+# and the job is also given as a ratio to that floor measured in the same run. Likewise the
+# HDF5 container: h5_floor (tests/bench/h5_floor.c: libhdf5 alone making, then opening,
+# the container's groups and one-chunk datasets with their dtype attribute) beside
+# to-universal --format hdf5 and inspect of the container.
 #
 # usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)
 #        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores
@@ -42,11 +45,15 @@ for n in $counts; do
   timed "$n" consolidate $bin/zckpt consolidate "${q[@]}" "$d/ckpt" "$d/st"
   timed "$n" reshard $bin/zckpt reshard "${q[@]}" "$d/ckpt" "$d/rs" --to-stage "$stage" --to-world-size $((world * 2))
   timed "$n" reshard_back $bin/zckpt reshard "${q[@]}" "$d/rs" "$d/rs2" --to-stage "$stage" --to-world-size "$world"
-  timed "$n" files_floor1 $bin/files_floor "$d/floor1" "$n" 1200 1
-  timed "$n" files_floor $bin/files_floor "$d/floor" "$n" 1200 "$threads"
-  timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$d/uv/u"
+  # each starts with nothing of the bench's own waiting to be written (the floor's syncfs,
+  # and the job's for a tree this big, would pay for it)
+  sync; timed "$n" files_floor1 $bin/files_floor "$d/floor1" "$n" 1200 1
+  sync; timed "$n" files_floor $bin/files_floor "$d/floor" "$n" 1200 "$threads"
+  sync; timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$d/uv/u"
+  timed "$n" h5_floor_write $bin/h5_floor write "$d/floor.h5" "$n"
   timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$d/u.h5"
   # reading the container back: the forked metadata walk (every object, link and attribute) and the open
+  timed "$n" h5_floor_open $bin/h5_floor open "$d/floor.h5" "$n"
   timed "$n" inspect_h5 $bin/zckpt inspect "$d/u.h5"
   rm -rf "$d"
 done
@@ -57,8 +64,13 @@ awk 'NR == FNR { if (!first) first = $1; last = $1; next }
              if (t0[j] > 0 && c0[j] > 0 && t1[j] != "FAIL") printf "%-14s %8.1f wall %8.1f cpu\n", j, t1[j] / t0[j], c1[j] / c0[j]
              else printf "%-14s %8s\n", j, "-" } }' \
   "$work/results" "$work/results"
-echo "== to-universal (ds) / files_floor on THREADS threads, same run: wall and cpu ratios"
-awk '$2 == "files_floor" { fw[$1] = $3; fc[$1] = $5 } $2 == "universal_ds" { uw[$1] = $3; uc[$1] = $5; order[++k] = $1 }
+echo "== each job / its floor measured in the same run: wall and cpu ratios"
+ratio() { # job floor
+  awk -v job="$1" -v floor="$2" '$2 == floor { fw[$1] = $3; fc[$1] = $5 } $2 == job { uw[$1] = $3; uc[$1] = $5; order[++k] = $1 }
      END { for (i = 1; i <= k; i++) { n = order[i]
-             if (fw[n] > 0 && fc[n] > 0 && uw[n] != "FAIL") printf "%7s universal_ds %6.2f wall %6.2f cpu\n", n, uw[n] / fw[n], uc[n] / fc[n]
-             else printf "%7s universal_ds %6s\n", n, "-" } }' "$work/results"
+             if (fw[n] > 0 && fc[n] > 0 && uw[n] != "FAIL") printf "%7s %-14s / %-14s %6.2f wall %6.2f cpu\n", n, job, floor, uw[n] / fw[n], uc[n] / fc[n]
+             else printf "%7s %-14s / %-14s %6s\n", n, job, floor, "-" } }' "$work/results"
+}
+ratio universal_ds files_floor
+ratio universal_h5 h5_floor_write
+ratio inspect_h5 h5_floor_open

@@ -1,0 +1,104 @@
+/* h5_floor.c: what libhdf5 alone charges for the objects of zckpt's HDF5 universal
+ * container of N parameters, to compare `to-universal --format hdf5` and `inspect` of the
+ * container with (bench_tensors.sh, same run).
+ *
+ *   write: a file with the container's file properties (istore_k 4, the library's default
+ *          format bounds), a group per parameter holding fp32, exp_avg and exp_avg_sq, each
+ *          a one-chunk dataset of ELEMS float32 with a UTF-8 `dtype` attribute, its chunk
+ *          written raw (H5Dwrite_chunk: no filter, no conversion); no times tracked.
+ *   open:  opens each of those datasets and reads what describing it needs: its shape,
+ *          type, chunk size and `dtype` attribute.
+ * No compression, hashing, checks or zckpt code: only the library's own cost per object.
+ *
+ * usage: h5_floor write|open FILE N_PARAMS [ELEMS]   (ELEMS default 8)
+ */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const states[] = {"fp32", "exp_avg", "exp_avg_sq"};
+
+static int write_file(const char *path, long n, hsize_t elems) {
+  hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_istore_k(fcpl, 4);
+  H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, fapl);
+  if (f < 0) return 1;
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_obj_track_times(dcpl, 0);
+  H5Pset_chunk(dcpl, 1, &elems);
+  hid_t space = H5Screate_simple(1, &elems, NULL), scalar = H5Screate(H5S_SCALAR);
+  hid_t str = H5Tcopy(H5T_C_S1);
+  H5Tset_size(str, H5T_VARIABLE);
+  H5Tset_cset(str, H5T_CSET_UTF8);
+  float *data = calloc((size_t)elems, sizeof *data);
+  const char *dtype = "float32";
+  hsize_t origin = 0;
+  int bad = !data;
+  char name[128];
+  for (long i = 0; i < n && !bad; i++) {
+    snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.%ld.w1.weight", i / 1000, i % 1000);
+    hid_t g = H5Gcreate2(f, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    bad = g < 0;
+    for (int k = 0; k < 3 && !bad; k++) {
+      hid_t d = H5Dcreate2(g, states[k], H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      hid_t a = d >= 0 ? H5Acreate2(d, "dtype", str, scalar, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
+      bad = a < 0 || H5Awrite(a, str, &dtype) < 0 ||
+            H5Dwrite_chunk(d, H5P_DEFAULT, 0, &origin, (size_t)elems * sizeof *data, data) < 0;
+      if (a >= 0) H5Aclose(a);
+      if (d >= 0) H5Dclose(d);
+    }
+    if (g >= 0) H5Gclose(g);
+  }
+  free(data);
+  H5Tclose(str);
+  H5Sclose(space);
+  H5Sclose(scalar);
+  H5Pclose(dcpl);
+  H5Pclose(fcpl);
+  H5Pclose(fapl);
+  return (H5Fclose(f) < 0) | bad;
+}
+
+static int open_file(const char *path, long n) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return 1;
+  hid_t str = H5Tcopy(H5T_C_S1);
+  H5Tset_size(str, H5T_VARIABLE);
+  H5Tset_cset(str, H5T_CSET_UTF8);
+  int bad = 0;
+  char name[160];
+  for (long i = 0; i < n && !bad; i++)
+    for (int k = 0; k < 3 && !bad; k++) {
+      snprintf(name, sizeof name, "model.layers.%ld.mlp.experts.%ld.w1.weight/%s", i / 1000, i % 1000, states[k]);
+      hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+      if (d < 0) { bad = 1; break; }
+      hid_t space = H5Dget_space(d), type = H5Dget_type(d), dcpl = H5Dget_create_plist(d);
+      hsize_t dims[8], chunk[8];
+      char *dtype = NULL;
+      hid_t a = H5Aopen(d, "dtype", H5P_DEFAULT);
+      bad = space < 0 || type < 0 || dcpl < 0 || a < 0 || H5Sget_simple_extent_dims(space, dims, NULL) < 0 ||
+            H5Tget_size(type) == 0 || H5Pget_chunk(dcpl, 8, chunk) < 0 || H5Aread(a, str, &dtype) < 0;
+      if (dtype) H5free_memory(dtype);
+      if (a >= 0) H5Aclose(a);
+      if (dcpl >= 0) H5Pclose(dcpl);
+      if (type >= 0) H5Tclose(type);
+      if (space >= 0) H5Sclose(space);
+      H5Dclose(d);
+    }
+  H5Tclose(str);
+  return (H5Fclose(f) < 0) | bad;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4 || (strcmp(argv[1], "write") && strcmp(argv[1], "open"))) {
+    fprintf(stderr, "usage: h5_floor write|open FILE N_PARAMS [ELEMS]\n");
+    return 2;
+  }
+  long n = atol(argv[3]);
+  hsize_t elems = argc > 4 ? (hsize_t)atol(argv[4]) : 8;
+  int r = !strcmp(argv[1], "write") ? write_file(argv[2], n, elems) : open_file(argv[2], n);
+  if (r) fprintf(stderr, "h5_floor: %s %s failed\n", argv[1], argv[2]);
+  return r;
+}
