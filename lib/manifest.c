@@ -1,6 +1,7 @@
 /* manifest.c: the manifest's data model, directory listing, completeness protocol and
  * comparison. JSON lives in manifest_json.c, hashing in manifest_hash.c. See manifest.h. */
 #include "manifest.h"
+#include "strmap.h"
 
 #include "io.h"
 #include "dist.h"
@@ -63,6 +64,8 @@ void zck_manifest_free(zck_manifest *m) {
   }
   free(m->files);
   free(m->tensors);
+  if (m->file_index) zck__strmap_free(m->file_index);
+  free(m->file_index);
   layout_clear(&m->layout);
   free(m->tool);
   free(m->version);
@@ -98,7 +101,9 @@ void zck__manifest_shown(char *dst, size_t n, const char *s) {
 }
 
 ptrdiff_t zck_manifest_find_file(const zck_manifest *m, const char *relpath) {
-  for (size_t i = 0; i < m->n_files; i++)
+  size_t i;
+  if (m->file_index) return zck__strmap_get(m->file_index, relpath, &i) ? (ptrdiff_t)i : -1;
+  for (i = 0; i < m->n_files; i++)
     if (!strcmp(m->files[i].path, relpath)) return (ptrdiff_t)i;
   return -1;
 }
@@ -116,9 +121,18 @@ static zck_status add_file(zck_manifest *m, const char *relpath, size_t *index, 
     m->files = v;
     m->cap_files = cap;
   }
+  if (!m->file_index && !(m->file_index = zck__calloc(1, sizeof *m->file_index))) return ZCK_ERR_NO_MEMORY;
   zck_manifest_file *f = &m->files[m->n_files];
   memset(f, 0, sizeof *f);
   if (!(f->path = zck__strdup(relpath))) return ZCK_ERR_NO_MEMORY;
+  bool dup;
+  size_t first;
+  zck_status st = zck__strmap_put(m->file_index, f->path, m->n_files, &dup, &first); /* the key is f->path's */
+  if (st != ZCK_OK) {
+    free(f->path);
+    f->path = NULL;
+    return st;
+  }
   if (index) *index = m->n_files;
   m->n_files++;
   return ZCK_OK;

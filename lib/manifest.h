@@ -100,6 +100,9 @@ typedef struct zck_manifest {
   size_t n_files, cap_files;
   zck_manifest_tensor *tensors;
   size_t n_tensors, cap_tensors;
+  struct zck__strmap *file_index;  /* path -> file index, kept by the adders: a universal
+                                      folder lists 100k+ files, and a scan per lookup made
+                                      reading its manifest quadratic */
 } zck_manifest;
 
 /* ---- building */

@@ -3,7 +3,8 @@
 # 2000: seconds on a quiet machine) small tensors, as MoE models have them. Each must complete, and the outputs must
 # agree: reshard ZeRO-3 W=2 -> ZeRO-3 W=3 -> ZeRO-2 W=2 -> back to ZeRO-3 W=2 (reshard reads
 # what it wrote, at stage 2 and 3) consolidates to the same bytes as the source; verify
-# passes every output; the universal folder reshards back to the same bytes too.
+# passes every output; the universal folder reshards back to the same bytes too, and it and
+# the HDF5 container consolidate to the source's bytes.
 # Not timed: tests/bench/bench_tensors.sh measures the cost at 10k and 100k tensors.
 set -u
 BIN=$1
@@ -36,7 +37,11 @@ run verify -q "$T/u/uc"
 run reshard -q "$T/u" "$T/from_u" --to-stage 1 --to-world-size 2
 run consolidate -q "$T/from_u" "$T/from_u.safetensors"
 cmp -s "$T/src.safetensors" "$T/from_u.safetensors" || fail "universal round trip: consolidated weights differ"
+run consolidate -q "$T/u" "$T/of_u.safetensors"
+cmp -s "$T/src.safetensors" "$T/of_u.safetensors" || fail "consolidate of the universal folder differs"
 run to-universal -q --format hdf5 "$T/src" "$T/u.h5"
 run verify -q "$T/u.h5"
 run inspect "$T/u.h5"
+run consolidate -q "$T/u.h5" "$T/of_h5.safetensors"
+cmp -s "$T/src.safetensors" "$T/of_h5.safetensors" || fail "consolidate of the HDF5 container differs"
 echo "many_tensors: ok ($N tensors)"
