@@ -96,6 +96,11 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c);
 zck_status zck__uv_autotp(zck_uv_ckpt *c);
 /* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
+/* uv_identity.c: opens a .pt of the folder and refuses it when its archive name says it is
+ * a copy of another file of the folder (another state of a param, another rank's model
+ * file). zck__uv_check_identity is the check alone, for a file already open. */
+zck_status zck__uv_torch_open(const char *path, const zck_torch_open_opts *opts, zck_torch_file **out);
+zck_status zck__uv_check_identity(const zck_torch_file *f, const char *path);
 zck_status zck__uv_build_buffers(zck_uv_ckpt *c);
 /* uv_outputs.c: c->outputs, after the frozen params and buffers. */
 zck_status zck__uv_build_outputs(zck_uv_ckpt *c);

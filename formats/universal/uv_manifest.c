@@ -555,7 +555,7 @@ static zck_status zck__uv_rank_model(const zck_uv_ckpt *c, uint32_t t, uint32_t 
   zck_status st = ZCK_OK;
   if (!p) return ZCK_ERR_NO_MEMORY;
   if (stat(p, &sb) != 0) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (%s)", p, why ? *why : "a rank's frozen params");
-  else st = zck_torch_open(p, topts, f);
+  else st = zck__uv_torch_open(p, topts, f);
   free(p);
   return st;
 }
@@ -691,7 +691,7 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
         if (!p) st = ZCK_ERR_NO_MEMORY;
         else if (stat(p, &sb) != 0)
           st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (the frozen_param_fragments of dp rank %u of %u)", p, r, w);
-        else st = zck_torch_open(p, topts, &rf);
+        else st = zck__uv_torch_open(p, topts, &rf);
         free(p);
         f = rf;
       }

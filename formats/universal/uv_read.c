@@ -295,6 +295,9 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor is not contiguous", path);
   if (st == ZCK_OK && t->dtype != ZCK_F32 && t->dtype != ZCK_BF16 && t->dtype != ZCK_F16 && t->dtype != ZCK_F64)
     st = zck__fail(ZCK_ERR_FORMAT, "%s: %s tensor where a floating state is expected", path, zck_dtype_name(t->dtype));
+  /* a well-formed state file may still be another state's copy (uv_identity.c); checked
+   * after the structure so a file of the wrong form says so (DS-73..DS-75) */
+  if (st == ZCK_OK) st = zck__uv_check_identity(f, path);
   if (st == ZCK_OK) {
     ts->path = path;
     ts->base = zck_torch_tensor_file_offset(f, t);
@@ -378,7 +381,7 @@ static zck_status zck__uv_step(zck_uv_ckpt *c, const zck_uv_open_opts *o, const 
       return st;
     }
     zck_torch_file *f = NULL;
-    zck_status st = zck_torch_open(sp, &o->torch, &f);
+    zck_status st = zck__uv_torch_open(sp, &o->torch, &f);
     double v = 0;
     bool is_t = false;
     if (st == ZCK_OK) st = zck__uv_step_value(f, zck_torch_root(f), &v, &is_t, "the step");
@@ -458,7 +461,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   char *opath = st == ZCK_OK ? zck__path_join(c->dir, "zero/optimizer_state.pt") : NULL;
   if (st == ZCK_OK && !opath) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK && !zck__uv_is_file(opath)) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (DS-71)", opath);
-  if (st == ZCK_OK) st = zck_torch_open(opath, &o.torch, &c->optim);
+  if (st == ZCK_OK) st = zck__uv_torch_open(opath, &o.torch, &c->optim);
   const zck_pk *optim = c->optim ? zck_torch_root(c->optim) : NULL;
   if (st == ZCK_OK && (!optim || optim->kind != ZCK_PK_DICT)) st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dict", opath);
   if (st == ZCK_OK) {
@@ -474,7 +477,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   }
   if (st == ZCK_OK) {
     char *mp = zck__path_join(c->dir, c->info.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt");
-    st = mp ? zck_torch_open(mp, &o.torch, &c->model0) : ZCK_ERR_NO_MEMORY;
+    st = mp ? zck__uv_torch_open(mp, &o.torch, &c->model0) : ZCK_ERR_NO_MEMORY;
     free(mp);
   }
   if (st == ZCK_OK) zck__uv_config(c);

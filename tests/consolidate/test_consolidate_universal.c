@@ -257,6 +257,22 @@ static void damage(const char *tmp) {
   flip_byte(f, tensor_at(f, "module", "shift"));
   refused(bad, out, f, "CRC-32 mismatch");
   free(f);
+  /* another state's file copied over fp32.pt, no manifest: one shape and dtype, each CRC
+   * holds; its archive still says exp_avg */
+  rs_sh("rm -rf '%s' && cp -r '%s' '%s' && rm '%s/zckpt-manifest.json' && cd '%s/zero/fc2.weight' && cp exp_avg.pt fp32.pt",
+        bad, good, bad, bad, bad);
+  f = rs_path("%s/zero/fc2.weight/fp32.pt", bad);
+  refused(bad, out, f, "a copy of exp_avg.pt");
+  free(f);
+  /* ds_to_universal.py's own folder (no hashes) with rank 0's carried model file copied over
+   * rank 1's: the frozen fragments would be rank 0's */
+  char *dsuv = zt_fixture("universal/s3w3_bf16_subgroup100/global_step2_universal");
+  rs_sh("rm -rf '%s' && cp -r '%s' '%s' && cd '%s' && cp zero_pp_rank_0_mp_rank_00_model_states.pt "
+        "zero_pp_rank_1_mp_rank_00_model_states.pt", bad, dsuv, bad, bad);
+  f = rs_path("%s/zero_pp_rank_1_mp_rank_00_model_states.pt", bad);
+  refused(bad, out, f, "a copy of zero_pp_rank_0_mp_rank_00_model_states.pt");
+  free(f);
+  free(dsuv);
   /* a truncated state file */
   rs_sh("rm -rf '%s' && cp -r '%s' '%s' && truncate -s 900 '%s/zero/fc2.weight/exp_avg.pt'", bad, good, bad, bad);
   f = rs_path("%s/zero/fc2.weight/exp_avg.pt", bad);
