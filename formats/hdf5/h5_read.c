@@ -5,6 +5,7 @@
  * a chunked dataset each box visits the chunks it overlaps; a chunk is fetched raw with
  * H5Dread_chunk (under the HDF5 lock), checked and decompressed here (H-01..H-04), and
  * the overlap copied row by row. Contiguous datasets are read with a hyperslab. */
+#include "h5_checksums.h"
 #include "h5_internal.h"
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct zck_h5_file {
   hid_t file;
   uint64_t size;
   zck__h5_meta *meta;   /* groups, links, attributes: as the forked child read them */
+  zck__h5c_table *sums; /* its checksum table (h5_checksums.h); NULL: none */
 };
 
 #define ZCK__H5_MAX_FILTERS 16
@@ -32,11 +34,29 @@ struct zck_h5_dataset {
   uint8_t fill[16];                /* one element of the fill value */
   bool has_xxh3;                   /* contiguous: ZCK_H5_XXH3_ATTR present (zck_h5.h) */
   uint64_t xxh3;
+  zck__h5c_ds sums;                /* its pieces, checked when the file has a table */
 };
 
 // ---- files
 
 static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, char as, void *out);
+
+/* The checksum table, when the root records one (files written before it, or not by zckpt,
+ * have none). */
+static zck_status zck__h5_load_table(zck_h5_file *f) {
+  uint64_t sum = 0, piece = 0;
+  zck_status st = zck__h5_attr_num(f, "/", ZCK__H5C_TABLE_ATTR, 'u', &sum);
+  if (st == ZCK_ERR_NOT_FOUND) {
+    zck_clear_error();
+    return ZCK_OK;
+  }
+  if (st == ZCK_OK) st = zck__h5_attr_num(f, "/", ZCK__H5C_PIECE_ATTR, 'u', &piece);
+  if (st == ZCK_OK) st = zck__h5c_load(f, sum, piece, &f->sums);
+  return st;
+}
+
+const zck__h5c_table *zck__h5_file_table(const zck_h5_file *f) { return f->sums; }
+bool zck_h5_has_checksums(const zck_h5_file *f) { return f->sums != NULL; }
 
 zck_status zck_h5_open(const char *path, zck_h5_file **out) {
   *out = NULL;
@@ -65,6 +85,7 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     f->size = sz;
   }
   zck__h5_unlock();
+  if (st == ZCK_OK) st = zck__h5_load_table(f);
   if (st != ZCK_OK) {
     zck_h5_close(f);
     return st;
@@ -96,6 +117,7 @@ void zck_h5_close(zck_h5_file *f) {
   H5Eclear2(H5E_DEFAULT);
   zck__h5_unlock();
   zck__h5_meta_free(f->meta);
+  zck__h5c_table_free(f->sums);
   free(f->path);
   free(f);
 }
@@ -310,6 +332,10 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
     else if (hs == ZCK_ERR_NOT_FOUND) zck_clear_error();
     else st = hs;
   }
+  /* bound to the path asked for, the dtype after its attribute and the shape: another
+   * dataset's contents under this name miss the table */
+  if (st == ZCK_OK && f->sums && strcmp(path, ZCK__H5C_TABLE))
+    zck__h5c_ds_setup(&d->sums, path, d->info.dtype, nd, d->dims, f->sums->piece_bytes);
 done:
   free(attr);
   if (st != ZCK_OK) {
@@ -327,6 +353,7 @@ void zck_h5_dataset_close(zck_h5_dataset *d) {
 }
 
 const zck_h5_dataset_info *zck_h5_dataset_info_of(const zck_h5_dataset *d) { return &d->info; }
+uint64_t zck__h5_dataset_pieces(const zck_h5_dataset *d) { return d->sums.on ? d->sums.g.n : 0; }
 
 // ---- chunk fetch
 
@@ -549,7 +576,8 @@ static zck_status zck__h5_decompose(zck__h5_rd *r, int k, uint64_t *prefix, uint
   return ZCK_OK;
 }
 
-zck_status zck_h5_dataset_read(zck_h5_dataset *d, void *dst, uint64_t first, uint64_t count) {
+static zck_status zck__h5_read_range(void *ctx, void *dst, uint64_t first, uint64_t count) {
+  zck_h5_dataset *d = ctx;
   uint64_t end;
   if (!zck__add_u64(first, count, &end) || end > d->info.numel)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: elements [%llu, +%llu) outside its %llu", d->label,
@@ -583,6 +611,14 @@ zck_status zck_h5_dataset_read(zck_h5_dataset *d, void *dst, uint64_t first, uin
   free(r.chunk);
   free(r.scratch);
   return st;
+}
+
+zck_status zck_h5_dataset_read(zck_h5_dataset *d, void *dst, uint64_t first, uint64_t count) {
+  if (!d->sums.on || !count) return zck__h5_read_range(d, dst, first, count);
+  uint64_t end;
+  if (!zck__add_u64(first, count, &end) || end > d->info.numel)
+    return zck__h5_read_range(d, dst, first, count);   /* its range error */
+  return zck__h5c_read(&d->sums, d->f->sums, d->label, d->es, zck__h5_read_range, d, dst, first, count);
 }
 
 static zck_status zck__h5_store_read(void *ctx, void *dst, uint64_t off, uint64_t count) {

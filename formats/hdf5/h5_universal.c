@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h5_checksums.h"
 #include "h5_internal.h"
 
 static const char *const zck__h5u_states[ZCK_H5U_PART_COUNT] = {"fp32", "exp_avg", "exp_avg_sq", NULL};
@@ -191,6 +192,9 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   ZCK_TRY(zck_h5_attr_i64(u->f, "/", "zckpt_format_version", &ver));
   if (ver < 1 || ver > ZCK_H5U_VERSION)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: container version %lld (this build reads 1..%d)", fn, (long long)ver, ZCK_H5U_VERSION);
+  if (ver >= 2 && !zck_h5_has_checksums(u->f))
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: a version %lld container without its checksum table (%s)", fn,
+                     (long long)ver, ZCK__H5C_TABLE_ATTR);
   int64_t v;
   if (zck_h5_attr_i64(u->f, "/", "stage", &v) == ZCK_OK) u->info.stage = (int)v;
   if (zck_h5_attr_i64(u->f, "/", "world_size", &v) == ZCK_OK) u->info.world_size = (uint32_t)v;
@@ -339,6 +343,33 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   return st;
 }
 
+/* The checksum table lists every piece of every dataset written; the container's own
+ * datasets must be exactly those: one deleted (a side file, /resume_state, a frozen param)
+ * or added (a side file a reshard would restore) is refused here, as one edited is when
+ * it is read. */
+static zck_status zck__h5u_check_count(zck_h5u *u) {
+  const zck__h5c_table *t = zck__h5_file_table(u->f);
+  if (!t) return ZCK_OK;
+  uint64_t have = 0;
+  for (int p = 0; p < ZCK_H5U_PART_COUNT; p++)
+    for (size_t i = 0; i < u->parts[p].n; i++) have += zck__h5_dataset_pieces(u->parts[p].ds[i]);
+  for (size_t i = 0; i < u->buffers.n; i++) have += zck__h5_dataset_pieces(u->buffers.ds[i]);
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i <= u->info.n_side_files; i++) {
+    char *p = i < u->info.n_side_files ? zck__sprintf("%s/%s", ZCK_H5U_SIDE_FILES, u->side[i]) : zck__strdup(ZCK_H5U_RESUME_STATE);
+    zck_h5_dataset *d = NULL;
+    if (!p) st = ZCK_ERR_NO_MEMORY;
+    else if (i < u->info.n_side_files || zck_h5_exists(u->f, p)) st = zck_h5_dataset_open(u->f, p, &d);
+    if (d) have += zck__h5_dataset_pieces(d);
+    zck_h5_dataset_close(d);
+    free(p);
+  }
+  if (st == ZCK_OK && have != t->n)
+    st = zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its datasets hold %llu checksum pieces, its checksum table lists %zu "
+                   "(a dataset deleted or added)", zck_h5_name(u->f), (unsigned long long)have, t->n);
+  return st;
+}
+
 zck_status zck_h5u_open(const char *path, zck_h5u **out) {
   *out = NULL;
   zck_h5u *u = zck__calloc(1, sizeof *u);
@@ -348,6 +379,7 @@ zck_status zck_h5u_open(const char *path, zck_h5u **out) {
    * format keeps no checksum: their digest is checked before anything is built from them */
   if (st == ZCK_OK) st = zck_h5_check_attrs(u->f);
   if (st == ZCK_OK) st = zck__h5u_build(u);
+  if (st == ZCK_OK) st = zck__h5u_check_count(u);
   if (st != ZCK_OK) {
     zck_h5u_close(u);
     return st;

@@ -156,6 +156,7 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
   zck_h5_writer *w = d->w;
   size_t raw = (size_t)(d->chunk_elems * d->es);
   zck_status st = ZCK_OK;
+  zck__h5c_writer_chunk(&d->sums, id, buf, d->es);
   if (!d->chunked) { /* a 0-dim tensor */
     if (zck__h5w_keep(d, buf, raw, &st)) return st;
     zck__h5_lock();
@@ -323,6 +324,7 @@ static void zck__h5w_ds_free(zck__h5w_ds *d) {
   for (size_t i = 0; i < d->n_slots; i++) free(d->slots[i].buf);   /* malloc'd either way */
   free(d->slots);
   free(d->frame);
+  free(d->sums.sums);
   pthread_mutex_destroy(&d->mu);
   free(d->path);
   free(d->label);
@@ -380,6 +382,9 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
     d->n_chunks = d->numel ? 1 : 0;
   }
   zck_status st = ZCK_OK;
+  if (strcmp(path, ZCK__H5C_TABLE))
+    st = zck__h5c_writer_ds(d->label, &d->sums, path, dtype, ndim, d->dims, w->chunk_bytes, d->chunked, d->chunk_elems,
+                            d->n_chunks);
   zck__h5_lock();
   size_t level = 0;
   uint64_t raw = d->numel * d->es;
@@ -480,6 +485,14 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
     if (d->n_slots || d->written != d->n_chunks)
       st = zck__fail(ZCK_ERR_INTERNAL, "%s: %llu of %llu chunks written", d->label, (unsigned long long)d->written,
                      (unsigned long long)d->n_chunks);
+  }
+  /* the checksum table of every piece written, before the root's attribute digest */
+  if (st == ZCK_OK) {
+    zck__h5c_ds **sums = zck__malloc((w->n_ds ? w->n_ds : 1) * sizeof *sums);
+    if (!sums) return ZCK_ERR_NO_MEMORY;
+    for (size_t i = 0; i < w->n_ds; i++) sums[i] = &w->ds[i]->sums;
+    st = zck__h5c_writer_table(w, sums, w->n_ds, w->chunk_bytes);
+    free(sums);
   }
   if (st != ZCK_OK) return st;
   zck__h5_lock();

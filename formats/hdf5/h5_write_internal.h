@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include "h5_checksums.h"
 #include "h5_internal.h"
 
 #define ZCK__H5_DEFAULT_CHUNK ((uint64_t)1 << 20)
@@ -67,6 +68,7 @@ typedef struct zck__h5w_ds {
   size_t frame_len;
   zck__h5w_loc group;      /* deferred: its group's header */
   size_t order;            /* deferred: its place in creation order */
+  zck__h5c_ds sums;        /* its pieces' hashes as written (h5_checksums.h) */
   pthread_mutex_t mu;
   zck__h5w_slot *slots;
   size_t n_slots, cap_slots;

@@ -17,6 +17,15 @@
  *   - 0-dim and empty tensors are contiguous datasets (HDF5 cannot chunk them, so no
  *     filter): a 0-dim one carries the XXH3 of its bytes in a uint64 attribute
  *     ZCK_H5_XXH3_ATTR, checked when it is read (absent in older files: not checked);
+ *   - a checksum table (h5_checksums.h): /zckpt_checksums, uint64 [n], sorted, the XXH3-64 of
+ *     every piece of every dataset as written (a piece is a run of the flattening: as
+ *     written, one chunk), each seeded with its dataset's path, dtype, shape and the piece's
+ *     index; root attributes zckpt_checksums_xxh3 (XXH3-64 of the table's bytes) and
+ *     zckpt_checksum_piece_bytes. Every range read of a file that has it reads the pieces it
+ *     touches whole and looks each up: a dataset valid as HDF5 but with other contents (two
+ *     swapped by name, one edited in place through the filter, one made again) is DAMAGED,
+ *     one line naming the file, dataset and piece. Files without it (older, or h5py's)
+ *     read as before;
  *   - text attributes are scalar variable-length UTF-8 strings, numbers scalar attributes;
  *   - the library's default (earliest) file format, so older h5py/HDF5 builds open it; its
  *     metadata carries no checksums: the data is covered by the chunks' zstd checksums and
@@ -109,6 +118,9 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out);
 /* DAMAGED when the file records a digest of its root attributes (ZCK_H5_ATTRS_XXH3_ATTR)
  * they do not match; OK when it records none. Reads every root attribute. */
 zck_status zck_h5_check_attrs(zck_h5_file *f);
+/* Whether f has a checksum table (loaded and checked at open): every range read of its
+ * datasets is then checked against it (h5_checksums.h). */
+bool zck_h5_has_checksums(const zck_h5_file *f);
 void zck_h5_close(zck_h5_file *f);
 const char *zck_h5_name(const zck_h5_file *f);
 /* true if an object (group or dataset) exists at path. */
@@ -136,7 +148,8 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
 // ---- the zckpt universal container (one file per checkpoint)
 /*
  *   /                          attributes:
- *       zckpt_format = "zckpt-universal"   zckpt_format_version = 1
+ *       zckpt_format = "zckpt-universal"   zckpt_format_version = 2 (1: before the
+ *                        checksum table; a version 2 file without it is refused)
  *       stage, world_size, global_steps, skipped_steps, global_samples (int64)
  *       step (float64), step_is_tensor (int64 0/1)
  *       ds_version, lp_dtype, master_dtype, state_dtype, source, tag (text)
@@ -169,12 +182,17 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
  *                              rng_state_<r>.pth, trainer_state.json, scheduler.pt, ...; an
  *                              Accelerate folder's random_states_<r>.pkl. A reshard restores
  *                              them as a reshard of the source carries them over. Optional.
+ *   /zckpt_checksums           the checksum table (above). Its entries are exactly the
+ *                              pieces of the datasets above: one deleted (/resume_state, a
+ *                              side file) or added (a side file) is refused at open.
  * The `tag` attribute (the source's tag folder) names the reshard's tag folder, as a
  * reshard of the source keeps it (Accelerate loads its checkpoints by the tag
  * "pytorch_model"); containers without it get global_step<global_steps>.
  */
 #define ZCK_H5U_FORMAT "zckpt-universal"
-#define ZCK_H5U_VERSION 1
+/* 2: the file has its checksum table and root attribute digest (a container of version 2
+ * without them is refused, never read as one written before them) */
+#define ZCK_H5U_VERSION 2
 #define ZCK_H5U_RESUME_STATE "/resume_state"
 #define ZCK_H5U_RESUME_STATE_MAX ((uint64_t)64 << 20)   /* bytes a reader accepts */
 #define ZCK_H5U_SIDE_FILES "/side_files"

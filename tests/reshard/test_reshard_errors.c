@@ -17,6 +17,7 @@
 #include <hdf5.h>
 
 #include "rs_util.h"
+#include "../universal/h5_edit.h"
 #include "deepspeed/deepspeed.h"
 #include "hdf5/zck_h5.h"
 #include "io.h"
@@ -267,9 +268,12 @@ static void universal_folders(void) {
 
 // ---- HDF5
 
+/* obj deleted from a container made to look as one written before the checksum table
+ * (whose count of pieces refuses any deleted dataset at open, before the check under test;
+ * test_h5_checksums covers that) */
 static void h5_unlink(const char *path, const char *obj) {
-  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-  ZT_ASSERT(f >= 0);
+  hid_t f = h5e_open(path);
+  h5e_make_old(f);
   ZT_ASSERT(H5Ldelete(f, obj, H5P_DEFAULT) >= 0);
   H5Fclose(f);
 }

@@ -17,6 +17,7 @@
 #include <hdf5.h>
 
 #include "rs_util.h"
+#include "../universal/h5_edit.h"
 #include "../universal/ut_util.h"
 #include "deepspeed/deepspeed.h"
 #include "hdf5/zck_h5.h"
@@ -219,12 +220,14 @@ static void hf_folder(const char *tmp) {
  * covers them: a container as older zckpt wrote it), as HDF5 writes a plain uint8 dataset
  * (no `dtype` attribute, contiguous). */
 static void set_resume_state(const char *path, const void *bytes, size_t len) {
-  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-  ZT_ASSERT(f >= 0);
+  hid_t f = h5e_open(path);
   ZT_ASSERT(H5Ldelete(f, ZCK_H5U_RESUME_STATE, H5P_DEFAULT) >= 0);
+  /* a container written before /resume_state (and its checksum table, which would refuse
+   * the dataset made here as not the one written) */
+  h5e_make_old(f);
   if (!len) {
-    static const char *const newer[] = {"unsaved_tied_parameters", "exclude_frozen_parameters", ZCK_H5_ATTRS_XXH3_ATTR};
-    for (int i = 0; i < 3; i++) ZT_ASSERT(H5Adelete(f, newer[i]) >= 0);
+    static const char *const newer[] = {"unsaved_tied_parameters", "exclude_frozen_parameters"};
+    for (int i = 0; i < 2; i++) ZT_ASSERT(H5Adelete(f, newer[i]) >= 0);
   }
   if (len) {
     hsize_t n = len;

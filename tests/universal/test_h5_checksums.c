@@ -1,0 +1,266 @@
+/* test_h5_checksums.c: the HDF5 checksum table (formats/hdf5/h5_checksums.h) refuses data
+ * that is valid HDF5 but not what was written there.
+ *  - the writer alone, chunks of 64 bytes: every element range reads back; after one
+ *    element is changed in place (through the zstd filter: valid frames, valid checksums)
+ *    a range touching its piece fails naming the file, the dataset and the piece, the
+ *    others still read; a table that does not match its root attribute, or is missing,
+ *    fails the open;
+ *  - a universal container (deepspeed/s3w2_bf16 with a side file): two params' fp32
+ *    swapped by name, a param's fp32 and exp_avg swapped, one element changed in place, a
+ *    dataset made again with other values, a frozen param's, a buffer's, /resume_state's
+ *    and a side file's element changed, /resume_state or a side file deleted, a side file
+ *    added: consolidate and reshard fail DAMAGED in one line naming the file and dataset
+ *    and write nothing, verify says DAMAGED; the intact container passes all three;
+ *  - a version 2 container without its table is refused; one made to look as written
+ *    before the table (version 1, no table) and the committed container of zckpt c9411c4
+ *    still read, verify saying it checked structure only. */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h5_edit.h"
+#include "zck.h"
+
+static void sh(const char *fmt, const char *a, const char *b) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, fmt, a, b);
+  if (system(cmd) != 0) ZT_FAIL("%s failed", cmd);
+}
+
+static bool exists(const char *p) {
+  struct stat sb;
+  return lstat(p, &sb) == 0;
+}
+
+static void one_line_naming(const char *file, const char *what) {
+  const char *m = zck_last_error();
+  if (!strstr(m, file) || (what && !strstr(m, what)) || strchr(m, '\n'))
+    ZT_FAIL("message \"%s\" is not one line naming %s and %s", m, file, what ? what : "-");
+}
+
+// ---- the writer alone
+
+static void test_writer(const char *tmp) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/w.h5", tmp);
+  zck_h5_write_opts wo = ZCK_H5_WRITE_OPTS_INIT;
+  wo.chunk_bytes = 64;   /* 16 floats: pieces of one row [.][.][3] * 5 */
+  zck_h5_writer *w = NULL;
+  ZT_OK(zck_h5_writer_create(path, &wo, &w));
+  int64_t shape[3] = {4, 7, 3};
+  enum { N = 4 * 7 * 3 };
+  float v[N];
+  for (int i = 0; i < N; i++) v[i] = (float)i * 0.5f;
+  zck_store s, e, z;
+  ZT_OK(zck_h5_writer_dataset(w, "/g/t", ZCK_F32, 3, shape, &s));
+  /* written back to front in odd pieces */
+  for (int at = N; at > 0; at -= 11) {
+    int from = at > 11 ? at - 11 : 0;
+    ZT_OK(s.write(s.ctx, v + from, (uint64_t)from, (uint64_t)(at - from)));
+  }
+  int64_t empty[2] = {0, 3};
+  ZT_OK(zck_h5_writer_dataset(w, "/e", ZCK_BF16, 2, empty, &e));
+  ZT_OK(zck_h5_writer_dataset(w, "/z", ZCK_I64, 0, NULL, &z));
+  int64_t seven = 7;
+  ZT_OK(z.write(z.ctx, &seven, 0, 1));
+  ZT_OK(zck_h5_writer_commit(w));
+  zck_h5_writer_free(w);
+
+  zck_h5_file *f = NULL;
+  ZT_OK(zck_h5_open(path, &f));
+  ZT_ASSERT(zck_h5_has_checksums(f));
+  zck_h5_dataset *d = NULL, *dz = NULL;
+  ZT_OK(zck_h5_dataset_open(f, "/g/t", &d));
+  ZT_OK(zck_h5_dataset_open(f, "/z", &dz));
+  int64_t got7 = 0;
+  ZT_OK(zck_h5_dataset_read(dz, &got7, 0, 1));
+  ZT_EQ_INT(got7, 7);
+  float got[N];
+  for (int a = 0; a < N; a++)
+    for (int b = a + 1; b <= N; b += 5) {
+      memset(got, 0, sizeof got);
+      ZT_OK(zck_h5_dataset_read(d, got, (uint64_t)a, (uint64_t)(b - a)));
+      ZT_EQ_MEM(got, v + a, (size_t)(b - a) * sizeof *got);
+    }
+  zck_h5_dataset_close(d);
+  zck_h5_dataset_close(dz);
+  zck_h5_close(f);
+
+  /* element 40 (row [1][6]: elements [39, +3) of the pieces [1][5..6]) changed in place */
+  char bad[4096];
+  snprintf(bad, sizeof bad, "%s/wbad.h5", tmp);
+  sh("cp '%s' '%s'", path, bad);
+  hid_t h = h5e_open(bad);
+  h5e_poke(h, "/g/t", 40);
+  H5Fclose(h);
+  ZT_OK(zck_h5_open(bad, &f));
+  ZT_OK(zck_h5_dataset_open(f, "/g/t", &d));
+  ZT_OK(zck_h5_dataset_read(d, got, 0, 36));            /* pieces before it */
+  ZT_OK(zck_h5_dataset_read(d, got, 42, N - 42));       /* and after: [2][0] on */
+  ZT_ERR(zck_h5_dataset_read(d, got, 41, 1), ZCK_ERR_DAMAGED, "/g/t: damaged: elements [36, +6)");
+  one_line_naming(bad, "/g/t");
+  ZT_ERR(zck_h5_dataset_read(d, got, 0, N), ZCK_ERR_DAMAGED, "not in the file's checksum table");
+  zck_h5_dataset_close(d);
+  zck_h5_close(f);
+
+  /* the table's own checks */
+  sh("cp '%s' '%s'", path, bad);
+  h = h5e_open(bad);
+  h5e_poke(h, ZCK__H5C_TABLE, 1);
+  H5Fclose(h);
+  ZT_ERR(zck_h5_open(bad, &f), ZCK_ERR_DAMAGED, "the checksum table does not match its " ZCK__H5C_TABLE_ATTR);
+  one_line_naming(bad, ZCK__H5C_TABLE);
+  sh("cp '%s' '%s'", path, bad);
+  h = h5e_open(bad);
+  ZT_ASSERT(H5Ldelete(h, ZCK__H5C_TABLE, H5P_DEFAULT) >= 0);
+  H5Fclose(h);
+  ZT_ERR(zck_h5_open(bad, &f), ZCK_ERR_DAMAGED, "records a checksum table");
+}
+
+// ---- the container
+
+typedef void (*edit_fn)(hid_t f);
+static void swap_params(hid_t f) { h5e_swap(f, "/params/ln.weight/fp32", "/params/ln.bias/fp32"); }
+static void swap_states(hid_t f) { h5e_swap(f, "/params/fc1.weight/fp32", "/params/fc1.weight/exp_avg"); }
+static void poke_param(hid_t f) { h5e_poke(f, "/params/fc1.weight/fp32", 0); }
+static void remake_state(hid_t f) { h5e_remake(f, "/params/fc1.weight/exp_avg_sq"); }
+static void poke_frozen(hid_t f) { h5e_poke(f, "/frozen/frozen.weight", 3); }
+static void poke_buffer(hid_t f) { h5e_poke(f, "/buffers/shift", 0); }
+static void poke_resume(hid_t f) { h5e_poke(f, ZCK_H5U_RESUME_STATE, 5); }
+static void poke_side(hid_t f) { h5e_poke(f, "/side_files/trainer_state.json", 1); }
+static void del_resume(hid_t f) { ZT_ASSERT(H5Ldelete(f, ZCK_H5U_RESUME_STATE, H5P_DEFAULT) >= 0); }
+static void del_side(hid_t f) { ZT_ASSERT(H5Ldelete(f, "/side_files/trainer_state.json", H5P_DEFAULT) >= 0); }
+static void add_side(hid_t f) {
+  ZT_ASSERT(H5Lcopy(f, "/side_files/trainer_state.json", f, "/side_files/extra.json", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+}
+
+static const struct {
+  edit_fn edit;
+  const char *names;        /* what the one line names */
+  bool consolidate_reads;   /* consolidate reads what was edited */
+} edits[] = {
+  {swap_params, "/params/ln.", true},
+  {swap_states, "/params/fc1.weight/", true},
+  {poke_param, "/params/fc1.weight/fp32", true},
+  {remake_state, "/params/fc1.weight/exp_avg_sq", false},
+  {poke_frozen, "/frozen/frozen.weight", true},
+  {poke_buffer, "/buffers/shift", true},
+  {poke_resume, ZCK_H5U_RESUME_STATE, false},
+  {poke_side, "/side_files/trainer_state.json", false},
+  {del_resume, "a dataset deleted or added", true},
+  {del_side, "a dataset deleted or added", true},
+  {add_side, "a dataset deleted or added", true},
+};
+
+/* verify's result, with a damage finding naming path and needle. */
+static zck_verify_result verify(const char *path, const char *needle) {
+  zck_verify_report *r = NULL;
+  (void)zck_verify(path, NULL, &r);
+  ZT_ASSERT(r);
+  zck_verify_result res = r->result;
+  bool found = false;
+  for (size_t i = 0; i < r->n_findings; i++) {
+    const zck_verify_finding *x = &r->findings[i];
+    if (x->severity == ZCK_VERIFY_DAMAGE && strstr(x->message, needle) && strstr(x->message, path)) found = true;
+  }
+  zck_verify_report_free(r);
+  if (!found) ZT_FAIL("verify %s: no damage finding naming %s", path, needle);
+  return res;
+}
+
+/* The coverage note verify gives a container: "checksum table" or "without a checksum table". */
+static bool verify_note(const char *path, const char *needle) {
+  zck_verify_report *r = NULL;
+  (void)zck_verify(path, NULL, &r);
+  ZT_ASSERT(r && r->result == ZCK_VERIFY_CLEAN);
+  bool found = false;
+  for (size_t i = 0; i < r->n_findings; i++)
+    if (r->findings[i].severity == ZCK_VERIFY_NOTE && strstr(r->findings[i].message, needle)) found = true;
+  zck_verify_report_free(r);
+  return found;
+}
+
+static void reads(const char *h5, const char *tmp, const char *tag) {
+  char out[4096];
+  snprintf(out, sizeof out, "%s/%s.safetensors", tmp, tag);
+  zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
+  ZT_OK(zck_consolidate(h5, out, &co));
+  snprintf(out, sizeof out, "%s/%s-r", tmp, tag);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_world_size = 1;
+  ZT_OK(zck_reshard(h5, out, &ro));
+}
+
+static void test_container(const char *tmp) {
+  char root[4096], h5[4096], bad[4096], out[4096];
+  char *fx = zt_fixture("deepspeed/s3w2_bf16/ckpt");
+  snprintf(root, sizeof root, "%s/src", tmp);
+  sh("cp -r '%s' '%s'", fx, root);
+  free(fx);
+  static const char side[] = "{\"global_step\": 2}";
+  snprintf(out, sizeof out, "%s/trainer_state.json", root);
+  ZT_ASSERT(zt_write_file(out, side, sizeof side - 1) == 0);
+  snprintf(h5, sizeof h5, "%s/c.h5", tmp);
+  snprintf(bad, sizeof bad, "%s/d.h5", tmp);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(root, h5, &uo));
+  reads(h5, tmp, "intact");
+  ZT_ASSERT(verify_note(h5, "read against its checksum table"));
+
+  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+    sh("cp '%s' '%s'", h5, bad);
+    hid_t f = h5e_open(bad);
+    edits[i].edit(f);
+    H5Fclose(f);
+    snprintf(out, sizeof out, "%s/out.safetensors", tmp);
+    zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
+    zck_status st = zck_consolidate(bad, out, &co);
+    if (edits[i].consolidate_reads || st != ZCK_OK) {
+      if (st != ZCK_ERR_DAMAGED) ZT_FAIL("edit %zu: consolidate gave %d: %s", i, (int)st, zck_last_error());
+      one_line_naming(bad, edits[i].names);
+      ZT_ASSERT(!exists(out));
+    }
+    unlink(out);   /* consolidate takes no optimizer state: what it wrote is the intact one */
+    snprintf(out, sizeof out, "%s/out-r", tmp);
+    zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+    ro.to_world_size = 1;
+    st = zck_reshard(bad, out, &ro);
+    if (st != ZCK_ERR_DAMAGED) ZT_FAIL("edit %zu: reshard gave %d: %s", i, (int)st, zck_last_error());
+    one_line_naming(bad, edits[i].names);
+    ZT_ASSERT(!exists(out));
+    ZT_EQ_INT(verify(bad, edits[i].names), ZCK_VERIFY_DAMAGED);
+  }
+
+  /* a version 2 container without its table (and digest): refused, never read as older */
+  sh("cp '%s' '%s'", h5, bad);
+  hid_t f = h5e_open(bad);
+  h5e_make_old(f);
+  int64_t two = 2;
+  hid_t a = H5Aopen(f, "zckpt_format_version", H5P_DEFAULT);
+  ZT_ASSERT(a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &two) >= 0);
+  H5Aclose(a);
+  H5Fclose(f);
+  zck_h5u *u = NULL;
+  ZT_ERR(zck_h5u_open(bad, &u), ZCK_ERR_DAMAGED, "a version 2 container without its checksum table");
+  one_line_naming(bad, NULL);
+  ZT_EQ_INT(verify(bad, "without its checksum table"), ZCK_VERIFY_DAMAGED);
+
+  /* made to look as written before the table: read, verify says what it could not check */
+  sh("cp '%s' '%s'", h5, bad);
+  f = h5e_open(bad);
+  h5e_make_old(f);
+  H5Fclose(f);
+  reads(bad, tmp, "old");
+  ZT_ASSERT(verify_note(bad, "without a checksum table"));
+  char *old = zt_fixture("hdf5/zckpt-c9411c4-s2w2_bf16.h5");
+  ZT_ASSERT(verify_note(old, "without a checksum table"));
+  free(old);
+}
+
+int main(void) {
+  char *tmp = zt_tmpdir();
+  test_writer(tmp);
+  test_container(tmp);
+  free(tmp);
+  return 0;
+}
