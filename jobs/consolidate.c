@@ -290,7 +290,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
                         .progress = o.progress, .progress_ctx = o.progress_ctx};
   char **side_names = NULL, **side_texts = NULL;
   size_t n_side = 0;
-  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) zck__cons_src_side_files(&src, &side_names, &side_texts, &n_side);
+  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) st = zck__cons_src_side_files(&src, &side_names, &side_texts, &n_side);
 
   if (st == ZCK_OK && o.safetensors) {
     if (o.keep_tied) {

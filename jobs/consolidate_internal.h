@@ -55,8 +55,9 @@ typedef struct zck__cons_src {
 zck_status zck__cons_src_open(zck__cons_src *s, const char *path, const zck_consolidate_opts *opts);
 void zck__cons_src_close(zck__cons_src *s);
 /* config.json / generation_config.json of the source's save root (an HF checkpoint-N/;
- * the container's /side_files), for an output folder: names and texts, free() each. */
-void zck__cons_src_side_files(const zck__cons_src *s, char ***names, char ***texts, size_t *n);
+ * the container's /side_files), for an output folder: names and texts, free() each. A
+ * container's that cannot be read (damaged) fails. */
+zck_status zck__cons_src_side_files(const zck__cons_src *s, char ***names, char ***texts, size_t *n);
 /* The same from a folder (consolidate.c): appends what root holds. */
 void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n);
 

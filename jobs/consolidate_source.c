@@ -88,39 +88,48 @@ void zck__cons_src_close(zck__cons_src *s) {
 }
 
 /* A side file of the container (/side_files/NAME), as consolidate.c takes one from a
- * folder: at most 1 MiB, else left out. */
-static void zck__cons_h5_side(const zck__cons_src *s, const char *name, char ***names, char ***texts, size_t *n) {
+ * folder: at most 1 MiB, else left out (so is one that is not 1-d uint8). One that cannot
+ * be read (damaged, or not the bytes written there: the checksum table) fails the job:
+ * the output would silently lack it. */
+static zck_status zck__cons_h5_side(const zck__cons_src *s, const char *name, char ***names, char ***texts, size_t *n) {
   zck_h5_file *f = zck_h5u_file(s->h5);
   char *p = zck__sprintf("%s/%s", ZCK_H5U_SIDE_FILES, name);
   zck_h5_dataset *d = NULL;
   char *text = NULL;
-  if (p && zck_h5_exists(f, p) && zck_h5_dataset_open(f, p, &d) == ZCK_OK) {
+  zck_status st = p ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (p && zck_h5_exists(f, p) && (st = zck_h5_dataset_open(f, p, &d)) == ZCK_OK) {
     const zck_h5_dataset_info *di = zck_h5_dataset_info_of(d);
-    if (di->ndim == 1 && (di->dtype == ZCK_U8 || di->dtype == ZCK_I8) && di->numel <= (1u << 20) &&
-        (text = zck__malloc((size_t)di->numel + 1)) && zck_h5_dataset_read(d, text, 0, di->numel) == ZCK_OK) {
-      text[di->numel] = 0;
-      char **nn = realloc(*names, (*n + 1) * sizeof *nn);
-      char **tt = realloc(*texts, (*n + 1) * sizeof *tt);
-      if (nn) *names = nn;
-      if (tt) *texts = tt;
-      if (nn && tt && (nn[*n] = zck__strdup(name))) {
-        tt[*n] = text;
-        (*n)++;
-        text = NULL;
-      }
+    if (di->ndim == 1 && (di->dtype == ZCK_U8 || di->dtype == ZCK_I8) && di->numel <= (1u << 20)) {
+      if (!(text = zck__malloc((size_t)di->numel + 1))) st = ZCK_ERR_NO_MEMORY;
+      else st = zck_h5_dataset_read(d, text, 0, di->numel);
+    }
+  }
+  if (st == ZCK_OK && text) {
+    text[zck_h5_dataset_info_of(d)->numel] = 0;
+    char **nn = realloc(*names, (*n + 1) * sizeof *nn);
+    char **tt = realloc(*texts, (*n + 1) * sizeof *tt);
+    if (nn) *names = nn;
+    if (tt) *texts = tt;
+    if (nn && tt && (nn[*n] = zck__strdup(name))) {
+      tt[*n] = text;
+      (*n)++;
+      text = NULL;
+    } else {
+      st = ZCK_ERR_NO_MEMORY;
     }
   }
   zck_h5_dataset_close(d);
   free(text);
   free(p);
-  zck_clear_error();
+  return st;
 }
 
-void zck__cons_src_side_files(const zck__cons_src *s, char ***names, char ***texts, size_t *n) {
+zck_status zck__cons_src_side_files(const zck__cons_src *s, char ***names, char ***texts, size_t *n) {
   if (s->ck) zck__cons_side_files(zck_ds_info_of(s->ck)->root, names, texts, n);
   else if (s->uv && zck_uv_info_of(s->uv)->root) zck__cons_side_files(zck_uv_info_of(s->uv)->root, names, texts, n);
   else if (s->h5) {
-    zck__cons_h5_side(s, "config.json", names, texts, n);
-    zck__cons_h5_side(s, "generation_config.json", names, texts, n);
+    ZCK_TRY(zck__cons_h5_side(s, "config.json", names, texts, n));
+    ZCK_TRY(zck__cons_h5_side(s, "generation_config.json", names, texts, n));
   }
+  return ZCK_OK;
 }

@@ -10,7 +10,8 @@
  *    dataset made again with other values, a frozen param's, a buffer's, /resume_state's
  *    and a side file's element changed, /resume_state or a side file deleted, a side file
  *    added: consolidate and reshard fail DAMAGED in one line naming the file and dataset
- *    and write nothing, verify says DAMAGED; the intact container passes all three;
+ *    and write nothing, verify says DAMAGED; the intact container passes all three; an
+ *    edited config.json fails a consolidate into a folder (which copies it);
  *  - a version 2 container without its table is refused; one made to look as written
  *    before the table (version 1, no table) and the committed container of zckpt c9411c4
  *    still read, verify saying it checked structure only. */
@@ -196,9 +197,11 @@ static void test_container(const char *tmp) {
   snprintf(root, sizeof root, "%s/src", tmp);
   sh("cp -r '%s' '%s'", fx, root);
   free(fx);
-  static const char side[] = "{\"global_step\": 2}";
+  static const char side[] = "{\"global_step\": 2}", config[] = "{\"model_type\": \"gpt2\"}";
   snprintf(out, sizeof out, "%s/trainer_state.json", root);
   ZT_ASSERT(zt_write_file(out, side, sizeof side - 1) == 0);
+  snprintf(out, sizeof out, "%s/config.json", root);
+  ZT_ASSERT(zt_write_file(out, config, sizeof config - 1) == 0);
   snprintf(h5, sizeof h5, "%s/c.h5", tmp);
   snprintf(bad, sizeof bad, "%s/d.h5", tmp);
   zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
@@ -231,9 +234,25 @@ static void test_container(const char *tmp) {
     ZT_EQ_INT(verify(bad, edits[i].names), ZCK_VERIFY_DAMAGED);
   }
 
-  /* a version 2 container without its table (and digest): refused, never read as older */
+  /* config.json, which consolidate copies into an output folder: one edited is refused,
+   * never left out */
   sh("cp '%s' '%s'", h5, bad);
   hid_t f = h5e_open(bad);
+  h5e_poke(f, "/side_files/config.json", 2);
+  H5Fclose(f);
+  snprintf(out, sizeof out, "%s/hf", tmp);
+  zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
+  ZT_ERR(zck_consolidate(bad, out, &co), ZCK_ERR_DAMAGED, "/side_files/config.json: damaged");
+  one_line_naming(bad, NULL);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s/hf-intact", tmp);
+  ZT_OK(zck_consolidate(h5, out, &co));
+  snprintf(out, sizeof out, "%s/hf-intact/config.json", tmp);
+  ZT_ASSERT(exists(out));
+
+  /* a version 2 container without its table (and digest): refused, never read as older */
+  sh("cp '%s' '%s'", h5, bad);
+  f = h5e_open(bad);
   h5e_make_old(f);
   int64_t two = 2;
   hid_t a = H5Aopen(f, "zckpt_format_version", H5P_DEFAULT);
