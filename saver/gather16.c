@@ -7,7 +7,8 @@
  *  - stage 3 (stage3_gather_16bit_weights_on_model_save): from every rank's fp32
  *    partitions (and frozen 16-bit partitions). Ranks that are threads: rank 0 writes it,
  *    through the trainer's device hook when the partitions are on a device (zck_cuda.h's
- *    bounded gather); per rank, the ranks gather it window by window and rank 0 writes it
+ *    bounded gather); per rank, each rank writes its own bytes window by window, gathered
+ *    to rank 0 to be hashed in file order when the file is in the manifest
  *    (gather16_ranks.c).
  * Every way gives the same bytes. */
 #include "saver_internal.h"

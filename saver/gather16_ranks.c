@@ -1,34 +1,42 @@
 /* gather16_ranks.c: model.safetensors of a stage-3 save written rank by rank (saver.h:
- * per_rank), as DeepSpeed's stage3_gather_16bit_weights_on_model_save does it: the ranks
- * gather the 16-bit weights in file order and rank 0 alone writes the file, front to
- * back, hashing each byte as it writes it (so the manifest of a --save-only-model folder
- * reads nothing back; XXH3 needs the bytes in order, which scattered per-rank writes do
- * not give).
+ * per_rank). Every rank writes its own partitions' bytes into the file rank 0 created (as
+ * the ranks' writes are spread over the processes, so is the page-cache copy), and, when
+ * the file goes into the manifest (--save-only-model), the ranks also gather the 16-bit
+ * weights in file order to rank 0, as DeepSpeed's stage3_gather_16bit_weights_on_model_save
+ * does, which hashes each byte of the file front to back as the ranks write it (so the
+ * manifest reads nothing back; XXH3 needs the bytes in order, which the scattered
+ * per-rank writes do not give, and its hashes do not combine).
  *
  * The data section goes window by window (G16_WINDOW bytes, whatever the model size).
  * Every rank casts the elements of its own partitions that fall in the window (RNE of its
  * fp32 masters, its frozen 16-bit values) into its window buffer, noting the ranges its
- * copy wrote (the executor's written hook), and packs them: the ranges, then their bytes.
- * An all_gather of the packets (padded to the longest, which a small all_reduce agrees
- * on first, with the ranks' failures) brings every rank's share to rank 0, which unpacks
- * them in place and writes the window (on a thread of its own, while the next window is
- * gathered). ZeRO-3 partitions are disjoint and cover every tensor, so the window is
- * whole; bytes no packet brings stay zero. A failure anywhere stops every rank before the
- * same collective, so they stay in step, and the caller's agreement then names it.
- * Memory per rank: the window (two on rank 0), the packets and the executor's staging,
- * never the model. */
+ * copy wrote (the executor's written hook). A small all_gather gives every rank the
+ * others' failures and packet lengths; to hash, each other rank packs its ranges (the
+ * ranges, then their bytes) and broadcasts the packet, of its own length, which rank 0
+ * unpacks into its window beside its own ranges. Then each rank writes its ranges, and
+ * rank 0 hashes the window, on a thread of its own while the next window is gathered into
+ * the rank's other window buffer. ZeRO-3 partitions are disjoint and cover every tensor,
+ * so the window is whole; bytes no rank wrote are zeros. A failure anywhere stops every
+ * rank before the same collective, so they stay in step; a last agreement after the
+ * writes (each rank's fsync'd) comes before rank 0 commits the file, and the caller's
+ * agreement then names the failure. Memory per rank: two windows, the packets and the
+ * executor's staging, never the model. */
 #include "saver_internal.h"
 
 #include "error.h"
+#include "io.h"
 #include "safetensors/safetensors.h"
 #include "stream_hash.h"
 #include "transfer.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define G16_WINDOW ((size_t)16 << 20)
 
@@ -109,7 +117,7 @@ static zck_status window_fill(const zck_saver *s, const zck__saver_view *src, co
   w->n = 0;
   ZCK_TRY(zck_transfer(&src->v, &dst, 1, &o));
   if (w->oom) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory gathering the 16-bit weights", path);
-  qsort(w->r, w->n, sizeof *w->r, range_cmp);
+  if (w->n) qsort(w->r, w->n, sizeof *w->r, range_cmp); /* none: w->r may be NULL */
   size_t k = 0;
   for (size_t i = 0; i < w->n; i++) {
     if (k && w->r[k - 1].off + w->r[k - 1].n == w->r[i].off) w->r[k - 1].n += w->r[i].n;
@@ -119,7 +127,7 @@ static zck_status window_fill(const zck_saver *s, const zck__saver_view *src, co
   return ZCK_OK;
 }
 
-/* A growable byte buffer. */
+/* A growable buffer. */
 typedef struct g16_bytes {
   uint8_t *p;
   size_t cap;
@@ -155,39 +163,86 @@ static zck_status pack(const g16_wrote *w, const uint8_t *buf, size_t es, g16_by
   return ZCK_OK;
 }
 
-/* Rank 0: every rank's packet (each `stride` bytes apart in recv) into the window out of
- * nb bytes, zeroed first. The packets are this run's own, but checked all the same. */
-static zck_status unpack(const uint8_t *recv, size_t stride, int ranks, uint8_t *out, uint64_t nb, const char *path) {
-  memset(out, 0, (size_t)nb);
-  for (int k = 0; k < ranks; k++) {
-    const uint8_t *p = recv + (size_t)k * stride;
-    uint64_t n;
-    memcpy(&n, p, 8);
-    if (n > (stride - 8) / 16) return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
-    const uint8_t *at = p + 8 + 16 * n, *end = p + stride;
-    for (uint64_t i = 0; i < n; i++) {
-      uint64_t off, len;
-      memcpy(&off, p + 8 + 16 * i, 8);
-      memcpy(&len, p + 16 + 16 * i, 8);
-      if (off > nb || len > nb - off || len > (uint64_t)(end - at))
-        return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
-      memcpy(out + off, at, (size_t)len);
-      at += len;
-    }
+/* A byte range of the window on rank 0 that a rank wrote. */
+typedef struct g16_span {
+  uint64_t off, len;
+} g16_span;
+
+static int span_cmp(const void *a, const void *b) {
+  const g16_span *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static zck_status span_push(g16_bytes *spans, size_t *n, g16_span sp, const char *path) {
+  if ((*n + 1) * sizeof sp > spans->cap) {
+    size_t want = 2 * spans->cap > 256 * sizeof sp ? 2 * spans->cap : 256 * sizeof sp;
+    ZCK_TRY(bytes_reserve(spans, want, path));
+  }
+  ((g16_span *)spans->p)[(*n)++] = sp;
+  return ZCK_OK;
+}
+
+/* Rank 0: rank k's packet of len bytes into the window out of nb bytes, its ranges noted
+ * in spans. The packets are this run's own, but checked all the same. */
+static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, uint64_t nb, g16_bytes *spans,
+                         size_t *n_sp, const char *path) {
+  uint64_t n = 0;
+  if (len >= 8) memcpy(&n, p, 8);
+  if (len < 8 || n > (len - 8) / 16)
+    return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
+  const uint8_t *at = p + 8 + 16 * n, *end = p + len;
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t off, l;
+    memcpy(&off, p + 8 + 16 * i, 8);
+    memcpy(&l, p + 16 + 16 * i, 8);
+    if (off > nb || l > nb - off || l > (uint64_t)(end - at))
+      return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
+    memcpy(out + off, at, (size_t)l);
+    ZCK_TRY(span_push(spans, n_sp, (g16_span){off, l}, path));
+    at += l;
   }
   return ZCK_OK;
 }
 
-/* Rank 0's writes: each window's pwrite and hashes run on a thread of their own while the
- * ranks gather the next window (into rank 0's other window buffer), one write in flight
- * at a time, so the file is still written and hashed front to back. */
+/* Rank 0, the window's packets unpacked: its own ranges noted too, the ranges must not
+ * overlap, and bytes no rank wrote become zeros (ZeRO-3 partitions cover every tensor, so
+ * there are none, but a stale byte of the previous window must never reach the file). */
+static zck_status cover(const g16_wrote *own, size_t es, uint8_t *out, uint64_t nb, g16_bytes *spans, size_t n_sp,
+                        const char *path) {
+  for (size_t i = 0; i < own->n; i++) ZCK_TRY(span_push(spans, &n_sp, (g16_span){own->r[i].off * es, own->r[i].n * es}, path));
+  g16_span *sp = (g16_span *)spans->p;
+  if (n_sp) qsort(sp, n_sp, sizeof *sp, span_cmp);
+  uint64_t pos = 0;
+  for (size_t i = 0; i < n_sp; i++) {
+    if (sp[i].off < pos) return zck__fail(ZCK_ERR_INTERNAL, "%s: the ranks' shares of the 16-bit weights overlap", path);
+    if (sp[i].off > pos) memset(out + pos, 0, (size_t)(sp[i].off - pos));
+    pos = sp[i].off + sp[i].len;
+  }
+  if (pos < nb) memset(out + pos, 0, (size_t)(nb - pos));
+  return ZCK_OK;
+}
+
+/* This rank's ranges of the window (buf, at file offset base) to the file. */
+static zck_status write_ranges(int fd, const uint8_t *buf, const g16_wrote *w, size_t es, uint64_t base,
+                               const char *path) {
+  for (size_t i = 0; i < w->n; i++)
+    ZCK_TRY(zck__pwrite_all(fd, buf + w->r[i].off * es, (size_t)(w->r[i].n * es), base + w->r[i].off * es, path));
+  return ZCK_OK;
+}
+
+/* A rank's part of a window: its own ranges written (and on rank 0, when it hashes the
+ * file, the whole window hashed), on a thread of their own while the ranks gather the next
+ * window into the rank's other window buffer; one window in flight at a time, so rank 0
+ * still hashes the file front to back. */
 typedef struct g16_writer {
   pthread_t th;
   bool running;
-  zck_st_writer *w;
+  int fd;
+  zck_st_writer *hash; /* rank 0 when it hashes the file, else NULL */
   const char *path;
-  bool hash;
+  size_t es;
   const uint8_t *buf;
+  const g16_wrote *own;
   uint64_t off, n;
   zck_status st;
   char msg[1024]; /* its message (errors are per thread) */
@@ -195,13 +250,13 @@ typedef struct g16_writer {
 
 static void *writer_main(void *arg) {
   g16_writer *wr = arg;
-  wr->st = zck__pwrite_all(zck_st_writer_fd(wr->w), wr->buf, (size_t)wr->n, wr->off, wr->path);
+  wr->st = write_ranges(wr->fd, wr->buf, wr->own, wr->es, wr->off, wr->path);
   if (wr->st != ZCK_OK) snprintf(wr->msg, sizeof wr->msg, "%s", zck_last_error());
-  else if (wr->hash) zck_st_writer_wrote(wr->w, wr->off, wr->buf, wr->n);
+  else if (wr->hash) zck_st_writer_wrote(wr->hash, wr->off, wr->buf, wr->n);
   return NULL;
 }
 
-/* Waits for the write in flight; its failure becomes the caller's. */
+/* Waits for the window in flight; its failure becomes the caller's. */
 static zck_status writer_join(g16_writer *wr) {
   if (!wr->running) return ZCK_OK;
   pthread_join(wr->th, NULL);
@@ -209,11 +264,12 @@ static zck_status writer_join(g16_writer *wr) {
   return wr->st == ZCK_OK ? ZCK_OK : zck__fail(wr->st, "%s", wr->msg);
 }
 
-/* The previous write joined, then n bytes of buf to the file's offset off (on this thread
- * when no thread can be made). */
-static zck_status writer_start(g16_writer *wr, const uint8_t *buf, uint64_t off, uint64_t n) {
+/* The previous window joined, then the window of n bytes in buf at the file's offset off
+ * (on this thread when no thread can be made). */
+static zck_status writer_start(g16_writer *wr, const uint8_t *buf, const g16_wrote *own, uint64_t off, uint64_t n) {
   ZCK_TRY(writer_join(wr));
   wr->buf = buf;
+  wr->own = own;
   wr->off = off;
   wr->n = n;
   if (pthread_create(&wr->th, NULL, writer_main, wr) == 0) {
@@ -242,12 +298,14 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   zck__saver_view src;
   memset(&src, 0, sizeof src);
   zck__shash_budget budget = {0, zck__shash_default_budget()};
-  g16_wrote w;
-  memset(&w, 0, sizeof w);
-  pthread_mutex_init(&w.mu, NULL);
-  g16_bytes pkt = {NULL, 0}, recv = {NULL, 0};
-  uint64_t *numel = NULL, data = 0;
-  uint8_t *bufs[2] = {NULL, NULL}; /* rank 0: one gathered, one written */
+  g16_wrote wrote[2]; /* one per window buffer (the writer thread reads one) */
+  memset(wrote, 0, sizeof wrote);
+  pthread_mutex_init(&wrote[0].mu, NULL);
+  pthread_mutex_init(&wrote[1].mu, NULL);
+  g16_bytes pkt = {NULL, 0}, recv = {NULL, 0}, spans = {NULL, 0};
+  uint64_t *numel = NULL, *lens = NULL, data = 0;
+  uint8_t *bufs[2] = {NULL, NULL}; /* one filled (and on rank 0 gathered), one written */
+  int fd = -1;                     /* the other ranks' own descriptor of the file */
   g16_writer wr;
   memset(&wr, 0, sizeof wr);
   zck_piece *pieces = NULL;
@@ -256,9 +314,10 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   if (st == ZCK_OK) {
     numel = zck__calloc(m->n_params + 1, sizeof *numel);
     pieces = zck__calloc(g.n + 1, sizeof *pieces);
+    lens = zck__calloc(2 * (size_t)c->size, sizeof *lens);
     bufs[0] = zck__malloc(win);
-    bufs[1] = lead ? zck__malloc(win) : bufs[0];
-    if (!numel || !pieces || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
+    bufs[1] = zck__malloc(win);
+    if (!numel || !pieces || !lens || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
   }
   if (st == ZCK_OK) {
     zck_model_numels(m, numel);
@@ -270,39 +329,75 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
       st = zck__fail(ZCK_ERR_INTERNAL, "%s: tensor %zu is not element aligned", path, i);
   if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
   if (st == ZCK_OK && lead && known) st = zck_st_writer_hash(g.w, &budget);
-  if (st == ZCK_OK && lead) st = zck_st_writer_open(g.w, path);
-  if (st == ZCK_OK && lead) wr = (g16_writer){.w = g.w, .path = path, .hash = known != NULL};
-  /* every rank ready, or none goes on (a rank that failed here does not know the windows) */
-  uint64_t failed = st != ZCK_OK;
-  zck_status coll = agree_max(c, &failed, 1);
-  bool stop = failed != 0;
+  if (st == ZCK_OK && lead) st = zck_st_writer_open(g.w, path); /* created at full size */
+  if (st == ZCK_OK && lead) wr = (g16_writer){.fd = zck_st_writer_fd(g.w), .hash = known ? g.w : NULL, .path = path, .es = es};
+  /* every rank ready, or none goes on (a rank that failed here does not know the windows);
+   * and whether rank 0 hashes the file: only then do the other ranks' bytes go to it */
+  uint64_t ready[2] = {st != ZCK_OK, lead && known};
+  zck_status coll = agree_max(c, ready, 2);
+  bool stop = ready[0] != 0, gather = ready[1] != 0;
+  if (coll == ZCK_OK && !stop && !lead) {
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) st = zck__fail_errno(errno, "%s: cannot open for writing", path);
+    wr = (g16_writer){.fd = fd, .path = path, .es = es};
+  }
   size_t next = 0, W = (size_t)c->size;
   /* every rank runs every window, the collectives in step, until one of them fails: each
-   * collective is preceded by an agreement that every rank can take part in it */
+   * collective is preceded by an agreement that every rank can take part in it. Every
+   * rank writes its own ranges of each window once its collectives are done, while the
+   * next window is gathered: a failed write shows in the next window's agreement, or the
+   * last one */
   for (uint64_t b0 = 0, k = 0; coll == ZCK_OK && !stop && b0 < data; b0 += win, k++) {
-    uint64_t nb = data - b0 < win ? data - b0 : win, len = 0;
+    uint64_t nb = data - b0 < win ? data - b0 : win, len = 8;
     uint8_t *buf = bufs[k % 2];
+    g16_wrote *w = &wrote[k % 2];
     if (st == ZCK_OK) {
       zck_layout *l = NULL;
       st = window_layout(&g, numel, m->n_params, es, b0 / es, (b0 + nb) / es, &next, pieces, &l);
-      if (st == ZCK_OK) st = window_fill(s, &src, l, buf, nb / es, path, &w);
+      if (st == ZCK_OK) st = window_fill(s, &src, l, buf, nb / es, path, w);
       zck_layout_free(l);
-      if (st == ZCK_OK) st = pack(&w, buf, es, &pkt, &len, path);
+      if (st == ZCK_OK && gather && !lead) st = pack(w, buf, es, &pkt, &len, path);
     }
-    uint64_t v[2] = {st != ZCK_OK, len};
-    if ((coll = agree_max(c, v, 2)) != ZCK_OK || (stop = v[0] != 0)) break;
-    uint64_t stride = (v[1] + 7) / 8 * 8; /* the longest packet */
-    st = bytes_reserve(&recv, (size_t)(stride * W), path);
-    if (st == ZCK_OK) st = bytes_reserve(&pkt, (size_t)stride, path);
-    v[0] = st != ZCK_OK;
-    if ((coll = agree_max(c, v, 1)) != ZCK_OK || (stop = v[0] != 0)) break;
-    coll = c->all_gather(c, pkt.p, recv.p, (size_t)stride, ZCK_U8);
-    if (coll != ZCK_OK || !lead) continue;
-    st = unpack(recv.p, (size_t)stride, c->size, buf, nb, path);
-    if (st == ZCK_OK) st = writer_start(&wr, buf, hlen + b0, nb);
+    /* every rank's failure and packet length */
+    uint64_t mine[2] = {st != ZCK_OK, len};
+    if ((coll = c->all_gather(c, mine, lens, 2, ZCK_I64)) != ZCK_OK) break;
+    uint64_t longest = 0;
+    for (size_t q = 0; q < W; q++) {
+      stop = stop || lens[2 * q];
+      if (q && lens[2 * q + 1] > longest) longest = lens[2 * q + 1];
+    }
+    if (stop) break;
+    if (gather) {
+      /* each rank's packet goes to rank 0 by a broadcast of its own length (the other
+       * ranks receive it too, there being no point-to-point; with two ranks, none) */
+      st = bytes_reserve(&recv, (size_t)longest, path);
+      uint64_t failed = st != ZCK_OK;
+      if ((coll = agree_max(c, &failed, 1)) != ZCK_OK || (stop = failed != 0)) break;
+      size_t n_sp = 0;
+      for (size_t q = 1; q < W && coll == ZCK_OK; q++) {
+        coll = c->broadcast(c, (size_t)c->rank == q ? pkt.p : recv.p, (size_t)lens[2 * q + 1], ZCK_U8, (int)q);
+        if (coll == ZCK_OK && lead && st == ZCK_OK) st = unpack(recv.p, lens[2 * q + 1], (int)q, buf, nb, &spans, &n_sp, path);
+      }
+      if (coll != ZCK_OK) break;
+      if (lead && st == ZCK_OK) st = cover(w, es, buf, nb, &spans, n_sp, path);
+    }
+    if (st == ZCK_OK) st = writer_start(&wr, buf, w, hlen + b0, nb);
   }
   zck_status ws = writer_join(&wr);
   if (st == ZCK_OK) st = ws;
+  /* this rank's bytes are durable before rank 0 commits (the file may be on a network
+   * file system, where rank 0's fsync does not cover another host's writes) */
+  if (fd >= 0 && st == ZCK_OK && coll == ZCK_OK && !stop) {
+    int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
+    if (fe || fsync(fd) != 0) st = zck__fail_errno(fe ? fe : errno, "%s: fsync failed", path);
+  }
+  if (fd >= 0) close(fd);
+  /* the last writes of every rank done: rank 0 commits only when none failed */
+  if (coll == ZCK_OK && !stop) {
+    uint64_t failed = st != ZCK_OK;
+    coll = agree_max(c, &failed, 1);
+    stop = failed != 0;
+  }
   bool peer_failed = stop && st == ZCK_OK;
   if (st == ZCK_OK) st = coll;
   /* a peer's failure: nothing is committed here, and the agreement after names it */
@@ -312,11 +407,15 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   zck__g16_free(&g);
   free(numel);
   free(pieces);
-  if (bufs[1] != bufs[0]) free(bufs[1]);
+  free(lens);
   free(bufs[0]);
+  free(bufs[1]);
   free(pkt.p);
   free(recv.p);
-  free(w.r);
-  pthread_mutex_destroy(&w.mu);
+  free(spans.p);
+  for (int i = 0; i < 2; i++) {
+    free(wrote[i].r);
+    pthread_mutex_destroy(&wrote[i].mu);
+  }
   return st;
 }

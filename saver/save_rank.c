@@ -10,8 +10,9 @@
  *  2. every rank: its own DeepSpeed files, built by a rank-only writer
  *     (zck__ds_writer_create_rank) straight into global_stepN/, each committed on its own
  *     (no other rank's file is created, not even empty); for a stage-3 16-bit save, its
- *     partitions gathered window by window into model.safetensors, which rank 0 writes in
- *     file order, hashing it as it goes, and commits (gather16_ranks.c).
+ *     partitions' bytes of model.safetensors, window by window, with (--save-only-model)
+ *     the windows gathered to rank 0, which hashes the file in order as the ranks write
+ *     it, and commits it (gather16_ranks.c).
  *  3. every rank: its files' manifest hashes, made as it wrote them, to rank 0
  *     (save_hashes.c); rank 0: `latest`, the HF files, the manifest last (from those
  *     hashes, and with --save-only-model its own of model.safetensors), the rename into

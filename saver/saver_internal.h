@@ -53,14 +53,15 @@ zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const ch
                           struct zck__manifest_known *known, size_t *cap);
 
 // ---- gather16_ranks.c
-/* Per rank, stage 3, collective: every rank's partitions gathered in file order, window by
- * window, and rank 0 alone writes path front to back and commits it (known, rank 0, may be
- * NULL: its manifest hashes, made as it is written, added as "model.safetensors"). Returns
- * this rank's own failure; when only another rank failed, ZCK_OK with nothing committed
- * (the agreement that follows names that rank). */
+/* Per rank, stage 3, collective: every rank writes its partitions' bytes of path (which
+ * rank 0 creates and commits), window by window; when rank 0 hashes it (known, rank 0, may
+ * be NULL: its manifest hashes, added as "model.safetensors"), the other ranks' bytes are
+ * also gathered to rank 0 in file order. Returns this rank's own failure; when only
+ * another rank failed, ZCK_OK with nothing committed (the agreement that follows names
+ * that rank). */
 zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, const char *path,
                                  struct zck__manifest_known *known, size_t *cap);
-/* (tests) The window in bytes (0: the default, 32 MiB). */
+/* (tests) The window in bytes (0: the default, 16 MiB). */
 void zck__g16_set_window(size_t bytes);
 
 // ---- save.c

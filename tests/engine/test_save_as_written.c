@@ -159,13 +159,15 @@ static void model_only_case(const char *tmp, int stage, bool per_rank, bool tigh
   }
 }
 
-/* Rank by rank at ZeRO 3, a write of the gathered model.safetensors fails on rank 0 (the
- * 4th write: a window among ~70 of 1000 bytes): every rank stops after the same window
- * (a collective out of step would hang or be refused by the thread backend), the run fails
- * with rank 0's one message naming the file, and the save leaves nothing behind. */
-static void gather_write_fails(const char *tmp) {
+/* Rank by rank at ZeRO 3, an I/O call of the gathered model.safetensors fails (windows of
+ * 1000 bytes, ~70 of them, 3 ranks that each write their own ranges): the nth write
+ * (the 1st: rank 0's header, before the first window; later ones: any rank's, in any
+ * window) or a rank's fsync of its writes. Every rank stops after the same window (a
+ * collective out of step would hang or be refused by the thread backend), the run fails
+ * with one message naming the file and the error, and the save leaves nothing behind. */
+static void gather_io_fails(const char *tmp, zck__io_op op, uint64_t nth, int err) {
   char out[4096];
-  snprintf(out, sizeof out, "%s/mfail", tmp);
+  snprintf(out, sizeof out, "%s/mfail%d_%llu", tmp, (int)op, (unsigned long long)nth);
   ze_train_args a;
   ze_train_args_default(&a);
   a.model = (ze_gpt2_config){256, 32, 2, 2, 32};
@@ -181,19 +183,20 @@ static void gather_write_fails(const char *tmp) {
   a.per_rank_io = true;
   a.save_only_model = true;
   zck__g16_set_window(1000);
-  zck__io_fault_set(ZCK_IO_OP_WRITE, 4, ENOSPC);
+  zck__io_fault_set(op, nth, err);
   ze_train_result r;
   zck_status s = ze_train_run(&a, &r);
-  zck__io_fault_set(ZCK_IO_OP_WRITE, 0, 0);
+  zck__io_fault_set(op, 0, 0);
   zck__g16_set_window(0);
-  if (s == ZCK_OK) ZT_FAIL("a failed write of model.safetensors: the run succeeded");
+  const char *what = op == ZCK_IO_OP_WRITE ? "write" : "fsync";
+  if (s == ZCK_OK) ZT_FAIL("a failed %s #%llu of model.safetensors: the run succeeded", what, (unsigned long long)nth);
   const char *e = zck_last_error();
-  if (!strstr(e, "model.safetensors") || !strstr(e, "No space left"))
-    ZT_FAIL("a failed write of model.safetensors: the message is '%s'", e);
+  if (!strstr(e, "model.safetensors") || !strstr(e, what) || !strstr(e, strerror(err)) || strchr(e, '\n'))
+    ZT_FAIL("a failed %s #%llu of model.safetensors: the message is '%s'", what, (unsigned long long)nth, e);
   DIR *d = opendir(out);
   for (struct dirent *de; d && (de = readdir(d));)
     if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-      ZT_FAIL("a failed write of model.safetensors: %s/%s was left behind", out, de->d_name);
+      ZT_FAIL("a failed %s #%llu of model.safetensors: %s/%s was left behind", what, (unsigned long long)nth, out, de->d_name);
   if (d) closedir(d);
 }
 
@@ -210,7 +213,10 @@ int main(void) {
    * reduction may hold elements of two ranks' partitions) */
   model_only_case(tmp, 3, true, false, 1000);
   model_only_case(tmp, 3, true, true, 0);
-  gather_write_fails(tmp);
+  gather_io_fails(tmp, ZCK_IO_OP_WRITE, 1, ENOSPC);
+  gather_io_fails(tmp, ZCK_IO_OP_WRITE, 4, ENOSPC);
+  gather_io_fails(tmp, ZCK_IO_OP_WRITE, 40, ENOSPC);
+  gather_io_fails(tmp, ZCK_IO_OP_FSYNC, 1, EIO);
   free(tmp);
   printf("ok: saves hash their checkpoint as written\n");
   return 0;
