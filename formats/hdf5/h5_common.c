@@ -177,6 +177,18 @@ static hid_t zck__h5_half(void) {
   return t;
 }
 
+hid_t zck__h5_open_ro(const char *path) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  /* one slot, no bytes: rdcc_w0 is the library's default */
+  if (fapl >= 0 && H5Pset_cache(fapl, 0, 1, 0, 0.75) < 0) {
+    H5Pclose(fapl);
+    fapl = H5I_INVALID_HID;
+  }
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
+  if (fapl >= 0) H5Pclose(fapl);
+  return f;
+}
+
 hid_t zck__h5_file_type(zck_dtype t) {
   hid_t base;
   switch (t) {

@@ -21,6 +21,11 @@ void zck__h5_unlock(void);
  * becomes ZCK_ERR_NO_SPACE. */
 zck_status zck__h5_fail(zck_status status, const char *fmt, ...) ZCK__PRINTF(2, 3);
 
+/* Opens path read-only as the reader does (the child's walk and the parent alike): with
+ * no chunk cache, since chunks are read raw (H5Dread_chunk) and every open dataset would
+ * otherwise allocate and clear one. Lock held. */
+hid_t zck__h5_open_ro(const char *path);
+
 /* File type for writing a zckpt dtype (caller H5Tclose()s it); H5I_INVALID_HID with the
  * error set for types HDF5 cannot hold. */
 hid_t zck__h5_file_type(zck_dtype t);

@@ -48,6 +48,7 @@ typedef struct {
   uint64_t *seen;      /* open-addressing set of queued addresses (0: empty slot) */
   size_t capseen;
   uint64_t chunk_lookups;
+  hid_t vstr[2];       /* variable-length text memory types by character set (made once) */
 } zck__h5p;
 
 // ---- records
@@ -128,6 +129,16 @@ static bool zck__h5p_queue(zck__h5p *p, uint64_t addr) {
   return true;
 }
 
+/* A memory type for variable-length text in character set cs. */
+static hid_t zck__h5p_vstr_type(H5T_cset_t cs) {
+  hid_t mt = H5Tcopy(H5T_C_S1);
+  if (mt >= 0 && (H5Tset_size(mt, H5T_VARIABLE) < 0 || H5Tset_cset(mt, cs) < 0)) {
+    H5Tclose(mt);
+    mt = H5I_INVALID_HID;
+  }
+  return mt;
+}
+
 /* One attribute: its class and count, and what the reader can ask of it (h5_meta.c):
  * a one-value text, or a one-value number as int64, uint64 and double. Attributes of
  * other shapes are still read with their own type, so that a crash in them happens here. */
@@ -154,9 +165,19 @@ static herr_t zck__h5p_attr(hid_t loc, const char *name, const H5A_info_t *info,
     /* nothing more to ask */
   } else if (np == 1 && cls == H5T_STRING) {
     if (H5Tis_variable_str(t) > 0) {
-      hid_t mt = H5Tcopy(H5T_C_S1);
-      H5Tset_size(mt, H5T_VARIABLE);
-      H5Tset_cset(mt, H5Tget_cset(t));
+      /* its own character set: HDF5 converts none to another. One memory type per
+       * character set for the whole walk (most attributes are text) */
+      H5T_cset_t cs = H5Tget_cset(t);
+      hid_t mt = H5I_INVALID_HID;
+      bool own_mt = false;
+      if (cs == H5T_CSET_ASCII || cs == H5T_CSET_UTF8) {
+        if (p->vstr[cs] < 0) p->vstr[cs] = zck__h5p_vstr_type(cs);
+        mt = p->vstr[cs];
+      }
+      if (mt < 0) {
+        mt = zck__h5p_vstr_type(cs);
+        own_mt = true;
+      }
       char *v = NULL;
       if (H5Aread(a, mt, &v) < 0) {
         flags |= ZCK__H5M_STR_ERR;
@@ -166,7 +187,7 @@ static herr_t zck__h5p_attr(hid_t loc, const char *name, const H5A_info_t *info,
         text_len = strlen(text);
         text_h5 = v != NULL;
       }
-      H5Tclose(mt);
+      if (own_mt && mt >= 0) H5Tclose(mt);
     } else if (size >= ZCK__H5M_MAX_FIXED_TEXT) {
       flags |= ZCK__H5M_STR_BIG;
     } else {
@@ -323,9 +344,15 @@ static void zck__h5p_object(zck__h5p *p, uint64_t addr) {
   zck__h5p_progress(p);
   size_t start = p->out.len;
   hid_t o = H5Oopen_by_addr(p->file, (haddr_t)addr);
-  H5O_info_t info;
+  /* the object's type from the id opening it made (H5Oget_info2 would read its header
+   * again and count its attributes) */
   int type = -1;
-  if (o >= 0 && H5Oget_info2(o, &info, H5O_INFO_BASIC) >= 0) type = (int)info.type;
+  switch (o >= 0 ? H5Iget_type(o) : H5I_BADID) {
+  case H5I_GROUP: type = H5O_TYPE_GROUP; break;
+  case H5I_DATASET: type = H5O_TYPE_DATASET; break;
+  case H5I_DATATYPE: type = H5O_TYPE_NAMED_DATATYPE; break;
+  default: break;
+  }
   zck__buf_byte(&p->out, 'O');
   zck__buf_u64le(&p->out, addr);
   zck__buf_u32le(&p->out, (uint32_t)(type + 1));
@@ -365,7 +392,7 @@ static bool zck__h5p_walk(zck__h5p *p, const char *path) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   /* the parent's own first steps, in its order */
   htri_t is = H5Fis_hdf5(path);
-  p->file = is > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+  p->file = is > 0 ? zck__h5_open_ro(path) : H5I_INVALID_HID;
   hsize_t fsize = 0;
   if (p->file >= 0) H5Fget_filesize(p->file, &fsize);
   /* a legitimate file's metadata is in it: its records take about as many bytes */
@@ -403,6 +430,8 @@ static bool zck__h5p_walk(zck__h5p *p, const char *path) {
   zck__buf_byte(&p->out, 'E');
   free(p->queue);
   free(p->seen);
+  for (int i = 0; i < 2; i++)
+    if (p->vstr[i] >= 0) H5Tclose(p->vstr[i]);
   if (p->out.failed) return false;
   if (p->keep) {
     *p->keep = p->out;
@@ -419,6 +448,7 @@ zck_status zck__h5_probe(const char *path, zck__buf *records) {
   memset(&p, 0, sizeof p);
   zck__buf_init(&p.out);
   p.fd = -1;
+  p.vstr[0] = p.vstr[1] = H5I_INVALID_HID;
   if (getenv("ZCK_H5_NO_PROBE")) {
     /* in-process, unguarded: for debugging the walk itself */
     p.keep = records;

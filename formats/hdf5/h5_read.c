@@ -77,7 +77,7 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     st = is < 0 ? zck__h5_fail(ZCK_ERR_NOT_FOUND, "%s: cannot open", path)
                 : zck__fail(ZCK_ERR_FORMAT, "%s: not an HDF5 file (no superblock signature)", path);
   } else {
-    f->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    f->file = zck__h5_open_ro(path);
     hsize_t sz = 0;
     if (f->file < 0) st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: cannot open as HDF5", path);
     else if (!zck__h5_meta_opened(f->meta)) st = zck__fail(ZCK_ERR_FORMAT, "%s: cannot open as HDF5", path);

@@ -389,19 +389,17 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
   size_t level = 0;
   uint64_t raw = d->numel * d->es;
   if (zck__h5w_ftype(w, dtype) < 0) st = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "%s", d->label);
-  if (st == ZCK_OK) st = zck__h5w_group_at(w, path, false, &level);
-  if (st == ZCK_OK && d->n_chunks == 1 && raw <= ZCK__H5_DEFER_BYTES - w->deferred_bytes) {
-    /* one chunk: made at the commit, in its group (see the top) */
-    if (!w->gloc_ok[level] && zck__h5w_loc_of(w->gh[level], &w->gloc[level]) != ZCK_OK)
-      st = zck__h5_fail(ZCK_ERR_IO, "%s: group info", d->label);
-    w->gloc_ok[level] = st == ZCK_OK;
+  bool defer = d->n_chunks == 1 && raw <= ZCK__H5_DEFER_BYTES - w->deferred_bytes;
+  if (st == ZCK_OK && defer) {
+    /* one chunk: made at the commit with its groups, group by group (see
+     * h5_write_objects.c); nothing in the file yet */
+    st = zck__h5w_path_check(path);
     if (st == ZCK_OK) {
-      d->group = w->gloc[level];
       d->deferred = true;
       d->order = w->n_deferred++;
       w->deferred_bytes += raw;
     }
-  } else if (st == ZCK_OK) {
+  } else if (st == ZCK_OK && (st = zck__h5w_group_at(w, path, false, &level)) == ZCK_OK) {
     /* closed at once, reopened for each chunk (see zck__h5w_flush) */
     hid_t dset;
     st = zck__h5w_make(w, d, w->gh[level], &dset);

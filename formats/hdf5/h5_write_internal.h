@@ -61,12 +61,12 @@ typedef struct zck__h5w_ds {
   uint64_t per_prefix;     /* chunks along dim k: ceil(D[k] / ck) */
   uint64_t chunk_elems;    /* elements of a full chunk */
   uint64_t n_chunks, written;
-  /* one-chunk dataset created at the commit (mu guards these three): until then its chunk
-   * waits in frame (a zstd frame; a 0-dim dataset's raw bytes) */
+  /* one-chunk dataset created at the commit with its groups, which are not made before
+   * either (mu guards these three): until then its chunk waits in frame (a zstd frame; a
+   * 0-dim dataset's raw bytes) */
   bool deferred, created;
   uint8_t *frame;
   size_t frame_len;
-  zck__h5w_loc group;      /* deferred: its group's header */
   size_t order;            /* deferred: its place in creation order */
   zck__h5c_ds sums;        /* its pieces' hashes as written (h5_checksums.h) */
   pthread_mutex_t mu;
@@ -90,15 +90,13 @@ struct zck_h5_writer {
   uint64_t unsynced;        /* bytes stored since the last writeback start */
   bool committed;
   /* the open groups along the last group path: gh[0] the root, gh[i] its component
-   * gname[i] (gname[0] unused); gloc[i] valid where gloc_ok[i] */
+   * gname[i] (gname[0] unused) */
   hid_t gh[ZCK__H5_MAX_DEPTH + 1];
   char *gname[ZCK__H5_MAX_DEPTH + 1];
-  zck__h5w_loc gloc[ZCK__H5_MAX_DEPTH + 1];
-  bool gloc_ok[ZCK__H5_MAX_DEPTH + 1];
   size_t ng;                /* entries of gh in use (0: not even the root yet) */
   hid_t ftype[ZCK_DTYPE_COUNT];   /* file types by dtype, made on first use */
   hid_t str_type, scalar;   /* the dtype attribute's type, a scalar dataspace */
-  hid_t dcpl;               /* the last chunked dataset's creation properties */
+  hid_t dcpl;               /* chunked datasets' creation properties, the last one's chunk shape */
   int dcpl_nd;
   hsize_t dcpl_chunk[ZCK_H5_MAX_DIMS];
   hid_t dcpl_plain;         /* creation properties of an unchunked dataset */
@@ -123,6 +121,8 @@ hid_t zck__h5w_open(const zck__h5w_ds *d);
 zck_status zck__h5w_put_plain(zck__h5w_ds *d, hid_t dset, const uint8_t *buf, bool fresh);
 /* Stores chunk id, a zstd frame of n bytes. */
 zck_status zck__h5w_put_chunk(zck__h5w_ds *d, hid_t dset, uint64_t id, const void *frame, size_t n);
+/* UNSUPPORTED when path's groups are nested deeper than the writer keeps open. */
+zck_status zck__h5w_path_check(const char *path);
 /* Opens the groups along path (all but its last component unless whole), making the missing
  * ones; *level: the last one's index in w->gh. */
 zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, size_t *level);

@@ -6,9 +6,12 @@
  * by the thread that completed it, waits in memory (ZCK__H5_DEFER_BYTES of them at most),
  * and the commit creates those datasets group by group, each written and closed at once.
  * libhdf5's cost is per object (~0.2 ms a dataset created, reopened and written by path):
- * this creates each once, in a group already open, and never reopens it. Groups are
- * created through a stack of the open groups along the last path, so a dataset or group
- * next to the one before costs no lookup from the root. Types, the scalar dataspace and
+ * this creates each once, in a group already open, and never reopens it. The groups such
+ * a dataset lies in are not made before the commit either (a universal container declares
+ * every param's fp32, then every exp_avg, ...: making its group at the first would mean
+ * looking it up and opening it again for the others). Groups are created through a stack
+ * of the open groups along the last path, so a dataset or group next to the one before
+ * costs no lookup from the root. Types, the scalar dataspace and
  * the last creation properties are made once and kept. */
 #include "h5_write_internal.h"
 
@@ -43,17 +46,6 @@ hid_t zck__h5w_open(const zck__h5w_ds *d) {
   return H5Oopen_by_addr(d->w->file, d->loc);
 #endif
 }
-
-/* Opens the object whose header is at loc. Lock held. */
-static hid_t zck__h5w_open_at(zck_h5_writer *w, zck__h5w_loc loc) {
-#if H5_VERSION_GE(1, 12, 0)
-  return H5Oopen_by_token(w->file, loc);
-#else
-  return H5Oopen_by_addr(w->file, loc);
-#endif
-}
-
-static bool zck__h5w_loc_eq(const zck__h5w_loc *a, const zck__h5w_loc *b) { return !memcmp(a, b, sizeof *a); }
 
 // ---- data of complete chunks
 
@@ -91,6 +83,30 @@ static void zck__h5w_groups_pop(zck_h5_writer *w, size_t keep) {
   }
 }
 
+/* The components of path: start[i], len[i] for i < *nc; of the groups above its last
+ * component only unless whole. UNSUPPORTED when they are nested too deep. */
+static zck_status zck__h5w_split(const char *path, bool whole, size_t *start, size_t *len, size_t *nc) {
+  *nc = 0;
+  for (size_t i = 0; path[i];) {
+    while (path[i] == '/') i++;
+    size_t n = strcspn(path + i, "/");
+    if (!n) break;
+    if (*nc == ZCK__H5_MAX_DEPTH + 1)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
+    start[*nc] = i;
+    len[(*nc)++] = n;
+    i += n;
+  }
+  if (!whole && *nc) (*nc)--;
+  if (*nc > ZCK__H5_MAX_DEPTH) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
+  return ZCK_OK;
+}
+
+zck_status zck__h5w_path_check(const char *path) {
+  size_t start[ZCK__H5_MAX_DEPTH + 1], len[ZCK__H5_MAX_DEPTH + 1], nc;
+  return zck__h5w_split(path, false, start, len, &nc);
+}
+
 /* Opens the groups along path, making the missing ones: the whole path, or (whole false)
  * all but its last component. *level: the last one's index in w->gh. The open groups of
  * the path before are kept as far as the two agree. Lock held. */
@@ -98,22 +114,10 @@ zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, siz
   if (!w->ng) {
     w->gh[0] = H5Gopen2(w->file, "/", H5P_DEFAULT);
     if (w->gh[0] < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: the root group", w->out.path);
-    w->gloc_ok[0] = false;
     w->ng = 1;
   }
-  size_t start[ZCK__H5_MAX_DEPTH + 1], len[ZCK__H5_MAX_DEPTH + 1], nc = 0;
-  for (size_t i = 0; path[i];) {
-    while (path[i] == '/') i++;
-    size_t n = strcspn(path + i, "/");
-    if (!n) break;
-    if (nc == ZCK__H5_MAX_DEPTH + 1)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
-    start[nc] = i;
-    len[nc++] = n;
-    i += n;
-  }
-  if (!whole && nc) nc--;
-  if (nc > ZCK__H5_MAX_DEPTH) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: more than %d nested groups", path, ZCK__H5_MAX_DEPTH);
+  size_t start[ZCK__H5_MAX_DEPTH + 1], len[ZCK__H5_MAX_DEPTH + 1], nc;
+  ZCK_TRY(zck__h5w_split(path, whole, start, len, &nc));
   size_t lv = 1;
   while (lv < w->ng && lv <= nc && strlen(w->gname[lv]) == len[lv - 1] &&
          !memcmp(w->gname[lv], path + start[lv - 1], len[lv - 1]))
@@ -136,7 +140,6 @@ zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, siz
     }
     w->gh[lv] = g;
     w->gname[lv] = name;
-    w->gloc_ok[lv] = false;
     w->ng = lv + 1;
   }
   *level = nc;
@@ -161,8 +164,10 @@ hid_t zck__h5w_ftype(zck_h5_writer *w, zck_dtype dtype) {
   return w->ftype[dtype];
 }
 
-/* The creation properties of d: chunked with the zstd filter (the last chunk shape's are
- * kept: a param's states share it), or unchunked. Lock held. */
+/* The creation properties of d: chunked with the zstd filter, or unchunked. One chunked
+ * list is kept and only its chunk shape changed when a dataset's differs from the last
+ * one's (a param's states share it; small params' shapes vary, and a fresh list with its
+ * filter costs several times the change). Lock held. */
 static hid_t zck__h5w_dcpl(zck_h5_writer *w, const zck__h5w_ds *d) {
   if (!d->chunked) {
     if (w->dcpl_plain < 0 && (w->dcpl_plain = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
@@ -176,11 +181,13 @@ static hid_t zck__h5w_dcpl(zck_h5_writer *w, const zck__h5w_ds *d) {
   for (int i = 0; i < d->ndim; i++) chunk[i] = i < d->k ? 1 : i == d->k ? d->ck : d->dims[i];
   if (w->dcpl >= 0 && w->dcpl_nd == d->ndim && !memcmp(w->dcpl_chunk, chunk, (size_t)d->ndim * sizeof *chunk))
     return w->dcpl;
-  if (w->dcpl >= 0) H5Pclose(w->dcpl);
   unsigned level = (unsigned)w->level;
-  w->dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (w->dcpl >= 0 && (H5Pset_obj_track_times(w->dcpl, 0) < 0 || H5Pset_chunk(w->dcpl, d->ndim, chunk) < 0 ||
-                       H5Pset_filter(w->dcpl, ZCK_H5_ZSTD_FILTER, H5Z_FLAG_MANDATORY, 1, &level) < 0)) {
+  if (w->dcpl < 0 && (w->dcpl = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
+      (H5Pset_obj_track_times(w->dcpl, 0) < 0 || H5Pset_chunk(w->dcpl, d->ndim, chunk) < 0 ||
+       H5Pset_filter(w->dcpl, ZCK_H5_ZSTD_FILTER, H5Z_FLAG_MANDATORY, 1, &level) < 0)) {
+    H5Pclose(w->dcpl);
+    w->dcpl = H5I_INVALID_HID;
+  } else if (w->dcpl >= 0 && H5Pset_chunk(w->dcpl, d->ndim, chunk) < 0) {
     H5Pclose(w->dcpl);
     w->dcpl = H5I_INVALID_HID;
   }
@@ -237,8 +244,8 @@ static zck_status zck__h5w_create_deferred(zck__h5w_ds *d, hid_t g) {
   hid_t dset;
   zck_status st = zck__h5w_make(w, d, g, &dset);
   if (st != ZCK_OK) return st;
-  st = zck__h5w_loc_of(dset, &d->loc);
-  if (st != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
+  /* its chunk still to come (an attribute made it early): reopened by where it is */
+  if (!d->frame && zck__h5w_loc_of(dset, &d->loc) != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
   if (st == ZCK_OK && d->frame)
     st = d->chunked ? zck__h5w_put_chunk(d, dset, 0, d->frame, d->frame_len) : zck__h5w_put_plain(d, dset, d->frame, true);
   H5Dclose(dset);
@@ -251,25 +258,34 @@ static zck_status zck__h5w_create_deferred(zck__h5w_ds *d, hid_t g) {
   return ZCK_OK;
 }
 
-/* Creates d now (an attribute is being written to it before the commit). Lock held. */
+/* Creates d now, with its groups (an attribute is being written to it before the
+ * commit). Lock held. */
 static zck_status zck__h5w_materialize(zck__h5w_ds *d) {
-  hid_t g = zck__h5w_open_at(d->w, d->group);
-  if (g < 0) return zck__h5_fail(ZCK_ERR_IO, "%s: opening its group", d->label);
+  size_t level;
+  ZCK_TRY(zck__h5w_group_at(d->w, d->path, false, &level));
   pthread_mutex_lock(&d->mu);
-  zck_status st = d->deferred ? zck__h5w_create_deferred(d, g) : ZCK_OK;
+  zck_status st = d->deferred ? zck__h5w_create_deferred(d, d->w->gh[level]) : ZCK_OK;
   pthread_mutex_unlock(&d->mu);
-  H5Oclose(g);
   return st;
+}
+
+/* Bytes of path naming its group ("/params/x" of "/params/x/fp32"). */
+static size_t zck__h5w_dir_len(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? (size_t)(s - path) : 0;
 }
 
 static int zck__h5w_deferred_cmp(const void *a, const void *b) {
   const zck__h5w_ds *x = *(zck__h5w_ds *const *)a, *y = *(zck__h5w_ds *const *)b;
-  int c = memcmp(&x->group, &y->group, sizeof x->group);
+  size_t nx = zck__h5w_dir_len(x->path), ny = zck__h5w_dir_len(y->path);
+  int c = memcmp(x->path, y->path, nx < ny ? nx : ny);
   if (c) return c;
+  if (nx != ny) return nx < ny ? -1 : 1;
   return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* The commit's creation of the deferred datasets, group by group (each group opened once),
+/* The commit's creation of the deferred datasets with their groups, group by group (each
+ * group entered, made if missing, once: the writer's stack of open groups keeps it open),
  * in the order they were declared within a group. Lock held. */
 zck_status zck__h5w_create_all_deferred(zck_h5_writer *w) {
   size_t n = 0;
@@ -282,19 +298,11 @@ zck_status zck__h5w_create_all_deferred(zck_h5_writer *w) {
     if (w->ds[i]->deferred) v[n++] = w->ds[i];
   qsort(v, n, sizeof *v, zck__h5w_deferred_cmp);
   zck_status st = ZCK_OK;
-  hid_t g = H5I_INVALID_HID;
+  size_t level;
   for (size_t i = 0; i < n && st == ZCK_OK; i++) {
-    if (g < 0 || !zck__h5w_loc_eq(&v[i]->group, &v[i - 1]->group)) {
-      if (g >= 0) H5Oclose(g);
-      g = zck__h5w_open_at(w, v[i]->group);
-      if (g < 0) {
-        st = zck__h5_fail(ZCK_ERR_IO, "%s: opening its group", v[i]->label);
-        break;
-      }
-    }
-    st = zck__h5w_create_deferred(v[i], g);
+    st = zck__h5w_group_at(w, v[i]->path, false, &level);
+    if (st == ZCK_OK) st = zck__h5w_create_deferred(v[i], w->gh[level]);
   }
-  if (g >= 0) H5Oclose(g);
   free(v);
   return st;
 }
@@ -323,6 +331,20 @@ static zck__h5w_ds *zck__h5w_deferred_at(zck_h5_writer *w, const char *obj) {
   return NULL;
 }
 
+/* Whether obj is a group a deferred dataset will be made in (not made yet either). */
+static bool zck__h5w_deferred_group(zck_h5_writer *w, const char *obj) {
+  if (!w->n_deferred) return false;
+  while (*obj == '/') obj++;
+  size_t n = strlen(obj);
+  while (n && obj[n - 1] == '/') n--;
+  for (size_t i = 0; n && i < w->n_ds; i++) {
+    const char *p = w->ds[i]->path;
+    while (*p == '/') p++;
+    if (w->ds[i]->deferred && !strncmp(p, obj, n) && p[n] == '/') return true;
+  }
+  return false;
+}
+
 zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v) {
   zck_status st = ZCK_OK;
   zck__h5_lock();
@@ -331,6 +353,11 @@ zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid
   if (d) { /* a dataset not made yet: made now */
     H5Eclear2(H5E_DEFAULT);
     st = zck__h5w_materialize(d);
+    if (st == ZCK_OK) o = H5Oopen(w->file, obj, H5P_DEFAULT);
+  } else if (o < 0 && zck__h5w_deferred_group(w, obj)) { /* a group not made yet: made now */
+    size_t level;
+    H5Eclear2(H5E_DEFAULT);
+    st = zck__h5w_group_at(w, obj, true, &level);
     if (st == ZCK_OK) o = H5Oopen(w->file, obj, H5P_DEFAULT);
   }
   if (st != ZCK_OK) {
