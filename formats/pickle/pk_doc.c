@@ -253,8 +253,16 @@ int zck__pk_utf8_valid(const uint8_t *s, size_t n) {
 
 /* Slot: 0 None, 1 False, 2 True, 3 + (v - MIN) the int v. */
 static zck_pk *shared(zck_pk_doc *d, size_t slot, zck_pk_kind kind, int64_t v) {
-  if (!d->shared && !(d->shared = zck__calloc(3 + ZCK__PK_SHARED_MAX - ZCK__PK_SHARED_MIN + 1, sizeof *d->shared)))
-    return NULL;
+  if (slot >= d->nshared) {
+    /* the first 64 slots, then all: a small tree (a universal folder holds 300k of them)
+     * zeroes 0.5 KB, not 8 */
+    size_t all = 3 + ZCK__PK_SHARED_MAX - ZCK__PK_SHARED_MIN + 1, n = slot < 64 ? 64 : all;
+    zck_pk **tab = zck__realloc(d->shared, n * sizeof *tab);
+    if (!tab) return NULL;
+    memset(tab + d->nshared, 0, (n - d->nshared) * sizeof *tab);
+    d->shared = tab;
+    d->nshared = n;
+  }
   zck_pk *n = d->shared[slot];
   if (n) return n;
   if (!(n = zck__pk_alloc(d, kind))) return NULL;

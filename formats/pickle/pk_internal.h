@@ -35,6 +35,7 @@ struct zck_pk_doc {
   zck__pk_chunk *arena;    /* the chunk being filled first, then the older ones */
   zck__pk_chunk *big;      /* requests too big for a chunk, one each */
   zck_pk **shared;         /* None, False, True, ints ZCK__PK_SHARED_MIN.. (made on first use) */
+  size_t nshared;          /* slots of shared: a few first, all of them once a bigger int comes */
   size_t max_objects;      /* 0 = no limit (trees built by hand) */
   bool hit_limit;          /* the last allocation failed on max_objects */
   zck_pk *root;
