@@ -12,6 +12,11 @@
 
 void zck__h5c_ds_setup(zck__h5c_ds *c, const char *path, zck_dtype dtype, int ndim, const uint64_t *dims,
                        uint64_t piece_bytes) {
+  zck__h5c_geometry(c, dtype, ndim, dims, piece_bytes);
+  c->seed = zck__h5c_seed(path, dtype, ndim, dims);
+}
+
+void zck__h5c_geometry(zck__h5c_ds *c, zck_dtype dtype, int ndim, const uint64_t *dims, uint64_t piece_bytes) {
   memset(c, 0, sizeof *c);
   c->on = true;
   size_t es = zck_dtype_size(dtype);
@@ -43,7 +48,10 @@ void zck__h5c_ds_setup(zck__h5c_ds *c, const char *path, zck_dtype dtype, int nd
     g->per_prefix = zck__ceil_div(dims[k], ck);
     g->n = c->numel / g->slab * g->per_prefix;
   }
-  /* the seed: what the dataset is and where: path, dtype, shape */
+}
+
+uint64_t zck__h5c_seed(const char *path, zck_dtype dtype, int ndim, const uint64_t *dims) {
+  /* what the dataset is and where: path, dtype, shape */
   zck__buf b;
   zck__buf_init(&b);
   if (path[0] != '/') zck__buf_append(&b, "/", 1);
@@ -54,8 +62,9 @@ void zck__h5c_ds_setup(zck__h5c_ds *c, const char *path, zck_dtype dtype, int nd
   zck__buf_append(&b, &nd, 8);
   for (int i = 0; i < ndim; i++) zck__buf_append(&b, &dims[i], 8);
   /* out of memory here leaves a seed every read then misses: refused, never passed */
-  c->seed = b.failed ? 0 : XXH3_64bits(b.data, b.len);
+  uint64_t seed = b.failed ? 0 : XXH3_64bits(b.data, b.len);
   zck__buf_free(&b);
+  return seed;
 }
 
 void zck__h5c_piece(const zck__h5c_ds *c, uint64_t i, uint64_t *first, uint64_t *count) {

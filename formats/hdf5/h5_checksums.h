@@ -36,7 +36,8 @@ typedef struct zck__h5c_geom {
   uint64_t n;            /* pieces; an empty or 0-dim tensor has one */
 } zck__h5c_geom;
 
-/* A dataset's checks: on when its file has a table (reader) or always (writer). */
+/* A dataset's pieces and seed: the writer keeps one per dataset (with its hashes), the
+ * reader makes one per read. */
 typedef struct zck__h5c_ds {
   bool on;
   zck__h5c_geom g;
@@ -55,6 +56,10 @@ typedef struct zck__h5c_table {
  * dtype and shape dims. */
 void zck__h5c_ds_setup(zck__h5c_ds *c, const char *path, zck_dtype dtype, int ndim, const uint64_t *dims,
                        uint64_t piece_bytes);
+/* The geometry alone (c->seed 0), and the seed alone: a reader keeps only the seed of each
+ * dataset it opens (100k-param containers have 300k) and cuts pieces as it reads. */
+void zck__h5c_geometry(zck__h5c_ds *c, zck_dtype dtype, int ndim, const uint64_t *dims, uint64_t piece_bytes);
+uint64_t zck__h5c_seed(const char *path, zck_dtype dtype, int ndim, const uint64_t *dims);
 /* Piece i's elements [*first, *first + *count). */
 void zck__h5c_piece(const zck__h5c_ds *c, uint64_t i, uint64_t *first, uint64_t *count);
 /* The entry of piece i holding bytes. */

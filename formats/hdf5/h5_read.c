@@ -34,7 +34,8 @@ struct zck_h5_dataset {
   uint8_t fill[16];                /* one element of the fill value */
   bool has_xxh3;                   /* contiguous: ZCK_H5_XXH3_ATTR present (zck_h5.h) */
   uint64_t xxh3;
-  zck__h5c_ds sums;                /* its pieces, checked when the file has a table */
+  bool summed;                     /* its file has a checksum table: reads check its pieces */
+  uint64_t sum_seed;               /* zck__h5c_seed of its path, dtype and shape */
 };
 
 // ---- files
@@ -334,8 +335,10 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   }
   /* bound to the path asked for, the dtype after its attribute and the shape: another
    * dataset's contents under this name miss the table */
-  if (st == ZCK_OK && f->sums && strcmp(path, ZCK__H5C_TABLE))
-    zck__h5c_ds_setup(&d->sums, path, d->info.dtype, nd, d->dims, f->sums->piece_bytes);
+  if (st == ZCK_OK && f->sums && strcmp(path, ZCK__H5C_TABLE)) {
+    d->summed = true;
+    d->sum_seed = zck__h5c_seed(path, d->info.dtype, nd, d->dims);
+  }
 done:
   free(attr);
   if (st != ZCK_OK) {
@@ -353,7 +356,18 @@ void zck_h5_dataset_close(zck_h5_dataset *d) {
 }
 
 const zck_h5_dataset_info *zck_h5_dataset_info_of(const zck_h5_dataset *d) { return &d->info; }
-uint64_t zck__h5_dataset_pieces(const zck_h5_dataset *d) { return d->sums.on ? d->sums.g.n : 0; }
+/* d's pieces, cut as its file's table was made; its seed */
+static void zck__h5_pieces(const zck_h5_dataset *d, zck__h5c_ds *c) {
+  zck__h5c_geometry(c, d->info.dtype, d->info.ndim, d->dims, d->f->sums->piece_bytes);
+  c->seed = d->sum_seed;
+}
+
+uint64_t zck__h5_dataset_pieces(const zck_h5_dataset *d) {
+  if (!d->summed) return 0;
+  zck__h5c_ds c;
+  zck__h5_pieces(d, &c);
+  return c.g.n;
+}
 
 // ---- chunk fetch
 
@@ -614,11 +628,13 @@ static zck_status zck__h5_read_range(void *ctx, void *dst, uint64_t first, uint6
 }
 
 zck_status zck_h5_dataset_read(zck_h5_dataset *d, void *dst, uint64_t first, uint64_t count) {
-  if (!d->sums.on || !count) return zck__h5_read_range(d, dst, first, count);
+  if (!d->summed || !count) return zck__h5_read_range(d, dst, first, count);
   uint64_t end;
   if (!zck__add_u64(first, count, &end) || end > d->info.numel)
     return zck__h5_read_range(d, dst, first, count);   /* its range error */
-  return zck__h5c_read(&d->sums, d->f->sums, d->label, d->es, zck__h5_read_range, d, dst, first, count);
+  zck__h5c_ds c;
+  zck__h5_pieces(d, &c);
+  return zck__h5c_read(&c, d->f->sums, d->label, d->es, zck__h5_read_range, d, dst, first, count);
 }
 
 static zck_status zck__h5_store_read(void *ctx, void *dst, uint64_t off, uint64_t count) {
