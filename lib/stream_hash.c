@@ -57,6 +57,7 @@ struct zck__shash {
   bool broken;               /* stopped streaming (budget): finish reads the rest back */
   bool dropped;              /* the hashes cannot be had this way: the caller hashes the file */
   bool chunk_oom;
+  bool no_crc;               /* zck__shash_no_crc: the regions' CRC-32s are not computed */
   zck__shash_budget *budget;
   seg *segs;
   size_t n_segs, cap_segs, seg;
@@ -217,10 +218,18 @@ void zck__shash_stop(zck__shash *h) {
   pthread_mutex_unlock(&h->mu);
 }
 
+void zck__shash_no_crc(zck__shash *h) {
+  if (!h) return;
+  lock_idle(h);
+  h->no_crc = true;
+  pthread_mutex_unlock(&h->mu);
+}
+
 void zck__shash_defer(zck__shash *h, uint64_t off, uint64_t len, zck__shash_defer_fn fn, void *ctx, size_t id) {
   if (!h || !len) return;
   lock_idle(h);
-  if (!h->n_regs || h->regs[h->n_regs - 1].off + h->regs[h->n_regs - 1].len != off) give_up(h);
+  /* no CRC, no deferred bytes: the file is hashed by its caller instead */
+  if (h->no_crc || !h->n_regs || h->regs[h->n_regs - 1].off + h->regs[h->n_regs - 1].len != off) give_up(h);
   else add_seg(h, (seg){SEG_DEFER, off, len, NULL, h->n_regs - 1, fn, ctx, id});
   resume(h);
   pthread_mutex_unlock(&h->mu);
@@ -292,13 +301,13 @@ static void take(zck__shash *h, const uint8_t *p, uint64_t n, bool in_region, bo
     }
     if (in_region) {
       XXH3_64bits_update(h->rst, p, (size_t)k);
-      if (!crc_given) h->rcrc = zck_crc32_update(h->rcrc, p, (size_t)k);
+      if (!crc_given && !h->no_crc) h->rcrc = zck_crc32_update(h->rcrc, p, (size_t)k);
     }
     h->cursor += k;
     p += k;
     n -= k;
   }
-  if (in_region && crc_given) h->rcrc = zck_crc32_combine(h->rcrc, crc, total);
+  if (in_region && crc_given && !h->no_crc) h->rcrc = zck_crc32_combine(h->rcrc, crc, total);
 }
 
 /* The first byte of a hole at rel in r (never written: zeros), and where it ends. rel
@@ -479,8 +488,9 @@ void zck__shash_check_crc(zck__shash *h, uint64_t off, uint32_t crc) {
   if (!h) return;
   pthread_mutex_lock(&h->mu);
   region *r = h->dropped ? NULL : region_of(h, off, 0);
-  /* a region the stream did not finish is checked by the read back (it reads the file) */
-  if (r && r->off == off && r->done && r->crc != crc) give_up(h);
+  /* a region the stream did not finish is checked by the read back (it reads the file);
+   * without CRCs nothing can be checked here: the caller hashes the file */
+  if (r && r->off == off && (h->no_crc || (r->done && r->crc != crc))) give_up(h);
   pthread_mutex_unlock(&h->mu);
 }
 

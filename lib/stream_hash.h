@@ -64,6 +64,10 @@ void zck__shash_cover(zck__shash *h, uint64_t off, uint64_t len);
 void zck__shash_known(zck__shash *h, uint64_t off, const void *bytes, uint64_t n);
 /* No hashes wanted after all: drops everything held; later calls do nothing. */
 void zck__shash_stop(zck__shash *h);
+/* The regions' CRC-32s are not wanted (a file with no deferred bytes, whose writer never
+ * calls zck__shash_check_crc: a safetensors file): the stream does not compute them
+ * (a deferred segment or a check then drops the hashes, and the caller hashes the file). */
+void zck__shash_no_crc(zck__shash *h);
 
 /* ---- streaming */
 /* After the covers: the stream starts (chunk_size 0: ZCK_MANIFEST_DEFAULT_CHUNK). */

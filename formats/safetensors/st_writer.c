@@ -278,6 +278,7 @@ zck_status zck_st_writer_hash(zck_st_writer *w, zck__shash_budget *budget) {
     free(order);
     return ZCK_ERR_NO_MEMORY;
   }
+  zck__shash_no_crc(w->hash); /* no zip record here: the manifest takes XXH3s only */
   /* the file: the header, then each tensor's bytes back to back (layout's order) */
   zck__shash_bytes(w->hash, 0, w->header.data, w->header.len);
   for (size_t i = 0; i < w->count; i++) order[i] = &w->tensors[i];
