@@ -34,7 +34,7 @@ typedef struct zck__uv_tfile {
   uint64_t numel;
   size_t storage;
   size_t es;
-  zck_pk *root;
+  zck_pk *root;                 /* NULL once sealed (at reserve) */
   pthread_mutex_t mu;           /* the ranges written, each with its CRC-32 (in order: one) */
   struct zck__uv_piece { uint64_t off, n; uint32_t crc; } *pieces;
   size_t n_pieces, cap_pieces;
@@ -292,6 +292,10 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
         st = ZCK_ERR_NO_MEMORY;
       if (st == ZCK_OK && !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "param"), t)) st = ZCK_ERR_NO_MEMORY;
     }
+    /* the tree is complete: pickled now, its nodes freed (a 64 KB node block per file: a
+     * batch of ~1000 pending files held 70 MB of them) */
+    if (st == ZCK_OK) st = zck_torch_writer_seal(f->tw, f->root);
+    f->root = NULL;
   }
   if (st == ZCK_OK && w->n_files == w->cap_files) {
     size_t nc = w->cap_files ? 2 * w->cap_files : 64;
