@@ -422,6 +422,7 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   wo.level = o->level;
   wo.chunk_bytes = o->chunk_bytes;
   wo.overwrite = o->overwrite != 0;
+  wo.compact_bytes = ZCK_H5U_COMPACT_BYTES;
   zck_h5_writer *w = NULL;
   if (st == ZCK_OK) st = zck_h5_writer_create(out, &wo, &w);
   zck__uvh_job jobs[5];

@@ -157,14 +157,14 @@ static zck_status zck__h5w_flush(zck__h5w_ds *d, uint64_t id, const uint8_t *buf
   size_t raw = (size_t)(d->chunk_elems * d->es);
   zck_status st = ZCK_OK;
   zck__h5c_writer_chunk(&d->sums, id, buf, d->es);
-  if (!d->chunked) { /* a 0-dim tensor */
+  if (!d->chunked || d->compact) { /* a 0-dim tensor, or one stored in its header: raw */
     if (zck__h5w_keep(d, buf, raw, &st)) return st;
     zck__h5_lock();
     int e = zck__io_fault(ZCK_IO_OP_WRITE);
     hid_t dset = e ? H5I_INVALID_HID : zck__h5w_open(d);
     if (e) st = zck__fail_errno(e, "%s: write", d->label);
     else if (dset < 0) st = zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
-    else st = zck__h5w_put_plain(d, dset, buf, false);
+    else st = d->compact ? zck__h5w_put_compact(d, dset, buf) : zck__h5w_put_plain(d, dset, buf, false);
     if (dset >= 0) H5Oclose(dset);
     zck__h5_unlock();
     return st;
@@ -273,16 +273,20 @@ zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zc
   if (o) opts = *o;
   if (opts.level < 0 || opts.level > ZSTD_maxCLevel())
     return zck__fail(ZCK_ERR_INVALID_ARG, "zstd level %d outside 1..%d", opts.level, ZSTD_maxCLevel());
+  if (opts.compact_bytes > ZCK_H5_COMPACT_MAX)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "compact datasets of up to %llu bytes: more than the %llu HDF5 allows",
+                     (unsigned long long)opts.compact_bytes, (unsigned long long)ZCK_H5_COMPACT_MAX);
   struct stat sb;
   if (!opts.overwrite && lstat(path, &sb) == 0)
     return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
   zck_h5_writer *w = zck__calloc(1, sizeof *w);
   if (!w) return ZCK_ERR_NO_MEMORY;
-  w->file = w->str_type = w->scalar = w->dcpl = w->dcpl_plain = H5I_INVALID_HID;
+  w->file = w->str_type = w->scalar = w->dcpl = w->dcpl_plain = w->dcpl_compact = H5I_INVALID_HID;
   for (int i = 0; i < ZCK_DTYPE_COUNT; i++) w->ftype[i] = H5I_INVALID_HID;
   w->level = opts.level ? opts.level : 3;
   w->chunk_bytes = opts.chunk_bytes ? opts.chunk_bytes : ZCK__H5_DEFAULT_CHUNK;
   if (w->chunk_bytes > ZCK__H5_MAX_CHUNK_BYTES) w->chunk_bytes = ZCK__H5_MAX_CHUNK_BYTES;
+  w->compact_bytes = opts.compact_bytes;
   pthread_mutex_init(&w->pool_mu, NULL);
   zck_status st = zck__outfile_create(&w->out, path);
   if (st != ZCK_OK) {
@@ -377,6 +381,7 @@ zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype d
   d->chunked = ndim > 0 && d->numel > 0;
   if (d->chunked) {
     zck__h5w_chunking(d, w->chunk_bytes / d->es ? w->chunk_bytes / d->es : 1);
+    d->compact = d->n_chunks == 1 && d->numel * d->es <= w->compact_bytes;
   } else {
     d->chunk_elems = d->numel;
     d->n_chunks = d->numel ? 1 : 0;

@@ -54,7 +54,9 @@ typedef struct zck__h5w_ds {
   int ndim;
   uint64_t dims[ZCK_H5_MAX_DIMS];
   uint64_t numel;
-  bool chunked;
+  bool chunked;            /* the writer's chunk geometry (a compact dataset has one chunk) */
+  bool compact;            /* stored in the compact layout (zck_h5_write_opts.compact_bytes):
+                              raw, in its object header; the checksum table covers it */
   int k;                   /* the dimension chunks cut (earlier dims have chunk 1) */
   uint64_t ck;             /* chunk extent along k */
   uint64_t inner;          /* elements of one index of dim k (product of later dims) */
@@ -80,6 +82,7 @@ struct zck_h5_writer {
   hid_t file;
   int level;
   uint64_t chunk_bytes;
+  uint64_t compact_bytes;
   zck__h5w_ds **ds;
   size_t n_ds, cap_ds;
   pthread_mutex_t pool_mu;  /* the pools and the write-behind count */
@@ -100,6 +103,7 @@ struct zck_h5_writer {
   int dcpl_nd;
   hsize_t dcpl_chunk[ZCK_H5_MAX_DIMS];
   hid_t dcpl_plain;         /* creation properties of an unchunked dataset */
+  hid_t dcpl_compact;       /* of a compact one */
   uint64_t deferred_bytes;
   size_t n_deferred;
 };
@@ -119,6 +123,8 @@ zck_status zck__h5w_loc_of(hid_t obj, zck__h5w_loc *loc);
 hid_t zck__h5w_open(const zck__h5w_ds *d);
 /* Writes a 0-dim dataset's bytes and their XXH3 attribute; fresh: no attribute to replace. */
 zck_status zck__h5w_put_plain(zck__h5w_ds *d, hid_t dset, const uint8_t *buf, bool fresh);
+/* Writes a compact dataset's bytes (its one chunk, raw). */
+zck_status zck__h5w_put_compact(zck__h5w_ds *d, hid_t dset, const uint8_t *buf);
 /* Stores chunk id, a zstd frame of n bytes. */
 zck_status zck__h5w_put_chunk(zck__h5w_ds *d, hid_t dset, uint64_t id, const void *frame, size_t n);
 /* UNSUPPORTED when path's groups are nested deeper than the writer keeps open. */

@@ -63,6 +63,15 @@ zck_status zck__h5w_put_plain(zck__h5w_ds *d, hid_t dset, const uint8_t *buf, bo
   return st;
 }
 
+/* The bytes of a compact dataset, raw: HDF5 keeps them in its object header, where the
+ * default file format has no checksum; the checksum table covers them. Lock held. */
+zck_status zck__h5w_put_compact(zck__h5w_ds *d, hid_t dset, const uint8_t *buf) {
+  hid_t ftype = zck__h5w_ftype(d->w, d->dtype);
+  if (ftype < 0 || H5Dwrite(dset, ftype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+    return zck__h5_fail(ZCK_ERR_IO, "%s: write", d->label);
+  return ZCK_OK;
+}
+
 zck_status zck__h5w_put_chunk(zck__h5w_ds *d, hid_t dset, uint64_t id, const void *frame, size_t n) {
   hsize_t off[ZCK_H5_MAX_DIMS];
   zck__h5w_chunk_offset(d, id, off);
@@ -164,11 +173,19 @@ hid_t zck__h5w_ftype(zck_h5_writer *w, zck_dtype dtype) {
   return w->ftype[dtype];
 }
 
-/* The creation properties of d: chunked with the zstd filter, or unchunked. One chunked
+/* The creation properties of d: compact, chunked with the zstd filter, or unchunked. One chunked
  * list is kept and only its chunk shape changed when a dataset's differs from the last
  * one's (a param's states share it; small params' shapes vary, and a fresh list with its
  * filter costs several times the change). Lock held. */
 static hid_t zck__h5w_dcpl(zck_h5_writer *w, const zck__h5w_ds *d) {
+  if (d->compact) {
+    if (w->dcpl_compact < 0 && (w->dcpl_compact = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
+        (H5Pset_obj_track_times(w->dcpl_compact, 0) < 0 || H5Pset_layout(w->dcpl_compact, H5D_COMPACT) < 0)) {
+      H5Pclose(w->dcpl_compact);
+      w->dcpl_compact = H5I_INVALID_HID;
+    }
+    return w->dcpl_compact;
+  }
   if (!d->chunked) {
     if (w->dcpl_plain < 0 && (w->dcpl_plain = H5Pcreate(H5P_DATASET_CREATE)) >= 0 &&
         H5Pset_obj_track_times(w->dcpl_plain, 0) < 0) {
@@ -247,7 +264,9 @@ static zck_status zck__h5w_create_deferred(zck__h5w_ds *d, hid_t g) {
   /* its chunk still to come (an attribute made it early): reopened by where it is */
   if (!d->frame && zck__h5w_loc_of(dset, &d->loc) != ZCK_OK) st = zck__h5_fail(ZCK_ERR_IO, "%s: object info", d->label);
   if (st == ZCK_OK && d->frame)
-    st = d->chunked ? zck__h5w_put_chunk(d, dset, 0, d->frame, d->frame_len) : zck__h5w_put_plain(d, dset, d->frame, true);
+    st = d->compact   ? zck__h5w_put_compact(d, dset, d->frame)
+         : d->chunked ? zck__h5w_put_chunk(d, dset, 0, d->frame, d->frame_len)
+                      : zck__h5w_put_plain(d, dset, d->frame, true);
   H5Dclose(dset);
   if (st != ZCK_OK) return st;
   if (d->frame) zck__h5w_write_behind(w, d->frame_len);
@@ -404,5 +423,6 @@ void zck__h5w_close_kept(zck_h5_writer *w) {
   if (w->scalar >= 0) H5Sclose(w->scalar);
   if (w->dcpl >= 0) H5Pclose(w->dcpl);
   if (w->dcpl_plain >= 0) H5Pclose(w->dcpl_plain);
-  w->str_type = w->scalar = w->dcpl = w->dcpl_plain = H5I_INVALID_HID;
+  if (w->dcpl_compact >= 0) H5Pclose(w->dcpl_compact);
+  w->str_type = w->scalar = w->dcpl = w->dcpl_plain = w->dcpl_compact = H5I_INVALID_HID;
 }

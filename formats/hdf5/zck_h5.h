@@ -76,8 +76,14 @@ typedef struct zck_h5_write_opts {
   int level;               /* zstd level 1..22; 0: 3 (hdf5plugin's default) */
   uint64_t chunk_bytes;    /* target uncompressed chunk size; 0: 1 MiB */
   bool overwrite;          /* replace an existing file */
+  /* a dataset of at most this many bytes (and one chunk) is stored in the compact layout:
+   * its bytes in its object header, no chunk index, no filter (HDF5 reads it as any other;
+   * the checksum table covers it). 0: none; at most ZCK_H5_COMPACT_MAX */
+  uint64_t compact_bytes;
 } zck_h5_write_opts;
-#define ZCK_H5_WRITE_OPTS_INIT {0, 0, false}
+#define ZCK_H5_WRITE_OPTS_INIT {0, 0, false, 0}
+/* libhdf5 keeps a compact dataset's bytes in one 64 KiB object header message */
+#define ZCK_H5_COMPACT_MAX ((uint64_t)48 << 10)
 
 /* Creates PATH under a temporary name. EXISTS if PATH exists (unless overwrite). */
 zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zck_h5_writer **out);
@@ -196,6 +202,10 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
 #define ZCK_H5U_RESUME_STATE "/resume_state"
 #define ZCK_H5U_RESUME_STATE_MAX ((uint64_t)64 << 20)   /* bytes a reader accepts */
 #define ZCK_H5U_SIDE_FILES "/side_files"
+/* tensors of at most this many bytes are stored compact (zck_h5_write_opts.compact_bytes):
+ * most of a MoE model's 100k tensors (biases, norms, router rows) are a few hundred bytes,
+ * for which a chunk index and a zstd frame cost more than they hold */
+#define ZCK_H5U_COMPACT_BYTES ((uint64_t)16 << 10)
 
 typedef enum zck_h5u_part {
   ZCK_H5U_FP32 = 0, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ, ZCK_H5U_FROZEN, ZCK_H5U_PART_COUNT

@@ -12,7 +12,7 @@
 # write each, syncfs; nothing else) runs right before it, on one thread and on THREADS,
 # and the job is also given as a ratio to that floor measured in the same run. Likewise the
 # HDF5 container: h5_floor (tests/bench/h5_floor.c: libhdf5 alone making, then opening,
-# the container's groups and one-chunk datasets with their dtype attribute) beside
+# the container's groups and datasets, laid out as it lays them out, with their dtype attribute) beside
 # to-universal --format hdf5 and inspect of the container.
 #
 # usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)

@@ -4,13 +4,20 @@
  *
  *   write: a file with the container's file properties (istore_k 4, the library's default
  *          format bounds), a group per parameter holding fp32, exp_avg and exp_avg_sq, each
- *          a one-chunk dataset of ELEMS float32 with a UTF-8 `dtype` attribute, its chunk
- *          written raw (H5Dwrite_chunk: no filter, no conversion); no times tracked.
+ *          a dataset of ELEMS float32 with a UTF-8 `dtype` attribute, laid out as the
+ *          container lays it out (LAYOUT "container": compact up to 16 KiB, its bytes
+ *          written with H5Dwrite; else one chunk written raw, H5Dwrite_chunk: no filter, no
+ *          conversion); no times tracked.
  *   open:  opens each of those datasets and reads what describing it needs: its shape,
  *          type, chunk size and `dtype` attribute.
  * No compression, hashing, checks or zckpt code: only the library's own cost per object.
  *
- * usage: h5_floor write|open FILE N_PARAMS [ELEMS]   (ELEMS default 8)
+ * LAYOUT (write) compares the layouts (README "Many tensors"): "chunk" (one chunk each),
+ * "compact" (the data in the object header: no chunk index, no filter), "compact-xxh3"
+ * (compact with a uint64 attribute per dataset, a checksum the default file format lacks
+ * there: what compact would cost without the container's checksum table).
+ *
+ * usage: h5_floor write|open FILE N_PARAMS [ELEMS [LAYOUT]]   (ELEMS default 8, LAYOUT container)
  */
 #include <hdf5.h>
 #include <stdio.h>
@@ -19,7 +26,8 @@
 
 static const char *const states[] = {"fp32", "exp_avg", "exp_avg_sq"};
 
-static int write_file(const char *path, long n, hsize_t elems) {
+static int write_file(const char *path, long n, hsize_t elems, const char *layout) {
+  int compact = !strncmp(layout, "compact", 7), xxh3 = !strcmp(layout, "compact-xxh3");
   hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_istore_k(fcpl, 4);
   H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
@@ -27,7 +35,8 @@ static int write_file(const char *path, long n, hsize_t elems) {
   if (f < 0) return 1;
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   H5Pset_obj_track_times(dcpl, 0);
-  H5Pset_chunk(dcpl, 1, &elems);
+  if (compact) H5Pset_layout(dcpl, H5D_COMPACT);
+  else H5Pset_chunk(dcpl, 1, &elems);
   hid_t space = H5Screate_simple(1, &elems, NULL), scalar = H5Screate(H5S_SCALAR);
   hid_t str = H5Tcopy(H5T_C_S1);
   H5Tset_size(str, H5T_VARIABLE);
@@ -44,9 +53,17 @@ static int write_file(const char *path, long n, hsize_t elems) {
     for (int k = 0; k < 3 && !bad; k++) {
       hid_t d = H5Dcreate2(g, states[k], H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
       hid_t a = d >= 0 ? H5Acreate2(d, "dtype", str, scalar, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
-      bad = a < 0 || H5Awrite(a, str, &dtype) < 0 ||
-            H5Dwrite_chunk(d, H5P_DEFAULT, 0, &origin, (size_t)elems * sizeof *data, data) < 0;
+      bad = a < 0 || H5Awrite(a, str, &dtype) < 0;
       if (a >= 0) H5Aclose(a);
+      if (!bad && xxh3) {
+        unsigned long long h = 0;
+        a = H5Acreate2(d, "zckpt_xxh3", H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+        bad = a < 0 || H5Awrite(a, H5T_NATIVE_ULLONG, &h) < 0;
+        if (a >= 0) H5Aclose(a);
+      }
+      if (!bad)
+        bad = compact ? H5Dwrite(d, H5T_IEEE_F32LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0
+                      : H5Dwrite_chunk(d, H5P_DEFAULT, 0, &origin, (size_t)elems * sizeof *data, data) < 0;
       if (d >= 0) H5Dclose(d);
     }
     if (g >= 0) H5Gclose(g);
@@ -79,7 +96,8 @@ static int open_file(const char *path, long n) {
       char *dtype = NULL;
       hid_t a = H5Aopen(d, "dtype", H5P_DEFAULT);
       bad = space < 0 || type < 0 || dcpl < 0 || a < 0 || H5Sget_simple_extent_dims(space, dims, NULL) < 0 ||
-            H5Tget_size(type) == 0 || H5Pget_chunk(dcpl, 8, chunk) < 0 || H5Aread(a, str, &dtype) < 0;
+            H5Tget_size(type) == 0 || (H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 8, chunk) < 0) ||
+            H5Aread(a, str, &dtype) < 0;
       if (dtype) H5free_memory(dtype);
       if (a >= 0) H5Aclose(a);
       if (dcpl >= 0) H5Pclose(dcpl);
@@ -93,12 +111,18 @@ static int open_file(const char *path, long n) {
 
 int main(int argc, char **argv) {
   if (argc < 4 || (strcmp(argv[1], "write") && strcmp(argv[1], "open"))) {
-    fprintf(stderr, "usage: h5_floor write|open FILE N_PARAMS [ELEMS]\n");
+    fprintf(stderr, "usage: h5_floor write|open FILE N_PARAMS [ELEMS [container|chunk|compact|compact-xxh3]]\n");
     return 2;
   }
   long n = atol(argv[3]);
   hsize_t elems = argc > 4 ? (hsize_t)atol(argv[4]) : 8;
-  int r = !strcmp(argv[1], "write") ? write_file(argv[2], n, elems) : open_file(argv[2], n);
+  const char *layout = argc > 5 ? argv[5] : "container";
+  if (!strcmp(layout, "container")) layout = elems * sizeof(float) <= (16 << 10) ? "compact" : "chunk";
+  if (strcmp(layout, "chunk") && strcmp(layout, "compact") && strcmp(layout, "compact-xxh3")) {
+    fprintf(stderr, "h5_floor: layout %s: container, chunk, compact or compact-xxh3\n", layout);
+    return 2;
+  }
+  int r = !strcmp(argv[1], "write") ? write_file(argv[2], n, elems, layout) : open_file(argv[2], n);
   if (r) fprintf(stderr, "h5_floor: %s %s failed\n", argv[1], argv[2]);
   return r;
 }

@@ -8,7 +8,8 @@ For every real DeepSpeed checkpoint under tests/fixtures/deepspeed/<case>/ckpt:
     and every .pt equal in content: the same dict keys in the same order, torch.equal tensors of
     the same dtype and shape, equal Python values (DeepSpeed objects compared by __dict__);
   - `zckpt to-universal --format hdf5`, read back with h5py + hdf5plugin: every fp32 / exp_avg /
-    exp_avg_sq dataset equals DeepSpeed's file (reshaped to the param shape), the zstd filter is
+    exp_avg_sq dataset equals DeepSpeed's file (reshaped to the param shape), tensors of up to
+    16 KiB are compact datasets (at least one) and larger ones chunked with the zstd filter
     32015 with cd_values (level,), the attributes parse, /side_files holds the save root's other
     files byte for byte and the tag attribute is the source's tag.
 Then DeepSpeed itself loads zckpt's output: for a few cases an engine of the same stage at
@@ -168,9 +169,15 @@ with tempfile.TemporaryDirectory() as tmp:
                 json.loads(f.attrs["param_groups"])
                 if f.attrs["zckpt_format"] != "zckpt-universal":
                     errs.append("hdf5: zckpt_format attribute")
+                compact = 0  # tensors of up to 16 KiB are stored compact (in their object header)
                 for n in names:
                     for s in ("fp32", "exp_avg", "exp_avg_sq"):
                         d = f[f"params/{n}/{s}"]
+                        layout = d.id.get_create_plist().get_layout()
+                        small = 0 < d.size * d.dtype.itemsize <= 16384
+                        if layout != (h5py.h5d.COMPACT if small else h5py.h5d.CHUNKED):
+                            errs.append(f"hdf5: {n}/{s}: layout {layout} for {d.size * d.dtype.itemsize} bytes")
+                        compact += layout == h5py.h5d.COMPACT
                         if d.chunks and d.size:
                             flt = d.id.get_create_plist().get_filter(0)
                             if flt[0] != 32015 or tuple(flt[2]) != (3,):
@@ -188,6 +195,8 @@ with tempfile.TemporaryDirectory() as tmp:
                         if list(got.shape) != shapes[n] or not torch.equal(got.reshape(-1), t.reshape(-1)):
                             if case not in KNOWN_DS_WRONG:
                                 errs.append(f"hdf5: params/{n}/{s} differs from DeepSpeed's zero/{n}/{s}.pt")
+                if not compact:
+                    errs.append("hdf5: no compact dataset (every param of this checkpoint is large?)")
                 # the save root's other files, byte for byte, and the tag (read by h5py)
                 side = sorted(e for e in os.listdir(ckpt) if not e.startswith(".") and
                               e not in ("latest", "latest_universal") and

@@ -5,7 +5,12 @@
  *    empty and 0-dim datasets) filled by shuffled small extents on 4 threads, read back
  *    by range and by HDF5's own H5Dread (the registered filter);
  *  - malformed files, one per check of malformed-inputs.md §8 (H-01..H-08);
- *  - an injected ENOSPC while writing chunks leaves no file behind. */
+ *  - an injected ENOSPC while writing chunks leaves no file behind;
+ *  - compact datasets (zck_h5_write_opts.compact_bytes): small tensors stored in their
+ *    object header read back exact (by range, and by HDF5's own H5Dread), larger ones stay
+ *    zstd-chunked; one bit flipped in a compact dataset's bytes in the file (where the
+ *    default file format has no checksum) is refused DAMAGED in one line naming the file
+ *    and the dataset, by the checksum table. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <hdf5.h>
@@ -425,12 +430,91 @@ static void test_enospc(const char *tmp) {
   }
 }
 
+static void test_compact(const char *tmp) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/compact.h5", tmp);
+  zck_h5_write_opts o = ZCK_H5_WRITE_OPTS_INIT;
+  o.compact_bytes = 16 << 10;
+  zck_h5_writer *w = NULL;
+  ZT_OK(zck_h5_writer_create(path, &o, &w));
+  /* small: 2 x 12 floats whose bytes occur nowhere else in the file; big: 8k floats */
+  enum { NS = 24, NB = 8192 };
+  float small[NS], *big = malloc(NB * sizeof *big);
+  for (int i = 0; i < NS; i++) small[i] = 1000.5f + 3.25f * (float)i;
+  for (int i = 0; i < NB; i++) big[i] = (float)(i % 97);
+  int64_t ss[2] = {2, 12}, sb[1] = {NB};
+  zck_store s, b;
+  ZT_OK(zck_h5_writer_dataset(w, "/p/small", ZCK_F32, 2, ss, &s));
+  ZT_OK(zck_h5_writer_dataset(w, "/p/big", ZCK_F32, 1, sb, &b));
+  ZT_OK(s.write(s.ctx, small + 5, 5, NS - 5));
+  ZT_OK(s.write(s.ctx, small, 0, 5));
+  ZT_OK(b.write(b.ctx, big, 0, NB));
+  ZT_OK(zck_h5_writer_commit(w));
+  zck_h5_writer_free(w);
+
+  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  const char *names[2] = {"/p/small", "/p/big"};
+  const float *want[2] = {small, big};
+  int n[2] = {NS, NB};
+  for (int i = 0; i < 2; i++) {
+    hid_t ds = H5Dopen2(file, names[i], H5P_DEFAULT), pl = H5Dget_create_plist(ds);
+    ZT_EQ_INT(H5Pget_layout(pl), i == 0 ? H5D_COMPACT : H5D_CHUNKED);
+    float *got = calloc((size_t)n[i], sizeof *got);
+    ZT_ASSERT(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, got) >= 0);
+    ZT_ASSERT(!memcmp(got, want[i], (size_t)n[i] * sizeof *got));
+    free(got);
+    H5Pclose(pl);
+    H5Dclose(ds);
+  }
+  H5Fclose(file);
+  zck_h5_file *f = NULL;
+  ZT_OK(zck_h5_open(path, &f));
+  zck_h5_dataset *d = NULL;
+  ZT_OK(zck_h5_dataset_open(f, "/p/small", &d));
+  ZT_ASSERT(!zck_h5_dataset_info_of(d)->chunked && !zck_h5_dataset_info_of(d)->zstd);
+  float got[NS];
+  for (int a = 0; a < NS; a++)
+    for (int e = a + 1; e <= NS; e++) {
+      memset(got, 0, sizeof got);
+      ZT_OK(zck_h5_dataset_read(d, got, (uint64_t)a, (uint64_t)(e - a)));
+      ZT_ASSERT(!memcmp(got, small + a, (size_t)(e - a) * sizeof *got));
+    }
+  zck_h5_dataset_close(d);
+  zck_h5_close(f);
+
+  /* one bit of small[7] flipped where the file holds it */
+  unsigned char *bytes;
+  size_t len;
+  ZT_ASSERT(zt_read_file(path, &bytes, &len) == 0);
+  unsigned char *at = memmem(bytes, len, small, sizeof small);
+  ZT_ASSERT(at && !memmem(at + 1, len - (size_t)(at + 1 - bytes), small, sizeof small));
+  at[7 * sizeof(float) + 1] ^= 0x10;
+  ZT_ASSERT(zt_write_file(path, bytes, len) == 0);
+  free(bytes);
+  ZT_OK(zck_h5_open(path, &f));
+  ZT_OK(zck_h5_dataset_open(f, "/p/small", &d));
+  ZT_ERR(zck_h5_dataset_read(d, got, 7, 1), ZCK_ERR_DAMAGED, "damaged");
+  const char *m = zck_last_error();
+  if (!strstr(m, path) || !strstr(m, "/p/small") || strchr(m, '\n')) ZT_FAIL("not one line naming the file and dataset: %s", m);
+  ZT_ERR(zck_h5_dataset_read(d, got, 0, NS), ZCK_ERR_DAMAGED, "damaged");
+  zck_h5_dataset_close(d);
+  ZT_OK(zck_h5_dataset_open(f, "/p/big", &d));
+  float *gb = malloc(NB * sizeof *gb);
+  ZT_OK(zck_h5_dataset_read(d, gb, 0, NB));
+  ZT_ASSERT(!memcmp(gb, big, NB * sizeof *gb));
+  free(gb);
+  zck_h5_dataset_close(d);
+  zck_h5_close(f);
+  free(big);
+}
+
 int main(void) {
   char *tmp = zt_tmpdir();
   test_fixture();
   test_round_trip(tmp);
   test_malformed(tmp);
   test_enospc(tmp);
+  test_compact(tmp);
   free(tmp);
   return 0;
 }
