@@ -14,6 +14,10 @@
  *     frame even when it does not shrink, so every chunk is checksummed: a damaged chunk
  *     fails to decompress, here (one line naming file, dataset and chunk) and in
  *     hdf5plugin. Files written before the checksums (frames without one) still read;
+ *   - with compact_bytes set (the universal container: 16 KiB), a tensor of one chunk and
+ *     at most that many bytes is a compact dataset instead: its bytes raw in its object
+ *     header (no chunk index, no filter, nothing compressed), covered by the checksum
+ *     table; h5py and libhdf5 read it as any other dataset;
  *   - 0-dim and empty tensors are contiguous datasets (HDF5 cannot chunk them, so no
  *     filter): a 0-dim one carries the XXH3 of its bytes in a uint64 attribute
  *     ZCK_H5_XXH3_ATTR, checked when it is read (absent in older files: not checked);
