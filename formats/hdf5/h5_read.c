@@ -158,18 +158,16 @@ zck_status zck_h5_list(zck_h5_file *f, const char *group, char ***names, size_t 
 
 // ---- attributes
 
-/* Attribute key of obj, holding one value, or fails (NOT_FOUND when absent). */
-static zck_status zck__h5_attr_find(zck_h5_file *f, const char *obj, const char *key, const zck__h5_mattr **out) {
+/* Attribute key of o (at path obj), holding one value, or fails (NOT_FOUND when absent;
+ * the error is set only when say_absent: a caller asking for an optional attribute of each
+ * of 300k datasets does not format a message for each). */
+static zck_status zck__h5_attr_at(zck_h5_file *f, const zck__h5_mobj *o, const char *obj, const char *key,
+                                  bool say_absent, const zck__h5_mattr **out) {
   *out = NULL;
-  const zck__h5_mobj *o;
-  const char *why;
-  zck_status st = zck__h5_meta_find(f->meta, obj, &o, &why);
-  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s: no object %s", f->path, obj);
-  if (st != ZCK_OK) return zck__fail(st, "%s: %s: %s", f->path, obj, why);
   /* an error is not absence: a damaged attribute index must not read as "no attribute" */
   if (o->attrs_err) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s: %s", f->path, obj, key, o->attrs_err);
   const zck__h5_mattr *a = zck__h5_meta_attr(o, key);
-  if (!a) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: %s: no attribute %s", f->path, obj, key);
+  if (!a) return say_absent ? zck__fail(ZCK_ERR_NOT_FOUND, "%s: %s: no attribute %s", f->path, obj, key) : ZCK_ERR_NOT_FOUND;
   if (a->flags & ZCK__H5M_OPEN_ERR) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s: %s", f->path, obj, key, a->err);
   if (a->npoints != 1)
     return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s holds %lld values, expected 1", f->path, obj, key,
@@ -178,10 +176,20 @@ static zck_status zck__h5_attr_find(zck_h5_file *f, const char *obj, const char 
   return ZCK_OK;
 }
 
-zck_status zck_h5_attr_str(zck_h5_file *f, const char *obj, const char *key, char **out) {
+/* Attribute key of obj, holding one value, or fails (NOT_FOUND when absent). */
+static zck_status zck__h5_attr_find(zck_h5_file *f, const char *obj, const char *key, const zck__h5_mattr **out) {
   *out = NULL;
-  const zck__h5_mattr *a;
-  ZCK_TRY(zck__h5_attr_find(f, obj, key, &a));
+  const zck__h5_mobj *o;
+  const char *why;
+  zck_status st = zck__h5_meta_find(f->meta, obj, &o, &why);
+  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s: no object %s", f->path, obj);
+  if (st != ZCK_OK) return zck__fail(st, "%s: %s: %s", f->path, obj, why);
+  return zck__h5_attr_at(f, o, obj, key, true, out);
+}
+
+/* Attribute a (key of obj) as text. */
+static zck_status zck__h5_attr_text(zck_h5_file *f, const zck__h5_mattr *a, const char *obj, const char *key, char **out) {
+  *out = NULL;
   if (a->cls != H5T_STRING) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s is not text", f->path, obj, key);
   if (a->flags & ZCK__H5M_STR_BIG)
     return zck__fail(ZCK_ERR_LIMIT, "%s: %s: attribute %s of %zu bytes or more", f->path, obj, key, ZCK__H5M_MAX_FIXED_TEXT);
@@ -191,11 +199,17 @@ zck_status zck_h5_attr_str(zck_h5_file *f, const char *obj, const char *key, cha
   return *out ? ZCK_OK : ZCK_ERR_NO_MEMORY;
 }
 
-/* A one-value integer or float attribute as int64 ('i'), uint64 ('u') or double ('d'),
- * converted by libhdf5 in the child as H5Aread converts. */
-static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, char as, void *out) {
+zck_status zck_h5_attr_str(zck_h5_file *f, const char *obj, const char *key, char **out) {
+  *out = NULL;
   const zck__h5_mattr *a;
   ZCK_TRY(zck__h5_attr_find(f, obj, key, &a));
+  return zck__h5_attr_text(f, a, obj, key, out);
+}
+
+/* A one-value integer or float attribute as int64 ('i'), uint64 ('u') or double ('d'),
+ * converted by libhdf5 in the child as H5Aread converts. */
+static zck_status zck__h5_attr_value(zck_h5_file *f, const zck__h5_mattr *a, const char *obj, const char *key, char as,
+                                     void *out) {
   if (a->cls != H5T_INTEGER && a->cls != H5T_FLOAT)
     return zck__fail(ZCK_ERR_FORMAT, "%s: %s: attribute %s is not a number", f->path, obj, key);
   unsigned have = as == 'i' ? ZCK__H5M_I64 : as == 'u' ? ZCK__H5M_U64 : ZCK__H5M_F64;
@@ -204,6 +218,12 @@ static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *
   else if (as == 'u') *(uint64_t *)out = a->u64;
   else *(double *)out = a->f64;
   return ZCK_OK;
+}
+
+static zck_status zck__h5_attr_num(zck_h5_file *f, const char *obj, const char *key, char as, void *out) {
+  const zck__h5_mattr *a;
+  ZCK_TRY(zck__h5_attr_find(f, obj, key, &a));
+  return zck__h5_attr_value(f, a, obj, key, as, out);
 }
 
 zck_status zck_h5_attr_i64(zck_h5_file *f, const char *obj, const char *key, int64_t *out) {
@@ -319,19 +339,19 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
     }
   }
   if (s->fill_len && s->fill_len == d->es && d->es <= sizeof d->fill) memcpy(d->fill, s->fill, d->es);
-  st = zck_h5_attr_str(f, path, "dtype", &attr);
-  if (st == ZCK_ERR_NOT_FOUND) {
-    zck_clear_error();
-    st = ZCK_OK;
-  } else if (st == ZCK_OK) {
-    st = zck__h5_dtype_attr(d, attr, stored);
-  }
+  /* its attributes from the object found above (not looked up by path again) */
+  const zck__h5_mattr *a;
+  st = zck__h5_attr_at(f, o, path, "dtype", false, &a);
+  if (st == ZCK_OK) st = zck__h5_attr_text(f, a, path, "dtype", &attr);
+  if (st == ZCK_OK) st = zck__h5_dtype_attr(d, attr, stored);
+  else if (st == ZCK_ERR_NOT_FOUND) st = ZCK_OK;
   if (st == ZCK_OK && !d->info.chunked && d->info.numel) {
-    /* the checksum zckpt writes for an unfiltered dataset; optional (older files, h5py) */
-    zck_status hs = zck__h5_attr_num(f, path, ZCK_H5_XXH3_ATTR, 'u', &d->xxh3);
+    /* the checksum zckpt writes for an unfiltered 0-dim dataset; optional (older files,
+     * h5py, compact datasets: the checksum table covers those) */
+    zck_status hs = zck__h5_attr_at(f, o, path, ZCK_H5_XXH3_ATTR, false, &a);
+    if (hs == ZCK_OK) hs = zck__h5_attr_value(f, a, path, ZCK_H5_XXH3_ATTR, 'u', &d->xxh3);
     if (hs == ZCK_OK) d->has_xxh3 = true;
-    else if (hs == ZCK_ERR_NOT_FOUND) zck_clear_error();
-    else st = hs;
+    else if (hs != ZCK_ERR_NOT_FOUND) st = hs;
   }
   /* bound to the path asked for, the dtype after its attribute and the shape: another
    * dataset's contents under this name miss the table */
