@@ -174,9 +174,11 @@ with tempfile.TemporaryDirectory() as tmp:
                     for s in ("fp32", "exp_avg", "exp_avg_sq"):
                         d = f[f"params/{n}/{s}"]
                         layout = d.id.get_create_plist().get_layout()
-                        small = 0 < d.size * d.dtype.itemsize <= 16384
-                        if layout != (h5py.h5d.COMPACT if small else h5py.h5d.CHUNKED):
-                            errs.append(f"hdf5: {n}/{s}: layout {layout} for {d.size * d.dtype.itemsize} bytes")
+                        nbytes = d.size * d.dtype.itemsize
+                        want = (h5py.h5d.CONTIGUOUS if not d.ndim or not d.size else
+                                h5py.h5d.COMPACT if nbytes <= 16384 else h5py.h5d.CHUNKED)
+                        if layout != want:
+                            errs.append(f"hdf5: {n}/{s}: layout {layout} for {nbytes} bytes")
                         compact += layout == h5py.h5d.COMPACT
                         if d.chunks and d.size:
                             flt = d.id.get_create_plist().get_filter(0)
