@@ -21,8 +21,7 @@ struct zck_hf_index {
   zck__strmap tensor_map, shard_map;
   bool has_total;
   uint64_t total_size;
-  const char **md_keys, **md_values;  /* string-valued metadata entries */
-  size_t md_count, md_cap;
+  zck__st_pairs md;                   /* string-valued metadata entries */
   zck__arena arena;
 };
 
@@ -46,9 +45,8 @@ bool zck_hf_index_total_size(const zck_hf_index *ix, uint64_t *total) {
 }
 
 const char *zck_hf_index_metadata_get(const zck_hf_index *ix, const char *key) {
-  for (size_t i = 0; i < ix->md_count; i++)
-    if (!strcmp(ix->md_keys[i], key)) return ix->md_values[i];
-  return NULL;
+  size_t i = zck__st_pairs_find(&ix->md, key);
+  return i == SIZE_MAX ? NULL : ix->md.values[i];
 }
 
 void zck_hf_index_free(zck_hf_index *ix) {
@@ -57,28 +55,11 @@ void zck_hf_index_free(zck_hf_index *ix) {
   free(ix->tensors);
   free(ix->shard_of);
   free(ix->shards);
-  free(ix->md_keys);
-  free(ix->md_values);
+  zck__st_pairs_free(&ix->md);
   zck__strmap_free(&ix->tensor_map);
   zck__strmap_free(&ix->shard_map);
   zck__arena_free(&ix->arena);
   free(ix);
-}
-
-/* Grows one array, or two kept in step (b may be NULL), to hold len + 1 elements. */
-static bool zck__grow2(void *pa, void *pb, size_t *cap, size_t len, size_t elem) {
-  if (len < *cap) return true;
-  size_t ncap = *cap ? *cap * 2 : 16;
-  void *a = zck__realloc(*(void **)pa, ncap * elem);
-  if (!a) return false;
-  *(void **)pa = a;
-  if (pb) {
-    void *b = zck__realloc(*(void **)pb, ncap * elem);
-    if (!b) return false; /* a keeps its larger size; cap stays, so the next call retries */
-    *(void **)pb = b;
-  }
-  *cap = ncap;
-  return true;
 }
 
 /* PureWindowsPath(name): drive ("X:" or a UNC "\\server"), root (a leading separator) or a
@@ -119,12 +100,11 @@ static zck_status zck__hf_parse_metadata(zck_hf_index *ix, zck__jp *jp) {
       ix->has_total = true;
       continue;
     }
-    for (size_t i = 0; i < ix->md_count; i++)
-      if (!strcmp(ix->md_keys[i], key)) {
-        char q[ZCK__QNAME_MAX];
-        jp->check = "IX-01";
-        return zck__jp_fail_value(jp, "metadata: duplicate key \"%s\"", zck__qname(key, q));
-      }
+    if (zck__st_pairs_find(&ix->md, key) != SIZE_MAX) {
+      char q[ZCK__QNAME_MAX];
+      jp->check = "IX-01";
+      return zck__jp_fail_value(jp, "metadata: duplicate key \"%s\"", zck__qname(key, q));
+    }
     if (zck__jp_peek(jp) != '"') { /* IX-11: other keys, any values */
       ZCK_TRY(zck__jp_skip(jp));
       continue;
@@ -132,9 +112,8 @@ static zck_status zck__hf_parse_metadata(zck_hf_index *ix, zck__jp *jp) {
     ZCK_TRY(zck__jp_string(jp, "metadata value"));
     const char *value = NULL;
     ZCK_TRY(zck__hf_copy_str(ix, jp, "metadata value", &value));
-    if (!zck__grow2(&ix->md_keys, &ix->md_values, &ix->md_cap, ix->md_count, sizeof(char *))) return ZCK_ERR_NO_MEMORY;
-    ix->md_keys[ix->md_count] = key;
-    ix->md_values[ix->md_count++] = value;
+    bool dup;
+    ZCK_TRY(zck__st_pairs_add(&ix->md, key, value, &dup));
   }
   zck__jp_leave(jp);
   return ZCK_OK;

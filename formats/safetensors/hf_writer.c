@@ -125,8 +125,7 @@ struct zck_hf_writer {
   zck__hf_item *items;
   size_t count, cap;
   zck__strmap names;
-  char **md_keys, **md_values;
-  size_t md_count, md_cap;
+  zck__st_pairs md;
   zck__arena arena;
   size_t nshards;
   zck_st_writer **shards;
@@ -171,8 +170,7 @@ void zck_hf_writer_free(zck_hf_writer *w) {
   free(w->shards);
   zck__known_free(&w->known);
   free(w->items);
-  free(w->md_keys);
-  free(w->md_values);
+  zck__st_pairs_free(&w->md);
   free(w->out_dir);
   free(w->prefix);
   zck__strmap_free(&w->names);
@@ -189,23 +187,15 @@ zck_status zck_hf_writer_set_metadata(zck_hf_writer *w, const char *key, const c
     return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: metadata \"%s\" is not valid UTF-8", key);
   char *v = zck__arena_strndup(&w->arena, value, strlen(value));
   if (!v) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < w->md_count; i++)
-    if (!strcmp(w->md_keys[i], key)) { w->md_values[i] = v; return ZCK_OK; }
-  if (w->md_count == w->md_cap) {
-    size_t cap = w->md_cap ? w->md_cap * 2 : 8;
-    char **k = zck__realloc(w->md_keys, cap * sizeof *k);
-    if (!k) return ZCK_ERR_NO_MEMORY;
-    w->md_keys = k;
-    char **vv = zck__realloc(w->md_values, cap * sizeof *vv);
-    if (!vv) return ZCK_ERR_NO_MEMORY;
-    w->md_values = vv;
-    w->md_cap = cap;
+  size_t at = zck__st_pairs_find(&w->md, key);
+  if (at != SIZE_MAX) {
+    w->md.values[at] = v;
+    return ZCK_OK;
   }
   char *k = zck__arena_strndup(&w->arena, key, strlen(key));
   if (!k) return ZCK_ERR_NO_MEMORY;
-  w->md_keys[w->md_count] = k;
-  w->md_values[w->md_count++] = v;
-  return ZCK_OK;
+  bool dup;
+  return zck__st_pairs_add(&w->md, k, v, &dup);
 }
 
 zck_status zck_hf_writer_add(zck_hf_writer *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
@@ -280,7 +270,7 @@ zck_status zck_hf_writer_layout(zck_hf_writer *w) {
     if (!w->shard_names[s]) return ZCK_ERR_NO_MEMORY;
     ZCK_TRY(zck_st_writer_new(&w->shards[s]));
     if (nshards == 1)
-      for (size_t m = 0; m < w->md_count; m++) ZCK_TRY(zck_st_writer_set_metadata(w->shards[s], w->md_keys[m], w->md_values[m]));
+      for (size_t m = 0; m < w->md.count; m++) ZCK_TRY(zck_st_writer_set_metadata(w->shards[s], w->md.keys[m], w->md.values[m]));
   }
   for (size_t i = 0; i < w->count; i++) {
     zck__hf_item *it = &w->items[i];
@@ -339,7 +329,7 @@ static zck_status zck__hf_index_json(zck_hf_writer *w, zck__buf *b) {
       return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: total size overflows 64 bits");
 
   /* metadata entries as (key, rendered value) */
-  size_t nm = w->md_count + 2;
+  size_t nm = w->md.count + 2;
   const char **keys = zck__calloc(nm, sizeof *keys);
   char **vals = zck__calloc(nm, sizeof *vals);
   const zck__hf_item **order = zck__calloc(w->count ? w->count : 1, sizeof *order);
@@ -352,12 +342,12 @@ static zck_status zck__hf_index_json(zck_hf_writer *w, zck__buf *b) {
     }
     keys[k] = "total_size";
     vals[k++] = zck__sprintf("%llu", (unsigned long long)total);
-    for (size_t i = 0; i < w->md_count; i++) {
+    for (size_t i = 0; i < w->md.count; i++) {
       zck__buf tmp;
       zck__buf_init(&tmp);
-      zck__json_str_python(&tmp, w->md_values[i]);
+      zck__json_str_python(&tmp, w->md.values[i]);
       zck__buf_byte(&tmp, 0);
-      keys[k] = w->md_keys[i];
+      keys[k] = w->md.keys[i];
       vals[k++] = tmp.failed ? NULL : (char *)tmp.data;
       if (tmp.failed) zck__buf_free(&tmp);
     }

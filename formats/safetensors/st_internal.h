@@ -29,6 +29,25 @@ typedef struct zck__strlist {
 void zck__strlist_addf(zck__strlist *l, const char *fmt, ...) ZCK__PRINTF(2, 3);
 void zck__strlist_free(zck__strlist *l);
 
+/* Grows one array, or two kept in step (pb may be NULL), to hold len + 1 elements. */
+bool zck__grow2(void *pa, void *pb, size_t *cap, size_t len, size_t elem);
+
+/* ---- string pairs: metadata entries (a header's __metadata__, an index's metadata, what a
+ * writer was given) in insertion order, looked up by key through a hash table: a hostile
+ * header or index may hold 100k keys, and a scan per key made its parse quadratic. The
+ * strings are borrowed (the owner's arena keeps them). */
+typedef struct zck__st_pairs {
+  const char **keys, **values;
+  size_t count, cap;
+  zck__strmap map;
+} zck__st_pairs;
+/* Appends key -> value; when the key is there already nothing is added and *dup is set. */
+zck_status zck__st_pairs_add(zck__st_pairs *p, const char *key, const char *value, bool *dup);
+/* The position of key, or SIZE_MAX. */
+size_t zck__st_pairs_find(const zck__st_pairs *p, const char *key);
+void zck__st_pairs_clear(zck__st_pairs *p);
+void zck__st_pairs_free(zck__st_pairs *p);
+
 /* A printable, bounded rendering of a name for one-line messages: control characters and
  * backslashes escaped, long names shortened with "...". */
 #define ZCK__QNAME_MAX 200

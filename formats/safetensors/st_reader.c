@@ -17,9 +17,7 @@ struct zck_st_file {
   size_t count, cap;
   zck__strmap map;
   bool has_metadata;
-  const char **md_keys, **md_values;
-  size_t md_count, md_cap;
-  zck__strmap md_map;
+  zck__st_pairs md;
   zck__arena arena;
   zck__strlist warnings;
 };
@@ -33,7 +31,7 @@ uint64_t zck_st_data_start(const zck_st_file *f) { return f->data_start; }
 uint64_t zck_st_file_size(const zck_st_file *f) { return f->src->size; }
 size_t zck_st_count(const zck_st_file *f) { return f->count; }
 bool zck_st_has_metadata(const zck_st_file *f) { return f->has_metadata; }
-size_t zck_st_metadata_count(const zck_st_file *f) { return f->md_count; }
+size_t zck_st_metadata_count(const zck_st_file *f) { return f->md.count; }
 size_t zck_st_warning_count(const zck_st_file *f) { return f->warnings.len; }
 
 const zck_st_tensor *zck_st_tensor_at(const zck_st_file *f, size_t i) {
@@ -47,14 +45,14 @@ const zck_st_tensor *zck_st_find(const zck_st_file *f, const char *name) {
 }
 
 void zck_st_metadata_at(const zck_st_file *f, size_t i, const char **key, const char **value) {
-  ZCK_ASSERT(i < f->md_count);
-  if (key) *key = f->md_keys[i];
-  if (value) *value = f->md_values[i];
+  ZCK_ASSERT(i < f->md.count);
+  if (key) *key = f->md.keys[i];
+  if (value) *value = f->md.values[i];
 }
 
 const char *zck_st_metadata_get(const zck_st_file *f, const char *key) {
-  size_t i;
-  return zck__strmap_get(&f->md_map, key, &i) ? f->md_values[i] : NULL;
+  size_t i = zck__st_pairs_find(&f->md, key);
+  return i == SIZE_MAX ? NULL : f->md.values[i];
 }
 
 const char *zck_st_warning_at(const zck_st_file *f, size_t i) {
@@ -71,10 +69,8 @@ zck_status zck_st_read(const zck_st_file *f, const zck_st_tensor *t, void *dst, 
 void zck_st_close(zck_st_file *f) {
   if (!f) return;
   free(f->tensors);
-  free(f->md_keys);
-  free(f->md_values);
+  zck__st_pairs_free(&f->md);
   zck__strmap_free(&f->map);
-  zck__strmap_free(&f->md_map);
   zck__arena_free(&f->arena);
   zck__strlist_free(&f->warnings);
   if (f->owns_src) zck__source_close(&f->own_src);
@@ -100,7 +96,6 @@ static zck_status zck__st_parse_metadata(zck_st_file *f, zck__jp *jp) {
   jp->check = "ST-06";
   ZCK_TRY(zck__jp_object_begin(jp, "__metadata__: must be an object of strings"));
   f->has_metadata = true;
-  ZCK_TRY(zck__strmap_init(&f->md_map, 8));
   bool first = true, done;
   char q[ZCK__QNAME_MAX];
   for (;;) {
@@ -118,23 +113,11 @@ static zck_status zck__st_parse_metadata(zck_st_file *f, zck__jp *jp) {
     value = zck__arena_strndup(&f->arena, (const char *)jp->str.data, jp->str.len);
     if (!value) return ZCK_ERR_NO_MEMORY;
     bool dup;
-    ZCK_TRY(zck__strmap_put(&f->md_map, key, f->md_count, &dup, NULL));
+    ZCK_TRY(zck__st_pairs_add(&f->md, key, value, &dup));
     if (dup) {
       jp->check = "ST-10";
       return zck__jp_fail_value(jp, "__metadata__: duplicate key \"%s\"", zck__qname(key, q));
     }
-    if (f->md_count == f->md_cap) {
-      size_t cap = f->md_cap ? f->md_cap * 2 : 8;
-      const char **k = realloc(f->md_keys, cap * sizeof *k);
-      if (!k) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
-      f->md_keys = k;
-      const char **v = realloc(f->md_values, cap * sizeof *v);
-      if (!v) return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
-      f->md_values = v;
-      f->md_cap = cap;
-    }
-    f->md_keys[f->md_count] = key;
-    f->md_values[f->md_count++] = value;
   }
   zck__jp_leave(jp);
   return ZCK_OK;

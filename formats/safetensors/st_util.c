@@ -75,6 +75,52 @@ void zck__strlist_free(zck__strlist *l) {
   memset(l, 0, sizeof *l);
 }
 
+/* ---- growing arrays */
+
+/* Grows one array, or two kept in step (b may be NULL), to hold len + 1 elements. */
+bool zck__grow2(void *pa, void *pb, size_t *cap, size_t len, size_t elem) {
+  if (len < *cap) return true;
+  size_t ncap = *cap ? *cap * 2 : 16;
+  void *a = zck__realloc(*(void **)pa, ncap * elem);
+  if (!a) return false;
+  *(void **)pa = a;
+  if (pb) {
+    void *b = zck__realloc(*(void **)pb, ncap * elem);
+    if (!b) return false; /* a keeps its larger size; cap stays, so the next call retries */
+    *(void **)pb = b;
+  }
+  *cap = ncap;
+  return true;
+}
+
+/* ---- string pairs */
+
+zck_status zck__st_pairs_add(zck__st_pairs *p, const char *key, const char *value, bool *dup) {
+  ZCK_TRY(zck__strmap_put(&p->map, key, p->count, dup, NULL));
+  if (*dup) return ZCK_OK;
+  if (!zck__grow2(&p->keys, &p->values, &p->cap, p->count, sizeof(char *))) return ZCK_ERR_NO_MEMORY;
+  p->keys[p->count] = key;
+  p->values[p->count++] = value;
+  return ZCK_OK;
+}
+
+size_t zck__st_pairs_find(const zck__st_pairs *p, const char *key) {
+  size_t i;
+  return zck__strmap_get(&p->map, key, &i) ? i : SIZE_MAX;
+}
+
+void zck__st_pairs_clear(zck__st_pairs *p) {
+  zck__strmap_free(&p->map);
+  p->count = 0;
+}
+
+void zck__st_pairs_free(zck__st_pairs *p) {
+  free(p->keys);
+  free(p->values);
+  zck__strmap_free(&p->map);
+  memset(p, 0, sizeof *p);
+}
+
 /* ---- messages */
 
 const char *zck__qname(const char *name, char buf[ZCK__QNAME_MAX]) {

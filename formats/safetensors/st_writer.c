@@ -18,8 +18,7 @@ struct zck_st_writer {
   zck_st_tensor *tensors;  /* in add order */
   size_t count, cap;
   zck__strmap map;
-  char **md_keys, **md_values;
-  size_t md_count, md_cap;
+  zck__st_pairs md;
   zck__arena arena;
   zck__buf header;         /* 8-byte length + padded JSON */
   uint64_t file_size;
@@ -52,8 +51,7 @@ void zck_st_writer_free(zck_st_writer *w) {
   zck__shash_free(w->hash);
   free(w->stores);
   free(w->tensors);
-  free(w->md_keys);
-  free(w->md_values);
+  zck__st_pairs_free(&w->md);
   free(w->path);
   zck__strmap_free(&w->map);
   zck__arena_free(&w->arena);
@@ -76,32 +74,20 @@ zck_status zck_st_writer_set_metadata(zck_st_writer *w, const char *key, const c
   ZCK_TRY(zck__st_check_utf8("metadata value", value));
   char *v = zck__arena_strndup(&w->arena, value, strlen(value));
   if (!v) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < w->md_count; i++) {
-    if (!strcmp(w->md_keys[i], key)) {
-      w->md_values[i] = v;
-      return ZCK_OK;
-    }
-  }
-  if (w->md_count == w->md_cap) {
-    size_t cap = w->md_cap ? w->md_cap * 2 : 8;
-    char **k = zck__realloc(w->md_keys, cap * sizeof *k);
-    if (!k) return ZCK_ERR_NO_MEMORY;
-    w->md_keys = k;
-    char **vv = zck__realloc(w->md_values, cap * sizeof *vv);
-    if (!vv) return ZCK_ERR_NO_MEMORY;
-    w->md_values = vv;
-    w->md_cap = cap;
+  size_t at = zck__st_pairs_find(&w->md, key);
+  if (at != SIZE_MAX) {
+    w->md.values[at] = v;
+    return ZCK_OK;
   }
   char *k = zck__arena_strndup(&w->arena, key, strlen(key));
   if (!k) return ZCK_ERR_NO_MEMORY;
-  w->md_keys[w->md_count] = k;
-  w->md_values[w->md_count++] = v;
-  return ZCK_OK;
+  bool dup;
+  return zck__st_pairs_add(&w->md, k, v, &dup);
 }
 
 void zck_st_writer_clear_metadata(zck_st_writer *w) {
   ZCK_ASSERT(!w->laid_out);
-  w->md_count = 0;
+  zck__st_pairs_clear(&w->md);
 }
 
 zck_status zck_st_writer_add(zck_st_writer *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
@@ -170,13 +156,13 @@ zck_status zck_st_writer_layout(zck_st_writer *w) {
   b->len = 0;
   zck__buf_u64le(b, 0); /* patched below */
   zck__buf_byte(b, '{');
-  if (w->md_count) {
+  if (w->md.count) {
     zck__buf_str(b, "\"__metadata__\":{");
-    for (size_t i = 0; i < w->md_count; i++) {
+    for (size_t i = 0; i < w->md.count; i++) {
       if (i) zck__buf_byte(b, ',');
-      zck__json_str_serde(b, w->md_keys[i]);
+      zck__json_str_serde(b, w->md.keys[i]);
       zck__buf_byte(b, ':');
-      zck__json_str_serde(b, w->md_values[i]);
+      zck__json_str_serde(b, w->md.values[i]);
     }
     zck__buf_byte(b, '}');
   }
@@ -189,7 +175,7 @@ zck_status zck_st_writer_layout(zck_st_writer *w) {
       return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: total data size overflows");
     }
     t->end = off;
-    if (i || w->md_count) zck__buf_byte(b, ',');
+    if (i || w->md.count) zck__buf_byte(b, ',');
     zck__json_str_serde(b, t->name);
     zck__buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", zck_st_dtype_name(t->st_dtype));
     for (int d = 0; d < t->ndim; d++) zck__buf_printf(b, d ? ",%llu" : "%llu", (unsigned long long)t->shape[d]);
