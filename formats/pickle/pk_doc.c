@@ -26,6 +26,7 @@ void *zck__pk_arena(zck_pk_doc *d, size_t n) {
   if (!c || c->cap - c->used < n) {
     /* chunks double from 1 KiB to 256 KiB: a small pickle pays for little */
     size_t cap = c ? (c->cap < ((size_t)256 << 10) ? 2 * c->cap : c->cap) : 1024;
+    if (cap < n) cap = 4096; /* a string of 1-4 KiB early on: the chunk must hold it */
     zck__pk_chunk *nc = zck__malloc(sizeof *nc + cap);
     if (!nc) return NULL;
     nc->next = c;

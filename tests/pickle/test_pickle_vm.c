@@ -403,11 +403,48 @@ static void test_malformed(void) {
   GOOD("\x80\x02(0N.");
 }
 
+/* Strings of 1-4 KiB (too small for a chunk of their own) as the first objects, when
+ * the arena's chunk is still 1-2 KiB: each must get a chunk that holds it (the arena
+ * wrote past a 1 KiB chunk; a Trainer's training_args.bin crashed verify). */
+static void test_arena_strings(void) {
+  static const size_t sizes[] = {1500, 3000, 2100, 4000, 1025, 4096, 2049, 3500, 8, 4090};
+  const size_t count = sizeof sizes / sizeof *sizes;
+  size_t total = 4 + 2; /* PROTO 2 ] ( ... e . */
+  for (size_t i = 0; i < count; i++) total += 5 + sizes[i];
+  unsigned char *p = malloc(total), *w = p;
+  ZT_ASSERT(p);
+  *w++ = 0x80, *w++ = 2, *w++ = ']', *w++ = '(';
+  for (size_t i = 0; i < count; i++) {
+    *w++ = 'X';
+    for (int b = 0; b < 4; b++) *w++ = (unsigned char)(sizes[i] >> (8 * b));
+    memset(w, 'a' + (int)i, sizes[i]);
+    w += sizes[i];
+  }
+  *w++ = 'e', *w++ = '.';
+  ZT_EQ_INT((long)(w - p), (long)total);
+  zck_pk_doc *d;
+  ZT_OK(zck_pickle_load(p, total, "strings.pkl", NULL, &d));
+  const zck_pk *r = zck_pk_doc_root(d);
+  ZT_EQ_INT(r->kind, ZCK_PK_LIST);
+  ZT_EQ_INT(r->u.seq.len, count);
+  for (size_t i = 0; i < count; i++) {
+    const zck_pk *it = r->u.seq.items[i];
+    ZT_EQ_INT(it->kind, ZCK_PK_STR);
+    ZT_EQ_INT(it->u.str.len, sizes[i]);
+    for (size_t k = 0; k < sizes[i]; k++)
+      if (it->u.str.data[k] != 'a' + (int)i) ZT_FAIL("string %zu byte %zu overwritten", i, k);
+    ZT_EQ_INT(it->u.str.data[sizes[i]], 0);
+  }
+  zck_pk_doc_free(d);
+  free(p);
+}
+
 int main(void) {
   test_values();
   test_protocols();
   test_build();
   test_malformed();
+  test_arena_strings();
   printf("pickle VM tests passed\n");
   return 0;
 }
