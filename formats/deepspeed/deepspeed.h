@@ -178,6 +178,12 @@ typedef struct zck_ds_output {
 } zck_ds_output;
 
 const zck_ds_output *zck_ds_outputs(const zck_ds_ckpt *c, size_t *n);
+/* The recipe's last step, for every reader that builds it: appends to out[0..*n) the
+ * shared_params entries alias[i] -> source[i] (NULL entries skipped) whose source is an
+ * output, as ALIAS outputs (a repeated alias replaces its earlier output). out has room for
+ * n_shared more. */
+zck_status zck_ds_outputs_add_aliases(zck_ds_output *out, size_t *n, const char *const *alias,
+                                      const char *const *source, size_t n_shared, const zck_model *m);
 
 /* shared_params entries whose source was not saved: checkpoints saved with
  * exclude_frozen_parameters (HF Trainer + PEFT/LoRA) keep `lm_head.weight ->

@@ -454,25 +454,8 @@ static zck_status build_outputs(zck_ds_ckpt *c) {
                                       c->info.master_dtype, pp->ndim, pp->shape, pp->numel};
   }
   /* 4. aliases whose source is in the output: the same tensor */
-  size_t before = n;
-  for (size_t i = 0; i < m0->n_shared; i++) {
-    int64_t src = -1;
-    for (size_t j = 0; j < before; j++)
-      if (!strcmp(c->outputs[j].name, m0->shared_src[i])) src = (int64_t)j;
-    /* an alias missing from module (warned) is still emitted, as zero_to_fp32 does */
-    int64_t p = zck_model_find_param(m, m0->shared_alias[i]);
-    if (src < 0) continue;
-    /* a repeated alias key overwrites the earlier entry in the Python dict */
-    int64_t prev = -1;
-    for (size_t j = before; j < n; j++)
-      if (!strcmp(c->outputs[j].name, m0->shared_alias[i])) prev = (int64_t)j;
-    zck_ds_output *o = &c->outputs[prev >= 0 ? (size_t)prev : n++];
-    *o = c->outputs[src];
-    o->name = m0->shared_alias[i];
-    o->kind = ZCK_DS_OUT_ALIAS;
-    o->index = p >= 0 ? (uint32_t)p : UINT32_MAX;
-    o->alias_of = (int32_t)src;
-  }
+  ZCK_TRY(zck_ds_outputs_add_aliases(c->outputs, &n, (const char *const *)m0->shared_alias,
+                                     (const char *const *)m0->shared_src, m0->n_shared, m));
   c->n_outputs = n;
   return ZCK_OK;
 }

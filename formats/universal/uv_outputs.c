@@ -80,24 +80,15 @@ zck_status zck__uv_build_outputs(zck_uv_ckpt *c) {
     out[n++] = (zck_ds_output){pp->name, ZCK_DS_OUT_TRAINABLE, c->flat[k], -1, c->info.master_dtype,
                                c->info.master_dtype, pp->ndim, pp->shape, pp->numel};
   }
-  size_t before = n;
-  for (size_t i = 0; i < n_shared; i++) {
-    const char *alias = zck_pk_as_str(sh->u.dict.keys[i]), *src_name = zck_pk_as_str(sh->u.dict.values[i]);
-    if (!alias || !src_name) continue;   /* refused by the manifest builder already */
-    int64_t src = -1, prev = -1;
-    for (size_t j = 0; j < before; j++)
-      if (!strcmp(out[j].name, src_name)) src = (int64_t)j;
-    if (src < 0) continue;
-    for (size_t j = before; j < n; j++)
-      if (!strcmp(out[j].name, alias)) prev = (int64_t)j;
-    int64_t p = zck_model_find_param(m, alias);
-    zck_ds_output *o = &out[prev >= 0 ? (size_t)prev : n++];
-    *o = out[src];
-    o->name = alias;
-    o->kind = ZCK_DS_OUT_ALIAS;
-    o->index = p >= 0 ? (uint32_t)p : UINT32_MAX;
-    o->alias_of = (int32_t)src;
+  const char **names = n_shared ? zck__calloc(2 * n_shared, sizeof *names) : NULL;
+  if (n_shared && !names) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < n_shared; i++) { /* a non-string was refused by the manifest builder already */
+    names[i] = zck_pk_as_str(sh->u.dict.keys[i]);
+    names[n_shared + i] = zck_pk_as_str(sh->u.dict.values[i]);
   }
+  zck_status s = zck_ds_outputs_add_aliases(out, &n, names, names + n_shared, n_shared, m);
+  free(names);
+  ZCK_TRY(s);
   c->n_outputs = n;
   return ZCK_OK;
 }
