@@ -19,6 +19,8 @@
  * the writers treat ZeRO-0 like stage 1: trainable params in a whole-tensor layout whose
  * stores are the masters and the Adam moments where they lie in the model file. */
 #include "ds_internal.h"
+#include "strmap.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,24 +43,58 @@ static bool same_shape(int na, const int64_t *a, int nb, const int64_t *b) {
   return true;
 }
 
-/* A module entry that is the same tensor as an earlier one (a tied head): same storage,
- * offset and shape. torch.save writes the tensor once; module_state_dict lists both names. */
-static int64_t alias_of(const zck__ds_model_file *mf, size_t i) {
-  const zck__ds_tref *t = &mf->module_t[i];
-  if (!t->has_record || !t->numel) return -1;
-  for (size_t j = 0; j < i; j++) {
-    const zck__ds_tref *u = &mf->module_t[j];
-    if (u->has_record && !strcmp(u->rec_key, t->rec_key) && u->offset == t->offset && u->dtype == t->dtype &&
-        same_shape(u->ndim, u->shape, t->ndim, t->shape))
-      return (int64_t)j;
-  }
-  return -1;
+/* Which module entries are buffers and which are second names of an earlier entry's tensor
+ * (a tied head: same storage, offset, dtype and shape; torch.save writes the tensor once
+ * and module_state_dict lists both names). Both through hash tables: a module of 100k
+ * entries made a scan per entry quadratic. */
+typedef struct module_index {
+  zck__strmap buffers, tensors;
+  char **keys;           /* the tensors table's keys, owned */
+  size_t n;
+} module_index;
+
+static void module_index_free(module_index *x) {
+  zck__strmap_free(&x->buffers);
+  zck__strmap_free(&x->tensors);
+  for (size_t i = 0; x->keys && i < x->n; i++) free(x->keys[i]);
+  free(x->keys);
 }
 
-static bool is_buffer(const zck__ds_model_file *mf, const char *name) {
-  for (size_t i = 0; i < mf->n_buffer_names; i++)
-    if (!strcmp(mf->buffer_names[i], name)) return true;
-  return false;
+/* "storage key / offset / dtype / shape": equal strings are the same tensor */
+static char *tensor_key(const zck__ds_tref *t) {
+  zck__buf b;
+  zck__buf_init(&b);
+  zck__buf_printf(&b, "%s/%llu/%d/", t->rec_key, (unsigned long long)t->offset, (int)t->dtype);
+  for (int d = 0; d < t->ndim; d++) zck__buf_printf(&b, "%lld,", (long long)t->shape[d]);
+  zck__buf_byte(&b, 0);
+  if (b.failed) {
+    zck__buf_free(&b);
+    return NULL;
+  }
+  return (char *)b.data;
+}
+
+/* alias[i]: the first earlier entry holding entry i's tensor, or -1; buffer[i] set for buffers */
+static zck_status module_index_build(const zck__ds_model_file *mf, module_index *x, int64_t *alias, bool *buffer) {
+  memset(x, 0, sizeof *x);
+  bool dup;
+  ZCK_TRY(zck__strmap_init(&x->buffers, mf->n_buffer_names));
+  for (size_t i = 0; i < mf->n_buffer_names; i++) ZCK_TRY(zck__strmap_put(&x->buffers, mf->buffer_names[i], i, &dup, NULL));
+  if (!(x->keys = zck__calloc(mf->n_module + 1, sizeof *x->keys))) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < mf->n_module; i++) {
+    const zck__ds_tref *t = &mf->module_t[i];
+    size_t b;
+    buffer[i] = zck__strmap_get(&x->buffers, mf->module_names[i], &b);
+    alias[i] = -1;
+    if (!t->has_record) continue;
+    char *key = tensor_key(t);
+    if (!key) return ZCK_ERR_NO_MEMORY;
+    x->keys[x->n++] = key;
+    size_t first = 0;
+    ZCK_TRY(zck__strmap_put(&x->tensors, key, i, &dup, &first));
+    if (dup && t->numel && !buffer[i]) alias[i] = (int64_t)first;
+  }
+  return ZCK_OK;
 }
 
 /* The torch state_dict: param_groups numbering 0..n-1 in order, and per index the Adam
@@ -395,11 +431,15 @@ zck_status zck__ds_zero0_read(zck_ds_ckpt *c) {
           *bwd = zck__calloc(n + 1, sizeof *bwd);
   zck_status s = cand && alias && fwd && bwd ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t n_cand = 0;
+  bool *buffer = zck__calloc(n + 1, 1);
+  module_index mx = {0};
+  if (s == ZCK_OK) s = buffer ? module_index_build(mf, &mx, alias, buffer) : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
-    alias[i] = is_buffer(mf, mf->module_names[i]) ? -1 : alias_of(mf, i);
-    cand[i] = !is_buffer(mf, mf->module_names[i]) && alias[i] < 0;
+    cand[i] = !buffer[i] && alias[i] < 0;
     n_cand += cand[i];
   }
+  module_index_free(&mx);
+  free(buffer);
   if (s == ZCK_OK && flat) {
     s = zck__ds_zero0_fused(c, tf, flat, cand, fwd);
   } else if (s == ZCK_OK && !c->z0.has_masters && !c->z0.has_state) {
