@@ -304,9 +304,8 @@ static zck_status build_lp(zck_ds_ckpt *c, const uint64_t *numels) {
 }
 
 static int64_t find_frag(const zck__ds_model_file *mf, const char *name) {
-  for (size_t i = 0; i < mf->n_frags; i++)
-    if (!strcmp(mf->frag_names[i], name)) return (int64_t)i;
-  return -1;
+  size_t i;
+  return zck__strmap_get(&mf->frag_map, name, &i) ? (int64_t)i : -1;
 }
 
 static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {

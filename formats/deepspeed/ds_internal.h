@@ -4,6 +4,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/ds_files.h"
+#include "strmap.h"
 
 /* DeepSpeed's defaults (runtime/zero/config.py). */
 #define ZCK__DS_DEFAULT_SUB_GROUP_SIZE ((uint64_t)1000000000)
@@ -55,6 +56,7 @@ typedef struct zck__ds_model_file {
   char **frag_names;
   zck__ds_tref *frag_t;
   size_t n_frags;
+  zck__strmap frag_map;            /* frag_names -> index (first of a name) */
   bool has_shared;
   char **shared_alias, **shared_src;
   size_t n_shared;

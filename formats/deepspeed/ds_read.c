@@ -100,6 +100,7 @@ void zck__ds_model_file_free(zck__ds_model_file *mf) {
   free_shape_list(&mf->frozen_shapes);
   free_strs(mf->frag_names, mf->n_frags);
   free(mf->frag_t);
+  zck__strmap_free(&mf->frag_map);
   free_strs(mf->shared_alias, mf->n_shared);
   free_strs(mf->shared_src, mf->n_shared);
   free(mf->ds_version);
@@ -294,6 +295,12 @@ static zck_status read_model_tail(zck_ds_ckpt *c, zck__ds_model_file *mf, const 
   if (ff && ff->kind != ZCK_PK_NONE) {
     mf->has_frozen_frags = true;
     ZCK_TRY(read_tensor_dict(mf, tf, ff, &mf->frag_names, &mf->frag_t, &mf->n_frags, "frozen_param_fragments"));
+    /* looked up per frozen param: a LoRA model's params are mostly frozen */
+    ZCK_TRY(zck__strmap_init(&mf->frag_map, mf->n_frags));
+    for (size_t i = 0; i < mf->n_frags; i++) {
+      bool dup;
+      ZCK_TRY(zck__strmap_put(&mf->frag_map, mf->frag_names[i], i, &dup, NULL));
+    }
   }
   const zck_pk *sp = zck_pk_dict_get(root, "shared_params");
   if (sp && sp->kind != ZCK_PK_NONE) {
