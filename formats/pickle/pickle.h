@@ -16,6 +16,7 @@
 #ifndef ZCK_PICKLE_H
 #define ZCK_PICKLE_H
 
+#include "strmap.h"
 #include "util.h"
 
 typedef enum zck_pk_kind {
@@ -99,6 +100,16 @@ int zck_pk_doc_protocol(const zck_pk_doc *doc);
 /* ---- helpers for consumers */
 /* Value of a str key in a DICT (NULL if absent or not a dict). */
 const zck_pk *zck_pk_dict_get(const zck_pk *dict, const char *key);
+/* The same lookups through a hash table, for callers that look up many keys of one large
+ * dict (zck_pk_dict_get scans it: a lookup per frozen param of a LoRA model made a job
+ * quadratic). The dict must outlive the index; it is not modified. */
+typedef struct zck_pk_dict_index {
+  const zck_pk *dict;
+  zck__strmap map;       /* key -> position of its last entry */
+} zck_pk_dict_index;
+zck_status zck_pk_dict_index_init(zck_pk_dict_index *x, const zck_pk *dict);   /* dict may be NULL / not a dict */
+const zck_pk *zck_pk_dict_index_get(const zck_pk_dict_index *x, const char *key);
+void zck_pk_dict_index_free(zck_pk_dict_index *x);
 /* 1 if node is a GLOBAL (or OBJECT whose callable is) module.name ("builtins" and
  * "__builtin__" are the same module). */
 int zck_pk_is_global(const zck_pk *node, const char *module, const char *name);

@@ -359,6 +359,31 @@ const zck_pk *zck_pk_dict_get(const zck_pk *dict, const char *key) {
   return NULL;
 }
 
+zck_status zck_pk_dict_index_init(zck_pk_dict_index *x, const zck_pk *dict) {
+  memset(x, 0, sizeof *x);
+  if (!dict || dict->kind != ZCK_PK_DICT) return ZCK_OK;
+  x->dict = dict;
+  ZCK_TRY(zck__strmap_init(&x->map, dict->u.dict.len));
+  for (size_t i = dict->u.dict.len; i-- > 0;) {   /* the first put of a key stays: the last entry */
+    const zck_pk *k = dict->u.dict.keys[i];
+    /* a key holding U+0000 equals no C string */
+    if (k->kind != ZCK_PK_STR || strlen(k->u.str.data) != k->u.str.len) continue;
+    bool dup;
+    ZCK_TRY(zck__strmap_put(&x->map, k->u.str.data, i, &dup, NULL));
+  }
+  return ZCK_OK;
+}
+
+const zck_pk *zck_pk_dict_index_get(const zck_pk_dict_index *x, const char *key) {
+  size_t i;
+  return x->dict && zck__strmap_get(&x->map, key, &i) ? x->dict->u.dict.values[i] : NULL;
+}
+
+void zck_pk_dict_index_free(zck_pk_dict_index *x) {
+  zck__strmap_free(&x->map);
+  memset(x, 0, sizeof *x);
+}
+
 int zck_pk_is_global(const zck_pk *node, const char *module, const char *name) {
   if (node && node->kind == ZCK_PK_OBJECT) node = node->u.obj.callable;
   if (!node || node->kind != ZCK_PK_GLOBAL) return 0;
