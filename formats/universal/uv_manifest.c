@@ -526,12 +526,18 @@ static zck_status zck__uv_aux(zck_uv_ckpt *c, const char *path, const zck__uv_tr
   return ZCK_OK;
 }
 
-/* frozen_param_fragments[name] of one model file, checked to hold `want` elements. */
-static zck_status zck__uv_fragment(zck_uv_ckpt *c, const zck_torch_file *f, const zck_param *p, uint64_t want,
-                                   zck_store *out) {
+/* A model file's frozen_param_fragments, indexed: it is looked up once per frozen param,
+ * and a LoRA model's params are mostly frozen. */
+static zck_status zck__uv_fragments_index(const zck_torch_file *f, zck_pk_dict_index *x) {
+  return zck_pk_dict_index_init(x, zck_pk_dict_get(zck_torch_root(f), "frozen_param_fragments"));
+}
+
+/* frozen_param_fragments[name] of one model file (ffx: its index), checked to hold `want`
+ * elements. */
+static zck_status zck__uv_fragment(zck_uv_ckpt *c, const zck_torch_file *f, const zck_pk_dict_index *ffx,
+                                   const zck_param *p, uint64_t want, zck_store *out) {
   const char *path = zck_torch_name(f);
-  const zck_pk *ff = zck_pk_dict_get(zck_torch_root(f), "frozen_param_fragments");
-  const zck_pk *node = ff && ff->kind == ZCK_PK_DICT ? zck_pk_dict_get(ff, p->name) : NULL;
+  const zck_pk *node = zck_pk_dict_index_get(ffx, p->name);
   if (!node)  /* DS-26 */
     return zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' missing from frozen_param_fragments", path, p->name);
   zck__uv_tref t;
@@ -595,16 +601,19 @@ static zck_status zck__uv_build_frozen_tp(zck_uv_ckpt *c, const zck_torch_open_o
         st = zck__uv_rank_model(c, t, r, topts, &rf, &why);
         f = rf;
       }
-      const zck_pk *module = st == ZCK_OK ? zck_pk_dict_get(zck_torch_root(f), "module") : NULL;
+      zck_pk_dict_index idx = {0};   /* frozen_param_fragments or module, whichever this reads */
+      if (st == ZCK_OK)
+        st = frags ? zck__uv_fragments_index(f, &idx)
+                   : zck_pk_dict_index_init(&idx, zck_pk_dict_get(zck_torch_root(f), "module"));
       for (size_t i = 0; st == ZCK_OK && i < nf; i++) {
         const zck_param *p = &sm[t]->params[fp[i]];
         uint32_t id = stage == 3 ? zck_layout_store_id(ls[t], (uint32_t)i, r) : (uint32_t)i;
         zck_store *out = &c->frozen_stores[base + id];
         if (frags) {
-          st = zck__uv_fragment(c, f, p, stage == 3 ? zck_zero3_partition(p->numel, w) : p->numel, out);
+          st = zck__uv_fragment(c, f, &idx, p, stage == 3 ? zck_zero3_partition(p->numel, w) : p->numel, out);
           continue;
         }
-        const zck_pk *node = module && module->kind == ZCK_PK_DICT ? zck_pk_dict_get(module, p->name) : NULL;
+        const zck_pk *node = zck_pk_dict_index_get(&idx, p->name);
         zck__uv_tref tr;
         char what[600];
         snprintf(what, sizeof what, "module['%.500s']", p->name);
@@ -621,6 +630,7 @@ static zck_status zck__uv_build_frozen_tp(zck_uv_ckpt *c, const zck_torch_open_o
         }
         if (st == ZCK_OK) st = zck__uv_aux(c, zck_torch_name(f), &tr, what, out);
       }
+      zck_pk_dict_index_free(&idx);
       zck_torch_close(rf);
       rf = NULL;
     }
@@ -695,24 +705,30 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
         free(p);
         f = rf;
       }
+      zck_pk_dict_index ffx = {0};
+      if (st == ZCK_OK) st = zck__uv_fragments_index(f, &ffx);
       for (size_t i = 0; st == ZCK_OK && i < nf; i++)
-        st = zck__uv_fragment(c, f, &m->params[fp[i]], zck_zero3_partition(m->params[fp[i]].numel, w),
+        st = zck__uv_fragment(c, f, &ffx, &m->params[fp[i]], zck_zero3_partition(m->params[fp[i]].numel, w),
                               &c->frozen_stores[zck_layout_store_id(c->frozen_layout, (uint32_t)i, r)]);
+      zck_pk_dict_index_free(&ffx);
       zck_torch_close(rf);
       rf = NULL;
     }
   } else {
     const char *path = zck_torch_name(c->model0);
+    zck_pk_dict_index ffx = {0};
+    if (st == ZCK_OK && stage == 2 && frags) st = zck__uv_fragments_index(c->model0, &ffx);
     for (size_t i = 0; st == ZCK_OK && i < nf; i++) {
       const zck_param *p = &m->params[fp[i]];
       if (stage == 2 && frags) {
-        st = zck__uv_fragment(c, c->model0, p, p->numel, &c->frozen_stores[i]);
+        st = zck__uv_fragment(c, c->model0, &ffx, p, p->numel, &c->frozen_stores[i]);
       } else {
         char what[600];
         snprintf(what, sizeof what, "module['%.500s']", p->name);
         st = zck__uv_aux(c, path, &c->module[c->param_mod[fp[i]]], what, &c->frozen_stores[i]);
       }
     }
+    zck_pk_dict_index_free(&ffx);
   }
   free(fp);
   free(specs);

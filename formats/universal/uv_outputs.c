@@ -63,17 +63,23 @@ zck_status zck__uv_build_outputs(zck_uv_ckpt *c) {
                                  pp->numel};
     }
   } else if (c->info.stage >= 2 && fs) {
+    zck_pk_dict_index ffx;   /* looked up per frozen param */
+    ZCK_TRY(zck_pk_dict_index_init(&ffx, ff));
     for (size_t i = 0; i < fs->u.dict.len; i++) {
       const char *name = zck_pk_as_str(fs->u.dict.keys[i]);
       int64_t p = name ? zck_model_find_param(m, name) : -1;
-      if (p < 0) return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not a parameter",
-                                  zck_torch_name(c->model0), name ? name : "a non-string");
+      if (p < 0) {
+        zck_pk_dict_index_free(&ffx);
+        return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not a parameter",
+                         zck_torch_name(c->model0), name ? name : "a non-string");
+      }
       const zck_param *pp = &m->params[p];
       zck_dtype dt = pp->dtype;
-      const zck_torch_tensor *t = ff ? zck_torch_tensor_of(c->model0, zck_pk_dict_get(ff, name)) : NULL;
+      const zck_torch_tensor *t = ff ? zck_torch_tensor_of(c->model0, zck_pk_dict_index_get(&ffx, name)) : NULL;
       if (t) dt = t->dtype;
       out[n++] = (zck_ds_output){pp->name, ZCK_DS_OUT_FROZEN, (uint32_t)p, -1, dt, dt, pp->ndim, pp->shape, pp->numel};
     }
+    zck_pk_dict_index_free(&ffx);
   }
   for (size_t k = 0; k < c->n_flat; k++) {
     const zck_param *pp = &m->params[c->flat[k]];
