@@ -124,8 +124,55 @@ static zck_status resolve_universal(vctx *c) {
   return ZCK_OK;
 }
 
+/* A Hugging Face Trainer output_dir of DeepSpeed checkpoints: no `latest` of its own, and
+ * a checkpoint-N folder holding one (a Trainer run without DeepSpeed has none: its folder
+ * is verified file by file, as before). */
+static bool trainer_output_dir(const char *dir) {
+  if (zck__verify_exists_in(dir, "latest")) return false;
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (strncmp(e->d_name, "checkpoint-", 11)) continue;
+    char *sub = zck__path_join(dir, e->d_name), *lp = sub ? zck__path_join(sub, "latest") : NULL;
+    struct stat sb;
+    found = lp && is_dir(sub) && lstat(lp, &sb) == 0;
+    free(lp);
+    free(sub);
+  }
+  closedir(d);
+  return found;
+}
+
+/* PATH a Trainer output_dir: the checkpoint consolidate takes from it (the newest complete
+ * checkpoint-N) is the one checked, so verify never says clean where consolidate refuses
+ * (it checked every .pt below PATH one by one, and a checkpoint-N missing a rank file was
+ * "clean"). None complete: damage (c->base stays NULL, nothing else checked). */
+static zck_status resolve_output_dir(vctx *c) {
+  char *picked = NULL, *skipped = NULL;
+  zck_status st = zck_hf_last_checkpoint(c->path, &picked, &skipped);
+  if (st == ZCK_ERR_NO_MEMORY) return st;
+  if (st != ZCK_OK) {
+    zck__verify_add_status(c, st, "structure", c->path, zck_last_error());
+    zck_clear_error();
+    return ZCK_OK;
+  }
+  zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", picked, NULL, -1, 0,
+                   "%s: a Trainer output_dir: checked %s, the newest complete checkpoint (as consolidate takes it)%s%s",
+                   c->path, picked, skipped ? "; " : "", skipped ? skipped : "");
+  free(skipped);
+  c->picked = picked;
+  c->path = picked;
+  return ZCK_OK;
+}
+
 static zck_status resolve(vctx *c) {
   struct stat sb;
+  if (!c->o.tag && stat(c->path, &sb) == 0 && S_ISDIR(sb.st_mode) && trainer_output_dir(c->path)) {
+    ZCK_TRY(resolve_output_dir(c));
+    if (!c->picked) return ZCK_OK; /* reported: run() stops */
+  }
   if (stat(c->path, &sb) != 0) {
     zck_status s = zck__fail_errno(errno, "%s: cannot verify", c->path);
     if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = s;
@@ -399,6 +446,7 @@ static void vctx_free(vctx *c) {
   free(c->files);
   free(c->base);
   free(c->single);
+  free(c->picked);
   zck_manifest_free(c->expected);
 }
 

@@ -57,6 +57,7 @@ typedef struct vfile {
 
 typedef struct vctx {
   const char *path;
+  char *picked;                /* path a Trainer output_dir: its checkpoint-N checked (path points here) */
   zck_verify_opts o;
   struct zck__vreport *r;
   char *base;                  /* folder the files are relative to */

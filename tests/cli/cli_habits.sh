@@ -75,7 +75,22 @@ run 0 "$bin" consolidate "$od" "$tmp/od.safetensors" &&
       { bad "output_dir: expected checkpoint-12 picked, checkpoint-30 named incomplete"; cat "$tmp/err"; }
     cmp -s "$tmp/od.safetensors" "$tmp/one.safetensors" || bad "output_dir: not the checkpoint's tensors"; }
 run 0 "$bin" consolidate -q "$od" "$tmp/odq.safetensors" && quiet_is_silent output_dir
+# verify of the output_dir checks the checkpoint consolidate takes (it checked every .pt below
+# it one by one: a checkpoint-N missing a rank file was "clean" while consolidate refused it)
+run 0 "$bin" verify "$od" && grep -qF "checked $od/checkpoint-12, the newest complete checkpoint" "$tmp/out" ||
+  { bad "verify output_dir: expected checkpoint-12 checked"; cat "$tmp/out"; }
+r1="$tmp/elsewhere/ck12/global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"
+mv "$r1" "$tmp/r1.pt"
+run 3 "$bin" verify "$od" && grep -q "^damaged: $od/checkpoint-12/global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt: missing" "$tmp/out" ||
+  { bad "verify output_dir: the missing rank file of checkpoint-12 not named"; cat "$tmp/out"; }
+run 1 "$bin" consolidate "$od" "$tmp/od-missing.safetensors" || true
+mv "$tmp/r1.pt" "$r1"
 rm -rf "$od/checkpoint-2" "$od/checkpoint-10" "$od/checkpoint-12"
+run 3 "$bin" verify "$od" && grep -q "^damaged: $od: no complete checkpoint-N folder (checkpoint-30 is incomplete" "$tmp/out" ||
+  { bad "verify output_dir without a complete checkpoint"; cat "$tmp/out"; }
+# a Trainer run without DeepSpeed (no `latest` anywhere): still checked file by file
+mkdir -p "$tmp/plain_od/checkpoint-4" && cp "$tmp/one.safetensors" "$tmp/plain_od/checkpoint-4/model.safetensors"
+run 0 "$bin" verify "$tmp/plain_od" && grep -q "^checked: 1 files" "$tmp/out" || { bad "verify of a plain output_dir"; cat "$tmp/out"; }
 run 1 "$bin" consolidate "$od" "$tmp/none2.safetensors" &&
   { [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "^zckpt: error: $od: no complete checkpoint-N folder (checkpoint-30 is incomplete" "$tmp/err" ||
       { bad "output_dir without a complete checkpoint"; cat "$tmp/err"; }; }
