@@ -240,7 +240,8 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
 
 zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out) {
   zck_h5u *u = NULL;
-  ZCK_TRY(zck_h5u_open(path, &u));
+  /* described from its root attributes, links and checksum table: no dataset header read */
+  ZCK_TRY(zck_h5u_describe(path, &u));
   const zck_h5u_info *in = zck_h5u_info_of(u);
   const zck_model *m = zck_h5u_model(u);
   uint64_t trainable = 0, frozen = 0, buffer_bytes = 0;

@@ -29,6 +29,7 @@ typedef struct zck__uvh_job {
   zck_layout *dst_layout;
   zck_plan *plan;
   zck_store *dst;
+  zck_dtype dtype;   /* every dataset's dtype when they share one, else INVALID */
 } zck__uvh_job;
 
 /* Datasets for params[0..n) of part (whole tensors, their own dtype unless `as`), and the
@@ -50,6 +51,7 @@ static zck_status zck__uvh_part(zck_h5_writer *w, const zck_model *m, const zck_
     zck_dtype dt = pf < l->param_first[params[i] + 1] ? view->stores[l->pieces[pf].store].dtype : view->stores[0].dtype;
     st = path ? zck_h5_writer_dataset(w, path, dt, p->ndim, p->shape, &j->dst[i]) : ZCK_ERR_NO_MEMORY;
     free(path);
+    j->dtype = !i || j->dtype == dt ? dt : ZCK_DTYPE_INVALID;
   }
   zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
   po.order = ZCK_PLAN_BY_DST;
@@ -116,6 +118,17 @@ static cJSON *zck__uvh_hparam_json(const zck_hparam *h) {
   case ZCK_HP_STRING: return cJSON_CreateString(h->s);
   default: return cJSON_CreateNull();
   }
+}
+
+/* part_dtypes (zck_h5.h): the dtype of every dataset of a trainable part, for the parts
+ * whose datasets share one, so a reader can describe the params without their headers. */
+static zck_status zck__uvh_part_dtypes(zck_h5_writer *w, const zck__uvh_job *jobs, size_t n_flat) {
+  if (!n_flat) return ZCK_OK;
+  static const char *const keys[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+  cJSON *o = cJSON_CreateObject();
+  for (int k = 0; o && k < 3; k++)
+    if (jobs[k].dtype != ZCK_DTYPE_INVALID) cJSON_AddStringToObject(o, keys[k], zck_dtype_name(jobs[k].dtype));
+  return zck__uvh_attr_json(w, "part_dtypes", o);
 }
 
 static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const char *src, const uint32_t *flat,
@@ -432,6 +445,7 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   if (st == ZCK_OK && n_fz) st = zck__uvh_part(w, m, &frozen, ZCK_H5U_FROZEN, fz, n_fz, &jobs[3]);
   if (st == ZCK_OK) st = zck__uvh_buffers(w, m, &bufs, &jobs[4]);
   if (st == ZCK_OK) st = zck__uvh_attrs(w, ck, src, flat, n_flat);
+  if (st == ZCK_OK) st = zck__uvh_part_dtypes(w, jobs, n_flat);
   if (st == ZCK_OK) st = zck__uvh_resume_state(w, ck);
   if (st == ZCK_OK) {
     zck_exec_job ej[5];

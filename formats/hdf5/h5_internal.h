@@ -111,6 +111,8 @@ typedef struct zck__h5_mobj {
   zck__h5_mlink *links;              /* a group's links, in name order */
   size_t nlinks;
   const zck__h5_mdset *ds;           /* a dataset's header as the child read it; NULL if none */
+  bool unread;                       /* a dataset a lazy walk typed and did not open: no
+                                        attributes, no header (walk again in full) */
 } zck__h5_mobj;
 
 typedef struct zck__h5_meta zck__h5_meta;
@@ -118,11 +120,21 @@ typedef struct zck__h5_meta zck__h5_meta;
 /* Forks a child that opens path with libhdf5 and reads every object reached by hard links,
  * their attributes and links, and the root's attribute digest; appends its records to
  * *records. FORMAT error if the library crashes there (h5_probe.c). With ZCK_H5_NO_PROBE
- * set, walks in this process instead (debugging). */
-zck_status zck__h5_probe(const char *path, zck__buf *records);
+ * set, walks in this process instead (debugging). lazy: NULL, or the name of a root link
+ * below which datasets are only typed (unread objects), groups walked as any other. */
+zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records);
 
 /* The child's answers for path (zck__h5_probe), kept for the life of the file. */
-zck_status zck__h5_meta_load(const char *path, zck__h5_meta **out);
+zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **out);
+/* Opens path as zck_h5_open does, but the forked walk only types the datasets below the
+ * root's link `lazy` (zck__h5_probe): opening one of them, or asking for its attributes,
+ * walks the file again in full first (once). NULL lazy: zck_h5_open. */
+zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out);
+/* OK when path names a dataset (read or only typed); NOT_FOUND / FORMAT / UNSUPPORTED with
+ * the error set ("FILE:path: ...") otherwise. Reads nothing more. */
+zck_status zck__h5_dataset_at(zck_h5_file *f, const char *path);
+/* whether m holds unread datasets (a lazy walk that found some) */
+bool zck__h5_meta_lazy(const zck__h5_meta *m);
 void zck__h5_meta_free(zck__h5_meta *m);
 /* false when the child could not open the file at all */
 bool zck__h5_meta_opened(const zck__h5_meta *m);

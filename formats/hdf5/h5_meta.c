@@ -3,6 +3,7 @@
  * The reader answers its questions about groups, links and attributes from here, never from
  * libhdf5 (a corrupt attribute message can crash the library in one process and not in
  * another: only a child may decode it). The child's records, one after another:
+ *   'T' addr:u64                       a dataset typed from its link, not opened (a lazy walk)
  *   'O' addr:u64 type+1:u32           an object (type -1: it could not be opened; then
  *   'o' err                            says why); the records up to the next 'O' are its:
  *   'A' name flags:u8 class:u32 npoints:u64 i64:u64 u64:u64 f64:u64 text err   an attribute
@@ -33,6 +34,7 @@ struct zck__h5_meta {
   zck__h5_mlink *links;
   zck__h5_mdset *dsets;
   bool opened, over, digest_ok;
+  bool lazy;                    /* some objects are 'T' records (unread) */
   uint64_t digest;
   const char *digest_err;
 };
@@ -126,6 +128,21 @@ static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nat
       no++;
       break;
     }
+    case 'T': {
+      uint64_t addr = zck__h5m_u64(&c, 8);
+      if (fill) {
+        cur = &m->objs[no];
+        memset(cur, 0, sizeof *cur);
+        cur->addr = addr;
+        cur->type = H5O_TYPE_DATASET;
+        cur->unread = true;
+        cur->attrs = m->attrs + na;
+        cur->links = m->links + nl;
+        m->lazy = true;
+      }
+      no++;
+      break;
+    }
     case 'o': case 'a': case 'l': {
       const char *e = zck__h5m_str(&c, NULL);
       if (!no) return false;
@@ -201,11 +218,11 @@ static int zck__h5m_addr_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-zck_status zck__h5_meta_load(const char *path, zck__h5_meta **out) {
+zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **out) {
   *out = NULL;
   zck__h5_meta *m = zck__calloc(1, sizeof *m);
   if (!m) return ZCK_ERR_NO_MEMORY;
-  zck_status st = zck__h5_probe(path, &m->raw);
+  zck_status st = zck__h5_probe(path, lazy, &m->raw);
   if (st != ZCK_OK) {
     free(m);
     return st;
@@ -255,6 +272,7 @@ void zck__h5_meta_free(zck__h5_meta *m) {
 }
 
 bool zck__h5_meta_opened(const zck__h5_meta *m) { return m->opened && m->nobjs > 0; }
+bool zck__h5_meta_lazy(const zck__h5_meta *m) { return m->lazy; }
 
 static const zck__h5_mobj *zck__h5m_at(const zck__h5_meta *m, uint64_t addr) {
   size_t lo = 0, hi = m->nobjs;

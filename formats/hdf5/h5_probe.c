@@ -12,6 +12,12 @@
  * parent then opens only datasets, by the address the child opened them at, and reads
  * chunks the child looked up: it never decodes an attribute, link or group itself.
  *
+ * With a lazy link (the universal container's "params": 300k of its 400k datasets), the
+ * datasets below it are only typed from their link (H5Oget_info_by_name2, basic), not
+ * opened: opening a dataset header and reading its attributes is most of the walk's cost,
+ * and a reader that only describes the file (inspect) never needs them. The parent walks
+ * again in full before it opens one of those (h5_read.c).
+ *
  * If the child dies (a signal, a sanitizer report, the watchdog), the file is refused with
  * one line instead of taking the process down. Errors the library reports in the child
  * are recorded, and the parent reports them when it asks for that piece. */
@@ -35,6 +41,8 @@
 /* seconds without progress (one object, or 4096 chunk lookups) before the child gives up:
  * a loop in the library's metadata walk; the parent then refuses the file */
 #define ZCK__H5P_WATCHDOG_S 60
+/* queue flags: reached through the lazy link; a dataset the link walk typed (not opened) */
+enum { ZCK__H5P_LAZY = 1, ZCK__H5P_TYPED = 2 };
 
 typedef struct {
   hid_t file;
@@ -44,7 +52,11 @@ typedef struct {
   uint64_t sent, limit;
   bool over, io_failed;
   uint64_t *queue;     /* object addresses, in visiting order */
+  uint8_t *qflags;     /* per queued object: ZCK__H5P_LAZY, ZCK__H5P_TYPED */
   size_t nqueue, capqueue;
+  const char *lazy;    /* the root's link whose subtree's datasets are typed, not opened */
+  uint8_t cur_flags;   /* the flags of the group whose links are being listed */
+  bool cur_root;
   uint64_t *seen;      /* open-addressing set of queued addresses (0: empty slot) */
   size_t capseen;
   uint64_t chunk_lookups;
@@ -96,7 +108,7 @@ static void zck__h5p_progress(zck__h5p *p) {
   if (p->fd >= 0) alarm(ZCK__H5P_WATCHDOG_S);
 }
 
-static bool zck__h5p_queue(zck__h5p *p, uint64_t addr) {
+static bool zck__h5p_queue(zck__h5p *p, uint64_t addr, uint8_t flags) {
   if (addr == 0 || addr == HADDR_UNDEF) return false;
   if (2 * (p->nqueue + 1) > p->capseen) {
     size_t nc = p->capseen ? 2 * p->capseen : 1024;
@@ -123,8 +135,12 @@ static bool zck__h5p_queue(zck__h5p *p, uint64_t addr) {
     uint64_t *q = realloc(p->queue, nc * sizeof *q);
     if (!q) _exit(3);
     p->queue = q;
+    uint8_t *qf = realloc(p->qflags, nc);
+    if (!qf) _exit(3);
+    p->qflags = qf;
     p->capqueue = nc;
   }
+  p->qflags[p->nqueue] = flags;
   p->queue[p->nqueue++] = addr;
   return true;
 }
@@ -251,7 +267,20 @@ static herr_t zck__h5p_link(hid_t g, const char *name, const H5L_info_t *info, v
   zck__h5p_str(p, name, strlen(name));
   zck__buf_byte(&p->out, hard ? 1 : 0);
   zck__buf_u64le(&p->out, hard ? (uint64_t)info->u.address : 0);
-  if (hard) zck__h5p_queue(p, info->u.address);
+  if (hard) {
+    uint8_t flags = p->cur_flags & ZCK__H5P_LAZY;
+    if (p->cur_root && p->lazy && !strcmp(name, p->lazy)) flags = ZCK__H5P_LAZY;
+    if (flags) {
+      /* under the lazy link: the object's type from its header alone; a dataset is not
+       * opened (its type, dataspace, layout, filters and attributes are what costs) */
+      H5O_info_t oi;
+      if (H5Oget_info_by_name2(g, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 && oi.type == H5O_TYPE_DATASET &&
+          oi.addr == info->u.address)
+        flags |= ZCK__H5P_TYPED;
+      H5Eclear2(H5E_DEFAULT);
+    }
+    zck__h5p_queue(p, info->u.address, flags);
+  }
   zck__h5p_end(p, start);
   return p->over ? -1 : 0;
 }
@@ -340,9 +369,15 @@ static void zck__h5p_dataset(zck__h5p *p, hid_t o) {
   if (sp >= 0) H5Sclose(sp);
 }
 
-static void zck__h5p_object(zck__h5p *p, uint64_t addr) {
+static void zck__h5p_object(zck__h5p *p, uint64_t addr, uint8_t flags) {
   zck__h5p_progress(p);
   size_t start = p->out.len;
+  if (flags & ZCK__H5P_TYPED) {
+    zck__buf_byte(&p->out, 'T');
+    zck__buf_u64le(&p->out, addr);
+    zck__h5p_end(p, start);
+    return;
+  }
   hid_t o = H5Oopen_by_addr(p->file, (haddr_t)addr);
   /* the object's type from the id opening it made (H5Oget_info2 would read its header
    * again and count its attributes) */
@@ -374,6 +409,8 @@ static void zck__h5p_object(zck__h5p *p, uint64_t addr) {
   }
   if (type == H5O_TYPE_GROUP && !p->over) {
     idx = 0;
+    p->cur_flags = flags;
+    p->cur_root = addr == p->queue[0];
     if (H5Literate(o, H5_INDEX_NAME, H5_ITER_INC, &idx, zck__h5p_link, p) < 0 && !p->over) {
       start = p->out.len;
       zck__buf_byte(&p->out, 'l');
@@ -402,9 +439,9 @@ static bool zck__h5p_walk(zck__h5p *p, const char *path) {
   } else {
     hid_t root = H5Oopen(p->file, "/", H5P_DEFAULT);
     H5O_info_t info;
-    if (root >= 0 && H5Oget_info2(root, &info, H5O_INFO_BASIC) >= 0) zck__h5p_queue(p, info.addr);
+    if (root >= 0 && H5Oget_info2(root, &info, H5O_INFO_BASIC) >= 0) zck__h5p_queue(p, info.addr, 0);
     if (root >= 0) H5Oclose(root);
-    for (size_t i = 0; i < p->nqueue && !p->over; i++) zck__h5p_object(p, p->queue[i]);
+    for (size_t i = 0; i < p->nqueue && !p->over; i++) zck__h5p_object(p, p->queue[i], p->qflags[i]);
     zck__h5p_progress(p);
     uint64_t sum = 0;
     size_t start = p->out.len;
@@ -429,6 +466,7 @@ static bool zck__h5p_walk(zck__h5p *p, const char *path) {
   if (p->over) zck__buf_byte(&p->out, 'X');
   zck__buf_byte(&p->out, 'E');
   free(p->queue);
+  free(p->qflags);
   free(p->seen);
   for (int i = 0; i < 2; i++)
     if (p->vstr[i] >= 0) H5Tclose(p->vstr[i]);
@@ -442,10 +480,11 @@ static bool zck__h5p_walk(zck__h5p *p, const char *path) {
   return !p->io_failed;
 }
 
-zck_status zck__h5_probe(const char *path, zck__buf *records) {
+zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records) {
   zck__buf_init(records);
   zck__h5p p;
   memset(&p, 0, sizeof p);
+  p.lazy = lazy;
   zck__buf_init(&p.out);
   p.fd = -1;
   p.vstr[0] = p.vstr[1] = H5I_INVALID_HID;

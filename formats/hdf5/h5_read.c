@@ -8,6 +8,7 @@
 #include "h5_checksums.h"
 #include "h5_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,14 +60,14 @@ static zck_status zck__h5_load_table(zck_h5_file *f) {
 const zck__h5c_table *zck__h5_file_table(const zck_h5_file *f) { return f->sums; }
 bool zck_h5_has_checksums(const zck_h5_file *f) { return f->sums != NULL; }
 
-zck_status zck_h5_open(const char *path, zck_h5_file **out) {
+zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out) {
   *out = NULL;
   zck_h5_file *f = zck__calloc(1, sizeof *f);
   if (!f || !(f->path = zck__strdup(path))) {
     free(f);
     return ZCK_ERR_NO_MEMORY;
   }
-  zck_status st = zck__h5_meta_load(path, &f->meta);
+  zck_status st = zck__h5_meta_load(path, lazy, &f->meta);
   if (st != ZCK_OK) {
     free(f->path);
     free(f);
@@ -92,6 +93,36 @@ zck_status zck_h5_open(const char *path, zck_h5_file **out) {
     return st;
   }
   *out = f;
+  return ZCK_OK;
+}
+
+zck_status zck_h5_open(const char *path, zck_h5_file **out) { return zck__h5_open_lazy(path, NULL, out); }
+
+/* The object at path; an unread one (a lazy walk's dataset) after walking the file again
+ * in full, once: its header and attributes are then the child's as for any other. */
+static zck_status zck__h5_find(zck_h5_file *f, const char *path, const zck__h5_mobj **o, const char **why) {
+  zck_status st = zck__h5_meta_find(f->meta, path, o, why);
+  if (st != ZCK_OK || !(*o)->unread) return st;
+  zck__h5_meta *full = NULL;
+  st = zck__h5_meta_load(f->path, NULL, &full);
+  if (st != ZCK_OK) {
+    static _Thread_local char msg[1024];   /* the caller formats it into the next error */
+    snprintf(msg, sizeof msg, "%s", zck_last_error());
+    *why = msg;
+    return st;
+  }
+  zck__h5_meta_free(f->meta);
+  f->meta = full;
+  return zck__h5_meta_find(f->meta, path, o, why);
+}
+
+zck_status zck__h5_dataset_at(zck_h5_file *f, const char *path) {
+  const zck__h5_mobj *o;
+  const char *why;
+  zck_status st = zck__h5_meta_find(f->meta, path, &o, &why);
+  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s:%s: no dataset", f->path, path);
+  if (st != ZCK_OK) return zck__fail(st, "%s:%s: %s", f->path, path, why);
+  if (o->type != H5O_TYPE_DATASET) return zck__fail(ZCK_ERR_FORMAT, "%s:%s: not a dataset", f->path, path);
   return ZCK_OK;
 }
 
@@ -181,7 +212,7 @@ static zck_status zck__h5_attr_find(zck_h5_file *f, const char *obj, const char 
   *out = NULL;
   const zck__h5_mobj *o;
   const char *why;
-  zck_status st = zck__h5_meta_find(f->meta, obj, &o, &why);
+  zck_status st = zck__h5_find(f, obj, &o, &why);
   if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s: no object %s", f->path, obj);
   if (st != ZCK_OK) return zck__fail(st, "%s: %s: %s", f->path, obj, why);
   return zck__h5_attr_at(f, o, obj, key, true, out);
@@ -269,7 +300,7 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
   const char *why;
   /* everything from the header as the forked child read it (h5_probe.c): the parent opens
    * the dataset only to read it, by the address the child opened it at */
-  zck_status fs = zck__h5_meta_find(f->meta, path, &o, &why);
+  zck_status fs = zck__h5_find(f, path, &o, &why);
   if (fs == ZCK_ERR_NOT_FOUND) { st = zck__fail(fs, "%s: no dataset", d->label); goto done; }
   if (fs != ZCK_OK) { st = zck__fail(fs, "%s: %s", d->label, why); goto done; }
   if (o->type != H5O_TYPE_DATASET || !o->ds) { st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }

@@ -32,6 +32,11 @@ struct zck_h5u {
   zck_model *m;
   zck__h5u_part parts[ZCK_H5U_PART_COUNT];
   zck__h5u_part buffers;
+  /* zck_h5u_describe with a part_dtypes attribute: the trainable parts' datasets are not
+   * opened (no headers read); their dtypes are part_dtypes', their pieces counted from it */
+  bool described;
+  zck_dtype part_dtype[3];         /* part_dtypes; INVALID where absent */
+  uint64_t described_pieces;
 };
 
 static zck_status zck__h5u_json(zck_h5u *u, const char *key, int type, cJSON **out) {
@@ -54,9 +59,35 @@ static zck_status zck__h5u_json(zck_h5u *u, const char *key, int type, cJSON **o
   return ZCK_OK;
 }
 
-/* Opens dataset path for a tensor of the given shape; store i of the part. */
+/* A trainable part's dataset described from the root attributes alone (zck_h5u_describe):
+ * it must be a dataset; its dtype is part_dtypes', its shape param_shapes'. */
+static zck_status zck__h5u_describe_one(zck_h5u *u, zck__h5u_part *p, zck_dtype dt, const char *path, int ndim,
+                                        const int64_t *shape) {
+  ZCK_TRY(zck__h5_dataset_at(u->f, path));
+  uint64_t dims[ZCK_MAX_DIMS], numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    dims[i] = (uint64_t)shape[i];
+    if (!zck__mul_u64(numel, dims[i], &numel))
+      return zck__fail(ZCK_ERR_FORMAT, "%s:%s: element count overflows", zck_h5_name(u->f), path);
+  }
+  const zck__h5c_table *t = zck__h5_file_table(u->f);
+  if (t) {
+    zck__h5c_ds c;
+    zck__h5c_geometry(&c, dt, ndim, dims, t->piece_bytes);
+    u->described_pieces += c.g.n;
+  }
+  p->ds[p->n] = NULL;
+  p->stores[p->n] = zck_store_memory(NULL, dt, numel, NULL);
+  p->n++;
+  return ZCK_OK;
+}
+
+/* Opens dataset path for a tensor of the given shape; store i of the part. With a
+ * part_dtypes attribute, a trainable part's datasets must have its dtype. */
 static zck_status zck__h5u_add(zck_h5u *u, zck__h5u_part *p, const char *path, int ndim, const int64_t *shape,
                                bool check_shape) {
+  int part = p >= u->parts && p < u->parts + 3 ? (int)(p - u->parts) : -1;
+  if (u->described && part >= 0) return zck__h5u_describe_one(u, p, u->part_dtype[part], path, ndim, shape);
   zck_h5_dataset *d = NULL;
   ZCK_TRY(zck_h5_dataset_open(u->f, path, &d));
   const zck_h5_dataset_info *di = zck_h5_dataset_info_of(d);
@@ -66,6 +97,12 @@ static zck_status zck__h5u_add(zck_h5u *u, zck__h5u_part *p, const char *path, i
     char a[128], b[128];
     zck_status st = zck__fail(ZCK_ERR_MISMATCH, "%s:%s: shape %s, param_shapes says %s", zck_h5_name(u->f), path,
                               zck_shape_str(di->ndim, di->shape, a, sizeof a), zck_shape_str(ndim, shape, b, sizeof b));
+    zck_h5_dataset_close(d);
+    return st;
+  }
+  if (part >= 0 && u->part_dtype[part] != ZCK_DTYPE_INVALID && di->dtype != u->part_dtype[part]) {
+    zck_status st = zck__fail(ZCK_ERR_MISMATCH, "%s:%s: dtype %s, part_dtypes says %s", zck_h5_name(u->f), path,
+                              zck_dtype_name(di->dtype), zck_dtype_name(u->part_dtype[part]));
     zck_h5_dataset_close(d);
     return st;
   }
@@ -179,6 +216,27 @@ static bool is_int_hparam(const cJSON *group, const cJSON *p) {
   return false;
 }
 
+/* part_dtypes (zck_h5.h): the dtype of every dataset of a trainable part; absent in
+ * containers written before it, and for a part whose datasets differ. */
+static zck_status zck__h5u_part_dtypes(zck_h5u *u) {
+  static const char *const keys[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+  cJSON *j = NULL;
+  ZCK_TRY(zck__h5u_json(u, "part_dtypes", cJSON_Object, &j));
+  zck_status st = ZCK_OK;
+  for (int k = 0; k < 3; k++) {
+    const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, keys[k]) : NULL;
+    if (!e) continue;
+    zck_dtype dt = cJSON_IsString(e) ? zck_dtype_parse(e->valuestring) : ZCK_DTYPE_INVALID;
+    if (dt == ZCK_DTYPE_INVALID) {
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: attribute part_dtypes: %s is not a dtype", zck_h5_name(u->f), keys[k]);
+      break;
+    }
+    u->part_dtype[k] = dt;
+  }
+  cJSON_Delete(j);
+  return st;
+}
+
 static zck_status zck__h5u_build(zck_h5u *u) {
   const char *fn = zck_h5_name(u->f);
   char *fmt = NULL;
@@ -207,6 +265,11 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   if (zck_h5_attr_str(u->f, "/", "ds_version", &u->ds_version) == ZCK_OK) u->info.ds_version = u->ds_version;
   if (zck_h5_attr_str(u->f, "/", "ds_config", &u->ds_config) == ZCK_OK) u->info.ds_config_json = u->ds_config;
   zck_clear_error();
+  ZCK_TRY(zck__h5u_part_dtypes(u));
+  /* describing needs every trainable part's dtype (else the datasets are opened, which
+   * walks the file again in full) */
+  u->described = u->described && u->part_dtype[0] != ZCK_DTYPE_INVALID && u->part_dtype[1] != ZCK_DTYPE_INVALID &&
+                 u->part_dtype[2] != ZCK_DTYPE_INVALID;
   ZCK_TRY(zck__h5u_unsaved(u));
   ZCK_TRY(zck__h5u_tag(u));
   ZCK_TRY(zck__h5u_side_list(u));
@@ -350,9 +413,10 @@ static zck_status zck__h5u_build(zck_h5u *u) {
 static zck_status zck__h5u_check_count(zck_h5u *u) {
   const zck__h5c_table *t = zck__h5_file_table(u->f);
   if (!t) return ZCK_OK;
-  uint64_t have = 0;
+  uint64_t have = u->described_pieces;
   for (int p = 0; p < ZCK_H5U_PART_COUNT; p++)
-    for (size_t i = 0; i < u->parts[p].n; i++) have += zck__h5_dataset_pieces(u->parts[p].ds[i]);
+    for (size_t i = 0; i < u->parts[p].n; i++)
+      if (u->parts[p].ds[i]) have += zck__h5_dataset_pieces(u->parts[p].ds[i]);
   for (size_t i = 0; i < u->buffers.n; i++) have += zck__h5_dataset_pieces(u->buffers.ds[i]);
   zck_status st = ZCK_OK;
   for (size_t i = 0; st == ZCK_OK && i <= u->info.n_side_files; i++) {
@@ -370,11 +434,13 @@ static zck_status zck__h5u_check_count(zck_h5u *u) {
   return st;
 }
 
-zck_status zck_h5u_open(const char *path, zck_h5u **out) {
+static zck_status zck__h5u_open(const char *path, bool describe, zck_h5u **out) {
   *out = NULL;
   zck_h5u *u = zck__calloc(1, sizeof *u);
   if (!u) return ZCK_ERR_NO_MEMORY;
-  zck_status st = zck_h5_open(path, &u->f);
+  u->described = describe;
+  /* describing: the walk only types the datasets under /params (h5_probe.c) */
+  zck_status st = describe ? zck__h5_open_lazy(path, "params", &u->f) : zck_h5_open(path, &u->f);
   /* the root attributes (names, shapes, groups, ds_config) sit where HDF5's default file
    * format keeps no checksum: their digest is checked before anything is built from them */
   if (st == ZCK_OK) st = zck_h5_check_attrs(u->f);
@@ -387,6 +453,9 @@ zck_status zck_h5u_open(const char *path, zck_h5u **out) {
   *out = u;
   return ZCK_OK;
 }
+
+zck_status zck_h5u_open(const char *path, zck_h5u **out) { return zck__h5u_open(path, false, out); }
+zck_status zck_h5u_describe(const char *path, zck_h5u **out) { return zck__h5u_open(path, true, out); }
 
 static void zck__h5u_part_free(zck__h5u_part *p) {
   for (size_t i = 0; i < p->n; i++) zck_h5_dataset_close(p->ds[i]);
@@ -419,7 +488,7 @@ zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **l
   if (part < 0 || part >= ZCK_H5U_PART_COUNT || !u->parts[part].layout)
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no %s datasets", zck_h5_name(u->f), part == ZCK_H5U_FROZEN ? "frozen" : "such");
   *layout = u->parts[part].layout;
-  *stores = u->parts[part].stores;
+  *stores = u->described && part != ZCK_H5U_FROZEN ? NULL : u->parts[part].stores;
   return ZCK_OK;
 }
 

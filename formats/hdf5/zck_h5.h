@@ -175,6 +175,10 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
  *                        frozen_param_shapes / _fragments None). Both optional (absent in
  *                        containers written before them: {} and 0)
  *       ds_config        JSON of the source's ds_config (inf/nan as strings)
+ *       part_dtypes      JSON object {"fp32": dtype, "exp_avg": .., "exp_avg_sq": ..}: the
+ *                        dtype of every dataset of that part, for each part whose datasets
+ *                        share one (optional: absent before it; a reader checks it against
+ *                        the datasets it opens, and describes the params from it)
  *   /params/<name>/fp32, /params/<name>/exp_avg, /params/<name>/exp_avg_sq
  *                              full shape, master / optimizer-state dtype
  *   /frozen/<name>             frozen params, 16-bit training dtype
@@ -241,6 +245,13 @@ typedef struct zck_h5u_info {
 } zck_h5u_info;
 
 zck_status zck_h5u_open(const char *path, zck_h5u **out);
+/* The container described, not opened for reading (inspect): its model, info and layouts
+ * from its root attributes (digest checked), its links and its checksum table, without
+ * reading the header of any /params dataset when part_dtypes gives every trainable part's
+ * dtype (else as zck_h5u_open). Every check of zck_h5u_open but those of the headers
+ * themselves (their dtype, shape, filters: each is checked when a reader opens it) is
+ * made. zck_h5u_get then gives the trainable parts' layouts with NULL stores. */
+zck_status zck_h5u_describe(const char *path, zck_h5u **out);
 void zck_h5u_close(zck_h5u *u);
 const zck_h5u_info *zck_h5u_info_of(const zck_h5u *u);
 /* The container's file, open while u is (its metadata was read once, at zck_h5u_open). */

@@ -6,7 +6,8 @@
 # intact container; and `zckpt verify` reports the damage
 # (exit 3, a "damaged:" line; or exit 1, could not check, where the damage asks for an
 # unknown filter) unless the bytes are ones nothing reads (the reshard is then
-# the intact one). The root attributes' digest is checked when the container is opened,
+# the intact one); `zckpt inspect` prints what it prints of the intact container or fails
+# in one line naming the file. The root attributes' digest is checked when the container is opened,
 # by reshard and verify alike. An intact container verifies clean. One bit flipped in a
 # compact dataset (a small tensor's bytes in its object header) is refused by all three.
 set -u
@@ -52,6 +53,9 @@ done
 rc=$?
 [ $rc = 3 ] && grep -q "^damaged: $T/d.h5:/params/fc1.weight/fp32: damaged" "$T/out" || fail "compact: verify exit $rc: $(cat "$T/out")"
 
+# inspect's output as the damaged copies are compared with it (the file's name theirs)
+cp "$T/u.h5" "$T/d.h5"
+"$BIN" inspect "$T/d.h5" >"$T/inspect" 2>&1 || fail "intact inspect: $(cat "$T/inspect")"
 size=$(wc -c <"$T/u.h5")
 caught=0
 tried=0
@@ -71,6 +75,16 @@ for pct in $(seq 1 2 99); do
   1) [ "$(wc -l <"$T/rout")" = 1 ] || fail "at $off ($pct%): reshard: not one line: $(cat "$T/rout")"
      grep -q "^zckpt: error: $T/d.h5" "$T/rout" || fail "at $off ($pct%): reshard: $(cat "$T/rout")" ;;
   *) fail "at $off ($pct%): reshard exit $rr: $(cat "$T/rout")" ;;
+  esac
+  # inspect describes the container from its root attributes (under their digest), its
+  # links and its checksum table, reading no param's dataset header: it prints what the
+  # intact container's inspect prints, or fails in one line naming the file
+  "$BIN" inspect "$T/d.h5" >"$T/iout" 2>&1
+  case $? in
+  0) cmp -s "$T/inspect" "$T/iout" || fail "at $off ($pct%): inspect succeeded with another output" ;;
+  1) [ "$(wc -l <"$T/iout")" = 1 ] && grep -q "^zckpt: error: $T/d.h5" "$T/iout" ||
+       fail "at $off ($pct%): inspect: $(cat "$T/iout")" ;;
+  *) fail "at $off ($pct%): inspect exit: $(cat "$T/iout")" ;;
   esac
   rm -f "$T/c.safetensors"
   "$BIN" consolidate -q "$T/d.h5" "$T/c.safetensors" >"$T/cout" 2>&1

@@ -1,5 +1,6 @@
 /* fuzz_hdf5.c: hostile HDF5 files through zckpt's readers: the universal container
- * (zck_h5u_open: manifest, layouts, every dataset read through its store) and the plain
+ * (zck_h5u_open: manifest, layouts, every dataset read through its store; zck_h5u_describe,
+ * as inspect opens it) and the plain
  * dataset reader (list, open, read a range of each dataset at the root and under the
  * state groups). The input becomes a file because libhdf5 opens files. zckpt must reject
  * bad containers with a message; what libhdf5 itself does with a corrupt file's internal
@@ -57,6 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     zck_h5u_close(u);
   }
+  /* described (inspect): the lazy walk, which only types the datasets under /params */
+  if (zck_h5u_describe(path, &u) == ZCK_OK) zck_h5u_close(u);
   zck_h5_file *f = NULL;
   if (zck_h5_open(path, &f) == ZCK_OK) {
     read_all(f, "/");

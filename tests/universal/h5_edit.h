@@ -102,4 +102,25 @@ static inline void h5e_remake(hid_t f, const char *path) {
   free(v);
 }
 
+/* Sets root text attribute key to value (a variable-length UTF-8 string, as the writer
+ * makes them) and rewrites the root's attribute digest to match: a tool that edits the
+ * root as zck_h5.h asks. */
+static inline void h5e_set_root_text(hid_t f, const char *key, const char *value) {
+  if (H5Aexists(f, key) > 0) ZT_ASSERT(H5Adelete(f, key) >= 0);
+  hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+  ZT_ASSERT(H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0);
+  hid_t a = H5Acreate2(f, key, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+  ZT_ASSERT(a >= 0 && H5Awrite(a, t, &value) >= 0);
+  H5Aclose(a);
+  H5Sclose(sp);
+  H5Tclose(t);
+  uint64_t sum = 0;
+  zck__h5_lock();
+  ZT_ASSERT(zck__h5_attrs_digest(f, &sum) == ZCK_OK);
+  zck__h5_unlock();
+  a = H5Aopen(f, ZCK_H5_ATTRS_XXH3_ATTR, H5P_DEFAULT);
+  ZT_ASSERT(a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &sum) >= 0);
+  H5Aclose(a);
+}
+
 #endif

@@ -14,7 +14,12 @@
  *    edited config.json fails a consolidate into a folder (which copies it);
  *  - a version 2 container without its table is refused; one made to look as written
  *    before the table (version 1, no table) and the committed container of zckpt c9411c4
- *    still read, verify saying it checked structure only. */
+ *    still read, verify saying it checked structure only;
+ *  - described (zck_h5u_describe, no /params header read), the container gives the model
+ *    its open gives; a lazy file reads a typed-only dataset as an eager one; describing
+ *    still refuses a dataset deleted or added, a param's dataset missing or a group; a
+ *    part_dtypes attribute its datasets contradict is refused by the open and consolidate
+ *    (one line naming the dataset), while describing reports what it says. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -276,10 +281,125 @@ static void test_container(const char *tmp) {
   free(old);
 }
 
+// ---- describing a container (zck_h5u_describe: inspect)
+
+static void same_model(const zck_model *a, const zck_model *b) {
+  ZT_EQ_INT((int)a->n_params, (int)b->n_params);
+  ZT_EQ_INT((int)a->n_buffers, (int)b->n_buffers);
+  ZT_EQ_INT((int)a->n_groups, (int)b->n_groups);
+  for (size_t i = 0; i < a->n_params; i++) {
+    const zck_param *x = &a->params[i], *y = &b->params[i];
+    ZT_EQ_STR(x->name, y->name);
+    ZT_EQ_INT(x->dtype, y->dtype);
+    ZT_EQ_INT(x->ndim, y->ndim);
+    for (int d = 0; d < x->ndim; d++) ZT_ASSERT(x->shape[d] == y->shape[d]);
+    ZT_EQ_INT(x->frozen, y->frozen);
+    ZT_EQ_INT((int)x->tied_to, (int)y->tied_to);
+    ZT_EQ_INT((int)x->group, (int)y->group);
+  }
+  for (size_t i = 0; i < a->n_buffers; i++) {
+    ZT_EQ_STR(a->buffers[i].name, b->buffers[i].name);
+    ZT_EQ_INT(a->buffers[i].dtype, b->buffers[i].dtype);
+  }
+}
+
+static void del_param(hid_t f) { ZT_ASSERT(H5Ldelete(f, "/params/fc1.weight/exp_avg", H5P_DEFAULT) >= 0); }
+static void group_param(hid_t f) {
+  ZT_ASSERT(H5Ldelete(f, "/params/fc1.weight/exp_avg", H5P_DEFAULT) >= 0);
+  hid_t g = H5Gcreate2(f, "/params/fc1.weight/exp_avg", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ZT_ASSERT(g >= 0);
+  H5Gclose(g);
+}
+static void lie_dtypes(hid_t f) {
+  h5e_set_root_text(f, "part_dtypes", "{\"fp32\":\"float16\",\"exp_avg\":\"float32\",\"exp_avg_sq\":\"float32\"}");
+}
+
+/* Described from the root attributes, links and checksum table, the container gives the
+ * model its open gives, and every check that reads no /params header still refuses. */
+static void test_describe(const char *tmp) {
+  char h5[4096], bad[4096];
+  snprintf(h5, sizeof h5, "%s/c.h5", tmp);   /* test_container's (with its side files) */
+  snprintf(bad, sizeof bad, "%s/d.h5", tmp);
+  zck_h5u *u = NULL, *v = NULL;
+  ZT_OK(zck_h5u_open(h5, &u));
+  ZT_OK(zck_h5u_describe(h5, &v));
+  same_model(zck_h5u_model(u), zck_h5u_model(v));
+  ZT_EQ_INT((int)zck_h5u_info_of(v)->n_side_files, 2);
+  const zck_layout *l = NULL;
+  const zck_store *s = NULL;
+  ZT_OK(zck_h5u_get(v, ZCK_H5U_EXP_AVG, &l, &s));
+  ZT_ASSERT(l && !s);
+  zck_h5u_close(u);
+  zck_h5u_close(v);
+
+  /* a lazy file reads a typed-only dataset's attributes and bytes as an eager one does */
+  zck_h5_file *lazy = NULL, *full = NULL;
+  ZT_OK(zck__h5_open_lazy(h5, "params", &lazy));
+  ZT_OK(zck_h5_open(h5, &full));
+  char *a = NULL, *b = NULL;
+  ZT_OK(zck_h5_attr_str(lazy, "/params/fc1.weight/fp32", "dtype", &a));
+  ZT_OK(zck_h5_attr_str(full, "/params/fc1.weight/fp32", "dtype", &b));
+  ZT_EQ_STR(a, b);
+  free(a);
+  free(b);
+  ZT_ASSERT(zck_h5_exists(lazy, "/params/ln.bias/exp_avg_sq"));
+  zck_h5_dataset *x = NULL, *y = NULL;
+  ZT_OK(zck_h5_dataset_open(lazy, "/params/ln.bias/exp_avg_sq", &x));
+  ZT_OK(zck_h5_dataset_open(full, "/params/ln.bias/exp_avg_sq", &y));
+  uint64_t n = zck_h5_dataset_info_of(x)->numel;
+  ZT_ASSERT(n && n == zck_h5_dataset_info_of(y)->numel);
+  float *p = calloc(n, sizeof *p), *q = calloc(n, sizeof *q);
+  ZT_OK(zck_h5_dataset_read(x, p, 0, n));
+  ZT_OK(zck_h5_dataset_read(y, q, 0, n));
+  ZT_ASSERT(!memcmp(p, q, n * sizeof *p));
+  free(p);
+  free(q);
+  zck_h5_dataset_close(x);
+  zck_h5_dataset_close(y);
+  zck_h5_close(lazy);
+  zck_h5_close(full);
+
+  /* what describing still refuses, in one line naming the file */
+  static const struct { edit_fn edit; zck_status st; const char *names; } bad_edits[] = {
+    {del_resume, ZCK_ERR_DAMAGED, "a dataset deleted or added"},
+    {del_side, ZCK_ERR_DAMAGED, "a dataset deleted or added"},
+    {add_side, ZCK_ERR_DAMAGED, "a dataset deleted or added"},
+    {del_param, ZCK_ERR_NOT_FOUND, "/params/fc1.weight/exp_avg: no dataset"},
+    {group_param, ZCK_ERR_FORMAT, "/params/fc1.weight/exp_avg: not a dataset"},
+  };
+  for (size_t i = 0; i < sizeof bad_edits / sizeof bad_edits[0]; i++) {
+    sh("cp '%s' '%s'", h5, bad);
+    hid_t f = h5e_open(bad);
+    bad_edits[i].edit(f);
+    H5Fclose(f);
+    ZT_ERR(zck_h5u_describe(bad, &v), bad_edits[i].st, bad_edits[i].names);
+    one_line_naming(bad, bad_edits[i].names);
+  }
+
+  /* part_dtypes, which describing trusts (under the root digest), is checked against every
+   * dataset the container is opened with: a container whose datasets say otherwise is
+   * refused there, naming the dataset */
+  sh("cp '%s' '%s'", h5, bad);
+  hid_t f = h5e_open(bad);
+  lie_dtypes(f);
+  H5Fclose(f);
+  ZT_ERR(zck_h5u_open(bad, &u), ZCK_ERR_MISMATCH, "dtype float32, part_dtypes says float16");
+  one_line_naming(bad, "/fp32");
+  ZT_OK(zck_h5u_describe(bad, &v));
+  ZT_EQ_INT(zck_h5u_model(v)->params[0].dtype, ZCK_F16);
+  zck_h5u_close(v);
+  char out[4096];
+  snprintf(out, sizeof out, "%s/lie.safetensors", tmp);
+  zck_consolidate_opts co = ZCK_CONSOLIDATE_OPTS_INIT;
+  ZT_ERR(zck_consolidate(bad, out, &co), ZCK_ERR_MISMATCH, "part_dtypes says float16");
+  ZT_ASSERT(!exists(out));
+}
+
 int main(void) {
   char *tmp = zt_tmpdir();
   test_writer(tmp);
   test_container(tmp);
+  test_describe(tmp);
   free(tmp);
   return 0;
 }
