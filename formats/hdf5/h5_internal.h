@@ -111,8 +111,8 @@ typedef struct zck__h5_mobj {
   zck__h5_mlink *links;              /* a group's links, in name order */
   size_t nlinks;
   const zck__h5_mdset *ds;           /* a dataset's header as the child read it; NULL if none */
-  bool unread;                       /* a dataset a lazy walk typed and did not open: no
-                                        attributes, no header (walk again in full) */
+  bool unread;                       /* an object a lazy walk did not open (type unknown,
+                                        nothing read): walk again in full to ask anything */
 } zck__h5_mobj;
 
 typedef struct zck__h5_meta zck__h5_meta;
@@ -126,13 +126,15 @@ zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records);
 
 /* The child's answers for path (zck__h5_probe), kept for the life of the file. */
 zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **out);
-/* Opens path as zck_h5_open does, but the forked walk only types the datasets below the
- * root's link `lazy` (zck__h5_probe): opening one of them, or asking for its attributes,
- * walks the file again in full first (once). NULL lazy: zck_h5_open. */
+/* Opens path as zck_h5_open does, but the forked walk opens nothing the links of the
+ * root's group `lazy` lead to (zck__h5_probe): asking anything at or below one of those
+ * (an attribute, a dataset, a listing, whether a path exists) walks the file again in full
+ * first (once). NULL lazy: zck_h5_open. */
 zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out);
-/* OK when path names a dataset (read or only typed); NOT_FOUND / FORMAT / UNSUPPORTED with
- * the error set ("FILE:path: ...") otherwise. Reads nothing more. */
-zck_status zck__h5_dataset_at(zck_h5_file *f, const char *path);
+/* OK when a hard link path leads to an object, read or not (a lazy walk's: nothing of it
+ * is checked); NOT_FOUND / FORMAT / UNSUPPORTED with the error set ("FILE:path: ...")
+ * otherwise. Never walks again. */
+zck_status zck__h5_link_at(zck_h5_file *f, const char *path);
 /* whether m holds unread datasets (a lazy walk that found some) */
 bool zck__h5_meta_lazy(const zck__h5_meta *m);
 void zck__h5_meta_free(zck__h5_meta *m);
@@ -140,7 +142,8 @@ void zck__h5_meta_free(zck__h5_meta *m);
 bool zck__h5_meta_opened(const zck__h5_meta *m);
 /* The object at path ("/", "/a/b", "a/b"), following hard links from the root. NOT_FOUND
  * (no error set) when a link is missing; otherwise not OK with *why set: FORMAT when a
- * group's links or the object could not be read, UNSUPPORTED for a soft or external link. */
+ * group's links or the object could not be read, UNSUPPORTED for a soft or external link.
+ * An unread object (a lazy walk's) on the way is *out, OK: what lies below it is unknown. */
 zck_status zck__h5_meta_find(const zck__h5_meta *m, const char *path, const zck__h5_mobj **out, const char **why);
 /* The attribute of o named name; NULL if it has none (check o->attrs_err first). */
 const zck__h5_mattr *zck__h5_meta_attr(const zck__h5_mobj *o, const char *name);

@@ -3,7 +3,7 @@
  * The reader answers its questions about groups, links and attributes from here, never from
  * libhdf5 (a corrupt attribute message can crash the library in one process and not in
  * another: only a child may decode it). The child's records, one after another:
- *   'T' addr:u64                       a dataset typed from its link, not opened (a lazy walk)
+ *   'T' addr:u64                       an object a lazy walk did not open (its type unknown)
  *   'O' addr:u64 type+1:u32           an object (type -1: it could not be opened; then
  *   'o' err                            says why); the records up to the next 'O' are its:
  *   'A' name flags:u8 class:u32 npoints:u64 i64:u64 u64:u64 f64:u64 text err   an attribute
@@ -134,7 +134,7 @@ static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nat
         cur = &m->objs[no];
         memset(cur, 0, sizeof *cur);
         cur->addr = addr;
-        cur->type = H5O_TYPE_DATASET;
+        cur->type = H5O_TYPE_UNKNOWN;
         cur->unread = true;
         cur->attrs = m->attrs + na;
         cur->links = m->links + nl;
@@ -300,6 +300,7 @@ zck_status zck__h5_meta_find(const zck__h5_meta *m, const char *path, const zck_
     name[n] = 0;
     p += n;
     if (!strcmp(name, ".")) continue;   /* as HDF5 reads a path */
+    if (o->unread) break;               /* the caller walks again in full */
     if (o->type != H5O_TYPE_GROUP) return ZCK_ERR_NOT_FOUND;
     if (o->links_err) {
       *why = o->links_err;
@@ -317,6 +318,10 @@ zck_status zck__h5_meta_find(const zck__h5_meta *m, const char *path, const zck_
       *why = "a link to an object that was not read";
       return ZCK_ERR_FORMAT;
     }
+  }
+  if (o->unread) {
+    *out = o;
+    return ZCK_OK;
   }
   if (o->type < 0) {
     *why = o->err ? o->err : "cannot open the object";

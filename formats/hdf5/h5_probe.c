@@ -12,11 +12,12 @@
  * parent then opens only datasets, by the address the child opened them at, and reads
  * chunks the child looked up: it never decodes an attribute, link or group itself.
  *
- * With a lazy link (the universal container's "params": 300k of its 400k datasets), the
- * datasets below it are only typed from their link (H5Oget_info_by_name2, basic), not
- * opened: opening a dataset header and reading its attributes is most of the walk's cost,
- * and a reader that only describes the file (inspect) never needs them. The parent walks
- * again in full before it opens one of those (h5_read.c).
+ * With a lazy link (the universal container's "params": a group per param, holding 300k of
+ * its 400k datasets), that group's links are listed but the objects they lead to are not
+ * opened (an 'unread' record each): walking 100k groups and opening their datasets is
+ * nearly all of the walk's cost, and a reader that only describes the file (inspect) needs
+ * none of them. The parent walks again in full before it asks anything below one of those
+ * (h5_read.c).
  *
  * If the child dies (a signal, a sanitizer report, the watchdog), the file is refused with
  * one line instead of taking the process down. Errors the library reports in the child
@@ -41,8 +42,8 @@
 /* seconds without progress (one object, or 4096 chunk lookups) before the child gives up:
  * a loop in the library's metadata walk; the parent then refuses the file */
 #define ZCK__H5P_WATCHDOG_S 60
-/* queue flags: reached through the lazy link; a dataset the link walk typed (not opened) */
-enum { ZCK__H5P_LAZY = 1, ZCK__H5P_TYPED = 2 };
+/* queue flags: the lazy group; an object one of its links leads to (not opened) */
+enum { ZCK__H5P_LAZY = 1, ZCK__H5P_UNREAD = 2 };
 
 typedef struct {
   hid_t file;
@@ -52,11 +53,10 @@ typedef struct {
   uint64_t sent, limit;
   bool over, io_failed;
   uint64_t *queue;     /* object addresses, in visiting order */
-  uint8_t *qflags;     /* per queued object: ZCK__H5P_LAZY, ZCK__H5P_TYPED */
+  uint8_t *qflags;     /* per queued object: ZCK__H5P_LAZY, ZCK__H5P_UNREAD */
   size_t nqueue, capqueue;
-  const char *lazy;    /* the root's link whose subtree's datasets are typed, not opened */
-  uint8_t cur_flags;   /* the flags of the group whose links are being listed */
-  bool cur_root;
+  const char *lazy;    /* the root's link to the group whose links' objects are not opened */
+  bool cur_root, cur_lazy;   /* the group whose links are being listed is the root / lazy one */
   uint64_t *seen;      /* open-addressing set of queued addresses (0: empty slot) */
   size_t capseen;
   uint64_t chunk_lookups;
@@ -268,17 +268,9 @@ static herr_t zck__h5p_link(hid_t g, const char *name, const H5L_info_t *info, v
   zck__buf_byte(&p->out, hard ? 1 : 0);
   zck__buf_u64le(&p->out, hard ? (uint64_t)info->u.address : 0);
   if (hard) {
-    uint8_t flags = p->cur_flags & ZCK__H5P_LAZY;
+    /* the lazy group is walked; what its links lead to is not opened */
+    uint8_t flags = p->cur_lazy ? ZCK__H5P_UNREAD : 0;
     if (p->cur_root && p->lazy && !strcmp(name, p->lazy)) flags = ZCK__H5P_LAZY;
-    if (flags) {
-      /* under the lazy link: the object's type from its header alone; a dataset is not
-       * opened (its type, dataspace, layout, filters and attributes are what costs) */
-      H5O_info_t oi;
-      if (H5Oget_info_by_name2(g, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 && oi.type == H5O_TYPE_DATASET &&
-          oi.addr == info->u.address)
-        flags |= ZCK__H5P_TYPED;
-      H5Eclear2(H5E_DEFAULT);
-    }
     zck__h5p_queue(p, info->u.address, flags);
   }
   zck__h5p_end(p, start);
@@ -372,7 +364,7 @@ static void zck__h5p_dataset(zck__h5p *p, hid_t o) {
 static void zck__h5p_object(zck__h5p *p, uint64_t addr, uint8_t flags) {
   zck__h5p_progress(p);
   size_t start = p->out.len;
-  if (flags & ZCK__H5P_TYPED) {
+  if (flags & ZCK__H5P_UNREAD) {
     zck__buf_byte(&p->out, 'T');
     zck__buf_u64le(&p->out, addr);
     zck__h5p_end(p, start);
@@ -409,7 +401,7 @@ static void zck__h5p_object(zck__h5p *p, uint64_t addr, uint8_t flags) {
   }
   if (type == H5O_TYPE_GROUP && !p->over) {
     idx = 0;
-    p->cur_flags = flags;
+    p->cur_lazy = flags & ZCK__H5P_LAZY;
     p->cur_root = addr == p->queue[0];
     if (H5Literate(o, H5_INDEX_NAME, H5_ITER_INC, &idx, zck__h5p_link, p) < 0 && !p->over) {
       start = p->out.len;

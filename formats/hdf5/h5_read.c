@@ -98,8 +98,8 @@ zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **o
 
 zck_status zck_h5_open(const char *path, zck_h5_file **out) { return zck__h5_open_lazy(path, NULL, out); }
 
-/* The object at path; an unread one (a lazy walk's dataset) after walking the file again
- * in full, once: its header and attributes are then the child's as for any other. */
+/* The object at path; one at or below an unread object (a lazy walk's) after walking the
+ * file again in full, once: its header and attributes are then the child's as any other's. */
 static zck_status zck__h5_find(zck_h5_file *f, const char *path, const zck__h5_mobj **o, const char **why) {
   zck_status st = zck__h5_meta_find(f->meta, path, o, why);
   if (st != ZCK_OK || !(*o)->unread) return st;
@@ -116,13 +116,12 @@ static zck_status zck__h5_find(zck_h5_file *f, const char *path, const zck__h5_m
   return zck__h5_meta_find(f->meta, path, o, why);
 }
 
-zck_status zck__h5_dataset_at(zck_h5_file *f, const char *path) {
+zck_status zck__h5_link_at(zck_h5_file *f, const char *path) {
   const zck__h5_mobj *o;
   const char *why;
   zck_status st = zck__h5_meta_find(f->meta, path, &o, &why);
-  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s:%s: no dataset", f->path, path);
+  if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s:%s: missing", f->path, path);
   if (st != ZCK_OK) return zck__fail(st, "%s:%s: %s", f->path, path, why);
-  if (o->type != H5O_TYPE_DATASET) return zck__fail(ZCK_ERR_FORMAT, "%s:%s: not a dataset", f->path, path);
   return ZCK_OK;
 }
 
@@ -160,7 +159,7 @@ bool zck_h5_exists(zck_h5_file *f, const char *path) {
   const zck__h5_mobj *o;
   const char *why;
   /* a link that cannot be followed or read exists: opening it then says what is wrong */
-  return zck__h5_meta_find(f->meta, path, &o, &why) != ZCK_ERR_NOT_FOUND;
+  return zck__h5_find(f, path, &o, &why) != ZCK_ERR_NOT_FOUND;
 }
 
 zck_status zck_h5_list(zck_h5_file *f, const char *group, char ***names, size_t *n) {
@@ -168,7 +167,7 @@ zck_status zck_h5_list(zck_h5_file *f, const char *group, char ***names, size_t 
   *n = 0;
   const zck__h5_mobj *o;
   const char *why;
-  zck_status st = zck__h5_meta_find(f->meta, group, &o, &why);
+  zck_status st = zck__h5_find(f, group, &o, &why);
   if (st == ZCK_OK && o->type != H5O_TYPE_GROUP) st = ZCK_ERR_NOT_FOUND;
   if (st == ZCK_ERR_NOT_FOUND) return zck__fail(st, "%s: no group %s", f->path, group);
   if (st == ZCK_OK && o->links_err) st = ZCK_ERR_FORMAT, why = o->links_err;

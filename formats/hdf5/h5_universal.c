@@ -60,10 +60,11 @@ static zck_status zck__h5u_json(zck_h5u *u, const char *key, int type, cJSON **o
 }
 
 /* A trainable part's dataset described from the root attributes alone (zck_h5u_describe):
- * it must be a dataset; its dtype is part_dtypes', its shape param_shapes'. */
+ * its param's group must be linked under /params (the lazy walk opened none of them); its
+ * dtype is part_dtypes', its shape param_shapes'. */
 static zck_status zck__h5u_describe_one(zck_h5u *u, zck__h5u_part *p, zck_dtype dt, const char *path, int ndim,
                                         const int64_t *shape) {
-  ZCK_TRY(zck__h5_dataset_at(u->f, path));
+  ZCK_TRY(zck__h5_link_at(u->f, path));
   uint64_t dims[ZCK_MAX_DIMS], numel = 1;
   for (int i = 0; i < ndim; i++) {
     dims[i] = (uint64_t)shape[i];
@@ -439,7 +440,7 @@ static zck_status zck__h5u_open(const char *path, bool describe, zck_h5u **out) 
   zck_h5u *u = zck__calloc(1, sizeof *u);
   if (!u) return ZCK_ERR_NO_MEMORY;
   u->described = describe;
-  /* describing: the walk only types the datasets under /params (h5_probe.c) */
+  /* describing: the walk lists /params but opens none of its groups (h5_probe.c) */
   zck_status st = describe ? zck__h5_open_lazy(path, "params", &u->f) : zck_h5_open(path, &u->f);
   /* the root attributes (names, shapes, groups, ds_config) sit where HDF5's default file
    * format keeps no checksum: their digest is checked before anything is built from them */

@@ -246,11 +246,15 @@ typedef struct zck_h5u_info {
 
 zck_status zck_h5u_open(const char *path, zck_h5u **out);
 /* The container described, not opened for reading (inspect): its model, info and layouts
- * from its root attributes (digest checked), its links and its checksum table, without
- * reading the header of any /params dataset when part_dtypes gives every trainable part's
- * dtype (else as zck_h5u_open). Every check of zck_h5u_open but those of the headers
- * themselves (their dtype, shape, filters: each is checked when a reader opens it) is
- * made. zck_h5u_get then gives the trainable parts' layouts with NULL stores. */
+ * from its root attributes (digest checked), the links of /params and its checksum table,
+ * opening none of the 100k groups under /params nor their datasets when part_dtypes gives
+ * every trainable part's dtype (else as zck_h5u_open). Every check of zck_h5u_open is made
+ * but those of what lies inside a param's group (its datasets' presence, dtype, shape,
+ * filters: checked by every reader that opens them): each trainable param's group must be
+ * linked, the frozen params, buffers, side files, /resume_state and the checksum table are
+ * opened as zck_h5u_open opens them, and the count of checksum pieces is checked (the
+ * trainable ones counted from param_shapes and part_dtypes). zck_h5u_get then gives the
+ * trainable parts' layouts with NULL stores. */
 zck_status zck_h5u_describe(const char *path, zck_h5u **out);
 void zck_h5u_close(zck_h5u *u);
 const zck_h5u_info *zck_h5u_info_of(const zck_h5u *u);
