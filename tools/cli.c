@@ -481,3 +481,20 @@ void zck_cli_format_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
     off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)shape[i]);
   if (off < n) snprintf(buf + off, n - off, "]");
 }
+
+int zck_cli_pick_checkpoint(const char *in, const char *verb, bool quiet, char **picked) {
+  struct stat st;
+  char latest[PATH_MAX];
+  *picked = NULL;
+  snprintf(latest, sizeof latest, "%s/latest", in);
+  if (stat(in, &st) != 0 || !S_ISDIR(st.st_mode) || lstat(latest, &st) == 0) return ZCK_EXIT_OK;
+  char *skipped = NULL;
+  zck_status s = zck_hf_last_checkpoint(in, picked, &skipped);
+  if (s == ZCK_ERR_NOT_FOUND) { zck_clear_error(); return ZCK_EXIT_OK; }
+  if (s != ZCK_OK) return zck_cli_fail(s);
+  if (!quiet)
+    fprintf(stderr, "zckpt: %s: %s %s, the newest complete checkpoint%s%s%s\n", in, verb, *picked,
+            skipped ? " (" : "", skipped ? skipped : "", skipped ? ")" : "");
+  free(skipped);
+  return ZCK_EXIT_OK;
+}

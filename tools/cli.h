@@ -35,6 +35,13 @@ int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv, const stru
 /* Refuses an OUT that is, holds or lies inside the input (zck_check_out_not_input), before
  * any work. Returns ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
 int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag);
+/* IN a Hugging Face Trainer output_dir (a folder without `latest`, checkpoint-N folders
+ * inside): its newest complete checkpoint-N (zck_hf_last_checkpoint), said on stderr
+ * unless quiet ("zckpt: IN: VERB PICKED, the newest complete checkpoint"); *picked: its
+ * path (free it). Anything else stays as given (*picked NULL) for the job to judge. For
+ * the jobs that read a DeepSpeed checkpoint (consolidate, reshard, to-universal), not
+ * inspect: an output_dir's own files are what inspect describes. */
+int zck_cli_pick_checkpoint(const char *in, const char *verb, bool quiet, char **picked);
 /* OUT as the job should get it: a symlink to a folder (model/ -> /disk/model) is written
  * through, at its target, and stays a link (the jobs rename their output over OUT itself,
  * which would replace the link); a dangling one is refused. Sets *resolved (free it) or

@@ -43,26 +43,6 @@ static const char zck__consolidate_help[] =
   "  -q, --quiet              no progress bar, no summary line\n"
   "  -h, --help               this help\n";
 
-/* CHECKPOINT a Hugging Face output_dir (no `latest`, checkpoint-N folders inside): the
- * newest complete checkpoint-N, said on stderr (*picked: free it). Anything else stays as
- * given (*picked NULL) for the job to judge. */
-static int zck__consolidate_pick(const char *in, bool quiet, char **picked) {
-  struct stat st;
-  char latest[PATH_MAX];
-  *picked = NULL;
-  snprintf(latest, sizeof latest, "%s/latest", in);
-  if (stat(in, &st) != 0 || !S_ISDIR(st.st_mode) || lstat(latest, &st) == 0) return ZCK_EXIT_OK;
-  char *skipped = NULL;
-  zck_status s = zck_hf_last_checkpoint(in, picked, &skipped);
-  if (s == ZCK_ERR_NOT_FOUND) { zck_clear_error(); return ZCK_EXIT_OK; }
-  if (s != ZCK_OK) return zck_cli_fail(s);
-  if (!quiet)
-    fprintf(stderr, "zckpt: %s: consolidating %s, the newest complete checkpoint%s%s%s\n", in, *picked,
-            skipped ? " (" : "", skipped ? skipped : "", skipped ? ")" : "");
-  free(skipped);
-  return ZCK_EXIT_OK;
-}
-
 int zck_cmd_consolidate(int argc, char **argv) {
   static const struct option opts[] = {
     {"tag", required_argument, 0, 't'}, {"dtype", required_argument, 0, 'd'},
@@ -115,7 +95,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
     if (!argv[i][0]) return zck_cli_usage_error("consolidate", "empty path argument");
   const char *in = argv[optind];
   char *picked = NULL;
-  if (!o.tag && (rc = zck__consolidate_pick(in, quiet || zck_cli_dist_quiet(), &picked))) return rc;
+  if (!o.tag && (rc = zck_cli_pick_checkpoint(in, "consolidating", quiet || zck_cli_dist_quiet(), &picked))) return rc;
   if (picked) in = picked;
   char *out = NULL;
   if ((rc = zck_cli_resolve_out(argv[optind + 1], &out))) { free(picked); return rc; }

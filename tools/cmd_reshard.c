@@ -104,9 +104,13 @@ int zck_cmd_reshard(int argc, char **argv) {
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
   if (!o.to_stage && !o.to_world_size && !o.to_tp_size)
     return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  const char *in = argv[optind];
+  char *picked = NULL;   /* a Trainer output_dir: its newest complete checkpoint, as consolidate */
+  if (!o.tag && (rc = zck_cli_pick_checkpoint(in, "resharding", quiet || zck_cli_dist_quiet(), &picked))) return rc;
+  if (picked) in = picked;
   char *out_r = NULL;
-  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
-  if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, o.tag))) { free(out_r); return rc; }
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) { free(picked); return rc; }
+  if ((rc = zck_cli_check_out_not_in(in, out_r, o.tag))) { free(out_r); free(picked); return rc; }
   zck_cli_set_output(out_r);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "reshard", 0, quiet);
@@ -115,11 +119,12 @@ int zck_cmd_reshard(int argc, char **argv) {
   zck_job_summary sum;
   o.summary = quiet || zck_cli_dist_quiet() ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
   double started = zck_cli_now();
-  const char *src = argv[optind];
-  if ((rc = zck_cli_dist_source(argv[optind], &src))) { free(out_r); return rc; } /* node-local files under mpirun */
+  const char *src = in;
+  if ((rc = zck_cli_dist_source(in, &src))) { free(out_r); free(picked); return rc; } /* node-local files under mpirun */
   zck_status s = zck_reshard(src, out_r, &o);
   zck_cli_progress_finish(&bar);
   free(out_r);
+  free(picked);
   if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet || zck_cli_dist_quiet());
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

@@ -94,9 +94,13 @@ int zck_cmd_to_universal(int argc, char **argv) {
   /* the HDF5 writer is one process (libhdf5 places each chunk in the file as it comes):
    * in a distributed job rank 0 writes it alone, the other ranks wait */
   if (o.format == ZCK_UNIVERSAL_HDF5 && zck_cli_dist_solo()) return ZCK_EXIT_OK;
+  const char *in = argv[optind];
+  char *picked = NULL;   /* a Trainer output_dir: its newest complete checkpoint, as consolidate */
+  if (!o.tag && (rc = zck_cli_pick_checkpoint(in, "converting", quiet || zck_cli_dist_quiet(), &picked))) return rc;
+  if (picked) in = picked;
   char *out_r = NULL;
-  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) return rc;
-  if ((rc = zck_cli_check_out_not_in(argv[optind], out_r, o.tag))) { free(out_r); return rc; }
+  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) { free(picked); return rc; }
+  if ((rc = zck_cli_check_out_not_in(in, out_r, o.tag))) { free(out_r); free(picked); return rc; }
   zck_cli_set_output(out_r);
   zck_cli_progress bar;
   zck_cli_progress_init(&bar, "to-universal", 0, quiet);
@@ -105,11 +109,12 @@ int zck_cmd_to_universal(int argc, char **argv) {
   zck_job_summary sum;
   o.summary = quiet || zck_cli_dist_quiet() ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
   double started = zck_cli_now();
-  const char *src = argv[optind];
-  if ((rc = zck_cli_dist_source(argv[optind], &src))) { free(out_r); return rc; } /* node-local files under mpirun */
+  const char *src = in;
+  if ((rc = zck_cli_dist_source(in, &src))) { free(out_r); free(picked); return rc; } /* node-local files under mpirun */
   zck_status s = zck_to_universal(src, out_r, &o);
   zck_cli_progress_finish(&bar);
   free(out_r);
+  free(picked);
   if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet || zck_cli_dist_quiet());
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }

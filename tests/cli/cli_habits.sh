@@ -2,7 +2,8 @@
 # cli_habits.sh: the command as DeepSpeed and Hugging Face users type it: -t/--tag
 # (zero_to_fp32's spelling) and -j/--threads in every command; one summary line on stderr
 # after a job succeeds ("wrote OUT: N tensors, X KB in T s"), silenced by -q; consolidate
-# of a Trainer output_dir takes its newest complete checkpoint-N and says which.
+# of a Trainer output_dir (reshard and to-universal too) takes its newest complete
+# checkpoint-N and says which.
 set -u
 bin="${ZCK_BIN:?ZCK_BIN must name the zckpt binary}"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -75,6 +76,16 @@ run 0 "$bin" consolidate "$od" "$tmp/od.safetensors" &&
       { bad "output_dir: expected checkpoint-12 picked, checkpoint-30 named incomplete"; cat "$tmp/err"; }
     cmp -s "$tmp/od.safetensors" "$tmp/one.safetensors" || bad "output_dir: not the checkpoint's tensors"; }
 run 0 "$bin" consolidate -q "$od" "$tmp/odq.safetensors" && quiet_is_silent output_dir
+# reshard and to-universal take it too (they refused the output_dir), and say so
+run 0 "$bin" reshard --to-world-size 3 "$od" "$tmp/od-r3" &&
+  { head -1 "$tmp/err" | grep -qF "zckpt: $od: resharding $od/checkpoint-12, the newest complete checkpoint" ||
+      { bad "reshard output_dir: checkpoint-12 not said"; cat "$tmp/err"; }
+    diff -r "$tmp/od-r3" "$tmp/r3" >/dev/null || bad "reshard output_dir: not the reshard of checkpoint-12"; }
+run 0 "$bin" to-universal "$od" "$tmp/od-u" &&
+  { head -1 "$tmp/err" | grep -qF "zckpt: $od: converting $od/checkpoint-12, the newest complete checkpoint" ||
+      { bad "to-universal output_dir: checkpoint-12 not said"; cat "$tmp/err"; }
+    diff -r "$tmp/od-u" "$tmp/u" >/dev/null || bad "to-universal output_dir: not the folder of checkpoint-12"; }
+run 0 "$bin" reshard -q --to-world-size 3 "$od" "$tmp/od-rq" && quiet_is_silent reshard output_dir
 # verify of the output_dir checks the checkpoint consolidate takes (it checked every .pt below
 # it one by one: a checkpoint-N missing a rank file was "clean" while consolidate refused it)
 run 0 "$bin" verify "$od" && grep -qF "checked $od/checkpoint-12, the newest complete checkpoint" "$tmp/out" ||
