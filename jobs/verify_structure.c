@@ -290,7 +290,8 @@ static zck_status read_stores(vctx *c, const zck_store *stores, size_t n, void *
  * read whole like the tensors (their chunks carry zstd checksums too). */
 static zck_status read_h5u_extras(vctx *c, void *buf, size_t buf_bytes) {
   zck_h5_file *f = NULL;
-  zck_status st = zck_h5_open(c->path, &f);
+  /* none of them is under /params: its groups are not walked again */
+  zck_status st = zck_h5_open_lazy(c->path, "params", &f);
   if (st != ZCK_OK) {
     if (st == ZCK_ERR_NO_MEMORY) return st;
     zck__verify_add_status(c, st, "structure", c->path, zck_last_error());
@@ -332,7 +333,8 @@ static zck_status check_h5u(vctx *c) {
   c->r->pub.files = 1;
   zck__vreport_set(&c->r->kind, "hdf5");
   zck_h5_file *f = NULL;
-  zck_status st = zck_h5_open(c->path, &f);
+  /* the root's attributes only: the walk leaves /params's groups to the container's open */
+  zck_status st = zck_h5_open_lazy(c->path, "params", &f);
   if (st == ZCK_OK) {
     char *fmt = NULL;
     /* the root attributes' digest first: a damaged one may be what names the format */

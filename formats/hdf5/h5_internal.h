@@ -126,11 +126,6 @@ zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records);
 
 /* The child's answers for path (zck__h5_probe), kept for the life of the file. */
 zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **out);
-/* Opens path as zck_h5_open does, but the forked walk opens nothing the links of the
- * root's group `lazy` lead to (zck__h5_probe): asking anything at or below one of those
- * (an attribute, a dataset, a listing, whether a path exists) walks the file again in full
- * first (once). NULL lazy: zck_h5_open. */
-zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out);
 /* OK when a hard link path leads to an object, read or not (a lazy walk's: nothing of it
  * is checked); NOT_FOUND / FORMAT / UNSUPPORTED with the error set ("FILE:path: ...")
  * otherwise. Never walks again. */

@@ -60,7 +60,7 @@ static zck_status zck__h5_load_table(zck_h5_file *f) {
 const zck__h5c_table *zck__h5_file_table(const zck_h5_file *f) { return f->sums; }
 bool zck_h5_has_checksums(const zck_h5_file *f) { return f->sums != NULL; }
 
-zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out) {
+zck_status zck_h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out) {
   *out = NULL;
   zck_h5_file *f = zck__calloc(1, sizeof *f);
   if (!f || !(f->path = zck__strdup(path))) {
@@ -96,7 +96,7 @@ zck_status zck__h5_open_lazy(const char *path, const char *lazy, zck_h5_file **o
   return ZCK_OK;
 }
 
-zck_status zck_h5_open(const char *path, zck_h5_file **out) { return zck__h5_open_lazy(path, NULL, out); }
+zck_status zck_h5_open(const char *path, zck_h5_file **out) { return zck_h5_open_lazy(path, NULL, out); }
 
 /* The object at path; one at or below an unread object (a lazy walk's) after walking the
  * file again in full, once: its header and attributes are then the child's as any other's. */

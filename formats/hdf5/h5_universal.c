@@ -441,7 +441,7 @@ static zck_status zck__h5u_open(const char *path, bool describe, zck_h5u **out) 
   if (!u) return ZCK_ERR_NO_MEMORY;
   u->described = describe;
   /* describing: the walk lists /params but opens none of its groups (h5_probe.c) */
-  zck_status st = describe ? zck__h5_open_lazy(path, "params", &u->f) : zck_h5_open(path, &u->f);
+  zck_status st = describe ? zck_h5_open_lazy(path, "params", &u->f) : zck_h5_open(path, &u->f);
   /* the root attributes (names, shapes, groups, ds_config) sit where HDF5's default file
    * format keeps no checksum: their digest is checked before anything is built from them */
   if (st == ZCK_OK) st = zck_h5_check_attrs(u->f);

@@ -125,6 +125,12 @@ typedef struct zck_h5_dataset_info {
 } zck_h5_dataset_info;
 
 zck_status zck_h5_open(const char *path, zck_h5_file **out);
+/* zck_h5_open, but the forked metadata walk opens nothing the links of the root's group
+ * `lazy` lead to (the container's "params": 100k groups, 300k datasets, nearly all of the
+ * walk's cost): asking anything at or below one of those (an attribute, a dataset, a
+ * listing, whether a path exists) walks the file again in full first, once. For readers
+ * that need the rest of the file only. NULL lazy: zck_h5_open. */
+zck_status zck_h5_open_lazy(const char *path, const char *lazy, zck_h5_file **out);
 /* DAMAGED when the file records a digest of its root attributes (ZCK_H5_ATTRS_XXH3_ATTR)
  * they do not match; OK when it records none. Reads every root attribute. */
 zck_status zck_h5_check_attrs(zck_h5_file *f);

@@ -330,7 +330,7 @@ static void test_describe(const char *tmp) {
   /* a lazy file answers about what lies below /params (its listing, a dataset's
    * attributes and bytes, a missing one) as an eager one does, walking again in full */
   zck_h5_file *lazy = NULL, *full = NULL;
-  ZT_OK(zck__h5_open_lazy(h5, "params", &lazy));
+  ZT_OK(zck_h5_open_lazy(h5, "params", &lazy));
   ZT_OK(zck_h5_open(h5, &full));
   char *a = NULL, *b = NULL;
   ZT_OK(zck_h5_attr_str(lazy, "/params/fc1.weight/fp32", "dtype", &a));
