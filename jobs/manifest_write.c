@@ -24,18 +24,10 @@
 #include "zck.h"
 #include "dist.h"
 
-typedef struct desc_tensor {
-  char *name;                   /* the name, then the shape's ndim int64s (one allocation) */
-  const char *dtype;            /* static string */
-  int ndim;
-  const int64_t *shape;         /* inside name's allocation: a file may list 100k tensors */
-  uint64_t offset, nbytes;
-} desc_tensor;
-
 typedef struct desc_file {
   const char *rel;
   char *full;
-  desc_tensor *t;
+  zck__manifest_known_tensor *t; /* its tensors, one allocation (a file may list 100k) */
   size_t n;
   const zck__manifest_known_file *kf; /* its writer's hashes (and tensors), or NULL */
 } desc_file;
@@ -64,30 +56,33 @@ static uint64_t tensor_span(const zck_torch_tensor *t) {
   return (last + 1) * es; /* fits: the reader checked the view against its storage (G-04, G-05) */
 }
 
-static zck_status desc_push(desc_file *f, size_t *cap, const char *name, const char *dtype, int ndim,
-                            const int64_t *shape, uint64_t off, uint64_t nbytes) {
-  if (ndim > ZCK_MANIFEST_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: %d dims", f->full, name, ndim);
-  if (f->n == *cap) {
-    size_t c = *cap ? 2 * *cap : 16;
-    desc_tensor *v = zck__realloc(f->t, c * sizeof *v);
-    if (!v) return ZCK_ERR_NO_MEMORY;
-    f->t = v;
-    *cap = c;
-  }
-  desc_tensor *t = &f->t[f->n];
-  memset(t, 0, sizeof *t);
-  size_t nlen = strlen(name) + 1, at = (nlen + 7) & ~(size_t)7;
-  if (!(t->name = zck__malloc(at + (size_t)ndim * sizeof *shape))) return ZCK_ERR_NO_MEMORY;
-  memcpy(t->name, name, nlen);
-  int64_t *sh = (int64_t *)(void *)(t->name + at);
-  if (ndim) memcpy(sh, shape, (size_t)ndim * sizeof *shape);
-  t->shape = sh;
-  t->dtype = dtype;
-  t->ndim = ndim;
-  t->offset = off;
-  t->nbytes = nbytes;
-  f->n++;
+/* A list of n tensors in one allocation: the entries, then their shapes (n_dims int64s
+ * in all), then their names (name_bytes with their NULs). Filled by list_put in order. */
+typedef struct tensor_list {
+  zck__manifest_known_tensor *t;
+  int64_t *shapes;
+  char *names;
+  size_t n;
+} tensor_list;
+
+static zck_status list_alloc(tensor_list *l, size_t n, size_t n_dims, size_t name_bytes) {
+  size_t a = n * sizeof *l->t, b = n_dims * sizeof *l->shapes;
+  if (n > SIZE_MAX / 2 / sizeof *l->t || n_dims > SIZE_MAX / 4 / sizeof *l->shapes || name_bytes > SIZE_MAX / 4)
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  char *p = zck__malloc(a + b + name_bytes ? a + b + name_bytes : 1);
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  *l = (tensor_list){(zck__manifest_known_tensor *)(void *)p, (int64_t *)(void *)(p + a), p + a + b, 0};
   return ZCK_OK;
+}
+
+static void list_put(tensor_list *l, const char *name, const char *dtype, int ndim, const int64_t *shape, uint64_t off,
+                     uint64_t nbytes) {
+  size_t len = strlen(name) + 1;
+  memcpy(l->names, name, len);
+  if (ndim) memcpy(l->shapes, shape, (size_t)ndim * sizeof *shape);
+  l->t[l->n++] = (zck__manifest_known_tensor){l->names, dtype, ndim, l->shapes, off, nbytes};
+  l->names += len;
+  l->shapes += ndim;
 }
 
 typedef struct tensor_ptr {
@@ -100,10 +95,10 @@ static int cmp_tensor_ptr(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static zck_status describe_torch(desc_file *f) {
-  zck_torch_file *tf = NULL;
-  ZCK_TRY(zck_torch_open(f->full, NULL, &tf));
-  size_t cap = 0, count = 0, nt = zck_torch_tensor_count(tf);
+zck_status zck__manifest_torch_tensors(const zck_torch_file *tf, zck__manifest_known_tensor **out, size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  size_t count = 0, nt = zck_torch_tensor_count(tf);
   zck_torch_named *named = NULL;
   uint8_t *listed = zck__calloc(nt ? nt : 1, 1);
   tensor_ptr *by_ptr = zck__malloc((nt ? nt : 1) * sizeof *by_ptr);
@@ -116,25 +111,49 @@ static zck_status describe_torch(desc_file *f) {
     named = NULL;
     count = 0;
   }
+  /* sized first: the named ones, then those not reachable by name (inside objects) */
+  size_t n = count, n_dims = 0, name_bytes = 0;
   for (size_t i = 0; st == ZCK_OK && i < count; i++) {
     const zck_torch_tensor *t = named[i].tensor;
     tensor_ptr key = {t, 0};
     const tensor_ptr *hit = bsearch(&key, by_ptr, nt, sizeof *by_ptr, cmp_tensor_ptr);
     if (hit) listed[hit->index] = 1;
-    st = desc_push(f, &cap, named[i].name, zck_dtype_name(t->dtype), t->ndim, t->shape,
-                   zck_torch_tensor_file_offset(tf, t), tensor_span(t));
+    n_dims += (size_t)t->ndim;
+    name_bytes += strlen(named[i].name) + 1;
   }
-  for (size_t k = 0; st == ZCK_OK && k < nt; k++) { /* tensors not reachable by name (inside objects) */
+  for (size_t k = 0; st == ZCK_OK && k < nt; k++)
+    if (!listed[k]) {
+      n++;
+      n_dims += (size_t)zck_torch_tensor_at(tf, k)->ndim;
+      name_bytes += 40;
+    }
+  tensor_list l = {0};
+  if (st == ZCK_OK) st = list_alloc(&l, n, n_dims, name_bytes);
+  for (size_t i = 0; st == ZCK_OK && i < count; i++) {
+    const zck_torch_tensor *t = named[i].tensor;
+    list_put(&l, named[i].name, zck_dtype_name(t->dtype), t->ndim, t->shape, zck_torch_tensor_file_offset(tf, t),
+             tensor_span(t));
+  }
+  for (size_t k = 0; st == ZCK_OK && k < nt; k++) {
     if (listed[k]) continue;
     const zck_torch_tensor *t = zck_torch_tensor_at(tf, k);
     char name[40];
     snprintf(name, sizeof name, "<tensor %zu>", k);
-    st = desc_push(f, &cap, name, zck_dtype_name(t->dtype), t->ndim, t->shape, zck_torch_tensor_file_offset(tf, t),
-                   tensor_span(t));
+    list_put(&l, name, zck_dtype_name(t->dtype), t->ndim, t->shape, zck_torch_tensor_file_offset(tf, t), tensor_span(t));
   }
   zck_torch_named_free(named, count);
   free(listed);
   free(by_ptr);
+  if (st != ZCK_OK) return st;
+  *out = l.t;
+  *n_out = l.n;
+  return ZCK_OK;
+}
+
+static zck_status describe_torch(desc_file *f) {
+  zck_torch_file *tf = NULL;
+  ZCK_TRY(zck_torch_open(f->full, NULL, &tf));
+  zck_status st = zck__manifest_torch_tensors(tf, &f->t, &f->n);
   zck_torch_close(tf);
   return st;
 }
@@ -142,24 +161,33 @@ static zck_status describe_torch(desc_file *f) {
 static zck_status describe_safetensors(desc_file *f) {
   zck_st_file *sf = NULL;
   ZCK_TRY(zck_st_open(f->full, &sf));
-  size_t cap = 0;
+  size_t n = zck_st_count(sf), n_dims = 0, name_bytes = 0;
   zck_status st = ZCK_OK;
-  for (size_t i = 0; st == ZCK_OK && i < zck_st_count(sf); i++) {
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     const zck_st_tensor *t = zck_st_tensor_at(sf, i);
-    int64_t shape[ZCK_MANIFEST_MAX_DIMS];
     if (t->ndim > ZCK_MANIFEST_MAX_DIMS) {
       st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: %d dims", f->full, t->name, t->ndim);
       break;
     }
-    for (int d = 0; d < t->ndim; d++) {
+    for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] > (uint64_t)INT64_MAX) st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor %s: dim too large", f->full, t->name);
-      shape[d] = (int64_t)t->shape[d];
-    }
+    n_dims += (size_t)t->ndim;
+    name_bytes += strlen(t->name) + 1;
+  }
+  tensor_list l = {0};
+  if (st == ZCK_OK) st = list_alloc(&l, n, n_dims, name_bytes);
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck_st_tensor *t = zck_st_tensor_at(sf, i);
+    int64_t shape[ZCK_MANIFEST_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) shape[d] = (int64_t)t->shape[d];
     const char *dtype = t->dtype != ZCK_DTYPE_INVALID ? zck_dtype_name(t->dtype) : zck_st_dtype_name(t->st_dtype);
-    if (st == ZCK_OK) st = desc_push(f, &cap, t->name, dtype, t->ndim, shape, t->offset, t->nbytes);
+    list_put(&l, t->name, dtype, t->ndim, shape, t->offset, t->nbytes);
   }
   zck_st_close(sf);
-  return st;
+  if (st != ZCK_OK) return st;
+  f->t = l.t;
+  f->n = l.n;
+  return ZCK_OK;
 }
 
 static zck_status describe_item(void *ctx, size_t item, unsigned thread) {
@@ -320,17 +348,12 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
   if (st == ZCK_OK && !tfirst) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     tfirst[i] = m->n_tensors;
-    if (df[i].kf && df[i].kf->described) {
-      for (size_t k = 0; st == ZCK_OK && k < df[i].kf->n_tensors; k++) {
-        const zck__manifest_known_tensor *t = &df[i].kf->tensors[k];
-        st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
-      }
-      continue;
-    }
-    for (size_t k = 0; st == ZCK_OK && k < df[i].n; k++) {
-      const desc_tensor *t = &df[i].t[k];
-      st = zck_manifest_add_tensor(m, i, t->name, t->dtype, t->ndim, t->shape, t->offset, t->nbytes, NULL);
-    }
+    bool by_writer = df[i].kf && df[i].kf->described;
+    const zck__manifest_known_tensor *ts = by_writer ? df[i].kf->tensors : df[i].t;
+    size_t nts = by_writer ? df[i].kf->n_tensors : df[i].n;
+    for (size_t k = 0; st == ZCK_OK && k < nts; k++)
+      st = zck_manifest_add_tensor(m, i, ts[k].name, ts[k].dtype, ts[k].ndim, ts[k].shape, ts[k].offset, ts[k].nbytes,
+                                   NULL);
   }
   if (st == ZCK_OK) tfirst[n] = m->n_tensors;
   if (st == ZCK_OK && m->kind == ZCK_MANIFEST_DEEPSPEED)
@@ -353,7 +376,6 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
   free(kv);
   free(tfirst);
   for (size_t i = 0; df && i < n; i++) {
-    for (size_t k = 0; k < df[i].n; k++) free(df[i].t[k].name);
     free(df[i].t);
     free(df[i].full);
   }

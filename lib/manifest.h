@@ -226,6 +226,13 @@ typedef struct zck__manifest_known {
    * folder's reader is then not run to find it */
   const zck_manifest_layout *layout;
 } zck__manifest_known;
+/* The tensors of an open torch file as describing it for a manifest finds them (named by
+ * their path through dicts and lists, the others "<tensor K>"), in one allocation:
+ * free(*out). A writer that copies or lays out a torch file hands them over as its known
+ * file's `tensors`, so the manifest does not parse the file again. Defined in
+ * jobs/manifest_write.c. */
+struct zck_torch_file;
+zck_status zck__manifest_torch_tensors(const struct zck_torch_file *tf, zck__manifest_known_tensor **out, size_t *n);
 /* zck_manifest_write_dir with `known` hashes (NULL: none); *from_known (optional): how
  * many files took theirs from it. Defined in jobs/manifest_write.c. */
 zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,

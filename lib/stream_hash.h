@@ -87,6 +87,11 @@ void zck__shash_check_crc(zck__shash *h, uint64_t off, uint32_t crc);
  * counted as an error: *reread bytes) and finalizes. ZCK_OK also when the hashes had to
  * be dropped (zck__shash_done false); an error only when the file cannot be read. */
 zck_status zck__shash_finish(zck__shash *h, const char *path, uint64_t *reread);
+/* The same for a file whose writer laid out every byte of it through h and wrote it
+ * without error (a torch or zip writer made with h, finished): its size is where h's
+ * layout ends, so when the stream has it all the file system is not asked (one stat less
+ * per file; the manifest writer still checks the size on disk). */
+zck_status zck__shash_finish_laid_out(zck__shash *h, const char *path, uint64_t *reread);
 bool zck__shash_done(const zck__shash *h);
 uint64_t zck__shash_streamed(const zck__shash *h);
 /* The file's hashes for zck__manifest_write_dir_known: path is borrowed; chunks and ranges

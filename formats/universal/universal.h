@@ -99,9 +99,12 @@ struct zck__shash_budget *zck_uv_writer_hash_budget(zck_uv_writer *w);
 
 /* A raw file at rel of size bytes: *store (U8) receives its bytes, each byte written once.
  * With opts.hash it is hashed as written, its tensors' ranges being among regions (in file
- * order, back to back from 0; NULL: the whole file, one region). Committed with the folder. */
+ * order, back to back from 0; NULL: the whole file, one region). tensors (one allocation,
+ * taken over in every case; NULL: none): the file's tensors as its manifest describes them
+ * (zck__manifest_torch_tensors), so that the manifest does not parse it again. Committed
+ * with the folder. */
 zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, const zck__manifest_known_range *regions,
-                             size_t n_regions, zck_store *store);
+                             size_t n_regions, zck__manifest_known_tensor *tensors, size_t n_tensors, zck_store *store);
 
 /* Finishes every file (the pending tensor files, the raw files) in the temporary folder,
  * which is then complete but for what the caller adds (its manifest). */

@@ -47,6 +47,8 @@ typedef struct zck__uv_raw {
   char *rel;                    /* opts.hash: its name in the folder, and its hashes */
   zck__shash *h;
   zck__shash_fd store;
+  zck__manifest_known_tensor *tensors; /* owned, or NULL: as describing the file finds them */
+  size_t n_tensors;
 } zck__uv_raw;
 
 struct zck_uv_writer {
@@ -216,7 +218,7 @@ static void zck__uv_tfile_free(zck__uv_tfile *f) {
  * the manifest writer, which reads it). */
 static zck_status zck__uv_keep_hashes(zck_uv_writer *w, zck__uv_tfile *f) {
   uint64_t reread = 0;
-  ZCK_TRY(zck__shash_finish(f->h, f->path, &reread));
+  ZCK_TRY(zck__shash_finish_laid_out(f->h, f->path, &reread)); /* its torch writer laid it all out */
   if (!zck__shash_done(f->h)) return ZCK_OK;
   if (w->known.n_files == w->cap_known) {
     size_t nc = w->cap_known ? 2 * w->cap_known : 64;
@@ -355,14 +357,22 @@ zck_status zck_uv_writer_torch_hashed(zck_uv_writer *w, const char *rel, zck__sh
 }
 
 /* A finished file's hashes, made as it was written, into w->known (not done: left to the
- * manifest writer, which reads the file). */
-static zck_status zck__uv_keep(zck_uv_writer *w, const char *path, const char *rel, zck__shash *h) {
+ * manifest writer, which reads the file), with its tensors when the caller had them
+ * (*tensors: taken over, NULL after). */
+static zck_status zck__uv_keep(zck_uv_writer *w, const char *path, const char *rel, zck__shash *h,
+                               zck__manifest_known_tensor **tensors, size_t n_tensors) {
   uint64_t reread = 0;
   ZCK_TRY(zck__shash_finish(h, path, &reread));
   zck__manifest_known_file f;
   ZCK_TRY(zck__shash_known_file(h, NULL, &f));
-
-  return f.hashed ? zck__known_take(&w->known, &w->cap_known, &f, rel) : ZCK_OK;
+  if (!f.hashed) return ZCK_OK;
+  if (tensors && *tensors) {
+    f.described = true;
+    f.tensors = *tensors;
+    f.n_tensors = n_tensors;
+    *tensors = NULL;
+  }
+  return zck__known_take(&w->known, &w->cap_known, &f, rel);
 }
 
 zck__shash_budget *zck_uv_writer_hash_budget(zck_uv_writer *w) { return &w->budget; }
@@ -370,7 +380,7 @@ zck__shash_budget *zck_uv_writer_hash_budget(zck_uv_writer *w) { return &w->budg
 zck_status zck_uv_writer_keep_hashed(zck_uv_writer *w, const char *rel, zck__shash *h) {
   if (!w->o.hash || !h) return ZCK_OK;
   char *path = zck__outdir_file(&w->dir, rel);
-  zck_status st = path ? zck__uv_keep(w, path, rel, h) : ZCK_ERR_NO_MEMORY;
+  zck_status st = path ? zck__uv_keep(w, path, rel, h, NULL, 0) : ZCK_ERR_NO_MEMORY;
   free(path);
   return st;
 }
@@ -405,11 +415,17 @@ zck_status zck_uv_writer_step(zck_uv_writer *w, const char *name, bool is_tensor
 }
 
 zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, const zck__manifest_known_range *regions,
-                             size_t n_regions, zck_store *store) {
+                             size_t n_regions, zck__manifest_known_tensor *tensors, size_t n_tensors, zck_store *store) {
   char *path = NULL;
-  ZCK_TRY(zck__uv_prepare(w, rel, &path));
-  zck__uv_raw *r = zck__calloc(1, sizeof *r);
-  zck_status st = r ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status st = zck__uv_prepare(w, rel, &path);
+  zck__uv_raw *r = st == ZCK_OK ? zck__calloc(1, sizeof *r) : NULL;
+  if (st == ZCK_OK && !r) st = ZCK_ERR_NO_MEMORY;
+  if (r && w->o.hash) { /* kept for the manifest; without hashes it describes the file itself */
+    r->tensors = tensors;
+    r->n_tensors = n_tensors;
+    tensors = NULL;
+  }
+  free(tensors);
   if (st == ZCK_OK && w->n_raws == w->cap_raws) {
     size_t nc = w->cap_raws ? 2 * w->cap_raws : 8;
     zck__uv_raw **v = zck__realloc(w->raws, nc * sizeof *v);
@@ -434,6 +450,7 @@ zck_status zck_uv_writer_raw(zck_uv_writer *w, const char *rel, uint64_t size, c
     if (r && r->open) zck__outfile_abort(&r->f);
     if (r) zck__shash_free(r->h);
     if (r) free(r->rel);
+    if (r) free(r->tensors);
     free(r);
     return st;
   }
@@ -477,7 +494,8 @@ zck_status zck_uv_writer_finish_files(zck_uv_writer *w) {
     if (w->raws[i]->h && !path) st = ZCK_ERR_NO_MEMORY;
     if (st == ZCK_OK) st = zck__outfile_commit(&w->raws[i]->f);
     if (st == ZCK_OK) w->raws[i]->open = false;
-    if (st == ZCK_OK && w->raws[i]->h) st = zck__uv_keep(w, path, w->raws[i]->rel, w->raws[i]->h);
+    if (st == ZCK_OK && w->raws[i]->h)
+      st = zck__uv_keep(w, path, w->raws[i]->rel, w->raws[i]->h, &w->raws[i]->tensors, w->raws[i]->n_tensors);
     free(path);
   }
   return st;
@@ -516,6 +534,7 @@ void zck_uv_writer_free(zck_uv_writer *w) {
     if (w->raws[i]->open) zck__outfile_abort(&w->raws[i]->f);
     zck__shash_free(w->raws[i]->h);
     free(w->raws[i]->rel);
+    free(w->raws[i]->tensors);
     free(w->raws[i]);
   }
   free(w->raws);
