@@ -166,6 +166,9 @@ static zck_pk *copy_seq(vm *v, zck_pk_kind kind, zck_pk **items, size_t n) {
 }
 
 static zck_status append_items(vm *v, zck_pk *target, zck_pk **items, size_t n, int set) {
+  /* an object given no items gains no empty list: the emitter writes none back, and for
+   * Python nothing happened */
+  if (!n && target->kind == ZCK_PK_OBJECT && !set) return ZCK_OK;
   if (target->kind == ZCK_PK_OBJECT && !set) {
     if (!target->u.obj.list_items) VNEW(v, zck_pk_new_list(v->doc), target->u.obj.list_items);
     target = target->u.obj.list_items;
@@ -195,6 +198,7 @@ static bool key_hashable(const zck_pk *k, int depth, size_t *budget) {
 
 static zck_status set_items(vm *v, zck_pk *target, zck_pk **kv, size_t n) {
   if (n % 2) return zck__vm_fail(v, ZCK_ERR_FORMAT, "odd number of items (%zu) for key/value pairs", n);
+  if (!n && target->kind == ZCK_PK_OBJECT) return ZCK_OK;   /* no empty dict for it either */
   for (size_t i = 0; i < n; i += 2) {
     size_t budget = 4096;
     if (!key_hashable(kv[i], 0, &budget))
