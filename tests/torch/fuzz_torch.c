@@ -73,8 +73,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       const zck_torch_tensor *t = zck_torch_tensor_at(f, i);
       uint64_t es = zck_dtype_size(t->dtype), cnt = t->numel;
       if (cnt * es > (1 << 16)) cnt = (1 << 16) / es;   /* expanded views can be huge */
-      if (zck_torch_tensor_read(f, t, buf, 0, cnt) != ZCK_OK) abort();   /* validated geometry reads */
-      if (t->numel > 1 && zck_torch_tensor_read(f, t, buf, t->numel - 1, 1) != ZCK_OK) abort();
+      /* validated geometry reads; the only failure left is a record whose bytes do not match
+       * its CRC-32 (checked as it is read) */
+      zck_status rs = zck_torch_tensor_read(f, t, buf, 0, cnt);
+      if (rs != ZCK_OK && rs != ZCK_ERR_DAMAGED) abort();
+      rs = t->numel > 1 ? zck_torch_tensor_read(f, t, buf, t->numel - 1, 1) : ZCK_OK;
+      if (rs != ZCK_OK && rs != ZCK_ERR_DAMAGED) abort();
       (void)zck_torch_tensor_contiguous(t);
       (void)zck_torch_tensor_file_offset(f, t);
     }
