@@ -393,6 +393,33 @@ static zck_status add_symlinks(const char *dir, const char *rel, char ***paths, 
   return st == ZCK_ERR_NO_MEMORY ? zck__fail(st, "out of memory") : st;
 }
 
+/* The files of the manifest's folder that it does not list: added after the save (a copy
+ * of a rank file, a param folder of another checkpoint). DeepSpeed and zckpt's readers
+ * ignore them, so they are no damage, but the manifest is the record of what the save
+ * wrote: each is one warning, and its bytes are not read (nothing to check them against).
+ * Only the paths zck_manifest_list_files gives, so exactly what the manifest's writer would
+ * have listed: never the manifest, the partial marker, temporaries or symlinks (the writer
+ * leaves those out on purpose; a symlink is still checked as DeepSpeed would read it). The
+ * paths kept are compacted to the front of paths. */
+static zck_status drop_unlisted(vctx *c, char **paths, size_t *n) {
+  size_t kept = 0;
+  for (size_t i = 0; i < *n; i++) {
+    if (zck_manifest_find_file(c->expected, paths[i]) >= 0) { paths[kept++] = paths[i]; continue; }
+    char *full = zck__path_join(c->base, paths[i]);
+    if (!full) { /* the rest stays for the caller to free */
+      memmove(paths + kept, paths + i, (*n - i) * sizeof *paths);
+      *n = kept + (*n - i);
+      return ZCK_ERR_NO_MEMORY;
+    }
+    zck__vreport_add(c->r, ZCK_VERIFY_WARNING, "extra-file", full, NULL, -1, 0,
+                     "%s: not listed in " ZCK_MANIFEST_NAME " (added after the save?): not read", full);
+    free(full);
+    free(paths[i]);
+  }
+  *n = kept;
+  return ZCK_OK;
+}
+
 static zck_status list_files(vctx *c) {
   char **paths = NULL;
   size_t n = 0;
@@ -405,6 +432,10 @@ static zck_status list_files(vctx *c) {
     if (st != ZCK_OK) {
       zck__verify_add_status(c, st == ZCK_ERR_NOT_FOUND ? ZCK_ERR_IO : st, "read", c->base, zck_last_error());
       return ZCK_OK;
+    }
+    if (c->expected && (st = drop_unlisted(c, paths, &n)) != ZCK_OK) {
+      zck_manifest_free_paths(paths, n);
+      return st;
     }
     if ((st = add_symlinks(c->base, NULL, &paths, &n, 0)) != ZCK_OK) {
       zck_manifest_free_paths(paths, n);
