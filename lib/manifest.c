@@ -255,7 +255,7 @@ static zck_status list_rec(const char *root, const char *rel, int depth, path_li
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     if (!*rel && is_own_file(e->d_name)) continue;
     if (*rel && e->d_name[0] == '.' && strstr(e->d_name, ".zck-tmp-")) continue;
-    char *child_rel = *rel ? zck__sprintf("%s/%s", rel, e->d_name) : zck__strdup(e->d_name);
+    char *child_rel = *rel ? zck__concat(rel, "/", e->d_name, (const char *)NULL) : zck__strdup(e->d_name);
     char *child = child_rel ? zck__path_join(root, child_rel) : NULL;
     /* the entry's type from the listing where the file system gives it (a universal
      * folder of 100k params lists 400k entries: no lstat each) */

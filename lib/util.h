@@ -26,6 +26,9 @@ char *zck__sprintf(const char *fmt, ...) ZCK__PRINTF(1, 2);
  * defaults in dst: the bytes the caller's struct has, so a shorter (older) one leaves the
  * newer fields at their defaults. NULL src keeps the defaults. */
 zck_status zck__opts_load(void *dst, size_t dst_size, const void *src, const char *what);
+/* The strings up to a NULL, one after another, in a fresh string; NULL (with error set)
+ * on failure. Pass the NULL as (const char *)NULL. */
+char *zck__concat(const char *first, ...);
 /* Joins a directory and a name with one '/'. */
 char *zck__path_join(const char *dir, const char *name);
 

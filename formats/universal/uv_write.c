@@ -249,7 +249,7 @@ static zck_status zck__uv_keep_hashes(zck_uv_writer *w, zck__uv_tfile *f) {
 zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
                                 zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle) {
   ZCK_TRY(zck_uv_check_name(name));
-  char *rel = zck__sprintf("zero/%s/%s.pt", name, state);
+  char *rel = zck__concat("zero/", name, "/", state, ".pt", (const char *)NULL);
   char *path = NULL;
   zck_status st = rel ? zck__uv_prepare(w, rel, &path) : ZCK_ERR_NO_MEMORY;
   zck__uv_tfile *f = st == ZCK_OK ? zck__calloc(1, sizeof *f) : NULL;
