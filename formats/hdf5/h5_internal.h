@@ -8,6 +8,9 @@
 #include "hdf5/zck_h5.h"
 #include "util.h"
 
+/* The read-only metadata cache's size (bytes of object headers and index nodes as stored). */
+#define ZCK__H5_MDC_BYTES ((size_t)1 << 20)
+
 /* Chunks larger than this are refused (H-04: HDF5's own limit is 4 GiB). */
 #define ZCK__H5_MAX_CHUNK_BYTES ((uint64_t)1 << 30)
 
@@ -23,7 +26,7 @@ zck_status zck__h5_fail(zck_status status, const char *fmt, ...) ZCK__PRINTF(2, 
 
 /* Opens path read-only as the reader does (the child's walk and the parent alike): with
  * no chunk cache, since chunks are read raw (H5Dread_chunk) and every open dataset would
- * otherwise allocate and clear one. Lock held. */
+ * otherwise allocate and clear one, and a metadata cache of ZCK__H5_MDC_BYTES. Lock held. */
 hid_t zck__h5_open_ro(const char *path);
 
 /* File type for writing a zckpt dtype (caller H5Tclose()s it); H5I_INVALID_HID with the
