@@ -84,6 +84,12 @@ typedef struct zck__h5_mlink {
 
 #define ZCK__H5M_MAX_FILTERS 16
 
+typedef struct zck__h5_mfilter {
+  unsigned id, flags;
+  int level;
+  const char *name;
+} zck__h5_mfilter;
+
 /* What the child read of a dataset's header: its stored type, dataspace and creation
  * properties, as zck_h5_dataset_open asks for them (the parent decodes none itself). */
 typedef struct zck__h5_mdset {
@@ -100,7 +106,8 @@ typedef struct zck__h5_mdset {
   const char *chunk_err;    /* "" unless H5Pget_chunk failed */
   int external;             /* H5Pget_external_count */
   int nfilters;             /* H5Pget_nfilters; the first ZCK__H5M_MAX_FILTERS are below */
-  struct { unsigned id, flags; int level; const char *name; } filters[ZCK__H5M_MAX_FILTERS];
+  const zck__h5_mfilter *filters;   /* min(nfilters, ZCK__H5M_MAX_FILTERS) of them, kept apart
+                                       (most datasets have none or one; 300k of them here) */
   uint8_t fill[16];         /* a user-defined fill value's bytes (fill_len of them) */
   size_t fill_len;
 } zck__h5_mdset;

@@ -33,6 +33,7 @@ struct zck__h5_meta {
   zck__h5_mattr *attrs;
   zck__h5_mlink *links;
   zck__h5_mdset *dsets;
+  zck__h5_mfilter *filters;     /* every dataset's, one after another */
   bool opened, over, digest_ok;
   bool lazy;                    /* some objects are 'T' records (unread) */
   uint64_t digest;
@@ -68,8 +69,10 @@ static const char *zck__h5m_str(zck__h5m_cur *c, size_t *len) {
 
 /* One pass over the records: counts them (fill false), or fills the arrays sized by the
  * counting pass. */
-static bool zck__h5m_dset(zck__h5m_cur *c, zck__h5_mdset *s) {
+/* A dataset's header; its filters into f (room for ZCK__H5M_MAX_FILTERS), *nf of them. */
+static bool zck__h5m_dset(zck__h5m_cur *c, zck__h5_mdset *s, zck__h5_mfilter *f, size_t *nf) {
   memset(s, 0, sizeof *s);
+  *nf = 0;
   if (!zck__h5m_u8(c)) {
     s->err = zck__h5m_str(c, NULL);
     return !c->bad;
@@ -94,20 +97,23 @@ static bool zck__h5m_dset(zck__h5m_cur *c, zck__h5_mdset *s) {
   s->external = (int)(int32_t)zck__h5m_u64(c, 4);
   s->nfilters = (int)(int32_t)zck__h5m_u64(c, 4);
   for (int i = 0; i < s->nfilters && i < ZCK__H5M_MAX_FILTERS; i++) {
-    s->filters[i].id = (unsigned)zck__h5m_u64(c, 4);
-    s->filters[i].flags = (unsigned)zck__h5m_u64(c, 4);
-    s->filters[i].level = (int)(int32_t)zck__h5m_u64(c, 4);
-    s->filters[i].name = zck__h5m_str(c, NULL);
+    f[i].id = (unsigned)zck__h5m_u64(c, 4);
+    f[i].flags = (unsigned)zck__h5m_u64(c, 4);
+    f[i].level = (int)(int32_t)zck__h5m_u64(c, 4);
+    f[i].name = zck__h5m_str(c, NULL);
+    *nf = (size_t)i + 1;
   }
+  s->filters = f;
   s->fill_len = zck__h5m_u8(c);
   if (s->fill_len > sizeof s->fill) return false;
   for (size_t i = 0; i < s->fill_len; i++) s->fill[i] = zck__h5m_u8(c);
   return !c->bad;
 }
 
-static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nattr, size_t *nlink, size_t *ndset) {
+static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nattr, size_t *nlink, size_t *ndset,
+                           size_t *nfilt) {
   zck__h5m_cur c = {m->raw.data, m->raw.data + m->raw.len, false};
-  size_t no = 0, na = 0, nl = 0, nd = 0;
+  size_t no = 0, na = 0, nl = 0, nd = 0, nf = 0;
   zck__h5_mobj *cur = NULL;
   for (;;) {
     uint8_t tag = zck__h5m_u8(&c);
@@ -178,9 +184,13 @@ static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nat
     }
     case 'S': {
       zck__h5_mdset s;
-      if (!zck__h5m_dset(&c, &s) || !no) return false;
+      zck__h5_mfilter counted[ZCK__H5M_MAX_FILTERS];
+      size_t k = 0;
+      if (!zck__h5m_dset(&c, &s, fill ? m->filters + nf : counted, &k) || !no) return false;
+      if (!fill || !k) s.filters = NULL;
       if (fill) m->dsets[nd] = s, cur->ds = &m->dsets[nd];
       nd++;
+      nf += k;
       break;
     }
     case 'D':
@@ -202,6 +212,7 @@ static bool zck__h5m_parse(zck__h5_meta *m, bool fill, size_t *nobj, size_t *nat
   *nattr = na;
   *nlink = nl;
   *ndset = nd;
+  *nfilt = nf;
   return c.p == c.end;
 }
 
@@ -228,8 +239,8 @@ zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **
     return st;
   }
   m->opened = true;
-  size_t no = 0, na = 0, nl = 0, nd = 0;
-  if (!zck__h5m_parse(m, false, &no, &na, &nl, &nd)) {
+  size_t no = 0, na = 0, nl = 0, nd = 0, nf = 0;
+  if (!zck__h5m_parse(m, false, &no, &na, &nl, &nd, &nf)) {
     zck__h5_meta_free(m);
     /* the child exited cleanly, so it wrote every record: this is ours */
     return zck__fail(ZCK_ERR_FORMAT, "%s: the HDF5 metadata check returned malformed records", path);
@@ -243,11 +254,12 @@ zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **
   m->attrs = zck__calloc(na + 1, sizeof *m->attrs);
   m->links = zck__calloc(nl + 1, sizeof *m->links);
   m->dsets = zck__calloc(nd + 1, sizeof *m->dsets);
-  if (!m->objs || !m->by_addr || !m->attrs || !m->links || !m->dsets) {
+  m->filters = zck__calloc(nf + 1, sizeof *m->filters);
+  if (!m->objs || !m->by_addr || !m->attrs || !m->links || !m->dsets || !m->filters) {
     zck__h5_meta_free(m);
     return ZCK_ERR_NO_MEMORY;
   }
-  zck__h5m_parse(m, true, &no, &na, &nl, &nd);
+  zck__h5m_parse(m, true, &no, &na, &nl, &nd, &nf);
   m->nobjs = no;
   for (size_t i = 0; i < no; i++) {
     zck__h5_mobj *o = &m->objs[i];
@@ -268,6 +280,7 @@ void zck__h5_meta_free(zck__h5_meta *m) {
   free(m->attrs);
   free(m->links);
   free(m->dsets);
+  free(m->filters);
   free(m);
 }
 
