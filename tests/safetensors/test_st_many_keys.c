@@ -77,6 +77,7 @@ static void test_writer(void) {
   ZT_EQ_STR(zck_st_metadata_get(f, "k0000001"), "replaced");
   ZT_EQ_STR(zck_st_metadata_get(f, "k0299999"), "v299999");
   zck_st_close(f);
+  zck__source_close(&src);
   zck_st_writer_free(w);
 }
 
