@@ -109,6 +109,59 @@ static void zck__inspect_model_text(const zck_model *m, FILE *out) {
   }
 }
 
+/* Element counts of a model: params (a tied alias counted once, by its source) and buffers. */
+typedef struct model_totals {
+  uint64_t trainable, frozen, buffer_bytes;
+} model_totals;
+
+static model_totals totals_of(const zck_model *m) {
+  model_totals t = {0, 0, 0};
+  for (size_t i = 0; i < m->n_params; i++) {
+    if (m->params[i].tied_to >= 0) continue;
+    if (m->params[i].frozen) t.frozen += m->params[i].numel; else t.trainable += m->params[i].numel;
+  }
+  for (size_t i = 0; i < m->n_buffers; i++) t.buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
+  return t;
+}
+
+/* What a DeepSpeed checkpoint and a universal folder made from one both tell of their
+ * run (zck_ds_info and zck_uv_info name these fields alike), printed alike for both. */
+typedef struct run_facts {
+  int stage;
+  uint32_t world_size, tp_size;
+  zck_dtype lp_dtype, master_dtype, state_dtype;
+  bool has_optimizer_state;
+  const char *ds_version;
+  int64_t global_steps;
+  double step;
+  size_t n_flat_groups;
+} run_facts;
+#define RUN_FACTS_OF(in)                                                                                              \
+  ((run_facts){(in)->stage, (in)->world_size, (in)->tp_size, (in)->lp_dtype, (in)->master_dtype, (in)->state_dtype,   \
+               (in)->has_optimizer_state, (in)->ds_version, (in)->global_steps, (in)->step, (in)->n_flat_groups})
+
+static void run_json(cJSON *j, const run_facts *r, const model_totals *t) {
+  cJSON_AddNumberToObject(j, "stage", r->stage);
+  cJSON_AddNumberToObject(j, "world_size", r->world_size);
+  if (r->tp_size > 1) cJSON_AddNumberToObject(j, "tp_size", r->tp_size);
+  cJSON_AddStringToObject(j, "lp_dtype", zck_dtype_name(r->lp_dtype));
+  cJSON_AddStringToObject(j, "master_dtype", zck_dtype_name(r->master_dtype));
+  cJSON_AddBoolToObject(j, "optimizer_state", r->has_optimizer_state);
+  if (r->ds_version) cJSON_AddStringToObject(j, "ds_version", r->ds_version);
+  cJSON_AddNumberToObject(j, "global_steps", (double)r->global_steps);
+  cJSON_AddNumberToObject(j, "step", r->step);
+  cJSON_AddNumberToObject(j, "flat_groups", (double)r->n_flat_groups);
+  cJSON_AddNumberToObject(j, "trainable_elements", (double)t->trainable);
+  cJSON_AddNumberToObject(j, "frozen_elements", (double)t->frozen);
+}
+
+static void run_dtypes_text(FILE *out, const run_facts *r) {
+  fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
+          zck_dtype_name(r->lp_dtype), zck_dtype_name(r->master_dtype),
+          r->has_optimizer_state ? zck_dtype_name(r->state_dtype) : "absent", r->ds_version ? r->ds_version : "?",
+          (long long)r->global_steps);
+}
+
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out) {
   zck_ds_ckpt *c = NULL;
   ZCK_TRY(zck_ds_open(path, NULL, &c));
@@ -116,12 +169,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
   const zck_model *m = zck_ds_model(c);
   size_t n_out = 0;
   const zck_ds_output *outs = zck_ds_outputs(c, &n_out);
-  uint64_t trainable = 0, frozen = 0, buffer_bytes = 0;
-  for (size_t i = 0; i < m->n_params; i++) {
-    if (m->params[i].tied_to >= 0) continue;
-    if (m->params[i].frozen) frozen += m->params[i].numel; else trainable += m->params[i].numel;
-  }
-  for (size_t i = 0; i < m->n_buffers; i++) buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
+  const model_totals tot = totals_of(m);
   uint64_t out_bytes = 0;
   for (size_t i = 0; i < n_out; i++) if (outs[i].kind != ZCK_DS_OUT_ALIAS) out_bytes += outs[i].numel * zck_dtype_size(outs[i].dtype);
   zck_status st = ZCK_OK;
@@ -130,18 +178,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     cJSON_AddStringToObject(j, "path", path);
     cJSON_AddStringToObject(j, "format", "deepspeed");
     cJSON_AddStringToObject(j, "tag", in->tag);
-    cJSON_AddNumberToObject(j, "stage", in->stage);
-    cJSON_AddNumberToObject(j, "world_size", in->world_size);
-    if (in->tp_size > 1) cJSON_AddNumberToObject(j, "tp_size", in->tp_size);
-    cJSON_AddStringToObject(j, "lp_dtype", zck_dtype_name(in->lp_dtype));
-    cJSON_AddStringToObject(j, "master_dtype", zck_dtype_name(in->master_dtype));
-    cJSON_AddBoolToObject(j, "optimizer_state", in->has_optimizer_state);
-    if (in->ds_version) cJSON_AddStringToObject(j, "ds_version", in->ds_version);
-    cJSON_AddNumberToObject(j, "global_steps", (double)in->global_steps);
-    cJSON_AddNumberToObject(j, "step", in->step);
-    cJSON_AddNumberToObject(j, "flat_groups", (double)in->n_flat_groups);
-    cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
-    cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
+    run_json(j, &RUN_FACTS_OF(in), &tot);
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
     if (in->bf16_optimizer) cJSON_AddStringToObject(j, "optimizer", "BF16_Optimizer");
     zck__inspect_model_json(j, m);
@@ -163,12 +200,9 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     if (in->tp_size > 1)
       fprintf(out, "AutoTP: %u tensor-parallel ranks x %u data-parallel (mp_rank_00..%02u), slices merged by the "
               "affine map; shapes below are the full tensors\n", in->tp_size, in->world_size, in->tp_size - 1);
-    fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
-            zck_dtype_name(in->lp_dtype), zck_dtype_name(in->master_dtype),
-            in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->ds_version ? in->ds_version : "?",
-            (long long)in->global_steps);
+    run_dtypes_text(out, &RUN_FACTS_OF(in));
     fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes); consolidated output %llu bytes\n",
-            (unsigned long long)trainable, (unsigned long long)frozen, m->n_buffers, (unsigned long long)buffer_bytes,
+            (unsigned long long)tot.trainable, (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes,
             (unsigned long long)out_bytes);
     zck__inspect_model_text(m, out);
     if (in->stage == 1) {
@@ -192,30 +226,14 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
   ZCK_TRY(zck_uv_open(path, NULL, &c));
   const zck_uv_info *in = zck_uv_info_of(c);
   const zck_model *m = zck_uv_model(c);
-  uint64_t trainable = 0, frozen = 0, buffer_bytes = 0;
-  for (size_t i = 0; i < m->n_params; i++) {
-    if (m->params[i].tied_to >= 0) continue;
-    if (m->params[i].frozen) frozen += m->params[i].numel; else trainable += m->params[i].numel;
-  }
-  for (size_t i = 0; i < m->n_buffers; i++) buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
+  const model_totals tot = totals_of(m);
   zck_status st = ZCK_OK;
   if (o->json) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "path", path);
     cJSON_AddStringToObject(j, "format", "universal");
     cJSON_AddStringToObject(j, "dir", in->dir);
-    cJSON_AddNumberToObject(j, "stage", in->stage);
-    cJSON_AddNumberToObject(j, "world_size", in->world_size);
-    if (in->tp_size > 1) cJSON_AddNumberToObject(j, "tp_size", in->tp_size);
-    cJSON_AddStringToObject(j, "lp_dtype", zck_dtype_name(in->lp_dtype));
-    cJSON_AddStringToObject(j, "master_dtype", zck_dtype_name(in->master_dtype));
-    cJSON_AddBoolToObject(j, "optimizer_state", in->has_optimizer_state);
-    if (in->ds_version) cJSON_AddStringToObject(j, "ds_version", in->ds_version);
-    cJSON_AddNumberToObject(j, "global_steps", (double)in->global_steps);
-    cJSON_AddNumberToObject(j, "step", in->step);
-    cJSON_AddNumberToObject(j, "flat_groups", (double)in->n_flat_groups);
-    cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
-    cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
+    run_json(j, &RUN_FACTS_OF(in), &tot);
     zck__inspect_model_json(j, m);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -226,12 +244,9 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
     if (in->tp_size > 1)
       fprintf(out, "AutoTP source: %u tensor-parallel ranks; full tensors (shapes: the affine map's logical shapes)\n",
               in->tp_size);
-    fprintf(out, "dtypes: lp %s, master %s, optimizer state %s; DeepSpeed %s; global step %lld\n",
-            zck_dtype_name(in->lp_dtype), zck_dtype_name(in->master_dtype),
-            in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->ds_version ? in->ds_version : "?",
-            (long long)in->global_steps);
-    fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)trainable,
-            (unsigned long long)frozen, m->n_buffers, (unsigned long long)buffer_bytes);
+    run_dtypes_text(out, &RUN_FACTS_OF(in));
+    fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)tot.trainable,
+            (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes);
     zck__inspect_model_text(m, out);
   }
   zck_uv_close(c);
@@ -244,12 +259,7 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
   ZCK_TRY(zck_h5u_describe(path, &u));
   const zck_h5u_info *in = zck_h5u_info_of(u);
   const zck_model *m = zck_h5u_model(u);
-  uint64_t trainable = 0, frozen = 0, buffer_bytes = 0;
-  for (size_t i = 0; i < m->n_params; i++) {
-    if (m->params[i].tied_to >= 0) continue;
-    if (m->params[i].frozen) frozen += m->params[i].numel; else trainable += m->params[i].numel;
-  }
-  for (size_t i = 0; i < m->n_buffers; i++) buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
+  const model_totals tot = totals_of(m);
   const zck_layout *l = NULL;
   const zck_store *stores = NULL;
   bool has_state = zck_h5u_get(u, ZCK_H5U_EXP_AVG, &l, &stores) == ZCK_OK;
@@ -267,8 +277,8 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
     cJSON_AddNumberToObject(j, "global_steps", (double)in->global_steps);
     cJSON_AddNumberToObject(j, "step", in->step);
     cJSON_AddNumberToObject(j, "side_files", (double)in->n_side_files);
-    cJSON_AddNumberToObject(j, "trainable_elements", (double)trainable);
-    cJSON_AddNumberToObject(j, "frozen_elements", (double)frozen);
+    cJSON_AddNumberToObject(j, "trainable_elements", (double)tot.trainable);
+    cJSON_AddNumberToObject(j, "frozen_elements", (double)tot.frozen);
     zck__inspect_model_json(j, m);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -279,8 +289,8 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
             in->tag ? in->tag : "", in->stage, in->world_size);
     fprintf(out, "optimizer state %s; DeepSpeed %s; global step %lld; %zu side files\n", has_state ? "present" : "absent",
             in->ds_version ? in->ds_version : "?", (long long)in->global_steps, in->n_side_files);
-    fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)trainable,
-            (unsigned long long)frozen, m->n_buffers, (unsigned long long)buffer_bytes);
+    fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)tot.trainable,
+            (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes);
     zck__inspect_model_text(m, out);
   }
   zck_h5u_close(u);

@@ -200,6 +200,19 @@ static zck_status layout_finish(zck_layout *l, piece_vec *pv) {
   return ZCK_OK;
 }
 
+/* Every builder's end: the layout finished from its pieces and handed out when the build
+ * went well (s), else freed with them; returns how it went. */
+static zck_status layout_hand_out(zck_layout *l, piece_vec *pv, zck_status s, zck_layout **out) {
+  if (s == ZCK_OK) s = layout_finish(l, pv);
+  free(pv->v);
+  if (s != ZCK_OK) {
+    zck_layout_free(l);
+    return s;
+  }
+  *out = l;
+  return ZCK_OK;
+}
+
 /* Checks group membership: indices in range, no param in two groups or twice in one. */
 static zck_status check_groups(const char *what, size_t n_params, const zck_group_spec *groups, size_t n_groups) {
   uint8_t *seen = zck__calloc(n_params ? n_params : 1, 1);
@@ -293,15 +306,8 @@ zck_status zck_layout_zero12(size_t n_params, const uint64_t *numel, const zck_g
       }
     }
   }
-  if (s == ZCK_OK) s = layout_finish(l, &pv);
 done:
-  free(pv.v);
-  if (s != ZCK_OK) {
-    zck_layout_free(l);
-    return s;
-  }
-  *out = l;
-  return ZCK_OK;
+  return layout_hand_out(l, &pv, s, out);
 }
 
 // ---- ZeRO 3
@@ -385,15 +391,8 @@ zck_status zck_layout_zero3(size_t n_params, const uint64_t *numel, const zck_gr
     for (uint32_t r = 0; r < world; r++)
       l->stores[g * world + r] = (zck_layout_store){(int32_t)r, (int32_t)g, -1, off, off};
   }
-  if (s == ZCK_OK) s = layout_finish(l, &pv);
 done:
-  free(pv.v);
-  if (s != ZCK_OK) {
-    zck_layout_free(l);
-    return s;
-  }
-  *out = l;
-  return ZCK_OK;
+  return layout_hand_out(l, &pv, s, out);
 }
 
 // ---- whole tensors, flat groups, custom
@@ -418,14 +417,7 @@ zck_status zck_layout_whole(size_t n_params, const uint64_t *numel, const uint32
     l->stores[i] = (zck_layout_store){-1, -1, (int32_t)p, numel[p], numel[p]};
     s = piece_push(&pv, p, (uint32_t)i, 0, 0, numel[p]);
   }
-  if (s == ZCK_OK) s = layout_finish(l, &pv);
-  free(pv.v);
-  if (s != ZCK_OK) {
-    zck_layout_free(l);
-    return s;
-  }
-  *out = l;
-  return ZCK_OK;
+  return layout_hand_out(l, &pv, s, out);
 }
 
 zck_status zck_layout_flat(size_t n_params, const uint64_t *numel, const zck_group_spec *groups, size_t n_groups,
@@ -449,15 +441,8 @@ zck_status zck_layout_flat(size_t n_params, const uint64_t *numel, const zck_gro
     for (size_t i = 0; i < gr->n_params && s == ZCK_OK; i++)
       s = piece_push(&pv, gr->params[i], (uint32_t)g, 0, gr->offsets[i], numel[gr->params[i]]);
   }
-  if (s == ZCK_OK) s = layout_finish(l, &pv);
 done:
-  free(pv.v);
-  if (s != ZCK_OK) {
-    zck_layout_free(l);
-    return s;
-  }
-  *out = l;
-  return ZCK_OK;
+  return layout_hand_out(l, &pv, s, out);
 }
 
 zck_status zck_layout_custom(size_t n_params, const uint64_t *numel, const zck_layout_store *stores, size_t n_stores,
@@ -472,14 +457,7 @@ zck_status zck_layout_custom(size_t n_params, const uint64_t *numel, const zck_l
   zck_status s = ZCK_OK;
   for (size_t i = 0; i < n_pieces && s == ZCK_OK; i++)
     s = piece_push(&pv, pieces[i].param, pieces[i].store, pieces[i].param_off, pieces[i].store_off, pieces[i].count);
-  if (s == ZCK_OK) s = layout_finish(l, &pv);
-  free(pv.v);
-  if (s != ZCK_OK) {
-    zck_layout_free(l);
-    return s;
-  }
-  *out = l;
-  return ZCK_OK;
+  return layout_hand_out(l, &pv, s, out);
 }
 
 zck_status zck_layout_restrict_rank(const zck_layout *src, int32_t rank, zck_layout **out) {
@@ -504,14 +482,7 @@ zck_status zck_layout_restrict_rank(const zck_layout *src, int32_t rank, zck_lay
     const zck_piece *p = &src->pieces[i];
     if (src->stores[p->store].rank == rank) s = piece_push(&pv, p->param, p->store, p->param_off, p->store_off, p->count);
   }
-  if (s == ZCK_OK) s = layout_finish(l, &pv);
-  free(pv.v);
-  if (s != ZCK_OK) {
-    zck_layout_free(l);
-    return s;
-  }
-  *out = l;
-  return ZCK_OK;
+  return layout_hand_out(l, &pv, s, out);
 }
 
 uint64_t zck_layout_param_covered(const zck_layout *l, uint32_t p) {
