@@ -498,3 +498,30 @@ int zck_cli_pick_checkpoint(const char *in, const char *verb, bool quiet, char *
   free(skipped);
   return ZCK_EXIT_OK;
 }
+
+int zck_cli_run_from_checkpoint(const zck_cli_ckpt_job *j, const char *in, const char *out) {
+  int rc;
+  bool quiet_line = j->quiet || zck_cli_dist_quiet();
+  char *picked = NULL; /* a Trainer output_dir: its newest complete checkpoint, as consolidate */
+  if (!j->tag && (rc = zck_cli_pick_checkpoint(in, j->verb, quiet_line, &picked))) return rc;
+  if (picked) in = picked;
+  char *out_r = NULL;
+  if ((rc = zck_cli_resolve_out(out, &out_r))) { free(picked); return rc; }
+  if ((rc = zck_cli_check_out_not_in(in, out_r, j->tag))) { free(out_r); free(picked); return rc; }
+  zck_cli_set_output(out_r);
+  zck_cli_progress bar;
+  zck_cli_progress_init(&bar, j->name, 0, j->quiet);
+  *j->progress = zck_cli_progress_cb;
+  *j->progress_ctx = &bar;
+  zck_job_summary sum;
+  *j->summary = quiet_line ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
+  double started = zck_cli_now();
+  const char *src = in;
+  if ((rc = zck_cli_dist_source(in, &src))) { free(out_r); free(picked); return rc; } /* node-local files under mpirun */
+  zck_status s = j->run(src, out_r, j->opts);
+  zck_cli_progress_finish(&bar);
+  free(out_r);
+  free(picked);
+  if (s == ZCK_OK) zck_cli_summary(out, "parameter", &sum, started, quiet_line);
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}

@@ -79,6 +79,24 @@ double zck_cli_now(void);
 /* The one line on stderr after a job succeeded (not when quiet):
  * "wrote OUT: 148 tensors, 4.0 GB in 9.3 s"; what: "tensor" or "parameter". */
 void zck_cli_summary(const char *out, const char *what, const zck_job_summary *sum, double started, bool quiet);
+/* What a job that turns a DeepSpeed checkpoint into another folder (reshard, to-universal)
+ * is handed by zck_cli_run_from_checkpoint: its options' progress and summary fields
+ * (filled in), and the job itself on the source and the resolved OUT. */
+typedef struct zck_cli_ckpt_job {
+  const char *name;          /* "reshard": the progress bar's and the messages' command */
+  const char *verb;          /* "resharding": said when a Trainer output_dir's checkpoint is picked */
+  const char *tag;           /* --tag: a given tag means IN is a checkpoint, never an output_dir */
+  bool quiet;
+  zck_progress_cb *progress; /* the job's options' fields */
+  void **progress_ctx;
+  zck_job_summary **summary;
+  zck_status (*run)(const char *src, const char *out, void *opts);
+  void *opts;
+} zck_cli_ckpt_job;
+/* The common run of such a job, from IN and OUT as given: IN an output_dir becomes its
+ * newest complete checkpoint, OUT is resolved and must not lie inside IN, the progress
+ * bar, the node-local source under mpirun, then the summary line. Returns the exit code. */
+int zck_cli_run_from_checkpoint(const zck_cli_ckpt_job *j, const char *in, const char *out);
 /* Prints a shape as [a, b, c]. */
 void zck_cli_format_shape(char *buf, size_t n, const int64_t *shape, int ndim);
 

@@ -54,6 +54,10 @@ static bool zck__parse_u64(const char *s, uint64_t max, uint64_t *out) {
   return true;
 }
 
+static zck_status run_reshard(const char *src, const char *out, void *opts) {
+  return zck_reshard(src, out, (zck_reshard_opts *)opts);
+}
+
 int zck_cmd_reshard(int argc, char **argv) {
   static const struct option opts[] = {
     {"to-stage", required_argument, 0, 's'}, {"to-world-size", required_argument, 0, 'w'},
@@ -104,27 +108,6 @@ int zck_cmd_reshard(int argc, char **argv) {
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
   if (!o.to_stage && !o.to_world_size && !o.to_tp_size)
     return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
-  const char *in = argv[optind];
-  char *picked = NULL;   /* a Trainer output_dir: its newest complete checkpoint, as consolidate */
-  if (!o.tag && (rc = zck_cli_pick_checkpoint(in, "resharding", quiet || zck_cli_dist_quiet(), &picked))) return rc;
-  if (picked) in = picked;
-  char *out_r = NULL;
-  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) { free(picked); return rc; }
-  if ((rc = zck_cli_check_out_not_in(in, out_r, o.tag))) { free(out_r); free(picked); return rc; }
-  zck_cli_set_output(out_r);
-  zck_cli_progress bar;
-  zck_cli_progress_init(&bar, "reshard", 0, quiet);
-  o.progress = zck_cli_progress_cb;
-  o.progress_ctx = &bar;
-  zck_job_summary sum;
-  o.summary = quiet || zck_cli_dist_quiet() ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
-  double started = zck_cli_now();
-  const char *src = in;
-  if ((rc = zck_cli_dist_source(in, &src))) { free(out_r); free(picked); return rc; } /* node-local files under mpirun */
-  zck_status s = zck_reshard(src, out_r, &o);
-  zck_cli_progress_finish(&bar);
-  free(out_r);
-  free(picked);
-  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet || zck_cli_dist_quiet());
-  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+  zck_cli_ckpt_job job = {"reshard", "resharding", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_reshard, &o};
+  return zck_cli_run_from_checkpoint(&job, argv[optind], argv[optind + 1]);
 }

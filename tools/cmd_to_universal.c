@@ -38,6 +38,10 @@ static const char zck__to_universal_help[] =
   "  -q, --quiet               no progress bar, no summary line\n"
   "  -h, --help                this help\n";
 
+static zck_status run_to_universal(const char *src, const char *out, void *opts) {
+  return zck_to_universal(src, out, (zck_universal_opts *)opts);
+}
+
 int zck_cmd_to_universal(int argc, char **argv) {
   static const struct option opts[] = {
     {"format", required_argument, 0, 'f'}, {"tag", required_argument, 0, 't'},
@@ -94,27 +98,6 @@ int zck_cmd_to_universal(int argc, char **argv) {
   /* the HDF5 writer is one process (libhdf5 places each chunk in the file as it comes):
    * in a distributed job rank 0 writes it alone, the other ranks wait */
   if (o.format == ZCK_UNIVERSAL_HDF5 && zck_cli_dist_solo()) return ZCK_EXIT_OK;
-  const char *in = argv[optind];
-  char *picked = NULL;   /* a Trainer output_dir: its newest complete checkpoint, as consolidate */
-  if (!o.tag && (rc = zck_cli_pick_checkpoint(in, "converting", quiet || zck_cli_dist_quiet(), &picked))) return rc;
-  if (picked) in = picked;
-  char *out_r = NULL;
-  if ((rc = zck_cli_resolve_out(argv[optind + 1], &out_r))) { free(picked); return rc; }
-  if ((rc = zck_cli_check_out_not_in(in, out_r, o.tag))) { free(out_r); free(picked); return rc; }
-  zck_cli_set_output(out_r);
-  zck_cli_progress bar;
-  zck_cli_progress_init(&bar, "to-universal", 0, quiet);
-  o.progress = zck_cli_progress_cb;
-  o.progress_ctx = &bar;
-  zck_job_summary sum;
-  o.summary = quiet || zck_cli_dist_quiet() ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
-  double started = zck_cli_now();
-  const char *src = in;
-  if ((rc = zck_cli_dist_source(in, &src))) { free(out_r); free(picked); return rc; } /* node-local files under mpirun */
-  zck_status s = zck_to_universal(src, out_r, &o);
-  zck_cli_progress_finish(&bar);
-  free(out_r);
-  free(picked);
-  if (s == ZCK_OK) zck_cli_summary(argv[optind + 1], "parameter", &sum, started, quiet || zck_cli_dist_quiet());
-  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+  zck_cli_ckpt_job job = {"to-universal", "converting", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_to_universal, &o};
+  return zck_cli_run_from_checkpoint(&job, argv[optind], argv[optind + 1]);
 }
