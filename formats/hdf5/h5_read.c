@@ -584,15 +584,19 @@ static zck_status zck__h5_read_box_plain(zck__h5_rd *r, const uint64_t *start, c
   zck_status st = ZCK_OK;
   zck__h5_lock();
   hid_t dset = H5Oopen_by_addr(d->f->file, (haddr_t)d->addr);
-  hid_t fs = dset < 0 ? H5I_INVALID_HID : H5Dget_space(dset);
+  /* a read of the whole dataset (every small one: each is read whole) needs no selection:
+   * H5S_ALL saves making and closing two dataspaces, a fifth of the read's own cost */
+  bool whole = n == d->info.numel;
+  hid_t fs = dset < 0 || whole ? H5S_ALL : H5Dget_space(dset);
   hid_t mtype = dset < 0 ? H5I_INVALID_HID : H5Dget_type(dset); /* memory type = file type (little-endian both) */
   hsize_t mn = n;
-  hid_t ms = H5Screate_simple(1, &mn, NULL);
-  if (fs < 0 || mtype < 0 || ms < 0 || (nd && H5Sselect_hyperslab(fs, H5S_SELECT_SET, s, NULL, c, NULL) < 0) ||
+  hid_t ms = whole ? H5S_ALL : H5Screate_simple(1, &mn, NULL);
+  if (dset < 0 || fs < 0 || mtype < 0 || ms < 0 ||
+      (!whole && nd && H5Sselect_hyperslab(fs, H5S_SELECT_SET, s, NULL, c, NULL) < 0) ||
       H5Dread(dset, mtype, ms, fs, H5P_DEFAULT, r->dst + (flat - r->first) * d->es) < 0)
     st = zck__h5_fail(ZCK_ERR_FORMAT, "%s: read", d->label);
-  if (fs >= 0) H5Sclose(fs);
-  if (ms >= 0) H5Sclose(ms);
+  if (fs > 0) H5Sclose(fs);
+  if (ms > 0) H5Sclose(ms);
   if (mtype >= 0) H5Tclose(mtype);
   if (dset >= 0) H5Oclose(dset);
   zck__h5_unlock();

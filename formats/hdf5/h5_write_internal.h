@@ -70,6 +70,7 @@ typedef struct zck__h5w_ds {
   uint8_t *frame;
   size_t frame_len;
   size_t order;            /* deferred: its place in creation order */
+  size_t dir_len;          /* deferred, at the commit: bytes of path naming its group */
   zck__h5c_ds sums;        /* its pieces' hashes as written (h5_checksums.h) */
   pthread_mutex_t mu;
   zck__h5w_slot *slots;

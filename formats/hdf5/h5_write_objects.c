@@ -296,7 +296,7 @@ static size_t zck__h5w_dir_len(const char *path) {
 
 static int zck__h5w_deferred_cmp(const void *a, const void *b) {
   const zck__h5w_ds *x = *(zck__h5w_ds *const *)a, *y = *(zck__h5w_ds *const *)b;
-  size_t nx = zck__h5w_dir_len(x->path), ny = zck__h5w_dir_len(y->path);
+  size_t nx = x->dir_len, ny = y->dir_len;
   int c = memcmp(x->path, y->path, nx < ny ? nx : ny);
   if (c) return c;
   if (nx != ny) return nx < ny ? -1 : 1;
@@ -314,7 +314,10 @@ zck_status zck__h5w_create_all_deferred(zck_h5_writer *w) {
   if (!v) return ZCK_ERR_NO_MEMORY;
   n = 0;
   for (size_t i = 0; i < w->n_ds; i++)
-    if (w->ds[i]->deferred) v[n++] = w->ds[i];
+    if (w->ds[i]->deferred) {
+      v[n] = w->ds[i];
+      v[n++]->dir_len = zck__h5w_dir_len(w->ds[i]->path);   /* once, not per comparison */
+    }
   qsort(v, n, sizeof *v, zck__h5w_deferred_cmp);
   zck_status st = ZCK_OK;
   size_t level;
