@@ -23,6 +23,7 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
   zck__tensor_set s;
   zck__set_init(&s);
   zck_status st = zck__set_from_path(&s, in);
+  for (size_t i = 0; st == ZCK_OK && o.warning && i < s.n_warnings; i++) o.warning(o.warning_ctx, s.warnings[i]);
   if (st == ZCK_OK && o.dtype != ZCK_DTYPE_INVALID) {
     /* Like torch's .to(dtype) on a state dict of floats: integer and bool tensors
      * (position ids, counters, masks) keep their type. */

@@ -22,6 +22,8 @@ void zck__set_free(zck__tensor_set *s) {
   for (size_t i = 0; i < s->n_meta; i++) { free(s->meta_keys[i]); free(s->meta_values[i]); }
   free(s->meta_keys);
   free(s->meta_values);
+  for (size_t i = 0; i < s->n_warnings; i++) free(s->warnings[i]);
+  free(s->warnings);
   for (size_t i = s->n_cleanups; i-- > 0;) s->cleanups[i](s->cleanup_ctx[i]);
   free(s->cleanups);
   free(s->cleanup_ctx);
@@ -208,6 +210,10 @@ zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path) {
   zck_hf_checkpoint *c = NULL;
   ZCK_TRY(zck_hf_open(path, &c));
   ZCK_TRY(zck__set_on_free(s, zck__close_hf, c));
+  for (size_t i = 0; i < zck_hf_warning_count(c); i++) {
+    ZCK_TRY(zck__append_str(&s->warnings, s->n_warnings, zck_hf_warning_at(c, i)));
+    s->n_warnings++;
+  }
   for (size_t i = 0; i < zck_hf_count(c); i++) {
     const zck_hf_tensor *ht = zck_hf_tensor_at(c, i);
     const zck_st_tensor *t = ht->t;

@@ -38,6 +38,9 @@ typedef struct zck__tensor_set {
   /* metadata to carry into safetensors "__metadata__" / the index (key, value pairs) */
   char **meta_keys, **meta_values;
   size_t n_meta;
+  /* the readers' warnings about the input, one line each ("FILE: what"), for the job to pass on */
+  char **warnings;
+  size_t n_warnings;
   zck__set_cleanup_fn *cleanups;
   void **cleanup_ctx;
   size_t n_cleanups;

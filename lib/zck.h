@@ -142,6 +142,11 @@ ZCK_API zck_status zck_check_out_not_input(const char *in, const char *out, cons
  * Ctrl-C) and returns ZCK_ERR_CANCELED. */
 typedef int (*zck_progress_cb)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
 
+/* A warning about a job's input that does not stop it: one line, "FILE: what is odd"
+ * (a shard tensor that the HF index leaves out, kept; an index total_size that disagrees),
+ * called on the thread that runs the job, before anything is written. */
+typedef void (*zck_warning_cb)(void *ctx, const char *message);
+
 typedef enum zck_output_format {
   ZCK_OUT_AUTO = 0,        /* from the output name: *.safetensors, *.pt / *.bin, else a directory */
   ZCK_OUT_SAFETENSORS,     /* one .safetensors file */
@@ -170,8 +175,10 @@ typedef struct zck_convert_opts {
   int no_verify;              /* skip the zip CRC-32 checks of the tensor bytes read (never the
                                  structure checks) */
   zck_job_summary *summary;   /* filled on success when not NULL */
+  zck_warning_cb warning;     /* each of the readers' warnings about IN; NULL: not told */
+  void *warning_ctx;
 } zck_convert_opts;
-#define ZCK_CONVERT_OPTS_INIT {sizeof(zck_convert_opts), ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0, NULL}
+#define ZCK_CONVERT_OPTS_INIT {sizeof(zck_convert_opts), ZCK_DTYPE_INVALID, ZCK_OUT_AUTO, 0, 0, 0, NULL, NULL, 0, NULL, NULL, NULL}
 
 /* A state dict of tensors between .pt/.bin and safetensors (file, index or directory). */
 ZCK_API zck_status zck_convert_file(const char *in, const char *out, const zck_convert_opts *opts);

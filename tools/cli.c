@@ -40,12 +40,9 @@ static size_t zck__cli_spec_code(const char *p) {
   return p[i] == close ? i + 1 : 0;
 }
 
-int zck_cli_error(const char *fmt, ...) {
-  va_list ap;
-  char buf[4096];
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
+/* A message as the user reads it, in place: one line, the spec's item ids dropped (but
+ * with --verbose), OUT's temporary name read as OUT, a path said twice said once. */
+static void zck__cli_user_line(char *buf) {
   /* one line, whatever the message holds (libraries' own messages, e.g. libhdf5's, can
    * carry newlines): scripts read the first line of stderr */
   size_t n = 0;
@@ -90,9 +87,26 @@ int zck_cli_error(const char *fmt, ...) {
     size_t plen = (size_t)(colon - buf) + 2;
     if (!strncmp(buf + plen, buf, plen)) memmove(buf, buf + plen, strlen(buf + plen) + 1);
   }
+}
+
+int zck_cli_error(const char *fmt, ...) {
+  va_list ap;
+  char buf[4096];
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  zck__cli_user_line(buf);
   if (zck_cli_dist_take_error(buf)) return ZCK_EXIT_ERROR; /* the ranks agree on one line */
   fprintf(stderr, "zckpt: error: %s\n", buf);
   return ZCK_EXIT_ERROR;
+}
+
+void zck_cli_warning(void *ctx, const char *message) {
+  (void)ctx;
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", message);
+  zck__cli_user_line(buf);
+  fprintf(stderr, "zckpt: warning: %s\n", buf);
 }
 
 int zck_cli_fail(zck_status s) {

@@ -24,6 +24,11 @@ extern bool zck_cli_verbose;
 
 /* Prints "zckpt: error: <msg>" and returns ZCK_EXIT_ERROR. */
 int zck_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A zck_warning_cb (ctx unused): prints "zckpt: warning: <message>", one line cleaned as
+ * errors are; the job goes on. A job's warnings about its input stay with -q (which quiets
+ * progress and the summary line), as verify's findings do: they say what the output alone
+ * would not show. */
+void zck_cli_warning(void *ctx, const char *message);
 /* Prints the library's last error as a runtime error. */
 int zck_cli_fail(zck_status s);
 /* Prints "zckpt CMD: <msg> (see 'zckpt CMD --help')" and returns ZCK_EXIT_USAGE. */

@@ -21,7 +21,7 @@ static const char zck__convert_help[] =
   "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing output\n"
   "  --no-verify              skip the zip CRC-32 checks of the tensor bytes read\n"
-  "  -q, --quiet              no progress bar, no summary line\n"
+  "  -q, --quiet              no progress bar, no summary line (warnings stay)\n"
   "  -h, --help               this help\n";
 
 int zck_cmd_convert(int argc, char **argv) {
@@ -71,6 +71,7 @@ int zck_cmd_convert(int argc, char **argv) {
   zck_cli_progress_init(&bar, "convert", 0, quiet);
   o.progress = zck_cli_progress_cb;
   o.progress_ctx = &bar;
+  o.warning = zck_cli_warning; /* even with -q */
   zck_job_summary sum;
   o.summary = quiet ? NULL : &sum; /* counting OUT's files is a walk of it: only for the line */
   double started = zck_cli_now();

@@ -348,7 +348,12 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
   free(dir);
   ZCK_TRY(s);
 
-  /* every shard's tensors: each name in one shard only (IX-07), unmapped ones warned (IX-08) */
+  /* every shard's tensors: each name in one shard only (IX-07); unmapped ones kept and
+   * warned (IX-08): transformers' from_pretrained takes every key of every shard file the
+   * weight_map names (safe_open(...).keys()), and huggingface_hub's load_torch_model and
+   * transformers' load_sharded_checkpoint load each such shard whole, the hub warning that
+   * "Shard files contain tensors absent from the index". Dropping them would lose weights
+   * those readers load. */
   zck__strmap where;
   ZCK_TRY(zck__strmap_init(&where, ix->count));
   uint64_t sum = 0;
@@ -368,23 +373,27 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
       }
       size_t mi;
       if (!zck__strmap_get(&ix->tensor_map, t->name, &mi)) {
+        sum += t->nbytes; /* loaded all the same: part of what total_size should count */
         if (unmapped++ < 5)
-          zck__strlist_addf(&c->warnings, "%s: tensor %s is absent from the weight_map and is ignored (IX-08)",
-                            zck_st_path(f), zck__qname(t->name, q));
+          zck__strlist_addf(&c->warnings, "%s: tensor %s is absent from the weight_map; kept, as transformers loads "
+                            "every tensor of a shard (IX-08)", zck_st_path(f), zck__qname(t->name, q));
       } else if (ix->shard_of[mi] == ix->shards[i]) {
         sum += t->nbytes;
       }
     }
   }
   if (unmapped > 5)
-    zck__strlist_addf(&c->warnings, "%s: %zu more tensors absent from the weight_map (IX-08)", index_path, unmapped - 5);
+    zck__strlist_addf(&c->warnings, "%s: %zu more tensors absent from the weight_map, kept (IX-08)", index_path,
+                      unmapped - 5);
   zck__strmap_free(&where);
   ZCK_TRY(s);
 
-  /* every weight_map entry in its shard (IX-06) */
-  c->tensors = zck__calloc(ix->count ? ix->count : 1, sizeof *c->tensors);
+  /* every weight_map entry in its shard (IX-06), in weight_map order; then the unmapped
+   * ones, shard by shard in header order */
+  size_t total = ix->count + unmapped;
+  c->tensors = zck__calloc(total ? total : 1, sizeof *c->tensors);
   if (!c->tensors) return ZCK_ERR_NO_MEMORY;
-  ZCK_TRY(zck__strmap_init(&c->map, ix->count));
+  ZCK_TRY(zck__strmap_init(&c->map, total));
   for (size_t i = 0; i < ix->count; i++) {
     size_t si = 0;
     zck__strmap_get(&ix->shard_map, ix->shard_of[i], &si);
@@ -399,6 +408,17 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
     ZCK_TRY(zck__strmap_put(&c->map, t->name, i, &dup, NULL));
   }
   c->count = ix->count;
+  for (size_t i = 0; i < c->nfiles && c->count < total; i++) {
+    const zck_st_file *f = c->files[i];
+    for (size_t k = 0; k < zck_st_count(f); k++) {
+      const zck_st_tensor *t = zck_st_tensor_at(f, k);
+      size_t mi;
+      if (zck__strmap_get(&ix->tensor_map, t->name, &mi)) continue;
+      c->tensors[c->count] = (zck_hf_tensor){t, f, i};
+      bool dup;
+      ZCK_TRY(zck__strmap_put(&c->map, t->name, c->count++, &dup, NULL));
+    }
+  }
   if (ix->has_total && ix->total_size != sum)
     zck__strlist_addf(&c->warnings, "%s: metadata.total_size is %llu but the tensors hold %llu bytes (IX-10)", index_path,
                       (unsigned long long)ix->total_size, (unsigned long long)sum);

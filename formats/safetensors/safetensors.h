@@ -30,7 +30,8 @@
  * "model.safetensors.index.json", or one "model.safetensors" when everything fits in one
  * shard. The whole output directory appears atomically (zck__outdir). The checkpoint reader
  * opens a directory, an index file or a single file, validates the index (specs
- * malformed-inputs.md §7) and presents the union of the tensors.
+ * malformed-inputs.md §7) and presents the union of the tensors of every shard the index
+ * names, as transformers loads them (a tensor missing from the weight_map included).
  *
  * Errors are one line: "FILE: tensor NAME: what is wrong" (names with control characters are
  * escaped in messages). Warnings (no "__metadata__", "format" not "pt", index total_size not
@@ -284,7 +285,9 @@ typedef struct zck_hf_tensor {
  * index against them (IX-01..IX-11). */
 zck_status zck_hf_open(const char *path, zck_hf_checkpoint **out);
 void zck_hf_close(zck_hf_checkpoint *c);
-/* The union of the tensors: weight_map order when indexed, header order for a single file. */
+/* The union of the tensors: weight_map order when indexed, then any tensor a shard holds
+ * that the weight_map leaves out (kept, as transformers loads it; with a warning, IX-08);
+ * header order for a single file. */
 size_t zck_hf_count(const zck_hf_checkpoint *c);
 const zck_hf_tensor *zck_hf_tensor_at(const zck_hf_checkpoint *c, size_t i);
 const zck_hf_tensor *zck_hf_find(const zck_hf_checkpoint *c, const char *name);
