@@ -213,15 +213,34 @@ static bool same_records(const vfile *a, const vfile *b) {
   return true;
 }
 
+/* Whether the report already holds damage in `full`: a finding about that file, or one
+ * whose message names it ("FULL: what"; the DeepSpeed reader's findings carry no file).
+ * Such a finding gets the file, as the copy check's own finding would have had it: one
+ * finding per damaged file, with its file for --json. */
+static bool damage_already_named(vctx *c, const char *full) {
+  size_t n = strlen(full);
+  for (size_t i = 0; i < c->r->n; i++) {
+    zck_verify_finding *v = &c->r->v[i];
+    if (v->severity != ZCK_VERIFY_DAMAGE) continue;
+    if (v->file && !strcmp(v->file, full)) return true;
+    if (!v->file && !strncmp(v->message, full, n) && v->message[n] == ':') {
+      v->file = zck__strdup(full); /* NULL without memory: the finding stands without it */
+      return true;
+    }
+  }
+  return false;
+}
+
 /* A rank file replaced by another rank's: torch.save names its archive after the file, so
  * the records of a copy still say the other rank; and two ranks' partitions never have
  * every record equal. The file set and shapes can add up all the same (ZeRO-3 partitions
  * are padded to one size), so nothing else would notice, and consolidate would write the
- * other rank's values in its place. */
+ * other rank's values in its place. The DeepSpeed reader's identity check sees the first
+ * such copy too: a file it already named is not named again (one line per damaged file). */
 static void check_rank_copies(vctx *c) {
   for (size_t i = 0; i < c->n_files; i++) {
     vfile *f = &c->files[i];
-    if (f->type != VF_TORCH || f->open_status != ZCK_OK || !f->n_recs) continue;
+    if (f->type != VF_TORCH || f->open_status != ZCK_OK || !f->n_recs || damage_already_named(c, f->full)) continue;
     const char *base = strrchr(f->rel, '/');
     base = base ? base + 1 : f->rel;
     long rank = rank_in(base, strlen(base));

@@ -94,6 +94,50 @@ if "$BIN" to-universal --help >/dev/null 2>&1 && [ -d "$FIX/deepspeed/s3w2_bf16/
   grep -q "zero/fc1.bias/exp_avg.pt: missing" "$T/out" || fail "missing universal file not named"
 fi
 
+# a rank file copied over another rank's: one damaged: line per damaged file, naming it
+# (the reader's identity check and the copy check both see it; it used to be two lines)
+damaged_lines() { # N FILE...: exactly N damaged: lines, one naming each FILE
+  n=$1; shift
+  [ "$(grep -c '^damaged: ' "$T/out")" -eq "$n" ] || { cat "$T/out"; fail "expected $n damaged: lines"; }
+  for f in "$@"; do
+    [ "$(grep -c "^damaged: [^ ]*/$f: " "$T/out")" -eq 1 ] || { cat "$T/out"; fail "$f not named by exactly one damaged: line"; }
+  done
+}
+O1=bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt
+cp -r "$SRC" "$T/copy"
+cp "$T/copy/global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" "$T/copy/global_step2/$O1"
+run 3 "$T/copy"
+damaged_lines 1 "$O1"
+grep -q "^damaged: .*/$O1: holds rank 0's optimizer state" "$T/out" || { cat "$T/out"; fail "copied rank file: not the reader's line"; }
+grep -q "^result: DAMAGED (1 problem)" "$T/out" || { cat "$T/out"; fail "copied rank file: not one problem"; }
+run 3 --json "$T/copy"
+[ "$(grep -c '"severity":[[:space:]]*"damaged"' "$T/out")" -eq 1 ] || { cat "$T/out"; fail "JSON: not one damage finding"; }
+grep -q "\"file\":[[:space:]]*\"$T/copy/global_step2/$O1\"" "$T/out" || { cat "$T/out"; fail "JSON: the finding names no file"; }
+# two rank files swapped: each named once
+O0=bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt
+cp "$SRC/global_step2/$O0" "$T/copy/global_step2/$O1"
+cp "$SRC/global_step2/$O1" "$T/copy/global_step2/$O0"
+run 3 "$T/copy"
+damaged_lines 2 "$O0" "$O1"
+if [ -d "$FIX/deepspeed/s3w2_bf16/ckpt" ]; then
+  # ZeRO-3: the optimizer states and the model states of rank 1 both copies: one line each
+  cp -r "$FIX/deepspeed/s3w2_bf16/ckpt" "$T/copy3"
+  M1=zero_pp_rank_1_mp_rank_00_model_states.pt
+  cp "$T/copy3/global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" "$T/copy3/global_step2/$O1"
+  cp "$T/copy3/global_step2/zero_pp_rank_0_mp_rank_00_model_states.pt" "$T/copy3/global_step2/$M1"
+  run 3 "$T/copy3"
+  damaged_lines 2 "$O1" "$M1"
+  # with a manifest: the findings against it (each tensor that differs) stay as they were
+  rm "$T/copy3/global_step2/$M1"
+  cp "$FIX/deepspeed/s3w2_bf16/ckpt/global_step2/$M1" "$FIX/deepspeed/s3w2_bf16/ckpt/global_step2/$O1" "$T/copy3/global_step2/"
+  run 0 --write-manifest "$T/copy3"
+  cp "$T/copy3/global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt" "$T/copy3/global_step2/$O1"
+  run 3 "$T/copy3"
+  grep -q "^damaged: .*/$O1: holds rank 0's optimizer state" "$T/out" || { cat "$T/out"; fail "manifest: no identity line"; }
+  grep -q "^damaged: .*/$O1: tensor .*: bytes .* damaged: xxh3" "$T/out" || { cat "$T/out"; fail "manifest: no tensor line"; }
+  grep -q "a copy of another rank's file" "$T/out" && { cat "$T/out"; fail "manifest: the copy said twice"; }
+fi
+
 # an injected read error: could not check (1), never "damaged"
 ZCK_FAULT=read:1:EIO run 1 --threads 1 "$SRC"
 grep -q "Input/output error" "$T/out" || fail "the read error is not reported"
