@@ -17,6 +17,7 @@
 #include "deepspeed/deepspeed.h"
 #include "manifest.h"
 #include "stream_hash.h"
+#include "strmap.h"
 #include "safetensors/safetensors.h"
 #include "threadpool.h"
 #include "torch/torch.h"
@@ -319,13 +320,37 @@ static bool take_known(zck_manifest *m, size_t i, const char *full, const zck__m
   return true;
 }
 
-/* Builds the manifest of dir (described and hashed, not written). */
+/* Keeps, compacted to the front, the paths that are in `only` (n_only of them). */
+static zck_status keep_only(char **paths, size_t *n, const char *const *only, size_t n_only) {
+  zck__strmap keep;
+  ZCK_TRY(zck__strmap_init(&keep, n_only));
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i < n_only; i++) {
+    bool dup;
+    st = zck__strmap_put(&keep, only[i], i, &dup, NULL);
+  }
+  size_t kept = 0, at;
+  for (size_t i = 0; st == ZCK_OK && i < *n; i++) {
+    if (zck__strmap_get(&keep, paths[i], &at)) paths[kept++] = paths[i];
+    else free(paths[i]);
+  }
+  if (st == ZCK_OK) *n = kept;
+  zck__strmap_free(&keep);
+  return st;
+}
+
+/* Builds the manifest of dir (described and hashed, not written): every file, or those of
+ * them named in `only` (not NULL). */
 static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, const zck__manifest_known *known,
-                                 size_t *from_known, zck_manifest **out) {
+                                 const char *const *only, size_t n_only, size_t *from_known, zck_manifest **out) {
   *out = NULL;
   char **paths = NULL;
   size_t n = 0;
   ZCK_TRY(zck_manifest_list_files(dir, &paths, &n));
+  if (only) {
+    zck_status kst = keep_only(paths, &n, only, n_only);
+    if (kst != ZCK_OK) { zck_manifest_free_paths(paths, n); return kst; }
+  }
   zck_manifest *m = NULL;
   desc_file *df = zck__calloc(n ? n : 1, sizeof *df);
   zck_status st = df ? zck_manifest_new(&m) : ZCK_ERR_NO_MEMORY;
@@ -389,12 +414,25 @@ static zck_status manifest_build(const char *dir, const zck_manifest_opts *o, co
   return ZCK_OK;
 }
 
+static zck_status write_dir(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
+                            const char *const *only, size_t n_only, size_t *from_known);
+
 zck_status zck_manifest_write_dir(const char *dir, const zck_manifest_opts *opts) {
-  return zck__manifest_write_dir_known(dir, opts, NULL, NULL);
+  return write_dir(dir, opts, NULL, NULL, 0, NULL);
 }
 
 zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
                                          size_t *from_known) {
+  return write_dir(dir, opts, known, NULL, 0, from_known);
+}
+
+zck_status zck__manifest_write_dir_only(const char *dir, const zck_manifest_opts *opts, const char *const *only,
+                                        size_t n_only) {
+  return write_dir(dir, opts, NULL, only, n_only, NULL);
+}
+
+static zck_status write_dir(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
+                            const char *const *only, size_t n_only, size_t *from_known) {
   zck_manifest_opts o = ZCK_MANIFEST_OPTS_INIT;
   if (opts) o = *opts;
   ZCK_ASSERT(o.version >= 1);
@@ -408,7 +446,7 @@ zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opt
     return zck__hash_files_follow(&ho);
   }
   zck_manifest *m = NULL;
-  zck_status st = manifest_build(dir, &o, known, from_known, &m);
+  zck_status st = manifest_build(dir, &o, known, only, n_only, from_known, &m);
   zck__hash_files_release(); /* the others wait for a list until rank 0 says */
   ZCK_TRY_CTX(st, "%s: cannot write " ZCK_MANIFEST_NAME, dir);
   st = zck_manifest_write(m, dir);

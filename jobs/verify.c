@@ -394,9 +394,11 @@ static zck_status add_symlinks(const char *dir, const char *rel, char ***paths, 
 }
 
 /* The files of the manifest's folder that it does not list: added after the save (a copy
- * of a rank file, a param folder of another checkpoint). DeepSpeed and zckpt's readers
- * ignore them, so they are no damage, but the manifest is the record of what the save
- * wrote: each is one warning, and its bytes are not read (nothing to check them against).
+ * of a rank file, a param folder of another checkpoint), or left out by the manifest of
+ * `verify --write-manifest`, which lists only what it checked (an HF folder's config.json).
+ * DeepSpeed and zckpt's readers ignore them, so they are no damage, but the manifest is the
+ * record of what the save wrote: each is one warning, and its bytes are not read (nothing
+ * to check them against).
  * Only the paths zck_manifest_list_files gives, so exactly what the manifest's writer would
  * have listed: never the manifest, the partial marker, temporaries or symlinks (the writer
  * leaves those out on purpose; a symlink is still checked as DeepSpeed would read it). The
@@ -412,7 +414,8 @@ static zck_status drop_unlisted(vctx *c, char **paths, size_t *n) {
       return ZCK_ERR_NO_MEMORY;
     }
     zck__vreport_add(c->r, ZCK_VERIFY_WARNING, "extra-file", full, NULL, -1, 0,
-                     "%s: not listed in " ZCK_MANIFEST_NAME " (added after the save?): not read", full);
+                     "%s: not listed in " ZCK_MANIFEST_NAME " (added after it was written, or no file it covers): not read",
+                     full);
     free(full);
     free(paths[i]);
   }
@@ -521,4 +524,17 @@ zck_status zck_verify(const char *path, const zck_verify_opts *opts, zck_verify_
   }
   *out = &c.r->pub;
   return zck__vreport_finish(c.r);
+}
+
+zck_status zck_verify_write_manifest(const zck_verify_report *pub, const zck_manifest_opts *opts) {
+  ZCK_ASSERT(pub);
+  const zck__vreport *r = (const zck__vreport *)pub; /* pub is the first member */
+  if (pub->result != ZCK_VERIFY_CLEAN)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: not clean: no manifest written", pub->path);
+  if (pub->single_file || !pub->dir)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a manifest is written for a folder, not a single file", pub->path);
+  if (pub->manifest)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: already has " ZCK_MANIFEST_NAME, pub->dir);
+  if (r->checked_lost) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory while verifying", pub->path);
+  return zck__manifest_write_dir_only(pub->dir, opts, (const char *const *)r->checked, r->n_checked);
 }

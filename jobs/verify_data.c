@@ -130,6 +130,7 @@ zck_status zck__verify_data(vctx *c) {
     zck__hash_file *h = &hf[hf_of[i]];
     c->r->pub.files++;
     if (h->ok) c->r->pub.bytes += h->size;
+    if (h->ok) zck__vreport_checked(c->r, f->rel);
     if (!h->ok && f->mf < 0) {
       if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = h->status;
       zck__vreport_add(c->r, zck__verify_severity_of(h->status) == ZCK_VERIFY_DAMAGE ? ZCK_VERIFY_DAMAGE : ZCK_VERIFY_UNCHECKABLE,

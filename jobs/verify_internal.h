@@ -18,6 +18,9 @@ struct zck__vreport {
   size_t n, cap;
   char *path, *kind, *detail, *manifest, *dir;
   zck_status first_unchecked;  /* status of the first UNCHECKABLE finding */
+  char **checked;              /* the files checked, relative to dir: what --write-manifest lists */
+  size_t n_checked, cap_checked;
+  bool checked_lost;           /* one could not be recorded (no memory) */
 };
 
 zck__vreport *zck__vreport_new(const char *path);
@@ -28,6 +31,8 @@ bool zck__vreport_add(zck__vreport *r, zck_verify_severity sev, const char *chec
 /* Same, unless a finding with the same message exists (warnings repeated by two readers). */
 bool zck__vreport_add_unique(zck__vreport *r, zck_verify_severity sev, const char *check, const char *msg);
 void zck__vreport_set(char **field, const char *value);
+/* Records that the file rel (relative to the report's dir) was checked. */
+void zck__vreport_checked(zck__vreport *r, const char *rel);
 /* Sets pub (result, findings) and returns the status zck_verify returns. */
 zck_status zck__vreport_finish(zck__vreport *r);
 

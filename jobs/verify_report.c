@@ -33,6 +33,18 @@ void zck__vreport_set(char **field, const char *value) {
   *field = d;
 }
 
+void zck__vreport_checked(zck__vreport *r, const char *rel) {
+  if (r->n_checked == r->cap_checked) {
+    size_t cap = r->cap_checked ? 2 * r->cap_checked : 16;
+    char **v = realloc(r->checked, cap * sizeof *v);
+    if (!v) { r->checked_lost = true; return; }
+    r->checked = v;
+    r->cap_checked = cap;
+  }
+  if (!(r->checked[r->n_checked] = strdup(rel))) { r->checked_lost = true; return; }
+  r->n_checked++;
+}
+
 static bool add_msg(zck__vreport *r, zck_verify_severity sev, const char *check, const char *file, const char *tensor,
                     int64_t offset, uint64_t length, const char *msg) {
   if (sev == ZCK_VERIFY_UNCHECKABLE && r->first_unchecked == ZCK_OK) r->first_unchecked = ZCK_ERR_IO;
@@ -113,6 +125,8 @@ void zck_verify_report_free(zck_verify_report *pub) {
     free((char *)r->v[i].message);
   }
   free(r->v);
+  for (size_t i = 0; i < r->n_checked; i++) free(r->checked[i]);
+  free(r->checked);
   free(r->path);
   free(r->kind);
   free(r->detail);

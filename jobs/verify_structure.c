@@ -197,6 +197,8 @@ static void check_hf_index(vctx *c) {
   } else {
     for (size_t i = 0; i < zck_hf_warning_count(hc); i++)
       zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", zck_hf_warning_at(hc, i));
+    if (owned && zck_hf_checkpoint_index(hc)) /* the folder's index, checked against its shards */
+      zck__vreport_checked(c->r, "model.safetensors.index.json");
     zck_hf_close(hc);
   }
   free(owned);

@@ -237,6 +237,11 @@ zck_status zck__manifest_torch_tensors(const struct zck_torch_file *tf, zck__man
  * many files took theirs from it. Defined in jobs/manifest_write.c. */
 zck_status zck__manifest_write_dir_known(const char *dir, const zck_manifest_opts *opts, const zck__manifest_known *known,
                                          size_t *from_known);
+/* zck_manifest_write_dir listing only the files of dir named in `only` (paths relative to
+ * dir, as zck_manifest_list_files gives them; names it does not give are ignored): what a
+ * job checked, not whatever else lies in the folder. Defined in jobs/manifest_write.c. */
+zck_status zck__manifest_write_dir_only(const char *dir, const zck_manifest_opts *opts, const char *const *only,
+                                        size_t n_only);
 /* zck_manifest_hash for the files whose skip[i] is false (skip may be NULL). */
 zck_status zck__manifest_hash_some(const char *dir, zck_manifest *m, const bool *skip, const zck_manifest_hash_opts *o,
                                    bool lead);

@@ -431,6 +431,13 @@ ZCK_API zck_status zck_verify(const char *path, const zck_verify_opts *opts, zck
 ZCK_API void zck_verify_report_free(zck_verify_report *r);
 /* Prints the report on out (a FILE *): text, one finding per line, or JSON. */
 ZCK_API zck_status zck_verify_report_print(const zck_verify_report *r, int json, void *out);
+/* After a clean zck_verify of a folder without a manifest (checkpoints written by other
+ * tools): writes r->dir/zckpt-manifest.json listing the files that verify checked (read and
+ * found sound, and an HF index checked against its shards), nothing else: a file the folder
+ * holds beside them (notes, another tool's files) is no part of what was verified, and a
+ * manifest's files are required (a listed file gone makes the checkpoint incomplete).
+ * ZCK_ERR_INVALID_ARG when r is not clean, is of one file, or the folder has a manifest. */
+ZCK_API zck_status zck_verify_write_manifest(const zck_verify_report *r, const zck_manifest_opts *opts);
 
 #ifdef __cplusplus
 }

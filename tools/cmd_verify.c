@@ -34,7 +34,8 @@ static const char zck__verify_help[] =
   "  -t, --tag TAG       DeepSpeed: the tag folder to check instead of `latest`\n"
   "  --structure-only    read no tensor data (no CRCs, no checksums)\n"
   "  --write-manifest    after a clean check of a folder without a manifest, record it in\n"
-  "                      zckpt-manifest.json (checkpoints written by other tools)\n"
+  "                      zckpt-manifest.json (checkpoints written by other tools): the\n"
+  "                      files it checked, not the other files of the folder\n"
   "  -j, --threads N     worker threads (default: all cores)\n"
   "  -q, --quiet         no progress bar\n"
   "  -h, --help          this help\n"
@@ -117,7 +118,7 @@ int zck_cmd_verify(int argc, char **argv) {
       zck_cli_add_cleanup_dir(r->dir); /* the manifest's temporary file goes there */
       zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
       mo.threads = o.threads;
-      zck_status ws = zck_manifest_write_dir(r->dir, &mo);
+      zck_status ws = zck_verify_write_manifest(r, &mo); /* the files checked, nothing else */
       if (ws != ZCK_OK) code = zck_cli_fail(ws);
       else if (!json && !zck_cli_dist_quiet()) printf("manifest: written to %s/zckpt-manifest.json\n", r->dir);
     }
