@@ -3,6 +3,8 @@
  * no tensor byte is read except the 0-dim `step`. Errors name the file and the key. */
 #include "ds_internal.h"
 #include "strmap.h"
+#include "zip/zip.h"
+#include <xxhash.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -614,12 +616,26 @@ static zck_status read_slice_mappings(zck__ds_optim_file *of, const zck_pk *osd,
   return ZCK_OK;
 }
 
+/* The fingerprint of a rank file's bytes, from its zip directory alone: no data is read. */
+static void fingerprint_records(zck__ds_optim_file *of, const zck_torch_file *tf) {
+  const zck_zip *z = zck_torch_zip(tf);
+  uint64_t print = 0;
+  of->n_records = zck_zip_count(z);
+  for (size_t i = 0; i < of->n_records; i++) {  /* chained: each pair seeded by the print so far */
+    const zck_zip_entry *e = zck_zip_entry_at(z, i);
+    uint64_t pair[2] = {e->crc32, e->size};
+    print = XXH3_64bits_withSeed(pair, sizeof pair, print);
+  }
+  of->records_print = print;
+}
+
 zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool keep_torch) {
   const char *path = of->file->path;
   ZCK_TRY(zck__source_open(&of->src, path));
   of->src_open = true;
   zck_torch_file *tf = NULL;
   ZCK_TRY(zck_torch_open_source(&of->src, &c->topts, &tf));
+  fingerprint_records(of, tf);
   zck_status s = check_archive_rank(tf, of->file, "optimizer state");
   if (s == ZCK_OK) s = read_optim(c, of, tf, keep_torch);
   if (s == ZCK_OK && keep_torch) c->optim0 = tf;

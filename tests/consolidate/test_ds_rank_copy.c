@@ -1,8 +1,9 @@
 /* test_ds_rank_copy.c: a ZeRO rank file that is a copy of another rank's is refused by
  * every reader job (consolidate, reshard, to-universal) with one line naming the file,
  * stages 1, 2 and 3 and ZeRO-3 model states; torch.save's archive folder (the file's stem
- * at save time) tells. An archive name that is no rank pattern is still read. Also: an
- * oversized `latest` says its real size. */
+ * at save time) tells; where it cannot (an archive named otherwise), the copy's records
+ * carry the other rank's CRC-32s and sizes, which tells too. An archive name that is no
+ * rank pattern is still read. Also: an oversized `latest` says its real size. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,6 +71,43 @@ static void check_copy(const char *fx, const char *file0, const char *what) {
   ZT_ASSERT(!exists(out));
 }
 
+static void replace_in_file(const char *path, const char *from, const char *to);
+
+/* The same copy where the archive name cannot tell: rank 0's file, its archive renamed to no
+ * rank pattern (a file saved under another name, or through a file object), copied over
+ * rank 1's. Its records' CRC-32s and sizes are rank 0's: every job refuses it as a copy
+ * (before the partition sizes it breaks are looked at). */
+static void check_copy_renamed(const char *fx, const char *file0) {
+  char ck[4096], f0[4096], f1[4096], file1[512], out[4096], needle[8192], name[600], stem0[512], other[512];
+  snprintf(file1, sizeof file1, "%s", file0);
+  char *r = strstr(file1, "rank_0_");
+  ZT_ASSERT(r != NULL);
+  r[5] = '1';
+  snprintf(name, sizeof name, "renamed_copy_%s", fx);
+  copy_fixture(fx, name, ck, sizeof ck);
+  snprintf(f0, sizeof f0, "%s/global_step2/%s", ck, file0);
+  snprintf(f1, sizeof f1, "%s/global_step2/%s", ck, file1);
+  snprintf(stem0, sizeof stem0, "%.*s/", (int)(strlen(file0) - 3), file0);
+  snprintf(other, sizeof other, "%s", stem0);
+  memset(other, 'x', strlen(other) - 1); /* same length, no rank in it */
+  replace_in_file(f0, stem0, other);
+  sh("cp '%s' '%s'", f0, f1);
+  snprintf(needle, sizeof needle, "%s: the same bytes as %s (every record's CRC-32 and size)", f1, file0);
+  snprintf(out, sizeof out, "%s.cons", ck);
+  expect_msg(zck_consolidate(ck, out, NULL), "consolidate", needle);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s.resh", ck);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_world_size = 1;
+  expect_msg(zck_reshard(ck, out, &ro), "reshard", needle);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s.univ", ck);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.inject_missing_state = 1;
+  expect_msg(zck_to_universal(ck, out, &uo), "to-universal", needle);
+  ZT_ASSERT(!exists(out));
+}
+
 /* Replaces every occurrence of `from` in the file by `to` (same length). */
 static void replace_in_file(const char *path, const char *from, const char *to) {
   unsigned char *d = NULL;
@@ -103,6 +141,10 @@ int main(void) {
   check_copy("s2w2_fp32_roundrobin", "zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer state");
   check_copy("s3w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer state");
   check_copy("s3w2_bf16", "zero_pp_rank_0_mp_rank_00_model_states.pt", "model states");
+  check_copy_renamed("s1w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt");
+  check_copy_renamed("s2w4_fp32", "zero_pp_rank_0_mp_rank_00_optim_states.pt");
+  check_copy_renamed("s3w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt");
+  check_copy_renamed("s3w4_fp32_3groups", "zero_pp_rank_0_mp_rank_00_optim_states.pt");
 
   /* an archive named otherwise (no rank pattern: older torch's 'archive', a file saved
    * under another name) is read as before, with the same output */

@@ -173,7 +173,17 @@ static char *write_variant(const zck_ds_ckpt *c, const zck_model *m, int stage, 
   char *root = fmt("%s/v%d-s%dw%u", tmp, counter++, stage, w);
   zck_ds_writer *wr = NULL;
   ZT_OK(zck_ds_writer_create(root, m, &o, &wr));
-  ZT_OK(zck_ds_writer_commit(wr));   /* values do not matter here: zeros */
+  /* the values do not matter here, but each rank's fp32 partition gets its own (the first
+   * element: the store's index + 1), so the ranks' files differ as real ones do; a file
+   * set of equal files is refused as copies before anything else */
+  zck_ds_view v;
+  ZT_OK(zck_ds_writer_get(wr, ZCK_DS_FP32, &v));
+  for (size_t i = 0; i < v.layout->n_stores; i++) {
+    const zck_store *st = &v.stores[i];
+    float x = (float)(i + 1);
+    if (st->numel && st->write && st->dtype == ZCK_F32) ZT_OK(st->write(st->ctx, &x, 0, 1));
+  }
+  ZT_OK(zck_ds_writer_commit(wr));
   zck_ds_writer_free(wr);
   return root;
 }
