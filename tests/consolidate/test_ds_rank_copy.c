@@ -36,10 +36,29 @@ static void expect_msg(zck_status s, const char *job, const char *needle) {
   if (strchr(zck_last_error(), '\n')) ZT_FAIL("%s: message is not one line: %s", job, zck_last_error());
 }
 
+/* consolidate, reshard and to-universal of ck each fail with one line holding needle, and
+ * write nothing. */
+static void every_job_refuses(const char *ck, const char *needle) {
+  char out[4096];
+  snprintf(out, sizeof out, "%s.cons", ck);
+  expect_msg(zck_consolidate(ck, out, NULL), "consolidate", needle);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s.resh", ck);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_world_size = 1;
+  expect_msg(zck_reshard(ck, out, &ro), "reshard", needle);
+  ZT_ASSERT(!exists(out));
+  snprintf(out, sizeof out, "%s.univ", ck);
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.inject_missing_state = 1;
+  expect_msg(zck_to_universal(ck, out, &uo), "to-universal", needle);
+  ZT_ASSERT(!exists(out));
+}
+
 /* Copies rank 0's `file` (a name with rank_0) over rank 1's in a copy of fixture fx; every
  * job must refuse it, naming rank 1's file, and write nothing. */
 static void check_copy(const char *fx, const char *file0, const char *what) {
-  char ck[4096], f0[4096], f1[4096], file1[512], out[4096], needle[8192];
+  char ck[4096], f0[4096], f1[4096], file1[512], needle[8192];
   snprintf(file1, sizeof file1, "%s", file0);
   char *r = strstr(file1, "rank_0_");
   ZT_ASSERT(r != NULL);
@@ -56,19 +75,7 @@ static void check_copy(const char *fx, const char *file0, const char *what) {
   snprintf(stem, sizeof stem, "%.*s", (int)(strlen(file0) - 3), file0);
   snprintf(needle, sizeof needle, "%s: holds rank 0's %s (archive '%s'), expected rank 1", f1, what, stem);
 
-  snprintf(out, sizeof out, "%s.cons", ck);
-  expect_msg(zck_consolidate(ck, out, NULL), "consolidate", needle);
-  ZT_ASSERT(!exists(out));
-  snprintf(out, sizeof out, "%s.resh", ck);
-  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
-  ro.to_world_size = 1;
-  expect_msg(zck_reshard(ck, out, &ro), "reshard", needle);
-  ZT_ASSERT(!exists(out));
-  snprintf(out, sizeof out, "%s.univ", ck);
-  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
-  uo.inject_missing_state = 1;
-  expect_msg(zck_to_universal(ck, out, &uo), "to-universal", needle);
-  ZT_ASSERT(!exists(out));
+  every_job_refuses(ck, needle);
 }
 
 static void replace_in_file(const char *path, const char *from, const char *to);
@@ -78,7 +85,7 @@ static void replace_in_file(const char *path, const char *from, const char *to);
  * rank 1's. Its records' CRC-32s and sizes are rank 0's: every job refuses it as a copy
  * (before the partition sizes it breaks are looked at). */
 static void check_copy_renamed(const char *fx, const char *file0) {
-  char ck[4096], f0[4096], f1[4096], file1[512], out[4096], needle[8192], name[600], stem0[512], other[512];
+  char ck[4096], f0[4096], f1[4096], file1[512], needle[8192], name[600], stem0[512], other[512];
   snprintf(file1, sizeof file1, "%s", file0);
   char *r = strstr(file1, "rank_0_");
   ZT_ASSERT(r != NULL);
@@ -93,19 +100,7 @@ static void check_copy_renamed(const char *fx, const char *file0) {
   replace_in_file(f0, stem0, other);
   sh("cp '%s' '%s'", f0, f1);
   snprintf(needle, sizeof needle, "%s: the same bytes as %s (every record's CRC-32 and size)", f1, file0);
-  snprintf(out, sizeof out, "%s.cons", ck);
-  expect_msg(zck_consolidate(ck, out, NULL), "consolidate", needle);
-  ZT_ASSERT(!exists(out));
-  snprintf(out, sizeof out, "%s.resh", ck);
-  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
-  ro.to_world_size = 1;
-  expect_msg(zck_reshard(ck, out, &ro), "reshard", needle);
-  ZT_ASSERT(!exists(out));
-  snprintf(out, sizeof out, "%s.univ", ck);
-  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
-  uo.inject_missing_state = 1;
-  expect_msg(zck_to_universal(ck, out, &uo), "to-universal", needle);
-  ZT_ASSERT(!exists(out));
+  every_job_refuses(ck, needle);
 }
 
 /* Replaces every occurrence of `from` in the file by `to` (same length). */

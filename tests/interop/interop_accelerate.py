@@ -120,9 +120,6 @@ def main():
         print("FAIL", msg)
 
     import torch
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-    from safetensors import safe_open
-    from safetensors.torch import load_file
 
     keep = os.environ.get("ZCK_KEEP_TMP")
     tmp = tempfile.mkdtemp(prefix="interop_accelerate.")
@@ -145,22 +142,8 @@ def main():
         if r.returncode:
             fail(f"consolidate: {r.returncode}: {r.stderr.strip()}")
         else:
-            ref = get_fp32_state_dict_from_zero_checkpoint(ckpt)
-            ours = load_file(out)
-            with safe_open(out, "pt") as h:
-                tied = json.loads((h.metadata() or {}).get("tied_parameters", "{}"))
-            first = {}
-            for name, t in ref.items():
-                first.setdefault(t.data_ptr(), name)
-            for name, t in ref.items():
-                if first[t.data_ptr()] != name:
-                    if name in ours or tied.get(name) != first[t.data_ptr()]:
-                        fail(f"consolidate: alias {name} -> {first[t.data_ptr()]} not recorded as tied")
-                elif name not in ours or not hft.same_bits(ours[name], t):
-                    fail(f"consolidate: {name} differs from zero_to_fp32")
-            if set(ours) - set(ref):
-                fail(f"consolidate: extra tensors {sorted(set(ours) - set(ref))}")
-            print(f"consolidate: {len(ours)} tensors bit-equal to zero_to_fp32")
+            n = hft.check_zero_to_fp32(ckpt, out, fail)
+            print(f"consolidate: {n} tensors checked against zero_to_fp32")
 
         # 3. reshard to W=1 ZeRO-2, and resume both with Accelerate
         r1 = os.path.join(tmp, "r1")

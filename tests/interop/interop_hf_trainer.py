@@ -153,11 +153,19 @@ def same_bits(a, b):
 
 
 def check_consolidated(ckpt, out, fail):
+    f = os.path.join(out, "model.safetensors")
+    n = check_zero_to_fp32(ckpt, f, fail)
+    if not os.path.isfile(os.path.join(out, "config.json")):
+        fail(f"{out}: no config.json")
+    return n
+
+
+def check_zero_to_fp32(ckpt, f, fail):
+    """The safetensors file f equals DeepSpeed's zero_to_fp32 of ckpt bit for bit, an alias recorded as tied."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     from safetensors import safe_open
     from safetensors.torch import load_file
     ref = get_fp32_state_dict_from_zero_checkpoint(ckpt)
-    f = os.path.join(out, "model.safetensors")
     if not os.path.isfile(f):
         return fail(f"{f}: missing")
     ours = load_file(f)
@@ -174,8 +182,6 @@ def check_consolidated(ckpt, out, fail):
             fail(f"{f}: {name} differs from zero_to_fp32")
     if set(ours) - set(ref):
         fail(f"{f}: extra tensors {sorted(set(ours) - set(ref))}")
-    if not os.path.isfile(os.path.join(out, "config.json")):
-        fail(f"{out}: no config.json")
     return len(ours)
 
 
