@@ -14,6 +14,11 @@
  *   all_gather     recv[k*send_count + i] = send of rank k [i]          (send may be
  *                  recv + rank*send_count)
  *   broadcast      buf = root's buf
+ *   gather         root's recv = rank 0's send (counts[0] elements), then rank 1's
+ *                  (counts[1]), ...; every rank passes the same counts; recv is written on
+ *                  root only (the others may pass NULL). Optional: NULL in a backend that
+ *                  has none (NCCL), where a caller broadcasts instead. Unlike W broadcasts,
+ *                  each rank's bytes travel once, to root alone.
  *
  * Determinism: the local backend reduces in rank order 0, 1, ..., W-1 for every element, so
  * the same inputs give the same bits whatever the thread scheduling. (NCCL gives the same bits
@@ -45,6 +50,7 @@ struct zck_comm {
                                zck_comm_op op);
   zck_status (*all_gather)(zck_comm *c, const void *send, void *recv, size_t send_count, zck_dtype dt);
   zck_status (*broadcast)(zck_comm *c, void *buf, size_t count, zck_dtype dt, int root);
+  zck_status (*gather)(zck_comm *c, const void *send, void *recv, const size_t *counts, zck_dtype dt, int root);
   zck_status (*barrier)(zck_comm *c);
   /* Marks the group failed and wakes every waiting rank. Safe to call more than once. */
   void (*abort)(zck_comm *c);

@@ -280,6 +280,41 @@ static zck_status cm_all_gather(zck_comm *c, const void *send, void *recv, size_
   return ZCK_OK;
 }
 
+/* Point to point: each rank's bytes go to root alone, in segments (MPI counts are ints),
+ * matched in order per sender (one tag, and MPI keeps the order of messages between two
+ * ranks); root takes the ranks one after the other, the link into root being the limit. */
+#define CM_GATHER_TAG 0x7a63
+
+static zck_status cm_gather(zck_comm *c, const void *send, void *recv, const size_t *counts, zck_dtype dt, int root) {
+  ZCK_TRY(cm_check(c, "gather"));
+  ZCK_FAIL_IF(root < 0 || root >= c->size, ZCK_ERR_INVALID_ARG, "mpi comm: gather root %d is not in 0..%d", root,
+              c->size - 1);
+  cm_state *st = c->impl;
+  size_t es = zck_dtype_size(dt), at = 0;
+  for (int k = 0; k < c->size; k++) {
+    size_t bytes = counts[k] * es;
+    unsigned char *dst = (unsigned char *)recv + at;
+    at += bytes;
+    if (k == c->rank && k == root) {
+      if (bytes && dst != send) memmove(dst, send, bytes);
+      continue;
+    }
+    if (k != c->rank && c->rank != root) continue;
+    for (size_t o = 0; o < bytes; o += st->segment) {
+      size_t nb = bytes - o < st->segment ? bytes - o : st->segment;
+      MPI_Request req;
+      pthread_mutex_lock(&cm_mu);
+      int e = c->rank == root ? MPI_Irecv(dst + o, (int)nb, MPI_BYTE, k, CM_GATHER_TAG, st->comm, &req)
+                              : MPI_Isend((const unsigned char *)send + o, (int)nb, MPI_BYTE, root, CM_GATHER_TAG,
+                                          st->comm, &req);
+      pthread_mutex_unlock(&cm_mu);
+      if (e != MPI_SUCCESS) return cm_mpi_fail(c, "gather", e);
+      ZCK_TRY(cm_wait(c, &req, "gather"));
+    }
+  }
+  return ZCK_OK;
+}
+
 static zck_status cm_broadcast(zck_comm *c, void *buf, size_t count, zck_dtype dt, int root) {
   ZCK_TRY(cm_check(c, "broadcast"));
   ZCK_FAIL_IF(root < 0 || root >= c->size, ZCK_ERR_INVALID_ARG, "mpi comm: broadcast root %d is not in 0..%d", root,
@@ -416,6 +451,7 @@ zck_status zck_comm_mpi_create(zck_comm **out) {
   c->reduce_scatter = cm_reduce_scatter;
   c->all_gather = cm_all_gather;
   c->broadcast = cm_broadcast;
+  c->gather = cm_gather;
   c->barrier = cm_barrier;
   c->abort = cm_abort;
   cm_handles++;

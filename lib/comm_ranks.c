@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { RK_ALL_REDUCE = 1, RK_REDUCE_SCATTER, RK_ALL_GATHER, RK_BROADCAST, RK_BARRIER } rk_kind;
+typedef enum { RK_ALL_REDUCE = 1, RK_REDUCE_SCATTER, RK_ALL_GATHER, RK_BROADCAST, RK_BARRIER, RK_GATHER } rk_kind;
 
 static const char *rk_kind_name(int k) {
   switch (k) {
@@ -31,6 +31,7 @@ static const char *rk_kind_name(int k) {
   case RK_ALL_GATHER: return "all_gather";
   case RK_BROADCAST: return "broadcast";
   case RK_BARRIER: return "barrier";
+  case RK_GATHER: return "gather";
   }
   return "?";
 }
@@ -194,6 +195,25 @@ static zck_status rk_broadcast(zck_comm *c, void *buf, size_t count, zck_dtype d
   return rk_leave(c, s);
 }
 
+/* The ranks post the total of counts (so a rank with other counts is named as disagreeing
+ * in most cases); root copies each rank's bytes from its posted send buffer. */
+static zck_status rk_gather(zck_comm *c, const void *send, void *recv, const size_t *counts, zck_dtype dt, int root) {
+  ZCK_ASSERT(root >= 0 && root < c->size && counts);
+  size_t total = 0;
+  for (int k = 0; k < c->size; k++) total += counts[k];
+  rk_post p = {RK_GATHER, send, recv, total, dt, ZCK_COMM_SUM, root};
+  ZCK_TRY(rk_enter(c, &p));
+  rk_world *w = c->impl;
+  size_t es = zck_dtype_size(dt), at = 0;
+  zck_status s = ZCK_OK;
+  for (int k = 0; c->rank == root && k < w->size && s == ZCK_OK; k++) {
+    uint8_t *dst = (uint8_t *)recv + at * es;
+    if (counts[k] && dst != w->posts[k].send) s = w->ops.copy(w->ops_ctx, c->rank, dst, w->posts[k].send, counts[k] * es);
+    at += counts[k];
+  }
+  return rk_leave(c, s);
+}
+
 static zck_status rk_barrier(zck_comm *c) {
   rk_post p = {RK_BARRIER, NULL, NULL, 0, ZCK_U8, ZCK_COMM_SUM, 0};
   return rk_enter(c, &p);
@@ -242,6 +262,7 @@ zck_status zck__ranks_create(int size, const zck__ranks_ops *ops, void *ops_ctx,
     c->reduce_scatter = rk_reduce_scatter;
     c->all_gather = rk_all_gather;
     c->broadcast = rk_broadcast;
+    c->gather = rk_gather;
     c->barrier = rk_barrier;
     c->abort = rk_abort;
     comms[r] = c;

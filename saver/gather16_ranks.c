@@ -12,8 +12,9 @@
  * fp32 masters, its frozen 16-bit values) into its window buffer, noting the ranges its
  * copy wrote (the executor's written hook). A small all_gather gives every rank the
  * others' failures and packet lengths; to hash, each other rank packs its ranges (the
- * ranges, then their bytes) and broadcasts the packet, of its own length, which rank 0
- * unpacks into its window beside its own ranges. Then each rank writes its ranges, and
+ * ranges, then their bytes) and the comm's gather brings every packet to rank 0 alone
+ * (each rank's bytes cross the network once), which unpacks them into its window beside
+ * its own ranges. Then each rank writes its ranges, and
  * rank 0 hashes the window, on a thread of its own while the next window is gathered into
  * the rank's other window buffer. ZeRO-3 partitions are disjoint and cover every tensor,
  * so the window is whole; bytes no rank wrote are zeros. A failure anywhere stops every
@@ -304,6 +305,7 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   pthread_mutex_init(&wrote[1].mu, NULL);
   g16_bytes pkt = {NULL, 0}, recv = {NULL, 0}, spans = {NULL, 0};
   uint64_t *numel = NULL, *lens = NULL, data = 0;
+  size_t *counts = NULL;           /* each rank's packet length in a window (rank 0: 0) */
   uint8_t *bufs[2] = {NULL, NULL}; /* one filled (and on rank 0 gathered), one written */
   int fd = -1;                     /* the other ranks' own descriptor of the file */
   g16_writer wr;
@@ -315,9 +317,10 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
     numel = zck__calloc(m->n_params + 1, sizeof *numel);
     pieces = zck__calloc(g.n + 1, sizeof *pieces);
     lens = zck__calloc(2 * (size_t)c->size, sizeof *lens);
+    counts = zck__calloc((size_t)c->size, sizeof *counts);
     bufs[0] = zck__malloc(win);
     bufs[1] = zck__malloc(win);
-    if (!numel || !pieces || !lens || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
+    if (!numel || !pieces || !lens || !counts || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
   }
   if (st == ZCK_OK) {
     zck_model_numels(m, numel);
@@ -368,15 +371,26 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
     }
     if (stop) break;
     if (gather) {
-      /* each rank's packet goes to rank 0 by a broadcast of its own length (the other
-       * ranks receive it too, there being no point-to-point; with two ranks, none) */
-      st = bytes_reserve(&recv, (size_t)longest, path);
+      /* each rank's packet goes to rank 0 alone, by the comm's gather (rank 0 holding all
+       * of them at once); a backend without one broadcasts each packet, of its own length,
+       * which every rank then receives */
+      size_t total = 0;
+      for (size_t q = 1; q < W; q++) {
+        counts[q] = (size_t)lens[2 * q + 1];
+        total += counts[q];
+      }
+      st = bytes_reserve(&recv, c->gather ? (lead ? total : 0) : (size_t)longest, path);
       uint64_t failed = st != ZCK_OK;
       if ((coll = agree_max(c, &failed, 1)) != ZCK_OK || (stop = failed != 0)) break;
       size_t n_sp = 0;
-      for (size_t q = 1; q < W && coll == ZCK_OK; q++) {
-        coll = c->broadcast(c, (size_t)c->rank == q ? pkt.p : recv.p, (size_t)lens[2 * q + 1], ZCK_U8, (int)q);
-        if (coll == ZCK_OK && lead && st == ZCK_OK) st = unpack(recv.p, lens[2 * q + 1], (int)q, buf, nb, &spans, &n_sp, path);
+      if (c->gather) {
+        coll = c->gather(c, lead ? NULL : pkt.p, recv.p, counts, ZCK_U8, 0);
+        for (size_t q = 1, at = 0; q < W && coll == ZCK_OK && lead && st == ZCK_OK; at += counts[q], q++)
+          st = unpack(recv.p + at, counts[q], (int)q, buf, nb, &spans, &n_sp, path);
+      }
+      for (size_t q = 1; !c->gather && q < W && coll == ZCK_OK; q++) {
+        coll = c->broadcast(c, (size_t)c->rank == q ? pkt.p : recv.p, counts[q], ZCK_U8, (int)q);
+        if (coll == ZCK_OK && lead && st == ZCK_OK) st = unpack(recv.p, counts[q], (int)q, buf, nb, &spans, &n_sp, path);
       }
       if (coll != ZCK_OK) break;
       if (lead && st == ZCK_OK) st = cover(w, es, buf, nb, &spans, n_sp, path);
@@ -408,6 +422,7 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   free(numel);
   free(pieces);
   free(lens);
+  free(counts);
   free(bufs[0]);
   free(bufs[1]);
   free(pkt.p);

@@ -238,3 +238,77 @@ void *cs_expected(const cs_case *c, int case_no, int W) {
   }
   return res;
 }
+
+/* ---- gather */
+
+static uint8_t cs_gather_byte(int pattern, int rank, size_t i) {
+  return (uint8_t)cs_hash(((uint64_t)pattern << 48) ^ ((uint64_t)rank << 40) ^ i);
+}
+
+int cs_check_gather(zck_comm *comm, bool big) {
+  int W = comm->size, r = comm->rank, bad = 0;
+  if (!comm->gather) {
+    fprintf(stderr, "rank %d: the %s backend has no gather\n", r, comm->backend);
+    return 1;
+  }
+  size_t *counts = calloc((size_t)W, sizeof *counts);
+  ZT_ASSERT(counts);
+  static const zck_dtype dts[] = {ZCK_U8, ZCK_F32};
+  for (int pattern = 0; pattern < (big ? 4 : 3); pattern++) {
+    for (int ri = 0; ri < 2; ri++) {
+      int root = ri ? W - 1 : 0;
+      zck_dtype dt = dts[(pattern + ri) % 2];
+      size_t es = zck_dtype_size(dt), total = 0;
+      for (int k = 0; k < W; k++) {
+        switch (pattern) {
+        case 0: counts[k] = (size_t)(k * 7 + 3) % 11; break;  /* uneven, now and then 0 */
+        case 1: counts[k] = k == root ? 0 : 5; break;         /* nothing from root itself */
+        case 2: counts[k] = k == root ? 9 : 0; break;         /* only root's own */
+        default: counts[k] = ((size_t)3 << 20) / es + (size_t)k * 4099; break; /* several segments */
+        }
+        total += counts[k];
+      }
+      size_t mine = counts[r] * es, all = total * es;
+      uint8_t *send = malloc(mine + 1), *recv = malloc(all + 1);
+      ZT_ASSERT(send && recv);
+      for (size_t i = 0; i < mine; i++) send[i] = cs_gather_byte(pattern, r, i);
+      memset(recv, 0xA5, all + 1);
+      zck_status s = comm->gather(comm, send, recv, counts, dt, root);
+      if (s != ZCK_OK) {
+        fprintf(stderr, "W=%d rank %d gather pattern %d root %d: %s\n", W, r, pattern, root, zck_last_error());
+        bad++;
+      } else if (r == root) {
+        size_t at = 0;
+        for (int k = 0; k < W; k++)
+          for (size_t i = 0; i < counts[k] * es; i++, at++)
+            if (recv[at] != cs_gather_byte(pattern, k, i)) {
+              fprintf(stderr, "W=%d gather pattern %d root %d: byte %zu of rank %d's share differs\n", W, pattern,
+                      root, i, k);
+              bad++;
+              k = W;
+              break;
+            }
+        if (recv[all] != 0xA5) {
+          fprintf(stderr, "W=%d gather pattern %d root %d: wrote past the end\n", W, pattern, root);
+          bad++;
+        }
+      } else {
+        for (size_t i = 0; i <= all; i++)
+          if (recv[i] != 0xA5) {
+            fprintf(stderr, "W=%d rank %d gather pattern %d root %d: recv written on a rank that is not root\n", W,
+                    r, pattern, root);
+            bad++;
+            break;
+          }
+      }
+      free(send);
+      free(recv);
+      if (s != ZCK_OK) {
+        free(counts);
+        return bad;
+      }
+    }
+  }
+  free(counts);
+  return bad;
+}

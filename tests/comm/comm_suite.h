@@ -36,6 +36,13 @@ zck_status cs_run(zck_comm *comm, const cs_case *c, int case_no, void **buf, con
 /* The local backend's whole result for case c with W ranks (malloc'd, cs_result_bytes). */
 void *cs_expected(const cs_case *c, int case_no, int W);
 
+/* The gather collective on handle comm (any backend that has one), called by every rank:
+ * several count patterns (zeros, root's own share, uneven; with `big`, several MB per rank),
+ * roots 0 and W-1, bytes and floats. Root's recv must be every rank's input in rank order,
+ * bit for bit; a rank other than root must leave its recv untouched. Returns this rank's
+ * failures (printed to stderr). */
+int cs_check_gather(zck_comm *comm, bool big);
+
 /* Rank r's input elements [first, first+n) of case c (the generator behind cs_run). */
 void cs_input(const cs_case *c, int case_no, int rank, void *dst, size_t first, size_t n);
 

@@ -3,7 +3,8 @@
  *   test_comm_mpi suite   every collective, dtype, op and in-place form gives the local
  *                         backend's bits (computed here with W threads), with the default
  *                         segment and (W = 3) with 64 KiB segments (many steps, uneven
- *                         last ones);
+ *                         last ones); the gather (point to point) delivers every rank's
+ *                         bytes to root alone;
  *                         rank, size, local rank and backend name are right
  *   test_comm_mpi die DIR the ranks loop on collectives; rank 1 writes its pid to DIR/pid
  *                         for the script to kill it (SIGKILL from outside)
@@ -57,10 +58,10 @@ static int suite(void) {
   ZT_EQ_INT(zck_comm_mpi_local_rank(c), c->rank); /* one host */
   size_t n;
   cs_case *cases = cs_cases(c->size, c->size <= 3, &n);
-  int bad = run_cases(c, cases, n), passes = 1;
+  int bad = run_cases(c, cases, n) + cs_check_gather(c, true), passes = 1;
   if (c->size == 3) { /* odd W: uneven chunks in every step */
     zck__comm_mpi_set_segment(c, 64 << 10);
-    bad += run_cases(c, cases, n);
+    bad += run_cases(c, cases, n) + cs_check_gather(c, true);
     zck__comm_mpi_set_segment(c, 0);
     passes = 2;
   }

@@ -1,8 +1,10 @@
 /* test_comm_local.c: the local (threads) collective backend: results of every collective
- * and their in-place forms for W = 1..5, rank-order sums, disagreeing calls, abort. */
+ * and their in-place forms for W = 1..5, rank-order sums, disagreeing calls, abort; the
+ * gather (tests/comm/comm_suite.c's check, which the MPI backend passes too). */
 #include "test.h"
 
 #include "comm.h"
+#include "../comm/comm_suite.h"
 
 #include <pthread.h>
 
@@ -30,6 +32,11 @@ static void *run(void *arg) {
     CHECK(strstr(zck_last_error(), "ranks disagree") != NULL);
     /* the group still works afterwards */
     CHECK(c->barrier(c) == ZCK_OK);
+    return NULL;
+  }
+  if (j->mode == 3) {
+    j->failures = cs_check_gather(c, W <= 3);
+    if (j->failures) snprintf(j->msg, sizeof j->msg, "rank %d: gather failed (see above)", r);
     return NULL;
   }
   if (j->mode == 2) {
@@ -123,6 +130,7 @@ int main(void) {
   for (int W = 1; W <= 5; W++) run_group(W, 0);
   for (int W = 2; W <= 4; W++) run_group(W, 1);
   for (int W = 2; W <= 4; W++) run_group(W, 2);
+  for (int W = 1; W <= 5; W++) run_group(W, 3);
   zck_comm_local_destroy(NULL, 0);
   return 0;
 }

@@ -95,9 +95,10 @@ static bool same_file(const char *a, const char *b) {
 /* --save-only-model: the checkpoint folder holds model.safetensors (the 16-bit weights
  * gathered from the ranks), config.json and trainer_state.json, all hashed as written.
  * window: rank by rank, the gather's window in bytes (0: the default). */
-static void model_only_case(const char *tmp, int stage, bool per_rank, bool tight, size_t window) {
-  char out[4096], ck[4200], mpath[4300];
-  snprintf(out, sizeof out, "%s/m%d%s%s%s", tmp, stage, per_rank ? "r" : "", tight ? "t" : "", window ? "w" : "");
+static void model_only_case(const char *tmp, int stage, bool per_rank, bool tight, size_t window, int ranks) {
+  char out[4096], ck[4200], mpath[4300], w[16] = "";
+  if (ranks != 2) snprintf(w, sizeof w, "W%d", ranks);
+  snprintf(out, sizeof out, "%s/m%d%s%s%s%s", tmp, stage, w, per_rank ? "r" : "", tight ? "t" : "", window ? "w" : "");
   ze_train_args a;
   ze_train_args_default(&a);
   a.model = (ze_gpt2_config){256, 32, 2, 2, 32};
@@ -108,7 +109,7 @@ static void model_only_case(const char *tmp, int stage, bool per_rank, bool tigh
   a.quiet = true;
   a.output_dir = out;
   a.zero_stage = stage;
-  a.ranks = 2;
+  a.ranks = ranks;
   a.bf16 = true;
   a.per_rank_io = per_rank;
   a.save_only_model = true;
@@ -153,7 +154,7 @@ static void model_only_case(const char *tmp, int stage, bool per_rank, bool tigh
     /* the same weights as rank 0 writes them from every thread rank's memory */
     char mine[4300], ref[4300];
     snprintf(mine, sizeof mine, "%s/model.safetensors", ck);
-    snprintf(ref, sizeof ref, "%s/m%d/checkpoint-2/model.safetensors", tmp, stage);
+    snprintf(ref, sizeof ref, "%s/m%d%s/checkpoint-2/model.safetensors", tmp, stage, w);
     if (!same_file(mine, ref))
       ZT_FAIL("stage %d, model only%s: model.safetensors differs from the threads' save", stage, per_rank ? " (rank by rank)" : "");
   }
@@ -205,14 +206,17 @@ int main(void) {
   for (int stage = 1; stage <= 3; stage++) {
     save_case(tmp, stage, false);
     save_case(tmp, stage, true);
-    model_only_case(tmp, stage, false, false, 0);
-    model_only_case(tmp, stage, true, false, 0);
-    model_only_case(tmp, stage, false, true, 0);
+    model_only_case(tmp, stage, false, false, 0, 2);
+    model_only_case(tmp, stage, true, false, 0, 2);
+    model_only_case(tmp, stage, false, true, 0, 2);
   }
   /* rank by rank at ZeRO 3: windows of 1000 bytes cut tensors (and a 64-bit word of the
    * reduction may hold elements of two ranks' partitions) */
-  model_only_case(tmp, 3, true, false, 1000);
-  model_only_case(tmp, 3, true, true, 0);
+  model_only_case(tmp, 3, true, false, 1000, 2);
+  model_only_case(tmp, 3, true, true, 0, 2);
+  /* four ranks: three packets gathered to rank 0 in each window (the comm's gather) */
+  model_only_case(tmp, 3, false, false, 0, 4);
+  model_only_case(tmp, 3, true, false, 1000, 4);
   gather_io_fails(tmp, ZCK_IO_OP_WRITE, 1, ENOSPC);
   gather_io_fails(tmp, ZCK_IO_OP_WRITE, 4, ENOSPC);
   gather_io_fails(tmp, ZCK_IO_OP_WRITE, 40, ENOSPC);
