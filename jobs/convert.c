@@ -23,7 +23,6 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
   zck__tensor_set s;
   zck__set_init(&s);
   zck_status st = zck__set_from_path(&s, in);
-  for (size_t i = 0; st == ZCK_OK && o.warning && i < s.n_warnings; i++) o.warning(o.warning_ctx, s.warnings[i]);
   if (st == ZCK_OK && o.dtype != ZCK_DTYPE_INVALID) {
     /* Like torch's .to(dtype) on a state dict of floats: integer and bool tensors
      * (position ids, counters, masks) keep their type. */
@@ -42,6 +41,8 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
     default: st = zck__write_safetensors_dir(&s, out, &wo, NULL, NULL, 0); break;
     }
   }
+  /* once the output is in place: a failed job says one line, the failure */
+  for (size_t i = 0; st == ZCK_OK && o.warning && i < s.n_warnings; i++) o.warning(o.warning_ctx, s.warnings[i]);
   if (st == ZCK_OK) {
     uint64_t stored = 0; /* torch.save keeps every name; safetensors stores a tied alias once */
     for (size_t i = 0; i < s.n; i++) stored += fmt == ZCK_OUT_TORCH || s.v[i].alias_of < 0;

@@ -144,7 +144,8 @@ typedef int (*zck_progress_cb)(void *ctx, uint64_t done_bytes, uint64_t total_by
 
 /* A warning about a job's input that does not stop it: one line, "FILE: what is odd"
  * (a shard tensor that the HF index leaves out, kept; an index total_size that disagrees),
- * called on the thread that runs the job, before anything is written. */
+ * called on the thread that runs the job once its output is in place (a job that fails
+ * says only why it failed). */
 typedef void (*zck_warning_cb)(void *ctx, const char *message);
 
 typedef enum zck_output_format {

@@ -45,6 +45,15 @@ for out in out.safetensors out.pt out_hf; do
     diff -u "$tmp/want.txt" "$tmp/got.txt" || bad "convert $q -> $out: tensor set differs from the checkpoint's"
   done
 done
+# a convert that fails after reading (its output folder cannot be made) says one line, the
+# failure: no warning about an output never written
+mkdir "$tmp/ro" && chmod 500 "$tmp/ro"
+if [ "$(id -u)" = 0 ]; then ro="$tmp/file-not-dir"; : >"$ro"; else ro="$tmp/ro"; fi  # root writes anywhere
+"$bin" convert -q "$tmp/hf" "$ro/sub/out.safetensors" >"$tmp/stdout" 2>"$tmp/stderr"; rc=$?
+[ "$rc" != 0 ] || bad "convert into an impossible folder: exit 0"
+[ "$(wc -l <"$tmp/stderr")" = 1 ] && grep -q '^zckpt: error: ' "$tmp/stderr" ||
+  { bad "convert into an impossible folder: not one error line"; cat "$tmp/stderr"; }
+chmod 700 "$tmp/ro"
 # --verbose keeps the spec's item id, as in errors
 rm -f "$tmp/out.safetensors"
 "$bin" convert -q --verbose "$tmp/hf" "$tmp/out.safetensors" 2>"$tmp/stderr" || bad "convert --verbose: exit $?"
