@@ -76,6 +76,9 @@ for stage in 1 2 3; do
   same 3 --zero-stage $stage --max-steps 4 --save-steps 2 --bf16 --freeze transformer.h.0.mlp
 done
 same 3 --deepspeed "$tmp/g16.json" --bf16 --max-steps 3 --save-steps 3 --freeze transformer.wpe
+# model only at ZeRO-3 over 3 processes: ranks 1 and 2 send their windows of model.safetensors
+# to rank 0 alone (the MPI comm's point-to-point gather), which hashes them for the manifest
+same 3 --zero-stage 3 --bf16 --max-steps 3 --save-steps 3 --save-only-model
 same 2 --zero-stage 2 --max-steps 6 --save-steps 2 --eval-steps 2 --load-best-model-at-end --greater-is-better --save-total-limit 1 \
   --generate-tokens 4
 cmp -s "$tmp/threads/model.safetensors" "$out/model.safetensors" || fail "best model differs"
