@@ -91,9 +91,11 @@ typedef struct zck__ds_optim_file {
   size_t *n_param_paddings;
   char *ds_version;
   /* XXH3 of every zip record's (CRC-32, size), in order: two ranks' files with the same
-   * fingerprint hold the same bytes (ds_open.c check_copies) */
+   * fingerprint hold the same bytes (ds_open.c check_copies); archive_ranked: the archive
+   * folder names a rank (which check_archive_rank found to be this file's) */
   uint64_t records_print;
   size_t n_records;
+  bool archive_ranked;
   /* stage 1/2 param_slice_mappings (DS-55), per flat group: name -> (start, numel) */
   char ***psm_names;
   int64_t **psm_start, **psm_numel;

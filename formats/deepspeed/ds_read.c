@@ -627,6 +627,8 @@ static void fingerprint_records(zck__ds_optim_file *of, const zck_torch_file *tf
     print = XXH3_64bits_withSeed(pair, sizeof pair, print);
   }
   of->records_print = print;
+  const char *arch = zck_torch_prefix(tf);
+  of->archive_ranked = arch && zck_ds_name_rank(arch, strlen(arch)) >= 0;
 }
 
 zck_status zck__ds_read_optim_file(zck_ds_ckpt *c, zck__ds_optim_file *of, bool keep_torch) {

@@ -10,6 +10,8 @@
 
 #include "test.h"
 
+#include "deepspeed/deepspeed.h"
+
 static char *g_tmp;
 
 static void sh(const char *fmt, const char *a, const char *b) {
@@ -125,6 +127,44 @@ static int same_file(const char *a, const char *b) {
   return same;
 }
 
+/* Every rank's optimizer file the same bytes, each archive naming its own rank: read, not
+ * refused as copies. (A ZeRO-3 save with all its optimizer state swapped to NVMe holds only
+ * empty partitions and the same pickle on every rank; torch's serialization_id record tells
+ * DeepSpeed's files apart, but a file without one would not be.) Made here by zckpt's
+ * writer with every value zero. */
+static void same_bytes_named_ranks(void) {
+  char *src = zt_fixture("deepspeed/s3w2_bf16/ckpt");
+  zck_ds_ckpt *c = NULL;
+  ZT_OK(zck_ds_open(src, NULL, &c));
+  zck_ds_write_opts o;
+  zck_ds_write_opts_from(c, &o);
+  o.stage = 3;
+  o.world_size = 2;
+  char root[4096], f0[4200], f1[4200], out[4200];
+  snprintf(root, sizeof root, "%s/zeros", g_tmp);
+  zck_ds_writer *wr = NULL;
+  ZT_OK(zck_ds_writer_create(root, zck_ds_model(c), &o, &wr));
+  ZT_OK(zck_ds_writer_commit(wr)); /* nothing written into it: zeros */
+  zck_ds_writer_free(wr);
+  zck_ds_close(c);
+  free(src);
+  /* the premise: the two files differ only in the rank their archive folder names */
+  snprintf(f0, sizeof f0, "%s/global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", root);
+  snprintf(f1, sizeof f1, "%s/global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", root);
+  replace_in_file(f1, "bf16_zero_pp_rank_1_mp_rank_00_optim_states/", "bf16_zero_pp_rank_0_mp_rank_00_optim_states/");
+  ZT_ASSERT(same_file(f0, f1));
+  replace_in_file(f1, "bf16_zero_pp_rank_0_mp_rank_00_optim_states/", "bf16_zero_pp_rank_1_mp_rank_00_optim_states/");
+  snprintf(out, sizeof out, "%s/zeros.safetensors", g_tmp);
+  ZT_OK(zck_consolidate(root, out, NULL));
+  zck_verify_report *rep = NULL;
+  zck_status vs = zck_verify(root, NULL, &rep);
+  if (vs != ZCK_OK) {
+    for (size_t i = 0; rep && i < rep->n_findings; i++) fprintf(stderr, "  %s\n", rep->findings[i].message);
+    ZT_FAIL("verify of the zero-valued checkpoint: %s", zck_status_name(vs));
+  }
+  zck_verify_report_free(rep);
+}
+
 int main(void) {
   char *probe = zt_fixture("deepspeed/s3w2_bf16/ckpt");
   if (!exists(probe)) zt_skip("fixture deepspeed/s3w2_bf16 missing");
@@ -140,6 +180,8 @@ int main(void) {
   check_copy_renamed("s2w4_fp32", "zero_pp_rank_0_mp_rank_00_optim_states.pt");
   check_copy_renamed("s3w2_bf16", "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt");
   check_copy_renamed("s3w4_fp32_3groups", "zero_pp_rank_0_mp_rank_00_optim_states.pt");
+
+  same_bytes_named_ranks();
 
   /* an archive named otherwise (no rank pattern: older torch's 'archive', a file saved
    * under another name) is read as before, with the same output */
