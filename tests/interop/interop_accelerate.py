@@ -198,5 +198,6 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ("save", "load"):
         worker(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        hft.end_worker()
     else:
         sys.exit(main())

@@ -114,6 +114,21 @@ def worker(mode, stage, out_dir, result_path, resume_from=None):
     torch.distributed.barrier()
 
 
+def end_worker():
+    """A worker's clean end, once its results are written: every rank leaves the process group together, then
+    the process exits at once. Left to the interpreter's exit, a rank whose peer had already gone aborted now and
+    then in gloo's or DeepSpeed's shared-memory teardown (SIGABRT after a finished run: the launch failed)."""
+    import torch.distributed as dist
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -286,5 +301,6 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ("save", "resume"):
         worker(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
+        end_worker()
     else:
         sys.exit(main())
