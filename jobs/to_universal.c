@@ -46,8 +46,12 @@ zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress 
 
 void zck__uvj_progress_advance(zck__uvj_progress *p, uint64_t bytes) { p->base += bytes; }
 
-cJSON *zck__uvj_pk_json(const zck_pk *n, int depth) {
+cJSON *zck__uvj_pk_json(const zck_pk *n, int depth, size_t *budget) {
   char buf[256];
+  /* a pickle's memo lets one object be referenced many times, and a dict contain itself:
+   * expanded into JSON that is exponential (or endless), so the values are counted */
+  if (!*budget) return NULL;
+  --*budget;
   if (!n || n->kind == ZCK_PK_NONE) return cJSON_CreateNull();
   if (depth > 64) return cJSON_CreateString("...");
   switch (n->kind) {
@@ -60,7 +64,7 @@ cJSON *zck__uvj_pk_json(const zck_pk *n, int depth) {
   case ZCK_PK_TUPLE: case ZCK_PK_LIST: case ZCK_PK_SET: {
     cJSON *a = cJSON_CreateArray();
     for (size_t i = 0; a && i < n->u.seq.len; i++) {
-      cJSON *c = zck__uvj_pk_json(n->u.seq.items[i], depth + 1);
+      cJSON *c = zck__uvj_pk_json(n->u.seq.items[i], depth + 1, budget);
       if (!c) { cJSON_Delete(a); return NULL; }
       cJSON_AddItemToArray(a, c);
     }
@@ -74,7 +78,7 @@ cJSON *zck__uvj_pk_json(const zck_pk *n, int depth) {
         zck_pk_summary(n->u.dict.keys[i], buf, sizeof buf);
         k = buf;
       }
-      cJSON *c = zck__uvj_pk_json(n->u.dict.values[i], depth + 1);
+      cJSON *c = zck__uvj_pk_json(n->u.dict.values[i], depth + 1, budget);
       if (!c) { cJSON_Delete(o); return NULL; }
       cJSON_AddItemToObject(o, k, c);
     }

@@ -24,8 +24,12 @@ zck_exec_opts zck__uvj_exec_opts(const zck_universal_opts *o, zck__uvj_progress 
 void zck__uvj_progress_advance(zck__uvj_progress *p, uint64_t bytes);
 
 /* A pickled value as JSON (dicts, lists, tuples, sets, numbers, text, None; non-finite
- * floats as "inf"/"-inf"/"nan"; other objects as their summary text). NULL on OOM. */
-cJSON *zck__uvj_pk_json(const zck_pk *node, int depth);
+ * floats as "inf"/"-inf"/"nan"; other objects as their summary text). *budget: how many
+ * more values it may make, counting each reference to a shared object again (so a
+ * self-containing or deeply shared object ends instead of expanding without bound).
+ * NULL on OOM or once *budget is 0. */
+cJSON *zck__uvj_pk_json(const zck_pk *node, int depth, size_t *budget);
+#define ZCK__UVJ_JSON_VALUES ((size_t)1 << 20)
 
 /* The trainable params in DeepSpeed's flat order (param_shapes: flat groups / sub-groups
  * in order), as the fp32 layout lists them. *out is malloc'd. */

@@ -212,7 +212,19 @@ static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const 
   if (st == ZCK_OK) st = zck__uvh_attr_json(w, "param_groups", groups);
   else cJSON_Delete(groups);
   const zck_pk *cfg = zck_ds_ds_config(ck);
-  if (st == ZCK_OK && cfg) st = zck__uvh_attr_json(w, "ds_config", zck__uvj_pk_json(cfg, 0));
+  if (st == ZCK_OK && cfg) {
+    size_t budget = ZCK__UVJ_JSON_VALUES;
+    cJSON *j = zck__uvj_pk_json(cfg, 0, &budget);
+    if (!budget) {
+      cJSON_Delete(j);
+      zck_ds_file f = zck_ds_model_file(ck, 0);
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: ds_config: over %zu values once its shared references are followed (an "
+                     "object that contains itself, or one referenced again and again): not a DeepSpeed config",
+                     f.path, ZCK__UVJ_JSON_VALUES);
+    } else {
+      st = zck__uvh_attr_json(w, "ds_config", j);
+    }
+  }
   return st;
 }
 
