@@ -311,6 +311,10 @@ static zck_status zck__st_validate(zck_st_file *f) {
                        (unsigned long long)t->begin, (unsigned long long)t->end);
     uint64_t numel = 1, nbits;
     for (int d = 0; d < t->ndim; d++)
+      if (t->shape[d] > (uint64_t)INT64_MAX) /* torch's sizes are int64: no reader can make it */
+        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: dimension %d is %llu, over 2^63 - 1 (ST-14)", file, ZCK__QN, d,
+                         (unsigned long long)t->shape[d]);
+    for (int d = 0; d < t->ndim; d++)
       if (!zck__mul_u64(numel, t->shape[d], &numel))
         return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: element count overflows 64 bits (ST-14)", file, ZCK__QN);
     if (!zck__mul_u64(numel, zck_st_dtype_bits(t->st_dtype), &nbits))

@@ -155,6 +155,10 @@ static void safetensors_cases(void) {
       "tensor w: data_offsets [0, 4] hold 4 bytes but 2 F32 elements need 8 (ST-14)");
   BAD("{\"w\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,2],\"data_offsets\":[0,0]}}", 0, "tensor w: element count overflows 64 bits (ST-14)");
   BAD("{\"w\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0, "size in bits of 4611686018427387904 F64 elements overflows 64 bits (ST-14)");
+  /* a dimension over int64 (torch sizes are int64) even where the element count is 0: the
+   * reader refuses it and names the file; the jobs failed later without the file */
+  BAD("{\"w\":{\"dtype\":\"F32\",\"shape\":[0,9223372036854775808],\"data_offsets\":[0,0]}}", 0,
+      "tensor w: dimension 1 is 9223372036854775808, over 2^63 - 1 (ST-14)");
   /* ST-15 */
   BAD("{\"w\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,1]}}", 1, "tensor w: 3 F4 elements are 12 bits, not a whole number of bytes (ST-15)");
   BAD("{\"w\":{\"dtype\":\"F6_E2M3\",\"shape\":[],\"data_offsets\":[0,1]}}", 1, "ST-15");
