@@ -131,7 +131,8 @@ zck__path_kind zck__sniff_path(const char *path) {
   zck__path_kind kind = ZCK__PATH_UNKNOWN;
   if (src.size >= 4 && zck__source_read(&src, head, src.size >= 9 ? 9 : 4, 0) == ZCK_OK) {
     if (head[0] == 'P' && head[1] == 'K') kind = ZCK__PATH_TORCH;
-    else if (src.size >= 9 && head[8] == '{') kind = ZCK__PATH_SAFETENSORS;
+    /* the JSON header, which may start with spaces (ST-16: padded headers load in safetensors) */
+    else if (src.size >= 9 && (head[8] == '{' || head[8] == ' ')) kind = ZCK__PATH_SAFETENSORS;
     else if (head[0] == 0x80) kind = ZCK__PATH_TORCH; /* legacy pickle: the torch reader explains */
   }
   zck__source_close(&src);
