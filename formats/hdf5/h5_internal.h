@@ -142,6 +142,12 @@ zck_status zck__h5_meta_load(const char *path, const char *lazy, zck__h5_meta **
 zck_status zck__h5_link_at(zck_h5_file *f, const char *path);
 /* whether m holds unread datasets (a lazy walk that found some) */
 bool zck__h5_meta_lazy(const zck__h5_meta *m);
+/* The datasets reached from the root by hard links (each object once, however many links
+ * lead to it), or false when the walk did not see every object (lazy, cut short, or an
+ * object or group's links it could not read). */
+bool zck__h5_meta_datasets(const zck__h5_meta *m, size_t *n);
+/* The same for an open file's walk. */
+bool zck__h5_file_datasets(const zck_h5_file *f, size_t *n);
 void zck__h5_meta_free(zck__h5_meta *m);
 /* false when the child could not open the file at all */
 bool zck__h5_meta_opened(const zck__h5_meta *m);

@@ -287,6 +287,16 @@ void zck__h5_meta_free(zck__h5_meta *m) {
 bool zck__h5_meta_opened(const zck__h5_meta *m) { return m->opened && m->nobjs > 0; }
 bool zck__h5_meta_lazy(const zck__h5_meta *m) { return m->lazy; }
 
+bool zck__h5_meta_datasets(const zck__h5_meta *m, size_t *n) {
+  *n = 0;
+  if (m->lazy || m->over) return false;
+  for (size_t i = 0; i < m->nobjs; i++) {
+    if (m->objs[i].type < 0 || m->objs[i].links_err) return false; /* not all of it seen */
+    *n += m->objs[i].type == H5O_TYPE_DATASET;
+  }
+  return true;
+}
+
 static const zck__h5_mobj *zck__h5m_at(const zck__h5_meta *m, uint64_t addr) {
   size_t lo = 0, hi = m->nobjs;
   while (lo < hi) {

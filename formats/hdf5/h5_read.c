@@ -98,6 +98,8 @@ zck_status zck_h5_open_lazy(const char *path, const char *lazy, zck_h5_file **ou
 
 zck_status zck_h5_open(const char *path, zck_h5_file **out) { return zck_h5_open_lazy(path, NULL, out); }
 
+bool zck__h5_file_datasets(const zck_h5_file *f, size_t *n) { return zck__h5_meta_datasets(f->meta, n); }
+
 /* The object at path; one at or below an unread object (a lazy walk's) after walking the
  * file again in full, once: its header and attributes are then the child's as any other's. */
 static zck_status zck__h5_find(zck_h5_file *f, const char *path, const zck__h5_mobj **o, const char **why) {

@@ -9,7 +9,8 @@
  *    swapped by name, a param's fp32 and exp_avg swapped, one element changed in place, a
  *    dataset made again with other values, a frozen param's, a buffer's, /resume_state's
  *    and a side file's element changed, /resume_state or a side file deleted, a side file
- *    added: consolidate and reshard fail DAMAGED in one line naming the file and dataset
+ *    added, a dataset added at the root, in a param's group or among the buffers (new
+ *    objects, in no job's way and not in the table): consolidate and reshard fail DAMAGED in one line naming the file and dataset
  *    and write nothing, verify says DAMAGED; the intact container passes all three; an
  *    edited config.json fails a consolidate into a folder (which copies it);
  *  - a version 2 container without its table is refused; one made to look as written
@@ -139,6 +140,15 @@ static void add_side(hid_t f) {
   ZT_ASSERT(H5Lcopy(f, "/side_files/trainer_state.json", f, "/side_files/extra.json", H5P_DEFAULT, H5P_DEFAULT) >= 0);
 }
 
+/* new datasets (H5Ocopy: another object, not another link to one) where no job looks */
+static void add_root(hid_t f) { ZT_ASSERT(H5Ocopy(f, "/buffers/shift", f, "/evil", H5P_DEFAULT, H5P_DEFAULT) >= 0); }
+static void add_state(hid_t f) {
+  ZT_ASSERT(H5Ocopy(f, "/params/fc1.weight/exp_avg", f, "/params/fc1.weight/momentum", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+}
+static void add_buffer(hid_t f) {
+  ZT_ASSERT(H5Ocopy(f, "/buffers/shift", f, "/buffers/extra", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+}
+
 static const struct {
   edit_fn edit;
   const char *names;        /* what the one line names */
@@ -155,6 +165,9 @@ static const struct {
   {del_resume, "a dataset deleted or added", true},
   {del_side, "a dataset deleted or added", true},
   {add_side, "a dataset deleted or added", true},
+  {add_root, "a dataset added, not in its checksum table", true},
+  {add_state, "a dataset added, not in its checksum table", true},
+  {add_buffer, "a dataset added, not in its checksum table", true},
 };
 
 /* verify's result, with a damage finding naming path and needle. */
