@@ -49,10 +49,6 @@ struct zck_uv_ckpt;
 struct zck_h5u;
 void zck__whole_src_uv(const struct zck_uv_ckpt *u, zck__whole_src *s);
 void zck__whole_src_h5(const struct zck_h5u *u, const char *path, zck__whole_src *s, bool have[4]);
-/* Whether SRC is an HDF5 file (signature), or a universal folder (it has zero/, or
- * latest_universal and no `latest`): reshard.c. */
-bool zck__is_hdf5(const char *path);
-bool zck__is_universal(const char *path);
 
 /* Writes OUT (a save root: OUT/latest, OUT/<tag>/, zckpt manifest) from s with wo: fp32 /
  * exp_avg / exp_avg_sq partition by partition, 16-bit module weights cast from fp32 (RNE)
@@ -84,7 +80,10 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
 /* The whole-tensor source as a state view (reshard_whole.c). */
 void zck__whole_state(const zck__whole_src *s, zck_state_view *v);
 
-zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
-zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o);
+/* The reshard of an opened container (reshard_universal.c) or universal folder
+ * (reshard_uvdir.c): source.h. */
+struct zck__src;
+zck_status zck__reshard_from_h5(const struct zck__src *src, const char *out, const zck_reshard_opts *o);
+zck_status zck__reshard_from_universal(const struct zck__src *src, const char *out, const zck_reshard_opts *o);
 
 #endif
