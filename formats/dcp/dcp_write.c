@@ -47,11 +47,12 @@ static zck_status zck__dcp_add_chunk(zck_dcp_writer *w, zck__dcp_entry *e, zck__
   return ZCK_OK;
 }
 
+/* The entry's flat key (dcp_format.h spells them). */
 char *zck__dcp_key(const zck__dcp_entry *e) {
   switch (e->kind) {
-  case ZCK__DCP_MODEL: return zck__sprintf("model.%s", e->name);
-  case ZCK__DCP_STATE: return zck__sprintf("optim.state.%s.%s", e->name, e->sub);
-  default: return zck__sprintf("optim.param_groups.%u.%s", e->group, e->name);
+  case ZCK__DCP_MODEL: return zck_dcp_key_model(e->name);
+  case ZCK__DCP_STATE: return zck_dcp_key_state(e->name, e->sub);
+  default: return zck_dcp_key_group(e->group, e->name);
   }
 }
 
@@ -226,7 +227,7 @@ static zck_status zck__dcp_build(zck_dcp_writer *w) {
       return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param %s is 0-d: FSDP2 shards params along dim 0", w->dir, m->params[i].name);
   for (uint32_t r = 0; r < w->o.world_size; r++) {
     char name[48];
-    snprintf(name, sizeof name, "__%u_0.distcp", r);
+    zck_dcp_data_file_name(r, 0, name, sizeof name);
     char *path = zck__path_join(w->dir, name);
     if (!path) return ZCK_ERR_NO_MEMORY;
     zck_status st = zck__outfile_create(&w->files[r], path);

@@ -4,6 +4,7 @@
 #ifndef ZCK_DCP_WRITE_INTERNAL_H
 #define ZCK_DCP_WRITE_INTERNAL_H
 
+#include "dcp_format.h"
 #include "dcp_writer.h"
 
 #include "io.h"

@@ -8,18 +8,14 @@
  *            storage_data = {MetadataIndex(key, offsets, index): _StorageInfo(
  *              relative_path, offset, length)},
  *            storage_meta = StorageMeta(None, save_id, None, []), version = "1.0.0")
- * Dataclasses pickle as NEWOBJ of the class with their __dict__ as BUILD state;
- * TensorProperties through its __getstate__ tuple; _StorageInfo's __getstate__ drops
- * None fields (transform_descriptors); an empty BytesStorageMetadata has no state. */
+ * spelled by the rules in dcp_format.h (classes, dtype and layout globals, keys). An empty
+ * BytesStorageMetadata has no BUILD state, as CPython pickles a dataclass without fields. */
 #include "dcp_write_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define ZCK__DCP_META_MOD "torch.distributed.checkpoint.metadata"
-#define ZCK__DCP_FS_MOD "torch.distributed.checkpoint.filesystem"
-#define ZCK__DCP_VERSION "1.0.0"
 
 typedef struct zck__meta {
   zck_pk_doc *d;
@@ -46,6 +42,10 @@ static zck_pk *zck__newobj(zck__meta *x, zck_pk *cls, zck_pk *state) {
   return (cls && args) ? zck__ok(x, zck_pk_new_object(x->d, cls, args, 1, state)) : NULL;
 }
 
+static zck_pk *zck__class(zck__meta *x, zck_dcp_class c) {
+  return zck__ok(x, zck_pk_new_global(x->d, zck_dcp_class_module(c), zck_dcp_class_name(c)));
+}
+
 static zck_pk *zck__size(zck__meta *x, int n, const int64_t *v) {
   zck_pk *t = zck__ok(x, zck_pk_new_tuple(x->d, (size_t)n));
   if (!t) return NULL;
@@ -62,7 +62,9 @@ static zck_pk *zck__properties(zck__meta *x, const zck__dcp_entry *e) {
     strides->u.seq.items[i] = zck__int(x, acc);
     if (e->shape[i] > 1) acc *= e->shape[i];
   }
-  st->u.seq.items[0] = zck__ok(x, zck_pk_new_global(x->d, "torch", zck_dtype_name(e->dtype)));
+  const char *dt = zck_dcp_dtype_name(e->dtype);
+  st->u.seq.items[0] = dt ? zck__ok(x, zck_pk_new_global(x->d, "torch", dt)) : NULL;
+  if (!dt) x->oom = true; /* dtypes come from the manifest, which has torch's */
   st->u.seq.items[1] = x->g_strided;
   st->u.seq.items[2] = zck__ok(x, zck_pk_new_bool(x->d, 0));
   st->u.seq.items[3] = x->contig;
@@ -137,7 +139,7 @@ static void zck__storage_entry(zck__meta *x, const zck_dcp_writer *w, zck_pk *st
     zck__set(x, ix, "index", zck__int(x, k));
   }
   char path[48];
-  snprintf(path, sizeof path, "__%u_0.distcp", c->file);
+  zck_dcp_data_file_name(c->file, 0, path, sizeof path);
   zck__set(x, info, "relative_path", zck__str(x, path));
   zck__set(x, info, "offset", zck__int(x, (int64_t)c->off));
   zck__set(x, info, "length", zck__int(x, (int64_t)c->len));
@@ -147,16 +149,20 @@ static void zck__storage_entry(zck__meta *x, const zck_dcp_writer *w, zck_pk *st
 
 static zck_pk *zck__metadata_tree(zck__meta *x, const zck_dcp_writer *w) {
   zck_pk_doc *d = x->d;
-  x->g_tsm = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "TensorStorageMetadata"));
-  x->g_tp = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "TensorProperties"));
-  x->g_chunk = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "ChunkStorageMetadata"));
-  x->g_bytes = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "BytesStorageMetadata"));
-  x->g_index = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "MetadataIndex"));
-  x->g_info = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_FS_MOD, "_StorageInfo"));
-  x->g_enc = zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "_MEM_FORMAT_ENCODING"));
-  x->g_strided = zck__ok(x, zck_pk_new_global(d, "torch", "strided"));
-  zck_pk *zero = zck_pk_new_tuple(d, 1); /* _MEM_FORMAT_ENCODING(0): TORCH_CONTIGUOUS_FORMAT */
-  if (zero) zero->u.seq.items[0] = zck__int(x, 0);
+  x->g_tsm = zck__class(x, ZCK_DCP_CLS_TENSOR_STORAGE);
+  x->g_tp = zck__class(x, ZCK_DCP_CLS_TENSOR_PROPERTIES);
+  x->g_chunk = zck__class(x, ZCK_DCP_CLS_CHUNK);
+  x->g_bytes = zck__class(x, ZCK_DCP_CLS_BYTES_STORAGE);
+  x->g_index = zck__class(x, ZCK_DCP_CLS_METADATA_INDEX);
+  x->g_info = zck__class(x, ZCK_DCP_CLS_STORAGE_INFO);
+  x->g_enc = zck__class(x, ZCK_DCP_CLS_MEM_FORMAT);
+  /* torch.serialization._get_layout("torch.strided"): how a torch.layout pickles */
+  zck_pk *lay = zck_pk_new_tuple(d, 1);
+  if (lay) lay->u.seq.items[0] = zck__str(x, ZCK_DCP_LAYOUT_STRIDED);
+  zck_pk *get_layout = zck__ok(x, zck_pk_new_global(d, ZCK_DCP_LAYOUT_MODULE, ZCK_DCP_LAYOUT_NAME));
+  x->g_strided = (lay && get_layout) ? zck__ok(x, zck_pk_new_object(d, get_layout, lay, 0, NULL)) : NULL;
+  zck_pk *zero = zck_pk_new_tuple(d, 1); /* _MEM_FORMAT_ENCODING(TORCH_CONTIGUOUS_FORMAT) */
+  if (zero) zero->u.seq.items[0] = zck__int(x, ZCK_DCP_MEM_CONTIGUOUS);
   x->contig = (zero && x->g_enc) ? zck__ok(x, zck_pk_new_object(d, x->g_enc, zero, 0, NULL)) : NULL;
   x->s_model = zck__str(x, "model");
   x->s_optim = zck__str(x, "optim");
@@ -190,9 +196,9 @@ static zck_pk *zck__metadata_tree(zck__meta *x, const zck_dcp_writer *w) {
   zck__set(x, st, "state_dict_metadata", sdm);
   zck__set(x, st, "planner_data", planner);
   zck__set(x, st, "storage_data", storage);
-  zck__set(x, st, "storage_meta", zck__newobj(x, zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "StorageMeta")), sm));
-  zck__set(x, st, "version", zck__str(x, ZCK__DCP_VERSION));
-  zck_pk *root = zck__newobj(x, zck__ok(x, zck_pk_new_global(d, ZCK__DCP_META_MOD, "Metadata")), st);
+  zck__set(x, st, "storage_meta", zck__newobj(x, zck__class(x, ZCK_DCP_CLS_STORAGE_META), sm));
+  zck__set(x, st, "version", zck__str(x, ZCK_DCP_VERSION));
+  zck_pk *root = zck__newobj(x, zck__class(x, ZCK_DCP_CLS_METADATA), st);
   return x->oom ? NULL : root;
 }
 
@@ -206,7 +212,7 @@ zck_status zck__dcp_write_metadata(const zck_dcp_writer *w) {
   zck_status st = root ? zck_pickle_dump(root, &buf) : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK && buf.failed) st = ZCK_ERR_NO_MEMORY;
   zck_pk_doc_free(x.d);
-  char *path = st == ZCK_OK ? zck__path_join(w->dir, ".metadata") : NULL;
+  char *path = st == ZCK_OK ? zck__path_join(w->dir, ZCK_DCP_METADATA_FILE) : NULL;
   if (st == ZCK_OK && !path) st = ZCK_ERR_NO_MEMORY;
   zck__outfile f;
   memset(&f, 0, sizeof f);
