@@ -176,6 +176,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
   zck__src_kind kind = zck__src_sniff(src);
+  if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, kind, out, &o);
   if (kind == ZCK__SRC_HDF5 && o.tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
   if (kind == ZCK__SRC_UNIVERSAL && o.tag)

@@ -7,6 +7,7 @@
 #define ZCK_RESHARD_INTERNAL_H
 
 #include "deepspeed/deepspeed.h"
+#include "source.h"
 #include "zck.h"
 
 /* Checks, before anything is written, that a DeepSpeed writer with wo can express m from
@@ -80,10 +81,13 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
 /* The whole-tensor source as a state view (reshard_whole.c). */
 void zck__whole_state(const zck__whole_src *s, zck_state_view *v);
 
+/* --to-format dcp (reshard_dcp.c): SRC (sniffed as kind) as the torch DCP checkpoint FSDP2
+ * saves at W ranks. */
+zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *out, const zck_reshard_opts *o);
+
 /* The reshard of an opened container (reshard_universal.c) or universal folder
- * (reshard_uvdir.c): source.h. */
-struct zck__src;
-zck_status zck__reshard_from_h5(const struct zck__src *src, const char *out, const zck_reshard_opts *o);
-zck_status zck__reshard_from_universal(const struct zck__src *src, const char *out, const zck_reshard_opts *o);
+ * (reshard_uvdir.c). */
+zck_status zck__reshard_from_h5(const zck__src *src, const char *out, const zck_reshard_opts *o);
+zck_status zck__reshard_from_universal(const zck__src *src, const char *out, const zck_reshard_opts *o);
 
 #endif
