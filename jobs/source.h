@@ -9,8 +9,8 @@
  * Adding a source (torch DCP, DeepSpeed AutoEP, ...):
  *   1. a value in zck__src_kind, with what the path looks like;
  *   2. its rule in zck__src_sniff (source.c), at the place its precedence puts it;
- *   3. its arm in zck__src_open (source.c): open the describer, fill view, m, dir, outs,
- *      unsaved, keep the handle in the union-like block below and close it in
+ *   3. its arm in zck__src_open (source.c): open the describer, fill kind's view, m, dir,
+ *      outs and unsaved, keep its handle in zck__src (beside ck, uv, h5) and close it in
  *      zck__src_close;
  *   4. its bit in the `reads` of each job that takes it (ZCK__SRC_BIT). A job reading a
  *      kind it does not take hands the path to the DeepSpeed reader, which says why it
@@ -65,7 +65,8 @@ typedef struct zck__src {
   const char *dir;                   /* for messages: the folder or file read */
   const zck_model *m;
   zck_state_view view;
-  const zck_ds_output *outs;         /* zero_to_fp32's recipe for the checkpoint held, or made from */
+  const zck_ds_output *outs;         /* zero_to_fp32's recipe for the checkpoint held, or made from
+                                        (opts.recipe; NULL without it for a container) */
   size_t n_outs;
   const char *const *unsaved;        /* [2 * n_unsaved]: alias, source (zck_ds_unsaved_tie) */
   size_t n_unsaved;
