@@ -113,9 +113,14 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
 static zck_status zck__dcp_sharded(zck_dcp_writer *w, zck__dcp_entry e, int part, uint32_t lparam) {
   zck__dcp_entry *pe;
   ZCK_TRY(zck__dcp_add_entry(w, e, &pe));
+  int64_t prev_row0 = -1;
   for (uint32_t r = 0; r < w->o.world_size; r++) {
     int64_t row0, rows;
     zck_dcp_chunk_rows(e.shape[0], w->o.world_size, r, &row0, &rows);
+    /* two empty chunks at the same offsets (1 row over 3 ranks) are one write item to
+     * torch's dedup, saved once */
+    if (row0 == prev_row0 && rows == 0) continue;
+    prev_row0 = row0;
     ZCK_TRY(zck__dcp_tensor_chunk(w, &w->entries[w->n_entries - 1], r, row0, rows, part, lparam));
   }
   (void)pe;
