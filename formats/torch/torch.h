@@ -194,4 +194,18 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root);
 /* Frees the writer; an unfinished file is removed. NULL is fine. */
 void zck_torch_writer_free(zck_torch_writer *w);
 
+/* ---- one torch.save archive inside a larger file (torch_item.c): a torch DCP item */
+typedef struct zck_torch_item zck_torch_item;
+/* Reserves, at byte `base` of out, what torch.save(t) writes for a contiguous tensor t of
+ * dtype and shape that owns its storage. *data_off: the absolute offset of its bytes (the
+ * caller writes them), *len: the archive's whole length. */
+zck_status zck_torch_item_tensor(zck__outfile *out, uint64_t base, zck_dtype dtype, int ndim, const int64_t *shape,
+                                 zck_torch_item **item, uint64_t *data_off, uint64_t *len);
+/* Writes, at byte `base` of out, what torch.save(obj) writes for the object root stands for
+ * (no tensor in it); *len: the archive's length. */
+zck_status zck_torch_item_object(zck__outfile *out, uint64_t base, const zck_pk *root, uint64_t *len);
+/* Writes a tensor item's headers and directory, given the CRC-32 of its data. */
+zck_status zck_torch_item_finish(zck_torch_item *it, uint32_t data_crc);
+void zck_torch_item_free(zck_torch_item *it);
+
 #endif

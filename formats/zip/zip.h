@@ -48,6 +48,14 @@ zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w);
  * caller must write its data. Data offsets are 64-byte aligned. */
 zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t size, size_t *index,
                                   uint64_t *data_offset);
+/* An archive that starts at file offset `base` of out rather than at 0: one item among
+ * others in a larger file (torch DCP's .distcp files hold one torch.save archive per item).
+ * The offsets it records are relative to its own start, as torch.save writing to a stream
+ * records them; the 64-byte alignment too; reserve returns absolute file offsets. */
+zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_writer **w);
+/* The archive's length once finished with the entries reserved so far (directory and end
+ * records included): where the next item of a file may start. */
+uint64_t zck_zip_writer_size(const zck_zip_writer *w);
 /* Records the CRC32 of a reserved entry's data (computed by whoever wrote it). */
 void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc);
 /* reserve + pwrite + crc in one call, for small entries (data.pkl, version, ...). */

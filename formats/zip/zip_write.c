@@ -39,6 +39,8 @@ struct zck_zip_writer {
   bool force_zip64, finished;
   zck__zip_names names;
   zck__shash *hash;         /* optional: told every byte laid out (zck_zip_writer_hash) */
+  uint64_t base;            /* file offset of the archive's byte 0 (zck_zip_writer_create_at);
+                               every offset the archive records is relative to it */
 };
 
 static const char *zck__zip_wentry_name(const void *ctx, size_t i) { return ((const zck_zip_writer *)ctx)->e[i].name; }
@@ -50,8 +52,14 @@ zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w) {
   return ZCK_OK;
 }
 
+zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_writer **w) {
+  ZCK_TRY(zck_zip_writer_create(out, w));
+  (*w)->base = base;
+  return ZCK_OK;
+}
+
 void zck_zip_writer_hash(zck_zip_writer *w, zck__shash *h) {
-  ZCK_ASSERT(w->count == 0);
+  ZCK_ASSERT(w->count == 0 && w->base == 0);
   w->hash = h;
 }
 
@@ -123,7 +131,7 @@ static zck_status zck__zip_reserve(zck_zip_writer *w, const char *name, uint64_t
   w->count++;
   w->cursor = end;
   *index = w->count - 1;
-  *data_offset = e->data_offset;
+  *data_offset = w->base + e->data_offset;
   if (w->hash) zck__zip_tell_hash(w, e, *index, known);
   return ZCK_OK;
 }
@@ -158,7 +166,7 @@ typedef struct {
 
 static void zck__zip_flush(zck__zip_emit *m) {
   if (m->st == ZCK_OK && m->buf.failed) m->st = zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory writing zip records", m->w->out->path);
-  if (m->st == ZCK_OK && m->buf.len) m->st = zck__outfile_pwrite(m->w->out, m->buf.data, m->buf.len, m->off);
+  if (m->st == ZCK_OK && m->buf.len) m->st = zck__outfile_pwrite(m->w->out, m->buf.data, m->buf.len, m->w->base + m->off);
   m->buf.len = 0;
 }
 
@@ -306,6 +314,16 @@ static void zck__zip_end_records(zck__zip_emit *m, uint64_t cd_offset, uint64_t 
   zck__buf_u32le(b, (f || cd_size >= ZCK_ZIP_U32_MAX) ? ZCK_ZIP_U32_MAX : (uint32_t)cd_size);
   zck__buf_u32le(b, (f || cd_offset >= ZCK_ZIP_U32_MAX) ? ZCK_ZIP_U32_MAX : (uint32_t)cd_offset);
   zck__buf_u16le(b, 0);
+}
+
+uint64_t zck_zip_writer_size(const zck_zip_writer *w) {
+  uint64_t cd = 0;
+  for (size_t i = 0; i < w->count; i++) {
+    const zck__zip_wentry *e = &w->e[i];
+    bool bs = zck__zip_big_size(w, e->size), bo = zck__zip_big_offset(w, e->header_offset);
+    cd += ZCK_ZIP_CENTRAL_SIZE + e->name_len + ((bs || bo) ? 4u + (bs ? 16u : 0u) + (bo ? 8u : 0u) : 0u);
+  }
+  return w->cursor + cd + ZCK_ZIP64_END_SIZE + ZCK_ZIP64_LOCATOR_SIZE + ZCK_ZIP_END_SIZE;
 }
 
 zck_status zck_zip_writer_finish(zck_zip_writer *w) {
