@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #define ACCELERATE_MODEL_DIR "pytorch_model_fsdp_0"   /* Accelerate save_state, HF Trainer FSDP */
+#define ACCELERATE_OPTIM_DIR "optimizer_0"            /* beside it: {"optimizer": osd} */
 
 // ---- which folder
 
@@ -173,6 +174,24 @@ static zck_status open_tensor_item(zck_dcp *c, zck__dcp_item *it, const zck_dcp_
   return s;
 }
 
+/* Accelerate's save_state keeps the optimizer in its own DCP folder beside the model's:
+ * read both as one checkpoint. */
+static zck_status accelerate_optimizer(zck_dcp *c, const zck_dcp_open_opts *o) {
+  const char *base = strrchr(c->dir, '/');
+  base = base ? base + 1 : c->dir;
+  if (strcmp(base, ACCELERATE_MODEL_DIR)) return ZCK_OK;
+  char *parent = zck__strndup(c->dir, (size_t)(base - c->dir));
+  char *od = parent ? zck__concat(parent, ACCELERATE_OPTIM_DIR, (const char *)NULL) : NULL;
+  free(parent);
+  if (!od) return ZCK_ERR_NO_MEMORY;
+  if (!has_metadata(od)) {
+    free(od);
+    return ZCK_OK;
+  }
+  c->optim_dir = od;
+  return zck__dcp_parse_metadata(c, od, o);
+}
+
 static zck_dcp_open_opts defaults(const zck_dcp_open_opts *o) {
   zck_dcp_open_opts d = ZCK_DCP_OPEN_OPTS_INIT;
   return o ? *o : d;
@@ -184,10 +203,8 @@ zck_status zck_dcp_open(const char *path, const zck_dcp_open_opts *opts, zck_dcp
   zck_dcp *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
   zck_status s = zck_dcp_resolve(path, &c->dir);
-  char *meta = s == ZCK_OK ? zck__path_join(c->dir, ZCK_DCP_METADATA_FILE) : NULL;
-  if (s == ZCK_OK && !meta) s = ZCK_ERR_NO_MEMORY;
-  if (s == ZCK_OK) s = zck__dcp_parse_metadata(c, meta, &o);
-  free(meta);
+  if (s == ZCK_OK) s = zck__dcp_parse_metadata(c, c->dir, &o);
+  if (s == ZCK_OK) s = accelerate_optimizer(c, &o);
   if (s == ZCK_OK) s = check_files(c);
   for (size_t i = 0; i < c->n_items && s == ZCK_OK; i++)
     if (c->items[i].chunk != SIZE_MAX) s = open_tensor_item(c, &c->items[i], &o);
@@ -238,6 +255,7 @@ void zck_dcp_close(zck_dcp *c) {
   free(c->items);
   free(c->files);
   free(c->dir);
+  free(c->optim_dir);
   free(c->version);
   free(c->save_id);
   free(c);
