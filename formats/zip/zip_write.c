@@ -316,14 +316,28 @@ static void zck__zip_end_records(zck__zip_emit *m, uint64_t cd_offset, uint64_t 
   zck__buf_u16le(b, 0);
 }
 
+static uint64_t zck__zip_central_len(const zck_zip_writer *w, const zck__zip_wentry *e);
+
 uint64_t zck_zip_writer_size(const zck_zip_writer *w) {
   uint64_t cd = 0;
-  for (size_t i = 0; i < w->count; i++) {
-    const zck__zip_wentry *e = &w->e[i];
-    bool bs = zck__zip_big_size(w, e->size), bo = zck__zip_big_offset(w, e->header_offset);
-    cd += ZCK_ZIP_CENTRAL_SIZE + e->name_len + ((bs || bo) ? 4u + (bs ? 16u : 0u) + (bo ? 8u : 0u) : 0u);
-  }
+  for (size_t i = 0; i < w->count; i++) cd += zck__zip_central_len(w, &w->e[i]);
   return w->cursor + cd + ZCK_ZIP64_END_SIZE + ZCK_ZIP64_LOCATOR_SIZE + ZCK_ZIP_END_SIZE;
+}
+
+static uint64_t zck__zip_central_len(const zck_zip_writer *w, const zck__zip_wentry *e) {
+  bool bs = zck__zip_big_size(w, e->size), bo = zck__zip_big_offset(w, e->header_offset);
+  return ZCK_ZIP_CENTRAL_SIZE + e->name_len + ((bs || bo) ? 4u + (bs ? 16u : 0u) + (bo ? 8u : 0u) : 0u);
+}
+
+bool zck_zip_writer_crc_slots(const zck_zip_writer *w, size_t index, uint64_t slots[2]) {
+  ZCK_ASSERT(index < w->count);
+  const zck__zip_wentry *e = &w->e[index];
+  if (!e->size) return false;
+  uint64_t cd = w->cursor;
+  for (size_t i = 0; i < index; i++) cd += zck__zip_central_len(w, &w->e[i]);
+  slots[0] = w->base + e->data_offset + e->size + 4;  /* descriptor: signature, then the CRC */
+  slots[1] = w->base + cd + 16;                       /* central record: the CRC at byte 16 */
+  return true;
 }
 
 zck_status zck_zip_writer_finish(zck_zip_writer *w) {

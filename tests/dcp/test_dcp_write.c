@@ -4,16 +4,20 @@
  * every trainable weight, exp_avg and exp_avg_sq equals the DeepSpeed source's bit for
  * bit, frozen params equal their saved 16-bit values, a tied alias has its own entry with
  * the owner's bytes, the param groups keep their settings and members, and there is one
- * file per target rank. (tests/interop/interop_dcp_write.py loads the same output under
- * torch FSDP2.) */
+ * file per target rank. A source with a flipped byte in a tensor record is refused in one
+ * line naming the file, and nothing is left at OUT. (tests/interop/interop_dcp_write.py
+ * loads the same output under torch FSDP2.) */
 #include "dcp/dcp.h"
 #include "deepspeed/deepspeed.h"
 #include "layout.h"
 #include "test.h"
+#include "torch/torch.h"
 #include "transfer.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Every param a view's part holds, as whole float32 tensors in memory (mem[k][p]). */
 typedef struct whole {
@@ -145,7 +149,69 @@ static void check_case(const char *fixture, uint32_t world) {
   free(tmp);
 }
 
+/* Copies the regular files of from/ into to/ (one level: a tag folder). */
+static void copy_files(const char *from, const char *to) {
+  ZT_ASSERT(mkdir(to, 0755) == 0);
+  DIR *d = opendir(from);
+  ZT_ASSERT(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char a[4096], b[4096];
+    snprintf(a, sizeof a, "%s/%s", from, e->d_name);
+    snprintf(b, sizeof b, "%s/%s", to, e->d_name);
+    struct stat sb;
+    ZT_ASSERT(stat(a, &sb) == 0);
+    if (!S_ISREG(sb.st_mode)) continue;
+    unsigned char *data;
+    size_t n;
+    ZT_ASSERT(zt_read_file(a, &data, &n) == 0);
+    ZT_ASSERT(zt_write_file(b, data, n) == 0);
+    free(data);
+  }
+  closedir(d);
+}
+
+/* A byte flipped in the middle of the largest record of rank 1's optimizer file. */
+static void check_damaged(void) {
+  char *tag = zt_fixture("deepspeed/s3w2_bf16/ckpt/global_step2");
+  char *tmp = zt_tmpdir();
+  char dir[4096], file[4096], out[4096];
+  snprintf(dir, sizeof dir, "%s/global_step2", tmp);
+  copy_files(tag, dir);
+  snprintf(file, sizeof file, "%s/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", dir);
+  zck_torch_file *tf;
+  ZT_OK(zck_torch_open(file, NULL, &tf));
+  const zck_torch_storage *big = NULL;
+  for (size_t i = 0; i < zck_torch_storage_count(tf); i++)
+    if (!big || zck_torch_storage_at(tf, i)->nbytes > big->nbytes) big = zck_torch_storage_at(tf, i);
+  uint64_t at = big->data_offset + big->nbytes / 2;
+  zck_torch_close(tf);
+  unsigned char *data;
+  size_t n;
+  ZT_ASSERT(zt_read_file(file, &data, &n) == 0);
+  data[at] ^= 0x10;
+  ZT_ASSERT(zt_write_file(file, data, n) == 0);
+  free(data);
+  snprintf(out, sizeof out, "%s/dcp", tmp);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_format = ZCK_RESHARD_TO_DCP;
+  ro.to_world_size = 2;
+  ZT_ERR(zck_reshard(dir, out, &ro), ZCK_ERR_DAMAGED, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  ZT_ASSERT(!strchr(zck_last_error(), '\n'));
+  struct stat sb;
+  ZT_ASSERT(stat(out, &sb) != 0);
+  DIR *d = opendir(tmp);
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, "dcp")) ZT_FAIL("left at OUT's place: %s", e->d_name);
+  closedir(d);
+  free(tag);
+  free(tmp);
+}
+
 int main(void) {
+  check_damaged();
   check_case("deepspeed/s3w2_bf16/ckpt", 3);          /* ZeRO-3: frozen, tied, a 1-element param (empty chunks) */
   check_case("deepspeed/s2w2_fp32_roundrobin/ckpt", 2);
   check_case("deepspeed/s1w3_bf16_3groups/ckpt", 1);  /* three groups, everything in rank 0's file */
