@@ -176,7 +176,7 @@ static void check_case(const char *name) {
 
 int main(void) {
   const char *cases[] = {"llama_tied_w2_fp32", "llama_untied_w3_fp32", "llama_tied_w3_bf16mp", "llama_untied_w2_bf16",
-                         "accelerate_untied_w2_fp32"};
+                         "accelerate_untied_w2_fp32", "llama_tied_w2_fp32_reloaded_w3"};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i]);
   return 0;
 }
