@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dcp/dcp.h"
 #include "io.h"
 #include "manifest.h"
 #include "source.h"
@@ -99,6 +100,21 @@ static bool ds_dir(const char *dir) {
 }
 
 // ---- step 1: what PATH is
+
+/* A torch Distributed Checkpoint: the files checked are those of the folder the reader
+ * takes (an output_dir's newest checkpoint-N; Accelerate's save_state folder, holding the
+ * model's and the optimizer's DCP folders). */
+static zck_status resolve_dcp(vctx *c) {
+  char *dir = NULL;
+  ZCK_TRY(zck_dcp_resolve(c->path, &dir));
+  c->is_dcp = true;
+  zck__vreport_set(&c->r->kind, "dcp");
+  const char *b = strrchr(dir, '/');
+  if (b && !strcmp(b + 1, "pytorch_model_fsdp_0")) dir[b - dir] = 0;
+  free(c->base);
+  c->base = dir;
+  return ZCK_OK;
+}
 
 /* A universal folder, or the parent whose latest_universal names it. */
 static zck_status resolve_universal(vctx *c) {
@@ -183,7 +199,7 @@ static zck_status resolve(vctx *c) {
     c->base = zck__strdup(c->path);
     if (!c->base) return ZCK_ERR_NO_MEMORY;
     if (zck__src_sniff(c->path) == ZCK__SRC_UNIVERSAL) return resolve_universal(c);
-    if (!ds_dir(c->path)) return ZCK_OK;
+    if (!ds_dir(c->path)) return zck_dcp_is_checkpoint(c->path) ? resolve_dcp(c) : ZCK_OK;
     c->is_ds = true;
     zck__vreport_set(&c->r->kind, "deepspeed");
     /* a root: its files are those of the tag folder `latest` (or --tag) names */

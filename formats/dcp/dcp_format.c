@@ -60,7 +60,13 @@ bool zck_dcp_global_allowed(const char *module, const char *name) {
     bool known;
     return !strcmp(name, "Size") || zck__torch_dtype_global(name, &known) != ZCK_DTYPE_INVALID;
   }
+  if (!strcmp(module, "pathlib")) return zck_dcp_is_path_class(module, name);
   return !strcmp(module, ZCK_DCP_LAYOUT_MODULE) && !strcmp(name, ZCK_DCP_LAYOUT_NAME);
+}
+
+bool zck_dcp_is_path_class(const char *module, const char *name) {
+  return !strcmp(module, "pathlib") && (!strcmp(name, "PosixPath") || !strcmp(name, "PurePosixPath") ||
+                                        !strcmp(name, "WindowsPath") || !strcmp(name, "PureWindowsPath"));
 }
 
 // ---- file names
@@ -92,18 +98,21 @@ bool zck_dcp_parse_data_file_name(const char *name, uint32_t *rank, uint32_t *n)
 
 // ---- keys
 
+/* get_state_dict saved as {"optim": osd}; Accelerate saves {"optimizer": osd} */
+static bool optim_root(const char *s) { return !strcmp(s, "optim") || !strcmp(s, "optimizer"); }
+
 zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n) {
   zck_dcp_key k = {ZCK_DCP_KEY_OTHER, NULL, 0, NULL, 0};
   if (n == 2 && !strcmp(path[0], "model")) {
     k.kind = ZCK_DCP_KEY_MODEL;
     k.fqn = path[1];
     k.fqn_len = strlen(path[1]);
-  } else if (n == 4 && !strcmp(path[0], "optim") && !strcmp(path[1], "state")) {
+  } else if (n == 4 && optim_root(path[0]) && !strcmp(path[1], "state")) {
     k.kind = ZCK_DCP_KEY_OPTIM_STATE;
     k.fqn = path[2];
     k.fqn_len = strlen(path[2]);
     k.setting = path[3];
-  } else if (n == 4 && !strcmp(path[0], "optim") && !strcmp(path[1], "param_groups")) {
+  } else if (n == 4 && optim_root(path[0]) && !strcmp(path[1], "param_groups")) {
     const char *p = path[2];
     uint32_t g;
     if (parse_u32(&p, &g) && !*p && (path[2][0] != '0' || !path[2][1])) {
@@ -117,21 +126,25 @@ zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n) {
 
 zck_dcp_key zck_dcp_key_parse(const char *key) {
   zck_dcp_key k = {ZCK_DCP_KEY_OTHER, NULL, 0, NULL, 0};
-  static const char model[] = "model.", state[] = "optim.state.", groups[] = "optim.param_groups.";
+  static const char model[] = "model.", state[] = "state.", groups[] = "param_groups.";
   if (!strncmp(key, model, sizeof model - 1) && key[sizeof model - 1]) {
     k.kind = ZCK_DCP_KEY_MODEL;
     k.fqn = key + sizeof model - 1;
     k.fqn_len = strlen(k.fqn);
-  } else if (!strncmp(key, state, sizeof state - 1)) {
-    const char *fqn = key + sizeof state - 1, *dot = strrchr(fqn, '.');
+    return k;
+  }
+  const char *rest = !strncmp(key, "optim.", 6) ? key + 6 : !strncmp(key, "optimizer.", 10) ? key + 10 : NULL;
+  if (!rest) return k;
+  if (!strncmp(rest, state, sizeof state - 1)) {
+    const char *fqn = rest + sizeof state - 1, *dot = strrchr(fqn, '.');
     if (dot && dot > fqn && dot[1]) {
       k.kind = ZCK_DCP_KEY_OPTIM_STATE;
       k.fqn = fqn;
       k.fqn_len = (size_t)(dot - fqn);
       k.setting = dot + 1;
     }
-  } else if (!strncmp(key, groups, sizeof groups - 1)) {
-    const char *p = key + sizeof groups - 1, *start = p;
+  } else if (!strncmp(rest, groups, sizeof groups - 1)) {
+    const char *p = rest + sizeof groups - 1, *start = p;
     uint32_t g;
     if (parse_u32(&p, &g) && *p == '.' && p[1] && (*start != '0' || p == start + 1)) {
       k.kind = ZCK_DCP_KEY_PARAM_GROUP;

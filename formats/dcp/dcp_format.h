@@ -35,6 +35,7 @@
  *   optim.state.<fqn>.<k>            Adam's exp_avg, exp_avg_sq (tensors) and step (a 0-d
  *                                    float32 tensor, or bytes for a Python number)
  *   optim.param_groups.<i>.<k>       a bytes item per setting; "params" holds the FQNs
+ * Accelerate saves the optimizer as {"optimizer": osd}: "optimizer." stands for "optim.".
  * The path (planner_data) splits a key exactly; the name rules are for a key without one.
  */
 #ifndef ZCK_DCP_FORMAT_H
@@ -87,8 +88,11 @@ zck_dtype zck_dcp_dtype_of(const char *name);
 /* The global name torch pickles a dtype as ("float32"), NULL if none. */
 const char *zck_dcp_dtype_name(zck_dtype t);
 /* Every global a DCP metadata pickle may name: the classes above, torch.Size, the torch
- * dtypes and _get_layout. */
+ * dtypes, _get_layout, and pathlib's path classes (StorageMeta.checkpoint_id is the
+ * os.PathLike the writer was given: Accelerate's FileSystemWriter(ckpt_dir) records a
+ * pathlib.PosixPath, REDUCE'd from its parts as strings). */
 bool zck_dcp_global_allowed(const char *module, const char *name);
+bool zck_dcp_is_path_class(const char *module, const char *name);
 
 /* ---- state-dict keys */
 typedef enum zck_dcp_key_kind {

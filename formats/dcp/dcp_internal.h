@@ -53,6 +53,7 @@ typedef struct zck__dcp_file {
 struct zck_dcp {
   zck_dcp_info info;
   char *dir;
+  char *optim_dir;                 /* Accelerate's optimizer_0 beside pytorch_model_fsdp_0, or NULL */
   char *version, *save_id;
   zck__dcp_entry *entries;
   size_t n_entries;
@@ -62,7 +63,8 @@ struct zck_dcp {
   size_t n_items;
   zck__dcp_file *files;
   size_t n_files;
-  zck__strmap file_index;          /* relative_path -> file */
+  zck__strmap file_index;          /* path -> file */
+  size_t cap_entries, cap_chunks, cap_items, cap_files;
   /* described */
   zck_model *model;
   uint32_t *param_of_entry;        /* [n_entries]: the param of a MODEL / OPTIM_STATE entry, or UINT32_MAX */
@@ -72,9 +74,10 @@ struct zck_dcp {
   size_t n_outs;
 };
 
-/* dcp_meta.c: parses the metadata pickle at path into c's entries, chunks, items and
- * files (names only; nothing opened), checking the chunk geometry. */
-zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *path, const zck_dcp_open_opts *o);
+/* dcp_meta.c: parses the metadata pickle of folder dir into c's entries, chunks, items and
+ * files (names only; nothing opened), checking the chunk geometry. Called once per folder
+ * (a model folder, then Accelerate's optimizer folder): entries and items add up. */
+zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o);
 
 /* dcp_view.c: the model, layouts, stores and outputs, from opened items. */
 zck_status zck__dcp_describe(zck_dcp *c, const zck_dcp_open_opts *o);

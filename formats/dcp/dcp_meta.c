@@ -14,11 +14,14 @@
 
 typedef struct mctx {
   zck_dcp *c;
+  const char *dir;                 /* the folder whose .metadata this is */
   const char *path;                /* the .metadata file, for messages */
   zck__strmap entry_index;         /* key -> entry */
   zck__strmap chunk_index;         /* chunk_key -> chunk */
-  char **chunk_keys;               /* owned: "entry:o1,o2,..." per chunk */
-  size_t cap_entries, cap_chunks, cap_items, cap_files;
+  char **chunk_keys;               /* owned: "entry:o1,o2,..." per chunk of this folder */
+  size_t chunk_base;               /* c->n_chunks before this folder: chunk_keys[ci - chunk_base] */
+  size_t entry_base;               /* c->n_entries before this folder */
+  size_t cap_keys;
 } mctx;
 
 #define MFAIL(st, ...) mfail(x, (st), __VA_ARGS__)
@@ -55,6 +58,14 @@ static zck_status check_globals(mctx *x, const zck_pk_doc *doc) {
     if (p->kind == ZCK_PK_GLOBAL && !zck_dcp_global_allowed(p->u.global.module, p->u.global.name))
       return MFAIL(ZCK_ERR_UNSUPPORTED, "global %s.%s is not a class of DCP metadata (refused)", p->u.global.module,
                    p->u.global.name);
+    /* a path is built from strings, and nothing else is done to it */
+    if (p->kind == ZCK_PK_OBJECT && p->u.obj.callable->kind == ZCK_PK_GLOBAL &&
+        zck_dcp_is_path_class(p->u.obj.callable->u.global.module, p->u.obj.callable->u.global.name)) {
+      const zck_pk *a = p->u.obj.args;
+      bool ok = a && a->kind == ZCK_PK_TUPLE && !p->u.obj.state && !p->u.obj.list_items && !p->u.obj.dict_items;
+      for (size_t j = 0; ok && j < a->u.seq.len; j++) ok = a->u.seq.items[j]->kind == ZCK_PK_STR;
+      if (!ok) return MFAIL(ZCK_ERR_FORMAT, "a pathlib path not built from strings");
+    }
   }
   return ZCK_OK;
 }
@@ -149,7 +160,7 @@ static size_t planner_path(const zck_pk_dict_index *pd, const char *key, const c
 
 static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zck_pk_dict_index *pd) {
   zck_dcp *c = x->c;
-  if (!grow((void **)&c->entries, &x->cap_entries, c->n_entries + 1, sizeof *c->entries)) return ZCK_ERR_NO_MEMORY;
+  if (!grow((void **)&c->entries, &c->cap_entries, c->n_entries + 1, sizeof *c->entries)) return ZCK_ERR_NO_MEMORY;
   size_t ei = c->n_entries;
   zck__dcp_entry *e = &c->entries[ei];
   e->item = SIZE_MAX;
@@ -192,16 +203,14 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
   if (!chunks || chunks->kind != ZCK_PK_LIST) return MFAIL(ZCK_ERR_FORMAT, "%s: chunks is not a list", key);
   e->first_chunk = c->n_chunks;
   e->n_chunks = chunks->u.seq.len;
-  if (!grow((void **)&c->chunks, &x->cap_chunks, c->n_chunks + e->n_chunks, sizeof *c->chunks))
+  if (!grow((void **)&c->chunks, &c->cap_chunks, c->n_chunks + e->n_chunks, sizeof *c->chunks) ||
+      !grow((void **)&x->chunk_keys, &x->cap_keys, c->n_chunks + e->n_chunks - x->chunk_base, sizeof *x->chunk_keys))
     return ZCK_ERR_NO_MEMORY;
-  char **keys = zck__realloc(x->chunk_keys, x->cap_chunks * sizeof *keys);
-  if (!keys) return ZCK_ERR_NO_MEMORY;
-  x->chunk_keys = keys;
   for (size_t i = 0; i < e->n_chunks; i++) {
     size_t ci = c->n_chunks;
     zck__dcp_chunk *ch = &c->chunks[ci];
     memset(ch, 0, sizeof *ch);
-    x->chunk_keys[ci] = NULL;
+    x->chunk_keys[ci - x->chunk_base] = NULL;
     ch->item = SIZE_MAX;
     c->n_chunks++;
     const zck_pk *cs;
@@ -219,9 +228,13 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
     for (int d = 0; d < e->ndim; d++) zck__buf_printf(&kb, "%lld,", (long long)ch->offsets[d]);
     zck__buf_byte(&kb, 0);
     if (kb.failed || !kb.data) { zck__buf_free(&kb); return ZCK_ERR_NO_MEMORY; }
-    x->chunk_keys[ci] = (char *)kb.data;
-    ZCK_TRY(zck__strmap_put(&x->chunk_index, x->chunk_keys[ci], ci, &dup, &prev));
-    if (dup) return MFAIL(ZCK_ERR_FORMAT, "%s: two chunks start at the same offsets", where);
+    x->chunk_keys[ci - x->chunk_base] = (char *)kb.data;
+    ZCK_TRY(zck__strmap_put(&x->chunk_index, x->chunk_keys[ci - x->chunk_base], ci, &dup, &prev));
+    /* empty chunks (ranks past a short dimension: 1 row over 3 ranks) may share their
+     * offsets; torch's dedup then saves one item for them */
+    bool empty = false;
+    for (int d = 0; d < e->ndim; d++) empty |= ch->sizes[d] == 0;
+    if (dup && !empty) return MFAIL(ZCK_ERR_FORMAT, "%s: two chunks start at the same offsets", where);
   }
   return ZCK_OK;
 }
@@ -328,7 +341,7 @@ static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
   if (!zck__strmap_get(&x->entry_index, fqn, &ei)) return MFAIL(ZCK_ERR_FORMAT, "storage_data names %s, which no entry lists", fqn);
   zck__dcp_entry *e = &c->entries[ei];
 
-  if (!grow((void **)&c->items, &x->cap_items, c->n_items + 1, sizeof *c->items)) return ZCK_ERR_NO_MEMORY;
+  if (!grow((void **)&c->items, &c->cap_items, c->n_items + 1, sizeof *c->items)) return ZCK_ERR_NO_MEMORY;
   size_t ii = c->n_items;
   zck__dcp_item *it = &c->items[ii];
   memset(it, 0, sizeof *it);
@@ -364,19 +377,23 @@ static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
   }
 
   size_t fi;
-  if (!zck__strmap_get(&c->file_index, rel, &fi)) {
-    if (!grow((void **)&c->files, &x->cap_files, c->n_files + 1, sizeof *c->files)) return ZCK_ERR_NO_MEMORY;
+  char *fpath = zck__path_join(x->dir, rel);
+  if (!fpath) return ZCK_ERR_NO_MEMORY;
+  bool known = zck__strmap_get(&c->file_index, fpath, &fi);
+  if (known) free(fpath);
+  else {
+    if (!grow((void **)&c->files, &c->cap_files, c->n_files + 1, sizeof *c->files)) { free(fpath); return ZCK_ERR_NO_MEMORY; }
     fi = c->n_files;
     zck__dcp_file *f = &c->files[fi];
     memset(f, 0, sizeof *f);
     f->src.fd = -1;
     f->name = zck__strdup(rel);
-    f->path = zck__path_join(c->dir, rel);
-    if (!f->name || !f->path) return ZCK_ERR_NO_MEMORY;
+    f->path = fpath;
     c->n_files++;
+    if (!f->name) return ZCK_ERR_NO_MEMORY;
     bool dup;
     size_t prev;
-    ZCK_TRY(zck__strmap_put(&c->file_index, f->name, fi, &dup, &prev));
+    ZCK_TRY(zck__strmap_put(&c->file_index, f->path, fi, &dup, &prev));
   }
   it->file = fi;
   return ZCK_OK;
@@ -395,13 +412,13 @@ static zck_status parse_root(mctx *x, const zck_pk *root) {
   if (!sd || sd->kind != ZCK_PK_DICT)
     return MFAIL(ZCK_ERR_UNSUPPORTED, "storage_data is not a dict: not a checkpoint of the file-system storage");
   const char *v = str_field(st, "version");
-  if (v && !(c->version = zck__strdup(v))) return ZCK_ERR_NO_MEMORY;
+  if (v && !c->version && !(c->version = zck__strdup(v))) return ZCK_ERR_NO_MEMORY;
   const zck_pk *sm = zck_pk_dict_get(st, "storage_meta");
   if (sm && sm->kind != ZCK_PK_NONE) {
     const zck_pk *ss;
     ZCK_TRY(dataclass_state(x, sm, ZCK_DCP_CLS_STORAGE_META, "storage_meta", &ss));
     const char *sid = str_field(ss, "save_id");
-    if (sid && !(c->save_id = zck__strdup(sid))) return ZCK_ERR_NO_MEMORY;
+    if (sid && !c->save_id && !(c->save_id = zck__strdup(sid))) return ZCK_ERR_NO_MEMORY;
   }
   zck_pk_dict_index pdi;
   ZCK_TRY(zck_pk_dict_index_init(&pdi, pd && pd->kind == ZCK_PK_DICT ? pd : NULL));
@@ -413,22 +430,25 @@ static zck_status parse_root(mctx *x, const zck_pk *root) {
   }
   zck_pk_dict_index_free(&pdi);
   ZCK_TRY(s);
-  for (size_t i = 0; i < c->n_entries; i++)
+  for (size_t i = x->entry_base; i < c->n_entries; i++)
     if (!c->entries[i].is_bytes) ZCK_TRY(check_geometry(x, &c->entries[i]));
   for (size_t i = 0; i < sd->u.dict.len; i++) ZCK_TRY(add_item(x, sd->u.dict.keys[i], sd->u.dict.values[i]));
-  for (size_t i = 0; i < c->n_entries; i++) {
+  for (size_t i = x->entry_base; i < c->n_entries; i++) {
     const zck__dcp_entry *e = &c->entries[i];
     if (e->is_bytes && e->item == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: no item holds it", e->key);
     for (size_t j = 0; j < e->n_chunks; j++) {
       const zck__dcp_chunk *ch = &c->chunks[e->first_chunk + j];
-      if (ch->item == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: chunk %zu is in no item (a missing chunk)", e->key, j);
+      if (ch->item == SIZE_MAX && ch->numel)
+        return MFAIL(ZCK_ERR_FORMAT, "%s: chunk %zu is in no item (a missing chunk)", e->key, j);
     }
   }
   return ZCK_OK;
 }
 
-zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *path, const zck_dcp_open_opts *o) {
-  mctx x = {.c = c, .path = path};
+zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o) {
+  char *path = zck__path_join(dir, ZCK_DCP_METADATA_FILE);
+  if (!path) return ZCK_ERR_NO_MEMORY;
+  mctx x = {.c = c, .dir = dir, .path = path, .chunk_base = c->n_chunks, .entry_base = c->n_entries};
   char *data = NULL;
   size_t len = 0;
   zck_pk_doc *doc = NULL;
@@ -440,7 +460,8 @@ zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *path, const zck_dcp_o
   free(data);
   zck__strmap_free(&x.entry_index);
   zck__strmap_free(&x.chunk_index);
-  for (size_t i = 0; i < c->n_chunks; i++) free(x.chunk_keys ? x.chunk_keys[i] : NULL);
+  for (size_t i = x.chunk_base; i < c->n_chunks; i++) free(x.chunk_keys ? x.chunk_keys[i - x.chunk_base] : NULL);
   free(x.chunk_keys);
+  free(path);
   return s;
 }

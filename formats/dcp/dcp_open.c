@@ -3,6 +3,7 @@
 #include "dcp_internal.h"
 
 #include "util.h"
+#include "zip/zip.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 
 #define ACCELERATE_MODEL_DIR "pytorch_model_fsdp_0"   /* Accelerate save_state, HF Trainer FSDP */
+#define ACCELERATE_OPTIM_DIR "optimizer_0"            /* beside it: {"optimizer": osd} */
 
 // ---- which folder
 
@@ -173,6 +175,24 @@ static zck_status open_tensor_item(zck_dcp *c, zck__dcp_item *it, const zck_dcp_
   return s;
 }
 
+/* Accelerate's save_state keeps the optimizer in its own DCP folder beside the model's:
+ * read both as one checkpoint. */
+static zck_status accelerate_optimizer(zck_dcp *c, const zck_dcp_open_opts *o) {
+  const char *base = strrchr(c->dir, '/');
+  base = base ? base + 1 : c->dir;
+  if (strcmp(base, ACCELERATE_MODEL_DIR)) return ZCK_OK;
+  char *parent = zck__strndup(c->dir, (size_t)(base - c->dir));
+  char *od = parent ? zck__concat(parent, ACCELERATE_OPTIM_DIR, (const char *)NULL) : NULL;
+  free(parent);
+  if (!od) return ZCK_ERR_NO_MEMORY;
+  if (!has_metadata(od)) {
+    free(od);
+    return ZCK_OK;
+  }
+  c->optim_dir = od;
+  return zck__dcp_parse_metadata(c, od, o);
+}
+
 static zck_dcp_open_opts defaults(const zck_dcp_open_opts *o) {
   zck_dcp_open_opts d = ZCK_DCP_OPEN_OPTS_INIT;
   return o ? *o : d;
@@ -184,10 +204,8 @@ zck_status zck_dcp_open(const char *path, const zck_dcp_open_opts *opts, zck_dcp
   zck_dcp *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
   zck_status s = zck_dcp_resolve(path, &c->dir);
-  char *meta = s == ZCK_OK ? zck__path_join(c->dir, ZCK_DCP_METADATA_FILE) : NULL;
-  if (s == ZCK_OK && !meta) s = ZCK_ERR_NO_MEMORY;
-  if (s == ZCK_OK) s = zck__dcp_parse_metadata(c, meta, &o);
-  free(meta);
+  if (s == ZCK_OK) s = zck__dcp_parse_metadata(c, c->dir, &o);
+  if (s == ZCK_OK) s = accelerate_optimizer(c, &o);
   if (s == ZCK_OK) s = check_files(c);
   for (size_t i = 0; i < c->n_items && s == ZCK_OK; i++)
     if (c->items[i].chunk != SIZE_MAX) s = open_tensor_item(c, &c->items[i], &o);
@@ -238,6 +256,7 @@ void zck_dcp_close(zck_dcp *c) {
   free(c->items);
   free(c->files);
   free(c->dir);
+  free(c->optim_dir);
   free(c->version);
   free(c->save_id);
   free(c);
@@ -251,4 +270,35 @@ void zck_dcp_entry_at(const zck_dcp *c, size_t i, zck_dcp_entry_info *out) {
   const zck__dcp_entry *e = &c->entries[i];
   *out = (zck_dcp_entry_info){e->key, e->k.kind, e->is_bytes, e->dtype, e->ndim, e->shape, e->numel,
                               e->is_bytes ? 1 : e->n_chunks};
+}
+
+const char *zck_dcp_optim_dir(const zck_dcp *c) { return c->optim_dir; }
+
+zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx) {
+  for (size_t i = 0; i < c->n_items; i++) {
+    const zck__dcp_item *it = &c->items[i];
+    const zck__dcp_entry *e = &c->entries[it->entry];
+    const zck__dcp_file *f = &c->files[it->file];
+    zck__source win;
+    char *name = zck__sprintf("%s: item %s at byte %llu", f->path, e->key, (unsigned long long)it->off);
+    if (!name) return ZCK_ERR_NO_MEMORY;
+    zck_status s = zck__source_window(&win, &f->src, it->off, it->len, name);
+    free(name);
+    ZCK_TRY(s);
+    zck_zip *z = NULL;
+    s = zck_zip_open(&win, &z);
+    if (s != ZCK_OK && e->is_bytes && e->k.kind == ZCK_DCP_KEY_OTHER) {
+      zck_clear_error();   /* raw bytes of another state (a data loader's): nothing to check */
+      s = ZCK_OK;
+    }
+    for (size_t k = 0; z && s == ZCK_OK && k < zck_zip_count(z); k++) {
+      const zck_zip_entry *ze = zck_zip_entry_at(z, k);
+      zck_dcp_record r = {f->path, e->key, ze->name, it->off + ze->data_offset, ze->comp_size, ze->crc32, ze->method};
+      s = fn(ctx, &r);
+    }
+    zck_zip_close(z);
+    zck__source_close(&win);
+    ZCK_TRY(s);
+  }
+  return ZCK_OK;
 }

@@ -1,8 +1,9 @@
 /* dcp_write.c: the layout of a torch DCP checkpoint as FSDP2 saves it (dcp_writer.h):
  * every entry's chunks reserved as torch.save items in the rank files, the small values
  * (steps, optimizer settings) written at once, and the chunk data regions handed back as
- * state views for the one transfer. The CRC-32 of each chunk comes from the transfer as it
- * writes it; commit finishes the items with it and writes .metadata. */
+ * state views for the one transfer. Each item's archive is written whole when reserved but
+ * for its data and the data's CRC-32, which the transfer computes as it writes the data;
+ * commit puts each CRC in its place and writes .metadata. */
 #include "dcp_write_internal.h"
 
 #include <fcntl.h>
@@ -68,15 +69,11 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
     shape[i] = i == 0 ? rows : e->shape[i];
     if (i) row_elems *= (uint64_t)e->shape[i];
   }
-  zck_torch_item *it = NULL;
-  uint64_t data_off, len, base = w->cursor[f];
-  ZCK_TRY(zck_torch_item_tensor(&w->files[f], base, e->dtype, e->ndim, shape, &it, &data_off, &len));
-  if (!zck__grow((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending)) {
-    zck_torch_item_free(it);
-    return ZCK_ERR_NO_MEMORY;
-  }
+  uint64_t data_off, len, base = w->cursor[f], slots[2];
+  ZCK_TRY(zck_torch_item_tensor(&w->files[f], base, e->dtype, e->ndim, shape, &data_off, &len, slots));
+  if (!zck__grow((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending)) return ZCK_ERR_NO_MEMORY;
   zck__dcp_pending *pd = &w->pending[w->n_pending++];
-  *pd = (zck__dcp_pending){it, -1, 0};
+  *pd = (zck__dcp_pending){f, {slots[0], slots[1]}, -1, 0};
   ZCK_TRY(zck__dcp_add_chunk(w, e, (zck__dcp_chunk){f, base, len, row0, e->ndim ? rows : 1}));
   uint64_t numel = (uint64_t)(e->ndim ? rows : 1) * row_elems;
   if (part < 0 || numel == 0) return ZCK_OK;
@@ -113,9 +110,14 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
 static zck_status zck__dcp_sharded(zck_dcp_writer *w, zck__dcp_entry e, int part, uint32_t lparam) {
   zck__dcp_entry *pe;
   ZCK_TRY(zck__dcp_add_entry(w, e, &pe));
+  int64_t prev_row0 = -1;
   for (uint32_t r = 0; r < w->o.world_size; r++) {
     int64_t row0, rows;
     zck_dcp_chunk_rows(e.shape[0], w->o.world_size, r, &row0, &rows);
+    /* two empty chunks at the same offsets (1 row over 3 ranks) are one write item to
+     * torch's dedup, saved once */
+    if (row0 == prev_row0 && rows == 0) continue;
+    prev_row0 = row0;
     ZCK_TRY(zck__dcp_tensor_chunk(w, &w->entries[w->n_entries - 1], r, row0, rows, part, lparam));
   }
   (void)pe;
@@ -126,13 +128,10 @@ static zck_status zck__dcp_sharded(zck_dcp_writer *w, zck__dcp_entry e, int part
 static zck_status zck__dcp_scalar(zck_dcp_writer *w, zck__dcp_entry e, float v) {
   zck__dcp_entry *pe;
   ZCK_TRY(zck__dcp_add_entry(w, e, &pe));
-  zck_torch_item *it = NULL;
-  uint64_t data_off, len, base = w->cursor[0];
-  ZCK_TRY(zck_torch_item_tensor(&w->files[0], base, ZCK_F32, 0, NULL, &it, &data_off, &len));
-  zck_status st = zck__outfile_pwrite(&w->files[0], &v, sizeof v, data_off);
-  if (st == ZCK_OK) st = zck_torch_item_finish(it, zck_crc32_update(0, &v, sizeof v));
-  zck_torch_item_free(it);
-  ZCK_TRY(st);
+  uint64_t data_off, len, base = w->cursor[0], slots[2];
+  ZCK_TRY(zck_torch_item_tensor(&w->files[0], base, ZCK_F32, 0, NULL, &data_off, &len, slots));
+  ZCK_TRY(zck__outfile_pwrite(&w->files[0], &v, sizeof v, data_off));
+  ZCK_TRY(zck_torch_item_set_crc(&w->files[0], slots, zck_crc32_update(0, &v, sizeof v)));
   return zck__dcp_add_chunk(w, pe, (zck__dcp_chunk){0, base, len, 0, 1});
 }
 
@@ -328,10 +327,7 @@ size_t zck_dcp_writer_state(zck_dcp_writer *w, zck_state_view out[2]) {
 zck_status zck_dcp_writer_commit(zck_dcp_writer *w) {
   for (size_t i = 0; i < w->n_pending; i++) {
     zck__dcp_pending *pd = &w->pending[i];
-    uint32_t crc = pd->part >= 0 ? w->part[pd->part].crc[pd->store] : 0;
-    ZCK_TRY(zck_torch_item_finish(pd->item, crc));
-    zck_torch_item_free(pd->item);
-    pd->item = NULL;
+    if (pd->part >= 0) ZCK_TRY(zck_torch_item_set_crc(&w->files[pd->file], pd->crc_slots, w->part[pd->part].crc[pd->store]));
   }
   for (uint32_t r = 0; r < w->o.world_size; r++) {
     /* the file's length is its last item's end (an empty file when it holds none) */
@@ -344,7 +340,6 @@ zck_status zck_dcp_writer_commit(zck_dcp_writer *w) {
 
 void zck_dcp_writer_free(zck_dcp_writer *w) {
   if (!w) return;
-  for (size_t i = 0; i < w->n_pending; i++) zck_torch_item_free(w->pending[i].item);
   for (uint32_t r = 0; w->files && r < w->o.world_size; r++)
     if (w->open && w->open[r]) zck__outfile_abort(&w->files[r]);
   for (int k = 0; k < ZCK__DCP_PARTS; k++) {

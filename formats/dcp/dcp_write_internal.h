@@ -40,7 +40,8 @@ typedef struct zck__dcp_entry {
 
 /* A tensor item waiting for its data's CRC-32 (what the transfer computed as it wrote). */
 typedef struct zck__dcp_pending {
-  zck_torch_item *item;
+  uint32_t file;
+  uint64_t crc_slots[2];        /* where its CRC goes (zck_torch_item_set_crc) */
   int part;                     /* whose store it is (ZCK__DCP_*), -1: an empty chunk */
   size_t store;                 /* the store's index in that part */
 } zck__dcp_pending;

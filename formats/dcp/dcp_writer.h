@@ -11,7 +11,8 @@
  * torch.save of the value; `params` is the group's list of FQNs).
  * Sharding: every param along dim 0 by torch.chunk's rule (FSDP2's Shard(0)): with
  * c = ceil(rows / W), rank r holds rows [min(rows, r c), min(rows, (r + 1) c)): trailing
- * ranks may hold an empty chunk, which is still recorded. Buffers and the replicated
+ * ranks may hold an empty chunk, which is still recorded, once per offset (torch's dedup
+ * keeps one of two empty chunks that start at the same row: 1 row over 3 ranks). Buffers and the replicated
  * items (steps, settings) are saved once, in rank 0's file (torch's dedup puts each on one
  * rank; which one does not matter to a loader).
  *

@@ -6,21 +6,17 @@
  * Entries in torch's order, under the folder "archive" (torch's name for a stream):
  * data.pkl, .format_version ("1"), .storage_alignment ("64"), byteorder ("little"), data/0
  * (a tensor's bytes, 64-byte aligned from the archive's start), version ("3\n"),
- * .data/serialization_id. Everything but data/0 is known when the item is reserved, so its
- * length is known then too and the next item can start right after it; data/0's CRC is
- * given at finish, by whoever wrote its bytes. */
+ * .data/serialization_id. Everything but data/0's bytes is known when the item is reserved,
+ * so the archive is written whole then (its length is where the next item starts) with a
+ * CRC placeholder, and nothing is kept of it but where that CRC goes (zip.h crc slots):
+ * whoever writes the data puts the CRC there, a checkpoint of a million chunks holds no
+ * zip writer per chunk meanwhile. */
 #include "torch_internal.h"
 
 #include "zip/zip.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-struct zck_torch_item {
-  zck_zip_writer *zip;
-  size_t data_index;
-  bool has_data;
-};
 
 /* .data/serialization_id: 40 decimal digits. torch derives them from the records; it only
  * logs them on load, so ours is a hash of where the item sits and of its pickle. */
@@ -32,31 +28,32 @@ static void zck__item_serial(char out[40], uint64_t base, const zck__buf *pkl) {
   }
 }
 
-/* The archive around pkl, with a data/0 entry of data_bytes when has_data. */
+/* The archive around pkl, with a data/0 entry of data_bytes when has_data, finished at
+ * once (data/0's CRC: a placeholder, its place in slots; UINT64_MAX when it has none). */
 static zck_status zck__item_build(zck__outfile *out, uint64_t base, const zck__buf *pkl, bool has_data, uint64_t data_bytes,
-                                  zck_torch_item **item, uint64_t *data_off, uint64_t *len) {
-  zck_torch_item *it = zck__calloc(1, sizeof *it);
-  if (!it) return ZCK_ERR_NO_MEMORY;
-  it->has_data = has_data;
-  zck_status st = zck_zip_writer_create_at(out, base, &it->zip);
-  if (st == ZCK_OK) st = zck_zip_writer_add(it->zip, "archive/data.pkl", pkl->data, pkl->len);
-  if (st == ZCK_OK) st = zck_zip_writer_add(it->zip, "archive/.format_version", "1", 1);
-  if (st == ZCK_OK) st = zck_zip_writer_add(it->zip, "archive/.storage_alignment", "64", 2);
-  if (st == ZCK_OK) st = zck_zip_writer_add(it->zip, "archive/byteorder", "little", 6);
+                                  uint64_t *data_off, uint64_t *len, uint64_t slots[2]) {
+  zck_zip_writer *zip = NULL;
+  size_t data_index = 0;
+  zck_status st = zck_zip_writer_create_at(out, base, &zip);
+  if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/data.pkl", pkl->data, pkl->len);
+  if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/.format_version", "1", 1);
+  if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/.storage_alignment", "64", 2);
+  if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/byteorder", "little", 6);
   uint64_t off = 0;
-  if (st == ZCK_OK && has_data) st = zck_zip_writer_reserve(it->zip, "archive/data/0", data_bytes, &it->data_index, &off);
+  if (st == ZCK_OK && has_data) st = zck_zip_writer_reserve(zip, "archive/data/0", data_bytes, &data_index, &off);
+  if (st == ZCK_OK && has_data) zck_zip_writer_set_crc(zip, data_index, 0);
   char sid[40];
   zck__item_serial(sid, base, pkl);
-  if (st == ZCK_OK) st = zck_zip_writer_add(it->zip, "archive/version", "3\n", 2);
-  if (st == ZCK_OK) st = zck_zip_writer_add(it->zip, "archive/.data/serialization_id", sid, 40);
-  if (st != ZCK_OK) {
-    zck_torch_item_free(it);
-    return st;
+  if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/version", "3\n", 2);
+  if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/.data/serialization_id", sid, 40);
+  if (st == ZCK_OK) st = zck_zip_writer_finish(zip);
+  if (st == ZCK_OK) {
+    if (data_off) *data_off = off;
+    *len = zck_zip_writer_size(zip);
+    if (slots && (!has_data || !zck_zip_writer_crc_slots(zip, data_index, slots))) slots[0] = slots[1] = UINT64_MAX;
   }
-  if (data_off) *data_off = off;
-  *len = zck_zip_writer_size(it->zip);
-  *item = it;
-  return ZCK_OK;
+  zck_zip_writer_free(zip);
+  return st;
 }
 
 /* _rebuild_tensor_v2(PERSID(('storage', torch.<X>Storage, '0', 'cpu', numel)), 0, shape,
@@ -99,7 +96,7 @@ static zck_status zck__item_tensor_pkl(zck_dtype dt, int ndim, const int64_t *sh
 }
 
 zck_status zck_torch_item_tensor(zck__outfile *out, uint64_t base, zck_dtype dt, int ndim, const int64_t *shape,
-                                 zck_torch_item **item, uint64_t *data_off, uint64_t *len) {
+                                 uint64_t *data_off, uint64_t *len, uint64_t crc_slots[2]) {
   uint64_t numel = 1;
   for (int i = 0; i < ndim; i++)
     if (shape[i] < 0 || !zck__mul_u64(numel, (uint64_t)shape[i], &numel))
@@ -110,7 +107,7 @@ zck_status zck_torch_item_tensor(zck__outfile *out, uint64_t base, zck_dtype dt,
   zck__buf pkl;
   zck__buf_init(&pkl);
   zck_status st = zck__item_tensor_pkl(dt, ndim, shape, numel, &pkl);
-  if (st == ZCK_OK) st = zck__item_build(out, base, &pkl, true, bytes, item, data_off, len);
+  if (st == ZCK_OK) st = zck__item_build(out, base, &pkl, true, bytes, data_off, len, crc_slots);
   zck__buf_free(&pkl);
   return st;
 }
@@ -118,22 +115,15 @@ zck_status zck_torch_item_tensor(zck__outfile *out, uint64_t base, zck_dtype dt,
 zck_status zck_torch_item_object(zck__outfile *out, uint64_t base, const zck_pk *root, uint64_t *len) {
   zck__buf pkl;
   zck__buf_init(&pkl);
-  zck_torch_item *it = NULL;
   zck_status st = zck_pickle_dump(root, &pkl);
-  if (st == ZCK_OK) st = zck__item_build(out, base, &pkl, false, 0, &it, NULL, len);
+  if (st == ZCK_OK) st = zck__item_build(out, base, &pkl, false, 0, NULL, len, NULL);
   zck__buf_free(&pkl);
-  if (st == ZCK_OK) st = zck_torch_item_finish(it, 0);
-  zck_torch_item_free(it);
   return st;
 }
 
-zck_status zck_torch_item_finish(zck_torch_item *it, uint32_t data_crc) {
-  if (it->has_data) zck_zip_writer_set_crc(it->zip, it->data_index, data_crc);
-  return zck_zip_writer_finish(it->zip);
-}
-
-void zck_torch_item_free(zck_torch_item *it) {
-  if (!it) return;
-  zck_zip_writer_free(it->zip);
-  free(it);
+zck_status zck_torch_item_set_crc(zck__outfile *out, const uint64_t crc_slots[2], uint32_t crc) {
+  if (crc_slots[0] == UINT64_MAX) return ZCK_OK;
+  uint8_t le[4] = {(uint8_t)crc, (uint8_t)(crc >> 8), (uint8_t)(crc >> 16), (uint8_t)(crc >> 24)};
+  ZCK_TRY(zck__outfile_pwrite(out, le, 4, crc_slots[0]));
+  return zck__outfile_pwrite(out, le, 4, crc_slots[1]);
 }

@@ -56,6 +56,11 @@ static void test_keys(void) {
   ZT_EQ_INT(k.kind, ZCK_DCP_KEY_PARAM_GROUP);
   ZT_EQ_INT(k.group, 12);
   ZT_EQ_STR(k.setting, "betas");
+  k = zck_dcp_key_parse("optimizer.state.lm_head.weight.step");
+  ZT_EQ_INT(k.kind, ZCK_DCP_KEY_OPTIM_STATE);
+  ZT_EQ_INT(k.fqn_len, strlen("lm_head.weight"));
+  ZT_EQ_STR(k.setting, "step");
+  ZT_EQ_INT(zck_dcp_key_parse("optimizers.state.a.b").kind, ZCK_DCP_KEY_OTHER);
   ZT_EQ_INT(zck_dcp_key_parse("optim.param_groups.01.lr").kind, ZCK_DCP_KEY_OTHER);
   ZT_EQ_INT(zck_dcp_key_parse("optim.param_groups.x.lr").kind, ZCK_DCP_KEY_OTHER);
   ZT_EQ_INT(zck_dcp_key_parse("lr_scheduler.last_epoch").kind, ZCK_DCP_KEY_OTHER);
@@ -75,6 +80,8 @@ static void test_keys(void) {
   k = zck_dcp_key_from_path(p3, 4);
   ZT_EQ_INT(k.kind, ZCK_DCP_KEY_PARAM_GROUP);
   ZT_EQ_INT(k.group, 3);
+  const char *p5[] = {"optimizer", "param_groups", "0", "params"};
+  ZT_EQ_INT(zck_dcp_key_from_path(p5, 4).kind, ZCK_DCP_KEY_PARAM_GROUP);
   const char *p4[] = {"train_state", "step"};
   ZT_EQ_INT(zck_dcp_key_from_path(p4, 2).kind, ZCK_DCP_KEY_OTHER);
 
