@@ -22,6 +22,12 @@ typedef struct zck__meta {
   bool oom;
   zck_pk *g_tsm, *g_tp, *g_chunk, *g_bytes, *g_index, *g_info, *g_enc, *g_strided, *contig;
   zck_pk *s_model, *s_optim, *s_state, *s_groups;
+  zck_pk *s_files[64];          /* relative_path of the first 64 files, one node each */
+  /* attribute names, one node each (a literal's address is its key): CPython interns
+   * them, so its pickle memoizes them, and so does ours */
+  const char *attr_lit[24];
+  zck_pk *attr_node[24];
+  size_t n_attr;
 } zck__meta;
 
 static zck_pk *zck__ok(zck__meta *x, zck_pk *n) {
@@ -32,8 +38,20 @@ static zck_pk *zck__ok(zck__meta *x, zck_pk *n) {
 static zck_pk *zck__str(zck__meta *x, const char *s) { return zck__ok(x, zck_pk_new_str(x->d, s)); }
 static zck_pk *zck__int(zck__meta *x, int64_t v) { return zck__ok(x, zck_pk_new_int(x->d, v)); }
 
+static zck_pk *zck__attr(zck__meta *x, const char *lit) {
+  for (size_t i = 0; i < x->n_attr; i++)
+    if (x->attr_lit[i] == lit) return x->attr_node[i];
+  zck_pk *n = zck__str(x, lit);
+  if (n && x->n_attr < sizeof x->attr_lit / sizeof *x->attr_lit) {
+    x->attr_lit[x->n_attr] = lit;
+    x->attr_node[x->n_attr++] = n;
+  }
+  return n;
+}
+
+/* dict[key] = v; key a string literal (an attribute name). */
 static void zck__set(zck__meta *x, zck_pk *dict, const char *key, zck_pk *v) {
-  if (!dict || !v || !zck_pk_dict_set(x->d, dict, zck__str(x, key), v)) x->oom = true;
+  if (!dict || !v || !zck_pk_dict_set(x->d, dict, zck__attr(x, key), v)) x->oom = true;
 }
 
 /* cls() with state as its BUILD argument (NULL: none), as protocol 2 pickles a dataclass. */
@@ -140,7 +158,9 @@ static void zck__storage_entry(zck__meta *x, const zck_dcp_writer *w, zck_pk *st
   }
   char path[48];
   zck_dcp_data_file_name(c->file, 0, path, sizeof path);
-  zck__set(x, info, "relative_path", zck__str(x, path));
+  zck_pk *rel = c->file < 64 ? x->s_files[c->file] : NULL;
+  if (!rel && (rel = zck__str(x, path)) && c->file < 64) x->s_files[c->file] = rel;
+  zck__set(x, info, "relative_path", rel);
   zck__set(x, info, "offset", zck__int(x, (int64_t)c->off));
   zck__set(x, info, "length", zck__int(x, (int64_t)c->len));
   zck_pk *kobj = zck__newobj(x, x->g_index, ix), *vobj = zck__newobj(x, x->g_info, info);

@@ -27,6 +27,7 @@ typedef struct {
   char *name;
   uint16_t name_len;
   bool crc_set;
+  uint8_t *held;            /* an archive at an offset: small data kept for finish's runs */
   uint32_t crc;
   uint64_t header_offset, data_offset, size;
 } zck__zip_wentry;
@@ -41,6 +42,9 @@ struct zck_zip_writer {
   zck__shash *hash;         /* optional: told every byte laid out (zck_zip_writer_hash) */
   uint64_t base;            /* file offset of the archive's byte 0 (zck_zip_writer_create_at);
                                every offset the archive records is relative to it */
+  bool hold_small;          /* zck_zip_writer_add keeps the data for finish, which writes
+                               each run of headers and small data with one pwrite: an item
+                               of a DCP file is ~15 writes of a few bytes otherwise */
 };
 
 static const char *zck__zip_wentry_name(const void *ctx, size_t i) { return ((const zck_zip_writer *)ctx)->e[i].name; }
@@ -55,6 +59,7 @@ zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w) {
 zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_writer **w) {
   ZCK_TRY(zck_zip_writer_create(out, w));
   (*w)->base = base;
+  (*w)->hold_small = true;
   return ZCK_OK;
 }
 
@@ -70,7 +75,10 @@ void zck_zip_writer_force_zip64(zck_zip_writer *w, bool on) {
 
 void zck_zip_writer_free(zck_zip_writer *w) {
   if (!w) return;
-  for (size_t i = 0; i < w->count; i++) free(w->e[i].name);
+  for (size_t i = 0; i < w->count; i++) {
+    free(w->e[i].name);
+    free(w->e[i].held);
+  }
   free(w->e);
   zck__zip_names_free(&w->names);
   free(w);
@@ -150,7 +158,12 @@ zck_status zck_zip_writer_add(zck_zip_writer *w, const char *name, const void *d
   size_t index;
   uint64_t off;
   ZCK_TRY(zck__zip_reserve(w, name, size, data, &index, &off));
-  if (size) ZCK_TRY(zck__outfile_pwrite(w->out, data, (size_t)size, off));
+  if (size && w->hold_small) {
+    if (!(w->e[index].held = zck__malloc((size_t)size))) return ZCK_ERR_NO_MEMORY;
+    memcpy(w->e[index].held, data, (size_t)size);
+  } else if (size) {
+    ZCK_TRY(zck__outfile_pwrite(w->out, data, (size_t)size, off));
+  }
   zck_zip_writer_set_crc(w, index, zck_crc32(0, data, (size_t)size));
   return ZCK_OK;
 }
@@ -353,6 +366,7 @@ zck_status zck_zip_writer_finish(zck_zip_writer *w) {
     const zck__zip_wentry *e = &w->e[i];
     zck__zip_seek(&m, e->header_offset);
     zck__zip_local_header(&m, e);
+    if (e->held) zck__buf_append(&m.buf, e->held, (size_t)e->size); /* the header ends at data_offset */
     if (e->size) {
       zck__zip_seek(&m, e->data_offset + e->size);
       zck__zip_descriptor(&m, e);
