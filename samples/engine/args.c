@@ -46,6 +46,8 @@ static const opt opts[] = {
   {"metric-for-best-model", OPT_STR, OFF(metric_for_best_model), "eval_loss (the only metric)"},
   {"greater-is-better", OPT_BOOL, OFF(greater_is_better), "a higher metric is better (default false for eval_loss)"},
   {"save-only-model", OPT_BOOL, OFF(save_only_model), "checkpoints hold config.json + model.safetensors only"},
+  {"async-save", OPT_BOOL, OFF(async_save),
+   "snapshot to host memory and train on while a thread writes each save (ds_config: checkpoint.writer.decoupled)"},
   {"resume-from-checkpoint", OPT_STR, OFF(resume_from_checkpoint), "a checkpoint-<step> folder to continue from"},
   {"deepspeed", OPT_STR, OFF(deepspeed), "a DeepSpeed config (ds_config.json); \"auto\" values are filled"},
   {"freeze", OPT_SPECIAL, 0, "freeze parameters whose name starts with PREFIX (repeatable)"},

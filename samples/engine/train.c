@@ -417,6 +417,9 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
     run->res->final_eval_loss = final_eval;
     ze_log(run, "final eval_loss %.6f", final_eval);
   }
+  /* --async-save: the last save is written (and its failure every rank's) before the run
+   * reads checkpoints back or ends */
+  ZCK_CHECK_GOTO(ze_ckpt_flush(&run->tracker, zr), s, done);
   if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
     ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
     if (lead) {
@@ -646,9 +649,18 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
     goto setup_done;
   }
   ze_gpt2_init(&run.cfg, run.init, a->seed);
+  /* the background writer is a thread of the one process that holds every rank; ranks that
+   * are processes each write their own files in phases agreed over the comm */
+  if ((a->async_save || run.ds.async_save) && (run.one_rank || a->per_rank_io)) {
+    s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ranks that are processes (mpirun, --nproc) save synchronously; "
+                                       "async saves need the ranks as threads (--ranks)",
+                  a->async_save ? "--async-save" : "checkpoint.writer.decoupled");
+    goto setup_done;
+  }
   run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
   ZCK_CHECK_GOTO(ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json,
-                                      run.ds.gather_16bit_on_save, run.one_rank || a->per_rank_io, run.one_rank),
+                                      run.ds.gather_16bit_on_save, run.one_rank || a->per_rank_io, run.one_rank,
+                                      a->async_save || run.ds.async_save),
                  s, setup_done);
 setup_done:
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
@@ -742,6 +754,11 @@ setup_done:
     started++;
   }
   for (int r = 0; r < started; r++) pthread_join(threads[r].thread, NULL);
+  /* a run that stopped with a save still being written (a rank failed after it started):
+   * that save ends first, and its own failure is not dropped */
+  zck_status wr = zck_saver_drain(&run.tracker.sv);
+  char wmsg[1024] = "";
+  if (wr != ZCK_OK) snprintf(wmsg, sizeof wmsg, "%s", zck_last_error());
   zck_comm_local_destroy(comms, W);
   if (run.on_device && a->sim_device)
     zck_comm_local_destroy(dcomms, W);
@@ -754,7 +771,12 @@ setup_done:
       if (threads[r].status != ZCK_OK && (pick < 0 || (threads[pick].status == ZCK_ERR_INTERNAL &&
                                                        strstr(threads[pick].msg, "another rank failed"))))
         pick = r;
-    if (pick >= 0) s = zck__fail(threads[pick].status, "%s", threads[pick].msg);
+    if (pick >= 0 && wr != ZCK_OK)
+      s = zck__fail(threads[pick].status, "%s (and the %s)", threads[pick].msg, wmsg);
+    else if (pick >= 0)
+      s = zck__fail(threads[pick].status, "%s", threads[pick].msg);
+    else if (wr != ZCK_OK)
+      s = zck__fail(wr, "%s", wmsg);
   }
   if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
 done:

@@ -47,6 +47,8 @@ typedef struct ze_train_args {
   bool greater_is_better;        /* the best checkpoint has the highest metric (HF default for
                                     eval_loss: false) */
   bool save_only_model;          /* checkpoints hold the 16-bit model only, no DeepSpeed state */
+  bool async_save;               /* saves written in the background from a host snapshot
+                                    (also the DeepSpeed config's checkpoint.writer.decoupled) */
   const char *metric_for_best_model;
   const char *resume_from_checkpoint;
   const char *freeze[ZE_MAX_FREEZE]; /* parameter-name prefixes made frozen */
