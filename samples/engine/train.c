@@ -676,6 +676,7 @@ setup_done:
       goto done;
     }
   }
+  res->async_save = run.tracker.sv.tr.async_save;
   int64_t n_steps = a->max_steps - run.first_step;
   size_t n_evals = a->eval_steps > 0 ? (size_t)(a->max_steps / a->eval_steps) + 1 : 1;
   res->first_step = run.first_step;

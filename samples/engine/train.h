@@ -109,6 +109,8 @@ typedef struct ze_train_result {
   uint64_t *dev_used_peak;          /* [n_mem] device memory in use (cudaMemGetInfo: the whole
                                        device, every rank on it) at its highest sample */
   char *best_checkpoint;            /* with load_best_model_at_end */
+  bool async_save;                  /* saves were written in the background (--async-save or
+                                       the DeepSpeed config's checkpoint.writer.decoupled) */
   char *message;                    /* on failure, when the error is longer than one line
                                        (the DeepSpeed config mismatch list): the whole text */
 } ze_train_result;
