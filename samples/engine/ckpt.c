@@ -149,6 +149,10 @@ zck_status ze_ckpt_flush(ze_ckpt_tracker *t, ze_zero_rank *zr) {
   return zck_saver_flush(&t->sv, &r);
 }
 
+void ze_ckpt_rank_end(ze_ckpt_tracker *t, ze_zero_rank *zr) {
+  if (zr->rank < sizeof t->snaps / sizeof t->snaps[0]) ze__snapshot_release(t->snaps[zr->rank]);
+}
+
 zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st, zck_comm *comm) {
   return zck_saver_load(&t->sv, path, st, comm);
 }

@@ -42,6 +42,9 @@ void ze_ckpt_tracker_free(ze_ckpt_tracker *t);
 zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step);
 /* Collective, --async-save: waits for the save still being written (end of training). */
 zck_status ze_ckpt_flush(ze_ckpt_tracker *t, ze_zero_rank *zr);
+/* --async-save, by the rank's thread before its device state is freed: lets go of what its
+ * snapshot holds of the device (the page-locked staging). */
+void ze_ckpt_rank_end(ze_ckpt_tracker *t, ze_zero_rank *zr);
 /* Opens a checkpoint to resume from (before the ranks start); checks it fits this run.
  * comm: NULL when the ranks are threads; a process's comm (collective). */
 zck_status ze_ckpt_load(ze_ckpt_tracker *t, const char *path, ze_ckpt_state *st, zck_comm *comm);

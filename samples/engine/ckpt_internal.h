@@ -27,6 +27,9 @@ zck_status ze__snapshot_take(ze__snapshot **slot, ze_zero_rank *zr);
 /* The copy as a rank the describe hooks read (host memory). */
 ze_zero_rank *ze__snapshot_rank(ze__snapshot *sn);
 size_t ze__snapshot_bytes(const ze__snapshot *sn);
+/* Frees its page-locked staging buffers (with the device's ops): before the rank's device
+ * goes. The host copy stays (the writer may still read it). */
+void ze__snapshot_release(ze__snapshot *sn);
 void ze__snapshot_free(ze__snapshot *sn);
 
 /* dckpt.c: the saver's gather16 hook (saver.h) for ZeRO state on devices. */

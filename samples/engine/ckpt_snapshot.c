@@ -12,7 +12,9 @@
  * With --device cuda, arrays in device memory come over through two page-locked staging
  * buffers of one bucket each (the on-save gather's bucket, 64 MiB by default): the copy of
  * chunk i+1 is queued on the rank's stream while the host copies chunk i out of the other
- * buffer. No device memory is allocated; offloaded (host) arrays are copied directly.
+ * buffer. No device memory is allocated; offloaded (host) arrays are copied directly. The
+ * staging buffers are made at the first save and kept (page-locking costs milliseconds a
+ * call) until the rank lets its device go (ze__snapshot_release).
  *
  * Threads: a snapshot is written only by its rank's thread (while the saver holds no writer
  * on it) and read only by the writer thread.
@@ -31,6 +33,9 @@
 struct ze__snapshot {
   ze_zero_rank zr;             /* host arrays only; plan, rank, n_groups, step of the rank */
   size_t bytes;                /* host bytes held */
+  ze_dzero *dev;               /* the device the staging buffers belong to (NULL: none) */
+  void *stage[2];              /* page-locked, `bucket` bytes each; the rank thread's alone */
+  size_t bucket;
 };
 
 // ---- allocation (once, at the first save)
@@ -74,6 +79,7 @@ static bool alloc_arrays(ze__snapshot *sn, const ze_zero_rank *zr) {
 
 void ze__snapshot_free(ze__snapshot *sn) {
   if (!sn) return;
+  ze__snapshot_release(sn);
   ze_zero_rank *s = &sn->zr;
   for (size_t g = 0; g < s->n_groups; g++) {
     if (s->fp32) free(s->fp32[g]);
@@ -113,8 +119,7 @@ static zck_status copy_from_device(ze_dzero *d, void *const stage[2], size_t buc
 
 typedef struct copier {
   ze_zero_rank *zr;
-  void *stage[2];
-  size_t bucket;
+  ze__snapshot *sn;
 } copier;
 
 static zck_status copy_array(copier *c, ze_mem_kind k, void *dst, const void *src, size_t bytes) {
@@ -124,12 +129,22 @@ static zck_status copy_array(copier *c, ze_mem_kind k, void *dst, const void *sr
     memcpy(dst, src, bytes);
     return ZCK_OK;
   }
-  if (!c->stage[0]) {
-    const ze_dev_ops *ops = d->o.ops;
-    ZCK_TRY(ops->host_alloc(d->o.ctx, &c->stage[0], c->bucket));
-    ZCK_TRY(ops->host_alloc(d->o.ctx, &c->stage[1], c->bucket));
+  ze__snapshot *sn = c->sn;
+  if (!sn->dev) {
+    sn->bucket = d->o.gather_bucket_bytes ? d->o.gather_bucket_bytes : ZE_SNAPSHOT_DEFAULT_BUCKET;
+    sn->dev = d;
+    ZCK_TRY(d->o.ops->host_alloc(d->o.ctx, &sn->stage[0], sn->bucket));
+    ZCK_TRY(d->o.ops->host_alloc(d->o.ctx, &sn->stage[1], sn->bucket));
   }
-  return copy_from_device(d, c->stage, c->bucket, dst, src, bytes);
+  return copy_from_device(d, sn->stage, sn->bucket, dst, src, bytes);
+}
+
+void ze__snapshot_release(ze__snapshot *sn) {
+  if (!sn || !sn->dev) return;
+  for (int i = 0; i < 2; i++)
+    if (sn->stage[i]) sn->dev->o.ops->host_free(sn->dev->o.ctx, sn->stage[i]);
+  sn->stage[0] = sn->stage[1] = NULL;
+  sn->dev = NULL;
 }
 
 static zck_status copy_state(copier *c, ze_zero_rank *s) {
@@ -163,13 +178,9 @@ zck_status ze__snapshot_take(ze__snapshot **slot, ze_zero_rank *zr) {
     }
     *slot = sn;
   }
-  copier c = {zr, {NULL, NULL}, ZE_SNAPSHOT_DEFAULT_BUCKET};
-  if (zr->dev && zr->dev->o.gather_bucket_bytes) c.bucket = zr->dev->o.gather_bucket_bytes;
-  zck_status st = zr->dev ? ze_dzero_sync(zr->dev) : ZCK_OK;
-  if (st == ZCK_OK) st = copy_state(&c, &sn->zr);
-  for (int i = 0; i < 2; i++)
-    if (c.stage[i]) zr->dev->o.ops->host_free(zr->dev->o.ctx, c.stage[i]);
-  return st;
+  copier c = {zr, sn};
+  ZCK_TRY(zr->dev ? ze_dzero_sync(zr->dev) : ZCK_OK);
+  return copy_state(&c, &sn->zr);
 }
 
 size_t ze__snapshot_bytes(const ze__snapshot *sn) { return sn ? sn->bytes : 0; }

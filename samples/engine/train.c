@@ -537,6 +537,7 @@ static void *rank_main(void *arg) {
     zck_comm *dc = rt->dcomm ? rt->dcomm : cr.dcomm;
     if (dc) dc->abort(dc);
   }
+  ze_ckpt_rank_end(&run->tracker, &zr); /* the snapshot's page-locked staging, before the device */
   ze_zero_rank_free(&zr); /* zeroed by init, also when init failed */
   ze_cuda_rank_free(&cr); /* after the state, whose frees it waits for */
   return NULL;
