@@ -1,12 +1,16 @@
 /* save_async.c: saves written in the background (saver.h: async_save), for ranks that are
  * threads of one process.
  *
- * A save of step N, collective:
- *  1. rank 0 waits for the save before it (at most one in flight; a wait is said in the
- *     log), and its failure becomes every rank's;
- *  2. every rank snapshots what the save reads (the snapshot hook: host copies of its
- *     partitions, and rank 0's 16-bit copies) and registers the snapshot as its memory;
- *  3. rank 0 starts the writer thread, and every rank goes back to training.
+ * A save of step N, collective, with one agreement (each one costs the ranks' skew):
+ *  1. each rank waits until no writer reads the snapshots (at most one save in flight):
+ *     rank 0 joins the writer of the save before it (a wait is said in the log) and keeps
+ *     its outcome, the others watch writer_busy;
+ *  2. rank 0 makes the job of this save: a copy of the bookkeeping as it is at step N;
+ *  3. every rank snapshots what the save reads (the snapshot hook: host copies of its
+ *     partitions, and rank 0's 16-bit copies) into its slot of s->snaps;
+ *  4. they agree: the first failure of any rank (the previous save's on rank 0, a
+ *     snapshot's) is every rank's, and the agreement orders the slots before what follows;
+ *  5. rank 0 starts the writer thread, and every rank goes back to training.
  * The writer runs a synchronous save's own work (zck__saver_save_rank0) over the snapshots:
  * the same files, the same bytes, hashed as written; checkpoint-N/ is built under a
  * temporary name with its `latest` inside and renamed into place last, then rotation. A
@@ -14,8 +18,8 @@
  * the newest checkpoint-M/ stays the complete one a resume picks.
  *
  * Who owns what:
- *  - each rank thread: its snapshot while it takes it (step 2); the writer reads it until
- *    the next save's step 1, and nothing changes it meanwhile;
+ *  - each rank thread: its snapshot and its slot of s->snaps while it takes it (step 3);
+ *    the writer reads them until it clears writer_busy, and no rank changes them before;
  *  - rank 0's thread: the job handle (start, join) and the live bookkeeping (log history,
  *    best metric and checkpoint, the manifest), which training keeps changing;
  *  - the writer thread: the job, with its own copy of that bookkeeping as it was at step N
@@ -48,6 +52,8 @@ typedef struct zck__saver_job {
   zck_status status;           /* the writer's outcome (read after the join) */
   char msg[1024];
   atomic_bool done;            /* the writer has finished (a join will not wait) */
+  bool joined;                 /* written on rank 0's thread (no writer thread to join) */
+  atomic_int *busy;            /* the saver's writer_busy, cleared when done */
 } zck__saver_job;
 
 static double now_s(void) {
@@ -80,6 +86,7 @@ static void *writer_main(void *arg) {
   j->status = zck__saver_save_rank0(&j->copy, &j->r0, j->step);
   if (j->status != ZCK_OK) snprintf(j->msg, sizeof j->msg, "%s", zck_last_error());
   atomic_store(&j->done, true);
+  atomic_store(j->busy, 0); /* the snapshots are free (release: after every read of them) */
   return NULL;
 }
 
@@ -87,7 +94,7 @@ static void *writer_main(void *arg) {
 static zck_status join(zck_saver *s, int64_t *step, char *msg, size_t cap) {
   zck__saver_job *j = s->job;
   if (!j) return ZCK_OK;
-  pthread_join(j->thread, NULL);
+  if (!j->joined) pthread_join(j->thread, NULL);
   s->job = NULL;
   zck_status st = j->status;
   *step = j->step;
@@ -129,8 +136,9 @@ static zck_status wait_previous(zck_saver *s, const zck_saver_rank *r0, int64_t 
   return zck_saver_drain(s);
 }
 
-/* Rank 0, step 3: the writer of `step`, over the snapshots every rank registered. */
-static zck_status start_writer(zck_saver *s, const zck_saver_rank *r0, int64_t step) {
+/* Rank 0, step 2: the job of the save of `step`, its writer not started: a copy of the
+ * bookkeeping as it is now. */
+static zck_status prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t step) {
   /* the live bookkeeping records this checkpoint as the best now, as a synchronous save
    * does, so the evaluations and saves that follow see it */
   char *final = zck_saver_checkpoint_path(s, step, true);
@@ -148,28 +156,63 @@ static zck_status start_writer(zck_saver *s, const zck_saver_rank *r0, int64_t s
   if (s->best_checkpoint) j->copy.best_checkpoint = zck__strdup(s->best_checkpoint);
   j->r0 = *r0;
   j->step = step;
+  j->busy = &s->writer_busy;
   if (!j->copy.log_history || !j->model || (s->best_checkpoint && !j->copy.best_checkpoint)) {
     job_free(j);
     return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for a background save");
-  }
-  if (pthread_create(&j->thread, NULL, writer_main, j)) {
-    job_free(j);
-    return zck__fail(ZCK_ERR_INTERNAL, "cannot start the background writer of step %lld", (long long)step);
   }
   s->job = j;
   return ZCK_OK;
 }
 
+/* Rank 0, after the collective that made the job: the writer starts only now, so the
+ * other ranks are not kept waiting behind a thread that competes for the CPU from its first
+ * instant. A thread that cannot start: the save is written here and now, as a synchronous
+ * one (its outcome kept for the next join, like the writer's). */
+static void start_job(zck_saver *s) {
+  zck__saver_job *j = s->job;
+  atomic_store(&s->writer_busy, 1);
+  if (!pthread_create(&j->thread, NULL, writer_main, j)) return;
+  writer_main(j);
+  j->thread = pthread_self();
+  j->joined = true;
+}
+
+/* The ranks other than 0, step 1: a writer may still read the snapshots. Rare when the
+ * saves are further apart than a write takes, so a short sleep between looks is enough. */
+static void wait_writer_idle(const zck_saver *s) {
+  while (atomic_load(&((zck_saver *)s)->writer_busy)) {
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t step) {
   ZCK_FAIL_IF(!s->h.snapshot, ZCK_ERR_INVALID_ARG, "async save: the trainer has no snapshot hook");
-  ZCK_TRY(zck__saver_collective(s, r, wait_previous, step));
-  /* nothing reads this rank's snapshot now: the writer that did has been joined */
+  zck_comm *c = r->comm;
+  bool lead = c->rank == 0;
+  zck_status st = ZCK_OK;
+  if (lead) {
+    st = wait_previous(s, r, step);
+    if (st == ZCK_OK) st = prepare_job(s, r, step);
+  } else {
+    wait_writer_idle(s);
+  }
   void *snap = NULL;
-  zck_status st = s->h.snapshot(s->h.ctx, r->mem, &snap);
-  ZCK_TRY(zck_comm_agree(r->comm, st));
-  zck_saver_rank rs = *r;
-  rs.mem = snap;
-  return zck__saver_collective(s, &rs, start_writer, step);
+  if (st == ZCK_OK) st = s->h.snapshot(s->h.ctx, r->mem, &snap);
+  s->snaps[c->rank] = snap; /* each rank its own slot */
+  st = zck_comm_agree(c, st);
+  if (!lead) return st;
+  zck__saver_job *j = s->job;
+  if (st != ZCK_OK) { /* never started: nothing was written */
+    s->job = NULL;
+    job_free(j);
+    return st;
+  }
+  memcpy(j->copy.ranks, s->snaps, sizeof j->copy.ranks);
+  j->r0.mem = s->snaps[0];
+  start_job(s);
+  return ZCK_OK;
 }
 
 zck_status zck_saver_flush(zck_saver *s, const zck_saver_rank *r) {

@@ -36,6 +36,7 @@
 #include "state.h"
 #include "zck.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -138,6 +139,9 @@ typedef struct zck_saver {
   cJSON *log_history;            /* trainer_state.json log_history */
   zck_saver_resume *best_state;  /* open while thread ranks reload the best checkpoint */
   struct zck__saver_job *job;    /* async_save: the save being written (rank 0's), or NULL */
+  void *snaps[64];               /* async_save: each rank's snapshot, put by its own thread */
+  atomic_int writer_busy;        /* async_save: 1 from a writer's start until it no longer
+                                    reads the snapshots (the other ranks wait for 0) */
 } zck_saver;
 
 /* What a resume reads (open until every rank restored from it). */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 double ze_train_lr(const ze_train_args *a, int64_t warmup, int64_t step);
 
@@ -80,12 +81,11 @@ static void rank_written(void *ctx, zck_comm *c, int64_t step) {
 static zck_status snapshot(void *ctx, void *rank, void **snap) {
   ze_ckpt_tracker *t = ctx;
   ze_zero_rank *zr = rank;
-  bool first = !t->snaps[zr->rank];
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   ZCK_TRY(ze__snapshot_take(&t->snaps[zr->rank], zr));
-  if (first && zr->rank == 0 && !t->a->quiet)
-    fprintf(stderr, "async save: host snapshot of %.2f MiB on rank 0, taken at each save while a thread writes the "
-                    "last one\n",
-            (double)ze__snapshot_bytes(t->snaps[0]) / 1048576.0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (zr->rank == 0) t->snapshot_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   *snap = ze__snapshot_rank(t->snaps[zr->rank]);
   return ZCK_OK;
 }
@@ -147,6 +147,21 @@ zck_status ze_ckpt_save(ze_ckpt_tracker *t, ze_zero_rank *zr, int64_t step) {
 zck_status ze_ckpt_flush(ze_ckpt_tracker *t, ze_zero_rank *zr) {
   zck_saver_rank r = saver_rank(zr);
   return zck_saver_flush(&t->sv, &r);
+}
+
+size_t ze_ckpt_snapshot_bytes(const ze_ckpt_tracker *t, int r) {
+  return r >= 0 && (size_t)r < sizeof t->snaps / sizeof t->snaps[0] ? ze__snapshot_bytes(t->snaps[r]) : 0;
+}
+
+zck_status ze_ckpt_rank_start(ze_ckpt_tracker *t, ze_zero_rank *zr) {
+  if (!t->sv.tr.async_save || !t->a->output_dir) return ZCK_OK;
+  ZCK_FAIL_IF(zr->rank >= sizeof t->snaps / sizeof t->snaps[0], ZCK_ERR_INVALID_ARG, "rank %u: too many ranks", zr->rank);
+  ZCK_TRY(ze__snapshot_prepare(&t->snaps[zr->rank], zr));
+  if (zr->rank == 0 && !t->a->quiet)
+    fprintf(stderr, "async save: a host snapshot of %.2f MiB on rank 0, taken at each save; a thread writes it while "
+                    "training goes on\n",
+            (double)ze__snapshot_bytes(t->snaps[0]) / 1048576.0);
+  return ZCK_OK;
 }
 
 void ze_ckpt_rank_end(ze_ckpt_tracker *t, ze_zero_rank *zr) {

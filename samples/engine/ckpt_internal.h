@@ -24,6 +24,8 @@ void ze__state_free(ze__state *s);
 /* ckpt_snapshot.c: an async save's host copy of a rank's state (the saver's snapshot hook):
  * taken into *slot (allocated at the first call, reused after), by the rank's thread. */
 zck_status ze__snapshot_take(ze__snapshot **slot, ze_zero_rank *zr);
+/* The allocation alone (done by take when not done before). */
+zck_status ze__snapshot_prepare(ze__snapshot **slot, ze_zero_rank *zr);
 /* The copy as a rank the describe hooks read (host memory). */
 ze_zero_rank *ze__snapshot_rank(ze__snapshot *sn);
 size_t ze__snapshot_bytes(const ze__snapshot *sn);

@@ -6,8 +6,9 @@
  * describe hooks (ckpt_state.c) read it as they read a CPU rank: the same state view, other
  * stores. It holds the fp32 master, exp_avg and exp_avg_sq partitions; stage 3's frozen
  * partitions; and on rank 0 at stage 1/2 the whole 16-bit flat and the frozen copies (what
- * model.safetensors and the model states are written from). Allocated at the first save and
- * reused: the saver joins the writer that reads it before the next snapshot overwrites it.
+ * model.safetensors and the model states are written from). Allocated (and touched) when
+ * the rank starts, and reused: the saver joins the writer that reads it before the next
+ * snapshot overwrites it.
  *
  * With --device cuda, arrays in device memory come over through two page-locked staging
  * buffers of one bucket each (the on-save gather's bucket, 64 MiB by default): the copy of
@@ -40,9 +41,12 @@ struct ze__snapshot {
 
 // ---- allocation (once, at the first save)
 
+/* Touched here, so the first save does not pay for the page faults. */
 static void *snap_alloc(ze__snapshot *sn, size_t bytes) {
   sn->bytes += bytes;
-  return zck__malloc(bytes ? bytes : 1);
+  void *p = zck__malloc(bytes ? bytes : 1);
+  if (p) memset(p, 0, bytes);
+  return p;
 }
 
 static bool alloc_arrays(ze__snapshot *sn, const ze_zero_rank *zr) {
@@ -166,18 +170,22 @@ static zck_status copy_state(copier *c, ze_zero_rank *s) {
   return ZCK_OK;
 }
 
-zck_status ze__snapshot_take(ze__snapshot **slot, ze_zero_rank *zr) {
-  ze__snapshot *sn = *slot;
-  if (!sn) {
-    sn = zck__calloc(1, sizeof *sn);
-    if (!sn || !alloc_arrays(sn, zr)) {
-      size_t want = sn ? sn->bytes : 0;
-      ze__snapshot_free(sn);
-      return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the async save's host snapshot (%.1f MiB)",
-                       zr->rank, (double)want / 1048576.0);
-    }
-    *slot = sn;
+zck_status ze__snapshot_prepare(ze__snapshot **slot, ze_zero_rank *zr) {
+  if (*slot) return ZCK_OK;
+  ze__snapshot *sn = zck__calloc(1, sizeof *sn);
+  if (!sn || !alloc_arrays(sn, zr)) {
+    size_t want = sn ? sn->bytes : 0;
+    ze__snapshot_free(sn);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "rank %u: out of memory for the async save's host snapshot (%.1f MiB)",
+                     zr->rank, (double)want / 1048576.0);
   }
+  *slot = sn;
+  return ZCK_OK;
+}
+
+zck_status ze__snapshot_take(ze__snapshot **slot, ze_zero_rank *zr) {
+  ZCK_TRY(ze__snapshot_prepare(slot, zr));
+  ze__snapshot *sn = *slot;
   copier c = {zr, sn};
   ZCK_TRY(zr->dev ? ze_dzero_sync(zr->dev) : ZCK_OK);
   return copy_state(&c, &sn->zr);

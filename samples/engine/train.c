@@ -63,6 +63,9 @@ void ze_train_result_free(ze_train_result *r) {
   free(r->best_checkpoint);
   free(r->message);
   free(r->params);
+  free(r->save_stalls);
+  free(r->snapshot_seconds);
+  free(r->snapshot_bytes);
   free(r->mem);
   free(r->mem_host);
   free(r->dev_workspace);
@@ -348,7 +351,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   /* --device cuda: the kernels run the modules; (sim: the CPU's over the simulated memory) */
   if (cr->model) ze_exec_set_driver(x, ze_cuda_driver(cr));
   int64_t G = (int64_t)W * B * GAS;
-  double t_log = now_seconds(), loss_acc = 0.0;
+  double t_log = now_seconds(), loss_acc = 0.0, t_loop = t_log;
   int64_t n_acc = 0;
   for (int64_t step = run->first_step; step < a->max_steps; step++) {
     ze_test_kill_point(comm, step + 1, false);
@@ -409,8 +412,19 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
         zck_saver_log_eval(&run->tracker.sv, global, el);
       }
     }
-    if (zck_saver_due(&run->tracker.sv, global)) ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
+    if (zck_saver_due(&run->tracker.sv, global)) {
+      double t0 = now_seconds();
+      ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
+      if (lead) {
+        double dt = now_seconds() - t0;
+        run->res->snapshot_seconds[run->res->n_saves] = run->tracker.snapshot_seconds;
+        run->res->save_stalls[run->res->n_saves++] = dt;
+        run->res->save_stall_seconds += dt;
+        if (dt > run->res->save_stall_max) run->res->save_stall_max = dt;
+      }
+    }
   }
+  if (lead) run->res->loop_seconds = now_seconds() - t_loop;
   float final_eval;
   ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &final_eval), s, done);
   if (keeper) {
@@ -522,6 +536,7 @@ static void *rank_main(void *arg) {
   memset(&zr, 0, sizeof zr);
   memset(&cr, 0, sizeof cr);
   zck_status s = rank_state_init(rt, &zr, &cr);
+  if (s == ZCK_OK) s = ze_ckpt_rank_start(&run->tracker, &zr);
   if (s == ZCK_OK && run->resuming) {
     s = ze_ckpt_restore_rank(&run->tracker, &run->resume, &zr);
     /* once every rank holds its state, the checkpoint (and a temporary reshard of it) is
@@ -691,7 +706,10 @@ setup_done:
   res->mem_host = zck__calloc((size_t)W, sizeof *res->mem_host);
   res->dev_workspace = zck__calloc((size_t)W, sizeof *res->dev_workspace);
   res->dev_used_peak = zck__calloc((size_t)W, sizeof *res->dev_used_peak);
-  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
+  res->save_stalls = zck__calloc((size_t)n_steps + 1, sizeof *res->save_stalls);
+  res->snapshot_seconds = zck__calloc((size_t)n_steps + 1, sizeof *res->snapshot_seconds);
+  res->snapshot_bytes = zck__calloc((size_t)W, sizeof *res->snapshot_bytes);
+  if (!res->save_stalls || !res->snapshot_seconds || !res->snapshot_bytes || !res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
       !res->mem_host || !res->dev_workspace || !res->dev_used_peak)
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
@@ -781,6 +799,7 @@ setup_done:
       s = zck__fail(wr, "%s", wmsg);
   }
   if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
+  for (int r = 0; s == ZCK_OK && r < W; r++) res->snapshot_bytes[r] = ze_ckpt_snapshot_bytes(&run.tracker, r);
 done:
   if (s != ZCK_OK) {
     ze_train_result_free(res);

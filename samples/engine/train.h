@@ -111,6 +111,17 @@ typedef struct ze_train_result {
   char *best_checkpoint;            /* with load_best_model_at_end */
   bool async_save;                  /* saves were written in the background (--async-save or
                                        the DeepSpeed config's checkpoint.writer.decoupled) */
+  /* rank 0's clock (the bench): */
+  int64_t n_saves;                  /* saves in the step loop */
+  double save_stall_seconds;        /* time the step loop was blocked in them, summed: the
+                                       whole save, or the snapshot (and any wait for the
+                                       save before) with async_save */
+  double save_stall_max;            /* the longest of them */
+  double *save_stalls;              /* [n_saves] each of them, in order */
+  double *snapshot_seconds;         /* [n_saves] async_save: the snapshot's copy within each */
+  uint64_t *snapshot_bytes;         /* [n_mem] async_save: host bytes of each rank's snapshot */
+  double loop_seconds;              /* the step loop, first step to last (its saves
+                                       included; not the end-of-training flush) */
   char *message;                    /* on failure, when the error is longer than one line
                                        (the DeepSpeed config mismatch list): the whole text */
 } ze_train_result;
