@@ -116,6 +116,13 @@ void ze_args_usage(FILE *f) {
           "optimizer state (AdamW then runs on the CPU) or the 16-bit partitions stay in host\n"
           "memory; on CPU ranks the ZeRO state is in host memory already. \"nvme\" is refused.\n"
           "\n"
+          "Async saves (--async-save, or the DeepSpeed config's checkpoint.writer.decoupled): at a save\n"
+          "step each rank copies its ZeRO state to host memory (from the GPU through two page-locked\n"
+          "buffers of one bucket) and trains on; a thread writes the same files a synchronous save\n"
+          "writes, hashed as written, and renames checkpoint-N into place last, so a crash leaves the\n"
+          "previous checkpoint the newest. One save at a time: the next one waits (the log says so).\n"
+          "A failed background write fails the run at the next save or at the end. Ranks as threads.\n"
+          "\n"
           "Defaults differ from TrainingArguments where a tiny model needs it (max-steps, learning-rate,\n"
           "logging-steps). Exit status: 0 ok, 1 error, 2 usage error.\n",
           "--help", "this text", "--version", "the zckpt version");
