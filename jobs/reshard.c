@@ -141,6 +141,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
+  if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, out, &o);
   if (zck__is_hdf5(src)) return zck__reshard_from_h5(src, out, &o);
   if (zck__is_universal(src)) return zck__reshard_from_universal(src, out, &o);
   zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;

@@ -84,6 +84,9 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
 /* The whole-tensor source as a state view (reshard_whole.c). */
 void zck__whole_state(const zck__whole_src *s, zck_state_view *v);
 
+/* --to-format dcp (reshard_dcp.c): SRC as the torch DCP checkpoint FSDP2 saves at W ranks. */
+zck_status zck__reshard_to_dcp(const char *src, const char *out, const zck_reshard_opts *o);
+
 zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
 zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o);
 
