@@ -163,13 +163,32 @@ void zck__source_memory(zck__source *src, const char *name, const void *data, ui
   src->size = size;
 }
 
+zck_status zck__source_window(zck__source *win, const zck__source *parent, uint64_t off, uint64_t size,
+                              const char *name) {
+  memset(win, 0, sizeof *win);
+  win->fd = -1;
+  uint64_t end;
+  if (!zck__add_u64(off, size, &end) || end > parent->size)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: bytes %llu..%llu lie past its end (%llu bytes)", parent->name,
+                     (unsigned long long)off, (unsigned long long)off + size, (unsigned long long)parent->size);
+  win->name = zck__strdup(name ? name : parent->name);
+  if (!win->name) return ZCK_ERR_NO_MEMORY;
+  win->fd = parent->fd;
+  win->mem = parent->mem;
+  win->base = parent->base + off;
+  win->size = size;
+  win->window = true;
+  return ZCK_OK;
+}
+
 zck_status zck__source_read(const zck__source *src, void *dst, size_t n, uint64_t off) {
-  /* a node-local checkpoint's file another node holds: only its metadata is here */
-  if (src->fd >= 0 && zck__dist_has_stubs()) ZCK_TRY(zck__dist_check_read(src->fd, src->name, off, n));
   uint64_t end;
   if (!zck__add_u64(off, n, &end) || end > src->size)
     return zck__fail(ZCK_ERR_TRUNCATED, "%s: truncated: need bytes %llu..%llu but the file has %llu",
                      src->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)src->size);
+  off += src->base;
+  /* a node-local checkpoint's file another node holds: only its metadata is here */
+  if (src->fd >= 0 && zck__dist_has_stubs()) ZCK_TRY(zck__dist_check_read(src->fd, src->name, off, n));
   if (!n) return ZCK_OK;
   if (src->mem) {
     memcpy(dst, src->mem + off, n);
@@ -181,12 +200,12 @@ zck_status zck__source_read(const zck__source *src, void *dst, size_t n, uint64_
 const uint8_t *zck__source_peek(const zck__source *src, uint64_t off, uint64_t n) {
   uint64_t end;
   if (!src->mem || !zck__add_u64(off, n, &end) || end > src->size) return NULL;
-  return src->mem + off;
+  return src->mem + src->base + off;
 }
 
 void zck__source_close(zck__source *src) {
   if (!src) return;
-  if (src->fd >= 0) close(src->fd);
+  if (src->fd >= 0 && !src->window) close(src->fd);
   free(src->name);
   memset(src, 0, sizeof *src);
   src->fd = -1;

@@ -30,10 +30,19 @@ typedef struct zck__source {
   uint64_t size;
   int fd;                /* -1 for memory sources */
   const uint8_t *mem;    /* memory sources */
+  uint64_t base;         /* a window: where byte 0 lies in fd / mem (0 otherwise) */
+  bool window;           /* a window: fd is its parent's, not closed with it */
 } zck__source;
 
 zck_status zck__source_open(zck__source *src, const char *path);
 void zck__source_memory(zck__source *src, const char *name, const void *data, uint64_t size);
+/* A window [off, off + size) of parent as a source of its own (byte 0 = parent byte off),
+ * named `name`: a file held inside another (a DCP item, a torch.save zip at an offset of
+ * its .distcp file) is then opened by the readers of its format. It shares parent's
+ * descriptor: parent must outlive it. INVALID_ARG (naming parent) if the range passes
+ * parent's end. */
+zck_status zck__source_window(zck__source *win, const zck__source *parent, uint64_t off, uint64_t size,
+                              const char *name);
 /* Reads exactly n bytes at off; ZCK_ERR_TRUNCATED if the range passes the end. */
 zck_status zck__source_read(const zck__source *src, void *dst, size_t n, uint64_t off);
 /* Pointer into a memory source, NULL for files. */

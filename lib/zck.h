@@ -273,6 +273,11 @@ ZCK_API const zck_tensor_desc *zck_state_dict_tensor(const zck_state_dict *sd, s
 ZCK_API zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers);
 ZCK_API void zck_state_dict_free(zck_state_dict *sd);
 
+typedef enum zck_reshard_format {
+  ZCK_RESHARD_TO_DEEPSPEED = 0,   /* DeepSpeed ZeRO files (the default) */
+  ZCK_RESHARD_TO_DCP              /* torch Distributed Checkpoint as FSDP2 saves it */
+} zck_reshard_format;
+
 typedef struct zck_reshard_opts {
   size_t size;                /* sizeof(zck_reshard_opts), set by ZCK_RESHARD_OPTS_INIT */
   int to_stage;               /* 1, 2 or 3; 0 = the source's */
@@ -291,8 +296,11 @@ typedef struct zck_reshard_opts {
                                  model config: DeepSpeed's split depends on it */
   const char *model_config;   /* config.json for --to-tp-size; NULL = <checkpoint folder>/config.json
                                  (where Hugging Face's Trainer saves it, beside global_step<N>/) */
+  zck_reshard_format to_format; /* DCP: OUT is a DCP folder (.metadata, __<r>_0.distcp) for FSDP2 at
+                                 to_world_size ranks (0: the source's); to_stage must be 0 */
 } zck_reshard_opts;
-#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL}
+#define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL, \
+                               ZCK_RESHARD_TO_DEEPSPEED}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that

@@ -1,4 +1,5 @@
-/* cmd_reshard.c: `zckpt reshard SRC OUT --to-stage S --to-world-size W`. */
+/* cmd_reshard.c: `zckpt reshard SRC OUT --to-stage S --to-world-size W`, and
+ * `--to-format dcp` for the torch Distributed Checkpoint FSDP2 would save. */
 #include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 static const char zck__reshard_help[] =
   "usage: zckpt reshard [options] SRC OUT --to-stage {1,2,3} --to-world-size W\n"
+  "       zckpt reshard [options] SRC OUT --to-format dcp [--to-world-size W]\n"
   "\n"
   "Rewrites a DeepSpeed checkpoint for another ZeRO stage and GPU count, with all\n"
   "optimizer state (fp32 master weights, exp_avg, exp_avg_sq, step), scheduler, counters\n"
@@ -23,7 +25,13 @@ static const char zck__reshard_help[] =
   "root. Refused before anything is written: a source without optimizer state, a\n"
   "universal checkpoint missing a state, param groups the target cannot hold.\n"
   "\n"
+  "With --to-format dcp, OUT is a torch Distributed Checkpoint (.metadata,\n"
+  "__<r>_0.distcp) as FSDP2 saves dcp.save({\"model\": ..., \"optim\": ...}) from\n"
+  "get_state_dict at W ranks: fp32 weights, Adam's exp_avg, exp_avg_sq and step, and the\n"
+  "param groups' settings, keyed by FQN; load it with dcp.load and set_state_dict.\n"
+  "\n"
   "options:\n"
+  "  --to-format F            deepspeed (default) or dcp\n"
   "  --to-stage S             target ZeRO stage (default: the source's)\n"
   "  --to-world-size W        target data-parallel world size (default: the source's)\n"
   "  --to-tp-size T           1 (default) writes plain ZeRO; T > 1 writes DeepSpeed AutoTP\n"
@@ -64,7 +72,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"sub-group-size", required_argument, 0, 'g'}, {"tag", required_argument, 0, 't'},
     {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
-    {"model-config", required_argument, 0, 'M'},
+    {"model-config", required_argument, 0, 'M'}, {"to-format", required_argument, 0, 'f'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -91,6 +99,11 @@ int zck_cmd_reshard(int argc, char **argv) {
       o.to_tp_size = (uint32_t)v;
       break;
     case 'M': o.model_config = optarg; break;
+    case 'f':
+      if (!strcmp(optarg, "dcp")) o.to_format = ZCK_RESHARD_TO_DCP;
+      else if (!strcmp(optarg, "deepspeed")) o.to_format = ZCK_RESHARD_TO_DEEPSPEED;
+      else return zck_cli_usage_error("reshard", "--to-format must be deepspeed or dcp");
+      break;
     case 't': o.tag = optarg; break;
     case 'j':
       if ((rc = zck_cli_opt_threads("reshard", optarg, &o.threads))) return rc;
@@ -106,8 +119,10 @@ int zck_cmd_reshard(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
-  if (!o.to_stage && !o.to_world_size && !o.to_tp_size)
+  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && o.to_format != ZCK_RESHARD_TO_DCP)
     return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  if (o.to_stage && o.to_format == ZCK_RESHARD_TO_DCP)
+    return zck_cli_usage_error("reshard", "--to-stage: a DCP checkpoint has no ZeRO stage");
   zck_cli_ckpt_job job = {"reshard", "resharding", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_reshard, &o};
   return zck_cli_run_from_checkpoint(&job, argv[optind], argv[optind + 1]);
 }

@@ -48,6 +48,19 @@ zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w);
  * caller must write its data. Data offsets are 64-byte aligned. */
 zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t size, size_t *index,
                                   uint64_t *data_offset);
+/* An archive that starts at file offset `base` of out rather than at 0: one item among
+ * others in a larger file (torch DCP's .distcp files hold one torch.save archive per item).
+ * The offsets it records are relative to its own start, as torch.save writing to a stream
+ * records them; the 64-byte alignment too; reserve returns absolute file offsets. */
+zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_writer **w);
+/* The archive's length once finished with the entries reserved so far (directory and end
+ * records included): where the next item of a file may start. */
+uint64_t zck_zip_writer_size(const zck_zip_writer *w);
+/* Where entry `index`'s CRC-32 lies in the file once the archive is finished (absolute
+ * offsets: in its data descriptor, in its central-directory record), so a caller can finish
+ * an archive before its data is written and put the CRC there when it is known, keeping
+ * no writer per archive meanwhile. False for an empty entry (no descriptor; CRC 0). */
+bool zck_zip_writer_crc_slots(const zck_zip_writer *w, size_t index, uint64_t slots[2]);
 /* Records the CRC32 of a reserved entry's data (computed by whoever wrote it). */
 void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc);
 /* reserve + pwrite + crc in one call, for small entries (data.pkl, version, ...). */

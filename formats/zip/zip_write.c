@@ -27,6 +27,7 @@ typedef struct {
   char *name;
   uint16_t name_len;
   bool crc_set;
+  uint8_t *held;            /* an archive at an offset: small data kept for finish's runs */
   uint32_t crc;
   uint64_t header_offset, data_offset, size;
 } zck__zip_wentry;
@@ -39,6 +40,11 @@ struct zck_zip_writer {
   bool force_zip64, finished;
   zck__zip_names names;
   zck__shash *hash;         /* optional: told every byte laid out (zck_zip_writer_hash) */
+  uint64_t base;            /* file offset of the archive's byte 0 (zck_zip_writer_create_at);
+                               every offset the archive records is relative to it */
+  bool hold_small;          /* zck_zip_writer_add keeps the data for finish, which writes
+                               each run of headers and small data with one pwrite: an item
+                               of a DCP file is ~15 writes of a few bytes otherwise */
 };
 
 static const char *zck__zip_wentry_name(const void *ctx, size_t i) { return ((const zck_zip_writer *)ctx)->e[i].name; }
@@ -50,8 +56,15 @@ zck_status zck_zip_writer_create(zck__outfile *out, zck_zip_writer **w) {
   return ZCK_OK;
 }
 
+zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_writer **w) {
+  ZCK_TRY(zck_zip_writer_create(out, w));
+  (*w)->base = base;
+  (*w)->hold_small = true;
+  return ZCK_OK;
+}
+
 void zck_zip_writer_hash(zck_zip_writer *w, zck__shash *h) {
-  ZCK_ASSERT(w->count == 0);
+  ZCK_ASSERT(w->count == 0 && w->base == 0);
   w->hash = h;
 }
 
@@ -62,7 +75,10 @@ void zck_zip_writer_force_zip64(zck_zip_writer *w, bool on) {
 
 void zck_zip_writer_free(zck_zip_writer *w) {
   if (!w) return;
-  for (size_t i = 0; i < w->count; i++) free(w->e[i].name);
+  for (size_t i = 0; i < w->count; i++) {
+    free(w->e[i].name);
+    free(w->e[i].held);
+  }
   free(w->e);
   zck__zip_names_free(&w->names);
   free(w);
@@ -123,7 +139,7 @@ static zck_status zck__zip_reserve(zck_zip_writer *w, const char *name, uint64_t
   w->count++;
   w->cursor = end;
   *index = w->count - 1;
-  *data_offset = e->data_offset;
+  *data_offset = w->base + e->data_offset;
   if (w->hash) zck__zip_tell_hash(w, e, *index, known);
   return ZCK_OK;
 }
@@ -142,7 +158,12 @@ zck_status zck_zip_writer_add(zck_zip_writer *w, const char *name, const void *d
   size_t index;
   uint64_t off;
   ZCK_TRY(zck__zip_reserve(w, name, size, data, &index, &off));
-  if (size) ZCK_TRY(zck__outfile_pwrite(w->out, data, (size_t)size, off));
+  if (size && w->hold_small) {
+    if (!(w->e[index].held = zck__malloc((size_t)size))) return ZCK_ERR_NO_MEMORY;
+    memcpy(w->e[index].held, data, (size_t)size);
+  } else if (size) {
+    ZCK_TRY(zck__outfile_pwrite(w->out, data, (size_t)size, off));
+  }
   zck_zip_writer_set_crc(w, index, zck_crc32(0, data, (size_t)size));
   return ZCK_OK;
 }
@@ -158,7 +179,7 @@ typedef struct {
 
 static void zck__zip_flush(zck__zip_emit *m) {
   if (m->st == ZCK_OK && m->buf.failed) m->st = zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory writing zip records", m->w->out->path);
-  if (m->st == ZCK_OK && m->buf.len) m->st = zck__outfile_pwrite(m->w->out, m->buf.data, m->buf.len, m->off);
+  if (m->st == ZCK_OK && m->buf.len) m->st = zck__outfile_pwrite(m->w->out, m->buf.data, m->buf.len, m->w->base + m->off);
   m->buf.len = 0;
 }
 
@@ -308,6 +329,30 @@ static void zck__zip_end_records(zck__zip_emit *m, uint64_t cd_offset, uint64_t 
   zck__buf_u16le(b, 0);
 }
 
+static uint64_t zck__zip_central_len(const zck_zip_writer *w, const zck__zip_wentry *e);
+
+uint64_t zck_zip_writer_size(const zck_zip_writer *w) {
+  uint64_t cd = 0;
+  for (size_t i = 0; i < w->count; i++) cd += zck__zip_central_len(w, &w->e[i]);
+  return w->cursor + cd + ZCK_ZIP64_END_SIZE + ZCK_ZIP64_LOCATOR_SIZE + ZCK_ZIP_END_SIZE;
+}
+
+static uint64_t zck__zip_central_len(const zck_zip_writer *w, const zck__zip_wentry *e) {
+  bool bs = zck__zip_big_size(w, e->size), bo = zck__zip_big_offset(w, e->header_offset);
+  return ZCK_ZIP_CENTRAL_SIZE + e->name_len + ((bs || bo) ? 4u + (bs ? 16u : 0u) + (bo ? 8u : 0u) : 0u);
+}
+
+bool zck_zip_writer_crc_slots(const zck_zip_writer *w, size_t index, uint64_t slots[2]) {
+  ZCK_ASSERT(index < w->count);
+  const zck__zip_wentry *e = &w->e[index];
+  if (!e->size) return false;
+  uint64_t cd = w->cursor;
+  for (size_t i = 0; i < index; i++) cd += zck__zip_central_len(w, &w->e[i]);
+  slots[0] = w->base + e->data_offset + e->size + 4;  /* descriptor: signature, then the CRC */
+  slots[1] = w->base + cd + 16;                       /* central record: the CRC at byte 16 */
+  return true;
+}
+
 zck_status zck_zip_writer_finish(zck_zip_writer *w) {
   ZCK_ASSERT(!w->finished);
   for (size_t i = 0; i < w->count; i++)
@@ -321,6 +366,7 @@ zck_status zck_zip_writer_finish(zck_zip_writer *w) {
     const zck__zip_wentry *e = &w->e[i];
     zck__zip_seek(&m, e->header_offset);
     zck__zip_local_header(&m, e);
+    if (e->held) zck__buf_append(&m.buf, e->held, (size_t)e->size); /* the header ends at data_offset */
     if (e->size) {
       zck__zip_seek(&m, e->data_offset + e->size);
       zck__zip_descriptor(&m, e);

@@ -61,7 +61,7 @@ class Mirror(unittest.TestCase):
             return self.CTYPES[c]
         if c == "zck_progress_cb":
             return N.PROGRESS
-        if c in ("zck_dtype", "zck_output_format", "zck_universal_format", "zck_tensor_role",
+        if c in ("zck_dtype", "zck_output_format", "zck_universal_format", "zck_reshard_format", "zck_tensor_role",
                  "zck_verify_result", "zck_verify_severity"):
             return ctypes.c_int   # enums
         if c == "const int64_t*":
@@ -190,6 +190,15 @@ class Api(unittest.TestCase):
         zckpt.reshard(CKPT, r, world_size=3, stage=1, progress=False)
         info = zckpt.inspect(r)
         self.assertEqual((info["format"], info["stage"], info["world_size"]), ("deepspeed", 1, 3))
+        # format="dcp": the CLI's --to-format dcp, the same files but for .metadata's random save_id
+        d, dcli = os.path.join(self.tmp, "d"), os.path.join(self.tmp, "dcli")
+        zckpt.reshard(CKPT, d, world_size=3, format="dcp", progress=False)
+        subprocess.run([BIN, "reshard", "-q", "--to-format", "dcp", "--to-world-size", "3", CKPT, dcli], check=True)
+        self.assertEqual(sorted(os.listdir(d)), sorted(os.listdir(dcli)))
+        for f in os.listdir(d):
+            if f.endswith(".distcp"):
+                self.assertTrue(filecmp.cmp(os.path.join(d, f), os.path.join(dcli, f), shallow=False), f)
+        self.assertIn("__2_0.distcp", os.listdir(d))
         u = os.path.join(self.tmp, "u.h5")
         zckpt.to_universal(CKPT, u, format="hdf5", progress=False)
         cli = os.path.join(self.tmp, "cli")

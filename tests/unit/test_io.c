@@ -128,6 +128,21 @@ int main(void) {
   zck__source fs;
   ZT_OK(zck__source_open(&fs, path));
   ZT_EQ_U64(fs.size, 5);
+  /* a window of a file source, and a window of that window: bounded by its own size, and
+   * closing it leaves the parent's descriptor open */
+  {
+    zck__source w1, w2;
+    ZT_OK(zck__source_window(&w1, &fs, 1, 3, "out.bin item"));
+    ZT_OK(zck__source_window(&w2, &w1, 1, 2, NULL));
+    ZT_OK(zck__source_read(&w2, buf, 2, 0));
+    ZT_EQ_MEM(buf, "ll", 2);
+    ZT_ERR(zck__source_read(&w1, buf, 2, 2), ZCK_ERR_TRUNCATED, "out.bin item: truncated");
+    ZT_ERR(zck__source_window(&w2, &w1, 2, 2, NULL), ZCK_ERR_INVALID_ARG, "out.bin item: bytes 2..4");
+    zck__source_close(&w2);
+    zck__source_close(&w1);
+    ZT_OK(zck__source_read(&fs, buf, 5, 0));
+    ZT_EQ_MEM(buf, "hello", 5);
+  }
   ZT_OK(zck__source_read(&fs, buf, 5, 0));
   ZT_EQ_MEM(buf, "hello", 5);
   ZT_ERR(zck__source_read(&fs, buf, 6, 0), ZCK_ERR_TRUNCATED, "out.bin: truncated");

@@ -1,0 +1,112 @@
+/* dcp.h: torch Distributed Checkpoint folders (FSDP2, torchtitan, Accelerate FSDP, HF
+ * Trainer with FSDP), described as a state view. The format's rules are dcp_format.h's.
+ *
+ * zck_dcp_open() reads the .metadata pickle (the allowlisted classes only, as torch's
+ * unpickler would see them) and checks the structure of the whole file set before any
+ * job reads a tensor byte:
+ *   - every storage item lies inside its file, items do not overlap and fill each file
+ *     from its first byte to its last (the FileSystemWriter writes them back to back);
+ *   - every file the metadata names is there; no transform descriptor (compression) and
+ *     no path outside the folder;
+ *   - every tensor's chunks lie inside its global shape, cover it exactly once, and each
+ *     is one contiguous range of its flat (row-major) array, with exactly one item;
+ *   - every item is an uncompressed torch.save zip: a tensor item holds one contiguous
+ *     tensor of the chunk's dtype and shape, a bytes item one Python value.
+ * It then describes, reading nothing more:
+ *   - a model manifest: params = the model.<fqn> tensors in metadata order (dtype as
+ *     stored); param groups and their settings from the optim.param_groups.<i>.* items;
+ *     a param with optimizer state is trainable, one without it frozen;
+ *   - a state view (lib/state.h): FP32 (trainable weights), EXP_AVG, EXP_AVG_SQ and
+ *     FROZEN parts, each a custom layout whose stores are the chunks, bound in place to
+ *     their bytes inside the items (a window source per item) with the zip CRC-32 of each
+ *     record, so the executor checks every byte it streams;
+ *   - the consolidation recipe (dcp_to_torch_save's model entries, in order, in their
+ *     stored dtype) in the form every job takes (zck_ds_output).
+ * Errors are one line naming the file: "DIR/__1_0.distcp: item model.x at byte 123: ...".
+ */
+#ifndef ZCK_DCP_H
+#define ZCK_DCP_H
+
+#include "dcp/dcp_format.h"
+#include "deepspeed/deepspeed.h"
+#include "model.h"
+#include "state.h"
+#include "torch/torch.h"
+
+typedef struct zck_dcp zck_dcp;
+
+typedef struct zck_dcp_open_opts {
+  zck_torch_open_opts torch;       /* limits for the metadata pickle and every item */
+  uint64_t max_metadata_bytes;     /* a larger .metadata is ZCK_ERR_LIMIT; default 1 GiB */
+} zck_dcp_open_opts;
+#define ZCK_DCP_OPEN_OPTS_INIT {ZCK_TORCH_OPEN_OPTS_INIT, (uint64_t)1 << 30}
+
+/* The DCP folder path stands for, malloc'd into *dir (NULL when it is none):
+ *   - a folder holding .metadata (dcp.save's checkpoint_id; a torchtitan step-N);
+ *   - a folder holding pytorch_model_fsdp_0/.metadata (Accelerate save_state, HF Trainer
+ *     FSDP checkpoint-N);
+ *   - an HF output_dir or a torchtitan checkpoint folder: its checkpoint-N / step-N
+ *     (largest N) that holds one of the above. */
+zck_status zck_dcp_resolve(const char *path, char **dir);
+/* True if zck_dcp_resolve finds a DCP folder for path (for sniffing). */
+bool zck_dcp_is_checkpoint(const char *path);
+
+/* Opens path (anything zck_dcp_resolve takes). opts may be NULL. */
+zck_status zck_dcp_open(const char *path, const zck_dcp_open_opts *opts, zck_dcp **out);
+void zck_dcp_close(zck_dcp *c);
+
+typedef struct zck_dcp_info {
+  const char *dir;                 /* the DCP folder */
+  const char *version;             /* Metadata.version, NULL if absent */
+  const char *save_id;             /* StorageMeta.save_id, NULL if absent */
+  size_t n_files;                  /* .distcp files */
+  size_t n_items;                  /* storage items (chunks and bytes items) */
+  size_t n_tensors;                /* tensor entries of state_dict_metadata */
+  size_t n_bytes_entries;          /* bytes entries */
+  uint64_t data_bytes;             /* sum of the .distcp files' sizes */
+  bool has_optimizer_state;        /* exp_avg and exp_avg_sq for every trainable param */
+  zck_dtype weight_dtype;          /* of the model weights; INVALID when they differ */
+  zck_dtype state_dtype;           /* of exp_avg / exp_avg_sq; INVALID without them */
+} zck_dcp_info;
+
+const zck_dcp_info *zck_dcp_info_of(const zck_dcp *c);
+const zck_model *zck_dcp_model(const zck_dcp *c);
+/* The state view of the folder (valid until zck_dcp_close). */
+void zck_dcp_state(const zck_dcp *c, zck_state_view *v);
+/* The consolidation recipe: one TRAINABLE (FP32 part) or FROZEN (FROZEN part) entry per
+ * model.<fqn> tensor, in metadata order, dtype = src_dtype = as stored. */
+const zck_ds_output *zck_dcp_outputs(const zck_dcp *c, size_t *n);
+
+/* One state_dict_metadata entry, for inspect. */
+typedef struct zck_dcp_entry_info {
+  const char *key;                 /* the flat key */
+  zck_dcp_key_kind kind;
+  bool is_bytes;
+  zck_dtype dtype;                 /* tensors */
+  int ndim;
+  const int64_t *shape;
+  uint64_t numel;
+  size_t n_chunks;                 /* tensors: chunks; bytes: 1 */
+} zck_dcp_entry_info;
+size_t zck_dcp_entry_count(const zck_dcp *c);
+void zck_dcp_entry_at(const zck_dcp *c, size_t i, zck_dcp_entry_info *out);
+
+/* The folders read (the DCP folder; Accelerate's optimizer folder beside it, or NULL). */
+const char *zck_dcp_optim_dir(const zck_dcp *c);
+
+/* One zip record of a storage item, placed in its .distcp file: what a checker that reads
+ * whole files (verify) CRCs as it passes. */
+typedef struct zck_dcp_record {
+  const char *path;                /* the .distcp file */
+  const char *key;                 /* the item's entry */
+  const char *name;                /* the record inside the item's zip ("archive/data/0") */
+  uint64_t off, size;              /* absolute in the file */
+  uint32_t crc32;
+  uint16_t method;                 /* 0: stored */
+} zck_dcp_record;
+/* Calls fn for every record of every item that is a torch.save zip (every tensor item and
+ * every optimizer bytes item; other bytes items, when not a zip, have none), reading only
+ * their zip directories. fn's error stops the walk. */
+zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx);
+
+#endif

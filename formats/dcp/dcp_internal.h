@@ -1,0 +1,85 @@
+/* dcp_internal.h: what the DCP reader's files share: the metadata as parsed (dcp_meta.c),
+ * then checked against the data files and described (dcp_open.c, dcp_view.c). */
+#ifndef ZCK_DCP_INTERNAL_H
+#define ZCK_DCP_INTERNAL_H
+
+#include "dcp/dcp.h"
+#include "exec.h"
+#include "io.h"
+#include "strmap.h"
+
+/* A chunk of a tensor entry: where it sits in the global shape, and in the flat array. */
+typedef struct zck__dcp_chunk {
+  int64_t offsets[ZCK_MAX_DIMS], sizes[ZCK_MAX_DIMS];
+  uint64_t flat_off, numel;
+  size_t item;                     /* its storage item; SIZE_MAX until matched */
+} zck__dcp_chunk;
+
+/* A state_dict_metadata entry. */
+typedef struct zck__dcp_entry {
+  char *key;                       /* the flat key */
+  char *fqn;                       /* MODEL, OPTIM_STATE: the param's FQN (own copy) */
+  zck_dcp_key k;                   /* k.fqn points at fqn, k.setting into key or the path */
+  char *setting;                   /* own copy of k.setting */
+  bool is_bytes;
+  zck_dtype dtype;
+  int ndim;
+  int64_t shape[ZCK_MAX_DIMS];
+  uint64_t numel;
+  size_t first_chunk, n_chunks;    /* into chunks[] */
+  size_t item;                     /* bytes entries: their storage item */
+} zck__dcp_entry;
+
+/* A storage_data entry: one item of a data file. */
+typedef struct zck__dcp_item {
+  size_t entry;                    /* the entry it belongs to */
+  size_t chunk;                    /* tensor items: the chunk; SIZE_MAX for bytes */
+  size_t file;                     /* into files[] */
+  uint64_t off, len;               /* inside the file */
+  /* tensor items, once opened: the chunk's bytes in place */
+  zck__source win;                 /* the item as a source of its own */
+  uint64_t data_off;               /* of the tensor's first byte, inside win */
+  zck_record_check rec;            /* the zip record holding it (offsets inside win) */
+  char *what;                      /* rec.what */
+} zck__dcp_item;
+
+typedef struct zck__dcp_file {
+  char *name;                      /* relative_path */
+  char *path;                      /* dir/name */
+  zck__source src;
+  uint64_t item_bytes;             /* the items' bytes (== src.size once checked) */
+} zck__dcp_file;
+
+struct zck_dcp {
+  zck_dcp_info info;
+  char *dir;
+  char *optim_dir;                 /* Accelerate's optimizer_0 beside pytorch_model_fsdp_0, or NULL */
+  char *version, *save_id;
+  zck__dcp_entry *entries;
+  size_t n_entries;
+  zck__dcp_chunk *chunks;
+  size_t n_chunks;
+  zck__dcp_item *items;
+  size_t n_items;
+  zck__dcp_file *files;
+  size_t n_files;
+  zck__strmap file_index;          /* path -> file */
+  size_t cap_entries, cap_chunks, cap_items, cap_files;
+  /* described */
+  zck_model *model;
+  uint32_t *param_of_entry;        /* [n_entries]: the param of a MODEL / OPTIM_STATE entry, or UINT32_MAX */
+  zck_layout *layout[ZCK_STATE_KINDS];
+  zck_store *stores[ZCK_STATE_KINDS];
+  zck_ds_output *outs;
+  size_t n_outs;
+};
+
+/* dcp_meta.c: parses the metadata pickle of folder dir into c's entries, chunks, items and
+ * files (names only; nothing opened), checking the chunk geometry. Called once per folder
+ * (a model folder, then Accelerate's optimizer folder): entries and items add up. */
+zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o);
+
+/* dcp_view.c: the model, layouts, stores and outputs, from opened items. */
+zck_status zck__dcp_describe(zck_dcp *c, const zck_dcp_open_opts *o);
+
+#endif

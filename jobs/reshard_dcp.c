@@ -1,0 +1,83 @@
+/* reshard_dcp.c: `zckpt reshard SRC OUT --to-format dcp [--to-world-size W]`: a DeepSpeed
+ * checkpoint as the torch Distributed Checkpoint FSDP2 would have saved at W ranks, with
+ * all optimizer state (fp32 weights, exp_avg, exp_avg_sq, step, param-group settings).
+ *
+ * The recipe of every job: the source described as a state view; the DCP writer reserves
+ * OUT's files and hands back its views (formats/dcp/dcp_writer.h); one zck_transfer moves
+ * the bytes, checking the source's CRCs as it reads and taking the target's as it writes;
+ * the writer's commit finishes the items and .metadata, zckpt's manifest is written last,
+ * and the folder, built under a temporary name, is renamed into place. A damaged source
+ * stops the transfer with one line and nothing is left at OUT.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcp/dcp_writer.h"
+#include "deepspeed/deepspeed.h"
+#include "manifest.h"
+#include "reshard_internal.h"
+#include "transfer.h"
+
+/* Writes OUT from the source view src over m; step: Adam's step of the source. */
+static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model *m, bool has_optim, double step,
+                                     uint32_t world, const char *out, const zck_reshard_opts *o) {
+  zck__outdir d;
+  memset(&d, 0, sizeof d);
+  zck_dcp_writer *w = NULL;
+  zck_dcp_write_opts wo = ZCK_DCP_WRITE_OPTS_INIT;
+  wo.world_size = world;
+  wo.has_optimizer_state = has_optim;
+  wo.step = step;
+  zck_status st = zck__outdir_create(&d, out, o->overwrite != 0);
+  if (st == ZCK_OK) st = zck_dcp_writer_create(d.tmp_path, m, &wo, &w);
+  if (st == ZCK_OK) {
+    zck_state_view dst[2];
+    size_t n = zck_dcp_writer_state(w, dst);
+    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+    to.exec.threads = o->threads;
+    to.exec.progress = o->progress;
+    to.exec.progress_ctx = o->progress_ctx;
+    to.exec.no_verify = o->no_verify != 0;
+    st = zck_transfer(src, dst, n, &to);
+  }
+  if (st == ZCK_OK) st = zck_dcp_writer_commit(w);
+  if (st == ZCK_OK) {
+    /* written last: its presence says the checkpoint is complete, its hashes what it holds */
+    zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
+    mo.threads = o->threads;
+    st = zck__manifest_write_dir_known(d.tmp_path, &mo, NULL, NULL);
+  }
+  if (st == ZCK_OK) st = zck__outdir_commit(&d);
+  if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, m->n_params);
+  zck_dcp_writer_free(w);
+  zck__outdir_abort(&d);
+  return st;
+}
+
+zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *out, const zck_reshard_opts *o) {
+  if (o->to_stage) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage: a DCP checkpoint has no ZeRO stage (FSDP2 shards every param)");
+  if (o->to_tp_size > 1) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-tp-size: not with --to-format dcp");
+  if (o->sub_group_size) return zck__fail(ZCK_ERR_INVALID_ARG, "--sub-group-size: not with --to-format dcp");
+  if (kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-format dcp reads DeepSpeed checkpoints only for now", src);
+  zck__src_opts so = ZCK__SRC_OPTS_INIT;
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED);
+  so.tag = o->tag;
+  so.threads = o->threads;
+  so.force = o->force != 0;
+  so.check_complete = true;
+  zck__src s;
+  ZCK_TRY(zck__src_open(&s, src, kind, &so));
+  const zck_ds_info *in = zck_ds_info_of(s.ck);
+  zck_status st = ZCK_OK;
+  if (!in->has_optimizer_state)
+    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) to convert", in->dir);
+  if (st == ZCK_OK && in->tp_size > 1)
+    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in->dir);
+  if (st == ZCK_OK) {
+    uint32_t world = o->to_world_size ? o->to_world_size : in->world_size;
+    st = zck__dcp_from_view(&s.view, s.m, true, in->step, world, out, o);
+  }
+  zck__src_close(&s);
+  return st;
+}

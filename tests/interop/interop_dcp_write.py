@@ -1,0 +1,245 @@
+"""interop_dcp_write.py: torch FSDP2 resumes from `zckpt reshard --to-format dcp` of a DeepSpeed run.
+
+Each source trains the fixture model (tests/fixtures/gen/make_deepspeed_fixtures.py: a tied embedding / head,
+a frozen Linear, a 1-element param, buffers, two param groups) under real DeepSpeed on the CPU (gloo, 2 ranks,
+torch AdamW, WarmupLR, gradient clipping 1.0) for STEPS steps, saves, and keeps training (the uninterrupted
+run). `zckpt reshard SRC OUT --to-format dcp --to-world-size W` converts the save; then W processes build the
+same model under FSDP2 (init_device_mesh("cpu", (W,)), fully_shard, torch AdamW over the same groups), take
+get_state_dict, dcp.load the converted folder into it and set_state_dict. Checked on every rank:
+
+  state      every trainable param's weight, exp_avg, exp_avg_sq: torch.equal DeepSpeed's full fp32 master and
+             Adam state (safe_get_full_*); Adam's step == DeepSpeed's; the frozen param and the persistent
+             buffers == DeepSpeed's (16-bit values widened); tied weights still one tensor
+  groups     every param group's settings (lr, betas, eps, weight_decay, ...) == DeepSpeed's
+  next loss  the loss of the next step's global batch, computed on DeepSpeed's per-rank slices and averaged
+             as it averages them: == the uninterrupted run's (fp32), within bf16 rounding (bf16)
+  a step     one AdamW step (clipped at 1.0, the loaded lr): the loss after it agrees with the uninterrupted
+             run's second loss within LOSS_RTOL (only the gradient reduction order differs)
+
+Damage: a byte flipped inside a tensor of the source's optimizer file is refused by the conversion in one line
+naming the file, exit 1, nothing at OUT.
+
+Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a zckpt binary).
+Usage: interop_dcp_write.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import torch  # noqa: E402
+import ds_harness as H  # noqa: E402
+
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
+STEPS, MORE = 2, 2
+LOSS_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
+
+# (source stage, source dtype, FSDP2 world sizes to load at); the DeepSpeed sources run at W=2
+SOURCES = [(3, "fp32", (2, 3)), (2, "bf16", (3,))]
+
+
+# ---- the FSDP2 side (one process per rank, launched by ds_launch)
+
+def fsdp2_worker(spec_path):
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    with open(spec_path) as f:
+        spec = json.load(f)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ref = torch.load(spec["ref"], weights_only=False)
+    m = H.fixture()
+    model = m.build_model()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if spec["dtype"] == "bf16" else MixedPrecisionPolicy()
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)), mp_policy=mp)
+    groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
+    opt = torch.optim.AdamW(groups, lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=spec["dcp"])
+    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+
+    probs = []
+    full = lambda t: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()  # noqa: E731
+    named = dict(model.named_parameters())
+    for n, want in ref["gathered"].items():
+        p = named[n]
+        if not torch.equal(full(p), want["fp32"]):
+            probs.append(f"{n}: weight differs from DeepSpeed's fp32 master")
+        st = opt.state.get(p, {})
+        for k in ("exp_avg", "exp_avg_sq"):
+            if k not in st or not torch.equal(full(st[k]), want[k]):
+                probs.append(f"{n}: {k} differs from DeepSpeed's")
+        if "step" not in st or float(st["step"]) != float(ref["step"]):
+            probs.append(f"{n}: step {st.get('step')} != DeepSpeed's {ref['step']}")
+    if model.head.weight is not model.embed.weight:
+        probs.append("head.weight is no longer embed.weight")
+    want_frozen = ref["lp"]["frozen.weight"].float()
+    if not torch.equal(full(model.frozen.weight).float(), want_frozen):
+        probs.append("frozen.weight differs from DeepSpeed's")
+    for b in ("shift", "counter"):
+        got, want = getattr(model, b), ref["lp"][b]
+        if not torch.equal(got.to(want.dtype), want):
+            probs.append(f"buffer {b}: {got.tolist()} != DeepSpeed's {want.tolist()}")
+    for g, (got, want) in enumerate(zip(opt.param_groups, ref["param_groups"])):
+        for k, v in want.items():
+            seq = lambda x: list(x) if isinstance(x, (list, tuple)) else x  # noqa: E731
+            # betas: a list in DeepSpeed's groups (from its JSON config), the tuple torch's AdamW makes in the DCP
+            if seq(got.get(k)) != seq(v):
+                probs.append(f"param group {g}: {k} = {got.get(k)!r}, DeepSpeed's {v!r}")
+    if len(opt.param_groups) != len(ref["param_groups"]):
+        probs.append(f"{len(opt.param_groups)} param groups, DeepSpeed had {len(ref['param_groups'])}")
+
+    def ds_loss(k):
+        """The loss DeepSpeed logs for step k: each of its ranks' slice, averaged as it all-reduces them."""
+        total = torch.zeros((), dtype=torch.float32)
+        for r in range(ref["ds_world"]):
+            ids, tgt = H.batch(k, r, ref["ds_world"])
+            total += model(ids, tgt).detach().float()
+        return (total / ref["ds_world"]).item()
+
+    loss = ds_loss(STEPS)
+    want = ref["losses"][0]
+    if spec["dtype"] == "fp32" and loss != want:
+        probs.append(f"next loss {loss!r} != the uninterrupted run's {want!r}")
+    if spec["dtype"] == "bf16" and abs(loss - want) > LOSS_RTOL["bf16"] * abs(want):
+        probs.append(f"next loss {loss!r} vs the uninterrupted run's {want!r}: beyond bf16 rounding")
+    # one step on this world size's split of the same global batch, then the next loss
+    ids, tgt = H.batch(STEPS, rank, world)
+    model(ids, tgt).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+    loss2, want2 = ds_loss(STEPS + 1), ref["losses"][1]
+    if abs(loss2 - want2) > LOSS_RTOL[spec["dtype"]] * abs(want2):
+        probs.append(f"loss after one FSDP2 step {loss2!r} vs the uninterrupted run's {want2!r}")
+    with open(f"{spec['out']}.rank{rank}.json", "w") as f:
+        json.dump({"problems": probs, "loss": loss, "loss2": loss2}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_fsdp2(tmp, name, world, dcp_dir, ref_path, dtype):
+    from ds_launch import launch
+    spec = {"dcp": dcp_dir, "ref": ref_path, "dtype": dtype, "out": os.path.join(tmp, name)}
+    spec_path = os.path.join(tmp, name + ".json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    logs = os.path.join(tmp, name + ".log")
+    rc = launch(world, [os.path.abspath(__file__), "--fsdp2", spec_path], log_prefix=logs, timeout=300)
+    if rc != 0:
+        return [f"FSDP2 ranks failed (exit {rc}): {H.error_of(logs, world)}"], None
+    res = [json.load(open(f"{spec['out']}.rank{r}.json")) for r in range(world)]
+    return sorted({p for r in res for p in r["problems"]}), res[0]
+
+
+# ---- the DeepSpeed side and the checks
+
+def reference(res):
+    """What the FSDP2 ranks compare with: DeepSpeed's full state right after the save, and the losses after it."""
+    snap = res[0]["snap"]
+    step = snap["parts"][0]["step"]
+    return {"gathered": snap["gathered"], "lp": snap["lp"], "param_groups": snap["param_groups"],
+            "step": float(step), "losses": res[0]["losses"], "ds_world": len(res)}
+
+
+def damaged(tmp, src_root):
+    """A flipped byte in a tensor of rank 1's optimizer file: refused in one line, nothing at OUT."""
+    bad = os.path.join(tmp, "damaged")
+    shutil.copytree(src_root, bad)
+    tag = open(os.path.join(bad, "latest")).read().strip()
+    optim = sorted(f for f in os.listdir(os.path.join(bad, tag)) if f.endswith("optim_states.pt"))[1]
+    path = os.path.join(bad, tag, optim)
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset)
+        head = f.read(30)
+        start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(head[28:30], "little")
+        f.seek(start + info.file_size // 2)
+        b = f.read(1)
+        f.seek(start + info.file_size // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+    out = os.path.join(tmp, "damaged.dcp")
+    r = subprocess.run([ZCKPT, "reshard", "-q", bad, out, "--to-format", "dcp", "--to-world-size", "3"],
+                       capture_output=True, text=True)
+    probs = []
+    lines = r.stderr.strip().splitlines()
+    if r.returncode != 1:
+        probs.append(f"damaged source: exit {r.returncode}, expected 1")
+    if len(lines) != 1 or optim not in lines[0] or "CRC" not in lines[0]:
+        probs.append(f"damaged source: expected one line naming {optim} and its CRC, got {r.stderr.strip()!r}")
+    if os.path.exists(out) or any(n.startswith(".damaged.dcp") for n in os.listdir(tmp)):
+        probs.append("damaged source: something was left at OUT")
+    return probs
+
+
+def scenario(tmp, stage, dtype, worlds):
+    name = f"s{stage}w2_{dtype}"
+    src = os.path.join(tmp, name)
+    res = H.run(tmp, name, 2, mode="train", stage=stage, dtype=dtype, steps=STEPS, more=MORE, save_dir=src,
+                perturb_frozen=True)
+    ref_path = os.path.join(tmp, name + ".ref.pt")
+    torch.save(reference(res), ref_path)
+    results = []
+    for w in worlds:
+        out = os.path.join(tmp, f"{name}.dcp{w}")
+        r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-format", "dcp", "--to-world-size", str(w)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            results.append((f"{name} -> FSDP2 W={w}", [f"zckpt reshard failed: {r.stderr.strip()}"]))
+            continue
+        probs, res0 = run_fsdp2(tmp, f"{name}.fsdp{w}", w, out, ref_path, dtype)
+        note = f" (next loss {res0['loss']:.7g}, after a step {res0['loss2']:.7g})" if res0 else ""
+        results.append((f"{name} -> FSDP2 W={w}{note}", probs))
+    if stage == 3:
+        results.append((f"{name} damaged -> refused", damaged(tmp, src)))
+    return results
+
+
+def main(argv):
+    if not os.path.exists(ZCKPT):
+        print(f"skip: no zckpt binary at {ZCKPT}")
+        return 77
+    want = set(argv)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="zck-dcpw-") as tmp:
+        for stage, dtype, worlds in SOURCES:
+            if want and f"s{stage}w2_{dtype}" not in want:
+                continue
+            try:
+                results = scenario(tmp, stage, dtype, worlds)
+            except Exception as e:  # a DeepSpeed run that failed: one failure, the others go on
+                traceback.print_exc()
+                results = [(f"s{stage}w2_{dtype}", [f"{type(e).__name__}: {e}"])]
+            for label, probs in results:
+                if probs:
+                    failed += 1
+                    print(f"FAIL {label}")
+                    for p in probs:
+                        print(f"     {p}")
+                else:
+                    passed += 1
+                    print(f"ok   {label}")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--fsdp2":
+        fsdp2_worker(sys.argv[2])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(main(sys.argv[1:]))
