@@ -10,7 +10,7 @@ for cmd in consolidate reshard to-universal verify inspect convert; do
   # the first fenced block of the page
   documented=$(awk '/^```/ { n++; next } n == 1' "$page")
   if [ "$documented" != "$("$bin" "$cmd" --help)" ]; then
-    echo "FAIL: docs/commands/zckpt-$cmd.md differs from 'zckpt $cmd --help':"
+    echo "FAIL: docs/commands/zckpt-$cmd.md differs from 'zckpt $cmd --help' (scripts/update_command_docs.sh puts it in):"
     diff <(echo "$documented") <("$bin" "$cmd" --help) | head -10
     fail=1
   fi
