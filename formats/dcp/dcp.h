@@ -45,7 +45,8 @@ typedef struct zck_dcp_open_opts {
  *   - a folder holding .metadata (dcp.save's checkpoint_id; a torchtitan step-N);
  *   - a folder holding pytorch_model_fsdp_0/.metadata (Accelerate save_state, HF Trainer
  *     FSDP checkpoint-N);
- *   - an HF output_dir: its checkpoint-N (largest N) that holds one of the above. */
+ *   - an HF output_dir or a torchtitan checkpoint folder: its checkpoint-N / step-N
+ *     (largest N) that holds one of the above. */
 zck_status zck_dcp_resolve(const char *path, char **dir);
 /* True if zck_dcp_resolve finds a DCP folder for path (for sniffing). */
 bool zck_dcp_is_checkpoint(const char *path);

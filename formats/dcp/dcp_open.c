@@ -34,11 +34,10 @@ static char *dcp_dir_of(const char *dir) {
   return NULL;
 }
 
-/* checkpoint-<digits>: N, or -1. */
+/* checkpoint-<digits> (HF Trainer) or step-<digits> (torchtitan): N, or -1. */
 static long long ckpt_number(const char *name) {
-  static const char pre[] = "checkpoint-";
-  if (strncmp(name, pre, sizeof pre - 1)) return -1;
-  const char *d = name + sizeof pre - 1;
+  const char *d = !strncmp(name, "checkpoint-", 11) ? name + 11 : !strncmp(name, "step-", 5) ? name + 5 : NULL;
+  if (!d) return -1;
   if (!*d || strlen(d) > 15) return -1;
   long long n = 0;
   for (; *d; d++) {
@@ -51,8 +50,9 @@ static long long ckpt_number(const char *name) {
 zck_status zck_dcp_resolve(const char *path, char **dir) {
   *dir = dcp_dir_of(path);
   if (*dir) return ZCK_OK;
-  /* an HF output_dir: the newest checkpoint-N a DCP save finished (.metadata is what it
-   * writes last) */
+  /* an HF output_dir or a torchtitan checkpoint folder: the newest checkpoint-N / step-N
+   * a DCP save finished (.metadata is what it writes last; torchtitan's own resume takes
+   * the largest step-N holding one) */
   DIR *d = opendir(path);
   if (!d) return zck__fail_errno(errno, "%s: cannot open folder", path);
   long long best = -1;
