@@ -8,7 +8,10 @@
  * OUT's files and hands back its views (formats/dcp/dcp_writer.h); one zck_transfer moves
  * the bytes, checking the source's CRCs as it reads and taking the target's as it writes;
  * the writer's commit finishes the items and .metadata, zckpt's manifest is written last,
- * and the folder, built under a temporary name, is renamed into place. A damaged source
+ * and the folder, built under a temporary name, is renamed into place. The manifest's
+ * hashes are made by reading the new files back (once, in order): the DCP writer does not
+ * stream them yet as the DeepSpeed writer does (an item's directory holds its data's
+ * CRC-32, which lib/stream_hash can only derive right after the data). A damaged source
  * stops the transfer with one line and nothing is left at OUT.
  */
 #include <stdlib.h>
