@@ -187,28 +187,21 @@ static zck_status zck__cons_unsaved_meta(zck__tensor_set *s, const char *const *
   return st;
 }
 
-/* Side files of an HF checkpoint-N/ folder that make the output loadable on its own. */
-void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n) {
-  static const char *candidates[] = {"config.json", "generation_config.json"};
-  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
-    char *p = zck__path_join(root, candidates[i]);
-    char *text = NULL;
-    if (p && zck__read_small_file(p, 1 << 20, &text, NULL) == ZCK_OK) {
-      char **nn = realloc(*names, (*n + 1) * sizeof *nn);
-      char **tt = realloc(*texts, (*n + 1) * sizeof *tt);
-      if (nn) *names = nn;
-      if (tt) *texts = tt;
-      if (nn && tt) {
-        nn[*n] = strdup(candidates[i]);
-        tt[*n] = text;
-        (*n)++;
-        text = NULL;
-      }
-    }
-    free(text);
-    free(p);
-  }
-  zck_clear_error();
+zck_status zck__cons_open(zck__src *s, const char *path, const zck_consolidate_opts *o) {
+  memset(s, 0, sizeof *s);
+  zck__src_kind kind = zck__src_sniff(path);
+  if ((kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL) && o->tag)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal %s, which has no tags", path,
+                     kind == ZCK__SRC_HDF5 ? "container" : "checkpoint");
+  zck__src_opts so = ZCK__SRC_OPTS_INIT;
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.tag = o->tag;
+  so.threads = o->threads;
+  so.force = o->force != 0;
+  so.check_complete = so.check_complete_universal = true;
+  so.no_verify = o->no_verify != 0;
+  so.recipe = true;
+  return zck__src_open(s, path, kind, &so);
 }
 
 /* The output tensors of zero_to_fp32's recipe as a tensor set (sources unbound: the
@@ -270,15 +263,15 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   if (fmt == ZCK_OUT_TORCH) { o.safetensors = 0; o.torch_bin = 1; }
   if (!o.safetensors && !o.torch_bin) return zck__fail(ZCK_ERR_INVALID_ARG, "nothing to write: choose safetensors or pt");
 
-  zck__cons_src src;
-  ZCK_TRY(zck__cons_src_open(&src, path, &o));
+  zck__src src;
+  ZCK_TRY(zck__cons_open(&src, path, &o));
   zck_status complete = zck_check_out_not_input(path, out, o.tag);
   struct stat osb;
   if (complete == ZCK_OK && fmt != ZCK_OUT_HF_DIR && stat(out, &osb) == 0 && S_ISDIR(osb.st_mode))
     complete = zck__fail(ZCK_ERR_EXISTS, "%s: exists and is a folder (an OUT named *.%s is written as one file)", out,
                          fmt == ZCK_OUT_SAFETENSORS ? "safetensors" : "bin/.pt");
   if (complete != ZCK_OK) {
-    zck__cons_src_close(&src);
+    zck__src_close(&src);
     return complete;
   }
   zck__tensor_set s;
@@ -290,7 +283,7 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
                         .progress = o.progress, .progress_ctx = o.progress_ctx};
   char **side_names = NULL, **side_texts = NULL;
   size_t n_side = 0;
-  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) st = zck__cons_src_side_files(&src, &side_names, &side_texts, &n_side);
+  if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) st = zck__src_side_files(&src, &side_names, &side_texts, &n_side);
 
   if (st == ZCK_OK && o.safetensors) {
     if (o.keep_tied) {
@@ -353,6 +346,6 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   free(side_texts);
   zck__set_free(&s);
   free(entries);
-  zck__cons_src_close(&src);
+  zck__src_close(&src);
   return st;
 }

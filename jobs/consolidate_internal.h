@@ -4,6 +4,7 @@
 #define ZCK_CONSOLIDATE_INTERNAL_H
 
 #include "deepspeed/deepspeed.h"
+#include "source.h"
 #include "tensor_set.h"
 
 /* What each set entry is, in deepspeed terms. */
@@ -31,34 +32,9 @@ zck_status zck__cons_build_set(const zck_ds_output *outs, size_t n_out, const zc
 zck_status zck__cons_fill(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
                           const size_t *order);
 
-/* A checkpoint to consolidate, whatever holds it (consolidate_source.c): a DeepSpeed
- * checkpoint, a universal folder in DeepSpeed's layout, or zckpt's HDF5 container, each
- * described by its own reader as a state view and zero_to_fp32's recipe for the
- * checkpoint it holds (or was made from), so every source gives the same output. */
-typedef struct zck__cons_src {
-  const char *dir;                 /* for messages: the folder or file read */
-  zck_state_view view;
-  const zck_ds_output *outs;
-  size_t n_outs;
-  const char *const *unsaved;      /* [2 * n_unsaved]: alias, source (zck_ds_unsaved_tie) */
-  size_t n_unsaved;
-  /* owned */
-  zck_ds_ckpt *ck;
-  struct zck_uv_ckpt *uv;
-  struct zck_h5u *h5;
-  zck_ds_output *own_outs;
-  const char **own_unsaved;
-} zck__cons_src;
-
-/* Opens path by what it is (zck_reshard's rules), checks it is complete (a zckpt
- * manifest's files all there, unless opts->force) and describes it. */
-zck_status zck__cons_src_open(zck__cons_src *s, const char *path, const zck_consolidate_opts *opts);
-void zck__cons_src_close(zck__cons_src *s);
-/* config.json / generation_config.json of the source's save root (an HF checkpoint-N/;
- * the container's /side_files), for an output folder: names and texts, free() each. A
- * container's that cannot be read (damaged) fails. */
-zck_status zck__cons_src_side_files(const zck__cons_src *s, char ***names, char ***texts, size_t *n);
-/* The same from a folder (consolidate.c): appends what root holds. */
-void zck__cons_side_files(const char *root, char ***names, char ***texts, size_t *n);
+/* Opens the checkpoint to consolidate (source.h: a DeepSpeed checkpoint, a universal
+ * folder or zckpt's HDF5 container), checked complete (a zckpt manifest's files all
+ * there, unless opts->force). */
+zck_status zck__cons_open(zck__src *s, const char *path, const zck_consolidate_opts *opts);
 
 #endif

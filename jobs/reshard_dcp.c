@@ -54,29 +54,30 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
   return st;
 }
 
-zck_status zck__reshard_to_dcp(const char *src, const char *out, const zck_reshard_opts *o) {
+zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *out, const zck_reshard_opts *o) {
   if (o->to_stage) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage: a DCP checkpoint has no ZeRO stage (FSDP2 shards every param)");
   if (o->to_tp_size > 1) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-tp-size: not with --to-format dcp");
   if (o->sub_group_size) return zck__fail(ZCK_ERR_INVALID_ARG, "--sub-group-size: not with --to-format dcp");
-  if (zck__is_hdf5(src) || zck__is_universal(src))
+  if (kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-format dcp reads DeepSpeed checkpoints only for now", src);
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o->tag;
-  dopts.threads = o->threads;
-  zck_ds_ckpt *c = NULL;
-  ZCK_TRY(zck_ds_open(src, &dopts, &c));
-  const zck_ds_info *in = zck_ds_info_of(c);
-  zck_status st = zck_ds_check_complete(c, o->force);
-  if (st == ZCK_OK && !in->has_optimizer_state)
+  zck__src_opts so = ZCK__SRC_OPTS_INIT;
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED);
+  so.tag = o->tag;
+  so.threads = o->threads;
+  so.force = o->force != 0;
+  so.check_complete = true;
+  zck__src s;
+  ZCK_TRY(zck__src_open(&s, src, kind, &so));
+  const zck_ds_info *in = zck_ds_info_of(s.ck);
+  zck_status st = ZCK_OK;
+  if (!in->has_optimizer_state)
     st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) to convert", in->dir);
   if (st == ZCK_OK && in->tp_size > 1)
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in->dir);
   if (st == ZCK_OK) {
-    zck_state_view view;
-    zck_ds_state(c, &view);
     uint32_t world = o->to_world_size ? o->to_world_size : in->world_size;
-    st = zck__dcp_from_view(&view, zck_ds_model(c), true, in->step, world, out, o);
+    st = zck__dcp_from_view(&s.view, s.m, true, in->step, world, out, o);
   }
-  zck_ds_close(c);
+  zck__src_close(&s);
   return st;
 }

@@ -10,6 +10,7 @@
 #include "zck.h"
 #include "plan.h"
 #include "safetensors/safetensors.h"
+#include "source.h"
 #include "stream_hash.h"
 #include "torch/torch.h"
 
@@ -98,47 +99,10 @@ uint64_t zck__set_out_bytes(const zck__tensor_set *s) {
   return total;
 }
 
-/* ---- sniffing */
+/* ---- reading what a path holds (its kind: source.h) */
 
 static bool zck__is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
 static bool zck__is_file(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISREG(st.st_mode); }
-
-static bool zck__dir_has(const char *dir, const char *name) {
-  char *p = zck__path_join(dir, name);
-  bool r = p && (zck__is_file(p) || zck__is_dir(p));
-  free(p);
-  return r;
-}
-
-static bool zck__ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && !strcmp(s + n - m, suffix);
-}
-
-zck__path_kind zck__sniff_path(const char *path) {
-  if (zck__is_dir(path)) {
-    if (zck__dir_has(path, "latest") || zck__dir_has(path, "latest_universal") ||
-        zck__dir_has(path, "mp_rank_00_model_states.pt") || zck__dir_has(path, "zero_pp_rank_0_mp_rank_00_model_states.pt"))
-      return ZCK__PATH_DEEPSPEED;
-    if (zck__dir_has(path, "model.safetensors") || zck__dir_has(path, "model.safetensors.index.json"))
-      return ZCK__PATH_HF_DIR;
-    return ZCK__PATH_UNKNOWN;
-  }
-  if (zck__ends_with(path, ".index.json")) return ZCK__PATH_HF_DIR;
-  zck__source src;
-  if (zck__source_open(&src, path) != ZCK_OK) return ZCK__PATH_UNKNOWN;
-  uint8_t head[9] = {0};
-  zck__path_kind kind = ZCK__PATH_UNKNOWN;
-  if (src.size >= 4 && zck__source_read(&src, head, src.size >= 9 ? 9 : 4, 0) == ZCK_OK) {
-    if (head[0] == 'P' && head[1] == 'K') kind = ZCK__PATH_TORCH;
-    /* the JSON header, which may start with spaces (ST-16: padded headers load in safetensors) */
-    else if (src.size >= 9 && (head[8] == '{' || head[8] == ' ')) kind = ZCK__PATH_SAFETENSORS;
-    else if (head[0] == 0x80) kind = ZCK__PATH_TORCH; /* legacy pickle: the torch reader explains */
-  }
-  zck__source_close(&src);
-  zck_clear_error();
-  return kind;
-}
 
 /* ---- readers */
 
@@ -240,11 +204,12 @@ zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path) {
 }
 
 zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
-  switch (zck__sniff_path(path)) {
-  case ZCK__PATH_TORCH: return zck__set_from_torch(s, path);
-  case ZCK__PATH_SAFETENSORS:
-  case ZCK__PATH_HF_DIR: return zck__set_from_safetensors(s, path);
-  case ZCK__PATH_DEEPSPEED:
+  switch (zck__src_sniff(path)) {
+  case ZCK__SRC_TORCH: return zck__set_from_torch(s, path);
+  case ZCK__SRC_SAFETENSORS:
+  case ZCK__SRC_HF: return zck__set_from_safetensors(s, path);
+  case ZCK__SRC_DEEPSPEED:
+  case ZCK__SRC_UNIVERSAL:
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: is a DeepSpeed checkpoint; use 'zckpt consolidate'", path);
   default: break;
   }

@@ -64,15 +64,8 @@ static inline zck_dtype zck__entry_out_dtype(const zck__tensor_entry *e) {
 zck_status zck__set_from_torch(zck__tensor_set *s, const char *path);
 /* Every tensor of a safetensors file, index or HF checkpoint directory. */
 zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path);
-/* By file kind (see zck__path_kind). */
+/* By what the path is (zck__src_sniff, source.h): torch or safetensors. */
 zck_status zck__set_from_path(zck__tensor_set *s, const char *path);
-
-typedef enum { ZCK__PATH_UNKNOWN, ZCK__PATH_TORCH, ZCK__PATH_SAFETENSORS, ZCK__PATH_HF_DIR,
-               ZCK__PATH_DEEPSPEED } zck__path_kind;
-/* Sniffs a path: a zip file is torch, a file whose 8-byte header length is followed by '{'
- * is safetensors, a *.index.json or a directory with model.safetensors(.index.json) is an
- * HF checkpoint, a directory with `latest`, global_step* or *_model_states.pt is DeepSpeed. */
-zck__path_kind zck__sniff_path(const char *path);
 
 /* The output kind a path names: .safetensors, .pt, .bin or .pth files, else an HF directory. */
 zck_output_format zck__output_format_of(const char *out);

@@ -25,7 +25,7 @@
 #include "dcp/dcp.h"
 #include "io.h"
 #include "manifest.h"
-#include "reshard_internal.h"
+#include "source.h"
 #include "verify_internal.h"
 
 bool zck__verify_ends_with(const char *s, const char *suffix) {
@@ -198,9 +198,7 @@ static zck_status resolve(vctx *c) {
   if (S_ISDIR(sb.st_mode)) {
     c->base = zck__strdup(c->path);
     if (!c->base) return ZCK_ERR_NO_MEMORY;
-    if (zck__verify_exists_in(c->path, "zero/optimizer_state.pt") ||
-        (zck__verify_exists_in(c->path, "latest_universal") && !zck__verify_exists_in(c->path, "latest")))
-      return resolve_universal(c);
+    if (zck__src_sniff(c->path) == ZCK__SRC_UNIVERSAL) return resolve_universal(c);
     if (!ds_dir(c->path)) return zck_dcp_is_checkpoint(c->path) ? resolve_dcp(c) : ZCK_OK;
     c->is_ds = true;
     zck__vreport_set(&c->r->kind, "deepspeed");
@@ -317,7 +315,7 @@ static zck_status load_manifest(vctx *c) {
         zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "incomplete", c->base, NULL, -1, 0,
                          "%s: incomplete checkpoint: zckpt started writing it and never wrote " ZCK_MANIFEST_NAME
                          " (interrupted save?); --force checks the files anyway", c->base);
-    } else if (c->single && zck__is_hdf5(c->path)) {
+    } else if (c->single && zck__src_sniff(c->path) == ZCK__SRC_HDF5) {
       /* an HDF5 container carries its own checks: check_h5u says which it had */
     } else {
       zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", NULL, NULL, -1, 0,

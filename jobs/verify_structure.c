@@ -11,6 +11,7 @@
 #include "hdf5/zck_h5.h"
 #include "io.h"
 #include "safetensors/safetensors.h"
+#include "source.h"
 #include "threadpool.h"
 #include "torch/torch.h"
 #include "universal/universal.h"
@@ -345,16 +346,6 @@ static void check_rank_copies(vctx *c) {
  * reader (which walks it in a forked child first), then every dataset read back whole in
  * pieces, so a corrupt chunk shows: its zstd frame's checksum (zck_h5.h) or, in containers
  * written before those, a frame that does not decode. */
-static bool is_hdf5_file(const char *path) {
-  zck__source s;
-  if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
-  uint8_t sig[8];
-  bool yes = s.size >= 8 && zck__source_read(&s, sig, 8, 0) == ZCK_OK && !memcmp(sig, "\211HDF\r\n\032\n", 8);
-  zck__source_close(&s);
-  zck_clear_error();
-  return yes;
-}
-
 static zck_status read_stores(vctx *c, const zck_store *stores, size_t n, void *buf, size_t buf_bytes) {
   for (size_t i = 0; i < n; i++) {
     const zck_store *s = &stores[i];
@@ -498,7 +489,7 @@ static zck_status check_h5u(vctx *c) {
 }
 
 zck_status zck__verify_structure(vctx *c) {
-  if (c->single && !c->is_ds && !c->is_uv && is_hdf5_file(c->path)) {
+  if (c->single && !c->is_ds && !c->is_uv && zck__src_sniff(c->path) == ZCK__SRC_HDF5) {
     c->is_h5u = true;
     return check_h5u(c);
   }

@@ -1,7 +1,7 @@
 /* save.c: a save of checkpoint-<step>/ (saver.h). Ranks that are threads: rank 0 writes
  * every file from all ranks' memory while the others wait; per rank: save_rank.c. Either
  * way rank 0 ends it (zck__saver_finish): the HF files, the manifest last, the rename of
- * the whole folder into place, then rotation. */
+ * the whole folder into place, then rotation. In the background: save_async.c. */
 #include "saver_internal.h"
 
 #include "deepspeed/ds_writer.h"
@@ -95,7 +95,7 @@ zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir
 
 // ---- ranks that are threads
 
-static zck_status save_rank0(zck_saver *s, const zck_saver_rank *r0, int64_t step) {
+zck_status zck__saver_save_rank0(zck_saver *s, const zck_saver_rank *r0, int64_t step) {
   ZCK_TRY_CTX(zck__mkdirs(s->o.output_dir), "--output-dir");
   char *final = zck_saver_checkpoint_path(s, step, true);
   if (!final) return ZCK_ERR_NO_MEMORY;
@@ -140,5 +140,6 @@ bool zck_saver_due(const zck_saver *s, int64_t step) {
 
 zck_status zck_saver_save(zck_saver *s, const zck_saver_rank *r, int64_t step) {
   if (s->tr.per_rank) return zck__saver_save_per_rank(s, r, step);
-  return zck__saver_collective(s, r, save_rank0, step);
+  if (s->tr.async_save) return zck__saver_save_async(s, r, step);
+  return zck__saver_collective(s, r, zck__saver_save_rank0, step);
 }

@@ -19,6 +19,12 @@
  *    states, `latest`, the HF files, the manifest last) and renames the folder into place.
  *    A rank that dies before leaves only a temporary folder behind, never `latest` on a
  *    half-written tag.
+ *  - in the background (async_save, ranks that are threads; save_async.c): each rank
+ *    snapshots what the save reads into host memory (the snapshot hook) and goes on
+ *    training; a writer thread writes the same files from the snapshots as rank 0 does
+ *    above, commits and rotates. At most one save is in flight: the next save, or
+ *    zck_saver_flush at the end of training, waits for it and fails every rank when it
+ *    failed.
  * Every rank reads its own partitions back; a resume that needs a reshard is resharded
  * once (rank 0) into a temporary tree beside the output that the others then read.
  * The temporary trees of dead runs are swept by the next run that makes one.
@@ -30,6 +36,7 @@
 #include "state.h"
 #include "zck.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,6 +71,8 @@ typedef struct zck_saver_train {
   bool one_rank;                 /* this saver belongs to one rank (process per rank): that
                                     rank keeps the bookkeeping; else rank 0 does */
   bool read_trainer_state;       /* a resume takes trainer_state.json's log and best */
+  bool async_save;               /* saves written in the background (save_async.c); ranks
+                                    that are threads only (not per_rank) */
 } zck_saver_train;
 
 /* Receives bytes [byte_off, byte_off + n) of a file's data section. */
@@ -100,6 +109,14 @@ typedef struct zck_saver_hooks {
   char *(*config_json)(void *ctx);
   /* Optional (fault tests): a per-rank save's rank has written its own files. */
   void (*rank_written)(void *ctx, zck_comm *c, int64_t step);
+  /* async_save: copies what a save reads of a rank (as describe_source reads it: its
+   * partitions, rank 0's 16-bit copies) into host memory that stays unchanged until this
+   * rank's next snapshot, and returns it as a rank handle the describe hooks take (the
+   * device settled before). Called by each rank's own thread. */
+  zck_status (*snapshot)(void *ctx, void *rank, void **snap);
+  /* Optional: one line for the training log (async_save: a save that waits for the one
+   * before it says so). */
+  void (*note)(void *ctx, const char *line);
 } zck_saver_hooks;
 
 /* What a rank hands to the collective calls. */
@@ -121,6 +138,10 @@ typedef struct zck_saver {
   int64_t best_step;             /* step of that evaluation */
   cJSON *log_history;            /* trainer_state.json log_history */
   zck_saver_resume *best_state;  /* open while thread ranks reload the best checkpoint */
+  struct zck__saver_job *job;    /* async_save: the save being written (rank 0's), or NULL */
+  void *snaps[64];               /* async_save: each rank's snapshot, put by its own thread */
+  atomic_int writer_busy;        /* async_save: 1 from a writer's start until it no longer
+                                    reads the snapshots (the other ranks wait for 0) */
 } zck_saver;
 
 /* What a resume reads (open until every rank restored from it). */
@@ -147,6 +168,12 @@ bool zck_saver_due(const zck_saver *s, int64_t step);
 /* Collective: OUTPUT_DIR/checkpoint-<step>/, then rotation. The trainer's state must be
  * settled (device streams synced) before. */
 zck_status zck_saver_save(zck_saver *s, const zck_saver_rank *r, int64_t step);
+/* Collective, async_save: waits for the save in flight; its failure is every rank's. Call
+ * it at the end of training (before load-best), and no later save is in flight after it. */
+zck_status zck_saver_flush(zck_saver *s, const zck_saver_rank *r);
+/* Not collective, after the ranks stopped (on any path): waits for the save in flight and
+ * returns its outcome (ZCK_OK when none). zck_saver_free waits too, but loses the outcome. */
+zck_status zck_saver_drain(zck_saver *s);
 /* Opens a checkpoint to resume from (before the ranks start) and checks it fits this run,
  * resharding it first when the run's stage, world size or sub_group_size differ.
  * comm: NULL when the ranks are threads (one state for all); a process's comm (collective:

@@ -72,12 +72,21 @@ void zck__g16_set_window(size_t bytes);
  * written before (per rank: model.safetensors), to which those written here are added. */
 zck_status zck__saver_finish(zck_saver *s, const zck_saver_rank *r0, zck__outdir *od, int64_t step, bool per_rank,
                              const struct zck__manifest_known *known, struct zck__manifest_known *folder);
+/* Ranks that are threads: rank 0 writes every file of checkpoint-<step>/ from the ranks
+ * registered in s->ranks, commits and rotates (a synchronous save's work, and the
+ * background writer's on a copy of the bookkeeping). */
+zck_status zck__saver_save_rank0(zck_saver *s, const zck_saver_rank *r0, int64_t step);
 /* Whether a stage-3 save writes model.safetensors from the ranks' partitions. */
 bool zck__saver_g16_wanted(const zck_saver *s);
 /* Ranks that are threads: each registers its memory in s->ranks, rank 0 runs fn, and its
  * outcome (with its message) is every rank's. */
 zck_status zck__saver_collective(zck_saver *s, const zck_saver_rank *r,
                                  zck_status (*fn)(zck_saver *, const zck_saver_rank *, int64_t), int64_t arg);
+
+// ---- save_async.c
+zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t step);
+/* Waits for the save in flight and forgets it, leaving the thread's error alone (free). */
+void zck__saver_job_end(zck_saver *s);
 
 // ---- save_hashes.c
 /* Every rank calls it after writing its own files: rank 0 gets every rank's manifest

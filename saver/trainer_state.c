@@ -1,7 +1,7 @@
 /* trainer_state.c: the Trainer's bookkeeping of a run (saver.h): log history, best metric
  * and best checkpoint, and trainer_state.json as TrainerState.save_to_json writes it
  * (sorted keys, indent 2, final newline), read back on resume. */
-#include "saver.h"
+#include "saver_internal.h"
 
 #include "error.h"
 #include "io.h"
@@ -28,6 +28,7 @@ zck_status zck_saver_init(zck_saver *s, const zck_saver_opts *o, const zck_saver
 
 void zck_saver_free(zck_saver *s) {
   if (!s) return;
+  zck__saver_job_end(s); /* a background save still being written finishes first */
   free(s->best_checkpoint);
   cJSON_Delete(s->log_history);
   memset(s, 0, sizeof *s);

@@ -46,6 +46,8 @@ static const opt opts[] = {
   {"metric-for-best-model", OPT_STR, OFF(metric_for_best_model), "eval_loss (the only metric)"},
   {"greater-is-better", OPT_BOOL, OFF(greater_is_better), "a higher metric is better (default false for eval_loss)"},
   {"save-only-model", OPT_BOOL, OFF(save_only_model), "checkpoints hold config.json + model.safetensors only"},
+  {"async-save", OPT_BOOL, OFF(async_save),
+   "snapshot to host memory and train on while a thread writes each save (ds_config: checkpoint.writer.decoupled)"},
   {"resume-from-checkpoint", OPT_STR, OFF(resume_from_checkpoint), "a checkpoint-<step> folder to continue from"},
   {"deepspeed", OPT_STR, OFF(deepspeed), "a DeepSpeed config (ds_config.json); \"auto\" values are filled"},
   {"freeze", OPT_SPECIAL, 0, "freeze parameters whose name starts with PREFIX (repeatable)"},
@@ -113,6 +115,13 @@ void ze_args_usage(FILE *f) {
           "offload_param with device \"cpu\" (pin_memory as set) matter with --device cuda: the\n"
           "optimizer state (AdamW then runs on the CPU) or the 16-bit partitions stay in host\n"
           "memory; on CPU ranks the ZeRO state is in host memory already. \"nvme\" is refused.\n"
+          "\n"
+          "Async saves (--async-save, or the DeepSpeed config's checkpoint.writer.decoupled): at a save\n"
+          "step each rank copies its ZeRO state to host memory (from the GPU through two page-locked\n"
+          "buffers of one bucket) and trains on; a thread writes the same files a synchronous save\n"
+          "writes, hashed as written, and renames checkpoint-N into place last, so a crash leaves the\n"
+          "previous checkpoint the newest. One save at a time: the next one waits (the log says so).\n"
+          "A failed background write fails the run at the next save or at the end. Ranks as threads.\n"
           "\n"
           "Defaults differ from TrainingArguments where a tiny model needs it (max-steps, learning-rate,\n"
           "logging-steps). Exit status: 0 ok, 1 error, 2 usage error.\n",

@@ -346,6 +346,12 @@ static zck_status resolve(cJSON *root, const char *name, const ze_train_args *a,
   out->gather_16bit_on_save = json_true(root, "zero_optimization.stage3_gather_16bit_weights_on_model_save") ||
                               json_true(root, "zero_optimization.stage3_gather_fp16_weights_on_model_save") ||
                               json_true(root, "zero_optimization.gather_16bit_weights_on_model_save");
+  /* DeepSpeed 0.19's switch for checkpoints written off the training path (its
+   * DecoupledCheckpointEngine); HF TrainingArguments has none of its own */
+  const cJSON *dec = json_get(root, "checkpoint.writer.decoupled");
+  ZCK_FAIL_IF(dec && !cJSON_IsNull(dec) && !cJSON_IsBool(dec), ZCK_ERR_INVALID_ARG,
+              "%s: checkpoint.writer.decoupled must be true or false", name);
+  out->async_save = dec && cJSON_IsTrue(dec);
   const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
   if (opt && !cJSON_IsNull(opt)) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(opt, "type");

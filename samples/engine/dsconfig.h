@@ -27,6 +27,8 @@ typedef struct ze_ds_config {
   bool has_optimizer;           /* an "optimizer" section: DeepSpeed builds ONE param group */
   uint64_t sub_group_size;      /* zero_optimization.sub_group_size, default 1e9 */
   bool gather_16bit_on_save;    /* zero_optimization.stage3_gather_16bit_weights_on_model_save */
+  bool async_save;              /* checkpoint.writer.decoupled (DeepSpeed's decoupled checkpoint
+                                   writer): saves written in the background (--async-save) */
   /* the keys users tune, DeepSpeed's defaults when absent (see zero.h, zexec.h) */
   uint64_t reduce_bucket_size;    /* 5e8 */
   uint64_t allgather_bucket_size; /* 5e8 (stage 1/2) */

@@ -63,6 +63,9 @@ void ze_train_result_free(ze_train_result *r) {
   free(r->best_checkpoint);
   free(r->message);
   free(r->params);
+  free(r->save_stalls);
+  free(r->snapshot_seconds);
+  free(r->snapshot_bytes);
   free(r->mem);
   free(r->mem_host);
   free(r->dev_workspace);
@@ -348,7 +351,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   /* --device cuda: the kernels run the modules; (sim: the CPU's over the simulated memory) */
   if (cr->model) ze_exec_set_driver(x, ze_cuda_driver(cr));
   int64_t G = (int64_t)W * B * GAS;
-  double t_log = now_seconds(), loss_acc = 0.0;
+  double t_log = now_seconds(), loss_acc = 0.0, t_loop = t_log;
   int64_t n_acc = 0;
   for (int64_t step = run->first_step; step < a->max_steps; step++) {
     ze_test_kill_point(comm, step + 1, false);
@@ -409,14 +412,28 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
         zck_saver_log_eval(&run->tracker.sv, global, el);
       }
     }
-    if (zck_saver_due(&run->tracker.sv, global)) ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
+    if (zck_saver_due(&run->tracker.sv, global)) {
+      double t0 = now_seconds();
+      ZCK_CHECK_GOTO(ze_ckpt_save(&run->tracker, zr, global), s, done);
+      if (lead) {
+        double dt = now_seconds() - t0;
+        run->res->snapshot_seconds[run->res->n_saves] = run->tracker.snapshot_seconds;
+        run->res->save_stalls[run->res->n_saves++] = dt;
+        run->res->save_stall_seconds += dt;
+        if (dt > run->res->save_stall_max) run->res->save_stall_max = dt;
+      }
+    }
   }
+  if (lead) run->res->loop_seconds = now_seconds() - t_loop;
   float final_eval;
   ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &final_eval), s, done);
   if (keeper) {
     run->res->final_eval_loss = final_eval;
     ze_log(run, "final eval_loss %.6f", final_eval);
   }
+  /* --async-save: the last save is written (and its failure every rank's) before the run
+   * reads checkpoints back or ends */
+  ZCK_CHECK_GOTO(ze_ckpt_flush(&run->tracker, zr), s, done);
   if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
     ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
     if (lead) {
@@ -519,6 +536,7 @@ static void *rank_main(void *arg) {
   memset(&zr, 0, sizeof zr);
   memset(&cr, 0, sizeof cr);
   zck_status s = rank_state_init(rt, &zr, &cr);
+  if (s == ZCK_OK) s = ze_ckpt_rank_start(&run->tracker, &zr);
   if (s == ZCK_OK && run->resuming) {
     s = ze_ckpt_restore_rank(&run->tracker, &run->resume, &zr);
     /* once every rank holds its state, the checkpoint (and a temporary reshard of it) is
@@ -534,6 +552,7 @@ static void *rank_main(void *arg) {
     zck_comm *dc = rt->dcomm ? rt->dcomm : cr.dcomm;
     if (dc) dc->abort(dc);
   }
+  ze_ckpt_rank_end(&run->tracker, &zr); /* the snapshot's page-locked staging, before the device */
   ze_zero_rank_free(&zr); /* zeroed by init, also when init failed */
   ze_cuda_rank_free(&cr); /* after the state, whose frees it waits for */
   return NULL;
@@ -646,9 +665,18 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
     goto setup_done;
   }
   ze_gpt2_init(&run.cfg, run.init, a->seed);
+  /* the background writer is a thread of the one process that holds every rank; ranks that
+   * are processes each write their own files in phases agreed over the comm */
+  if ((a->async_save || run.ds.async_save) && (run.one_rank || a->per_rank_io)) {
+    s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ranks that are processes (mpirun, --nproc) save synchronously; "
+                                       "async saves need the ranks as threads (--ranks)",
+                  a->async_save ? "--async-save" : "checkpoint.writer.decoupled");
+    goto setup_done;
+  }
   run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
   ZCK_CHECK_GOTO(ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json,
-                                      run.ds.gather_16bit_on_save, run.one_rank || a->per_rank_io, run.one_rank),
+                                      run.ds.gather_16bit_on_save, run.one_rank || a->per_rank_io, run.one_rank,
+                                      a->async_save || run.ds.async_save),
                  s, setup_done);
 setup_done:
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
@@ -664,6 +692,7 @@ setup_done:
       goto done;
     }
   }
+  res->async_save = run.tracker.sv.tr.async_save;
   int64_t n_steps = a->max_steps - run.first_step;
   size_t n_evals = a->eval_steps > 0 ? (size_t)(a->max_steps / a->eval_steps) + 1 : 1;
   res->first_step = run.first_step;
@@ -677,7 +706,10 @@ setup_done:
   res->mem_host = zck__calloc((size_t)W, sizeof *res->mem_host);
   res->dev_workspace = zck__calloc((size_t)W, sizeof *res->dev_workspace);
   res->dev_used_peak = zck__calloc((size_t)W, sizeof *res->dev_used_peak);
-  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
+  res->save_stalls = zck__calloc((size_t)n_steps + 1, sizeof *res->save_stalls);
+  res->snapshot_seconds = zck__calloc((size_t)n_steps + 1, sizeof *res->snapshot_seconds);
+  res->snapshot_bytes = zck__calloc((size_t)W, sizeof *res->snapshot_bytes);
+  if (!res->save_stalls || !res->snapshot_seconds || !res->snapshot_bytes || !res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
       !res->mem_host || !res->dev_workspace || !res->dev_used_peak)
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
@@ -742,6 +774,11 @@ setup_done:
     started++;
   }
   for (int r = 0; r < started; r++) pthread_join(threads[r].thread, NULL);
+  /* a run that stopped with a save still being written (a rank failed after it started):
+   * that save ends first, and its own failure is not dropped */
+  zck_status wr = zck_saver_drain(&run.tracker.sv);
+  char wmsg[1024] = "";
+  if (wr != ZCK_OK) snprintf(wmsg, sizeof wmsg, "%s", zck_last_error());
   zck_comm_local_destroy(comms, W);
   if (run.on_device && a->sim_device)
     zck_comm_local_destroy(dcomms, W);
@@ -754,9 +791,15 @@ setup_done:
       if (threads[r].status != ZCK_OK && (pick < 0 || (threads[pick].status == ZCK_ERR_INTERNAL &&
                                                        strstr(threads[pick].msg, "another rank failed"))))
         pick = r;
-    if (pick >= 0) s = zck__fail(threads[pick].status, "%s", threads[pick].msg);
+    if (pick >= 0 && wr != ZCK_OK)
+      s = zck__fail(threads[pick].status, "%s (and the %s)", threads[pick].msg, wmsg);
+    else if (pick >= 0)
+      s = zck__fail(threads[pick].status, "%s", threads[pick].msg);
+    else if (wr != ZCK_OK)
+      s = zck__fail(wr, "%s", wmsg);
   }
   if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
+  for (int r = 0; s == ZCK_OK && r < W; r++) res->snapshot_bytes[r] = ze_ckpt_snapshot_bytes(&run.tracker, r);
 done:
   if (s != ZCK_OK) {
     ze_train_result_free(res);

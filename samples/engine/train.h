@@ -47,6 +47,8 @@ typedef struct ze_train_args {
   bool greater_is_better;        /* the best checkpoint has the highest metric (HF default for
                                     eval_loss: false) */
   bool save_only_model;          /* checkpoints hold the 16-bit model only, no DeepSpeed state */
+  bool async_save;               /* saves written in the background from a host snapshot
+                                    (also the DeepSpeed config's checkpoint.writer.decoupled) */
   const char *metric_for_best_model;
   const char *resume_from_checkpoint;
   const char *freeze[ZE_MAX_FREEZE]; /* parameter-name prefixes made frozen */
@@ -107,6 +109,19 @@ typedef struct ze_train_result {
   uint64_t *dev_used_peak;          /* [n_mem] device memory in use (cudaMemGetInfo: the whole
                                        device, every rank on it) at its highest sample */
   char *best_checkpoint;            /* with load_best_model_at_end */
+  bool async_save;                  /* saves were written in the background (--async-save or
+                                       the DeepSpeed config's checkpoint.writer.decoupled) */
+  /* rank 0's clock (the bench): */
+  int64_t n_saves;                  /* saves in the step loop */
+  double save_stall_seconds;        /* time the step loop was blocked in them, summed: the
+                                       whole save, or the snapshot (and any wait for the
+                                       save before) with async_save */
+  double save_stall_max;            /* the longest of them */
+  double *save_stalls;              /* [n_saves] each of them, in order */
+  double *snapshot_seconds;         /* [n_saves] async_save: the snapshot's copy within each */
+  uint64_t *snapshot_bytes;         /* [n_mem] async_save: host bytes of each rank's snapshot */
+  double loop_seconds;              /* the step loop, first step to last (its saves
+                                       included; not the end-of-training flush) */
   char *message;                    /* on failure, when the error is longer than one line
                                        (the DeepSpeed config mismatch list): the whole text */
 } ze_train_result;

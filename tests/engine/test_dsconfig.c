@@ -135,6 +135,19 @@ int main(void) {
   ZT_ASSERT(d.stage == 1 && num(d.json, "train_batch_size", NULL, NULL) == 24);
   ze_ds_config_free(&d);
 
+  /* ---- DeepSpeed's decoupled checkpoint writer: the engine's --async-save */
+  ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 2}, \"checkpoint\": {\"writer\": "
+                           "{\"type\": \"fast\", \"decoupled\": true}}}",
+                           "x.json", &a, &d));
+  ZT_ASSERT(d.async_save);
+  ze_ds_config_free(&d);
+  ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 2}, \"checkpoint\": {\"writer\": {\"decoupled\": false}}}",
+                           "x.json", &a, &d));
+  ZT_ASSERT(!d.async_save);
+  ze_ds_config_free(&d);
+  unsupported(&a, "{\"zero_optimization\": {\"stage\": 2}, \"checkpoint\": {\"writer\": {\"decoupled\": \"yes\"}}}",
+              ZCK_ERR_INVALID_ARG, "checkpoint.writer.decoupled must be true or false");
+
   /* ---- the keys users tune: DeepSpeed's defaults, or the config's values */
   ZT_OK(ze_ds_config_parse("{\"zero_optimization\": {\"stage\": 2}}", "x.json", &a, &d));
   ZT_ASSERT(d.reduce_bucket_size == 500000000 && d.allgather_bucket_size == 500000000 && !d.overlap_comm &&
