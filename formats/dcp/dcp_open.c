@@ -25,8 +25,7 @@ static bool has_metadata(const char *dir) {
   return ok;
 }
 
-/* dir itself or its Accelerate model folder, malloc'd; NULL if neither holds .metadata. */
-static char *dcp_dir_of(const char *dir) {
+char *zck_dcp_dir_of(const char *dir) {
   if (has_metadata(dir)) return zck__strdup(dir);
   char *sub = zck__path_join(dir, ACCELERATE_MODEL_DIR);
   if (sub && has_metadata(sub)) return sub;
@@ -48,7 +47,7 @@ static long long ckpt_number(const char *name) {
 }
 
 zck_status zck_dcp_resolve(const char *path, char **dir) {
-  *dir = dcp_dir_of(path);
+  *dir = zck_dcp_dir_of(path);
   if (*dir) return ZCK_OK;
   /* an HF output_dir or a torchtitan checkpoint folder: the newest checkpoint-N / step-N
    * a DCP save finished (.metadata is what it writes last; torchtitan's own resume takes
@@ -62,7 +61,7 @@ zck_status zck_dcp_resolve(const char *path, char **dir) {
     long long n = ckpt_number(e->d_name);
     if (n <= best) continue;
     char *ck = zck__path_join(path, e->d_name);
-    char *dd = ck ? dcp_dir_of(ck) : NULL;
+    char *dd = ck ? zck_dcp_dir_of(ck) : NULL;
     free(ck);
     if (!dd) continue;
     free(best_dir);
