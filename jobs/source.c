@@ -151,6 +151,9 @@ static zck_status zck__src_open_dcp(zck__src *s, const char *path, const zck__sr
 
 zck_status zck__src_open(zck__src *s, const char *path, zck__src_kind kind, const zck__src_opts *o) {
   memset(s, 0, sizeof *s);
+  if (kind == ZCK__SRC_DCP && !(o->reads & ZCK__SRC_BIT(kind)))   /* not "not a DeepSpeed checkpoint": say what it is */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a torch Distributed Checkpoint, which this job does not read yet "
+                     "(consolidate, verify and inspect do)", path);
   if (!(o->reads & ZCK__SRC_BIT(kind))) kind = ZCK__SRC_DEEPSPEED; /* its reader says why it is not one */
   s->kind = kind;
   zck_status st;
