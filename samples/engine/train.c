@@ -446,7 +446,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
    * (exports, generation) is not training */
   run->res->mem[r] = zr->mem;
   if (zr->dev) {
-    run->res->mem_on_device = true;
+    if (keeper) run->res->mem_on_device = true; /* one writer (the ranks' threads share res) */
     run->res->mem_host[r] = zr->dev->host;
     run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
     run->res->dev_used_peak[r] = zr->dev->used_peak;
