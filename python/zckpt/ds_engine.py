@@ -5,12 +5,15 @@
     zckpt.ds_engine.install(engine)          # the one line
     engine.save_checkpoint(save_dir)         # as before
 
+    zckpt.ds_engine.install_default()        # or, before the engine exists (HF Trainer):
+    trainer = Trainer(...)                   # every DeepSpeed engine made from now on uses it
+
 ZckptCheckpointEngine (a deepspeed.runtime.checkpoint_engine.CheckpointEngine) wraps the
 engine DeepSpeed made (TorchCheckpointEngine by default), so every file holds the bytes it
 would write (torch.save, same serialization): DeepSpeed's load_checkpoint, zero_to_fp32 and
 zckpt read them as before. What changes is where and when they land:
   - create(): every rank learns one staging folder beside the tag, SAVE_DIR/.TAG.zck-tmp-PID
-    (PID: rank 0's; `zckpt` and zckpt-train sweep such folders once PID is dead);
+    (PID: rank 0's); rank 0 first sweeps SAVE_DIR of such folders whose writer is dead;
   - makedirs() and save() of anything under SAVE_DIR/TAG go to the staging folder, each file
     under its own name (torch.save records it in the archive) and fsynced;
   - commit(): once every rank is there (a barrier), rank 0 writes zckpt-manifest.json into
@@ -92,8 +95,11 @@ class ZckptCheckpointEngine(CheckpointEngine):
             d.broadcast_object_list(pid, src=0)
         self.staging = os.path.join(os.path.dirname(self.final), f".{os.path.basename(self.final)}.zck-tmp-{pid[0]}")
         if d is None or d.get_rank() == 0:
+            # what saves killed before their commit left beside the tags goes first (an old
+            # tag moved aside comes back), as zckpt's own writers do
+            from . import sweep_temporaries
+            sweep_temporaries(os.path.dirname(self.final))
             if os.path.isdir(self.staging):  # a stale one of this pid
-
                 shutil.rmtree(self.staging)
             os.makedirs(self.staging)
         if d is not None:
@@ -128,18 +134,24 @@ class ZckptCheckpointEngine(CheckpointEngine):
 
     def _commit_rank0(self, info):
         staging, final = self.staging, self.final
-        for root, _, files in os.walk(staging):
+        for root, _dirs, _files in os.walk(staging):  # the files were fsynced as saved
             _fsync_path(root, True)
         run(_manifest_write_dir, staging.encode(), None, progress=False, label="manifest")
         _fsync_path(staging, True)
         old = None
-        if os.path.exists(final):  # the same tag saved again: the old folder goes only now
-            old = f"{staging}.old"
+        if os.path.exists(final):
+            # the same tag saved again: the old folder moves aside only now, under the name
+            # zckpt's sweep puts back should this process die before the next rename
+            old = f"{staging}.zck-old-{os.getpid()}"
             os.replace(final, old)
-        os.replace(staging, final)
+        try:
+            os.replace(staging, final)
+        except OSError:
+            if old:
+                os.replace(old, final)
+            raise
         _fsync_path(os.path.dirname(final), True)
         if old:
-
             shutil.rmtree(old, ignore_errors=True)
         if info.save_latest:
             _write_atomic(os.path.join(info.save_dir, "latest"), info.tag)
@@ -159,3 +171,20 @@ def install(engine):
             raise ValueError("zckpt.ds_engine: DeepSpeed's decoupled writer commits on its own; use the default writer")
         engine.checkpoint_engine = ZckptCheckpointEngine(engine.checkpoint_engine)
     return engine.checkpoint_engine
+
+
+def install_default():
+    """Every DeepSpeed engine created after this call (deepspeed.initialize, the HF Trainer's)
+    saves through ZckptCheckpointEngine: wraps the checkpoint engine DeepSpeed would make
+    (not its decoupled writer, which commits on its own). Idempotent."""
+    import deepspeed.runtime.engine as ds_engine_module
+    make = ds_engine_module.create_checkpoint_engine
+    if getattr(make, "_zckpt", False):
+        return
+
+    def create_checkpoint_engine(*args, **kwargs):
+        inner = make(*args, **kwargs)
+        return inner if inner.is_decoupled() else ZckptCheckpointEngine(inner)
+
+    create_checkpoint_engine._zckpt = True
+    ds_engine_module.create_checkpoint_engine = create_checkpoint_engine

@@ -10,7 +10,9 @@ For ZeRO 2 and 3 (a small transformers GPT2LMHeadModel, torch AdamW, 2 steps):
   - kill -9 of rank 1 in the middle of a third save (after its first file): the run dies,
     B's `latest` still names the second tag, whose folder verifies clean, and the dead
     save's files are only in its staging folder; a new DeepSpeed run loads B
-    (load_checkpoint) at that step and trains on.
+    (load_checkpoint) at that step, with install_default() in force, trains on and saves
+    global_step4 through the engine DeepSpeed made (verify clean, `latest` on it, the dead
+    save's staging folder swept).
 Exit 77 without torch/transformers/deepspeed.
 """
 import os
@@ -92,14 +94,21 @@ for stage in (2, 3):
             inner.save = save_then_die
         if stage == 3:
             engine.save_checkpoint(B, tag="global_step4")  # rank 1 dies in it
-    else:  # resume
+    else:  # resume, through an engine made with install_default() in force
+        zckpt.ds_engine.install_default()
         engine = make(stage)
+        assert isinstance(engine.checkpoint_engine, zckpt.ds_engine.ZckptCheckpointEngine)
         path, _ = engine.load_checkpoint(B)
         assert path is not None and engine.global_steps == 3, (path, engine.global_steps)
         step(engine, 3)
         assert engine.global_steps == 4
+        engine.save_checkpoint(B)
         if rank == 0:
-            print(f"ZeRO-{stage}: resumed from {B} at step 3 and trained on", flush=True)
+            assert open(os.path.join(B, "latest")).read() == "global_step4"
+            assert zckpt.verify(B).result == "clean"
+            left = [f for f in os.listdir(B) if "zck-tmp" in f]
+            assert not left, f"the killed save's staging folder was not swept: {left}"
+            print(f"ZeRO-{stage}: resumed from {B} at step 3, trained on, saved global_step4", flush=True)
 torch.distributed.barrier()
 sys.stdout.flush()
 os._exit(0)
@@ -147,7 +156,7 @@ def main():
         rc = launch(2, [script, os.path.join(src, "python"), "resume", tmp], log_prefix=log)
         text = open(log + ".rank0.log").read()
         print("\n".join(l for l in text.splitlines() if l.startswith("ZeRO-")))
-        if rc != 0 or text.count("trained on") != 2:
+        if rc != 0 or text.count("saved global_step4") != 2:
             print(text[-3000:], file=sys.stderr)
             fail.append("the resume failed")
     for f in fail:
