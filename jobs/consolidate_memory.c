@@ -1,7 +1,7 @@
 /* consolidate_memory.c: zero_to_fp32's state dict into the caller's memory, from a
- * DeepSpeed checkpoint or a universal one made of it (consolidate_source.c).
+ * DeepSpeed checkpoint or a universal one made of it (source.c).
  *
- * The same recipe and filler as `zckpt consolidate` (consolidate.c), with memory stores as
+ * The same recipe and transfer as `zckpt consolidate` (consolidate.c), with memory stores as
  * the targets instead of reserved file regions: each tensor's bytes go from the rank files
  * straight into the caller's buffer, converted on the way, with no temporary file.
  */
@@ -12,7 +12,7 @@
 #include "zck.h"
 
 struct zck_state_dict {
-  zck__cons_src src;        /* the checkpoint, or a universal one made of it */
+  zck__src src;              /* the checkpoint, or a universal one made of it */
   zck__tensor_set set;
   zck__cons_entry *entries;
   zck_tensor_desc *desc;    /* [set.n] */
@@ -34,7 +34,7 @@ zck_status zck_consolidate_open(const char *path, const zck_consolidate_opts *op
   if (!sd) return ZCK_ERR_NO_MEMORY;
   zck__set_init(&sd->set);
   sd->opts = o;
-  zck_status st = zck__cons_src_open(&sd->src, path, &o);
+  zck_status st = zck__cons_open(&sd->src, path, &o);
   if (st == ZCK_OK) st = zck__cons_build_set(sd->src.outs, sd->src.n_outs, &o, &sd->set, &sd->entries);
   if (st == ZCK_OK && !(sd->desc = zck__calloc(sd->set.n ? sd->set.n : 1, sizeof *sd->desc))) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < sd->set.n; i++) {
@@ -80,7 +80,8 @@ zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers) {
   }
   zck__cons_ctx ctx = {&sd->src.view, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
                        sd->opts.no_verify != 0};
-  if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL, NULL);
+  zck__set_pass pass = {dst, NULL, NULL};
+  if (st == ZCK_OK) st = zck__cons_transfer(&ctx, &sd->set, &pass);
   free(dst);
   return st;
 }
@@ -90,6 +91,6 @@ void zck_state_dict_free(zck_state_dict *sd) {
   zck__set_free(&sd->set);
   free(sd->entries);
   free(sd->desc);
-  zck__cons_src_close(&sd->src);
+  zck__src_close(&sd->src);
   free(sd);
 }

@@ -10,6 +10,7 @@
 
 #include "io.h"
 #include "safetensors/safetensors.h"
+#include "source.h"
 #include "tensor_set.h"
 #include "torch/torch.h"
 
@@ -17,17 +18,6 @@
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out);
-
-/* An HDF5 file (the signature every HDF5 file starts with at offset 0, as zckpt writes). */
-static bool zck__insp_is_hdf5(const char *path) {
-  zck__source s;
-  if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
-  uint8_t sig[8];
-  bool yes = s.size >= 8 && zck__source_read(&s, sig, 8, 0) == ZCK_OK && !memcmp(sig, "\211HDF\r\n\032\n", 8);
-  zck__source_close(&s);
-  zck_clear_error();
-  return yes;
-}
 
 static void zck__shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, n, "[");
@@ -278,24 +268,13 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
   zck_inspect_opts o = ZCK_INSPECT_OPTS_INIT;
   ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_inspect"));
   FILE *out = vout ? vout : stdout;
-  /* a universal folder (zero/optimizer_state.pt), or the folder whose latest_universal
-   * names one (a DeepSpeed root's `latest` wins, as in reshard) */
-  char *uv_opt = zck__path_join(path, "zero/optimizer_state.pt"), *uv_latest = zck__path_join(path, "latest_universal"),
-       *ds_latest = zck__path_join(path, "latest");
-  if (!uv_opt || !uv_latest || !ds_latest) {
-    free(uv_opt); free(uv_latest); free(ds_latest);
-    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
-  }
-  bool universal = zck__insp_is_dir(path) && (zck__insp_is_file(uv_opt) || (zck__insp_is_file(uv_latest) && !zck__insp_is_file(ds_latest)));
-  free(uv_opt); free(uv_latest); free(ds_latest);
-  if (universal) return zck__inspect_universal(path, &o, out);
-  if (zck__insp_is_file(path) && zck__insp_is_hdf5(path)) return zck__inspect_h5u(path, &o, out);
-  switch (zck__sniff_path(path)) {
-  case ZCK__PATH_TORCH: return zck__inspect_torch(path, &o, out);
-  case ZCK__PATH_SAFETENSORS:
-  case ZCK__PATH_HF_DIR: return zck__inspect_safetensors(path, &o, out);
-  case ZCK__PATH_DEEPSPEED:
-    return zck__inspect_deepspeed(path, &o, out);
+  switch (zck__src_sniff(path)) {
+  case ZCK__SRC_UNIVERSAL: return zck__inspect_universal(path, &o, out);
+  case ZCK__SRC_HDF5: return zck__inspect_h5u(path, &o, out);
+  case ZCK__SRC_TORCH: return zck__inspect_torch(path, &o, out);
+  case ZCK__SRC_SAFETENSORS:
+  case ZCK__SRC_HF: return zck__inspect_safetensors(path, &o, out);
+  case ZCK__SRC_DEEPSPEED: return zck__inspect_deepspeed(path, &o, out);
   default: break;
   }
   /* a file or folder that cannot be read is not "unrecognised": say why */

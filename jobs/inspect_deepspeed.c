@@ -1,17 +1,20 @@
 /* inspect_deepspeed.c: `zckpt inspect` of a DeepSpeed checkpoint, a universal folder
- * (ds_to_universal.py / `zckpt to-universal`) or zckpt's HDF5 universal container: stage, world size, dtypes, param groups,
+ * (ds_to_universal.py / `zckpt to-universal`), zckpt's HDF5 universal container or a torch
+ * Distributed Checkpoint (every source a model manifest describes): stage, world size, dtypes, param groups,
  * parameters (shape, group, frozen, tied), buffers, sizes, what zero_to_fp32 would
  * produce and anything the reader warned about. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "dcp/dcp.h"
 #include "deepspeed/deepspeed.h"
 #include "hdf5/zck_h5.h"
 #include "tensor_set.h"
 #include "universal/universal.h"
 
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
+zck_status zck__inspect_dcp(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out);
 
@@ -294,5 +297,71 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
     zck__inspect_model_text(m, out);
   }
   zck_h5u_close(u);
+  return st;
+}
+
+/* A torch Distributed Checkpoint: what its metadata says, checked against its files (the
+ * reader's structure checks), no tensor byte read. */
+zck_status zck__inspect_dcp(const char *path, const zck_inspect_opts *o, FILE *out) {
+  zck_dcp *c = NULL;
+  ZCK_TRY(zck_dcp_open(path, NULL, &c));
+  const zck_dcp_info *in = zck_dcp_info_of(c);
+  const zck_model *m = zck_dcp_model(c);
+  const model_totals tot = totals_of(m);
+  size_t n_out = 0;
+  const zck_ds_output *outs = zck_dcp_outputs(c, &n_out);
+  uint64_t out_bytes = 0;
+  for (size_t i = 0; i < n_out; i++) out_bytes += outs[i].numel * zck_dtype_size(outs[i].dtype);
+  zck_status st = ZCK_OK;
+  if (o->json) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "path", path);
+    cJSON_AddStringToObject(j, "format", "dcp");
+    cJSON_AddStringToObject(j, "dir", in->dir);
+    if (in->version) cJSON_AddStringToObject(j, "version", in->version);
+    if (in->save_id) cJSON_AddStringToObject(j, "save_id", in->save_id);
+    cJSON_AddNumberToObject(j, "files", (double)in->n_files);
+    cJSON_AddNumberToObject(j, "items", (double)in->n_items);
+    cJSON_AddNumberToObject(j, "data_bytes", (double)in->data_bytes);
+    cJSON_AddStringToObject(j, "weight_dtype", zck_dtype_name(in->weight_dtype));
+    cJSON_AddBoolToObject(j, "optimizer_state", in->has_optimizer_state);
+    if (in->has_optimizer_state) cJSON_AddStringToObject(j, "state_dtype", zck_dtype_name(in->state_dtype));
+    cJSON_AddNumberToObject(j, "trainable_elements", (double)tot.trainable);
+    cJSON_AddNumberToObject(j, "frozen_elements", (double)tot.frozen);
+    cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
+    zck__inspect_model_json(j, m);
+    cJSON *entries = cJSON_AddArrayToObject(j, "entries");
+    for (size_t i = 0; i < zck_dcp_entry_count(c); i++) {
+      zck_dcp_entry_info e;
+      zck_dcp_entry_at(c, i, &e);
+      cJSON *ej = cJSON_CreateObject();
+      cJSON_AddStringToObject(ej, "key", e.key);
+      if (e.is_bytes) cJSON_AddStringToObject(ej, "kind", "bytes");
+      else {
+        cJSON_AddStringToObject(ej, "dtype", zck_dtype_name(e.dtype));
+        cJSON *shape = cJSON_AddArrayToObject(ej, "shape");
+        for (int d = 0; d < e.ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)e.shape[d]));
+        cJSON_AddNumberToObject(ej, "chunks", (double)e.n_chunks);
+      }
+      cJSON_AddItemToArray(entries, ej);
+    }
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory building JSON");
+    else { fprintf(out, "%s\n", text); cJSON_free(text); }
+  } else {
+    size_t n_bytes = in->n_bytes_entries;
+    fprintf(out, "%s: torch Distributed Checkpoint %s, %zu data files, %zu items (%zu tensors, %zu bytes entries), "
+            "%llu bytes\n", path, in->dir, in->n_files, in->n_items, in->n_tensors, n_bytes,
+            (unsigned long long)in->data_bytes);
+    fprintf(out, "dtypes: weights %s, optimizer state %s; metadata version %s; save id %s\n",
+            in->weight_dtype ? zck_dtype_name(in->weight_dtype) : "mixed",
+            in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->version ? in->version : "?",
+            in->save_id ? in->save_id : "?");
+    fprintf(out, "elements: %llu trainable, %llu frozen (no optimizer state); consolidated output %llu bytes\n",
+            (unsigned long long)tot.trainable, (unsigned long long)tot.frozen, (unsigned long long)out_bytes);
+    zck__inspect_model_text(m, out);
+  }
+  zck_dcp_close(c);
   return st;
 }

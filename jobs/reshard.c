@@ -30,6 +30,7 @@
 #include "deepspeed/ds_writer.h"
 #include "manifest.h"
 #include "reshard_internal.h"
+#include "source.h"
 #include "transfer.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
@@ -109,57 +110,14 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *tag, cons
   return st;
 }
 
-/* The 8-byte signature HDF5 files start with (a universal container from to-universal). */
-bool zck__is_hdf5(const char *path) {
-  zck__source s;
-  if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
-  uint8_t sig[8];
-  bool yes = s.size >= 8 && zck__source_read(&s, sig, 8, 0) == ZCK_OK && !memcmp(sig, "\211HDF\r\n\032\n", 8);
-  zck__source_close(&s);
-  zck_clear_error();
-  return yes;
-}
-
-static bool zck__has_entry(const char *dir, const char *name, bool want_dir) {
-  char *p = zck__path_join(dir, name);
-  struct stat sb;
-  bool yes = p && stat(p, &sb) == 0 && (want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode));
-  free(p);
-  return yes;
-}
-
-/* A universal folder (it has zero/), or a folder with latest_universal and no `latest`. */
-bool zck__is_universal(const char *path) {
-  if (zck__has_entry(path, "zero", true)) return true;
-  return !zck__has_entry(path, "latest", false) && zck__has_entry(path, "latest_universal", false);
-}
-
-zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
-  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
-  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_reshard"));
-  if (o.to_stage < 0 || o.to_stage > 3 || (o.to_stage == 0 && opts && opts->to_stage))
-    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
-  if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
-  ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
-  if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, out, &o);
-  if (zck__is_hdf5(src)) return zck__reshard_from_h5(src, out, &o);
-  if (zck__is_universal(src)) return zck__reshard_from_universal(src, out, &o);
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o.tag;
-  dopts.threads = o.threads;
-  zck_ds_ckpt *c = NULL;
-  ZCK_TRY(zck_ds_open(src, &dopts, &c));
+/* A DeepSpeed source: its own write options, at the requested stage and world size. */
+static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const char *out, const zck_reshard_opts *op) {
+  const zck_reshard_opts o = *op;
+  const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
-  zck_status complete = zck_ds_check_complete(c, o.force);
-  if (complete != ZCK_OK) {
-    zck_ds_close(c);
-    return complete;
-  }
-  if (in->stage == 0 && !o.to_stage) {
-    zck_ds_close(c);
+  if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);
-  }
   zck_ds_write_opts wo;
   zck_ds_write_opts_from(c, &wo);
   if (o.to_stage) wo.stage = o.to_stage;
@@ -175,10 +133,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
     zck__autotp_src as = {in->dir, &view, zck_ds_model(c), zck_ds_autotp_info(c), in->tp_size, in->root, in->tag, NULL, NULL, NULL};
     st = zck__reshard_autotp(&as, &wo, out, &o);
   }
-  if (st != ZCK_OK || o.to_tp_size > 1) {
-    zck_ds_close(c);
-    return st;
-  }
+  if (st != ZCK_OK || o.to_tp_size > 1) return st;
 
   zck__outdir d;
   zck_ds_writer *w = NULL;
@@ -210,6 +165,38 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(c)->n_params);
   zck_ds_writer_free(w);
   zck__outdir_abort(&d);
-  zck_ds_close(c);
   return st;
 }
+
+zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts) {
+  zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
+  ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_reshard"));
+  if (o.to_stage < 0 || o.to_stage > 3 || (o.to_stage == 0 && opts && opts->to_stage))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage must be 1, 2 or 3");
+  if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
+  ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
+  zck__src_kind kind = zck__src_sniff(src);
+  if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, kind, out, &o);
+  if (kind == ZCK__SRC_HDF5 && o.tag)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
+  if (kind == ZCK__SRC_UNIVERSAL && o.tag)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint; give its folder instead of a tag", src);
+  zck__src_opts so = ZCK__SRC_OPTS_INIT;
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.tag = o.tag;
+  so.threads = o.threads;
+  so.force = o.force != 0;
+  so.check_complete = true;   /* a universal folder's completeness is not checked (as before) */
+  so.no_verify = o.no_verify != 0;
+  zck__src s;
+  ZCK_TRY(zck__src_open(&s, src, kind, &so));
+  zck_status st;
+  switch (s.kind) {
+  case ZCK__SRC_HDF5: st = zck__reshard_from_h5(&s, out, &o); break;
+  case ZCK__SRC_UNIVERSAL: st = zck__reshard_from_universal(&s, out, &o); break;
+  default: st = zck__reshard_from_ds(&s, src, out, &o); break;
+  }
+  zck__src_close(&s);
+  return st;
+}
+

@@ -1,12 +1,17 @@
 /* reshard_dcp.c: `zckpt reshard SRC OUT --to-format dcp [--to-world-size W]`: a DeepSpeed
  * checkpoint as the torch Distributed Checkpoint FSDP2 would have saved at W ranks, with
  * all optimizer state (fp32 weights, exp_avg, exp_avg_sq, step, param-group settings).
+ * SRC: anything reshard reads (jobs/source): a DeepSpeed checkpoint of any layout zckpt
+ * reads, a universal folder, the HDF5 universal container.
  *
  * The recipe of every job: the source described as a state view; the DCP writer reserves
  * OUT's files and hands back its views (formats/dcp/dcp_writer.h); one zck_transfer moves
  * the bytes, checking the source's CRCs as it reads and taking the target's as it writes;
  * the writer's commit finishes the items and .metadata, zckpt's manifest is written last,
- * and the folder, built under a temporary name, is renamed into place. A damaged source
+ * and the folder, built under a temporary name, is renamed into place. The manifest's
+ * hashes are made by reading the new files back (once, in order): the DCP writer does not
+ * stream them yet as the DeepSpeed writer does (an item's directory holds its data's
+ * CRC-32, which lib/stream_hash can only derive right after the data). A damaged source
  * stops the transfer with one line and nothing is left at OUT.
  */
 #include <stdlib.h>
@@ -14,9 +19,11 @@
 
 #include "dcp/dcp_writer.h"
 #include "deepspeed/deepspeed.h"
+#include "hdf5/zck_h5.h"
 #include "manifest.h"
 #include "reshard_internal.h"
 #include "transfer.h"
+#include "universal/universal.h"
 
 /* Writes OUT from the source view src over m; step: Adam's step of the source. */
 static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model *m, bool has_optim, double step,
@@ -54,29 +61,57 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
   return st;
 }
 
-zck_status zck__reshard_to_dcp(const char *src, const char *out, const zck_reshard_opts *o) {
+/* What the source says of itself: its world size, Adam's step, whether it has Adam state,
+ * its TP size. */
+typedef struct zck__dcp_src_info {
+  uint32_t world, tp;
+  double step;
+  bool has_optim;
+  const char *dir;
+} zck__dcp_src_info;
+
+static zck__dcp_src_info zck__dcp_src_info_of(const zck__src *s) {
+  zck__dcp_src_info i = {1, 1, 0.0, false, s->dir};
+  if (s->ck) {
+    const zck_ds_info *in = zck_ds_info_of(s->ck);
+    i = (zck__dcp_src_info){in->world_size, in->tp_size, in->step, in->has_optimizer_state, in->dir};
+  } else if (s->uv) {
+    const zck_uv_info *in = zck_uv_info_of(s->uv);
+    i = (zck__dcp_src_info){in->world_size, in->tp_size, in->step, in->has_optimizer_state, in->dir};
+  } else if (s->h5) {
+    const zck_h5u_info *in = zck_h5u_info_of(s->h5);
+    bool moments = s->view.part[ZCK_STATE_EXP_AVG].layout && s->view.part[ZCK_STATE_EXP_AVG_SQ].layout;
+    i = (zck__dcp_src_info){in->world_size, 1, in->step, moments, s->dir};
+  }
+  return i;
+}
+
+zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *out, const zck_reshard_opts *o) {
   if (o->to_stage) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage: a DCP checkpoint has no ZeRO stage (FSDP2 shards every param)");
   if (o->to_tp_size > 1) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-tp-size: not with --to-format dcp");
   if (o->sub_group_size) return zck__fail(ZCK_ERR_INVALID_ARG, "--sub-group-size: not with --to-format dcp");
-  if (zck__is_hdf5(src) || zck__is_universal(src))
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: --to-format dcp reads DeepSpeed checkpoints only for now", src);
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o->tag;
-  dopts.threads = o->threads;
-  zck_ds_ckpt *c = NULL;
-  ZCK_TRY(zck_ds_open(src, &dopts, &c));
-  const zck_ds_info *in = zck_ds_info_of(c);
-  zck_status st = zck_ds_check_complete(c, o->force);
-  if (st == ZCK_OK && !in->has_optimizer_state)
-    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) to convert", in->dir);
-  if (st == ZCK_OK && in->tp_size > 1)
-    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in->dir);
+  if (o->tag && (kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint, which has no tags", src);
+  zck__src_opts so = ZCK__SRC_OPTS_INIT;
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.tag = o->tag;
+  so.threads = o->threads;
+  so.force = o->force != 0;
+  so.check_complete = true;
+  so.check_complete_universal = true;
+  so.no_verify = o->no_verify != 0;
+  zck__src s;
+  ZCK_TRY(zck__src_open(&s, src, kind, &so));
+  zck__dcp_src_info in = zck__dcp_src_info_of(&s);
+  zck_status st = ZCK_OK;
+  if (!in.has_optim)
+    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) to convert", in.dir);
+  if (st == ZCK_OK && in.tp > 1)
+    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in.dir);
   if (st == ZCK_OK) {
-    zck_state_view view;
-    zck_ds_state(c, &view);
-    uint32_t world = o->to_world_size ? o->to_world_size : in->world_size;
-    st = zck__dcp_from_view(&view, zck_ds_model(c), true, in->step, world, out, o);
+    uint32_t world = o->to_world_size ? o->to_world_size : in.world;
+    st = zck__dcp_from_view(&s.view, s.m, true, in.step, world, out, o);
   }
-  zck_ds_close(c);
+  zck__src_close(&s);
   return st;
 }

@@ -7,6 +7,7 @@
 #define ZCK_RESHARD_INTERNAL_H
 
 #include "deepspeed/deepspeed.h"
+#include "source.h"
 #include "zck.h"
 
 /* Checks, before anything is written, that a DeepSpeed writer with wo can express m from
@@ -49,10 +50,6 @@ struct zck_uv_ckpt;
 struct zck_h5u;
 void zck__whole_src_uv(const struct zck_uv_ckpt *u, zck__whole_src *s);
 void zck__whole_src_h5(const struct zck_h5u *u, const char *path, zck__whole_src *s, bool have[4]);
-/* Whether SRC is an HDF5 file (signature), or a universal folder (it has zero/, or
- * latest_universal and no `latest`): reshard.c. */
-bool zck__is_hdf5(const char *path);
-bool zck__is_universal(const char *path);
 
 /* Writes OUT (a save root: OUT/latest, OUT/<tag>/, zckpt manifest) from s with wo: fp32 /
  * exp_avg / exp_avg_sq partition by partition, 16-bit module weights cast from fp32 (RNE)
@@ -84,10 +81,13 @@ zck_status zck__reshard_autotp(const zck__autotp_src *src, const zck_ds_write_op
 /* The whole-tensor source as a state view (reshard_whole.c). */
 void zck__whole_state(const zck__whole_src *s, zck_state_view *v);
 
-/* --to-format dcp (reshard_dcp.c): SRC as the torch DCP checkpoint FSDP2 saves at W ranks. */
-zck_status zck__reshard_to_dcp(const char *src, const char *out, const zck_reshard_opts *o);
+/* --to-format dcp (reshard_dcp.c): SRC (sniffed as kind) as the torch DCP checkpoint FSDP2
+ * saves at W ranks. */
+zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *out, const zck_reshard_opts *o);
 
-zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o);
-zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o);
+/* The reshard of an opened container (reshard_universal.c) or universal folder
+ * (reshard_uvdir.c). */
+zck_status zck__reshard_from_h5(const zck__src *src, const char *out, const zck_reshard_opts *o);
+zck_status zck__reshard_from_universal(const zck__src *src, const char *out, const zck_reshard_opts *o);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "hdf5/zck_h5.h"
 #include "reshard_internal.h"
+#include "source.h"
 
 /* Every name of the frozen_parameters attribute has its /frozen/<name> dataset (the
  * container reader passes over a missing one, which would drop the param silently). */
@@ -244,12 +245,9 @@ void zck__whole_src_h5(const zck_h5u *u, const char *src, zck__whole_src *s, boo
   zck_h5u_buffers(u, &s->buffer_layout, &s->buffer_stores);
 }
 
-zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_reshard_opts *o) {
-  if (o->tag) return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
-  zck_h5u *u = NULL;
-  zck_status ost = zck_h5u_open(src, &u);
-  if (ost != ZCK_OK)  /* the container's own messages name the file; the manifest builder's do not */
-    return strstr(zck_last_error(), src) ? ost : zck__error_prepend(ost, "%s", src);
+zck_status zck__reshard_from_h5(const zck__src *source, const char *out, const zck_reshard_opts *o) {
+  const char *src = source->dir;
+  zck_h5u *u = source->h5;
   const zck_h5u_info *in = zck_h5u_info_of(u);
   const zck_model *m = zck_h5u_model(u);
   zck__whole_src s;
@@ -258,10 +256,8 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   s.side_write = zck__h5_side_write;   /* the source's HF / Accelerate files */
   s.side_ctx = u;
   if (!o->to_stage && in->stage == 0) {
-    zck_status zs = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the container holds a ZeRO-0 checkpoint, resharded into a ZeRO "
-                              "stage: pass --to-stage 1, 2 or 3", src);
-    zck_h5u_close(u);
-    return zs;
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: the container holds a ZeRO-0 checkpoint, resharded into a ZeRO "
+                     "stage: pass --to-stage 1, 2 or 3", src);
   }
   zck_ds_write_opts wo = ZCK_DS_WRITE_OPTS_INIT;
   wo.stage = o->to_stage ? o->to_stage : in->stage;
@@ -317,6 +313,5 @@ zck_status zck__reshard_from_h5(const char *src, const char *out, const zck_resh
   if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, m->n_params);
   zck__h5_order_free(&ord);
   zck_pk_doc_free(rs);
-  zck_h5u_close(u);
   return st;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "reshard_internal.h"
+#include "source.h"
 #include "universal/universal.h"
 
 void zck__whole_src_uv(const zck_uv_ckpt *u, zck__whole_src *s) {
@@ -26,13 +27,8 @@ void zck__whole_src_uv(const zck_uv_ckpt *u, zck__whole_src *s) {
   zck_uv_buffers(u, &s->buffer_layout, &s->buffer_stores);
 }
 
-zck_status zck__reshard_from_universal(const char *src, const char *out, const zck_reshard_opts *o) {
-  if (o->tag)
-    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint; give its folder instead of a tag", src);
-  zck_uv_ckpt *u = NULL;
-  zck_uv_open_opts uo = ZCK_UV_OPEN_OPTS_INIT;
-  uo.no_verify = o->no_verify != 0;
-  ZCK_TRY(zck_uv_open(src, &uo, &u));
+zck_status zck__reshard_from_universal(const zck__src *src, const char *out, const zck_reshard_opts *o) {
+  const zck_uv_ckpt *u = src->uv;
   const zck_uv_info *in = zck_uv_info_of(u);
   zck__whole_src s;
   zck__whole_src_uv(u, &s);
@@ -81,6 +77,5 @@ zck_status zck__reshard_from_universal(const char *src, const char *out, const z
   }
   if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, s.m->n_params);
   free(skip);
-  zck_uv_close(u);
   return st;
 }

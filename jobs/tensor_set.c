@@ -1,16 +1,14 @@
-/* tensor_set.c: named tensor lists, their readers (torch, safetensors) and writers
- * (safetensors file, HF directory, torch file), each write being one copy plan. */
+/* tensor_set.c: named tensor lists and their readers (torch, safetensors); their outputs
+ * are set_target.c's. */
 #include "tensor_set.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "layout.h"
 #include "zck.h"
-#include "plan.h"
 #include "safetensors/safetensors.h"
-#include "stream_hash.h"
+#include "source.h"
 #include "torch/torch.h"
 
 void zck__set_init(zck__tensor_set *s) { memset(s, 0, sizeof *s); }
@@ -98,47 +96,10 @@ uint64_t zck__set_out_bytes(const zck__tensor_set *s) {
   return total;
 }
 
-/* ---- sniffing */
+/* ---- reading what a path holds (its kind: source.h) */
 
 static bool zck__is_dir(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISDIR(st.st_mode); }
 static bool zck__is_file(const char *p) { struct stat st; return stat(p, &st) == 0 && S_ISREG(st.st_mode); }
-
-static bool zck__dir_has(const char *dir, const char *name) {
-  char *p = zck__path_join(dir, name);
-  bool r = p && (zck__is_file(p) || zck__is_dir(p));
-  free(p);
-  return r;
-}
-
-static bool zck__ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && !strcmp(s + n - m, suffix);
-}
-
-zck__path_kind zck__sniff_path(const char *path) {
-  if (zck__is_dir(path)) {
-    if (zck__dir_has(path, "latest") || zck__dir_has(path, "latest_universal") ||
-        zck__dir_has(path, "mp_rank_00_model_states.pt") || zck__dir_has(path, "zero_pp_rank_0_mp_rank_00_model_states.pt"))
-      return ZCK__PATH_DEEPSPEED;
-    if (zck__dir_has(path, "model.safetensors") || zck__dir_has(path, "model.safetensors.index.json"))
-      return ZCK__PATH_HF_DIR;
-    return ZCK__PATH_UNKNOWN;
-  }
-  if (zck__ends_with(path, ".index.json")) return ZCK__PATH_HF_DIR;
-  zck__source src;
-  if (zck__source_open(&src, path) != ZCK_OK) return ZCK__PATH_UNKNOWN;
-  uint8_t head[9] = {0};
-  zck__path_kind kind = ZCK__PATH_UNKNOWN;
-  if (src.size >= 4 && zck__source_read(&src, head, src.size >= 9 ? 9 : 4, 0) == ZCK_OK) {
-    if (head[0] == 'P' && head[1] == 'K') kind = ZCK__PATH_TORCH;
-    /* the JSON header, which may start with spaces (ST-16: padded headers load in safetensors) */
-    else if (src.size >= 9 && (head[8] == '{' || head[8] == ' ')) kind = ZCK__PATH_SAFETENSORS;
-    else if (head[0] == 0x80) kind = ZCK__PATH_TORCH; /* legacy pickle: the torch reader explains */
-  }
-  zck__source_close(&src);
-  zck_clear_error();
-  return kind;
-}
 
 /* ---- readers */
 
@@ -240,11 +201,12 @@ zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path) {
 }
 
 zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
-  switch (zck__sniff_path(path)) {
-  case ZCK__PATH_TORCH: return zck__set_from_torch(s, path);
-  case ZCK__PATH_SAFETENSORS:
-  case ZCK__PATH_HF_DIR: return zck__set_from_safetensors(s, path);
-  case ZCK__PATH_DEEPSPEED:
+  switch (zck__src_sniff(path)) {
+  case ZCK__SRC_TORCH: return zck__set_from_torch(s, path);
+  case ZCK__SRC_SAFETENSORS:
+  case ZCK__SRC_HF: return zck__set_from_safetensors(s, path);
+  case ZCK__SRC_DEEPSPEED:
+  case ZCK__SRC_UNIVERSAL:
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: is a DeepSpeed checkpoint; use 'zckpt consolidate'", path);
   default: break;
   }
@@ -255,327 +217,4 @@ zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
     zck__source_close(&src);
   }
   return zck__fail(ZCK_ERR_FORMAT, "%s: not a torch .pt/.bin, safetensors file or checkpoint directory", path);
-}
-
-/* ---- the copy: whole tensors to whole tensors */
-
-static zck_status zck__copy_set(const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
-                                const zck__write_opts *o, const size_t *order) {
-  if (o && o->fill) return o->fill(o->fill_ctx, s, dst, crc_out, order);
-  /* entries without a destination (aliases) have nothing to copy */
-  /* one whole-tensor store per entry on both sides; aliases have nothing to copy */
-  size_t n = s->n ? s->n : 1;
-  uint64_t *numel = zck__malloc(n * sizeof *numel);
-  uint32_t *owners = zck__malloc(n * sizeof *owners);
-  zck_store *src = zck__malloc(n * sizeof *src);
-  zck_store *dsts = zck__malloc(n * sizeof *dsts);
-  uint32_t *crcs = zck__calloc(n, sizeof *crcs);
-  zck_layout *layout = NULL;
-  zck_plan *plan = NULL;
-  zck_status st = (numel && owners && src && dsts && crcs) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  size_t k = 0;
-  if (st == ZCK_OK) {
-    for (size_t i = 0; i < s->n; i++) numel[i] = s->v[i].numel;
-    for (size_t q = 0; q < s->n; q++) { /* stores in output order: the plan copies in that order */
-      size_t i = order ? order[q] : q;
-      if (dst[i].kind == ZCK_STORE_UNBOUND) continue;
-      owners[k] = (uint32_t)i;
-      src[k] = s->v[i].src;
-      dsts[k] = dst[i];
-      k++;
-    }
-    st = zck_layout_whole(s->n, numel, owners, k, &layout);
-  }
-  if (st == ZCK_OK) st = zck_plan_build(layout, layout, NULL, &plan);
-  if (st == ZCK_OK) {
-    zck_exec_opts eo = ZCK_EXEC_OPTS_INIT;
-    eo.threads = o ? o->threads : 0;
-    eo.progress = o ? o->progress : NULL;
-    eo.progress_ctx = o ? o->progress_ctx : NULL;
-    eo.no_verify = o && o->no_verify;
-    st = zck_exec_plan(plan, src, dsts, crc_out ? crcs : NULL, &eo);
-  }
-  if (st == ZCK_OK && crc_out)
-    for (size_t j = 0; j < k; j++) crc_out[owners[j]] = crcs[j];
-  zck_plan_free(plan);
-  zck_layout_free(layout);
-  free(numel);
-  free(owners);
-  free(src);
-  free(dsts);
-  free(crcs);
-  return st;
-}
-
-static zck_status zck__st_dtype(const zck__tensor_entry *e, zck_st_dtype *out) {
-  if (zck_st_dtype_from_zck(zck__entry_out_dtype(e), out)) return ZCK_OK;
-  bool named = e->src.name && *e->src.name; /* the store's name is the input file */
-  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s%stensor %s: dtype %s cannot be stored in safetensors", named ? e->src.name : "",
-                   named ? ": " : "", e->name, zck_dtype_name(zck__entry_out_dtype(e)));
-}
-
-static void zck__shape_u64(const zck__tensor_entry *e, uint64_t *shape) {
-  for (int d = 0; d < e->ndim; d++) shape[d] = (uint64_t)e->shape[d];
-}
-
-/* Adds every entry that holds data (not aliases) to a safetensors writer; slot[i] is the
- * writer's index of entry i. */
-typedef zck_status (*zck__st_add_fn)(void *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
-                                     size_t *index);
-static zck_status zck__st_file_add(void *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
-                                   size_t *index) {
-  return zck_st_writer_add(w, name, dtype, ndim, shape, index);
-}
-static zck_status zck__st_dir_add(void *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
-                                  size_t *index) {
-  return zck_hf_writer_add(w, name, dtype, ndim, shape, index);
-}
-
-static zck_status zck__add_entries(const zck__tensor_set *s, zck__st_add_fn add, void *w, size_t **slot_out) {
-  size_t *slot = zck__calloc(s->n ? s->n : 1, sizeof *slot);
-  zck_status st = slot ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    zck_st_dtype sd;
-    uint64_t shape[ZCK_SET_MAX_DIMS];
-    if (s->v[i].alias_of >= 0) continue;
-    st = zck__st_dtype(&s->v[i], &sd);
-    zck__shape_u64(&s->v[i], shape);
-    if (st == ZCK_OK) st = add(w, s->v[i].name, sd, s->v[i].ndim, shape, &slot[i]);
-  }
-  *slot_out = slot;
-  return st;
-}
-
-zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
-  zck_st_writer *w = NULL;
-  zck_store *dst = NULL;
-  zck_status st = zck_st_writer_new(&w);
-  for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_st_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
-  size_t *slot = NULL;
-  if (st == ZCK_OK) st = zck__add_entries(s, zck__st_file_add, w, &slot);
-  if (st == ZCK_OK) st = zck_st_writer_layout(w);
-  if (st == ZCK_OK && !(o && o->overwrite) && zck__is_file(path))
-    st = zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
-  if (st == ZCK_OK) st = zck_st_writer_open(w, path);
-  if (st == ZCK_OK) {
-    dst = zck__calloc(s->n ? s->n : 1, sizeof *dst);
-    if (!dst) st = ZCK_ERR_NO_MEMORY;
-  }
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    if (s->v[i].alias_of >= 0) continue;
-    const zck_st_tensor *t = zck_st_writer_tensor(w, slot[i]);
-    dst[i] = zck_store_fd(zck_st_writer_fd(w), t->offset, zck__entry_out_dtype(&s->v[i]), s->v[i].numel, path);
-  }
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o, NULL);
-  if (st == ZCK_OK) st = zck_st_writer_commit(w);
-  free(slot);
-  free(dst);
-  zck_st_writer_free(w);
-  return st;
-}
-
-typedef struct zck__hf_pos {
-  size_t entry, shard;
-  uint64_t offset;
-} zck__hf_pos;
-
-static int zck__hf_cmp_pos(const void *a, const void *b) {
-  const zck__hf_pos *x = a, *y = b;
-  if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
-  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-  return x->entry < y->entry ? -1 : x->entry > y->entry;
-}
-
-/* Every entry by where its bytes lie (shard, offset); aliases, which have none, last. */
-static size_t *zck__hf_write_order(const zck__tensor_set *s, const zck_hf_writer *w, const size_t *slot) {
-  zck__hf_pos *p = zck__malloc((s->n ? s->n : 1) * sizeof *p);
-  size_t *order = zck__malloc((s->n ? s->n : 1) * sizeof *order);
-  if (!p || !order) {
-    free(p);
-    free(order);
-    return NULL;
-  }
-  for (size_t i = 0; i < s->n; i++) {
-    zck_hf_slot hs = s->v[i].alias_of < 0 ? zck_hf_writer_slot(w, slot[i]) : (zck_hf_slot){SIZE_MAX, -1, 0, 0};
-    p[i] = (zck__hf_pos){i, hs.shard, hs.offset};
-  }
-  qsort(p, s->n, sizeof *p, zck__hf_cmp_pos);
-  for (size_t i = 0; i < s->n; i++) order[i] = p[i].entry;
-  free(p);
-  return order;
-}
-
-typedef struct zck__hf_manifest_ctx {
-  const zck__write_opts *o;
-  zck_hf_writer *w;
-} zck__hf_manifest_ctx;
-
-/* The manifest from the hashes the writers made as they wrote: nothing is read back. */
-static zck_status zck__manifest_before_commit(void *ctx, const char *tmp_dir) {
-  const zck__hf_manifest_ctx *c = ctx;
-  zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
-  mo.kind = "safetensors";
-  mo.threads = c->o->threads;
-  return zck__manifest_write_dir_known(tmp_dir, &mo, zck_hf_writer_known(c->w), NULL);
-}
-
-zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir, const zck__write_opts *o,
-                                      const char *const *extra_names, const char *const *extra_texts,
-                                      size_t n_extra) {
-  zck_hf_options ho = ZCK_HF_OPTIONS_INIT;
-  ho.max_shard_size = o ? o->max_shard_size : 0;
-  ho.overwrite = o ? o->overwrite : false;
-  ho.style = ZCK_HF_INDEX_SORTED; /* as transformers' save_pretrained and zero_to_fp32 */
-  zck__hf_manifest_ctx mctx = {o, NULL};
-  if (o && o->manifest) {
-    ho.before_commit = zck__manifest_before_commit;
-    ho.before_commit_ctx = &mctx;
-  }
-  zck_hf_writer *w = NULL;
-  zck_store *dst = NULL;
-  zck__manifest_known extra = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL}; /* the files written here */
-  size_t cap_extra = 0;
-  bool hash = o && o->manifest;
-  zck_status st = zck_hf_writer_new(dir, &ho, &w);
-  mctx.w = w;
-  if (st == ZCK_OK && hash) zck_hf_writer_hash_inline(w);
-  for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_hf_writer_set_metadata(w, s->meta_keys[i], s->meta_values[i]);
-  size_t *slot = NULL;
-  if (st == ZCK_OK) st = zck__add_entries(s, zck__st_dir_add, w, &slot);
-  if (st == ZCK_OK) st = zck_hf_writer_layout(w);
-  if (st == ZCK_OK) {
-    dst = zck__calloc(s->n ? s->n : 1, sizeof *dst);
-    if (!dst) st = ZCK_ERR_NO_MEMORY;
-  }
-  /* a write error names the shard's destination (DIR/model.safetensors), not the bare
-   * shard name, nor the temporary tree it is written in */
-  size_t n_shards = st == ZCK_OK ? zck_hf_writer_shard_count(w) : 0;
-  char **shard_paths = n_shards ? zck__calloc(n_shards, sizeof *shard_paths) : NULL;
-  if (n_shards && !shard_paths) st = ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && i < n_shards; i++)
-    if (!(shard_paths[i] = zck__path_join(dir, zck_hf_writer_shard_name(w, i)))) st = ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    if (s->v[i].alias_of >= 0) continue;
-    zck_hf_slot hs = zck_hf_writer_slot(w, slot[i]);
-    dst[i] = zck_hf_writer_store(w, slot[i], zck__entry_out_dtype(&s->v[i]), s->v[i].numel, shard_paths[hs.shard]);
-  }
-  /* hashed as written: the tensors copied in the order of their bytes in the shards */
-  size_t *order = hash && st == ZCK_OK ? zck__hf_write_order(s, w, slot) : NULL;
-  if (hash && st == ZCK_OK && !order) st = ZCK_ERR_NO_MEMORY;
-  for (size_t q = 0; order && q < s->n; q++) /* the executor runs the copy in that order, across passes */
-    if (dst[order[q]].kind != ZCK_STORE_UNBOUND) dst[order[q]].write_order = q + 1;
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, NULL, o, order);
-  free(order);
-  if (st == ZCK_OK && o && o->torch_bin_too) {
-    char *p = zck_hf_writer_extra_path(w, "pytorch_model.bin");
-    zck__write_opts to = *o;
-    to.overwrite = true;
-    st = p ? zck__write_torch_file_hashed(s, p, &to, "pytorch_model.bin", hash ? &extra : NULL, &cap_extra)
-           : ZCK_ERR_NO_MEMORY;
-    free(p);
-  }
-  for (size_t i = 0; st == ZCK_OK && i < n_extra; i++) {
-    char *p = zck_hf_writer_extra_path(w, extra_names[i]);
-    zck__outfile f;
-    if (!p) { st = ZCK_ERR_NO_MEMORY; break; }
-    st = zck__outfile_create(&f, p);
-    if (st == ZCK_OK) st = zck__outfile_pwrite(&f, extra_texts[i], strlen(extra_texts[i]), 0);
-    if (st == ZCK_OK) st = zck__outfile_commit(&f);
-    else zck__outfile_abort(&f);
-    if (st == ZCK_OK && hash)
-      st = zck__known_bytes(&extra, &cap_extra, p, extra_names[i], extra_texts[i], strlen(extra_texts[i]));
-    free(p);
-  }
-  if (st == ZCK_OK && hash) st = zck_hf_writer_add_known(w, &extra);
-  zck__known_free(&extra);
-  if (st == ZCK_OK) st = zck_hf_writer_commit(w);
-  for (size_t i = 0; i < n_shards && shard_paths; i++) free(shard_paths[i]);
-  free(shard_paths);
-  free(slot);
-  free(dst);
-  zck_hf_writer_free(w);
-  return st;
-}
-
-/* Torch storages are written through the torch writer so it can track them. */
-typedef struct zck__torch_dst_ctx {
-  zck_torch_writer *w;
-  size_t storage;
-  size_t elem_size;
-  zck__shash *h;              /* the file's manifest hashes, or NULL */
-  uint64_t data_off;          /* the storage's offset in the file */
-} zck__torch_dst_ctx;
-
-static zck_status zck__torch_dst_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
-  zck__torch_dst_ctx *c = ctx;
-  ZCK_TRY(zck_torch_writer_write(c->w, c->storage, src, (size_t)(count * c->elem_size), off * c->elem_size));
-  zck__shash_feed(c->h, c->data_off + off * c->elem_size, src, count * c->elem_size, NULL);
-  return ZCK_OK;
-}
-
-zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o) {
-  return zck__write_torch_file_hashed(s, path, o, NULL, NULL, NULL);
-}
-
-zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *path, const zck__write_opts *o,
-                                        const char *relpath, zck__manifest_known *known, size_t *cap) {
-  if (!(o && o->overwrite) && zck__is_file(path))
-    return zck__fail(ZCK_ERR_EXISTS, "%s: exists (use --overwrite to replace it)", path);
-  zck__shash *h = NULL;
-  zck__shash_budget budget = {0, zck__shash_default_budget()};
-  if (known && !(h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
-  zck_torch_writer *w = NULL;
-  zck_status cs = zck_torch_writer_create_hashed(path, h, &w);
-  if (cs != ZCK_OK) {
-    zck__shash_free(h);
-    return cs;
-  }
-  zck_pk_doc *doc = zck_torch_writer_doc(w);
-  zck_pk *root = zck_pk_new_dict(doc, 1);
-  size_t n = s->n ? s->n : 1;
-  zck_store *dst = zck__calloc(n, sizeof *dst);
-  zck__torch_dst_ctx *ctx = zck__calloc(n, sizeof *ctx);
-  uint32_t *crc = zck__calloc(n, sizeof *crc);
-  zck_status st = (root && dst && ctx && crc) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  uint64_t n_stored = 0;
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++) {
-    const zck__tensor_entry *e = &s->v[i];
-    zck_dtype dt = zck__entry_out_dtype(e);
-    size_t si;
-    uint64_t off = 0;
-    if (e->tied_to >= 0) {
-      si = ctx[e->tied_to].storage; /* the same storage: torch.load gives tied tensors */
-    } else {
-      st = zck_torch_writer_add_storage(w, dt, e->numel, &si, &off);
-      if (st != ZCK_OK) break;
-      zck__shash_cover(h, off, e->numel * zck_dtype_size(dt)); /* the copy writes it whole */
-    }
-    zck_pk *t = zck_torch_writer_tensor(w, si, e->ndim, e->shape, NULL, 0, 0);
-    zck_pk *k = zck_pk_new_str(doc, e->name);
-    if (!t || !k || !zck_pk_dict_set(doc, root, k, t)) { st = t ? ZCK_ERR_NO_MEMORY : ZCK_ERR_INTERNAL; break; }
-    ctx[i] = (zck__torch_dst_ctx){w, si, zck_dtype_size(dt), h, off};
-    if (e->tied_to < 0) dst[i] = zck_store_callback(NULL, zck__torch_dst_write, &ctx[i], dt, e->numel, path);
-    if (e->tied_to < 0 && h) dst[i].write_order = ++n_stored; /* storages lie in entry order */
-  }
-  /* hashed as written: copied in the order of the storages in the file */
-  size_t *order = h && st == ZCK_OK ? zck__malloc(n * sizeof *order) : NULL;
-  if (h && st == ZCK_OK && !order) st = ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; order && i < s->n; i++) order[i] = i;
-  if (st == ZCK_OK) st = zck__shash_start(h, &budget, known ? known->chunk_size : 0);
-  if (st == ZCK_OK) st = zck__copy_set(s, dst, crc, o, order);
-  free(order);
-  for (size_t i = 0; st == ZCK_OK && i < s->n; i++)
-    if (s->v[i].tied_to < 0) zck_torch_writer_set_crc(w, ctx[i].storage, crc[i]);
-  if (st == ZCK_OK) st = zck_torch_writer_finish(w, root);
-  zck_torch_writer_free(w);
-  uint64_t reread = 0;
-  zck__manifest_known_file kf;
-  if (st == ZCK_OK && h) st = zck__shash_finish(h, path, &reread);
-  if (st == ZCK_OK && h) st = zck__shash_known_file(h, NULL, &kf);
-  if (st == ZCK_OK && h && kf.hashed) st = zck__known_take(known, cap, &kf, relpath);
-  zck__shash_free(h);
-  free(dst);
-  free(ctx);
-  free(crc);
-  return st;
 }

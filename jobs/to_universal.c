@@ -21,6 +21,7 @@
 #include "deepspeed/deepspeed.h"
 #include "manifest.h"
 #include "plan.h"
+#include "source.h"
 #include "stream_hash.h"
 #include "to_universal.h"
 #include "universal/universal.h"
@@ -942,19 +943,21 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
     return zck__fail(ZCK_ERR_INVALID_ARG, "unknown universal format %d", (int)o.format);
   if (o.level < 0 || o.level > 22) return zck__fail(ZCK_ERR_INVALID_ARG, "--level must be 1..22");
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
-  zck_ds_open_opts dopts = ZCK_DS_OPEN_OPTS_INIT;
-  dopts.tag = o.tag;
-  dopts.threads = o.threads;
-  dopts.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
-  zck_ds_ckpt *ck = NULL;
-  ZCK_TRY(zck_ds_open(src, &dopts, &ck));
+  zck__src_opts so = ZCK__SRC_OPTS_INIT;
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED);
+  so.tag = o.tag;
+  so.threads = o.threads;
+  so.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
+  zck__src s;
+  ZCK_TRY(zck__src_open(&s, src, zck__src_sniff(src), &so));
+  const zck_ds_ckpt *ck = s.ck;
   zck_uv_writer *w = NULL;
   zck_manifest_layout l;
   zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o, &w, &l);
   size_t n_params = zck_ds_model(ck)->n_params;
   /* closed before the DeepSpeed layout's manifest is built: the reader's pickle trees and
    * tables are not needed for it (at 100k params ~150 MB of the job's peak) */
-  zck_ds_close(ck);
+  zck__src_close(&s);
   if (st == ZCK_OK && w) st = zck__to_universal_ds_commit(w, &l, &o);
   zck_uv_writer_free(w);
   if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, n_params);

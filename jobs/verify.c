@@ -22,9 +22,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dcp/dcp.h"
 #include "io.h"
 #include "manifest.h"
-#include "reshard_internal.h"
+#include "source.h"
 #include "verify_internal.h"
 
 bool zck__verify_ends_with(const char *s, const char *suffix) {
@@ -99,6 +100,21 @@ static bool ds_dir(const char *dir) {
 }
 
 // ---- step 1: what PATH is
+
+/* A torch Distributed Checkpoint: the files checked are those of the folder the reader
+ * takes (an output_dir's newest checkpoint-N; Accelerate's save_state folder, holding the
+ * model's and the optimizer's DCP folders). */
+static zck_status resolve_dcp(vctx *c) {
+  char *dir = NULL;
+  ZCK_TRY(zck_dcp_resolve(c->path, &dir));
+  c->is_dcp = true;
+  zck__vreport_set(&c->r->kind, "dcp");
+  const char *b = strrchr(dir, '/');
+  if (b && !strcmp(b + 1, "pytorch_model_fsdp_0")) dir[b - dir] = 0;
+  free(c->base);
+  c->base = dir;
+  return ZCK_OK;
+}
 
 /* A universal folder, or the parent whose latest_universal names it. */
 static zck_status resolve_universal(vctx *c) {
@@ -182,10 +198,8 @@ static zck_status resolve(vctx *c) {
   if (S_ISDIR(sb.st_mode)) {
     c->base = zck__strdup(c->path);
     if (!c->base) return ZCK_ERR_NO_MEMORY;
-    if (zck__verify_exists_in(c->path, "zero/optimizer_state.pt") ||
-        (zck__verify_exists_in(c->path, "latest_universal") && !zck__verify_exists_in(c->path, "latest")))
-      return resolve_universal(c);
-    if (!ds_dir(c->path)) return ZCK_OK;
+    if (zck__src_sniff(c->path) == ZCK__SRC_UNIVERSAL) return resolve_universal(c);
+    if (!ds_dir(c->path)) return zck_dcp_is_checkpoint(c->path) ? resolve_dcp(c) : ZCK_OK;
     c->is_ds = true;
     zck__vreport_set(&c->r->kind, "deepspeed");
     /* a root: its files are those of the tag folder `latest` (or --tag) names */
@@ -301,7 +315,7 @@ static zck_status load_manifest(vctx *c) {
         zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "incomplete", c->base, NULL, -1, 0,
                          "%s: incomplete checkpoint: zckpt started writing it and never wrote " ZCK_MANIFEST_NAME
                          " (interrupted save?); --force checks the files anyway", c->base);
-    } else if (c->single && zck__is_hdf5(c->path)) {
+    } else if (c->single && zck__src_sniff(c->path) == ZCK__SRC_HDF5) {
       /* an HDF5 container carries its own checks: check_h5u says which it had */
     } else {
       zck__vreport_add(c->r, ZCK_VERIFY_NOTE, "coverage", NULL, NULL, -1, 0,

@@ -71,7 +71,7 @@ static void check_records(vctx *c, vfile *f, const zck__hash_range *ranges) {
  * and its bytes are still read once, so `verify FILE.safetensors` reports the file (and an
  * unreadable or short one) rather than "0 files". */
 static bool zck__verify_read_plain(const vctx *c, const vfile *f) {
-  return !c->expected && f->type == VF_SAFETENSORS && f->open_status == ZCK_OK;
+  return !c->expected && ((f->type == VF_SAFETENSORS && f->open_status == ZCK_OK) || f->dcp_metadata);
 }
 
 zck_status zck__verify_data(vctx *c) {

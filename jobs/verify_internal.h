@@ -58,6 +58,7 @@ typedef struct vfile {
   size_t n_warnings;
   vrecord *recs;
   size_t n_recs;
+  bool dcp_metadata;           /* a DCP .metadata its reader parsed: read whole, as a checked file */
 } vfile;
 
 typedef struct vctx {
@@ -69,6 +70,7 @@ typedef struct vctx {
   char *single;                /* single-file mode: the file's name in base */
   bool is_ds;
   bool is_uv;                  /* a DeepSpeed universal checkpoint (folder or its parent) */
+  bool is_dcp;                 /* a torch Distributed Checkpoint (its files: base and below) */
   bool hf_index_given;         /* path is a *.index.json */
   bool is_h5u;                 /* path is zckpt's HDF5 universal container (checked whole) */
   zck_manifest *expected;      /* NULL without a manifest */

@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dcp/dcp.h"
 #include "deepspeed/deepspeed.h"
 #include "hdf5/zck_h5.h"
 #include "io.h"
 #include "safetensors/safetensors.h"
+#include "source.h"
 #include "threadpool.h"
 #include "torch/torch.h"
 #include "universal/universal.h"
@@ -181,6 +183,70 @@ static void check_universal(vctx *c) {
   zck_uv_close(u);
 }
 
+/* A torch Distributed Checkpoint through its reader (metadata, every file and item there,
+ * chunk geometry); then every zip record of every item handed to the data pass, which
+ * CRCs them as it reads each .distcp once. */
+typedef struct dcp_recs {
+  vctx *c;
+  zck__strmap by_path;         /* full path -> file */
+} dcp_recs;
+
+static zck_status add_dcp_record(void *ctx, const zck_dcp_record *r) {
+  dcp_recs *d = ctx;
+  size_t fi;
+  if (!zck__strmap_get(&d->by_path, r->path, &fi)) return ZCK_OK;   /* not listed (a manifest left it out) */
+  vfile *f = &d->c->files[fi];
+  if (!(f->n_recs & (f->n_recs + 1)) || !f->recs) {   /* grow at 0, 1, 3, 7, ... */
+    vrecord *g = zck__realloc(f->recs, (2 * f->n_recs + 2) * sizeof *g);
+    if (!g) return ZCK_ERR_NO_MEMORY;
+    f->recs = g;
+  }
+  vrecord *v = &f->recs[f->n_recs];
+  *v = (vrecord){zck__sprintf("%s (item %s)", r->name, r->key), r->off, r->size, r->crc32, r->method, zck__strdup(r->key)};
+  if (!v->name || !v->tensors) {
+    free(v->name);
+    free(v->tensors);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  f->n_recs++;
+  return ZCK_OK;
+}
+
+static zck_status check_dcp(vctx *c) {
+  zck_dcp *d = NULL;
+  zck_status st = zck_dcp_open(c->path, NULL, &d);
+  if (st != ZCK_OK) {
+    if (st == ZCK_ERR_NO_MEMORY) return st;
+    zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
+    zck_clear_error();
+    return ZCK_OK;
+  }
+  const zck_dcp_info *in = zck_dcp_info_of(d);
+  char detail[256];
+  snprintf(detail, sizeof detail, "torch Distributed Checkpoint, %zu data files, %zu items, weights %s%s", in->n_files,
+           in->n_items, in->weight_dtype ? zck_dtype_name(in->weight_dtype) : "mixed",
+           in->has_optimizer_state ? ", with optimizer state" : "");
+  zck__vreport_set(&c->r->detail, detail);
+  dcp_recs r = {c, {0}};
+  for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
+    bool dup;
+    size_t prev;
+    vfile *f = &c->files[i];
+    const char *b = strrchr(f->full, '/');
+    f->dcp_metadata = b && !strcmp(b + 1, ZCK_DCP_METADATA_FILE);
+    st = zck__strmap_put(&r.by_path, f->full, i, &dup, &prev);
+  }
+  if (st == ZCK_OK) st = zck_dcp_each_record(d, add_dcp_record, &r);
+  zck__strmap_free(&r.by_path);
+  zck_dcp_close(d);
+  if (st != ZCK_OK && st != ZCK_ERR_NO_MEMORY) {
+    zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
+    zck_clear_error();
+    st = ZCK_OK;
+  }
+  return st;
+}
+
 static void check_hf_index(vctx *c) {
   const char *hf_path = NULL;
   char *owned = NULL;
@@ -280,16 +346,6 @@ static void check_rank_copies(vctx *c) {
  * reader (which walks it in a forked child first), then every dataset read back whole in
  * pieces, so a corrupt chunk shows: its zstd frame's checksum (zck_h5.h) or, in containers
  * written before those, a frame that does not decode. */
-static bool is_hdf5_file(const char *path) {
-  zck__source s;
-  if (zck__source_open(&s, path) != ZCK_OK) { zck_clear_error(); return false; }
-  uint8_t sig[8];
-  bool yes = s.size >= 8 && zck__source_read(&s, sig, 8, 0) == ZCK_OK && !memcmp(sig, "\211HDF\r\n\032\n", 8);
-  zck__source_close(&s);
-  zck_clear_error();
-  return yes;
-}
-
 static zck_status read_stores(vctx *c, const zck_store *stores, size_t n, void *buf, size_t buf_bytes) {
   for (size_t i = 0; i < n; i++) {
     const zck_store *s = &stores[i];
@@ -433,7 +489,7 @@ static zck_status check_h5u(vctx *c) {
 }
 
 zck_status zck__verify_structure(vctx *c) {
-  if (c->single && !c->is_ds && !c->is_uv && is_hdf5_file(c->path)) {
+  if (c->single && !c->is_ds && !c->is_uv && zck__src_sniff(c->path) == ZCK__SRC_HDF5) {
     c->is_h5u = true;
     return check_h5u(c);
   }
@@ -449,14 +505,15 @@ zck_status zck__verify_structure(vctx *c) {
     for (size_t k = 0; k < f->n_warnings; k++) zck__vreport_add_unique(c->r, ZCK_VERIFY_WARNING, "structure", f->warnings[k]);
   }
   if (c->is_ds) check_rank_copies(c);
-  if (!c->is_ds && !c->is_uv) {
+  if (c->is_dcp) ZCK_TRY(check_dcp(c));
+  if (!c->is_ds && !c->is_uv && !c->is_dcp) {
     check_hf_index(c);
     zck_manifest_kind k = c->expected ? c->expected->kind : ZCK_MANIFEST_OTHER;
     const char *kind = k != ZCK_MANIFEST_OTHER ? zck_manifest_kind_name(k)
                        : n_st ? "safetensors" : n_pt ? "torch" : c->single ? "file" : "directory";
     zck__vreport_set(&c->r->kind, kind);
   }
-  if (!c->is_ds && !c->is_uv && !c->expected && !n_st && !n_pt && !c->hf_index_given) {
+  if (!c->is_ds && !c->is_uv && !c->is_dcp && !c->expected && !n_st && !n_pt && !c->hf_index_given) {
     if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = ZCK_ERR_UNSUPPORTED;
     zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "coverage", c->path, NULL, -1, 0,
                      "%s: nothing zckpt can check: no .pt/.bin, .safetensors, DeepSpeed checkpoint or " ZCK_MANIFEST_NAME,

@@ -306,7 +306,10 @@ typedef struct zck_reshard_opts {
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that
  * engine.load_checkpoint of an engine configured that way loads without load_universal.
  * OUT is a new save root (OUT/latest, OUT/<tag>/); the other files of an HF checkpoint-N/
- * folder are carried over. Written whole under a temporary name, then renamed. */
+ * folder are carried over. Written whole under a temporary name, then renamed.
+ * to_format DCP: OUT is instead the torch Distributed Checkpoint FSDP2 saves from
+ * get_state_dict at to_world_size ranks (fp32 weights, exp_avg, exp_avg_sq, step and the
+ * param groups' settings keyed by FQN, frozen params and buffers), with zckpt's manifest. */
 ZCK_API zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts *opts);
 
 /* ---- universal checkpoints */

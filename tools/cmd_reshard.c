@@ -29,6 +29,7 @@ static const char zck__reshard_help[] =
   "__<r>_0.distcp) as FSDP2 saves dcp.save({\"model\": ..., \"optim\": ...}) from\n"
   "get_state_dict at W ranks: fp32 weights, Adam's exp_avg, exp_avg_sq and step, and the\n"
   "param groups' settings, keyed by FQN; load it with dcp.load and set_state_dict.\n"
+  "SRC: any of the above; --to-stage, --to-tp-size and --sub-group-size do not apply.\n"
   "\n"
   "options:\n"
   "  --to-format F            deepspeed (default) or dcp\n"

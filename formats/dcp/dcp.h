@@ -45,7 +45,8 @@ typedef struct zck_dcp_open_opts {
  *   - a folder holding .metadata (dcp.save's checkpoint_id; a torchtitan step-N);
  *   - a folder holding pytorch_model_fsdp_0/.metadata (Accelerate save_state, HF Trainer
  *     FSDP checkpoint-N);
- *   - an HF output_dir: its checkpoint-N (largest N) that holds one of the above. */
+ *   - an HF output_dir or a torchtitan checkpoint folder: its checkpoint-N / step-N
+ *     (largest N) that holds one of the above. */
 zck_status zck_dcp_resolve(const char *path, char **dir);
 /* True if zck_dcp_resolve finds a DCP folder for path (for sniffing). */
 bool zck_dcp_is_checkpoint(const char *path);
@@ -89,5 +90,23 @@ typedef struct zck_dcp_entry_info {
 } zck_dcp_entry_info;
 size_t zck_dcp_entry_count(const zck_dcp *c);
 void zck_dcp_entry_at(const zck_dcp *c, size_t i, zck_dcp_entry_info *out);
+
+/* The folders read (the DCP folder; Accelerate's optimizer folder beside it, or NULL). */
+const char *zck_dcp_optim_dir(const zck_dcp *c);
+
+/* One zip record of a storage item, placed in its .distcp file: what a checker that reads
+ * whole files (verify) CRCs as it passes. */
+typedef struct zck_dcp_record {
+  const char *path;                /* the .distcp file */
+  const char *key;                 /* the item's entry */
+  const char *name;                /* the record inside the item's zip ("archive/data/0") */
+  uint64_t off, size;              /* absolute in the file */
+  uint32_t crc32;
+  uint16_t method;                 /* 0: stored */
+} zck_dcp_record;
+/* Calls fn for every record of every item that is a torch.save zip (every tensor item and
+ * every optimizer bytes item; other bytes items, when not a zip, have none), reading only
+ * their zip directories. fn's error stops the walk. */
+zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx);
 
 #endif

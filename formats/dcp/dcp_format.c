@@ -103,7 +103,20 @@ static bool optim_root(const char *s) { return !strcmp(s, "optim") || !strcmp(s,
 
 zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n) {
   zck_dcp_key k = {ZCK_DCP_KEY_OTHER, NULL, 0, NULL, 0};
-  if (n == 2 && !strcmp(path[0], "model")) {
+  if (n == 1) {   /* torchtitan: the model's keys flattened to the top level */
+    k.kind = ZCK_DCP_KEY_MODEL;
+    k.fqn = path[0];
+    k.fqn_len = strlen(path[0]);
+  } else if (n == 2 && optim_root(path[0]) && !strncmp(path[1], "state.", 6)) {
+    /* flatten_optimizer_state_dict: "state.<fqn>.<k>" is one leaf */
+    const char *fqn = path[1] + 6, *dot = strrchr(fqn, '.');
+    if (dot && dot > fqn && dot[1]) {
+      k.kind = ZCK_DCP_KEY_OPTIM_STATE;
+      k.fqn = fqn;
+      k.fqn_len = (size_t)(dot - fqn);
+      k.setting = dot + 1;
+    }
+  } else if (n == 2 && !strcmp(path[0], "model")) {
     k.kind = ZCK_DCP_KEY_MODEL;
     k.fqn = path[1];
     k.fqn_len = strlen(path[1]);

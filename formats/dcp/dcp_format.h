@@ -36,6 +36,9 @@
  *                                    float32 tensor, or bytes for a Python number)
  *   optim.param_groups.<i>.<k>       a bytes item per setting; "params" holds the FQNs
  * Accelerate saves the optimizer as {"optimizer": osd}: "optimizer." stands for "optim.".
+ * torchtitan saves the model's keys at the top level (the path is the FQN alone) and the
+ * optimizer flattened (flatten_optimizer_state_dict): the path ("optimizer",
+ * "state.<fqn>.<k>"); its per-param settings ("param_groups.<fqn>.<k>") are OTHER.
  * The path (planner_data) splits a key exactly; the name rules are for a key without one.
  */
 #ifndef ZCK_DCP_FORMAT_H
@@ -113,8 +116,9 @@ typedef struct zck_dcp_key {
 } zck_dcp_key;
 
 /* From a planner_data path (its components, in order): ("model", fqn), ("optim", "state",
- * fqn, k), ("optim", "param_groups", i, k) where i is given in decimal. Any other path
- * is OTHER. */
+ * fqn, k), ("optim", "param_groups", i, k) where i is given in decimal; (fqn) alone and
+ * ("optimizer", "state.<fqn>.<k>") as torchtitan saves. Any other path is OTHER (a bytes
+ * entry a path calls MODEL is the reader's to take as OTHER: a top-level setting). */
 zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n);
 /* From a flat key alone: "model." prefix, "optim.state." prefix with the setting after
  * the last '.', "optim.param_groups.<i>.<k>". */

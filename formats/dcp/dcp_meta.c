@@ -188,7 +188,13 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
     const zck_pk *st;
     ZCK_TRY(dataclass_state(x, md, ZCK_DCP_CLS_BYTES_STORAGE, key, &st));
     e->is_bytes = true;
-    if (k.kind == ZCK_DCP_KEY_MODEL) return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: a model entry that is bytes, not a tensor", key);
+    if (k.kind == ZCK_DCP_KEY_MODEL && np == 1) {   /* a top-level setting, not a weight */
+      e->k.kind = ZCK_DCP_KEY_OTHER;
+      free(e->fqn);
+      e->fqn = NULL;
+      e->k.fqn = NULL;
+    } else if (k.kind == ZCK_DCP_KEY_MODEL)
+      return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: a model entry that is bytes, not a tensor", key);
     return ZCK_OK;
   }
   const zck_pk *st;

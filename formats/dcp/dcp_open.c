@@ -3,6 +3,7 @@
 #include "dcp_internal.h"
 
 #include "util.h"
+#include "zip/zip.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,11 +34,10 @@ static char *dcp_dir_of(const char *dir) {
   return NULL;
 }
 
-/* checkpoint-<digits>: N, or -1. */
+/* checkpoint-<digits> (HF Trainer) or step-<digits> (torchtitan): N, or -1. */
 static long long ckpt_number(const char *name) {
-  static const char pre[] = "checkpoint-";
-  if (strncmp(name, pre, sizeof pre - 1)) return -1;
-  const char *d = name + sizeof pre - 1;
+  const char *d = !strncmp(name, "checkpoint-", 11) ? name + 11 : !strncmp(name, "step-", 5) ? name + 5 : NULL;
+  if (!d) return -1;
   if (!*d || strlen(d) > 15) return -1;
   long long n = 0;
   for (; *d; d++) {
@@ -50,8 +50,9 @@ static long long ckpt_number(const char *name) {
 zck_status zck_dcp_resolve(const char *path, char **dir) {
   *dir = dcp_dir_of(path);
   if (*dir) return ZCK_OK;
-  /* an HF output_dir: the newest checkpoint-N a DCP save finished (.metadata is what it
-   * writes last) */
+  /* an HF output_dir or a torchtitan checkpoint folder: the newest checkpoint-N / step-N
+   * a DCP save finished (.metadata is what it writes last; torchtitan's own resume takes
+   * the largest step-N holding one) */
   DIR *d = opendir(path);
   if (!d) return zck__fail_errno(errno, "%s: cannot open folder", path);
   long long best = -1;
@@ -269,4 +270,35 @@ void zck_dcp_entry_at(const zck_dcp *c, size_t i, zck_dcp_entry_info *out) {
   const zck__dcp_entry *e = &c->entries[i];
   *out = (zck_dcp_entry_info){e->key, e->k.kind, e->is_bytes, e->dtype, e->ndim, e->shape, e->numel,
                               e->is_bytes ? 1 : e->n_chunks};
+}
+
+const char *zck_dcp_optim_dir(const zck_dcp *c) { return c->optim_dir; }
+
+zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx) {
+  for (size_t i = 0; i < c->n_items; i++) {
+    const zck__dcp_item *it = &c->items[i];
+    const zck__dcp_entry *e = &c->entries[it->entry];
+    const zck__dcp_file *f = &c->files[it->file];
+    zck__source win;
+    char *name = zck__sprintf("%s: item %s at byte %llu", f->path, e->key, (unsigned long long)it->off);
+    if (!name) return ZCK_ERR_NO_MEMORY;
+    zck_status s = zck__source_window(&win, &f->src, it->off, it->len, name);
+    free(name);
+    ZCK_TRY(s);
+    zck_zip *z = NULL;
+    s = zck_zip_open(&win, &z);
+    if (s != ZCK_OK && e->is_bytes && e->k.kind == ZCK_DCP_KEY_OTHER) {
+      zck_clear_error();   /* raw bytes of another state (a data loader's): nothing to check */
+      s = ZCK_OK;
+    }
+    for (size_t k = 0; z && s == ZCK_OK && k < zck_zip_count(z); k++) {
+      const zck_zip_entry *ze = zck_zip_entry_at(z, k);
+      zck_dcp_record r = {f->path, e->key, ze->name, it->off + ze->data_offset, ze->comp_size, ze->crc32, ze->method};
+      s = fn(ctx, &r);
+    }
+    zck_zip_close(z);
+    zck__source_close(&win);
+    ZCK_TRY(s);
+  }
+  return ZCK_OK;
 }

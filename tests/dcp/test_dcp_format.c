@@ -82,6 +82,17 @@ static void test_keys(void) {
   ZT_EQ_INT(k.group, 3);
   const char *p5[] = {"optimizer", "param_groups", "0", "params"};
   ZT_EQ_INT(zck_dcp_key_from_path(p5, 4).kind, ZCK_DCP_KEY_PARAM_GROUP);
+  const char *p6[] = {"model.norm.weight"};
+  k = zck_dcp_key_from_path(p6, 1);
+  ZT_EQ_INT(k.kind, ZCK_DCP_KEY_MODEL);
+  ZT_EQ_STR(k.fqn, "model.norm.weight");
+  const char *p7[] = {"optimizer", "state.model.norm.weight.exp_avg"};
+  k = zck_dcp_key_from_path(p7, 2);
+  ZT_EQ_INT(k.kind, ZCK_DCP_KEY_OPTIM_STATE);
+  ZT_EQ_INT(k.fqn_len, strlen("model.norm.weight"));
+  ZT_EQ_STR(k.setting, "exp_avg");
+  const char *p8[] = {"optimizer", "param_groups.model.norm.weight.lr"};
+  ZT_EQ_INT(zck_dcp_key_from_path(p8, 2).kind, ZCK_DCP_KEY_OTHER);
   const char *p4[] = {"train_state", "step"};
   ZT_EQ_INT(zck_dcp_key_from_path(p4, 2).kind, ZCK_DCP_KEY_OTHER);
 

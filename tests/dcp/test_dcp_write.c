@@ -4,7 +4,7 @@
  * every trainable weight, exp_avg and exp_avg_sq equals the DeepSpeed source's bit for
  * bit, frozen params equal their saved 16-bit values, a tied alias has its own entry with
  * the owner's bytes, the param groups keep their settings and members, and there is one
- * file per target rank. A source with a flipped byte in a tensor record is refused in one
+ * file per target rank; from a universal folder or the HDF5 container, the same state. A source with a flipped byte in a tensor record is refused in one
  * line naming the file, and nothing is left at OUT. (tests/interop/interop_dcp_write.py
  * loads the same output under torch FSDP2.) */
 #include "dcp/dcp.h"
@@ -210,8 +210,94 @@ static void check_damaged(void) {
   free(tmp);
 }
 
+static bool same_file(const char *a, const char *b) {
+  unsigned char *x, *y;
+  size_t nx, ny;
+  ZT_ASSERT(zt_read_file(a, &x, &nx) == 0 && zt_read_file(b, &y, &ny) == 0);
+  bool same = nx == ny && !memcmp(x, y, nx);
+  free(x);
+  free(y);
+  return same;
+}
+
+/* Two DCP folders hold the same state: every model weight (by name), exp_avg, exp_avg_sq,
+ * and the same param groups. */
+static void same_state(const char *a, const char *b) {
+  zck_dcp *ca, *cb;
+  ZT_OK(zck_dcp_open(a, NULL, &ca));
+  ZT_OK(zck_dcp_open(b, NULL, &cb));
+  const zck_model *ma = zck_dcp_model(ca), *mb = zck_dcp_model(cb);
+  zck_state_view va, vb;
+  zck_dcp_state(ca, &va);
+  zck_dcp_state(cb, &vb);
+  whole wa, wb;
+  to_memory(&va, ma, &wa);
+  to_memory(&vb, mb, &wb);
+  ZT_EQ_INT(ma->n_params, mb->n_params);
+  for (size_t p = 0; p < ma->n_params; p++) {
+    int64_t q = zck_model_find_param(mb, ma->params[p].name);
+    ZT_ASSERT(q >= 0 && mb->params[q].frozen == ma->params[p].frozen);
+    for (int k = 0; k < ZCK_STATE_KINDS; k++) {
+      ZT_ASSERT(!wa.mem[k] == !wb.mem[k]);
+      if (!wa.mem[k] || !ma->params[p].numel) continue;
+      ZT_ASSERT(!wa.mem[k][p] == !wb.mem[k][q]);
+      if (wa.mem[k][p] && memcmp(wa.mem[k][p], wb.mem[k][q], ma->params[p].numel * sizeof(float)))
+        ZT_FAIL("%s: state %d of %s differs from %s's", b, k, ma->params[p].name, a);
+    }
+  }
+  ZT_EQ_INT(ma->n_groups, mb->n_groups);
+  for (uint32_t g = 0; g < ma->n_groups; g++) {
+    ZT_EQ_INT(ma->groups[g].n_params, mb->groups[g].n_params);
+    for (size_t i = 0; i < ma->groups[g].n_params; i++)
+      ZT_EQ_STR(ma->params[ma->groups[g].params[i]].name, mb->params[mb->groups[g].params[i]].name);
+    ZT_EQ_INT(ma->groups[g].n_hparams, mb->groups[g].n_hparams);
+  }
+  whole_free(&wa, ma->n_params);
+  whole_free(&wb, mb->n_params);
+  zck_dcp_close(ca);
+  zck_dcp_close(cb);
+}
+
+/* From the universal folder of a checkpoint: the direct conversion's data files byte for
+ * byte (only .metadata's save_id is new each time); from the HDF5 container the same
+ * state (the container lists params in group order, so the entries come in that order). */
+static void check_universal(const char *fixture, uint32_t world) {
+  char *src = zt_fixture(fixture);
+  char *tmp = zt_tmpdir();
+  char direct[4096], uv[4096], h5[4096];
+  snprintf(direct, sizeof direct, "%s/direct", tmp);
+  snprintf(uv, sizeof uv, "%s/uv", tmp);
+  snprintf(h5, sizeof h5, "%s/u.h5", tmp);
+  zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
+  ro.to_format = ZCK_RESHARD_TO_DCP;
+  ro.to_world_size = world;
+  ZT_OK(zck_reshard(src, direct, &ro));
+  zck_universal_opts uo = ZCK_UNIVERSAL_OPTS_INIT;
+  uo.inject_missing_state = 1; /* a fixture saved without universal_checkpoint_info */
+  ZT_OK(zck_to_universal(src, uv, &uo));
+  uo.format = ZCK_UNIVERSAL_HDF5;
+  ZT_OK(zck_to_universal(src, h5, &uo));
+  const char *from[] = {uv, h5};
+  for (int i = 0; i < 2; i++) {
+    char out[4096];
+    snprintf(out, sizeof out, "%s/dcp%d", tmp, i);
+    ZT_OK(zck_reshard(from[i], out, &ro));
+    same_state(direct, out);
+    for (uint32_t r = 0; i == 0 && r < world; r++) {
+      char a[4200], b[4200];
+      snprintf(a, sizeof a, "%s/__%u_0.distcp", direct, r);
+      snprintf(b, sizeof b, "%s/__%u_0.distcp", out, r);
+      if (!same_file(a, b)) ZT_FAIL("%s: %s differs from the direct conversion's", from[i], b);
+    }
+  }
+  free(src);
+  free(tmp);
+}
+
 int main(void) {
   check_damaged();
+  check_universal("deepspeed/s3w2_bf16/ckpt", 3);
+  check_universal("deepspeed/s2w2_fp32_roundrobin/ckpt", 2);
   check_case("deepspeed/s3w2_bf16/ckpt", 3);          /* ZeRO-3: frozen, tied, a 1-element param (empty chunks) */
   check_case("deepspeed/s2w2_fp32_roundrobin/ckpt", 2);
   check_case("deepspeed/s1w3_bf16_3groups/ckpt", 1);  /* three groups, everything in rank 0's file */
