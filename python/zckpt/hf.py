@@ -342,7 +342,10 @@ def prepare_resume(checkpoint_dir, world_size=None, zero_stage=None, *, threads=
 # ---- the Trainer callback
 
 def _callback_class():
-    from transformers import TrainerCallback
+    try:
+        from transformers import TrainerCallback
+    except ImportError as e:
+        raise ImportError(f"zckpt.hf.ZckptCallback needs transformers: pip install 'zckpt[hf]' ({e})") from None
 
     class ZckptCallback(TrainerCallback):
         """Writes the zckpt manifest after each save and consolidates checkpoints on the CPU.

@@ -42,7 +42,8 @@ def _alloc_numpy(np, d, shape):
             import ml_dtypes
             dt = getattr(ml_dtypes, name)
         except ImportError:
-            raise Error(f"{d.name.decode()}: {name} needs torch or ml_dtypes installed", "unsupported") from None
+            raise Error(f"{d.name.decode()}: {name} needs torch or ml_dtypes: pip install 'zckpt[torch]' or ml_dtypes",
+                        "unsupported") from None
     else:
         dt = np.dtype("bool" if name == "bool" else name)
     a = np.empty(shape, dtype=dt)
@@ -56,7 +57,8 @@ def _read_state_dict(checkpoint_dir, tag, exclude_frozen_parameters, progress=No
         try:
             import numpy as np
         except ImportError:
-            raise Error("get_fp32_state_dict_from_zero_checkpoint needs torch or numpy", "unsupported") from None
+            raise Error("get_fp32_state_dict_from_zero_checkpoint needs torch or numpy: pip install 'zckpt[torch]' or numpy",
+                        "unsupported") from None
     o = N.ConsolidateOpts.new(tag=None if tag is None else os.fsencode(tag), exclude_frozen=int(bool(
         exclude_frozen_parameters)), safetensors=1, threads=threads)
     sd = ctypes.c_void_p()

@@ -151,5 +151,17 @@ class Hf(unittest.TestCase):
         self.assertEqual(zckpt.inspect(paths[0])["world_size"], 2)
 
 
+class HfWithoutTransformers(unittest.TestCase):
+    def test_callback_names_the_extra(self):
+        try:
+            import transformers  # noqa: F401
+            self.skipTest("transformers is installed")
+        except ImportError:
+            pass
+        with self.assertRaises(ImportError) as cm:
+            zh.ZckptCallback
+        self.assertIn("pip install 'zckpt[hf]'", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
