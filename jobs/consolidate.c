@@ -193,8 +193,11 @@ zck_status zck__cons_open(zck__src *s, const char *path, const zck_consolidate_o
   if ((kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL) && o->tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal %s, which has no tags", path,
                      kind == ZCK__SRC_HDF5 ? "container" : "checkpoint");
+  if (kind == ZCK__SRC_DCP && o->tag)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a torch Distributed Checkpoint, which has no tags", path);
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
-  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5) |
+             ZCK__SRC_BIT(ZCK__SRC_DCP);
   so.tag = o->tag;
   so.threads = o->threads;
   so.force = o->force != 0;
