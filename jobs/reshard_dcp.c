@@ -9,8 +9,9 @@
  * the bytes, checking the source's CRCs as it reads and taking the target's as it writes;
  * the writer's commit finishes the items and .metadata, zckpt's manifest is written last,
  * and the folder, built under a temporary name, is renamed into place. The manifest's
- * hashes are made from the bytes as the transfer writes them (in file order), so nothing
- * is read back. A damaged source
+ * hashes are made by reading the new files back (once, in order): the DCP writer does not
+ * stream them yet as the DeepSpeed writer does (an item's directory holds its data's
+ * CRC-32, which lib/stream_hash can only derive right after the data). A damaged source
  * stops the transfer with one line and nothing is left at OUT.
  */
 #include <stdlib.h>
@@ -34,7 +35,6 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
   wo.world_size = world;
   wo.has_optimizer_state = has_optim;
   wo.step = step;
-  wo.manifest_hashes = true;
   zck_status st = zck__outdir_create(&d, out, o->overwrite != 0);
   if (st == ZCK_OK) st = zck_dcp_writer_create(d.tmp_path, m, &wo, &w);
   if (st == ZCK_OK) {
@@ -52,7 +52,7 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
     mo.threads = o->threads;
-    st = zck__manifest_write_dir_known(d.tmp_path, &mo, zck__dcp_writer_known(w), NULL);
+    st = zck__manifest_write_dir_known(d.tmp_path, &mo, NULL, NULL);
   }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);
   if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, m->n_params);

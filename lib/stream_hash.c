@@ -235,19 +235,6 @@ void zck__shash_defer(zck__shash *h, uint64_t off, uint64_t len, zck__shash_defe
   pthread_mutex_unlock(&h->mu);
 }
 
-static region *region_of(zck__shash *h, uint64_t off, uint64_t n);
-
-void zck__shash_defer_from(zck__shash *h, uint64_t off, uint64_t len, uint64_t region_off, zck__shash_defer_fn fn, void *ctx,
-                           size_t id) {
-  if (!h || !len) return;
-  lock_idle(h);
-  region *r = region_of(h, region_off, 0);
-  if (h->no_crc || !r || r->off + r->len > off) give_up(h);
-  else add_seg(h, (seg){SEG_DEFER, off, len, NULL, (size_t)(r - h->regs), fn, ctx, id});
-  resume(h);
-  pthread_mutex_unlock(&h->mu);
-}
-
 /* The region holding [off, off + n), or NULL. Lock held. */
 static region *region_of(zck__shash *h, uint64_t off, uint64_t n) {
   size_t lo = 0, hi = h->n_regs; /* the last region starting at or before off */

@@ -57,10 +57,6 @@ void zck__shash_bytes(zck__shash *h, uint64_t off, const void *bytes, uint64_t n
 /* known: the region's bytes when the writer has them now (a small record), else NULL. */
 void zck__shash_region(zck__shash *h, uint64_t off, uint64_t len, const void *known);
 void zck__shash_defer(zck__shash *h, uint64_t off, uint64_t len, zck__shash_defer_fn fn, void *ctx, size_t id);
-/* The same for bytes made from the CRC-32 of an earlier region, the one starting at
- * region_off (a zip central-directory record's CRC field, written once the data is). */
-void zck__shash_defer_from(zck__shash *h, uint64_t off, uint64_t len, uint64_t region_off, zck__shash_defer_fn fn, void *ctx,
-                           size_t id);
 /* Bytes [off, off + len) of a region will be written (fed); the rest of it stays zeros. */
 void zck__shash_cover(zck__shash *h, uint64_t off, uint64_t len);
 /* Bytes of a region known now (written directly, not by a copy): covered and fed. Before

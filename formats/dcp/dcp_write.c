@@ -70,7 +70,7 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
     if (i) row_elems *= (uint64_t)e->shape[i];
   }
   uint64_t data_off, len, base = w->cursor[f], slots[2];
-  ZCK_TRY(zck_torch_item_tensor(&w->files[f], zck__dcp_hash(w, f), base, e->dtype, e->ndim, shape, &data_off, &len, slots));
+  ZCK_TRY(zck_torch_item_tensor(&w->files[f], base, e->dtype, e->ndim, shape, &data_off, &len, slots));
   if (!zck__grow((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending)) return ZCK_ERR_NO_MEMORY;
   zck__dcp_pending *pd = &w->pending[w->n_pending++];
   *pd = (zck__dcp_pending){f, {slots[0], slots[1]}, -1, 0};
@@ -100,9 +100,6 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
   p->ls[s] = (zck_layout_store){(int32_t)f, -1, (int32_t)lparam, numel, numel};
   p->pieces[s] = (zck_piece){lparam, (uint32_t)s, (uint64_t)row0 * row_elems, 0, numel};
   p->stores[s] = zck_store_fd(w->files[f].fd, data_off, e->dtype, numel, name);
-  /* file order: the file, then the item (chunks are reserved front to back in each file) */
-  p->stores[s].write_order = ((uint64_t)(f + 1) << 40) + w->n_chunks;
-  if (w->hash) zck__shash_cover(w->hash[f], data_off, numel * zck_dtype_size(e->dtype));
   p->crc[s] = zck_crc32_zeros(numel * zck_dtype_size(e->dtype));
   pd->part = part;
   pd->store = s;
@@ -132,9 +129,8 @@ static zck_status zck__dcp_scalar(zck_dcp_writer *w, zck__dcp_entry e, float v) 
   zck__dcp_entry *pe;
   ZCK_TRY(zck__dcp_add_entry(w, e, &pe));
   uint64_t data_off, len, base = w->cursor[0], slots[2];
-  ZCK_TRY(zck_torch_item_tensor(&w->files[0], zck__dcp_hash(w, 0), base, ZCK_F32, 0, NULL, &data_off, &len, slots));
+  ZCK_TRY(zck_torch_item_tensor(&w->files[0], base, ZCK_F32, 0, NULL, &data_off, &len, slots));
   ZCK_TRY(zck__outfile_pwrite(&w->files[0], &v, sizeof v, data_off));
-  if (w->hash) zck__shash_known(w->hash[0], data_off, &v, sizeof v);
   ZCK_TRY(zck_torch_item_set_crc(&w->files[0], slots, zck_crc32_update(0, &v, sizeof v)));
   return zck__dcp_add_chunk(w, pe, (zck__dcp_chunk){0, base, len, 0, 1});
 }
@@ -178,7 +174,7 @@ static zck_status zck__dcp_setting(zck_dcp_writer *w, uint32_t g, const char *ke
   zck__dcp_entry *pe = NULL;
   uint64_t len = 0, base = w->cursor[0];
   if (st == ZCK_OK) st = zck__dcp_add_entry(w, (zck__dcp_entry){.kind = ZCK__DCP_GROUP, .name = key, .group = g, .is_bytes = true}, &pe);
-  if (st == ZCK_OK) st = zck_torch_item_object(&w->files[0], zck__dcp_hash(w, 0), base, v, &len);
+  if (st == ZCK_OK) st = zck_torch_item_object(&w->files[0], base, v, &len);
   if (st == ZCK_OK) st = zck__dcp_add_chunk(w, pe, (zck__dcp_chunk){0, base, len, 0, 0});
   zck_pk_doc_free(d);
   return st;
@@ -197,19 +193,6 @@ static zck_status zck__dcp_layouts(zck_dcp_writer *w) {
     if (p->n) st = zck_layout_custom(m->n_params, numel, p->ls, p->n, p->pieces, p->n, &p->layout);
   }
   free(numel);
-  /* with manifest hashes, every store writes through its file's hasher (stable contexts
-   * now that the parts are complete) */
-  for (int k = 0; st == ZCK_OK && w->hash && k < ZCK__DCP_PARTS; k++) {
-    zck__dcp_part *p = &w->part[k];
-    if (!p->n) continue;
-    if (!(p->fd_hash = zck__calloc(p->n, sizeof *p->fd_hash))) return ZCK_ERR_NO_MEMORY;
-    for (size_t i = 0; i < p->n; i++) {
-      zck_store old = p->stores[i];
-      p->stores[i] = zck__shash_fd_store(&p->fd_hash[i], old.fd, old.base, old.dtype, old.numel, old.name,
-                                         w->hash[p->ls[i].rank]);
-      p->stores[i].write_order = old.write_order;
-    }
-  }
   zck__dcp_part *b = &w->part[ZCK__DCP_BUFFERS];
   if (st == ZCK_OK && b->n) {
     uint64_t *bn = zck__calloc(m->n_buffers + 1, sizeof *bn);
@@ -308,18 +291,9 @@ zck_status zck_dcp_writer_create(const char *dir, const zck_model *m, const zck_
   w->open = zck__calloc(opts.world_size, sizeof *w->open);
   zck_status st = (w->dir && w->files && w->cursor && w->open) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (uint32_t r = 0; st == ZCK_OK && r < opts.world_size; r++) w->files[r].fd = -1;
-  if (st == ZCK_OK && opts.manifest_hashes) {
-    w->budget.max = zck__shash_default_budget();
-    w->known.chunk_size = ZCK_MANIFEST_DEFAULT_CHUNK;
-    if (!(w->hash = zck__calloc(opts.world_size, sizeof *w->hash))) st = ZCK_ERR_NO_MEMORY;
-    for (uint32_t r = 0; st == ZCK_OK && r < opts.world_size; r++)
-      if (!(w->hash[r] = zck__shash_new())) st = ZCK_ERR_NO_MEMORY;
-  }
   zck__dcp_uuid(w->save_id);
   if (st == ZCK_OK) st = zck__dcp_build(w);
   if (st == ZCK_OK) st = zck__dcp_layouts(w);
-  for (uint32_t r = 0; st == ZCK_OK && w->hash && r < opts.world_size; r++)
-    st = zck__shash_start(w->hash[r], &w->budget, ZCK_MANIFEST_DEFAULT_CHUNK);
   if (st != ZCK_OK) {
     zck_dcp_writer_free(w);
     return st;
@@ -344,45 +318,22 @@ size_t zck_dcp_writer_state(zck_dcp_writer *w, zck_state_view out[2]) {
   out[0].part[ZCK_STATE_FROZEN] = zck__dcp_view_part(&w->part[ZCK__DCP_FROZEN]);
   out[0].buffers = zck__dcp_view_part(&w->part[ZCK__DCP_BUFFERS]);
   out[0].n_buffer_copies = w->part[ZCK__DCP_BUFFERS].layout ? 1 : 0;
-  out[0].write_in_order = out[1].write_in_order = w->hash != NULL;
   if (!w->part[ZCK__DCP_ALIAS_FP32].layout && !w->part[ZCK__DCP_ALIAS_FROZEN].layout) return 1;
   out[1].part[ZCK_STATE_FP32] = zck__dcp_view_part(&w->part[ZCK__DCP_ALIAS_FP32]);
   out[1].part[ZCK_STATE_FROZEN] = zck__dcp_view_part(&w->part[ZCK__DCP_ALIAS_FROZEN]);
   return 2;
 }
 
-/* File r's hashes, as its stream made them (the rest read back if it fell behind). */
-static zck_status zck__dcp_known_file(zck_dcp_writer *w, uint32_t r, const char *path) {
-  uint64_t reread = 0;
-  ZCK_TRY(zck__shash_finish_laid_out(w->hash[r], path, &reread));
-  zck__manifest_count_reread(reread);
-  if (!zck__shash_done(w->hash[r])) return ZCK_OK; /* the manifest writer reads it */
-  char rel[48];
-  zck_dcp_data_file_name(r, 0, rel, sizeof rel);
-  zck__manifest_known_file kf;
-  ZCK_TRY(zck__shash_known_file(w->hash[r], rel, &kf));
-  return zck__known_take(&w->known, &w->cap_known, &kf, rel);
-}
-
-const struct zck__manifest_known *zck__dcp_writer_known(const zck_dcp_writer *w) { return w->hash ? &w->known : NULL; }
-
 zck_status zck_dcp_writer_commit(zck_dcp_writer *w) {
   for (size_t i = 0; i < w->n_pending; i++) {
     zck__dcp_pending *pd = &w->pending[i];
-    if (pd->part < 0) continue;
-    uint32_t crc = w->part[pd->part].crc[pd->store];
-    ZCK_TRY(zck_torch_item_set_crc(&w->files[pd->file], pd->crc_slots, crc));
-    if (w->hash) zck__shash_check_crc(w->hash[pd->file], w->part[pd->part].fd_hash[pd->store].base, crc);
+    if (pd->part >= 0) ZCK_TRY(zck_torch_item_set_crc(&w->files[pd->file], pd->crc_slots, w->part[pd->part].crc[pd->store]));
   }
   for (uint32_t r = 0; r < w->o.world_size; r++) {
     /* the file's length is its last item's end (an empty file when it holds none) */
     ZCK_TRY(zck__outfile_truncate(&w->files[r], w->cursor[r]));
     w->open[r] = false;
-    char *path = zck__strdup(w->files[r].path);
-    zck_status st = path ? zck__outfile_commit(&w->files[r]) : ZCK_ERR_NO_MEMORY;
-    if (st == ZCK_OK && w->hash) st = zck__dcp_known_file(w, r, path);
-    free(path);
-    ZCK_TRY(st);
+    ZCK_TRY(zck__outfile_commit(&w->files[r]));
   }
   return zck__dcp_write_metadata(w);
 }
@@ -397,12 +348,8 @@ void zck_dcp_writer_free(zck_dcp_writer *w) {
     free(p->pieces);
     free(p->stores);
     free(p->crc);
-    free(p->fd_hash);
     zck_layout_free(p->layout);
   }
-  for (uint32_t r = 0; w->hash && r < w->o.world_size; r++) zck__shash_free(w->hash[r]);
-  free(w->hash);
-  zck__known_free(&w->known);
   for (size_t i = 0; i < w->n_names; i++) free(w->names[i]);
   free(w->names);
   free(w->pending);

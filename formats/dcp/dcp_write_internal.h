@@ -8,8 +8,6 @@
 #include "dcp_writer.h"
 
 #include "io.h"
-#include "manifest.h"
-#include "stream_hash.h"
 #include "torch/torch.h"
 
 /* Where a key's name comes from (the key and the planner path are spelled from it). */
@@ -56,7 +54,6 @@ typedef struct zck__dcp_part {
   uint32_t *crc;
   size_t n, cap;
   zck_layout *layout;
-  zck__shash_fd *fd_hash;       /* [n] with manifest hashes: the stores feed their file's hasher */
 } zck__dcp_part;
 
 enum { ZCK__DCP_FP32 = 0, ZCK__DCP_EXP_AVG, ZCK__DCP_EXP_AVG_SQ, ZCK__DCP_FROZEN, ZCK__DCP_ALIAS_FP32,
@@ -79,22 +76,13 @@ struct zck_dcp_writer {
   char **names;                 /* store names, for messages */
   size_t n_names, cap_names;
   char save_id[40];             /* StorageMeta.save_id: a random UUID, as torch makes one */
-  /* manifest hashes made as the files are written (o.manifest_hashes) */
-  zck__shash **hash;            /* [W] */
-  zck__shash_budget budget;
-  zck__manifest_known known;
-  size_t cap_known;
 };
-
-/* The file's hasher, or NULL. */
-static inline zck__shash *zck__dcp_hash(const zck_dcp_writer *w, uint32_t f) { return w->hash ? w->hash[f] : NULL; }
 
 /* The entry's key: "model.<name>", "optim.state.<name>.<sub>", "optim.param_groups.<g>.<name>"
  * (malloc'd; NULL: out of memory). */
 char *zck__dcp_key(const zck__dcp_entry *e);
 
-/* dcp_write_meta.c: writes <dir>/.metadata listing every entry and chunk of w (and, with
- * manifest hashes, adds its hashes to w->known). */
-zck_status zck__dcp_write_metadata(zck_dcp_writer *w);
+/* dcp_write_meta.c: writes <dir>/.metadata listing every entry and chunk of w. */
+zck_status zck__dcp_write_metadata(const zck_dcp_writer *w);
 
 #endif

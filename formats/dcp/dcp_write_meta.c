@@ -222,7 +222,7 @@ static zck_pk *zck__metadata_tree(zck__meta *x, const zck_dcp_writer *w) {
   return x->oom ? NULL : root;
 }
 
-zck_status zck__dcp_write_metadata(zck_dcp_writer *w) {
+zck_status zck__dcp_write_metadata(const zck_dcp_writer *w) {
   zck__meta x;
   memset(&x, 0, sizeof x);
   if (!(x.d = zck_pk_doc_new())) return ZCK_ERR_NO_MEMORY;
@@ -242,7 +242,6 @@ zck_status zck__dcp_write_metadata(zck_dcp_writer *w) {
   if (st == ZCK_OK && buf.len) st = zck__outfile_pwrite(&f, buf.data, buf.len, 0);
   if (st == ZCK_OK) st = zck__outfile_commit(&f);
   else if (created) zck__outfile_abort(&f);
-  if (st == ZCK_OK && w->hash) st = zck__known_bytes(&w->known, &w->cap_known, path, ZCK_DCP_METADATA_FILE, buf.data, buf.len);
   free(path);
   zck__buf_free(&buf);
   return st;

@@ -31,11 +31,8 @@ typedef struct zck_dcp_write_opts {
   uint32_t world_size;        /* W >= 1: the FSDP2 mesh the checkpoint is saved from */
   bool has_optimizer_state;   /* write optim.state.* and optim.param_groups.* */
   double step;                /* Adam's step count, every trainable param's */
-  bool manifest_hashes;       /* compute zckpt-manifest.json's hashes from the bytes as they
-                                 are written (zck__dcp_writer_known); the transfer then runs
-                                 in file order */
 } zck_dcp_write_opts;
-#define ZCK_DCP_WRITE_OPTS_INIT {1, true, 0.0, false}
+#define ZCK_DCP_WRITE_OPTS_INIT {1, true, 0.0}
 
 typedef struct zck_dcp_writer zck_dcp_writer;
 
@@ -54,11 +51,6 @@ size_t zck_dcp_writer_state(zck_dcp_writer *w, zck_state_view out[2]);
 /* Finishes every item with the CRC its data was written with, then writes .metadata. The
  * caller commits the folder (fsync, rename). */
 zck_status zck_dcp_writer_commit(zck_dcp_writer *w);
-/* With manifest_hashes, after the commit: every file's hashes for
- * zck__manifest_write_dir_known (a file whose stream could not follow it is left out: the
- * manifest writer reads that one). Valid until zck_dcp_writer_free. */
-struct zck__manifest_known;
-const struct zck__manifest_known *zck__dcp_writer_known(const zck_dcp_writer *w);
 /* Frees (files stay where they are: the caller's folder removes them on abort). NULL is fine. */
 void zck_dcp_writer_free(zck_dcp_writer *w);
 

@@ -198,15 +198,13 @@ void zck_torch_writer_free(zck_torch_writer *w);
 /* Writes, at byte `base` of out, what torch.save(t) writes for a contiguous tensor t of
  * dtype and shape that owns its storage, all but its data and the data's CRC-32.
  * *data_off: the absolute offset where its bytes go (the caller writes them), *len: the
- * archive's whole length, crc_slots: where zck_torch_item_set_crc puts the CRC. hash
- * (optional) is told every byte laid out, the data as a region (zip.h zck_zip_writer_hash). */
-zck_status zck_torch_item_tensor(zck__outfile *out, struct zck__shash *hash, uint64_t base, zck_dtype dtype, int ndim,
-                                 const int64_t *shape, uint64_t *data_off, uint64_t *len, uint64_t crc_slots[2]);
+ * archive's whole length, crc_slots: where zck_torch_item_set_crc puts the CRC. */
+zck_status zck_torch_item_tensor(zck__outfile *out, uint64_t base, zck_dtype dtype, int ndim, const int64_t *shape,
+                                 uint64_t *data_off, uint64_t *len, uint64_t crc_slots[2]);
 /* The CRC-32 of a tensor item's data, once written (nothing for an empty tensor). */
 zck_status zck_torch_item_set_crc(zck__outfile *out, const uint64_t crc_slots[2], uint32_t crc);
 /* Writes, at byte `base` of out, what torch.save(obj) writes for the object root stands for
  * (no tensor in it); *len: the archive's length. */
-zck_status zck_torch_item_object(zck__outfile *out, struct zck__shash *hash, uint64_t base, const zck_pk *root,
-                                 uint64_t *len);
+zck_status zck_torch_item_object(zck__outfile *out, uint64_t base, const zck_pk *root, uint64_t *len);
 
 #endif

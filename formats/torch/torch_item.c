@@ -30,19 +30,18 @@ static void zck__item_serial(char out[40], uint64_t base, const zck__buf *pkl) {
 
 /* The archive around pkl, with a data/0 entry of data_bytes when has_data, finished at
  * once (data/0's CRC: a placeholder, its place in slots; UINT64_MAX when it has none). */
-static zck_status zck__item_build(zck__outfile *out, struct zck__shash *hash, uint64_t base, const zck__buf *pkl,
-                                  bool has_data, uint64_t data_bytes, uint64_t *data_off, uint64_t *len, uint64_t slots[2]) {
+static zck_status zck__item_build(zck__outfile *out, uint64_t base, const zck__buf *pkl, bool has_data, uint64_t data_bytes,
+                                  uint64_t *data_off, uint64_t *len, uint64_t slots[2]) {
   zck_zip_writer *zip = NULL;
   size_t data_index = 0;
   zck_status st = zck_zip_writer_create_at(out, base, &zip);
-  if (st == ZCK_OK && hash) zck_zip_writer_hash(zip, hash);
   if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/data.pkl", pkl->data, pkl->len);
   if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/.format_version", "1", 1);
   if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/.storage_alignment", "64", 2);
   if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/byteorder", "little", 6);
   uint64_t off = 0;
   if (st == ZCK_OK && has_data) st = zck_zip_writer_reserve(zip, "archive/data/0", data_bytes, &data_index, &off);
-  if (st == ZCK_OK && has_data) zck_zip_writer_crc_later(zip, data_index);
+  if (st == ZCK_OK && has_data) zck_zip_writer_set_crc(zip, data_index, 0);
   char sid[40];
   zck__item_serial(sid, base, pkl);
   if (st == ZCK_OK) st = zck_zip_writer_add(zip, "archive/version", "3\n", 2);
@@ -96,8 +95,8 @@ static zck_status zck__item_tensor_pkl(zck_dtype dt, int ndim, const int64_t *sh
   return st;
 }
 
-zck_status zck_torch_item_tensor(zck__outfile *out, struct zck__shash *hash, uint64_t base, zck_dtype dt, int ndim,
-                                 const int64_t *shape, uint64_t *data_off, uint64_t *len, uint64_t crc_slots[2]) {
+zck_status zck_torch_item_tensor(zck__outfile *out, uint64_t base, zck_dtype dt, int ndim, const int64_t *shape,
+                                 uint64_t *data_off, uint64_t *len, uint64_t crc_slots[2]) {
   uint64_t numel = 1;
   for (int i = 0; i < ndim; i++)
     if (shape[i] < 0 || !zck__mul_u64(numel, (uint64_t)shape[i], &numel))
@@ -108,17 +107,16 @@ zck_status zck_torch_item_tensor(zck__outfile *out, struct zck__shash *hash, uin
   zck__buf pkl;
   zck__buf_init(&pkl);
   zck_status st = zck__item_tensor_pkl(dt, ndim, shape, numel, &pkl);
-  if (st == ZCK_OK) st = zck__item_build(out, hash, base, &pkl, true, bytes, data_off, len, crc_slots);
+  if (st == ZCK_OK) st = zck__item_build(out, base, &pkl, true, bytes, data_off, len, crc_slots);
   zck__buf_free(&pkl);
   return st;
 }
 
-zck_status zck_torch_item_object(zck__outfile *out, struct zck__shash *hash, uint64_t base, const zck_pk *root,
-                                 uint64_t *len) {
+zck_status zck_torch_item_object(zck__outfile *out, uint64_t base, const zck_pk *root, uint64_t *len) {
   zck__buf pkl;
   zck__buf_init(&pkl);
   zck_status st = zck_pickle_dump(root, &pkl);
-  if (st == ZCK_OK) st = zck__item_build(out, hash, base, &pkl, false, 0, NULL, len, NULL);
+  if (st == ZCK_OK) st = zck__item_build(out, base, &pkl, false, 0, NULL, len, NULL);
   zck__buf_free(&pkl);
   return st;
 }

@@ -56,10 +56,6 @@ zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_wr
 /* The archive's length once finished with the entries reserved so far (directory and end
  * records included): where the next item of a file may start. */
 uint64_t zck_zip_writer_size(const zck_zip_writer *w);
-/* Entry `index`'s CRC-32 will be written later (zck_zip_writer_crc_slots) by whoever
- * writes its data: finish writes 0 in its place, and a hasher (zck_zip_writer_hash) is
- * told to make those bytes from the CRC it computes of the data. */
-void zck_zip_writer_crc_later(zck_zip_writer *w, size_t index);
 /* Where entry `index`'s CRC-32 lies in the file once the archive is finished (absolute
  * offsets: in its data descriptor, in its central-directory record), so a caller can finish
  * an archive before its data is written and put the CRC there when it is known, keeping

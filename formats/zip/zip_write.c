@@ -28,7 +28,6 @@ typedef struct {
   uint16_t name_len;
   bool crc_set;
   uint8_t *held;            /* an archive at an offset: small data kept for finish's runs */
-  bool crc_later;           /* zck_zip_writer_crc_later: written as 0, put in place later */
   uint32_t crc;
   uint64_t header_offset, data_offset, size;
 } zck__zip_wentry;
@@ -65,7 +64,7 @@ zck_status zck_zip_writer_create_at(zck__outfile *out, uint64_t base, zck_zip_wr
 }
 
 void zck_zip_writer_hash(zck_zip_writer *w, zck__shash *h) {
-  ZCK_ASSERT(w->count == 0);
+  ZCK_ASSERT(w->count == 0 && w->base == 0);
   w->hash = h;
 }
 
@@ -147,11 +146,6 @@ static zck_status zck__zip_reserve(zck_zip_writer *w, const char *name, uint64_t
 
 zck_status zck_zip_writer_reserve(zck_zip_writer *w, const char *name, uint64_t size, size_t *index, uint64_t *data_offset) {
   return zck__zip_reserve(w, name, size, NULL, index, data_offset);
-}
-
-void zck_zip_writer_crc_later(zck_zip_writer *w, size_t index) {
-  ZCK_ASSERT(index < w->count && !w->finished);
-  w->e[index].crc_later = true;
 }
 
 void zck_zip_writer_set_crc(zck_zip_writer *w, size_t index, uint32_t crc) {
@@ -258,42 +252,16 @@ static void zck__zip_hash_descriptor(void *ctx, size_t index, uint32_t crc, uint
   zck__buf_free(&m.buf);
 }
 
-static void zck__zip_le(uint8_t *out, uint64_t v, int n) {
-  for (int i = 0; i < n; i++) out[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The same for an archive at an offset, whose writer is gone by the time the copy runs:
- * made from the entry's size alone (id), as zck__zip_descriptor_crc lays it out. */
-static void zck__zip_hash_descriptor_sized(void *ctx, size_t size, uint32_t crc, uint8_t *out, size_t len) {
-  (void)ctx;
-  zck__zip_le(out, ZCK_ZIP_DESCRIPTOR_SIG, 4);
-  zck__zip_le(out + 4, crc, 4);
-  int n = len == 24 ? 8 : 4;
-  zck__zip_le(out + 8, size, n);
-  zck__zip_le(out + 8 + n, size, n);
-}
-
-/* A central record's CRC field of an entry whose CRC comes later. */
-static void zck__zip_hash_crc_field(void *ctx, size_t id, uint32_t crc, uint8_t *out, size_t len) {
-  (void)ctx;
-  (void)id;
-  if (len == 4) zck__zip_le(out, crc, 4);
-}
-
 static void zck__zip_tell_hash(zck_zip_writer *w, const zck__zip_wentry *e, size_t index, const void *known) {
   zck__zip_emit m = {.w = w};
   zck__buf_init(&m.buf);
   zck__zip_local_header(&m, e);
-  uint64_t b = w->base;
-  if (!m.buf.failed) zck__shash_bytes(w->hash, b + e->header_offset, m.buf.data, m.buf.len);
-  else zck__shash_bytes(w->hash, b + e->header_offset + 1, "", 1); /* out of order: the hasher gives up */
+  if (!m.buf.failed) zck__shash_bytes(w->hash, e->header_offset, m.buf.data, m.buf.len);
+  else zck__shash_bytes(w->hash, e->header_offset + 1, "", 1); /* out of order: the hasher gives up */
   zck__buf_free(&m.buf);
-  zck__shash_region(w->hash, b + e->data_offset, e->size, known);
+  zck__shash_region(w->hash, e->data_offset, e->size, known);
   size_t dlen = zck__zip_descriptor_len(w, e);
-  if (dlen && w->hold_small)
-    zck__shash_defer(w->hash, b + e->data_offset + e->size, dlen, zck__zip_hash_descriptor_sized, NULL, (size_t)e->size);
-  else if (dlen)
-    zck__shash_defer(w->hash, e->data_offset + e->size, dlen, zck__zip_hash_descriptor, w, index);
+  if (dlen) zck__shash_defer(w->hash, e->data_offset + e->size, dlen, zck__zip_hash_descriptor, w, index);
 }
 
 static void zck__zip_central_entry(zck__zip_emit *m, const zck__zip_wentry *e) {
@@ -388,12 +356,12 @@ bool zck_zip_writer_crc_slots(const zck_zip_writer *w, size_t index, uint64_t sl
 zck_status zck_zip_writer_finish(zck_zip_writer *w) {
   ZCK_ASSERT(!w->finished);
   for (size_t i = 0; i < w->count; i++)
-    if (w->e[i].size && !w->e[i].crc_set && !w->e[i].crc_later)
+    if (w->e[i].size && !w->e[i].crc_set)
       return zck__fail(ZCK_ERR_INVALID_ARG, "%s: zip entry \"%s\": its CRC-32 was never set", w->out->path, w->e[i].name);
   zck__zip_emit m = {.w = w, .off = 0, .st = ZCK_OK};
   zck__buf_init(&m.buf);
   for (size_t i = 0; w->hash && i < w->count; i++) /* the descriptors it made must be these */
-    if (w->e[i].size && !w->e[i].crc_later) zck__shash_check_crc(w->hash, w->base + w->e[i].data_offset, w->e[i].crc);
+    if (w->e[i].size) zck__shash_check_crc(w->hash, w->e[i].data_offset, w->e[i].crc);
   for (size_t i = 0; i < w->count && m.st == ZCK_OK; i++) {
     const zck__zip_wentry *e = &w->e[i];
     zck__zip_seek(&m, e->header_offset);
@@ -413,23 +381,7 @@ zck_status zck_zip_writer_finish(zck_zip_writer *w) {
     m.st = zck__fail(ZCK_ERR_LIMIT, "%s: zip central directory of %llu bytes (4 GiB or more)", w->out->path, (unsigned long long)cd_size);
   if (m.st == ZCK_OK) {
     zck__zip_end_records(&m, w->cursor, cd_size);
-    if (w->hash && !m.buf.failed) {
-      /* the directory, but for the CRC fields of entries whose CRC comes later: those are
-       * made from their data's CRC as the stream computes it */
-      uint64_t at = 0, rec = 0, n = m.buf.len - cd_start;
-      const uint8_t *cd = m.buf.data + cd_start;
-      for (size_t i = 0; i < w->count; i++) {
-        const zck__zip_wentry *e = &w->e[i];
-        if (e->crc_later && e->size) {
-          zck__shash_bytes(w->hash, w->base + w->cursor + at, cd + at, rec + 16 - at);
-          zck__shash_defer_from(w->hash, w->base + w->cursor + rec + 16, 4, w->base + e->data_offset,
-                                zck__zip_hash_crc_field, NULL, 0);
-          at = rec + 20;
-        }
-        rec += zck__zip_central_len(w, e);
-      }
-      zck__shash_bytes(w->hash, w->base + w->cursor + at, cd + at, n - at);
-    }
+    if (w->hash && !m.buf.failed) zck__shash_bytes(w->hash, w->cursor, m.buf.data + cd_start, m.buf.len - cd_start);
     zck__zip_flush(&m);
   }
   zck__buf_free(&m.buf);
