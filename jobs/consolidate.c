@@ -15,7 +15,6 @@
 
 #include "deepspeed/deepspeed.h"
 #include "consolidate_internal.h"
-#include "manifest.h"
 #include "stream_hash.h"
 #include "tensor_set.h"
 #include "transfer.h"
@@ -80,9 +79,10 @@ static zck_status zck__cons_job_build(zck__cons_job *j, const zck_state_part *sr
 /* The output tensors as target views of the checkpoint's state: trainable ones take the
  * fp32 masters, frozen ones the frozen params, the rest the buffers; one view per pass
  * (a tensor kept under two names is in two passes). One transfer fills them all. */
-zck_status zck__cons_fill(void *vctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
-                          const size_t *order) {
-  const zck__cons_ctx *c = vctx;
+zck_status zck__cons_transfer(const zck__cons_ctx *c, const zck__tensor_set *s, const zck__set_pass *pass) {
+  const zck_store *dst = pass->dst;
+  uint32_t *crc_out = pass->crc;
+  const size_t *order = pass->order;
   static const zck_ds_out_kind kinds[3] = {ZCK_DS_OUT_TRAINABLE, ZCK_DS_OUT_FROZEN, ZCK_DS_OUT_BUFFER};
   zck_state_view src = *c->src;
   const zck_state_part *from[3] = {&src.part[ZCK_STATE_FP32], &src.part[ZCK_STATE_FROZEN], &src.buffers};
@@ -193,8 +193,11 @@ zck_status zck__cons_open(zck__src *s, const char *path, const zck_consolidate_o
   if ((kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL) && o->tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal %s, which has no tags", path,
                      kind == ZCK__SRC_HDF5 ? "container" : "checkpoint");
+  if (kind == ZCK__SRC_DCP && o->tag)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a torch Distributed Checkpoint, which has no tags", path);
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
-  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5) |
+             ZCK__SRC_BIT(ZCK__SRC_DCP);
   so.tag = o->tag;
   so.threads = o->threads;
   so.force = o->force != 0;
@@ -278,13 +281,9 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
   zck__cons_entry *entries = NULL;
   zck_status st = zck__cons_build_set(src.outs, src.n_outs, &o, &s, &entries);
   zck__cons_ctx ctx = {&src.view, entries, o.threads, o.progress, o.progress_ctx, o.no_verify != 0};
-  zck__write_opts wo = {.fill = zck__cons_fill, .fill_ctx = &ctx, .threads = o.threads,
-                        .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0, .manifest = true,
-                        .progress = o.progress, .progress_ctx = o.progress_ctx};
   char **side_names = NULL, **side_texts = NULL;
   size_t n_side = 0;
   if (st == ZCK_OK && fmt == ZCK_OUT_HF_DIR) st = zck__src_side_files(&src, &side_names, &side_texts, &n_side);
-
   if (st == ZCK_OK && o.safetensors) {
     if (o.keep_tied) {
       for (size_t i = 0; i < s.n; i++) s.v[i].alias_of = -1; /* written as copies */
@@ -293,49 +292,22 @@ zck_status zck_consolidate(const char *path, const char *out, const zck_consolid
     }
     if (st == ZCK_OK) st = zck__cons_unsaved_meta(&s, src.unsaved, src.n_unsaved);
   }
-  if (st == ZCK_OK) {
-    if (fmt == ZCK_OUT_SAFETENSORS) {
-      st = zck__write_safetensors_file(&s, out, &wo);
-    } else if (fmt == ZCK_OUT_TORCH) {
-      st = zck__write_torch_file(&s, out, &wo);
-    } else if (o.safetensors) {
-      wo.torch_bin_too = o.torch_bin != 0; /* pytorch_model.bin joins the same atomic directory */
-      st = zck__write_safetensors_dir(&s, out, &wo, (const char *const *)side_names,
-                                      (const char *const *)side_texts, n_side);
-    } else {
-      zck__outdir d;
-      /* every file's manifest hashes as it is written: the manifest reads nothing back */
-      zck__manifest_known known = {ZCK_MANIFEST_DEFAULT_CHUNK, NULL, 0, NULL};
-      size_t cap_known = 0;
-      st = zck__outdir_create(&d, out, o.overwrite != 0);
-      if (st == ZCK_OK) {
-        char *bin = zck__outdir_file(&d, "pytorch_model.bin");
-        st = bin ? zck__write_torch_file_hashed(&s, bin, &wo, "pytorch_model.bin", &known, &cap_known) : ZCK_ERR_NO_MEMORY;
-        free(bin);
-        for (size_t i = 0; st == ZCK_OK && i < n_side; i++) {
-          char *p = zck__outdir_file(&d, side_names[i]);
-          zck__outfile f;
-          st = p ? zck__outfile_create(&f, p) : ZCK_ERR_NO_MEMORY;
-          if (st == ZCK_OK) st = zck__outfile_pwrite(&f, side_texts[i], strlen(side_texts[i]), 0);
-          if (st == ZCK_OK) st = zck__outfile_commit(&f);
-          else if (p) zck__outfile_abort(&f);
-          if (st == ZCK_OK)
-            st = zck__known_bytes(&known, &cap_known, p, side_names[i], side_texts[i], strlen(side_texts[i]));
-          free(p);
-        }
-        if (st == ZCK_OK) {
-          /* written last, as in every folder zckpt produces: it marks the folder complete */
-          zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
-          mo.kind = "torch";
-          mo.threads = o.threads;
-          st = zck__manifest_write_dir_known(d.tmp_path, &mo, &known, NULL);
-        }
-        if (st == ZCK_OK) st = zck__outdir_commit(&d);
-      }
-      zck__known_free(&known);
-      zck__outdir_abort(&d);
-    }
-  }
+  /* reserve the output, fill it from the checkpoint's state, commit it */
+  zck__write_opts wo = {.threads = o.threads, .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0,
+                        .manifest = true,
+                        .torch_bin_too = fmt == ZCK_OUT_HF_DIR && o.safetensors && o.torch_bin,
+                        .side_names = (const char *const *)side_names, .side_texts = (const char *const *)side_texts,
+                        .n_side = n_side};
+  zck__set_out kind = fmt == ZCK_OUT_SAFETENSORS ? ZCK__SET_OUT_ST_FILE
+                      : fmt == ZCK_OUT_TORCH     ? ZCK__SET_OUT_TORCH_FILE
+                      : o.safetensors            ? ZCK__SET_OUT_ST_DIR
+                                                 : ZCK__SET_OUT_TORCH_DIR;
+  zck__set_target *t = NULL;
+  if (st == ZCK_OK) st = zck__set_reserve(&s, kind, out, &wo, &t);
+  for (size_t i = 0; st == ZCK_OK && i < zck__set_target_passes(t); i++)
+    st = zck__cons_transfer(&ctx, &s, zck__set_target_pass(t, i));
+  if (st == ZCK_OK) st = zck__set_target_commit(t);
+  zck__set_target_free(t);
   if (st == ZCK_OK && o.summary) {
     uint64_t stored = 0; /* a tied alias in the safetensors metadata is no tensor of its own */
     for (size_t i = 0; i < s.n; i++) stored += !o.safetensors || s.v[i].alias_of < 0;

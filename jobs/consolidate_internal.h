@@ -1,5 +1,5 @@
 /* consolidate_internal.h: what consolidate.c shares with the in-memory state dict
- * (consolidate_memory.c): zero_to_fp32's recipe as a tensor set and its filler. */
+ * (consolidate_memory.c): zero_to_fp32's recipe as a tensor set and its transfer. */
 #ifndef ZCK_CONSOLIDATE_INTERNAL_H
 #define ZCK_CONSOLIDATE_INTERNAL_H
 
@@ -28,9 +28,9 @@ bool zck__cons_floating(zck_dtype t);
  * alias_of set. *entries: [set->n], free() it. */
 zck_status zck__cons_build_set(const zck_ds_output *outs, size_t n_out, const zck_consolidate_opts *opts,
                                zck__tensor_set *set, zck__cons_entry **entries);
-/* A zck__fill_fn (ctx: zck__cons_ctx): copies every entry from the rank files to dst. */
-zck_status zck__cons_fill(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc_out,
-                          const size_t *order);
+/* Fills one pass of a reserved output (tensor_set.h) from the checkpoint's state: every
+ * entry's bytes from its part of c->src, in one zck_transfer. */
+zck_status zck__cons_transfer(const zck__cons_ctx *c, const zck__tensor_set *s, const zck__set_pass *pass);
 
 /* Opens the checkpoint to consolidate (source.h: a DeepSpeed checkpoint, a universal
  * folder or zckpt's HDF5 container), checked complete (a zckpt manifest's files all

@@ -1,7 +1,7 @@
 /* consolidate_memory.c: zero_to_fp32's state dict into the caller's memory, from a
  * DeepSpeed checkpoint or a universal one made of it (source.c).
  *
- * The same recipe and filler as `zckpt consolidate` (consolidate.c), with memory stores as
+ * The same recipe and transfer as `zckpt consolidate` (consolidate.c), with memory stores as
  * the targets instead of reserved file regions: each tensor's bytes go from the rank files
  * straight into the caller's buffer, converted on the way, with no temporary file.
  */
@@ -80,7 +80,8 @@ zck_status zck_state_dict_read(zck_state_dict *sd, void *const *buffers) {
   }
   zck__cons_ctx ctx = {&sd->src.view, sd->entries, sd->opts.threads, sd->opts.progress, sd->opts.progress_ctx,
                        sd->opts.no_verify != 0};
-  if (st == ZCK_OK) st = zck__cons_fill(&ctx, &sd->set, dst, NULL, NULL);
+  zck__set_pass pass = {dst, NULL, NULL};
+  if (st == ZCK_OK) st = zck__cons_transfer(&ctx, &sd->set, &pass);
   free(dst);
   return st;
 }

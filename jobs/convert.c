@@ -34,13 +34,14 @@ zck_status zck_convert_file(const char *in, const char *out, const zck_convert_o
   zck__write_opts wo = {.threads = o.threads, .max_shard_size = o.max_shard_size, .overwrite = o.overwrite != 0,
                         .progress = o.progress, .progress_ctx = o.progress_ctx, .no_verify = o.no_verify != 0};
   zck_output_format fmt = o.format ? o.format : zck__output_format_of(out);
-  if (st == ZCK_OK) {
-    switch (fmt) {
-    case ZCK_OUT_SAFETENSORS: st = zck__write_safetensors_file(&s, out, &wo); break;
-    case ZCK_OUT_TORCH: st = zck__write_torch_file(&s, out, &wo); break;
-    default: st = zck__write_safetensors_dir(&s, out, &wo, NULL, NULL, 0); break;
-    }
-  }
+  zck__set_target *t = NULL;
+  if (st == ZCK_OK)
+    st = zck__set_reserve(&s, fmt == ZCK_OUT_SAFETENSORS ? ZCK__SET_OUT_ST_FILE
+                              : fmt == ZCK_OUT_TORCH     ? ZCK__SET_OUT_TORCH_FILE
+                                                         : ZCK__SET_OUT_ST_DIR, out, &wo, &t);
+  for (size_t i = 0; st == ZCK_OK && i < zck__set_target_passes(t); i++) st = zck__set_copy(&s, zck__set_target_pass(t, i), &wo);
+  if (st == ZCK_OK) st = zck__set_target_commit(t);
+  zck__set_target_free(t);
   /* once the output is in place: a failed job says one line, the failure */
   for (size_t i = 0; st == ZCK_OK && o.warning && i < s.n_warnings; i++) o.warning(o.warning_ctx, s.warnings[i]);
   if (st == ZCK_OK) {

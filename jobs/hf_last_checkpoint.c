@@ -7,7 +7,10 @@
  * the first in directory order among equal N (Python's max() over os.listdir). \d is
  * ASCII here: names with other Unicode digits are not taken. Where get_last_checkpoint
  * returns the largest N whatever it holds, a checkpoint a killed save left half written
- * is passed over here for the next one down. */
+ * is passed over here for the next one down. An FSDP checkpoint-N (a torch Distributed
+ * Checkpoint, in it or in its pytorch_model_fsdp_0/) is complete once its .metadata is
+ * there, which DCP writes after every data file. */
+#include "dcp/dcp.h"
 #include "error.h"
 #include "util.h"
 #include "zck.h"
@@ -53,6 +56,12 @@ static char *zck__hf_incomplete(const char *ck) {
   char tag[256];
   FILE *f = latest ? fopen(latest, "rb") : NULL;
   struct stat st;
+  char *dcp = f ? NULL : zck_dcp_dir_of(ck);
+  if (dcp) {   /* an FSDP save (torch Distributed Checkpoint): its .metadata comes last */
+    free(dcp);
+    if (zck_manifest_check_complete(ck, 0) != ZCK_OK) why = zck__strdup(zck_last_error());
+    goto done;
+  }
   if (!f) {
     why = zck__sprintf("no `latest` (a DeepSpeed save writes it last)");
     goto done;

@@ -18,6 +18,7 @@
 zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, FILE *out);
 zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *out);
+zck_status zck__inspect_dcp(const char *path, const zck_inspect_opts *o, FILE *out);
 
 static void zck__shape_text(char *buf, size_t n, int ndim, const int64_t *shape) {
   size_t off = (size_t)snprintf(buf, n, "[");
@@ -275,6 +276,7 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
   case ZCK__SRC_SAFETENSORS:
   case ZCK__SRC_HF: return zck__inspect_safetensors(path, &o, out);
   case ZCK__SRC_DEEPSPEED: return zck__inspect_deepspeed(path, &o, out);
+  case ZCK__SRC_DCP: return zck__inspect_dcp(path, &o, out);
   default: break;
   }
   /* a file or folder that cannot be read is not "unrecognised": say why */

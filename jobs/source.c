@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dcp/dcp.h"
 #include "hdf5/zck_h5.h"
 #include "io.h"
 #include "reshard_internal.h"
@@ -50,6 +51,7 @@ static zck__src_kind zck__src_sniff_dir(const char *path) {
     return ZCK__SRC_DEEPSPEED;
   if (zck__src_has(path, "model.safetensors", 0) || zck__src_has(path, "model.safetensors.index.json", 0))
     return ZCK__SRC_HF;
+  if (zck_dcp_is_checkpoint(path)) return ZCK__SRC_DCP;
   return ZCK__SRC_NONE;
 }
 
@@ -135,14 +137,30 @@ static zck_status zck__src_open_hdf5(zck__src *s, const char *path, const zck__s
   return ZCK_OK;
 }
 
+/* A torch Distributed Checkpoint: its chunks are the stores, its model.<fqn> tensors the
+ * recipe (dcp_to_torch_save's entries, in their stored dtype); it records no ties. */
+static zck_status zck__src_open_dcp(zck__src *s, const char *path, const zck__src_opts *o) {
+  (void)o;
+  ZCK_TRY(zck_dcp_open(path, NULL, &s->dcp));
+  s->dir = zck_dcp_info_of(s->dcp)->dir;
+  s->m = zck_dcp_model(s->dcp);
+  zck_dcp_state(s->dcp, &s->view);
+  s->outs = zck_dcp_outputs(s->dcp, &s->n_outs);
+  return ZCK_OK;
+}
+
 zck_status zck__src_open(zck__src *s, const char *path, zck__src_kind kind, const zck__src_opts *o) {
   memset(s, 0, sizeof *s);
+  if (kind == ZCK__SRC_DCP && !(o->reads & ZCK__SRC_BIT(kind)))   /* not "not a DeepSpeed checkpoint": say what it is */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a torch Distributed Checkpoint, which this job does not read yet "
+                     "(consolidate, verify and inspect do)", path);
   if (!(o->reads & ZCK__SRC_BIT(kind))) kind = ZCK__SRC_DEEPSPEED; /* its reader says why it is not one */
   s->kind = kind;
   zck_status st;
   switch (kind) {
   case ZCK__SRC_UNIVERSAL: st = zck__src_open_universal(s, path, o); break;
   case ZCK__SRC_HDF5: st = zck__src_open_hdf5(s, path, o); break;
+  case ZCK__SRC_DCP: st = zck__src_open_dcp(s, path, o); break;
   case ZCK__SRC_DEEPSPEED:
   default: st = zck__src_open_deepspeed(s, path, o); break;
   }
@@ -154,6 +172,7 @@ void zck__src_close(zck__src *s) {
   zck_ds_close(s->ck);
   zck_uv_close(s->uv);
   zck_h5u_close(s->h5);
+  zck_dcp_close(s->dcp);
   free(s->own_outs);
   free(s->own_unsaved);
   memset(s, 0, sizeof *s);

@@ -34,6 +34,9 @@ typedef enum zck__src_kind {
   ZCK__SRC_TORCH,         /* a zip (torch.save) or legacy pickle file: .pt / .bin */
   ZCK__SRC_SAFETENSORS,   /* a file whose 8-byte header length is followed by '{' or ' ' */
   ZCK__SRC_HF,            /* a *.index.json, or a folder with model.safetensors(.index.json) */
+  ZCK__SRC_DCP,           /* a torch Distributed Checkpoint: a folder with .metadata, an
+                             Accelerate save_state (pytorch_model_fsdp_0/), an HF output_dir
+                             or torchtitan folder whose newest checkpoint-N / step-N is one */
   /* new kinds here (see the top of this file) */
   ZCK__SRC_KIND_COUNT
 } zck__src_kind;
@@ -74,6 +77,7 @@ typedef struct zck__src {
   zck_ds_ckpt *ck;
   struct zck_uv_ckpt *uv;
   struct zck_h5u *h5;
+  struct zck_dcp *dcp;
   /* owned */
   zck_ds_output *own_outs;
   const char **own_unsaved;

@@ -2,9 +2,9 @@
  *
  * It is the common currency of the state-dict jobs (convert, consolidate): a reader turns
  * a .pt file, a safetensors file/index or a DeepSpeed checkpoint into a tensor set whose
- * stores point at the bytes in place; a writer reserves one output tensor per entry and
- * the copy happens in one plan run by the parallel executor (exec.h). Nothing here loops
- * over tensor data.
+ * stores point at the bytes in place; an output (set_target.c) reserves one tensor per
+ * entry and hands back where each goes; the job's transfer fills them, run by the parallel
+ * executor (exec.h); the output then commits. Nothing here loops over tensor data.
  */
 #ifndef ZCK_TENSOR_SET_H
 #define ZCK_TENSOR_SET_H
@@ -70,41 +70,62 @@ zck_status zck__set_from_path(zck__tensor_set *s, const char *path);
 /* The output kind a path names: .safetensors, .pt, .bin or .pth files, else an HF directory. */
 zck_output_format zck__output_format_of(const char *out);
 
-/* ---- writers: one plan, executed in parallel, committed atomically */
-/* Fills the reserved outputs: dst[i] is where entry i goes (UNBOUND for aliases); when
- * crc is non-NULL the filler must store each destination's CRC-32 there (exec's
- * dst_crc32). order (may be NULL): every entry index once, in the order the entries' bytes
- * lie in the output; a writer hashing its files as they are written wants them written in
- * that order (what arrives ahead of a file's hash cursor is held, within a budget). The
- * default filler copies every entry from its own src store. */
-typedef zck_status (*zck__fill_fn)(void *ctx, const zck__tensor_set *s, const zck_store *dst, uint32_t *crc,
-                                   const size_t *order);
+/* ---- outputs (set_target.c): reserve, the job's transfer, commit */
 
 typedef struct zck__write_opts {
-  zck__fill_fn fill;          /* NULL: copy each entry's src */
-  void *fill_ctx;
-  unsigned threads;
+  unsigned threads;           /* the identity transfer's (zck__set_copy) */
   uint64_t max_shard_size;    /* HF directory output; 0 = 5GB */
   bool overwrite;
   bool torch_bin_too;         /* HF directory: also pytorch_model.bin, in the same commit */
-  bool manifest;              /* HF directory: write zckpt-manifest.json last (checksums) */
+  bool manifest;              /* a directory: zckpt-manifest.json written last (checksums) */
   bool no_verify;             /* skip the sources' CRC checks (exec.h verify on read) */
   zck_progress_fn progress;
   void *progress_ctx;
+  /* a directory's side files (config.json, ...): name and text each, written at commit */
+  const char *const *side_names;
+  const char *const *side_texts;
+  size_t n_side;
 } zck__write_opts;
 
-/* One .safetensors file. */
-zck_status zck__write_safetensors_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o);
-/* An HF directory: model.safetensors or model-0000i-of-0000N.safetensors + index. */
-zck_status zck__write_safetensors_dir(const zck__tensor_set *s, const char *dir, const zck__write_opts *o,
-                                      const char *const *extra_names, const char *const *extra_texts,
-                                      size_t n_extra);
-/* A torch.save file holding an OrderedDict name -> tensor (loads with weights_only=True). */
-zck_status zck__write_torch_file(const zck__tensor_set *s, const char *path, const zck__write_opts *o);
-/* The same, its manifest hashes made as it is written and added to known as relpath
- * (lib/stream_hash.h: an owned list; known NULL: none), so its manifest reads nothing back. */
+typedef enum {
+  ZCK__SET_OUT_ST_FILE,       /* one .safetensors file */
+  ZCK__SET_OUT_ST_DIR,        /* an HF directory: model.safetensors or model-0000i-of-0000N + index */
+  ZCK__SET_OUT_TORCH_FILE,    /* a torch.save file: an OrderedDict name -> tensor (weights_only loads it) */
+  ZCK__SET_OUT_TORCH_DIR,     /* a directory holding pytorch_model.bin */
+} zck__set_out;
+
+/* Where a reserved output takes each entry of the set: one transfer of the job. */
+typedef struct zck__set_pass {
+  zck_store *dst;             /* [s->n]: where entry i goes; UNBOUND: nothing (an alias) */
+  uint32_t *crc;              /* [s->n] or NULL: the transfer stores each destination's CRC-32 there
+                                 (exec's dst_crc32; the torch writer's records want them) */
+  size_t *order;              /* NULL, or every entry index once, in the order the entries' bytes
+                                 lie in the output: a writer hashing its files as they are written
+                                 wants them written in that order (what arrives ahead of a file's
+                                 hash cursor is held, within a budget) */
+} zck__set_pass;
+
+typedef struct zck__set_target zck__set_target;
+
+/* Lays out out (kind) for s, with o: every file created under its temporary name, the
+ * passes to fill handed back. s and o's side files must outlive the target. */
+zck_status zck__set_reserve(const zck__tensor_set *s, zck__set_out kind, const char *out, const zck__write_opts *o,
+                            zck__set_target **t);
+size_t zck__set_target_passes(const zck__set_target *t);
+const zck__set_pass *zck__set_target_pass(const zck__set_target *t, size_t i);
+/* Once every pass is filled: finishes the files, writes the side files and the manifest
+ * (hashes taken as written: nothing is read back), renames the output into place. */
+zck_status zck__set_target_commit(zck__set_target *t);
+/* Removes what an uncommitted target wrote. Accepts NULL. */
+void zck__set_target_free(zck__set_target *t);
+
+/* The identity transfer (convert): every entry of the pass from its own src store. */
+zck_status zck__set_copy(const zck__tensor_set *s, const zck__set_pass *p, const zck__write_opts *o);
+
+/* A small file written whole at path and, with known, its hashes recorded as name: every
+ * side file of an output folder goes through here. */
 struct zck__manifest_known;
-zck_status zck__write_torch_file_hashed(const zck__tensor_set *s, const char *path, const zck__write_opts *o,
-                                        const char *relpath, struct zck__manifest_known *known, size_t *cap);
+zck_status zck__write_side_file(const char *path, const char *name, const char *text, struct zck__manifest_known *known,
+                                size_t *cap);
 
 #endif

@@ -230,8 +230,9 @@ ZCK_API zck_status zck_consolidate(const char *ckpt, const char *out, const zck_
 /* The newest complete checkpoint-N folder of a Hugging Face Trainer output_dir, picked as
  * transformers' trainer_utils.get_last_checkpoint does (names ^checkpoint-(\d+)$ that are
  * folders, largest N; ASCII digits) but passing over incomplete ones: complete means its
- * `latest` names a tag folder that exists and neither folder holds a zckpt manifest that
- * fails zck_manifest_check_complete. *picked: its path (free() it). *skipped (may be NULL):
+ * `latest` names a tag folder that exists (an FSDP save: its torch Distributed Checkpoint
+ * has its .metadata, in it or in pytorch_model_fsdp_0/) and neither folder holds a zckpt
+ * manifest that fails zck_manifest_check_complete. *picked: its path (free() it). *skipped (may be NULL):
  * NULL, or why the newest one was passed over (free() it). ZCK_ERR_NOT_FOUND when there is
  * no checkpoint-N folder, ZCK_ERR_DAMAGED when none is complete. */
 ZCK_API zck_status zck_hf_last_checkpoint(const char *output_dir, char **picked, char **skipped);

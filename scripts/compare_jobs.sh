@@ -16,24 +16,21 @@ OLD=$(realpath "$1") NEW=$(realpath "$2")
 FIX=$(realpath "${3:-$(dirname "$0")/../tests/fixtures}")
 W=${4:-$(mktemp -d)}
 mkdir -p "$W/res" "$W/derived"
-OUT="$W/o"
+OUTS="$W/out" OUT="$W/out/o"   # OUTS: all a run may write (to-universal adds latest_universal beside OUT)
 runs=0 diffs=0
 
 mask() { sed -e "s#$W#<W>#g" -e 's/ in [0-9][0-9.]* s$/ in <T> s/' -e 's/"seconds": *[0-9.e+-]*/"seconds": <T>/g'; }
 
-# tree listing of OUT: path, size, sha256 per file
+# what a run wrote: every entry's type and path, every file's sha256
 tree_of() {
-  if [ -e "$OUT" ]; then
-    (cd "$(dirname "$OUT")" && find "$(basename "$OUT")" -printf '%y %P\n' | sort &&
-     find "$(basename "$OUT")" -type f -print0 | sort -z | xargs -0 -r sha256sum)
-  fi
+  (cd "$OUTS" && find . -printf '%y %P\n' | sort && find . -type f -print0 | sort -z | xargs -0 -r sha256sum)
 }
 
 # one_run BIN SIDE ID ARGS...: runs BIN ARGS in a fresh OUT, keeps rc/out/err/tree
 one_run() {
   local bin=$1 side=$2 id=$3
   shift 3
-  rm -rf "$OUT" "$OUT".*
+  rm -rf "$OUTS" && mkdir -p "$OUTS"
   (cd "$W" && timeout 300 "$bin" "$@" >"$W/res/$id.$side.out.raw" 2>"$W/res/$id.$side.err.raw" </dev/null)
   echo $? >"$W/res/$id.$side.rc"
   mask <"$W/res/$id.$side.out.raw" >"$W/res/$id.$side.out"
@@ -92,10 +89,19 @@ for d in deepspeed/s1w2_bf16 deepspeed/s2w2_fp32_zeronumel deepspeed/s3w2_fp16 d
   [ -d "$FIX/$d" ] || continue
   n=$(echo "$d" | tr '/' '_')
   src="$FIX/$d"
-  for ck in "$src"/checkpoint-*; do [ -d "$ck" ] && src=$ck; done   # an HF output_dir: its checkpoint
+  [ -d "$src/ckpt" ] && src="$src/ckpt"
   "$OLD" to-universal -q --inject-missing-state "$src" "$W/derived/$n.uv" >/dev/null 2>&1
   "$OLD" to-universal -q --format hdf5 "$src" "$W/derived/$n.h5" >/dev/null 2>&1
 done
+
+# a save root with the side files an HF Trainer leaves there (config.json,
+# generation_config.json: consolidate takes them into an output folder), and its container
+if [ -d "$FIX/deepspeed/s1w2_bf16/ckpt" ]; then
+  mkdir "$W/derived/hfroot" && cp -rL "$FIX/deepspeed/s1w2_bf16/ckpt/." "$W/derived/hfroot/"   # a copy: fixtures stay as they are
+  printf '{"model_type": "gpt2", "n_layer": 2}\n' >"$W/derived/hfroot/config.json"
+  printf '{"bos_token_id": 0}\n' >"$W/derived/hfroot/generation_config.json"
+  "$OLD" to-universal -q --format hdf5 "$W/derived/hfroot" "$W/derived/hfroot.h5" >/dev/null 2>&1
+fi
 
 while IFS= read -r -d '' p; do
   jobs_on "$p"

@@ -2,8 +2,10 @@
 # Installs the Debian packages zckpt builds with, only those that are missing.
 set -euo pipefail
 # libopenmpi-dev + openmpi-bin: the MPI comm backend (process ranks) and mpirun for its tests
+# python3-venv: the interop tests' venv (scripts/interop_env.sh); libaio-dev: DeepSpeed's
+# async_io op, which the NVMe-offload interop case builds
 pkgs=(build-essential cmake pkg-config libhdf5-dev libzstd-dev libcjson-dev libxxhash-dev zlib1g-dev libisal-dev
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin python3-venv libaio-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

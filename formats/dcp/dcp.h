@@ -48,6 +48,9 @@ typedef struct zck_dcp_open_opts {
  *   - an HF output_dir or a torchtitan checkpoint folder: its checkpoint-N / step-N
  *     (largest N) that holds one of the above. */
 zck_status zck_dcp_resolve(const char *path, char **dir);
+/* dir itself, or its Accelerate model folder, when it holds .metadata (malloc'd); else
+ * NULL. A save that stopped before writing .metadata (written last) is no checkpoint. */
+char *zck_dcp_dir_of(const char *dir);
 /* True if zck_dcp_resolve finds a DCP folder for path (for sniffing). */
 bool zck_dcp_is_checkpoint(const char *path);
 

@@ -79,6 +79,18 @@ struct zck_dcp {
  * (a model folder, then Accelerate's optimizer folder): entries and items add up. */
 zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o);
 
+/* Opens item it as a torch.save file, making its window first. A small item is read whole
+ * with one pread and parsed from memory (the zip reader's many small reads of a 2 KB item
+ * cost more than its bytes); a large one is parsed in place through the window. Offsets
+ * in *tf are inside the item either way. Close with zck__dcp_item_close. */
+typedef struct zck__dcp_item_file {
+  zck_torch_file *tf;
+  zck__source mem;
+  void *buf;
+} zck__dcp_item_file;
+zck_status zck__dcp_item_open(zck_dcp *c, zck__dcp_item *it, const zck_dcp_open_opts *o, zck__dcp_item_file *f);
+void zck__dcp_item_close(zck__dcp_item_file *f);
+
 /* dcp_view.c: the model, layouts, stores and outputs, from opened items. */
 zck_status zck__dcp_describe(zck_dcp *c, const zck_dcp_open_opts *o);
 

@@ -56,7 +56,7 @@ static zck_status check_globals(mctx *x, const zck_pk_doc *doc) {
     const zck_pk *p = zck_pk_doc_node_at(doc, i);
     if (p->kind == ZCK_PK_PERSID) return MFAIL(ZCK_ERR_FORMAT, "a persistent id, which a metadata pickle never holds");
     if (p->kind == ZCK_PK_GLOBAL && !zck_dcp_global_allowed(p->u.global.module, p->u.global.name))
-      return MFAIL(ZCK_ERR_UNSUPPORTED, "global %s.%s is not a class of DCP metadata (refused)", p->u.global.module,
+      return MFAIL(ZCK_ERR_FORMAT, "global %s.%s is not a class of DCP metadata (refused)", p->u.global.module,
                    p->u.global.name);
     /* a path is built from strings, and nothing else is done to it */
     if (p->kind == ZCK_PK_OBJECT && p->u.obj.callable->kind == ZCK_PK_GLOBAL &&

@@ -25,8 +25,7 @@ static bool has_metadata(const char *dir) {
   return ok;
 }
 
-/* dir itself or its Accelerate model folder, malloc'd; NULL if neither holds .metadata. */
-static char *dcp_dir_of(const char *dir) {
+char *zck_dcp_dir_of(const char *dir) {
   if (has_metadata(dir)) return zck__strdup(dir);
   char *sub = zck__path_join(dir, ACCELERATE_MODEL_DIR);
   if (sub && has_metadata(sub)) return sub;
@@ -48,7 +47,7 @@ static long long ckpt_number(const char *name) {
 }
 
 zck_status zck_dcp_resolve(const char *path, char **dir) {
-  *dir = dcp_dir_of(path);
+  *dir = zck_dcp_dir_of(path);
   if (*dir) return ZCK_OK;
   /* an HF output_dir or a torchtitan checkpoint folder: the newest checkpoint-N / step-N
    * a DCP save finished (.metadata is what it writes last; torchtitan's own resume takes
@@ -62,7 +61,7 @@ zck_status zck_dcp_resolve(const char *path, char **dir) {
     long long n = ckpt_number(e->d_name);
     if (n <= best) continue;
     char *ck = zck__path_join(path, e->d_name);
-    char *dd = ck ? dcp_dir_of(ck) : NULL;
+    char *dd = ck ? zck_dcp_dir_of(ck) : NULL;
     free(ck);
     if (!dd) continue;
     free(best_dir);
@@ -136,18 +135,43 @@ static zck_status check_files(zck_dcp *c) {
   return s;
 }
 
+#define SMALL_ITEM ((uint64_t)64 << 10)
+
+zck_status zck__dcp_item_open(zck_dcp *c, zck__dcp_item *it, const zck_dcp_open_opts *o, zck__dcp_item_file *f) {
+  memset(f, 0, sizeof *f);
+  f->mem.fd = -1;
+  zck__dcp_file *df = &c->files[it->file];
+  char *name = zck__sprintf("%s: item %s at byte %llu", df->path, c->entries[it->entry].key, (unsigned long long)it->off);
+  if (!name) return ZCK_ERR_NO_MEMORY;
+  zck_status s = it->win.name ? ZCK_OK : zck__source_window(&it->win, &df->src, it->off, it->len, name);
+  if (s == ZCK_OK && it->len <= SMALL_ITEM) {
+    if (!(f->buf = zck__malloc(it->len ? (size_t)it->len : 1))) s = ZCK_ERR_NO_MEMORY;
+    else s = zck__source_read(&it->win, f->buf, (size_t)it->len, 0);
+    if (s == ZCK_OK) zck__source_memory(&f->mem, name, f->buf, it->len);
+  }
+  free(name);
+  if (s == ZCK_OK) s = zck_torch_open_source(f->buf && f->mem.name ? &f->mem : &it->win, &o->torch, &f->tf);
+  return s;
+}
+
+void zck__dcp_item_close(zck__dcp_item_file *f) {
+  zck_torch_close(f->tf);
+  zck__source_close(&f->mem);
+  free(f->buf);
+  memset(f, 0, sizeof *f);
+}
+
 /* A tensor item: one contiguous tensor of its chunk's dtype and shape, read in place. */
 static zck_status open_tensor_item(zck_dcp *c, zck__dcp_item *it, const zck_dcp_open_opts *o) {
   const zck__dcp_entry *e = &c->entries[it->entry];
   const zck__dcp_chunk *ch = &c->chunks[it->chunk];
-  zck__dcp_file *f = &c->files[it->file];
-  char *name = zck__sprintf("%s: item %s at byte %llu", f->path, e->key, (unsigned long long)it->off);
-  if (!name) return ZCK_ERR_NO_MEMORY;
-  zck_status s = zck__source_window(&it->win, &f->src, it->off, it->len, name);
-  free(name);
-  ZCK_TRY(s);
-  zck_torch_file *tf = NULL;
-  ZCK_TRY(zck_torch_open_source(&it->win, &o->torch, &tf));
+  zck__dcp_item_file itf;
+  zck_status s = zck__dcp_item_open(c, it, o, &itf);
+  if (s != ZCK_OK) {
+    zck__dcp_item_close(&itf);
+    return s;
+  }
+  zck_torch_file *tf = itf.tf;
   const zck_torch_tensor *t = zck_torch_tensor_of(tf, zck_torch_root(tf));
   char shape[96], want[96];
   if (!t) s = zck__fail(ZCK_ERR_FORMAT, "%s: holds no tensor", it->win.name);
@@ -171,7 +195,7 @@ static zck_status open_tensor_item(zck_dcp *c, zck__dcp_item *it, const zck_dcp_
       if (!it->what) s = ZCK_ERR_NO_MEMORY;
     }
   }
-  zck_torch_close(tf);
+  zck__dcp_item_close(&itf);
   return s;
 }
 

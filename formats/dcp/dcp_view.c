@@ -12,17 +12,6 @@ static const char *const state_settings[ZCK_STATE_KINDS] = {
   [ZCK_STATE_EXP_AVG] = "exp_avg", [ZCK_STATE_EXP_AVG_SQ] = "exp_avg_sq",
 };
 
-/* The Python value a bytes item holds (torch.save of it), through a window of its file. */
-static zck_status open_bytes_item(zck_dcp *c, zck__dcp_item *it, const zck_dcp_open_opts *o, zck_torch_file **tf) {
-  zck__dcp_file *f = &c->files[it->file];
-  char *name = zck__sprintf("%s: item %s at byte %llu", f->path, c->entries[it->entry].key, (unsigned long long)it->off);
-  if (!name) return ZCK_ERR_NO_MEMORY;
-  zck_status s = zck__source_window(&it->win, &f->src, it->off, it->len, name);
-  free(name);
-  ZCK_TRY(s);
-  return zck_torch_open_source(&it->win, &o->torch, tf);
-}
-
 static zck_status set_setting(zck_dcp *c, uint32_t g, const zck__dcp_entry *e, const zck_pk *v, const char *file) {
   zck_model *m = c->model;
   const char *k = e->setting;
@@ -72,10 +61,10 @@ static zck_status read_param_groups(zck_dcp *c, const zck_dcp_open_opts *o) {
     if (e->k.kind != ZCK_DCP_KEY_PARAM_GROUP) continue;
     if (!e->is_bytes) continue;   /* a tensor setting (a tensor lr): in the folder, not the manifest */
     zck__dcp_item *it = &c->items[e->item];
-    zck_torch_file *tf = NULL;
-    zck_status s = open_bytes_item(c, it, o, &tf);
-    if (s == ZCK_OK) s = set_setting(c, e->k.group, e, zck_torch_root(tf), it->win.name);
-    zck_torch_close(tf);
+    zck__dcp_item_file itf;   /* the Python value a bytes item holds: torch.save of it */
+    zck_status s = zck__dcp_item_open(c, it, o, &itf);
+    if (s == ZCK_OK) s = set_setting(c, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
+    zck__dcp_item_close(&itf);
     ZCK_TRY(s);
   }
   return ZCK_OK;

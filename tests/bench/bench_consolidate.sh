@@ -5,7 +5,7 @@
 # before each timed step when permitted (root), so every tool reads from disk.
 #
 # usage: tests/bench/bench_consolidate.sh [PARAMS] [WORKDIR]   (needs a built ./build and,
-#        for the DeepSpeed baseline, a Python with deepspeed: $ZCK_PYTHON or /work/venv)
+#        for the DeepSpeed baseline, a Python with deepspeed: $ZCK_PYTHON or scripts/interop_env.sh)
 #        CACHE=warm: page cache kept warm instead (every tool reads from memory; measures
 #        CPU efficiency rather than the disk). KEEP=1: reuse WORKDIR/ckpt if present.
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 params=${1:-1e9}
 work=${2:-/tmp/zckpt-bench}
 bin=${ZCK_BUILD:-build}/bin
-py=${ZCK_PYTHON:-/work/venv/bin/python}
+py=${ZCK_PYTHON:-$(scripts/interop_env.sh)}   # the pinned interop venv, made when missing
 threads=$(nproc)
 if [ "${KEEP:-0}" = 1 ] && [ -d "$work/ckpt" ]; then rm -rf "$work"/zckpt-out "$work"/ds-out; else rm -rf "$work"; mkdir -p "$work"; fi
 drop() {

@@ -24,7 +24,7 @@ cd "$(dirname "$0")/../.."
 params=${1:-2e8}
 work=${2:-/tmp/zckpt-bench-universal}
 bin=${ZCK_BUILD:-build}/bin
-py=${ZCK_PYTHON:-/work/venv/bin/python}
+py=${ZCK_PYTHON:-$(scripts/interop_env.sh)}   # the pinned interop venv, made when missing
 threads=$(nproc)
 reps=${REPS:-3}
 ds_reps=${DS_REPS:-$reps}

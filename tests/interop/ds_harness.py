@@ -249,6 +249,11 @@ def worker(spec_path):
     dist.barrier()
 
 
+# One DeepSpeed run of a few steps takes seconds; its ops are built beforehand
+# (scripts/interop_env.sh), so this is a hang guard, not a build allowance.
+RUN_TIMEOUT_S = 400
+
+
 class RunFailed(Exception):
     pass
 
@@ -256,7 +261,7 @@ class RunFailed(Exception):
 def run(tmp, name, world, **spec):
     """Launch `world` workers with `spec`; return the per-rank results. Raises RunFailed with the error."""
     import torch
-    from ds_launch import launch, free_port
+    from ds_launch import launch, free_port, TIMED_OUT
     spec = dict(spec, world=world, out=os.path.join(tmp, name))
     spec_path = os.path.join(tmp, name + ".json")
     with open(spec_path, "w") as f:
@@ -265,11 +270,11 @@ def run(tmp, name, world, **spec):
     port = free_port()
     try:
         rc = launch(world, [os.path.abspath(__file__), "--worker", spec_path], port=port, log_prefix=logs,
-                    timeout=400)
+                    timeout=RUN_TIMEOUT_S)
     finally:
         remove_shm(port)
     if rc != 0:
-        why = {-9: " (SIGKILL: out of memory?)", -11: " (SIGSEGV)"}.get(rc, "")
+        why = {-9: " (SIGKILL: out of memory?)", -11: " (SIGSEGV)", TIMED_OUT: f" (timed out after {RUN_TIMEOUT_S} s)"}.get(rc, "")
         raise RunFailed(f"exit {rc}{why}: {error_of(logs, world)}")
     return [torch.load(f"{spec['out']}.rank{r}.pt", weights_only=False) for r in range(world)]
 

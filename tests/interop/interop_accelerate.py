@@ -38,8 +38,8 @@ def worker(mode, stage, ckpt, result_path):
     from accelerate import Accelerator, DeepSpeedPlugin
     from accelerate.utils import DistributedType, DummyOptim
 
-    # accelerate finds no backend on a host without CUDA and records one process
-    # (../shared/specs/hf-trainer-on-cpu.md): gloo over torchrun's processes instead
+    # accelerate finds no backend on a host without CUDA and records one process:
+    # gloo over torchrun's processes instead
     orig = accelerate.state.PartialState._prepare_backend
 
     def prepare_backend(self, *a, **k):

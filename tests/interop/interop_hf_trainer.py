@@ -1,7 +1,7 @@
 """interop_hf_trainer.py LIBZCKPT: zckpt.hf with the real HF Trainer + DeepSpeed on the CPU (torchrun, gloo).
 
 A tiny GPT-2 (random init from a config, no download, dropout 0, fp32) trains with a global batch of 6 samples
-per step (W x per-device batch: 3 x 2 or 2 x 3), settings from /work/shared/specs/hf-trainer-on-cpu.md.
+per step (W x per-device batch: 3 x 2 or 2 x 3), on the CPU over gloo.
 
 1. Save: W=3, ZeRO-3 (no stage3_gather_16bit_weights_on_model_save), 4 steps, a checkpoint and an evaluation
    after each, with ZckptCallback(("every", "best")). Checks:

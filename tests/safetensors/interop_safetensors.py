@@ -12,8 +12,7 @@ Usage: interop_safetensors.py ST_INTEROP_TOOL
 2. With transformers: a tiny GPT-2 saved by save_pretrained is re-sharded by the C tool
    (both index styles) and from_pretrained gives the same weights and logits.
 
-Exit 77 (skip) when no Python with torch + safetensors is found ($ZCK_PYTHON, then
-/work/venv/bin/python, then this interpreter).
+Run through tests/interop/find_python.sh (the interop Python, with torch + safetensors).
 """
 import hashlib
 import json
@@ -22,30 +21,9 @@ import subprocess
 import sys
 import tempfile
 
-
-def reexec_if_needed():
-    try:
-        import safetensors  # noqa: F401
-        import torch  # noqa: F401
-        return
-    except ImportError:
-        pass
-    if os.environ.get("ZCK_INTEROP_REEXEC"):
-        print("SKIP: no Python with torch and safetensors")
-        sys.exit(77)
-    for cand in (os.environ.get("ZCK_PYTHON"), "/work/venv/bin/python"):
-        if cand and os.path.exists(cand) and os.path.realpath(cand) != os.path.realpath(sys.executable):
-            env = dict(os.environ, ZCK_INTEROP_REEXEC="1")
-            os.execve(cand, [cand] + sys.argv, env)
-    print("SKIP: no Python with torch and safetensors")
-    sys.exit(77)
-
-
-reexec_if_needed()
-
-import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 
 try:
     import transformers  # noqa: F401

@@ -4,13 +4,13 @@
 # fixture (at its own geometry) and the output (at the target geometry) into fresh CPU
 # engines (ds_load.py) and require identical dumps: every fp32 master, exp_avg,
 # exp_avg_sq, 16-bit weight and buffer, the counters and the scheduler state.
-# Exit 77 (skip) without a Python that has torch + deepspeed, or without the fixtures.
+# Run through tests/interop/find_python.sh, which sets ZCK_PYTHON. Exit 77 (skip) without
+# the fixtures.
 set -u
 TOOL="$1"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 FIX="${ZCK_FIXTURES:-$HERE/../../fixtures}/deepspeed"
-PY="${ZCK_PYTHON:-/work/venv/bin/python}"
-"$PY" -c "import torch, deepspeed" >/dev/null 2>&1 || { echo "SKIP: no python with torch + deepspeed"; exit 77; }
+PY="${ZCK_PYTHON:?run through tests/interop/find_python.sh}"
 [ -f "$FIX/s2w2_bf16/expected.json" ] || { echo "SKIP: fixtures missing"; exit 77; }
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
