@@ -146,10 +146,12 @@ static zck_status prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t st
   free(final);
   zck__saver_job *j = zck__calloc(1, sizeof *j);
   if (!j) return ZCK_ERR_NO_MEMORY;
-  j->copy = *s;
-  j->copy.job = NULL;
-  j->copy.best_state = NULL;
-  j->copy.best_checkpoint = NULL;
+  /* field by field: the other ranks are writing their slots of s->snaps meanwhile */
+  j->copy.o = s->o;
+  j->copy.tr = s->tr;
+  j->copy.h = s->h;
+  j->copy.best_metric = s->best_metric;
+  j->copy.best_step = s->best_step;
   j->copy.log_history = cJSON_Duplicate(s->log_history, 1);
   j->model = zck_model_clone(s->tr.model);
   j->copy.tr.model = j->model;

@@ -446,7 +446,7 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
    * (exports, generation) is not training */
   run->res->mem[r] = zr->mem;
   if (zr->dev) {
-    run->res->mem_on_device = true;
+    if (keeper) run->res->mem_on_device = true; /* one writer (the ranks' threads share res) */
     run->res->mem_host[r] = zr->dev->host;
     run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
     run->res->dev_used_peak[r] = zr->dev->used_peak;
@@ -709,8 +709,9 @@ setup_done:
   res->save_stalls = zck__calloc((size_t)n_steps + 1, sizeof *res->save_stalls);
   res->snapshot_seconds = zck__calloc((size_t)n_steps + 1, sizeof *res->snapshot_seconds);
   res->snapshot_bytes = zck__calloc((size_t)W, sizeof *res->snapshot_bytes);
-  if (!res->save_stalls || !res->snapshot_seconds || !res->snapshot_bytes || !res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
-      !res->mem_host || !res->dev_workspace || !res->dev_used_peak)
+  if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
+      !res->mem_host || !res->dev_workspace || !res->dev_used_peak || !res->save_stalls || !res->snapshot_seconds ||
+      !res->snapshot_bytes)
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
   if (s != ZCK_OK) goto done;

@@ -1,7 +1,8 @@
 """interop_ds_resume.py ZCKPT_TRAIN: DeepSpeed itself resumes from zckpt-train checkpoints.
 
 zckpt-train trains 6 steps on 2 ranks with ZeRO 1, 2 and 3 (bf16, HF optimizer: two param
-groups) and saves checkpoint-6/. Then two real DeepSpeed 0.19 ranks on the CPU (gloo), one
+groups) and saves checkpoint-6/ (ZeRO 2 and 3 with --async-save: written by the background
+writer from the host snapshot). Then two real DeepSpeed 0.19 ranks on the CPU (gloo), one
 process each, build transformers' GPT2LMHeadModel with the same param groups and the
 checkpoint's ds_config, call engine.load_checkpoint(load_optimizer_states=True) and check:
 global_steps, every 16-bit weight equal to the engine's final weights (--dump-dir), the
@@ -83,7 +84,8 @@ def main():
             subprocess.run([binary, "--ranks", "2", "--zero-stage", str(z), "--bf16", "--max-steps", "6",
                             "--save-steps", "6", "--output-dir", out, "--dump-dir", os.path.join(out, "dump"),
                             "--per-device-train-batch-size", "2", "--weight-decay", "0.1", "--n-positions", "32",
-                            "--n-embd", "32", "--n-head", "4", "--eval-samples", "2", "--quiet"], check=True)
+                            "--n-embd", "32", "--n-head", "4", "--eval-samples", "2", "--quiet"]
+                           + (["--async-save"] if z > 1 else []), check=True)
             args += [os.path.join(out, "checkpoint-6"), os.path.join(out, "dump")]
         script = os.path.join(tmp, "rank.py")
         with open(script, "w") as f:

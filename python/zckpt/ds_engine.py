@@ -1,0 +1,190 @@
+"""zckpt.ds_engine: DeepSpeed's own save_checkpoint, committed the way zckpt commits.
+
+    import zckpt.ds_engine
+    engine, *_ = deepspeed.initialize(...)
+    zckpt.ds_engine.install(engine)          # the one line
+    engine.save_checkpoint(save_dir)         # as before
+
+    zckpt.ds_engine.install_default()        # or, before the engine exists (HF Trainer):
+    trainer = Trainer(...)                   # every DeepSpeed engine made from now on uses it
+
+ZckptCheckpointEngine (a deepspeed.runtime.checkpoint_engine.CheckpointEngine) wraps the
+engine DeepSpeed made (TorchCheckpointEngine by default), so every file holds the bytes it
+would write (torch.save, same serialization): DeepSpeed's load_checkpoint, zero_to_fp32 and
+zckpt read them as before. What changes is where and when they land:
+  - create(): every rank learns one staging folder beside the tag, SAVE_DIR/.TAG.zck-tmp-PID
+    (PID: rank 0's); rank 0 first sweeps SAVE_DIR of such folders whose writer is dead;
+  - makedirs() and save() of anything under SAVE_DIR/TAG go to the staging folder, each file
+    under its own name (torch.save records it in the archive) and fsynced;
+  - commit(): once every rank is there (a barrier), rank 0 writes zckpt-manifest.json into
+    the staging folder (every file's size and XXH3, every tensor's byte range and XXH3:
+    `zckpt verify` checks them), fsyncs it, renames it to SAVE_DIR/TAG (a tag saved again
+    replaces the old folder only then), fsyncs SAVE_DIR, and writes `latest` atomically
+    (temporary file, fsync, rename).
+A rank killed at any point before that rename leaves SAVE_DIR/TAG as it was and `latest` on
+the previous tag. DeepSpeed itself then rewrites `latest` with the same text (open "w",
+write): a crash inside that rewrite can leave it empty, which zckpt's resume (and
+zckpt.hf.last_complete_checkpoint) treat as no tag; DeepSpeed would not. Loads are the
+wrapped engine's.
+
+Collective: every rank must use the engine (install() on every rank). Checkpoints must be on
+a filesystem every rank sees, as DeepSpeed's resume needs anyway.
+"""
+import ctypes
+import os
+import shutil
+
+import torch
+
+from . import _native as N
+from ._run import run
+
+from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointEngine
+
+_manifest_write_dir = N.lib.zck_manifest_write_dir
+_manifest_write_dir.restype = ctypes.c_int
+_manifest_write_dir.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+
+
+def _dist():
+    d = torch.distributed
+    return d if d.is_available() and d.is_initialized() else None
+
+
+def _fsync_path(path, is_dir=False):
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if is_dir else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path, text):
+    tmp = f"{path}.zck-tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_path(os.path.dirname(os.path.abspath(path)), True)
+
+
+class ZckptCheckpointEngine(CheckpointEngine):
+    """DeepSpeed's checkpoint engine `inner`, its tag folder committed whole (see above)."""
+
+    def __init__(self, inner):
+        super().__init__(None)
+        self.name = "ZckptCheckpointEngine"
+        self.inner = inner
+        self.final = None    # SAVE_DIR/TAG of the save in progress
+        self.staging = None  # where its files go until commit
+
+    def _redirect(self, path):
+        if self.final is None:
+            return path
+        p = os.path.abspath(path)
+        if p == self.final or p.startswith(self.final + os.sep):
+            return self.staging + p[len(self.final):]
+        return path
+
+    def create(self, info):
+        self.final = os.path.abspath(os.path.join(info.save_dir, info.tag))
+        d = _dist()
+        pid = [os.getpid()]
+        if d is not None:
+            d.broadcast_object_list(pid, src=0)
+        self.staging = os.path.join(os.path.dirname(self.final), f".{os.path.basename(self.final)}.zck-tmp-{pid[0]}")
+        if d is None or d.get_rank() == 0:
+            # what saves killed before their commit left beside the tags goes first (an old
+            # tag moved aside comes back), as zckpt's own writers do
+            from . import sweep_temporaries
+            sweep_temporaries(os.path.dirname(self.final))
+            if os.path.isdir(self.staging):  # a stale one of this pid
+                shutil.rmtree(self.staging)
+            os.makedirs(self.staging)
+        if d is not None:
+            d.barrier()
+        return self.inner.create(info)
+
+    def makedirs(self, path, exist_ok=False):
+        os.makedirs(self._redirect(path), exist_ok=True if self.final else exist_ok)
+
+    def save(self, state_dict, path):
+        # under its own name (torch.save records the file's name in the archive): the
+        # staging folder is the temporary
+        dst = self._redirect(path)
+        self.inner.save(state_dict, dst)
+        _fsync_path(dst)
+
+    def load(self, path, map_location=None):
+        return self.inner.load(path, map_location=map_location)
+
+    def commit(self, info):
+        d = _dist()
+        if d is not None:
+            d.barrier()  # every rank's files are in the staging folder
+        try:
+            if d is None or d.get_rank() == 0:
+                self._commit_rank0(info)
+        finally:
+            self.final = self.staging = None
+        if d is not None:
+            d.barrier()  # nobody goes on before the tag is in place
+        return self.inner.commit(info)
+
+    def _commit_rank0(self, info):
+        staging, final = self.staging, self.final
+        for root, _dirs, _files in os.walk(staging):  # the files were fsynced as saved
+            _fsync_path(root, True)
+        run(_manifest_write_dir, staging.encode(), None, progress=False, label="manifest")
+        _fsync_path(staging, True)
+        old = None
+        if os.path.exists(final):
+            # the same tag saved again: the old folder moves aside only now, under the name
+            # zckpt's sweep puts back should this process die before the next rename
+            old = f"{staging}.zck-old-{os.getpid()}"
+            os.replace(final, old)
+        try:
+            os.replace(staging, final)
+        except OSError:
+            if old:
+                os.replace(old, final)
+            raise
+        _fsync_path(os.path.dirname(final), True)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+        if info.save_latest:
+            _write_atomic(os.path.join(info.save_dir, "latest"), info.tag)
+
+    # the wrapped engine's answers
+    def is_data_parallel_writer(self, dp_rank):
+        return self.inner.is_data_parallel_writer(dp_rank)
+
+    def preserves_storage_sharing(self):
+        return self.inner.preserves_storage_sharing()
+
+
+def install(engine):
+    """Makes a deepspeed engine's save_checkpoint commit through zckpt (every rank)."""
+    if not isinstance(engine.checkpoint_engine, ZckptCheckpointEngine):
+        if engine.checkpoint_engine.is_decoupled():
+            raise ValueError("zckpt.ds_engine: DeepSpeed's decoupled writer commits on its own; use the default writer")
+        engine.checkpoint_engine = ZckptCheckpointEngine(engine.checkpoint_engine)
+    return engine.checkpoint_engine
+
+
+def install_default():
+    """Every DeepSpeed engine created after this call (deepspeed.initialize, the HF Trainer's)
+    saves through ZckptCheckpointEngine: wraps the checkpoint engine DeepSpeed would make
+    (not its decoupled writer, which commits on its own). Idempotent."""
+    import deepspeed.runtime.engine as ds_engine_module
+    make = ds_engine_module.create_checkpoint_engine
+    if getattr(make, "_zckpt", False):
+        return
+
+    def create_checkpoint_engine(*args, **kwargs):
+        inner = make(*args, **kwargs)
+        return inner if inner.is_decoupled() else ZckptCheckpointEngine(inner)
+
+    create_checkpoint_engine._zckpt = True
+    ds_engine_module.create_checkpoint_engine = create_checkpoint_engine
