@@ -231,6 +231,7 @@ zck_status zck_model_set_tied(zck_model *m, uint32_t alias, uint32_t source) {
 
 zck_status zck_model_add_group(zck_model *m, uint32_t *out_group) {
   ZCK_ASSERT(m);
+  if (out_group) *out_group = UINT32_MAX; /* no group, on failure */
   ZCK_FAIL_IF(m->n_groups >= INT32_MAX, ZCK_ERR_LIMIT, "too many parameter groups");
   ZCK_TRY(grow((void **)&m->groups, &m->cap_groups, m->n_groups + 1, sizeof *m->groups));
   memset(&m->groups[m->n_groups], 0, sizeof m->groups[0]);

@@ -89,6 +89,8 @@ static zck_status need(vm *v, size_t n) {
 }
 
 zck_status zck__vm_read_line(vm *v, const char **s, size_t *n) {
+  *s = NULL; /* an empty line on failure too, so no caller reads an unset one */
+  *n = 0;
   const uint8_t *start = v->p + v->pos;
   const uint8_t *nl = memchr(start, '\n', v->len - v->pos);
   if (!nl) return zck__vm_fail(v, ZCK_ERR_FORMAT, "truncated: argument line has no newline");

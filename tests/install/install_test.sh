@@ -18,4 +18,15 @@ libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -1)
 PKG_CONFIG_PATH="$libdir" pkg-config --exists zckpt
 cc -o "$tmp/pc" "$here/consumer/main.c" $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs --static zckpt)
 LD_LIBRARY_PATH="$(dirname "$libdir")" "$tmp/pc"
+# the man pages, made from --help at build time where help2man is installed
+if grep -q '^ZCK_HELP2MAN:FILEPATH=/' "$build/CMakeCache.txt"; then
+  for page in zckpt zckpt-consolidate zckpt-reshard zckpt-to-universal zckpt-verify zckpt-inspect zckpt-convert; do
+    f=$(ls "$tmp"/prefix/share/man/man1/$page.1 2>/dev/null) || { echo "FAIL: no man page $page.1"; exit 1; }
+    grep -q "usage: zckpt" "$f" || { echo "FAIL: $page.1 does not hold its --help"; exit 1; }
+  done
+  if command -v man >/dev/null; then
+    MANPATH="$tmp/prefix/share/man" man -P cat zckpt-consolidate 2>/dev/null | grep -q "zero_to_fp32" ||
+      { echo "FAIL: man zckpt-consolidate"; exit 1; }
+  fi
+fi
 echo "1 passed, 0 failed"
