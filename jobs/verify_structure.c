@@ -369,16 +369,9 @@ static zck_status read_stores(vctx *c, const zck_store *stores, size_t n, void *
 
 /* The container's datasets besides the tensors: /resume_state and every /side_files/<name>,
  * read whole like the tensors (their chunks carry zstd checksums too). */
-static zck_status read_h5u_extras(vctx *c, void *buf, size_t buf_bytes) {
-  zck_h5_file *f = NULL;
-  /* none of them is under /params: its groups are not walked again */
-  zck_status st = zck_h5_open_lazy(c->path, "params", &f);
-  if (st != ZCK_OK) {
-    if (st == ZCK_ERR_NO_MEMORY) return st;
-    zck__verify_add_status(c, st, "structure", c->path, zck_last_error());
-    zck_clear_error();
-    return ZCK_OK;
-  }
+static zck_status read_h5u_extras(vctx *c, const zck_h5u *u, void *buf, size_t buf_bytes) {
+  zck_h5_file *f = zck_h5u_file(u);   /* the container as its open read it: not walked again */
+  zck_status st = ZCK_OK;
   char **names = NULL;
   size_t n = 0;
   if (zck_h5_exists(f, ZCK_H5U_SIDE_FILES) && zck_h5_list(f, ZCK_H5U_SIDE_FILES, &names, &n) != ZCK_OK) {
@@ -406,7 +399,6 @@ static zck_status read_h5u_extras(vctx *c, void *buf, size_t buf_bytes) {
   }
   for (size_t i = 0; i < n; i++) free(names[i]);
   free(names);
-  zck_h5_close(f);
   return st == ZCK_ERR_NO_MEMORY ? st : ZCK_OK;
 }
 
@@ -472,7 +464,7 @@ static zck_status check_h5u(vctx *c) {
     zck_h5u_buffers(u, &l, &stores);
     if (l) st = read_stores(c, stores, l->n_stores, buf, BUF);
   }
-  if (st == ZCK_OK) st = read_h5u_extras(c, buf, BUF);
+  if (st == ZCK_OK) st = read_h5u_extras(c, u, buf, BUF);
   free(buf);
   bool table = zck_h5_has_checksums(zck_h5u_file(u));
   zck_h5u_close(u);
