@@ -29,6 +29,8 @@ static const char zck__to_universal_help[] =
   "  --inject-missing-state    ds, stage 1/2: accept a checkpoint without\n"
   "                            universal_checkpoint_info (as ds_to_universal's\n"
   "                            --inject_missing_state; HF and plain DeepSpeed runs need it)\n"
+  "  (ds_to_universal.py's --input_folder, --output_folder and --inject_missing_state\n"
+  "   are accepted too)\n"
   "  --level N                 hdf5: zstd level 1..22 (default 3)\n"
   "  --chunk-size SIZE         hdf5: uncompressed chunk size (default 1MiB)\n"
   "  -j, --threads N           worker threads (default: all cores)\n"
@@ -46,12 +48,16 @@ int zck_cmd_to_universal(int argc, char **argv) {
   static const struct option opts[] = {
     {"format", required_argument, 0, 'f'}, {"tag", required_argument, 0, 't'},
     {"inject-missing-state", no_argument, 0, 'i'}, {"level", required_argument, 0, 'l'},
+    /* ds_to_universal.py's spellings, as consolidate takes zero_to_fp32.py's */
+    {"inject_missing_state", no_argument, 0, 'i'}, {"input_folder", required_argument, 0, 'I'},
+    {"output_folder", required_argument, 0, 'O'},
     {"chunk-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 'j'},
     {"overwrite", no_argument, 0, 'o'}, {"no-verify", no_argument, 0, 'V'}, {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
   zck_universal_opts o = ZCK_UNIVERSAL_OPTS_INIT;
   bool quiet = false, format_given = false;
+  const char *in_opt = NULL, *out_opt = NULL; /* --input_folder, --output_folder */
   int c, rc;
   optind = 1;
   opterr = 0;
@@ -65,6 +71,8 @@ int zck_cmd_to_universal(int argc, char **argv) {
       break;
     case 't': o.tag = optarg; break;
     case 'i': o.inject_missing_state = 1; break;
+    case 'I': in_opt = optarg; break;
+    case 'O': out_opt = optarg; break;
     case 'l': {
       char *end;
       long n = strtol(optarg, &end, 10);
@@ -86,12 +94,15 @@ int zck_cmd_to_universal(int argc, char **argv) {
     default: return zck_cli_bad_option("to-universal", c, argc, argv, opts);
     }
   }
-  if (argc - optind != 2) return zck_cli_usage_error("to-universal", "expected CHECKPOINT and OUT");
+  if (argc - optind != 2 - (in_opt != NULL) - (out_opt != NULL))
+    return zck_cli_usage_error("to-universal", "expected CHECKPOINT and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("to-universal", "empty path argument");
+  const char *src = in_opt ? in_opt : argv[optind++];
+  const char *out = out_opt ? out_opt : argv[optind];
+  if (!src[0] || !out[0]) return zck_cli_usage_error("to-universal", "empty path argument");
   /* an OUT named *.h5 / *.hdf5 is the one-file container unless --format says otherwise
    * (as consolidate and convert take the output kind from OUT's name) */
-  const char *out = argv[optind + 1];
   size_t n = strlen(out);
   if (!format_given && ((n >= 3 && !strcmp(out + n - 3, ".h5")) || (n >= 5 && !strcmp(out + n - 5, ".hdf5"))))
     o.format = ZCK_UNIVERSAL_HDF5;
@@ -99,5 +110,5 @@ int zck_cmd_to_universal(int argc, char **argv) {
    * in a distributed job rank 0 writes it alone, the other ranks wait */
   if (o.format == ZCK_UNIVERSAL_HDF5 && zck_cli_dist_solo()) return ZCK_EXIT_OK;
   zck_cli_ckpt_job job = {"to-universal", "converting", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_to_universal, &o};
-  return zck_cli_run_from_checkpoint(&job, argv[optind], argv[optind + 1]);
+  return zck_cli_run_from_checkpoint(&job, src, out);
 }
