@@ -11,7 +11,7 @@
 # (the ranks return to training the moment it starts) and not yet renamed it into place.
 # Of those, the kills after the log showed a later step than W finished prove the overlap
 # outright: training went on while W was being written.
-# Kills land at seeded random moments; trials go on until KILLS (default 20) of them were
+# Kills land at seeded random moments of the run's progress; trials go on until KILLS (default 20) of them were
 # during a background write (at most 3 x KILLS trials); the test fails if fewer were, or if
 # fewer than 5 of them show the overlap.
 set -u
@@ -34,7 +34,21 @@ while [ "$during" -lt "$want" ] && [ "$trials" -lt $((3 * want)) ]; do
   out="$tmp/run"; rm -rf "$out"
   "$train" "${args[@]}" --async-save --output-dir "$out" 2>"$tmp/log" >/dev/null &
   pid=$!
-  sleep "$(printf '0.%03d' $((350 + RANDOM % 600)))"
+  # the moment follows the run's own progress, not the clock, so a slower build (sanitizers)
+  # or a busier machine moves it with the run: once the background write of a random save
+  # has begun, half the trials kill a random few milliseconds later, the other half as soon
+  # as the log shows a later step while that write is still going
+  target=$(( (1 + RANDOM % (steps / 2 - 1)) * 2 )); wait_overlap=$((RANDOM % 2))
+  for _ in $(seq 3000); do
+    kill -0 "$pid" 2>/dev/null || break
+    [ -d "$out/checkpoint-$target" ] && break
+    if ls -a "$out" 2>/dev/null | grep -q "^\.checkpoint-$target\.zck-tmp-"; then
+      [ "$wait_overlap" = 0 ] && { sleep "$(printf '0.%03d' $((RANDOM % 60)))"; break; }
+      logged=$(sed -n 's/^step \([0-9]*\)\/.*/\1/p' "$tmp/log" | tail -1)
+      [ -n "$logged" ] && [ "$logged" -gt "$target" ] && break
+    fi
+    sleep 0.01
+  done
   if ! kill -9 "$pid" 2>/dev/null; then wait "$pid"; finished=$((finished + 1)); continue; fi
   wait "$pid" 2>/dev/null
   writing=$(ls -a "$out" 2>/dev/null | sed -n 's/^\.checkpoint-\([0-9]*\)\.zck-tmp-.*/\1/p' | sort -n | tail -1)

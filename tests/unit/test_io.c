@@ -137,8 +137,9 @@ int main(void) {
     ZT_OK(zck__source_read(&w2, buf, 2, 0));
     ZT_EQ_MEM(buf, "ll", 2);
     ZT_ERR(zck__source_read(&w1, buf, 2, 2), ZCK_ERR_TRUNCATED, "out.bin item: truncated");
-    ZT_ERR(zck__source_window(&w2, &w1, 2, 2, NULL), ZCK_ERR_INVALID_ARG, "out.bin item: bytes 2..4");
     zck__source_close(&w2);
+    /* a window that does not fit is refused and holds nothing to close */
+    ZT_ERR(zck__source_window(&w2, &w1, 2, 2, NULL), ZCK_ERR_INVALID_ARG, "out.bin item: bytes 2..4");
     zck__source_close(&w1);
     ZT_OK(zck__source_read(&fs, buf, 5, 0));
     ZT_EQ_MEM(buf, "hello", 5);
