@@ -1,5 +1,5 @@
 /* saver.h: the checkpoint manager of a training run, in the Hugging Face Trainer layout
- * (specs/deepspeed-checkpoint.md §6.2): OUTPUT_DIR/checkpoint-<step>/ holding the DeepSpeed
+ * OUTPUT_DIR/checkpoint-<step>/ holding the DeepSpeed
  * checkpoint (latest, global_step<N>/ with the model-states and per-rank optimizer files),
  * model.safetensors (16-bit weights: stage 1/2, or stage 3 with
  * stage3_gather_16bit_weights_on_model_save), config.json and trainer_state.json. Each

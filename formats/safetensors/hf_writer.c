@@ -1,4 +1,4 @@
-/* hf_writer.c: Hugging Face sharded output (specs/safetensors-and-hdf5.md §2): the shard
+/* hf_writer.c: Hugging Face sharded output: the shard
  * assignment of huggingface_hub's split_state_dict_into_shards_factory, the file names of
  * SAFETENSORS_WEIGHTS_FILE_PATTERN, the index file as huggingface_hub (json.dump indent=2)
  * or transformers / DeepSpeed zero_to_fp32 (sort_keys=True, "\n") write it, and an output

@@ -1,6 +1,6 @@
 /* safetensors.h: safetensors files and Hugging Face sharded checkpoints.
  *
- * File layout (huggingface/safetensors, see specs/safetensors-and-hdf5.md §1):
+ * File layout (as the safetensors library writes and reads it):
  *
  *   0 .. 8        N, u64 little-endian: the header length (N <= 100,000,000)
  *   8 .. 8+N      UTF-8 JSON object, padded with spaces (the reference pads to a multiple of 8):

@@ -1,6 +1,6 @@
 /* st_reader.c: opens a safetensors file and validates its header as the reference does
  * (safetensors/src/tensor.rs read_metadata + Metadata::validate), plus duplicate keys.
- * Check IDs in messages refer to specs/malformed-inputs.md §6. Only the 8-byte length and
+ * The check ids that --verbose adds to messages name the rule each one enforces. Only the 8-byte length and
  * the header are read; tensor bytes stay in the file until someone asks for a range. */
 #include "st_internal.h"
 

@@ -1,6 +1,6 @@
 /* zip_internal.h: record layouts and helpers shared by the zip reader and writer.
  *
- * Byte layout (all little-endian; see shared/specs/torch-pt-format.md §1.3):
+ * Byte layout (all little-endian, as torch.save writes it):
  *   local header   "PK\3\4" ver(2) flags(2) method(2) time(2) date(2) crc(4) comp(4) uncomp(4)
  *                  name_len(2) extra_len(2) | name | extra               (30 + n + x bytes)
  *   data           the stored bytes
