@@ -180,6 +180,26 @@ int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag) {
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }
 
+int zck_cli_check_folder_out(const char *cmd, const char *out) {
+  static const char *const file_suffixes[] = {
+    "safetensors", "bin", "pt", "pth", "ckpt", "txt", "json", "h5", "hdf5", "gguf", "npz", "npy", "pkl", "pickle",
+    "zip", "tar", "gz", "tgz", "zst", "xz", "onnx", "msgpack", "distcp", "log", "csv", "yaml", "yml", "md"};
+  size_t n = strlen(out);
+  if (n && out[n - 1] == '/') return ZCK_EXIT_OK;   /* "name.txt/": said to be a folder */
+  size_t b = n;
+  while (b && out[b - 1] != '/') b--;
+  const char *dot = NULL;
+  for (size_t i = b + 1; i < n; i++)  /* a leading dot is a hidden name, not a suffix */
+    if (out[i] == '.') dot = out + i;
+  if (!dot) return ZCK_EXIT_OK;
+  size_t len = (size_t)(out + n - dot - 1);
+  for (size_t i = 0; i < sizeof file_suffixes / sizeof *file_suffixes; i++)
+    if (strlen(file_suffixes[i]) == len && !strncasecmp(dot + 1, file_suffixes[i], len))
+      return zck_cli_usage_error(cmd, "OUT '%s' names a .%s file, but %s writes a folder there: give a folder name", out,
+                                 file_suffixes[i], cmd);
+  return ZCK_EXIT_OK;
+}
+
 int zck_cli_resolve_out(const char *out, char **resolved) {
   /* the library writes through a folder's link by itself; resolved here too so the
    * input checks and the interruption clean-up see the folder the job writes */

@@ -40,6 +40,10 @@ int zck_cli_bad_option(const char *cmd, int c, int argc, char **argv, const stru
 /* Refuses an OUT that is, holds or lies inside the input (zck_check_out_not_input), before
  * any work. Returns ZCK_EXIT_OK or prints a runtime error and returns ZCK_EXIT_ERROR. */
 int zck_cli_check_out_not_in(const char *in, const char *out, const char *tag);
+/* A job that writes a folder at OUT refuses (usage error, exit 2) an OUT whose name ends in
+ * a suffix of a file kind (out.txt, model.json, weights.h5, ...): it would silently become
+ * a folder of that name. */
+int zck_cli_check_folder_out(const char *cmd, const char *out);
 /* IN a Hugging Face Trainer output_dir (a folder without `latest`, checkpoint-N folders
  * inside): its newest complete checkpoint-N (zck_hf_last_checkpoint), said on stderr
  * unless quiet ("zckpt: IN: VERB PICKED, the newest complete checkpoint"); *picked: its

@@ -104,6 +104,12 @@ int zck_cmd_consolidate(int argc, char **argv) {
   bool st_file = n >= 12 && !strcmp(out + n - 12, ".safetensors");
   bool pt_file = (n >= 3 && !strcmp(out + n - 3, ".pt")) || (n >= 4 && !strcmp(out + n - 4, ".bin")) ||
                  (n >= 4 && !strcmp(out + n - 4, ".pth"));
+  /* OUT is one .safetensors / .bin / .pt / .pth file, or a folder */
+  if (!st_file && !pt_file && (rc = zck_cli_check_folder_out("consolidate", argv[optind + 1]))) {
+    free(out);
+    free(picked);
+    return rc;
+  }
   if (format && ((st_file && o.torch_bin) || (pt_file && o.safetensors))) {
     free(out);
     free(picked);

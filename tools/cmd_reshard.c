@@ -125,5 +125,6 @@ int zck_cmd_reshard(int argc, char **argv) {
   if (o.to_stage && o.to_format == ZCK_RESHARD_TO_DCP)
     return zck_cli_usage_error("reshard", "--to-stage: a DCP checkpoint has no ZeRO stage");
   zck_cli_ckpt_job job = {"reshard", "resharding", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_reshard, &o};
+  if ((rc = zck_cli_check_folder_out("reshard", argv[optind + 1]))) return rc;
   return zck_cli_run_from_checkpoint(&job, argv[optind], argv[optind + 1]);
 }
