@@ -1,6 +1,7 @@
 /* cmd_inspect.c: `zckpt inspect PATH [--json]`. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "commands.h"
 
@@ -9,9 +10,11 @@ static const char zck__inspect_help[] =
   "\n"
   "Shows what PATH holds: a torch .pt/.bin file, a safetensors file, an HF index or\n"
   "checkpoint directory, a DeepSpeed checkpoint (root with `latest`, a tag folder, or an\n"
-  "HF checkpoint-N/ folder), a universal folder (or the folder holding latest_universal)\n"
-  "or zckpt's HDF5 universal container: tensors with name, dtype, shape and bytes, and\n"
-  "the other values summarised.\n"
+  "HF checkpoint-N/ folder), a universal folder (or the folder holding latest_universal),\n"
+  "zckpt's HDF5 universal container or a torch Distributed Checkpoint: tensors with name,\n"
+  "dtype, shape and bytes, and the other values summarised. A Trainer output_dir (holding\n"
+  "checkpoint-N/ folders) stands for its newest complete checkpoint, as for consolidate and\n"
+  "verify; stderr says which.\n"
   "\n"
   "options:\n"
   "  --json         machine-readable output\n"
@@ -33,6 +36,12 @@ int zck_cmd_inspect(int argc, char **argv) {
   if (argc - optind != 1) return zck_cli_usage_error("inspect", "expected one PATH");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("inspect", "empty path argument");
-  zck_status s = zck_inspect(argv[optind], &o, stdout);
+  /* a Trainer output_dir: its newest complete checkpoint-N, the one consolidate and verify
+   * take (not a model.safetensors saved beside them), said on stderr */
+  char *picked = NULL;
+  int rc = zck_cli_pick_checkpoint(argv[optind], "inspecting", false, &picked);
+  if (rc) return rc;
+  zck_status s = zck_inspect(picked ? picked : argv[optind], &o, stdout);
+  free(picked);
   return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
 }
