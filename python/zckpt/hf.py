@@ -241,7 +241,7 @@ def _inspect_layout(checkpoint_dir):
     return int(info["world_size"]), int(info["stage"])
 
 
-def _decide(checkpoint_dir, world, stage, threads):
+def _decide(checkpoint_dir, world, stage, threads, world_given=True):
     """On rank 0: the folder to resume from, resharding when needed."""
     tag_dir = checkpoint_tag_dir(checkpoint_dir)
     if tag_dir is None:
@@ -251,6 +251,10 @@ def _decide(checkpoint_dir, world, stage, threads):
     want_stage = stage or src_stage
     if src_world == world and src_stage == want_stage:
         return os.fspath(checkpoint_dir)
+    if not world_given and src_world != world:
+        raise Error(f"{checkpoint_dir}: saved by {src_world} ranks, and this process is not part of a distributed "
+                    f"launch (no torch.distributed, no WORLD_SIZE): pass world_size={world} to reshard it for "
+                    f"{world} process, or call prepare_resume on every rank under torchrun", "invalid argument")
     out = _resharded_path(checkpoint_dir, tag_dir, world, want_stage)
     if os.path.isdir(out):
         logger.info("zckpt: resuming from %s (made earlier from the same files)", out)
@@ -307,6 +311,9 @@ def prepare_resume(checkpoint_dir, world_size=None, zero_stage=None, *, threads=
     if zero_stage is not None and zero_stage not in (1, 2, 3):
         raise Error(f"zero_stage {zero_stage}: zckpt reshards to ZeRO stage 1, 2 or 3", "invalid argument")
     d = _dist()
+    # a world size nobody gave (no argument, no process group, no WORLD_SIZE): a script run
+    # by hand would silently reshard for one process; it is refused unless asked for
+    world_given = world_size is not None or d is not None or "WORLD_SIZE" in os.environ
     if d is not None and d.get_world_size() > 1:
         group = _gloo_group(timeout_s)
         try:
@@ -314,7 +321,7 @@ def prepare_resume(checkpoint_dir, world_size=None, zero_stage=None, *, threads=
         finally:
             d.destroy_process_group(group)
     if run_world <= 1:
-        return _decide(checkpoint_dir, world, zero_stage, threads)
+        return _decide(checkpoint_dir, world, zero_stage, threads, world_given)
     # several processes, no process group yet: a file, named after the checkpoint's files
     # (never stale), says where rank 0 put the result
     decision = _decision_file(checkpoint_dir, world, zero_stage)

@@ -126,6 +126,18 @@ class Hf(unittest.TestCase):
             self.assertIn("incomplete checkpoint", str(e.exception))
         self.assertEqual(sorted(os.listdir(self.tmp)), ["checkpoint-2"])
 
+    def test_prepare_resume_outside_a_launch_refuses_to_guess(self):
+        a = hf_checkpoint(self.tmp)
+        env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+        script = f"import zckpt.hf as zh; print(zh.prepare_resume({a!r}))"
+        p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not part of a distributed launch", p.stderr)
+        self.assertIn("world_size=1", p.stderr)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["checkpoint-2"])  # nothing written beside it
+        # asked for: one process
+        self.assertTrue(os.path.basename(zh.prepare_resume(a, world_size=1)).startswith("resharded-checkpoint-2-w1-"))
+
     def test_prepare_resume_bad_arguments(self):
         a = hf_checkpoint(self.tmp)
         with self.assertRaises(zckpt.Error):
