@@ -106,7 +106,8 @@ int zck_cmd_to_universal(int argc, char **argv) {
   size_t n = strlen(out);
   if (!format_given && ((n >= 3 && !strcmp(out + n - 3, ".h5")) || (n >= 5 && !strcmp(out + n - 5, ".hdf5"))))
     o.format = ZCK_UNIVERSAL_HDF5;
-  if (o.format != ZCK_UNIVERSAL_HDF5 && (rc = zck_cli_check_folder_out("to-universal", out))) return rc;
+  /* --format ds given: a folder, whatever its name; else a name like another file's is refused */
+  if (!format_given && o.format != ZCK_UNIVERSAL_HDF5 && (rc = zck_cli_check_folder_out("to-universal", out))) return rc;
   /* the HDF5 writer is one process (libhdf5 places each chunk in the file as it comes):
    * in a distributed job rank 0 writes it alone, the other ranks wait */
   if (o.format == ZCK_UNIVERSAL_HDF5 && zck_cli_dist_solo()) return ZCK_EXIT_OK;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cli_out_names.sh: an OUT named like a file (out.txt, model.json, ...) is never silently
 # made a folder: consolidate writes one .safetensors/.bin/.pt file or a folder, and refuses
-# any other file name (exit 2, one line, nothing written); reshard and to-universal (folder
-# layout) refuse them too; a plain or dotted folder name still works.
+# any other file name (exit 2, one line, nothing written); reshard and to-universal (unless
+# --format ds asks for a folder) refuse them too; a plain or dotted folder name still works.
 set -u
 bin=${ZCK_BIN:?}; ck=${ZCK_FIXTURES:?}/deepspeed/s2w2_bf16/ckpt
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -18,7 +18,10 @@ refused() { # WHAT OUT CMD...: exit 2, one stderr line naming OUT, nothing at OU
 refused "consolidate to out.txt" "$tmp/out.txt" "$bin" consolidate -q "$ck" "$tmp/out.txt"
 refused "consolidate to model.JSON" "$tmp/model.JSON" "$bin" consolidate -q "$ck" "$tmp/model.JSON"
 refused "reshard to ckpt.zip" "$tmp/ckpt.zip" "$bin" reshard -q --to-world-size 1 "$ck" "$tmp/ckpt.zip"
-refused "to-universal --format ds to u.json" "$tmp/u.json" "$bin" to-universal -q --format ds "$ck" "$tmp/u.json"
+refused "to-universal to u.json" "$tmp/u.json" "$bin" to-universal -q "$ck" "$tmp/u.json"
+# an explicit --format ds asks for a folder, whatever its name
+"$bin" to-universal -q --inject-missing-state --format ds "$ck" "$tmp/v.json" && [ -d "$tmp/v.json/zero" ] ||
+  { echo "FAIL: to-universal --format ds to v.json is not a folder"; fail=1; }
 # what OUT's name asks for
 "$bin" consolidate -q "$ck" "$tmp/one.safetensors" && [ -f "$tmp/one.safetensors" ] ||
   { echo "FAIL: consolidate to one.safetensors is not one file"; fail=1; }

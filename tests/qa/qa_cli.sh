@@ -112,7 +112,7 @@ if [ "$(id -u)" != 0 ] || [ ${#as_user[@]} -gt 0 ]; then
 fi
 
 # 5a2. verify that could not check printed its report only: no "zckpt: error:" line
-run 1 "zckpt: error: nonexist: cannot verify: No such file or directory" "$zckpt" verify nonexist
+run 1 "zckpt: error: nonexist: no such file or directory" "$zckpt" verify nonexist
 
 # 5b. inspect of something that is not a file or folder said "no such file or directory"
 run 1 "/dev/null: not a regular file or folder" "$zckpt" inspect /dev/null
