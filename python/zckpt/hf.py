@@ -463,16 +463,23 @@ def _callback_class():
 
         def _consolidate(self, ckpt, out, model=None):
             from . import consolidate
-            dcp = checkpoint_tag_dir(ckpt) is None and checkpoint_dcp_dir(ckpt) is not None
-            if checkpoint_tag_dir(ckpt) is None and not dcp:
+            # an FSDP save is read from its DCP folder: checkpoint-N/consolidated is then no part of the input
+            dcp = checkpoint_dcp_dir(ckpt) if checkpoint_tag_dir(ckpt) is None else None
+            if checkpoint_tag_dir(ckpt) is None and dcp is None:
                 logger.warning("zckpt: %s holds no DeepSpeed checkpoint or torch DCP: nothing to consolidate", ckpt)
                 return None
             t0 = time.monotonic()
-            consolidate(ckpt, out, overwrite=True, progress=False, **self.options)
+            consolidate(dcp or ckpt, out, overwrite=True, progress=False, **self.options)
             config = getattr(model, "config", None)
             if dcp and config is not None and not os.path.exists(os.path.join(out, "config.json")):
-                # an FSDP checkpoint-N holds no config.json to take along: the model's, and the
+                # an FSDP checkpoint-N holds no config.json to take along: the model's, named after
+                # its transformers class (fully_shard makes the model an FSDP<class>), and the
                 # folder's manifest made again to list it
+                if not getattr(config, "architectures", None):
+                    import copy
+                    cls = next((c for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
+                    config = copy.deepcopy(config)
+                    config.architectures = [cls.__name__] if cls else None
                 config.save_pretrained(out)
                 write_manifest(out, overwrite=True)
             logger.info("zckpt: consolidated %s into %s in %.1f s", ckpt, out, time.monotonic() - t0)
