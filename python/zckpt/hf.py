@@ -8,16 +8,21 @@
 ZckptCallback (a transformers.TrainerCallback; transformers is imported when it is first used)
     After each save, once every rank has written its files, the main process writes
     zckpt-manifest.json into the checkpoint's DeepSpeed tag folder (checkpoint-N/global_stepN/;
-    into checkpoint-N/ itself when the run saved no DeepSpeed checkpoint). The Trainer writes
+    into checkpoint-N/ itself when the run saved no DeepSpeed checkpoint: an FSDP run's
+    checkpoint-N, whose torch Distributed Checkpoint is verified first, every zip CRC and
+    chunk, so that a damaged save gets no manifest). The Trainer writes
     the manifest's folder last of all its files, so a checkpoint-N with a manifest is complete
     and one without it, in a run using the callback, is not (last_complete_checkpoint,
     is_complete); `zckpt verify checkpoint-N` checks every byte against it.
     consolidate="every" also writes checkpoint-N/consolidated/ (model.safetensors + config.json,
-    equal bit for bit to DeepSpeed's zero_to_fp32) after each save; consolidate="best" writes
+    equal bit for bit to DeepSpeed's zero_to_fp32; for FSDP, to torch's dcp_to_torch_save) after
+    each save; consolidate="best" writes
     the best checkpoint (state.best_model_checkpoint, else the last one saved) to
     OUTPUT_DIR/best_model/ when training ends. Consolidation reads the fp32 master partitions
     from the files on the CPU: no GPU gather, and ZeRO-3 needs no
-    stage3_gather_16bit_weights_on_model_save.
+    stage3_gather_16bit_weights_on_model_save; FSDP with SHARDED_STATE_DICT needs no
+    FULL_STATE_DICT gather (its checkpoint-N has no config.json: the model's config is
+    written beside the weights).
     Every rank calls the hooks; the others wait for the main process (on a gloo group of their
     own, so a long consolidation does not run into the training group's NCCL timeout), and a
     failure raises zckpt.Error on every rank.
@@ -27,6 +32,7 @@ prepare_resume(checkpoint_dir, world_size=None, zero_stage=None) -> path
     run's world size and ZeRO stage are the checkpoint's, else a reshard of it beside it.
 
 last_complete_checkpoint(output_dir) / is_complete(checkpoint_dir) / write_manifest(checkpoint_dir)
+checkpoint_tag_dir(checkpoint_dir) / checkpoint_dcp_dir(checkpoint_dir)
 
 Checkpoints must be on a filesystem every rank sees (as DeepSpeed's resume needs anyway).
 """
@@ -42,7 +48,7 @@ from . import _native as N
 from ._run import Error, run
 
 __all__ = ["ZckptCallback", "prepare_resume", "last_complete_checkpoint", "is_complete", "write_manifest",
-           "checkpoint_tag_dir"]
+           "checkpoint_tag_dir", "checkpoint_dcp_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +74,7 @@ _manifest_check_complete = _c_function("zck_manifest_check_complete", [ctypes.c_
 
 def _check_complete(folder):
     """Raises zckpt.Error (status "damaged") when folder is an incomplete or damaged zckpt save."""
-    st, err = run(_manifest_check_complete, _b(folder), 0, progress=False, label="manifest")
+    st, err = run(_manifest_check_complete, _b(folder), 0, progress=False, label="manifest", damaged_is_result=True)
     if st != N.OK:
         raise err
 
@@ -95,17 +101,44 @@ def _manifest_dir(checkpoint_dir):
     return checkpoint_tag_dir(checkpoint_dir) or os.fspath(checkpoint_dir)
 
 
+def checkpoint_dcp_dir(checkpoint_dir):
+    """The torch Distributed Checkpoint folder of an FSDP save (checkpoint-N/pytorch_model_fsdp_0,
+    as the Trainer and Accelerate save SHARDED_STATE_DICT; or checkpoint_dir itself when it
+    holds a .metadata), or None."""
+    for d in (os.path.join(checkpoint_dir, "pytorch_model_fsdp_0"), os.fspath(checkpoint_dir)):
+        if os.path.isfile(os.path.join(d, ".metadata")):
+            return d
+    return None
+
+
+def _verify_before_manifest(folder):
+    """A save written by another tool (torch DCP) carries no checksum of its own: its structure
+    and zip CRCs are checked before a manifest vouches for its bytes."""
+    from . import verify
+    rep = verify(folder, progress=False)
+    if not rep.clean:
+        bad = next((f for f in rep.findings if f.severity in ("damage", "unchecked")), None)
+        raise Error(bad.message if bad else f"{folder}: verify says {rep.result}: no manifest written",
+                    "damaged" if rep.result == "damaged" else "error")
+
+
 def write_manifest(checkpoint_dir, *, overwrite=False):
     """Writes zckpt-manifest.json (every file's size and XXH3, every tensor's byte range and
     XXH3) into the checkpoint's DeepSpeed tag folder, or into checkpoint_dir when it holds
     no DeepSpeed checkpoint. Call it when every file of the checkpoint is final. Returns
-    the manifest's path; an existing manifest is kept unless overwrite."""
+    the manifest's path; an existing manifest is kept unless overwrite.
+    An FSDP checkpoint (checkpoint_dcp_dir) is verified first, as `zckpt verify
+    --write-manifest` does; then every file of checkpoint_dir is recorded (the Trainer's
+    trainer_state.json, scheduler and RNG states too). A damaged one raises zckpt.Error
+    (status "damaged") naming the file, and gets no manifest."""
     d = _manifest_dir(checkpoint_dir)
     path = os.path.join(d, MANIFEST_NAME)
     if os.path.exists(path):
         if not overwrite:
             return path
         os.unlink(path)  # else the new manifest would list the old one among the files
+    if d == os.fspath(checkpoint_dir) and checkpoint_dcp_dir(checkpoint_dir):
+        _verify_before_manifest(d)
     run(_manifest_write_dir, _b(d), None, progress=False, label="manifest")
     return path
 
@@ -396,38 +429,59 @@ def _callback_class():
             # below is the barrier that makes every rank's files final before the manifest.
             ckpt = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             self.last_saved = ckpt
-            _main_does(lambda: self._after_save(ckpt), self.group)
+            model = kwargs.get("model")
+            _main_does(lambda: self._after_save(ckpt, model), self.group)
 
         def on_train_end(self, args, state, control, **kwargs):
             if self.best:
                 best = state.best_model_checkpoint or self.last_saved
                 out = self.best_dir or os.path.join(args.output_dir, "best_model")
-                _main_does(lambda: self._consolidate(best, out) if best else logger.warning(
+                model = kwargs.get("model")
+                _main_does(lambda: self._consolidate(best, out, model) if best else logger.warning(
                     "zckpt: no checkpoint was saved: nothing to consolidate"), self.group)
             if self.group is not None:
                 _dist().destroy_process_group(self.group)
                 self.group = None
 
-        def _after_save(self, ckpt):
+        def _after_save(self, ckpt, model=None):
             if not os.path.isdir(ckpt):
                 # a hyper-parameter search saves under OUTPUT_DIR/run-<trial>/, which the hook is not told
                 logger.warning("zckpt: %s not found: no manifest written for this save", ckpt)
                 return
+            # a manifest in checkpoint-N itself (no DeepSpeed tag folder: FSDP) covers the folder
+            # consolidated/ is written into, so that one comes first; a tag folder's does not
+            covers_consolidated = checkpoint_tag_dir(ckpt) is None
+            if self.every and covers_consolidated:
+                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name), model)
             if self.manifest:
                 t0 = time.monotonic()
                 write_manifest(ckpt, overwrite=True)
                 logger.info("zckpt: %s/%s written in %.1f s", _manifest_dir(ckpt), MANIFEST_NAME,
                             time.monotonic() - t0)
-            if self.every:
-                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name))
+            if self.every and not covers_consolidated:
+                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name), model)
 
-        def _consolidate(self, ckpt, out):
+        def _consolidate(self, ckpt, out, model=None):
             from . import consolidate
-            if checkpoint_tag_dir(ckpt) is None:
-                logger.warning("zckpt: %s holds no DeepSpeed checkpoint: nothing to consolidate", ckpt)
+            # an FSDP save is read from its DCP folder: checkpoint-N/consolidated is then no part of the input
+            dcp = checkpoint_dcp_dir(ckpt) if checkpoint_tag_dir(ckpt) is None else None
+            if checkpoint_tag_dir(ckpt) is None and dcp is None:
+                logger.warning("zckpt: %s holds no DeepSpeed checkpoint or torch DCP: nothing to consolidate", ckpt)
                 return None
             t0 = time.monotonic()
-            consolidate(ckpt, out, overwrite=True, progress=False, **self.options)
+            consolidate(dcp or ckpt, out, overwrite=True, progress=False, **self.options)
+            config = getattr(model, "config", None)
+            if dcp and config is not None and not os.path.exists(os.path.join(out, "config.json")):
+                # an FSDP checkpoint-N holds no config.json to take along: the model's, named after
+                # its transformers class (fully_shard makes the model an FSDP<class>), and the
+                # folder's manifest made again to list it
+                if not getattr(config, "architectures", None):
+                    import copy
+                    cls = next((c for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
+                    config = copy.deepcopy(config)
+                    config.architectures = [cls.__name__] if cls else None
+                config.save_pretrained(out)
+                write_manifest(out, overwrite=True)
             logger.info("zckpt: consolidated %s into %s in %.1f s", ckpt, out, time.monotonic() - t0)
             return out
 
