@@ -281,7 +281,11 @@ def _decide(checkpoint_dir, world, stage, threads, world_given=True):
     """On rank 0: the folder to resume from, resharding when needed."""
     tag_dir = checkpoint_tag_dir(checkpoint_dir)
     if tag_dir is None:
-        return os.fspath(checkpoint_dir)  # no DeepSpeed checkpoint: nothing zckpt changes
+        # no DeepSpeed checkpoint: nothing zckpt changes (an FSDP save's DCP loads at any world
+        # size), but an incomplete one is refused
+        if checkpoint_dcp_dir(checkpoint_dir):
+            _check_complete(checkpoint_dir)
+        return os.fspath(checkpoint_dir)
     _check_complete(tag_dir)
     src_world, src_stage = _inspect_layout(checkpoint_dir)
     want_stage = stage or src_stage
