@@ -530,6 +530,8 @@ zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_op
   zck_pk_doc *doc = NULL;
   zck_status s = zck__read_small_file(path, (size_t)o->max_metadata_bytes, &data, &len);
   if (s == ZCK_OK) s = zck_pickle_load(data, len, path, &o->torch.limits, &doc);
+  free(data);   /* the tree holds copies of its strings: the bytes go before the tables fill */
+  data = NULL;
   if (s == ZCK_OK) s = check_globals(&x, doc);
   if (s == ZCK_OK) s = parse_root(&x, zck_pk_doc_root(doc));
   zck_pk_doc_free(doc);
