@@ -17,10 +17,12 @@ model at ZeRO-S on W ranks and engine.load_checkpoint(OUT). Checked right after 
              rounding (bf16)
 
 Also: `zckpt to-universal DCP U [--format ds|hdf5]` then `zckpt reshard U OUT2` gives the same DeepSpeed
-checkpoint as the direct reshard at the DCP's own dtype (every file byte for byte but zckpt's manifests).
+checkpoint as the direct reshard at the DCP's own dtype (every file byte for byte but zckpt's manifests); with
+--lib, the Python package's zckpt.reshard(dcp, ..., dtype=) and zckpt.to_universal(dcp, ...) give what the
+command gives.
 
 Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a zckpt binary).
-Usage: interop_dcp_to_ds.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
+Usage: interop_dcp_to_ds.py [--lib LIBZCKPT] [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
 import filecmp
 import json
@@ -38,6 +40,7 @@ import ds_harness as H  # noqa: E402
 import fsdp2_harness as F  # noqa: E402
 
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
+zckpt_py = None   # the Python package, with --lib
 STEPS = 2
 BF16_RTOL = 3e-2
 
@@ -177,6 +180,9 @@ def scenario(tmp, name, dtype, world, targets):
         if err:
             results.append((f"{name} -> to-universal --format {fmt}", [err]))
             universal[fmt] = None
+    if zckpt_py:
+        universal["hdf5 (Python)"] = zckpt_py.to_universal(dcp_dir, os.path.join(tmp, f"{name}.u-py", "universal.h5"),
+                                                           format="hdf5")
     for stage, w in targets:
         label = f"{name} -> DeepSpeed ZeRO-{stage} W={w}"
         out = os.path.join(tmp, f"{name}.s{stage}w{w}")
@@ -185,6 +191,9 @@ def scenario(tmp, name, dtype, world, targets):
         if err:
             results.append((label, [err]))
             continue
+        if zckpt_py:
+            out_py = zckpt_py.reshard(dcp_dir, out + ".py", stage=stage, world_size=w, dtype="bf16" if extra else None)
+            results.append((f"{label}: zckpt.reshard (Python) = the command", same_tree(out, out_py)))
         try:
             res = H.run(tmp, f"{name}.ds{stage}w{w}", w, mode="resume", stage=stage, dtype=dtype, load_dir=out, more=1,
                         no_scheduler=True)
@@ -204,13 +213,19 @@ def scenario(tmp, name, dtype, world, targets):
         for fmt, u in universal.items():
             if not u:
                 continue
-            out2 = os.path.join(tmp, f"{name}.s{stage}w{w}.via-{fmt}")
+            out2 = os.path.join(tmp, f"{name}.s{stage}w{w}.via-{fmt.replace(' ', '')}")
             err = zckpt("reshard", "-q", u, out2, "--to-stage", str(stage), "--to-world-size", str(w))
             results.append((f"{label} via to-universal --format {fmt}", [err] if err else same_tree(out, out2)))
     return results
 
 
 def main(argv):
+    global zckpt_py
+    if argv[:1] == ["--lib"]:
+        os.environ["ZCKPT_LIBRARY"] = argv[1]
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+        import zckpt as zckpt_py
+        argv = argv[2:]
     if not os.path.exists(ZCKPT):
         print(f"skip: no zckpt binary at {ZCKPT}")
         return 77
