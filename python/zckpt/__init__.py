@@ -12,6 +12,10 @@ DeepSpeed's zero_to_fp32 functions, same signatures and results, no DeepSpeed ne
     get_fp32_state_dict_from_zero_checkpoint, convert_zero_checkpoint_to_fp32_state_dict,
     load_state_dict_from_zero_checkpoint (also in zckpt.zero_to_fp32).
 
+torch's dcp_to_torch_save(dcp_checkpoint_dir, torch_save_path), backed by consolidate: the model
+weights of a torch Distributed Checkpoint as one torch.save file, every chunk's CRC checked
+(also in zckpt.dcp).
+
 Failures raise zckpt.Error with the library's one-line message. Progress: pass
 progress=callable(done_bytes, total_bytes) (a true return value cancels the job), or
 leave it None for a tqdm bar when tqdm is installed and stderr is a terminal. Ctrl-C
@@ -35,7 +39,7 @@ from ._run import Canceled, Error, error_from, run
 
 __all__ = ["Error", "Canceled", "consolidate", "reshard", "to_universal", "verify", "inspect", "VerifyReport",
            "VerifyFinding", "version", "sweep_temporaries", "Swept", "get_fp32_state_dict_from_zero_checkpoint",
-           "convert_zero_checkpoint_to_fp32_state_dict", "load_state_dict_from_zero_checkpoint"]
+           "convert_zero_checkpoint_to_fp32_state_dict", "load_state_dict_from_zero_checkpoint", "dcp_to_torch_save"]
 
 __version__ = N.lib.zck_version().decode()
 
@@ -178,7 +182,8 @@ def verify(path, *, tag=None, force=False, skip_data=False, threads=0, progress=
                          skip_data=int(bool(skip_data)), threads=threads)
     rp = N.ctypes.POINTER(N.VerifyReport)()
     try:
-        st, err = run(N.lib.zck_verify, _b(path), o, N.ctypes.byref(rp), opts=o, progress=progress, label="verify")
+        st, err = run(N.lib.zck_verify, _b(path), o, N.ctypes.byref(rp), opts=o, progress=progress, label="verify",
+                      damaged_is_result=True)
         r = rp.contents
         sev = ["note", "warning", "damage", "unchecked"]
         findings = [VerifyFinding(sev[f.severity] if f.severity < 4 else str(f.severity), _s(f.check), _s(f.file),
@@ -231,3 +236,4 @@ def sweep_temporaries(folder):
 
 from .zero_to_fp32 import (convert_zero_checkpoint_to_fp32_state_dict,  # noqa: E402
                            get_fp32_state_dict_from_zero_checkpoint, load_state_dict_from_zero_checkpoint)
+from .dcp import dcp_to_torch_save  # noqa: E402
