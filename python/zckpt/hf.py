@@ -23,6 +23,9 @@ ZckptCallback (a transformers.TrainerCallback; transformers is imported when it 
     stage3_gather_16bit_weights_on_model_save; FSDP with SHARDED_STATE_DICT needs no
     FULL_STATE_DICT gather (its checkpoint-N has no config.json: the model's config is
     written beside the weights).
+    ds_engine=True also routes DeepSpeed's save_checkpoint through zckpt.ds_engine (the tag
+    folder committed whole, `latest` atomically): a run killed during a save resumes from the
+    previous checkpoint.
     Every rank calls the hooks; the others wait for the main process (on a gloo group of their
     own, so a long consolidation does not run into the training group's NCCL timeout), and a
     failure raises zckpt.Error on every rank.
@@ -278,7 +281,11 @@ def _decide(checkpoint_dir, world, stage, threads, world_given=True):
     """On rank 0: the folder to resume from, resharding when needed."""
     tag_dir = checkpoint_tag_dir(checkpoint_dir)
     if tag_dir is None:
-        return os.fspath(checkpoint_dir)  # no DeepSpeed checkpoint: nothing zckpt changes
+        # no DeepSpeed checkpoint: nothing zckpt changes (an FSDP save's DCP loads at any world
+        # size), but an incomplete one is refused
+        if checkpoint_dcp_dir(checkpoint_dir):
+            _check_complete(checkpoint_dir)
+        return os.fspath(checkpoint_dir)
     _check_complete(tag_dir)
     src_world, src_stage = _inspect_layout(checkpoint_dir)
     want_stage = stage or src_stage
@@ -398,10 +405,16 @@ def _callback_class():
             one model.safetensors, as zero_to_fp32 gives).
         manifest: write zckpt-manifest.json after each save (default True).
         timeout_s: how long the other ranks wait for the main process at each save.
+        ds_engine: DeepSpeed's save_checkpoint goes through zckpt.ds_engine (installed for every
+            DeepSpeed engine made after this callback, so make it before trainer.train()): the tag
+            folder appears whole or not at all and `latest` is written atomically, so a run
+            killed during a save resumes from the previous checkpoint (last_complete_checkpoint).
+            The manifest stays this callback's, written once all of checkpoint-N is.
         """
 
         def __init__(self, consolidate=None, *, consolidated_name="consolidated", best_dir=None, dtype=None,
-                     max_shard_size=None, exclude_frozen=False, manifest=True, threads=0, timeout_s=6 * 3600):
+                     max_shard_size=None, exclude_frozen=False, manifest=True, threads=0, timeout_s=6 * 3600,
+                     ds_engine=False):
             modes = set() if consolidate is None else {consolidate} if isinstance(consolidate, str) else set(consolidate)
             if not modes <= {"every", "best"}:
                 raise ValueError(f"consolidate={consolidate!r}: use None, 'every', 'best' or ('every', 'best')")
@@ -414,6 +427,11 @@ def _callback_class():
             self.timeout_s = timeout_s
             self.group = None
             self.last_saved = None
+            if ds_engine:
+                from .ds_engine import install_default
+                # the engine's commit writes no manifest when this callback writes it after the
+                # Trainer's own files (else checkpoint-N would look complete before they are there)
+                install_default(manifest=not manifest)
 
         # every rank runs these hooks; _main_does makes rank 0 work and the others wait
 
