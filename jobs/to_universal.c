@@ -943,6 +943,12 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
     return zck__fail(ZCK_ERR_INVALID_ARG, "unknown universal format %d", (int)o.format);
   if (o.level < 0 || o.level > 22) return zck__fail(ZCK_ERR_INVALID_ARG, "--level must be 1..22");
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
+  if (zck__src_sniff(src) == ZCK__SRC_DCP) return zck__to_universal_dcp(src, out, &o);
+  return zck__to_universal_of(src, src, out, &o);
+}
+
+zck_status zck__to_universal_of(const char *src, const char *label, const char *out, const zck_universal_opts *opts) {
+  zck_universal_opts o = *opts;
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
   so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED);
   so.tag = o.tag;
@@ -953,7 +959,7 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   const zck_ds_ckpt *ck = s.ck;
   zck_uv_writer *w = NULL;
   zck_manifest_layout l;
-  zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o, &w, &l);
+  zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, label, out, &o) : zck__to_universal_ds(ck, out, &o, &w, &l);
   size_t n_params = zck_ds_model(ck)->n_params;
   /* closed before the DeepSpeed layout's manifest is built: the reader's pickle trees and
    * tables are not needed for it (at 100k params ~150 MB of the job's peak) */
