@@ -162,12 +162,12 @@ zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_r
   if (o->to_tp_size > 1)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-tp-size: %s is a torch Distributed Checkpoint; its reshard writes data "
                      "parallel ZeRO only", src);
+  zck_dcp_train tr;   /* first: another optimizer's state is named as such, not as missing Adam state */
+  ZCK_TRY(zck_dcp_train_info(s->dcp, &tr));
   if (!in->has_optimizer_state)
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq for every trainable param): a "
                      "DeepSpeed checkpoint must carry it; save the optimizer with the model (get_state_dict(model, optim))",
                      src);
-  zck_dcp_train tr;
-  ZCK_TRY(zck_dcp_train_info(s->dcp, &tr));
   if (!tr.has_step) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: Adam's step is missing from the optimizer state", src);
   zck_dtype lp = zck__dcp_lp(s->m, o->to_dtype);
   zck__dcp_ds d;
