@@ -132,14 +132,13 @@ static zck_status zck__dcp_describe_ds(const zck__src *s, const zck_dcp_train *t
     for (size_t b = 0; b < d->m->n_buffers; b++) bnumel[b] = d->m->buffers[b].numel;
   }
   static const zck_state_kind kinds[4] = {ZCK_STATE_FP32, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ, ZCK_STATE_FROZEN};
-  for (int k = 0; st == ZCK_OK && k < 4; k++) {
-    /* the frozen part keeps the frozen params only: aliases' bytes are their source's */
-    uint32_t *map = pmap;
-    if (kinds[k] == ZCK_STATE_FROZEN)
-      for (size_t p = 0; p < n; p++)
-        if (pmap[p] != UINT32_MAX && d->m->params[pmap[p]].tied_to >= 0) pmap[p] = UINT32_MAX;
-    st = zck__dcp_remap(s->view.part[kinds[k]].layout, map, d->m->n_params, numel, &d->layout[k]);
-  }
+  for (int k = 0; st == ZCK_OK && k < 3; k++)
+    st = zck__dcp_remap(s->view.part[kinds[k]].layout, pmap, d->m->n_params, numel, &d->layout[k]);
+  /* the frozen part keeps the frozen params only: an alias's bytes are its source's (pmap
+   * is not needed after this) */
+  for (size_t p = 0; st == ZCK_OK && p < n; p++)
+    if (pmap[p] != UINT32_MAX && d->m->params[pmap[p]].tied_to >= 0) pmap[p] = UINT32_MAX;
+  if (st == ZCK_OK) st = zck__dcp_remap(s->view.part[ZCK_STATE_FROZEN].layout, pmap, d->m->n_params, numel, &d->layout[3]);
   if (st == ZCK_OK) st = zck__dcp_remap(s->view.part[ZCK_STATE_FROZEN].layout, bmap, d->m->n_buffers, bnumel, &d->buffers);
   free(numel);
   free(bnumel);
