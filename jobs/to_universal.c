@@ -116,7 +116,7 @@ uint64_t zck__uvj_bytes(const zck_model *m, const uint32_t *params, size_t n, zc
 
 // ---- checks
 
-/* universal_checkpoint_info (stage 1/2): required by ds_to_universal (DS-76); merge
+/* universal_checkpoint_info (stage 1/2): required by ds_to_universal; merge
  * patterns for tensor parallelism would change the files, and zckpt has no TP. */
 static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal_opts *o) {
   const zck_ds_info *info = zck_ds_info_of(ck);
@@ -124,7 +124,7 @@ static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal
   if (!uci || uci->kind == ZCK_PK_NONE) {
     if (o->inject_missing_state) return ZCK_OK;
     return zck__fail(ZCK_ERR_FORMAT,
-                     "%s: no universal_checkpoint_info in the model states (DS-76); pass --inject-missing-state "
+                     "%s: no universal_checkpoint_info in the model states; pass --inject-missing-state "
                      "to proceed as ds_to_universal --inject_missing_state (universal_checkpoint_version 0.4)",
                      info->dir);
   }
@@ -590,7 +590,7 @@ static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_ex
   const zck_torch_file *of = zck_ds_rank0_optim(j->ck);
   const zck__source *data = zck_torch_source(of);
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
-  if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
+  if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict", zck_torch_name(of));
   if (!(os->h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
   os->budget = zck_uv_writer_hash_budget(j->w);
   ZCK_TRY(zck_uv_writer_torch_hashed(j->w, ZCK__UVJ_OPT_NAME, os->h, &os->tw));

@@ -649,3 +649,73 @@ zck_status zck__ds_autoep_finish(zck_ds_ckpt *c) {
   free(rm.upper);
   return s;
 }
+
+/* ---- verify: the expert files hold this save's weights */
+
+/* Stage 1/2: each expert file's weights are the module's 16-bit (or fp32) copy of its fp32 master, which DeepSpeed
+ * writes back after every step (torch's round to nearest even): a file of another save of the same run (same names,
+ * shapes and dtype) differs. Reads every expert weight and its master once; for verify. */
+zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
+  if (!c->autoep || c->info.stage == 3) return ZCK_OK;
+  const struct zck__ds_autoep_file *f = c->autoep->layers;
+  const zck__ds_model_file *m0 = &c->models[0];
+  const zck__ds_shape_list *grp = &m0->param_shapes[c->autoep->expert_group];
+  uint32_t W = c->autoep->ep_size;
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < c->fs.n_experts && s == ZCK_OK; i++) {
+    const zck__ds_rankfile *rf = &c->fs.experts[i];
+    unsigned lid = 0, eid = 0;
+    sscanf(rf->name, "layer_%u_expert_%u", &lid, &eid);
+    const autoep_layer *l = NULL;
+    for (size_t k = 0; k < f->n; k++)
+      if (f->v[k].layer_id == (int64_t)lid) l = &f->v[k];
+    if (!l) continue;   /* refused at open */
+    uint32_t r = eid / (uint32_t)l->num_local, local = eid % (uint32_t)l->num_local;
+    const zck__ds_optim_file *o = &c->optims[r];
+    const zck__ds_tref *master = &o->flat[c->autoep->expert_group].fp32;
+    zck__source src;
+    if ((s = zck__source_open(&src, rf->path)) != ZCK_OK) break;
+    zck_torch_file *tf = NULL;
+    s = zck_torch_open_source(&src, &c->topts, &tf);
+    for (int w = 0; w < 3 && s == ZCK_OK; w++) {
+      char key[1100], pn[1100];
+      snprintf(key, sizeof key, "%s.w%d.%u", l->prefix, w + 1, eid);
+      snprintf(pn, sizeof pn, "%s.w%d", l->prefix, w + 1);
+      zck__ds_tref t;
+      if ((s = zck__ds_tensor(tf, zck_pk_dict_get(zck_torch_root(tf), key), &t, key)) != ZCK_OK) break;
+      uint64_t slot = 0, per = 0;   /* the weight's place in rank r's expert partition (local shapes) */
+      for (size_t j = 0; j < grp->n; j++) {
+        uint64_t local_numel = grp->v[j].numel / W;
+        if (!strcmp(grp->v[j].name, pn)) { per = local_numel / (uint64_t)l->num_local; break; }
+        slot += local_numel;
+      }
+      if (!per || !t.contiguous || t.numel != per || master->dtype != ZCK_F32 ||
+          slot + (local + 1) * per > master->numel)
+        continue;   /* open checked names and shapes; nothing to compare against here */
+      size_t esz = zck_dtype_size(t.dtype);
+      float *m = zck__calloc(per, sizeof *m);
+      uint8_t *v = zck__calloc(per, esz);
+      if (!m || !v) s = ZCK_ERR_NO_MEMORY;
+      if (s == ZCK_OK) s = zck__source_read(&o->src, m, per * sizeof *m, master->offset + (slot + local * per) * 4);
+      if (s == ZCK_OK) s = zck__source_read(&src, v, per * esz, t.offset);
+      for (uint64_t k = 0; s == ZCK_OK && k < per; k++) {
+        bool same;
+        if (t.dtype == ZCK_BF16 || t.dtype == ZCK_F16) {
+          uint16_t got;
+          memcpy(&got, v + 2 * k, 2);
+          same = got == (t.dtype == ZCK_BF16 ? zck__bf16_round(m[k]) : zck__f16_round(m[k]));
+        } else {
+          same = t.dtype != ZCK_F32 || !memcmp(v + 4 * k, &m[k], 4);
+        }
+        if (!same)
+          s = zck__fail(ZCK_ERR_DAMAGED, "%s: '%s' element %llu is not the module copy of its fp32 master in %s: "
+                        "a file of another save?", rf->path, key, (unsigned long long)k, o->file->name);
+      }
+      free(m);
+      free(v);
+    }
+    zck_torch_close(tf);
+    zck__source_close(&src);
+  }
+  return s;
+}

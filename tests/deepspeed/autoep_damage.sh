@@ -6,7 +6,10 @@
 # non-zero with exactly one stderr line `zckpt: error: ...` naming the damaged file (verify: its report names it),
 # consolidate leaves nothing at OUT, and the input is untouched. Classes:
 #   copy     expert 1's file copied over expert 2's          swap   expert 1's and 2's files exchanged
-#   stale    expert 2's file from another save (the bf16 run's)  missing  expert 2's file removed
+#   other    expert 2's file from another run (the bf16 one's)   missing  expert 2's file removed
+#   stale    expert 2's file from the same run's save at step 1 (fp32 and bf16): verify names it (its weights are
+#            not the module copy of the masters); consolidate and inspect read no expert weights (their output does
+#            not depend on them), so they pass
 #   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's
 #   flip     one bit of an expert weight: verify names it (zip CRC); consolidate and inspect never read the
 #            module's 16-bit expert weights (they cast the fp32 masters), so they pass, as for any 16-bit weight
@@ -50,12 +53,16 @@ jobs() {
 fresh() { rm -rf "$W/ck" && cp -r "$FIX/$1/ckpt" "$W/ck" && T="$W/ck/global_step2"; }
 e() { echo "$T/layer_0_expert_$1_mp_rank_00_model_states.pt"; }
 
-for c in ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
+for c in ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16 qwen3_ep2_s2_bf16; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
 
 fresh ep2_s2_fp32; cp "$(e 1)" "$(e 2)"; jobs copy "$W/ck" layer_0_expert_2 fail
 fresh ep2_s2_fp32; mv "$(e 1)" "$W/t.pt"; mv "$(e 2)" "$(e 1)"; mv "$W/t.pt" "$(e 2)"; jobs swap "$W/ck" layer_0_expert_ fail
 fresh ep2_s2_fp32; cp "$FIX/ep2_s2_bf16/ckpt/global_step2/layer_0_expert_2_mp_rank_00_model_states.pt" "$(e 2)"
-jobs stale "$W/ck" layer_0_expert_2 fail
+jobs other "$W/ck" layer_0_expert_2 fail
+for c in ep2_s2_fp32 ep2_s2_bf16; do
+  fresh $c; cp "$FIX/$c/stale_step1/layer_0_expert_2_mp_rank_00_model_states.pt" "$(e 2)"
+  jobs "stale-$c" "$W/ck" layer_0_expert_2 verify-only
+done
 fresh ep2_s2_fp32; rm "$(e 2)"; jobs missing "$W/ck" layer_0_expert_2 fail
 fresh ep2_s3_fp32; cp "$T/zero_pp_rank_0_mp_rank_00_model_states.pt" "$T/zero_pp_rank_1_mp_rank_00_model_states.pt"
 jobs z3-copy "$W/ck" zero_pp_rank_1_mp_rank_00_model_states fail

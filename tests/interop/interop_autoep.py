@@ -2,7 +2,7 @@
 and transformers.
 
 Sources: the real AutoEP checkpoints of tests/fixtures/autoep (DeepSpeed 0.19.8 on the CPU, a tiny HF Mixtral,
-4 experts over EP 2 on 2 ranks, ZeRO-2 and ZeRO-3, fp32 and bf16; made by
+4 experts over EP 2 on 2 ranks, ZeRO-2 and ZeRO-3, fp32 and bf16, and a Qwen3-MoE at ZeRO-2 bf16; made by
 tests/fixtures/gen/make_autoep_fixtures.py). Per case:
 
   consolidate   `zckpt consolidate` == the live engine's fp32 masters (expected_fp32: safe_get_full_fp32_param on
@@ -11,7 +11,7 @@ tests/fixtures/gen/make_autoep_fixtures.py). Per case:
                 conversion of the per-expert w1 / w3 names does), down_proj = w2, mlp.gate.weight = DeepSpeed's
                 mlp.router.gate.weight (its alias mlp.gate.gate.weight, the same tensor, is not written again).
   bf16          `--dtype bf16` of the bf16 cases == the engine's own 16-bit module weights (expected_lp), bit for bit.
-  from_pretrained  MixtralForCausalLM.from_pretrained of the consolidated folder (with the fixture's config.json)
+  from_pretrained  AutoModelForCausalLM.from_pretrained (Mixtral / Qwen3-MoE) of the consolidated folder (with the fixture's config.json)
                 loads with no missing, unexpected or mismatched keys, and its weights are the consolidated tensors.
   inspect / verify  exit 0.
 
@@ -27,7 +27,7 @@ import tempfile
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(SRC, "tests", "fixtures", "autoep")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
-CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_bf16"]
+CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_bf16", "qwen3_ep2_s2_bf16"]
 
 passed, failed = 0, 0
 
@@ -88,7 +88,7 @@ def run_case(case, tmp):
     want = hf_names(load_file(os.path.join(FIX, case, "expected_fp32.safetensors")))
     check(same(got, want), f"{case}: consolidate != the live engine's fp32 masters")
     shutil.copy(os.path.join(FIX, case, "config.json"), out)
-    model, info = transformers.MixtralForCausalLM.from_pretrained(out, output_loading_info=True)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(out, output_loading_info=True)
     problems = {k: v for k, v in info.items() if v}
     check(not problems, f"{case}: from_pretrained: {problems}")
     sd = model.state_dict()
