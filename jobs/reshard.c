@@ -1,7 +1,8 @@
 /* reshard.c: `zckpt reshard`: a DeepSpeed checkpoint to another ZeRO stage / world size.
  *
  * SRC is an HDF5 universal container (reshard_universal.c), a universal folder or a
- * folder holding latest_universal (reshard_uvdir.c), else a DeepSpeed checkpoint (here).
+ * folder holding latest_universal (reshard_uvdir.c), a torch Distributed Checkpoint
+ * (reshard_from_dcp.c), else a DeepSpeed checkpoint (here).
  * A folder with both `latest` and `latest_universal` (an HF checkpoint-N/ converted in
  * place) is read as the DeepSpeed checkpoint; name the universal folder to use it.
  * Requests the target cannot express are refused before anything is written
@@ -115,6 +116,9 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
+  if (in->ep_size > 1)  /* its manifest holds the HF names (formats/deepspeed/ds_autoep.c), not AutoEP's layout */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP (expert-parallel) checkpoint: reshard does not write AutoEP's "
+                     "layout yet (consolidate, inspect and verify read it)", src);
   if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);
@@ -177,12 +181,20 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
   zck__src_kind kind = zck__src_sniff(src);
   if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, kind, out, &o);
+  if (o.to_dtype != ZCK_DTYPE_INVALID && kind != ZCK__SRC_DCP)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-dtype: only for a torch Distributed Checkpoint (%s keeps its run's dtype)",
+                     src);
+  if (o.to_dtype != ZCK_DTYPE_INVALID && o.to_dtype != ZCK_BF16 && o.to_dtype != ZCK_F16 && o.to_dtype != ZCK_F32)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-dtype must be fp32, bf16 or fp16");
+  if (kind == ZCK__SRC_DCP && o.tag)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a torch Distributed Checkpoint, which has no tags", src);
   if (kind == ZCK__SRC_HDF5 && o.tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal container, which has no tags", src);
   if (kind == ZCK__SRC_UNIVERSAL && o.tag)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint; give its folder instead of a tag", src);
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
-  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5) |
+             ZCK__SRC_BIT(ZCK__SRC_DCP);
   so.tag = o.tag;
   so.threads = o.threads;
   so.force = o.force != 0;
@@ -194,6 +206,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   switch (s.kind) {
   case ZCK__SRC_HDF5: st = zck__reshard_from_h5(&s, out, &o); break;
   case ZCK__SRC_UNIVERSAL: st = zck__reshard_from_universal(&s, out, &o); break;
+  case ZCK__SRC_DCP: st = zck__reshard_from_dcp(&s, out, &o); break;
   default: st = zck__reshard_from_ds(&s, src, out, &o); break;
   }
   zck__src_close(&s);

@@ -1,5 +1,5 @@
 /* reshard_check.c: requests a reshard cannot honour, refused with one line before anything
- * is written (the issue's "impossible requests"; malformed-inputs.md DS-48, DS-29).
+ * is written: a source with no optimizer state, a ds_version DeepSpeed cannot parse.
  *
  * The group layouts a DeepSpeed target cannot express, found by what the writer and
  * DeepSpeed's loaders need:
@@ -17,7 +17,7 @@
 #include <string.h>
 
 /* What packaging.version accepts at its start: N(.N)*, as DeepSpeed's stage 1/2 loaders
- * parse ds_version (malformed-inputs DS-29). */
+ * parse ds_version. */
 static bool zck__version_parseable(const char *v) {
   if (!v || !(*v >= '0' && *v <= '9')) return false;
   for (const char *p = v; *p; p++) {
@@ -30,9 +30,9 @@ static bool zck__version_parseable(const char *v) {
 
 zck_status zck__reshard_check(const char *src, const zck_model *m, const zck_ds_write_opts *wo, bool has_optimizer_state,
                               const zck_reshard_opts *o) {
-  if (!has_optimizer_state)  /* DS-48 */
+  if (!has_optimizer_state)
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq): saved before the first optimizer "
-                     "step, or removed; a resharded checkpoint must carry it (DS-48)", src);
+                     "step, or removed; a resharded checkpoint must carry it", src);
   if (o->sub_group_size && wo->stage != 3)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--sub-group-size %llu: only a ZeRO-3 target has sub-groups (the target is "
                      "ZeRO-%d)", (unsigned long long)o->sub_group_size, wo->stage);

@@ -89,5 +89,7 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
  * (reshard_uvdir.c). */
 zck_status zck__reshard_from_h5(const zck__src *src, const char *out, const zck_reshard_opts *o);
 zck_status zck__reshard_from_universal(const zck__src *src, const char *out, const zck_reshard_opts *o);
+/* A torch Distributed Checkpoint to DeepSpeed (reshard_from_dcp.c). */
+zck_status zck__reshard_from_dcp(const zck__src *src, const char *out, const zck_reshard_opts *o);
 
 #endif

@@ -116,7 +116,7 @@ uint64_t zck__uvj_bytes(const zck_model *m, const uint32_t *params, size_t n, zc
 
 // ---- checks
 
-/* universal_checkpoint_info (stage 1/2): required by ds_to_universal (DS-76); merge
+/* universal_checkpoint_info (stage 1/2): required by ds_to_universal; merge
  * patterns for tensor parallelism would change the files, and zckpt has no TP. */
 static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal_opts *o) {
   const zck_ds_info *info = zck_ds_info_of(ck);
@@ -124,7 +124,7 @@ static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal
   if (!uci || uci->kind == ZCK_PK_NONE) {
     if (o->inject_missing_state) return ZCK_OK;
     return zck__fail(ZCK_ERR_FORMAT,
-                     "%s: no universal_checkpoint_info in the model states (DS-76); pass --inject-missing-state "
+                     "%s: no universal_checkpoint_info in the model states; pass --inject-missing-state "
                      "to proceed as ds_to_universal --inject_missing_state (universal_checkpoint_version 0.4)",
                      info->dir);
   }
@@ -590,7 +590,7 @@ static zck_status zck__uvj_optimizer_state(zck__uvj *j, zck__uvj_opt *os, zck_ex
   const zck_torch_file *of = zck_ds_rank0_optim(j->ck);
   const zck__source *data = zck_torch_source(of);
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
-  if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict (DS-40)", zck_torch_name(of));
+  if (!osd || osd->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: no optimizer_state_dict", zck_torch_name(of));
   if (!(os->h = zck__shash_new())) return ZCK_ERR_NO_MEMORY;
   os->budget = zck_uv_writer_hash_budget(j->w);
   ZCK_TRY(zck_uv_writer_torch_hashed(j->w, ZCK__UVJ_OPT_NAME, os->h, &os->tw));
@@ -943,6 +943,12 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
     return zck__fail(ZCK_ERR_INVALID_ARG, "unknown universal format %d", (int)o.format);
   if (o.level < 0 || o.level > 22) return zck__fail(ZCK_ERR_INVALID_ARG, "--level must be 1..22");
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
+  if (zck__src_sniff(src) == ZCK__SRC_DCP) return zck__to_universal_dcp(src, out, &o);
+  return zck__to_universal_of(src, src, out, &o);
+}
+
+zck_status zck__to_universal_of(const char *src, const char *label, const char *out, const zck_universal_opts *opts) {
+  zck_universal_opts o = *opts;
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
   so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED);
   so.tag = o.tag;
@@ -953,7 +959,7 @@ zck_status zck_to_universal(const char *src, const char *out, const zck_universa
   const zck_ds_ckpt *ck = s.ck;
   zck_uv_writer *w = NULL;
   zck_manifest_layout l;
-  zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, src, out, &o) : zck__to_universal_ds(ck, out, &o, &w, &l);
+  zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, label, out, &o) : zck__to_universal_ds(ck, out, &o, &w, &l);
   size_t n_params = zck_ds_model(ck)->n_params;
   /* closed before the DeepSpeed layout's manifest is built: the reader's pickle trees and
    * tables are not needed for it (at 100k params ~150 MB of the job's peak) */

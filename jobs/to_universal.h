@@ -49,4 +49,10 @@ zck_status zck__uvj_zero0_steps(const zck_ds_ckpt *ck, zck_uv_writer *w, const u
 
 zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o);
 
+/* The job on the DeepSpeed checkpoint src (opts loaded and checked), the HDF5 container
+ * recording `label` as its source. */
+zck_status zck__to_universal_of(const char *src, const char *label, const char *out, const zck_universal_opts *o);
+/* A torch Distributed Checkpoint (to_universal_dcp.c). */
+zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_universal_opts *o);
+
 #endif

@@ -60,7 +60,7 @@ static void check_records(vctx *c, vfile *f, const zck__hash_range *ranges) {
                        ULL(r->off + r->size));
     } else if (h->crc32 != r->crc) {
       zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "zip-crc", f->full, r->tensors, (int64_t)r->off, r->size,
-                       "%s: zip record \"%s\"%s%s%s (bytes %llu..%llu): CRC-32 is %08x, the zip directory says %08x [Z-22]",
+                       "%s: zip record \"%s\"%s%s%s (bytes %llu..%llu): CRC-32 is %08x, the zip directory says %08x",
                        f->full, r->name, r->tensors ? " (tensor " : "", r->tensors ? r->tensors : "", r->tensors ? ")" : "",
                        ULL(r->off), ULL(r->off + r->size), h->crc32, r->crc);
     }

@@ -149,6 +149,8 @@ static void check_deepspeed(vctx *c) {
     return;
   }
   const zck_ds_info *in = zck_ds_info_of(ck);
+  if ((st = zck_ds_autoep_check_experts(ck)) != ZCK_OK)   /* AutoEP expert files of another save */
+    zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
   char detail[256];
   char tp[48] = "";
   if (in->tp_size > 1) snprintf(tp, sizeof tp, ", AutoTP %u tensor-parallel ranks", in->tp_size);

@@ -371,6 +371,19 @@ void zck_model_numels(const zck_model *m, uint64_t *out) {
   for (size_t i = 0; i < m->n_params; i++) out[i] = m->params[i].numel;
 }
 
+zck_status zck_model_group_copy_settings(zck_model *m, uint32_t g, const zck_param_group *src) {
+  for (size_t k = 0; k < src->n_hparams; k++) {
+    zck_hparam *h;
+    ZCK_TRY(hparam_slot(m, g, src->hparams[k].key, &h));
+    char *key = h->key;
+    *h = src->hparams[k];
+    h->key = key;
+    h->s = NULL;
+    if (src->hparams[k].s && !(h->s = zck__strdup(src->hparams[k].s))) return ZCK_ERR_NO_MEMORY;
+  }
+  return ZCK_OK;
+}
+
 zck_model *zck_model_clone(const zck_model *src) {
   zck_model *m = zck_model_new();
   zck_status s = m ? ZCK_OK : ZCK_ERR_NO_MEMORY;
@@ -390,16 +403,7 @@ zck_model *zck_model_clone(const zck_model *src) {
     uint32_t ng;
     s = zck_model_add_group(m, &ng);
     for (size_t i = 0; s == ZCK_OK && i < a->n_params; i++) s = zck_model_group_add_param(m, ng, a->params[i]);
-    for (size_t k = 0; s == ZCK_OK && k < a->n_hparams; k++) {
-      zck_hparam *h;
-      s = hparam_slot(m, ng, a->hparams[k].key, &h);
-      if (s != ZCK_OK) break;
-      char *key = h->key;
-      *h = a->hparams[k];
-      h->key = key;
-      h->s = NULL;
-      if (a->hparams[k].s && !(h->s = zck__strdup(a->hparams[k].s))) s = ZCK_ERR_NO_MEMORY;
-    }
+    if (s == ZCK_OK) s = zck_model_group_copy_settings(m, ng, a);
   }
   if (s != ZCK_OK) {
     zck_model_free(m);

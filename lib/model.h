@@ -121,6 +121,8 @@ zck_status zck_model_group_set_int(zck_model *m, uint32_t g, const char *key, in
 zck_status zck_model_group_set_float(zck_model *m, uint32_t g, const char *key, double v);
 zck_status zck_model_group_set_floats(zck_model *m, uint32_t g, const char *key, const double *v, int n);
 zck_status zck_model_group_set_string(zck_model *m, uint32_t g, const char *key, const char *v);
+/* Every setting of src (another manifest's group), in its order, into group g. */
+zck_status zck_model_group_copy_settings(zck_model *m, uint32_t g, const zck_param_group *src);
 
 /* ---- queries */
 /* Index of the param / buffer with this name, or -1. O(1). */

@@ -23,25 +23,8 @@
 #include <fcntl.h>
 #include <sys/syscall.h>
 
-bool zck_cli_verbose;
-
-/* Whether p starts an internal spec code in parentheses or brackets, "(DS-76)", "[Z-04]"
- * (malformed-inputs.md item ids): returns its length, 0 if not one. */
-static size_t zck__cli_spec_code(const char *p) {
-  char close = p[0] == '(' ? ')' : p[0] == '[' ? ']' : 0;
-  if (!close) return 0;
-  size_t i = 1;
-  while (i < 4 && p[i] >= 'A' && p[i] <= 'Z') i++;
-  if (i == 1 || p[i] != '-') return 0;
-  size_t d = ++i;
-  while (i < d + 3 && p[i] >= '0' && p[i] <= '9') i++;
-  if (i == d) return 0;
-  if (p[i] >= 'a' && p[i] <= 'z') i++; /* DS-70a */
-  return p[i] == close ? i + 1 : 0;
-}
-
-/* A message as the user reads it, in place: one line, the spec's item ids dropped (but
- * with --verbose), OUT's temporary name read as OUT, a path said twice said once. */
+/* A message as the user reads it, in place: one line, OUT's temporary name read as OUT,
+ * a path said twice said once. */
 static void zck__cli_user_line(char *buf) {
   /* one line, whatever the message holds (libraries' own messages, e.g. libhdf5's, can
    * carry newlines): scripts read the first line of stderr */
@@ -53,16 +36,6 @@ static void zck__cli_user_line(char *buf) {
   }
   while (n && buf[n - 1] == ' ') n--;
   buf[n] = 0;
-  /* the spec's item ids ("(DS-76)") mean nothing to a user: --verbose keeps them */
-  for (char *p = buf; !zck_cli_verbose && *p; p++) {
-    size_t k = zck__cli_spec_code(p);
-    if (!k) continue;
-    char *from = p + k, *to = p;
-    if (to > buf && to[-1] == ' ') to--;              /* "empty (DS-70)" -> "empty" */
-    else if (*from == ' ') from++;
-    memmove(to, from, strlen(from) + 1);
-    p = to > buf ? to - 1 : to;
-  }
   /* the user asked for OUT, not for the temporary name it is built under:
    * "dir/.out.zck-tmp-PID/x" reads "dir/out/x" */
   char mark[48];

@@ -19,9 +19,6 @@ typedef struct zck_cli_command {
   int (*run)(int argc, char **argv); /* argv[0] is the command name */
 } zck_cli_command;
 
-/* --verbose (anywhere on the command line): errors keep the spec's item ids ("(DS-76)"). */
-extern bool zck_cli_verbose;
-
 /* Prints "zckpt: error: <msg>" and returns ZCK_EXIT_ERROR. */
 int zck_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A zck_warning_cb (ctx unused): prints "zckpt: warning: <message>", one line cleaned as

@@ -1,5 +1,6 @@
-/* cmd_reshard.c: `zckpt reshard SRC OUT --to-stage S --to-world-size W`, and
- * `--to-format dcp` for the torch Distributed Checkpoint FSDP2 would save. */
+/* cmd_reshard.c: `zckpt reshard SRC OUT --to-stage S --to-world-size W` (SRC a DeepSpeed,
+ * universal or torch Distributed Checkpoint), and `--to-format dcp` for the torch
+ * Distributed Checkpoint FSDP2 would save. */
 #include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -25,6 +26,13 @@ static const char zck__reshard_help[] =
   "root. Refused before anything is written: a source without optimizer state, a\n"
   "universal checkpoint missing a state, param groups the target cannot hold.\n"
   "\n"
+  "SRC may also be a torch Distributed Checkpoint (FSDP2's dcp.save of get_state_dict,\n"
+  "Accelerate's or HF Trainer's FSDP checkpoint): OUT is then what DeepSpeed saves at\n"
+  "--to-stage (default 3) and --to-world-size (default: the ranks that saved it), with\n"
+  "the fp32 weights, Adam's exp_avg, exp_avg_sq and step, and the param groups; tied\n"
+  "weights become one param and its alias, unsharded tensors buffers. It has no scheduler\n"
+  "state: load it with load_lr_scheduler_states=False into a run that has a scheduler.\n"
+  "\n"
   "With --to-format dcp, OUT is a torch Distributed Checkpoint (.metadata,\n"
   "__<r>_0.distcp) as FSDP2 saves dcp.save({\"model\": ..., \"optim\": ...}) from\n"
   "get_state_dict at W ranks: fp32 weights, Adam's exp_avg, exp_avg_sq and step, and the\n"
@@ -33,7 +41,10 @@ static const char zck__reshard_help[] =
   "\n"
   "options:\n"
   "  --to-format F            deepspeed (default) or dcp\n"
-  "  --to-stage S             target ZeRO stage (default: the source's)\n"
+  "  --to-stage S             target ZeRO stage (default: the source's; a DCP's: 3)\n"
+  "  --to-dtype D             DCP source: fp32, bf16 or fp16, the 16-bit dtype of the\n"
+  "                           DeepSpeed run (default: the DCP's weights' dtype; FSDP2 mixed\n"
+  "                           precision saves fp32 weights, so a bf16 run needs bf16 here)\n"
   "  --to-world-size W        target data-parallel world size (default: the source's)\n"
   "  --to-tp-size T           1 (default) writes plain ZeRO; T > 1 writes DeepSpeed AutoTP\n"
   "                           files (every mp_rank_0t) for its AutoTP engine at TP size T and\n"
@@ -74,6 +85,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
     {"model-config", required_argument, 0, 'M'}, {"to-format", required_argument, 0, 'f'},
+    {"to-dtype", required_argument, 0, 'D'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -104,6 +116,11 @@ int zck_cmd_reshard(int argc, char **argv) {
       if (!strcmp(optarg, "dcp")) o.to_format = ZCK_RESHARD_TO_DCP;
       else if (!strcmp(optarg, "deepspeed")) o.to_format = ZCK_RESHARD_TO_DEEPSPEED;
       else return zck_cli_usage_error("reshard", "--to-format must be deepspeed or dcp");
+      break;
+    case 'D':
+      o.to_dtype = zck_dtype_parse(optarg);
+      if (o.to_dtype != ZCK_F32 && o.to_dtype != ZCK_BF16 && o.to_dtype != ZCK_F16)
+        return zck_cli_usage_error("reshard", "--to-dtype must be fp32, bf16 or fp16, not '%s'", optarg);
       break;
     case 't': o.tag = optarg; break;
     case 'j':

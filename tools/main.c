@@ -29,7 +29,7 @@ static const zck_cli_command zck_commands[] = {
 
 static void zck_usage(FILE *f) {
   fprintf(f,
-          "usage: zckpt [--help] [--version] [--verbose] <command> [<args>]\n"
+          "usage: zckpt [--help] [--version] <command> [<args>]\n"
           "\n"
           "Fast, exact, crash-safe tools for DeepSpeed ZeRO checkpoints.\n"
           "\n"
@@ -42,20 +42,6 @@ static void zck_usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    zck_usage(stderr);
-    return ZCK_EXIT_USAGE;
-  }
-  /* --verbose anywhere (before a "--"): taken out here, so no subcommand needs to know it */
-  int kept = 1;
-  bool rest = false;
-  for (int i = 1; i < argc; i++) {
-    if (!rest && !strcmp(argv[i], "--")) rest = true;
-    if (!rest && !strcmp(argv[i], "--verbose")) zck_cli_verbose = true;
-    else argv[kept++] = argv[i];
-  }
-  argc = kept;
-  argv[argc] = NULL;
   if (argc < 2) {
     zck_usage(stderr);
     return ZCK_EXIT_USAGE;

@@ -112,4 +112,25 @@ typedef struct zck_dcp_record {
  * their zip directories. fn's error stops the walk. */
 zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx);
 
+/* ---- a training run resumed from it (dcp_train.c) */
+typedef struct zck_dcp_train {
+  uint32_t world_size;             /* ranks that saved the model: the data files its chunks lie in */
+  bool has_step;                   /* some param has Adam's step */
+  double step;                     /* Adam's step, the same for every param */
+  bool step_is_tensor;             /* a 0-d tensor (torch >= 1.12's Adam); else a Python number */
+} zck_dcp_train;
+/* Reads every optim.state.<fqn>.step (each checked by its record's CRC-32) and checks the
+ * optimizer state is Adam's: exp_avg, exp_avg_sq and step only, one step for all params,
+ * no amsgrad. One line naming the key otherwise. */
+zck_status zck_dcp_train_info(zck_dcp *c, zck_dcp_train *out);
+/* Tied weights: DCP writes a tied param under each name (lm_head.weight and
+ * model.embed_tokens.weight), the optimizer state under the first only, so the other
+ * reads as frozen. tied[p] (n_params entries) = the trainable param whose bytes a frozen
+ * param p repeats (same dtype, shape and chunks, the same CRC-32s, then the same bytes),
+ * else -1. */
+zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied);
+/* Chunks of param p's model entry (0: none): FSDP2 shards a param (one chunk per rank,
+ * empty ones included) and writes a replicated tensor (a buffer) once. */
+size_t zck_dcp_param_chunks(const zck_dcp *c, uint32_t p);
+
 #endif

@@ -95,6 +95,9 @@ typedef struct zck_ds_info {
    * each TP rank (the data-parallel group); the manifest holds the full tensors, merged by
    * the universal_checkpoint_info affine map DeepSpeed saved. */
   uint32_t tp_size;
+  /* AutoEP (ds_autoep.c): ep_size > 1 for an expert-parallel MoE checkpoint (its ep_size is the world size);
+   * the manifest then holds the HF model's names and full expert tensors (gate_up_proj from w1 / w3). 0: none */
+  uint32_t ep_size;
 } zck_ds_info;
 
 /* Opens and validates the checkpoint at path: a save root with `latest` (an HF
@@ -259,6 +262,10 @@ typedef struct zck_ds_autotp_plan_out {
 zck_status zck_ds_autotp_plan(const zck_ds_autotp_plan_in *in, uint32_t T, zck_ds_autotp_plan_out *out);
 void zck_ds_autotp_plan_free(zck_ds_autotp_plan_out *p);
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
+/* AutoEP at stage 1/2 (ds_autoep.c): every expert file's weights are the module copy (round to nearest even) of
+ * their fp32 masters, as DeepSpeed writes them after each step: ZCK_ERR_DAMAGED naming a file of another save.
+ * Reads all expert weights; ZCK_OK for other checkpoints. */
+zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);

@@ -56,7 +56,7 @@ static const char *skip(const char *s, const char *lit) {
   return strncmp(s, lit, n) ? NULL : s + n;
 }
 
-typedef enum { NAME_OTHER, NAME_MODEL, NAME_Z3_MODEL, NAME_OPTIM, NAME_UNKNOWN_STATES } name_kind;
+typedef enum { NAME_OTHER, NAME_MODEL, NAME_Z3_MODEL, NAME_OPTIM, NAME_EXPERT, NAME_UNKNOWN_STATES } name_kind;
 
 /* Classifies a file name of the tag folder; fills dp/mp/prefix for the known kinds. */
 static name_kind classify(const char *name, uint32_t *dp, uint32_t *mp, zck__ds_prefix *prefix) {
@@ -66,6 +66,12 @@ static name_kind classify(const char *name, uint32_t *dp, uint32_t *mp, zck__ds_
     if ((p = skip(name, "zero_pp_rank_")) && (p = parse_rank(p, dp)) && (p = skip(p, "_mp_rank_")) &&
         (p = parse_mp(p, mp)) && !strcmp(p, "_model_states.pt"))
       return NAME_Z3_MODEL;
+    /* layer_<L>_expert_<E>_mp_rank_XX_model_states.pt (engine.py _get_expert_ckpt_name): dp = E, the layer is
+     * read back from the name by ds_autoep.c, which alone decides whether such files are accepted */
+    uint32_t layer;
+    if ((p = skip(name, "layer_")) && (p = parse_rank(p, &layer)) && (p = skip(p, "_expert_")) && (p = parse_rank(p, dp)) &&
+        (p = skip(p, "_mp_rank_")) && (p = parse_mp(p, mp)) && !strcmp(p, "_model_states.pt"))
+      return NAME_EXPERT;
     return NAME_UNKNOWN_STATES;
   }
   if (ends_with(name, "optim_states.pt")) {
@@ -153,6 +159,8 @@ void zck__ds_fileset_free(zck__ds_fileset *fs) {
   rankfile_free(&fs->model);
   for (size_t i = 0; i < fs->n_z3_models; i++) rankfile_free(&fs->z3_models[i]);
   for (size_t i = 0; i < fs->n_optims; i++) rankfile_free(&fs->optims[i]);
+  for (size_t i = 0; i < fs->n_experts; i++) rankfile_free(&fs->experts[i]);
+  free(fs->experts);
   free(fs->z3_models);
   free(fs->optims);
   memset(fs, 0, sizeof *fs);
@@ -379,6 +387,8 @@ static zck_status scan(zck__ds_fileset *fs) {
       if (!fs->model.name || !fs->model.path) s = ZCK_ERR_NO_MEMORY;
     } else if (k == NAME_Z3_MODEL) {
       s = push(&fs->z3_models, &fs->n_z3_models, dp, fs->dir, name, size);
+    } else if (k == NAME_EXPERT) {
+      s = push(&fs->experts, &fs->n_experts, dp, fs->dir, name, size);
     } else {
       if (!seen_prefix[prefix]) snprintf(first_of_prefix[prefix], sizeof first_of_prefix[prefix], "%s", name);
       seen_prefix[prefix] = true;

@@ -38,6 +38,9 @@ typedef struct zck__ds_fileset {
   zck__ds_rankfile model;   /* mp_rank_00_model_states.pt (name NULL if absent) */
   zck__ds_rankfile *z3_models;  /* zero_pp_rank_R_mp_rank_00_model_states.pt, sorted by rank */
   size_t n_z3_models;
+  zck__ds_rankfile *experts;  /* layer_<L>_expert_<E>_mp_rank_XX_model_states.pt (rank = E), in folder order:
+                                 AutoEP's ZeRO-1/2 expert weights (ds_autoep.c refuses them otherwise) */
+  size_t n_experts;
   zck__ds_rankfile *optims; /* optimizer shards, sorted by rank */
   size_t n_optims;
   zck__ds_prefix prefix;

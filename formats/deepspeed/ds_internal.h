@@ -65,6 +65,7 @@ typedef struct zck__ds_model_file {
   char *ds_version;
   char **warnings;                 /* raised while reading it (files are read on several threads): */
   size_t n_warnings;               /* the reader takes them in file order (zck__ds_take_warnings) */
+  struct zck__ds_autoep_file *autoep;  /* its ds_autoep_layers (ds_autoep.c), NULL: none */
 } zck__ds_model_file;
 
 /* One flat group's tensors in an optimizer file. */
@@ -83,6 +84,9 @@ typedef struct zck__ds_optim_file {
   int zero_stage;
   bool bf16_optimizer;             /* BF16_Optimizer's file: read as stage 1, fp32 partitions padded */
   uint32_t partition_count;        /* max of the list (stage 1/2) or the int (stage 3) */
+  int64_t *counts;                 /* stage 1/2: the list, per flat group (AutoEP's expert group differs) */
+  size_t n_counts;
+  bool mixed_counts;               /* the list's entries differ (ds_autoep.c decides) */
   zck__ds_flat *flat;
   size_t n_flat;
   int64_t *group_paddings;         /* stage 1/2 [n_flat] */
@@ -163,6 +167,7 @@ struct zck_ds_ckpt {
   const zck__ds_model_file *tie_from;  /* mp rank t > 0: rank 0's model file, whose shared_params
                                           DeepSpeed saves on global rank 0 only */
   struct zck__ds_offload *offload; /* ds_offload.c: open swap files of offloaded_tensors/ */
+  struct zck__ds_autoep *autoep;   /* ds_autoep.c: an AutoEP checkpoint's layers, NULL: none */
 };
 
 /* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */
@@ -197,6 +202,22 @@ zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t
 
 /* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */
 zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
+
+/* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
+/* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */
+zck_status zck__ds_autoep_read(zck__ds_model_file *mf, const zck_pk *root, const char *path);
+/* After the files are read: refuses what is not read, rewrites the records to AutoEP's layout (full expert
+ * shapes, expert params in `module`, the router alias dropped), sets c->autoep. No-op for other checkpoints
+ * (which it refuses if they hold expert files or mixed partition counts). */
+zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c);
+/* build_train's stage-1/2 layout of an AutoEP checkpoint (zck_layout_zero12's arguments). */
+zck_status zck__ds_autoep_zero12(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
+                                 const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
+                                 zck_layout **out);
+/* After describe: the manifest, layouts and recipe under the HF model's names. */
+zck_status zck__ds_autoep_finish(zck_ds_ckpt *c);
+void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f);
+void zck__ds_autoep_free(struct zck__ds_autoep *a);
 
 /* ---- ds_manifest.c */
 zck_status zck__ds_build_manifest(zck_ds_ckpt *c);

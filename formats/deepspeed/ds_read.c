@@ -108,6 +108,7 @@ void zck__ds_model_file_free(zck__ds_model_file *mf) {
   free(mf->ds_version);
   free_strs(mf->warnings, mf->n_warnings);
   if (mf->src_open) zck__source_close(&mf->src);
+  zck__ds_autoep_file_free(mf->autoep);
   const zck__ds_rankfile *keep = mf->file;
   memset(mf, 0, sizeof *mf);
   mf->file = keep;
@@ -116,6 +117,7 @@ void zck__ds_model_file_free(zck__ds_model_file *mf) {
 void zck__ds_optim_file_free(zck__ds_optim_file *of) {
   if (!of) return;
   free(of->flat);
+  free(of->counts);
   free(of->group_paddings);
   if (of->psm_names) {
     for (size_t i = 0; i < of->n_flat; i++) {
@@ -208,18 +210,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   const zck_pk *root = zck_torch_root(tf);
   if (!root || root->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: not a model-states dict", path);
 
-  /* DS-31: AutoEP ZeRO-3 partition-native checkpoints cannot be consolidated over dp. */
-  const char *autoep_keys[2] = {"ds_autoep_layers", "autoep_layers"};
-  for (int k = 0; k < 2; k++) {
-    const zck_pk *l = zck_pk_dict_get(root, autoep_keys[k]);
-    if (l && l->kind == ZCK_PK_LIST)
-      for (size_t i = 0; i < l->u.seq.len; i++) {
-        const char *fmt = zck_pk_as_str(zck_pk_dict_get(l->u.seq.items[i], "checkpoint_format"));
-        if (fmt && !strcmp(fmt, "zero3_partitioned"))
-          return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP ZeRO-3 partition-native checkpoint (%s) is not supported",
-                           path, autoep_keys[k]);
-      }
-  }
+  ZCK_TRY(zck__ds_autoep_read(mf, root, path));  /* ds_autoep.c decides what of it is read */
   const zck_pk *bn = zck_pk_dict_get(root, "buffer_names");
   if (!bn) return zck__fail(ZCK_ERR_FORMAT, "%s: is not a model state checkpoint (no 'buffer_names')", path);
   if (bn->kind != ZCK_PK_LIST) return zck__fail(ZCK_ERR_FORMAT, "%s: 'buffer_names' is not a list", path);
@@ -483,14 +474,11 @@ static zck_status read_optim(zck_ds_ckpt *c, zck__ds_optim_file *of, const zck_t
     size_t n;
     ZCK_TRY_CTX(zck__ds_int_list(pc, &v, &n, "partition_count"), "%s", path);
     for (size_t i = 0; i < n; i++) {
-      if (i && v[i] != v[0]) {
-        free(v);
-        return zck__fail(ZCK_ERR_UNSUPPORTED,
-                         "%s: partition_count differs between groups (MoE expert groups are not supported)", path);
-      }
-      pcv = v[i];
+      if (i && v[i] != v[0]) of->mixed_counts = true;  /* AutoEP's expert group; ds_autoep.c refuses others */
+      if (v[i] > pcv) pcv = v[i];
     }
-    free(v);
+    of->counts = v;
+    of->n_counts = n;
     if (!n) return zck__fail(ZCK_ERR_FORMAT, "%s: 'partition_count' is an empty list", path);
   }
   if (pcv < 1 || pcv > (1 << 20)) return zck__fail(ZCK_ERR_FORMAT, "%s: partition_count %lld is not a world size", path, (long long)pcv);

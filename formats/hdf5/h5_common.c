@@ -68,23 +68,23 @@ static const H5Z_class2_t zck__h5_zstd_class = {
 zck_status zck__h5_unzstd(const void *src, size_t n, void *out, size_t expect, const char *what) {
   size_t frame = ZSTD_findFrameCompressedSize(src, n);
   if (ZSTD_isError(frame))
-    return zck__fail(ZCK_ERR_FORMAT, "%s: not a zstd frame (%s) (H-01)", what, ZSTD_getErrorName(frame));
+    return zck__fail(ZCK_ERR_FORMAT, "%s: not a zstd frame (%s)", what, ZSTD_getErrorName(frame));
   unsigned long long cs = ZSTD_getFrameContentSize(src, n);
   if (cs == ZSTD_CONTENTSIZE_UNKNOWN)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: zstd frame does not record its content size (H-01)", what);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: zstd frame does not record its content size", what);
   if (cs == ZSTD_CONTENTSIZE_ERROR)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: bad zstd frame header (H-01)", what);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: bad zstd frame header", what);
   if (frame != n)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: %zu bytes after the first zstd frame of %zu bytes (H-02)", what, n - frame,
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %zu bytes after the first zstd frame of %zu bytes", what, n - frame,
                      frame);
   if (cs != expect)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: zstd content size %llu, expected %zu bytes (H-03)", what, cs, expect);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: zstd content size %llu, expected %zu bytes", what, cs, expect);
   size_t r = ZSTD_decompress(out, expect, src, n);
   if (ZSTD_isError(r) && ZSTD_getErrorCode(r) == ZSTD_error_checksum_wrong)
     return zck__fail(ZCK_ERR_DAMAGED, "%s: damaged: its data does not match the chunk's zstd checksum", what);
   if (ZSTD_isError(r)) return zck__fail(ZCK_ERR_FORMAT, "%s: damaged: zstd: %s", what, ZSTD_getErrorName(r));
   if (r != expect)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: decompressed to %zu bytes, expected %zu (H-03)", what, r, expect);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: decompressed to %zu bytes, expected %zu", what, r, expect);
   return ZCK_OK;
 }
 

@@ -281,7 +281,7 @@ static zck_status zck__h5_dtype_attr(zck_h5_dataset *d, const char *attr, zck_dt
     return ZCK_OK;
   }
   if (!strcmp(attr, zck_dtype_name(stored))) return ZCK_OK;
-  return zck__fail(ZCK_ERR_FORMAT, "%s: dtype attribute \"%s\" does not match the stored %s elements (H-08)", d->label,
+  return zck__fail(ZCK_ERR_FORMAT, "%s: dtype attribute \"%s\" does not match the stored %s elements", d->label,
                    attr, zck_dtype_name(stored));
 }
 
@@ -341,7 +341,7 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
       }
     }
     uint64_t cb = d->chunk_elems * d->es;
-    if (cb >= ((uint64_t)1 << 32)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: chunks of %llu bytes exceed 4 GiB (H-04)", d->label, (unsigned long long)cb); goto done; }
+    if (cb >= ((uint64_t)1 << 32)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: chunks of %llu bytes exceed 4 GiB", d->label, (unsigned long long)cb); goto done; }
     if (cb > ZCK__H5_MAX_CHUNK_BYTES) { st = zck__fail(ZCK_ERR_LIMIT, "%s: chunks of %llu bytes exceed the 1 GiB limit", d->label, (unsigned long long)cb); goto done; }
   } else if (s->layout != H5D_CONTIGUOUS && s->layout != H5D_COMPACT) {
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: storage layout %d not supported", d->label, s->layout);
@@ -366,7 +366,7 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
       d->info.zstd_level = s->filters[i].level;
     } else if (!(flags & H5Z_FLAG_OPTIONAL)) {
       /* H-05: never hand out bytes a filter we cannot undo produced */
-      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mandatory filter %d (%s) not supported (H-05)", d->label, (int)id, s->filters[i].name);
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mandatory filter %d (%s) not supported", d->label, (int)id, s->filters[i].name);
       goto done;
     }
   }
@@ -464,7 +464,7 @@ static zck_status zck__h5_load_chunk(zck_h5_dataset *d, const uint64_t *coord, u
   if (nbytes >= ((uint64_t)1 << 32) || nbytes > d->f->size) {
     H5Oclose(dset);
     zck__h5_unlock();
-    return zck__fail(ZCK_ERR_FORMAT, "%s: stored size %llu exceeds %s (H-04)", what, (unsigned long long)nbytes,
+    return zck__fail(ZCK_ERR_FORMAT, "%s: stored size %llu exceeds %s", what, (unsigned long long)nbytes,
                      nbytes > d->f->size ? "the file" : "4 GiB");
   }
   if (*scratch_cap < nbytes) {
@@ -485,13 +485,13 @@ static zck_status zck__h5_load_chunk(zck_h5_dataset *d, const uint64_t *coord, u
   for (int i = d->nfilters - 1; i >= 0; i--) {
     if (mask & (1u << i)) continue;   /* H-06: this filter was skipped for the chunk */
     if (d->filt_id[i] != ZCK_H5_ZSTD_FILTER || applied)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: filter %u applied; only zstd (32015) is supported (H-05)", what, d->filt_id[i]);
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: filter %u applied; only zstd (32015) is supported", what, d->filt_id[i]);
     ZCK_TRY(zck__h5_unzstd(*scratch, (size_t)nbytes, out, raw, what));
     applied = true;
   }
   if (!applied) {
     if (nbytes != raw)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: %llu stored bytes, expected %zu (H-03)", what, (unsigned long long)nbytes, raw);
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %llu stored bytes, expected %zu", what, (unsigned long long)nbytes, raw);
     memcpy(out, *scratch, raw);
   }
   return ZCK_OK;

@@ -44,8 +44,9 @@
  *
  * Reading: datasets written by anyone (h5py + hdf5plugin included). An element range of
  * the row-major flattening is cut into hyperslab boxes; only the chunks those boxes touch
- * are read (H5Dread_chunk) and decompressed here, with the checks of malformed-inputs.md
- * §8 (H-01..H-08). Unknown filters are refused, never returned raw.
+ * are read (H5Dread_chunk) and decompressed here, each checked (one zstd frame of the
+ * stated size, the chunk size limit, the filters, the `dtype` attribute against the stored
+ * type). Unknown filters are refused, never returned raw.
  *
  * HDF5 (1.10, serial build) is not thread-safe: every HDF5 call in zckpt goes through one
  * process-wide lock; compression and decompression run outside it.

@@ -1,8 +1,8 @@
 /* hf_index.c: reads Hugging Face checkpoints: model.safetensors.index.json and its shards,
  * or a single model.safetensors. The index is checked as huggingface_hub's
  * _load_sharded_checkpoint does (shard names relative without '..', parsed as a Windows
- * path; the index's own extension) and against the shards themselves (malformed-inputs.md
- * §7, IX-01..IX-11). */
+ * path; the index's own extension) and against the shards themselves (every weight_map
+ * entry in its shard, each tensor in one shard only). */
 #include "st_internal.h"
 
 #include <errno.h>
@@ -63,7 +63,7 @@ void zck_hf_index_free(zck_hf_index *ix) {
 }
 
 /* PureWindowsPath(name): drive ("X:" or a UNC "\\server"), root (a leading separator) or a
- * ".." part are refused, on every OS (IX-03). */
+ * ".." part are refused, on every OS. */
 static const char *zck__hf_bad_shard_path(const char *s) {
   if (s[0] && s[1] == ':') return "has a drive";
   if (s[0] == '/' || s[0] == '\\') return "is absolute";
@@ -84,7 +84,6 @@ static zck_status zck__hf_copy_str(zck_hf_index *ix, zck__jp *jp, const char *wh
 }
 
 static zck_status zck__hf_parse_metadata(zck_hf_index *ix, zck__jp *jp) {
-  jp->check = "IX-01";
   ZCK_TRY(zck__jp_object_begin(jp, "\"metadata\""));
   bool first = true, done, seen_total = false;
   for (;;) {
@@ -93,7 +92,6 @@ static zck_status zck__hf_parse_metadata(zck_hf_index *ix, zck__jp *jp) {
     const char *key = NULL;
     ZCK_TRY(zck__hf_copy_str(ix, jp, "metadata key", &key));
     if (!strcmp(key, "total_size")) {
-      jp->check = "IX-09";
       if (seen_total) return zck__jp_fail_value(jp, "metadata: duplicate \"total_size\"");
       seen_total = true;
       ZCK_TRY(zck__jp_u64(jp, &ix->total_size, "metadata.total_size"));
@@ -102,10 +100,9 @@ static zck_status zck__hf_parse_metadata(zck_hf_index *ix, zck__jp *jp) {
     }
     if (zck__st_pairs_find(&ix->md, key) != SIZE_MAX) {
       char q[ZCK__QNAME_MAX];
-      jp->check = "IX-01";
       return zck__jp_fail_value(jp, "metadata: duplicate key \"%s\"", zck__qname(key, q));
     }
-    if (zck__jp_peek(jp) != '"') { /* IX-11: other keys, any values */
+    if (zck__jp_peek(jp) != '"') { /* other keys, any values */
       ZCK_TRY(zck__jp_skip(jp));
       continue;
     }
@@ -120,12 +117,10 @@ static zck_status zck__hf_parse_metadata(zck_hf_index *ix, zck__jp *jp) {
 }
 
 static zck_status zck__hf_parse_weight_map(zck_hf_index *ix, zck__jp *jp, const char *ext) {
-  jp->check = "IX-02";
   ZCK_TRY(zck__jp_object_begin(jp, "\"weight_map\" must be an object of strings"));
   bool first = true, done;
   char q[ZCK__QNAME_MAX], q2[ZCK__QNAME_MAX];
   for (;;) {
-    jp->check = "IX-02";
     ZCK_TRY(zck__jp_object_next(jp, &first, &done));
     if (done) break;
     const char *tensor = NULL, *shard = NULL;
@@ -139,17 +134,17 @@ static zck_status zck__hf_parse_weight_map(zck_hf_index *ix, zck__jp *jp, const 
     bool dup;
     ZCK_TRY(zck__strmap_put(&ix->tensor_map, tensor, ix->count, &dup, NULL));
     if (dup)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: listed twice in weight_map (byte %llu, IX-07)", ix->name,
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: listed twice in weight_map (byte %llu)", ix->name,
                        zck__qname(tensor, q), (unsigned long long)at);
     size_t si;
     if (!zck__strmap_get(&ix->shard_map, shard, &si)) {
       const char *why = zck__hf_bad_shard_path(shard);
       if (why)
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: shard path \"%s\" %s; shard names must be relative without '..' (IX-03)",
+        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: shard path \"%s\" %s; shard names must be relative without '..'",
                          ix->name, zck__qname(tensor, q), zck__qname(shard, q2), why);
       size_t sl = strlen(shard), el = strlen(ext);
       if (sl < el || strcmp(shard + sl - el, ext))
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: shard \"%s\" does not end with \"%s\" (IX-04)", ix->name,
+        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: shard \"%s\" does not end with \"%s\"", ix->name,
                          zck__qname(tensor, q), zck__qname(shard, q2), ext);
       if (!zck__grow2(&ix->shards, NULL, &ix->shards_cap, ix->nshards, sizeof *ix->shards)) return ZCK_ERR_NO_MEMORY;
       ZCK_TRY(zck__strmap_put(&ix->shard_map, shard, ix->nshards, &dup, NULL));
@@ -172,17 +167,15 @@ zck_status zck_hf_index_parse(const char *name, const char *json, size_t len, co
   zck_status s = ZCK_OK;
   zck__jp jp;
   zck__jp_init(&jp, name, "index", json, len, 0);
-  jp.syntax_check = "IX-01";
   ix->name = zck__strdup(name);
   if (!ix->name) { s = ZCK_ERR_NO_MEMORY; goto out; }
   ZCK_CHECK_GOTO(zck__strmap_init(&ix->tensor_map, 64), s, out);
   ZCK_CHECK_GOTO(zck__strmap_init(&ix->shard_map, 16), s, out);
   size_t bad = zck__utf8_check((const uint8_t *)json, len);
   if (bad != len) {
-    s = zck__fail(ZCK_ERR_FORMAT, "%s: not valid UTF-8 (byte %zu) (IX-01)", name, bad);
+    s = zck__fail(ZCK_ERR_FORMAT, "%s: not valid UTF-8 (byte %zu)", name, bad);
     goto out;
   }
-  jp.check = "IX-01";
   ZCK_CHECK_GOTO(zck__jp_object_begin(&jp, "the index must be a JSON object"), s, out);
   bool first = true, done, seen_md = false, seen_wm = false;
   for (;;) {
@@ -191,7 +184,6 @@ zck_status zck_hf_index_parse(const char *name, const char *json, size_t len, co
     const char *key = (const char *)jp.str.data;
     bool is_md = jp.str.len == 8 && !strcmp(key, "metadata"), is_wm = jp.str.len == 10 && !strcmp(key, "weight_map");
     if ((is_md && seen_md) || (is_wm && seen_wm)) {
-      jp.check = "IX-01";
       s = zck__jp_fail_value(&jp, "duplicate key \"%s\"", is_md ? "metadata" : "weight_map");
       goto out;
     }
@@ -207,7 +199,7 @@ zck_status zck_hf_index_parse(const char *name, const char *json, size_t len, co
   }
   zck__jp_leave(&jp);
   ZCK_CHECK_GOTO(zck__jp_finish(&jp), s, out);
-  if (!seen_wm) s = zck__fail(ZCK_ERR_FORMAT, "%s: no \"weight_map\" (IX-02)", name);
+  if (!seen_wm) s = zck__fail(ZCK_ERR_FORMAT, "%s: no \"weight_map\"", name);
 out:
   zck__jp_free(&jp);
   if (s != ZCK_OK) {
@@ -322,7 +314,7 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
   zck_hf_index *ix = c->index;
   char q[ZCK__QNAME_MAX], q2[ZCK__QNAME_MAX];
 
-  /* open every shard (IX-05) */
+  /* open every shard */
   char *dir = zck__hf_dirname(index_path);
   if (!dir) return ZCK_ERR_NO_MEMORY;
   c->files = zck__calloc(ix->nshards ? ix->nshards : 1, sizeof *c->files);
@@ -334,7 +326,7 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
     if (stat(p, &st) != 0 && errno == ENOENT) {
       size_t first = 0;
       while (first < ix->count && ix->shard_of[first] != ix->shards[i]) first++;
-      s = zck__fail(ZCK_ERR_NOT_FOUND, "%s: shard %s (holding tensor %s) does not exist (IX-05)", index_path,
+      s = zck__fail(ZCK_ERR_NOT_FOUND, "%s: shard %s (holding tensor %s) does not exist", index_path,
                     zck__qname(p, q), zck__qname(ix->tensors[first], q2));
     } else {
       s = zck_st_open(p, &c->files[i]);
@@ -348,8 +340,8 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
   free(dir);
   ZCK_TRY(s);
 
-  /* every shard's tensors: each name in one shard only (IX-07); unmapped ones kept and
-   * warned (IX-08): transformers' from_pretrained takes every key of every shard file the
+  /* every shard's tensors: each name in one shard only; unmapped ones kept and
+   * warned: transformers' from_pretrained takes every key of every shard file the
    * weight_map names (safe_open(...).keys()), and huggingface_hub's load_torch_model and
    * transformers' load_sharded_checkpoint load each such shard whole, the hub warning that
    * "Shard files contain tensors absent from the index". Dropping them would lose weights
@@ -367,7 +359,7 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
       s = zck__strmap_put(&where, t->name, i, &dup, &prev);
       if (s != ZCK_OK) break;
       if (dup) {
-        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s is in two shards, %s and %s (IX-07)", index_path,
+        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s is in two shards, %s and %s", index_path,
                       zck__qname(t->name, q), zck_st_path(c->files[prev]), zck_st_path(f));
         break;
       }
@@ -376,19 +368,19 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
         sum += t->nbytes; /* loaded all the same: part of what total_size should count */
         if (unmapped++ < 5)
           zck__strlist_addf(&c->warnings, "%s: tensor %s is absent from the weight_map; kept, as transformers loads "
-                            "every tensor of a shard (IX-08)", zck_st_path(f), zck__qname(t->name, q));
+                            "every tensor of a shard", zck_st_path(f), zck__qname(t->name, q));
       } else if (ix->shard_of[mi] == ix->shards[i]) {
         sum += t->nbytes;
       }
     }
   }
   if (unmapped > 5)
-    zck__strlist_addf(&c->warnings, "%s: %zu more tensors absent from the weight_map, kept (IX-08)", index_path,
+    zck__strlist_addf(&c->warnings, "%s: %zu more tensors absent from the weight_map, kept", index_path,
                       unmapped - 5);
   zck__strmap_free(&where);
   ZCK_TRY(s);
 
-  /* every weight_map entry in its shard (IX-06), in weight_map order; then the unmapped
+  /* every weight_map entry in its shard, in weight_map order; then the unmapped
    * ones, shard by shard in header order */
   size_t total = ix->count + unmapped;
   c->tensors = zck__calloc(total ? total : 1, sizeof *c->tensors);
@@ -399,7 +391,7 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
     zck__strmap_get(&ix->shard_map, ix->shard_of[i], &si);
     const zck_st_tensor *t = zck_st_find(c->files[si], ix->tensors[i]);
     if (!t)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: weight_map says %s but that shard has no such tensor (IX-06)",
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: weight_map says %s but that shard has no such tensor",
                        index_path, zck__qname(ix->tensors[i], q), zck__qname(ix->shard_of[i], q2));
     c->tensors[i].t = t;
     c->tensors[i].file = c->files[si];
@@ -420,7 +412,7 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
     }
   }
   if (ix->has_total && ix->total_size != sum)
-    zck__strlist_addf(&c->warnings, "%s: metadata.total_size is %llu but the tensors hold %llu bytes (IX-10)", index_path,
+    zck__strlist_addf(&c->warnings, "%s: metadata.total_size is %llu but the tensors hold %llu bytes", index_path,
                       (unsigned long long)ix->total_size, (unsigned long long)sum);
   return ZCK_OK;
 }

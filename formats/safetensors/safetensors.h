@@ -29,8 +29,7 @@
  * limit gets its own shard appended at once), files "model-00001-of-0000N.safetensors" plus
  * "model.safetensors.index.json", or one "model.safetensors" when everything fits in one
  * shard. The whole output directory appears atomically (zck__outdir). The checkpoint reader
- * opens a directory, an index file or a single file, validates the index (specs
- * malformed-inputs.md §7) and presents the union of the tensors of every shard the index
+ * opens a directory, an index file or a single file, validates the index and presents the union of the tensors of every shard the index
  * names, as transformers loads them (a tensor missing from the weight_map included).
  *
  * Errors are one line: "FILE: tensor NAME: what is wrong" (names with control characters are
@@ -111,7 +110,7 @@ size_t zck_st_metadata_count(const zck_st_file *f);
 void zck_st_metadata_at(const zck_st_file *f, size_t i, const char **key, const char **value);
 const char *zck_st_metadata_get(const zck_st_file *f, const char *key);   /* NULL if absent */
 
-/* Non-fatal findings of the open (ST-18: no "__metadata__", or "format" not in pt/tf/flax/mlx),
+/* Non-fatal findings of the open (no "__metadata__", or "format" not in pt/tf/flax/mlx),
  * one line each, "FILE: ...". */
 size_t zck_st_warning_count(const zck_st_file *f);
 const char *zck_st_warning_at(const zck_st_file *f, size_t i);
@@ -273,11 +272,11 @@ typedef struct zck_hf_tensor {
 
 /* path: a directory holding model.safetensors.index.json or model.safetensors, an index file
  * (*.safetensors.index.json), or a single .safetensors file. Opens every shard and checks the
- * index against them (IX-01..IX-11). */
+ * index against them. */
 zck_status zck_hf_open(const char *path, zck_hf_checkpoint **out);
 void zck_hf_close(zck_hf_checkpoint *c);
 /* The union of the tensors: weight_map order when indexed, then any tensor a shard holds
- * that the weight_map leaves out (kept, as transformers loads it; with a warning, IX-08);
+ * that the weight_map leaves out (kept, as transformers loads it; with a warning);
  * header order for a single file. */
 size_t zck_hf_count(const zck_hf_checkpoint *c);
 const zck_hf_tensor *zck_hf_tensor_at(const zck_hf_checkpoint *c, size_t i);

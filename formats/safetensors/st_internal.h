@@ -64,8 +64,6 @@ typedef struct zck__jp {
   const uint8_t *start, *p, *end;
   uint64_t base;          /* file offset of start (messages give file offsets) */
   int depth;
-  const char *check;      /* check ID appended to value errors ("ST-09"), or NULL */
-  const char *syntax_check; /* check ID appended to syntax errors ("ST-05"), or NULL */
   const char *tensor;     /* value errors start "tensor NAME: " when set (rendered only on error) */
   long elem;              /* value errors say "CTX[elem]" when >= 0 */
   zck__buf str;           /* the last decoded string (NUL-terminated) */

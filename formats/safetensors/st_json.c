@@ -38,9 +38,8 @@ zck_status zck__jp_fail(zck__jp *jp, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  return zck__fail(ZCK_ERR_FORMAT, "%s: invalid %s JSON at byte %llu: %s%s%s%s", jp->file, jp->what,
-                   (unsigned long long)zck__jp_offset(jp), what, jp->syntax_check ? " (" : "",
-                   jp->syntax_check ? jp->syntax_check : "", jp->syntax_check ? ")" : "");
+  return zck__fail(ZCK_ERR_FORMAT, "%s: invalid %s JSON at byte %llu: %s", jp->file, jp->what,
+                   (unsigned long long)zck__jp_offset(jp), what);
 }
 
 zck_status zck__jp_fail_value(zck__jp *jp, const char *fmt, ...) {
@@ -50,9 +49,9 @@ zck_status zck__jp_fail_value(zck__jp *jp, const char *fmt, ...) {
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   zck__jp_ws(jp);
-  return zck__fail(ZCK_ERR_FORMAT, "%s: %s%s%s%s (%s byte %llu%s%s)", jp->file, jp->tensor ? "tensor " : "",
+  return zck__fail(ZCK_ERR_FORMAT, "%s: %s%s%s%s (%s byte %llu)", jp->file, jp->tensor ? "tensor " : "",
                    jp->tensor ? zck__qname(jp->tensor, q) : "", jp->tensor ? ": " : "", what, jp->what,
-                   (unsigned long long)zck__jp_offset(jp), jp->check ? ", " : "", jp->check ? jp->check : "");
+                   (unsigned long long)zck__jp_offset(jp));
 }
 
 /* "ctx: " or "ctx[elem]: " or "" for messages. */

@@ -1,7 +1,7 @@
 /* st_reader.c: opens a safetensors file and validates its header as the reference does
  * (safetensors/src/tensor.rs read_metadata + Metadata::validate), plus duplicate keys.
- * The check ids that --verbose adds to messages name the rule each one enforces. Only the 8-byte length and
- * the header are read; tensor bytes stay in the file until someone asks for a range. */
+ * Each refusal is one line naming the file, the tensor and the header byte. Only the
+ * 8-byte length and the header are read; tensor bytes stay in the file until someone asks for a range. */
 #include "st_internal.h"
 
 #include <stdio.h>
@@ -93,7 +93,6 @@ static zck_status zck__st_parse_metadata(zck_st_file *f, zck__jp *jp) {
     ZCK_TRY(zck__jp_skip(jp));
     return ZCK_OK;
   }
-  jp->check = "ST-06";
   ZCK_TRY(zck__jp_object_begin(jp, "__metadata__: must be an object of strings"));
   f->has_metadata = true;
   bool first = true, done;
@@ -103,7 +102,6 @@ static zck_status zck__st_parse_metadata(zck_st_file *f, zck__jp *jp) {
     if (done) break;
     char *key = NULL, *value = NULL;
     ZCK_TRY(zck__st_key(f, jp, "__metadata__ key", &key));
-    jp->check = "ST-06";
     if (zck__jp_peek(jp) != '"')
       return zck__jp_fail_value(jp, "__metadata__ entry \"%s\": values must be strings, found %s", zck__qname(key, q),
                                 zck__jp_kind(jp));
@@ -115,7 +113,6 @@ static zck_status zck__st_parse_metadata(zck_st_file *f, zck__jp *jp) {
     bool dup;
     ZCK_TRY(zck__st_pairs_add(&f->md, key, value, &dup));
     if (dup) {
-      jp->check = "ST-10";
       return zck__jp_fail_value(jp, "__metadata__: duplicate key \"%s\"", zck__qname(key, q));
     }
   }
@@ -134,7 +131,6 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
   uint64_t entry_off = zck__jp_offset(jp);
   zck_status s = ZCK_OK;
   jp->tensor = t->name;
-  jp->check = "ST-07";
   ZCK_CHECK_GOTO(zck__jp_object_begin(jp, ""), s, out);
   unsigned seen = 0;
   bool first = true, done;
@@ -153,22 +149,19 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
       continue;
     }
     if (seen & bit) {
-      jp->check = "ST-07";
       s = zck__jp_fail_value(jp, "duplicate field \"%s\"", field);
       goto out;
     }
     seen |= bit;
     if (bit == ZCK__F_DTYPE) {
-      jp->check = "ST-08";
       ZCK_CHECK_GOTO(zck__jp_string(jp, "dtype"), s, out);
       if (!zck_st_dtype_parse((const char *)jp->str.data, jp->str.len, &t->st_dtype)) {
         char dq[ZCK__QNAME_MAX];
-        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: unknown dtype \"%s\" (header byte %llu, ST-08)", f->src->name,
+        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: unknown dtype \"%s\" (header byte %llu)", f->src->name,
                       ZCK__QN, zck__qname((const char *)jp->str.data, dq), (unsigned long long)entry_off);
         goto out;
       }
     } else if (bit == ZCK__F_SHAPE) {
-      jp->check = "ST-09";
       ZCK_CHECK_GOTO(zck__jp_array_begin(jp, "shape"), s, out);
       bool afirst = true, adone;
       for (long i = 0;; i++) {
@@ -184,7 +177,6 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
       }
       zck__jp_leave(jp);
     } else {
-      jp->check = "ST-09";
       ZCK_CHECK_GOTO(zck__jp_array_begin(jp, "data_offsets"), s, out);
       bool afirst = true, adone;
       long k = 0;
@@ -193,7 +185,7 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
         ZCK_CHECK_GOTO(zck__jp_array_next(jp, &afirst, &adone), s, out);
         if (adone) break;
         if (k >= 2) {
-          s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has more than 2 elements (header byte %llu, ST-09)",
+          s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has more than 2 elements (header byte %llu)",
                         f->src->name, ZCK__QN, (unsigned long long)elem_off);
           goto out;
         }
@@ -204,7 +196,7 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
       }
       zck__jp_leave(jp);
       if (k != 2) {
-        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has %ld element%s, expected [begin, end] (header byte %llu, ST-09)",
+        s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets has %ld element%s, expected [begin, end] (header byte %llu)",
                       f->src->name, ZCK__QN, k, k == 1 ? "" : "s", (unsigned long long)entry_off);
         goto out;
       }
@@ -213,7 +205,7 @@ static zck_status zck__st_parse_tensor(zck_st_file *f, zck__jp *jp, zck_st_tenso
   zck__jp_leave(jp);
   if (seen != (ZCK__F_DTYPE | ZCK__F_SHAPE | ZCK__F_OFFSETS)) {
     const char *missing = !(seen & ZCK__F_DTYPE) ? "dtype" : !(seen & ZCK__F_SHAPE) ? "shape" : "data_offsets";
-    s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: missing \"%s\" (header byte %llu, ST-07)", f->src->name, ZCK__QN, missing,
+    s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: missing \"%s\" (header byte %llu)", f->src->name, ZCK__QN, missing,
                   (unsigned long long)entry_off);
     goto out;
   }
@@ -239,14 +231,12 @@ out:
 static zck_status zck__st_parse_header(zck_st_file *f, const uint8_t *hdr) {
   zck__jp jp;
   zck__jp_init(&jp, f->src->name, "header", hdr, (size_t)f->n, 8);
-  jp.syntax_check = "ST-05";
   zck__buf dims;
   zck__buf_init(&dims);
   zck_status s = ZCK_OK;
   bool first = true, done, seen_metadata = false;
   char q[ZCK__QNAME_MAX];
 
-  jp.check = "ST-05";
   ZCK_CHECK_GOTO(zck__jp_object_begin(&jp, "the header must be a JSON object"), s, out);
   ZCK_CHECK_GOTO(zck__strmap_init(&f->map, 64), s, out);
   for (;;) {
@@ -254,7 +244,6 @@ static zck_status zck__st_parse_header(zck_st_file *f, const uint8_t *hdr) {
     if (done) break;
     if (!strcmp((const char *)jp.str.data, "__metadata__") && jp.str.len == 12) {
       if (seen_metadata) {
-        jp.check = "ST-10";
         s = zck__jp_fail_value(&jp, "duplicate key \"__metadata__\"");
         goto out;
       }
@@ -267,7 +256,6 @@ static zck_status zck__st_parse_header(zck_st_file *f, const uint8_t *hdr) {
     bool dup;
     ZCK_CHECK_GOTO(zck__strmap_put(&f->map, name, f->count, &dup, NULL), s, out);
     if (dup) {
-      jp.check = "ST-10";
       s = zck__jp_fail_value(&jp, "tensor %s: duplicate tensor name", zck__qname(name, q));
       goto out;
     }
@@ -307,36 +295,36 @@ static zck_status zck__st_validate(zck_st_file *f) {
   for (size_t i = 0; i < f->count; i++) {
     zck_st_tensor *t = &f->tensors[i];
     if (t->end < t->begin)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before begin (ST-11)", file, ZCK__QN,
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before begin", file, ZCK__QN,
                        (unsigned long long)t->begin, (unsigned long long)t->end);
     uint64_t numel = 1, nbits;
     for (int d = 0; d < t->ndim; d++)
       if (t->shape[d] > (uint64_t)INT64_MAX) /* torch's sizes are int64: no reader can make it */
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: dimension %d is %llu, over 2^63 - 1 (ST-14)", file, ZCK__QN, d,
+        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: dimension %d is %llu, over 2^63 - 1", file, ZCK__QN, d,
                          (unsigned long long)t->shape[d]);
     for (int d = 0; d < t->ndim; d++)
       if (!zck__mul_u64(numel, t->shape[d], &numel))
-        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: element count overflows 64 bits (ST-14)", file, ZCK__QN);
+        return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: element count overflows 64 bits", file, ZCK__QN);
     if (!zck__mul_u64(numel, zck_st_dtype_bits(t->st_dtype), &nbits))
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: size in bits of %llu %s elements overflows 64 bits (ST-14)",
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: size in bits of %llu %s elements overflows 64 bits",
                        file, ZCK__QN, (unsigned long long)numel, zck_st_dtype_name(t->st_dtype));
     if (nbits % 8)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: %llu %s elements are %llu bits, not a whole number of bytes (ST-15)",
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: %llu %s elements are %llu bits, not a whole number of bytes",
                        file, ZCK__QN, (unsigned long long)numel, zck_st_dtype_name(t->st_dtype), (unsigned long long)nbits);
     t->numel = numel;
     t->nbytes = t->end - t->begin;
     if (t->nbytes != nbits / 8)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes but %llu %s elements need %llu (ST-14)",
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes but %llu %s elements need %llu",
                        file, ZCK__QN, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)t->nbytes,
                        (unsigned long long)numel, zck_st_dtype_name(t->st_dtype), (unsigned long long)(nbits / 8));
     if (t->end > f->data_len)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets end %llu is past the end of the %llu-byte data section (ST-11)",
+      return zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets end %llu is past the end of the %llu-byte data section",
                        file, ZCK__QN, (unsigned long long)t->end, (unsigned long long)f->data_len);
     t->offset = f->data_start + t->begin;
   }
   if (!f->count) {
     if (f->data_len)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: %llu bytes after the header but no tensors (ST-13)", file,
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %llu bytes after the header but no tensors", file,
                        (unsigned long long)f->data_len);
     return ZCK_OK;
   }
@@ -350,19 +338,19 @@ static zck_status zck__st_validate(zck_st_file *f) {
     const zck_st_tensor *t = order[i];
     if (t->begin == pos) { pos = t->end; continue; }
     if (i == 0)
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: the first tensor in the data section begins at %llu, not 0 (ST-12)",
+      s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: the first tensor in the data section begins at %llu, not 0",
                     file, zck__qname(t->name, q), (unsigned long long)t->begin);
     else if (t->begin > pos)
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: hole of %llu bytes between tensor %s (ends at %llu) and it (begins at %llu) (ST-12)",
+      s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: hole of %llu bytes between tensor %s (ends at %llu) and it (begins at %llu)",
                     file, zck__qname(t->name, q), (unsigned long long)(t->begin - pos), zck__qname(order[i - 1]->name, q2),
                     (unsigned long long)pos, (unsigned long long)t->begin);
     else
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] overlap tensor %s (ends at %llu) (ST-12)",
+      s = zck__fail(ZCK_ERR_FORMAT, "%s: tensor %s: data_offsets [%llu, %llu] overlap tensor %s (ends at %llu)",
                     file, zck__qname(t->name, q), (unsigned long long)t->begin, (unsigned long long)t->end,
                     zck__qname(order[i - 1]->name, q2), (unsigned long long)pos);
   }
   if (s == ZCK_OK && pos != f->data_len)
-    s = zck__fail(ZCK_ERR_FORMAT, "%s: %llu trailing bytes after the last tensor (%s ends at %llu of %llu) (ST-13)", file,
+    s = zck__fail(ZCK_ERR_FORMAT, "%s: %llu trailing bytes after the last tensor (%s ends at %llu of %llu)", file,
                   (unsigned long long)(f->data_len - pos), zck__qname(order[f->count - 1]->name, q),
                   (unsigned long long)pos, (unsigned long long)f->data_len);
   free(order);
@@ -372,31 +360,31 @@ static zck_status zck__st_validate(zck_st_file *f) {
 static void zck__st_warn_metadata(zck_st_file *f) {
   const char *file = f->src->name;
   if (!f->has_metadata) {
-    zck__strlist_addf(&f->warnings, "%s: no __metadata__; transformers expects {\"format\": \"pt\"} (ST-18)", file);
+    zck__strlist_addf(&f->warnings, "%s: no __metadata__; transformers expects {\"format\": \"pt\"}", file);
     return;
   }
   const char *fmt = zck_st_metadata_get(f, "format");
   char q[ZCK__QNAME_MAX];
   if (!fmt)
-    zck__strlist_addf(&f->warnings, "%s: __metadata__ has no \"format\"; transformers expects \"pt\" (ST-18)", file);
+    zck__strlist_addf(&f->warnings, "%s: __metadata__ has no \"format\"; transformers expects \"pt\"", file);
   else if (strcmp(fmt, "pt") && strcmp(fmt, "tf") && strcmp(fmt, "flax") && strcmp(fmt, "mlx"))
-    zck__strlist_addf(&f->warnings, "%s: __metadata__ format \"%s\" is not one transformers loads (pt, tf, flax, mlx) (ST-18)",
+    zck__strlist_addf(&f->warnings, "%s: __metadata__ format \"%s\" is not one transformers loads (pt, tf, flax, mlx)",
                       file, zck__qname(fmt, q));
 }
 
 static zck_status zck__st_load(zck_st_file *f) {
   const zck__source *src = f->src;
   if (src->size < 8)
-    return zck__fail(ZCK_ERR_TRUNCATED, "%s: %llu bytes, too short for the 8-byte header length (ST-01)", src->name,
+    return zck__fail(ZCK_ERR_TRUNCATED, "%s: %llu bytes, too short for the 8-byte header length", src->name,
                      (unsigned long long)src->size);
   uint8_t len8[8];
   ZCK_TRY(zck__source_read(src, len8, 8, 0));
   f->n = zck__le64(len8);
   if (f->n > ZCK_ST_MAX_HEADER)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: header length %llu exceeds the 100,000,000-byte limit (ST-02)", src->name,
+    return zck__fail(ZCK_ERR_FORMAT, "%s: header length %llu exceeds the 100,000,000-byte limit", src->name,
                      (unsigned long long)f->n);
   if (f->n > src->size - 8)
-    return zck__fail(ZCK_ERR_TRUNCATED, "%s: header length %llu exceeds the %llu bytes after the length field (ST-03)",
+    return zck__fail(ZCK_ERR_TRUNCATED, "%s: header length %llu exceeds the %llu bytes after the length field",
                      src->name, (unsigned long long)f->n, (unsigned long long)(src->size - 8));
   f->data_start = 8 + f->n;
   f->data_len = src->size - f->data_start;
@@ -406,7 +394,7 @@ static zck_status zck__st_load(zck_st_file *f) {
   if (s == ZCK_OK) {
     size_t bad = zck__utf8_check(hdr, (size_t)f->n);
     if (bad != f->n)
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %llu) (ST-04)", src->name,
+      s = zck__fail(ZCK_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %llu)", src->name,
                     (unsigned long long)(8 + bad));
   }
   if (s == ZCK_OK) s = zck__st_parse_header(f, hdr);

@@ -11,8 +11,8 @@
  *
  * Reader: opens the zip, loads data.pkl into a zck_pk tree (nothing is executed; unknown
  * classes such as DeepSpeed's stay inert OBJECT nodes), and resolves every tensor node into
- * a zck_torch_tensor record, validated against its storage record (S-01..S-08, G-01..G-09
- * of malformed-inputs.md). Tensor data is then read in place: one pread for a contiguous
+ * a zck_torch_tensor record, validated against its storage record (key, type, size,
+ * dtype, shape, strides and offset within the storage). Tensor data is then read in place: one pread for a contiguous
  * range, a bounded gather for strided views; never the whole storage for part of a tensor.
  *
  * Writer: reserve-then-fill on top of the zip writer. Storages are reserved first (their

@@ -1,7 +1,8 @@
-/* torch_read.c: opening a torch.save archive. Checks the archive level (T-01..T-08 of
- * malformed-inputs.md), loads data.pkl with the pickle VM, then resolves every persistent
- * id into a storage record (S-01..S-08) and every tensor rebuild call into a tensor record
- * (G-01..G-09), so that consumers only ever see validated geometry. */
+/* torch_read.c: opening a torch.save archive. Checks the archive level (folder, version,
+ * byteorder, data.pkl), loads data.pkl with the pickle VM, then resolves every persistent
+ * id into a storage record and every tensor rebuild call into a tensor record, so that
+ * consumers only ever see validated geometry. Each refusal is one line naming the file and
+ * where in its pickle the fault is. */
 #include "torch_internal.h"
 
 #include <stdarg.h>
@@ -11,16 +12,16 @@
 
 // ---- storages
 
-static zck_status sfail(const zck_torch_file *f, const zck_pk *node, const char *id, zck_status s, const char *fmt, ...)
-  ZCK__PRINTF(5, 6);
-static zck_status sfail(const zck_torch_file *f, const zck_pk *node, const char *id, zck_status s, const char *fmt, ...) {
+static zck_status sfail(const zck_torch_file *f, const zck_pk *node, zck_status s, const char *fmt, ...)
+  ZCK__PRINTF(4, 5);
+static zck_status sfail(const zck_torch_file *f, const zck_pk *node, zck_status s, const char *fmt, ...) {
   char msg[400], where[200];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   zck__torch_path_of(f, node, where, sizeof where);
-  return zck__fail(s, "%s: %s: %s (%s)", f->name, where, msg, id);
+  return zck__fail(s, "%s: %s: %s", f->name, where, msg);
 }
 
 static uint64_t key_hash(const char *k) {
@@ -63,40 +64,40 @@ static zck_status resolve_storage(zck_torch_file *f, const zck_pk *persid) {
   const zck_pk *pid = persid->u.persid.pid;
   if (!pid || pid->kind != ZCK_PK_TUPLE || pid->u.seq.len < 1 || !zck_pk_as_str(pid->u.seq.items[0]) ||
       strcmp(pid->u.seq.items[0]->u.str.data, "storage"))
-    return sfail(f, persid, "S-01", ZCK_ERR_FORMAT, "persistent id is not a ('storage', ...) tuple");
+    return sfail(f, persid, ZCK_ERR_FORMAT, "persistent id is not a ('storage', ...) tuple");
   if (pid->u.seq.len != 5)
-    return sfail(f, persid, "S-02", ZCK_ERR_FORMAT, "persistent id has %zu items, expected 5%s", pid->u.seq.len,
+    return sfail(f, persid, ZCK_ERR_FORMAT, "persistent id has %zu items, expected 5%s", pid->u.seq.len,
                  pid->u.seq.len == 6 ? " (a TorchScript pickle?)" : "");
   zck_pk *const *it = pid->u.seq.items;
-  if (it[1]->kind != ZCK_PK_GLOBAL) return sfail(f, persid, "S-03", ZCK_ERR_FORMAT, "storage type is not a class");
+  if (it[1]->kind != ZCK_PK_GLOBAL) return sfail(f, persid, ZCK_ERR_FORMAT, "storage type is not a class");
   bool quantized;
   zck_dtype dt = zck__torch_storage_dtype(it[1]->u.global.name, &quantized);
   if (quantized)
-    return sfail(f, persid, "S-03", ZCK_ERR_UNSUPPORTED, "quantized storage %s is not supported", it[1]->u.global.name);
+    return sfail(f, persid, ZCK_ERR_UNSUPPORTED, "quantized storage %s is not supported", it[1]->u.global.name);
   if (dt == ZCK_DTYPE_INVALID)
-    return sfail(f, persid, "S-03", ZCK_ERR_FORMAT, "unknown storage type %s.%s", it[1]->u.global.module, it[1]->u.global.name);
+    return sfail(f, persid, ZCK_ERR_FORMAT, "unknown storage type %s.%s", it[1]->u.global.module, it[1]->u.global.name);
   char key[32];
   if (it[2]->kind == ZCK_PK_STR) {
     if (it[2]->u.str.len == 0 || it[2]->u.str.len >= sizeof key || strchr(it[2]->u.str.data, '/'))
-      return sfail(f, persid, "S-04", ZCK_ERR_FORMAT, "storage key is not a short name");
+      return sfail(f, persid, ZCK_ERR_FORMAT, "storage key is not a short name");
     memcpy(key, it[2]->u.str.data, it[2]->u.str.len + 1);
   } else if (it[2]->kind == ZCK_PK_INT) {
     snprintf(key, sizeof key, "%lld", (long long)it[2]->u.i);
   } else {
-    return sfail(f, persid, "S-04", ZCK_ERR_FORMAT, "storage key is a %s, not a str or int",
+    return sfail(f, persid, ZCK_ERR_FORMAT, "storage key is a %s, not a str or int",
                  it[2]->kind == ZCK_PK_NONE ? "None" : "non-scalar");
   }
   const char *loc = zck_pk_as_str(it[3]);
-  if (!loc) return sfail(f, persid, "S-04", ZCK_ERR_FORMAT, "storage '%s': location is not a str", key);
+  if (!loc) return sfail(f, persid, ZCK_ERR_FORMAT, "storage '%s': location is not a str", key);
   int64_t numel;
   if (it[4]->kind != ZCK_PK_INT || !zck_pk_as_int(it[4], &numel) || numel < 0)
-    return sfail(f, persid, "S-04", ZCK_ERR_FORMAT, "storage '%s': numel is not a non-negative int", key);
+    return sfail(f, persid, ZCK_ERR_FORMAT, "storage '%s': numel is not a non-negative int", key);
   size_t found = key_find(f, key);
   if (found != SIZE_MAX) {
     size_t i = found;
     zck_torch_storage *s = &f->storages[i];
     if (s->dtype != dt || s->numel != (uint64_t)numel)
-      return sfail(f, persid, "S-07", ZCK_ERR_FORMAT, "storage '%s' used as %s x %lld after %s x %llu", key,
+      return sfail(f, persid, ZCK_ERR_FORMAT, "storage '%s' used as %s x %lld after %s x %llu", key,
                    it[1]->u.global.name, (long long)numel, zck_dtype_name(s->dtype), (unsigned long long)s->numel);
     if (!zck__ptrmap_put(&f->storage_of, persid, i)) return ZCK_ERR_NO_MEMORY;
     return ZCK_OK;
@@ -105,15 +106,15 @@ static zck_status resolve_storage(zck_torch_file *f, const zck_pk *persid) {
   if (!ename) return ZCK_ERR_NO_MEMORY;
   const zck_zip_entry *e = zck_zip_find(f->zip, ename);
   free(ename);
-  if (!e) return sfail(f, persid, "S-05", ZCK_ERR_FORMAT, "storage '%s': record %s/data/%s is missing", key, f->prefix, key);
+  if (!e) return sfail(f, persid, ZCK_ERR_FORMAT, "storage '%s': record %s/data/%s is missing", key, f->prefix, key);
   uint64_t nbytes;
   if (!zck__mul_u64((uint64_t)numel, zck_dtype_size(dt), &nbytes))
-    return sfail(f, persid, "G-04", ZCK_ERR_FORMAT, "storage '%s': %lld elements overflow a byte count", key, (long long)numel);
+    return sfail(f, persid, ZCK_ERR_FORMAT, "storage '%s': %lld elements overflow a byte count", key, (long long)numel);
   if (e->size != nbytes)
-    return sfail(f, persid, "S-06", ZCK_ERR_FORMAT, "storage '%s': record has %llu bytes, but %lld x %s needs %llu", key,
+    return sfail(f, persid, ZCK_ERR_FORMAT, "storage '%s': record has %llu bytes, but %lld x %s needs %llu", key,
                  (unsigned long long)e->size, (long long)numel, zck_dtype_name(dt), (unsigned long long)nbytes);
   if (e->method != 0)
-    return sfail(f, persid, "Z-14", ZCK_ERR_UNSUPPORTED, "storage '%s': record is compressed (method %u)", key, e->method);
+    return sfail(f, persid, ZCK_ERR_UNSUPPORTED, "storage '%s': record is compressed (method %u)", key, e->method);
   if (f->nstorages == f->scap) {
     size_t cap = f->scap ? f->scap * 2 : 16;
     zck_torch_storage *ns = zck__realloc(f->storages, cap * sizeof *ns);
@@ -185,9 +186,9 @@ static zck_status rebuild_storage_tensor(zck_torch_file *f, const zck_pk *node, 
   zck_pk *const *a = args->u.seq.items;
   size_t lo = k == RB_V1 ? 4 : k == RB_V2 ? 6 : 7;
   if (n < lo || n > lo + (k != RB_V1))
-    return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "tensor rebuild call with %zu arguments, expected %zu", n, lo);
+    return sfail(f, node, ZCK_ERR_FORMAT, "tensor rebuild call with %zu arguments, expected %zu", n, lo);
   size_t si = a[0]->kind == ZCK_PK_PERSID ? zck__ptrmap_get(&f->storage_of, a[0]) : SIZE_MAX;
-  if (si == SIZE_MAX) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "tensor argument 0 is not a storage");
+  if (si == SIZE_MAX) return sfail(f, node, ZCK_ERR_FORMAT, "tensor argument 0 is not a storage");
   const zck_torch_storage *st = &f->storages[si];
   zck_dtype dt = st->dtype;
   if (k == RB_V3) {
@@ -195,29 +196,29 @@ static zck_status rebuild_storage_tensor(zck_torch_file *f, const zck_pk *node, 
     dt = a[6]->kind == ZCK_PK_GLOBAL && !strcmp(a[6]->u.global.module, "torch")
            ? zck__torch_dtype_global(a[6]->u.global.name, &known) : (known = false, ZCK_DTYPE_INVALID);
     if (dt == ZCK_DTYPE_INVALID) {
-      if (known) return sfail(f, node, "G-06", ZCK_ERR_UNSUPPORTED, "dtype torch.%s is not supported", a[6]->u.global.name);
-      return sfail(f, node, "G-06", ZCK_ERR_FORMAT, "tensor dtype is not a known torch dtype");
+      if (known) return sfail(f, node, ZCK_ERR_UNSUPPORTED, "dtype torch.%s is not supported", a[6]->u.global.name);
+      return sfail(f, node, ZCK_ERR_FORMAT, "tensor dtype is not a known torch dtype");
     }
   }
   if (k >= RB_V2 && !is_empty_dict(a[5]))
-    return sfail(f, node, "G-07", ZCK_ERR_FORMAT, "backward_hooks is not an empty OrderedDict");
+    return sfail(f, node, ZCK_ERR_FORMAT, "backward_hooks is not an empty OrderedDict");
   size_t meta = k == RB_V2 ? 6 : 7;
   if (k != RB_V1 && n > meta) {
-    if (a[meta]->kind != ZCK_PK_DICT) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "tensor metadata is not a dict");
+    if (a[meta]->kind != ZCK_PK_DICT) return sfail(f, node, ZCK_ERR_FORMAT, "tensor metadata is not a dict");
     if (a[meta]->u.dict.len)
-      return sfail(f, node, "G-01", ZCK_ERR_UNSUPPORTED, "tensor metadata (conjugate / negative bits) is not supported");
+      return sfail(f, node, ZCK_ERR_UNSUPPORTED, "tensor metadata (conjugate / negative bits) is not supported");
   }
   int64_t off, rg = 0;
   if (a[1]->kind != ZCK_PK_INT || !zck_pk_as_int(a[1], &off))
-    return sfail(f, node, "G-02", ZCK_ERR_FORMAT, "storage offset is not an int");
-  if (k != RB_V1 && !zck_pk_as_int(a[4], &rg)) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "requires_grad is not a bool");
+    return sfail(f, node, ZCK_ERR_FORMAT, "storage offset is not an int");
+  if (k != RB_V1 && !zck_pk_as_int(a[4], &rg)) return sfail(f, node, ZCK_ERR_FORMAT, "requires_grad is not a bool");
   const zck_pk *sz = a[2], *sd = a[3];
   if (sz->kind != ZCK_PK_TUPLE || sd->kind != ZCK_PK_TUPLE)
-    return sfail(f, node, "G-02", ZCK_ERR_FORMAT, "size or stride is not a tuple");
+    return sfail(f, node, ZCK_ERR_FORMAT, "size or stride is not a tuple");
   if (sz->u.seq.len != sd->u.seq.len)
-    return sfail(f, node, "G-02", ZCK_ERR_FORMAT, "size has %zu dimensions but stride %zu", sz->u.seq.len, sd->u.seq.len);
+    return sfail(f, node, ZCK_ERR_FORMAT, "size has %zu dimensions but stride %zu", sz->u.seq.len, sd->u.seq.len);
   size_t ndim = sz->u.seq.len;
-  if (ndim > ZCK_TORCH_MAX_DIMS) return sfail(f, node, "G-02", ZCK_ERR_LIMIT, "%zu dimensions (at most %d)", ndim, ZCK_TORCH_MAX_DIMS);
+  if (ndim > ZCK_TORCH_MAX_DIMS) return sfail(f, node, ZCK_ERR_LIMIT, "%zu dimensions (at most %d)", ndim, ZCK_TORCH_MAX_DIMS);
   int64_t *dims = zck__malloc((2 * ndim + 1) * sizeof *dims);
   if (!dims) return ZCK_ERR_NO_MEMORY;
   uint64_t numel = 1, span = 0, esz = zck_dtype_size(dt);
@@ -225,14 +226,14 @@ static zck_status rebuild_storage_tensor(zck_torch_file *f, const zck_pk *node, 
   for (size_t i = 0; i < ndim; i++) {
     if (sz->u.seq.items[i]->kind != ZCK_PK_INT || sd->u.seq.items[i]->kind != ZCK_PK_INT) {
       free(dims);
-      return sfail(f, node, "G-02", ZCK_ERR_FORMAT, "size or stride %zu is not an int", i);
+      return sfail(f, node, ZCK_ERR_FORMAT, "size or stride %zu is not an int", i);
     }
     dims[i] = sz->u.seq.items[i]->u.i;
     dims[ndim + i] = sd->u.seq.items[i]->u.i;
     if (dims[i] < 0 || dims[ndim + i] < 0) {
       long long bad_sz = dims[i], bad_st = dims[ndim + i];
       free(dims);
-      return sfail(f, node, "G-03", ZCK_ERR_FORMAT, "negative size or stride in dimension %zu (%lld, %lld)", i, bad_sz, bad_st);
+      return sfail(f, node, ZCK_ERR_FORMAT, "negative size or stride in dimension %zu (%lld, %lld)", i, bad_sz, bad_st);
     }
     uint64_t term;
     overflow |= !zck__mul_u64(numel, (uint64_t)dims[i], &numel);
@@ -241,15 +242,15 @@ static zck_status rebuild_storage_tensor(zck_torch_file *f, const zck_pk *node, 
       overflow |= !zck__add_u64(span, term, &span);
     }
   }
-  if (off < 0) { free(dims); return sfail(f, node, "G-03", ZCK_ERR_FORMAT, "negative storage offset %lld", (long long)off); }
+  if (off < 0) { free(dims); return sfail(f, node, ZCK_ERR_FORMAT, "negative storage offset %lld", (long long)off); }
   /* extent in bytes of the storage the view touches: (offset + 1 + span) elements, or offset when empty */
   uint64_t need = (uint64_t)off, need_bytes = 0;
   if (numel > 0) overflow |= !zck__add_u64(need, span + 1, &need) || span + 1 == 0;
   overflow |= !zck__mul_u64(need, esz, &need_bytes) || !zck__mul_u64(numel, esz, &(uint64_t){0});
-  if (overflow) { free(dims); return sfail(f, node, "G-04", ZCK_ERR_FORMAT, "size / stride arithmetic overflows"); }
+  if (overflow) { free(dims); return sfail(f, node, ZCK_ERR_FORMAT, "size / stride arithmetic overflows"); }
   if (need_bytes > st->nbytes) {
     free(dims);
-    return sfail(f, node, "G-05", ZCK_ERR_FORMAT,
+    return sfail(f, node, ZCK_ERR_FORMAT,
                  "view needs %llu elements of storage '%s' (offset %lld), which has %llu bytes = %llu elements",
                  (unsigned long long)need, st->key, (long long)off, (unsigned long long)st->nbytes,
                  (unsigned long long)(st->nbytes / esz));
@@ -273,13 +274,13 @@ static zck_status resolve_call(zck_torch_file *f, const zck_pk *node, const zck_
 static zck_status rebuild_param(zck_torch_file *f, const zck_pk *node, rb_kind k, const zck_pk *args) {
   size_t want = k == RB_PARAM ? 3 : 4;
   if (args->u.seq.len != want)
-    return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "parameter rebuild with %zu arguments, expected %zu", args->u.seq.len, want);
+    return sfail(f, node, ZCK_ERR_FORMAT, "parameter rebuild with %zu arguments, expected %zu", args->u.seq.len, want);
   size_t ti = zck__ptrmap_get(&f->tensor_of, args->u.seq.items[0]);
-  if (ti == SIZE_MAX) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "parameter data is not a tensor");
+  if (ti == SIZE_MAX) return sfail(f, node, ZCK_ERR_FORMAT, "parameter data is not a tensor");
   int64_t rg;
-  if (!zck_pk_as_int(args->u.seq.items[1], &rg)) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "requires_grad is not a bool");
+  if (!zck_pk_as_int(args->u.seq.items[1], &rg)) return sfail(f, node, ZCK_ERR_FORMAT, "requires_grad is not a bool");
   if (args->u.seq.items[2]->kind != ZCK_PK_DICT)
-    return sfail(f, node, "G-07", ZCK_ERR_FORMAT, "backward_hooks is not an OrderedDict");
+    return sfail(f, node, ZCK_ERR_FORMAT, "backward_hooks is not an OrderedDict");
   zck_torch_tensor *t = new_tensor(f, node);
   if (!t) return ZCK_ERR_NO_MEMORY;
   zck_torch_tensor *inner = &f->tensors[ti];
@@ -300,12 +301,12 @@ static zck_status rebuild_param(zck_torch_file *f, const zck_pk *node, rb_kind k
 static zck_status resolve_call(zck_torch_file *f, const zck_pk *node, const zck_pk *callable, const zck_pk *args) {
   rb_kind k = rebuild_kind(callable);
   if (k == RB_NONE) return ZCK_OK;
-  if (!args || args->kind != ZCK_PK_TUPLE) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "tensor rebuild arguments are not a tuple");
+  if (!args || args->kind != ZCK_PK_TUPLE) return sfail(f, node, ZCK_ERR_FORMAT, "tensor rebuild arguments are not a tuple");
   switch (k) {
   case RB_V1: case RB_V2: case RB_V3: return rebuild_storage_tensor(f, node, k, args);
   case RB_PARAM: case RB_PARAM_STATE: return rebuild_param(f, node, k, args);
   case RB_FROM_TYPE: {   /* _rebuild_from_type_v2(func, type, args, state): the tensor is func(*args) */
-    if (args->u.seq.len != 4) return sfail(f, node, "G-01", ZCK_ERR_FORMAT, "_rebuild_from_type_v2 with %zu arguments", args->u.seq.len);
+    if (args->u.seq.len != 4) return sfail(f, node, ZCK_ERR_FORMAT, "_rebuild_from_type_v2 with %zu arguments", args->u.seq.len);
     rb_kind inner = rebuild_kind(args->u.seq.items[0]);
     if (inner == RB_NONE || inner == RB_FROM_TYPE) return ZCK_OK;   /* not a tensor we know: stays an object */
     ZCK_TRY(resolve_call(f, node, args->u.seq.items[0], args->u.seq.items[2]));
@@ -348,20 +349,20 @@ static zck_status read_small_entry(zck_torch_file *f, const zck_zip_entry *e, ch
 static zck_status check_archive(zck_torch_file *f) {
   const char *nm = f->name;
   size_t n = zck_zip_count(f->zip);
-  if (n == 0) return zck__fail(ZCK_ERR_FORMAT, "%s: empty zip archive, not a torch.save file (T-07)", nm);
+  if (n == 0) return zck__fail(ZCK_ERR_FORMAT, "%s: empty zip archive, not a torch.save file", nm);
   const char *first = zck_zip_entry_at(f->zip, 0)->name;
   const char *slash = strchr(first, '/');
   if (!slash || slash == first)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: first archive entry \"%s\" is not in a folder, not a torch.save file (T-02)", nm, first);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: first archive entry \"%s\" is not in a folder, not a torch.save file", nm, first);
   f->prefix = zck__strndup(first, (size_t)(slash - first));
   if (!f->prefix) return ZCK_ERR_NO_MEMORY;
   size_t pl = strlen(f->prefix);
   for (size_t i = 0; i < n; i++) {
     const char *en = zck_zip_entry_at(f->zip, i)->name;
     if (strncmp(en, f->prefix, pl) || en[pl] != '/')
-      return zck__fail(ZCK_ERR_FORMAT, "%s: entry \"%s\" is outside the archive folder \"%s/\" (T-03)", nm, en, f->prefix);
+      return zck__fail(ZCK_ERR_FORMAT, "%s: entry \"%s\" is outside the archive folder \"%s/\"", nm, en, f->prefix);
     if (!strcmp(en + pl + 1, "constants.pkl"))
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a TorchScript archive (has constants.pkl), not a torch.save file (T-08)", nm);
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a TorchScript archive (has constants.pkl), not a torch.save file", nm);
   }
   char path[600], buf[64];
   size_t len;
@@ -371,18 +372,18 @@ static zck_status check_archive(zck_torch_file *f) {
     snprintf(path, sizeof path, "%s/version", f->prefix);
     ve = zck_zip_find(f->zip, path);
   }
-  if (!ve) return zck__fail(ZCK_ERR_FORMAT, "%s: record %s/version is missing (T-04)", nm, f->prefix);
+  if (!ve) return zck__fail(ZCK_ERR_FORMAT, "%s: record %s/version is missing", nm, f->prefix);
   ZCK_TRY(read_small_entry(f, ve, buf, sizeof buf, &len));
-  if (len == SIZE_MAX) return zck__fail(ZCK_ERR_FORMAT, "%s: %s is %llu bytes, not a version number (T-05)", nm, path, (unsigned long long)ve->size);
+  if (len == SIZE_MAX) return zck__fail(ZCK_ERR_FORMAT, "%s: %s is %llu bytes, not a version number", nm, path, (unsigned long long)ve->size);
   /* std::stoull: leading blanks, digits, anything after */
   const char *p = buf;
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
   unsigned long long ver = 0;
   int digits = 0;
   while (*p >= '0' && *p <= '9' && digits < 19) ver = ver * 10 + (unsigned)(*p++ - '0'), digits++;
-  if (!digits) return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a number (T-05)", nm, path);
+  if (!digits) return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a number", nm, path);
   if (ver < 1 || ver > 10)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: file format version %llu is outside the readable range 1..10 (T-05)", nm, ver);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: file format version %llu is outside the readable range 1..10", nm, ver);
   snprintf(path, sizeof path, "%s/byteorder", f->prefix);
   const zck_zip_entry *be = zck_zip_find(f->zip, path);
   if (be) {
@@ -390,7 +391,7 @@ static zck_status check_archive(zck_torch_file *f) {
     if (len == 3 && !memcmp(buf, "big", 3))
       return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: big-endian torch files are not supported", nm);
     if (len != 6 || memcmp(buf, "little", 6))
-      return zck__fail(ZCK_ERR_FORMAT, "%s: byteorder record is not \"little\" or \"big\" (T-06)", nm);
+      return zck__fail(ZCK_ERR_FORMAT, "%s: byteorder record is not \"little\" or \"big\"", nm);
   }
   return ZCK_OK;
 }
@@ -399,7 +400,7 @@ static zck_status load_pickle(zck_torch_file *f, const zck_torch_open_opts *o) {
   char path[600];
   snprintf(path, sizeof path, "%s/data.pkl", f->prefix);
   const zck_zip_entry *e = zck_zip_find(f->zip, path);
-  if (!e) return zck__fail(ZCK_ERR_FORMAT, "%s: record %s is missing (T-07)", f->name, path);
+  if (!e) return zck__fail(ZCK_ERR_FORMAT, "%s: record %s is missing", f->name, path);
   if (e->size > o->max_pickle_bytes)
     return zck__fail(ZCK_ERR_LIMIT, "%s: %s is %llu bytes, over the limit of %llu", f->name, path, (unsigned long long)e->size,
                      (unsigned long long)o->max_pickle_bytes);
@@ -436,11 +437,11 @@ static zck_status open_into(zck_torch_file *f, const zck_torch_open_opts *opts) 
   if (hn >= sizeof zck__legacy_magic && !memcmp(head, zck__legacy_magic, sizeof zck__legacy_magic))
     return zck__fail(ZCK_ERR_UNSUPPORTED,
                      "%s: legacy torch serialization (pre-1.6 / non-zip, _use_new_zipfile_serialization=False) not supported; "
-                     "re-save it with a current torch.save (T-01)", src->name);
+                     "re-save it with a current torch.save", src->name);
   if (hn >= 8 && !memcmp(head, "PYTORCH1", 8))
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a PYTORCH1 (TorchScript preview) file, not a torch.save file (Z-03)", src->name);
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a PYTORCH1 (TorchScript preview) file, not a torch.save file", src->name);
   if (hn < 4 || memcmp(head, "PK\x03\x04", 4))
-    return zck__fail(ZCK_ERR_FORMAT, "%s: not a torch.save file: does not start with a zip local header (Z-02)", src->name);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: not a torch.save file: does not start with a zip local header", src->name);
   ZCK_TRY(zck_zip_open(src, &f->zip));
   ZCK_TRY(check_archive(f));
   ZCK_TRY(load_pickle(f, o));

@@ -25,7 +25,7 @@
  * holding latest_universal) as a model manifest plus whole-tensor layouts and stores for
  * fp32 / exp_avg / exp_avg_sq, the frozen params and buffers of the carried model-states
  * files, and the pickled objects a DeepSpeed writer carries over (for reshard), validating
- * it (malformed-inputs.md §9.7: DS-70..DS-75). A universal folder has no per-rank
+ * it (latest_universal, the per-param files' form, shapes and sizes). A universal folder has no per-rank
  * optimizer files: the DeepSpeed reader's rules are applied to the model-states file and
  * zero/optimizer_state.pt instead (uv_manifest.c).
  */
@@ -202,8 +202,9 @@ typedef struct zck_uv_open_opts {
  * model-states file: params in module order, tied aliases, frozen params, buffers, and
  * the optimizer groups of zero/optimizer_state.pt's param_groups; so a reshard from the
  * universal folder lays out exactly what a reshard from the original checkpoint does.
- * Errors are one line naming the file (malformed-inputs.md §9.7, DS-70..DS-75; a group
- * layout that does not add up; a param missing one of its states). */
+ * Errors are one line naming the file (a latest_universal naming no folder, a state file
+ * of the wrong form, shape or size; a group layout that does not add up; a param missing
+ * one of its states). */
 zck_status zck_uv_open(const char *path, const zck_uv_open_opts *o, zck_uv_ckpt **out);
 void zck_uv_close(zck_uv_ckpt *c);
 const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c);

@@ -18,7 +18,7 @@
 
 #include "deepspeed/deepspeed.h"
 
-/* The per-param state files of the layout (DS-72/DS-75). */
+/* The per-param state files of the layout. */
 static const char *const zck__uv_state_names[] = {"fp32", "exp_avg", "exp_avg_sq", "step"};
 
 static bool zck__uv_is_state_name(const char *s) {

@@ -185,7 +185,7 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
   for (size_t g = 0; g < ng; g++) {
     const zck_pk *d = b->shapes->u.seq.items[g];
     if (!d || d->kind != ZCK_PK_DICT)
-      return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict of shapes (DS-22)", path, g);
+      return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict of shapes", path, g);
     nt += d->u.dict.len;
   }
   b->n_train = nt;
@@ -201,16 +201,16 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
     b->flat_first[g] = k;
     for (size_t i = 0; i < d->u.dict.len; i++, k++) {
       const char *name = zck_pk_as_str(d->u.dict.keys[i]);
-      if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu]: key %zu is not a string (DS-22)", path, g, i);
+      if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu]: key %zu is not a string", path, g, i);
       b->train_name[k] = name;
       b->train_shape[k] = d->u.dict.values[i];
       b->train_param[k] = -1;
       int64_t prev = zck__uv_map_put(&b->train, name, (int64_t)k);
-      if (prev >= 0) {  /* a param in two flat groups (DS-23) */
+      if (prev >= 0) {  /* a param in two flat groups */
         size_t g0 = 0;
         while (g0 + 1 < ng && b->flat_first[g0 + 1] <= (size_t)prev) g0++;
         return zck__fail(ZCK_ERR_FORMAT, "%s: parameter '%s' appears twice in param_shapes (groups %zu and %zu): one "
-                         "parameter in two groups cannot be laid out (DS-23)", path, name, g0, g);
+                         "parameter in two groups cannot be laid out", path, name, g0, g);
       }
     }
   }
@@ -243,7 +243,7 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
     if (!a || !s) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params entry %zu is not str -> str", path, i);
     b->alias_param[i] = -1;
     zck__uv_map_put(&b->alias, a, (int64_t)i);
-    if (zck__uv_map_get(&b->train, a) >= 0 || zck__uv_map_get(&b->fz, a) >= 0)  /* DS-25 */
+    if (zck__uv_map_get(&b->train, a) >= 0 || zck__uv_map_get(&b->fz, a) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s' is itself a saved parameter", path, a);
     if (!strcmp(a, s)) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params maps '%s' to itself", path, a);
   }
@@ -354,7 +354,7 @@ static zck_status zck__uv_groups(zck_uv_ckpt *c, zck__uv_build *b) {
       if (st == ZCK_OK) opt_of[g] = (int32_t)g;
       continue;
     }
-    /* stage 3: params = the sub-group ids of this group, numbered in creation order (DS-62) */
+    /* stage 3: params = the sub-group ids of this group, numbered in creation order */
     const zck_pk *ids = zck_pk_dict_get(grp, "params");
     if (!ids || (ids->kind != ZCK_PK_LIST && ids->kind != ZCK_PK_TUPLE)) {
       st = zck__fail(ZCK_ERR_FORMAT, "%s: param_groups[%zu]['params'] is not a list of sub-group ids", opath, g);
@@ -407,9 +407,9 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   b.shapes = zck_pk_dict_get(root, "param_shapes");
   b.frozen = zck_pk_dict_get(root, "frozen_param_shapes");
   b.shared = zck_pk_dict_get(root, "shared_params");
-  if (!b.module || b.module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict (DS-21)", path);
+  if (!b.module || b.module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict", path);
   if (!b.shapes || b.shapes->kind != ZCK_PK_LIST)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or not a list of dicts: not a ZeRO checkpoint (DS-22)", path);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or not a list of dicts: not a ZeRO checkpoint", path);
   if (b.frozen && b.frozen->kind == ZCK_PK_NONE) b.frozen = NULL;
   if (b.frozen && b.frozen->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'frozen_param_shapes' is not a dict", path);
   if (b.shared && b.shared->kind == ZCK_PK_NONE) b.shared = NULL;
@@ -491,7 +491,7 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
     if (b.alias_param[i] < 0) continue;   /* an alias missing from module (or of an unsaved source): ignored */
     const char *src = zck_pk_as_str(b.shared->u.dict.values[i]);
     int64_t si = zck_model_find_param(c->m, src);
-    if (si < 0 || c->m->params[si].tied_to >= 0)  /* DS-25 */
+    if (si < 0 || c->m->params[si].tied_to >= 0)
       st = zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of alias '%s' is not a parameter", path, src,
                      zck_pk_as_str(b.shared->u.dict.keys[i]));
     else st = zck_model_set_tied(c->m, (uint32_t)b.alias_param[i], (uint32_t)si);
@@ -538,7 +538,7 @@ static zck_status zck__uv_fragment(zck_uv_ckpt *c, const zck_torch_file *f, cons
                                    const zck_param *p, uint64_t want, zck_store *out) {
   const char *path = zck_torch_name(f);
   const zck_pk *node = zck_pk_dict_index_get(ffx, p->name);
-  if (!node)  /* DS-26 */
+  if (!node)
     return zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' missing from frozen_param_fragments", path, p->name);
   zck__uv_tref t;
   ZCK_TRY(zck__uv_tref_of(f, node, p->name, &t));
@@ -661,7 +661,7 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
   bool frags = ff && ff->kind != ZCK_PK_NONE;
   const zck_pk *fs = zck_pk_dict_get(root, "frozen_param_shapes");
   if (frags && (ff->kind != ZCK_PK_DICT || !fs || fs->kind != ZCK_PK_DICT || ff->u.dict.len != fs->u.dict.len))
-    return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments does not match frozen_param_shapes (DS-26)",
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments does not match frozen_param_shapes",
                      zck_torch_name(c->model0));
   if (!nf) return ZCK_OK;
   uint32_t *fp = zck__calloc(nf, sizeof *fp);

@@ -2,7 +2,7 @@
  *
  * zero/optimizer_state.pt gives the stage, the step (stage 3) and the param groups; the
  * carried model-states file the manifest (uv_manifest.c); each zero/<param>/<state>.pt one
- * tensor, checked against param_shapes (DS-70..DS-75). Per-parameter files are opened one
+ * tensor, checked against param_shapes. Per-parameter files are opened one
  * at a time and closed again (a model may have thousands of params); their stores reopen
  * the file for each read, which happens in large ranges. The rank-0 model file and
  * optimizer_state.pt stay open: writers carry their pickled objects over. */
@@ -28,9 +28,11 @@ static bool zck__uv_is_file(const char *p) {
 }
 
 /* The tag latest_universal in dir names (trimmed), or NULL (error set) if unreadable or
- * not a folder name. */
-static zck_status zck__uv_latest(const char *dir, char **out, char **lu_path) {
+ * not a folder name; *was_read (optional): the file was there and read, so its error is
+ * about what it says. */
+static zck_status zck__uv_latest(const char *dir, char **out, char **lu_path, bool *was_read) {
   *out = NULL;
+  if (was_read) *was_read = false;
   char *lu = zck__path_join(dir, "latest_universal");
   if (!lu) return ZCK_ERR_NO_MEMORY;
   char *tag = NULL;
@@ -40,14 +42,15 @@ static zck_status zck__uv_latest(const char *dir, char **out, char **lu_path) {
     free(lu);
     return st;
   }
+  if (was_read) *was_read = true;
   size_t a = 0;
   while (a < n && (tag[a] == ' ' || tag[a] == '\n' || tag[a] == '\r' || tag[a] == '\t')) a++;
   while (n > a && (tag[n - 1] == ' ' || tag[n - 1] == '\n' || tag[n - 1] == '\r' || tag[n - 1] == '\t')) n--;
   tag[n] = 0;
   const char *t = tag + a;
-  if (!*t) st = zck__fail(ZCK_ERR_FORMAT, "%s: empty (DS-70)", lu);
+  if (!*t) st = zck__fail(ZCK_ERR_FORMAT, "%s: empty", lu);
   else if (strchr(t, '/') || strchr(t, '\\') || !strcmp(t, "..") || !strcmp(t, ".") || strlen(t) != n - a)
-    st = zck__fail(ZCK_ERR_FORMAT, "%s: \"%s\" is not a folder name (DS-70)", lu, t);
+    st = zck__fail(ZCK_ERR_FORMAT, "%s: \"%s\" is not a folder name", lu, t);
   if (st == ZCK_OK && !(*out = zck__strdup(t))) st = ZCK_ERR_NO_MEMORY;
   free(tag);
   if (lu_path && st == ZCK_OK) *lu_path = lu;
@@ -55,7 +58,7 @@ static zck_status zck__uv_latest(const char *dir, char **out, char **lu_path) {
   return st;
 }
 
-/* path: the folder itself (it has zero/), or a parent with latest_universal (DS-70).
+/* path: the folder itself (it has zero/), or a parent with latest_universal.
  * *root: the folder whose latest_universal names the universal folder, or NULL. */
 static zck_status zck__uv_resolve(const char *path, char **dir, char **root) {
   *root = NULL;
@@ -73,7 +76,7 @@ static zck_status zck__uv_resolve(const char *path, char **dir, char **root) {
     const char *base = slash ? slash + 1 : p;
     char *parent = slash ? (slash == p ? zck__strdup("/") : zck__sprintf("%.*s", (int)(slash - p), p)) : zck__strdup(".");
     char *tag = NULL;
-    if (parent && zck__uv_latest(parent, &tag, NULL) == ZCK_OK && !strcmp(tag, base)) *root = parent;
+    if (parent && zck__uv_latest(parent, &tag, NULL, NULL) == ZCK_OK && !strcmp(tag, base)) *root = parent;
     else free(parent);
     zck_clear_error();
     free(tag);
@@ -81,15 +84,16 @@ static zck_status zck__uv_resolve(const char *path, char **dir, char **root) {
     return ZCK_OK;
   }
   char *lu = NULL, *tag = NULL;
-  zck_status st = zck__uv_latest(path, &tag, &lu);
+  bool was_read = false;
+  zck_status st = zck__uv_latest(path, &tag, &lu, &was_read);
   if (st == ZCK_ERR_NO_MEMORY) return st;
-  if (st != ZCK_OK && zck_last_error() && strstr(zck_last_error(), "(DS-70)")) return st;
+  if (st != ZCK_OK && was_read) return st;   /* latest_universal is there: what is wrong with it */
   if (st != ZCK_OK)
-    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: not a universal checkpoint (no zero/ folder, no latest_universal) (DS-70)", path);
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: not a universal checkpoint (no zero/ folder, no latest_universal)", path);
   *dir = zck__path_join(path, tag);
   if (!*dir) st = ZCK_ERR_NO_MEMORY;
   else if (!zck__uv_is_dir(*dir)) {
-    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: names %s, which does not exist (DS-70)", lu, tag);
+    st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: names %s, which does not exist", lu, tag);
     free(*dir);
     *dir = NULL;
   } else if (!(*root = zck__strdup(path))) {
@@ -268,10 +272,10 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
   const zck_pk *root = f ? zck_torch_root(f) : NULL;
   const zck_pk *node = root;
   if (st == ZCK_OK && c->info.stage <= 2) {
-    /* DS-73: {'cat_dim': d, 'param': T}; AutoTP: {'param': T} (+ 'vocab_tensor'), no cat_dim */
+    /* {'cat_dim': d, 'param': T}; AutoTP: {'param': T} (+ 'vocab_tensor'), no cat_dim */
     if (!root || root->kind != ZCK_PK_DICT || !zck_pk_dict_get(root, "param") ||
         (!zck_pk_dict_get(root, "cat_dim") && c->info.tp_size <= 1))
-      st = zck__fail(ZCK_ERR_FORMAT, "%s: not a {'cat_dim', 'param'} dict (DS-73)", path);
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: not a {'cat_dim', 'param'} dict", path);
     else node = zck_pk_dict_get(root, "param");
   } else if (st == ZCK_OK && root && root->kind == ZCK_PK_DICT && zck_pk_dict_get(root, "param")) {
     node = zck_pk_dict_get(root, "param");  /* stage 3 with AutoTP uses the dict too */
@@ -283,20 +287,20 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
     for (int i = 0; same && i < p->ndim; i++) same = t->shape[i] == p->shape[i];
     if (!same) {
       char a[128], b[128];
-      st = zck__fail(ZCK_ERR_MISMATCH, "%s: shape %s, param_shapes says %s (%s)", path,
+      st = zck__fail(ZCK_ERR_MISMATCH, "%s: shape %s, param_shapes says %s", path,
                      zck_shape_str(t->ndim > ZCK_MAX_DIMS ? 0 : t->ndim, t->shape, a, sizeof a),
-                     zck_shape_str(p->ndim, p->shape, b, sizeof b), strcmp(state, "fp32") ? "DS-75" : "DS-73");
+                     zck_shape_str(p->ndim, p->shape, b, sizeof b));
     }
   } else if (st == ZCK_OK && t->numel != p->numel) {
-    st = zck__fail(ZCK_ERR_MISMATCH, "%s: %llu elements, param %s has %llu (%s)", path, (unsigned long long)t->numel,
-                   p->name, (unsigned long long)p->numel, strcmp(state, "fp32") ? "DS-75" : "DS-74");
+    st = zck__fail(ZCK_ERR_MISMATCH, "%s: %llu elements, param %s has %llu", path, (unsigned long long)t->numel,
+                   p->name, (unsigned long long)p->numel);
   }
   if (st == ZCK_OK && !zck_torch_tensor_contiguous(t))
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: tensor is not contiguous", path);
   if (st == ZCK_OK && t->dtype != ZCK_F32 && t->dtype != ZCK_BF16 && t->dtype != ZCK_F16 && t->dtype != ZCK_F64)
     st = zck__fail(ZCK_ERR_FORMAT, "%s: %s tensor where a floating state is expected", path, zck_dtype_name(t->dtype));
   /* a well-formed state file may still be another state's copy (uv_identity.c); checked
-   * after the structure so a file of the wrong form says so (DS-73..DS-75) */
+   * after the structure so a file of the wrong form says so */
   if (st == ZCK_OK) st = zck__uv_check_identity(f, path);
   if (st == ZCK_OK) {
     ts->path = path;
@@ -330,7 +334,7 @@ static zck_status zck__uv_states(zck_uv_ckpt *c, const zck_uv_open_opts *o, uint
     zck_dtype dt[3] = {0};
     for (int s = 0; s < 3; s++) ZCK_TRY(zck__uv_open_state(c, o, pa, states[s], &c->ts[s][k], &dt[s], &missing[s]));
     if (missing[0])
-      return zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s/fp32.pt: missing for trainable param %s (DS-72)", c->dir, pa->name, pa->name);
+      return zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s/fp32.pt: missing for trainable param %s", c->dir, pa->name, pa->name);
     if (missing[1] != missing[2])
       return zck__fail(ZCK_ERR_NOT_FOUND, "%s/zero/%s: has %s but not %s", c->dir, pa->name,
                        missing[1] ? "exp_avg_sq.pt" : "exp_avg.pt", missing[1] ? "exp_avg.pt" : "exp_avg_sq.pt");
@@ -460,7 +464,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   c->info.root = c->root;
   char *opath = st == ZCK_OK ? zck__path_join(c->dir, "zero/optimizer_state.pt") : NULL;
   if (st == ZCK_OK && !opath) st = ZCK_ERR_NO_MEMORY;
-  if (st == ZCK_OK && !zck__uv_is_file(opath)) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (DS-71)", opath);
+  if (st == ZCK_OK && !zck__uv_is_file(opath)) st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing", opath);
   if (st == ZCK_OK) st = zck__uv_torch_open(opath, &o.torch, &c->optim);
   const zck_pk *optim = c->optim ? zck_torch_root(c->optim) : NULL;
   if (st == ZCK_OK && (!optim || optim->kind != ZCK_PK_DICT)) st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dict", opath);

@@ -12,6 +12,10 @@ DeepSpeed's zero_to_fp32 functions, same signatures and results, no DeepSpeed ne
     get_fp32_state_dict_from_zero_checkpoint, convert_zero_checkpoint_to_fp32_state_dict,
     load_state_dict_from_zero_checkpoint (also in zckpt.zero_to_fp32).
 
+torch's dcp_to_torch_save(dcp_checkpoint_dir, torch_save_path), backed by consolidate: the model
+weights of a torch Distributed Checkpoint as one torch.save file, every chunk's CRC checked
+(also in zckpt.dcp).
+
 Failures raise zckpt.Error with the library's one-line message. Progress: pass
 progress=callable(done_bytes, total_bytes) (a true return value cancels the job), or
 leave it None for a tqdm bar when tqdm is installed and stderr is a terminal. Ctrl-C
@@ -35,7 +39,7 @@ from ._run import Canceled, Error, error_from, run
 
 __all__ = ["Error", "Canceled", "consolidate", "reshard", "to_universal", "verify", "inspect", "VerifyReport",
            "VerifyFinding", "version", "sweep_temporaries", "Swept", "get_fp32_state_dict_from_zero_checkpoint",
-           "convert_zero_checkpoint_to_fp32_state_dict", "load_state_dict_from_zero_checkpoint"]
+           "convert_zero_checkpoint_to_fp32_state_dict", "load_state_dict_from_zero_checkpoint", "dcp_to_torch_save"]
 
 __version__ = N.lib.zck_version().decode()
 
@@ -96,27 +100,31 @@ def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, e
 
 def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None, tag=None, force=False,
             overwrite=False, threads=0, progress=None, no_verify=False, tp_size=None, model_config=None,
-            format="deepspeed"):
+            format="deepspeed", dtype=None):
     """A DeepSpeed checkpoint (or a universal folder / HDF5 file) as a DeepSpeed checkpoint
     for another ZeRO stage and/or world size; OUT is a new save root (OUT/latest, OUT/<tag>/).
     tp_size: write AutoTP files at that TP size (default: TP 1); another TP size than the
     source's needs the model's config.json: model_config, else the one beside the checkpoint.
     format="dcp": OUT is the torch Distributed Checkpoint FSDP2 saves at world_size ranks
-    (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict."""
+    (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict.
+    checkpoint may also be a torch Distributed Checkpoint (FSDP2, Accelerate, HF Trainer FSDP): OUT is then
+    the DeepSpeed checkpoint of a ZeRO-`stage` (default 3) run at world_size ranks (default: the DCP's);
+    dtype ("bf16", "fp16", "fp32") is that run's 16-bit dtype (default: the DCP weights')."""
     if format not in ("deepspeed", "dcp"):
         raise Error(f"format {format!r}: use deepspeed or dcp", "invalid argument")
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
                           tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)),
                           no_verify=int(bool(no_verify)), to_tp_size=tp_size or 0, model_config=_b(model_config),
-                          to_format=1 if format == "dcp" else 0)
+                          to_format=1 if format == "dcp" else 0, to_dtype=_dtype(dtype))
     run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
     return os.fspath(out)
 
 
 def to_universal(checkpoint, out, *, format="deepspeed", tag=None, inject_missing_state=False, level=0,
                  chunk_bytes=0, overwrite=False, threads=0, progress=None, no_verify=False):
-    """A DeepSpeed checkpoint with its optimizer state as a universal checkpoint: format
-    "deepspeed" (the folder ds_to_universal.py writes) or "hdf5" (one file)."""
+    """A DeepSpeed checkpoint with its optimizer state, or a torch Distributed Checkpoint (taken as its
+    default reshard, ZeRO-3), as a universal checkpoint: format "deepspeed" (the folder ds_to_universal.py
+    writes) or "hdf5" (one file)."""
     if format not in ("deepspeed", "ds", "hdf5", "h5"):
         raise Error(f"format {format!r}: use deepspeed or hdf5", "invalid argument")
     o = N.UniversalOpts.new(format=1 if format in ("hdf5", "h5") else 0, tag=_b(tag),
@@ -173,7 +181,8 @@ def verify(path, *, tag=None, force=False, skip_data=False, threads=0, progress=
                          skip_data=int(bool(skip_data)), threads=threads)
     rp = N.ctypes.POINTER(N.VerifyReport)()
     try:
-        st, err = run(N.lib.zck_verify, _b(path), o, N.ctypes.byref(rp), opts=o, progress=progress, label="verify")
+        st, err = run(N.lib.zck_verify, _b(path), o, N.ctypes.byref(rp), opts=o, progress=progress, label="verify",
+                      damaged_is_result=True)
         r = rp.contents
         sev = ["note", "warning", "damage", "unchecked"]
         findings = [VerifyFinding(sev[f.severity] if f.severity < 4 else str(f.severity), _s(f.check), _s(f.file),
@@ -226,3 +235,4 @@ def sweep_temporaries(folder):
 
 from .zero_to_fp32 import (convert_zero_checkpoint_to_fp32_state_dict,  # noqa: E402
                            get_fp32_state_dict_from_zero_checkpoint, load_state_dict_from_zero_checkpoint)
+from .dcp import dcp_to_torch_save  # noqa: E402

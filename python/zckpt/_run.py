@@ -96,9 +96,10 @@ def _run_interruptible(call, finished, p):
         raise KeyboardInterrupt
 
 
-def run(fn, *args, progress=None, label="zckpt", opts=None):
-    """Calls fn(*args) with opts.progress set; returns the status, raises Error on failure
-    (except ERR_DAMAGED, returned for verify)."""
+def run(fn, *args, progress=None, label="zckpt", opts=None, damaged_is_result=False):
+    """Calls fn(*args) with opts.progress set; returns (status, error), raises Error on
+    failure. damaged_is_result: ERR_DAMAGED is an answer, returned (verify, the completeness
+    check), not a failure; for a job it is one (a damaged input, nothing written)."""
     p = _Progress(progress, label)
     if opts is not None:
         opts.progress = p.cfunc
@@ -126,6 +127,6 @@ def run(fn, *args, progress=None, label="zckpt", opts=None):
     if p.exc is not None:
         raise p.exc
     st = result["status"]
-    if st != N.OK and st != N.ERR_DAMAGED:
+    if st != N.OK and not (damaged_is_result and st == N.ERR_DAMAGED):
         raise result["error"]
     return st, result.get("error")

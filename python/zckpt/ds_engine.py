@@ -21,6 +21,10 @@ zckpt read them as before. What changes is where and when they land:
     `zckpt verify` checks them), fsyncs it, renames it to SAVE_DIR/TAG (a tag saved again
     replaces the old folder only then), fsyncs SAVE_DIR, and writes `latest` atomically
     (temporary file, fsync, rename).
+With manifest=False the commit writes no manifest: zckpt.hf.ZckptCallback(ds_engine=True)
+installs the engine so, and writes the manifest itself once the Trainer has written the rest
+of checkpoint-N (rng_state_<r>.pth, trainer_state.json come after DeepSpeed's commit): a
+manifest there marks the whole checkpoint-N complete, not only its tag folder.
 A rank killed at any point before that rename leaves SAVE_DIR/TAG as it was and `latest` on
 the previous tag. DeepSpeed itself then rewrites `latest` with the same text (open "w",
 write): a crash inside that rewrite can leave it empty, which zckpt's resume (and
@@ -72,10 +76,11 @@ def _write_atomic(path, text):
 class ZckptCheckpointEngine(CheckpointEngine):
     """DeepSpeed's checkpoint engine `inner`, its tag folder committed whole (see above)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, manifest=True):
         super().__init__(None)
         self.name = "ZckptCheckpointEngine"
         self.inner = inner
+        self.manifest = manifest
         self.final = None    # SAVE_DIR/TAG of the save in progress
         self.staging = None  # where its files go until commit
 
@@ -136,7 +141,8 @@ class ZckptCheckpointEngine(CheckpointEngine):
         staging, final = self.staging, self.final
         for root, _dirs, _files in os.walk(staging):  # the files were fsynced as saved
             _fsync_path(root, True)
-        run(_manifest_write_dir, staging.encode(), None, progress=False, label="manifest")
+        if self.manifest:
+            run(_manifest_write_dir, staging.encode(), None, progress=False, label="manifest")
         _fsync_path(staging, True)
         old = None
         if os.path.exists(final):
@@ -164,27 +170,31 @@ class ZckptCheckpointEngine(CheckpointEngine):
         return self.inner.preserves_storage_sharing()
 
 
-def install(engine):
+def install(engine, manifest=True):
     """Makes a deepspeed engine's save_checkpoint commit through zckpt (every rank)."""
     if not isinstance(engine.checkpoint_engine, ZckptCheckpointEngine):
         if engine.checkpoint_engine.is_decoupled():
             raise ValueError("zckpt.ds_engine: DeepSpeed's decoupled writer commits on its own; use the default writer")
-        engine.checkpoint_engine = ZckptCheckpointEngine(engine.checkpoint_engine)
+        engine.checkpoint_engine = ZckptCheckpointEngine(engine.checkpoint_engine, manifest)
+    engine.checkpoint_engine.manifest = manifest
     return engine.checkpoint_engine
 
 
-def install_default():
+def install_default(manifest=True):
     """Every DeepSpeed engine created after this call (deepspeed.initialize, the HF Trainer's)
     saves through ZckptCheckpointEngine: wraps the checkpoint engine DeepSpeed would make
-    (not its decoupled writer, which commits on its own). Idempotent."""
+    (not its decoupled writer, which commits on its own). Idempotent; the last call's
+    manifest applies."""
     import deepspeed.runtime.engine as ds_engine_module
     make = ds_engine_module.create_checkpoint_engine
     if getattr(make, "_zckpt", False):
+        make._zckpt_manifest = manifest
         return
 
     def create_checkpoint_engine(*args, **kwargs):
         inner = make(*args, **kwargs)
-        return inner if inner.is_decoupled() else ZckptCheckpointEngine(inner)
+        return inner if inner.is_decoupled() else ZckptCheckpointEngine(inner, create_checkpoint_engine._zckpt_manifest)
 
     create_checkpoint_engine._zckpt = True
+    create_checkpoint_engine._zckpt_manifest = manifest
     ds_engine_module.create_checkpoint_engine = create_checkpoint_engine

@@ -8,16 +8,24 @@
 ZckptCallback (a transformers.TrainerCallback; transformers is imported when it is first used)
     After each save, once every rank has written its files, the main process writes
     zckpt-manifest.json into the checkpoint's DeepSpeed tag folder (checkpoint-N/global_stepN/;
-    into checkpoint-N/ itself when the run saved no DeepSpeed checkpoint). The Trainer writes
+    into checkpoint-N/ itself when the run saved no DeepSpeed checkpoint: an FSDP run's
+    checkpoint-N, whose torch Distributed Checkpoint is verified first, every zip CRC and
+    chunk, so that a damaged save gets no manifest). The Trainer writes
     the manifest's folder last of all its files, so a checkpoint-N with a manifest is complete
     and one without it, in a run using the callback, is not (last_complete_checkpoint,
     is_complete); `zckpt verify checkpoint-N` checks every byte against it.
     consolidate="every" also writes checkpoint-N/consolidated/ (model.safetensors + config.json,
-    equal bit for bit to DeepSpeed's zero_to_fp32) after each save; consolidate="best" writes
+    equal bit for bit to DeepSpeed's zero_to_fp32; for FSDP, to torch's dcp_to_torch_save) after
+    each save; consolidate="best" writes
     the best checkpoint (state.best_model_checkpoint, else the last one saved) to
     OUTPUT_DIR/best_model/ when training ends. Consolidation reads the fp32 master partitions
     from the files on the CPU: no GPU gather, and ZeRO-3 needs no
-    stage3_gather_16bit_weights_on_model_save.
+    stage3_gather_16bit_weights_on_model_save; FSDP with SHARDED_STATE_DICT needs no
+    FULL_STATE_DICT gather (its checkpoint-N has no config.json: the model's config is
+    written beside the weights).
+    ds_engine=True also routes DeepSpeed's save_checkpoint through zckpt.ds_engine (the tag
+    folder committed whole, `latest` atomically): a run killed during a save resumes from the
+    previous checkpoint.
     Every rank calls the hooks; the others wait for the main process (on a gloo group of their
     own, so a long consolidation does not run into the training group's NCCL timeout), and a
     failure raises zckpt.Error on every rank.
@@ -27,6 +35,7 @@ prepare_resume(checkpoint_dir, world_size=None, zero_stage=None) -> path
     run's world size and ZeRO stage are the checkpoint's, else a reshard of it beside it.
 
 last_complete_checkpoint(output_dir) / is_complete(checkpoint_dir) / write_manifest(checkpoint_dir)
+checkpoint_tag_dir(checkpoint_dir) / checkpoint_dcp_dir(checkpoint_dir)
 
 Checkpoints must be on a filesystem every rank sees (as DeepSpeed's resume needs anyway).
 """
@@ -42,7 +51,7 @@ from . import _native as N
 from ._run import Error, run
 
 __all__ = ["ZckptCallback", "prepare_resume", "last_complete_checkpoint", "is_complete", "write_manifest",
-           "checkpoint_tag_dir"]
+           "checkpoint_tag_dir", "checkpoint_dcp_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +77,7 @@ _manifest_check_complete = _c_function("zck_manifest_check_complete", [ctypes.c_
 
 def _check_complete(folder):
     """Raises zckpt.Error (status "damaged") when folder is an incomplete or damaged zckpt save."""
-    st, err = run(_manifest_check_complete, _b(folder), 0, progress=False, label="manifest")
+    st, err = run(_manifest_check_complete, _b(folder), 0, progress=False, label="manifest", damaged_is_result=True)
     if st != N.OK:
         raise err
 
@@ -95,17 +104,44 @@ def _manifest_dir(checkpoint_dir):
     return checkpoint_tag_dir(checkpoint_dir) or os.fspath(checkpoint_dir)
 
 
+def checkpoint_dcp_dir(checkpoint_dir):
+    """The torch Distributed Checkpoint folder of an FSDP save (checkpoint-N/pytorch_model_fsdp_0,
+    as the Trainer and Accelerate save SHARDED_STATE_DICT; or checkpoint_dir itself when it
+    holds a .metadata), or None."""
+    for d in (os.path.join(checkpoint_dir, "pytorch_model_fsdp_0"), os.fspath(checkpoint_dir)):
+        if os.path.isfile(os.path.join(d, ".metadata")):
+            return d
+    return None
+
+
+def _verify_before_manifest(folder):
+    """A save written by another tool (torch DCP) carries no checksum of its own: its structure
+    and zip CRCs are checked before a manifest vouches for its bytes."""
+    from . import verify
+    rep = verify(folder, progress=False)
+    if not rep.clean:
+        bad = next((f for f in rep.findings if f.severity in ("damage", "unchecked")), None)
+        raise Error(bad.message if bad else f"{folder}: verify says {rep.result}: no manifest written",
+                    "damaged" if rep.result == "damaged" else "error")
+
+
 def write_manifest(checkpoint_dir, *, overwrite=False):
     """Writes zckpt-manifest.json (every file's size and XXH3, every tensor's byte range and
     XXH3) into the checkpoint's DeepSpeed tag folder, or into checkpoint_dir when it holds
     no DeepSpeed checkpoint. Call it when every file of the checkpoint is final. Returns
-    the manifest's path; an existing manifest is kept unless overwrite."""
+    the manifest's path; an existing manifest is kept unless overwrite.
+    An FSDP checkpoint (checkpoint_dcp_dir) is verified first, as `zckpt verify
+    --write-manifest` does; then every file of checkpoint_dir is recorded (the Trainer's
+    trainer_state.json, scheduler and RNG states too). A damaged one raises zckpt.Error
+    (status "damaged") naming the file, and gets no manifest."""
     d = _manifest_dir(checkpoint_dir)
     path = os.path.join(d, MANIFEST_NAME)
     if os.path.exists(path):
         if not overwrite:
             return path
         os.unlink(path)  # else the new manifest would list the old one among the files
+    if d == os.fspath(checkpoint_dir) and checkpoint_dcp_dir(checkpoint_dir):
+        _verify_before_manifest(d)
     run(_manifest_write_dir, _b(d), None, progress=False, label="manifest")
     return path
 
@@ -245,7 +281,11 @@ def _decide(checkpoint_dir, world, stage, threads, world_given=True):
     """On rank 0: the folder to resume from, resharding when needed."""
     tag_dir = checkpoint_tag_dir(checkpoint_dir)
     if tag_dir is None:
-        return os.fspath(checkpoint_dir)  # no DeepSpeed checkpoint: nothing zckpt changes
+        # no DeepSpeed checkpoint: nothing zckpt changes (an FSDP save's DCP loads at any world
+        # size), but an incomplete one is refused
+        if checkpoint_dcp_dir(checkpoint_dir):
+            _check_complete(checkpoint_dir)
+        return os.fspath(checkpoint_dir)
     _check_complete(tag_dir)
     src_world, src_stage = _inspect_layout(checkpoint_dir)
     want_stage = stage or src_stage
@@ -365,10 +405,16 @@ def _callback_class():
             one model.safetensors, as zero_to_fp32 gives).
         manifest: write zckpt-manifest.json after each save (default True).
         timeout_s: how long the other ranks wait for the main process at each save.
+        ds_engine: DeepSpeed's save_checkpoint goes through zckpt.ds_engine (installed for every
+            DeepSpeed engine made after this callback, so make it before trainer.train()): the tag
+            folder appears whole or not at all and `latest` is written atomically, so a run
+            killed during a save resumes from the previous checkpoint (last_complete_checkpoint).
+            The manifest stays this callback's, written once all of checkpoint-N is.
         """
 
         def __init__(self, consolidate=None, *, consolidated_name="consolidated", best_dir=None, dtype=None,
-                     max_shard_size=None, exclude_frozen=False, manifest=True, threads=0, timeout_s=6 * 3600):
+                     max_shard_size=None, exclude_frozen=False, manifest=True, threads=0, timeout_s=6 * 3600,
+                     ds_engine=False):
             modes = set() if consolidate is None else {consolidate} if isinstance(consolidate, str) else set(consolidate)
             if not modes <= {"every", "best"}:
                 raise ValueError(f"consolidate={consolidate!r}: use None, 'every', 'best' or ('every', 'best')")
@@ -381,6 +427,11 @@ def _callback_class():
             self.timeout_s = timeout_s
             self.group = None
             self.last_saved = None
+            if ds_engine:
+                from .ds_engine import install_default
+                # the engine's commit writes no manifest when this callback writes it after the
+                # Trainer's own files (else checkpoint-N would look complete before they are there)
+                install_default(manifest=not manifest)
 
         # every rank runs these hooks; _main_does makes rank 0 work and the others wait
 
@@ -396,38 +447,59 @@ def _callback_class():
             # below is the barrier that makes every rank's files final before the manifest.
             ckpt = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             self.last_saved = ckpt
-            _main_does(lambda: self._after_save(ckpt), self.group)
+            model = kwargs.get("model")
+            _main_does(lambda: self._after_save(ckpt, model), self.group)
 
         def on_train_end(self, args, state, control, **kwargs):
             if self.best:
                 best = state.best_model_checkpoint or self.last_saved
                 out = self.best_dir or os.path.join(args.output_dir, "best_model")
-                _main_does(lambda: self._consolidate(best, out) if best else logger.warning(
+                model = kwargs.get("model")
+                _main_does(lambda: self._consolidate(best, out, model) if best else logger.warning(
                     "zckpt: no checkpoint was saved: nothing to consolidate"), self.group)
             if self.group is not None:
                 _dist().destroy_process_group(self.group)
                 self.group = None
 
-        def _after_save(self, ckpt):
+        def _after_save(self, ckpt, model=None):
             if not os.path.isdir(ckpt):
                 # a hyper-parameter search saves under OUTPUT_DIR/run-<trial>/, which the hook is not told
                 logger.warning("zckpt: %s not found: no manifest written for this save", ckpt)
                 return
+            # a manifest in checkpoint-N itself (no DeepSpeed tag folder: FSDP) covers the folder
+            # consolidated/ is written into, so that one comes first; a tag folder's does not
+            covers_consolidated = checkpoint_tag_dir(ckpt) is None
+            if self.every and covers_consolidated:
+                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name), model)
             if self.manifest:
                 t0 = time.monotonic()
                 write_manifest(ckpt, overwrite=True)
                 logger.info("zckpt: %s/%s written in %.1f s", _manifest_dir(ckpt), MANIFEST_NAME,
                             time.monotonic() - t0)
-            if self.every:
-                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name))
+            if self.every and not covers_consolidated:
+                self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name), model)
 
-        def _consolidate(self, ckpt, out):
+        def _consolidate(self, ckpt, out, model=None):
             from . import consolidate
-            if checkpoint_tag_dir(ckpt) is None:
-                logger.warning("zckpt: %s holds no DeepSpeed checkpoint: nothing to consolidate", ckpt)
+            # an FSDP save is read from its DCP folder: checkpoint-N/consolidated is then no part of the input
+            dcp = checkpoint_dcp_dir(ckpt) if checkpoint_tag_dir(ckpt) is None else None
+            if checkpoint_tag_dir(ckpt) is None and dcp is None:
+                logger.warning("zckpt: %s holds no DeepSpeed checkpoint or torch DCP: nothing to consolidate", ckpt)
                 return None
             t0 = time.monotonic()
-            consolidate(ckpt, out, overwrite=True, progress=False, **self.options)
+            consolidate(dcp or ckpt, out, overwrite=True, progress=False, **self.options)
+            config = getattr(model, "config", None)
+            if dcp and config is not None and not os.path.exists(os.path.join(out, "config.json")):
+                # an FSDP checkpoint-N holds no config.json to take along: the model's, named after
+                # its transformers class (fully_shard makes the model an FSDP<class>), and the
+                # folder's manifest made again to list it
+                if not getattr(config, "architectures", None):
+                    import copy
+                    cls = next((c for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
+                    config = copy.deepcopy(config)
+                    config.architectures = [cls.__name__] if cls else None
+                config.save_pretrained(out)
+                write_manifest(out, overwrite=True)
             logger.info("zckpt: consolidated %s into %s in %.1f s", ckpt, out, time.monotonic() - t0)
             return out
 

@@ -1,7 +1,8 @@
 #!/bin/sh
-# cli_dcp_damage.sh ZCKPT FIXTURES: `zckpt consolidate`, `verify` and `inspect` on a real
-# torch Distributed Checkpoint (tests/fixtures/dcp) pass the intact folder, and refuse each
-# damaged copy in one line naming the file, with a non-zero exit and nothing at OUT: a bit
+# cli_dcp_damage.sh ZCKPT FIXTURES: `zckpt consolidate`, `verify`, `inspect`, `reshard` (to
+# DeepSpeed) and `to-universal` on a real torch Distributed Checkpoint (tests/fixtures/dcp)
+# pass the intact folder, and refuse each damaged copy in one line naming the file, with a
+# non-zero exit and nothing at OUT (nor a hidden folder beside it): a bit
 # flipped inside a chunk's data (the zip CRC-32 the executor checks as it streams; inspect
 # reads no tensor byte and passes it), a truncated .distcp, a missing .distcp, a .distcp of
 # another save of another layout, a .metadata pickle that calls os.system.
@@ -17,16 +18,20 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" verify -q "$SRC" >"$T/out" 2>&1 || fail "intact verify: $(cat "$T/out")"
 "$BIN" inspect "$SRC" >"$T/out" 2>&1 || fail "intact inspect: $(cat "$T/out")"
 grep -q "model.embed_tokens.weight" "$T/out" || fail "inspect lists no weights: $(cat "$T/out")"
+"$BIN" reshard -q "$SRC" "$T/ds" --to-stage 2 --to-world-size 3 2>"$T/err" || fail "intact reshard: $(cat "$T/err")"
+"$BIN" to-universal -q "$SRC" "$T/uv/universal" 2>"$T/err" || fail "intact to-universal: $(cat "$T/err")"
 
 # $1 case, $2 file the message must name; every job: exit != 0, one line naming it, no OUT
 refused() {
-  for job in consolidate verify inspect; do
+  for job in consolidate verify inspect reshard to-universal; do
     [ "$job" = inspect ] && [ "$1" = bitflip ] && continue
     out="$T/out-$1-$job"
     case $job in
       consolidate) "$BIN" consolidate -q "$T/$1" "$out" >"$T/so" 2>"$T/se"; rc=$? ;;
       verify) "$BIN" verify -q "$T/$1" >"$T/so" 2>"$T/se"; rc=$?; cat "$T/so" >>"$T/se" ;;
       inspect) "$BIN" inspect "$T/$1" >"$T/so" 2>"$T/se"; rc=$? ;;
+      reshard) "$BIN" reshard -q "$T/$1" "$out" --to-stage 2 --to-world-size 3 >"$T/so" 2>"$T/se"; rc=$? ;;
+      to-universal) "$BIN" to-universal -q "$T/$1" "$out" >"$T/so" 2>"$T/se"; rc=$? ;;
     esac
     [ $rc -ne 0 ] || fail "$1: $job exited 0"
     if [ "$job" = verify ]; then
@@ -36,6 +41,7 @@ refused() {
       grep -q "^zckpt: error: .*$2" "$T/se" || fail "$1: $job did not name $2: $(cat "$T/se")"
     fi
     [ ! -e "$out" ] || fail "$1: $job left $out"
+    ! ls -A "$T" | grep -q "^\.out-" || fail "$1: $job left $(ls -A "$T" | grep "^\.out-")"
   done
 }
 

@@ -105,8 +105,9 @@ static void check_case(const char *name) {
   const zck_model *m = zck_dcp_model(c);
   const zck_dcp_info *in = zck_dcp_info_of(c);
   const cJSON *case_ = cJSON_GetObjectItem(exp, "case");
-  /* Accelerate: the model's folder and the optimizer's beside it, found from the output_dir */
-  bool accelerate = !strncmp(name, "accelerate", 10);
+  /* Accelerate and the HF Trainer: the model's folder and the optimizer's beside it, found
+   * from the output_dir */
+  bool accelerate = !strncmp(name, "accelerate", 10) || !strncmp(name, "hf_trainer", 10);
   ZT_EQ_INT(in->n_files, cJSON_GetObjectItem(case_, "world")->valueint * (accelerate ? 2 : 1));
   if (accelerate) ZT_ASSERT(strstr(in->dir, "/checkpoint-2/pytorch_model_fsdp_0"));
   ZT_ASSERT(in->has_optimizer_state);
@@ -180,7 +181,8 @@ static void check_case(const char *name) {
 int main(void) {
   const char *cases[] = {"llama_tied_w2_fp32", "llama_untied_w3_fp32", "llama_tied_w3_bf16mp", "llama_untied_w2_bf16",
                          "accelerate_untied_w2_fp32", "llama_tied_w2_fp32_reloaded_w3",
-                         "titan_untied_w2_fp32/step-3", "titan_untied_w2_fp32"};
+                         "titan_untied_w2_fp32/step-3", "titan_untied_w2_fp32", "hf_trainer_tied_w2_fp32",
+                         "hf_trainer_tied_w2_fp32/checkpoint-2"};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i]);
   return 0;
 }

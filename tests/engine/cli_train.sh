@@ -89,6 +89,10 @@ small="--ranks 2 --per-device-train-batch-size 2 --n-positions 16 --n-embd 16 --
 "$BIN" $small --output-dir "$T/run" --save-steps 3 --deepspeed "$CONF/ds_zero3.json" --bf16 2>"$T/err1" >/dev/null ||
   fail "save run: $(cat "$T/err1")"
 [ -f "$T/run/checkpoint-3/latest" ] && [ -f "$T/run/checkpoint-6/model.safetensors" ] || fail "checkpoints missing: $(ls -R "$T/run")"
+# the manifest says who wrote the checkpoint: zckpt, at this program's version
+m="$T/run/checkpoint-3/global_step3/zckpt-manifest.json"
+grep -qxF '  "tool": "zckpt",' "$m" && grep -qxF "  \"version\": \"$("$BIN" --version | cut -d' ' -f2)\"," "$m" ||
+  fail "$m does not name zckpt and its version: $(sed -n 2,6p "$m")"
 # the console and trainer_state.json give one learning rate per step (HF logs the rate after
 # the scheduler's step in both); the run warms up, so an off-by-one step shows
 for k in 1 2 3 4 5 6; do

@@ -234,6 +234,8 @@ def worker(spec_path):
     cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False),
                       spec.get("nvme"), spec.get("fused_adam", False))
     cfg.update(spec.get("top", {}))   # e.g. data_types.grad_accum_dtype fp32: BF16_Optimizer
+    if spec.get("no_scheduler"):      # a checkpoint with no lr scheduler state (one converted from torch DCP)
+        cfg.pop("scheduler", None)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=cfg)
     res = {"spec": spec}
     if spec["mode"] == "train":

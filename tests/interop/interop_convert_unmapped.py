@@ -1,5 +1,5 @@
 """interop_convert_unmapped.py: a sharded HF checkpoint whose shard holds tensors that the
-index's weight_map leaves out (malformed-inputs.md IX-08). transformers' from_pretrained
+index's weight_map leaves out. transformers' from_pretrained
 takes every key of every shard the weight_map names, and huggingface_hub's load_torch_model
 loads each such shard whole; `zckpt convert` must give the same state dict: every tensor of
 those shards, bit for bit, with one "zckpt: warning: ..." line per unmapped tensor."""

@@ -1,7 +1,8 @@
 """interop_dcp.py: zckpt on torch Distributed Checkpoints against torch itself, run live.
 
-For every real DCP fixture under tests/fixtures/dcp/<case> (FSDP2 folders, and an
-Accelerate save_state laid out as an HF output_dir), run torch's own
+For every real DCP fixture under tests/fixtures/dcp/<case> (FSDP2 folders, torchtitan's
+step-N, an Accelerate save_state laid out as an HF output_dir, and the HF Trainer's own FSDP
+output_dir, both also consolidated from their checkpoint-2), run torch's own
 torch.distributed.checkpoint.format_utils.dcp_to_torch_save now (not the committed
 result) and require `zckpt consolidate` to give the same model tensors bit for bit (names,
 dtypes, shapes, bytes) in every output variant: model.safetensors, HF shards + index,
@@ -129,6 +130,14 @@ with tempfile.TemporaryDirectory() as tmp:
             if name == "shards" and not os.path.exists(os.path.join(out, "model.safetensors.index.json")):
                 fail(f"{case} shards: no index with --max-shard-size 2KB")
             compare(case, name, load(out), ref, cast)
+        ckpt_n = os.path.join(src, "checkpoint-2")
+        if os.path.isdir(ckpt_n):   # an output_dir (above): its checkpoint-N named itself too
+            out = f"{o}-checkpoint-2"
+            r = run("consolidate", "-q", ckpt_n, out)
+            if r.returncode != 0:
+                fail(f"{case} checkpoint-2: zckpt consolidate failed: {r.stderr.strip()}")
+            else:
+                compare(case, "checkpoint-2", load_hf_dir(out), ref)
         r = run("verify", src)
         if r.returncode != 0:
             fail(f"{case}: zckpt verify failed: {r.stderr.strip()}")

@@ -35,6 +35,7 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 import ds_harness as H  # noqa: E402
+import fsdp2_harness as F  # noqa: E402
 
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
 STEPS, MORE = 2, 2
@@ -50,27 +51,20 @@ def fsdp2_worker(spec_path):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     with open(spec_path) as f:
         spec = json.load(f)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ref = torch.load(spec["ref"], weights_only=False)
-    m = H.fixture()
-    model = m.build_model()
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if spec["dtype"] == "bf16" else MixedPrecisionPolicy()
-    fully_shard(model, mesh=init_device_mesh("cpu", (world,)), mp_policy=mp)
-    groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
-    opt = torch.optim.AdamW(groups, lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+    model, opt = F.build(world, spec["dtype"])
     msd, osd = get_state_dict(model, opt)
     sd = {"model": msd, "optim": osd}
     dcp.load(sd, checkpoint_id=spec["dcp"])
     set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
     probs = []
-    full = lambda t: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()  # noqa: E731
+    full = F.full
     named = dict(model.named_parameters())
     for n, want in ref["gathered"].items():
         p = named[n]
@@ -100,27 +94,15 @@ def fsdp2_worker(spec_path):
     if len(opt.param_groups) != len(ref["param_groups"]):
         probs.append(f"{len(opt.param_groups)} param groups, DeepSpeed had {len(ref['param_groups'])}")
 
-    def ds_loss(k):
-        """The loss DeepSpeed logs for step k: each of its ranks' slice, averaged as it all-reduces them."""
-        total = torch.zeros((), dtype=torch.float32)
-        for r in range(ref["ds_world"]):
-            ids, tgt = H.batch(k, r, ref["ds_world"])
-            total += model(ids, tgt).detach().float()
-        return (total / ref["ds_world"]).item()
-
-    loss = ds_loss(STEPS)
+    loss = F.ds_loss(model, STEPS, ref["ds_world"])
     want = ref["losses"][0]
     if spec["dtype"] == "fp32" and loss != want:
         probs.append(f"next loss {loss!r} != the uninterrupted run's {want!r}")
     if spec["dtype"] == "bf16" and abs(loss - want) > LOSS_RTOL["bf16"] * abs(want):
         probs.append(f"next loss {loss!r} vs the uninterrupted run's {want!r}: beyond bf16 rounding")
     # one step on this world size's split of the same global batch, then the next loss
-    ids, tgt = H.batch(STEPS, rank, world)
-    model(ids, tgt).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad()
-    loss2, want2 = ds_loss(STEPS + 1), ref["losses"][1]
+    F.train_step(model, opt, STEPS, rank, world)
+    loss2, want2 = F.ds_loss(model, STEPS + 1, ref["ds_world"]), ref["losses"][1]
     if abs(loss2 - want2) > LOSS_RTOL[spec["dtype"]] * abs(want2):
         probs.append(f"loss after one FSDP2 step {loss2!r} vs the uninterrupted run's {want2!r}")
     with open(f"{spec['out']}.rank{rank}.json", "w") as f:
@@ -130,17 +112,8 @@ def fsdp2_worker(spec_path):
 
 
 def run_fsdp2(tmp, name, world, dcp_dir, ref_path, dtype):
-    from ds_launch import launch
-    spec = {"dcp": dcp_dir, "ref": ref_path, "dtype": dtype, "out": os.path.join(tmp, name)}
-    spec_path = os.path.join(tmp, name + ".json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    logs = os.path.join(tmp, name + ".log")
-    rc = launch(world, [os.path.abspath(__file__), "--fsdp2", spec_path], log_prefix=logs, timeout=300)
-    if rc != 0:
-        return [f"FSDP2 ranks failed (exit {rc}): {H.error_of(logs, world)}"], None
-    res = [json.load(open(f"{spec['out']}.rank{r}.json")) for r in range(world)]
-    return sorted({p for r in res for p in r["problems"]}), res[0]
+    probs, res = F.launch(tmp, name, world, __file__, {"dcp": dcp_dir, "ref": ref_path, "dtype": dtype})
+    return probs, res[0] if res else None
 
 
 # ---- the DeepSpeed side and the checks

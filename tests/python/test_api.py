@@ -1,13 +1,15 @@
-"""test_api.py: the zckpt Python package as installed (a wheel in a fresh venv, or the
-source tree with $ZCKPT_LIBRARY), with the standard library only: no torch, no numpy.
+"""test_api.py: the zckpt Python package as installed (a wheel in a fresh venv with its
+declared dependencies, or the source tree with $ZCKPT_LIBRARY), needing no torch.
 
 Checks each job against the zckpt command's own results, errors as zckpt.Error with the
 one-line message, progress reports, cancellation by the callback and by Ctrl-C (nothing
-left at OUT or beside it), and that importing the package pulls in neither torch nor numpy.
+left at OUT or beside it), that importing the package pulls in neither torch nor numpy,
+and the zero_to_fp32 state dict as numpy arrays (where numpy is installed, torch not).
 Run: python test_api.py (ZCK_FIXTURES and ZCK_BIN name the fixtures and a zckpt program).
 """
 import ctypes
 import filecmp
+import json
 import os
 import re
 import signal
@@ -288,6 +290,45 @@ class Api(unittest.TestCase):
         with self.assertRaises(zckpt.Error) as e:
             zckpt.get_fp32_state_dict_from_zero_checkpoint(CKPT)
         self.assertIn("torch or numpy", str(e.exception))
+
+
+class StateDictNumpy(unittest.TestCase):
+    """get_fp32_state_dict_from_zero_checkpoint with the wheel's declared dependencies only
+    (numpy, ml_dtypes; no torch): numpy arrays holding the bytes `zckpt consolidate` writes,
+    the frozen bfloat16 weight as an ml_dtypes array."""
+
+    def test_arrays_equal_the_command(self):
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("numpy is not installed here")
+        try:
+            import torch  # noqa: F401
+            self.skipTest("torch is installed here (the state dict holds torch tensors)")
+        except ImportError:
+            pass
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "model.safetensors")
+            subprocess.run([BIN, "consolidate", "-q", CKPT, out], check=True)
+            with open(out, "rb") as f:
+                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+                data = f.read()
+        header.pop("__metadata__", None)
+        sd = zckpt.get_fp32_state_dict_from_zero_checkpoint(CKPT)
+        # a tied name is the same array as its source (safetensors holds the source only)
+        tied = set(sd) - set(header)
+        self.assertTrue(set(header) <= set(sd))
+        for name in tied:
+            self.assertTrue(any(sd[name] is sd[k] for k in header), name)
+        dtypes = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
+        for name, h in header.items():
+            a = sd[name]
+            self.assertIsInstance(a, np.ndarray, name)
+            self.assertEqual(a.dtype.name, dtypes[h["dtype"]], name)
+            self.assertEqual(list(a.shape), h["shape"], name)
+            begin, end = h["data_offsets"]
+            self.assertEqual(a.tobytes(), data[begin:end], name)
+        self.assertIn("BF16", {h["dtype"] for h in header.values()})
 
 
 if __name__ == "__main__":

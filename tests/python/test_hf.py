@@ -78,6 +78,29 @@ class Hf(unittest.TestCase):
         self.assertTrue(zh.is_complete(d))
         self.assertEqual(zh.prepare_resume(d, world_size=2), d)
 
+    def test_fsdp_checkpoint(self):
+        # the HF Trainer's own FSDP save (SHARDED_STATE_DICT): verified before its manifest, which goes
+        # into checkpoint-N and lists the Trainer's files too
+        d = os.path.join(self.tmp, "checkpoint-2")
+        shutil.copytree(os.path.join(FX, "dcp", "hf_trainer_tied_w2_fp32", "checkpoint-2"), d)
+        self.assertEqual(zh.checkpoint_dcp_dir(d), os.path.join(d, "pytorch_model_fsdp_0"))
+        self.assertEqual(zh.write_manifest(d), os.path.join(d, zh.MANIFEST_NAME))
+        rep = zckpt.verify(d)
+        self.assertTrue(rep.clean and not rep.findings, rep.findings)
+        self.assertTrue(zh.is_complete(d))
+        self.assertEqual(zh.prepare_resume(d, world_size=3), d)   # torch reshards a DCP on load
+        os.unlink(os.path.join(d, "optimizer_0", "__1_0.distcp"))
+        self.assertFalse(zh.is_complete(d))
+        with self.assertRaises(zckpt.Error) as e:
+            zh.prepare_resume(d, world_size=2)
+        self.assertIn("incomplete checkpoint", str(e.exception))
+        # a damaged one gets no manifest
+        os.unlink(os.path.join(d, zh.MANIFEST_NAME))
+        with self.assertRaises(zckpt.Error) as e:
+            zh.write_manifest(d)
+        self.assertIn("__1_0.distcp", str(e.exception))
+        self.assertFalse(os.path.exists(os.path.join(d, zh.MANIFEST_NAME)))
+
     def test_prepare_resume_same_layout_is_unchanged(self):
         a = hf_checkpoint(self.tmp)
         self.assertEqual(zh.prepare_resume(a, world_size=3), a)

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # wheel_test.sh BUILD_DIR: builds the wheel (scripts/wheel.sh), installs it into a fresh
-# venv with no network and no other package, checks that its programs and library find
-# every shared library inside the install, then runs the CLI tests (tests/cli) and the
-# Python tests (test_api.py, test_hf.py) against that install. Skipped (77) without python3 venv
-# support or when the build tools cannot be fetched from PyPI.
+# venv with its declared dependencies and nothing else, checks that its programs and
+# library find every shared library inside the install, then runs the CLI tests
+# (tests/cli) and the Python tests (test_api.py, test_hf.py) against that install.
+#
+# The dependencies come from a folder of wheels in the user's cache (ZCK_WHEEL_DEPS, else
+# ${XDG_CACHE_HOME:-$HOME/.cache}/zckpt/wheel-deps), installed with --no-index: pip
+# resolves them from the wheel's own metadata, so a dependency missing from pyproject.toml
+# fails here as it would for a user, and later runs need no network. Only when that folder
+# cannot satisfy the wheel (the first run, a new dependency) does `pip download` fill it
+# from PyPI. Skipped (77) without python3 venv support or when the build tools or the
+# dependencies cannot be fetched.
 set -euo pipefail
 build="$1"; here="$(cd "$(dirname "$0")" && pwd)"; root="$here/../.."
 py="${ZCK_PYTHON3:-python3}"
@@ -23,8 +30,21 @@ ZCK_WHEEL_TOOLS="$tools" ZCK_WHEEL_BUILD_DIR="$build/wheel-build" bash "$root/sc
   { cat "$tmp/wheel.log"; echo "FAIL: scripts/wheel.sh"; exit 1; }
 whl=$(ls "$tmp"/dist/zckpt-*-py3-none-manylinux*.whl)
 "$py" -m venv "$tmp/v"
-"$tmp/v/bin/pip" install -q --disable-pip-version-check --no-index "$whl"
+deps="${ZCK_WHEEL_DEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/zckpt/wheel-deps}"
+install() { "$tmp/v/bin/pip" install -q --disable-pip-version-check --no-index --find-links "$deps" "$whl"; }
+if ! install >"$tmp/install.log" 2>&1; then
+  mkdir -p "$deps"
+  if ! "$tmp/v/bin/pip" download -q --disable-pip-version-check -d "$deps" "$whl" >"$tmp/download.log" 2>&1; then
+    tail -3 "$tmp/download.log"; echo "SKIP: could not download the wheel's dependencies from PyPI"; exit 77
+  fi
+  rm -f "$deps"/zckpt-*.whl   # the cache holds the dependencies, not this build's wheel
+  install || { echo "FAIL: pip install of the wheel with its dependencies"; exit 1; }
+fi
 fail=0
+# the venv holds the wheel and what its metadata declares, nothing else
+have=$("$tmp/v/bin/pip" list --disable-pip-version-check --format=freeze --exclude pip --exclude setuptools |
+       cut -d= -f1 | tr 'A-Z_' 'a-z-' | sort | tr '\n' ' ')
+[ "$have" = "ml-dtypes numpy zckpt " ] || { echo "FAIL: the venv holds $have"; fail=1; }
 # every dependency resolves, the non-system ones inside the install
 site=$("$tmp/v/bin/python" -c 'import zckpt, os; print(os.path.dirname(os.path.dirname(zckpt.__file__)))')
 for f in "$site"/zckpt/_bin/zckpt "$site"/zckpt/_bin/zckpt-train "$site"/zckpt/_lib/libzckpt.so; do

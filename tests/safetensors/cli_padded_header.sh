@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cli_padded_header.sh: a safetensors file whose JSON header starts with spaces (ST-16:
-# safetensors loads it; files written by hand or by old writers pad so). The reader took
+# cli_padded_header.sh: a safetensors file whose JSON header starts with spaces
+# (safetensors loads it; files written by hand or by old writers pad so). The reader took
 # it, but the jobs' file-type sniffing wanted '{' right after the length and called it "not
 # a torch .pt/.bin, safetensors file or checkpoint directory". inspect, verify and convert
 # now take it, and convert writes the same tensors as the unpadded file's.

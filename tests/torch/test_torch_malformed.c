@@ -1,7 +1,8 @@
-/* test_torch_malformed.c: one crafted .pt per item of malformed-inputs.md §2 (archive),
- * §4 (persistent ids and storages) and §5 (tensor geometry), each expecting its specific
- * error, plus the inputs those sections say to accept. Files are built with the zip
- * writer and hand-made pickle trees, so each differs from a valid file in one thing. */
+/* test_torch_malformed.c: one crafted .pt per way a torch.save file can be malformed (the
+ * archive, persistent ids and storages, tensor geometry), each expecting its one-line
+ * error naming the file, plus the odd but valid inputs torch accepts too. Files are built
+ * with the zip writer and hand-made pickle trees, so each differs from a valid file in
+ * one thing. */
 #include "test.h"
 #include <unistd.h>
 #include "torch/torch.h"
@@ -134,7 +135,7 @@ static zck_status open_path(const char *path) {
 #define ACCEPT1(s) do { char *p_ = spec_file(&(s), 1, NULL, 0); ZT_OK(open_path(p_)); free(p_); } while (0)
 
 static void test_archive(void) {
-  /* T-01: the legacy magic */
+  /* the legacy magic */
   static const uint8_t legacy[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e, 0x80};
   zck__source src;
   zck__source_memory(&src, "legacy.pt", legacy, sizeof legacy);
@@ -142,13 +143,13 @@ static void test_archive(void) {
   ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_UNSUPPORTED, "legacy.pt: legacy torch serialization (pre-1.6");
   zck__source_close(&src);
   zck__source_memory(&src, "text.pt", "hello world, not a zip", 22);
-  ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_FORMAT, "text.pt: not a torch.save file: does not start with a zip local header (Z-02)");
+  ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_FORMAT, "text.pt: not a torch.save file: does not start with a zip local header");
   zck__source_close(&src);
   zck__source_memory(&src, "p1.pt", "PYTORCH1xxxxxxxxxxxxxxxxxxxx", 28);
-  ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_UNSUPPORTED, "(Z-03)");
+  ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_UNSUPPORTED, "p1.pt: a PYTORCH1 (TorchScript preview) file, not a torch.save file");
   zck__source_close(&src);
   zck__source_memory(&src, "short.pt", "PK", 2);
-  ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_FORMAT, "(Z-02)");
+  ZT_ERR(zck_torch_open_source(&src, NULL, &f), ZCK_ERR_FORMAT, "short.pt: not a torch.save file");
   zck__source_close(&src);
 
   spec s = def();
@@ -156,54 +157,54 @@ static void test_archive(void) {
   ZT_OK(open_path(good));
   free(good);
   static const uint8_t pkl_none[] = {0x80, 0x02, 'N', '.'};
-  /* T-02: first entry not in a folder */
+  /* first entry not in a folder */
   entry t02[] = {{"data.pkl", pkl_none, 4}, {"version", "3\n", 2}};
   char *p = write_zip(t02, 2);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "first archive entry \"data.pkl\" is not in a folder, not a torch.save file (T-02)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "first archive entry \"data.pkl\" is not in a folder, not a torch.save file");
   free(p);
-  /* T-03: an entry outside the prefix */
+  /* an entry outside the prefix */
   entry t03[] = {{"archive/data.pkl", pkl_none, 4}, {"archive/version", "3\n", 2}, {"other/x", "x", 1}};
   p = write_zip(t03, 3);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "entry \"other/x\" is outside the archive folder \"archive/\" (T-03)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "entry \"other/x\" is outside the archive folder \"archive/\"");
   free(p);
-  /* T-04: no version record */
+  /* no version record */
   entry t04[] = {{"archive/data.pkl", pkl_none, 4}};
   p = write_zip(t04, 1);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "record archive/version is missing (T-04)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "record archive/version is missing");
   free(p);
-  /* T-05: version not a number, or out of 1..10 */
+  /* version not a number, or out of 1..10 */
   entry t05a[] = {{"archive/data.pkl", pkl_none, 4}, {"archive/version", "abc", 3}};
   p = write_zip(t05a, 2);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "archive/version is not a number (T-05)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "archive/version is not a number");
   free(p);
   entry t05b[] = {{"archive/data.pkl", pkl_none, 4}, {"archive/version", "11\n", 3}};
   p = write_zip(t05b, 2);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "file format version 11 is outside the readable range 1..10 (T-05)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "file format version 11 is outside the readable range 1..10");
   free(p);
   entry t05c[] = {{"archive/data.pkl", pkl_none, 4}, {"archive/.data/version", "6\n", 2}};   /* accepted */
   p = write_zip(t05c, 2);
   ZT_OK(open_path(p));
   free(p);
-  /* T-06: byteorder not little / big; big unsupported */
+  /* byteorder not little / big; big unsupported */
   entry t06[] = {{"archive/data.pkl", pkl_none, 4}, {"archive/byteorder", "little\n", 7}, {"archive/version", "3\n", 2}};
   p = write_zip(t06, 3);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "byteorder record is not \"little\" or \"big\" (T-06)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "byteorder record is not \"little\" or \"big\"");
   free(p);
   t06[1] = (entry){"archive/byteorder", "big", 3};
   p = write_zip(t06, 3);
   ZT_ERR(open_path(p), ZCK_ERR_UNSUPPORTED, "big-endian torch files are not supported");
   free(p);
-  /* T-07: no data.pkl */
+  /* no data.pkl */
   entry t07[] = {{"archive/version", "3\n", 2}};
   p = write_zip(t07, 1);
-  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "record archive/data.pkl is missing (T-07)");
+  ZT_ERR(open_path(p), ZCK_ERR_FORMAT, "record archive/data.pkl is missing");
   free(p);
-  /* T-08: TorchScript */
+  /* TorchScript */
   entry t08[] = {{"archive/data.pkl", pkl_none, 4}, {"archive/constants.pkl", pkl_none, 4}, {"archive/version", "3\n", 2}};
   p = write_zip(t08, 3);
-  ZT_ERR(open_path(p), ZCK_ERR_UNSUPPORTED, "TorchScript archive (has constants.pkl), not a torch.save file (T-08)");
+  ZT_ERR(open_path(p), ZCK_ERR_UNSUPPORTED, "TorchScript archive (has constants.pkl), not a torch.save file");
   free(p);
-  /* T-09: .format_version present: accepted (we read local headers, not computed offsets) */
+  /* .format_version present: accepted (we read local headers, not computed offsets) */
   entry t09[] = {{"archive/.format_version", "1", 1}};
   p = spec_file(&s, 1, t09, 1);
   ZT_OK(open_path(p));
@@ -218,92 +219,80 @@ static void test_archive(void) {
 
 static void test_storages(void) {
   spec s;
-  /* S-01 */
   s = def(); s.first = "notstorage";
-  EXPECT1(s, ZCK_ERR_FORMAT, "t: persistent id is not a ('storage', ...) tuple (S-01)");
-  /* S-02 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "t: persistent id is not a ('storage', ...) tuple");
   s = def(); s.pid_len = 6;
-  EXPECT1(s, ZCK_ERR_FORMAT, "persistent id has 6 items, expected 5 (a TorchScript pickle?) (S-02)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "persistent id has 6 items, expected 5 (a TorchScript pickle?)");
   s = def(); s.pid_len = 4;
-  EXPECT1(s, ZCK_ERR_FORMAT, "persistent id has 4 items, expected 5 (S-02)");
-  /* S-03 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "persistent id has 4 items, expected 5");
   s = def(); s.cls = "FooStorage";
-  EXPECT1(s, ZCK_ERR_FORMAT, "unknown storage type torch.FooStorage (S-03)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "unknown storage type torch.FooStorage");
   s = def(); s.cls = "QInt8Storage"; s.record_bytes = 6;
-  EXPECT1(s, ZCK_ERR_UNSUPPORTED, "quantized storage QInt8Storage is not supported (S-03)");
-  /* S-04 */
+  EXPECT1(s, ZCK_ERR_UNSUPPORTED, "quantized storage QInt8Storage is not supported");
   s = def(); s.key_kind = 2;
-  EXPECT1(s, ZCK_ERR_FORMAT, "storage key is a None, not a str or int (S-04)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "storage key is a None, not a str or int");
   s = def(); s.loc_int = 1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': location is not a str (S-04)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': location is not a str");
   s = def(); s.numel = -1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': numel is not a non-negative int (S-04)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': numel is not a non-negative int");
   s = def(); s.key_kind = 1;   /* an int key is valid */
   ACCEPT1(s);
-  /* S-05 */
   s = def(); s.no_record = 1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': record archive/data/0 is missing (S-05)");
-  /* S-06: torch 1.13 reads out of bounds here */
+  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': record archive/data/0 is missing");
+  /* torch 1.13 reads out of bounds here */
   s = def(); s.record_bytes = 8;
-  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': record has 8 bytes, but 6 x float32 needs 24 (S-06)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': record has 8 bytes, but 6 x float32 needs 24");
   s = def(); s.record_bytes = 28;
-  EXPECT1(s, ZCK_ERR_FORMAT, "(S-06)");
-  /* S-07: the same key as two types */
+  EXPECT1(s, ZCK_ERR_FORMAT, "storage '0': record has 28 bytes, but 6 x float32 needs 24");
+  /* the same key as two types */
   spec two[2] = {def(), def()};
   two[1].cls = "IntStorage";
-  EXPECT_SPECS(two, 2, ZCK_ERR_FORMAT, "u: storage '0' used as IntStorage x 6 after float32 x 6 (S-07)");
+  EXPECT_SPECS(two, 2, ZCK_ERR_FORMAT, "u: storage '0' used as IntStorage x 6 after float32 x 6");
   two[1] = def();
   two[1].numel = 12;
-  EXPECT_SPECS(two, 2, ZCK_ERR_FORMAT, "(S-07)");
-  /* S-08: cuda locations are CPU bytes */
+  EXPECT_SPECS(two, 2, ZCK_ERR_FORMAT, "storage '0' used as FloatStorage x 12 after float32 x 6");
+  /* cuda locations are CPU bytes */
   s = def(); s.loc = "cuda:3";
   ACCEPT1(s);
 }
 
 static void test_geometry(void) {
   spec s;
-  /* G-01 */
   s = def(); s.nargs = 5;
-  EXPECT1(s, ZCK_ERR_FORMAT, "t: tensor rebuild call with 5 arguments, expected 6 (G-01)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "t: tensor rebuild call with 5 arguments, expected 6");
   s = def(); s.fn = "_rebuild_parameter"; s.nargs = 3;
-  EXPECT1(s, ZCK_ERR_FORMAT, "parameter data is not a tensor (G-01)");
-  /* G-02 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "parameter data is not a tensor");
   s = def(); s.stride_ndim = 1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "size has 2 dimensions but stride 1 (G-02)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "size has 2 dimensions but stride 1");
   s = def(); s.size_str = 1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "size or stride 0 is not an int (G-02)");
-  /* G-03 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "size or stride 0 is not an int");
   s = def(); s.ndim = s.stride_ndim = 1; s.size[0] = 6; s.stride[0] = -1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "negative size or stride in dimension 0 (6, -1) (G-03)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "negative size or stride in dimension 0 (6, -1)");
   s = def(); s.size[1] = -3;
-  EXPECT1(s, ZCK_ERR_FORMAT, "(G-03)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "negative size or stride in dimension 1");
   s = def(); s.off = -1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "negative storage offset -1 (G-03)");
-  /* G-04 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "negative storage offset -1");
   s = def(); s.size[0] = (int64_t)1 << 62; s.size[1] = (int64_t)1 << 62;
-  EXPECT1(s, ZCK_ERR_FORMAT, "size / stride arithmetic overflows (G-04)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "size / stride arithmetic overflows");
   s = def(); s.size[0] = 2; s.stride[0] = INT64_MAX;
-  EXPECT1(s, ZCK_ERR_FORMAT, "(G-0");
+  EXPECT1(s, ZCK_ERR_FORMAT, "size / stride arithmetic overflows");
   s = def(); s.numel = INT64_MAX;
-  EXPECT1(s, ZCK_ERR_FORMAT, "elements overflow a byte count (G-04)");
-  /* G-05 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "elements overflow a byte count");
   s = def(); s.off = 1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "view needs 7 elements of storage '0' (offset 1), which has 24 bytes = 6 elements (G-05)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "view needs 7 elements of storage '0' (offset 1), which has 24 bytes = 6 elements");
   s = def(); s.stride[0] = 4;
-  EXPECT1(s, ZCK_ERR_FORMAT, "(G-05)");
-  /* G-06 */
+  EXPECT1(s, ZCK_ERR_FORMAT, "view needs");
   s = def(); s.fn = "_rebuild_tensor_v3"; s.cls = "storage.UntypedStorage"; s.numel = 24; s.nargs = 7; s.v3_dtype = "notadtype";
-  EXPECT1(s, ZCK_ERR_FORMAT, "tensor dtype is not a known torch dtype (G-06)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "tensor dtype is not a known torch dtype");
   s.v3_dtype = "complex32";
-  EXPECT1(s, ZCK_ERR_UNSUPPORTED, "dtype torch.complex32 is not supported (G-06)");
+  EXPECT1(s, ZCK_ERR_UNSUPPORTED, "dtype torch.complex32 is not supported");
   s.v3_dtype = "float32";
   ACCEPT1(s);
-  /* G-07 */
   s = def(); s.hooks = 1;
-  EXPECT1(s, ZCK_ERR_FORMAT, "backward_hooks is not an empty OrderedDict (G-07)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "backward_hooks is not an empty OrderedDict");
   s = def(); s.hooks = 2;
-  EXPECT1(s, ZCK_ERR_FORMAT, "(G-07)");
-  /* G-08: a view smaller than its storage, shared storages, an offset: accepted */
+  EXPECT1(s, ZCK_ERR_FORMAT, "backward_hooks is not an empty OrderedDict");
+  /* a view smaller than its storage, shared storages, an offset: accepted */
   spec two[2] = {def(), def()};
   two[0].ndim = two[0].stride_ndim = 1; two[0].size[0] = 2; two[0].stride[0] = 2; two[0].off = 3;
   char *p = spec_file(two, 2, NULL, 0);
@@ -314,11 +303,11 @@ static void test_geometry(void) {
   ZT_EQ_INT(zck_torch_tensor_count(f), 2);
   zck_torch_close(f);
   free(p);
-  /* G-09: numel 0 with an offset inside the storage */
+  /* numel 0 with an offset inside the storage */
   s = def(); s.size[0] = 0; s.off = 6;
   ACCEPT1(s);
   s = def(); s.size[0] = 0; s.off = 7;
-  EXPECT1(s, ZCK_ERR_FORMAT, "(G-05)");
+  EXPECT1(s, ZCK_ERR_FORMAT, "view needs");
 }
 
 /* A shared 10-ary DAG 40 levels deep under a None key (no state dict name reaches it):

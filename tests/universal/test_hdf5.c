@@ -4,7 +4,7 @@
  *  - a round trip through the parallel writer (3-D, edge chunks, bf16 / f16 / bool / i64,
  *    empty and 0-dim datasets) filled by shuffled small extents on 4 threads, read back
  *    by range and by HDF5's own H5Dread (the registered filter);
- *  - malformed files, one per check of malformed-inputs.md §8 (H-01..H-08);
+ *  - malformed files, one per check of the chunk reader (zstd frames, sizes, filters, dtype);
  *  - an injected ENOSPC while writing chunks leaves no file behind;
  *  - compact datasets (zck_h5_write_opts.compact_bytes): small tensors stored in their
  *    object header read back exact (by range, and by HDF5's own H5Dread), larger ones stay
@@ -317,14 +317,14 @@ static void test_malformed(const char *tmp) {
   zck_h5_close(f0);
   free(fx);
   struct { mal k; zck_status st; const char *needle; } cases[] = {
-    {M_NO_SIZE, ZCK_ERR_FORMAT, "does not record its content size (H-01)"},
-    {M_TWO_FRAMES, ZCK_ERR_FORMAT, "(H-02)"},
-    {M_SHORT, ZCK_ERR_FORMAT, "content size 16, expected 32 bytes (H-03)"},
-    {M_DEFLATE, ZCK_ERR_UNSUPPORTED, "mandatory filter 1 (deflate) not supported (H-05)"},
-    {M_DEFLATE_OPT, ZCK_ERR_UNSUPPORTED, "filter 1 applied; only zstd (32015) is supported (H-05)"},
+    {M_NO_SIZE, ZCK_ERR_FORMAT, "does not record its content size"},
+    {M_TWO_FRAMES, ZCK_ERR_FORMAT, "bytes after the first zstd frame"},
+    {M_SHORT, ZCK_ERR_FORMAT, "content size 16, expected 32 bytes"},
+    {M_DEFLATE, ZCK_ERR_UNSUPPORTED, "mandatory filter 1 (deflate) not supported"},
+    {M_DEFLATE_OPT, ZCK_ERR_UNSUPPORTED, "filter 1 applied; only zstd (32015) is supported"},
     {M_RAW_SKIPPED, ZCK_OK, NULL},
-    {M_RAW_WRONG_SIZE, ZCK_ERR_FORMAT, "16 stored bytes, expected 32 (H-03)"},
-    {M_BAD_ATTR, ZCK_ERR_FORMAT, "(H-08)"},
+    {M_RAW_WRONG_SIZE, ZCK_ERR_FORMAT, "16 stored bytes, expected 32"},
+    {M_BAD_ATTR, ZCK_ERR_FORMAT, "does not match the stored"},
     {M_NO_CHECKSUM, ZCK_OK, NULL},
     {M_BAD_CHECKSUM, ZCK_ERR_DAMAGED, ":/d: chunk [0]: damaged: its data does not match the chunk's zstd checksum"},
   };
@@ -339,7 +339,7 @@ static void test_malformed(const char *tmp) {
       ZT_ASSERT(strstr(zck_last_error(), p));   /* names the file */
     }
   }
-  /* H-07: a fixed-length NULLPAD dtype attribute is read like a variable-length one */
+  /* a fixed-length NULLPAD dtype attribute is read like a variable-length one */
   snprintf(p, sizeof p, "%s/fixed.h5", tmp);
   make_bad(p, M_FIXED_ATTR);
   zck_h5_file *f = NULL;

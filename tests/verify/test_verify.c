@@ -191,7 +191,7 @@ static void test_deepspeed_damage(const char *tmp) {
   flip_byte(f, off + nbytes / 2);
   zck_verify_report *r = expect(ck, NULL, ZCK_VERIFY_DAMAGED);
   const zck_verify_finding *x = find(r, ZCK_VERIFY_DAMAGE, "zip-crc", OPTIM1, VICTIM);
-  ZT_ASSERT(strstr(x->message, "[Z-22]"));
+  ZT_ASSERT(strstr(x->message, "CRC-32 is ") && !strstr(x->message, "[Z-"));
   ZT_ASSERT(x->offset >= 0 && (uint64_t)x->offset <= off && (uint64_t)x->offset + x->length >= off + nbytes);
   ZT_EQ_STR(x->file, f);
   zck_verify_report_free(r);
@@ -235,7 +235,7 @@ static void test_deepspeed_damage(const char *tmp) {
   ZT_ASSERT(truncate(f2, 6000) == 0);
   r = expect(ck2, NULL, ZCK_VERIFY_DAMAGED);
   find(r, ZCK_VERIFY_DAMAGE, "size", OPTIM1, "truncated: 6000 bytes");
-  find(r, ZCK_VERIFY_DAMAGE, "structure", OPTIM1, "Z-04");
+  find(r, ZCK_VERIFY_DAMAGE, "structure", OPTIM1, "no end-of-central-directory record");
   zck_verify_report_free(r);
   char *ck3 = join(tmp, "trunc");
   sh("cp -r '%s' '%s'", src, ck3);

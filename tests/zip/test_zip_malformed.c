@@ -1,6 +1,6 @@
-/* test_zip_malformed.c: one hand-made corrupt archive per failure mode of
- * malformed-inputs.md §1 (Z-01..Z-22), each built from a valid archive by changing bytes,
- * each checked for its status and message. With ZCK_ZIP_DUMP_DIR set, every crafted file
+/* test_zip_malformed.c: one hand-made corrupt archive per failure mode of the zip reader,
+ * each built from a valid archive by changing bytes, each checked for its status and its
+ * one-line message (the file's name and what is wrong, no internal check code). With ZCK_ZIP_DUMP_DIR set, every crafted file
  * is also written there (that is how the fuzz seed corpus was made). */
 #include "test.h"
 #include "zip/zip.h"
@@ -71,7 +71,7 @@ static void dump(blob b, const char *tag) {
 }
 
 /* Opening must fail with this status and a message containing both fragments. */
-static void expect_open(blob b, const char *tag, zck_status st, const char *id, const char *what) {
+static void expect_open(blob b, const char *tag, zck_status st, const char *what) {
   dump(b, tag);
   zck__source src;
   zck__source_memory(&src, "bad.zip", b.d, b.n);
@@ -80,8 +80,8 @@ static void expect_open(blob b, const char *tag, zck_status st, const char *id, 
   if (s != st) ZT_FAIL("%s: expected %s, got %s (%s)", tag, zck_status_name(st), zck_status_name(s), zck_last_error());
   ZT_ASSERT(z == NULL);
   const char *msg = zck_last_error();
-  if (!strstr(msg, "bad.zip: ") || !strstr(msg, id) || !strstr(msg, what))
-    ZT_FAIL("%s: message \"%s\" lacks \"%s\" or \"%s\"", tag, msg, id, what);
+  if (!strstr(msg, "bad.zip: ") || !strstr(msg, what) || strstr(msg, "[Z-") || strchr(msg, '\n'))
+    ZT_FAIL("%s: message \"%s\" lacks \"%s\" or is not one plain line", tag, msg, what);
   zck__source_close(&src);
   free(b.d);
 }
@@ -109,146 +109,146 @@ int main(void) {
     zck__source_close(&src);
   }
 
-  /* Z-01: shorter than an end record */
+  /* shorter than an end record */
   c = copy(base); c.n = 21;
-  expect_open(c, "short", ZCK_ERR_FORMAT, "Z-01", "shorter than an end record");
-  /* Z-02: not PK\3\4 */
+  expect_open(c, "short", ZCK_ERR_FORMAT, "shorter than an end record");
+  /* not PK\3\4 */
   c = copy(base); c.d[0] = 'X';
-  expect_open(c, "magic", ZCK_ERR_FORMAT, "Z-02", "not PK\\3\\4");
-  /* Z-03: PYTORCH1 */
+  expect_open(c, "magic", ZCK_ERR_FORMAT, "not PK\\3\\4");
+  /* PYTORCH1 */
   c = copy(base); memcpy(c.d, "PYTORCH1", 8);
-  expect_open(c, "pytorch1", ZCK_ERR_UNSUPPORTED, "Z-03", "PYTORCH1");
-  /* T-01: the legacy pickle format */
+  expect_open(c, "pytorch1", ZCK_ERR_UNSUPPORTED, "PYTORCH1");
+  /* the legacy pickle format */
   c = copy(base); memcpy(c.d, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 14);
-  expect_open(c, "legacy", ZCK_ERR_UNSUPPORTED, "T-01", "legacy (pre-1.6");
-  /* Z-02: an end record first, yet entries listed */
+  expect_open(c, "legacy", ZCK_ERR_UNSUPPORTED, "legacy (pre-1.6");
+  /* an end record first, yet entries listed */
   c = copy(classic); memcpy(c.d, "PK\5\6", 4);
-  expect_open(c, "endfirst", ZCK_ERR_FORMAT, "Z-02", "starts with an end record");
+  expect_open(c, "endfirst", ZCK_ERR_FORMAT, "starts with an end record");
 
-  /* Z-04: no end record; an end record whose comment runs past the file */
+  /* no end record; an end record whose comment runs past the file */
   c = copy(base); c.d[eocd(c)] = 'X';
-  expect_open(c, "noeocd", ZCK_ERR_FORMAT, "Z-04", "no end-of-central-directory");
+  expect_open(c, "noeocd", ZCK_ERR_FORMAT, "no end-of-central-directory");
   c = copy(base); put16(c, eocd(c) + 20, 1);
-  expect_open(c, "comment", ZCK_ERR_FORMAT, "Z-04", "no end-of-central-directory");
+  expect_open(c, "comment", ZCK_ERR_FORMAT, "no end-of-central-directory");
 
-  /* Z-05: locator total disks, locator target, record size */
+  /* locator total disks, locator target, record size */
   c = copy(base); put32(c, locator(c) + 16, 2);
-  expect_open(c, "disks", ZCK_ERR_UNSUPPORTED, "Z-05", "of 2 disks");
+  expect_open(c, "disks", ZCK_ERR_UNSUPPORTED, "of 2 disks");
   c = copy(base); put64(c, locator(c) + 8, c.n - 50);
-  expect_open(c, "locpast", ZCK_ERR_FORMAT, "Z-05", "leaves no room");
+  expect_open(c, "locpast", ZCK_ERR_FORMAT, "leaves no room");
   c = copy(base); put64(c, locator(c) + 8, 0);
-  expect_open(c, "loctarget", ZCK_ERR_FORMAT, "Z-05", "no ZIP64 end record at offset 0");
+  expect_open(c, "loctarget", ZCK_ERR_FORMAT, "no ZIP64 end record at offset 0");
   c = copy(base); put64(c, z64eocd(c) + 4, 40);
-  expect_open(c, "recsize", ZCK_ERR_FORMAT, "Z-05", "record size 40");
+  expect_open(c, "recsize", ZCK_ERR_FORMAT, "record size 40");
 
-  /* Z-06: counts on this disk != total; multi-disk; end records that disagree */
+  /* counts on this disk != total; multi-disk; end records that disagree */
   c = copy(classic); put16(c, eocd(c) + 8, 2);
-  expect_open(c, "ndisk", ZCK_ERR_FORMAT, "Z-06", "2 entries on this disk but 3 in total");
+  expect_open(c, "ndisk", ZCK_ERR_FORMAT, "2 entries on this disk but 3 in total");
   c = copy(base); put64(c, z64eocd(c) + 24, 2); put16(c, eocd(c) + 8, 0xFFFF);
-  expect_open(c, "ndisk64", ZCK_ERR_FORMAT, "Z-06", "2 entries on this disk but 3 in total");
+  expect_open(c, "ndisk64", ZCK_ERR_FORMAT, "2 entries on this disk but 3 in total");
   c = copy(classic); put16(c, eocd(c) + 4, 1);
-  expect_open(c, "multidisk", ZCK_ERR_UNSUPPORTED, "Z-06", "multi-disk archive (disk 1, directory on disk 0)");
+  expect_open(c, "multidisk", ZCK_ERR_UNSUPPORTED, "multi-disk archive (disk 1, directory on disk 0)");
   c = copy(base); put16(c, eocd(c) + 10, 2);
-  expect_open(c, "disagree", ZCK_ERR_FORMAT, "Z-06", "disagree");
+  expect_open(c, "disagree", ZCK_ERR_FORMAT, "disagree");
 
-  /* Z-07: too many entries; a directory of 4 GiB */
+  /* too many entries; a directory of 4 GiB */
   c = copy(big); put64(c, z64eocd(c) + 24, 1ull << 33); put64(c, z64eocd(c) + 32, 1ull << 33);
-  expect_open(c, "count", ZCK_ERR_FORMAT, "Z-07", "more than 2^32-1");
+  expect_open(c, "count", ZCK_ERR_FORMAT, "more than 2^32-1");
   c = copy(big); put64(c, z64eocd(c) + 40, 1ull << 32);
-  expect_open(c, "cdsize", ZCK_ERR_FORMAT, "Z-07", "4 GiB or more");
+  expect_open(c, "cdsize", ZCK_ERR_FORMAT, "4 GiB or more");
 
-  /* Z-08: directory too small for its entries; past the end records; bytes left over */
+  /* directory too small for its entries; past the end records; bytes left over */
   c = copy(classic); put32(c, eocd(c) + 12, 100);
-  expect_open(c, "cdsmall", ZCK_ERR_FORMAT, "Z-08", "cannot hold 3 entries");
+  expect_open(c, "cdsmall", ZCK_ERR_FORMAT, "cannot hold 3 entries");
   c = copy(classic); put32(c, eocd(c) + 16, zck__le32(c.d + eocd(c) + 16) + 1);
-  expect_open(c, "cdpast", ZCK_ERR_FORMAT, "Z-08", "runs past the end records");
+  expect_open(c, "cdpast", ZCK_ERR_FORMAT, "runs past the end records");
   c = copy(classic); put16(c, eocd(c) + 8, 2); put16(c, eocd(c) + 10, 2);
-  expect_open(c, "cdtrail", ZCK_ERR_FORMAT, "Z-08", "bytes after its 2 entries");
+  expect_open(c, "cdtrail", ZCK_ERR_FORMAT, "bytes after its 2 entries");
 
   c = copy(classic); put16(c, eocd(c) + 8, 0); put16(c, eocd(c) + 10, 0);
-  expect_open(c, "cdnoentries", ZCK_ERR_FORMAT, "Z-08", "lists no entries");
+  expect_open(c, "cdnoentries", ZCK_ERR_FORMAT, "lists no entries");
 
-  /* Z-09: bad entry signature; a name running past the directory; a broken extra chain */
+  /* bad entry signature; a name running past the directory; a broken extra chain */
   c = copy(base); c.d[cd_entry(c, 1)] = 'Q';
-  expect_open(c, "cdsig", ZCK_ERR_FORMAT, "Z-09", "bad signature");
+  expect_open(c, "cdsig", ZCK_ERR_FORMAT, "bad signature");
   c = copy(base); put16(c, cd_entry(c, 2) + 28, 200);
-  expect_open(c, "cdname", ZCK_ERR_FORMAT, "Z-09", "run past the end of the directory");
+  expect_open(c, "cdname", ZCK_ERR_FORMAT, "run past the end of the directory");
   c = copy(big); put16(c, cd_entry(c, 0) + 46 + 4 + 2, 200);
-  expect_open(c, "extra", ZCK_ERR_FORMAT, "Z-09", "extra field 0x0001 of 200 bytes");
+  expect_open(c, "extra", ZCK_ERR_FORMAT, "extra field 0x0001 of 200 bytes");
   c = copy(base); put16(c, cd_entry(c, 2) + 28, 2); put16(c, cd_entry(c, 2) + 30, 2); /* name "a/", extra "d2" */
-  expect_open(c, "extratail", ZCK_ERR_FORMAT, "Z-09", "2 stray bytes");
+  expect_open(c, "extratail", ZCK_ERR_FORMAT, "2 stray bytes");
 
-  /* Z-10: stored entry whose sizes differ; a compressed entry of 0 bytes for 100 */
+  /* stored entry whose sizes differ; a compressed entry of 0 bytes for 100 */
   c = copy(base); put32(c, cd_entry(c, 1) + 20, 99);
-  expect_open(c, "compsize", ZCK_ERR_FORMAT, "Z-10", "compressed size 99 != uncompressed size 100");
+  expect_open(c, "compsize", ZCK_ERR_FORMAT, "compressed size 99 != uncompressed size 100");
   c = copy(base); put16(c, cd_entry(c, 1) + 10, 8); put32(c, cd_entry(c, 1) + 20, 0);
-  expect_open(c, "compzero", ZCK_ERR_FORMAT, "Z-10", "100 bytes compressed into 0");
+  expect_open(c, "compzero", ZCK_ERR_FORMAT, "100 bytes compressed into 0");
 
-  /* Z-11: local header + data past the entries area */
+  /* local header + data past the entries area */
   c = copy(base); put32(c, cd_entry(c, 2) + 42, (uint32_t)cd_off(c) - 31);
-  expect_open(c, "lhopast", ZCK_ERR_FORMAT, "Z-11", "runs past the entries area");
+  expect_open(c, "lhopast", ZCK_ERR_FORMAT, "runs past the entries area");
 
-  /* Z-12: entry on another disk */
+  /* entry on another disk */
   c = copy(base); put16(c, cd_entry(c, 1) + 34, 1);
-  expect_open(c, "entrydisk", ZCK_ERR_UNSUPPORTED, "Z-12", "lives on disk 1");
+  expect_open(c, "entrydisk", ZCK_ERR_UNSUPPORTED, "lives on disk 1");
 
-  /* Z-13: encryption and patch flags */
+  /* encryption and patch flags */
   c = copy(base); put16(c, cd_entry(c, 0) + 8, 0x0809);
-  expect_open(c, "encrypted", ZCK_ERR_UNSUPPORTED, "Z-13", "\"a/d0\" is encrypted");
+  expect_open(c, "encrypted", ZCK_ERR_UNSUPPORTED, "\"a/d0\" is encrypted");
   c = copy(base); put16(c, cd_entry(c, 0) + 8, 0x0848);
-  expect_open(c, "strongenc", ZCK_ERR_UNSUPPORTED, "Z-13", "is encrypted");
+  expect_open(c, "strongenc", ZCK_ERR_UNSUPPORTED, "is encrypted");
   c = copy(base); put16(c, cd_entry(c, 0) + 8, 0x0828);
-  expect_open(c, "patch", ZCK_ERR_UNSUPPORTED, "Z-13", "patch data");
+  expect_open(c, "patch", ZCK_ERR_UNSUPPORTED, "patch data");
 
-  /* Z-15: no local header where the directory says; data past the entries area */
+  /* no local header where the directory says; data past the entries area */
   c = copy(base); c.d[lho(c, 1)] = 'Q';
-  expect_open(c, "localsig", ZCK_ERR_FORMAT, "Z-15", "no local header at offset");
+  expect_open(c, "localsig", ZCK_ERR_FORMAT, "no local header at offset");
   c = copy(base); put16(c, lho(c, 2) + 28, 60000);
-  expect_open(c, "localextra", ZCK_ERR_FORMAT, "Z-15", "runs past the entries area");
+  expect_open(c, "localextra", ZCK_ERR_FORMAT, "runs past the entries area");
 
-  /* Z-16: local name differs from the directory's; local name length differs */
+  /* local name differs from the directory's; local name length differs */
   c = copy(base); c.d[lho(c, 1) + 30 + 3] = '7';
-  expect_open(c, "localname", ZCK_ERR_FORMAT, "Z-16", "names \"a/d7\"");
+  expect_open(c, "localname", ZCK_ERR_FORMAT, "names \"a/d7\"");
   c = copy(base); put16(c, lho(c, 1) + 26, 3);
-  expect_open(c, "localnamelen", ZCK_ERR_FORMAT, "Z-16", "(3 bytes) instead");
+  expect_open(c, "localnamelen", ZCK_ERR_FORMAT, "(3 bytes) instead");
 
-  /* Z-17: sentinels without a ZIP64 field; ZIP64 field too short; end record sentinels */
+  /* sentinels without a ZIP64 field; ZIP64 field too short; end record sentinels */
   c = copy(base); put32(c, cd_entry(c, 1) + 20, 0xFFFFFFFF); put32(c, cd_entry(c, 1) + 24, 0xFFFFFFFF);
-  expect_open(c, "sentinel", ZCK_ERR_FORMAT, "Z-17", "without a ZIP64 extra field");
+  expect_open(c, "sentinel", ZCK_ERR_FORMAT, "without a ZIP64 extra field");
   c = copy(big); put16(c, cd_entry(c, 0) + 46 + 4 + 2, 16); put16(c, cd_entry(c, 0) + 30, 20);
-  expect_open(c, "z64short", ZCK_ERR_FORMAT, "Z-17", "sentinels need 24");
+  expect_open(c, "z64short", ZCK_ERR_FORMAT, "sentinels need 24");
   c = copy(classic); put32(c, eocd(c) + 16, 0xFFFFFFFF);
-  expect_open(c, "eocdsentinel", ZCK_ERR_FORMAT, "Z-17", "no ZIP64 locator");
+  expect_open(c, "eocdsentinel", ZCK_ERR_FORMAT, "no ZIP64 locator");
 
-  /* Z-18: offset + size overflow (ZIP64 values) */
+  /* offset + size overflow (ZIP64 values) */
   c = copy(big); put64(c, cd_entry(c, 0) + 46 + 4 + 4 + 16, UINT64_MAX - 8);
-  expect_open(c, "overflow", ZCK_ERR_FORMAT, "Z-18", "overflows");
+  expect_open(c, "overflow", ZCK_ERR_FORMAT, "overflows");
   c = copy(big); put64(c, cd_entry(c, 0) + 46 + 4 + 4, UINT64_MAX - 2); put64(c, cd_entry(c, 0) + 46 + 4 + 4 + 8, UINT64_MAX - 2);
-  expect_open(c, "overflowsize", ZCK_ERR_FORMAT, "Z-18", "overflows");
+  expect_open(c, "overflowsize", ZCK_ERR_FORMAT, "overflows");
 
-  /* Z-19: an entry whose data runs over the next entry's local header */
+  /* an entry whose data runs over the next entry's local header */
   c = copy(base); put32(c, cd_entry(c, 0) + 20, 200); put32(c, cd_entry(c, 0) + 24, 200);
-  expect_open(c, "overlap", ZCK_ERR_FORMAT, "Z-19", "\"a/d0\" (bytes 0..");
+  expect_open(c, "overlap", ZCK_ERR_FORMAT, "\"a/d0\" (bytes 0..");
 
-  /* Z-20: duplicate names; names equal up to case */
+  /* duplicate names; names equal up to case */
   c = copy(base); c.d[cd_entry(c, 1) + 46 + 3] = '0';
-  expect_open(c, "duplicate", ZCK_ERR_FORMAT, "Z-20", "duplicate entry name \"a/d0\"");
+  expect_open(c, "duplicate", ZCK_ERR_FORMAT, "duplicate entry name \"a/d0\"");
   c = copy(base); memcpy(c.d + cd_entry(c, 1) + 46, "A/D0", 4);
-  expect_open(c, "case", ZCK_ERR_FORMAT, "Z-20", "\"a/d0\" and \"A/D0\" differ only in case");
+  expect_open(c, "case", ZCK_ERR_FORMAT, "\"a/d0\" and \"A/D0\" differ only in case");
 
-  /* Z-21: NUL, leading '/', backslash, '..' */
+  /* NUL, leading '/', backslash, '..' */
   c = copy(base); c.d[cd_entry(c, 1) + 46 + 1] = 0;
-  expect_open(c, "nul", ZCK_ERR_FORMAT, "Z-21", "NUL byte");
+  expect_open(c, "nul", ZCK_ERR_FORMAT, "NUL byte");
   c = copy(base); memcpy(c.d + cd_entry(c, 1) + 46, "/a/d", 4);
-  expect_open(c, "absolute", ZCK_ERR_FORMAT, "Z-21", "leading '/'");
+  expect_open(c, "absolute", ZCK_ERR_FORMAT, "leading '/'");
   c = copy(base); c.d[cd_entry(c, 1) + 46 + 1] = '\\';
-  expect_open(c, "backslash", ZCK_ERR_FORMAT, "Z-21", "backslash");
+  expect_open(c, "backslash", ZCK_ERR_FORMAT, "backslash");
   c = copy(base); memcpy(c.d + cd_entry(c, 1) + 46, "../x", 4);
-  expect_open(c, "dotdot", ZCK_ERR_FORMAT, "Z-21", "'..' path component");
+  expect_open(c, "dotdot", ZCK_ERR_FORMAT, "'..' path component");
   c = copy(base); put16(c, cd_entry(c, 1) + 28, 0); put16(c, cd_entry(c, 1) + 30, 4);
-  expect_open(c, "emptyname", ZCK_ERR_FORMAT, "Z-21", "empty name");
+  expect_open(c, "emptyname", ZCK_ERR_FORMAT, "empty name");
 
-  /* Z-14: a compressed entry is listed, but reading it is unsupported */
+  /* a compressed entry is listed, but reading it is unsupported */
   c = copy(base); put16(c, cd_entry(c, 1) + 10, 8);
   dump(c, "deflated");
   {
@@ -260,14 +260,14 @@ int main(void) {
     ZT_EQ_INT(e->method, 8);
     uint8_t buf[100];
     ZT_ERR(zck_zip_read_entry(z, e, buf), ZCK_ERR_UNSUPPORTED, "m.zip: entry \"a/d1\" is compressed (method 8)");
-    ZT_ERR(zck_zip_read_range(z, e, buf, 1, 0), ZCK_ERR_UNSUPPORTED, "Z-14");
+    ZT_ERR(zck_zip_read_range(z, e, buf, 1, 0), ZCK_ERR_UNSUPPORTED, "m.zip: entry \"a/d1\" is compressed (method 8)");
     ZT_OK(zck_zip_read_entry(z, zck_zip_find(z, "a/d0"), buf));
     zck_zip_close(z);
     zck__source_close(&src);
   }
   free(c.d);
 
-  /* Z-22: a damaged data byte opens fine; the entry read reports the CRC, naming the entry */
+  /* a damaged data byte opens fine; the entry read reports the CRC, naming the entry */
   c = copy(base);
   {
     zck__source src;

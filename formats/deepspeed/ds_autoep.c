@@ -1,0 +1,721 @@
+/* ds_autoep.c: DeepSpeed AutoEP (expert-parallel MoE, deepspeed/module_inject/auto_ep*.py, 0.19.8) read as
+ * the state view every job consumes.
+ *
+ * What AutoEP saves (runtime/engine.py _save_moe_checkpoint): every MoE block of the HF model (Mixtral,
+ * Qwen3-MoE, DeepSeek presets) becomes an AutoEPMoELayer whose router is `<mlp>.router.gate.weight` (with a
+ * second name `<mlp>.gate.gate.weight` for the same tensor, kept for HF's output capture) and whose experts are
+ * three fused tensors `<mlp>.experts.w1 / w2 / w3` of shape [local experts, ...]: w1 the gate half of HF's
+ * gate_up_proj, w3 its up half, w2 its down_proj. The experts form their own optimizer group ('ep_size_N',
+ * 'moe': True), partitioned over the expert-data-parallel group; rank r holds experts
+ * [r * local, (r + 1) * local) (the placement `ds_autoep_layers` records). ZeRO-1/2 write the module's
+ * expert weights to layer_<L>_expert_<E>_mp_rank_00_model_states.pt (checkpoint_format 'per_expert_files');
+ * ZeRO-3 keeps them in the ZeRO shards only ('zero3_partitioned'). param_shapes hold the local shapes.
+ *
+ * Read here when ep_size equals the world size (expert-data-parallel size 1, uniform placement): then each
+ * expert param, taken at its full shape [experts, ...], is laid out exactly as ZeRO-3 lays out a param over W
+ * ranks (rank r holds elements [r n / W, (r + 1) n / W) at its slot in the expert group), at stage 3 and, for
+ * the expert group only, at stage 1/2. zck__ds_autoep_prepare rewrites the files' records to say so (full
+ * shapes, expert params in `module`, the router alias dropped) before the manifest is built;
+ * zck__ds_autoep_finish then renames the manifest to the HF model's own names, so a consolidated file loads
+ * with from_pretrained:
+ *   <mlp>.router.gate.weight                -> <mlp>.gate.weight (the router alias is not written again: it
+ *                                              is the same tensor, and HF has one name for it)
+ *   <mlp>.experts.w1 [E, I, H] + w3 [E, I, H] -> <mlp>.experts.gate_up_proj [E, 2I, H] (per expert: w1's rows,
+ *                                              then w3's, as HF's forward chunks gate, up)
+ *   <mlp>.experts.w2 [E, H, I]              -> <mlp>.experts.down_proj
+ * The 16-bit expert weights of the expert files are checked (names, shapes, dtype) but not bound: every job
+ * casts the fp32 masters, which is what DeepSpeed's own 16-bit copy holds after a step. Jobs that write
+ * DeepSpeed files again (reshard, to-universal) refuse AutoEP sources for now (zck_ds_info.ep_size). */
+#include "ds_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- ds_autoep_layers, as one model file records it */
+
+typedef struct autoep_layer {
+  int64_t layer_id, num_experts, num_local, ep_size, ep_rank, edp_size;
+  char *module_path, *prefix, *format;
+} autoep_layer;
+
+struct zck__ds_autoep_file {
+  autoep_layer *v;
+  size_t n;
+};
+
+struct zck__ds_autoep {
+  uint32_t ep_size;
+  const struct zck__ds_autoep_file *layers;   /* rank 0's model file's */
+  size_t expert_group;                        /* the param_shapes group of the experts */
+};
+
+void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f) {
+  if (!f) return;
+  for (size_t i = 0; i < f->n; i++) {
+    free(f->v[i].module_path);
+    free(f->v[i].prefix);
+    free(f->v[i].format);
+  }
+  free(f->v);
+  free(f);
+}
+
+void zck__ds_autoep_free(struct zck__ds_autoep *a) { free(a); }
+
+static zck_status need_int(const zck_pk *d, const char *key, int64_t *out, const char *path, size_t i) {
+  if (!zck_pk_as_int(zck_pk_dict_get(d, key), out))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers[%zu]['%s'] is missing or not an int", path, i, key);
+  return ZCK_OK;
+}
+
+static zck_status need_str(const zck_pk *d, const char *key, char **out, const char *path, size_t i) {
+  const char *s = zck_pk_as_str(zck_pk_dict_get(d, key));
+  if (!s) return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers[%zu]['%s'] is missing or not a string", path, i, key);
+  return (*out = zck__strdup(s)) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
+/* expert_placement: {'ranks': [{'rank': k, 'experts': [...]}, ...]}; true when rank k holds experts
+ * [k * local, (k + 1) * local), the only placement read here. */
+static bool uniform_placement(const zck_pk *pl, const autoep_layer *l) {
+  const zck_pk *ranks = pl ? zck_pk_dict_get(pl, "ranks") : NULL;
+  if (!ranks || ranks->kind != ZCK_PK_LIST || (int64_t)ranks->u.seq.len != l->ep_size) return false;
+  for (size_t k = 0; k < ranks->u.seq.len; k++) {
+    const zck_pk *e = ranks->u.seq.items[k];
+    int64_t rank;
+    const zck_pk *ex = zck_pk_dict_get(e, "experts");
+    if (!zck_pk_as_int(zck_pk_dict_get(e, "rank"), &rank) || rank != (int64_t)k || !ex || ex->kind != ZCK_PK_LIST ||
+        (int64_t)ex->u.seq.len != l->num_local)
+      return false;
+    for (size_t j = 0; j < ex->u.seq.len; j++) {
+      int64_t id;
+      if (!zck_pk_as_int(ex->u.seq.items[j], &id) || id != (int64_t)k * l->num_local + (int64_t)j) return false;
+    }
+  }
+  return true;
+}
+
+zck_status zck__ds_autoep_read(zck__ds_model_file *mf, const zck_pk *root, const char *path) {
+  const char *key = "ds_autoep_layers";
+  const zck_pk *list = zck_pk_dict_get(root, key);
+  if (!list || list->kind == ZCK_PK_NONE) list = zck_pk_dict_get(root, key = "autoep_layers");  /* older name */
+  if (!list || list->kind == ZCK_PK_NONE) return ZCK_OK;
+  if (list->kind != ZCK_PK_LIST) return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is not a list", path, key);
+  if (!list->u.seq.len) return ZCK_OK;
+  struct zck__ds_autoep_file *f = zck__calloc(1, sizeof *f);
+  if (!f || !(f->v = zck__calloc(list->u.seq.len, sizeof *f->v))) { free(f); return ZCK_ERR_NO_MEMORY; }
+  mf->autoep = f;
+  for (size_t i = 0; i < list->u.seq.len; i++) {
+    const zck_pk *e = list->u.seq.items[i];
+    autoep_layer *l = &f->v[f->n++];
+    if (!e || e->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: %s[%zu] is not a dict", path, key, i);
+    ZCK_TRY(need_int(e, "moe_layer_id", &l->layer_id, path, i));
+    ZCK_TRY(need_int(e, "num_experts", &l->num_experts, path, i));
+    ZCK_TRY(need_int(e, "num_local_experts", &l->num_local, path, i));
+    ZCK_TRY(need_int(e, "ep_size", &l->ep_size, path, i));
+    ZCK_TRY(need_int(e, "ep_rank", &l->ep_rank, path, i));
+    ZCK_TRY(need_int(e, "expert_data_parallel_world_size", &l->edp_size, path, i));
+    ZCK_TRY(need_str(e, "module_path", &l->module_path, path, i));
+    ZCK_TRY(need_str(e, "expert_key_prefix", &l->prefix, path, i));
+    ZCK_TRY(need_str(e, "checkpoint_format", &l->format, path, i));
+    if (l->layer_id < 0 || l->num_local < 1 || l->ep_size < 1 || l->num_experts != l->num_local * l->ep_size ||
+        l->ep_rank < 0 || l->ep_rank >= l->ep_size)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %s[%zu]: %lld experts, %lld local, ep_size %lld, ep_rank %lld do not add up",
+                       path, key, i, (long long)l->num_experts, (long long)l->num_local, (long long)l->ep_size,
+                       (long long)l->ep_rank);
+    char want[1024];
+    snprintf(want, sizeof want, "%s.experts", l->module_path);
+    if (strcmp(l->prefix, want))
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s[%zu]: experts under '%s', not '%s': not supported yet", path, key, i,
+                       l->prefix, want);
+    if (!uniform_placement(zck_pk_dict_get(e, "expert_placement"), l))
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s[%zu]: expert_placement other than rank k holding experts "
+                       "[k * %lld, (k + 1) * %lld) is not supported yet", path, key, i, (long long)l->num_local,
+                       (long long)l->num_local);
+  }
+  return ZCK_OK;
+}
+
+/* ---- before the manifest: the records say what AutoEP's layout is */
+
+/* The layer whose module_path + rest is name, or NULL. */
+static const autoep_layer *layer_of(const struct zck__ds_autoep_file *f, const char *name, const char *rest) {
+  for (size_t i = 0; i < f->n; i++) {
+    size_t n = strlen(f->v[i].module_path);
+    if (!strncmp(name, f->v[i].module_path, n) && !strcmp(name + n, rest)) return &f->v[i];
+  }
+  return NULL;
+}
+
+/* Which expert weight name is (1, 2, 3), or 0, and its layer. */
+static int expert_weight(const struct zck__ds_autoep_file *f, const char *name, const autoep_layer **layer) {
+  static const char *rest[3] = {".experts.w1", ".experts.w2", ".experts.w3"};
+  for (int w = 0; w < 3; w++)
+    if ((*layer = layer_of(f, name, rest[w]))) return w + 1;
+  return 0;
+}
+
+/* `module` of one model file: the router alias dropped, the three expert params (not saved there) inserted
+ * after the router, at their full shape (stage 3: [0]-shaped placeholders, as the other params). */
+static zck_status rewrite_module(zck_ds_ckpt *c, zck__ds_model_file *mf, const struct zck__ds_autoep_file *f) {
+  size_t cap = mf->n_module + 3 * f->n + 1, n = 0;
+  char **names = zck__calloc(cap, sizeof *names);
+  zck__ds_tref *ts = zck__calloc(cap, sizeof *ts);
+  if (!names || !ts) { free(names); free(ts); return ZCK_ERR_NO_MEMORY; }
+  size_t routers = 0;
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < mf->n_module && s == ZCK_OK; i++) {
+    const char *name = mf->module_names[i];
+    const autoep_layer *l;
+    if (layer_of(f, name, ".gate.gate.weight")) { free(mf->module_names[i]); continue; }  /* the alias */
+    names[n] = mf->module_names[i];
+    ts[n++] = mf->module_t[i];
+    for (size_t k = 0; k < f->n; k++) {
+      size_t pl = strlen(f->v[k].module_path);
+      if (!strncmp(name, f->v[k].module_path, pl) && !strncmp(name + pl, ".router.", 8) &&
+          strcmp(name + pl, ".router.gate.weight"))
+        s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module['%s']: AutoEP router tensors other than router.gate.weight "
+                      "(a router bias) are not supported yet", mf->file->path, name);
+    }
+    if (s != ZCK_OK || !(l = layer_of(f, name, ".router.gate.weight"))) continue;
+    routers++;
+    for (int w = 0; w < 3 && s == ZCK_OK; w++) {
+      char pn[1100];
+      snprintf(pn, sizeof pn, "%s.w%d", l->prefix, w + 1);
+      zck__ds_tref t = {0};
+      t.dtype = mf->module_t[i].dtype;
+      t.ndim = 1;   /* stage 3's placeholder; stage 1/2: the full shape, below */
+      int64_t k = -1;
+      for (size_t g = 0; g < mf->n_param_shapes && k < 0; g++)
+        for (size_t j = 0; j < mf->param_shapes[g].n; j++)
+          if (!strcmp(mf->param_shapes[g].v[j].name, pn)) {
+            const zck__ds_named_shape *ps = &mf->param_shapes[g].v[j];
+            if (c->info.stage <= 2) {
+              t.ndim = ps->ndim;
+              memcpy(t.shape, ps->shape, sizeof t.shape);
+              t.numel = ps->numel;
+            }
+            k = (int64_t)j;
+            break;
+          }
+      if (k < 0) s = zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes has no '%s' (ds_autoep_layers names it)", mf->file->path, pn);
+      else if (!(names[n] = zck__strdup(pn))) s = ZCK_ERR_NO_MEMORY;
+      else ts[n++] = t;
+    }
+  }
+  /* the names now belong to `names` (dropped ones freed above) */
+  free(mf->module_names);
+  free(mf->module_t);
+  mf->module_names = names;
+  mf->module_t = ts;
+  mf->n_module = n;
+  if (s == ZCK_OK && routers != f->n)
+    s = zck__fail(ZCK_ERR_FORMAT, "%s: module has the router.gate.weight of %zu of the %zu AutoEP layers", mf->file->path,
+                  routers, f->n);
+  return s;
+}
+
+/* Expert params take their full shape [experts, ...] in param_shapes; all of them in one group, only them. */
+static zck_status full_shapes(zck_ds_ckpt *c, zck__ds_model_file *mf, const struct zck__ds_autoep_file *f,
+                              size_t *expert_group) {
+  size_t found = 0;
+  int64_t group = -1;
+  for (size_t g = 0; g < mf->n_param_shapes; g++)
+    for (size_t j = 0; j < mf->param_shapes[g].n; j++) {
+      zck__ds_named_shape *ps = &mf->param_shapes[g].v[j];
+      const autoep_layer *l;
+      int w = expert_weight(f, ps->name, &l);
+      if (!w) {
+        if (group == (int64_t)g)
+          return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param_shapes[%zu] mixes '%s' with the AutoEP experts: not supported",
+                           mf->file->path, g, ps->name);
+        continue;
+      }
+      if (group >= 0 && group != (int64_t)g)
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP experts in two param_shapes groups (%lld and %zu): not "
+                         "supported", mf->file->path, (long long)group, g);
+      group = (int64_t)g;
+      if (ps->ndim != 3 || ps->shape[0] != l->num_local)
+        return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes['%s'] is not [%lld local experts, ., .]", mf->file->path,
+                         ps->name, (long long)l->num_local);
+      ps->shape[0] = l->num_experts;
+      ps->numel *= (uint64_t)l->ep_size;
+      found++;
+    }
+  if (found != 3 * f->n)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes holds %zu AutoEP expert weights; ds_autoep_layers needs %zu",
+                     mf->file->path, found, 3 * f->n);
+  (void)c;
+  *expert_group = (size_t)group;
+  return ZCK_OK;
+}
+
+/* Stage 1/2: every layer_<L>_expert_<E> file is there once, and holds exactly expert E's three weights at the
+ * local shape's last dims in the module dtype: a file copied over another, swapped, or of another model is
+ * named. */
+static zck_status check_expert_files(zck_ds_ckpt *c, const struct zck__ds_autoep_file *f, const zck__ds_model_file *mf) {
+  size_t want = 0;
+  for (size_t i = 0; i < f->n; i++) want += (size_t)f->v[i].num_experts;
+  zck_dtype lp = ZCK_DTYPE_INVALID;   /* the module dtype, as its routers have it */
+  for (size_t i = 0; i < mf->n_module && lp == ZCK_DTYPE_INVALID; i++)
+    if (layer_of(f, mf->module_names[i], ".router.gate.weight")) lp = mf->module_t[i].dtype;
+  for (size_t i = 0; i < c->fs.n_experts; i++) {
+    const zck__ds_rankfile *rf = &c->fs.experts[i];
+    unsigned lid = 0, eid = 0;
+    sscanf(rf->name, "layer_%u_expert_%u", &lid, &eid);
+    const autoep_layer *l = NULL;
+    for (size_t k = 0; k < f->n; k++)
+      if (f->v[k].layer_id == (int64_t)lid) l = &f->v[k];
+    if (!l || (int64_t)eid >= l->num_experts)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: no AutoEP layer %u with an expert %u in ds_autoep_layers (a stale file?)",
+                       rf->path, lid, eid);
+    zck__source src;
+    ZCK_TRY(zck__source_open(&src, rf->path));
+    zck_torch_file *tf = NULL;
+    zck_status s = zck_torch_open_source(&src, &c->topts, &tf);
+    const zck_pk *root = s == ZCK_OK ? zck_torch_root(tf) : NULL;
+    if (s == ZCK_OK && (!root || root->kind != ZCK_PK_DICT || root->u.dict.len != 3))
+      s = zck__fail(ZCK_ERR_FORMAT, "%s: not an AutoEP expert file (a dict of the expert's w1, w2, w3)", rf->path);
+    for (int w = 0; w < 3 && s == ZCK_OK; w++) {
+      char key[1100];
+      snprintf(key, sizeof key, "%s.w%d.%u", l->prefix, w + 1, eid);
+      const zck_pk *t = zck_pk_dict_get(root, key);
+      if (!t) {
+        const char *k0 = zck_pk_as_str(root->u.dict.keys[w]);
+        s = zck__fail(ZCK_ERR_FORMAT, "%s: holds '%s' where expert %u's '%s' belongs (another expert's file copied or "
+                      "moved here?)", rf->path, k0 ? k0 : "?", eid, key);
+        break;
+      }
+      zck__ds_tref tr;
+      if ((s = zck__ds_tensor(tf, t, &tr, key)) != ZCK_OK) break;
+      /* the local shape of the weight, less its experts dim */
+      char pn[1100];
+      snprintf(pn, sizeof pn, "%s.w%d", l->prefix, w + 1);
+      const zck__ds_named_shape *ps = NULL;
+      for (size_t g = 0; g < mf->n_param_shapes && !ps; g++)
+        for (size_t j = 0; j < mf->param_shapes[g].n; j++)
+          if (!strcmp(mf->param_shapes[g].v[j].name, pn)) ps = &mf->param_shapes[g].v[j];
+      if (!ps || tr.ndim != 2 || tr.shape[0] != ps->shape[1] || tr.shape[1] != ps->shape[2])
+        s = zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' is not [%lld, %lld] as param_shapes['%s'] says", rf->path, key,
+                      ps ? (long long)ps->shape[1] : -1LL, ps ? (long long)ps->shape[2] : -1LL, pn);
+      else if (tr.dtype != lp)
+        s = zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' is %s; the module's router weights are %s", rf->path, key,
+                      zck_dtype_name(tr.dtype), zck_dtype_name(lp));
+    }
+    zck_torch_close(tf);
+    zck__source_close(&src);
+    ZCK_TRY(s);
+  }
+  if (c->fs.n_experts != want)  /* each name is one (layer, expert): fewer means some are missing */
+    for (size_t k = 0; k < f->n; k++)
+      for (int64_t e = 0; e < f->v[k].num_experts; e++) {
+        char name[128];
+        snprintf(name, sizeof name, "layer_%lld_expert_%lld_mp_rank_00_model_states.pt", (long long)f->v[k].layer_id,
+                 (long long)e);
+        bool seen = false;
+        for (size_t i = 0; i < c->fs.n_experts && !seen; i++) seen = !strcmp(c->fs.experts[i].name, name);
+        if (!seen)
+          return zck__fail(ZCK_ERR_NOT_FOUND, "%s/%s: incomplete AutoEP checkpoint: the expert file is missing", c->fs.dir,
+                           name);
+      }
+  return ZCK_OK;
+}
+
+zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  const struct zck__ds_autoep_file *f = m0->autoep;
+  if (!f) {
+    if (c->fs.n_experts)  /* DS-11: deepspeed.moe.layer.MoE's expert files, or AutoEP's without their record */
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: unsupported checkpoint layout (MoE expert, pipeline-layer or unknown "
+                       "states file); zckpt reads plain ZeRO checkpoints only", c->fs.experts[0].path);
+    for (size_t r = 0; r < c->info.world_size; r++)
+      if (c->optims[r].mixed_counts)
+        return zck__fail(ZCK_ERR_UNSUPPORTED,
+                         "%s: partition_count differs between groups (MoE expert groups are not supported)",
+                         c->optims[r].file->path);
+    return ZCK_OK;
+  }
+  uint32_t W = c->info.world_size;
+  const char *want = c->info.stage == 3 ? "zero3_partitioned" : "per_expert_files";
+  for (size_t i = 0; i < f->n; i++) {
+    const autoep_layer *l = &f->v[i];
+    if (strcmp(l->format, want))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers[%zu] says checkpoint_format '%s' in a stage-%d checkpoint",
+                       m0->file->path, i, l->format, c->info.stage);
+    if (l->ep_size != (int64_t)W || l->edp_size != 1)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP ep_size %lld on %u ranks (expert-data-parallel size %lld) is not "
+                       "supported yet: zckpt reads AutoEP checkpoints whose ep_size is the world size",
+                       m0->file->path, (long long)l->ep_size, W, (long long)l->edp_size);
+  }
+  /* stage 3: every rank's model file records the same layers, each with its own ep_rank */
+  for (size_t r = 0; r < c->n_models; r++) {
+    const zck__ds_model_file *mf = &c->models[r];
+    const struct zck__ds_autoep_file *g = mf->autoep;
+    if (!g || g->n != f->n)
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_autoep_layers lists %zu layers; %s lists %zu", mf->file->path,
+                       g ? g->n : 0, m0->file->path, f->n);
+    for (size_t i = 0; i < f->n; i++)
+      if (g->v[i].layer_id != f->v[i].layer_id || strcmp(g->v[i].module_path, f->v[i].module_path) ||
+          g->v[i].num_experts != f->v[i].num_experts || g->v[i].ep_size != f->v[i].ep_size)
+        return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_autoep_layers[%zu] differs from %s's", mf->file->path, i,
+                         m0->file->path);
+      else if (c->info.stage == 3 && g->v[i].ep_rank != (int64_t)r)
+        return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_autoep_layers[%zu] is ep_rank %lld's, not rank %zu's (a copy of "
+                         "another rank's file?)", mf->file->path, i, (long long)g->v[i].ep_rank, r);
+  }
+  if (c->info.stage == 3 && c->fs.n_experts)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: an expert file in a ZeRO-3 AutoEP checkpoint (its experts are in the ZeRO "
+                     "shards): a stale file of another save", c->fs.experts[0].path);
+  struct zck__ds_autoep *a = zck__calloc(1, sizeof *a);
+  if (!a) return ZCK_ERR_NO_MEMORY;
+  c->autoep = a;
+  a->ep_size = W;
+  a->layers = f;
+  if (c->info.stage <= 2) ZCK_TRY(check_expert_files(c, f, m0));
+  for (size_t r = 0; r < c->n_models; r++) {
+    size_t g = 0;
+    ZCK_TRY(full_shapes(c, &c->models[r], f, &g));
+    if (r && g != a->expert_group)
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: AutoEP experts in param_shapes[%zu]; %s has them in [%zu]",
+                       c->models[r].file->path, g, m0->file->path, a->expert_group);
+    a->expert_group = g;
+  }
+  ZCK_TRY(rewrite_module(c, &c->models[0], f));   /* the other ranks' module entries are not kept (ds_open.c) */
+  /* stage 1/2: the expert group is partitioned over the expert-data-parallel group (1 rank), the others over W */
+  if (c->info.stage <= 2)
+    for (uint32_t r = 0; r < W; r++) {
+      const zck__ds_optim_file *o = &c->optims[r];
+      for (size_t g = 0; g < o->n_counts; g++) {
+        int64_t need = g == a->expert_group ? 1 : (int64_t)W;
+        if (o->counts[g] != need)
+          return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count[%zu] is %lld; the %s group of this AutoEP run is "
+                           "partitioned over %lld", o->file->path, g, (long long)o->counts[g],
+                           g == a->expert_group ? "expert" : "dense", (long long)need);
+      }
+    }
+  c->info.ep_size = W;
+  return ZCK_OK;
+}
+
+/* ---- stage 1/2's train layout: ZeRO-1/2 for the dense groups, the ZeRO-3 split for the expert group */
+
+zck_status zck__ds_autoep_zero12(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
+                                 const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
+                                 zck_layout **out) {
+  *out = NULL;
+  zck_layout *a = NULL, *b = NULL;
+  size_t eg = c->autoep->expert_group;
+  zck_status s = zck_layout_zero12(n_params, numels, specs, n_flat, w, param_align, &a);
+  if (s == ZCK_OK) s = zck_layout_zero3(n_params, numels, specs, n_flat, w, &b);
+  zck_layout_store *stores = s == ZCK_OK ? zck__calloc(a->n_stores + 1, sizeof *stores) : NULL;
+  zck_piece *pieces = s == ZCK_OK ? zck__calloc(a->n_pieces + b->n_pieces + 1, sizeof *pieces) : NULL;
+  if (s == ZCK_OK && (!stores || !pieces)) s = ZCK_ERR_NO_MEMORY;
+  size_t np = 0;
+  if (s == ZCK_OK) {
+    bool *expert = zck__calloc(n_params + 1, sizeof *expert);
+    if (!expert) s = ZCK_ERR_NO_MEMORY;
+    for (size_t i = 0; s == ZCK_OK && i < specs[eg].n_params; i++) expert[specs[eg].params[i]] = true;
+    for (size_t i = 0; s == ZCK_OK && i < a->n_stores; i++)
+      stores[i] = a->stores[i].group == (int32_t)eg ? b->stores[i] : a->stores[i];
+    for (size_t i = 0; s == ZCK_OK && i < a->n_pieces; i++)
+      if (!expert[a->pieces[i].param]) pieces[np++] = a->pieces[i];
+    for (size_t i = 0; s == ZCK_OK && i < b->n_pieces; i++)
+      if (expert[b->pieces[i].param]) pieces[np++] = b->pieces[i];
+    free(expert);
+  }
+  zck_layout *l = NULL;
+  if (s == ZCK_OK) s = zck_layout_custom(n_params, numels, stores, a->n_stores, pieces, np, &l);
+  if (s == ZCK_OK) {  /* the groups, for the checks of build_train: zero12's, the expert group's from zero3 */
+    l->kind = ZCK_LAYOUT_ZERO12;
+    l->world = w;
+    if (!(l->groups = zck__calloc(n_flat + 1, sizeof *l->groups))) s = ZCK_ERR_NO_MEMORY;
+    for (size_t g = 0; s == ZCK_OK && g < n_flat; g++) {
+      const zck_layout_group *from = g == eg ? &b->groups[g] : &a->groups[g];
+      zck_layout_group *to = &l->groups[g];
+      *to = *from;
+      size_t n = from->n_params ? from->n_params : 1;
+      to->params = zck__malloc(n * sizeof *to->params);
+      to->offsets = zck__calloc(n, sizeof *to->offsets);
+      l->n_groups = g + 1;
+      if (!to->params || !to->offsets) { s = ZCK_ERR_NO_MEMORY; break; }
+      if (from->n_params) {
+        memcpy(to->params, from->params, from->n_params * sizeof *to->params);
+        memcpy(to->offsets, from->offsets, from->n_params * sizeof *to->offsets);
+      }
+    }
+  }
+  free(stores);
+  free(pieces);
+  zck_layout_free(a);
+  zck_layout_free(b);
+  if (s != ZCK_OK) { zck_layout_free(l); return s; }
+  *out = l;
+  return ZCK_OK;
+}
+
+/* ---- after describe: the HF model's names */
+
+typedef struct remap {
+  int64_t *to;          /* [old params]: new index, -1 none */
+  uint64_t *half;       /* [old params]: w1 / w3: elements of one expert's half (I * H); 0 otherwise */
+  bool *upper;          /* [old params]: w3 (the up half) */
+} remap;
+
+static zck_status copy_hparams(zck_model *to, uint32_t g, const zck_param_group *from) {
+  for (size_t h = 0; h < from->n_hparams; h++) {
+    const zck_hparam *hp = &from->hparams[h];
+    switch (hp->kind) {
+    case ZCK_HP_NONE: ZCK_TRY(zck_model_group_set_none(to, g, hp->key)); break;
+    case ZCK_HP_BOOL: ZCK_TRY(zck_model_group_set_bool(to, g, hp->key, hp->i != 0)); break;
+    case ZCK_HP_INT: ZCK_TRY(zck_model_group_set_int(to, g, hp->key, hp->i)); break;
+    case ZCK_HP_FLOAT: ZCK_TRY(zck_model_group_set_float(to, g, hp->key, hp->f[0])); break;
+    case ZCK_HP_FLOATS: ZCK_TRY(zck_model_group_set_floats(to, g, hp->key, hp->f, hp->n_floats)); break;
+    case ZCK_HP_STRING: ZCK_TRY(zck_model_group_set_string(to, g, hp->key, hp->s)); break;
+    }
+  }
+  return ZCK_OK;
+}
+
+static zck_status hf_model(const zck_ds_ckpt *c, const zck_model *m, zck_model **out, remap *rm) {
+  const struct zck__ds_autoep_file *f = c->autoep->layers;
+  zck_model *n = zck_model_new();
+  if (!n) return ZCK_ERR_NO_MEMORY;
+  zck_status s = ZCK_OK;
+  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++) {
+    const zck_param *pp = &m->params[p];
+    const autoep_layer *l;
+    int w = expert_weight(f, pp->name, &l);
+    char name[1100];
+    int64_t shape[ZCK_MAX_DIMS];
+    memcpy(shape, pp->shape, sizeof shape);
+    rm->to[p] = -1;
+    if (w == 3) continue;   /* into gate_up_proj, with w1 */
+    if (w == 1) {
+      snprintf(name, sizeof name, "%s.gate_up_proj", l->prefix);
+      shape[1] *= 2;
+    } else if (w == 2) {
+      snprintf(name, sizeof name, "%s.down_proj", l->prefix);
+    } else if ((l = layer_of(f, pp->name, ".router.gate.weight"))) {
+      snprintf(name, sizeof name, "%s.gate.weight", l->module_path);
+    } else {
+      snprintf(name, sizeof name, "%s", pp->name);
+    }
+    uint32_t idx;
+    if ((s = zck_model_add_param(n, name, pp->ndim, shape, pp->dtype, &idx)) != ZCK_OK) break;
+    rm->to[p] = idx;
+    zck_model_set_frozen(n, idx, pp->frozen);
+  }
+  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++) {   /* w3 beside its w1 */
+    const autoep_layer *l;
+    if (expert_weight(f, m->params[p].name, &l) != 3) continue;
+    char w1[1100];
+    snprintf(w1, sizeof w1, "%s.w1", l->prefix);
+    int64_t q = zck_model_find_param(m, w1);
+    if (q < 0 || m->params[q].numel != m->params[p].numel)
+      s = zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' and '%s' differ in shape: not HF's gate_up_proj halves", c->fs.dir, w1,
+                    m->params[p].name);
+    else {
+      rm->to[p] = rm->to[q];
+      rm->half[p] = rm->half[q] = m->params[p].numel / (uint64_t)l->num_experts;
+      rm->upper[p] = true;
+    }
+  }
+  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++)
+    if (m->params[p].tied_to >= 0 && rm->to[p] >= 0)
+      s = zck_model_set_tied(n, (uint32_t)rm->to[p], (uint32_t)rm->to[m->params[p].tied_to]);
+  for (size_t b = 0; b < m->n_buffers && s == ZCK_OK; b++)
+    s = zck_model_add_buffer(n, m->buffers[b].name, m->buffers[b].ndim, m->buffers[b].shape, m->buffers[b].dtype, NULL);
+  for (size_t g = 0; g < m->n_groups && s == ZCK_OK; g++) {
+    uint32_t ng;
+    if ((s = zck_model_add_group(n, &ng)) != ZCK_OK) break;
+    s = copy_hparams(n, ng, &m->groups[g]);
+    for (size_t i = 0; i < m->groups[g].n_params && s == ZCK_OK; i++) {
+      uint32_t p = m->groups[g].params[i];
+      if (rm->to[p] >= 0 && !rm->upper[p]) s = zck_model_group_add_param(n, ng, (uint32_t)rm->to[p]);
+    }
+  }
+  if (s != ZCK_OK) { zck_model_free(n); return s; }
+  *out = n;
+  return ZCK_OK;
+}
+
+/* The layout l (over the old params) over the new ones: w1 / w3 pieces cut at expert boundaries and placed in
+ * their half of each expert's gate_up_proj rows. */
+static zck_status remap_layout(const zck_layout *l, const zck_model *n, const remap *rm, zck_layout **out) {
+  *out = NULL;
+  if (!l) return ZCK_OK;
+  size_t cap = l->n_pieces + 1, np = 0;
+  for (size_t i = 0; i < l->n_pieces; i++)
+    if (rm->half[l->pieces[i].param]) cap += l->pieces[i].count / rm->half[l->pieces[i].param] + 1;
+  zck_piece *pieces = zck__calloc(cap, sizeof *pieces);
+  uint64_t *numels = zck__calloc(n->n_params + 1, sizeof *numels);
+  if (!pieces || !numels) { free(pieces); free(numels); return ZCK_ERR_NO_MEMORY; }
+  zck_model_numels(n, numels);
+  for (size_t i = 0; i < l->n_pieces; i++) {
+    const zck_piece *p = &l->pieces[i];
+    if (rm->to[p->param] < 0) continue;
+    uint32_t to = (uint32_t)rm->to[p->param];
+    uint64_t half = rm->half[p->param];
+    if (!half) {
+      pieces[np] = *p;
+      pieces[np++].param = to;
+      continue;
+    }
+    for (uint64_t done = 0; done < p->count;) {
+      uint64_t off = p->param_off + done, e = off / half, j = off % half;
+      uint64_t k = half - j < p->count - done ? half - j : p->count - done;
+      pieces[np++] = (zck_piece){to, p->store, e * 2 * half + (rm->upper[p->param] ? half : 0) + j, p->store_off + done, k};
+      done += k;
+    }
+  }
+  zck_layout *r = NULL;
+  zck_status s = zck_layout_custom(n->n_params, numels, l->stores, l->n_stores, pieces, np, &r);
+  free(pieces);
+  free(numels);
+  if (s != ZCK_OK) return s;
+  r->world = l->world;
+  *out = r;
+  return ZCK_OK;
+}
+
+zck_status zck__ds_autoep_finish(zck_ds_ckpt *c) {
+  const zck_model *m = c->model;
+  remap rm = {zck__calloc(m->n_params + 1, sizeof *rm.to), zck__calloc(m->n_params + 1, sizeof *rm.half),
+              zck__calloc(m->n_params + 1, sizeof *rm.upper)};
+  zck_model *n = NULL;
+  zck_layout *train = NULL, *frozen = NULL;
+  zck_ds_output *outs = NULL;
+  zck_status s = rm.to && rm.half && rm.upper ? hf_model(c, m, &n, &rm) : ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK) s = remap_layout(c->train_layout, n, &rm, &train);
+  if (s == ZCK_OK) s = remap_layout(c->frozen_layout, n, &rm, &frozen);
+  /* the recipe: the same entries over the new params (w3's merged into w1's gate_up_proj) */
+  int64_t *out_of = s == ZCK_OK ? zck__calloc(c->n_outputs + 1, sizeof *out_of) : NULL;
+  if (s == ZCK_OK && (!out_of || !(outs = zck__calloc(c->n_outputs + 1, sizeof *outs)))) s = ZCK_ERR_NO_MEMORY;
+  size_t no = 0;
+  for (size_t i = 0; s == ZCK_OK && i < c->n_outputs; i++) {
+    zck_ds_output o = c->outputs[i];
+    out_of[i] = -1;
+    if (o.kind == ZCK_DS_OUT_BUFFER) {
+      const zck_buffer *b = &n->buffers[o.index];
+      o.name = b->name;
+      o.shape = b->shape;
+    } else {
+      if (o.index == UINT32_MAX || rm.to[o.index] < 0 || rm.upper[o.index]) continue;
+      const zck_param *pp = &n->params[rm.to[o.index]];
+      o.index = (uint32_t)rm.to[o.index];
+      o.name = pp->name;
+      o.ndim = pp->ndim;
+      o.shape = pp->shape;
+      o.numel = pp->numel;
+      if (o.kind == ZCK_DS_OUT_ALIAS) {
+        if (o.alias_of < 0 || out_of[o.alias_of] < 0) continue;
+        o.alias_of = (int32_t)out_of[o.alias_of];
+      }
+    }
+    out_of[i] = (int64_t)no;
+    outs[no++] = o;
+  }
+  free(out_of);
+  /* flat order and module entries over the new params (w3 stands for its gate_up_proj) */
+  for (size_t k = 0; s == ZCK_OK && k < c->flat_first[c->optims[0].n_flat]; k++)
+    c->flat_params[k] = (uint32_t)rm.to[c->flat_params[k]];
+  if (s == ZCK_OK)
+    for (size_t p = 0; p < m->n_params; p++)
+      if (rm.to[p] >= 0 && !rm.upper[p]) c->param_mod[rm.to[p]] = c->param_mod[p];
+  if (s == ZCK_OK) {
+    zck_model_free(c->model);
+    c->model = n;
+    zck_layout_free(c->train_layout);
+    c->train_layout = train;
+    zck_layout_free(c->frozen_layout);
+    c->frozen_layout = frozen;
+    free(c->outputs);
+    c->outputs = outs;
+    c->n_outputs = no;
+    /* the module's 16-bit expert weights are in the expert files (or, at stage 3, nowhere whole) */
+    zck_layout_free(c->lp_layout);
+    c->lp_layout = NULL;
+    free(c->lp_missing);
+    c->lp_missing = zck__strdup("AutoEP: the 16-bit expert weights are not bound (the fp32 masters are cast)");
+    if (!c->lp_missing) s = ZCK_ERR_NO_MEMORY;
+  } else {
+    zck_model_free(n);
+    zck_layout_free(train);
+    zck_layout_free(frozen);
+    free(outs);
+  }
+  free(rm.to);
+  free(rm.half);
+  free(rm.upper);
+  return s;
+}
+
+/* ---- verify: the expert files hold this save's weights */
+
+/* Stage 1/2: each expert file's weights are the module's 16-bit (or fp32) copy of its fp32 master, which DeepSpeed
+ * writes back after every step (torch's round to nearest even): a file of another save of the same run (same names,
+ * shapes and dtype) differs. Reads every expert weight and its master once; for verify. */
+zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
+  if (!c->autoep || c->info.stage == 3) return ZCK_OK;
+  const struct zck__ds_autoep_file *f = c->autoep->layers;
+  const zck__ds_model_file *m0 = &c->models[0];
+  const zck__ds_shape_list *grp = &m0->param_shapes[c->autoep->expert_group];
+  uint32_t W = c->autoep->ep_size;
+  zck_status s = ZCK_OK;
+  for (size_t i = 0; i < c->fs.n_experts && s == ZCK_OK; i++) {
+    const zck__ds_rankfile *rf = &c->fs.experts[i];
+    unsigned lid = 0, eid = 0;
+    sscanf(rf->name, "layer_%u_expert_%u", &lid, &eid);
+    const autoep_layer *l = NULL;
+    for (size_t k = 0; k < f->n; k++)
+      if (f->v[k].layer_id == (int64_t)lid) l = &f->v[k];
+    if (!l) continue;   /* refused at open */
+    uint32_t r = eid / (uint32_t)l->num_local, local = eid % (uint32_t)l->num_local;
+    const zck__ds_optim_file *o = &c->optims[r];
+    const zck__ds_tref *master = &o->flat[c->autoep->expert_group].fp32;
+    zck__source src;
+    if ((s = zck__source_open(&src, rf->path)) != ZCK_OK) break;
+    zck_torch_file *tf = NULL;
+    s = zck_torch_open_source(&src, &c->topts, &tf);
+    for (int w = 0; w < 3 && s == ZCK_OK; w++) {
+      char key[1100], pn[1100];
+      snprintf(key, sizeof key, "%s.w%d.%u", l->prefix, w + 1, eid);
+      snprintf(pn, sizeof pn, "%s.w%d", l->prefix, w + 1);
+      zck__ds_tref t;
+      if ((s = zck__ds_tensor(tf, zck_pk_dict_get(zck_torch_root(tf), key), &t, key)) != ZCK_OK) break;
+      uint64_t slot = 0, per = 0;   /* the weight's place in rank r's expert partition (local shapes) */
+      for (size_t j = 0; j < grp->n; j++) {
+        uint64_t local_numel = grp->v[j].numel / W;
+        if (!strcmp(grp->v[j].name, pn)) { per = local_numel / (uint64_t)l->num_local; break; }
+        slot += local_numel;
+      }
+      if (!per || !t.contiguous || t.numel != per || master->dtype != ZCK_F32 ||
+          slot + (local + 1) * per > master->numel)
+        continue;   /* open checked names and shapes; nothing to compare against here */
+      size_t esz = zck_dtype_size(t.dtype);
+      float *m = zck__calloc(per, sizeof *m);
+      uint8_t *v = zck__calloc(per, esz);
+      if (!m || !v) s = ZCK_ERR_NO_MEMORY;
+      if (s == ZCK_OK) s = zck__source_read(&o->src, m, per * sizeof *m, master->offset + (slot + local * per) * 4);
+      if (s == ZCK_OK) s = zck__source_read(&src, v, per * esz, t.offset);
+      for (uint64_t k = 0; s == ZCK_OK && k < per; k++) {
+        bool same;
+        if (t.dtype == ZCK_BF16 || t.dtype == ZCK_F16) {
+          uint16_t got;
+          memcpy(&got, v + 2 * k, 2);
+          same = got == (t.dtype == ZCK_BF16 ? zck__bf16_round(m[k]) : zck__f16_round(m[k]));
+        } else {
+          same = t.dtype != ZCK_F32 || !memcmp(v + 4 * k, &m[k], 4);
+        }
+        if (!same)
+          s = zck__fail(ZCK_ERR_DAMAGED, "%s: '%s' element %llu is not the module copy of its fp32 master in %s: "
+                        "a file of another save?", rf->path, key, (unsigned long long)k, o->file->name);
+      }
+      free(m);
+      free(v);
+    }
+    zck_torch_close(tf);
+    zck__source_close(&src);
+  }
+  return s;
+}

@@ -1,0 +1,74 @@
+#!/bin/sh
+# autoep_damage.sh ZCKPT ZCK_DAMAGE: DeepSpeed AutoEP checkpoints (tests/fixtures/autoep) intact and damaged.
+#
+# Intact: inspect, verify and consolidate exit 0. Damaged copies of the ZeRO-2 fixture's expert files
+# (layer_<L>_expert_<E>_mp_rank_00_model_states.pt) and the ZeRO-3 fixture's rank files: every job exits
+# non-zero with exactly one stderr line `zckpt: error: ...` naming the damaged file (verify: its report names it),
+# consolidate leaves nothing at OUT, and the input is untouched. Classes:
+#   copy     expert 1's file copied over expert 2's          swap   expert 1's and 2's files exchanged
+#   other    expert 2's file from another run (the bf16 one's)   missing  expert 2's file removed
+#   stale    expert 2's file from the same run's save at step 1 (fp32 and bf16): verify names it (its weights are
+#            not the module copy of the masters); consolidate and inspect read no expert weights (their output does
+#            not depend on them), so they pass
+#   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's
+#   flip     one bit of an expert weight: verify names it (zip CRC); consolidate and inspect never read the
+#            module's 16-bit expert weights (they cast the fp32 masters), so they pass, as for any 16-bit weight
+set -u
+Z=$1 DAMAGE=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+FIX="$HERE/../fixtures/autoep"
+W=$(mktemp -d) || exit 1
+trap 'rm -rf "$W"' EXIT
+fails=0 passes=0
+ok() { passes=$((passes + 1)); }
+bad() { fails=$((fails + 1)); echo "FAIL: $*"; }
+sums() { (cd "$1" && find . -type f -exec cksum {} + | LC_ALL=C sort -k3); }
+
+# jobs CASE DIR NAME EXPECT: runs the three jobs on DIR; EXPECT ok, or fail naming NAME
+jobs() {
+  for job in inspect verify consolidate; do
+    out="$W/out.$1.$job"
+    before=$(sums "$2")
+    case $job in
+      consolidate) "$Z" consolidate "$2" "$out" >"$W/so" 2>"$W/se"; rc=$? ;;
+      *) "$Z" "$job" "$2" >"$W/so" 2>"$W/se"; rc=$? ;;
+    esac
+    [ "$before" = "$(sums "$2")" ] || bad "$1 $job: the input changed"
+    if [ "$4" = ok ] || { [ "$4" = verify-only ] && [ "$job" != verify ]; }; then
+      [ $rc = 0 ] && ok || bad "$1 $job: exit $rc: $(cat "$W/se")"
+      rm -rf "$out"
+      continue
+    fi
+    [ $rc != 0 ] && ok || bad "$1 $job: exit 0 on a damaged checkpoint"
+    [ ! -e "$out" ] && ok || bad "$1 $job: left $out"
+    if [ "$job" = verify ]; then
+      grep -q "$3" "$W/so" "$W/se" && ok || bad "$1 verify: no line names $3: $(cat "$W/so" "$W/se")"
+    else
+      [ "$(wc -l <"$W/se")" = 1 ] && grep -q "^zckpt: error: .*$3" "$W/se" && ok ||
+        bad "$1 $job: not one error line naming $3: $(cat "$W/se")"
+    fi
+  done
+}
+
+fresh() { rm -rf "$W/ck" && cp -r "$FIX/$1/ckpt" "$W/ck" && T="$W/ck/global_step2"; }
+e() { echo "$T/layer_0_expert_$1_mp_rank_00_model_states.pt"; }
+
+for c in ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16 qwen3_ep2_s2_bf16; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
+
+fresh ep2_s2_fp32; cp "$(e 1)" "$(e 2)"; jobs copy "$W/ck" layer_0_expert_2 fail
+fresh ep2_s2_fp32; mv "$(e 1)" "$W/t.pt"; mv "$(e 2)" "$(e 1)"; mv "$W/t.pt" "$(e 2)"; jobs swap "$W/ck" layer_0_expert_ fail
+fresh ep2_s2_fp32; cp "$FIX/ep2_s2_bf16/ckpt/global_step2/layer_0_expert_2_mp_rank_00_model_states.pt" "$(e 2)"
+jobs other "$W/ck" layer_0_expert_2 fail
+for c in ep2_s2_fp32 ep2_s2_bf16; do
+  fresh $c; cp "$FIX/$c/stale_step1/layer_0_expert_2_mp_rank_00_model_states.pt" "$(e 2)"
+  jobs "stale-$c" "$W/ck" layer_0_expert_2 verify-only
+done
+fresh ep2_s2_fp32; rm "$(e 2)"; jobs missing "$W/ck" layer_0_expert_2 fail
+fresh ep2_s3_fp32; cp "$T/zero_pp_rank_0_mp_rank_00_model_states.pt" "$T/zero_pp_rank_1_mp_rank_00_model_states.pt"
+jobs z3-copy "$W/ck" zero_pp_rank_1_mp_rank_00_model_states fail
+fresh ep2_s2_fp32
+"$DAMAGE" flip "$(e 2)" model.layers.0.mlp.experts.w1.2 >"$W/dlog" 2>&1 || bad "flip: zck_damage: $(cat "$W/dlog")"
+jobs flip "$W/ck" layer_0_expert_2 verify-only
+
+echo "$passes passed, $fails failed"
+[ $fails = 0 ]

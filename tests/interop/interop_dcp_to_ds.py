@@ -1,0 +1,262 @@
+"""interop_dcp_to_ds.py: DeepSpeed resumes from `zckpt reshard DCP OUT` of a torch FSDP2 run.
+
+The source trains the DeepSpeed fixture model (tests/fixtures/gen/make_deepspeed_fixtures.py: a tied embedding /
+head, a frozen Linear, a 1-element param, a float and an int buffer, two param groups) under FSDP2 on the CPU
+(fsdp2_harness: init_device_mesh("cpu", (W,)), fully_shard, torch AdamW, gloo) for STEPS steps on the global
+batches DeepSpeed's harness uses, saves dcp.save({"model": msd, "optim": osd}) from get_state_dict, snapshots its
+full state, and computes the loss of the next global batch as each DeepSpeed target would compute it (the
+uninterrupted run's next loss). `zckpt reshard DCP OUT --to-stage S --to-world-size W [--to-dtype bf16]`
+converts the save; real DeepSpeed (ds_harness, CPU, torch AdamW, no scheduler: a DCP holds none) builds the same
+model at ZeRO-S on W ranks and engine.load_checkpoint(OUT). Checked right after the load:
+
+  state      every trainable param's fp32 master, exp_avg, exp_avg_sq (safe_get_full_*) torch.equal FSDP2's
+             full weight and Adam state; Adam's step and global_steps == FSDP2's step; every param group's
+             settings (lr, betas, eps, weight_decay, ...) == FSDP2's; the frozen param and both buffers ==
+             FSDP2's (bf16 target: the frozen param cast to bf16; DeepSpeed keeps float buffers in float32)
+  next loss  DeepSpeed's first loss after the load == the uninterrupted FSDP2 run's (fp32), within bf16
+             rounding (bf16)
+
+Also: `zckpt to-universal DCP U [--format ds|hdf5]` then `zckpt reshard U OUT2` gives the same DeepSpeed
+checkpoint as the direct reshard at the DCP's own dtype (every file byte for byte but zckpt's manifests); with
+--lib, the Python package's zckpt.reshard(dcp, ..., dtype=) and zckpt.to_universal(dcp, ...) give what the
+command gives.
+
+Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a zckpt binary).
+Usage: interop_dcp_to_ds.py [--lib LIBZCKPT] [SCENARIO...]   (ZCK_BIN = the zckpt binary)
+"""
+import filecmp
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import torch  # noqa: E402
+import ds_harness as H  # noqa: E402
+import fsdp2_harness as F  # noqa: E402
+
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
+zckpt_py = None   # the Python package, with --lib
+STEPS = 2
+BF16_RTOL = 3e-2
+
+# name -> (FSDP2 precision, FSDP2 world size, [(DeepSpeed stage, world size)]). DeepSpeed's logged loss is the
+# all-reduced mean of its ranks' losses: at 1 or 2 ranks that sum has one order, the one ds_loss adds in.
+SOURCES = {
+    "fsdp3_fp32": ("fp32", 3, [(3, 2), (2, 1)]),
+    "fsdp2_bf16": ("bf16", 2, [(2, 1)]),
+}
+
+
+# ---- the FSDP2 side (one process per rank)
+
+def fsdp2_worker(spec_path):
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    with open(spec_path) as f:
+        spec = json.load(f)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, opt = F.build(world, spec["dtype"])
+    for k in range(STEPS):
+        F.train_step(model, opt, k, rank, world)
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=spec["dcp"])
+
+    snap = {"gathered": {}, "lp": {}, "param_groups": [], "step": None}
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        st = opt.state[p]
+        snap["gathered"][n] = {"fp32": F.full(p).clone(), "exp_avg": F.full(st["exp_avg"]).clone(),
+                               "exp_avg_sq": F.full(st["exp_avg_sq"]).clone()}
+        snap["step"] = float(st["step"])
+    snap["lp"]["frozen.weight"] = F.full(model.frozen.weight).clone()
+    for b in ("shift", "counter"):
+        snap["lp"][b] = getattr(model, b).detach().clone()
+    snap["param_groups"] = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    # the uninterrupted run's next loss, as each DeepSpeed target computes it (after the snapshot: the
+    # forward counts into the `counter` buffer)
+    snap["losses"] = {str(w): F.ds_loss(model, STEPS, w) for w in spec["ds_worlds"]}
+    if rank == 0:
+        torch.save(snap, spec["ref"])
+    with open(f"{spec['out']}.rank{rank}.json", "w") as f:
+        json.dump({"problems": []}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ---- the checks
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def compare(ref, res, stage, world, dtype):
+    """DeepSpeed's state right after load_checkpoint (ds_harness snapshot) against FSDP2's."""
+    snap = res[0]["snap"]
+    probs = []
+    if set(snap["gathered"]) != set(ref["gathered"]):
+        probs.append(f"trainable params {sorted(snap['gathered'])} != FSDP2's {sorted(ref['gathered'])}")
+    for n, want in ref["gathered"].items():
+        got = snap["gathered"].get(n, {})
+        for k in ("fp32", "exp_avg", "exp_avg_sq"):
+            if k not in got or not same(got[k], want[k].float()):
+                probs.append(f"{n}: {k} differs from FSDP2's")
+    steps = {float(p["step"]) for p in snap["parts"] if p.get("step") is not None}
+    if steps != {ref["step"]}:
+        probs.append(f"Adam step {sorted(steps)} != FSDP2's {ref['step']}")
+    if snap["global_steps"] != int(ref["step"]):
+        probs.append(f"global_steps {snap['global_steps']} != {int(ref['step'])}")
+    for g, want in enumerate(ref["param_groups"]):
+        got = snap["param_groups"][g] if g < len(snap["param_groups"]) else {}
+        for k, v in want.items():
+            seq = lambda x: list(x) if isinstance(x, (list, tuple)) else x  # noqa: E731
+            if seq(got.get(k)) != seq(v):
+                probs.append(f"param group {g}: {k} = {got.get(k)!r}, FSDP2's {v!r}")
+    if len(snap["param_groups"]) != len(ref["param_groups"]):
+        probs.append(f"{len(snap['param_groups'])} param groups, FSDP2 had {len(ref['param_groups'])}")
+    lp = snap["lp"]
+    if "head.weight" in lp and "embed.weight" in lp and not torch.equal(lp["head.weight"], lp["embed.weight"]):
+        probs.append("head.weight and embed.weight differ: no longer tied")
+    for n, want in ref["lp"].items():
+        if n == "frozen.weight" and dtype == "bf16":
+            want = want.to(torch.bfloat16)
+        if n not in lp or not same(lp[n], want):
+            probs.append(f"{n}: {lp.get(n)!r} != FSDP2's {want!r}")
+    loss, want = res[0]["losses"][0], ref["losses"][str(world)]
+    if dtype == "fp32" and loss != want:
+        probs.append(f"next loss {loss!r} != the uninterrupted FSDP2 run's {want!r}")
+    if dtype == "bf16" and abs(loss - want) > BF16_RTOL * abs(want):
+        probs.append(f"next loss {loss!r} vs the uninterrupted FSDP2 run's {want!r}: beyond bf16 rounding")
+    return probs, loss
+
+
+def zckpt(*args):
+    r = subprocess.run([ZCKPT, *args], capture_output=True, text=True)
+    return None if r.returncode == 0 else f"zckpt {' '.join(args[:1])} failed (exit {r.returncode}): {r.stderr.strip()}"
+
+
+def same_tree(a, b):
+    """Every file of DeepSpeed checkpoint a is in b with the same bytes, and no other (zckpt's manifests aside:
+    they name their folder's source)."""
+    probs = []
+    for root, _, files in os.walk(a):
+        for f in files:
+            if f == "zckpt-manifest.json":
+                continue
+            pa = os.path.join(root, f)
+            pb = os.path.join(b, os.path.relpath(pa, a))
+            if not os.path.exists(pb) or not filecmp.cmp(pa, pb, shallow=False):
+                probs.append(f"{os.path.relpath(pa, a)} differs from the direct reshard's")
+    for root, _, files in os.walk(b):
+        for f in files:
+            if not os.path.exists(os.path.join(a, os.path.relpath(os.path.join(root, f), b))):
+                probs.append(f"{os.path.relpath(os.path.join(root, f), b)}: not in the direct reshard")
+    return probs
+
+
+def scenario(tmp, name, dtype, world, targets):
+    dcp_dir = os.path.join(tmp, name + ".dcp")
+    ref_path = os.path.join(tmp, name + ".ref.pt")
+    probs, _ = F.launch(tmp, name, world, __file__,
+                        {"dtype": dtype, "dcp": dcp_dir, "ref": ref_path, "ds_worlds": sorted({w for _, w in targets})})
+    if probs:
+        return [(f"{name}: FSDP2 run", probs)]
+    ref = torch.load(ref_path, weights_only=False)
+    results = []
+    # to-universal from the DCP, each in a folder of its own (a reshard of a universal folder carries the other
+    # files of the folder holding it, as of an HF checkpoint-N/)
+    universal = {}
+    for fmt, uname in (("ds", "universal"), ("hdf5", "universal.h5")):
+        universal[fmt] = os.path.join(tmp, f"{name}.u-{fmt}", uname)
+        err = zckpt("to-universal", "-q", dcp_dir, universal[fmt], "--format", fmt)
+        if err:
+            results.append((f"{name} -> to-universal --format {fmt}", [err]))
+            universal[fmt] = None
+    if zckpt_py:
+        universal["hdf5 (Python)"] = zckpt_py.to_universal(dcp_dir, os.path.join(tmp, f"{name}.u-py", "universal.h5"),
+                                                           format="hdf5")
+    for stage, w in targets:
+        label = f"{name} -> DeepSpeed ZeRO-{stage} W={w}"
+        out = os.path.join(tmp, f"{name}.s{stage}w{w}")
+        extra = ["--to-dtype", "bf16"] if dtype == "bf16" else []
+        err = zckpt("reshard", "-q", dcp_dir, out, "--to-stage", str(stage), "--to-world-size", str(w), *extra)
+        if err:
+            results.append((label, [err]))
+            continue
+        if zckpt_py:
+            out_py = zckpt_py.reshard(dcp_dir, out + ".py", stage=stage, world_size=w, dtype="bf16" if extra else None)
+            results.append((f"{label}: zckpt.reshard (Python) = the command", same_tree(out, out_py)))
+        try:
+            res = H.run(tmp, f"{name}.ds{stage}w{w}", w, mode="resume", stage=stage, dtype=dtype, load_dir=out, more=1,
+                        no_scheduler=True)
+        except Exception as e:  # a DeepSpeed load that failed: one failure, the others go on
+            results.append((label, [f"{type(e).__name__}: {e}"]))
+            continue
+        probs, loss = compare(ref, res, stage, w, dtype)
+        results.append((f"{label} (next loss {loss:.7g})", probs))
+        # reshard from the universal checkpoints: the same checkpoint as the direct reshard (at the DCP's own
+        # dtype: a universal checkpoint keeps the run's, and --to-dtype is for a DCP source)
+        if extra:
+            out = out + ".dcp-dtype"
+            err = zckpt("reshard", "-q", dcp_dir, out, "--to-stage", str(stage), "--to-world-size", str(w))
+            if err:
+                results.append((f"{label} at the DCP's dtype", [err]))
+                continue
+        for fmt, u in universal.items():
+            if not u:
+                continue
+            out2 = os.path.join(tmp, f"{name}.s{stage}w{w}.via-{fmt.replace(' ', '')}")
+            err = zckpt("reshard", "-q", u, out2, "--to-stage", str(stage), "--to-world-size", str(w))
+            results.append((f"{label} via to-universal --format {fmt}", [err] if err else same_tree(out, out2)))
+    return results
+
+
+def main(argv):
+    global zckpt_py
+    if argv[:1] == ["--lib"]:
+        os.environ["ZCKPT_LIBRARY"] = argv[1]
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+        import zckpt as zckpt_py
+        argv = argv[2:]
+    if not os.path.exists(ZCKPT):
+        print(f"skip: no zckpt binary at {ZCKPT}")
+        return 77
+    want = set(argv)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="zck-dcp2ds-") as tmp:
+        for name, (dtype, world, targets) in SOURCES.items():
+            if want and name not in want:
+                continue
+            try:
+                results = scenario(tmp, name, dtype, world, targets)
+            except Exception as e:
+                traceback.print_exc()
+                results = [(name, [f"{type(e).__name__}: {e}"])]
+            for label, probs in results:
+                if probs:
+                    failed += 1
+                    print(f"FAIL {label}")
+                    for p in probs:
+                        print(f"     {p}")
+                else:
+                    passed += 1
+                    print(f"ok   {label}")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--fsdp2":
+        fsdp2_worker(sys.argv[2])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(main(sys.argv[1:]))
