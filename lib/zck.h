@@ -304,8 +304,9 @@ typedef struct zck_reshard_opts {
                                  (where Hugging Face's Trainer saves it, beside global_step<N>/) */
   zck_reshard_format to_format; /* DCP: OUT is a DCP folder (.metadata, __<r>_0.distcp) for FSDP2 at
                                  to_world_size ranks (0: the source's); to_stage must be 0 */
-  zck_dtype to_dtype;         /* a DCP source: the 16-bit dtype of the DeepSpeed run (ZCK_BF16, ZCK_F16 or
-                                 ZCK_F32); INVALID = the DCP's weight dtype. Other sources keep their run's */
+  zck_dtype to_dtype;         /* a DCP source: the 16-bit dtype of the DeepSpeed run (ZCK_BF16 or ZCK_F32;
+                                 ZCK_F16 is refused: a DCP holds no loss scaler state); INVALID = the DCP's
+                                 weight dtype. Other sources keep their run's */
 } zck_reshard_opts;
 #define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL, \
                                ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID}

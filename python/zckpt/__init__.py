@@ -109,7 +109,7 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
     (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict.
     checkpoint may also be a torch Distributed Checkpoint (FSDP2, Accelerate, HF Trainer FSDP): OUT is then
     the DeepSpeed checkpoint of a ZeRO-`stage` (default 3) run at world_size ranks (default: the DCP's);
-    dtype ("bf16", "fp16", "fp32") is that run's 16-bit dtype (default: the DCP weights')."""
+    dtype ("bf16", "fp32") is that run's 16-bit dtype (default: the DCP weights')."""
     if format not in ("deepspeed", "dcp"):
         raise Error(f"format {format!r}: use deepspeed or dcp", "invalid argument")
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
