@@ -132,14 +132,13 @@ static zck_status zck__dcp_describe_ds(const zck__src *s, const zck_dcp_train *t
     for (size_t b = 0; b < d->m->n_buffers; b++) bnumel[b] = d->m->buffers[b].numel;
   }
   static const zck_state_kind kinds[4] = {ZCK_STATE_FP32, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ, ZCK_STATE_FROZEN};
-  for (int k = 0; st == ZCK_OK && k < 4; k++) {
-    /* the frozen part keeps the frozen params only: aliases' bytes are their source's */
-    uint32_t *map = pmap;
-    if (kinds[k] == ZCK_STATE_FROZEN)
-      for (size_t p = 0; p < n; p++)
-        if (pmap[p] != UINT32_MAX && d->m->params[pmap[p]].tied_to >= 0) pmap[p] = UINT32_MAX;
-    st = zck__dcp_remap(s->view.part[kinds[k]].layout, map, d->m->n_params, numel, &d->layout[k]);
-  }
+  for (int k = 0; st == ZCK_OK && k < 3; k++)
+    st = zck__dcp_remap(s->view.part[kinds[k]].layout, pmap, d->m->n_params, numel, &d->layout[k]);
+  /* the frozen part keeps the frozen params only: an alias's bytes are its source's (pmap
+   * is not needed after this) */
+  for (size_t p = 0; st == ZCK_OK && p < n; p++)
+    if (pmap[p] != UINT32_MAX && d->m->params[pmap[p]].tied_to >= 0) pmap[p] = UINT32_MAX;
+  if (st == ZCK_OK) st = zck__dcp_remap(s->view.part[ZCK_STATE_FROZEN].layout, pmap, d->m->n_params, numel, &d->layout[3]);
   if (st == ZCK_OK) st = zck__dcp_remap(s->view.part[ZCK_STATE_FROZEN].layout, bmap, d->m->n_buffers, bnumel, &d->buffers);
   free(numel);
   free(bnumel);
@@ -162,12 +161,12 @@ zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_r
   if (o->to_tp_size > 1)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-tp-size: %s is a torch Distributed Checkpoint; its reshard writes data "
                      "parallel ZeRO only", src);
+  zck_dcp_train tr;   /* first: another optimizer's state is named as such, not as missing Adam state */
+  ZCK_TRY(zck_dcp_train_info(s->dcp, &tr));
   if (!in->has_optimizer_state)
     return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq for every trainable param): a "
                      "DeepSpeed checkpoint must carry it; save the optimizer with the model (get_state_dict(model, optim))",
                      src);
-  zck_dcp_train tr;
-  ZCK_TRY(zck_dcp_train_info(s->dcp, &tr));
   if (!tr.has_step) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: Adam's step is missing from the optimizer state", src);
   zck_dtype lp = zck__dcp_lp(s->m, o->to_dtype);
   zck__dcp_ds d;

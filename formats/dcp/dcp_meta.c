@@ -12,16 +12,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Which chunk of an entry starts at given offsets: an open-addressing table of chunk
+ * indices, compared through the chunks themselves (a metadata of 100k chunks costs 32
+ * bytes a chunk here, not a key string and a map entry). */
+typedef struct chunk_slot {
+  size_t chunk;                    /* SIZE_MAX: empty */
+  size_t entry;
+} chunk_slot;
+typedef struct chunk_table {
+  chunk_slot *slot;
+  size_t cap, n;                   /* cap: a power of two, at least twice n */
+} chunk_table;
+
 typedef struct mctx {
   zck_dcp *c;
   const char *dir;                 /* the folder whose .metadata this is */
   const char *path;                /* the .metadata file, for messages */
   zck__strmap entry_index;         /* key -> entry */
-  zck__strmap chunk_index;         /* chunk_key -> chunk */
-  char **chunk_keys;               /* owned: "entry:o1,o2,..." per chunk of this folder */
-  size_t chunk_base;               /* c->n_chunks before this folder: chunk_keys[ci - chunk_base] */
+  chunk_table chunk_index;         /* (entry, offsets) -> chunk */
+  size_t chunk_base;               /* c->n_chunks before this folder */
   size_t entry_base;               /* c->n_entries before this folder */
-  size_t cap_keys;
 } mctx;
 
 #define MFAIL(st, ...) mfail(x, (st), __VA_ARGS__)
@@ -44,6 +54,70 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
   memset((char *)q + *cap * elem, 0, (n - *cap) * elem);
   *p = q;
   *cap = n;
+  return true;
+}
+
+/* Grows *p to exactly need elements (the counts are known before the entries are read:
+ * no doubling slack in the tables that outlive the parse). */
+static bool reserve_exact(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  void *q = zck__realloc(*p, need * elem);
+  if (!q) return false;
+  memset((char *)q + *cap * elem, 0, (need - *cap) * elem);
+  *p = q;
+  *cap = need;
+  return true;
+}
+
+// ---- the chunk table
+
+static uint64_t chunk_hash(size_t entry, const int64_t *off, int nd) {
+  uint64_t h = (uint64_t)entry * 0x9E3779B97F4A7C15ull;
+  for (int d = 0; d < nd; d++) {
+    h = (h ^ (uint64_t)off[d]) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+  }
+  return h ^ (h >> 32);
+}
+
+/* The slot of (entry, off) in t: its chunk, or the empty slot where it would go. */
+static chunk_slot *table_probe(const zck_dcp *c, const chunk_table *t, size_t entry, const int64_t *off, int nd) {
+  size_t mask = t->cap - 1;
+  for (size_t i = (size_t)chunk_hash(entry, off, nd) & mask;; i = (i + 1) & mask) {
+    chunk_slot *s = &t->slot[i];
+    if (s->chunk == SIZE_MAX) return s;
+    if (s->entry == entry && !memcmp(c->chunks[s->chunk].offsets, off, (size_t)nd * sizeof *off)) return s;
+  }
+}
+
+/* Room for n chunks in all (rehashing what is there). */
+static bool table_reserve(const zck_dcp *c, chunk_table *t, size_t n) {
+  if (t->cap && t->cap >= 2 * n) return true;
+  size_t cap = 64;
+  while (cap < 2 * n) cap *= 2;
+  chunk_table nt = {zck__malloc(cap * sizeof *nt.slot), cap, t->n};
+  if (!nt.slot) return false;
+  for (size_t i = 0; i < cap; i++) nt.slot[i].chunk = SIZE_MAX;
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->slot[i].chunk != SIZE_MAX) {
+      const zck__dcp_chunk *ch = &c->chunks[t->slot[i].chunk];
+      *table_probe(c, &nt, t->slot[i].entry, ch->offsets, ZCK_MAX_DIMS) = t->slot[i];
+    }
+  free(t->slot);
+  *t = nt;
+  return true;
+}
+
+/* Adds chunk ci of entry; *dup when an earlier chunk of entry starts at the same offsets
+ * (the table keeps the earlier one). */
+static bool table_add(const zck_dcp *c, chunk_table *t, size_t entry, size_t ci, bool *dup) {
+  if (!table_reserve(c, t, t->n + 1)) return false;
+  chunk_slot *s = table_probe(c, t, entry, c->chunks[ci].offsets, ZCK_MAX_DIMS);
+  *dup = s->chunk != SIZE_MAX;
+  if (!*dup) {
+    *s = (chunk_slot){ci, entry};
+    t->n++;
+  }
   return true;
 }
 
@@ -209,14 +283,11 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
   if (!chunks || chunks->kind != ZCK_PK_LIST) return MFAIL(ZCK_ERR_FORMAT, "%s: chunks is not a list", key);
   e->first_chunk = c->n_chunks;
   e->n_chunks = chunks->u.seq.len;
-  if (!grow((void **)&c->chunks, &c->cap_chunks, c->n_chunks + e->n_chunks, sizeof *c->chunks) ||
-      !grow((void **)&x->chunk_keys, &x->cap_keys, c->n_chunks + e->n_chunks - x->chunk_base, sizeof *x->chunk_keys))
-    return ZCK_ERR_NO_MEMORY;
+  if (!grow((void **)&c->chunks, &c->cap_chunks, c->n_chunks + e->n_chunks, sizeof *c->chunks)) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < e->n_chunks; i++) {
     size_t ci = c->n_chunks;
     zck__dcp_chunk *ch = &c->chunks[ci];
     memset(ch, 0, sizeof *ch);
-    x->chunk_keys[ci - x->chunk_base] = NULL;
     ch->item = SIZE_MAX;
     c->n_chunks++;
     const zck_pk *cs;
@@ -228,14 +299,7 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
     ZCK_TRY(size_of(x, zck_pk_dict_get(cs, "sizes"), where, ch->sizes, &ns));
     if (no != e->ndim || ns != e->ndim)
       return MFAIL(ZCK_ERR_FORMAT, "%s: %d offsets and %d sizes for a %d-dimensional tensor", where, no, ns, e->ndim);
-    zck__buf kb;
-    zck__buf_init(&kb);
-    zck__buf_printf(&kb, "%zu:", ei);
-    for (int d = 0; d < e->ndim; d++) zck__buf_printf(&kb, "%lld,", (long long)ch->offsets[d]);
-    zck__buf_byte(&kb, 0);
-    if (kb.failed || !kb.data) { zck__buf_free(&kb); return ZCK_ERR_NO_MEMORY; }
-    x->chunk_keys[ci - x->chunk_base] = (char *)kb.data;
-    ZCK_TRY(zck__strmap_put(&x->chunk_index, x->chunk_keys[ci - x->chunk_base], ci, &dup, &prev));
+    if (!table_add(c, &x->chunk_index, ei, ci, &dup)) return ZCK_ERR_NO_MEMORY;
     /* empty chunks (ranks past a short dimension: 1 row over 3 ranks) may share their
      * offsets; torch's dedup then saves one item for them */
     bool empty = false;
@@ -364,19 +428,12 @@ static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
     if (e->item != SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: two items for one bytes entry", fqn);
     e->item = ii;
   } else {
-    int64_t o[ZCK_MAX_DIMS];
+    int64_t o[ZCK_MAX_DIMS] = {0};   /* past ndim: zeros, as in the chunks */
     int no;
     ZCK_TRY(size_of(x, on, fqn, o, &no));
-    zck__buf kb;
-    zck__buf_init(&kb);
-    zck__buf_printf(&kb, "%zu:", ei);
-    for (int d = 0; d < no; d++) zck__buf_printf(&kb, "%lld,", (long long)o[d]);
-    zck__buf_byte(&kb, 0);
-    if (kb.failed || !kb.data) { zck__buf_free(&kb); return ZCK_ERR_NO_MEMORY; }
-    size_t ci;
-    bool found = no == e->ndim && zck__strmap_get(&x->chunk_index, (const char *)kb.data, &ci);
-    zck__buf_free(&kb);
-    if (!found) return MFAIL(ZCK_ERR_FORMAT, "%s: an item at offsets that start no chunk", fqn);
+    const chunk_slot *hit = no == e->ndim && x->chunk_index.cap ? table_probe(c, &x->chunk_index, ei, o, ZCK_MAX_DIMS) : NULL;
+    if (!hit || hit->chunk == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: an item at offsets that start no chunk", fqn);
+    size_t ci = hit->chunk;
     if (c->chunks[ci].item != SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: two items for one chunk", fqn);
     c->chunks[ci].item = ii;
     it->chunk = ci;
@@ -426,6 +483,19 @@ static zck_status parse_root(mctx *x, const zck_pk *root) {
     const char *sid = str_field(ss, "save_id");
     if (sid && !c->save_id && !(c->save_id = zck__strdup(sid))) return ZCK_ERR_NO_MEMORY;
   }
+  /* the tables at their final sizes, counted before they fill (their slack would stay
+   * for the whole job) */
+  size_t n_chunks = 0;
+  for (size_t i = 0; i < sdm->u.dict.len; i++) {
+    const zck_pk *md = sdm->u.dict.values[i], *ms = md && md->kind == ZCK_PK_OBJECT ? md->u.obj.state : NULL;
+    const zck_pk *ch = ms && ms->kind == ZCK_PK_DICT ? zck_pk_dict_get(ms, "chunks") : NULL;
+    if (ch && ch->kind == ZCK_PK_LIST) n_chunks += ch->u.seq.len;
+  }
+  if (!reserve_exact((void **)&c->entries, &c->cap_entries, c->n_entries + sdm->u.dict.len, sizeof *c->entries) ||
+      !reserve_exact((void **)&c->chunks, &c->cap_chunks, c->n_chunks + n_chunks, sizeof *c->chunks) ||
+      !reserve_exact((void **)&c->items, &c->cap_items, c->n_items + sd->u.dict.len, sizeof *c->items) ||
+      !table_reserve(c, &x->chunk_index, n_chunks))
+    return ZCK_ERR_NO_MEMORY;
   zck_pk_dict_index pdi;
   ZCK_TRY(zck_pk_dict_index_init(&pdi, pd && pd->kind == ZCK_PK_DICT ? pd : NULL));
   zck_status s = ZCK_OK;
@@ -460,14 +530,14 @@ zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_op
   zck_pk_doc *doc = NULL;
   zck_status s = zck__read_small_file(path, (size_t)o->max_metadata_bytes, &data, &len);
   if (s == ZCK_OK) s = zck_pickle_load(data, len, path, &o->torch.limits, &doc);
+  free(data);   /* the tree holds copies of its strings: the bytes go before the tables fill */
+  data = NULL;
   if (s == ZCK_OK) s = check_globals(&x, doc);
   if (s == ZCK_OK) s = parse_root(&x, zck_pk_doc_root(doc));
   zck_pk_doc_free(doc);
   free(data);
   zck__strmap_free(&x.entry_index);
-  zck__strmap_free(&x.chunk_index);
-  for (size_t i = x.chunk_base; i < c->n_chunks; i++) free(x.chunk_keys ? x.chunk_keys[i - x.chunk_base] : NULL);
-  free(x.chunk_keys);
+  free(x.chunk_index.slot);
   free(path);
   return s;
 }

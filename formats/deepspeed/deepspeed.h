@@ -15,8 +15,8 @@
  *
  * Reader: zck_ds_open() DESCRIBES a checkpoint without touching tensor data: it parses
  * only the pickles (and reads the 4-byte `step` tensor), validates that the files agree
- * with each other and that the shapes add up to the partitions (malformed-inputs.md §9:
- * one-line errors naming the file, the group, rank and numbers), and exposes
+ * with each other and that the shapes add up to the partitions (one-line errors naming
+ * the file, the group, rank and numbers), and exposes
  *   - a model manifest (lib/model.h): params in module.parameters() order with shapes,
  *     lp dtype, optimizer group, frozen flag and tied aliases; buffers; param groups with
  *     their hyper-parameters. Params DeepSpeed does not optimize are frozen: requires_grad
@@ -103,7 +103,7 @@ typedef struct zck_ds_info {
 
 /* Opens and validates the checkpoint at path: a save root with `latest` (an HF
  * checkpoint-N/ folder is one), or a tag folder. opts may be NULL. Errors are one line,
- * "FILE: what is wrong", following malformed-inputs.md §9. */
+ * "FILE: what is wrong". */
 zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ckpt **out);
 void zck_ds_close(zck_ds_ckpt *c);
 

@@ -1,6 +1,6 @@
 /* ds_describe.c: from the parsed files to layouts, in-place stores and the zero_to_fp32
- * recipe, checking that the shapes add up to the partitions (malformed-inputs.md §9.5,
- * §9.6) with errors that name the file, the group, the rank and the numbers. */
+ * recipe, checking that the shapes add up to the partitions, with errors that name the
+ * file, the group, the rank and the numbers. */
 #include "ds_internal.h"
 
 #include <stdarg.h>

@@ -52,8 +52,8 @@ typedef struct zck__ds_fileset {
   uint32_t n_mp;
 } zck__ds_fileset;
 
-/* Resolves path (+ optional explicit tag) and scans the tag folder. Errors follow
- * malformed-inputs.md §9.1-9.2 (DS-01..DS-04, DS-10, DS-11, DS-15..DS-17). */
+/* Resolves path (+ optional explicit tag) and scans the tag folder. Errors name the root,
+ * the tag or the file set's fault (a missing, extra or misnamed rank file). */
 zck_status zck__ds_find(const char *path, const char *tag, zck__ds_fileset *fs);
 /* The same for the files of mp (TP) rank mp; fs->n_mp counts the mp ranks seen. */
 zck_status zck__ds_find_mp(const char *path, const char *tag, uint32_t mp, zck__ds_fileset *fs);

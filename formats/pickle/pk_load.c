@@ -519,7 +519,10 @@ static zck_status run(vm *v, zck_pk **root) {
       break;
     case ZPK_STRING: ZCK_TRY(zck__vm_op_string(v, &n)); ZCK_TRY(push(v, n)); break;
     case ZPK_UNICODE: ZCK_TRY(zck__vm_op_unicode(v, &n)); ZCK_TRY(push(v, n)); break;
-    case ZPK_EMPTY_TUPLE: VNEW(v, zck_pk_new_tuple(v->doc, 0), n); ZCK_TRY(push(v, n)); break;
+    case ZPK_EMPTY_TUPLE:
+      if (!v->empty_tuple) VNEW(v, zck_pk_new_tuple(v->doc, 0), v->empty_tuple);
+      ZCK_TRY(push(v, v->empty_tuple));
+      break;
     case ZPK_EMPTY_LIST: VNEW(v, zck_pk_new_list(v->doc), n); ZCK_TRY(push(v, n)); break;
     case ZPK_EMPTY_DICT: VNEW(v, zck_pk_new_dict(v->doc, 0), n); ZCK_TRY(push(v, n)); break;
     case ZPK_EMPTY_SET: VNEW(v, zck__pk_alloc(v->doc, ZCK_PK_SET), n); ZCK_TRY(push(v, n)); break;

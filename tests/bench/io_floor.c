@@ -1,7 +1,8 @@
-/* io_floor.c: the I/O floor of a job over a DeepSpeed checkpoint: read the bytes it needs
- * (every fp32 partition region of the checkpoint, in place) once, and write as many bytes
- * as the job writes, once, into one file, with the same thread count, no conversion, one
- * fsync at the end. What no tool can beat.
+/* io_floor.c: the I/O floor of a job over a DeepSpeed checkpoint or a torch DCP folder:
+ * read the bytes it needs (every fp32 partition region of the checkpoint, in place; of a
+ * DCP folder, every chunk of the model weights) once, and write as many bytes as the job
+ * writes, once, into one file, with the same thread count, no conversion, one fsync at the
+ * end. What no tool can beat.
  *
  * usage: io_floor CHECKPOINT OUT_FILE [THREADS [WRITE_BYTES]]
  * FLOOR_PARTS=all: every optimizer state (fp32, exp_avg, exp_avg_sq), the floor of
@@ -19,7 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dcp/dcp.h"
 #include "deepspeed/deepspeed.h"
+#include "io.h"
 
 typedef struct region { int fd; uint64_t off, len, out_off; } region;
 typedef struct shared {
@@ -59,13 +62,36 @@ static void *worker(void *arg) {
 int main(int argc, char **argv) {
   if (argc < 3) { fprintf(stderr, "usage: io_floor CHECKPOINT OUT_FILE [THREADS [WRITE_BYTES]]\n"); return 2; }
   int threads = argc > 3 ? atoi(argv[3]) : 2;
-  zck_ds_ckpt *c;
-  if (zck_ds_open(argv[1], NULL, &c) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
-  int parts = getenv("FLOOR_PARTS") && !strcmp(getenv("FLOOR_PARTS"), "all") ? 3 : 1;
+  bool all = getenv("FLOOR_PARTS") && !strcmp(getenv("FLOOR_PARTS"), "all");
   shared s = {NULL, 0, 0, 0, 0, (size_t)1 << 20, -1, PTHREAD_MUTEX_INITIALIZER};
   if (getenv("FLOOR_CHUNK") && atol(getenv("FLOOR_CHUNK")) > 0) s.chunk = (size_t)atol(getenv("FLOOR_CHUNK"));
   uint64_t out_off = 0;
-  for (int part = 0; part < parts; part++) {
+  zck_ds_ckpt *c = NULL;
+  zck_dcp *dcp = NULL;
+  if (zck_dcp_is_checkpoint(argv[1])) {
+    /* a DCP folder: the chunks of the model weights (trainable and frozen), with
+     * FLOOR_PARTS=all the Adam moments too, each where it lies in its .distcp file */
+    if (zck_dcp_open(argv[1], NULL, &dcp) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
+    zck_state_view v;
+    zck_dcp_state(dcp, &v);
+    static const int kinds[] = {ZCK_STATE_FP32, ZCK_STATE_FROZEN, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ};
+    for (int k = 0; k < (all ? 4 : 2); k++) {
+      const zck_state_part *p = &v.part[kinds[k]];
+      if (!p->layout) continue;
+      s.r = realloc(s.r, (s.n + p->layout->n_stores) * sizeof(region));
+      for (size_t i = 0; i < p->layout->n_stores; i++) {
+        const zck_store *st = &p->stores[i];
+        if (st->kind != ZCK_STORE_SOURCE || !st->numel) continue;
+        uint64_t len = st->numel * zck_dtype_size(st->dtype);
+        s.r[s.n++] = (region){st->source->fd, st->source->base + st->base, len, out_off};
+        out_off += len;
+      }
+    }
+  } else if (zck_ds_open(argv[1], NULL, &c) != ZCK_OK) {
+    fprintf(stderr, "io_floor: %s\n", zck_last_error());
+    return 1;
+  }
+  for (int part = 0; c && part < (all ? 3 : 1); part++) {
     zck_ds_view v;
     if (zck_ds_get(c, (zck_ds_part)(ZCK_DS_FP32 + part), &v) != ZCK_OK) { fprintf(stderr, "io_floor: %s\n", zck_last_error()); return 1; }
     s.r = realloc(s.r, (s.n + v.layout->n_stores) * sizeof(region));
@@ -92,6 +118,7 @@ int main(int argc, char **argv) {
   fprintf(stderr, "io_floor: read %llu bytes in %zu regions, wrote %llu bytes\n", (unsigned long long)s.read_total, s.n,
           (unsigned long long)s.write_total);
   zck_ds_close(c);
+  zck_dcp_close(dcp);
   free(s.r);
   return 0;
 }

@@ -1,6 +1,7 @@
-/* test_ds_crafted.c: the malformed-inputs items that need an edited pickle, crafted by
- * tests/fixtures/gen/make_ds_malformed.py from a real checkpoint: each gives its one-line
- * error (or, where the spec says so, is accepted), and nothing is written. */
+/* test_ds_crafted.c: the malformed DeepSpeed checkpoints that need an edited pickle,
+ * crafted by tests/fixtures/gen/make_ds_malformed.py from a real checkpoint: each gives its
+ * one-line error (or, where DeepSpeed accepts it too, is accepted), and nothing is
+ * written. */
 #include <string.h>
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
-/* test_ds_malformed.c: broken copies of real DeepSpeed checkpoints (malformed-inputs.md
- * §9), each rejected by zck_ds_open with a specific one-line error naming the file:
+/* test_ds_malformed.c: broken copies of real DeepSpeed checkpoints, each rejected by
+ * zck_ds_open with a specific one-line error naming the file:
  * root/tag problems (DS-01..04), file-set problems (DS-10..16), world-size disagreements
  * (DS-13, DS-43, DS-44), truncated files, and shapes that do not add up to the partitions
  * (DS-50, DS-51, DS-61). Broken sets that need consistent pickles are made by writing

@@ -21,6 +21,9 @@ checkpoint as the direct reshard at the DCP's own dtype (every file byte for byt
 --lib, the Python package's zckpt.reshard(dcp, ..., dtype=) and zckpt.to_universal(dcp, ...) give what the
 command gives.
 
+Refused (reshard and to-universal: exit 1, one line naming the DCP folder and what is wrong, nothing at OUT):
+DCPs torch saves in one process of a model alone, of SGD with momentum, of AdamW with amsgrad.
+
 Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a zckpt binary).
 Usage: interop_dcp_to_ds.py [--lib LIBZCKPT] [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
@@ -219,6 +222,41 @@ def scenario(tmp, name, dtype, world, targets):
     return results
 
 
+def unconvertible(tmp):
+    """DCPs that hold no Adam state a DeepSpeed run could resume: refused before anything is written."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    cases = {"model only": (None, "no optimizer state"),
+             "SGD momentum": (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), "momentum_buffer"),
+             "AdamW amsgrad": (lambda ps: torch.optim.AdamW(ps, lr=0.01, amsgrad=True), "max_exp_avg_sq")}
+    results = []
+    for label, (make_opt, needle) in cases.items():
+        model = H.fixture().build_model()
+        path = os.path.join(tmp, "refused-" + label.replace(" ", "-"))
+        if make_opt is None:
+            sd = {"model": model.state_dict()}
+        else:
+            opt = make_opt([p for p in model.parameters() if p.requires_grad])
+            ids, tgt = H.batch(0, 0, 1)
+            model(ids, tgt).backward()
+            opt.step()
+            msd, osd = get_state_dict(model, opt)
+            sd = {"model": msd, "optim": osd}
+        dcp.save(sd, checkpoint_id=path)
+        probs = []
+        for job in (["reshard", "--to-stage", "2"], ["to-universal"]):
+            out = path + "." + job[0]
+            r = subprocess.run([ZCKPT, job[0], "-q", path, out, *job[1:]], capture_output=True, text=True)
+            lines = r.stderr.strip().splitlines()
+            if r.returncode != 1 or len(lines) != 1 or path not in lines[0] or needle not in lines[0]:
+                probs.append(f"{job[0]}: exit {r.returncode}, expected 1 and one line naming {path} and '{needle}', "
+                             f"got {r.stderr.strip()!r}")
+            if os.path.exists(out) or any(n.startswith(os.path.basename(out)) or ".zck-dcp-" in n for n in os.listdir(tmp)):
+                probs.append(f"{job[0]}: something was left beside {out}")
+        results.append((f"{label} -> refused", probs))
+    return results
+
+
 def main(argv):
     global zckpt_py
     if argv[:1] == ["--lib"]:
@@ -232,11 +270,11 @@ def main(argv):
     want = set(argv)
     passed = failed = 0
     with tempfile.TemporaryDirectory(prefix="zck-dcp2ds-") as tmp:
-        for name, (dtype, world, targets) in SOURCES.items():
+        for name, (dtype, world, targets) in list(SOURCES.items()) + [("refused", (None, None, None))]:
             if want and name not in want:
                 continue
             try:
-                results = scenario(tmp, name, dtype, world, targets)
+                results = unconvertible(tmp) if name == "refused" else scenario(tmp, name, dtype, world, targets)
             except Exception as e:
                 traceback.print_exc()
                 results = [(name, [f"{type(e).__name__}: {e}"])]

@@ -1,6 +1,6 @@
 /* test_pickle_vm.c: the pickle VM's tree (values, folds, sharing), the same objects at
  * protocols 0-5 loading to the same tree, trees built by hand dumping to CPython's exact
- * bytes, and one malformed stream per failure mode of malformed-inputs.md §3. */
+ * bytes, and one malformed stream per failure mode of the pickle VM. */
 #include "pickle/pickle.h"
 #include "test.h"
 
@@ -270,7 +270,7 @@ static void test_build(void) {
   zck_pk_doc_free(d);
 }
 
-// ---- malformed streams (malformed-inputs.md §3)
+// ---- malformed streams
 
 static zck_status load_bytes(const char *bytes, size_t n, const zck_pk_limits *lim) {
   zck_pk_doc *d = NULL;
