@@ -460,6 +460,31 @@ void ze__gpt2_lm_head_backward(float *dinp, float *dwte, const float *dlogits, c
 void ze__gpt2_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
   int C3 = 3 * C, hs = C / H;
   float scale = 1.0f / sqrtf((float)hs);
+  if (use_blas()) {
+    /* per (b, h): scores = Q K^T over all T x T (the masked half is computed and dropped),
+     * causal softmax row by row, out = att V */
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *a = att + ((size_t)b * H + h) * T * T;
+        gemm(false, true, T, T, hs, q, C3, k, C3, 0.0f, a, T);
+        for (int t = 0; t < T; t++) {
+          float *r = a + (size_t)t * T, maxv = -INFINITY, sum = 0.0f;
+          for (int t2 = 0; t2 <= t; t2++) {
+            r[t2] *= scale;
+            if (r[t2] > maxv) maxv = r[t2];
+          }
+          for (int t2 = 0; t2 <= t; t2++) {
+            r[t2] = expf(r[t2] - maxv);
+            sum += r[t2];
+          }
+          float inv = 1.0f / sum;
+          for (int t2 = 0; t2 < T; t2++) r[t2] = t2 <= t ? r[t2] * inv : 0.0f;
+        }
+        gemm(false, false, T, hs, T, a, T, v, C3, 0.0f, out + (size_t)b * T * C + h * hs, C);
+      }
+    return;
+  }
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < H; h++) {
@@ -495,6 +520,29 @@ void ze__gpt2_attention_backward(float *dqkv, const float *dout, const float *qk
                                  int T, int C, int H) {
   int C3 = 3 * C, hs = C / H;
   float scale = 1.0f / sqrtf((float)hs);
+  float *scr = use_blas() ? malloc((size_t)T * T * sizeof(float)) : NULL; /* none: the loops */
+  if (scr) {
+    /* per (b, h): dS = dO V^T, dV += att^T dO, dpre = att * (dS - rowsum(att * dS)) * scale
+     * (zero above the diagonal), dQ += dpre K, dK += dpre^T Q */
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = att + ((size_t)b * H + h) * T * T, *d = dout + (size_t)b * T * C + h * hs;
+        gemm(false, true, T, T, hs, d, C, v, C3, 0.0f, scr, T);
+        gemm(true, false, T, hs, T, a, T, d, C, 1.0f, dv, C3);
+        for (int t = 0; t < T; t++) {
+          const float *ar = a + (size_t)t * T;
+          float *sr = scr + (size_t)t * T, dot = 0.0f;
+          for (int t2 = 0; t2 <= t; t2++) dot += ar[t2] * sr[t2];
+          for (int t2 = 0; t2 < T; t2++) sr[t2] = t2 <= t ? ar[t2] * (sr[t2] - dot) * scale : 0.0f;
+        }
+        gemm(false, false, T, hs, T, scr, T, k, C3, 1.0f, dq, C3);
+        gemm(true, false, T, hs, T, scr, T, q, C3, 1.0f, dk, C3);
+      }
+    free(scr);
+    return;
+  }
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < H; h++) {
