@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "to_universal.h"
 
 zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_universal_opts *o) {
@@ -29,7 +30,8 @@ zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_uni
   }
   struct stat sb;
   bool had_parent = stat(parent, &sb) == 0;
-  char *tmp = zck__sprintf("%s/.%s.zck-dcp-%ld", parent, slash ? slash + 1 : out, (long)getpid());
+  /* rank 0's pid on every rank of a distributed job: they share the one hidden folder */
+  char *tmp = zck__sprintf("%s/.%s.zck-dcp-%ld", parent, slash ? slash + 1 : out, zck__dist_tmp_pid());
   zck_status st = tmp ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) {
     zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
@@ -38,6 +40,9 @@ zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_uni
     ro.no_verify = o->no_verify;
     ro.overwrite = 1;   /* a hidden folder of an earlier run that was killed */
     st = zck_reshard(src, tmp, &ro);
+    /* under mpirun rank 0 renames the folder into place after the others have returned:
+     * they read it only once it is there */
+    st = zck__dist_agree(ZCK__DIST_COMMIT, st);
   }
   if (st == ZCK_OK) st = zck__to_universal_of(tmp, src, out, o);
   if (tmp) {
