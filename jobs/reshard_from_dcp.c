@@ -15,7 +15,8 @@
  *     writes a replicated tensor once), and a frozen param otherwise;
  *   - model order is the DCP's (module.state_dict() order, as get_state_dict makes it);
  *   - the 16-bit dtype of the target run: --to-dtype, else the trainable weights' dtype
- *     (FSDP2 mixed precision keeps fp32 params: an fp32 DeepSpeed run). Frozen params take
+ *     (FSDP2 mixed precision keeps fp32 params: an fp32 DeepSpeed run); not fp16, whose
+ *     loss scaler state a DCP does not hold. Frozen params take
  *     it too, as DeepSpeed's engine casts every param; buffers keep theirs, as it keeps
  *     them (a bf16 engine's float buffers stay float32).
  * The source view's layouts are renumbered into that manifest (the stores, the DCP's chunks
@@ -169,6 +170,11 @@ zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_r
                      src);
   if (!tr.has_step) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: Adam's step is missing from the optimizer state", src);
   zck_dtype lp = zck__dcp_lp(s->m, o->to_dtype);
+  /* DeepSpeed's fp16 run restores its loss scaler from the checkpoint: the static scale of
+   * 1 a writer without one gives would silently replace its dynamic scaling */
+  if (lp == ZCK_F16)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an fp16 DeepSpeed run needs its loss scaler's state, which a torch "
+                     "Distributed Checkpoint does not hold: pass --to-dtype bf16 or fp32", src);
   zck__dcp_ds d;
   memset(&d, 0, sizeof d);
   zck_status st = zck__dcp_describe_ds(s, &tr, lp, &d);

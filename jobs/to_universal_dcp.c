@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "to_universal.h"
 
 zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_universal_opts *o) {
@@ -29,7 +30,8 @@ zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_uni
   }
   struct stat sb;
   bool had_parent = stat(parent, &sb) == 0;
-  char *tmp = zck__sprintf("%s/.%s.zck-dcp-%ld", parent, slash ? slash + 1 : out, (long)getpid());
+  /* one name for every rank of a distributed job (rank 0's pid), as the output's own */
+  char *tmp = zck__sprintf("%s/.%s.zck-dcp-%ld", parent, slash ? slash + 1 : out, zck__dist_tmp_pid());
   zck_status st = tmp ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) {
     zck_reshard_opts ro = ZCK_RESHARD_OPTS_INIT;
@@ -38,13 +40,17 @@ zck_status zck__to_universal_dcp(const char *src, const char *out, const zck_uni
     ro.no_verify = o->no_verify;
     ro.overwrite = 1;   /* a hidden folder of an earlier run that was killed */
     st = zck_reshard(src, tmp, &ro);
+    st = zck__dist_agree(ZCK__DIST_STEP, st);   /* rank 0 has renamed it into place */
   }
   if (st == ZCK_OK) st = zck__to_universal_of(tmp, src, out, o);
   if (tmp) {
+    st = zck__dist_agree(ZCK__DIST_STEP, st);   /* no rank reads it any more */
     zck_status keep = st;
     char *err = st != ZCK_OK ? zck__strdup(zck_last_error()) : NULL;
-    zck__remove_tree(tmp);
-    if (keep != ZCK_OK && !had_parent) rmdir(parent);   /* made for OUT, now empty */
+    if (zck__dist_rank() == 0) {   /* the others are done with it once rank 0's job has ended */
+      zck__remove_tree(tmp);
+      if (keep != ZCK_OK && !had_parent) rmdir(parent);   /* made for OUT, now empty */
+    }
     zck_clear_error();
     if (keep != ZCK_OK) st = zck__fail(keep, "%s", err ? err : "to-universal failed");
     free(err);

@@ -47,9 +47,10 @@ bool zck__dist_writes(void);
 /* The pid that names temporaries (".NAME.zck-tmp-<pid>"): rank 0's on every rank. */
 long zck__dist_tmp_pid(void);
 
-/* Points of agreement (each rank must pass the same ones in the same order). */
+/* Points of agreement (each rank must pass the same ones in the same order). STEP: a job
+ * made of two, the first one's output committed by rank 0 before any rank reads it. */
 enum { ZCK__DIST_COPY_START = 1, ZCK__DIST_COPY_DONE, ZCK__DIST_HASHED, ZCK__DIST_CHECKED, ZCK__DIST_COMMIT,
-       ZCK__DIST_MANIFEST, ZCK__DIST_END = 100 };
+       ZCK__DIST_MANIFEST, ZCK__DIST_STEP, ZCK__DIST_END = 100 };
 /* Every rank reports (point, local); ZCK_OK when all are at `point` and OK. Otherwise a
  * rank that failed itself returns its own status (its message kept); the others get
  * ZCK_ERR_INTERNAL "another rank failed" and are marked followers. Off: returns local. */

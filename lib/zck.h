@@ -93,6 +93,11 @@ ZCK_API int zck_dtype_convertible(zck_dtype dst, zck_dtype src);
  * does (NaN stays NaN, overflow to inf). Same type is a memcpy. */
 ZCK_API zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type, const void *src, size_t n);
 
+/* A size as users write it ("5GB", "500MB", "2GiB", "5G", or bytes), read as
+ * huggingface_hub's parse_size_to_int reads max_shard_size (TB/GB/MB/KB in powers of 10,
+ * any case, a float value truncated), plus TiB/GiB/MiB/KiB, T/G/M/K and B. */
+ZCK_API zck_status zck_parse_size(const char *s, uint64_t *bytes);
+
 /* OUT as a job writes it: a symlink to a folder is followed (the job writes at its target
  * and the link stays), a dangling link is refused. *resolved: free() it. */
 ZCK_API zck_status zck_resolve_out(const char *path, char **resolved);
@@ -299,8 +304,9 @@ typedef struct zck_reshard_opts {
                                  (where Hugging Face's Trainer saves it, beside global_step<N>/) */
   zck_reshard_format to_format; /* DCP: OUT is a DCP folder (.metadata, __<r>_0.distcp) for FSDP2 at
                                  to_world_size ranks (0: the source's); to_stage must be 0 */
-  zck_dtype to_dtype;         /* a DCP source: the 16-bit dtype of the DeepSpeed run (ZCK_BF16, ZCK_F16 or
-                                 ZCK_F32); INVALID = the DCP's weight dtype. Other sources keep their run's */
+  zck_dtype to_dtype;         /* a DCP source: the 16-bit dtype of the DeepSpeed run (ZCK_BF16 or ZCK_F32;
+                                 ZCK_F16 is refused: a DCP holds no loss scaler state); INVALID = the DCP's
+                                 weight dtype. Other sources keep their run's */
 } zck_reshard_opts;
 #define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL, \
                                ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID}

@@ -66,18 +66,17 @@ def _dtype(name, what="dtype"):
 
 
 def _size(v):
-    """max_shard_size as bytes: an int, or a string in HF units ("5GB", "10GiB")."""
+    """max_shard_size as bytes: an int, or a string as huggingface_hub reads it ("5GB", "500MB";
+    also "10GiB", "5G"), read by the library's one parser so that the CLI and Python agree."""
     if v is None:
         return 0
-    if isinstance(v, int):
+    if isinstance(v, int) and not isinstance(v, bool):
         return v
-    s = str(v).strip().upper()
-    units = {"TIB": 1 << 40, "GIB": 1 << 30, "MIB": 1 << 20, "KIB": 1 << 10, "TB": 10**12, "GB": 10**9, "MB": 10**6,
-             "KB": 10**3, "B": 1}
-    for u, mul in units.items():
-        if s.endswith(u):
-            return int(float(s[:-len(u)]) * mul)
-    return int(s)
+    out = N.ctypes.c_uint64()
+    st = N.lib.zck_parse_size(str(v).encode(), N.ctypes.byref(out))
+    if st:
+        raise error_from(st)
+    return out.value
 
 
 def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, exclude_frozen=False,
@@ -110,7 +109,7 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
     (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict.
     checkpoint may also be a torch Distributed Checkpoint (FSDP2, Accelerate, HF Trainer FSDP): OUT is then
     the DeepSpeed checkpoint of a ZeRO-`stage` (default 3) run at world_size ranks (default: the DCP's);
-    dtype ("bf16", "fp16", "fp32") is that run's 16-bit dtype (default: the DCP weights')."""
+    dtype ("bf16", "fp32") is that run's 16-bit dtype (default: the DCP weights')."""
     if format not in ("deepspeed", "dcp"):
         raise Error(f"format {format!r}: use deepspeed or dcp", "invalid argument")
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,

@@ -38,5 +38,7 @@ grep -q "lp bfloat16, master float32" "$T/out" || fail "--to-dtype bf16: $(sed -
 grep -q "no tags" "$T/err" || fail "--tag: $(cat "$T/err")"
 "$BIN" reshard -q "$T/tied" "$T/x" --to-stage 2 --to-dtype bf16 2>"$T/err" && fail "--to-dtype accepted for DeepSpeed"
 grep -q "only for a torch Distributed Checkpoint" "$T/err" || fail "--to-dtype: $(cat "$T/err")"
+"$BIN" reshard -q "$D/llama_tied_w2_fp32" "$T/x" --to-stage 2 --to-dtype fp16 2>"$T/err" && fail "--to-dtype fp16 accepted"
+grep -q "loss scaler" "$T/err" || fail "--to-dtype fp16: $(cat "$T/err")"
 [ ! -e "$T/x" ] || fail "a refused reshard left OUT"
 echo ok
