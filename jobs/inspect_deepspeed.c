@@ -184,6 +184,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     run_json(j, &RUN_FACTS_OF(in), &tot);
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
     if (in->bf16_optimizer) cJSON_AddStringToObject(j, "optimizer", "BF16_Optimizer");
+    if (in->ep_size > 1) cJSON_AddNumberToObject(j, "ep_size", in->ep_size);
     zck__inspect_model_json(j, m);
     cJSON *unsaved = cJSON_AddObjectToObject(j, "tied_to_unsaved");
     for (size_t i = 0; i < zck_ds_unsaved_tie_count(c); i++) {
@@ -203,6 +204,9 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     if (in->tp_size > 1)
       fprintf(out, "AutoTP: %u tensor-parallel ranks x %u data-parallel (mp_rank_00..%02u), slices merged by the "
               "affine map; shapes below are the full tensors\n", in->tp_size, in->world_size, in->tp_size - 1);
+    if (in->ep_size > 1)
+      fprintf(out, "AutoEP: %u expert-parallel ranks, experts merged; names below are the HF model's (gate_up_proj from "
+              "w1 and w3, down_proj from w2, mlp.gate.weight from the router)\n", in->ep_size);
     run_dtypes_text(out, &RUN_FACTS_OF(in));
     fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes); consolidated output %llu bytes\n",
             (unsigned long long)tot.trainable, (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes,

@@ -154,6 +154,7 @@ static void check_deepspeed(vctx *c) {
   char detail[256];
   char tp[48] = "";
   if (in->tp_size > 1) snprintf(tp, sizeof tp, ", AutoTP %u tensor-parallel ranks", in->tp_size);
+  if (in->ep_size > 1) snprintf(tp, sizeof tp, ", AutoEP %u expert-parallel ranks", in->ep_size);
   snprintf(detail, sizeof detail, "tag %s, ZeRO stage %d, world size %u%s, %zu flat group%s, %s", in->tag ? in->tag : "?",
            in->stage, in->world_size, tp, in->n_flat_groups, in->n_flat_groups == 1 ? "" : "s", zck_dtype_name(in->lp_dtype));
   zck__vreport_set(&c->r->detail, detail);

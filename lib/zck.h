@@ -93,6 +93,11 @@ ZCK_API int zck_dtype_convertible(zck_dtype dst, zck_dtype src);
  * does (NaN stays NaN, overflow to inf). Same type is a memcpy. */
 ZCK_API zck_status zck_convert(zck_dtype dst_type, void *dst, zck_dtype src_type, const void *src, size_t n);
 
+/* A size as users write it ("5GB", "500MB", "2GiB", "5G", or bytes), read as
+ * huggingface_hub's parse_size_to_int reads max_shard_size (TB/GB/MB/KB in powers of 10,
+ * any case, a float value truncated), plus TiB/GiB/MiB/KiB, T/G/M/K and B. */
+ZCK_API zck_status zck_parse_size(const char *s, uint64_t *bytes);
+
 /* OUT as a job writes it: a symlink to a folder is followed (the job writes at its target
  * and the link stays), a dangling link is refused. *resolved: free() it. */
 ZCK_API zck_status zck_resolve_out(const char *path, char **resolved);

@@ -365,45 +365,6 @@ void zck_cli_start_signal_thread(void) {
   pthread_attr_destroy(&attr);
 }
 
-bool zck_cli_parse_size(const char *s, uint64_t *out) {
-  if (!s) return false;
-  /* huggingface_hub's parse_size_to_int strips the string first */
-  while (isspace((unsigned char)*s)) s++;
-  size_t n = strlen(s);
-  while (n && isspace((unsigned char)s[n - 1])) n--;
-  char buf[128];
-  if (!n || n >= sizeof buf) return false;
-  memcpy(buf, s, n);
-  buf[n] = 0;
-  if (strspn(buf, "0123456789") == n) { /* an int: bytes, exactly */
-    errno = 0;
-    unsigned long long v = strtoull(buf, NULL, 10);
-    if (errno) return false;
-    *out = v;
-    return true;
-  }
-  char *end;
-  bool starts = isdigit((unsigned char)buf[0]) || (buf[0] == '.' && isdigit((unsigned char)buf[1]));
-  if (!starts || strpbrk(buf, "xXpP")) return false; /* strtod reads hex */
-  double v = strtod(buf, &end);
-  if (end == buf || !isfinite(v) || v < 0) return false;
-  while (*end == ' ') end++;
-  static const struct { const char *unit; double mul; } units[] = {
-    {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-    {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0},
-    {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-  };
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (strcasecmp(end, units[i].unit) == 0) {
-      double b = v * units[i].mul; /* int(value * multiplier), as parse_size_to_int */
-      if (b >= 1.8e19) return false;
-      *out = (uint64_t)b;
-      return true;
-    }
-  }
-  return false;
-}
-
 int zck_cli_opt_threads(const char *cmd, const char *arg, unsigned *out) {
   char *end;
   long n = strtol(arg, &end, 10);
@@ -421,7 +382,7 @@ int zck_cli_opt_float_dtype(const char *cmd, const char *arg, zck_dtype *out) {
 }
 
 int zck_cli_opt_shard_size(const char *cmd, const char *arg, uint64_t *out) {
-  if (!zck_cli_parse_size(arg, out) || *out == 0)
+  if (zck_parse_size(arg, out) != ZCK_OK || *out == 0)
     return zck_cli_usage_error(cmd, "--max-shard-size: cannot read '%s' (e.g. 5GB, 500MB, 2GiB)", arg);
   return ZCK_EXIT_OK;
 }

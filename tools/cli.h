@@ -60,8 +60,6 @@ int zck_cli_resolve_out(const char *out, char **resolved);
 void zck_cli_start_signal_thread(void);
 void zck_cli_set_output(const char *out);     /* the command's OUT (its folder is cleaned) */
 void zck_cli_add_cleanup_dir(const char *dir); /* another folder that may hold our temporaries */
-/* Parses sizes in Hugging Face units: "5GB" = 5*10^9, "10GiB" = 10*2^30, "100MB", "42" bytes. */
-bool zck_cli_parse_size(const char *s, uint64_t *out);
 /* Shared option values. Each returns ZCK_EXIT_OK, or prints the usage error for `cmd` and
  * returns ZCK_EXIT_USAGE, so a case reads: if ((rc = zck_cli_opt_threads(...))) return rc; */
 int zck_cli_opt_threads(const char *cmd, const char *arg, unsigned *out);          /* 1..256 */

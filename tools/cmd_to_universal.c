@@ -83,7 +83,7 @@ int zck_cmd_to_universal(int argc, char **argv) {
       break;
     }
     case 'c':
-      if (!zck_cli_parse_size(optarg, &o.chunk_bytes) || o.chunk_bytes == 0 || o.chunk_bytes > ((uint64_t)1 << 30))
+      if (zck_parse_size(optarg, &o.chunk_bytes) != ZCK_OK || o.chunk_bytes == 0 || o.chunk_bytes > ((uint64_t)1 << 30))
         return zck_cli_usage_error("to-universal", "--chunk-size: cannot read '%s' (e.g. 1MiB, 4MB; at most 1GiB)", optarg);
       break;
     case 'j':

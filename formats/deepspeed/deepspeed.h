@@ -95,7 +95,8 @@ typedef struct zck_ds_info {
    * each TP rank (the data-parallel group); the manifest holds the full tensors, merged by
    * the universal_checkpoint_info affine map DeepSpeed saved. */
   uint32_t tp_size;
-  /* AutoEP (ds_autoep.c): ep_size > 1 for an expert-parallel MoE checkpoint (its ep_size is the world size);
+  /* AutoEP (ds_autoep.c): ep_size > 1 for an expert-parallel MoE checkpoint (ep_size x expert-data-parallel size =
+   * world_size);
    * the manifest then holds the HF model's names and full expert tensors (gate_up_proj from w1 / w3). 0: none */
   uint32_t ep_size;
 } zck_ds_info;

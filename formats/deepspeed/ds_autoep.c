@@ -6,15 +6,16 @@
  * second name `<mlp>.gate.gate.weight` for the same tensor, kept for HF's output capture) and whose experts are
  * three fused tensors `<mlp>.experts.w1 / w2 / w3` of shape [local experts, ...]: w1 the gate half of HF's
  * gate_up_proj, w3 its up half, w2 its down_proj. The experts form their own optimizer group ('ep_size_N',
- * 'moe': True), partitioned over the expert-data-parallel group; rank r holds experts
- * [r * local, (r + 1) * local) (the placement `ds_autoep_layers` records). ZeRO-1/2 write the module's
+ * 'moe': True), partitioned over the expert-data-parallel group; EP rank e holds experts
+ * [e * local, (e + 1) * local) (the placement `ds_autoep_layers` records). ZeRO-1/2 write the module's
  * expert weights to layer_<L>_expert_<E>_mp_rank_00_model_states.pt (checkpoint_format 'per_expert_files');
  * ZeRO-3 keeps them in the ZeRO shards only ('zero3_partitioned'). param_shapes hold the local shapes.
  *
- * Read here when ep_size equals the world size (expert-data-parallel size 1, uniform placement): then each
- * expert param, taken at its full shape [experts, ...], is laid out exactly as ZeRO-3 lays out a param over W
- * ranks (rank r holds elements [r n / W, (r + 1) n / W) at its slot in the expert group), at stage 3 and, for
- * the expert group only, at stage 1/2. zck__ds_autoep_prepare rewrites the files' records to say so (full
+ * Read here for ep_size E x expert-data-parallel size D = W ranks in DeepSpeed's default order (rank r is EP rank
+ * r % E, edp rank r / E) and the uniform placement: each expert param is taken at its full shape [experts, ...];
+ * EP rank e's experts are elements [e n / E, (e + 1) n / E) of it, and the expert group's local flat (local shapes)
+ * is partitioned over the D ranks of EP rank e as ZeRO-1/2 or ZeRO-3 partitions any group
+ * (zck__ds_autoep_train). zck__ds_autoep_prepare rewrites the files' records to say so (full
  * shapes, expert params in `module`, the router alias dropped) before the manifest is built;
  * zck__ds_autoep_finish then renames the manifest to the HF model's own names, so a consolidated file loads
  * with from_pretrained:
@@ -35,7 +36,7 @@
 /* ---- ds_autoep_layers, as one model file records it */
 
 typedef struct autoep_layer {
-  int64_t layer_id, num_experts, num_local, ep_size, ep_rank, edp_size;
+  int64_t layer_id, num_experts, num_local, ep_size, ep_rank, edp_size, edp_rank;
   char *module_path, *prefix, *format;
 } autoep_layer;
 
@@ -45,7 +46,8 @@ struct zck__ds_autoep_file {
 };
 
 struct zck__ds_autoep {
-  uint32_t ep_size;
+  uint32_t ep_size, edp_size;                 /* E x D = the world size; rank r = (r / E) * E + r % E: edp rank r / E,
+                                                 EP rank r % E (groups.py without use_data_before_expert_parallelism) */
   const struct zck__ds_autoep_file *layers;   /* rank 0's model file's */
   size_t expert_group;                        /* the param_shapes group of the experts */
 };
@@ -115,6 +117,7 @@ zck_status zck__ds_autoep_read(zck__ds_model_file *mf, const zck_pk *root, const
     ZCK_TRY(need_int(e, "ep_size", &l->ep_size, path, i));
     ZCK_TRY(need_int(e, "ep_rank", &l->ep_rank, path, i));
     ZCK_TRY(need_int(e, "expert_data_parallel_world_size", &l->edp_size, path, i));
+    ZCK_TRY(need_int(e, "expert_data_parallel_rank", &l->edp_rank, path, i));
     ZCK_TRY(need_str(e, "module_path", &l->module_path, path, i));
     ZCK_TRY(need_str(e, "expert_key_prefix", &l->prefix, path, i));
     ZCK_TRY(need_str(e, "checkpoint_format", &l->format, path, i));
@@ -342,11 +345,14 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
     if (strcmp(l->format, want))
       return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers[%zu] says checkpoint_format '%s' in a stage-%d checkpoint",
                        m0->file->path, i, l->format, c->info.stage);
-    if (l->ep_size != (int64_t)W || l->edp_size != 1)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP ep_size %lld on %u ranks (expert-data-parallel size %lld) is not "
-                       "supported yet: zckpt reads AutoEP checkpoints whose ep_size is the world size",
-                       m0->file->path, (long long)l->ep_size, W, (long long)l->edp_size);
+    if (l->ep_size * l->edp_size != (int64_t)W || l->ep_size != f->v[0].ep_size)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers[%zu]: ep_size %lld x expert-data-parallel size %lld is not "
+                       "the %u ranks of the save", m0->file->path, i, (long long)l->ep_size, (long long)l->edp_size, W);
   }
+  const zck_pk *before = c->ds_config ? zck_pk_dict_get(c->ds_config, "use_data_before_expert_parallelism") : NULL;
+  if (before && before->kind == ZCK_PK_BOOL && before->u.b)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP with use_data_before_expert_parallelism (another rank order) is "
+                     "not supported yet", m0->file->path);
   /* stage 3: every rank's model file records the same layers, each with its own ep_rank */
   for (size_t r = 0; r < c->n_models; r++) {
     const zck__ds_model_file *mf = &c->models[r];
@@ -359,9 +365,11 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
           g->v[i].num_experts != f->v[i].num_experts || g->v[i].ep_size != f->v[i].ep_size)
         return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_autoep_layers[%zu] differs from %s's", mf->file->path, i,
                          m0->file->path);
-      else if (c->info.stage == 3 && g->v[i].ep_rank != (int64_t)r)
-        return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_autoep_layers[%zu] is ep_rank %lld's, not rank %zu's (a copy of "
-                         "another rank's file?)", mf->file->path, i, (long long)g->v[i].ep_rank, r);
+      else if (c->info.stage == 3 && (g->v[i].ep_rank != (int64_t)r % f->v[0].ep_size ||
+                                      g->v[i].edp_rank != (int64_t)r / f->v[0].ep_size))
+        return zck__fail(ZCK_ERR_MISMATCH, "%s: ds_autoep_layers[%zu] is ep_rank %lld / expert-data-parallel rank %lld's, "
+                         "not rank %zu's (a copy of another rank's file?)", mf->file->path, i,
+                         (long long)g->v[i].ep_rank, (long long)g->v[i].edp_rank, r);
   }
   if (c->info.stage == 3 && c->fs.n_experts)
     return zck__fail(ZCK_ERR_FORMAT, "%s: an expert file in a ZeRO-3 AutoEP checkpoint (its experts are in the ZeRO "
@@ -369,7 +377,8 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
   struct zck__ds_autoep *a = zck__calloc(1, sizeof *a);
   if (!a) return ZCK_ERR_NO_MEMORY;
   c->autoep = a;
-  a->ep_size = W;
+  a->ep_size = (uint32_t)f->v[0].ep_size;
+  a->edp_size = W / a->ep_size;
   a->layers = f;
   if (c->info.stage <= 2) ZCK_TRY(check_expert_files(c, f, m0));
   for (size_t r = 0; r < c->n_models; r++) {
@@ -386,53 +395,71 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
     for (uint32_t r = 0; r < W; r++) {
       const zck__ds_optim_file *o = &c->optims[r];
       for (size_t g = 0; g < o->n_counts; g++) {
-        int64_t need = g == a->expert_group ? 1 : (int64_t)W;
+        int64_t need = g == a->expert_group ? (int64_t)a->edp_size : (int64_t)W;
         if (o->counts[g] != need)
           return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count[%zu] is %lld; the %s group of this AutoEP run is "
                            "partitioned over %lld", o->file->path, g, (long long)o->counts[g],
                            g == a->expert_group ? "expert" : "dense", (long long)need);
       }
     }
-  c->info.ep_size = W;
+  c->info.ep_size = a->ep_size;
   return ZCK_OK;
 }
 
-/* ---- stage 1/2's train layout: ZeRO-1/2 for the dense groups, the ZeRO-3 split for the expert group */
+/* ---- the train layout: ZeRO's over the W ranks for the dense groups; the expert group is EP rank e's local flat
+ * (local shapes) partitioned over the D expert-data-parallel ranks as ZeRO-1/2 or ZeRO-3 does it, rank d * E + e
+ * holding edp rank d's part, its elements placed at expert e * local onwards of the full params */
 
-zck_status zck__ds_autoep_zero12(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
-                                 const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
-                                 zck_layout **out) {
+zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
+                                const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
+                                zck_layout **out) {
   *out = NULL;
-  zck_layout *a = NULL, *b = NULL;
-  size_t eg = c->autoep->expert_group;
-  zck_status s = zck_layout_zero12(n_params, numels, specs, n_flat, w, param_align, &a);
-  if (s == ZCK_OK) s = zck_layout_zero3(n_params, numels, specs, n_flat, w, &b);
-  zck_layout_store *stores = s == ZCK_OK ? zck__calloc(a->n_stores + 1, sizeof *stores) : NULL;
-  zck_piece *pieces = s == ZCK_OK ? zck__calloc(a->n_pieces + b->n_pieces + 1, sizeof *pieces) : NULL;
+  const size_t eg = c->autoep->expert_group;
+  const uint32_t E = c->autoep->ep_size, D = c->autoep->edp_size;
+  const bool z3 = c->info.stage == 3;
+  zck_layout *base = NULL, *loc = NULL, *l = NULL;
+  uint64_t *lnum = zck__calloc(n_params + 1, sizeof *lnum);
+  if (!lnum) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < specs[eg].n_params; i++) lnum[specs[eg].params[i]] = numels[specs[eg].params[i]] / E;
+  zck_status s = z3 ? zck_layout_zero3(n_params, numels, specs, n_flat, w, &base)
+                    : zck_layout_zero12(n_params, numels, specs, n_flat, w, param_align, &base);
+  zck_group_spec one = specs[eg];
+  if (s == ZCK_OK)
+    s = z3 ? zck_layout_zero3(n_params, lnum, &one, 1, D, &loc)
+           : zck_layout_zero12(n_params, lnum, &one, 1, D, param_align, &loc);
+  zck_layout_store *stores = s == ZCK_OK ? zck__calloc(base->n_stores + 1, sizeof *stores) : NULL;
+  zck_piece *pieces = s == ZCK_OK ? zck__calloc(base->n_pieces + E * loc->n_pieces + 1, sizeof *pieces) : NULL;
   if (s == ZCK_OK && (!stores || !pieces)) s = ZCK_ERR_NO_MEMORY;
   size_t np = 0;
   if (s == ZCK_OK) {
-    bool *expert = zck__calloc(n_params + 1, sizeof *expert);
-    if (!expert) s = ZCK_ERR_NO_MEMORY;
-    for (size_t i = 0; s == ZCK_OK && i < specs[eg].n_params; i++) expert[specs[eg].params[i]] = true;
-    for (size_t i = 0; s == ZCK_OK && i < a->n_stores; i++)
-      stores[i] = a->stores[i].group == (int32_t)eg ? b->stores[i] : a->stores[i];
-    for (size_t i = 0; s == ZCK_OK && i < a->n_pieces; i++)
-      if (!expert[a->pieces[i].param]) pieces[np++] = a->pieces[i];
-    for (size_t i = 0; s == ZCK_OK && i < b->n_pieces; i++)
-      if (expert[b->pieces[i].param]) pieces[np++] = b->pieces[i];
-    free(expert);
+    memcpy(stores, base->stores, base->n_stores * sizeof *stores);
+    for (uint32_t d = 0; d < D; d++)
+      for (uint32_t e = 0; e < E; e++) {
+        zck_layout_store st = loc->stores[d];
+        st.rank = (int32_t)(d * E + e);
+        st.group = (int32_t)eg;
+        stores[eg * w + d * E + e] = st;
+      }
+    for (size_t i = 0; i < base->n_pieces; i++)
+      if (!lnum[base->pieces[i].param]) pieces[np++] = base->pieces[i];
+    for (uint32_t e = 0; e < E; e++)
+      for (size_t i = 0; i < loc->n_pieces; i++) {
+        zck_piece p = loc->pieces[i];
+        p.param_off += e * lnum[p.param];
+        p.store = (uint32_t)(eg * w + p.store * E + e);   /* loc's store d is edp rank d */
+        pieces[np++] = p;
+      }
+    s = zck_layout_custom(n_params, numels, stores, base->n_stores, pieces, np, &l);
   }
-  zck_layout *l = NULL;
-  if (s == ZCK_OK) s = zck_layout_custom(n_params, numels, stores, a->n_stores, pieces, np, &l);
-  if (s == ZCK_OK) {  /* the groups, for the checks of build_train: zero12's, the expert group's from zero3 */
-    l->kind = ZCK_LAYOUT_ZERO12;
+  if (s == ZCK_OK) {  /* the groups, for build_train's checks: the expert group's geometry is loc's */
+    l->kind = base->kind;
     l->world = w;
     if (!(l->groups = zck__calloc(n_flat + 1, sizeof *l->groups))) s = ZCK_ERR_NO_MEMORY;
     for (size_t g = 0; s == ZCK_OK && g < n_flat; g++) {
-      const zck_layout_group *from = g == eg ? &b->groups[g] : &a->groups[g];
+      const zck_layout_group *from = g == eg ? &loc->groups[0] : &base->groups[g];
       zck_layout_group *to = &l->groups[g];
       *to = *from;
+      to->opt_group = base->groups[g].opt_group;
       size_t n = from->n_params ? from->n_params : 1;
       to->params = zck__malloc(n * sizeof *to->params);
       to->offsets = zck__calloc(n, sizeof *to->offsets);
@@ -446,8 +473,9 @@ zck_status zck__ds_autoep_zero12(const zck_ds_ckpt *c, size_t n_params, const ui
   }
   free(stores);
   free(pieces);
-  zck_layout_free(a);
-  zck_layout_free(b);
+  free(lnum);
+  zck_layout_free(base);
+  zck_layout_free(loc);
   if (s != ZCK_OK) { zck_layout_free(l); return s; }
   *out = l;
   return ZCK_OK;
@@ -658,9 +686,7 @@ zck_status zck__ds_autoep_finish(zck_ds_ckpt *c) {
 zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
   if (!c->autoep || c->info.stage == 3) return ZCK_OK;
   const struct zck__ds_autoep_file *f = c->autoep->layers;
-  const zck__ds_model_file *m0 = &c->models[0];
-  const zck__ds_shape_list *grp = &m0->param_shapes[c->autoep->expert_group];
-  uint32_t W = c->autoep->ep_size;
+  const zck_layout *L = c->train_layout;
   zck_status s = ZCK_OK;
   for (size_t i = 0; i < c->fs.n_experts && s == ZCK_OK; i++) {
     const zck__ds_rankfile *rf = &c->fs.experts[i];
@@ -670,9 +696,6 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
     for (size_t k = 0; k < f->n; k++)
       if (f->v[k].layer_id == (int64_t)lid) l = &f->v[k];
     if (!l) continue;   /* refused at open */
-    uint32_t r = eid / (uint32_t)l->num_local, local = eid % (uint32_t)l->num_local;
-    const zck__ds_optim_file *o = &c->optims[r];
-    const zck__ds_tref *master = &o->flat[c->autoep->expert_group].fp32;
     zck__source src;
     if ((s = zck__source_open(&src, rf->path)) != ZCK_OK) break;
     zck_torch_file *tf = NULL;
@@ -680,23 +703,31 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
     for (int w = 0; w < 3 && s == ZCK_OK; w++) {
       char key[1100], pn[1100];
       snprintf(key, sizeof key, "%s.w%d.%u", l->prefix, w + 1, eid);
-      snprintf(pn, sizeof pn, "%s.w%d", l->prefix, w + 1);
+      snprintf(pn, sizeof pn, "%s.%s", l->prefix, w == 1 ? "down_proj" : "gate_up_proj");
       zck__ds_tref t;
       if ((s = zck__ds_tensor(tf, zck_pk_dict_get(zck_torch_root(tf), key), &t, key)) != ZCK_OK) break;
-      uint64_t slot = 0, per = 0;   /* the weight's place in rank r's expert partition (local shapes) */
-      for (size_t j = 0; j < grp->n; j++) {
-        uint64_t local_numel = grp->v[j].numel / W;
-        if (!strcmp(grp->v[j].name, pn)) { per = local_numel / (uint64_t)l->num_local; break; }
-        slot += local_numel;
-      }
-      if (!per || !t.contiguous || t.numel != per || master->dtype != ZCK_F32 ||
-          slot + (local + 1) * per > master->numel)
-        continue;   /* open checked names and shapes; nothing to compare against here */
+      int64_t p = zck_model_find_param(c->model, pn);
+      uint64_t per = t.numel;
+      if (p < 0 || !t.contiguous || c->info.master_dtype != ZCK_F32) continue;   /* nothing to compare against */
+      /* where the train layout (the one consolidate reads) puts this expert's master elements */
+      uint64_t at = w == 1 ? eid * per : eid * 2 * per + (w == 2 ? per : 0), got_n = 0;
       size_t esz = zck_dtype_size(t.dtype);
       float *m = zck__calloc(per, sizeof *m);
       uint8_t *v = zck__calloc(per, esz);
+      const zck__ds_optim_file *o = NULL;
       if (!m || !v) s = ZCK_ERR_NO_MEMORY;
-      if (s == ZCK_OK) s = zck__source_read(&o->src, m, per * sizeof *m, master->offset + (slot + local * per) * 4);
+      for (size_t q = L->param_first[p]; s == ZCK_OK && q < L->param_first[p + 1]; q++) {
+        const zck_piece *pc = &L->pieces[q];
+        uint64_t lo = pc->param_off > at ? pc->param_off : at;
+        uint64_t hi = pc->param_off + pc->count < at + per ? pc->param_off + pc->count : at + per;
+        if (lo >= hi) continue;
+        const zck_layout_store *st = &L->stores[pc->store];
+        o = &c->optims[st->rank];
+        const zck__ds_tref *master = &o->flat[st->group].fp32;
+        s = zck__source_read(&o->src, m + (lo - at), (hi - lo) * 4, master->offset + (pc->store_off + lo - pc->param_off) * 4);
+        got_n += hi - lo;
+      }
+      if (s == ZCK_OK && got_n != per) { free(m); free(v); continue; }
       if (s == ZCK_OK) s = zck__source_read(&src, v, per * esz, t.offset);
       for (uint64_t k = 0; s == ZCK_OK && k < per; k++) {
         bool same;
@@ -708,8 +739,8 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
           same = t.dtype != ZCK_F32 || !memcmp(v + 4 * k, &m[k], 4);
         }
         if (!same)
-          s = zck__fail(ZCK_ERR_DAMAGED, "%s: '%s' element %llu is not the module copy of its fp32 master in %s: "
-                        "a file of another save?", rf->path, key, (unsigned long long)k, o->file->name);
+          s = zck__fail(ZCK_ERR_DAMAGED, "%s: '%s' element %llu is not the module copy of its fp32 master (%s): "
+                        "a file of another save?", rf->path, key, (unsigned long long)k, o ? o->file->name : "?");
       }
       free(m);
       free(v);

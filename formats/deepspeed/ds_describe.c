@@ -201,11 +201,10 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
     specs[g].n_params = c->flat_first[g + 1] - c->flat_first[g];
     specs[g].opt_group = specs[g].n_params ? m->params[specs[g].params[0]].group : -1;
   }
-  zck_status s = c->info.stage == 3
-                     ? zck_layout_zero3(m->n_params, numels, specs, n_flat, w, &c->train_layout)
-                     : c->autoep ? zck__ds_autoep_zero12(c, m->n_params, numels, specs, n_flat, w, c->info.param_align,
-                                                          &c->train_layout)
-                     : zck_layout_zero12(m->n_params, numels, specs, n_flat, w, c->info.param_align, &c->train_layout);
+  zck_status s = c->autoep ? zck__ds_autoep_train(c, m->n_params, numels, specs, n_flat, w, c->info.param_align,
+                                                  &c->train_layout)
+                 : c->info.stage == 3 ? zck_layout_zero3(m->n_params, numels, specs, n_flat, w, &c->train_layout)
+                 : zck_layout_zero12(m->n_params, numels, specs, n_flat, w, c->info.param_align, &c->train_layout);
   free(specs);
   ZCK_TRY(s);
   const zck_layout *L = c->train_layout;

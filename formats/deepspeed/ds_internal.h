@@ -210,8 +210,8 @@ zck_status zck__ds_autoep_read(zck__ds_model_file *mf, const zck_pk *root, const
  * shapes, expert params in `module`, the router alias dropped), sets c->autoep. No-op for other checkpoints
  * (which it refuses if they hold expert files or mixed partition counts). */
 zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c);
-/* build_train's stage-1/2 layout of an AutoEP checkpoint (zck_layout_zero12's arguments). */
-zck_status zck__ds_autoep_zero12(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
+/* build_train's layout of an AutoEP checkpoint (zck_layout_zero12's arguments; stage 3: sub-groups). */
+zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
                                  const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
                                  zck_layout **out);
 /* After describe: the manifest, layouts and recipe under the HF model's names. */

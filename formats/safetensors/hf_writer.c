@@ -5,72 +5,10 @@
  * directory that appears in one rename (zck__outdir). */
 #include "st_internal.h"
 
-#include <ctype.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stream_hash.h"
-
-/* ---- sizes */
-
-zck_status zck_hf_parse_size(const char *s, uint64_t *bytes) {
-  const char *b = s, *e = s + strlen(s);
-  while (b < e && isspace((unsigned char)*b)) b++;
-  while (e > b && isspace((unsigned char)e[-1])) e--;
-  size_t n = (size_t)(e - b);
-  bool digits = n > 0;
-  for (size_t i = 0; i < n; i++) digits = digits && isdigit((unsigned char)b[i]);
-  if (digits) { /* an int: bytes */
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-      if (!zck__mul_u64(v, 10, &v) || !zck__add_u64(v, (uint64_t)(b[i] - '0'), &v))
-        return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s' is too large", s);
-    *bytes = v;
-    return ZCK_OK;
-  }
-  double mult;
-  size_t ulen;
-  char u[4] = {0};
-  for (size_t i = 0; i < 3 && i < n; i++) u[i] = (char)toupper((unsigned char)b[n - (n < 3 ? n : 3) + i]);
-  if (n >= 3 && (!strcmp(u, "GIB") || !strcmp(u, "MIB") || !strcmp(u, "KIB"))) {
-    mult = u[0] == 'G' ? 1073741824.0 : u[0] == 'M' ? 1048576.0 : 1024.0;
-    ulen = 3;
-  } else {
-    /* parse_size_to_int: the last two characters, upper-cased, one of TB GB MB KB */
-    char u2[3] = {n >= 2 ? (char)toupper((unsigned char)b[n - 2]) : 0, n >= 1 ? (char)toupper((unsigned char)b[n - 1]) : 0, 0};
-    if (!strcmp(u2, "TB")) mult = 1e12;
-    else if (!strcmp(u2, "GB")) mult = 1e9;
-    else if (!strcmp(u2, "MB")) mult = 1e6;
-    else if (!strcmp(u2, "KB")) mult = 1e3;
-    else return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s': unit not supported (use TB, GB, MB, KB, GiB, MiB, KiB or bytes)", s);
-    ulen = 2;
-  }
-  /* float(value): digits with an optional fraction and exponent (no sign, no hex, no inf) */
-  const char *ve = b + n - ulen;
-  while (ve > b && isspace((unsigned char)ve[-1])) ve--;
-  char num[64];
-  size_t vn = (size_t)(ve - b);
-  bool ok = vn > 0 && vn < sizeof num;
-  for (size_t i = 0; ok && i < vn; i++) {
-    char c = b[i];
-    ok = isdigit((unsigned char)c) || c == '.' || c == 'e' || c == 'E' || ((c == '+' || c == '-') && i > 0 &&
-                                                                            (b[i - 1] == 'e' || b[i - 1] == 'E'));
-  }
-  char *end = NULL;
-  double v = 0;
-  if (ok) {
-    memcpy(num, b, vn);
-    num[vn] = 0;
-    v = strtod(num, &end);
-    ok = end == num + vn && isfinite(v);
-  }
-  if (!ok) return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s': cannot parse the number", s);
-  double r = v * mult; /* int(value * multiplier): one IEEE multiply, then truncation */
-  if (!(r < 18446744073709551616.0)) return zck__fail(ZCK_ERR_INVALID_ARG, "size '%s' is too large", s);
-  *bytes = (uint64_t)r;
-  return ZCK_OK;
-}
 
 /* ---- shard assignment */
 

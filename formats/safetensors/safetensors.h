@@ -172,15 +172,6 @@ void zck_st_writer_wrote(zck_st_writer *w, uint64_t off, const void *bytes, uint
 
 /* ---- Hugging Face sharding */
 
-/* "5GB" -> 5,000,000,000 as huggingface_hub's parse_size_to_int reads it (the parser that
- * save_torch_state_dict, transformers' save_pretrained and DeepSpeed's zero_to_fp32 all use):
- * the last two characters, any case, TB/GB/MB/KB in powers of 10, the value a float
- * ("1.5GB"), int(value * unit) truncated. Also accepted: GiB/MiB/KiB (powers of 2, as
- * transformers' older convert_file_size_to_int) and a bare integer (bytes). transformers'
- * reading of a lowercase "b" as bits ("5Gb") is not followed: huggingface_hub, which does
- * the actual split, reads it as bytes. */
-zck_status zck_hf_parse_size(const char *s, uint64_t *bytes);
-
 #define ZCK_HF_DEFAULT_MAX_SHARD 5000000000ull   /* "5GB" */
 
 /* The shard assignment of split_state_dict_into_shards_factory for tensors of the given

@@ -66,18 +66,17 @@ def _dtype(name, what="dtype"):
 
 
 def _size(v):
-    """max_shard_size as bytes: an int, or a string in HF units ("5GB", "10GiB")."""
+    """max_shard_size as bytes: an int, or a string as huggingface_hub reads it ("5GB", "500MB";
+    also "10GiB", "5G"), read by the library's one parser so that the CLI and Python agree."""
     if v is None:
         return 0
-    if isinstance(v, int):
+    if isinstance(v, int) and not isinstance(v, bool):
         return v
-    s = str(v).strip().upper()
-    units = {"TIB": 1 << 40, "GIB": 1 << 30, "MIB": 1 << 20, "KIB": 1 << 10, "TB": 10**12, "GB": 10**9, "MB": 10**6,
-             "KB": 10**3, "B": 1}
-    for u, mul in units.items():
-        if s.endswith(u):
-            return int(float(s[:-len(u)]) * mul)
-    return int(s)
+    out = N.ctypes.c_uint64()
+    st = N.lib.zck_parse_size(str(v).encode(), N.ctypes.byref(out))
+    if st:
+        raise error_from(st)
+    return out.value
 
 
 def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, exclude_frozen=False,

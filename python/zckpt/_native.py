@@ -39,6 +39,8 @@ lib.zck_status_name.restype = ctypes.c_char_p
 lib.zck_status_name.argtypes = [ctypes.c_int]
 lib.zck_version.restype = ctypes.c_char_p
 lib.zck_version.argtypes = []
+lib.zck_parse_size.restype = ctypes.c_int
+lib.zck_parse_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
 
 # ---- dtypes (enum zck_dtype)
 DTYPES = ["invalid", "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",

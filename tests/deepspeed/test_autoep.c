@@ -99,9 +99,11 @@ int main(void) {
   intact("ep2_s2_bf16", 2, 21);
   intact("ep2_s3_fp32", 3, 21);
   intact("ep2_s3_bf16", 3, 21);
-  intact("qwen3_ep2_s2_bf16", 2, 25);  /* Qwen3-MoE: q_norm, k_norm per layer */
+  intact("qwen3_ep2_s2_bf16", 2, 25);
+  intact("ep2dp2_s2_fp32", 2, 21);  /* EP 2 x expert-data-parallel 2 */
+  intact("ep2dp2_s3_fp32", 3, 21);  /* Qwen3-MoE: q_norm, k_norm per layer */
   const char *m2 = "mp_rank_00_model_states.pt", *ex = "layer_0_expert_1_mp_rank_00_model_states.pt";
-  hostile("ep_size_4", "ep2_s2_fp32", m2, ZCK_ERR_UNSUPPORTED, "ep_size 4 on 2 ranks");
+  hostile("ep_size_4", "ep2_s2_fp32", m2, ZCK_ERR_FORMAT, "ep_size 4 x expert-data-parallel size 1 is not the 2 ranks");
   hostile("placement_swapped", "ep2_s2_fp32", m2, ZCK_ERR_UNSUPPORTED, "expert_placement");
   hostile("experts_5", "ep2_s2_fp32", m2, ZCK_ERR_FORMAT, "do not add up");
   hostile("format_zero3", "ep2_s2_fp32", m2, ZCK_ERR_FORMAT, "checkpoint_format 'zero3_partitioned'");

@@ -2,7 +2,8 @@
 and transformers.
 
 Sources: the real AutoEP checkpoints of tests/fixtures/autoep (DeepSpeed 0.19.8 on the CPU, a tiny HF Mixtral,
-4 experts over EP 2 on 2 ranks, ZeRO-2 and ZeRO-3, fp32 and bf16, and a Qwen3-MoE at ZeRO-2 bf16; made by
+4 experts over EP 2 on 2 ranks, ZeRO-2 and ZeRO-3, fp32 and bf16, a Qwen3-MoE at ZeRO-2 bf16, and EP 2 x
+expert-data-parallel 2 on 4 ranks at ZeRO-2 and ZeRO-3; made by
 tests/fixtures/gen/make_autoep_fixtures.py). Per case:
 
   consolidate   `zckpt consolidate` == the live engine's fp32 masters (expected_fp32: safe_get_full_fp32_param on
@@ -27,7 +28,7 @@ import tempfile
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(SRC, "tests", "fixtures", "autoep")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
-CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_bf16", "qwen3_ep2_s2_bf16"]
+CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_bf16", "qwen3_ep2_s2_bf16", "ep2dp2_s2_fp32", "ep2dp2_s3_fp32"]
 
 passed, failed = 0, 0
 

@@ -121,6 +121,18 @@ class Api(unittest.TestCase):
         self.assertEqual(calls[-1][0], calls[-1][1])   # done == total at the end
         self.assertTrue(all(a[0] <= b[0] for a, b in zip(calls, calls[1:])))
 
+    def test_sizes_read_as_the_command_reads_them(self):
+        # one parser for both: "2K" and " 2 kb " shard as "2KB" does, in Python and on the CLI
+        for spelling in ("2K", " 2 kb "):
+            out, cli = (os.path.join(self.tmp, f"{w}-{spelling.strip()}") for w in ("py", "cli"))
+            zckpt.consolidate(CKPT, out, max_shard_size=spelling, progress=False)
+            subprocess.run([BIN, "consolidate", "-q", "--max-shard-size", spelling, CKPT, cli], check=True)
+            self.assertEqual(listing(out), listing(cli))
+            self.assertIn("model.safetensors.index.json", listing(out))
+        with self.assertRaisesRegex(zckpt.Error, "size '5XB'"):
+            zckpt.consolidate(CKPT, os.path.join(self.tmp, "bad"), max_shard_size="5XB", progress=False)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "bad")))
+
     def test_consolidate_folder_dtype_and_shards(self):
         out = os.path.join(self.tmp, "hf")
         zckpt.consolidate(CKPT, out, dtype="bf16", max_shard_size="2KB", progress=False)

@@ -101,7 +101,7 @@ static int copy(const char *src, const char *dst, const char *max, const char *s
   zck_hf_checkpoint *c;
   ZT_OK(zck_hf_open(src, &c));
   zck_hf_options o = ZCK_HF_OPTIONS_INIT;
-  ZT_OK(zck_hf_parse_size(max, &o.max_shard_size));
+  ZT_OK(zck_parse_size(max, &o.max_shard_size));
   o.style = style && !strcmp(style, "sorted") ? ZCK_HF_INDEX_SORTED : ZCK_HF_INDEX_HUB;
   zck_hf_writer *w;
   ZT_OK(zck_hf_writer_new(dst, &o, &w));

@@ -27,7 +27,7 @@ static int dir_entries(const char *dir) {
 
 static void size_ok(const char *s, uint64_t want) {
   uint64_t v = 0;
-  ZT_OK(zck_hf_parse_size(s, &v));
+  ZT_OK(zck_parse_size(s, &v));
   if (v != want) ZT_FAIL("parse_size(\"%s\") = %llu, expected %llu", s, (unsigned long long)v, (unsigned long long)want);
 }
 
@@ -87,14 +87,21 @@ static void test_sizes(void) {
   size_ok("3MiB", 3145728ull);
   size_ok("2kib", 2048);
   size_ok("12345", 12345);
+  size_ok(" 5 gb ", 5000000000ull);    /* blanks and case, as huggingface_hub strips and upper-cases */
+  size_ok("5G", 5000000000ull);        /* the command-line short forms */
+  size_ok("2TiB", 2199023255552ull);
+  size_ok("1.5k", 1500);
+  size_ok("7B", 7);
   uint64_t v;
-  ZT_ERR(zck_hf_parse_size("5XB", &v), ZCK_ERR_INVALID_ARG, "unit not supported");
-  ZT_ERR(zck_hf_parse_size("GB", &v), ZCK_ERR_INVALID_ARG, "cannot parse the number");
-  ZT_ERR(zck_hf_parse_size("-1GB", &v), ZCK_ERR_INVALID_ARG, "cannot parse");
-  ZT_ERR(zck_hf_parse_size("0x10KB", &v), ZCK_ERR_INVALID_ARG, "cannot parse");
-  ZT_ERR(zck_hf_parse_size("infGB", &v), ZCK_ERR_INVALID_ARG, "cannot parse");
-  ZT_ERR(zck_hf_parse_size("99999999999TB", &v), ZCK_ERR_INVALID_ARG, "too large");
-  ZT_ERR(zck_hf_parse_size("", &v), ZCK_ERR_INVALID_ARG, "unit not supported");
+  ZT_ERR(zck_parse_size("5XB", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("GB", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("-1GB", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("0x10KB", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("infGB", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("99999999999TB", &v), ZCK_ERR_INVALID_ARG, "too large");
+  ZT_ERR(zck_parse_size("", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("5 GBs", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
+  ZT_ERR(zck_parse_size("1e400GB", &v), ZCK_ERR_INVALID_ARG, "cannot read it");
 }
 
 static void test_split(void) {

@@ -212,7 +212,7 @@ int main(void) {
 
   /* transformers save_pretrained(max_shard_size="3KB"): sort_keys, total_parameters */
   zck_hf_options tf = ZCK_HF_OPTIONS_INIT;
-  ZT_OK(zck_hf_parse_size("3KB", &tf.max_shard_size));
+  ZT_OK(zck_parse_size("3KB", &tf.max_shard_size));
   tf.style = ZCK_HF_INDEX_SORTED;
   tf.with_total_parameters = true;
   tf.total_parameters = 1856;
