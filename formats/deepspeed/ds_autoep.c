@@ -750,3 +750,9 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
   }
   return s;
 }
+
+zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job) {
+  if (!c || !c->autoep) return ZCK_OK;
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP (expert-parallel) checkpoint: %s does not write AutoEP's layout "
+                   "yet (consolidate, inspect and verify read it)", c->info.dir, job);
+}
