@@ -21,6 +21,10 @@ checkpoint as the direct reshard at the DCP's own dtype (every file byte for byt
 --lib, the Python package's zckpt.reshard(dcp, ..., dtype=) and zckpt.to_universal(dcp, ...) give what the
 command gives.
 
+An HF Trainer FSDP checkpoint-N (tests/fixtures/dcp/hf_trainer_tied_w2_fp32) resharded to W=1: its scheduler.pt is
+the lr_scheduler of the model states (what DeepSpeed saves for an engine given the Trainer's scheduler), its other
+files are carried over byte for byte, rng_state_1.pth dropped.
+
 Refused (reshard and to-universal: exit 1, one line naming the DCP folder and what is wrong, nothing at OUT):
 DCPs torch saves in one process of a model alone, of SGD with momentum, of AdamW with amsgrad.
 
@@ -222,6 +226,26 @@ def scenario(tmp, name, dtype, world, targets):
     return results
 
 
+def hf_checkpoint(tmp):
+    src = os.path.join(HERE, "..", "fixtures", "dcp", "hf_trainer_tied_w2_fp32", "checkpoint-2")
+    out = os.path.join(tmp, "hf.ds")
+    err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
+    if err:
+        return [("HF Trainer FSDP checkpoint-N -> DeepSpeed", [err])]
+    probs = []
+    tag = open(os.path.join(out, "latest")).read().strip()
+    ms = torch.load(os.path.join(out, tag, "mp_rank_00_model_states.pt"), weights_only=False)
+    want = torch.load(os.path.join(src, "scheduler.pt"), weights_only=False)
+    if ms["lr_scheduler"] != want:
+        probs.append(f"lr_scheduler {ms['lr_scheduler']!r} != scheduler.pt's {want!r}")
+    for f in ("scheduler.pt", "trainer_state.json", "rng_state_0.pth"):
+        if not filecmp.cmp(os.path.join(src, f), os.path.join(out, f), shallow=False):
+            probs.append(f"{f}: not carried over as it is")
+    if os.path.exists(os.path.join(out, "rng_state_1.pth")):
+        probs.append("rng_state_1.pth carried to a world size of 1")
+    return [("HF Trainer FSDP checkpoint-N -> DeepSpeed W=1: scheduler and side files", probs)]
+
+
 def unconvertible(tmp):
     """DCPs that hold no Adam state a DeepSpeed run could resume: refused before anything is written."""
     import torch.distributed.checkpoint as dcp
@@ -274,7 +298,8 @@ def main(argv):
             if want and name not in want:
                 continue
             try:
-                results = unconvertible(tmp) if name == "refused" else scenario(tmp, name, dtype, world, targets)
+                results = unconvertible(tmp) + hf_checkpoint(tmp) if name == "refused" else \
+                    scenario(tmp, name, dtype, world, targets)
             except Exception as e:
                 traceback.print_exc()
                 results = [(name, [f"{type(e).__name__}: {e}"])]
