@@ -12,7 +12,8 @@
  *     param's tied alias (zck_dcp_ties: DCP writes tied weights under both names);
  *   - else it is a buffer if FSDP2 did not shard it (an integer tensor, or one chunk in a
  *     save of several ranks: fully_shard shards every param, frozen ones too, and DCP
- *     writes a replicated tensor once), and a frozen param otherwise;
+ *     writes a replicated tensor once), and a frozen param otherwise (so in a save of one
+ *     rank, which cannot tell them apart, a floating buffer is taken as a frozen param);
  *   - model order is the DCP's (module.state_dict() order, as get_state_dict makes it);
  *   - the 16-bit dtype of the target run: --to-dtype, else the trainable weights' dtype
  *     (FSDP2 mixed precision keeps fp32 params: an fp32 DeepSpeed run); not fp16, whose
