@@ -105,6 +105,30 @@ static zck_status set_element(tsave *t, zck_pk *root, const zck_pk *const *path,
   return ZCK_OK;
 }
 
+/* The first node under n that is not a plain Python value (a class instance, a tensor):
+ * what those pickle to depends on Python code zckpt does not run. Deeper than the pickle
+ * VM's own depth limit cannot occur. */
+static const zck_pk *foreign_value(const zck_pk *n, int depth) {
+  switch (n->kind) {
+  case ZCK_PK_GLOBAL: case ZCK_PK_OBJECT: case ZCK_PK_PERSID: return n;
+  case ZCK_PK_TUPLE: case ZCK_PK_LIST: case ZCK_PK_SET:
+    for (size_t i = 0; i < n->u.seq.len && depth < 300; i++) {
+      const zck_pk *b = foreign_value(n->u.seq.items[i], depth + 1);
+      if (b) return b;
+    }
+    return NULL;
+  case ZCK_PK_DICT:
+    if (n->u.dict.ordered || n->u.dict.attrs) return n;   /* an OrderedDict: a class */
+    for (size_t i = 0; i < n->u.dict.len && depth < 300; i++) {
+      const zck_pk *b = foreign_value(n->u.dict.keys[i], depth + 1);
+      if (!b) b = foreign_value(n->u.dict.values[i], depth + 1);
+      if (b) return b;
+    }
+    return NULL;
+  default: return NULL;
+  }
+}
+
 /* A bytes item's value, as torch.load(weights_only=False) gives it. */
 static zck_status object_value(tsave *t, const zck__dcp_entry *e, zck_pk **out) {
   zck__dcp_item *it = &t->c->items[e->item];
@@ -115,13 +139,10 @@ static zck_status object_value(tsave *t, const zck__dcp_entry *e, zck_pk **out) 
     return s;
   }
   t->n_objs++;
-  const zck_pk_doc *doc = zck_torch_doc(f->tf);
-  for (size_t i = 0; i < zck_pk_doc_node_count(doc); i++) {
-    const zck_pk *n = zck_pk_doc_node_at(doc, i);
-    if (n->kind == ZCK_PK_GLOBAL || n->kind == ZCK_PK_OBJECT || n->kind == ZCK_PK_PERSID || n->kind == ZCK_PK_BIGINT)
-      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s holds %s: only plain Python values are written as torch writes them",
-                       it->win.name, e->key, n->kind == ZCK_PK_PERSID ? "a tensor" : n->kind == ZCK_PK_BIGINT ? "a big int" : "a Python object");
-  }
+  const zck_pk *bad = foreign_value(zck_torch_root(f->tf), 0);
+  if (bad)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s holds %s: only plain Python values are written as torch writes them",
+                     it->win.name, e->key, bad->kind == ZCK_PK_PERSID ? "a tensor" : "a Python object");
   *out = (zck_pk *)zck_torch_root(f->tf);
   return ZCK_OK;
 }
@@ -275,6 +296,7 @@ zck_status zck_dcp_torch_save(zck_dcp *c, const char *path) {
   }
   if (s == ZCK_OK) s = skeleton(&t, zck_pk_doc_root(meta), &root, &n_entries);
   if (s == ZCK_OK) s = fill(&t, root, 0);
+  if (s == ZCK_OK) s = zck_pk_share_small_strings(&root);
   if (s == ZCK_OK) s = zck_torch_saver_layout(t.sv, root);
   for (size_t i = 0; s == ZCK_OK && i < zck_torch_saver_storage_count(t.sv); i++) s = copy_storage(&t, i, buf);
   if (s == ZCK_OK) s = zck_torch_saver_finish(t.sv);
