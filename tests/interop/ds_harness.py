@@ -8,7 +8,8 @@ tests/fixtures/gen/make_deepspeed_fixtures.py and the launcher from tests/fixtur
           snapshot, then train `more` steps (the "direct path" loss curve).
   resume: build a fresh engine, load_checkpoint(load_dir) (plain, or with checkpoint.load_universal),
           snapshot, then train `more` steps.
-Spec `nvme` (a folder): the optimizer offloaded to "NVMe" there (offload_optimizer device nvme, async_io).
+Spec `nvme` (a folder): the optimizer offloaded to "NVMe" there (offload_optimizer device nvme, async_io);
+`nvme_min_bytes`: the smallest fp32 partition swapped (MIN_AIO_BYTES and aio.block_size; default 512).
 
 The frozen parameter is perturbed (spec perturb_frozen) in the source run, so that a resume which does not
 restore it from the checkpoint shows. A universal-checkpoint resume never loads the module (weights come from
@@ -57,11 +58,12 @@ NVME_EXTRA = {"sub_group_size": 100, "_nvme": True, "_aio_block": 512}
 NVME_MIN_AIO_BYTES = 512
 
 
-def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None, fused_adam=False):
+def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None, fused_adam=False,
+                nvme_min_bytes=NVME_MIN_AIO_BYTES):
     m = fixture()
     extra = {} if sub_group_size is None else {"sub_group_size": sub_group_size}
     if nvme_path:
-        extra = dict(NVME_EXTRA, _nvme_path=nvme_path)
+        extra = dict(NVME_EXTRA, _nvme_path=nvme_path, _aio_block=nvme_min_bytes)
     if fused_adam:  # DeepSpeed's FusedAdam (its CPU op, JIT-built): FP16_Optimizer at ZeRO-0 fp16/bf16
         extra = dict(extra, _fused_adam=True)
     cfg = m.ds_config(stage, dtype, extra)
@@ -230,9 +232,10 @@ def worker(spec_path):
         get_accelerator().is_fp16_supported = lambda: True
     if spec.get("nvme"):
         import deepspeed.runtime.swap_tensor.optimizer_utils as swap_utils
-        swap_utils.MIN_AIO_BYTES = NVME_MIN_AIO_BYTES
+        swap_utils.MIN_AIO_BYTES = spec.get("nvme_min_bytes", NVME_MIN_AIO_BYTES)
     cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False),
-                      spec.get("nvme"), spec.get("fused_adam", False))
+                      spec.get("nvme"), spec.get("fused_adam", False),
+                      spec.get("nvme_min_bytes", NVME_MIN_AIO_BYTES))
     cfg.update(spec.get("top", {}))   # e.g. data_types.grad_accum_dtype fp32: BF16_Optimizer
     if spec.get("no_scheduler"):      # a checkpoint with no lr scheduler state (one converted from torch DCP)
         cfg.pop("scheduler", None)
