@@ -116,9 +116,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
-  if (in->ep_size > 1)  /* its manifest holds the HF names (formats/deepspeed/ds_autoep.c), not AutoEP's layout */
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP (expert-parallel) checkpoint: reshard does not write AutoEP's "
-                     "layout yet (consolidate, inspect and verify read it)", src);
+  ZCK_TRY(zck_ds_autoep_refuse(c, "reshard"));
   if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);

@@ -12,7 +12,8 @@
  *     param's tied alias (zck_dcp_ties: DCP writes tied weights under both names);
  *   - else it is a buffer if FSDP2 did not shard it (an integer tensor, or one chunk in a
  *     save of several ranks: fully_shard shards every param, frozen ones too, and DCP
- *     writes a replicated tensor once), and a frozen param otherwise;
+ *     writes a replicated tensor once), and a frozen param otherwise (so in a save of one
+ *     rank, which cannot tell them apart, a floating buffer is taken as a frozen param);
  *   - model order is the DCP's (module.state_dict() order, as get_state_dict makes it);
  *   - the 16-bit dtype of the target run: --to-dtype, else the trainable weights' dtype
  *     (FSDP2 mixed precision keeps fp32 params: an fp32 DeepSpeed run); not fp16, whose
@@ -26,14 +27,21 @@
  *
  * What the DCP does not hold is DeepSpeed's defaults: global_steps = Adam's step (the tag
  * global_step<N>), no lr scheduler state (load with load_lr_scheduler_states=False into
- * a run that has a scheduler), a static loss scale of 1, a minimal ds_config. Refused in
+ * a run that has a scheduler), a static loss scale of 1, a minimal ds_config.
+ * An HF Trainer / Accelerate checkpoint-N (the DCP in its pytorch_model_fsdp_0/) gives
+ * more: its other files are carried over as from a DeepSpeed checkpoint-N (trainer_state
+ * .json, scheduler.pt, rng_state_<r>.pth of ranks below W, ...), and its scheduler.pt,
+ * the state dict of the Trainer's lr scheduler, is the lr_scheduler DeepSpeed saves for
+ * an engine given that scheduler (as the Trainer gives it its own). Refused in
  * one line before anything is written: no optimizer state, state other than Adam's, steps
  * that differ between params, a param group the target cannot hold. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dcp/dcp.h"
 #include "reshard_internal.h"
+#include "torch/torch.h"
 
 /* The DeepSpeed manifest and its layouts over the DCP's stores. */
 typedef struct zck__dcp_ds {
@@ -156,6 +164,23 @@ static zck_dtype zck__dcp_lp(const zck_model *m, zck_dtype asked) {
   return ZCK_F32;
 }
 
+/* root/scheduler.pt, when there is one: *tf holds it open (its root, a dict, is the
+ * scheduler's state). One that cannot be read is refused: the target would lose it. */
+static zck_status zck__dcp_scheduler(const char *root, zck_torch_file **tf) {
+  *tf = NULL;
+  char *p = zck__path_join(root, "scheduler.pt");
+  if (!p) return ZCK_ERR_NO_MEMORY;
+  struct stat sb;
+  zck_status st = ZCK_OK;
+  if (stat(p, &sb) == 0) {
+    st = zck_torch_open(p, NULL, tf);
+    if (st == ZCK_OK && zck_torch_root(*tf)->kind != ZCK_PK_DICT)
+      st = zck__fail(ZCK_ERR_FORMAT, "%s: not an lr scheduler's state dict", p);
+  }
+  free(p);
+  return st;
+}
+
 zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_reshard_opts *o) {
   const char *src = s->dir;
   const zck_dcp_info *in = zck_dcp_info_of(s->dcp);
@@ -188,6 +213,10 @@ zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_r
   wo.step_is_tensor = tr.step_is_tensor;
   wo.has_optimizer_state = true;
   wo.save_latest = true;
+  char *side_root = zck_dcp_save_root(s->dcp);
+  zck_torch_file *sched = NULL;
+  if (st == ZCK_OK && side_root) st = zck__dcp_scheduler(side_root, &sched);
+  if (sched) wo.lr_scheduler = zck_torch_root(sched);
   if (st == ZCK_OK) st = zck__reshard_check(src, d.m, &wo, true, o);
   if (st == ZCK_OK) {
     zck__whole_src ws;
@@ -201,8 +230,12 @@ zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_r
     }
     ws.buffer_layout = d.buffers;
     ws.buffer_stores = s->view.part[ZCK_STATE_FROZEN].stores;
+    ws.side_root = side_root;
+    ws.side_skip = ZCK_DCP_ACCELERATE_MODEL_DIR;   /* a folder, never carried: named for the rule */
     st = zck__reshard_whole(&ws, &wo, out, o);
   }
+  zck_torch_close(sched);
+  free(side_root);
   if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, d.m->n_params);
   zck__dcp_ds_free(&d);
   return st;

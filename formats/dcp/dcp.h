@@ -129,6 +129,10 @@ zck_status zck_dcp_train_info(zck_dcp *c, zck_dcp_train *out);
  * param p repeats (same dtype, shape and chunks, the same CRC-32s, then the same bytes),
  * else -1. */
 zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied);
+/* The checkpoint-N folder holding the DCP in its pytorch_model_fsdp_0/ (Accelerate's
+ * save_state, HF Trainer with FSDP), whose other files (trainer_state.json, scheduler.pt,
+ * rng states) belong to the checkpoint; NULL for a plain DCP folder. malloc'd. */
+char *zck_dcp_save_root(const zck_dcp *c);
 /* Chunks of param p's model entry (0: none): FSDP2 shards a param (one chunk per rank,
  * empty ones included) and writes a replicated tensor (a buffer) once. */
 size_t zck_dcp_param_chunks(const zck_dcp *c, uint32_t p);

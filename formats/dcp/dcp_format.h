@@ -53,6 +53,10 @@
 #define ZCK_DCP_METADATA_FILE ".metadata"
 #define ZCK_DCP_DATA_SUFFIX ".distcp"
 #define ZCK_DCP_VERSION "1.0.0"   /* Metadata.version torch 2.5+ writes (older: absent) */
+/* Accelerate's save_state and HF Trainer's FSDP checkpoint-N: the model's DCP folder, and
+ * the optimizer's beside it ({"optimizer": osd}) */
+#define ZCK_DCP_ACCELERATE_MODEL_DIR "pytorch_model_fsdp_0"
+#define ZCK_DCP_ACCELERATE_OPTIM_DIR "optimizer_0"
 
 /* "__<rank>_<n>.distcp" into buf. */
 void zck_dcp_data_file_name(uint32_t rank, uint32_t n, char *buf, size_t cap);

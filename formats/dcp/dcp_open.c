@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define ACCELERATE_MODEL_DIR "pytorch_model_fsdp_0"   /* Accelerate save_state, HF Trainer FSDP */
-#define ACCELERATE_OPTIM_DIR "optimizer_0"            /* beside it: {"optimizer": osd} */
+#define ACCELERATE_MODEL_DIR ZCK_DCP_ACCELERATE_MODEL_DIR
+#define ACCELERATE_OPTIM_DIR ZCK_DCP_ACCELERATE_OPTIM_DIR
 
 // ---- which folder
 

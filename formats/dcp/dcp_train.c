@@ -168,6 +168,12 @@ zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied) {
   return s;
 }
 
+char *zck_dcp_save_root(const zck_dcp *c) {
+  const char *base = strrchr(c->dir, '/');
+  if (!base || strcmp(base + 1, ZCK_DCP_ACCELERATE_MODEL_DIR)) return NULL;
+  return zck__strndup(c->dir, base == c->dir ? 1 : (size_t)(base - c->dir));
+}
+
 size_t zck_dcp_param_chunks(const zck_dcp *c, uint32_t p) {
   for (size_t i = 0; i < c->n_entries; i++)
     if (c->entries[i].k.kind == ZCK_DCP_KEY_MODEL && c->param_of_entry[i] == p) return c->entries[i].n_chunks;

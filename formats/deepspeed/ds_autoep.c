@@ -17,8 +17,8 @@
  * is partitioned over the D ranks of EP rank e as ZeRO-1/2 or ZeRO-3 partitions any group
  * (zck__ds_autoep_train). zck__ds_autoep_prepare rewrites the files' records to say so (full
  * shapes, expert params in `module`, the router alias dropped) before the manifest is built;
- * zck__ds_autoep_finish then renames the manifest to the HF model's own names, so a consolidated file loads
- * with from_pretrained:
+ * zck__ds_autoep_finish (ds_autoep_hf.c) then renames the manifest to the HF model's own names, so a
+ * consolidated file loads with from_pretrained:
  *   <mlp>.router.gate.weight                -> <mlp>.gate.weight (the router alias is not written again: it
  *                                              is the same tensor, and HF has one name for it)
  *   <mlp>.experts.w1 [E, I, H] + w3 [E, I, H] -> <mlp>.experts.gate_up_proj [E, 2I, H] (per expert: w1's rows,
@@ -26,31 +26,15 @@
  *   <mlp>.experts.w2 [E, H, I]              -> <mlp>.experts.down_proj
  * The 16-bit expert weights of the expert files are checked (names, shapes, dtype) but not bound: every job
  * casts the fp32 masters, which is what DeepSpeed's own 16-bit copy holds after a step. Jobs that write
- * DeepSpeed files again (reshard, to-universal) refuse AutoEP sources for now (zck_ds_info.ep_size). */
-#include "ds_internal.h"
+ * DeepSpeed files again (reshard, to-universal) refuse AutoEP sources for now (zck_ds_autoep_refuse,
+ * ds_autoep_check.c). */
+#include "ds_autoep.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- ds_autoep_layers, as one model file records it */
-
-typedef struct autoep_layer {
-  int64_t layer_id, num_experts, num_local, ep_size, ep_rank, edp_size, edp_rank;
-  char *module_path, *prefix, *format;
-} autoep_layer;
-
-struct zck__ds_autoep_file {
-  autoep_layer *v;
-  size_t n;
-};
-
-struct zck__ds_autoep {
-  uint32_t ep_size, edp_size;                 /* E x D = the world size; rank r = (r / E) * E + r % E: edp rank r / E,
-                                                 EP rank r % E (groups.py without use_data_before_expert_parallelism) */
-  const struct zck__ds_autoep_file *layers;   /* rank 0's model file's */
-  size_t expert_group;                        /* the param_shapes group of the experts */
-};
 
 void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f) {
   if (!f) return;
@@ -79,7 +63,7 @@ static zck_status need_str(const zck_pk *d, const char *key, char **out, const c
 
 /* expert_placement: {'ranks': [{'rank': k, 'experts': [...]}, ...]}; true when rank k holds experts
  * [k * local, (k + 1) * local), the only placement read here. */
-static bool uniform_placement(const zck_pk *pl, const autoep_layer *l) {
+static bool uniform_placement(const zck_pk *pl, const zck__ds_autoep_layer *l) {
   const zck_pk *ranks = pl ? zck_pk_dict_get(pl, "ranks") : NULL;
   if (!ranks || ranks->kind != ZCK_PK_LIST || (int64_t)ranks->u.seq.len != l->ep_size) return false;
   for (size_t k = 0; k < ranks->u.seq.len; k++) {
@@ -109,7 +93,7 @@ zck_status zck__ds_autoep_read(zck__ds_model_file *mf, const zck_pk *root, const
   mf->autoep = f;
   for (size_t i = 0; i < list->u.seq.len; i++) {
     const zck_pk *e = list->u.seq.items[i];
-    autoep_layer *l = &f->v[f->n++];
+    zck__ds_autoep_layer *l = &f->v[f->n++];
     if (!e || e->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: %s[%zu] is not a dict", path, key, i);
     ZCK_TRY(need_int(e, "moe_layer_id", &l->layer_id, path, i));
     ZCK_TRY(need_int(e, "num_experts", &l->num_experts, path, i));
@@ -141,8 +125,8 @@ zck_status zck__ds_autoep_read(zck__ds_model_file *mf, const zck_pk *root, const
 
 /* ---- before the manifest: the records say what AutoEP's layout is */
 
-/* The layer whose module_path + rest is name, or NULL. */
-static const autoep_layer *layer_of(const struct zck__ds_autoep_file *f, const char *name, const char *rest) {
+const zck__ds_autoep_layer *zck__ds_autoep_layer_of(const struct zck__ds_autoep_file *f, const char *name,
+                                                    const char *rest) {
   for (size_t i = 0; i < f->n; i++) {
     size_t n = strlen(f->v[i].module_path);
     if (!strncmp(name, f->v[i].module_path, n) && !strcmp(name + n, rest)) return &f->v[i];
@@ -150,11 +134,10 @@ static const autoep_layer *layer_of(const struct zck__ds_autoep_file *f, const c
   return NULL;
 }
 
-/* Which expert weight name is (1, 2, 3), or 0, and its layer. */
-static int expert_weight(const struct zck__ds_autoep_file *f, const char *name, const autoep_layer **layer) {
+int zck__ds_autoep_weight(const struct zck__ds_autoep_file *f, const char *name, const zck__ds_autoep_layer **layer) {
   static const char *rest[3] = {".experts.w1", ".experts.w2", ".experts.w3"};
   for (int w = 0; w < 3; w++)
-    if ((*layer = layer_of(f, name, rest[w]))) return w + 1;
+    if ((*layer = zck__ds_autoep_layer_of(f, name, rest[w]))) return w + 1;
   return 0;
 }
 
@@ -169,8 +152,8 @@ static zck_status rewrite_module(zck_ds_ckpt *c, zck__ds_model_file *mf, const s
   zck_status s = ZCK_OK;
   for (size_t i = 0; i < mf->n_module && s == ZCK_OK; i++) {
     const char *name = mf->module_names[i];
-    const autoep_layer *l;
-    if (layer_of(f, name, ".gate.gate.weight")) { free(mf->module_names[i]); continue; }  /* the alias */
+    const zck__ds_autoep_layer *l;
+    if (zck__ds_autoep_layer_of(f, name, ".gate.gate.weight")) { free(mf->module_names[i]); continue; }  /* the alias */
     names[n] = mf->module_names[i];
     ts[n++] = mf->module_t[i];
     for (size_t k = 0; k < f->n; k++) {
@@ -180,7 +163,7 @@ static zck_status rewrite_module(zck_ds_ckpt *c, zck__ds_model_file *mf, const s
         s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: module['%s']: AutoEP router tensors other than router.gate.weight "
                       "(a router bias) are not supported yet", mf->file->path, name);
     }
-    if (s != ZCK_OK || !(l = layer_of(f, name, ".router.gate.weight"))) continue;
+    if (s != ZCK_OK || !(l = zck__ds_autoep_layer_of(f, name, ".router.gate.weight"))) continue;
     routers++;
     for (int w = 0; w < 3 && s == ZCK_OK; w++) {
       char pn[1100];
@@ -219,15 +202,14 @@ static zck_status rewrite_module(zck_ds_ckpt *c, zck__ds_model_file *mf, const s
 }
 
 /* Expert params take their full shape [experts, ...] in param_shapes; all of them in one group, only them. */
-static zck_status full_shapes(zck_ds_ckpt *c, zck__ds_model_file *mf, const struct zck__ds_autoep_file *f,
-                              size_t *expert_group) {
+static zck_status full_shapes(zck__ds_model_file *mf, const struct zck__ds_autoep_file *f, size_t *expert_group) {
   size_t found = 0;
   int64_t group = -1;
   for (size_t g = 0; g < mf->n_param_shapes; g++)
     for (size_t j = 0; j < mf->param_shapes[g].n; j++) {
       zck__ds_named_shape *ps = &mf->param_shapes[g].v[j];
-      const autoep_layer *l;
-      int w = expert_weight(f, ps->name, &l);
+      const zck__ds_autoep_layer *l;
+      int w = zck__ds_autoep_weight(f, ps->name, &l);
       if (!w) {
         if (group == (int64_t)g)
           return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param_shapes[%zu] mixes '%s' with the AutoEP experts: not supported",
@@ -248,7 +230,6 @@ static zck_status full_shapes(zck_ds_ckpt *c, zck__ds_model_file *mf, const stru
   if (found != 3 * f->n)
     return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes holds %zu AutoEP expert weights; ds_autoep_layers needs %zu",
                      mf->file->path, found, 3 * f->n);
-  (void)c;
   *expert_group = (size_t)group;
   return ZCK_OK;
 }
@@ -261,12 +242,12 @@ static zck_status check_expert_files(zck_ds_ckpt *c, const struct zck__ds_autoep
   for (size_t i = 0; i < f->n; i++) want += (size_t)f->v[i].num_experts;
   zck_dtype lp = ZCK_DTYPE_INVALID;   /* the module dtype, as its routers have it */
   for (size_t i = 0; i < mf->n_module && lp == ZCK_DTYPE_INVALID; i++)
-    if (layer_of(f, mf->module_names[i], ".router.gate.weight")) lp = mf->module_t[i].dtype;
+    if (zck__ds_autoep_layer_of(f, mf->module_names[i], ".router.gate.weight")) lp = mf->module_t[i].dtype;
   for (size_t i = 0; i < c->fs.n_experts; i++) {
     const zck__ds_rankfile *rf = &c->fs.experts[i];
     unsigned lid = 0, eid = 0;
     sscanf(rf->name, "layer_%u_expert_%u", &lid, &eid);
-    const autoep_layer *l = NULL;
+    const zck__ds_autoep_layer *l = NULL;
     for (size_t k = 0; k < f->n; k++)
       if (f->v[k].layer_id == (int64_t)lid) l = &f->v[k];
     if (!l || (int64_t)eid >= l->num_experts)
@@ -339,9 +320,12 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
     return ZCK_OK;
   }
   uint32_t W = c->info.world_size;
+  if (c->fs.n_mp > 1)  /* AutoEP folded with AutoTP: expert shards per (TP rank, EP rank), folding metadata */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP with tensor parallelism (%u mp ranks) is not supported yet",
+                     m0->file->path, c->fs.n_mp);
   const char *want = c->info.stage == 3 ? "zero3_partitioned" : "per_expert_files";
   for (size_t i = 0; i < f->n; i++) {
-    const autoep_layer *l = &f->v[i];
+    const zck__ds_autoep_layer *l = &f->v[i];
     if (strcmp(l->format, want))
       return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers[%zu] says checkpoint_format '%s' in a stage-%d checkpoint",
                        m0->file->path, i, l->format, c->info.stage);
@@ -383,7 +367,7 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
   if (c->info.stage <= 2) ZCK_TRY(check_expert_files(c, f, m0));
   for (size_t r = 0; r < c->n_models; r++) {
     size_t g = 0;
-    ZCK_TRY(full_shapes(c, &c->models[r], f, &g));
+    ZCK_TRY(full_shapes(&c->models[r], f, &g));
     if (r && g != a->expert_group)
       return zck__fail(ZCK_ERR_MISMATCH, "%s: AutoEP experts in param_shapes[%zu]; %s has them in [%zu]",
                        c->models[r].file->path, g, m0->file->path, a->expert_group);
@@ -481,272 +465,3 @@ zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uin
   return ZCK_OK;
 }
 
-/* ---- after describe: the HF model's names */
-
-typedef struct remap {
-  int64_t *to;          /* [old params]: new index, -1 none */
-  uint64_t *half;       /* [old params]: w1 / w3: elements of one expert's half (I * H); 0 otherwise */
-  bool *upper;          /* [old params]: w3 (the up half) */
-} remap;
-
-static zck_status copy_hparams(zck_model *to, uint32_t g, const zck_param_group *from) {
-  for (size_t h = 0; h < from->n_hparams; h++) {
-    const zck_hparam *hp = &from->hparams[h];
-    switch (hp->kind) {
-    case ZCK_HP_NONE: ZCK_TRY(zck_model_group_set_none(to, g, hp->key)); break;
-    case ZCK_HP_BOOL: ZCK_TRY(zck_model_group_set_bool(to, g, hp->key, hp->i != 0)); break;
-    case ZCK_HP_INT: ZCK_TRY(zck_model_group_set_int(to, g, hp->key, hp->i)); break;
-    case ZCK_HP_FLOAT: ZCK_TRY(zck_model_group_set_float(to, g, hp->key, hp->f[0])); break;
-    case ZCK_HP_FLOATS: ZCK_TRY(zck_model_group_set_floats(to, g, hp->key, hp->f, hp->n_floats)); break;
-    case ZCK_HP_STRING: ZCK_TRY(zck_model_group_set_string(to, g, hp->key, hp->s)); break;
-    }
-  }
-  return ZCK_OK;
-}
-
-static zck_status hf_model(const zck_ds_ckpt *c, const zck_model *m, zck_model **out, remap *rm) {
-  const struct zck__ds_autoep_file *f = c->autoep->layers;
-  zck_model *n = zck_model_new();
-  if (!n) return ZCK_ERR_NO_MEMORY;
-  zck_status s = ZCK_OK;
-  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++) {
-    const zck_param *pp = &m->params[p];
-    const autoep_layer *l;
-    int w = expert_weight(f, pp->name, &l);
-    char name[1100];
-    int64_t shape[ZCK_MAX_DIMS];
-    memcpy(shape, pp->shape, sizeof shape);
-    rm->to[p] = -1;
-    if (w == 3) continue;   /* into gate_up_proj, with w1 */
-    if (w == 1) {
-      snprintf(name, sizeof name, "%s.gate_up_proj", l->prefix);
-      shape[1] *= 2;
-    } else if (w == 2) {
-      snprintf(name, sizeof name, "%s.down_proj", l->prefix);
-    } else if ((l = layer_of(f, pp->name, ".router.gate.weight"))) {
-      snprintf(name, sizeof name, "%s.gate.weight", l->module_path);
-    } else {
-      snprintf(name, sizeof name, "%s", pp->name);
-    }
-    uint32_t idx;
-    if ((s = zck_model_add_param(n, name, pp->ndim, shape, pp->dtype, &idx)) != ZCK_OK) break;
-    rm->to[p] = idx;
-    zck_model_set_frozen(n, idx, pp->frozen);
-  }
-  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++) {   /* w3 beside its w1 */
-    const autoep_layer *l;
-    if (expert_weight(f, m->params[p].name, &l) != 3) continue;
-    char w1[1100];
-    snprintf(w1, sizeof w1, "%s.w1", l->prefix);
-    int64_t q = zck_model_find_param(m, w1);
-    if (q < 0 || m->params[q].numel != m->params[p].numel)
-      s = zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' and '%s' differ in shape: not HF's gate_up_proj halves", c->fs.dir, w1,
-                    m->params[p].name);
-    else {
-      rm->to[p] = rm->to[q];
-      rm->half[p] = rm->half[q] = m->params[p].numel / (uint64_t)l->num_experts;
-      rm->upper[p] = true;
-    }
-  }
-  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++)
-    if (m->params[p].tied_to >= 0 && rm->to[p] >= 0)
-      s = zck_model_set_tied(n, (uint32_t)rm->to[p], (uint32_t)rm->to[m->params[p].tied_to]);
-  for (size_t b = 0; b < m->n_buffers && s == ZCK_OK; b++)
-    s = zck_model_add_buffer(n, m->buffers[b].name, m->buffers[b].ndim, m->buffers[b].shape, m->buffers[b].dtype, NULL);
-  for (size_t g = 0; g < m->n_groups && s == ZCK_OK; g++) {
-    uint32_t ng;
-    if ((s = zck_model_add_group(n, &ng)) != ZCK_OK) break;
-    s = copy_hparams(n, ng, &m->groups[g]);
-    for (size_t i = 0; i < m->groups[g].n_params && s == ZCK_OK; i++) {
-      uint32_t p = m->groups[g].params[i];
-      if (rm->to[p] >= 0 && !rm->upper[p]) s = zck_model_group_add_param(n, ng, (uint32_t)rm->to[p]);
-    }
-  }
-  if (s != ZCK_OK) { zck_model_free(n); return s; }
-  *out = n;
-  return ZCK_OK;
-}
-
-/* The layout l (over the old params) over the new ones: w1 / w3 pieces cut at expert boundaries and placed in
- * their half of each expert's gate_up_proj rows. */
-static zck_status remap_layout(const zck_layout *l, const zck_model *n, const remap *rm, zck_layout **out) {
-  *out = NULL;
-  if (!l) return ZCK_OK;
-  size_t cap = l->n_pieces + 1, np = 0;
-  for (size_t i = 0; i < l->n_pieces; i++)
-    if (rm->half[l->pieces[i].param]) cap += l->pieces[i].count / rm->half[l->pieces[i].param] + 1;
-  zck_piece *pieces = zck__calloc(cap, sizeof *pieces);
-  uint64_t *numels = zck__calloc(n->n_params + 1, sizeof *numels);
-  if (!pieces || !numels) { free(pieces); free(numels); return ZCK_ERR_NO_MEMORY; }
-  zck_model_numels(n, numels);
-  for (size_t i = 0; i < l->n_pieces; i++) {
-    const zck_piece *p = &l->pieces[i];
-    if (rm->to[p->param] < 0) continue;
-    uint32_t to = (uint32_t)rm->to[p->param];
-    uint64_t half = rm->half[p->param];
-    if (!half) {
-      pieces[np] = *p;
-      pieces[np++].param = to;
-      continue;
-    }
-    for (uint64_t done = 0; done < p->count;) {
-      uint64_t off = p->param_off + done, e = off / half, j = off % half;
-      uint64_t k = half - j < p->count - done ? half - j : p->count - done;
-      pieces[np++] = (zck_piece){to, p->store, e * 2 * half + (rm->upper[p->param] ? half : 0) + j, p->store_off + done, k};
-      done += k;
-    }
-  }
-  zck_layout *r = NULL;
-  zck_status s = zck_layout_custom(n->n_params, numels, l->stores, l->n_stores, pieces, np, &r);
-  free(pieces);
-  free(numels);
-  if (s != ZCK_OK) return s;
-  r->world = l->world;
-  *out = r;
-  return ZCK_OK;
-}
-
-zck_status zck__ds_autoep_finish(zck_ds_ckpt *c) {
-  const zck_model *m = c->model;
-  remap rm = {zck__calloc(m->n_params + 1, sizeof *rm.to), zck__calloc(m->n_params + 1, sizeof *rm.half),
-              zck__calloc(m->n_params + 1, sizeof *rm.upper)};
-  zck_model *n = NULL;
-  zck_layout *train = NULL, *frozen = NULL;
-  zck_ds_output *outs = NULL;
-  zck_status s = rm.to && rm.half && rm.upper ? hf_model(c, m, &n, &rm) : ZCK_ERR_NO_MEMORY;
-  if (s == ZCK_OK) s = remap_layout(c->train_layout, n, &rm, &train);
-  if (s == ZCK_OK) s = remap_layout(c->frozen_layout, n, &rm, &frozen);
-  /* the recipe: the same entries over the new params (w3's merged into w1's gate_up_proj) */
-  int64_t *out_of = s == ZCK_OK ? zck__calloc(c->n_outputs + 1, sizeof *out_of) : NULL;
-  if (s == ZCK_OK && (!out_of || !(outs = zck__calloc(c->n_outputs + 1, sizeof *outs)))) s = ZCK_ERR_NO_MEMORY;
-  size_t no = 0;
-  for (size_t i = 0; s == ZCK_OK && i < c->n_outputs; i++) {
-    zck_ds_output o = c->outputs[i];
-    out_of[i] = -1;
-    if (o.kind == ZCK_DS_OUT_BUFFER) {
-      const zck_buffer *b = &n->buffers[o.index];
-      o.name = b->name;
-      o.shape = b->shape;
-    } else {
-      if (o.index == UINT32_MAX || rm.to[o.index] < 0 || rm.upper[o.index]) continue;
-      const zck_param *pp = &n->params[rm.to[o.index]];
-      o.index = (uint32_t)rm.to[o.index];
-      o.name = pp->name;
-      o.ndim = pp->ndim;
-      o.shape = pp->shape;
-      o.numel = pp->numel;
-      if (o.kind == ZCK_DS_OUT_ALIAS) {
-        if (o.alias_of < 0 || out_of[o.alias_of] < 0) continue;
-        o.alias_of = (int32_t)out_of[o.alias_of];
-      }
-    }
-    out_of[i] = (int64_t)no;
-    outs[no++] = o;
-  }
-  free(out_of);
-  /* flat order and module entries over the new params (w3 stands for its gate_up_proj) */
-  for (size_t k = 0; s == ZCK_OK && k < c->flat_first[c->optims[0].n_flat]; k++)
-    c->flat_params[k] = (uint32_t)rm.to[c->flat_params[k]];
-  if (s == ZCK_OK)
-    for (size_t p = 0; p < m->n_params; p++)
-      if (rm.to[p] >= 0 && !rm.upper[p]) c->param_mod[rm.to[p]] = c->param_mod[p];
-  if (s == ZCK_OK) {
-    zck_model_free(c->model);
-    c->model = n;
-    zck_layout_free(c->train_layout);
-    c->train_layout = train;
-    zck_layout_free(c->frozen_layout);
-    c->frozen_layout = frozen;
-    free(c->outputs);
-    c->outputs = outs;
-    c->n_outputs = no;
-    /* the module's 16-bit expert weights are in the expert files (or, at stage 3, nowhere whole) */
-    zck_layout_free(c->lp_layout);
-    c->lp_layout = NULL;
-    free(c->lp_missing);
-    c->lp_missing = zck__strdup("AutoEP: the 16-bit expert weights are not bound (the fp32 masters are cast)");
-    if (!c->lp_missing) s = ZCK_ERR_NO_MEMORY;
-  } else {
-    zck_model_free(n);
-    zck_layout_free(train);
-    zck_layout_free(frozen);
-    free(outs);
-  }
-  free(rm.to);
-  free(rm.half);
-  free(rm.upper);
-  return s;
-}
-
-/* ---- verify: the expert files hold this save's weights */
-
-/* Stage 1/2: each expert file's weights are the module's 16-bit (or fp32) copy of its fp32 master, which DeepSpeed
- * writes back after every step (torch's round to nearest even): a file of another save of the same run (same names,
- * shapes and dtype) differs. Reads every expert weight and its master once; for verify. */
-zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
-  if (!c->autoep || c->info.stage == 3) return ZCK_OK;
-  const struct zck__ds_autoep_file *f = c->autoep->layers;
-  const zck_layout *L = c->train_layout;
-  zck_status s = ZCK_OK;
-  for (size_t i = 0; i < c->fs.n_experts && s == ZCK_OK; i++) {
-    const zck__ds_rankfile *rf = &c->fs.experts[i];
-    unsigned lid = 0, eid = 0;
-    sscanf(rf->name, "layer_%u_expert_%u", &lid, &eid);
-    const autoep_layer *l = NULL;
-    for (size_t k = 0; k < f->n; k++)
-      if (f->v[k].layer_id == (int64_t)lid) l = &f->v[k];
-    if (!l) continue;   /* refused at open */
-    zck__source src;
-    if ((s = zck__source_open(&src, rf->path)) != ZCK_OK) break;
-    zck_torch_file *tf = NULL;
-    s = zck_torch_open_source(&src, &c->topts, &tf);
-    for (int w = 0; w < 3 && s == ZCK_OK; w++) {
-      char key[1100], pn[1100];
-      snprintf(key, sizeof key, "%s.w%d.%u", l->prefix, w + 1, eid);
-      snprintf(pn, sizeof pn, "%s.%s", l->prefix, w == 1 ? "down_proj" : "gate_up_proj");
-      zck__ds_tref t;
-      if ((s = zck__ds_tensor(tf, zck_pk_dict_get(zck_torch_root(tf), key), &t, key)) != ZCK_OK) break;
-      int64_t p = zck_model_find_param(c->model, pn);
-      uint64_t per = t.numel;
-      if (p < 0 || !t.contiguous || c->info.master_dtype != ZCK_F32) continue;   /* nothing to compare against */
-      /* where the train layout (the one consolidate reads) puts this expert's master elements */
-      uint64_t at = w == 1 ? eid * per : eid * 2 * per + (w == 2 ? per : 0), got_n = 0;
-      size_t esz = zck_dtype_size(t.dtype);
-      float *m = zck__calloc(per, sizeof *m);
-      uint8_t *v = zck__calloc(per, esz);
-      const zck__ds_optim_file *o = NULL;
-      if (!m || !v) s = ZCK_ERR_NO_MEMORY;
-      for (size_t q = L->param_first[p]; s == ZCK_OK && q < L->param_first[p + 1]; q++) {
-        const zck_piece *pc = &L->pieces[q];
-        uint64_t lo = pc->param_off > at ? pc->param_off : at;
-        uint64_t hi = pc->param_off + pc->count < at + per ? pc->param_off + pc->count : at + per;
-        if (lo >= hi) continue;
-        const zck_layout_store *st = &L->stores[pc->store];
-        o = &c->optims[st->rank];
-        const zck__ds_tref *master = &o->flat[st->group].fp32;
-        s = zck__source_read(&o->src, m + (lo - at), (hi - lo) * 4, master->offset + (pc->store_off + lo - pc->param_off) * 4);
-        got_n += hi - lo;
-      }
-      if (s == ZCK_OK && got_n != per) { free(m); free(v); continue; }
-      if (s == ZCK_OK) s = zck__source_read(&src, v, per * esz, t.offset);
-      for (uint64_t k = 0; s == ZCK_OK && k < per; k++) {
-        bool same;
-        if (t.dtype == ZCK_BF16 || t.dtype == ZCK_F16) {
-          uint16_t got;
-          memcpy(&got, v + 2 * k, 2);
-          same = got == (t.dtype == ZCK_BF16 ? zck__bf16_round(m[k]) : zck__f16_round(m[k]));
-        } else {
-          same = t.dtype != ZCK_F32 || !memcmp(v + 4 * k, &m[k], 4);
-        }
-        if (!same)
-          s = zck__fail(ZCK_ERR_DAMAGED, "%s: '%s' element %llu is not the module copy of its fp32 master (%s): "
-                        "a file of another save?", rf->path, key, (unsigned long long)k, o ? o->file->name : "?");
-      }
-      free(m);
-      free(v);
-    }
-    zck_torch_close(tf);
-    zck__source_close(&src);
-  }
-  return s;
-}

@@ -8,6 +8,8 @@
 #  - reshard --to-format dcp of a DeepSpeed checkpoint at -np 2 writes the same .distcp
 #    files as one process (the .metadata differs only by its fresh save_id: both folders
 #    consolidate to the same bytes);
+#  - reshard of a DCP folder to DeepSpeed, and to-universal of it (both formats), at -np 2
+#    and 3 write the bytes of one process;
 #  - an item damaged inside a .distcp file that rank 1 reads: one error line naming the
 #    file, every rank exits 1, nothing written.
 # Skipped (77) without mpirun or in a build without MPI.
@@ -22,7 +24,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mp() { local np=$1; shift; timeout 300 mpirun --oversubscribe -np "$np" "$bin" "$@"; }
-no_temps() { ! ls -A "$1" | grep -q 'zck-tmp' || fail "temporaries left in $1: $(ls -A "$1")"; }
+no_temps() { ! ls -A "$1" | grep -q 'zck-tmp\|zck-dcp' || fail "temporaries left in $1: $(ls -A "$1")"; }
 n=0
 
 # consolidate: the copy shared item by item
@@ -59,6 +61,23 @@ for f in "$tmp"/d1/*.distcp; do cmp "$f" "$tmp/d2/${f##*/}" || fail "reshard --t
 "$bin" consolidate -q "$tmp/d1" "$tmp/d1.safetensors" && "$bin" consolidate -q "$tmp/d2" "$tmp/d2.safetensors" &&
   cmp "$tmp/d1.safetensors" "$tmp/d2.safetensors" || fail "reshard --to-format dcp -np 2: another state"
 "$bin" verify -q "$tmp/d2" || fail "reshard --to-format dcp -np 2: verify"
+n=$((n + 1))
+
+# DCP -> DeepSpeed (reshard) and -> universal (to-universal, through a hidden DeepSpeed
+# folder beside OUT that every rank reads once rank 0 has made it): the bytes of one process
+"$bin" reshard -q --to-stage 2 --to-world-size 2 "$src" "$tmp/s1" || fail "reshard DCP single"
+ZCK_DIST_TRACE=1 mp 2 reshard -q --to-stage 2 --to-world-size 2 "$src" "$tmp/s2" 2>"$tmp/s2.log" || fail "reshard DCP -np 2: $(cat "$tmp/s2.log")"
+diff -r "$tmp/s1" "$tmp/s2" >/dev/null || fail "reshard DCP -np 2 differs: $(diff -r "$tmp/s1" "$tmp/s2" | head -3)"
+for r in 0 1; do grep -q "^zckpt: rank $r: reads $src/__[0-9]_0.distcp: item " "$tmp/s2.log" || fail "reshard DCP -np 2: rank $r read no item"; done
+for d in u1 u3 h1 h3; do mkdir "$tmp/$d"; done
+"$bin" to-universal -q "$src" "$tmp/u1/u" || fail "to-universal DCP single"
+mp 3 to-universal -q "$src" "$tmp/u3/u" 2>"$tmp/u3.log" || fail "to-universal DCP -np 3: $(cat "$tmp/u3.log")"
+diff -r "$tmp/u1" "$tmp/u3" >/dev/null || fail "to-universal DCP -np 3 differs: $(diff -r "$tmp/u1" "$tmp/u3" | head -3)"
+"$bin" to-universal -q --threads 1 "$src" "$tmp/h1/u.h5" || fail "to-universal DCP hdf5 single"
+mp 2 to-universal -q --threads 1 "$src" "$tmp/h3/u.h5" 2>"$tmp/h3.log" || fail "to-universal DCP hdf5 -np 2: $(cat "$tmp/h3.log")"
+cmp "$tmp/h1/u.h5" "$tmp/h3/u.h5" || fail "to-universal DCP hdf5 -np 2 differs"
+no_temps "$tmp/u3"
+no_temps "$tmp/h3"
 n=$((n + 1))
 
 # a damaged item that rank 1 reads: the first item rank 1 listed above, a byte inside its data

@@ -40,5 +40,10 @@ grep -q "no tags" "$T/err" || fail "--tag: $(cat "$T/err")"
 grep -q "only for a torch Distributed Checkpoint" "$T/err" || fail "--to-dtype: $(cat "$T/err")"
 "$BIN" reshard -q "$D/llama_tied_w2_fp32" "$T/x" --to-stage 2 --to-dtype fp16 2>"$T/err" && fail "--to-dtype fp16 accepted"
 grep -q "loss scaler" "$T/err" || fail "--to-dtype fp16: $(cat "$T/err")"
+# an HF Trainer checkpoint-N whose scheduler.pt (the target's lr_scheduler) cannot be read
+cp -r "$D/hf_trainer_tied_w2_fp32/checkpoint-2" "$T/hf"
+truncate -s 100 "$T/hf/scheduler.pt"
+"$BIN" reshard -q "$T/hf" "$T/x" --to-stage 2 2>"$T/err" && fail "a damaged scheduler.pt accepted"
+[ "$(grep -c . "$T/err")" -eq 1 ] && grep -q "scheduler.pt" "$T/err" || fail "damaged scheduler.pt: $(cat "$T/err")"
 [ ! -e "$T/x" ] || fail "a refused reshard left OUT"
 echo ok

@@ -11,6 +11,7 @@
 #            not the module copy of the masters); consolidate and inspect read no expert weights (their output does
 #            not depend on them), so they pass
 #   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's
+#   refuse   reshard (DeepSpeed or DCP) and to-universal (folder or HDF5) of an AutoEP checkpoint: one line
 #   flip     one bit of an expert weight: verify names it (zip CRC); consolidate and inspect never read the
 #            module's 16-bit expert weights (they cast the fp32 masters), so they pass, as for any 16-bit weight
 set -u
@@ -69,6 +70,17 @@ jobs z3-copy "$W/ck" zero_pp_rank_1_mp_rank_00_model_states fail
 fresh ep2_s2_fp32
 "$DAMAGE" flip "$(e 2)" model.layers.0.mlp.experts.w1.2 >"$W/dlog" 2>&1 || bad "flip: zck_damage: $(cat "$W/dlog")"
 jobs flip "$W/ck" layer_0_expert_2 verify-only
+
+# the jobs that write DeepSpeed, universal or DCP files again refuse AutoEP (their manifest holds the HF names)
+for c in ep2_s2_fp32 ep2_s3_fp32; do
+  for job in "reshard --to-world-size 1" "reshard --to-format dcp" "to-universal" "to-universal --format hdf5"; do
+    # shellcheck disable=SC2086
+    "$Z" $job "$FIX/$c/ckpt" "$W/out.w" >"$W/so" 2>"$W/se"; rc=$?
+    [ $rc = 1 ] && [ "$(wc -l <"$W/se")" = 1 ] && grep -q "AutoEP" "$W/se" && [ ! -e "$W/out.w" ] && ok ||
+      bad "$c $job: exit $rc, not one AutoEP line or output left: $(cat "$W/se")"
+    rm -rf "$W/out.w"
+  done
+done
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

@@ -21,6 +21,12 @@ checkpoint as the direct reshard at the DCP's own dtype (every file byte for byt
 --lib, the Python package's zckpt.reshard(dcp, ..., dtype=) and zckpt.to_universal(dcp, ...) give what the
 command gives.
 
+An HF Trainer FSDP checkpoint-N (tests/fixtures/dcp/hf_trainer_tied_w2_fp32) resharded to ZeRO-2 W=1: its
+scheduler.pt is the lr_scheduler of the model states, its other files are carried over byte for byte,
+rng_state_1.pth dropped; DeepSpeed with the fixture's tied HF Llama, the DCP's param groups and a client LambdaLR
+(as the Trainer hands DeepSpeed its scheduler) loads it: the scheduler's state is scheduler.pt's, every trainable
+param's fp32 master, exp_avg and exp_avg_sq are dcp_to_torch_save's.
+
 Refused (reshard and to-universal: exit 1, one line naming the DCP folder and what is wrong, nothing at OUT):
 DCPs torch saves in one process of a model alone, of SGD with momentum, of AdamW with amsgrad.
 
@@ -222,6 +228,91 @@ def scenario(tmp, name, dtype, world, targets):
     return results
 
 
+def hf_checkpoint(tmp):
+    src = os.path.join(HERE, "..", "fixtures", "dcp", "hf_trainer_tied_w2_fp32", "checkpoint-2")
+    out = os.path.join(tmp, "hf.ds")
+    err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
+    if err:
+        return [("HF Trainer FSDP checkpoint-N -> DeepSpeed", [err])]
+    probs = []
+    tag = open(os.path.join(out, "latest")).read().strip()
+    ms = torch.load(os.path.join(out, tag, "mp_rank_00_model_states.pt"), weights_only=False)
+    want = torch.load(os.path.join(src, "scheduler.pt"), weights_only=False)
+    if ms["lr_scheduler"] != want:
+        probs.append(f"lr_scheduler {ms['lr_scheduler']!r} != scheduler.pt's {want!r}")
+    for f in ("scheduler.pt", "trainer_state.json", "rng_state_0.pth"):
+        if not filecmp.cmp(os.path.join(src, f), os.path.join(out, f), shallow=False):
+            probs.append(f"{f}: not carried over as it is")
+    if os.path.exists(os.path.join(out, "rng_state_1.pth")):
+        probs.append("rng_state_1.pth carried to a world size of 1")
+    results = [("HF Trainer FSDP checkpoint-N -> DeepSpeed W=1: scheduler and side files", probs)]
+
+    # what torch itself reads from the checkpoint, then DeepSpeed's load
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    ref = {}
+    for sub in ("pytorch_model_fsdp_0", "optimizer_0"):
+        pt = os.path.join(tmp, f"hf.{sub}.pt")
+        dcp_to_torch_save(os.path.join(src, sub), pt)
+        ref.update(torch.load(pt, weights_only=False))
+    osd = ref["optimizer"]
+    spec = {"load": out, "groups": [g["params"] for g in osd["param_groups"]], "out": os.path.join(tmp, "hf.ds.pt")}
+    with open(spec["out"] + ".json", "w") as f:
+        json.dump(spec, f)
+    from ds_launch import launch
+    logs = os.path.join(tmp, "hf.ds.log")
+    rc = launch(1, [os.path.abspath(__file__), "--hf-ds", spec["out"] + ".json"], log_prefix=logs, timeout=300)
+    probs = []
+    if rc != 0:
+        probs.append(f"DeepSpeed failed (exit {rc}): {H.error_of(logs, 1)}")
+    else:
+        got = torch.load(spec["out"], weights_only=False)
+        if got["lr_scheduler"] != want:
+            probs.append(f"DeepSpeed's scheduler state {got['lr_scheduler']!r} != scheduler.pt's {want!r}")
+        if sorted(got["gathered"]) != sorted(osd["state"]):
+            probs.append(f"trainable params {sorted(got['gathered'])} != the DCP's {sorted(osd['state'])}")
+        for n, g in got["gathered"].items():
+            if not same(g["fp32"], ref["model"][n]):
+                probs.append(f"{n}: fp32 master differs from the DCP's weight")
+            for k in ("exp_avg", "exp_avg_sq"):
+                if n not in osd["state"] or not same(g[k], osd["state"][n][k]):
+                    probs.append(f"{n}: {k} differs from the DCP's")
+    results.append(("HF Trainer FSDP checkpoint-N -> DeepSpeed ZeRO-2 W=1 with the Trainer's scheduler: loaded", probs))
+    return results
+
+
+def hf_ds_worker(spec_path):
+    """DeepSpeed (one rank, ZeRO-2, torch AdamW) on the HF fixture's tied Llama, the DCP's param groups, a
+    LambdaLR given as the Trainer gives its scheduler; load_checkpoint, then the state it holds."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+    sys.path.insert(0, os.path.join(HERE, "..", "fixtures", "gen"))
+    import make_dcp_fixtures as M
+    with open(spec_path) as f:
+        spec = json.load(f)
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = M.build_model(True, "fp32")
+    named = dict(model.named_parameters())
+    groups = [{"params": [named[n] for n in g]} for g in spec["groups"]]
+    cfg = {"train_micro_batch_size_per_gpu": 1, "steps_per_print": 10**6, "zero_optimization": {"stage": 2},
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "torch_adam": True}}}
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=groups, config=cfg,
+        lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0))
+    path, _ = engine.load_checkpoint(spec["load"])
+    if path is None:
+        raise RuntimeError(f"load_checkpoint({spec['load']}) returned None")
+    opt = engine.optimizer
+    opt._hp_optimizer_states_linked = False   # link the state fragments now (ds_harness.snapshot says why)
+    opt._lazy_init_hp_params_optimizer_state()
+    res = {"lr_scheduler": engine.lr_scheduler.state_dict(), "gathered": {}}
+    for n, p in engine.module.named_parameters():
+        if p.requires_grad:
+            res["gathered"][n] = {"fp32": safe_get_full_fp32_param(p).detach().clone()}
+            for k in ("exp_avg", "exp_avg_sq"):
+                res["gathered"][n][k] = safe_get_full_optimizer_state(p, k).detach().clone()
+    torch.save(res, spec["out"])
+
+
 def unconvertible(tmp):
     """DCPs that hold no Adam state a DeepSpeed run could resume: refused before anything is written."""
     import torch.distributed.checkpoint as dcp
@@ -274,7 +365,8 @@ def main(argv):
             if want and name not in want:
                 continue
             try:
-                results = unconvertible(tmp) if name == "refused" else scenario(tmp, name, dtype, world, targets)
+                results = unconvertible(tmp) + hf_checkpoint(tmp) if name == "refused" else \
+                    scenario(tmp, name, dtype, world, targets)
             except Exception as e:
                 traceback.print_exc()
                 results = [(name, [f"{type(e).__name__}: {e}"])]
@@ -292,8 +384,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--fsdp2":
-        fsdp2_worker(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] in ("--fsdp2", "--hf-ds"):
+        (fsdp2_worker if sys.argv[1] == "--fsdp2" else hf_ds_worker)(sys.argv[2])
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
