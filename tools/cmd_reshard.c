@@ -56,6 +56,11 @@ static const char zck__reshard_help[] =
   "                           checkpoint folder, where Hugging Face's Trainer saves it)\n"
   "  --sub-group-size N       ZeRO-3 target: sub_group_size of the target run (default:\n"
   "                           the source's, else 1e9); less than 1e18\n"
+  "  --to-offload O           keep (default), none or nvme: where the optimizer state\n"
+  "                           goes. nvme (ZeRO-3 targets; keep does it for an NVMe-offloaded\n"
+  "                           source): the sub-groups DeepSpeed swaps at the target world\n"
+  "                           size as swap files in offloaded_tensors/rank<RR>/, for a run\n"
+  "                           with the source's NVMe config; none: all in the rank files\n"
   "  -t, --tag TAG            DeepSpeed source: the tag instead of `latest`\n"
   "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing OUT\n"
@@ -87,7 +92,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
     {"model-config", required_argument, 0, 'M'}, {"to-format", required_argument, 0, 'f'},
-    {"to-dtype", required_argument, 0, 'D'},
+    {"to-dtype", required_argument, 0, 'D'}, {"to-offload", required_argument, 0, 'O'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -123,6 +128,12 @@ int zck_cmd_reshard(int argc, char **argv) {
       o.to_dtype = zck_dtype_parse(optarg);
       if (o.to_dtype != ZCK_F32 && o.to_dtype != ZCK_BF16 && o.to_dtype != ZCK_F16)
         return zck_cli_usage_error("reshard", "--to-dtype must be fp32, bf16 or fp16, not '%s'", optarg);
+      break;
+    case 'O':
+      if (!strcmp(optarg, "keep")) o.to_offload = ZCK_RESHARD_OFFLOAD_KEEP;
+      else if (!strcmp(optarg, "none")) o.to_offload = ZCK_RESHARD_OFFLOAD_NONE;
+      else if (!strcmp(optarg, "nvme")) o.to_offload = ZCK_RESHARD_OFFLOAD_NVME;
+      else return zck_cli_usage_error("reshard", "--to-offload must be keep, none or nvme");
       break;
     case 't': o.tag = optarg; break;
     case 'j':
