@@ -128,6 +128,15 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   wo.save_latest = true;
   wo.overwrite = false;
   wo.threads = o.threads;
+  /* NVMe offload: DeepSpeed swaps only at ZeRO-3; the swap files are named by the source's ds_ids */
+  bool nvme = o.to_offload == ZCK_RESHARD_OFFLOAD_NVME ||
+              (o.to_offload == ZCK_RESHARD_OFFLOAD_KEEP && zck_ds_nvme_offloaded(c) && wo.stage == 3);
+  if (nvme && wo.stage != 3)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-offload nvme: DeepSpeed swaps the optimizer to NVMe at ZeRO-3 only "
+                     "(target stage %d)", wo.stage);
+  if (nvme && o.to_tp_size > 1)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-offload nvme: not with --to-tp-size");
+  if (nvme) ZCK_TRY(zck_ds_nvme_target((zck_ds_ckpt *)c, &wo));  /* c caches its ds_id numbering */
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
   if (st == ZCK_OK && o.to_tp_size > 1) {
     zck_state_view view;
@@ -178,6 +187,9 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
   zck__src_kind kind = zck__src_sniff(src);
+  if (o.to_offload == ZCK_RESHARD_OFFLOAD_NVME && (o.to_format == ZCK_RESHARD_TO_DCP || kind != ZCK__SRC_DEEPSPEED))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-offload nvme: written from a DeepSpeed ZeRO-3 checkpoint into DeepSpeed "
+                     "files (the swap files are named by its parameter numbering); %s is not one", src);
   if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, kind, out, &o);
   if (o.to_dtype != ZCK_DTYPE_INVALID && kind != ZCK__SRC_DCP)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-dtype: only for a torch Distributed Checkpoint (%s keeps its run's dtype)",

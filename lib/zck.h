@@ -232,6 +232,15 @@ typedef struct zck_consolidate_opts {
  * buffer tensors, never exp_avg / exp_avg_sq. */
 ZCK_API zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
 
+/* What torch.distributed.checkpoint.format_utils.dcp_to_torch_save(dcp, out) writes, byte
+ * for byte: the whole state dict of a torch Distributed Checkpoint (dcp: a DCP folder, or
+ * what zck_consolidate takes for one: Accelerate's checkpoint folder, an HF Trainer
+ * checkpoint-N or output_dir) nested as torch nests it ({"model": ..., "optim": {"state":
+ * ..., "param_groups": [...]}}), as one torch.save file at out. Tensor data streams
+ * through, each chunk checked by its zip CRC-32. Of opts only overwrite is read (replace
+ * an existing file; the old one stays whole until the new one is complete). */
+ZCK_API zck_status zck_dcp_to_torch_save(const char *dcp, const char *out, const zck_consolidate_opts *opts);
+
 /* The newest complete checkpoint-N folder of a Hugging Face Trainer output_dir, picked as
  * transformers' trainer_utils.get_last_checkpoint does (names ^checkpoint-(\d+)$ that are
  * folders, largest N; ASCII digits) but passing over incomplete ones: complete means its
@@ -284,6 +293,13 @@ typedef enum zck_reshard_format {
   ZCK_RESHARD_TO_DCP              /* torch Distributed Checkpoint as FSDP2 saves it */
 } zck_reshard_format;
 
+typedef enum zck_reshard_offload {
+  ZCK_RESHARD_OFFLOAD_KEEP = 0,   /* the source's: NVMe swap files for an NVMe-offloaded ZeRO-3 source
+                                     resharded to ZeRO-3, else optimizer state in the rank files */
+  ZCK_RESHARD_OFFLOAD_NONE,       /* optimizer state in the rank files (DeepSpeed without NVMe offload) */
+  ZCK_RESHARD_OFFLOAD_NVME        /* ZeRO-3 target: the sub-groups DeepSpeed swaps in offloaded_tensors/ */
+} zck_reshard_offload;
+
 typedef struct zck_reshard_opts {
   size_t size;                /* sizeof(zck_reshard_opts), set by ZCK_RESHARD_OPTS_INIT */
   int to_stage;               /* 1, 2 or 3; 0 = the source's */
@@ -307,9 +323,11 @@ typedef struct zck_reshard_opts {
   zck_dtype to_dtype;         /* a DCP source: the 16-bit dtype of the DeepSpeed run (ZCK_BF16 or ZCK_F32;
                                  ZCK_F16 is refused: a DCP holds no loss scaler state); INVALID = the DCP's
                                  weight dtype. Other sources keep their run's */
+  zck_reshard_offload to_offload; /* DeepSpeed targets: where the optimizer state goes (NVMe swap files
+                                     as DeepSpeed 0.19.8 writes them for the target world size, or not) */
 } zck_reshard_opts;
 #define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL, \
-                               ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID}
+                               ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID, ZCK_RESHARD_OFFLOAD_KEEP}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that

@@ -12,6 +12,7 @@
 
 static const char zck__reshard_help[] =
   "usage: zckpt reshard [options] SRC OUT --to-stage {1,2,3} --to-world-size W\n"
+  "       zckpt reshard [options] DCP OUT --to-format deepspeed\n"
   "       zckpt reshard [options] SRC OUT --to-format dcp [--to-world-size W]\n"
   "\n"
   "Rewrites a DeepSpeed checkpoint for another ZeRO stage and GPU count, with all\n"
@@ -56,6 +57,11 @@ static const char zck__reshard_help[] =
   "                           checkpoint folder, where Hugging Face's Trainer saves it)\n"
   "  --sub-group-size N       ZeRO-3 target: sub_group_size of the target run (default:\n"
   "                           the source's, else 1e9); less than 1e18\n"
+  "  --to-offload O           keep (default), none or nvme: where the optimizer state\n"
+  "                           goes. nvme (ZeRO-3 targets; keep does it for an NVMe-offloaded\n"
+  "                           source): the sub-groups DeepSpeed swaps at the target world\n"
+  "                           size as swap files in offloaded_tensors/rank<RR>/, for a run\n"
+  "                           with the source's NVMe config; none: all in the rank files\n"
   "  -t, --tag TAG            DeepSpeed source: the tag instead of `latest`\n"
   "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing OUT\n"
@@ -87,12 +93,13 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"threads", required_argument, 0, 'j'}, {"overwrite", no_argument, 0, 'o'}, {"force", no_argument, 0, 'F'},
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
     {"model-config", required_argument, 0, 'M'}, {"to-format", required_argument, 0, 'f'},
-    {"to-dtype", required_argument, 0, 'D'},
+    {"to-dtype", required_argument, 0, 'D'}, {"to-offload", required_argument, 0, 'O'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
   uint64_t v;
   int c, rc;
+  bool format_named = false;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
@@ -115,6 +122,7 @@ int zck_cmd_reshard(int argc, char **argv) {
       break;
     case 'M': o.model_config = optarg; break;
     case 'f':
+      format_named = true;
       if (!strcmp(optarg, "dcp")) o.to_format = ZCK_RESHARD_TO_DCP;
       else if (!strcmp(optarg, "deepspeed")) o.to_format = ZCK_RESHARD_TO_DEEPSPEED;
       else return zck_cli_usage_error("reshard", "--to-format must be deepspeed or dcp");
@@ -123,6 +131,12 @@ int zck_cmd_reshard(int argc, char **argv) {
       o.to_dtype = zck_dtype_parse(optarg);
       if (o.to_dtype != ZCK_F32 && o.to_dtype != ZCK_BF16 && o.to_dtype != ZCK_F16)
         return zck_cli_usage_error("reshard", "--to-dtype must be fp32, bf16 or fp16, not '%s'", optarg);
+      break;
+    case 'O':
+      if (!strcmp(optarg, "keep")) o.to_offload = ZCK_RESHARD_OFFLOAD_KEEP;
+      else if (!strcmp(optarg, "none")) o.to_offload = ZCK_RESHARD_OFFLOAD_NONE;
+      else if (!strcmp(optarg, "nvme")) o.to_offload = ZCK_RESHARD_OFFLOAD_NVME;
+      else return zck_cli_usage_error("reshard", "--to-offload must be keep, none or nvme");
       break;
     case 't': o.tag = optarg; break;
     case 'j':
@@ -139,8 +153,10 @@ int zck_cmd_reshard(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
-  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && o.to_format != ZCK_RESHARD_TO_DCP)
-    return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  /* a DeepSpeed source resharded to itself is a mistake worth a hint; a named format is a
+   * change of its own (a DCP to DeepSpeed takes the defaults: stage 3, the DCP's ranks) */
+  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && !o.to_dtype && !format_named)
+    return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size (or --to-format for another format)");
   if (o.to_stage && o.to_format == ZCK_RESHARD_TO_DCP)
     return zck_cli_usage_error("reshard", "--to-stage: a DCP checkpoint has no ZeRO stage");
   zck_cli_ckpt_job job = {"reshard", "resharding", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_reshard, &o};

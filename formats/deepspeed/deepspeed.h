@@ -326,13 +326,26 @@ typedef struct zck_ds_write_opts {
   uint32_t mp_rank, tp_size;
   const zck_pk *tp_info;
   unsigned threads;                /* files whose pickles are built at once; 0: zck__default_threads() */
+  /* NVMe offload (stage 3, ds_write_offload.c): the sub-groups DeepSpeed swaps at this world size
+   * go to <tag>/offloaded_tensors/rank<RR>/ swap files, their optim-file tensors empty */
+  bool nvme_offload;
+  uint64_t swap_min_bytes;         /* a sub-group swaps when its fp32 partition has this many bytes */
+  uint64_t swap_align_bytes;       /* swap files are padded to a multiple of it (aligned swap buffers) */
+  const int64_t *swap_ds_ids;      /* [n_params]: DeepSpeed's ds_id of each param (names the files) */
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, NULL}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */
 void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o);
+/* Whether c's optimizer was swapped to NVMe (offloaded_tensors/ beside a ZeRO-3 checkpoint). */
+bool zck_ds_nvme_offloaded(const zck_ds_ckpt *c);
+/* Sets o's NVMe-offload fields to write c's state as DeepSpeed with c's NVMe config swaps it
+ * (ds_offload.c): c's ds_id numbering, its aio alignment, and the smallest swapped size
+ * consistent with what c swapped (DeepSpeed's max(1 MiB, aio.block_size) when that is). The
+ * ids live as long as c. */
+zck_status zck_ds_nvme_target(zck_ds_ckpt *c, zck_ds_write_opts *o);
 
 /* Creates <root>/<tag> under a temporary name with every file reserved. m must outlive
  * the writer. Fails with ZCK_ERR_EXISTS if the tag folder exists (unless overwrite).

@@ -37,6 +37,7 @@ struct zck__ds_offload {
   size_t n_src, cap_src;
   int64_t *ds_id;          /* [n_params]: DeepSpeed's ds_id of each param before the offset; -1 tied alias */
   int64_t id_offset;       /* per rank folder: Init.param_id of the first param (found from the names) */
+  int64_t *ids_out;        /* [n_params]: ds_id + id_offset, for a writer (zck_ds_nvme_target) */
   uint64_t align_bytes;
 };
 
@@ -45,6 +46,7 @@ void zck__ds_offload_free(struct zck__ds_offload *o) {
   for (size_t i = 0; i < o->n_src; i++) zck__source_close(&o->src[i]);
   free(o->src);
   free(o->ds_id);
+  free(o->ids_out);
   free(o);
 }
 
@@ -179,4 +181,53 @@ zck_status zck__ds_offload_bind(zck_ds_ckpt *c, uint32_t r, size_t g, const zck_
   }
   free(dir);
   return s;
+}
+
+// ---- as a target: what DeepSpeed run with this checkpoint's NVMe config swaps
+
+bool zck_ds_nvme_offloaded(const zck_ds_ckpt *c) { return c->fs.has_offload_dir && c->info.stage == 3; }
+
+/* DeepSpeed swaps a sub-group when its fp32 partition has min_aio_bytes = max(MIN_AIO_BYTES
+ * (1 MiB), aio.block_size) (swap_tensor/optimizer_utils.py is_swappable_tensor). A run may have
+ * another MIN_AIO_BYTES: the threshold is taken from what this checkpoint swapped, the default
+ * where it agrees with it, else the smallest swapped partition. */
+static zck_status swap_threshold(const zck_ds_ckpt *c, uint64_t *out) {
+  uint64_t block = 0, min_swapped = 0, max_kept = 0;
+  const zck_pk *aio = c->ds_config ? zck_pk_dict_get(c->ds_config, "aio") : NULL;
+  const zck_pk *v = aio ? zck_pk_dict_get(aio, "block_size") : NULL;
+  int64_t b = 0;
+  if (v && zck_pk_as_int(v, &b) && b > 0) block = (uint64_t)b;
+  uint64_t dflt = block > (1u << 20) ? block : (1u << 20);
+  const zck_layout *L = c->train_layout;
+  uint64_t esz = zck_dtype_size(c->info.master_dtype);
+  for (uint32_t r = 0; r < c->info.world_size; r++)
+    for (size_t g = 0; g < c->optims[r].n_flat; g++) {
+      uint64_t lean = L->stores[zck_layout_store_id(L, (uint32_t)g, r)].lean, bytes = lean * esz;
+      if (!lean) continue;
+      if (zck__ds_offload_swapped(c, &c->optims[r].flat[g], lean)) {
+        if (!min_swapped || bytes < min_swapped) min_swapped = bytes;
+      } else if (bytes > max_kept) {
+        max_kept = bytes;
+      }
+    }
+  *out = (dflt > max_kept && (!min_swapped || dflt <= min_swapped)) ? dflt : min_swapped ? min_swapped : max_kept + 1;
+  return ZCK_OK;
+}
+
+zck_status zck_ds_nvme_target(zck_ds_ckpt *c, zck_ds_write_opts *o) {
+  if (c->info.stage != 3 || !c->optims || !c->train_layout)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: NVMe-offload targets are written from a ZeRO-3 checkpoint (its ds_id "
+                     "numbering)", c->fs.dir);
+  ZCK_TRY(prepare(c));
+  struct zck__ds_offload *o2 = c->offload;
+  if (!o2->ids_out) {
+    const zck_model *m = c->model;
+    if (!(o2->ids_out = zck__calloc(m->n_params + 1, sizeof *o2->ids_out))) return ZCK_ERR_NO_MEMORY;
+    for (size_t p = 0; p < m->n_params; p++) o2->ids_out[p] = o2->ds_id[p] < 0 ? -1 : o2->ds_id[p] + o2->id_offset;
+  }
+  ZCK_TRY(swap_threshold(c, &o->swap_min_bytes));
+  o->nvme_offload = true;
+  o->swap_align_bytes = o2->align_bytes;
+  o->swap_ds_ids = o2->ids_out;
+  return ZCK_OK;
 }

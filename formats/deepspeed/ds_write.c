@@ -490,6 +490,7 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
     ZCK_TRY(s);
   }
   if (w->hash_started) ZCK_TRY(finish_hashes(w));
+  ZCK_TRY(zck__ds_write_swap_commit(w));
   if (!w->rank_only && !w->joined) ZCK_TRY(zck__outdir_commit(&w->dir));
   w->committed = true;
   if (!w->o.save_latest) return ZCK_OK;
@@ -525,6 +526,7 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   for (uint32_t r = 0; w->optim_desc && r < w->w; r++) wdesc_free(&w->optim_desc[r]);
   free(w->model_desc);
   free(w->optim_desc);
+  zck__ds_write_swap_free(w);
   zck__outdir_abort(&w->dir);  /* after a commit: only frees the names (the tree was renamed);
                                   rank-only: zeroed (the unfinished files went with their writers) */
   free(w->fdir);

@@ -329,7 +329,9 @@ static zck_pk *slice_mappings(zck_ds_writer *w, zck_pk_doc *d, uint32_t r, size_
 static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, zck_pk_doc *d, uint32_t r,
                               size_t g, const char *fname, zck_pk **out) {
   uint32_t id = zck_layout_store_id(w->train, (uint32_t)g, r);
-  int64_t n = (int64_t)w->train->stores[id].numel;
+  bool swapped = zck__ds_write_swapped(w, r, g);  /* in swap files; DeepSpeed saves it empty */
+  int64_t n = swapped ? 0 : (int64_t)w->train->stores[id].numel;
+  zck_store *ea_out = swapped ? NULL : &w->stores[ZCK_DS_EXP_AVG][id], *eas_out = swapped ? NULL : &w->stores[ZCK_DS_EXP_AVG_SQ][id];
   zck_pk *sd = zck_pk_new_dict(d, 0), *step, *ea, *eas;
   if (!sd) return ZCK_ERR_NO_MEMORY;
   if (w->o.step_is_tensor) {
@@ -345,9 +347,9 @@ static zck_status group_state(zck_ds_writer *w, zck_torch_writer *tw, zck__shash
   char label[600];
   const char *key = w->stage == 3 ? "optimizer_state_dict" : "base_optimizer_state";
   snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg']", w->shown, fname, key, g);
-  ZCK_TRY(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG][id], NULL, &ea));
+  ZCK_TRY(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, 0, label, ea_out, NULL, &ea));
   snprintf(label, sizeof label, "%s/%s: %s['state'][%zu]['exp_avg_sq']", w->shown, fname, key, g);
-  ZCK_TRY(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, 0, label, &w->stores[ZCK_DS_EXP_AVG_SQ][id], NULL, &eas));
+  ZCK_TRY(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, 0, label, eas_out, NULL, &eas));
   if (!put(d, sd, "step", step) || !put(d, sd, "exp_avg", ea) || !put(d, sd, "exp_avg_sq", eas)) return ZCK_ERR_NO_MEMORY;
   *out = sd;
   return ZCK_OK;
@@ -385,13 +387,19 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   if (!flats) goto nomem;
   char label[600];
   const char *fkey = w->stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
+  if (w->o.nvme_offload && w->stage == 3) ZCK_CHECK_GOTO(zck__ds_write_swap_dir(w, r), s, out);
   for (size_t g = 0; g < w->n_flat; g++) {
     uint32_t id = zck_layout_store_id(w->train, (uint32_t)g, r);
     int64_t n = (int64_t)w->train->stores[id].lean;   /* stage 1/2: padding removed; stage 3: L_s */
+    bool swapped = zck__ds_write_swapped(w, r, g);
+    if (swapped) {
+      ZCK_CHECK_GOTO(zck__ds_write_swap_files(w, r, g), s, out);
+      n = 0;
+    }
     zck_pk *t;
     snprintf(label, sizeof label, "%s/%s: %s[%zu]", w->shown, fname, fkey, g);
-    ZCK_CHECK_GOTO(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, w->stage <= 2, label, &w->stores[ZCK_DS_FP32][id], NULL,
-                              &t), s, out);
+    ZCK_CHECK_GOTO(new_tensor(w, tw, hf, ZCK_F32, 1, &n, (uint64_t)n, w->stage <= 2, label,
+                              swapped ? NULL : &w->stores[ZCK_DS_FP32][id], NULL, &t), s, out);
     if (!zck_pk_append(d, flats, t)) goto nomem;
   }
   ZCK_CHECK_GOTO(torch_optim_state(w, tw, hf, d, r, fname, &inner), s, out);

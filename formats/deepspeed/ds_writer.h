@@ -91,6 +91,9 @@ struct zck_ds_writer {
   zck__manifest_known known;
   zck_manifest_layout known_layout; /* known.layout: the tag folder's layout as written, so
                                        the manifest writer need not open the folder again */
+  /* NVMe-offload target (ds_write_offload.c): the swap files (mu guards them) */
+  struct zck__ds_swapfile **swap;
+  size_t n_swap, cap_swap;
 };
 
 /* Asks w to compute the manifest hashes of its files while a transfer writes them
@@ -124,5 +127,14 @@ zck_status zck__ds_seal_file(zck_torch_writer *tw, const zck_pk *root, zck__ds_w
  * *out receives its callback store. */
 zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
                               zck_dtype dt, uint64_t numel, const char *name, zck_store *out);
+
+/* ds_write_offload.c: whether sub-group g of rank r goes to swap files (o.nvme_offload); creates
+ * them, binding the sub-group's fp32 / exp_avg / exp_avg_sq target stores to them; commit /
+ * free them with the writer. */
+bool zck__ds_write_swapped(const zck_ds_writer *w, uint32_t r, size_t g);
+zck_status zck__ds_write_swap_dir(zck_ds_writer *w, uint32_t r);
+zck_status zck__ds_write_swap_files(zck_ds_writer *w, uint32_t r, size_t g);
+zck_status zck__ds_write_swap_commit(zck_ds_writer *w);
+void zck__ds_write_swap_free(zck_ds_writer *w);
 
 #endif

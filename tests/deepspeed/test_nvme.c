@@ -7,6 +7,9 @@
  *   - consolidate equals live_fp32.safetensors (zero_to_fp32 cannot read these);
  *   - reshard into plain ZeRO-2 files (no offloaded_tensors/), whose states are the same;
  *   - to-universal, and the reshard of that folder equals the direct reshard byte for byte;
+ *   - reshard to ZeRO-3 at another W keeps the NVMe layout: swap files for the target's
+ *     swapped sub-groups, the same states read back, covered by the manifest (verify finds
+ *     a flipped bit in one); --to-offload none writes plain files, nvme at ZeRO-2 is refused;
  *   - verify says OK;
  *   - damage: a truncated or a missing swap file is refused by open with one line naming
  *     it, and nothing is written. (A flipped bit inside a swap file cannot be found:
@@ -78,6 +81,10 @@ static size_t check_states(const char *cs, const char *ckpt, const cJSON *live, 
 static char *first_swap(const char *ckpt_copy) {
   char *dir = NULL;
   if (asprintf(&dir, "%s/global_step2/offloaded_tensors/rank00", ckpt_copy) < 0) abort();
+  if (!exists(dir)) {  /* a root with the tag folder under it, or the tag folder's parent */
+    free(dir);
+    if (asprintf(&dir, "%s/offloaded_tensors/rank00", ckpt_copy) < 0) abort();
+  }
   DIR *d = opendir(dir);
   ZT_ASSERT(d);
   struct dirent *e;
@@ -158,6 +165,67 @@ static void check_case(const char *cs, const char *tmp) {
   ro.to_world_size = 3;
   ZT_OK(zck_reshard(ckpt, rs, &ro));
   check_states(cs, rs, live, false);
+
+  /* reshard to ZeRO-3 at another W keeps the NVMe layout (--to-offload keep): the sub-groups
+   * DeepSpeed swaps there in offloaded_tensors/rankRR/, read back to the same states */
+  char *rs3 = NULL;
+  if (asprintf(&rs3, "%s/%s-s3nvme", tmp, cs) < 0) abort();
+  zck_reshard_opts r3 = ZCK_RESHARD_OPTS_INIT;
+  r3.to_stage = 3;
+  r3.to_world_size = strstr(cs, "w1_") ? 2 : 1;
+  ZT_OK(zck_reshard(ckpt, rs3, &r3));
+  /* s3w1_bf16 swaps from 1 KiB: at W 2 no partition is that big, yet every rank's folder is
+   * there (DeepSpeed's load copies it) */
+  bool swaps3 = r3.to_world_size == 1;
+  size_t swapped3 = check_states(cs, rs3, live, swaps3);
+  for (uint32_t k = 0; k < r3.to_world_size; k++) {
+    char *rd = NULL;
+    if (asprintf(&rd, "%s/global_step2/offloaded_tensors/rank%02u", rs3, k) < 0) abort();
+    if (!exists(rd)) ZT_FAIL("%s: no %s", cs, rd);
+    free(rd);
+  }
+  /* the manifest covers the swap files zckpt wrote: verify checks their bytes */
+  ZT_OK(zck_verify(rs3, NULL, &r));
+  ZT_ASSERT(r && r->result == ZCK_VERIFY_CLEAN);
+  for (size_t i = 0; i < r->n_findings; i++)
+    if (strstr(r->findings[i].message, "without checksums")) ZT_FAIL("%s: %s", cs, r->findings[i].message);
+  zck_verify_report_free(r);
+  if (swaps3) {
+    char *flip = NULL, *swp3 = NULL;
+    if (asprintf(&flip, "%s-flip", rs3) < 0 || asprintf(&cmd, "cp -r '%s' '%s'", rs3, flip) < 0) abort();
+    sh(cmd);
+    free(cmd);
+    swp3 = first_swap(flip);
+    FILE *f = fopen(swp3, "r+b");
+    ZT_ASSERT(f);
+    int ch = fgetc(f);
+    ZT_ASSERT(ch != EOF && fseek(f, 0, SEEK_SET) == 0 && fputc(ch ^ 0x10, f) != EOF && fclose(f) == 0);
+    r = NULL;
+    ZT_ASSERT(zck_verify(flip, NULL, &r) != ZCK_OK || (r && r->result != ZCK_VERIFY_CLEAN));
+    bool named = false;
+    for (size_t i = 0; r && i < r->n_findings; i++)
+      named = named || (r->findings[i].severity != ZCK_VERIFY_NOTE && strstr(r->findings[i].message, strrchr(swp3, '/') + 1));
+    if (!named) ZT_FAIL("%s: verify did not name the flipped swap file %s", cs, swp3);
+    zck_verify_report_free(r);
+    free(swp3);
+    free(flip);
+  }
+  /* --to-offload none: everything in the rank files */
+  char *rs3n = NULL;
+  if (asprintf(&rs3n, "%s/%s-s3plain", tmp, cs) < 0) abort();
+  r3.to_offload = ZCK_RESHARD_OFFLOAD_NONE;
+  ZT_OK(zck_reshard(ckpt, rs3n, &r3));
+  check_states(cs, rs3n, live, false);
+  /* --to-offload nvme at ZeRO-2 is refused before anything is written */
+  char *rs2n = NULL;
+  if (asprintf(&rs2n, "%s/%s-s2nvme", tmp, cs) < 0) abort();
+  ro.to_offload = ZCK_RESHARD_OFFLOAD_NVME;
+  ZT_ASSERT(zck_reshard(ckpt, rs2n, &ro) == ZCK_ERR_INVALID_ARG && !exists(rs2n));
+  ro.to_offload = ZCK_RESHARD_OFFLOAD_KEEP;
+  fprintf(stderr, "  %s: reshard to 3w%u: %zu swapped sub-group stores\n", cs, r3.to_world_size, swapped3);
+  free(rs3);
+  free(rs3n);
+  free(rs2n);
 
   /* to-universal; its reshard is the direct reshard, byte for byte */
   char *uv = NULL, *rs_uv = NULL;

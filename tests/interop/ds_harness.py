@@ -8,7 +8,9 @@ tests/fixtures/gen/make_deepspeed_fixtures.py and the launcher from tests/fixtur
           snapshot, then train `more` steps (the "direct path" loss curve).
   resume: build a fresh engine, load_checkpoint(load_dir) (plain, or with checkpoint.load_universal),
           snapshot, then train `more` steps.
-Spec `nvme` (a folder): the optimizer offloaded to "NVMe" there (offload_optimizer device nvme, async_io).
+Spec `nvme` (a folder): the optimizer offloaded to "NVMe" there (offload_optimizer device nvme, async_io);
+`nvme_min_bytes`: the smallest fp32 partition swapped (MIN_AIO_BYTES and aio.block_size; default 512);
+`sub_group_size` applies with `nvme` too. Spec `one_group`: every trainable param in one param group.
 
 The frozen parameter is perturbed (spec perturb_frozen) in the source run, so that a resume which does not
 restore it from the checkpoint shows. A universal-checkpoint resume never loads the module (weights come from
@@ -57,11 +59,13 @@ NVME_EXTRA = {"sub_group_size": 100, "_nvme": True, "_aio_block": 512}
 NVME_MIN_AIO_BYTES = 512
 
 
-def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None, fused_adam=False):
+def make_config(stage, world, dtype, sub_group_size=None, universal=False, nvme_path=None, fused_adam=False,
+                nvme_min_bytes=NVME_MIN_AIO_BYTES):
     m = fixture()
     extra = {} if sub_group_size is None else {"sub_group_size": sub_group_size}
     if nvme_path:
-        extra = dict(NVME_EXTRA, _nvme_path=nvme_path)
+        extra = dict(NVME_EXTRA, _nvme_path=nvme_path, _aio_block=nvme_min_bytes,
+                     **({} if sub_group_size is None else {"sub_group_size": sub_group_size}))
     if fused_adam:  # DeepSpeed's FusedAdam (its CPU op, JIT-built): FP16_Optimizer at ZeRO-0 fp16/bf16
         extra = dict(extra, _fused_adam=True)
     cfg = m.ds_config(stage, dtype, extra)
@@ -133,13 +137,17 @@ def snapshot(engine, stage):
         opt._lazy_init_hp_params_optimizer_state()
     if stage == 0:
         return snapshot_zero0(engine, snap)
+    # NVMe offload: DeepSpeed 0.19.8 resumes the swapped masters but not the Adam moments (the swapper knows only
+    # the state tensors torch Adam has made, none before the first step, which then overwrites the copied files):
+    # recorded as None
+    no_moments = getattr(opt, "swap_optimizer", False) and not any("exp_avg" in s for s in basic.state.values())
     gathered = collections.OrderedDict()
     for n, p in engine.module.named_parameters():
         if not p.requires_grad:
             continue
         gathered[n] = {"fp32": safe_get_full_fp32_param(p).detach().clone()}
         for key in ("exp_avg", "exp_avg_sq"):
-            gathered[n][key] = safe_get_full_optimizer_state(p, key).detach().clone()
+            gathered[n][key] = None if no_moments else safe_get_full_optimizer_state(p, key).detach().clone()
     snap["gathered"] = gathered
     if stage == 3:
         lp = engine._zero3_consolidated_16bit_state_dict()
@@ -223,6 +231,8 @@ def worker(spec_path):
         with torch.no_grad():
             model.frozen.weight.add_(0.25)
     groups = [{"params": [p for _, p in ps], "weight_decay": wd} for _, wd, ps in m.param_groups_spec(model)]
+    if spec.get("one_group"):
+        groups = [{"params": [p for g in groups for p in g["params"]], "weight_decay": 0.1}]
     if spec["dtype"] == "fp16":
         # DeepSpeed 0.19.8 refuses fp16 on a CPU without AVX512-FP16 (cpu_accelerator.is_fp16_supported is
         # torch.ops.mkldnn._is_mkldnn_fp16_supported()); torch's CPU fp16 kernels run it (as the fixture s0w2_fp16)
@@ -230,9 +240,10 @@ def worker(spec_path):
         get_accelerator().is_fp16_supported = lambda: True
     if spec.get("nvme"):
         import deepspeed.runtime.swap_tensor.optimizer_utils as swap_utils
-        swap_utils.MIN_AIO_BYTES = NVME_MIN_AIO_BYTES
+        swap_utils.MIN_AIO_BYTES = spec.get("nvme_min_bytes", NVME_MIN_AIO_BYTES)
     cfg = make_config(spec["stage"], world, spec["dtype"], spec.get("sub_group_size"), spec.get("universal", False),
-                      spec.get("nvme"), spec.get("fused_adam", False))
+                      spec.get("nvme"), spec.get("fused_adam", False),
+                      spec.get("nvme_min_bytes", NVME_MIN_AIO_BYTES))
     cfg.update(spec.get("top", {}))   # e.g. data_types.grad_accum_dtype fp32: BF16_Optimizer
     if spec.get("no_scheduler"):      # a checkpoint with no lr scheduler state (one converted from torch DCP)
         cfg.pop("scheduler", None)

@@ -32,7 +32,8 @@ A ZeRO-0 source into stage 1/2 also goes through DeepSpeed's universal route fro
 folder (ds_to_universal refuses ZeRO-0): load_universal must land on exactly the plain reshard's state, every
 rank, and train on with its losses; an fp16 one must come back at the source's dynamic loss scale. An
 NVMe-offload source (optimizer swapped to a folder, offloaded_tensors/ in the checkpoint) is resharded into
-plain files and loaded as the others.
+plain files and loaded as the others; resharded to ZeRO-3 at another world size it keeps its swap files, from
+which DeepSpeed run with the NVMe config resumes to the same state and losses.
 
 Training continues: the next MORE steps in the resharded engine give finite, decreasing losses equal to
 the source engine continuing directly within LOSS_RTOL. The global batch of each step is the same at any
@@ -83,6 +84,8 @@ SCENARIOS = [
     ("fused 0w1->1w2", (0, 1), (1, 2), "bf16", False),
     # NVMe-offload source (optimizer swapped to a folder; offloaded_tensors/ in the checkpoint) into plain files
     ("nvme 3w2->2w1", (3, 2), (2, 1), "fp32", False),
+    # NVMe-offload source into an NVMe-offload target at another world size (--to-offload keep): swap files
+    ("nvme 3w2->3w1 nvme", (3, 2), (3, 1), "fp32", False),
     # BF16_Optimizer source (bf16 + ZeRO-1 + fp32 gradient accumulation) into plain ZeRO files
     ("bf16opt 1w2->2w3", (1, 2), (2, 3), "bf16", False),
     ("3w4->2w2", (3, 4), (2, 2), "bf16", True),
@@ -389,8 +392,92 @@ def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
     return probs, notes
 
 
+def scenario_nvme_target(name, src_cfg, dst_cfg, dtype, tmp):
+    """An NVMe-offload source resharded into an NVMe-offload target (the default, --to-offload keep): DeepSpeed run
+    with the same NVMe config at the target world size resumes from the swap files zckpt wrote exactly as it
+    resumes from its own checkpoint at the source's world size.
+
+    DeepSpeed 0.19.8 with NVMe offload reads no optimizer state from the optim files (engine.load_checkpoint
+    skips _load_zero_checkpoint) and, with torch Adam, not the swapped Adam moments either (its swapper knows only
+    the state tensors Adam has made: none before the first step, which then writes fresh ones over the copied
+    files). What it resumes is the swapped fp32 masters. So this runs with one param group and one sub-group per
+    rank (sub_group_size 1e9), which swaps at both world sizes, and checks: the masters and 16-bit weights equal
+    the source engine's bit for bit, the moments missing just as after DeepSpeed's own resume, the next loss the
+    source engine's; and resharded at the source's world size, every loss of DeepSpeed's own resume exactly.
+    The moments zckpt wrote are checked by reading them back (test_nvme)."""
+    (s0, w0), (s1, w1) = src_cfg, dst_cfg
+    notes, probs = [], []
+    t0 = time.time()
+    spec = dict(nvme_min_bytes=512, sub_group_size=10**9, one_group=True)
+    src_dir = os.path.join(tmp, "src")
+    src = H.run(tmp, "src", w0, mode="train", stage=s0, dtype=dtype, steps=STEPS, more=MORE, save_dir=src_dir,
+                perturb_frozen=True, nvme=os.path.join(tmp, "nvme_src"), **spec)
+    tag = open(os.path.join(src_dir, "latest")).read().strip()
+    if len(glob.glob(os.path.join(src_dir, tag, "offloaded_tensors", "rank*", "*.tensor.swp"))) != 3 * w0:
+        return ["the NVMe source did not swap its one sub-group on every rank"], notes
+    ref = src[0]["snap"]
+    out = os.path.join(tmp, "zck")
+    err = reshard(src_dir, out, s1, w1)
+    if err:
+        return [f"zckpt reshard failed: {err}"], notes
+    swaps = sorted(os.path.relpath(p, os.path.join(out, tag))
+                   for p in glob.glob(os.path.join(out, tag, "offloaded_tensors", "rank*", "*.tensor.swp")))
+    if len(swaps) != 3 * w1:
+        return [f"the reshard wrote swap files {swaps}, not three per target rank"], notes
+    # and at the source's own world size: DeepSpeed must resume from it exactly as from its own checkpoint
+    out_same = os.path.join(tmp, "zck_same")
+    err = reshard(src_dir, out_same, s0, w0)
+    if err:
+        return [f"zckpt reshard at the source's world size failed: {err}"], notes
+    try:
+        own = H.run(tmp, "own", w0, mode="resume", stage=s0, dtype=dtype, more=MORE, load_dir=src_dir,
+                    nvme=os.path.join(tmp, "nvme_own"), **spec)
+        zr = H.run(tmp, "zck", w1, mode="resume", stage=s1, dtype=dtype, more=MORE, load_dir=out,
+                   nvme=os.path.join(tmp, "nvme_zck"), **spec)
+        sr = H.run(tmp, "zsame", w0, mode="resume", stage=s0, dtype=dtype, more=MORE, load_dir=out_same,
+                   nvme=os.path.join(tmp, "nvme_zsame"), **spec)
+    except H.RunFailed as e:
+        return [f"DeepSpeed (NVMe offload) load/train failed: {e}"], notes
+    if sr[0]["losses"] != own[0]["losses"]:
+        probs.append(f"at W {w0}: losses {sr[0]['losses']} after resuming zckpt's NVMe reshard, {own[0]['losses']} "
+                     f"after DeepSpeed's own checkpoint")
+    for r, rr in enumerate(zr):
+        # counters and scheduler as the source engine's; param groups as after DeepSpeed's own NVMe resume (which
+        # does not restore their lr either: the scheduler sets it at the next step)
+        probs += cmp_counters(dict(rr["snap"], param_groups=ref["param_groups"]), ref, f"rank {r}")
+        if rr["snap"]["param_groups"] != own[0]["snap"]["param_groups"]:
+            probs.append(f"rank {r}: param groups {rr['snap']['param_groups']}, DeepSpeed's own resume "
+                         f"{own[0]['snap']['param_groups']}")
+        for n, g in ref["gathered"].items():
+            got = rr["snap"]["gathered"].get(n)
+            if got is None or not same(got["fp32"], g["fp32"]):
+                probs.append(f"rank {r}: {n} fp32 master: {describe(got and got['fp32'], g['fp32'])}")
+            for k in ("exp_avg", "exp_avg_sq"):
+                mine, theirs = got and got[k], own[0]["snap"]["gathered"][n][k]
+                if (mine is None) != (theirs is None) or (mine is not None and not same(mine, theirs)):
+                    probs.append(f"rank {r}: {n} {k} after the load: {describe(mine, theirs)} (DeepSpeed's own resume)")
+    probs += cmp_lp(zr[0]["snap"]["lp"], ref["lp"], "rank 0")
+    probs += consolidated_live(out, ref, tmp)
+    r = subprocess.run([ZCKPT, "verify", "-q", out], capture_output=True, text=True)
+    if r.returncode:
+        probs.append(f"zckpt verify of the NVMe reshard: exit {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}")
+    # the next loss (the weights as loaded) is the source engine's; the later ones are not comparable across world
+    # sizes here: with fresh moments Adam's first step is lr * sign(g), which flips with the summation order for
+    # gradients near 0
+    if not math.isclose(zr[0]["losses"][0], src[0]["losses"][0], rel_tol=1e-6):
+        probs.append(f"next loss {zr[0]['losses'][0]!r} after the load, the source engine's {src[0]['losses'][0]!r}")
+    worst = abs(zr[0]["losses"][0] - src[0]["losses"][0]) / abs(src[0]["losses"][0])
+    moments = "not resumed" if own[0]["snap"]["gathered"][next(iter(ref["gathered"]))]["exp_avg"] is None else "resumed"
+    notes.append(f"swap files {swaps}; Adam moments {moments} by DeepSpeed's NVMe load, its own checkpoint's as "
+                 f"zckpt's; next loss {zr[0]['losses'][0]:.7f} vs the source engine's {src[0]['losses'][0]:.7f} (rel "
+                 f"diff {worst:.2g}); at W {w0} the losses of DeepSpeed's own resume exactly; {time.time() - t0:.0f} s")
+    return probs, notes
+
+
 def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     (s0, w0), (s1, w1) = src_cfg, dst_cfg
+    if name.startswith("nvme") and name.endswith(" nvme"):
+        return scenario_nvme_target(name, src_cfg, dst_cfg, dtype, tmp)
     if s0 == 0 or name.startswith("bf16opt") or name.startswith("nvme"):
         return scenario_plain(name, src_cfg, dst_cfg, dtype, tmp)
     notes, probs = [], []
