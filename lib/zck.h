@@ -232,6 +232,15 @@ typedef struct zck_consolidate_opts {
  * buffer tensors, never exp_avg / exp_avg_sq. */
 ZCK_API zck_status zck_consolidate(const char *ckpt, const char *out, const zck_consolidate_opts *opts);
 
+/* What torch.distributed.checkpoint.format_utils.dcp_to_torch_save(dcp, out) writes, byte
+ * for byte: the whole state dict of a torch Distributed Checkpoint (dcp: a DCP folder, or
+ * what zck_consolidate takes for one: Accelerate's checkpoint folder, an HF Trainer
+ * checkpoint-N or output_dir) nested as torch nests it ({"model": ..., "optim": {"state":
+ * ..., "param_groups": [...]}}), as one torch.save file at out. Tensor data streams
+ * through, each chunk checked by its zip CRC-32. Of opts only overwrite is read (replace
+ * an existing file; the old one stays whole until the new one is complete). */
+ZCK_API zck_status zck_dcp_to_torch_save(const char *dcp, const char *out, const zck_consolidate_opts *opts);
+
 /* The newest complete checkpoint-N folder of a Hugging Face Trainer output_dir, picked as
  * transformers' trainer_utils.get_last_checkpoint does (names ^checkpoint-(\d+)$ that are
  * folders, largest N; ASCII digits) but passing over incomplete ones: complete means its

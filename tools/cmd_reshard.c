@@ -12,6 +12,7 @@
 
 static const char zck__reshard_help[] =
   "usage: zckpt reshard [options] SRC OUT --to-stage {1,2,3} --to-world-size W\n"
+  "       zckpt reshard [options] DCP OUT --to-format deepspeed\n"
   "       zckpt reshard [options] SRC OUT --to-format dcp [--to-world-size W]\n"
   "\n"
   "Rewrites a DeepSpeed checkpoint for another ZeRO stage and GPU count, with all\n"
@@ -98,6 +99,7 @@ int zck_cmd_reshard(int argc, char **argv) {
   bool quiet = false;
   uint64_t v;
   int c, rc;
+  bool format_named = false;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
@@ -120,6 +122,7 @@ int zck_cmd_reshard(int argc, char **argv) {
       break;
     case 'M': o.model_config = optarg; break;
     case 'f':
+      format_named = true;
       if (!strcmp(optarg, "dcp")) o.to_format = ZCK_RESHARD_TO_DCP;
       else if (!strcmp(optarg, "deepspeed")) o.to_format = ZCK_RESHARD_TO_DEEPSPEED;
       else return zck_cli_usage_error("reshard", "--to-format must be deepspeed or dcp");
@@ -150,8 +153,10 @@ int zck_cmd_reshard(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("reshard", "expected SRC and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
-  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && o.to_format != ZCK_RESHARD_TO_DCP)
-    return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size");
+  /* a DeepSpeed source resharded to itself is a mistake worth a hint; a named format is a
+   * change of its own (a DCP to DeepSpeed takes the defaults: stage 3, the DCP's ranks) */
+  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && !o.to_dtype && !format_named)
+    return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size (or --to-format for another format)");
   if (o.to_stage && o.to_format == ZCK_RESHARD_TO_DCP)
     return zck_cli_usage_error("reshard", "--to-stage: a DCP checkpoint has no ZeRO stage");
   zck_cli_ckpt_job job = {"reshard", "resharding", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_reshard, &o};

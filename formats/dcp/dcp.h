@@ -112,6 +112,15 @@ typedef struct zck_dcp_record {
  * their zip directories. fn's error stops the walk. */
 zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx);
 
+/* ---- torch's dcp_to_torch_save (dcp_torch_save.c)
+ * Writes at path the file torch.distributed.checkpoint.format_utils.dcp_to_torch_save(dir,
+ * path) writes for the DCP folder c was opened on, byte for byte: the whole state dict
+ * (model, optimizer state, param groups, every other entry) nested as torch nests it. The
+ * tensor data streams from the items, each chunk checked by its zip CRC-32; nothing is
+ * left at path on failure. A bytes entry holding anything but plain Python values, and
+ * dtypes torch.save pickles through UntypedStorage, are ZCK_ERR_UNSUPPORTED. */
+zck_status zck_dcp_torch_save(zck_dcp *c, const char *path);
+
 /* ---- a training run resumed from it (dcp_train.c) */
 typedef struct zck_dcp_train {
   uint32_t world_size;             /* ranks that saved the model: the data files its chunks lie in */

@@ -144,6 +144,12 @@ zck_pk *zck_pk_new_persid(zck_pk_doc *d, zck_pk *pid);
 int zck_pk_append(zck_pk_doc *d, zck_pk *seq, zck_pk *item);
 int zck_pk_dict_set(zck_pk_doc *d, zck_pk *dict, zck_pk *key, zck_pk *value);
 
+/* Makes every "" and every one-character str with a code point below 256 under *root one
+ * node per value (pk_singletons.c): CPython holds one object for each, so its pickler memoizes
+ * them across a tree that zckpt assembles from several pickles. Nodes are relinked in
+ * place (the trees of every doc involved); recursion follows the tree's depth. */
+zck_status zck_pk_share_small_strings(zck_pk **root);
+
 /* Emits a protocol-2 stream CPython's unpickler (and torch.load, weights_only when the
  * globals allow) reads back as the same tree. OrderedDict, set, torch.Size, bytes are
  * spelled the way CPython's pickler spells them. Identical node pointers are memoized

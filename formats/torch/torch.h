@@ -194,6 +194,32 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root);
 /* Frees the writer; an unfinished file is removed. NULL is fine. */
 void zck_torch_writer_free(zck_torch_writer *w);
 
+/* ---- a file exactly as torch.save writes it (torch_save.c), for a tree complete before
+ * its data: create; build the tree in the saver's doc (nodes of other docs may be part of
+ * it: they must outlive layout), with one zck_torch_saver_tensor per tensor, called in the
+ * order the pickle reaches them; layout (pickles the tree and reserves every storage);
+ * write each storage's bytes at its data offset and set its CRC-32; finish (commits the
+ * file). Only dtypes with a torch.<X>Storage class. */
+typedef struct zck_torch_saver zck_torch_saver;
+zck_status zck_torch_saver_create(const char *path, zck_torch_saver **out);
+zck_pk_doc *zck_torch_saver_doc(zck_torch_saver *s);
+/* A contiguous tensor owning a new storage (NULL with the error set). */
+zck_pk *zck_torch_saver_tensor(zck_torch_saver *s, zck_dtype dtype, int ndim, const int64_t *shape);
+zck_status zck_torch_saver_layout(zck_torch_saver *s, const zck_pk *root);
+size_t zck_torch_saver_storage_count(const zck_torch_saver *s);
+uint64_t zck_torch_saver_data_offset(const zck_torch_saver *s, size_t storage);   /* absolute */
+zck_status zck_torch_saver_write(zck_torch_saver *s, const void *data, size_t n, uint64_t file_off);
+void zck_torch_saver_set_crc(zck_torch_saver *s, size_t storage, uint32_t crc);
+zck_status zck_torch_saver_finish(zck_torch_saver *s);
+void zck_torch_saver_free(zck_torch_saver *s);   /* an unfinished file is removed; NULL is fine */
+
+/* ---- .data/serialization_id (torch_serial_id.c)
+ * The 40 digits torch.save writes there for records names[0..n) (without the archive
+ * folder) written in that order, with their data's CRC-32s and sizes: the same digits as
+ * torch 2.x built with libstdc++ (the official builds). */
+zck_status zck_torch_serialization_id(const char *const *names, const uint32_t *crcs, const uint64_t *sizes, size_t n,
+                                      char out[40]);
+
 /* ---- one torch.save archive inside a larger file (torch_item.c): a torch DCP item */
 /* Writes, at byte `base` of out, what torch.save(t) writes for a contiguous tensor t of
  * dtype and shape that owns its storage, all but its data and the data's CRC-32.

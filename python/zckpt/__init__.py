@@ -12,9 +12,9 @@ DeepSpeed's zero_to_fp32 functions, same signatures and results, no DeepSpeed ne
     get_fp32_state_dict_from_zero_checkpoint, convert_zero_checkpoint_to_fp32_state_dict,
     load_state_dict_from_zero_checkpoint (also in zckpt.zero_to_fp32).
 
-torch's dcp_to_torch_save(dcp_checkpoint_dir, torch_save_path), backed by consolidate: the model
-weights of a torch Distributed Checkpoint as one torch.save file, every chunk's CRC checked
-(also in zckpt.dcp).
+torch's dcp_to_torch_save(dcp_checkpoint_dir, torch_save_path): torch's file byte for byte
+(the whole state dict, nested as torch nests it), every chunk's CRC checked (also in
+zckpt.dcp).
 
 Failures raise zckpt.Error with the library's one-line message. Progress: pass
 progress=callable(done_bytes, total_bytes) (a true return value cancels the job), or

@@ -130,6 +130,7 @@ _c = ctypes.c_char_p
 _v = ctypes.c_void_p
 for name, args in [
     ("zck_consolidate", [_c, _c, ctypes.POINTER(ConsolidateOpts)]),
+    ("zck_dcp_to_torch_save", [_c, _c, ctypes.POINTER(ConsolidateOpts)]),
     ("zck_reshard", [_c, _c, ctypes.POINTER(ReshardOpts)]),
     ("zck_to_universal", [_c, _c, ctypes.POINTER(UniversalOpts)]),
     ("zck_inspect", [_c, ctypes.POINTER(InspectOpts), _v]),

@@ -11,6 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef ZE_HAVE_BLAS
+#include <cblas.h>
+#include <pthread.h>
+#endif
+
 // ---- parameter table
 
 bool ze_gpt2_config_valid(const ze_gpt2_config *c, char *why, size_t cap) {
@@ -278,6 +283,45 @@ static inline void axpy(float *restrict y, float a, const float *restrict x, int
   for (int j = 0; j < n; j++) y[j] += a * x[j];
 }
 
+/* The matmuls go to OpenBLAS when the build found it (ZE_HAVE_BLAS), else to the loops
+ * below; ZCKPT_TRAIN_NO_BLAS=1 picks the loops at run time (the bench's "before" and the
+ * tests that compare both). OpenBLAS runs on one thread: the engine already runs one rank
+ * per core (a thread or a process each), and OpenBLAS's own pool on top would put W x cores
+ * busy-waiting threads on the same cores, slowing every rank. */
+#ifdef ZE_HAVE_BLAS
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static bool blas_on;
+
+static void blas_init(void) {
+  const char *e = getenv("ZCKPT_TRAIN_NO_BLAS");
+  blas_on = !(e && *e && strcmp(e, "0"));
+  if (blas_on) openblas_set_num_threads(1);
+}
+
+static bool use_blas(void) {
+  pthread_once(&blas_once, blas_init);
+  return blas_on;
+}
+#else
+static bool use_blas(void) { return false; }
+#endif
+
+const char *ze_gpt2_matmul_backend(void) { return use_blas() ? "OpenBLAS" : "loops"; }
+
+/* C (m, n) = beta * C + A (m, k) @ B (k, n), row-major with leading dimensions; ta / tb:
+ * A / B are stored transposed. Only called when use_blas(). */
+static void gemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b, int ldb, float beta,
+                 float *c, int ldc) {
+#ifdef ZE_HAVE_BLAS
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
+              ldb, beta, c, ldc);
+#else
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c,
+      (void)ldc;
+  abort();
+#endif
+}
+
 void ze__gpt2_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int BT, int T, int C) {
   for (int bt = 0; bt < BT; bt++) {
     const float *e = wte + (size_t)inp[bt] * C, *p = wpe + (size_t)(bt % T) * C;
@@ -345,6 +389,12 @@ void ze__gpt2_layernorm_backward(float *dinp, float *dw, float *db, const float 
 
 /* HF Conv1D: out (BT, OC) = inp (BT, IC) @ w (IC, OC) + b (OC). */
 void ze__gpt2_conv1d_forward(float *out, const float *inp, const float *w, const float *b, int BT, int IC, int OC) {
+  if (use_blas()) {
+    for (int bt = 0; bt < BT; bt++)
+      for (int j = 0; j < OC; j++) out[(size_t)bt * OC + j] = b ? b[j] : 0.0f;
+    gemm(false, false, BT, OC, IC, inp, IC, w, OC, 1.0f, out, OC);
+    return;
+  }
   for (int bt = 0; bt < BT; bt++) {
     const float *x = inp + (size_t)bt * IC;
     float *o = out + (size_t)bt * OC;
@@ -355,6 +405,16 @@ void ze__gpt2_conv1d_forward(float *out, const float *inp, const float *w, const
 
 void ze__gpt2_conv1d_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                               int BT, int IC, int OC) {
+  if (use_blas()) {
+    gemm(false, true, BT, IC, OC, dout, OC, w, OC, 1.0f, dinp, IC);  /* dinp += dout @ w^T */
+    gemm(true, false, IC, OC, BT, inp, IC, dout, OC, 1.0f, dw, OC);  /* dw += inp^T @ dout */
+    if (db)
+      for (int bt = 0; bt < BT; bt++) {
+        const float *d = dout + (size_t)bt * OC;
+        for (int j = 0; j < OC; j++) db[j] += d[j];
+      }
+    return;
+  }
   for (int bt = 0; bt < BT; bt++) {
     const float *d = dout + (size_t)bt * OC, *x = inp + (size_t)bt * IC;
     float *dx = dinp + (size_t)bt * IC;
@@ -367,6 +427,10 @@ void ze__gpt2_conv1d_backward(float *dinp, float *dw, float *db, const float *do
 
 /* lm_head tied to wte (V, C), nn.Linear layout: logits (BT, V) = inp (BT, C) @ wte^T. */
 void ze__gpt2_lm_head_forward(float *logits, const float *inp, const float *wte, int BT, int C, int V) {
+  if (use_blas()) {
+    gemm(false, true, BT, V, C, inp, C, wte, C, 0.0f, logits, V);
+    return;
+  }
   for (int bt = 0; bt < BT; bt++) {
     const float *x = inp + (size_t)bt * C;
     float *o = logits + (size_t)bt * V;
@@ -376,6 +440,11 @@ void ze__gpt2_lm_head_forward(float *logits, const float *inp, const float *wte,
 
 void ze__gpt2_lm_head_backward(float *dinp, float *dwte, const float *dlogits, const float *inp, const float *wte,
                                int BT, int C, int V) {
+  if (use_blas()) {
+    gemm(false, false, BT, C, V, dlogits, V, wte, C, 1.0f, dinp, C);  /* dinp += dlogits @ wte */
+    gemm(true, false, V, C, BT, dlogits, V, inp, C, 1.0f, dwte, C);   /* dwte += dlogits^T @ inp */
+    return;
+  }
   for (int bt = 0; bt < BT; bt++) {
     const float *d = dlogits + (size_t)bt * V, *x = inp + (size_t)bt * C;
     float *dx = dinp + (size_t)bt * C;
@@ -391,6 +460,31 @@ void ze__gpt2_lm_head_backward(float *dinp, float *dwte, const float *dlogits, c
 void ze__gpt2_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
   int C3 = 3 * C, hs = C / H;
   float scale = 1.0f / sqrtf((float)hs);
+  if (use_blas()) {
+    /* per (b, h): scores = Q K^T over all T x T (the masked half is computed and dropped),
+     * causal softmax row by row, out = att V */
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *a = att + ((size_t)b * H + h) * T * T;
+        gemm(false, true, T, T, hs, q, C3, k, C3, 0.0f, a, T);
+        for (int t = 0; t < T; t++) {
+          float *r = a + (size_t)t * T, maxv = -INFINITY, sum = 0.0f;
+          for (int t2 = 0; t2 <= t; t2++) {
+            r[t2] *= scale;
+            if (r[t2] > maxv) maxv = r[t2];
+          }
+          for (int t2 = 0; t2 <= t; t2++) {
+            r[t2] = expf(r[t2] - maxv);
+            sum += r[t2];
+          }
+          float inv = 1.0f / sum;
+          for (int t2 = 0; t2 < T; t2++) r[t2] = t2 <= t ? r[t2] * inv : 0.0f;
+        }
+        gemm(false, false, T, hs, T, a, T, v, C3, 0.0f, out + (size_t)b * T * C + h * hs, C);
+      }
+    return;
+  }
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < H; h++) {
@@ -426,6 +520,29 @@ void ze__gpt2_attention_backward(float *dqkv, const float *dout, const float *qk
                                  int T, int C, int H) {
   int C3 = 3 * C, hs = C / H;
   float scale = 1.0f / sqrtf((float)hs);
+  float *scr = use_blas() ? malloc((size_t)T * T * sizeof(float)) : NULL; /* none: the loops */
+  if (scr) {
+    /* per (b, h): dS = dO V^T, dV += att^T dO, dpre = att * (dS - rowsum(att * dS)) * scale
+     * (zero above the diagonal), dQ += dpre K, dK += dpre^T Q */
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = att + ((size_t)b * H + h) * T * T, *d = dout + (size_t)b * T * C + h * hs;
+        gemm(false, true, T, T, hs, d, C, v, C3, 0.0f, scr, T);
+        gemm(true, false, T, hs, T, a, T, d, C, 1.0f, dv, C3);
+        for (int t = 0; t < T; t++) {
+          const float *ar = a + (size_t)t * T;
+          float *sr = scr + (size_t)t * T, dot = 0.0f;
+          for (int t2 = 0; t2 <= t; t2++) dot += ar[t2] * sr[t2];
+          for (int t2 = 0; t2 < T; t2++) sr[t2] = t2 <= t ? ar[t2] * (sr[t2] - dot) * scale : 0.0f;
+        }
+        gemm(false, false, T, hs, T, scr, T, k, C3, 1.0f, dq, C3);
+        gemm(true, false, T, hs, T, scr, T, q, C3, 1.0f, dk, C3);
+      }
+    free(scr);
+    return;
+  }
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int h = 0; h < H; h++) {

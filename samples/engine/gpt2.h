@@ -79,6 +79,8 @@ ze_gpt2_ws *ze_gpt2_ws_new(const ze_gpt2_config *c, int B, int T);
 void ze_gpt2_ws_free(ze_gpt2_ws *ws);
 /* Bytes held by the workspace. */
 size_t ze_gpt2_ws_bytes(const ze_gpt2_ws *ws);
+/* "OpenBLAS" or "loops": what runs the matmuls in this process (see gpt2.c). */
+const char *ze_gpt2_matmul_backend(void);
 
 /* Forward over inputs (B, T) (token ids < V). With targets (B, T), returns the mean
  * cross-entropy over the B*T positions; else returns 0 and only logits are valid.

@@ -718,10 +718,11 @@ setup_done:
 
   ze_log(&run,
          "zckpt-train: GPT-2 L=%d H=%d C=%d T=%d V=%d (%zu parameters) | ZeRO-%d on %d rank%s (%s) | %s | "
-         "global batch %d x %d tokens",
+         "global batch %d x %d tokens | matmuls: %s",
          run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size,
          run.plan.model_numel, run.ds.stage, W, W > 1 ? "s" : "", run.one_rank ? "a process each" : "local threads", a->bf16 ? "bf16" : "fp32",
-         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len);
+         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len,
+         run.on_device ? "the device's" : ze_gpt2_matmul_backend());
   bool cuda = run.on_device;
   if (run.ds.offload_param && run.ds.stage < 3)
     ze_log(&run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "

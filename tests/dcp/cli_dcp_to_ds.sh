@@ -33,6 +33,15 @@ grep -q "lp float32" "$T/out" || fail "bf16mp: fp32 weights do not make an fp32 
 "$BIN" inspect "$T/mp16" >"$T/out" 2>&1 || fail "bf16mp --to-dtype: inspect: $(cat "$T/out")"
 grep -q "lp bfloat16, master float32" "$T/out" || fail "--to-dtype bf16: $(sed -n 2p "$T/out")"
 
+# --to-format deepspeed alone: every default (stage 3, the DCP's 2 ranks), the same bytes
+"$BIN" reshard -q "$D/llama_tied_w2_fp32" "$T/named" --to-format deepspeed 2>"$T/err" || fail "--to-format deepspeed: $(cat "$T/err")"
+"$BIN" inspect "$T/named" >"$T/out" 2>&1 || fail "named: inspect: $(cat "$T/out")"
+grep -q "ZeRO-3 checkpoint, tag global_step3, world size 2" "$T/out" || fail "named: not the defaults: $(head -1 "$T/out")"
+"$BIN" reshard -q "$D/llama_tied_w2_fp32" "$T/explicit" --to-stage 3 --to-world-size 2 2>"$T/err" || fail "explicit: $(cat "$T/err")"
+diff -r "$T/named" "$T/explicit" >/dev/null || fail "--to-format deepspeed differs from --to-stage 3 --to-world-size 2"
+"$BIN" reshard -q "$D/llama_tied_w2_fp32" "$T/x" 2>"$T/err" && fail "reshard with no target option accepted"
+grep -q "give --to-stage" "$T/err" || fail "no target option: $(cat "$T/err")"
+
 # options that do not apply to a DCP: one line, exit 2 (usage) or 1, nothing written
 "$BIN" reshard -q "$D/llama_tied_w2_fp32" "$T/x" --to-stage 2 --tag global_step3 2>"$T/err" && fail "--tag accepted"
 grep -q "no tags" "$T/err" || fail "--tag: $(cat "$T/err")"
