@@ -58,6 +58,8 @@ static const opt opts[] = {
   {"device", OPT_STR, OFF(device), "cpu | cuda (cpu)"},
   {"eval-samples", OPT_INT, OFF(eval_samples), "evaluation windows (32)"},
   {"generate-tokens", OPT_INT, OFF(generate_tokens), "after training, greedily generate N bytes (0)"},
+  {"eval-sums", OPT_INT, OFF(eval_sums),
+   "after training, greedily complete N 'a+b=' prompts whose line is not in the training text; count the right sums (0)"},
   {"prompt", OPT_STR, OFF(prompt), "generation prompt (\"12+7=\")"},
   {"gather-for-generation", OPT_SPECIAL, 0, "on | off | both: ZeRO-3 params gathered at once or per module (on)"},
   /* model */

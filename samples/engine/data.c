@@ -54,3 +54,10 @@ void ze_corpus_eval_window(const ze_corpus *c, int i, int n, int T, int *out) {
   size_t off = n > 1 ? span * (size_t)i / (size_t)(n - 1) : 0;
   for (int j = 0; j <= T; j++) out[j] = c->eval[off + (size_t)j];
 }
+
+bool ze_corpus_has_sum(const ze_corpus *c, unsigned a, unsigned b) {
+  char line[24];
+  int len = snprintf(line, sizeof line, "\n%u+%u=", a, b);
+  if (c->n_train >= (size_t)len - 1 && !memcmp(c->train, line + 1, (size_t)len - 1)) return true;
+  return memmem(c->train, c->n_train, line, (size_t)len) != NULL;
+}

@@ -24,6 +24,8 @@ void ze_corpus_free(ze_corpus *c);
 
 /* Training window of sample k: out[0..T] (inputs are out[0..T), targets out[1..T]). */
 void ze_corpus_train_window(const ze_corpus *c, uint64_t k, int T, int *out);
+/* Whether the training text holds a line that starts "a+b=" (the model has seen that sum). */
+bool ze_corpus_has_sum(const ze_corpus *c, unsigned a, unsigned b);
 /* Evaluation window i of n (evenly spaced over the eval text). */
 void ze_corpus_eval_window(const ze_corpus *c, int i, int n, int T, int *out);
 

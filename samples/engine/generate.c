@@ -2,7 +2,10 @@
  * (see generate.h). */
 #include "generate.h"
 
+#include "rng.h"
 #include "util.h"
+
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,4 +129,36 @@ done:
   free(logits);
   free(text);
   return s;
+}
+
+zck_status ze_eval_sums(const ze_gpt2_config *c, ze_zero_rank *zr, const ze_corpus *corpus, int n, uint64_t seed,
+                        int *right, char *examples, size_t cap) {
+  *right = 0;
+  if (cap) examples[0] = '\0';
+  bool used[100 * 100] = {false};
+  uint64_t st = seed ^ 0x73756d73ull; /* "sums" */
+  size_t o = 0;
+  for (int i = 0, tries = 0; i < n && tries < 100 * 100 * 64; tries++) {
+    unsigned a = (unsigned)(ze_splitmix64(&st) % 100), b = (unsigned)(ze_splitmix64(&st) % 100);
+    if (used[a * 100 + b] || ze_corpus_has_sum(corpus, a, b)) continue;
+    used[a * 100 + b] = true;
+    char prompt[16], want[8];
+    snprintf(prompt, sizeof prompt, "\n%u+%u=", a, b);
+    snprintf(want, sizeof want, "%u", a + b);
+    char *text = NULL;
+    double secs;
+    size_t peak;
+    zck_status s = ze_generate(c, zr, true, prompt, 4, &text, &secs, &peak);
+    if (s != ZCK_OK) return s;
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = '\0';
+    for (char *p = text; *p; p++)
+      if ((unsigned char)*p < 32 || (unsigned char)*p > 126) *p = '?';
+    if (!strcmp(text, want)) ++*right;
+    if (i < 8 && o < cap) o += (size_t)snprintf(examples + o, cap - o, "%s%u+%u=%s", i ? " " : "", a, b, text);
+    if (o >= cap) o = cap;
+    free(text);
+    i++;
+  }
+  return ZCK_OK;
 }

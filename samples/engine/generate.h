@@ -11,6 +11,7 @@
 #ifndef ZE_GENERATE_H
 #define ZE_GENERATE_H
 
+#include "data.h"
 #include "gpt2.h"
 #include "zero.h"
 
@@ -19,5 +20,11 @@
  * parameter memory held at once. */
 zck_status ze_generate(const ze_gpt2_config *c, ze_zero_rank *zr, bool gather_all, const char *prompt, int n_tokens,
                        char **text_out, double *seconds, size_t *peak_bytes);
+
+/* Collective: greedily completes n prompts "\na+b=" (a, b in [0, 100), drawn from seed, each
+ * pair once) whose line is not in the training text, and counts the completions that are
+ * the right sum. examples (cap bytes) gets the first few "a+b=answer" separated by spaces. */
+zck_status ze_eval_sums(const ze_gpt2_config *c, ze_zero_rank *zr, const ze_corpus *corpus, int n, uint64_t seed,
+                        int *right, char *examples, size_t cap);
 
 #endif

@@ -488,6 +488,14 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
       }
     }
   }
+  if (a->eval_sums > 0) {
+    int right = 0;
+    char ex[256];
+    ZCK_CHECK_GOTO(ze_eval_sums(&run->cfg, zr, &run->corpus, a->eval_sums, (uint64_t)a->seed, &right, ex, sizeof ex),
+                   s, done);
+    if (lead) ze_log(run, "held-out sums: %d/%d right (prompts 'a+b=' not in the training text; %s ...)", right,
+                     a->eval_sums, ex);
+  }
 done:
   free(full);
   ze_exec_free(x);
@@ -574,6 +582,7 @@ zck_status ze_train_check_args(const ze_train_args *a) {
   ZCK_FAIL_IF(a->per_device_train_batch_size < 1 || a->gradient_accumulation_steps < 1, ZCK_ERR_INVALID_ARG,
               "batch size and gradient accumulation steps must be positive");
   ZCK_FAIL_IF(a->eval_samples < 1, ZCK_ERR_INVALID_ARG, "--eval-samples must be positive");
+  ZCK_FAIL_IF(a->eval_sums < 0 || a->eval_sums > 1000, ZCK_ERR_INVALID_ARG, "--eval-sums must be in [0, 1000]");
   ZCK_FAIL_IF(strcmp(a->lr_scheduler_type, "linear") && strcmp(a->lr_scheduler_type, "constant") &&
                   strcmp(a->lr_scheduler_type, "constant_with_warmup"),
               ZCK_ERR_INVALID_ARG, "--lr-scheduler-type %s: supported: linear, constant, constant_with_warmup",

@@ -63,6 +63,7 @@ typedef struct ze_train_args {
   const char *deepspeed;            /* ds_config.json path or NULL */
   int eval_samples;                 /* evaluation windows */
   int generate_tokens;              /* 0: no generation */
+  int eval_sums;                    /* held-out "a+b=" prompts to complete after training; 0: none */
   const char *prompt;
   ze_gather_mode gather_for_generation;
   bool quiet;                       /* no progress lines */

@@ -74,6 +74,10 @@ cmp -s "$T/a" "$T/b" || fail "two identical runs printed different losses"
 # generation prints prompt + text on stdout
 run --generate-tokens 4 --prompt "1+1=" --gather-for-generation both >"$T/out3" 2>/dev/null || fail "generation run"
 [ "$(grep -c '^\[gather_for_generation=o' "$T/out3")" = 2 ] || fail "generation output: $(cat "$T/out3")"
+# held-out sums: N prompts whose line is not in the training text, completed and counted
+run --eval-sums 5 2>"$T/err4" >/dev/null || fail "eval-sums run"
+grep -Eq '^held-out sums: [0-5]/5 right \(prompts' "$T/err4" || fail "eval-sums output: $(cat "$T/err4")"
+run --eval-sums 1001 2>/dev/null >/dev/null && fail "--eval-sums 1001 accepted"
 
 # the sample configs, each stage over 2 ranks
 CONF=$(dirname "$0")/../../samples/configs
