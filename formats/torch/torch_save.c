@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SMALL_FILE ((uint64_t)8 << 20)
+
 typedef struct saved_storage {
   zck_dtype dtype;
   uint64_t numel;
@@ -47,7 +49,6 @@ zck_status zck_torch_saver_create(const char *path, zck_torch_saver **out) {
     free(s);
     return st;
   }
-  zck__outfile_buffer(&s->out);
   st = zck_zip_writer_create(&s->out, &s->zip);
   if (st == ZCK_OK && !(s->doc = zck_pk_doc_new())) st = ZCK_ERR_NO_MEMORY;
   zck_torch_archive_name(path, s->prefix, sizeof s->prefix);
@@ -134,6 +135,11 @@ zck_status zck_torch_saver_layout(zck_torch_saver *s, const zck_pk *root) {
   zck__buf pkl;
   zck__buf_init(&pkl);
   char name[300], rec[32];
+  /* a small file is assembled in memory and written at once (lib/io_image.c); a large
+   * one goes straight to disk, so that its data streams through a bounded buffer */
+  uint64_t total = 0;
+  for (size_t i = 0; i < s->n; i++) total += s->st[i].numel * zck_dtype_size(s->st[i].dtype);
+  if (total <= SMALL_FILE) zck__outfile_buffer(&s->out);
   zck_status st = zck_pickle_dump(root, &pkl);
   if (st == ZCK_OK) st = zck_zip_writer_add(s->zip, entry(name, s->prefix, "data.pkl"), pkl.data, pkl.len);
   s->pkl_crc = zck_crc32_update(0, pkl.data, pkl.len);

@@ -15,13 +15,15 @@ Also: an existing file is replaced (as torch.save does), or kept with overwrite=
 DeepSpeed checkpoint, a bit flipped inside a chunk (torch's returns the wrong weight
 silently), a missing .distcp and a value that is a class instance are refused with
 zckpt.Error in one line naming the file, and nothing is left at the path (an earlier file
-there stays as it was).
+there stays as it was). A 128 MiB tensor streams through: the job's peak RSS stays under
+64 MB.
 """
 import hashlib
 import io
 import os
 import pickle
 import shutil
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -107,6 +109,31 @@ with tempfile.TemporaryDirectory() as tmp:
              checkpoint_id=gen)
     same_file("torch's dcp.save of a nested dict", gen, "gen.pt", tmp)
     print("a fresh dcp.save (300 tensors, nested plain values): = torch's file byte for byte")
+
+    # memory: a 128 MiB tensor streams through; the job's process (zckpt without torch) stays
+    # far below the file's size, while torch holds the whole state dict
+    big = os.path.join(tmp, "big")
+    dcp.save({"model": {"w": torch.arange(32 << 20, dtype=torch.float32).view(1 << 12, -1)}}, checkpoint_id=big)
+    torch_dcp_to_torch_save(big, os.path.join(tmp, "torch", "big.pt"))
+    # (VmHWM: ru_maxrss of a child counts its parent's peak from before the exec)
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from zckpt.dcp import dcp_to_torch_save; "
+             "dcp_to_torch_save(sys.argv[2], sys.argv[3]); "
+             "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))")
+    os.makedirs(os.path.join(tmp, "zckpt"), exist_ok=True)
+    r = subprocess.run([sys.executable, "-c", probe, os.path.join(SRC, "python"), big, os.path.join(tmp, "zckpt", "big.pt")],
+                       capture_output=True, text=True)
+    if r.returncode:
+        fail(f"128 MiB tensor: {r.stderr.strip().splitlines()[-1:]}")
+    else:
+        rss_mb = int(r.stdout.split()[-1]) / 1024
+        if sha(os.path.join(tmp, "zckpt", "big.pt")) != sha(os.path.join(tmp, "torch", "big.pt")):
+            fail("128 MiB tensor: zckpt's file differs from torch's")
+        if rss_mb > 64:
+            fail(f"128 MiB tensor: peak RSS {rss_mb:.0f} MB (the data must stream)")
+        print(f"a 128 MiB tensor: = torch's file byte for byte, peak RSS {rss_mb:.0f} MB")
+    for x in ("torch", "zckpt"):
+        os.unlink(os.path.join(tmp, x, "big.pt"))
+    shutil.rmtree(big)
 
     # an HF Trainer output_dir and its checkpoint-N are taken as the folder they hold
     trainer = os.path.join(ROOT, "hf_trainer_tied_w2_fp32")
