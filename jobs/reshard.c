@@ -136,6 +136,9 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
                      "(target stage %d)", wo.stage);
   if (nvme && o.to_tp_size > 1)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-offload nvme: not with --to-tp-size");
+  if (o.swap_min_bytes && !nvme)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--swap-min-bytes: only for an NVMe-offload target (ZeRO-3)");
+  wo.swap_min_bytes = o.swap_min_bytes;
   if (nvme) ZCK_TRY(zck_ds_nvme_target((zck_ds_ckpt *)c, &wo));  /* c caches its ds_id numbering */
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
   if (st == ZCK_OK && o.to_tp_size > 1) {

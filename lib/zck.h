@@ -325,9 +325,11 @@ typedef struct zck_reshard_opts {
                                  weight dtype. Other sources keep their run's */
   zck_reshard_offload to_offload; /* DeepSpeed targets: where the optimizer state goes (NVMe swap files
                                      as DeepSpeed 0.19.8 writes them for the target world size, or not) */
+  uint64_t swap_min_bytes;    /* NVMe target: DeepSpeed swaps a sub-group whose fp32 partition has at least
+                                 max(MIN_AIO_BYTES, aio.block_size) bytes; 0 = found from what the source swapped */
 } zck_reshard_opts;
 #define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL, \
-                               ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID, ZCK_RESHARD_OFFLOAD_KEEP}
+                               ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID, ZCK_RESHARD_OFFLOAD_KEEP, 0}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that

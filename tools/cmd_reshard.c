@@ -62,6 +62,9 @@ static const char zck__reshard_help[] =
   "                           source): the sub-groups DeepSpeed swaps at the target world\n"
   "                           size as swap files in offloaded_tensors/rank<RR>/, for a run\n"
   "                           with the source's NVMe config; none: all in the rank files\n"
+  "  --swap-min-bytes N       NVMe target: the smallest fp32 partition DeepSpeed swaps,\n"
+  "                           max(MIN_AIO_BYTES, aio.block_size) of the run (default: found\n"
+  "                           from what the source swapped; refused where that is unsure)\n"
   "  -t, --tag TAG            DeepSpeed source: the tag instead of `latest`\n"
   "  -j, --threads N          worker threads (default: all cores)\n"
   "  --overwrite              replace an existing OUT\n"
@@ -94,6 +97,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
     {"model-config", required_argument, 0, 'M'}, {"to-format", required_argument, 0, 'f'},
     {"to-dtype", required_argument, 0, 'D'}, {"to-offload", required_argument, 0, 'O'},
+    {"swap-min-bytes", required_argument, 0, 'S'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -137,6 +141,10 @@ int zck_cmd_reshard(int argc, char **argv) {
       else if (!strcmp(optarg, "none")) o.to_offload = ZCK_RESHARD_OFFLOAD_NONE;
       else if (!strcmp(optarg, "nvme")) o.to_offload = ZCK_RESHARD_OFFLOAD_NVME;
       else return zck_cli_usage_error("reshard", "--to-offload must be keep, none or nvme");
+      break;
+    case 'S':
+      if (!zck__parse_u64(optarg, UINT64_MAX / 2, &v)) return zck_cli_usage_error("reshard", "--swap-min-bytes must be a positive integer");
+      o.swap_min_bytes = v;
       break;
     case 't': o.tag = optarg; break;
     case 'j':

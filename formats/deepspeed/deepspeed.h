@@ -330,11 +330,13 @@ typedef struct zck_ds_write_opts {
    * go to <tag>/offloaded_tensors/rank<RR>/ swap files, their optim-file tensors empty */
   bool nvme_offload;
   uint64_t swap_min_bytes;         /* a sub-group swaps when its fp32 partition has this many bytes */
+  uint64_t swap_unsure_lo, swap_unsure_hi; /* partitions of more than lo and less than hi bytes: whether
+                                      DeepSpeed swaps them is not known (refused); 0, 0: none */
   uint64_t swap_align_bytes;       /* swap files are padded to a multiple of it (aligned swap buffers) */
   const int64_t *swap_ds_ids;      /* [n_params]: DeepSpeed's ds_id of each param (names the files) */
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, NULL}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, 0, 0, NULL}
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */
@@ -342,9 +344,9 @@ void zck_ds_write_opts_from(const zck_ds_ckpt *c, zck_ds_write_opts *o);
 /* Whether c's optimizer was swapped to NVMe (offloaded_tensors/ beside a ZeRO-3 checkpoint). */
 bool zck_ds_nvme_offloaded(const zck_ds_ckpt *c);
 /* Sets o's NVMe-offload fields to write c's state as DeepSpeed with c's NVMe config swaps it
- * (ds_offload.c): c's ds_id numbering, its aio alignment, and the smallest swapped size
- * consistent with what c swapped (DeepSpeed's max(1 MiB, aio.block_size) when that is). The
- * ids live as long as c. */
+ * (ds_offload.c): c's ds_id numbering, its aio alignment, and, unless o->swap_min_bytes is set,
+ * the smallest swapped size consistent with what c swapped (DeepSpeed's max(1 MiB,
+ * aio.block_size) when that is). The ids live as long as c. */
 zck_status zck_ds_nvme_target(zck_ds_ckpt *c, zck_ds_write_opts *o);
 
 /* Creates <root>/<tag> under a temporary name with every file reserved. m must outlive

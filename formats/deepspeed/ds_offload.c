@@ -33,7 +33,7 @@
 #include <sys/stat.h>
 
 struct zck__ds_offload {
-  zck__source *src;        /* open swap files */
+  zck__source **src;       /* open swap files (each its own block: stores point at them) */
   size_t n_src, cap_src;
   int64_t *ds_id;          /* [n_params]: DeepSpeed's ds_id of each param before the offset; -1 tied alias */
   int64_t id_offset;       /* per rank folder: Init.param_id of the first param (found from the names) */
@@ -43,7 +43,10 @@ struct zck__ds_offload {
 
 void zck__ds_offload_free(struct zck__ds_offload *o) {
   if (!o) return;
-  for (size_t i = 0; i < o->n_src; i++) zck__source_close(&o->src[i]);
+  for (size_t i = 0; i < o->n_src; i++) {
+    zck__source_close(o->src[i]);
+    free(o->src[i]);
+  }
   free(o->src);
   free(o->ds_id);
   free(o->ids_out);
@@ -94,7 +97,7 @@ static zck_status find_offset(zck_ds_ckpt *c, struct zck__ds_offload *o, uint32_
 static zck_status open_swap(struct zck__ds_offload *o, const char *path, const zck__source **out) {
   if (o->n_src == o->cap_src) {
     size_t nc = o->cap_src ? 2 * o->cap_src : 16;
-    zck__source *nv = zck__realloc(o->src, nc * sizeof *nv);
+    zck__source **nv = zck__realloc(o->src, nc * sizeof *nv);
     if (!nv) return ZCK_ERR_NO_MEMORY;
     o->src = nv;
     o->cap_src = nc;
@@ -106,8 +109,15 @@ static zck_status open_swap(struct zck__ds_offload *o, const char *path, const z
                        "partition for it)", path);
     return zck__fail_errno(errno, "%s: cannot stat", path);
   }
-  ZCK_TRY(zck__source_open(&o->src[o->n_src], path));
-  *out = &o->src[o->n_src++];
+  zck__source *src = zck__calloc(1, sizeof *src);
+  if (!src) return ZCK_ERR_NO_MEMORY;
+  zck_status s = zck__source_open(src, path);
+  if (s != ZCK_OK) {
+    free(src);
+    return s;
+  }
+  o->src[o->n_src++] = src;
+  *out = src;
   return ZCK_OK;
 }
 
@@ -190,8 +200,9 @@ bool zck_ds_nvme_offloaded(const zck_ds_ckpt *c) { return c->fs.has_offload_dir 
 /* DeepSpeed swaps a sub-group when its fp32 partition has min_aio_bytes = max(MIN_AIO_BYTES
  * (1 MiB), aio.block_size) (swap_tensor/optimizer_utils.py is_swappable_tensor). A run may have
  * another MIN_AIO_BYTES: the threshold is taken from what this checkpoint swapped, the default
- * where it agrees with it, else the smallest swapped partition. */
-static zck_status swap_threshold(const zck_ds_ckpt *c, uint64_t *out) {
+ * where it agrees with it, else the smallest swapped partition; then sizes between the largest
+ * kept and the smallest swapped one are unknown (*unsure_lo, *unsure_hi; 0, 0: none). */
+static zck_status swap_threshold(const zck_ds_ckpt *c, uint64_t *out, uint64_t *unsure_lo, uint64_t *unsure_hi) {
   uint64_t block = 0, min_swapped = 0, max_kept = 0;
   const zck_pk *aio = c->ds_config ? zck_pk_dict_get(c->ds_config, "aio") : NULL;
   const zck_pk *v = aio ? zck_pk_dict_get(aio, "block_size") : NULL;
@@ -210,7 +221,13 @@ static zck_status swap_threshold(const zck_ds_ckpt *c, uint64_t *out) {
         max_kept = bytes;
       }
     }
-  *out = (dflt > max_kept && (!min_swapped || dflt <= min_swapped)) ? dflt : min_swapped ? min_swapped : max_kept + 1;
+  bool dflt_fits = dflt > max_kept && (!min_swapped || dflt <= min_swapped);
+  *out = dflt_fits ? dflt : min_swapped ? min_swapped : max_kept + 1;
+  *unsure_lo = *unsure_hi = 0;
+  if (!dflt_fits) {
+    *unsure_lo = max_kept;
+    *unsure_hi = min_swapped ? min_swapped : UINT64_MAX;
+  }
   return ZCK_OK;
 }
 
@@ -225,7 +242,7 @@ zck_status zck_ds_nvme_target(zck_ds_ckpt *c, zck_ds_write_opts *o) {
     if (!(o2->ids_out = zck__calloc(m->n_params + 1, sizeof *o2->ids_out))) return ZCK_ERR_NO_MEMORY;
     for (size_t p = 0; p < m->n_params; p++) o2->ids_out[p] = o2->ds_id[p] < 0 ? -1 : o2->ds_id[p] + o2->id_offset;
   }
-  ZCK_TRY(swap_threshold(c, &o->swap_min_bytes));
+  if (!o->swap_min_bytes) ZCK_TRY(swap_threshold(c, &o->swap_min_bytes, &o->swap_unsure_lo, &o->swap_unsure_hi));
   o->nvme_offload = true;
   o->swap_align_bytes = o2->align_bytes;
   o->swap_ds_ids = o2->ids_out;

@@ -47,6 +47,21 @@ static zck_status add_swapfile(zck_ds_writer *w, struct zck__ds_swapfile **out) 
   return s;
 }
 
+/* A partition whose size the source's swaps do not settle: whether DeepSpeed swaps it depends on
+ * its MIN_AIO_BYTES, which the checkpoint does not record. */
+zck_status zck__ds_write_swap_check(const zck_ds_writer *w, uint32_t r) {
+  for (size_t g = 0; g < w->n_flat; g++) {
+    uint64_t bytes = w->train->stores[zck_layout_store_id(w->train, (uint32_t)g, r)].lean * zck_dtype_size(ZCK_F32);
+    if (bytes > w->o.swap_unsure_lo && bytes < w->o.swap_unsure_hi)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: NVMe offload: sub-group %zu of rank %u has a %llu-byte fp32 partition, "
+                       "and the source swapped partitions from %llu bytes but kept ones of %llu (a lowered "
+                       "MIN_AIO_BYTES): whether DeepSpeed swaps it is not known; give --swap-min-bytes", w->shown, g, r,
+                       (unsigned long long)bytes, (unsigned long long)w->o.swap_unsure_hi,
+                       (unsigned long long)w->o.swap_unsure_lo);
+  }
+  return ZCK_OK;
+}
+
 /* Every rank's folder, even when it swaps nothing: DeepSpeed's load copies it whole
  * (copytree) and fails on a missing one. */
 zck_status zck__ds_write_swap_dir(zck_ds_writer *w, uint32_t r) {

@@ -387,7 +387,10 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
   if (!flats) goto nomem;
   char label[600];
   const char *fkey = w->stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
-  if (w->o.nvme_offload && w->stage == 3) ZCK_CHECK_GOTO(zck__ds_write_swap_dir(w, r), s, out);
+  if (w->o.nvme_offload && w->stage == 3) {
+    ZCK_CHECK_GOTO(zck__ds_write_swap_dir(w, r), s, out);
+    ZCK_CHECK_GOTO(zck__ds_write_swap_check(w, r), s, out);
+  }
   for (size_t g = 0; g < w->n_flat; g++) {
     uint32_t id = zck_layout_store_id(w->train, (uint32_t)g, r);
     int64_t n = (int64_t)w->train->stores[id].lean;   /* stage 1/2: padding removed; stage 3: L_s */

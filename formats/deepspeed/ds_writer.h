@@ -133,6 +133,7 @@ zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash
  * free them with the writer. */
 bool zck__ds_write_swapped(const zck_ds_writer *w, uint32_t r, size_t g);
 zck_status zck__ds_write_swap_dir(zck_ds_writer *w, uint32_t r);
+zck_status zck__ds_write_swap_check(const zck_ds_writer *w, uint32_t r);
 zck_status zck__ds_write_swap_files(zck_ds_writer *w, uint32_t r, size_t g);
 zck_status zck__ds_write_swap_commit(zck_ds_writer *w);
 void zck__ds_write_swap_free(zck_ds_writer *w);

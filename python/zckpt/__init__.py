@@ -100,7 +100,7 @@ def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, e
 
 def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None, tag=None, force=False,
             overwrite=False, threads=0, progress=None, no_verify=False, tp_size=None, model_config=None,
-            format="deepspeed", dtype=None):
+            format="deepspeed", dtype=None, offload="keep", swap_min_bytes=None):
     """A DeepSpeed checkpoint (or a universal folder / HDF5 file) as a DeepSpeed checkpoint
     for another ZeRO stage and/or world size; OUT is a new save root (OUT/latest, OUT/<tag>/).
     tp_size: write AutoTP files at that TP size (default: TP 1); another TP size than the
@@ -109,13 +109,21 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
     (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict.
     checkpoint may also be a torch Distributed Checkpoint (FSDP2, Accelerate, HF Trainer FSDP): OUT is then
     the DeepSpeed checkpoint of a ZeRO-`stage` (default 3) run at world_size ranks (default: the DCP's);
-    dtype ("bf16", "fp32") is that run's 16-bit dtype (default: the DCP weights')."""
+    dtype ("bf16", "fp32") is that run's 16-bit dtype (default: the DCP weights').
+    offload: where a DeepSpeed target keeps its optimizer state: "keep" (the source's: NVMe swap
+    files for an NVMe-offloaded ZeRO-3 source), "none" (the rank files) or "nvme" (ZeRO-3 swap
+    files in offloaded_tensors/); swap_min_bytes: the smallest fp32 partition DeepSpeed swaps, when
+    the source's swaps do not say (as zckpt reshard --swap-min-bytes)."""
     if format not in ("deepspeed", "dcp"):
         raise Error(f"format {format!r}: use deepspeed or dcp", "invalid argument")
+    offloads = ("keep", "none", "nvme")   # enum zck_reshard_offload's order
+    if offload not in offloads:
+        raise Error(f"offload {offload!r}: use keep, none or nvme", "invalid argument")
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
                           tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)),
                           no_verify=int(bool(no_verify)), to_tp_size=tp_size or 0, model_config=_b(model_config),
-                          to_format=1 if format == "dcp" else 0, to_dtype=_dtype(dtype))
+                          to_format=1 if format == "dcp" else 0, to_dtype=_dtype(dtype),
+                          to_offload=offloads.index(offload), swap_min_bytes=_size(swap_min_bytes))
     run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
     return os.fspath(out)
 

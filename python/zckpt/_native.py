@@ -81,7 +81,8 @@ class ReshardOpts(_Opts):
                 ("tag", ctypes.c_char_p), ("threads", ctypes.c_uint), ("overwrite", ctypes.c_int),
                 ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int),
                 ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary)), ("to_tp_size", ctypes.c_uint32),
-                ("model_config", ctypes.c_char_p), ("to_format", ctypes.c_int), ("to_dtype", ctypes.c_int)]
+                ("model_config", ctypes.c_char_p), ("to_format", ctypes.c_int), ("to_dtype", ctypes.c_int),
+                ("to_offload", ctypes.c_int), ("swap_min_bytes", ctypes.c_uint64)]
 
 
 class UniversalOpts(_Opts):

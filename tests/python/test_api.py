@@ -63,7 +63,7 @@ class Mirror(unittest.TestCase):
             return self.CTYPES[c]
         if c == "zck_progress_cb":
             return N.PROGRESS
-        if c in ("zck_dtype", "zck_output_format", "zck_universal_format", "zck_reshard_format", "zck_tensor_role",
+        if c in ("zck_dtype", "zck_output_format", "zck_universal_format", "zck_reshard_format", "zck_reshard_offload", "zck_tensor_role",
                  "zck_verify_result", "zck_verify_severity"):
             return ctypes.c_int   # enums
         if c == "const int64_t*":
@@ -132,6 +132,19 @@ class Api(unittest.TestCase):
         with self.assertRaisesRegex(zckpt.Error, "size '5XB'"):
             zckpt.consolidate(CKPT, os.path.join(self.tmp, "bad"), max_shard_size="5XB", progress=False)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "bad")))
+
+    def test_reshard_offload_reaches_the_library(self):
+        with self.assertRaisesRegex(zckpt.Error, "offload 'ssd'"):
+            zckpt.reshard(CKPT, os.path.join(self.tmp, "x"), world_size=3, offload="ssd", progress=False)
+        # the library's own refusal, so the field arrived: NVMe swap files are ZeRO-3's
+        bad = os.path.join(self.tmp, "nvme2")
+        with self.assertRaises(zckpt.Error) as e:
+            zckpt.reshard(CKPT, bad, world_size=3, stage=2, offload="nvme", progress=False)
+        cli = subprocess.run([BIN, "reshard", "-q", "--to-stage", "2", "--to-world-size", "3", "--to-offload", "nvme",
+                              CKPT, bad], capture_output=True, text=True)
+        self.assertNotEqual(cli.returncode, 0)
+        self.assertIn(str(e.exception).split(": ", 1)[-1][:40], cli.stderr)
+        self.assertFalse(os.path.exists(bad))
 
     def test_consolidate_folder_dtype_and_shards(self):
         out = os.path.join(self.tmp, "hf")
