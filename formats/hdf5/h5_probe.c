@@ -549,7 +549,11 @@ zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records) 
   zck_status st = ZCK_OK;
   /* anything but exit 0 is a crash (a signal, or a sanitizer runtime that turned one into
    * an exit status); exit 2 the pipe or out of memory */
-  if (WIFSIGNALED(status))
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)   /* the watchdog: a looping structure, or a machine
+                                                               too busy to finish one step in time */
+    st = zck__fail(ZCK_ERR_FORMAT, "%s: HDF5 metadata not checked: one step of reading it took over %d s", path,
+                   ZCK__H5P_WATCHDOG_S);
+  else if (WIFSIGNALED(status))
     st = zck__fail(ZCK_ERR_FORMAT, "%s: corrupt HDF5 metadata: the HDF5 library crashed reading it (signal %d)", path,
                    WTERMSIG(status));
   else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)

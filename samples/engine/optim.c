@@ -5,8 +5,10 @@
 
 /* On x86-64 a second copy for CPUs with FMA (picked at load time): without it each fmaf is a
  * libm call and the loop stays scalar. fmaf, sqrtf (-fno-math-errno, samples/CMakeLists.txt)
- * and the divisions are correctly rounded in both copies: the same bits, vectorised. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+ * and the divisions are correctly rounded in both copies: the same bits, vectorised. GCC
+ * only: clang 14 (Debian 12's) emits no resolver for a target_clones function its own file
+ * does not call, so the caller in dzero.c fails to link. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("fma", "default")))
 #endif
 void ze_adamw_step(float *param, const float *grad, float *exp_avg, float *exp_avg_sq, size_t n,
