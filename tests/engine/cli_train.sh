@@ -35,6 +35,7 @@ expect 2 "--bf16: 'maybe' is not true or false" --bf16=maybe
 expect 2 "--gather-for-generation: 'sometimes'" --gather-for-generation sometimes
 expect 2 "--max-steps must be positive" --max-steps 0
 expect 2 "--lr-scheduler-type polynomial" --lr-scheduler-type polynomial
+expect 2 "--corpus-bytes must be in" --corpus-bytes 2000000000
 expect 2 "--load-best-model-at-end needs --eval-steps" --load-best-model-at-end
 expect 2 "round multiple of the evaluation steps, but found 5, which is not a round multiple of 2" \
   --load-best-model-at-end --eval-steps 2 --save-steps 5 --output-dir "$T/o"
