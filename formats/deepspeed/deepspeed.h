@@ -271,6 +271,8 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c);
  * manifest holds the HF model's names and merged experts, not AutoEP's layout, so they refuse it (one line naming
  * the folder and `job`) until they write AutoEP's files. ZCK_OK for other checkpoints. */
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job);
+/* The same for a legacy deepspeed.moe.layer.MoE checkpoint (ds_moe.c): its expert files are not written yet. */
+zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
