@@ -153,7 +153,7 @@ static zck_status build_part(zck_dcp *c, int kind) {
       for (uint64_t at = 0; zck__dcp_runs_next(&r, &flat); at += ch->run_len)
         pc[np++] = (zck_piece){p, (uint32_t)k, flat, at, ch->run_len};
       st[k] = zck_store_source(&it->win, it->data_off, e->dtype, ch->numel, it->win.name);
-      st[k].record = &it->rec;
+      st[k].record = c->safetensors ? NULL : &it->rec;   /* safetensors keeps no CRC */
       k++;
     }
   }
