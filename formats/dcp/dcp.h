@@ -8,8 +8,9 @@
  *     from its first byte to its last (the FileSystemWriter writes them back to back);
  *   - every file the metadata names is there; no transform descriptor (compression) and
  *     no path outside the folder;
- *   - every tensor's chunks lie inside its global shape, cover it exactly once, and each
- *     is one contiguous range of its flat (row-major) array, with exactly one item;
+ *   - every tensor's chunks are blocks inside its global shape (FSDP's rows, or blocks
+ *     that cut any dimension: FSDP2 + tensor parallel), cover it exactly once, each with
+ *     exactly one item;
  *   - every item is an uncompressed torch.save zip: a tensor item holds one contiguous
  *     tensor of the chunk's dtype and shape, a bytes item one Python value.
  * It then describes, reading nothing more:
@@ -17,7 +18,8 @@
  *     stored); param groups and their settings from the optim.param_groups.<i>.* items;
  *     a param with optimizer state is trainable, one without it frozen;
  *   - a state view (lib/state.h): FP32 (trainable weights), EXP_AVG, EXP_AVG_SQ and
- *     FROZEN parts, each a custom layout whose stores are the chunks, bound in place to
+ *     FROZEN parts, each a custom layout whose stores are the chunks (a block that cuts an
+ *     inner dimension is one piece per contiguous run of it), bound in place to
  *     their bytes inside the items (a window source per item) with the zip CRC-32 of each
  *     record, so the executor checks every byte it streams;
  *   - the consolidation recipe (dcp_to_torch_save's model entries, in order, in their

@@ -122,7 +122,7 @@ static zck_status same_bytes(const zck_dcp *c, const zck__dcp_entry *a, const zc
   size_t esz = zck_dtype_size(a->dtype);
   for (size_t j = 0; j < a->n_chunks; j++) {
     const zck__dcp_chunk *x = &c->chunks[a->first_chunk + j], *y = &c->chunks[b->first_chunk + j];
-    if (x->flat_off != y->flat_off || x->numel != y->numel) return ZCK_OK;
+    if (memcmp(x->offsets, y->offsets, sizeof x->offsets) || memcmp(x->sizes, y->sizes, sizeof x->sizes)) return ZCK_OK;
     if (!x->numel) continue;
     const zck__dcp_item *ix = &c->items[x->item], *iy = &c->items[y->item];
     if (ix->rec.crc32 != iy->rec.crc32) return ZCK_OK;
