@@ -140,6 +140,8 @@ zck_status zck_dcp_train_info(zck_dcp *c, zck_dcp_train *out);
  * param p repeats (same dtype, shape and chunks, the same CRC-32s, then the same bytes),
  * else -1. */
 zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied);
+/* The same from the CRC-32s alone, reading no data (inspect: it says what it saw). */
+zck_status zck_dcp_ties_by_crc(const zck_dcp *c, int32_t *tied);
 /* The checkpoint-N folder holding the DCP in its pytorch_model_fsdp_0/ (Accelerate's
  * save_state, HF Trainer with FSDP), whose other files (trainer_state.json, scheduler.pt,
  * rng states) belong to the checkpoint; NULL for a plain DCP folder. malloc'd. */
