@@ -1,5 +1,6 @@
 /* save_async.c: saves written in the background (saver.h: async_save), for ranks that are
- * threads of one process.
+ * threads of one process (ranks that are processes: save_async_ranks.c, which shares the
+ * job and its joins defined here).
  *
  * A save of step N, collective, with one agreement (each one costs the ranks' skew):
  *  1. each rank waits until no writer reads the snapshots (at most one save in flight):

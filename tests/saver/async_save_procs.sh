@@ -84,24 +84,35 @@ while [ "$during" -lt "$want" ] && [ "$launches" -lt $((4 * want)) ]; do
     # a killed run's temporary folder stays until a later save sweeps it: only new ones count
     before=$(ls -a "$out" 2>/dev/null | grep zck-tmp)
     fresh() { ls -a "$out" 2>/dev/null | grep zck-tmp | { if [ -n "$before" ]; then grep -vxF "$before"; else cat; fi; }; }
+    [ -n "$before" ] || before=none
     "$train" "${args[@]}" --async-save "${resume[@]}" --output-dir "$out" >/dev/null 2>"$tmp/log" &
     pid=$!
     # a random save after the resume point; once its folder is there, a random few ms more
     target=$((from + 2 * (1 + RANDOM % ((steps - from) / 2))))
     kill_it=$([ "$during" -lt "$want" ] && echo 1 || echo 0)
-    for _ in $(seq 3000); do
+    # polled with shell builtins (globs), since the writes take only tens of milliseconds
+    for _ in $(seq 6000); do
       [ "$kill_it" = 1 ] || break
       kill -0 "$pid" 2>/dev/null || break
       [ -d "$out/checkpoint-$target" ] && break
-      tmpdir=$(fresh | grep "^\.checkpoint-$target\.zck-tmp-" | head -1)
-      if [ -n "$tmpdir" ]; then
+      hit=
+      for d in "$out"/.checkpoint-*.zck-tmp-*; do
+        [ -d "$d" ] || continue
+        case $'\n'"$before"$'\n' in *$'\n'"${d##*/}"$'\n'*) continue ;; esac
+        n=${d##*/.checkpoint-}; n=${n%%.*}
+        [ "$n" -ge "$target" ] && hit=$d && break
+      done
+      if [ -n "$hit" ]; then
         # half the trials a random few ms after the folder appeared, half once a rank's
-        # first file is in (the writes are short: the poll itself takes milliseconds)
-        if [ $((RANDOM % 2)) = 0 ]; then sleep "$(printf '0.%03d' $((RANDOM % 15)))"; break; fi
-        for _ in $(seq 200); do ls "$out/$tmpdir"/global_step*/ 2>/dev/null | grep -q . && break; sleep 0.002; done
+        # first file is in
+        if [ $((RANDOM % 2)) = 0 ]; then sleep "$(printf '0.%03d' $((RANDOM % 10)))"; break; fi
+        for _ in $(seq 500); do
+          for f in "$hit"/global_step*/*; do [ -e "$f" ] && break 2; done
+          [ -d "$hit" ] || break
+        done
         break
       fi
-      sleep 0.005
+      sleep 0.002
     done
     if [ "$kill_it" = 1 ]; then
       mapfile -t ranks < <(pgrep -P "$pid")
