@@ -70,7 +70,7 @@ done
 
 # ---- kill -9 of a random rank during background writes, resumed until the end
 steps=16
-args=(--n-layer 2 --n-embd 128 --n-head 2 --n-positions 16 --per-device-train-batch-size 1 --nproc 2
+args=(--n-layer 2 --n-embd 256 --n-head 2 --n-positions 16 --per-device-train-batch-size 1 --nproc 2
       --zero-stage 3 --bf16 --eval-samples 1 --logging-steps 1 --save-steps 2 --max-steps $steps)
 rm -rf "$tmp/run"
 "$train" "${args[@]}" --output-dir "$tmp/run" >/dev/null 2>&1 || { echo "FAIL: the reference run failed"; exit 1; }
