@@ -8,12 +8,32 @@
 #include "io.h"
 #include "strmap.h"
 
-/* A chunk of a tensor entry: where it sits in the global shape, and in the flat array. */
+/* A chunk of a tensor entry: a block of the global shape (offsets, sizes), stored
+ * row-major. In the tensor's flat (row-major) array it is n_runs runs of run_len elements:
+ * a chunk of whole rows (FSDP's) is one run; one that cuts an inner dimension (tensor
+ * parallel's column shards, FSDP2 + TP's dp x tp blocks) is one run per index of the
+ * dimensions before the innermost one it cuts (cut_dim), a run being as long as the
+ * contiguous stretch allows, so a row-wise chunk never costs more than one. */
 typedef struct zck__dcp_chunk {
   int64_t offsets[ZCK_MAX_DIMS], sizes[ZCK_MAX_DIMS];
-  uint64_t flat_off, numel;
+  uint64_t flat_off, numel;        /* of its first element; its elements */
+  uint64_t n_runs, run_len;        /* n_runs * run_len == numel; 0 runs when empty */
+  int cut_dim;                     /* runs step over dimensions [0, cut_dim) */
   size_t item;                     /* its storage item; SIZE_MAX until matched */
 } zck__dcp_chunk;
+
+/* Walks a chunk's runs in its own (storage) order: run r is the chunk's elements
+ * [r * run_len, (r + 1) * run_len), placed at flat offset zck__dcp_runs_next's value in
+ * the tensor. An odometer over the cut dimensions: no division per run. */
+typedef struct zck__dcp_runs {
+  const zck__dcp_chunk *ch;
+  uint64_t stride[ZCK_MAX_DIMS];   /* the tensor's row-major strides */
+  int64_t idx[ZCK_MAX_DIMS];
+  uint64_t flat, left;
+} zck__dcp_runs;
+void zck__dcp_runs_init(zck__dcp_runs *r, int ndim, const int64_t *shape, const zck__dcp_chunk *ch);
+/* The flat offset of the next run; false after the last. */
+bool zck__dcp_runs_next(zck__dcp_runs *r, uint64_t *flat);
 
 /* A state_dict_metadata entry. */
 typedef struct zck__dcp_entry {

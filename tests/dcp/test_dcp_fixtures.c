@@ -182,7 +182,7 @@ int main(void) {
   const char *cases[] = {"llama_tied_w2_fp32", "llama_untied_w3_fp32", "llama_tied_w3_bf16mp", "llama_untied_w2_bf16",
                          "accelerate_untied_w2_fp32", "llama_tied_w2_fp32_reloaded_w3",
                          "titan_untied_w2_fp32/step-3", "titan_untied_w2_fp32", "hf_trainer_tied_w2_fp32",
-                         "hf_trainer_tied_w2_fp32/checkpoint-2"};
+                         "hf_trainer_tied_w2_fp32/checkpoint-2", "llama_tp2_dp2_fp32"};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i]);
   return 0;
 }
