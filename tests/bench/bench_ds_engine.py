@@ -120,20 +120,21 @@ def main():
     print(f"ZeRO-2 fp32, {params / 1e6:.1f}M parameters, W={W} ranks (gloo, CPU), {STEPS - WARMUP} timed steps, "
           f"{nsaves} saves")
     print(f"{'engine':<10} {'loop s':>8} {'stall/save s':>13} {'in save_checkpoint s':>21} {'MB/save':>8} "
-          f"{'stall / torch':>14}")
-    torch_stall = None
+          f"{'stall / torch':>14} {'in save / torch':>16}")
+    torch_stall = torch_call = None
     for k, v in res.items():
         name = k.rstrip("0123456789")
         if v.get("error"):
             print(f"{name:<10} failed in DeepSpeed: {v['error']}")
             continue
         stall = (v["loop"] - floor) / nsaves if name != "none" else 0.0
-        if name == "torch":
-            torch_stall = stall
         med = statistics.median(v["calls"]) if v["calls"] else 0.0
+        if name == "torch":
+            torch_stall, torch_call = stall, med
         ratio = f"{stall / torch_stall:.2f}x" if torch_stall and name != "none" else "-"
+        call_ratio = f"{med / torch_call:.2f}x" if torch_call and name != "none" else "-"
         mb = v["bytes"] / 1e6 / max(nsaves, 1) if v["bytes"] else 0.0
-        print(f"{name:<10} {v['loop']:>8.2f} {stall:>13.3f} {med:>21.3f} {mb:>8.1f} {ratio:>14}")
+        print(f"{name:<10} {v['loop']:>8.2f} {stall:>13.3f} {med:>21.3f} {mb:>8.1f} {ratio:>14} {call_ratio:>16}")
 
 
 if __name__ == "__main__":
