@@ -7,6 +7,8 @@ checkpoint engine, measured in one launch so the ratios hold under the same load
   zckpt      zckpt.ds_engine.install(engine): the torch engine's bytes, each file fsynced,
              the tag folder staged and renamed whole, a manifest (XXH3 per tensor), `latest`
              committed atomically
+  zckpt-bg   the same with install(engine, background=True): torch.save into memory, a
+             thread copies and fsyncs, the commit at the next optimizer step
 Each variant trains STEPS optimizer steps of one model (ZeRO-2, fp32, torch Adam, W ranks on
 the CPU over gloo), saving every SAVE_EVERY steps; the saves are not at the last step, so a
 decoupled commit lands inside the loop. Stall per save = (loop time - the no-save loop's) /
@@ -27,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 STEPS, SAVE_EVERY, WARMUP = 13, 4, 2
-VARIANTS = ("none", "torch", "decoupled", "zckpt", "none")  # the floor twice: its drift shows
+VARIANTS = ("none", "torch", "decoupled", "zckpt", "zckpt-bg", "none")  # the floor twice: its drift shows
 
 
 def worker(out_dir, width, layers):
@@ -53,8 +55,8 @@ def worker(out_dir, width, layers):
             # a data_parallel unit: without one DeepSpeed 0.19.8 fails (UniversalParallelInfo has no dp_rank)
             cfg["checkpoint"] = {"writer": {"decoupled": True, "data_parallel": "machine"}}
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
-        if variant == "zckpt":
-            zckpt.ds_engine.install(engine)
+        if variant.startswith("zckpt"):
+            zckpt.ds_engine.install(engine, background=variant == "zckpt-bg")
         save_dir = os.path.join(out_dir, f"{variant}{i}")
         x = torch.randn(4, width)
         calls, t0, error = [], None, None
@@ -70,12 +72,14 @@ def worker(out_dir, width, layers):
                     c0 = time.perf_counter()
                     engine.save_checkpoint(save_dir, tag=f"global_step{step}")
                     calls.append(time.perf_counter() - c0)
-            if variant == "decoupled" and engine.checkpoint_engine.get_commit_info() is not None:
+            if variant in ("decoupled", "zckpt-bg") and engine.checkpoint_engine.get_commit_info() is not None:
                 engine._commit_decoupled_checkpoint()
         except RuntimeError as e:  # the same failure on every rank (the decoupled writer's refusal)
             error = str(e).splitlines()[0][:160]
         dist.barrier()
         loop = time.perf_counter() - t0
+        if variant == "zckpt-bg":
+            engine.checkpoint_engine.cleanup()
         if variant == "decoupled":
             try:
                 engine.checkpoint_engine.commit_info = None  # nothing to commit after a failure
