@@ -24,6 +24,9 @@
  *     record, so the executor checks every byte it streams;
  *   - the consolidation recipe (dcp_to_torch_save's model entries, in order, in their
  *     stored dtype) in the form every job takes (zck_ds_output).
+ * A folder of torch's HuggingFaceStorageWriter(save_distributed=True) (safetensors storage:
+ * shard-<r>-model-<i>-of-<n>.safetensors, no .metadata) reads the same way, its chunks
+ * from each header's DCP_SHARDING_INFO (dcp_safetensors.c); it has no CRCs to check.
  * Errors are one line naming the file: "DIR/__1_0.distcp: item model.x at byte 123: ...".
  */
 #ifndef ZCK_DCP_H

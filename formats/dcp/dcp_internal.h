@@ -68,10 +68,12 @@ typedef struct zck__dcp_file {
   char *path;                      /* dir/name */
   zck__source src;
   uint64_t item_bytes;             /* the items' bytes (== src.size once checked) */
+  uint64_t data_start;             /* where its items begin: 0, or past a safetensors header */
 } zck__dcp_file;
 
 struct zck_dcp {
   zck_dcp_info info;
+  bool safetensors;                /* safetensors storage (dcp_safetensors.c): no .metadata, no CRCs */
   char *dir;
   char *optim_dir;                 /* Accelerate's optimizer_0 beside pytorch_model_fsdp_0, or NULL */
   char *version, *save_id;
@@ -98,6 +100,16 @@ struct zck_dcp {
  * files (names only; nothing opened), checking the chunk geometry. Called once per folder
  * (a model folder, then Accelerate's optimizer folder): entries and items add up. */
 zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o);
+
+/* Checks entry i's chunk geometry (each a block inside the shape, together covering it
+ * exactly once) and sets their runs; messages name path. */
+zck_status zck__dcp_check_chunks(zck_dcp *c, const char *path, size_t i);
+
+/* dcp_safetensors.c: safetensors storage (HuggingFaceStorageWriter, save_distributed):
+ * whether dir holds shard-*-model-*.safetensors files, and their chunks parsed into c's
+ * entries, chunks, items and files as zck__dcp_parse_metadata makes them. */
+bool zck__dcp_safetensors_dir(const char *dir);
+zck_status zck__dcp_parse_safetensors(zck_dcp *c, const char *dir);
 
 /* Opens item it as a torch.save file, making its window first. A small item is read whole
  * with one pread and parsed from memory (the zip reader's many small reads of a 2 KB item

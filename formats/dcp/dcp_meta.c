@@ -447,6 +447,11 @@ static zck_status check_geometry(mctx *x, const zck__dcp_entry *e) {
   return st;
 }
 
+zck_status zck__dcp_check_chunks(zck_dcp *c, const char *path, size_t i) {
+  mctx x = {.c = c, .dir = c->dir, .path = path};
+  return check_geometry(&x, &c->entries[i]);
+}
+
 // ---- storage items
 
 static bool plain_file_name(const char *s) {

@@ -286,6 +286,9 @@ static zck_status copy_storage(tsave *t, size_t si, void *buf) {
 }
 
 zck_status zck_dcp_torch_save(zck_dcp *c, const char *path) {
+  if (c->safetensors)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: safetensors storage, which torch's dcp_to_torch_save does not read (it has no .metadata)",
+                     c->dir);
   tsave t = {.c = c, .o = (zck_dcp_open_opts)ZCK_DCP_OPEN_OPTS_INIT};
   char *meta_path = zck__path_join(c->dir, ZCK_DCP_METADATA_FILE);
   char *data = NULL;
