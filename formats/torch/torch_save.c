@@ -80,13 +80,7 @@ zck_pk *zck_torch_saver_tensor(zck_torch_saver *s, zck_dtype dt, int ndim, const
       zck__fail(ZCK_ERR_INVALID_ARG, "%s: invalid tensor shape", s->out.path);
       return NULL;
     }
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 64;
-    saved_storage *ns = realloc(s->st, nc * sizeof *ns);
-    if (!ns) return NULL;
-    s->st = ns;
-    s->cap = nc;
-  }
+  if (!ZCK__GROW(s->st, s->cap, s->n + 1)) return NULL;
   char key[24];
   snprintf(key, sizeof key, "%zu", s->n);
   zck_pk *t = zck__torch_tensor_node(&s->nodes, dt, zck_pk_new_str(s->doc, key), numel, ndim, shape, NULL, 0, false);

@@ -145,13 +145,7 @@ zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, ui
   if (!zck__mul_u64(numel, esz, &nbytes) || nbytes > ((uint64_t)1 << 62))
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage of %llu x %s is too large", w->out.path, (unsigned long long)numel,
                      zck_dtype_name(dtype));
-  if (w->n == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 16;
-    wstorage *ns = zck__realloc(w->st, cap * sizeof *ns);
-    if (!ns) return ZCK_ERR_NO_MEMORY;
-    w->st = ns;
-    w->cap = cap;
-  }
+  if (!ZCK__GROW(w->st, w->cap, w->n + 1)) return ZCK_ERR_NO_MEMORY;
   wstorage *s = &w->st[w->n];
   memset(s, 0, sizeof *s);
   atomic_init(&s->written, 0);
