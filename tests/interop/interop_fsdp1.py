@@ -17,6 +17,10 @@ optimizer_0/ (FSDP.optim_state_dict), use_orig_params False and True, W=2 and 3,
   from DS    that DeepSpeed save -> `zckpt reshard --to-format dcp-accelerate --to-world-size W'` ->
              Accelerate FSDP1 (use_orig_params=False, W' ranks) load_state: the full weights, exp_avg,
              exp_avg_sq, step and param-group settings FSDP1 then holds = the original fixture's, bit for bit.
+  other      Accelerate FSDP1 save_state with LOCAL_STATE_DICT (each rank's padded flat-parameter shards):
+             inspect, verify, consolidate, reshard refuse the folder in one line naming it and what it is,
+             exit 1, nothing at OUT (inspect and verify also a rank file); with FULL_STATE_DICT its
+             pytorch_model_fsdp.bin is a plain torch.save: `zckpt convert` = torch.load bit for bit, verify clean.
 """
 import hashlib
 import io
@@ -211,6 +215,62 @@ def fsdp1_worker(spec_path):
     acc.wait_for_everyone()
 
 
+def other_saves_worker(spec_path):
+    """Accelerate FSDP1 save_state with LOCAL_STATE_DICT, then FULL_STATE_DICT."""
+    from accelerate import Accelerator, FullyShardedDataParallelPlugin
+    import make_dcp_fixtures as M
+    from make_dcp_fsdp1_fixtures import fsdp1_on_cpu
+    spec = json.load(open(spec_path))
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=1, state_dict_type="LOCAL_STATE_DICT",
+                                            auto_wrap_policy="transformer_based_wrap",
+                                            transformer_cls_names_to_wrap=["LlamaDecoderLayer"])
+    acc = Accelerator(cpu=True, fsdp_plugin=plugin)
+    fsdp1_on_cpu(acc, plugin)
+    model = acc.prepare(M.build_model(False, "fp32"))
+    opt = acc.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    acc.backward(model(input_ids=ids, labels=ids).loss)
+    opt.step()
+    acc.save_state(spec["local"])
+    plugin.state_dict_config = plugin.optim_state_dict_config = None
+    plugin.set_state_dict_type("FULL_STATE_DICT")
+    acc.save_state(spec["full"])
+
+
+def other_saves(tmp):
+    """LOCAL_STATE_DICT refused in one line by every job; FULL_STATE_DICT's pytorch_model_fsdp.bin read."""
+    from safetensors.torch import load_file
+    spec = {"local": os.path.join(tmp, "local"), "full": os.path.join(tmp, "full"), "out": os.path.join(tmp, "other")}
+    err = launch(2, "--other", spec, tmp, "other")
+    if err:
+        return fail(f"LOCAL/FULL_STATE_DICT saves: {err}")
+    local, out = spec["local"], os.path.join(tmp, "local-out")
+    for target in (local, os.path.join(local, "pytorch_model_fsdp_rank0.bin")):
+        for args in (["inspect", target], ["verify", target], ["consolidate", "-q", target, out],
+                     ["reshard", "-q", target, out, "--to-stage", "2"]):
+            r = run(*args)
+            lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+            if args[0] in ("consolidate", "reshard") and target.endswith(".bin"):
+                continue   # a file is not a checkpoint folder: they say so
+            if r.returncode != 1 or len(lines) != 1 or "LOCAL_STATE_DICT" not in lines[0] or target not in lines[0]:
+                fail(f"LOCAL_STATE_DICT: `zckpt {args[0]} {target}`: rc {r.returncode}, {r.stdout[-200:]} {r.stderr!r}")
+            if os.path.exists(out):
+                fail(f"LOCAL_STATE_DICT: `zckpt {args[0]}` left {out}")
+    full = os.path.join(spec["full"], "pytorch_model_fsdp.bin")
+    st = os.path.join(tmp, "full.safetensors")
+    r = run("convert", full, st)
+    if r.returncode:
+        return fail(f"FULL_STATE_DICT: convert: {r.stderr.strip()}")
+    want, got = torch.load(full, weights_only=True), load_file(st)
+    if set(want) != set(got) or not all(same(got[k], v) for k, v in want.items()):
+        fail("FULL_STATE_DICT: convert of pytorch_model_fsdp.bin differs from torch.load's")
+    r = run("verify", full)
+    if r.returncode:
+        fail(f"FULL_STATE_DICT: verify {full}: {r.stdout[-200:]}")
+    print("LOCAL_STATE_DICT refused in one line by inspect, verify, consolidate, reshard; FULL_STATE_DICT's "
+          "pytorch_model_fsdp.bin converted = torch.load bit for bit")
+
+
 def launch(world, flag, spec, tmp, name):
     from ds_launch import launch as ds_launch
     import ds_harness as H
@@ -297,6 +357,7 @@ def main():
         read_checks(tmp)
         for case, (stage, ds_world, back_world) in ROUND_TRIPS.items():
             round_trip(tmp, case, stage, ds_world, back_world)
+        other_saves(tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
@@ -305,8 +366,8 @@ def main():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] in ("--ds", "--fsdp1"):
-        (ds_worker if sys.argv[1] == "--ds" else fsdp1_worker)(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] in ("--ds", "--fsdp1", "--other"):
+        {"--ds": ds_worker, "--fsdp1": fsdp1_worker, "--other": other_saves_worker}[sys.argv[1]](sys.argv[2])
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
