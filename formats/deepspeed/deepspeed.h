@@ -276,6 +276,8 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c);
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job);
 /* AutoEP opened with autoep_ds_names: whether name is an expert weight (<prefix>.w1 / w2 / w3, [experts, ...]). */
 bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name);
+/* The same for a legacy deepspeed.moe.layer.MoE checkpoint (ds_moe.c): its expert files are not written yet. */
+zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
