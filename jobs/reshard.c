@@ -118,6 +118,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
   ZCK_TRY(zck_ds_autoep_refuse(c, "reshard"));
+  ZCK_TRY(zck_ds_moe_refuse(c, "reshard"));
   if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);
