@@ -110,7 +110,8 @@ typedef struct zck__saver_job {
 } zck__saver_job;
 
 zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t step);
-/* Waits for the save in flight and forgets it, leaving the thread's error alone (free). */
+/* Waits for the save in flight and forgets it, leaving the thread's error alone (free);
+ * ranks that are processes: rank 0's writer gives up waiting for the others' files first. */
 void zck__saver_job_end(zck_saver *s);
 /* The pieces that save_async_ranks.c shares: */
 double zck__saver_now_s(void);

@@ -9,7 +9,8 @@ For ZeRO 2 and 3 (a small transformers GPT2LMHeadModel, torch AdamW, 2 steps):
     and `latest` moves to it;
   - install(engine, background=True): a save of the same state writes the same files from a
     thread; the tag folder and `latest` appear only at the next optimizer step's commit;
-  - kill -9 of rank 1 in the middle of a third save (after its first file): the run dies,
+  - kill -9 of rank 1 in the middle of a third save, a background one (in its writer thread,
+    after its first file): the run dies,
     B's `latest` still names the second tag, whose folder verifies clean, and the dead
     save's files are only in its staging folder; a new DeepSpeed run loads B
     (load_checkpoint) at that step, with install_default() in force, trains on and saves
@@ -101,15 +102,18 @@ for stage in (2, 3):
             assert not left, left
             print(f"ZeRO-{stage}: background save: {n} files equal, committed at the next step, verify clean", flush=True)
         zckpt.ds_engine.install(engine)  # foreground again
+        if stage == 3:  # the third save in the background: rank 1 dies in its writer thread
+            zckpt.ds_engine.install(engine, background=True)
         if rank == 1 and stage == 3:
-            inner = engine.checkpoint_engine.inner
-            real = inner.save
-            def save_then_die(sd, path):
-                real(sd, path)
+            import shutil
+            real = shutil.copyfile
+            def copy_then_die(src, dst):
+                real(src, dst)
                 os.kill(os.getpid(), 9)
-            inner.save = save_then_die
+            shutil.copyfile = copy_then_die
         if stage == 3:
-            engine.save_checkpoint(B, tag="global_step4")  # rank 1 dies in it
+            engine.save_checkpoint(B, tag="global_step4")
+            engine.checkpoint_engine.commit_pending()  # rank 1 dies before this commit
     else:  # resume, through an engine made with install_default() in force
         zckpt.ds_engine.install_default()
         engine = make(stage)
