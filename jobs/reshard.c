@@ -33,6 +33,7 @@
 #include "reshard_internal.h"
 #include "source.h"
 #include "transfer.h"
+#include "universal/universal.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
   zck__source src;
@@ -218,7 +219,10 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_status st;
   switch (s.kind) {
   case ZCK__SRC_HDF5: st = zck__reshard_from_h5(&s, out, &o); break;
-  case ZCK__SRC_UNIVERSAL: st = zck__reshard_from_universal(&s, out, &o); break;
+  case ZCK__SRC_UNIVERSAL:
+    st = zck_uv_autoep_refuse(s.uv, "reshard");
+    if (st == ZCK_OK) st = zck__reshard_from_universal(&s, out, &o);
+    break;
   case ZCK__SRC_DCP: st = zck__reshard_from_dcp(&s, out, &o); break;
   default: st = zck__reshard_from_ds(&s, src, out, &o); break;
   }

@@ -553,6 +553,7 @@ void zck_uv_close(zck_uv_ckpt *c) {
   free(c->flat);
   free(c->unsaved_pairs);
   free(c->outputs);
+  zck__uv_autoep_free(c->autoep);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim);
   free(c->ds_version);
