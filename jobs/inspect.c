@@ -269,6 +269,7 @@ zck_status zck_inspect(const char *path, const zck_inspect_opts *opts, void *vou
   zck_inspect_opts o = ZCK_INSPECT_OPTS_INIT;
   ZCK_TRY(zck__opts_load(&o, sizeof o, opts, "zck_inspect"));
   FILE *out = vout ? vout : stdout;
+  ZCK_TRY(zck__src_refuse_known(path));
   switch (zck__src_sniff(path)) {
   case ZCK__SRC_UNIVERSAL: return zck__inspect_universal(path, &o, out);
   case ZCK__SRC_HDF5: return zck__inspect_h5u(path, &o, out);

@@ -118,6 +118,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
   ZCK_TRY(zck_ds_autoep_refuse(c, "reshard"));
+  ZCK_TRY(zck_ds_moe_refuse(c, "reshard"));
   if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);
@@ -191,10 +192,12 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (o.to_world_size > 1u << 20) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-world-size %u is not plausible", o.to_world_size);
   ZCK_TRY(zck_check_out_not_input(src, out, o.tag));
   zck__src_kind kind = zck__src_sniff(src);
-  if (o.to_offload == ZCK_RESHARD_OFFLOAD_NVME && (o.to_format == ZCK_RESHARD_TO_DCP || kind != ZCK__SRC_DEEPSPEED))
+  if (o.to_offload == ZCK_RESHARD_OFFLOAD_NVME && (o.to_format != ZCK_RESHARD_TO_DEEPSPEED || kind != ZCK__SRC_DEEPSPEED))
     return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-offload nvme: written from a DeepSpeed ZeRO-3 checkpoint into DeepSpeed "
                      "files (the swap files are named by its parameter numbering); %s is not one", src);
-  if (o.to_format == ZCK_RESHARD_TO_DCP) return zck__reshard_to_dcp(src, kind, out, &o);
+  if (o.to_format == ZCK_RESHARD_TO_DCP || o.to_format == ZCK_RESHARD_TO_DCP_ACCELERATE)
+    return zck__reshard_to_dcp(src, kind, out, &o);
+  if (o.to_format != ZCK_RESHARD_TO_DEEPSPEED) return zck__fail(ZCK_ERR_INVALID_ARG, "to_format %d: unknown", (int)o.to_format);
   if (o.to_dtype != ZCK_DTYPE_INVALID && kind != ZCK__SRC_DCP)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-dtype: only for a torch Distributed Checkpoint (%s keeps its run's dtype)",
                      src);

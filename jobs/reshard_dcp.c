@@ -13,6 +13,12 @@
  * stream them yet as the DeepSpeed writer does (an item's directory holds its data's
  * CRC-32, which lib/stream_hash can only derive right after the data). A damaged source
  * stops the transfer with one line and nothing is left at OUT.
+ *
+ * --to-format dcp-accelerate writes the same items as Accelerate's save_state and the HF
+ * Trainer's checkpoint-N save an FSDP model (FSDP1 or FSDP2) with SHARDED_STATE_DICT:
+ * pytorch_model_fsdp_0/ ({"model": ...}) and optimizer_0/ ({"optimizer": ...}), which their
+ * load_state / resume_from_checkpoint read. Nothing in a DeepSpeed source says which of the
+ * two loaders the user has, so the target format names it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +31,44 @@
 #include "transfer.h"
 #include "universal/universal.h"
 
-/* Writes OUT from the source view src over m; step: Adam's step of the source. */
+/* Accelerate's folders for model 0 and optimizer 0 (accelerate.utils.fsdp_utils:
+ * f"{FSDP_MODEL_NAME}_{index}", f"{OPTIMIZER_NAME}_{index}") */
+#define ZCK__ACCELERATE_MODEL_DIR "pytorch_model_fsdp_0"
+#define ZCK__ACCELERATE_OPTIM_DIR "optimizer_0"
+
+/* Writes OUT from the source view src over m; step: Adam's step of the source. One
+ * writer for get_state_dict's folder, two (model, then optimizer) for Accelerate's. */
 static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model *m, bool has_optim, double step,
                                      uint32_t world, const char *out, const zck_reshard_opts *o) {
   zck__outdir d;
   memset(&d, 0, sizeof d);
-  zck_dcp_writer *w = NULL;
-  zck_dcp_write_opts wo = ZCK_DCP_WRITE_OPTS_INIT;
-  wo.world_size = world;
-  wo.has_optimizer_state = has_optim;
-  wo.step = step;
+  zck_dcp_writer *w[2] = {NULL, NULL};
+  bool accelerate = o->to_format == ZCK_RESHARD_TO_DCP_ACCELERATE;
+  zck_dcp_write_opts wo[2] = {ZCK_DCP_WRITE_OPTS_INIT, ZCK_DCP_WRITE_OPTS_INIT};
+  for (int i = 0; i < 2; i++) {
+    wo[i].world_size = world;
+    wo[i].has_optimizer_state = has_optim;
+    wo[i].step = step;
+  }
+  if (accelerate) {
+    wo[0].has_optimizer_state = false;
+    wo[1].optim_root = "optimizer";
+    wo[1].no_model = true;
+  }
+  int n_writers = accelerate ? 2 : 1;
   zck_status st = zck__outdir_create(&d, out, o->overwrite != 0);
-  if (st == ZCK_OK) st = zck_dcp_writer_create(d.tmp_path, m, &wo, &w);
+  for (int i = 0; st == ZCK_OK && i < n_writers; i++) {
+    char *dir = accelerate ? zck__outdir_file(&d, i ? ZCK__ACCELERATE_OPTIM_DIR : ZCK__ACCELERATE_MODEL_DIR)
+                           : zck__strdup(d.tmp_path);
+    if (!dir) st = ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK && accelerate) st = zck__mkdirs(dir);
+    if (st == ZCK_OK) st = zck_dcp_writer_create(dir, m, &wo[i], &w[i]);
+    free(dir);
+  }
   if (st == ZCK_OK) {
-    zck_state_view dst[2];
-    size_t n = zck_dcp_writer_state(w, dst);
+    zck_state_view dst[4];
+    size_t n = 0;
+    for (int i = 0; i < n_writers; i++) n += zck_dcp_writer_state(w[i], dst + n);
     zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
     to.exec.threads = o->threads;
     to.exec.progress = o->progress;
@@ -47,7 +76,7 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
     to.exec.no_verify = o->no_verify != 0;
     st = zck_transfer(src, dst, n, &to);
   }
-  if (st == ZCK_OK) st = zck_dcp_writer_commit(w);
+  for (int i = 0; st == ZCK_OK && i < n_writers; i++) st = zck_dcp_writer_commit(w[i]);
   if (st == ZCK_OK) {
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
@@ -56,7 +85,7 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
   }
   if (st == ZCK_OK) st = zck__outdir_commit(&d);
   if (st == ZCK_OK) zck__job_summary_fill(o->summary, out, m->n_params);
-  zck_dcp_writer_free(w);
+  for (int i = 0; i < n_writers; i++) zck_dcp_writer_free(w[i]);
   zck__outdir_abort(&d);
   return st;
 }
@@ -87,9 +116,9 @@ static zck__dcp_src_info zck__dcp_src_info_of(const zck__src *s) {
 }
 
 zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *out, const zck_reshard_opts *o) {
-  if (o->to_stage) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage: a DCP checkpoint has no ZeRO stage (FSDP2 shards every param)");
-  if (o->to_tp_size > 1) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-tp-size: not with --to-format dcp");
-  if (o->sub_group_size) return zck__fail(ZCK_ERR_INVALID_ARG, "--sub-group-size: not with --to-format dcp");
+  if (o->to_stage) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-stage: a DCP checkpoint has no ZeRO stage (FSDP shards every param)");
+  if (o->to_tp_size > 1) return zck__fail(ZCK_ERR_INVALID_ARG, "--to-tp-size: not with a DCP target");
+  if (o->sub_group_size) return zck__fail(ZCK_ERR_INVALID_ARG, "--sub-group-size: not with a DCP target");
   if (o->tag && (kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL))
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint, which has no tags", src);
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
@@ -109,6 +138,7 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
   if (st == ZCK_OK && in.tp > 1)
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in.dir);
   if (st == ZCK_OK && s.ck) st = zck_ds_autoep_refuse(s.ck, "reshard --to-format dcp");
+  if (st == ZCK_OK && s.ck) st = zck_ds_moe_refuse(s.ck, "reshard --to-format dcp");
   if (st == ZCK_OK && s.uv) st = zck_uv_autoep_refuse(s.uv, "reshard --to-format dcp");
   if (st == ZCK_OK) {
     uint32_t world = o->to_world_size ? o->to_world_size : in.world;

@@ -55,6 +55,30 @@ static zck__src_kind zck__src_sniff_dir(const char *path) {
   return ZCK__SRC_NONE;
 }
 
+/* Accelerate's per-rank FSDP model files (accelerate.utils.fsdp_utils.save_fsdp_model). */
+#define ZCK__FSDP_LOCAL_RANK0 "pytorch_model_fsdp_rank0.bin"
+#define ZCK__FSDP_NODCP_RANK0 "pytorch_model_fsdp_0_rank0.bin"
+
+zck_status zck__src_refuse_known(const char *path) {
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  bool dir = zck__src_is_dir(path);
+  bool local = dir ? zck__src_has(path, ZCK__FSDP_LOCAL_RANK0, S_IFREG)
+                   : !strncmp(base, "pytorch_model_fsdp_rank", 23) && zck__src_ends_with(base, ".bin");
+  bool nodcp = dir ? zck__src_has(path, ZCK__FSDP_NODCP_RANK0, S_IFREG)
+                   : !strncmp(base, "pytorch_model_fsdp_0_rank", 25) && zck__src_ends_with(base, ".bin");
+  /* FSDP1's local state dict is each rank's padded shard of every wrapped unit's flat
+   * parameter: where one tensor ends and the next begins is in the wrapped model, not the files */
+  if (local)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an FSDP1 LOCAL_STATE_DICT save (pytorch_model_fsdp_rank<r>.bin: each "
+                     "rank's padded flat-parameter shards, without the layout that splits them into tensors): not "
+                     "supported; save with state_dict_type SHARDED_STATE_DICT or FULL_STATE_DICT", path);
+  if (nodcp)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: Accelerate's per-rank sharded save without DCP (use_dcp=False: "
+                     "pytorch_model_fsdp_0_rank<r>.bin, ShardedTensor pickles): not supported; save with use_dcp=True "
+                     "(the default)", path);
+  return ZCK_OK;
+}
+
 zck__src_kind zck__src_sniff(const char *path) {
   if (zck__src_is_dir(path)) return zck__src_sniff_dir(path);
   if (zck__src_ends_with(path, ".index.json")) return ZCK__SRC_HF;
@@ -155,6 +179,7 @@ zck_status zck__src_open(zck__src *s, const char *path, zck__src_kind kind, cons
   if (kind == ZCK__SRC_DCP && !(o->reads & ZCK__SRC_BIT(kind)))   /* not "not a DeepSpeed checkpoint": say what it is */
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a torch Distributed Checkpoint, which this job does not read yet "
                      "(consolidate, verify and inspect do)", path);
+  if (kind == ZCK__SRC_NONE) ZCK_TRY(zck__src_refuse_known(path));
   if (!(o->reads & ZCK__SRC_BIT(kind))) kind = ZCK__SRC_DEEPSPEED; /* its reader says why it is not one */
   s->kind = kind;
   zck_status st;

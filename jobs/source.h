@@ -47,6 +47,12 @@ typedef enum zck__src_kind {
  * first 9 read once). Never fails: a path it cannot read is NONE, for the job to explain. */
 zck__src_kind zck__src_sniff(const char *path);
 
+/* Refuses in one line a path that is a save zckpt knows and does not read (ZCK_OK for any
+ * other): Accelerate's FSDP1 per-rank files (LOCAL_STATE_DICT's pytorch_model_fsdp_rank<r>.bin,
+ * SHARDED_STATE_DICT saved with use_dcp=False as pytorch_model_fsdp_0_rank<r>.bin), the
+ * folder holding them or one of them. */
+zck_status zck__src_refuse_known(const char *path);
+
 typedef struct zck__src_opts {
   unsigned reads;            /* ZCK__SRC_BITs of the kinds the job takes; others go to the
                                 DeepSpeed reader (which explains) */

@@ -201,6 +201,7 @@ zck_status zck__set_from_safetensors(zck__tensor_set *s, const char *path) {
 }
 
 zck_status zck__set_from_path(zck__tensor_set *s, const char *path) {
+  ZCK_TRY(zck__src_refuse_known(path));
   switch (zck__src_sniff(path)) {
   case ZCK__SRC_TORCH: return zck__set_from_torch(s, path);
   case ZCK__SRC_SAFETENSORS:

@@ -518,6 +518,7 @@ static zck_status run(vctx *c) {
 zck_status zck_verify(const char *path, const zck_verify_opts *opts, zck_verify_report **out) {
   ZCK_ASSERT(path && out);
   *out = NULL;
+  ZCK_TRY(zck__src_refuse_known(path)); /* a layout it does not read is not "damaged" */
   vctx c;
   memset(&c, 0, sizeof c);
   c.path = path;

@@ -290,7 +290,9 @@ ZCK_API void zck_state_dict_free(zck_state_dict *sd);
 
 typedef enum zck_reshard_format {
   ZCK_RESHARD_TO_DEEPSPEED = 0,   /* DeepSpeed ZeRO files (the default) */
-  ZCK_RESHARD_TO_DCP              /* torch Distributed Checkpoint as FSDP2 saves it */
+  ZCK_RESHARD_TO_DCP,             /* torch Distributed Checkpoint as FSDP2 saves it */
+  ZCK_RESHARD_TO_DCP_ACCELERATE   /* the same state as Accelerate / the HF Trainer save FSDP (1 or 2) with
+                                     SHARDED_STATE_DICT: pytorch_model_fsdp_0/ and optimizer_0/ */
 } zck_reshard_format;
 
 typedef enum zck_reshard_offload {

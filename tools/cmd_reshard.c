@@ -13,7 +13,7 @@
 static const char zck__reshard_help[] =
   "usage: zckpt reshard [options] SRC OUT --to-stage {1,2,3} --to-world-size W\n"
   "       zckpt reshard [options] DCP OUT --to-format deepspeed\n"
-  "       zckpt reshard [options] SRC OUT --to-format dcp [--to-world-size W]\n"
+  "       zckpt reshard [options] SRC OUT --to-format dcp|dcp-accelerate [--to-world-size W]\n"
   "\n"
   "Rewrites a DeepSpeed checkpoint for another ZeRO stage and GPU count, with all\n"
   "optimizer state (fp32 master weights, exp_avg, exp_avg_sq, step), scheduler, counters\n"
@@ -40,10 +40,14 @@ static const char zck__reshard_help[] =
   "__<r>_0.distcp) as FSDP2 saves dcp.save({\"model\": ..., \"optim\": ...}) from\n"
   "get_state_dict at W ranks: fp32 weights, Adam's exp_avg, exp_avg_sq and step, and the\n"
   "param groups' settings, keyed by FQN; load it with dcp.load and set_state_dict.\n"
+  "With --to-format dcp-accelerate, OUT holds the same items as Accelerate's save_state\n"
+  "and the HF Trainer save an FSDP model (FSDP1 or FSDP2, SHARDED_STATE_DICT):\n"
+  "pytorch_model_fsdp_0/ ({\"model\": ...}) and optimizer_0/ ({\"optimizer\": ...}), for\n"
+  "accelerator.load_state(OUT) (a DeepSpeed source does not say which loader is yours).\n"
   "SRC: any of the above; --to-stage, --to-tp-size and --sub-group-size do not apply.\n"
   "\n"
   "options:\n"
-  "  --to-format F            deepspeed (default) or dcp\n"
+  "  --to-format F            deepspeed (default), dcp or dcp-accelerate\n"
   "  --to-stage S             target ZeRO stage (default: the source's; a DCP's: 3)\n"
   "  --to-dtype D             DCP source: fp32 or bf16, the 16-bit dtype of the DeepSpeed\n"
   "                           run (default: the DCP's weights' dtype; FSDP2 mixed precision\n"
@@ -128,8 +132,9 @@ int zck_cmd_reshard(int argc, char **argv) {
     case 'f':
       format_named = true;
       if (!strcmp(optarg, "dcp")) o.to_format = ZCK_RESHARD_TO_DCP;
+      else if (!strcmp(optarg, "dcp-accelerate")) o.to_format = ZCK_RESHARD_TO_DCP_ACCELERATE;
       else if (!strcmp(optarg, "deepspeed")) o.to_format = ZCK_RESHARD_TO_DEEPSPEED;
-      else return zck_cli_usage_error("reshard", "--to-format must be deepspeed or dcp");
+      else return zck_cli_usage_error("reshard", "--to-format must be deepspeed, dcp or dcp-accelerate");
       break;
     case 'D':
       o.to_dtype = zck_dtype_parse(optarg);
@@ -165,7 +170,7 @@ int zck_cmd_reshard(int argc, char **argv) {
    * change of its own (a DCP to DeepSpeed takes the defaults: stage 3, the DCP's ranks) */
   if (!o.to_stage && !o.to_world_size && !o.to_tp_size && !o.to_dtype && !format_named)
     return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size (or --to-format for another format)");
-  if (o.to_stage && o.to_format == ZCK_RESHARD_TO_DCP)
+  if (o.to_stage && o.to_format != ZCK_RESHARD_TO_DEEPSPEED)
     return zck_cli_usage_error("reshard", "--to-stage: a DCP checkpoint has no ZeRO stage");
   zck_cli_ckpt_job job = {"reshard", "resharding", o.tag, quiet, &o.progress, &o.progress_ctx, &o.summary, run_reshard, &o};
   if ((rc = zck_cli_check_folder_out("reshard", argv[optind + 1]))) return rc;

@@ -178,9 +178,9 @@ zck_dcp_key zck_dcp_key_parse(const char *key) {
 }
 
 char *zck_dcp_key_model(const char *fqn) { return zck__concat("model.", fqn, (const char *)NULL); }
-char *zck_dcp_key_state(const char *fqn, const char *setting) {
-  return zck__concat("optim.state.", fqn, ".", setting, (const char *)NULL);
+char *zck_dcp_key_state(const char *root, const char *fqn, const char *setting) {
+  return zck__concat(root, ".state.", fqn, ".", setting, (const char *)NULL);
 }
-char *zck_dcp_key_group(uint32_t group, const char *setting) {
-  return zck__sprintf("optim.param_groups.%u.%s", group, setting);
+char *zck_dcp_key_group(const char *root, uint32_t group, const char *setting) {
+  return zck__sprintf("%s.param_groups.%u.%s", root, group, setting);
 }

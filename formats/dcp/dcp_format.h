@@ -130,9 +130,10 @@ zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n);
 /* From a flat key alone: "model." prefix, "optim.state." prefix with the setting after
  * the last '.', "optim.param_groups.<i>.<k>". */
 zck_dcp_key zck_dcp_key_parse(const char *key);
-/* The flat keys, malloc'd (NULL when out of memory). */
+/* The flat keys, malloc'd (NULL when out of memory). root: the optimizer's top-level key,
+ * "optim" (get_state_dict's) or "optimizer" (Accelerate's optimizer_0/). */
 char *zck_dcp_key_model(const char *fqn);
-char *zck_dcp_key_state(const char *fqn, const char *setting);
-char *zck_dcp_key_group(uint32_t group, const char *setting);
+char *zck_dcp_key_state(const char *root, const char *fqn, const char *setting);
+char *zck_dcp_key_group(const char *root, uint32_t group, const char *setting);
 
 #endif

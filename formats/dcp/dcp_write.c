@@ -39,11 +39,11 @@ static zck_status zck__dcp_add_chunk(zck_dcp_writer *w, zck__dcp_entry *e, zck__
 }
 
 /* The entry's flat key (dcp_format.h spells them). */
-char *zck__dcp_key(const zck__dcp_entry *e) {
+char *zck__dcp_key(const zck_dcp_writer *w, const zck__dcp_entry *e) {
   switch (e->kind) {
   case ZCK__DCP_MODEL: return zck_dcp_key_model(e->name);
-  case ZCK__DCP_STATE: return zck_dcp_key_state(e->name, e->sub);
-  default: return zck_dcp_key_group(e->group, e->name);
+  case ZCK__DCP_STATE: return zck_dcp_key_state(w->o.optim_root, e->name, e->sub);
+  default: return zck_dcp_key_group(w->o.optim_root, e->group, e->name);
   }
 }
 
@@ -77,7 +77,7 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
   cap = p->cap;
   if (!ZCK__GROW(p->crc, cap, p->n + 1)) return ZCK_ERR_NO_MEMORY;
   p->cap = cap;
-  char *key = zck__dcp_key(e);
+  char *key = zck__dcp_key(w, e);
   char *name = key ? zck__sprintf("%s (%s, rows %lld..%lld)", w->files[f].path, key, (long long)row0,
                                   (long long)(row0 + rows)) : NULL;
   free(key);
@@ -225,7 +225,7 @@ static zck_status zck__dcp_build(zck_dcp_writer *w) {
     w->open[r] = true;
   }
   /* model.<fqn>: params in manifest order (aliases laid over their owners), then buffers */
-  for (size_t i = 0; i < m->n_params; i++) {
+  for (size_t i = 0; !w->o.no_model && i < m->n_params; i++) {
     const zck_param *p = &m->params[i];
     uint32_t owner = zck_model_owner(m, (uint32_t)i);
     bool frozen = m->params[owner].frozen, alias = owner != i;
@@ -233,7 +233,7 @@ static zck_status zck__dcp_build(zck_dcp_writer *w) {
     zck__dcp_entry e = {.kind = ZCK__DCP_MODEL, .name = p->name, .dtype = ZCK_F32, .ndim = p->ndim, .shape = p->shape};
     ZCK_TRY(zck__dcp_sharded(w, e, part, owner));
   }
-  for (size_t b = 0; b < m->n_buffers; b++) {
+  for (size_t b = 0; !w->o.no_model && b < m->n_buffers; b++) {
     const zck_buffer *bf = &m->buffers[b];
     zck__dcp_entry *pe;
     zck__dcp_entry e = {.kind = ZCK__DCP_MODEL, .name = bf->name, .dtype = bf->dtype, .ndim = bf->ndim, .shape = bf->shape};
@@ -271,6 +271,7 @@ zck_status zck_dcp_writer_create(const char *dir, const zck_model *m, const zck_
   zck_dcp_write_opts opts = ZCK_DCP_WRITE_OPTS_INIT;
   if (o) opts = *o;
   if (opts.world_size < 1) return zck__fail(ZCK_ERR_INVALID_ARG, "DCP writer: world size must be at least 1");
+  if (!opts.optim_root) opts.optim_root = "optim";
   zck_dcp_writer *w = zck__calloc(1, sizeof *w);
   if (!w) return ZCK_ERR_NO_MEMORY;
   w->m = m;

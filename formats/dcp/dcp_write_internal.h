@@ -80,7 +80,7 @@ struct zck_dcp_writer {
 
 /* The entry's key: "model.<name>", "optim.state.<name>.<sub>", "optim.param_groups.<g>.<name>"
  * (malloc'd; NULL: out of memory). */
-char *zck__dcp_key(const zck__dcp_entry *e);
+char *zck__dcp_key(const zck_dcp_writer *w, const zck__dcp_entry *e);
 
 /* dcp_write_meta.c: writes <dir>/.metadata listing every entry and chunk of w. */
 zck_status zck__dcp_write_metadata(const zck_dcp_writer *w);

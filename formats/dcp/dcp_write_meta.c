@@ -116,7 +116,7 @@ static zck_pk *zck__tensor_meta(zck__meta *x, const zck_dcp_writer *w, const zck
   return zck__newobj(x, x->g_tsm, st);
 }
 
-/* Where the key sits in the nested state dict {"model": ..., "optim": ...}. */
+/* Where the key sits in the nested state dict {"model": ..., "<optim_root>": ...}. */
 static zck_pk *zck__planner_path(zck__meta *x, const zck__dcp_entry *e) {
   zck_pk *t;
   switch (e->kind) {
@@ -185,7 +185,7 @@ static zck_pk *zck__metadata_tree(zck__meta *x, const zck_dcp_writer *w) {
   if (zero) zero->u.seq.items[0] = zck__int(x, ZCK_DCP_MEM_CONTIGUOUS);
   x->contig = (zero && x->g_enc) ? zck__ok(x, zck_pk_new_object(d, x->g_enc, zero, 0, NULL)) : NULL;
   x->s_model = zck__str(x, "model");
-  x->s_optim = zck__str(x, "optim");
+  x->s_optim = zck__str(x, w->o.optim_root);
   x->s_state = zck__str(x, "state");
   x->s_groups = zck__str(x, "param_groups");
   if (x->oom) return NULL;
@@ -194,7 +194,7 @@ static zck_pk *zck__metadata_tree(zck__meta *x, const zck_dcp_writer *w) {
   zck_pk *storage = zck__ok(x, zck_pk_new_dict(d, 0));
   for (size_t i = 0; !x->oom && i < w->n_entries; i++) {
     const zck__dcp_entry *e = &w->entries[i];
-    char *k = zck__dcp_key(e);
+    char *k = zck__dcp_key(w, e);
     zck_pk *key = k ? zck__str(x, k) : NULL;
     free(k);
     if (!key) {

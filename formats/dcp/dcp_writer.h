@@ -8,7 +8,10 @@
  *     the archive's start, and exactly the chunk (no FSDP padding).
  * Keys: model.<fqn> (params and persistent buffers), optim.state.<fqn>.{step, exp_avg,
  * exp_avg_sq} (step a 0-d float32 tensor), optim.param_groups.<i>.<setting> (a bytes item:
- * torch.save of the value; `params` is the group's list of FQNs).
+ * torch.save of the value; `params` is the group's list of FQNs). Accelerate's FSDP
+ * checkpoint (FSDP1 or FSDP2, SHARDED_STATE_DICT) is two such folders: pytorch_model_fsdp_0/
+ * with the model.<fqn> entries alone and optimizer_0/ with the optimizer's alone under the
+ * root key "optimizer" (optim_root, no_model below); the items are the same.
  * Sharding: every param along dim 0 by torch.chunk's rule (FSDP2's Shard(0)): with
  * c = ceil(rows / W), rank r holds rows [min(rows, r c), min(rows, (r + 1) c)): trailing
  * ranks may hold an empty chunk, which is still recorded, once per offset (torch's dedup
@@ -31,8 +34,11 @@ typedef struct zck_dcp_write_opts {
   uint32_t world_size;        /* W >= 1: the FSDP2 mesh the checkpoint is saved from */
   bool has_optimizer_state;   /* write optim.state.* and optim.param_groups.* */
   double step;                /* Adam's step count, every trainable param's */
+  const char *optim_root;     /* the optimizer's key: "optim" (get_state_dict's, as above) or "optimizer"
+                                 (Accelerate's save_fsdp_optimizer: {"optimizer": osd} in its own folder) */
+  bool no_model;              /* write the optimizer's entries only (Accelerate's optimizer_0/) */
 } zck_dcp_write_opts;
-#define ZCK_DCP_WRITE_OPTS_INIT {1, true, 0.0}
+#define ZCK_DCP_WRITE_OPTS_INIT {1, true, 0.0, "optim", false}
 
 typedef struct zck_dcp_writer zck_dcp_writer;
 

@@ -106,7 +106,9 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
     tp_size: write AutoTP files at that TP size (default: TP 1); another TP size than the
     source's needs the model's config.json: model_config, else the one beside the checkpoint.
     format="dcp": OUT is the torch Distributed Checkpoint FSDP2 saves at world_size ranks
-    (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict.
+    (weights, Adam state and param groups keyed by FQN), for dcp.load + set_state_dict;
+    format="dcp-accelerate": the same items as Accelerate / the HF Trainer save an FSDP model
+    (FSDP1 or FSDP2), OUT/pytorch_model_fsdp_0/ and OUT/optimizer_0/, for accelerator.load_state.
     checkpoint may also be a torch Distributed Checkpoint (FSDP2, Accelerate, HF Trainer FSDP): OUT is then
     the DeepSpeed checkpoint of a ZeRO-`stage` (default 3) run at world_size ranks (default: the DCP's);
     dtype ("bf16", "fp32") is that run's 16-bit dtype (default: the DCP weights').
@@ -114,15 +116,16 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
     files for an NVMe-offloaded ZeRO-3 source), "none" (the rank files) or "nvme" (ZeRO-3 swap
     files in offloaded_tensors/); swap_min_bytes: the smallest fp32 partition DeepSpeed swaps, when
     the source's swaps do not say (as zckpt reshard --swap-min-bytes)."""
-    if format not in ("deepspeed", "dcp"):
-        raise Error(f"format {format!r}: use deepspeed or dcp", "invalid argument")
+    formats = ("deepspeed", "dcp", "dcp-accelerate")   # enum zck_reshard_format's order
+    if format not in formats:
+        raise Error(f"format {format!r}: use deepspeed, dcp or dcp-accelerate", "invalid argument")
     offloads = ("keep", "none", "nvme")   # enum zck_reshard_offload's order
     if offload not in offloads:
         raise Error(f"offload {offload!r}: use keep, none or nvme", "invalid argument")
     o = N.ReshardOpts.new(to_stage=stage or 0, to_world_size=world_size or 0, sub_group_size=sub_group_size or 0,
                           tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)),
                           no_verify=int(bool(no_verify)), to_tp_size=tp_size or 0, model_config=_b(model_config),
-                          to_format=1 if format == "dcp" else 0, to_dtype=_dtype(dtype),
+                          to_format=formats.index(format), to_dtype=_dtype(dtype),
                           to_offload=offloads.index(offload), swap_min_bytes=_size(swap_min_bytes))
     run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
     return os.fspath(out)

@@ -99,11 +99,14 @@ static void test_keys(void) {
   const char *p4[] = {"train_state", "step"};
   ZT_EQ_INT(zck_dcp_key_from_path(p4, 2).kind, ZCK_DCP_KEY_OTHER);
 
-  char *s = zck_dcp_key_state("model.norm.weight", "step");
+  char *s = zck_dcp_key_state("optim", "model.norm.weight", "step");
   ZT_EQ_STR(s, "optim.state.model.norm.weight.step");
   free(s);
-  s = zck_dcp_key_group(1, "params");
+  s = zck_dcp_key_group("optim", 1, "params");
   ZT_EQ_STR(s, "optim.param_groups.1.params");
+  free(s);
+  s = zck_dcp_key_state("optimizer", "lm_head.weight", "exp_avg"); /* Accelerate's optimizer_0/ */
+  ZT_EQ_STR(s, "optimizer.state.lm_head.weight.exp_avg");
   free(s);
   s = zck_dcp_key_model("lm_head.weight");
   ZT_EQ_STR(s, "model.lm_head.weight");
