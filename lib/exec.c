@@ -28,7 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "hash_xxh3.h"
 #include <zlib.h>
 
 /* Source bytes between two extents that are read and dropped rather than split the read. */
@@ -66,6 +66,18 @@ uint32_t zck_crc32_zeros(uint64_t n) {
 }
 
 static uint32_t crc_update(uint32_t crc, const void *p, size_t n) { return zck_crc32_update(crc, p, n); }
+
+/* XXH3 (st may be NULL) and CRC-32 (crc may be NULL) of n bytes, one 64 KiB slice at a
+ * time: the second hash reads the slice from the cache, not the staging buffer (megabytes)
+ * from memory again. */
+#define ZCK__HASH_SLICE ((size_t)64 << 10)
+static void hash_sliced(XXH3_state_t *st, uint32_t *crc, const uint8_t *p, size_t n) {
+  for (size_t k = 0; k < n; k += ZCK__HASH_SLICE) {
+    size_t m = n - k < ZCK__HASH_SLICE ? n - k : ZCK__HASH_SLICE;
+    if (st) XXH3_64bits_update(st, p + k, m);
+    if (crc) *crc = zck_crc32_update(*crc, p + k, m);
+  }
+}
 
 // ---- execution context
 
@@ -239,8 +251,7 @@ static zck_status run_stream(exec_ctx *c, size_t bi, unsigned thread) {
     uint64_t n = b->hi - k < step ? b->hi - k : step, end = k + n, bytes = 0;
     st = store_read(S, ext[b->order[0]].src_store, rbuf, k, n);
     if (st != ZCK_OK) break;
-    XXH3_64bits_update(xs, rbuf, (size_t)(n * ss));
-    crc = zck_crc32_update(crc, rbuf, (size_t)(n * ss));
+    hash_sliced(xs, &crc, rbuf, (size_t)(n * ss));
     for (size_t i = first; st == ZCK_OK && i < b->n; i++) {
       size_t ei = b->order[i];
       const zck_extent *e = &ext[ei];
@@ -866,8 +877,7 @@ static zck_status hash_one(void *ctx, size_t item, unsigned thread) {
   uint32_t crc = 0;
   zck_status r = ZCK_OK;
   if (s->kind == ZCK_STORE_MEMORY) {
-    if (st) XXH3_64bits_update(st, s->mem, (size_t)(s->numel * es));
-    if (h->crc) crc = crc_update(crc, s->mem, (size_t)(s->numel * es));
+    hash_sliced(st, h->crc ? &crc : NULL, s->mem, (size_t)(s->numel * es));
   } else {
     if (!h->bufs[thread] && !(h->bufs[thread] = zck__malloc(h->staging))) r = ZCK_ERR_NO_MEMORY;
     uint64_t step = h->staging / es;
@@ -875,8 +885,7 @@ static zck_status hash_one(void *ctx, size_t item, unsigned thread) {
       uint64_t n = s->numel - k < step ? s->numel - k : step;
       r = store_read(s, (uint32_t)item, h->bufs[thread], k, n);
       if (r != ZCK_OK) break;
-      if (st) XXH3_64bits_update(st, h->bufs[thread], (size_t)(n * es));
-      if (h->crc) crc = crc_update(crc, h->bufs[thread], (size_t)(n * es));
+      hash_sliced(st, h->crc ? &crc : NULL, h->bufs[thread], (size_t)(n * es));
     }
   }
   if (r == ZCK_OK) {

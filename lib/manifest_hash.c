@@ -11,6 +11,7 @@
  */
 #include "manifest.h"
 
+#include "exec.h"
 #include "io.h"
 #include "threadpool.h"
 
@@ -19,21 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
-#include <zlib.h>
+#include "hash_xxh3.h"
 
 #define ZCK__HASH_DEFAULT_STAGING ((size_t)4 << 20)
 #define ZCK__HASH_SLICE ((uint64_t)64 << 10)
-
-static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
-  while (n) { /* zlib takes uInt lengths */
-    uInt step = n > (1u << 30) ? (1u << 30) : (uInt)n;
-    crc = (uint32_t)crc32(crc, p, step);
-    p += step;
-    n -= step;
-  }
-  return crc;
-}
 
 void zck__hash_file_clear(zck__hash_file *f) {
   if (!f) return;
@@ -79,7 +69,7 @@ static bool feed_range(active_range *a, const uint8_t *buf, uint64_t pos, uint64
   if (hi > lo) {
     const uint8_t *p = buf + (lo - pos);
     size_t k = (size_t)(hi - lo);
-    if (r->want & ZCK__HASH_CRC32) a->crc = crc_update(a->crc, p, k);
+    if (r->want & ZCK__HASH_CRC32) a->crc = zck_crc32_update(a->crc, p, k); /* ISA-L, crc32.c */
     if (r->want & ZCK__HASH_XXH3) {
       if (whole_here) {
         r->xxh3 = XXH3_64bits(p, k);
