@@ -135,14 +135,16 @@ static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
     for (uint64_t so = 0; st == ZCK_OK && so < n; so += ZCK__HASH_SLICE) {
       const uint8_t *sp = buf + so;
       uint64_t sn = n - so < ZCK__HASH_SLICE ? n - so : ZCK__HASH_SLICE, spos = pos + so;
-      XXH3_64bits_update(fst, sp, (size_t)sn);
-      for (uint64_t k = 0; cst && k < sn;) { /* chunk boundaries may fall inside the slice */
-        uint64_t take = f->chunk_size - chunk_fill < sn - k ? f->chunk_size - chunk_fill : sn - k;
-        XXH3_64bits_update(cst, sp + k, (size_t)take);
+      for (uint64_t k = 0; k < sn;) { /* chunk boundaries may fall inside the slice */
+        uint64_t take = cst && f->chunk_size - chunk_fill < sn - k ? f->chunk_size - chunk_fill : sn - k;
+        XXH3_64bits_update(fst, sp + k, (size_t)take);
+        /* the first chunk's hash is the file's hash at the chunk's end: no third pass over
+         * it (a file shorter than a chunk is hashed twice, not three times; as stream_hash.c) */
+        if (cst && chunk_k) XXH3_64bits_update(cst, sp + k, (size_t)take);
         k += take;
-        chunk_fill += take;
-        if (chunk_fill == f->chunk_size) {
-          f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+        if (cst && (chunk_fill += take) == f->chunk_size) {
+          f->chunks[chunk_k] = chunk_k ? XXH3_64bits_digest(cst) : XXH3_64bits_digest(fst);
+          chunk_k++;
           XXH3_64bits_reset(cst);
           chunk_fill = 0;
         }
@@ -179,7 +181,10 @@ static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
   }
   if (st == ZCK_OK) {
     f->xxh3 = XXH3_64bits_digest(fst);
-    if (cst && chunk_fill) f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+    if (cst && chunk_fill) { /* the last, partial chunk (the file itself when it is the first) */
+      f->chunks[chunk_k] = chunk_k ? XXH3_64bits_digest(cst) : f->xxh3;
+      chunk_k++;
+    }
     f->ok = true;
   }
 done:
