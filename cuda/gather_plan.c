@@ -35,17 +35,6 @@ static int cmp_extent(const void *a, const void *b) {
 static int gather_src_dtype_ok(zck_dtype t) { return t == ZCK_F32 || t == ZCK_BF16; }
 
 /* Grows a zck__calloc'd array to hold at least need elements. */
-static zck_status grow(void **arr, size_t *cap, size_t need, size_t es) {
-  if (need <= *cap) return ZCK_OK;
-  size_t nc = *cap ? *cap : 16;
-  while (nc < need) nc *= 2;
-  void *n = zck__realloc(*arr, nc * es);
-  if (!n) return ZCK_ERR_NO_MEMORY;
-  *arr = n;
-  *cap = nc;
-  return ZCK_OK;
-}
-
 zck_status zck_gather_plan_build(const zck_gather_src *srcs, size_t n_srcs, const zck_gather_extent *extents,
                                  size_t n_extents, zck_dtype out_dtype, size_t bucket_bytes, zck_gather_plan **out) {
   *out = NULL;
@@ -121,20 +110,20 @@ zck_status zck_gather_plan_build(const zck_gather_src *srcs, size_t n_srcs, cons
     p->dst_end = e.dst_off + e.count;
     while (e.count) {
       if (!cur || cur->count == p->bucket_elems) {
-        ZCK_CHECK_GOTO(grow((void **)&p->buckets, &cap_buckets, p->n_buckets + 1, sizeof *p->buckets), s, done);
+        if (!ZCK__GROW(p->buckets, cap_buckets, p->n_buckets + 1)) { s = ZCK_ERR_NO_MEMORY; goto done; }
         cur = &p->buckets[p->n_buckets++];
         *cur = (zck_gather_bucket){p->n_items, 0, p->n_runs, 0, 0};
       }
       uint64_t take = p->bucket_elems - cur->count;
       if (take > e.count) take = e.count;
-      ZCK_CHECK_GOTO(grow((void **)&p->items, &cap_items, p->n_items + 1, sizeof *p->items), s, done);
+      if (!ZCK__GROW(p->items, cap_items, p->n_items + 1)) { s = ZCK_ERR_NO_MEMORY; goto done; }
       p->items[p->n_items++] = (zck_gather_item){e.src, e.src_off, cur->count, take};
       cur->n_items++;
       zck_gather_run *run = cur->n_runs ? &p->runs[p->n_runs - 1] : NULL;
       if (run && run->dst_off + run->count == e.dst_off) {
         run->count += take;
       } else {
-        ZCK_CHECK_GOTO(grow((void **)&p->runs, &cap_runs, p->n_runs + 1, sizeof *p->runs), s, done);
+        if (!ZCK__GROW(p->runs, cap_runs, p->n_runs + 1)) { s = ZCK_ERR_NO_MEMORY; goto done; }
         p->runs[p->n_runs++] = (zck_gather_run){e.dst_off, cur->count, take};
         cur->n_runs++;
       }

@@ -5,6 +5,7 @@
  * produce and anything the reader warned about. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dcp/dcp.h"
@@ -48,7 +49,9 @@ static cJSON *zck__hparam_json(const zck_hparam *h) {
   }
 }
 
-static void zck__inspect_model_json(cJSON *j, const zck_model *m) {
+/* copy_of (NULL, or one per param): a frozen param that repeats a trainable one's bytes,
+ * the way DCP saves a tied weight under each of its names. */
+static void zck__inspect_model_json(cJSON *j, const zck_model *m, const int32_t *copy_of) {
   cJSON *groups = cJSON_AddArrayToObject(j, "param_groups");
   for (size_t g = 0; g < m->n_groups; g++) {
     cJSON *gj = cJSON_CreateObject();
@@ -68,6 +71,7 @@ static void zck__inspect_model_json(cJSON *j, const zck_model *m) {
     cJSON_AddNumberToObject(pj, "group", p->group);
     cJSON_AddBoolToObject(pj, "frozen", p->frozen);
     if (p->tied_to >= 0) cJSON_AddStringToObject(pj, "tied_to", m->params[p->tied_to].name);
+    if (copy_of && copy_of[i] >= 0) cJSON_AddStringToObject(pj, "copy_of", m->params[copy_of[i]].name);
     cJSON_AddItemToArray(params, pj);
   }
   cJSON *bufs = cJSON_AddArrayToObject(j, "buffers");
@@ -81,7 +85,7 @@ static void zck__inspect_model_json(cJSON *j, const zck_model *m) {
   }
 }
 
-static void zck__inspect_model_text(const zck_model *m, FILE *out) {
+static void zck__inspect_model_text(const zck_model *m, const int32_t *copy_of, FILE *out) {
   for (size_t g = 0; g < m->n_groups; g++) {
     fprintf(out, "param group %zu: %zu params", g, m->groups[g].n_params);
     for (size_t h = 0; h < m->groups[g].n_hparams; h++) {
@@ -101,7 +105,9 @@ static void zck__inspect_model_text(const zck_model *m, FILE *out) {
     const zck_param *p = &m->params[i];
     char shape[128], notes[256] = "";
     zck_shape_str(p->ndim, p->shape, shape, sizeof shape);
-    if (p->frozen) strcat(notes, "frozen ");
+    if (copy_of && copy_of[i] >= 0)
+      snprintf(notes, sizeof notes, "tied: a copy of %s (same CRC-32s), no optimizer state", m->params[copy_of[i]].name);
+    else if (p->frozen) strcat(notes, "frozen ");
     if (p->tied_to >= 0) snprintf(notes + strlen(notes), sizeof notes - strlen(notes), "tied to %s", m->params[p->tied_to].name);
     fprintf(out, "%-*s  %-9s %-20s %5d  %s\n", (int)w, p->name, zck_dtype_name(p->dtype), shape, p->group, notes);
   }
@@ -117,10 +123,10 @@ typedef struct model_totals {
   uint64_t trainable, frozen, buffer_bytes;
 } model_totals;
 
-static model_totals totals_of(const zck_model *m) {
+static model_totals totals_of(const zck_model *m, const int32_t *copy_of) {
   model_totals t = {0, 0, 0};
   for (size_t i = 0; i < m->n_params; i++) {
-    if (m->params[i].tied_to >= 0) continue;
+    if (m->params[i].tied_to >= 0 || (copy_of && copy_of[i] >= 0)) continue;
     if (m->params[i].frozen) t.frozen += m->params[i].numel; else t.trainable += m->params[i].numel;
   }
   for (size_t i = 0; i < m->n_buffers; i++) t.buffer_bytes += m->buffers[i].numel * zck_dtype_size(m->buffers[i].dtype);
@@ -172,7 +178,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
   const zck_model *m = zck_ds_model(c);
   size_t n_out = 0;
   const zck_ds_output *outs = zck_ds_outputs(c, &n_out);
-  const model_totals tot = totals_of(m);
+  const model_totals tot = totals_of(m, NULL);
   uint64_t out_bytes = 0;
   for (size_t i = 0; i < n_out; i++) if (outs[i].kind != ZCK_DS_OUT_ALIAS) out_bytes += outs[i].numel * zck_dtype_size(outs[i].dtype);
   zck_status st = ZCK_OK;
@@ -185,7 +191,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
     if (in->bf16_optimizer) cJSON_AddStringToObject(j, "optimizer", "BF16_Optimizer");
     if (in->ep_size > 1) cJSON_AddNumberToObject(j, "ep_size", in->ep_size);
-    zck__inspect_model_json(j, m);
+    zck__inspect_model_json(j, m, NULL);
     cJSON *unsaved = cJSON_AddObjectToObject(j, "tied_to_unsaved");
     for (size_t i = 0; i < zck_ds_unsaved_tie_count(c); i++) {
       const char *alias, *src;
@@ -211,7 +217,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes); consolidated output %llu bytes\n",
             (unsigned long long)tot.trainable, (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes,
             (unsigned long long)out_bytes);
-    zck__inspect_model_text(m, out);
+    zck__inspect_model_text(m, NULL, out);
     if (in->stage == 1) {
       for (size_t i = 0; i < m->n_params; i++)
         if (m->params[i].frozen) { fprintf(out, "note: ZeRO-1 saves no frozen params for zero_to_fp32; %s is not in its output\n", m->params[i].name); }
@@ -233,7 +239,7 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
   ZCK_TRY(zck_uv_open(path, NULL, &c));
   const zck_uv_info *in = zck_uv_info_of(c);
   const zck_model *m = zck_uv_model(c);
-  const model_totals tot = totals_of(m);
+  const model_totals tot = totals_of(m, NULL);
   zck_status st = ZCK_OK;
   if (o->json) {
     cJSON *j = cJSON_CreateObject();
@@ -241,7 +247,7 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
     cJSON_AddStringToObject(j, "format", "universal");
     cJSON_AddStringToObject(j, "dir", in->dir);
     run_json(j, &RUN_FACTS_OF(in), &tot);
-    zck__inspect_model_json(j, m);
+    zck__inspect_model_json(j, m, NULL);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory building JSON");
@@ -254,7 +260,7 @@ zck_status zck__inspect_universal(const char *path, const zck_inspect_opts *o, F
     run_dtypes_text(out, &RUN_FACTS_OF(in));
     fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)tot.trainable,
             (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes);
-    zck__inspect_model_text(m, out);
+    zck__inspect_model_text(m, NULL, out);
   }
   zck_uv_close(c);
   return st;
@@ -266,7 +272,7 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
   ZCK_TRY(zck_h5u_describe(path, &u));
   const zck_h5u_info *in = zck_h5u_info_of(u);
   const zck_model *m = zck_h5u_model(u);
-  const model_totals tot = totals_of(m);
+  const model_totals tot = totals_of(m, NULL);
   const zck_layout *l = NULL;
   const zck_store *stores = NULL;
   bool has_state = zck_h5u_get(u, ZCK_H5U_EXP_AVG, &l, &stores) == ZCK_OK;
@@ -286,7 +292,7 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
     cJSON_AddNumberToObject(j, "side_files", (double)in->n_side_files);
     cJSON_AddNumberToObject(j, "trainable_elements", (double)tot.trainable);
     cJSON_AddNumberToObject(j, "frozen_elements", (double)tot.frozen);
-    zck__inspect_model_json(j, m);
+    zck__inspect_model_json(j, m, NULL);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory building JSON");
@@ -298,7 +304,7 @@ zck_status zck__inspect_h5u(const char *path, const zck_inspect_opts *o, FILE *o
             in->ds_version ? in->ds_version : "?", (long long)in->global_steps, in->n_side_files);
     fprintf(out, "elements: %llu trainable, %llu frozen; %zu buffers (%llu bytes)\n", (unsigned long long)tot.trainable,
             (unsigned long long)tot.frozen, m->n_buffers, (unsigned long long)tot.buffer_bytes);
-    zck__inspect_model_text(m, out);
+    zck__inspect_model_text(m, NULL, out);
   }
   zck_h5u_close(u);
   return st;
@@ -311,12 +317,18 @@ zck_status zck__inspect_dcp(const char *path, const zck_inspect_opts *o, FILE *o
   ZCK_TRY(zck_dcp_open(path, NULL, &c));
   const zck_dcp_info *in = zck_dcp_info_of(c);
   const zck_model *m = zck_dcp_model(c);
-  const model_totals tot = totals_of(m);
+  int32_t *copy_of = zck__calloc(m->n_params + 1, sizeof *copy_of);
+  zck_status st = copy_of ? zck_dcp_ties_by_crc(c, copy_of) : ZCK_ERR_NO_MEMORY;
+  if (st != ZCK_OK) {
+    free(copy_of);
+    zck_dcp_close(c);
+    return st;
+  }
+  const model_totals tot = totals_of(m, copy_of);
   size_t n_out = 0;
   const zck_ds_output *outs = zck_dcp_outputs(c, &n_out);
   uint64_t out_bytes = 0;
   for (size_t i = 0; i < n_out; i++) out_bytes += outs[i].numel * zck_dtype_size(outs[i].dtype);
-  zck_status st = ZCK_OK;
   if (o->json) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "path", path);
@@ -333,7 +345,7 @@ zck_status zck__inspect_dcp(const char *path, const zck_inspect_opts *o, FILE *o
     cJSON_AddNumberToObject(j, "trainable_elements", (double)tot.trainable);
     cJSON_AddNumberToObject(j, "frozen_elements", (double)tot.frozen);
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
-    zck__inspect_model_json(j, m);
+    zck__inspect_model_json(j, m, copy_of);
     cJSON *entries = cJSON_AddArrayToObject(j, "entries");
     for (size_t i = 0; i < zck_dcp_entry_count(c); i++) {
       zck_dcp_entry_info e;
@@ -362,10 +374,16 @@ zck_status zck__inspect_dcp(const char *path, const zck_inspect_opts *o, FILE *o
             in->weight_dtype ? zck_dtype_name(in->weight_dtype) : "mixed",
             in->has_optimizer_state ? zck_dtype_name(in->state_dtype) : "absent", in->version ? in->version : "?",
             in->save_id ? in->save_id : "?");
-    fprintf(out, "elements: %llu trainable, %llu frozen (no optimizer state); consolidated output %llu bytes\n",
-            (unsigned long long)tot.trainable, (unsigned long long)tot.frozen, (unsigned long long)out_bytes);
-    zck__inspect_model_text(m, out);
+    uint64_t copies = 0;
+    for (size_t i = 0; i < m->n_params; i++)
+      if (copy_of[i] >= 0) copies += m->params[i].numel;
+    fprintf(out, "elements: %llu trainable, %llu frozen (no optimizer state)", (unsigned long long)tot.trainable,
+            (unsigned long long)tot.frozen);
+    if (copies) fprintf(out, ", %llu in tied copies", (unsigned long long)copies);
+    fprintf(out, "; consolidated output %llu bytes\n", (unsigned long long)out_bytes);
+    zck__inspect_model_text(m, copy_of, out);
   }
+  free(copy_of);
   zck_dcp_close(c);
   return st;
 }

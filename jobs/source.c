@@ -85,6 +85,7 @@ static zck_status zck__src_open_deepspeed(zck__src *s, const char *path, const z
   dopts.tag = o->tag;
   dopts.threads = o->threads;
   dopts.require_optimizer_state = o->require_optimizer_state;
+  dopts.autoep_ds_names = o->autoep_ds_names;
   ZCK_TRY(zck_ds_open(path, &dopts, &s->ck));
   /* a zckpt-written checkpoint without its manifest was never completed */
   if (o->check_complete) ZCK_TRY(zck_ds_check_complete(s->ck, o->force));

@@ -59,8 +59,9 @@ typedef struct zck__src_opts {
   bool no_verify;            /* the universal reader's checks of its manifest's hashes */
   bool require_optimizer_state;   /* DeepSpeed: exp_avg / exp_avg_sq must be there (DS-48) */
   bool recipe;               /* zero_to_fp32's recipe wanted (outs): the container builds it */
+  bool autoep_ds_names;      /* DeepSpeed AutoEP: DeepSpeed's names, not the HF model's (zck_ds_open_opts) */
 } zck__src_opts;
-#define ZCK__SRC_OPTS_INIT {0, NULL, 0, false, false, false, false, false, false}
+#define ZCK__SRC_OPTS_INIT {0, NULL, 0, false, false, false, false, false, false, false}
 
 /* An opened source. */
 typedef struct zck__src {

@@ -134,6 +134,9 @@ static zck_status zck__uvj_check_info(const zck_ds_ckpt *ck, const zck_universal
     const char *k = zck_pk_as_str(uci->u.dict.keys[i]);
     const zck_pk *v = uci->u.dict.values[i];
     if (k && !strcmp(k, "universal_checkpoint_version")) continue;
+    /* AutoEP's: the experts are laid out from ds_autoep_layers (ds_autoep.c), the patterns rewritten
+     * (to_universal_autoep.c) */
+    if (k && info->ep_size && (!strcmp(k, "expert_parameter_patterns") || !strcmp(k, "ds_autoep_layers"))) continue;
     bool empty = !v || v->kind == ZCK_PK_NONE || ((v->kind == ZCK_PK_LIST || v->kind == ZCK_PK_TUPLE) && !v->u.seq.len) ||
                  (v->kind == ZCK_PK_DICT && !v->u.dict.len);
     if (!empty)
@@ -345,7 +348,11 @@ static zck_status zck__uvj_param_entries(zck__uvj *j, const uint32_t *flat, size
       e->param = flat[i];
       e->numel = p->numel;
       e->dtype = j->views[k].stores[0].dtype;
-      if (j->info->stage <= 2 || j->info->tp_size > 1) {
+      if (zck_ds_autoep_is_expert(j->ck, p->name)) {
+        e->form = ZCK_UV_EXPERT;   /* all experts in one tensor, at any stage (autoep_universal.py) */
+        e->ndim = p->ndim;
+        memcpy(e->shape, p->shape, sizeof e->shape);
+      } else if (j->info->stage <= 2 || j->info->tp_size > 1) {
         /* AutoTP (any stage): ds_to_universal's affine-map merge writes the full tensor as {'param'}
          * (+ 'vocab_tensor' first) */
         e->form = j->info->tp_size <= 1 ? ZCK_UV_CAT_DIM
@@ -484,24 +491,9 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
 
 // ---- zero/optimizer_state.pt
 
-/* The file between its tree and its finish: the copy job of its tensors runs with the
- * first batch (zck__uvj_batch). */
-typedef struct zck__uvj_opt {
-  zck_torch_writer *tw;
-  zck__shash *h;                /* its manifest hashes, made as it is written */
-  zck__shash_budget *budget;    /* the writer's, shared with every file */
-  zck__shash_wrap *wrap;        /* [copies.n]: the target stores, feeding h */
-  zck_pk *root;
-  zck_uv_copies copies;
-  zck_plan *plan;
-  zck_store *src, *dst;
-  uint32_t *crc;
-  uint64_t bytes;
-} zck__uvj_opt;
-
 #define ZCK__UVJ_OPT_NAME "zero/optimizer_state.pt"
 
-static void zck__uvj_opt_free(zck__uvj_opt *os) {
+void zck__uvj_opt_free(zck__uvj_opt *os) {
   zck_torch_writer_free(os->tw);
   zck__shash_free(os->h);
   free(os->wrap);
@@ -514,7 +506,7 @@ static void zck__uvj_opt_free(zck__uvj_opt *os) {
 }
 
 /* The copy job of the tensors the tree holds (as zck_uv_copies_run would run it). */
-static zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
+zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
   zck_uv_copies *c = &os->copies;
   size_t n = c->n;
   zck_extent *ext = zck__calloc(n ? n : 1, sizeof *ext);
@@ -566,7 +558,7 @@ zck_status zck_uv_copies_run(zck_torch_writer *tw, zck_uv_copies *c, const zck_e
 }
 
 /* After the job ran: the CRCs, then the file. */
-static zck_status zck__uvj_opt_finish(zck__uvj_opt *os) {
+zck_status zck__uvj_opt_finish(zck__uvj_opt *os) {
   for (size_t i = 0; i < os->copies.n; i++) zck_torch_writer_set_crc(os->tw, os->copies.v[i].storage, os->crc[i]);
   return zck_torch_writer_finish(os->tw, os->root);
 }
@@ -881,23 +873,26 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   zck__uvj_opt os = {0}, om = {0};   /* om: ZeRO-0's rebuilt model file */
   zck__uvj_models mf = {0};
   zck_exec_job extra[2];
+  /* AutoEP: the model files are saved again with the experts named (to_universal_autoep.c), after the batches */
+  const bool autoep = j.info->ep_size > 0;
+  const size_t n_extra = autoep ? 1 : 2;
   size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * zck_ds_model_file_count(ck);
   bool ride = per > 16 + extra_fds && j.n;
   if (ride) per -= extra_fds;
   for (int step = 0; step < 3 && st == ZCK_OK; step++) {
     if (step == (ride ? 0 : 1)) { /* reserve the extra files */
       st = zck__uvj_optimizer_state(&j, &os, &extra[0]);
-      if (st == ZCK_OK)
+      if (st == ZCK_OK && !autoep)
         st = j.info->stage == 0 ? zck__uvj_zero0_model(&j, flat, n_flat, &om, &extra[1]) : zck__uvj_model_files(&j, &mf, &extra[1]);
       mf.bytes += om.bytes;
       j.prog.total += os.bytes + mf.bytes;
     } else if (step == (ride ? 1 : 0)) { /* the batches */
       for (size_t i = 0; st == ZCK_OK && i < j.n; i += per)
-        st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per, ride && !i ? extra : NULL, ride && !i ? 2 : 0,
+        st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per, ride && !i ? extra : NULL, ride && !i ? n_extra : 0,
                             ride && !i ? os.bytes + mf.bytes : 0);
     } else if (!ride) { /* the extra copies on their own */
       zck_exec_opts eo = zck__uvj_exec_opts(o, &j.prog);
-      st = zck_exec_run(extra, 2, &eo);
+      st = zck_exec_run(extra, n_extra, &eo);
       zck__uvj_progress_advance(&j.prog, os.bytes + mf.bytes);
     }
   }
@@ -908,6 +903,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   else if (st == ZCK_OK && j.info->stage <= 2) st = zck__uvj_steps(&j);
   if (st == ZCK_OK) st = zck__uvj_opt_finish(&os);
   if (st == ZCK_OK) st = zck_uv_writer_keep_hashed(j.w, ZCK__UVJ_OPT_NAME, os.h);
+  if (st == ZCK_OK && autoep) st = zck__uvj_autoep_models(ck, j.w, o, &j.prog);
   zck__uvj_opt_free(&os);
   if (st == ZCK_OK) st = zck_uv_writer_finish_files(j.w);
   /* the layout the universal reader finds in what was just written: the source's */
@@ -954,12 +950,13 @@ zck_status zck__to_universal_of(const char *src, const char *label, const char *
   so.tag = o.tag;
   so.threads = o.threads;
   so.require_optimizer_state = true;   /* DS-48: conversion needs exp_avg / exp_avg_sq */
+  so.autoep_ds_names = true;           /* AutoEP: ds_to_universal's names (experts.w1 / w2 / w3) */
   zck__src s;
   ZCK_TRY(zck__src_open(&s, src, zck__src_sniff(src), &so));
   const zck_ds_ckpt *ck = s.ck;
   zck_uv_writer *w = NULL;
   zck_manifest_layout l;
-  zck_status st = zck_ds_autoep_refuse(ck, "to-universal");
+  zck_status st = o.format == ZCK_UNIVERSAL_HDF5 ? zck_ds_autoep_refuse(ck, "to-universal --format hdf5") : ZCK_OK;
   if (st == ZCK_OK)
     st = o.format == ZCK_UNIVERSAL_HDF5 ? zck__to_universal_h5(ck, label, out, &o) : zck__to_universal_ds(ck, out, &o, &w, &l);
   size_t n_params = zck_ds_model(ck)->n_params;

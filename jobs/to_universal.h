@@ -6,6 +6,8 @@
 
 #include "deepspeed/deepspeed.h"
 #include "exec.h"
+#include "plan.h"
+#include "stream_hash.h"
 #include "universal/universal.h"
 #include "zck.h"
 
@@ -46,6 +48,31 @@ zck_status zck__uvj_zero0_model_file(const zck_ds_ckpt *ck, const uint32_t *flat
 zck_status zck__uvj_zero0_optimizer_state(const zck_ds_ckpt *ck, zck_torch_writer *tw, zck_pk **root,
                                           zck_uv_copies *copies);
 zck_status zck__uvj_zero0_steps(const zck_ds_ckpt *ck, zck_uv_writer *w, const uint32_t *flat, size_t n_flat);
+
+/* A .pt file rebuilt from a pickled tree between its tree and its finish (zero/optimizer_state.pt, a model file):
+ * the copy job of its tensors runs with the first batch (zck__uvj_batch) or on its own. */
+typedef struct zck__uvj_opt {
+  zck_torch_writer *tw;
+  zck__shash *h;                /* its manifest hashes, made as it is written */
+  zck__shash_budget *budget;    /* the writer's, shared with every file */
+  zck__shash_wrap *wrap;        /* [copies.n]: the target stores, feeding h */
+  zck_pk *root;
+  zck_uv_copies copies;
+  zck_plan *plan;
+  zck_store *src, *dst;
+  uint32_t *crc;
+  uint64_t bytes;
+} zck__uvj_opt;
+
+/* The copy job of the tensors os's tree holds (alive until os is freed); after it ran, the CRCs and the file. */
+zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job);
+zck_status zck__uvj_opt_finish(zck__uvj_opt *os);
+void zck__uvj_opt_free(zck__uvj_opt *os);
+
+/* to_universal_autoep.c: an AutoEP source's model-states files as ds_to_universal 0.19.8 saves them again (its
+ * universal_checkpoint_info naming the experts), written into w, one executor run each. */
+zck_status zck__uvj_autoep_models(const zck_ds_ckpt *ck, zck_uv_writer *w, const zck_universal_opts *o,
+                                  zck__uvj_progress *prog);
 
 zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o);
 

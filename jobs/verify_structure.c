@@ -409,8 +409,8 @@ static zck_status check_h5u(vctx *c) {
   c->r->pub.files = 1;
   zck__vreport_set(&c->r->kind, "hdf5");
   zck_h5_file *f = NULL;
-  /* the root's attributes only: the walk leaves /params's groups to the container's open */
-  zck_status st = zck_h5_open_lazy(c->path, "params", &f);
+  /* one walk of the metadata, in full: the container is built over the same file */
+  zck_status st = zck_h5_open(c->path, &f);
   if (st == ZCK_OK) {
     char *fmt = NULL;
     /* the root attributes' digest first: a damaged one may be what names the format */
@@ -424,9 +424,9 @@ static zck_status check_h5u(vctx *c) {
     }
     bool ours = zck_h5_attr_str(f, "/", "zckpt_format", &fmt) == ZCK_OK && !strcmp(fmt, ZCK_H5U_FORMAT);
     free(fmt);
-    zck_h5_close(f);
     zck_clear_error();
     if (!ours) {
+      zck_h5_close(f);
       if (c->r->first_unchecked == ZCK_OK) c->r->first_unchecked = ZCK_ERR_UNSUPPORTED;
       zck__vreport_add(c->r, ZCK_VERIFY_UNCHECKABLE, "coverage", c->path, NULL, -1, 0,
                        "%s: an HDF5 file but not a zckpt universal container: zckpt checks only its own", c->path);
@@ -434,7 +434,7 @@ static zck_status check_h5u(vctx *c) {
     }
   }
   zck_h5u *u = NULL;
-  if (st == ZCK_OK) st = zck_h5u_open(c->path, &u);
+  if (st == ZCK_OK) st = zck_h5u_open_file(f, &u);
   if (st != ZCK_OK) {
     if (st == ZCK_ERR_NO_MEMORY) return st;
     zck__verify_add_status(c, st, "structure", c->path, zck_last_error());

@@ -66,13 +66,7 @@ typedef struct piece_vec {
 static zck_status piece_push(piece_vec *pv, uint32_t param, uint32_t store, uint64_t param_off, uint64_t store_off,
                              uint64_t count) {
   if (!count) return ZCK_OK;
-  if (pv->n == pv->cap) {
-    size_t ncap = pv->cap ? pv->cap * 2 : 64;
-    zck_piece *nv = zck__realloc(pv->v, ncap * sizeof *nv);
-    if (!nv) return ZCK_ERR_NO_MEMORY;
-    pv->v = nv;
-    pv->cap = ncap;
-  }
+  if (!ZCK__GROW(pv->v, pv->cap, pv->n + 1)) return ZCK_ERR_NO_MEMORY;
   pv->v[pv->n++] = (zck_piece){param, store, param_off, store_off, count};
   return ZCK_OK;
 }

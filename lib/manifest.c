@@ -114,13 +114,7 @@ static zck_status add_file(zck_manifest *m, const char *relpath, size_t *index, 
   if (!safe_relpath(relpath)) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: unsafe file path \"%s\"", shown);
   if (check_twice && zck_manifest_find_file(m, relpath) >= 0)
     return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file \"%s\" listed twice", shown);
-  if (m->n_files == m->cap_files) {
-    size_t cap = m->cap_files ? 2 * m->cap_files : 16;
-    zck_manifest_file *v = zck__realloc(m->files, cap * sizeof *v);
-    if (!v) return ZCK_ERR_NO_MEMORY;
-    m->files = v;
-    m->cap_files = cap;
-  }
+  if (!ZCK__GROW(m->files, m->cap_files, m->n_files + 1)) return ZCK_ERR_NO_MEMORY;
   if (!m->file_index && !(m->file_index = zck__calloc(1, sizeof *m->file_index))) return ZCK_ERR_NO_MEMORY;
   zck_manifest_file *f = &m->files[m->n_files];
   memset(f, 0, sizeof *f);
@@ -150,13 +144,7 @@ zck_status zck__manifest_add_tensor_n(zck_manifest *m, size_t file, const char *
                                       size_t dtype_n, int ndim, const int64_t *shape, uint64_t offset, uint64_t nbytes,
                                       size_t *index) {
   ZCK_ASSERT(file < m->n_files && name && dtype && ndim >= 0 && ndim <= ZCK_MANIFEST_MAX_DIMS);
-  if (m->n_tensors == m->cap_tensors) {
-    size_t cap = m->cap_tensors ? 2 * m->cap_tensors : 64;
-    zck_manifest_tensor *v = zck__realloc(m->tensors, cap * sizeof *v);
-    if (!v) return ZCK_ERR_NO_MEMORY;
-    m->tensors = v;
-    m->cap_tensors = cap;
-  }
+  if (!ZCK__GROW(m->tensors, m->cap_tensors, m->n_tensors + 1)) return ZCK_ERR_NO_MEMORY;
   zck_manifest_tensor *t = &m->tensors[m->n_tensors];
   memset(t, 0, sizeof *t);
   t->file = file;

@@ -75,18 +75,6 @@ static void index_free(zck__name_index *ix) {
 
 // ---- growth helper
 
-static zck_status grow(void **arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return ZCK_OK;
-  size_t ncap = *cap ? *cap * 2 : 16;
-  while (ncap < need) ncap *= 2;
-  void *p = zck__realloc(*arr, ncap * elem);
-  if (!p) return ZCK_ERR_NO_MEMORY;
-  memset((char *)p + *cap * elem, 0, (ncap - *cap) * elem);
-  *arr = p;
-  *cap = ncap;
-  return ZCK_OK;
-}
-
 // ---- model
 
 zck_model *zck_model_new(void) { return zck__calloc(1, sizeof(zck_model)); }
@@ -147,7 +135,7 @@ zck_status zck_model_add_param(zck_model *m, const char *name, int ndim, const i
   ZCK_TRY(shape_numel("parameter", name, ndim, shape, &numel));
   ZCK_FAIL_IF(zck_model_find_param(m, name) >= 0, ZCK_ERR_FORMAT, "parameter %s: listed twice", name);
   ZCK_FAIL_IF(m->n_params >= UINT32_MAX - 1, ZCK_ERR_LIMIT, "parameter %s: too many parameters", name);
-  ZCK_TRY(grow((void **)&m->params, &m->cap_params, m->n_params + 1, sizeof *m->params));
+  if (!ZCK__GROW(m->params, m->cap_params, m->n_params + 1)) return ZCK_ERR_NO_MEMORY;
   zck_param *p = &m->params[m->n_params];
   memset(p, 0, sizeof *p);
   p->name = zck__strdup(name);
@@ -175,7 +163,7 @@ zck_status zck_model_add_buffer(zck_model *m, const char *name, int ndim, const 
   ZCK_TRY(shape_numel("buffer", name, ndim, shape, &numel));
   ZCK_FAIL_IF(zck_model_find_buffer(m, name) >= 0, ZCK_ERR_FORMAT, "buffer %s: listed twice", name);
   ZCK_FAIL_IF(m->n_buffers >= UINT32_MAX - 1, ZCK_ERR_LIMIT, "buffer %s: too many buffers", name);
-  ZCK_TRY(grow((void **)&m->buffers, &m->cap_buffers, m->n_buffers + 1, sizeof *m->buffers));
+  if (!ZCK__GROW(m->buffers, m->cap_buffers, m->n_buffers + 1)) return ZCK_ERR_NO_MEMORY;
   zck_buffer *b = &m->buffers[m->n_buffers];
   memset(b, 0, sizeof *b);
   b->name = zck__strdup(name);
@@ -233,7 +221,7 @@ zck_status zck_model_add_group(zck_model *m, uint32_t *out_group) {
   ZCK_ASSERT(m);
   if (out_group) *out_group = UINT32_MAX; /* no group, on failure */
   ZCK_FAIL_IF(m->n_groups >= INT32_MAX, ZCK_ERR_LIMIT, "too many parameter groups");
-  ZCK_TRY(grow((void **)&m->groups, &m->cap_groups, m->n_groups + 1, sizeof *m->groups));
+  if (!ZCK__GROW(m->groups, m->cap_groups, m->n_groups + 1)) return ZCK_ERR_NO_MEMORY;
   memset(&m->groups[m->n_groups], 0, sizeof m->groups[0]);
   if (out_group) *out_group = (uint32_t)m->n_groups;
   m->n_groups++;
@@ -247,7 +235,7 @@ zck_status zck_model_group_add_param(zck_model *m, uint32_t g, uint32_t param) {
   zck_param *p = &m->params[param];
   ZCK_FAIL_IF(p->group >= 0, ZCK_ERR_FORMAT, "parameter %s: in parameter groups %d and %u", p->name, p->group, g);
   zck_param_group *gr = &m->groups[g];
-  ZCK_TRY(grow((void **)&gr->params, &gr->cap_params, gr->n_params + 1, sizeof *gr->params));
+  if (!ZCK__GROW(gr->params, gr->cap_params, gr->n_params + 1)) return ZCK_ERR_NO_MEMORY;
   gr->params[gr->n_params++] = param;
   p->group = (int32_t)g;
   return ZCK_OK;
@@ -268,7 +256,7 @@ static zck_status hparam_slot(zck_model *m, uint32_t g, const char *key, zck_hpa
       *out = h;
       return ZCK_OK;
     }
-  ZCK_TRY(grow((void **)&gr->hparams, &gr->cap_hparams, gr->n_hparams + 1, sizeof *gr->hparams));
+  if (!ZCK__GROW(gr->hparams, gr->cap_hparams, gr->n_hparams + 1)) return ZCK_ERR_NO_MEMORY;
   zck_hparam *h = &gr->hparams[gr->n_hparams];
   memset(h, 0, sizeof *h);
   h->key = zck__strdup(key);

@@ -13,13 +13,7 @@ typedef struct ext_vec {
 } ext_vec;
 
 static zck_status ext_push(ext_vec *ev, const zck_extent *e) {
-  if (ev->n == ev->cap) {
-    size_t ncap = ev->cap ? ev->cap * 2 : 256;
-    zck_extent *nv = zck__realloc(ev->v, ncap * sizeof *nv);
-    if (!nv) return ZCK_ERR_NO_MEMORY;
-    ev->v = nv;
-    ev->cap = ncap;
-  }
+  if (!ZCK__GROW(ev->v, ev->cap, ev->n + 1)) return ZCK_ERR_NO_MEMORY;
   ev->v[ev->n++] = *e;
   return ZCK_OK;
 }

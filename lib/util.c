@@ -22,6 +22,21 @@ void *zck__realloc(void *old, size_t n) {
   if (!p) zck__fail(ZCK_ERR_NO_MEMORY, "out of memory allocating %zu bytes", n);
   return p;
 }
+bool zck__grow_slow(void **p, size_t *cap, size_t need, size_t elem) {
+  size_t n = *cap ? *cap : 16, bytes;
+  while (n < need)
+    if (__builtin_mul_overflow(n, (size_t)2, &n)) break;
+  if (n < need || __builtin_mul_overflow(n, elem, &bytes)) {
+    zck__fail(ZCK_ERR_NO_MEMORY, "out of memory: an array of %zu elements of %zu bytes", need, elem);
+    return false;
+  }
+  void *q = zck__realloc(*p, bytes);
+  if (!q) return false;
+  memset((char *)q + *cap * elem, 0, (n - *cap) * elem);
+  *p = q;
+  *cap = n;
+  return true;
+}
 char *zck__strdup(const char *s) { return zck__strndup(s, strlen(s)); }
 char *zck__strndup(const char *s, size_t n) {
   char *p = zck__malloc(n + 1);

@@ -20,6 +20,14 @@ void *zck__calloc(size_t count, size_t size);
 void *zck__realloc(void *p, size_t n);
 char *zck__strdup(const char *s);
 char *zck__strndup(const char *s, size_t n);
+/* A growable array: makes *p (of *cap elements of elem bytes) hold at least need
+ * elements, doubling from 16, the new elements zeroed. false (error set) when out of
+ * memory or when the size overflows; *p and *cap are then unchanged. */
+bool zck__grow_slow(void **p, size_t *cap, size_t need, size_t elem);
+static inline bool zck__grow(void **p, size_t *cap, size_t need, size_t elem) {
+  return need <= *cap || zck__grow_slow(p, cap, need, elem);
+}
+#define ZCK__GROW(arr, cap, need) zck__grow((void **)&(arr), &(cap), (need), sizeof *(arr))
 /* asprintf into a fresh string; NULL (with error set) on failure. */
 char *zck__sprintf(const char *fmt, ...) ZCK__PRINTF(1, 2);
 /* Copies a caller's option struct (which starts with its size_t size, see zck.h) over the

@@ -13,7 +13,8 @@ static const char zck__consolidate_help[] =
   "usage: zckpt consolidate [options] CHECKPOINT OUT\n"
   "\n"
   "Turns a DeepSpeed ZeRO-1/2/3 checkpoint into whole tensors, equal bit for bit to\n"
-  "DeepSpeed's zero_to_fp32.py. CHECKPOINT: the save root holding `latest`, a tag\n"
+  "DeepSpeed's zero_to_fp32.py (a torch Distributed Checkpoint: to torch's\n"
+  "dcp_to_torch_save). CHECKPOINT: the save root holding `latest`, a tag\n"
   "folder (global_stepN), a Hugging Face checkpoint-N/ folder, or a Trainer output_dir\n"
   "(its newest complete checkpoint-N: `latest` and its tag folder there, and a zckpt\n"
   "manifest, where there is one, intact; said on stderr), or a universal checkpoint made\n"
@@ -29,7 +30,13 @@ static const char zck__consolidate_help[] =
   "  --dtype fp32|bf16|fp16   cast floating tensors (default: zero_to_fp32's dtypes:\n"
   "                           fp32 params, frozen params in their 16-bit dtype)\n"
   "  --max-shard-size SIZE    HF shard size (5GB, 500MB, 2GiB); default 5GB\n"
-  "  --format safetensors|pt|both  pt: pytorch_model.bin; both: the two (default safetensors)\n"
+  "  --format safetensors|pt|both|torch-save\n"
+  "                           pt: pytorch_model.bin; both: the two (default safetensors);\n"
+  "                           torch-save (a torch Distributed Checkpoint only): OUT is the\n"
+  "                           one file torch's dcp_to_torch_save writes, byte for byte: the\n"
+  "                           whole state dict, optimizer state and param groups included\n"
+  "                           (takes none of --tag, --dtype, --max-shard-size,\n"
+  "                           --exclude-frozen, --keep-tied)\n"
   "  --exclude-frozen         leave frozen parameters out\n"
   "  (zero_to_fp32.py's --max_shard_size, --exclude_frozen_parameters and\n"
   "   --safe_serialization are accepted too)\n"
@@ -42,6 +49,33 @@ static const char zck__consolidate_help[] =
   "                           manifest's XXH3s); structure and rank checks still run\n"
   "  -q, --quiet              no progress bar, no summary line\n"
   "  -h, --help               this help\n";
+
+/* --format torch-save: torch's dcp_to_torch_save(CHECKPOINT, OUT) (jobs/consolidate_torch_save.c). */
+static int consolidate_torch_save(const char *in, const char *out_arg, zck_consolidate_opts *o, const char *model_only,
+                                  bool quiet) {
+  if (model_only)
+    return zck_cli_usage_error("consolidate", "--format torch-save writes the whole state dict as torch does: %s does not apply",
+                               model_only);
+  char *picked = NULL, *out = NULL;
+  int rc;
+  if ((rc = zck_cli_pick_checkpoint(in, "consolidating", quiet || zck_cli_dist_quiet(), &picked))) return rc;
+  if (picked) in = picked;
+  if ((rc = zck_cli_resolve_out(out_arg, &out))) { free(picked); return rc; }
+  zck_cli_set_output(out);
+  zck_cli_progress bar;
+  zck_cli_progress_init(&bar, "consolidate", 0, quiet);
+  o->progress = zck_cli_progress_cb;
+  o->progress_ctx = &bar;
+  double started = zck_cli_now();
+  zck_status s = zck_dcp_to_torch_save(in, out, o);
+  zck_cli_progress_finish(&bar);
+  struct stat st;
+  zck_job_summary sum = {1, 1, s == ZCK_OK && stat(out, &st) == 0 ? (uint64_t)st.st_size : 0};
+  free(out);
+  free(picked);
+  if (s == ZCK_OK) zck_cli_summary(out_arg, "file", &sum, started, quiet || zck_cli_dist_quiet());
+  return s == ZCK_OK ? ZCK_EXIT_OK : zck_cli_fail(s);
+}
 
 int zck_cmd_consolidate(int argc, char **argv) {
   static const struct option opts[] = {
@@ -57,16 +91,20 @@ int zck_cmd_consolidate(int argc, char **argv) {
   zck_consolidate_opts o = ZCK_CONSOLIDATE_OPTS_INIT;
   bool quiet = false;
   const char *format = NULL;
+  bool torch_save = false;
+  const char *model_only = NULL;   /* an option that shapes the model output, which torch-save does not take */
   int c, rc;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":hqt:j:", opts, NULL)) != -1) {
     switch (c) {
-    case 't': o.tag = optarg; break;
+    case 't': o.tag = optarg; model_only = "--tag"; break;
     case 'd':
+      model_only = "--dtype";
       if ((rc = zck_cli_opt_float_dtype("consolidate", optarg, &o.dtype))) return rc;
       break;
     case 's':
+      model_only = "--max-shard-size";
       if ((rc = zck_cli_opt_shard_size("consolidate", optarg, &o.max_shard_size))) return rc;
       break;
     case 'f':
@@ -74,11 +112,12 @@ int zck_cmd_consolidate(int argc, char **argv) {
       if (!strcmp(optarg, "safetensors")) { o.safetensors = 1; o.torch_bin = 0; }
       else if (!strcmp(optarg, "pt")) { o.safetensors = 0; o.torch_bin = 1; }
       else if (!strcmp(optarg, "both")) { o.safetensors = 1; o.torch_bin = 1; }
-      else return zck_cli_usage_error("consolidate", "--format must be safetensors, pt or both");
+      else if (!strcmp(optarg, "torch-save")) torch_save = true;
+      else return zck_cli_usage_error("consolidate", "--format must be safetensors, pt, both or torch-save");
       break;
-    case 'x': o.exclude_frozen = 1; break;
+    case 'x': o.exclude_frozen = 1; model_only = "--exclude-frozen"; break;
     case 'S': break;
-    case 'k': o.keep_tied = 1; break;
+    case 'k': o.keep_tied = 1; model_only = "--keep-tied"; break;
     case 'j':
       if ((rc = zck_cli_opt_threads("consolidate", optarg, &o.threads))) return rc;
       break;
@@ -93,6 +132,7 @@ int zck_cmd_consolidate(int argc, char **argv) {
   if (argc - optind != 2) return zck_cli_usage_error("consolidate", "expected CHECKPOINT and OUT");
   for (int i = optind; i < argc; i++)
     if (!argv[i][0]) return zck_cli_usage_error("consolidate", "empty path argument");
+  if (torch_save) return consolidate_torch_save(argv[optind], argv[optind + 1], &o, model_only, quiet);
   const char *in = argv[optind];
   char *picked = NULL;
   if (!o.tag && (rc = zck_cli_pick_checkpoint(in, "consolidating", quiet || zck_cli_dist_quiet(), &picked))) return rc;

@@ -8,8 +8,9 @@
  *     from its first byte to its last (the FileSystemWriter writes them back to back);
  *   - every file the metadata names is there; no transform descriptor (compression) and
  *     no path outside the folder;
- *   - every tensor's chunks lie inside its global shape, cover it exactly once, and each
- *     is one contiguous range of its flat (row-major) array, with exactly one item;
+ *   - every tensor's chunks are blocks inside its global shape (FSDP's rows, or blocks
+ *     that cut any dimension: FSDP2 + tensor parallel), cover it exactly once, each with
+ *     exactly one item;
  *   - every item is an uncompressed torch.save zip: a tensor item holds one contiguous
  *     tensor of the chunk's dtype and shape, a bytes item one Python value.
  * It then describes, reading nothing more:
@@ -17,11 +18,15 @@
  *     stored); param groups and their settings from the optim.param_groups.<i>.* items;
  *     a param with optimizer state is trainable, one without it frozen;
  *   - a state view (lib/state.h): FP32 (trainable weights), EXP_AVG, EXP_AVG_SQ and
- *     FROZEN parts, each a custom layout whose stores are the chunks, bound in place to
+ *     FROZEN parts, each a custom layout whose stores are the chunks (a block that cuts an
+ *     inner dimension is one piece per contiguous run of it), bound in place to
  *     their bytes inside the items (a window source per item) with the zip CRC-32 of each
  *     record, so the executor checks every byte it streams;
  *   - the consolidation recipe (dcp_to_torch_save's model entries, in order, in their
  *     stored dtype) in the form every job takes (zck_ds_output).
+ * A folder of torch's HuggingFaceStorageWriter(save_distributed=True) (safetensors storage:
+ * shard-<r>-model-<i>-of-<n>.safetensors, no .metadata) reads the same way, its chunks
+ * from each header's DCP_SHARDING_INFO (dcp_safetensors.c); it has no CRCs to check.
  * Errors are one line naming the file: "DIR/__1_0.distcp: item model.x at byte 123: ...".
  */
 #ifndef ZCK_DCP_H
@@ -138,6 +143,8 @@ zck_status zck_dcp_train_info(zck_dcp *c, zck_dcp_train *out);
  * param p repeats (same dtype, shape and chunks, the same CRC-32s, then the same bytes),
  * else -1. */
 zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied);
+/* The same from the CRC-32s alone, reading no data (inspect: it says what it saw). */
+zck_status zck_dcp_ties_by_crc(const zck_dcp *c, int32_t *tied);
 /* The checkpoint-N folder holding the DCP in its pytorch_model_fsdp_0/ (Accelerate's
  * save_state, HF Trainer with FSDP), whose other files (trainer_state.json, scheduler.pt,
  * rng states) belong to the checkpoint; NULL for a plain DCP folder. malloc'd. */

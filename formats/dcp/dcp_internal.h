@@ -8,12 +8,32 @@
 #include "io.h"
 #include "strmap.h"
 
-/* A chunk of a tensor entry: where it sits in the global shape, and in the flat array. */
+/* A chunk of a tensor entry: a block of the global shape (offsets, sizes), stored
+ * row-major. In the tensor's flat (row-major) array it is n_runs runs of run_len elements:
+ * a chunk of whole rows (FSDP's) is one run; one that cuts an inner dimension (tensor
+ * parallel's column shards, FSDP2 + TP's dp x tp blocks) is one run per index of the
+ * dimensions before the innermost one it cuts (cut_dim), a run being as long as the
+ * contiguous stretch allows, so a row-wise chunk never costs more than one. */
 typedef struct zck__dcp_chunk {
   int64_t offsets[ZCK_MAX_DIMS], sizes[ZCK_MAX_DIMS];
-  uint64_t flat_off, numel;
+  uint64_t flat_off, numel;        /* of its first element; its elements */
+  uint64_t n_runs, run_len;        /* n_runs * run_len == numel; 0 runs when empty */
+  int cut_dim;                     /* runs step over dimensions [0, cut_dim) */
   size_t item;                     /* its storage item; SIZE_MAX until matched */
 } zck__dcp_chunk;
+
+/* Walks a chunk's runs in its own (storage) order: run r is the chunk's elements
+ * [r * run_len, (r + 1) * run_len), placed at flat offset zck__dcp_runs_next's value in
+ * the tensor. An odometer over the cut dimensions: no division per run. */
+typedef struct zck__dcp_runs {
+  const zck__dcp_chunk *ch;
+  uint64_t stride[ZCK_MAX_DIMS];   /* the tensor's row-major strides */
+  int64_t idx[ZCK_MAX_DIMS];
+  uint64_t flat, left;
+} zck__dcp_runs;
+void zck__dcp_runs_init(zck__dcp_runs *r, int ndim, const int64_t *shape, const zck__dcp_chunk *ch);
+/* The flat offset of the next run; false after the last. */
+bool zck__dcp_runs_next(zck__dcp_runs *r, uint64_t *flat);
 
 /* A state_dict_metadata entry. */
 typedef struct zck__dcp_entry {
@@ -48,10 +68,12 @@ typedef struct zck__dcp_file {
   char *path;                      /* dir/name */
   zck__source src;
   uint64_t item_bytes;             /* the items' bytes (== src.size once checked) */
+  uint64_t data_start;             /* where its items begin: 0, or past a safetensors header */
 } zck__dcp_file;
 
 struct zck_dcp {
   zck_dcp_info info;
+  bool safetensors;                /* safetensors storage (dcp_safetensors.c): no .metadata, no CRCs */
   char *dir;
   char *optim_dir;                 /* Accelerate's optimizer_0 beside pytorch_model_fsdp_0, or NULL */
   char *version, *save_id;
@@ -78,6 +100,16 @@ struct zck_dcp {
  * files (names only; nothing opened), checking the chunk geometry. Called once per folder
  * (a model folder, then Accelerate's optimizer folder): entries and items add up. */
 zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o);
+
+/* Checks entry i's chunk geometry (each a block inside the shape, together covering it
+ * exactly once) and sets their runs; messages name path. */
+zck_status zck__dcp_check_chunks(zck_dcp *c, const char *path, size_t i);
+
+/* dcp_safetensors.c: safetensors storage (HuggingFaceStorageWriter, save_distributed):
+ * whether dir holds shard-*-model-*.safetensors files, and their chunks parsed into c's
+ * entries, chunks, items and files as zck__dcp_parse_metadata makes them. */
+bool zck__dcp_safetensors_dir(const char *dir);
+zck_status zck__dcp_parse_safetensors(zck_dcp *c, const char *dir);
 
 /* Opens item it as a torch.save file, making its window first. A small item is read whole
  * with one pread and parsed from memory (the zip reader's many small reads of a 2 KB item

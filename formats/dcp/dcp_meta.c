@@ -1,7 +1,7 @@
 /* dcp_meta.c: the .metadata pickle of a DCP folder, read as torch's unpickler would see it
  * (only the classes dcp_format.h lists), into entries, chunks, items and file names, with
- * the chunk geometry checked: every chunk inside its tensor, one contiguous range of the
- * flat array, the chunks covering the tensor exactly once, one item per chunk. */
+ * the chunk geometry checked: every chunk a block inside its tensor, the chunks covering
+ * the tensor exactly once, one item per chunk. */
 #include "dcp_internal.h"
 
 #include "pickle/pickle.h"
@@ -311,10 +311,94 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
 
 // ---- chunk geometry
 
+void zck__dcp_runs_init(zck__dcp_runs *r, int ndim, const int64_t *shape, const zck__dcp_chunk *ch) {
+  memset(r, 0, sizeof *r);
+  r->ch = ch;
+  uint64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    r->stride[d] = stride;
+    stride *= (uint64_t)shape[d];
+  }
+  r->flat = ch->flat_off;
+  r->left = ch->n_runs;
+}
+
+bool zck__dcp_runs_next(zck__dcp_runs *r, uint64_t *flat) {
+  if (!r->left) return false;
+  *flat = r->flat;
+  if (--r->left)
+    for (int d = r->ch->cut_dim - 1; d >= 0; d--) {
+      r->flat += r->stride[d];
+      if (++r->idx[d] < r->ch->sizes[d]) break;
+      r->flat -= (uint64_t)r->ch->sizes[d] * r->stride[d];
+      r->idx[d] = 0;
+    }
+  return true;
+}
+
 static int cmp_flat(const void *a, const void *b, void *ctx) {
   const zck__dcp_chunk *ch = ctx;
   uint64_t x = ch[*(const size_t *)a].flat_off, y = ch[*(const size_t *)b].flat_off;
   return x < y ? -1 : x > y;
+}
+
+static int cmp_first_dim(const void *a, const void *b, void *ctx) {
+  const zck__dcp_chunk *ch = ctx;
+  const zck__dcp_chunk *x = &ch[*(const size_t *)a], *y = &ch[*(const size_t *)b];
+  for (int d = 0; d < ZCK_MAX_DIMS; d++)
+    if (x->offsets[d] != y->offsets[d]) return x->offsets[d] < y->offsets[d] ? -1 : 1;
+  return 0;
+}
+
+/* Chunks that are one run each: sorted by flat offset they must follow each other. */
+static zck_status check_ranges(mctx *x, const zck__dcp_entry *e, size_t *order, size_t n) {
+  zck_dcp *c = x->c;
+  qsort_r(order, n, sizeof *order, cmp_flat, c->chunks);
+  uint64_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    const zck__dcp_chunk *ch = &c->chunks[order[i]];
+    if (ch->flat_off < at)
+      return MFAIL(ZCK_ERR_FORMAT, "%s: chunks overlap at element %llu", e->key, (unsigned long long)ch->flat_off);
+    if (ch->flat_off > at)
+      return MFAIL(ZCK_ERR_FORMAT, "%s: elements %llu..%llu are in no chunk", e->key, (unsigned long long)at,
+                   (unsigned long long)ch->flat_off);
+    at = ch->flat_off + ch->numel;
+  }
+  if (at != e->numel)
+    return MFAIL(ZCK_ERR_FORMAT, "%s: elements %llu..%llu are in no chunk", e->key, (unsigned long long)at,
+                 (unsigned long long)e->numel);
+  return ZCK_OK;
+}
+
+/* Blocks (some cut an inner dimension): inside the shape (checked before), pairwise
+ * disjoint and together as many elements as the tensor, hence covering it exactly once.
+ * Sorted by their first offsets, a block is compared only with the blocks after it that
+ * start inside its span of dimension 0: a dp x tp grid costs tp comparisons a block. A
+ * hostile list that puts many blocks across one span meets a budget, not a hang. */
+#define MAX_BLOCK_COMPARISONS ((uint64_t)1 << 27)
+static zck_status check_blocks(mctx *x, const zck__dcp_entry *e, size_t *order, size_t n, uint64_t total) {
+  zck_dcp *c = x->c;
+  qsort_r(order, n, sizeof *order, cmp_first_dim, c->chunks);
+  uint64_t work = 0;
+  for (size_t i = 0; i < n; i++) {
+    const zck__dcp_chunk *a = &c->chunks[order[i]];
+    for (size_t k = i + 1; k < n; k++) {
+      const zck__dcp_chunk *b = &c->chunks[order[k]];
+      if (b->offsets[0] >= a->offsets[0] + a->sizes[0]) break;
+      if (++work > MAX_BLOCK_COMPARISONS)
+        return MFAIL(ZCK_ERR_LIMIT, "%s: too many chunks across one span of dimension 0 to check", e->key);
+      bool meet = true;
+      for (int d = 1; d < e->ndim && meet; d++)
+        meet = a->offsets[d] < b->offsets[d] + b->sizes[d] && b->offsets[d] < a->offsets[d] + a->sizes[d];
+      if (meet)
+        return MFAIL(ZCK_ERR_FORMAT, "%s: chunks %zu and %zu overlap", e->key, order[i] - e->first_chunk,
+                     order[k] - e->first_chunk);
+    }
+  }
+  if (total != e->numel)
+    return MFAIL(ZCK_ERR_FORMAT, "%s: chunks hold %llu elements for %llu: some are in no chunk", e->key,
+                 (unsigned long long)total, (unsigned long long)e->numel);
+  return ZCK_OK;
 }
 
 static zck_status check_geometry(mctx *x, const zck__dcp_entry *e) {
@@ -323,6 +407,7 @@ static zck_status check_geometry(mctx *x, const zck__dcp_entry *e) {
   size_t *order = zck__malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *order);
   if (!order) return ZCK_ERR_NO_MEMORY;
   size_t n = 0;
+  bool blocks = false;
   zck_status st = ZCK_OK;
   for (size_t i = 0; i < e->n_chunks && st == ZCK_OK; i++) {
     zck__dcp_chunk *ch = &c->chunks[e->first_chunk + i];
@@ -339,43 +424,32 @@ static zck_status check_geometry(mctx *x, const zck__dcp_entry *e) {
       stride *= (uint64_t)e->shape[d];
     }
     if (st) break;
-    /* contiguous in the flat array: after the first dimension the chunk does not keep
-     * at size 1, it spans every dimension whole */
-    int j = 0;
-    while (j < e->ndim && ch->sizes[j] == 1) j++;
-    for (int d = j + 1; d < e->ndim && numel; d++)
-      if (ch->sizes[d] != e->shape[d]) {
-        st = MFAIL(ZCK_ERR_UNSUPPORTED, "%s chunk %zu: not one contiguous range of the tensor (dimension %d cut to %lld of %lld); "
-                   "only row-wise chunks are read", e->key, i, d, (long long)ch->sizes[d], (long long)e->shape[d]);
-        break;
-      }
-    if (st) break;
+    /* runs: the innermost cut dimension j, with the dimensions after it whole, makes each
+     * index of the dimensions before it one contiguous run */
+    int j = e->ndim - 1;
+    while (j > 0 && ch->sizes[j] == e->shape[j]) j--;
+    uint64_t runs = 1;
+    for (int d = 0; d < j; d++) runs *= (uint64_t)ch->sizes[d];
     ch->flat_off = flat;
     ch->numel = numel;
+    ch->cut_dim = j < 0 ? 0 : j;
+    ch->n_runs = numel ? runs : 0;
+    ch->run_len = numel ? numel / runs : 0;
+    blocks |= ch->n_runs > 1;
     total += numel;
     if (numel) order[n++] = e->first_chunk + i;
   }
-  if (st == ZCK_OK) {
-    qsort_r(order, n, sizeof *order, cmp_flat, c->chunks);
-    uint64_t at = 0;
-    for (size_t i = 0; i < n && st == ZCK_OK; i++) {
-      const zck__dcp_chunk *ch = &c->chunks[order[i]];
-      if (ch->flat_off < at)
-        st = MFAIL(ZCK_ERR_FORMAT, "%s: chunks overlap at element %llu", e->key, (unsigned long long)ch->flat_off);
-      else if (ch->flat_off > at)
-        st = MFAIL(ZCK_ERR_FORMAT, "%s: elements %llu..%llu are in no chunk", e->key, (unsigned long long)at,
-                   (unsigned long long)ch->flat_off);
-      at = ch->flat_off + ch->numel;
-    }
-    if (st == ZCK_OK && at != e->numel)
-      st = MFAIL(ZCK_ERR_FORMAT, "%s: elements %llu..%llu are in no chunk", e->key, (unsigned long long)at,
-                 (unsigned long long)e->numel);
-    if (st == ZCK_OK && total != e->numel)
-      st = MFAIL(ZCK_ERR_FORMAT, "%s: chunks hold %llu elements for %llu", e->key, (unsigned long long)total,
-                 (unsigned long long)e->numel);
-  }
+  if (st == ZCK_OK) st = blocks ? check_blocks(x, e, order, n, total) : check_ranges(x, e, order, n);
+  if (st == ZCK_OK && total != e->numel)
+    st = MFAIL(ZCK_ERR_FORMAT, "%s: chunks hold %llu elements for %llu", e->key, (unsigned long long)total,
+               (unsigned long long)e->numel);
   free(order);
   return st;
+}
+
+zck_status zck__dcp_check_chunks(zck_dcp *c, const char *path, size_t i) {
+  mctx x = {.c = c, .dir = c->dir, .path = path};
+  return check_geometry(&x, &c->entries[i]);
 }
 
 // ---- storage items

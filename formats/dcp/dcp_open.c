@@ -26,7 +26,7 @@ static bool has_metadata(const char *dir) {
 }
 
 char *zck_dcp_dir_of(const char *dir) {
-  if (has_metadata(dir)) return zck__strdup(dir);
+  if (has_metadata(dir) || zck__dcp_safetensors_dir(dir)) return zck__strdup(dir);
   char *sub = zck__path_join(dir, ACCELERATE_MODEL_DIR);
   if (sub && has_metadata(sub)) return sub;
   free(sub);
@@ -114,7 +114,7 @@ static zck_status check_files(zck_dcp *c) {
     const zck__dcp_item *it = &c->items[order[k]];
     const zck__dcp_file *f = &c->files[it->file];
     const char *key = c->entries[it->entry].key;
-    if (k == 0 || c->items[order[k - 1]].file != it->file) at = 0;
+    if (k == 0 || c->items[order[k - 1]].file != it->file) at = f->data_start;
     uint64_t end;
     if (!zck__add_u64(it->off, it->len, &end) || end > f->src.size)
       s = zck__fail(ZCK_ERR_TRUNCATED, "%s: truncated: item %s needs bytes %llu..%llu but the file has %llu", f->path, key,
@@ -199,6 +199,17 @@ static zck_status open_tensor_item(zck_dcp *c, zck__dcp_item *it, const zck_dcp_
   return s;
 }
 
+/* A safetensors tensor: its bytes in place, with no record to check them by. */
+static zck_status open_raw_item(zck_dcp *c, zck__dcp_item *it) {
+  const zck__dcp_file *f = &c->files[it->file];
+  char *name = zck__sprintf("%s: tensor %s", f->path, c->entries[it->entry].key);
+  if (!name) return ZCK_ERR_NO_MEMORY;
+  zck_status s = zck__source_window(&it->win, &f->src, it->off, it->len, name);
+  free(name);
+  it->data_off = 0;
+  return s;
+}
+
 /* Accelerate's save_state keeps the optimizer in its own DCP folder beside the model's:
  * read both as one checkpoint. */
 static zck_status accelerate_optimizer(zck_dcp *c, const zck_dcp_open_opts *o) {
@@ -228,11 +239,12 @@ zck_status zck_dcp_open(const char *path, const zck_dcp_open_opts *opts, zck_dcp
   zck_dcp *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
   zck_status s = zck_dcp_resolve(path, &c->dir);
-  if (s == ZCK_OK) s = zck__dcp_parse_metadata(c, c->dir, &o);
-  if (s == ZCK_OK) s = accelerate_optimizer(c, &o);
+  if (s == ZCK_OK) c->safetensors = !has_metadata(c->dir);
+  if (s == ZCK_OK) s = c->safetensors ? zck__dcp_parse_safetensors(c, c->dir) : zck__dcp_parse_metadata(c, c->dir, &o);
+  if (s == ZCK_OK && !c->safetensors) s = accelerate_optimizer(c, &o);
   if (s == ZCK_OK) s = check_files(c);
   for (size_t i = 0; i < c->n_items && s == ZCK_OK; i++)
-    if (c->items[i].chunk != SIZE_MAX) s = open_tensor_item(c, &c->items[i], &o);
+    if (c->items[i].chunk != SIZE_MAX) s = c->safetensors ? open_raw_item(c, &c->items[i]) : open_tensor_item(c, &c->items[i], &o);
   if (s == ZCK_OK) s = zck__dcp_describe(c, &o);
   if (s != ZCK_OK) {
     zck_dcp_close(c);
@@ -299,6 +311,7 @@ void zck_dcp_entry_at(const zck_dcp *c, size_t i, zck_dcp_entry_info *out) {
 const char *zck_dcp_optim_dir(const zck_dcp *c) { return c->optim_dir; }
 
 zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx) {
+  if (c->safetensors) return ZCK_OK;   /* safetensors keeps no checksum */
   for (size_t i = 0; i < c->n_items; i++) {
     const zck__dcp_item *it = &c->items[i];
     const zck__dcp_entry *e = &c->entries[it->entry];

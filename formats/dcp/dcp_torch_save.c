@@ -210,68 +210,85 @@ static zck_status skeleton(tsave *t, const zck_pk *meta, zck_pk **root, size_t *
   return s;
 }
 
-static int cmp_flat(const void *a, const void *b, void *ctx) {
-  const zck__dcp_chunk *ch = ctx;
-  uint64_t x = ch[*(const size_t *)a].flat_off, y = ch[*(const size_t *)b].flat_off;
+/* A run of a chunk written into the storage: where, and the CRC-32 of its bytes. */
+typedef struct run_crc {
+  uint64_t flat, len;
+  uint32_t crc;
+} run_crc;
+
+static int cmp_run(const void *a, const void *b) {
+  uint64_t x = ((const run_crc *)a)->flat, y = ((const run_crc *)b)->flat;
   return x < y ? -1 : x > y;
 }
 
-/* Streams every chunk of storage si's entry into place, each checked by its record's CRC. */
+/* Streams chunk ch (its item read front to back) into the storage at base, run by run,
+ * checking the item's CRC-32 and noting each run's own CRC at *runs. */
+static zck_status copy_chunk(tsave *t, const zck__dcp_entry *e, const zck__dcp_chunk *ch, uint64_t base, void *buf,
+                             run_crc **runs) {
+  size_t esz = zck_dtype_size(e->dtype);
+  const zck__dcp_item *it = &t->c->items[ch->item];
+  uint64_t bytes = ch->numel * esz, run_bytes = ch->run_len * esz;
+  if (it->rec.off != it->data_off || it->rec.size != bytes)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s: the chunk is part of a larger record", it->win.name, e->key);
+  zck__dcp_runs r;
+  zck__dcp_runs_init(&r, e->ndim, e->shape, ch);
+  uint32_t all = 0;
+  uint64_t in_run = run_bytes;     /* bytes of the current run written */
+  run_crc *cur = NULL;
+  for (uint64_t done = 0; done < bytes;) {
+    size_t n = bytes - done < COPY_BUF ? (size_t)(bytes - done) : COPY_BUF;
+    ZCK_TRY(zck__source_read(&it->win, buf, n, it->data_off + done));
+    all = zck_crc32_update(all, buf, n);
+    for (size_t at = 0; at < n;) {
+      if (in_run == run_bytes) {
+        cur = (*runs)++;
+        if (!zck__dcp_runs_next(&r, &cur->flat)) return zck__fail(ZCK_ERR_INTERNAL, "%s: %s: runs overrun", it->win.name, e->key);
+        cur->len = run_bytes;
+        cur->crc = 0;
+        in_run = 0;
+      }
+      size_t m = n - at < run_bytes - in_run ? n - at : (size_t)(run_bytes - in_run);
+      ZCK_TRY(zck_torch_saver_write(t->sv, (const uint8_t *)buf + at, m, base + cur->flat * esz + in_run));
+      cur->crc = zck_crc32_update(cur->crc, (const uint8_t *)buf + at, m);
+      in_run += m;
+      at += m;
+    }
+    done += n;
+  }
+  if (all != it->rec.crc32)
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: %s: CRC-32 %08x, its zip directory says %08x (damaged)", it->win.name,
+                     it->rec.what ? it->rec.what : e->key, all, it->rec.crc32);
+  return ZCK_OK;
+}
+
+/* Streams every chunk of storage si's entry into place, each checked by its record's CRC;
+ * the storage's CRC is its runs' CRCs combined in flat order (they cover it exactly once). */
 static zck_status copy_storage(tsave *t, size_t si, void *buf) {
   const zck__dcp_entry *e = &t->c->entries[t->entry_of_storage[si]];
-  size_t esz = zck_dtype_size(e->dtype);
   uint64_t base = zck_torch_saver_data_offset(t->sv, si);
-  size_t *ord = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *ord);
-  uint32_t *crc = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *crc);
-  zck_status s = ord && crc ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t j = 0; j < e->n_chunks; j++) ord[j] = e->first_chunk + j;
+  uint64_t n_runs = 0;
+  for (size_t j = 0; j < e->n_chunks; j++) n_runs += t->c->chunks[e->first_chunk + j].n_runs;
+  run_crc *runs = zck__malloc((n_runs ? n_runs : 1) * sizeof *runs), *end = runs;
+  if (!runs) return ZCK_ERR_NO_MEMORY;
+  zck_status s = ZCK_OK;
   for (size_t j = 0; s == ZCK_OK && j < e->n_chunks; j++) {
-    const zck__dcp_chunk *ch = &t->c->chunks[ord[j]];
-    crc[j] = 0;
-    if (!ch->numel) continue;
-    const zck__dcp_item *it = &t->c->items[ch->item];
-    uint64_t bytes = ch->numel * esz;
-    if (it->rec.off != it->data_off || it->rec.size != bytes) {
-      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s: the chunk is part of a larger record", it->win.name, e->key);
-      break;
-    }
-    for (uint64_t done = 0; s == ZCK_OK && done < bytes;) {
-      size_t n = bytes - done < COPY_BUF ? (size_t)(bytes - done) : COPY_BUF;
-      s = zck__source_read(&it->win, buf, n, it->data_off + done);
-      if (s == ZCK_OK) s = zck_torch_saver_write(t->sv, buf, n, base + ch->flat_off * esz + done);
-      crc[j] = zck_crc32_update(crc[j], buf, n);
-      done += n;
-    }
-    if (s == ZCK_OK && crc[j] != it->rec.crc32)
-      s = zck__fail(ZCK_ERR_DAMAGED, "%s: %s: CRC-32 %08x, its zip directory says %08x (damaged)", it->win.name,
-                    it->rec.what ? it->rec.what : e->key, crc[j], it->rec.crc32);
+    const zck__dcp_chunk *ch = &t->c->chunks[e->first_chunk + j];
+    if (ch->numel) s = copy_chunk(t, e, ch, base, buf, &end);
   }
   if (s == ZCK_OK) {
-    /* the storage's CRC: the chunks' in flat order (they cover it exactly once) */
-    size_t *pos = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *pos);
-    if (!pos) s = ZCK_ERR_NO_MEMORY;
-    for (size_t j = 0; s == ZCK_OK && j < e->n_chunks; j++) pos[j] = j;
-    if (s == ZCK_OK) {
-      /* insertion sort by flat offset: a tensor has one chunk per rank */
-      for (size_t a = 1; a < e->n_chunks; a++)
-        for (size_t b = a; b > 0 && cmp_flat(&ord[pos[b]], &ord[pos[b - 1]], t->c->chunks) < 0; b--) {
-          size_t x = pos[b];
-          pos[b] = pos[b - 1];
-          pos[b - 1] = x;
-        }
-      uint32_t all = 0;
-      for (size_t j = 0; j < e->n_chunks; j++)
-        all = zck_crc32_combine(all, crc[pos[j]], t->c->chunks[ord[pos[j]]].numel * esz);
-      zck_torch_saver_set_crc(t->sv, si, all);
-    }
-    free(pos);
+    qsort(runs, (size_t)(end - runs), sizeof *runs, cmp_run);
+    uint32_t all = 0;
+    for (const run_crc *r = runs; r < end; r++) all = zck_crc32_combine(all, r->crc, r->len);
+    zck_torch_saver_set_crc(t->sv, si, all);
   }
-  free(ord);
-  free(crc);
+  free(runs);
   return s;
 }
 
 zck_status zck_dcp_torch_save(zck_dcp *c, const char *path) {
+  if (c->safetensors)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: safetensors storage, which torch's dcp_to_torch_save does not read (it has no .metadata)",
+                     c->dir);
   tsave t = {.c = c, .o = (zck_dcp_open_opts)ZCK_DCP_OPEN_OPTS_INIT};
   char *meta_path = zck__path_join(c->dir, ZCK_DCP_METADATA_FILE);
   char *data = NULL;

@@ -112,7 +112,7 @@ static zck_status model_entries(const zck_dcp *c, size_t **out) {
 }
 
 /* Whether two entries hold the same bytes: the same dtype, shape and chunks, each pair of
- * chunks with the same CRC-32 and then the same bytes (read 1 MiB at a time). */
+ * chunks with the same CRC-32 and then (buf not NULL) the same bytes, read 1 MiB at a time. */
 static zck_status same_bytes(const zck_dcp *c, const zck__dcp_entry *a, const zck__dcp_entry *b, uint8_t *buf,
                              bool *same) {
   *same = false;
@@ -122,10 +122,14 @@ static zck_status same_bytes(const zck_dcp *c, const zck__dcp_entry *a, const zc
   size_t esz = zck_dtype_size(a->dtype);
   for (size_t j = 0; j < a->n_chunks; j++) {
     const zck__dcp_chunk *x = &c->chunks[a->first_chunk + j], *y = &c->chunks[b->first_chunk + j];
-    if (x->flat_off != y->flat_off || x->numel != y->numel) return ZCK_OK;
+    if (memcmp(x->offsets, y->offsets, sizeof x->offsets) || memcmp(x->sizes, y->sizes, sizeof x->sizes)) return ZCK_OK;
     if (!x->numel) continue;
     const zck__dcp_item *ix = &c->items[x->item], *iy = &c->items[y->item];
     if (ix->rec.crc32 != iy->rec.crc32) return ZCK_OK;
+  }
+  if (!buf) {
+    *same = true;
+    return ZCK_OK;
   }
   const size_t half = (size_t)1 << 20;
   for (size_t j = 0; j < a->n_chunks; j++) {
@@ -143,7 +147,7 @@ static zck_status same_bytes(const zck_dcp *c, const zck__dcp_entry *a, const zc
   return ZCK_OK;
 }
 
-zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied) {
+static zck_status ties(const zck_dcp *c, bool read_bytes, int32_t *tied) {
   const zck_model *m = c->model;
   for (size_t p = 0; p < m->n_params; p++) tied[p] = -1;
   size_t *ent = NULL;
@@ -154,7 +158,7 @@ zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied) {
     if (!m->params[p].frozen || ent[p] == SIZE_MAX) continue;
     for (size_t q = 0; s == ZCK_OK && q < m->n_params; q++) {
       if (m->params[q].frozen || ent[q] == SIZE_MAX || m->params[q].numel != m->params[p].numel) continue;
-      if (!buf && !(buf = zck__malloc((size_t)2 << 20))) s = ZCK_ERR_NO_MEMORY;
+      if (read_bytes && !buf && !(buf = zck__malloc((size_t)2 << 20))) s = ZCK_ERR_NO_MEMORY;
       bool same = false;
       if (s == ZCK_OK) s = same_bytes(c, &c->entries[ent[p]], &c->entries[ent[q]], buf, &same);
       if (s == ZCK_OK && same) {
@@ -167,6 +171,9 @@ zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied) {
   free(ent);
   return s;
 }
+
+zck_status zck_dcp_ties(const zck_dcp *c, int32_t *tied) { return ties(c, true, tied); }
+zck_status zck_dcp_ties_by_crc(const zck_dcp *c, int32_t *tied) { return ties(c, false, tied); }
 
 char *zck_dcp_save_root(const zck_dcp *c) {
   const char *base = strrchr(c->dir, '/');

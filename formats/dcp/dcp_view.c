@@ -123,16 +123,20 @@ static bool entry_in_part(const zck_dcp *c, const zck__dcp_entry *e, size_t i, i
 }
 
 static zck_status build_part(zck_dcp *c, int kind) {
-  size_t n = 0;
+  size_t n = 0, n_pieces = 0;
   for (size_t i = 0; i < c->n_entries; i++)
-    if (entry_in_part(c, &c->entries[i], i, kind)) n += c->entries[i].n_chunks;
+    if (entry_in_part(c, &c->entries[i], i, kind)) {
+      const zck__dcp_entry *e = &c->entries[i];
+      n += e->n_chunks;
+      for (size_t j = 0; j < e->n_chunks; j++) n_pieces += c->chunks[e->first_chunk + j].n_runs;
+    }
   if (!n) return ZCK_OK;
   zck_layout_store *ls = zck__calloc(n, sizeof *ls);
-  zck_piece *pc = zck__calloc(n, sizeof *pc);
+  zck_piece *pc = zck__calloc(n_pieces ? n_pieces : 1, sizeof *pc);
   zck_store *st = zck__calloc(n, sizeof *st);
   uint64_t *numel = zck__malloc((c->model->n_params ? c->model->n_params : 1) * sizeof *numel);
   zck_status s = ls && pc && st && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  size_t k = 0;
+  size_t k = 0, np = 0;
   for (size_t i = 0; i < c->n_entries && s == ZCK_OK; i++) {
     const zck__dcp_entry *e = &c->entries[i];
     if (!entry_in_part(c, e, i, kind)) continue;
@@ -142,15 +146,20 @@ static zck_status build_part(zck_dcp *c, int kind) {
       if (!ch->numel) continue;
       zck__dcp_item *it = &c->items[ch->item];
       ls[k] = (zck_layout_store){-1, -1, e->n_chunks == 1 ? (int32_t)p : -1, ch->numel, ch->numel};
-      pc[k] = (zck_piece){p, (uint32_t)k, ch->flat_off, 0, ch->numel};
+      /* one piece per run: the chunk's bytes are its runs back to back */
+      zck__dcp_runs r;
+      uint64_t flat;
+      zck__dcp_runs_init(&r, e->ndim, e->shape, ch);
+      for (uint64_t at = 0; zck__dcp_runs_next(&r, &flat); at += ch->run_len)
+        pc[np++] = (zck_piece){p, (uint32_t)k, flat, at, ch->run_len};
       st[k] = zck_store_source(&it->win, it->data_off, e->dtype, ch->numel, it->win.name);
-      st[k].record = &it->rec;
+      st[k].record = c->safetensors ? NULL : &it->rec;   /* safetensors keeps no CRC */
       k++;
     }
   }
   if (s == ZCK_OK) {
     zck_model_numels(c->model, numel);
-    s = zck_layout_custom(c->model->n_params, numel, ls, k, pc, k, &c->layout[kind]);
+    s = zck_layout_custom(c->model->n_params, numel, ls, k, pc, np, &c->layout[kind]);
   }
   free(ls);
   free(pc);

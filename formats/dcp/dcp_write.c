@@ -21,18 +21,8 @@ void zck_dcp_chunk_rows(int64_t rows, uint32_t world, uint32_t r, int64_t *first
 
 /* ---- growing arrays */
 
-static bool zck__grow(void **p, size_t *cap, size_t n, size_t elem) {
-  if (n < *cap) return true;
-  size_t nc = *cap ? 2 * *cap : 64;
-  void *q = zck__realloc(*p, nc * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = nc;
-  return true;
-}
-
 static zck_status zck__dcp_add_entry(zck_dcp_writer *w, zck__dcp_entry e, zck__dcp_entry **out) {
-  if (!zck__grow((void **)&w->entries, &w->cap_entries, w->n_entries, sizeof *w->entries)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(w->entries, w->cap_entries, w->n_entries + 1)) return ZCK_ERR_NO_MEMORY;
   e.chunk0 = w->n_chunks;
   e.n_chunks = 0;
   w->entries[w->n_entries] = e;
@@ -41,7 +31,7 @@ static zck_status zck__dcp_add_entry(zck_dcp_writer *w, zck__dcp_entry e, zck__d
 }
 
 static zck_status zck__dcp_add_chunk(zck_dcp_writer *w, zck__dcp_entry *e, zck__dcp_chunk c) {
-  if (!zck__grow((void **)&w->chunks, &w->cap_chunks, w->n_chunks, sizeof *w->chunks)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(w->chunks, w->cap_chunks, w->n_chunks + 1)) return ZCK_ERR_NO_MEMORY;
   w->chunks[w->n_chunks++] = c;
   e->n_chunks++;
   w->cursor[c.file] = c.off + c.len;
@@ -71,7 +61,7 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
   }
   uint64_t data_off, len, base = w->cursor[f], slots[2];
   ZCK_TRY(zck_torch_item_tensor(&w->files[f], base, e->dtype, e->ndim, shape, &data_off, &len, slots));
-  if (!zck__grow((void **)&w->pending, &w->cap_pending, w->n_pending, sizeof *w->pending)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(w->pending, w->cap_pending, w->n_pending + 1)) return ZCK_ERR_NO_MEMORY;
   zck__dcp_pending *pd = &w->pending[w->n_pending++];
   *pd = (zck__dcp_pending){f, {slots[0], slots[1]}, -1, 0};
   ZCK_TRY(zck__dcp_add_chunk(w, e, (zck__dcp_chunk){f, base, len, row0, e->ndim ? rows : 1}));
@@ -79,19 +69,19 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
   if (part < 0 || numel == 0) return ZCK_OK;
   zck__dcp_part *p = &w->part[part];
   size_t cap = p->cap;
-  if (!zck__grow((void **)&p->ls, &cap, p->n, sizeof *p->ls)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(p->ls, cap, p->n + 1)) return ZCK_ERR_NO_MEMORY;
   cap = p->cap;
-  if (!zck__grow((void **)&p->pieces, &cap, p->n, sizeof *p->pieces)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(p->pieces, cap, p->n + 1)) return ZCK_ERR_NO_MEMORY;
   cap = p->cap;
-  if (!zck__grow((void **)&p->stores, &cap, p->n, sizeof *p->stores)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(p->stores, cap, p->n + 1)) return ZCK_ERR_NO_MEMORY;
   cap = p->cap;
-  if (!zck__grow((void **)&p->crc, &cap, p->n, sizeof *p->crc)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(p->crc, cap, p->n + 1)) return ZCK_ERR_NO_MEMORY;
   p->cap = cap;
   char *key = zck__dcp_key(e);
   char *name = key ? zck__sprintf("%s (%s, rows %lld..%lld)", w->files[f].path, key, (long long)row0,
                                   (long long)(row0 + rows)) : NULL;
   free(key);
-  if (!name || !zck__grow((void **)&w->names, &w->cap_names, w->n_names, sizeof *w->names)) {
+  if (!name || !ZCK__GROW(w->names, w->cap_names, w->n_names + 1)) {
     free(name);
     return ZCK_ERR_NO_MEMORY;
   }

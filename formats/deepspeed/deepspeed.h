@@ -53,8 +53,11 @@ typedef struct zck_ds_open_opts {
   bool require_optimizer_state;    /* fail (DS-48) when exp_avg / exp_avg_sq are absent */
   zck_torch_open_opts torch;       /* limits for every .pt file */
   unsigned threads;                /* stage-3 model files read at once; 0: zck__default_threads() */
+  bool autoep_ds_names;            /* AutoEP: keep DeepSpeed's own names (experts.w1 / w2 / w3 at their full shape,
+                                      router.gate.weight) for the jobs that write DeepSpeed's files again; false:
+                                      the HF model's (gate_up_proj), what consolidate writes */
 } zck_ds_open_opts;
-#define ZCK_DS_OPEN_OPTS_INIT {NULL, false, ZCK_TORCH_OPEN_OPTS_INIT, 0}
+#define ZCK_DS_OPEN_OPTS_INIT {NULL, false, ZCK_TORCH_OPEN_OPTS_INIT, 0, false}
 
 /* What a checkpoint is; fixed after open. Strings belong to the checkpoint. */
 typedef struct zck_ds_info {
@@ -271,6 +274,8 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c);
  * manifest holds the HF model's names and merged experts, not AutoEP's layout, so they refuse it (one line naming
  * the folder and `job`) until they write AutoEP's files. ZCK_OK for other checkpoints. */
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job);
+/* AutoEP opened with autoep_ds_names: whether name is an expert weight (<prefix>.w1 / w2 / w3, [experts, ...]). */
+bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);

@@ -84,5 +84,10 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job) {
   if (!c || !c->autoep) return ZCK_OK;
   return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP (expert-parallel) checkpoint: %s does not write AutoEP's layout "
-                   "yet (consolidate, inspect and verify read it)", c->info.dir, job);
+                   "yet (consolidate, inspect, verify and to-universal read it)", c->info.dir, job);
+}
+
+bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name) {
+  const zck__ds_autoep_layer *l;
+  return c && c->autoep && zck__ds_autoep_weight(c->autoep->layers, name, &l) != 0;
 }

@@ -132,7 +132,17 @@ static zck_status remap_layout(const zck_layout *l, const zck_model *n, const re
   return ZCK_OK;
 }
 
-zck_status zck__ds_autoep_finish(zck_ds_ckpt *c) {
+/* The module's 16-bit expert weights are in the expert files (or, at stage 3, nowhere whole): not bound. */
+static zck_status unbind_lp(zck_ds_ckpt *c) {
+  zck_layout_free(c->lp_layout);
+  c->lp_layout = NULL;
+  free(c->lp_missing);
+  c->lp_missing = zck__strdup("AutoEP: the 16-bit expert weights are not bound (the fp32 masters are cast)");
+  return c->lp_missing ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
+zck_status zck__ds_autoep_finish(zck_ds_ckpt *c, bool hf_names) {
+  if (!hf_names) return unbind_lp(c);   /* DeepSpeed's names, as ds_autoep.c laid them out */
   const zck_model *m = c->model;
   remap rm = {zck__calloc(m->n_params + 1, sizeof *rm.to), zck__calloc(m->n_params + 1, sizeof *rm.half),
               zck__calloc(m->n_params + 1, sizeof *rm.upper)};
@@ -186,12 +196,7 @@ zck_status zck__ds_autoep_finish(zck_ds_ckpt *c) {
     free(c->outputs);
     c->outputs = outs;
     c->n_outputs = no;
-    /* the module's 16-bit expert weights are in the expert files (or, at stage 3, nowhere whole) */
-    zck_layout_free(c->lp_layout);
-    c->lp_layout = NULL;
-    free(c->lp_missing);
-    c->lp_missing = zck__strdup("AutoEP: the 16-bit expert weights are not bound (the fp32 masters are cast)");
-    if (!c->lp_missing) s = ZCK_ERR_NO_MEMORY;
+    s = unbind_lp(c);
   } else {
     zck_model_free(n);
     zck_layout_free(train);

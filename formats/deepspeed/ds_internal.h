@@ -215,7 +215,7 @@ zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uin
                                  const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
                                  zck_layout **out);
 /* After describe: the manifest, layouts and recipe under the HF model's names. */
-zck_status zck__ds_autoep_finish(zck_ds_ckpt *c);
+zck_status zck__ds_autoep_finish(zck_ds_ckpt *c, bool hf_names);
 void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f);
 void zck__ds_autoep_free(struct zck__ds_autoep *a);
 

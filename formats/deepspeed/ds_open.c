@@ -298,7 +298,7 @@ zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t
   if (s == ZCK_OK && !c->zero0) s = zck__ds_autoep_prepare(c);
   if (s == ZCK_OK) s = check_steps(c);
   if (s == ZCK_OK) s = zck__ds_describe(c);
-  if (s == ZCK_OK && c->autoep) s = zck__ds_autoep_finish(c);
+  if (s == ZCK_OK && c->autoep) s = zck__ds_autoep_finish(c, !o->autoep_ds_names);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     return s;

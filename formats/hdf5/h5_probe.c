@@ -20,8 +20,12 @@
  * (h5_read.c).
  *
  * If the child dies (a signal, a sanitizer report, the watchdog), the file is refused with
- * one line instead of taking the process down. Errors the library reports in the child
- * are recorded, and the parent reports them when it asks for that piece. */
+ * one line instead of taking the process down. The watchdog counts the child's CPU time,
+ * not the clock: a looping structure burns CPU, while a machine too busy to run the child
+ * only delays it (an intact file was once refused under load when the watchdog counted
+ * wall time). A much longer wall-clock limit stays as a backstop for storage that stops
+ * answering. Errors the library reports in the child are recorded, and the parent reports
+ * them when it asks for that piece. */
 #include "h5_internal.h"
 
 #include <errno.h>
@@ -32,6 +36,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,9 +44,11 @@
  * them, and a file with more chunks than this (4 TiB at 1 MiB a chunk) is read unguarded
  * beyond them. */
 #define ZCK__H5P_MAX_CHUNK_LOOKUPS ((uint64_t)1 << 22)
-/* seconds without progress (one object, or 4096 chunk lookups) before the child gives up:
- * a loop in the library's metadata walk; the parent then refuses the file */
-#define ZCK__H5P_WATCHDOG_S 60
+/* CPU seconds without progress (one object, or 4096 chunk lookups) before the child gives
+ * up: a loop in the library's metadata walk; the parent then refuses the file */
+#define ZCK__H5P_CPU_S 60
+/* wall seconds without progress: the file's storage stopped answering */
+#define ZCK__H5P_WALL_S 900
 /* queue flags: the lazy group; an object one of its links leads to (not opened) */
 enum { ZCK__H5P_LAZY = 1, ZCK__H5P_UNREAD = 2 };
 
@@ -103,9 +110,15 @@ static void zck__h5p_err(zck__h5p *p) {
 
 // ---- objects
 
-/* Re-arms the child's watchdog: it fires only when one step takes that long. */
+/* Arms the child's watchdogs afresh: they fire only when one step takes that long. */
+static void zck__h5p_arm(void) {
+  struct itimerval cpu = {.it_value = {.tv_sec = ZCK__H5P_CPU_S}};
+  setitimer(ITIMER_PROF, &cpu, NULL);   /* SIGPROF, after that much user + system time */
+  alarm(ZCK__H5P_WALL_S);
+}
+
 static void zck__h5p_progress(zck__h5p *p) {
-  if (p->fd >= 0) alarm(ZCK__H5P_WATCHDOG_S);
+  if (p->fd >= 0) zck__h5p_arm();
 }
 
 static bool zck__h5p_queue(zck__h5p *p, uint64_t addr, uint8_t flags) {
@@ -511,7 +524,7 @@ zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records) 
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    alarm(ZCK__H5P_WATCHDOG_S);
+    zck__h5p_arm();
     int devnull = open("/dev/null", O_WRONLY); /* the child's reports are not the user's */
     if (devnull >= 0) dup2(devnull, 2);
 #if !ZCK__H5P_ASAN
@@ -549,10 +562,12 @@ zck_status zck__h5_probe(const char *path, const char *lazy, zck__buf *records) 
   zck_status st = ZCK_OK;
   /* anything but exit 0 is a crash (a signal, or a sanitizer runtime that turned one into
    * an exit status); exit 2 the pipe or out of memory */
-  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)   /* the watchdog: a looping structure, or a machine
-                                                               too busy to finish one step in time */
-    st = zck__fail(ZCK_ERR_FORMAT, "%s: HDF5 metadata not checked: one step of reading it took over %d s", path,
-                   ZCK__H5P_WATCHDOG_S);
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGPROF)   /* a looping structure */
+    st = zck__fail(ZCK_ERR_FORMAT, "%s: corrupt HDF5 metadata: one step of reading it ran over %d s of CPU time (a loop)",
+                   path, ZCK__H5P_CPU_S);
+  else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)   /* storage that does not answer */
+    st = zck__fail(ZCK_ERR_IO, "%s: HDF5 metadata not checked: one step of reading it waited over %d s for the storage",
+                   path, ZCK__H5P_WALL_S);
   else if (WIFSIGNALED(status))
     st = zck__fail(ZCK_ERR_FORMAT, "%s: corrupt HDF5 metadata: the HDF5 library crashed reading it (signal %d)", path,
                    WTERMSIG(status));

@@ -448,16 +448,19 @@ static zck_status zck__h5u_check_count(zck_h5u *u) {
   return st;
 }
 
-static zck_status zck__h5u_open(const char *path, bool describe, zck_h5u **out) {
+/* The container over f, whose metadata was read (lazily when describing); takes f. */
+static zck_status zck__h5u_over(zck_h5_file *f, bool describe, zck_h5u **out) {
   *out = NULL;
   zck_h5u *u = zck__calloc(1, sizeof *u);
-  if (!u) return ZCK_ERR_NO_MEMORY;
+  if (!u) {
+    zck_h5_close(f);
+    return ZCK_ERR_NO_MEMORY;
+  }
   u->described = describe;
-  /* describing: the walk lists /params but opens none of its groups (h5_probe.c) */
-  zck_status st = describe ? zck_h5_open_lazy(path, "params", &u->f) : zck_h5_open(path, &u->f);
+  u->f = f;
   /* the root attributes (names, shapes, groups, ds_config) sit where HDF5's default file
    * format keeps no checksum: their digest is checked before anything is built from them */
-  if (st == ZCK_OK) st = zck_h5_check_attrs(u->f);
+  zck_status st = zck_h5_check_attrs(u->f);
   if (st == ZCK_OK) st = zck__h5u_build(u);
   if (st == ZCK_OK) st = zck__h5u_check_count(u);
   if (st != ZCK_OK) {
@@ -468,7 +471,16 @@ static zck_status zck__h5u_open(const char *path, bool describe, zck_h5u **out) 
   return ZCK_OK;
 }
 
+static zck_status zck__h5u_open(const char *path, bool describe, zck_h5u **out) {
+  *out = NULL;
+  zck_h5_file *f = NULL;
+  /* describing: the walk lists /params but opens none of its groups (h5_probe.c) */
+  ZCK_TRY(describe ? zck_h5_open_lazy(path, "params", &f) : zck_h5_open(path, &f));
+  return zck__h5u_over(f, describe, out);
+}
+
 zck_status zck_h5u_open(const char *path, zck_h5u **out) { return zck__h5u_open(path, false, out); }
+zck_status zck_h5u_open_file(zck_h5_file *f, zck_h5u **out) { return zck__h5u_over(f, false, out); }
 zck_status zck_h5u_describe(const char *path, zck_h5u **out) { return zck__h5u_open(path, true, out); }
 
 static void zck__h5u_part_free(zck__h5u_part *p) {

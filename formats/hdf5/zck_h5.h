@@ -252,6 +252,9 @@ typedef struct zck_h5u_info {
 } zck_h5u_info;
 
 zck_status zck_h5u_open(const char *path, zck_h5u **out);
+/* The same over a file already open in full (zck_h5_open), so that its metadata is read
+ * once; takes f, closed on failure too. */
+zck_status zck_h5u_open_file(zck_h5_file *f, zck_h5u **out);
 /* The container described, not opened for reading (inspect): its model, info and layouts
  * from its root attributes (digest checked), the links of /params and its checksum table,
  * opening none of the 100k groups under /params nor their datasets when part_dtypes gives

@@ -138,13 +138,7 @@ static zck_status emit_global_at(em *e, const char *module, const char *name, ui
   op(e, '\n');
   zck__buf_str(e->out, n2);
   op(e, '\n');
-  if (e->nglobals == e->gcap) {
-    size_t cap = e->gcap ? e->gcap * 2 : 16;
-    em_global *g = zck__realloc(e->globals, cap * sizeof *g);
-    if (!g) return ZCK_ERR_NO_MEMORY;
-    e->globals = g;
-    e->gcap = cap;
-  }
+  if (!ZCK__GROW(e->globals, e->gcap, e->nglobals + 1)) return ZCK_ERR_NO_MEMORY;
   e->globals[e->nglobals++] = (em_global){module, name, write_put(e)};
   if (idx) *idx = e->globals[e->nglobals - 1].idx;
   return ZCK_OK;

@@ -36,13 +36,7 @@ zck_status zck__vm_alloc_fail(vm *v) {
 // ---- stack
 
 static zck_status push(vm *v, zck_pk *n) {
-  if (v->sp == v->scap) {
-    size_t cap = v->scap ? v->scap * 2 : 64;
-    zck_pk **s = zck__realloc(v->stack, cap * sizeof *s);
-    if (!s) return zck__vm_oom(v);
-    v->stack = s;
-    v->scap = cap;
-  }
+  if (!ZCK__GROW(v->stack, v->scap, v->sp + 1)) return zck__vm_oom(v);
   v->stack[v->sp++] = n;
   return ZCK_OK;
 }
@@ -418,13 +412,7 @@ static zck_status run(vm *v, zck_pk **root) {
       return ZCK_OK;
     case ZPK_MARK:
       if (v->nmarks >= v->lim.max_depth) return zck__vm_fail(v, ZCK_ERR_LIMIT, "more than %zu nested MARKs", v->lim.max_depth);
-      if (v->nmarks == v->mcap) {
-        size_t cap = v->mcap ? v->mcap * 2 : 16;
-        size_t *m = zck__realloc(v->marks, cap * sizeof *m);
-        if (!m) return zck__vm_oom(v);
-        v->marks = m;
-        v->mcap = cap;
-      }
+      if (!ZCK__GROW(v->marks, v->mcap, v->nmarks + 1)) return zck__vm_oom(v);
       v->marks[v->nmarks++] = v->sp;
       break;
     case ZPK_POP:

@@ -147,13 +147,7 @@ zck_status zck_hf_writer_add(zck_hf_writer *w, const char *name, zck_st_dtype dt
       return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: tensor %s: element count overflows", zck__qname(name, q));
   if (!zck__mul_u64(numel, zck_st_dtype_bits(dtype), &nbits) || nbits % 8)
     return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: tensor %s: size is not a whole number of bytes", zck__qname(name, q));
-  if (w->count == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 64;
-    zck__hf_item *it = zck__realloc(w->items, cap * sizeof *it);
-    if (!it) return ZCK_ERR_NO_MEMORY;
-    w->items = it;
-    w->cap = cap;
-  }
+  if (!ZCK__GROW(w->items, w->cap, w->count + 1)) return ZCK_ERR_NO_MEMORY;
   char *nm = zck__arena_strndup(&w->arena, name, strlen(name));
   if (!nm) return ZCK_ERR_NO_MEMORY;
   bool dup;

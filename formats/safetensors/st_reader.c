@@ -259,13 +259,7 @@ static zck_status zck__st_parse_header(zck_st_file *f, const uint8_t *hdr) {
       s = zck__jp_fail_value(&jp, "tensor %s: duplicate tensor name", zck__qname(name, q));
       goto out;
     }
-    if (f->count == f->cap) {
-      size_t cap = f->cap ? f->cap * 2 : 64;
-      zck_st_tensor *t = realloc(f->tensors, cap * sizeof *t);
-      if (!t) { s = zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", f->src->name); goto out; }
-      f->tensors = t;
-      f->cap = cap;
-    }
+    if (!ZCK__GROW(f->tensors, f->cap, f->count + 1)) { s = zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", f->src->name); goto out; }
     zck_st_tensor *t = &f->tensors[f->count];
     memset(t, 0, sizeof *t);
     t->name = name;

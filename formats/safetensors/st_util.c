@@ -59,13 +59,7 @@ void zck__strlist_addf(zck__strlist *l, const char *fmt, ...) {
   int r = vasprintf(&s, fmt, ap);
   va_end(ap);
   if (r < 0) return; /* a lost warning is not worth failing the open */
-  if (l->len == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 4;
-    char **items = realloc(l->items, cap * sizeof *items);
-    if (!items) { free(s); return; }
-    l->items = items;
-    l->cap = cap;
-  }
+  if (!ZCK__GROW(l->items, l->cap, l->len + 1)) { free(s); return; }
   l->items[l->len++] = s;
 }
 

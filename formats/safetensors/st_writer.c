@@ -107,13 +107,7 @@ zck_status zck_st_writer_add(zck_st_writer *w, const char *name, zck_st_dtype dt
   if (nbits % 8)
     return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: tensor %s: %llu %s elements are not a whole number of bytes",
                      zck__qname(name, q), (unsigned long long)numel, zck_st_dtype_name(dtype));
-  if (w->count == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 64;
-    zck_st_tensor *t = zck__realloc(w->tensors, cap * sizeof *t);
-    if (!t) return ZCK_ERR_NO_MEMORY;
-    w->tensors = t;
-    w->cap = cap;
-  }
+  if (!ZCK__GROW(w->tensors, w->cap, w->count + 1)) return ZCK_ERR_NO_MEMORY;
   char *nm = zck__arena_strndup(&w->arena, name, strlen(name));
   if (!nm) return ZCK_ERR_NO_MEMORY;
   bool dup;

@@ -205,13 +205,7 @@ typedef struct sdwalk {
 } sdwalk;
 
 static zck_status sd_add(sdwalk *w, const zck_torch_tensor *t) {
-  if (w->n == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 64;
-    zck_torch_named *nv = zck__realloc(w->v, cap * sizeof *nv);
-    if (!nv) return ZCK_ERR_NO_MEMORY;
-    w->v = nv;
-    w->cap = cap;
-  }
+  if (!ZCK__GROW(w->v, w->cap, w->n + 1)) return ZCK_ERR_NO_MEMORY;
   char *nm = zck__strdup(w->name);
   if (!nm) return ZCK_ERR_NO_MEMORY;
   w->v[w->n].name = nm;

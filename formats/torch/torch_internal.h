@@ -45,6 +45,21 @@ const char *zck__torch_storage_class(zck_dtype t);
 /* torch.<name> dtype global -> dtype; *known set when it is a torch dtype zckpt lacks. */
 zck_dtype zck__torch_dtype_global(const char *name, bool *known);
 
+/* torch's constant pickle nodes in one document, one node each (torch_node.c); zero it
+ * and set doc before the first tensor. */
+typedef struct zck__torch_nodes {
+  zck_pk_doc *doc;
+  zck_pk *s_storage, *s_cpu, *g_v2, *g_v3, *g_untyped;
+  zck_pk *storage_class[ZCK_DTYPE_COUNT], *dtype_global[ZCK_DTYPE_COUNT];
+} zck__torch_nodes;
+/* The node torch.save pickles for a tensor viewing storage `key` of storage_numel
+ * elements of dt (stride NULL: contiguous); NULL when out of memory. */
+zck_pk *zck__torch_tensor_node(zck__torch_nodes *c, zck_dtype dt, zck_pk *key, uint64_t storage_numel, int ndim,
+                               const int64_t *shape, const int64_t *stride, uint64_t storage_offset,
+                               bool requires_grad);
+/* torch's contiguous strides for shape (a dimension of size 0 or 1 counts as 1). */
+void zck__torch_contiguous_stride(int ndim, const int64_t *shape, int64_t *stride);
+
 /* zck_torch_state_dict over any resolver of tensor nodes (a reader's file, a writer's
  * records); fname for messages, doc bounds the walk. */
 zck_status zck__torch_named_walk(const char *fname, const zck_torch_tensor *(*tensor_of)(const void *, const zck_pk *),

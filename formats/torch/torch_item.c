@@ -56,42 +56,16 @@ static zck_status zck__item_build(zck__outfile *out, uint64_t base, const zck__b
   return st;
 }
 
-/* _rebuild_tensor_v2(PERSID(('storage', torch.<X>Storage, '0', 'cpu', numel)), 0, shape,
- * contiguous stride, False, OrderedDict()): what torch.save pickles for a contiguous
- * tensor that owns its whole storage. */
+/* A contiguous tensor that owns its whole storage, key '0', pickled as torch.save pickles it. */
 static zck_status zck__item_tensor_pkl(zck_dtype dt, int ndim, const int64_t *shape, uint64_t numel, zck__buf *out) {
-  const char *cls = zck__torch_storage_class(dt);
-  if (!cls) return zck__fail(ZCK_ERR_UNSUPPORTED, "torch item: dtype %s has no storage class", zck_dtype_name(dt));
-  zck_pk_doc *d = zck_pk_doc_new();
-  if (!d) return ZCK_ERR_NO_MEMORY;
-  zck_pk *pid = zck_pk_new_tuple(d, 5), *args = zck_pk_new_tuple(d, 6);
-  zck_pk *sz = zck_pk_new_tuple(d, (size_t)ndim), *stride = zck_pk_new_tuple(d, (size_t)ndim);
-  bool ok = pid && args && sz && stride;
-  if (ok) {
-    pid->u.seq.items[0] = zck_pk_new_str(d, "storage");
-    pid->u.seq.items[1] = zck_pk_new_global(d, "torch", cls);
-    pid->u.seq.items[2] = zck_pk_new_str(d, "0");
-    pid->u.seq.items[3] = zck_pk_new_str(d, "cpu");
-    pid->u.seq.items[4] = zck_pk_new_int(d, (int64_t)numel);
-    int64_t acc = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-      sz->u.seq.items[i] = zck_pk_new_int(d, shape[i]);
-      stride->u.seq.items[i] = zck_pk_new_int(d, acc);
-      if (shape[i] > 1) acc *= shape[i];
-      ok &= sz->u.seq.items[i] && stride->u.seq.items[i];
-    }
-    args->u.seq.items[0] = zck_pk_new_persid(d, pid);
-    args->u.seq.items[1] = zck_pk_new_int(d, 0);
-    args->u.seq.items[2] = sz;
-    args->u.seq.items[3] = stride;
-    args->u.seq.items[4] = zck_pk_new_bool(d, 0);
-    args->u.seq.items[5] = zck_pk_new_dict(d, 1);
-    for (size_t i = 0; i < 5; i++) ok &= pid->u.seq.items[i] != NULL;
-    for (size_t i = 0; i < 6; i++) ok &= args->u.seq.items[i] != NULL;
-  }
-  zck_pk *root = ok ? zck_pk_new_object(d, zck_pk_new_global(d, "torch._utils", "_rebuild_tensor_v2"), args, 0, NULL) : NULL;
+  if (!zck__torch_storage_class(dt))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "torch item: dtype %s has no storage class", zck_dtype_name(dt));
+  if (ndim > ZCK_TORCH_MAX_DIMS) return zck__fail(ZCK_ERR_UNSUPPORTED, "torch item: a tensor of %d dimensions", ndim);
+  zck__torch_nodes nodes = {.doc = zck_pk_doc_new()};
+  if (!nodes.doc) return ZCK_ERR_NO_MEMORY;
+  zck_pk *root = zck__torch_tensor_node(&nodes, dt, zck_pk_new_str(nodes.doc, "0"), numel, ndim, shape, NULL, 0, false);
   zck_status st = root ? zck_pickle_dump(root, out) : ZCK_ERR_NO_MEMORY;
-  zck_pk_doc_free(d);
+  zck_pk_doc_free(nodes.doc);
   return st;
 }
 

@@ -115,13 +115,7 @@ static zck_status resolve_storage(zck_torch_file *f, const zck_pk *persid) {
                  (unsigned long long)e->size, (long long)numel, zck_dtype_name(dt), (unsigned long long)nbytes);
   if (e->method != 0)
     return sfail(f, persid, ZCK_ERR_UNSUPPORTED, "storage '%s': record is compressed (method %u)", key, e->method);
-  if (f->nstorages == f->scap) {
-    size_t cap = f->scap ? f->scap * 2 : 16;
-    zck_torch_storage *ns = zck__realloc(f->storages, cap * sizeof *ns);
-    if (!ns) return ZCK_ERR_NO_MEMORY;
-    f->storages = ns;
-    f->scap = cap;
-  }
+  if (!ZCK__GROW(f->storages, f->scap, f->nstorages + 1)) return ZCK_ERR_NO_MEMORY;
   zck_torch_storage *s = &f->storages[f->nstorages];
   memset(s, 0, sizeof *s);
   s->key = zck__strdup(key);

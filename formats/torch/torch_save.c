@@ -33,7 +33,7 @@ struct zck_torch_saver {
   char prefix[256];
   saved_storage *st;
   size_t n, cap;
-  zck_pk *s_storage, *s_cpu, *g_rebuild, *g_odict, *g_class[ZCK_DTYPE_COUNT];
+  zck__torch_nodes nodes;  /* torch's constants in doc, one node each */
   uint32_t pkl_crc;
   uint64_t pkl_len;
   bool laid_out, finished;
@@ -50,7 +50,7 @@ zck_status zck_torch_saver_create(const char *path, zck_torch_saver **out) {
     return st;
   }
   st = zck_zip_writer_create(&s->out, &s->zip);
-  if (st == ZCK_OK && !(s->doc = zck_pk_doc_new())) st = ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK && !(s->doc = s->nodes.doc = zck_pk_doc_new())) st = ZCK_ERR_NO_MEMORY;
   zck_torch_archive_name(path, s->prefix, sizeof s->prefix);
   if (st != ZCK_OK) {
     zck_torch_saver_free(s);
@@ -61,8 +61,6 @@ zck_status zck_torch_saver_create(const char *path, zck_torch_saver **out) {
 }
 
 zck_pk_doc *zck_torch_saver_doc(zck_torch_saver *s) { return s->doc; }
-
-static zck_pk *once(zck_pk **slot, zck_pk *made) { return *slot ? *slot : (*slot = made); }
 
 zck_pk *zck_torch_saver_tensor(zck_torch_saver *s, zck_dtype dt, int ndim, const int64_t *shape) {
   ZCK_ASSERT(!s->laid_out && ndim >= 0);
@@ -82,43 +80,10 @@ zck_pk *zck_torch_saver_tensor(zck_torch_saver *s, zck_dtype dt, int ndim, const
       zck__fail(ZCK_ERR_INVALID_ARG, "%s: invalid tensor shape", s->out.path);
       return NULL;
     }
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 64;
-    saved_storage *ns = realloc(s->st, nc * sizeof *ns);
-    if (!ns) return NULL;
-    s->st = ns;
-    s->cap = nc;
-  }
-  zck_pk_doc *d = s->doc;
+  if (!ZCK__GROW(s->st, s->cap, s->n + 1)) return NULL;
   char key[24];
   snprintf(key, sizeof key, "%zu", s->n);
-  zck_pk *pid = zck_pk_new_tuple(d, 5), *args = zck_pk_new_tuple(d, 6);
-  zck_pk *sz = zck_pk_new_tuple(d, (size_t)ndim), *stride = zck_pk_new_tuple(d, (size_t)ndim);
-  if (!pid || !args || !sz || !stride) return NULL;
-  pid->u.seq.items[0] = once(&s->s_storage, zck_pk_new_str(d, "storage"));   /* torch's constants: one object each */
-  pid->u.seq.items[1] = once(&s->g_class[dt], zck_pk_new_global(d, "torch", cls));
-  pid->u.seq.items[2] = zck_pk_new_str(d, key);
-  pid->u.seq.items[3] = once(&s->s_cpu, zck_pk_new_str(d, "cpu"));
-  pid->u.seq.items[4] = zck_pk_new_int(d, (int64_t)numel);
-  bool ok = true;
-  int64_t acc = 1;
-  for (int i = ndim - 1; i >= 0; i--) {
-    sz->u.seq.items[i] = zck_pk_new_int(d, shape[i]);
-    stride->u.seq.items[i] = zck_pk_new_int(d, acc);
-    if (shape[i] > 1) acc *= shape[i];
-    ok &= sz->u.seq.items[i] && stride->u.seq.items[i];
-  }
-  args->u.seq.items[0] = zck_pk_new_persid(d, pid);
-  args->u.seq.items[1] = zck_pk_new_int(d, 0);
-  args->u.seq.items[2] = sz;
-  args->u.seq.items[3] = stride;
-  args->u.seq.items[4] = zck_pk_new_bool(d, 0);
-  /* a fresh OrderedDict() per tensor, as torch makes one */
-  args->u.seq.items[5] = zck_pk_new_dict(d, 1);
-  for (size_t i = 0; i < 5; i++) ok &= pid->u.seq.items[i] != NULL;
-  for (size_t i = 0; i < 6; i++) ok &= args->u.seq.items[i] != NULL;
-  zck_pk *g = once(&s->g_rebuild, zck_pk_new_global(d, "torch._utils", "_rebuild_tensor_v2"));
-  zck_pk *t = ok && g ? zck_pk_new_object(d, g, args, 0, NULL) : NULL;
+  zck_pk *t = zck__torch_tensor_node(&s->nodes, dt, zck_pk_new_str(s->doc, key), numel, ndim, shape, NULL, 0, false);
   if (!t) return NULL;
   s->st[s->n++] = (saved_storage){.dtype = dt, .numel = numel};
   return t;

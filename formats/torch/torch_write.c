@@ -43,8 +43,8 @@ struct zck_torch_writer {
   zck_pk_doc *doc;
   wstorage *st;
   size_t n, cap;
-  zck_pk *g_v2, *g_v3, *g_param, *g_untyped, *s_storage, *s_cpu;
-  zck_pk *storage_class[ZCK_DTYPE_COUNT], *dtype_global[ZCK_DTYPE_COUNT];
+  zck__torch_nodes nodes;  /* torch's constants in doc, one node each */
+  zck_pk *g_param;
   bool finished;
   char prefix[256];        /* the archive folder: the file's stem, as torch.save names it */
   /* the tensor nodes built, as a reader resolves them (zck_torch_writer_named): records
@@ -116,7 +116,7 @@ zck_status zck_torch_writer_create_hashed(const char *path, struct zck__shash *h
   zck__outfile_buffer(&w->out);
   s = zck_zip_writer_create(&w->out, &w->zip);
   if (s == ZCK_OK && hash) zck_zip_writer_hash(w->zip, hash);
-  if (s == ZCK_OK && !(w->doc = zck_pk_doc_new())) s = ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK && !(w->doc = w->nodes.doc = zck_pk_doc_new())) s = ZCK_ERR_NO_MEMORY;
   zck_torch_archive_name(path, w->prefix, sizeof w->prefix);
   /* byteorder first: data.pkl can only be written once the tree is complete (see torch.h) */
   char name[300];
@@ -145,13 +145,7 @@ zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, ui
   if (!zck__mul_u64(numel, esz, &nbytes) || nbytes > ((uint64_t)1 << 62))
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: storage of %llu x %s is too large", w->out.path, (unsigned long long)numel,
                      zck_dtype_name(dtype));
-  if (w->n == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 16;
-    wstorage *ns = zck__realloc(w->st, cap * sizeof *ns);
-    if (!ns) return ZCK_ERR_NO_MEMORY;
-    w->st = ns;
-    w->cap = cap;
-  }
+  if (!ZCK__GROW(w->st, w->cap, w->n + 1)) return ZCK_ERR_NO_MEMORY;
   wstorage *s = &w->st[w->n];
   memset(s, 0, sizeof *s);
   atomic_init(&s->written, 0);
@@ -168,12 +162,6 @@ zck_status zck_torch_writer_add_storage(zck_torch_writer *w, zck_dtype dtype, ui
   return ZCK_OK;
 }
 
-static zck_pk *shared(zck_torch_writer *w, zck_pk **slot, zck_pk *(*make)(zck_pk_doc *, const char *, const char *),
-                      const char *a, const char *b) {
-  if (!*slot) *slot = make(w->doc, a, b);
-  return *slot;
-}
-static zck_pk *new_str2(zck_pk_doc *d, const char *s, const char *unused) { (void)unused; return zck_pk_new_str(d, s); }
 
 /* Records node as a reader would resolve it: dims of the view, or (inner != SIZE_MAX) a
  * Parameter wrapping record `inner`. false: out of memory. */
@@ -228,14 +216,6 @@ static bool record(zck_torch_writer *w, const zck_pk *node, size_t storage, int 
   return true;
 }
 
-static zck_pk *int_tuple(zck_torch_writer *w, int n, const int64_t *v) {
-  zck_pk *t = zck_pk_new_tuple(w->doc, (size_t)n);
-  if (!t) return NULL;
-  for (int i = 0; i < n; i++)
-    if (!(t->u.seq.items[i] = zck_pk_new_int(w->doc, v[i]))) return NULL;
-  return t;
-}
-
 zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int ndim, const int64_t *shape,
                                 const int64_t *stride, uint64_t storage_offset, int requires_grad) {
   ZCK_ASSERT(!w->finished && !w->sealed && storage_index < w->n && ndim >= 0);
@@ -246,11 +226,7 @@ zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int n
   }
   int64_t cstride[ZCK_TORCH_MAX_DIMS];
   if (!stride) {   /* contiguous */
-    int64_t acc = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-      cstride[i] = acc;
-      if (shape[i] > 0 && acc <= INT64_MAX / shape[i]) acc *= shape[i];
-    }
+    zck__torch_contiguous_stride(ndim, shape, cstride);
     stride = cstride;
   }
   uint64_t numel = 1, span = 0, t;
@@ -269,34 +245,8 @@ zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int n
               (unsigned long long)storage_offset, storage_index, (unsigned long long)s->numel);
     return NULL;
   }
-  const char *cls = zck__torch_storage_class(s->dtype);
-  zck_pk_doc *d = w->doc;
-  zck_pk *pid = zck_pk_new_tuple(d, 5);
-  if (!pid) return NULL;
-  pid->u.seq.items[0] = shared(w, &w->s_storage, new_str2, "storage", NULL);
-  pid->u.seq.items[1] = cls ? shared(w, &w->storage_class[s->dtype], zck_pk_new_global, "torch", cls)
-                            : shared(w, &w->g_untyped, zck_pk_new_global, "torch.storage", "UntypedStorage");
-  pid->u.seq.items[2] = s->key;
-  pid->u.seq.items[3] = shared(w, &w->s_cpu, new_str2, "cpu", NULL);
-  pid->u.seq.items[4] = zck_pk_new_int(d, (int64_t)(cls ? s->numel : s->nbytes));
-  zck_pk *persid = zck_pk_new_persid(d, pid);
-  zck_pk *args = zck_pk_new_tuple(d, cls ? 6 : 7);
-  if (!persid || !args) return NULL;
-  args->u.seq.items[0] = persid;
-  args->u.seq.items[1] = zck_pk_new_int(d, (int64_t)storage_offset);
-  args->u.seq.items[2] = int_tuple(w, ndim, shape);
-  args->u.seq.items[3] = int_tuple(w, ndim, stride);
-  args->u.seq.items[4] = zck_pk_new_bool(d, requires_grad);
-  args->u.seq.items[5] = zck_pk_new_dict(d, 1);   /* backward_hooks: a fresh OrderedDict() */
-  if (!cls) args->u.seq.items[6] = shared(w, &w->dtype_global[s->dtype], zck_pk_new_global, "torch", zck_dtype_name(s->dtype));
-  zck_pk *fn = cls ? shared(w, &w->g_v2, zck_pk_new_global, "torch._utils", "_rebuild_tensor_v2")
-                   : shared(w, &w->g_v3, zck_pk_new_global, "torch._utils", "_rebuild_tensor_v3");
-  for (size_t i = 0; i < 5; i++)
-    if (!pid->u.seq.items[i]) return NULL;
-  for (size_t i = 0; i < args->u.seq.len; i++)
-    if (!args->u.seq.items[i]) return NULL;
-  if (!fn) return NULL;
-  zck_pk *node = zck_pk_new_object(d, fn, args, 0, NULL);
+  zck_pk *node = zck__torch_tensor_node(&w->nodes, s->dtype, s->key, s->numel, ndim, shape, stride, storage_offset,
+                                        requires_grad);
   if (node && !record(w, node, storage_index, ndim, shape, stride, storage_offset, numel, requires_grad, SIZE_MAX)) {
     zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory", w->out.path);
     return NULL;
@@ -307,7 +257,7 @@ zck_pk *zck_torch_writer_tensor(zck_torch_writer *w, size_t storage_index, int n
 zck_pk *zck_torch_writer_parameter(zck_torch_writer *w, zck_pk *tensor, int requires_grad) {
   ZCK_ASSERT(tensor);
   zck_pk *args = zck_pk_new_tuple(w->doc, 3);
-  zck_pk *fn = shared(w, &w->g_param, zck_pk_new_global, "torch._utils", "_rebuild_parameter");
+  zck_pk *fn = w->g_param ? w->g_param : (w->g_param = zck_pk_new_global(w->doc, "torch._utils", "_rebuild_parameter"));
   if (!args || !fn) return NULL;
   args->u.seq.items[0] = tensor;
   args->u.seq.items[1] = zck_pk_new_bool(w->doc, requires_grad);

@@ -60,7 +60,9 @@ typedef enum zck_uv_form {
   ZCK_UV_CAT_DIM = 0,         /* {'cat_dim': 0, 'param': T} */
   ZCK_UV_PARAM,               /* {'param': T} */
   ZCK_UV_BARE,                /* T */
-  ZCK_UV_VOCAB                /* {'vocab_tensor': True, 'param': T}: AutoTP vocabulary-parallel params */
+  ZCK_UV_VOCAB,               /* {'vocab_tensor': True, 'param': T}: AutoTP vocabulary-parallel params */
+  ZCK_UV_EXPERT               /* {'param': T, 'cat_dim': 0, 'is_expert_param': True, 'ep_num_experts': shape[0]}:
+                                 an AutoEP expert weight, all experts (any stage) */
 } zck_uv_form;
 
 /* out must not end with '/' (it is stripped: DeepSpeed would write an empty

@@ -293,6 +293,12 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "vocab_tensor"), zck_pk_new_bool(doc, 1)))
         st = ZCK_ERR_NO_MEMORY;
       if (st == ZCK_OK && !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "param"), t)) st = ZCK_ERR_NO_MEMORY;
+      /* deepspeed/checkpoint/autoep_universal.py: param first, then these */
+      if (st == ZCK_OK && form == ZCK_UV_EXPERT &&
+          (!zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "cat_dim"), zck_pk_new_int(doc, 0)) ||
+           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "is_expert_param"), zck_pk_new_bool(doc, 1)) ||
+           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "ep_num_experts"), zck_pk_new_int(doc, ndim ? shape[0] : 0))))
+        st = ZCK_ERR_NO_MEMORY;
     }
     /* the tree is complete: pickled now, its nodes freed (a 64 KB node block per file: a
      * batch of ~1000 pending files held 70 MB of them) */

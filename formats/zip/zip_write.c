@@ -110,13 +110,7 @@ static zck_status zck__zip_reserve(zck_zip_writer *w, const char *name, uint64_t
   if (nlen > 0xFFFF - 1) return zck__fail(ZCK_ERR_INVALID_ARG, "%s: zip entry name of %zu bytes is too long", w->out->path, nlen);
   if (zck__zip_names_find_nocase(&w->names, name, zck__zip_wentry_name, w) != SIZE_MAX)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: zip entry \"%s\" added twice (names are compared ignoring case)", w->out->path, name);
-  if (w->count == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 16;
-    zck__zip_wentry *e = zck__realloc(w->e, cap * sizeof *e);
-    if (!e) return ZCK_ERR_NO_MEMORY;
-    w->e = e;
-    w->cap = cap;
-  }
+  if (!ZCK__GROW(w->e, w->cap, w->count + 1)) return ZCK_ERR_NO_MEMORY;
   zck__zip_wentry *e = &w->e[w->count];
   memset(e, 0, sizeof *e);
   e->name_len = (uint16_t)nlen;

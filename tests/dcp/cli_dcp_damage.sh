@@ -18,6 +18,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" verify -q "$SRC" >"$T/out" 2>&1 || fail "intact verify: $(cat "$T/out")"
 "$BIN" inspect "$SRC" >"$T/out" 2>&1 || fail "intact inspect: $(cat "$T/out")"
 grep -q "model.embed_tokens.weight" "$T/out" || fail "inspect lists no weights: $(cat "$T/out")"
+# the tied lm_head.weight (DCP saves it under both names, its optimizer state once) is
+# named as the copy it is, not as a frozen param
+grep -q "^lm_head.weight .*tied: a copy of model.embed_tokens.weight" "$T/out" || fail "tie not shown: $(cat "$T/out")"
+"$BIN" inspect "$OTHER" >"$T/out" 2>&1 || fail "intact inspect (untied): $(cat "$T/out")"
+! grep -q "tied: a copy" "$T/out" || fail "an untied model shown tied: $(cat "$T/out")"
 "$BIN" reshard -q "$SRC" "$T/ds" --to-stage 2 --to-world-size 3 2>"$T/err" || fail "intact reshard: $(cat "$T/err")"
 "$BIN" to-universal -q "$SRC" "$T/uv/universal" 2>"$T/err" || fail "intact to-universal: $(cat "$T/err")"
 

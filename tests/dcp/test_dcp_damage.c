@@ -14,13 +14,15 @@
 #include <unistd.h>
 
 #define CASE "llama_tied_w2_fp32"
-static const char *const files[] = {".metadata", "__0_0.distcp", "__1_0.distcp"};
+/* FSDP2 + tensor parallel (dp 2 x tp 2): o_proj's chunks are 4 x 4 blocks of its 8 x 8 */
+#define CASE_2D "llama_tp2_dp2_fp32"
+static const char *const files[] = {".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"};
 
-static char *fresh_copy(const char *tmp, const char *name) {
+static char *fresh_copy_of(const char *tmp, const char *name, const char *fixture, size_t n_files) {
   char *dst = zck__path_join(tmp, name), rel[128];
   ZT_OK(zck__mkdirs(dst));
-  for (size_t i = 0; i < 3; i++) {
-    snprintf(rel, sizeof rel, "dcp/" CASE "/%s", files[i]);
+  for (size_t i = 0; i < n_files; i++) {
+    snprintf(rel, sizeof rel, "dcp/%s/%s", fixture, files[i]);
     char *src = zt_fixture(rel), *to = zck__path_join(dst, files[i]);
     unsigned char *d;
     size_t n;
@@ -32,6 +34,9 @@ static char *fresh_copy(const char *tmp, const char *name) {
   }
   return dst;
 }
+
+static char *fresh_copy(const char *tmp, const char *name) { return fresh_copy_of(tmp, name, CASE, 3); }
+static char *fresh_copy_2d(const char *tmp, const char *name) { return fresh_copy_of(tmp, name, CASE_2D, 5); }
 
 /* Opens dir and streams every part into memory: the first error, or ZCK_OK. */
 static zck_status read_all(const char *dir) {
@@ -221,7 +226,7 @@ int main(void) {
   expect_refused(d, ".metadata", "overlap");
   free(d);
 
-  /* a chunk cut across columns: not one range of the flat array */
+  /* a chunk cut across columns, leaving the other half of its rows in no chunk */
   d = fresh_copy(tmp, "columns");
   {
     meta m = meta_load(d);
@@ -229,7 +234,56 @@ int main(void) {
     sz->u.seq.items[1] = zck_pk_new_int(m.doc, 4);
     meta_save(&m);
   }
-  expect_refused(d, ".metadata", "contiguous");
+  expect_refused(d, ".metadata", "in no chunk");
+  free(d);
+
+  /* 2-D blocks (FSDP2 + tensor parallel): the intact folder reads; a block moved a column
+   * left overlaps its neighbour (the element count still adds up); a block a column
+   * narrower leaves elements in no chunk; a bit flipped in a block fails its CRC */
+  const char *O = "model.model.layers.0.self_attn.o_proj.weight";
+  d = fresh_copy_2d(tmp, "blocks_intact");
+  ZT_OK(read_all(d));
+  free(d);
+  d = fresh_copy_2d(tmp, "blocks_overlap");
+  {
+    meta m = meta_load(d);
+    zck_pk *off = dget(chunk_state(&m, O, 1), "offsets");   /* [0, 4] */
+    ZT_EQ_INT(off->u.seq.items[1]->u.i, 4);
+    off->u.seq.items[1] = zck_pk_new_int(m.doc, 3);
+    meta_save(&m);
+  }
+  expect_refused(d, ".metadata", "chunks 0 and 1 overlap");
+  free(d);
+  d = fresh_copy_2d(tmp, "blocks_gap");
+  {
+    meta m = meta_load(d);
+    zck_pk *sz = dget(chunk_state(&m, O, 3), "sizes");   /* [4, 4] at [4, 4] */
+    sz->u.seq.items[1] = zck_pk_new_int(m.doc, 3);
+    meta_save(&m);
+  }
+  expect_refused(d, ".metadata", "in no chunk");
+  free(d);
+  d = fresh_copy_2d(tmp, "blocks_bitflip");
+  {
+    zck_dcp *c;
+    ZT_OK(zck_dcp_open(d, NULL, &c));
+    zck_state_view v;
+    zck_dcp_state(c, &v);
+    /* the block holding o_proj[0][0]: 4 x 4, one piece a row */
+    const zck_model *m = zck_dcp_model(c);
+    int64_t p = zck_model_find_param(m, O + strlen("model."));
+    ZT_ASSERT(p >= 0);
+    const zck_layout *l = v.part[ZCK_STATE_FP32].layout;
+    const zck_piece *pc = &l->pieces[l->param_first[p]];
+    ZT_EQ_INT(l->param_first[p + 1] - l->param_first[p], 16);   /* 4 blocks of 4 rows */
+    ZT_EQ_INT(pc->count, 4);
+    const zck_store *st = &v.part[ZCK_STATE_FP32].stores[pc->store];
+    uint64_t at = st->source->base + st->base + 4 * 4 + 1;   /* inside its second row */
+    ZT_ASSERT(strstr(st->source->name, "__0_0.distcp"));
+    zck_dcp_close(c);
+    patch_byte(d, "__0_0.distcp", (long)at, 0x10);
+  }
+  expect_refused(d, "__0_0.distcp", "CRC-32 mismatch");
   free(d);
 
   /* an item that says it is compressed */

@@ -1,18 +1,18 @@
 #!/bin/sh
 # autoep_damage.sh ZCKPT ZCK_DAMAGE: DeepSpeed AutoEP checkpoints (tests/fixtures/autoep) intact and damaged.
 #
-# Intact: inspect, verify and consolidate exit 0. Damaged copies of the ZeRO-2 fixture's expert files
+# Intact: inspect, verify, consolidate and to-universal exit 0. Damaged copies of the ZeRO-2 fixture's expert files
 # (layer_<L>_expert_<E>_mp_rank_00_model_states.pt) and the ZeRO-3 fixture's rank files: every job exits
 # non-zero with exactly one stderr line `zckpt: error: ...` naming the damaged file (verify: its report names it),
 # consolidate leaves nothing at OUT, and the input is untouched. Classes:
 #   copy     expert 1's file copied over expert 2's          swap   expert 1's and 2's files exchanged
 #   other    expert 2's file from another run (the bf16 one's)   missing  expert 2's file removed
 #   stale    expert 2's file from the same run's save at step 1 (fp32 and bf16): verify names it (its weights are
-#            not the module copy of the masters); consolidate and inspect read no expert weights (their output does
-#            not depend on them), so they pass
+#            not the module copy of the masters); consolidate, to-universal and inspect read no expert weights
+#            (their output does not depend on them, as ds_to_universal's does not), so they pass
 #   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's
-#   refuse   reshard (DeepSpeed or DCP) and to-universal (folder or HDF5) of an AutoEP checkpoint: one line
-#   flip     one bit of an expert weight: verify names it (zip CRC); consolidate and inspect never read the
+#   refuse   reshard (DeepSpeed or DCP) and to-universal --format hdf5 of an AutoEP checkpoint: one line
+#   flip     one bit of an expert weight: verify names it (zip CRC); consolidate, to-universal and inspect never read the
 #            module's 16-bit expert weights (they cast the fp32 masters), so they pass, as for any 16-bit weight
 set -u
 Z=$1 DAMAGE=$2
@@ -25,13 +25,13 @@ ok() { passes=$((passes + 1)); }
 bad() { fails=$((fails + 1)); echo "FAIL: $*"; }
 sums() { (cd "$1" && find . -type f -exec cksum {} + | LC_ALL=C sort -k3); }
 
-# jobs CASE DIR NAME EXPECT: runs the three jobs on DIR; EXPECT ok, or fail naming NAME
+# jobs CASE DIR NAME EXPECT: runs the four jobs on DIR; EXPECT ok, or fail naming NAME
 jobs() {
-  for job in inspect verify consolidate; do
+  for job in inspect verify consolidate to-universal; do
     out="$W/out.$1.$job"
     before=$(sums "$2")
     case $job in
-      consolidate) "$Z" consolidate "$2" "$out" >"$W/so" 2>"$W/se"; rc=$? ;;
+      consolidate|to-universal) "$Z" "$job" "$2" "$out" >"$W/so" 2>"$W/se"; rc=$? ;;
       *) "$Z" "$job" "$2" >"$W/so" 2>"$W/se"; rc=$? ;;
     esac
     [ "$before" = "$(sums "$2")" ] || bad "$1 $job: the input changed"
@@ -71,9 +71,9 @@ fresh ep2_s2_fp32
 "$DAMAGE" flip "$(e 2)" model.layers.0.mlp.experts.w1.2 >"$W/dlog" 2>&1 || bad "flip: zck_damage: $(cat "$W/dlog")"
 jobs flip "$W/ck" layer_0_expert_2 verify-only
 
-# the jobs that write DeepSpeed, universal or DCP files again refuse AutoEP (their manifest holds the HF names)
+# the jobs that do not write AutoEP's layout yet refuse it
 for c in ep2_s2_fp32 ep2_s3_fp32; do
-  for job in "reshard --to-world-size 1" "reshard --to-format dcp" "to-universal" "to-universal --format hdf5"; do
+  for job in "reshard --to-world-size 1" "reshard --to-format dcp" "to-universal --format hdf5"; do
     # shellcheck disable=SC2086
     "$Z" $job "$FIX/$c/ckpt" "$W/out.w" >"$W/so" 2>"$W/se"; rc=$?
     [ $rc = 1 ] && [ "$(wc -l <"$W/se")" = 1 ] && grep -q "AutoEP" "$W/se" && [ ! -e "$W/out.w" ] && ok ||

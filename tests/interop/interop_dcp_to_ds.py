@@ -27,6 +27,10 @@ rng_state_1.pth dropped; DeepSpeed with the fixture's tied HF Llama, the DCP's p
 (as the Trainer hands DeepSpeed its scheduler) loads it: the scheduler's state is scheduler.pt's, every trainable
 param's fp32 master, exp_avg and exp_avg_sq are dcp_to_torch_save's.
 
+FSDP2 + tensor parallel (tests/fixtures/dcp/llama_tp2_dp2_fp32: a dp 2 x tp 2 mesh, o_proj and down_proj in blocks
+that cut both dimensions) resharded to ZeRO-2 W=1: DeepSpeed loads it and every trainable param's fp32 master,
+exp_avg and exp_avg_sq are dcp_to_torch_save's.
+
 Refused (reshard and to-universal: exit 1, one line naming the DCP folder and what is wrong, nothing at OUT):
 DCPs torch saves in one process of a model alone, of SGD with momentum, of AdamW with amsgrad.
 
@@ -228,6 +232,48 @@ def scenario(tmp, name, dtype, world, targets):
     return results
 
 
+def ds_loads_like_torch(tmp, label, dcp_dirs, out, model, scheduler):
+    """DeepSpeed (ZeRO-2, one rank) loads out; its state is what torch's dcp_to_torch_save reads from dcp_dirs."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    ref = {}
+    for i, d in enumerate(dcp_dirs):
+        pt = os.path.join(tmp, f"{label}.{i}.pt")
+        dcp_to_torch_save(d, pt)
+        ref.update(torch.load(pt, weights_only=False))
+    osd = ref.get("optimizer", ref.get("optim"))
+    spec = {"load": out, "groups": [g["params"] for g in osd["param_groups"]], "out": os.path.join(tmp, f"{label}.ds.pt"),
+            "model": model, "scheduler": scheduler}
+    with open(spec["out"] + ".json", "w") as f:
+        json.dump(spec, f)
+    from ds_launch import launch
+    logs = os.path.join(tmp, f"{label}.ds.log")
+    rc = launch(1, [os.path.abspath(__file__), "--hf-ds", spec["out"] + ".json"], log_prefix=logs, timeout=300)
+    probs = []
+    if rc != 0:
+        return None, [f"DeepSpeed failed (exit {rc}): {H.error_of(logs, 1)}"]
+    got = torch.load(spec["out"], weights_only=False)
+    if sorted(got["gathered"]) != sorted(osd["state"]):
+        probs.append(f"trainable params {sorted(got['gathered'])} != the DCP's {sorted(osd['state'])}")
+    for n, g in got["gathered"].items():
+        if not same(g["fp32"], ref["model"][n]):
+            probs.append(f"{n}: fp32 master differs from the DCP's weight")
+        for k in ("exp_avg", "exp_avg_sq"):
+            if n not in osd["state"] or not same(g[k], osd["state"][n][k]):
+                probs.append(f"{n}: {k} differs from the DCP's")
+    return got, probs
+
+
+def tensor_parallel(tmp):
+    src = os.path.join(HERE, "..", "fixtures", "dcp", "llama_tp2_dp2_fp32")
+    out = os.path.join(tmp, "tp.ds")
+    label = "FSDP2 + tensor parallel (2-D blocks) -> DeepSpeed ZeRO-2 W=1: loaded"
+    err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
+    if err:
+        return [(label, [err])]
+    _, probs = ds_loads_like_torch(tmp, "tp", [src], out, [False, "tp"], False)
+    return [(label, probs)]
+
+
 def hf_checkpoint(tmp):
     src = os.path.join(HERE, "..", "fixtures", "dcp", "hf_trainer_tied_w2_fp32", "checkpoint-2")
     out = os.path.join(tmp, "hf.ds")
@@ -248,41 +294,18 @@ def hf_checkpoint(tmp):
     results = [("HF Trainer FSDP checkpoint-N -> DeepSpeed W=1: scheduler and side files", probs)]
 
     # what torch itself reads from the checkpoint, then DeepSpeed's load
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-    ref = {}
-    for sub in ("pytorch_model_fsdp_0", "optimizer_0"):
-        pt = os.path.join(tmp, f"hf.{sub}.pt")
-        dcp_to_torch_save(os.path.join(src, sub), pt)
-        ref.update(torch.load(pt, weights_only=False))
-    osd = ref["optimizer"]
-    spec = {"load": out, "groups": [g["params"] for g in osd["param_groups"]], "out": os.path.join(tmp, "hf.ds.pt")}
-    with open(spec["out"] + ".json", "w") as f:
-        json.dump(spec, f)
-    from ds_launch import launch
-    logs = os.path.join(tmp, "hf.ds.log")
-    rc = launch(1, [os.path.abspath(__file__), "--hf-ds", spec["out"] + ".json"], log_prefix=logs, timeout=300)
-    probs = []
-    if rc != 0:
-        probs.append(f"DeepSpeed failed (exit {rc}): {H.error_of(logs, 1)}")
-    else:
-        got = torch.load(spec["out"], weights_only=False)
-        if got["lr_scheduler"] != want:
-            probs.append(f"DeepSpeed's scheduler state {got['lr_scheduler']!r} != scheduler.pt's {want!r}")
-        if sorted(got["gathered"]) != sorted(osd["state"]):
-            probs.append(f"trainable params {sorted(got['gathered'])} != the DCP's {sorted(osd['state'])}")
-        for n, g in got["gathered"].items():
-            if not same(g["fp32"], ref["model"][n]):
-                probs.append(f"{n}: fp32 master differs from the DCP's weight")
-            for k in ("exp_avg", "exp_avg_sq"):
-                if n not in osd["state"] or not same(g[k], osd["state"][n][k]):
-                    probs.append(f"{n}: {k} differs from the DCP's")
+    got, probs = ds_loads_like_torch(tmp, "hf", [os.path.join(src, sub) for sub in ("pytorch_model_fsdp_0", "optimizer_0")],
+                                     out, [True, "fp32"], True)
+    if got is not None and got["lr_scheduler"] != want:
+        probs.append(f"DeepSpeed's scheduler state {got['lr_scheduler']!r} != scheduler.pt's {want!r}")
     results.append(("HF Trainer FSDP checkpoint-N -> DeepSpeed ZeRO-2 W=1 with the Trainer's scheduler: loaded", probs))
     return results
 
 
 def hf_ds_worker(spec_path):
-    """DeepSpeed (one rank, ZeRO-2, torch AdamW) on the HF fixture's tied Llama, the DCP's param groups, a
-    LambdaLR given as the Trainer gives its scheduler; load_checkpoint, then the state it holds."""
+    """DeepSpeed (one rank, ZeRO-2, torch AdamW) on a DCP fixture's Llama (make_dcp_fixtures.build_model(*spec
+    model)), the DCP's param groups, with spec scheduler a LambdaLR given as the Trainer gives its scheduler;
+    load_checkpoint, then the state it holds."""
     import deepspeed
     from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
     sys.path.insert(0, os.path.join(HERE, "..", "fixtures", "gen"))
@@ -290,21 +313,20 @@ def hf_ds_worker(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
     deepspeed.init_distributed(dist_backend="gloo")
-    model = M.build_model(True, "fp32")
+    model = M.build_model(*spec["model"])
     named = dict(model.named_parameters())
     groups = [{"params": [named[n] for n in g]} for g in spec["groups"]]
     cfg = {"train_micro_batch_size_per_gpu": 1, "steps_per_print": 10**6, "zero_optimization": {"stage": 2},
            "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "torch_adam": True}}}
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=groups, config=cfg,
-        lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0))
+    sched = (lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)) if spec["scheduler"] else None
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=groups, config=cfg, lr_scheduler=sched)
     path, _ = engine.load_checkpoint(spec["load"])
     if path is None:
         raise RuntimeError(f"load_checkpoint({spec['load']}) returned None")
     opt = engine.optimizer
     opt._hp_optimizer_states_linked = False   # link the state fragments now (ds_harness.snapshot says why)
     opt._lazy_init_hp_params_optimizer_state()
-    res = {"lr_scheduler": engine.lr_scheduler.state_dict(), "gathered": {}}
+    res = {"lr_scheduler": engine.lr_scheduler.state_dict() if engine.lr_scheduler else None, "gathered": {}}
     for n, p in engine.module.named_parameters():
         if p.requires_grad:
             res["gathered"][n] = {"fp32": safe_get_full_fp32_param(p).detach().clone()}
@@ -361,12 +383,17 @@ def main(argv):
     want = set(argv)
     passed = failed = 0
     with tempfile.TemporaryDirectory(prefix="zck-dcp2ds-") as tmp:
-        for name, (dtype, world, targets) in list(SOURCES.items()) + [("refused", (None, None, None))]:
+        for name, (dtype, world, targets) in list(SOURCES.items()) + [("refused", (None, None, None)),
+                                                                      ("tp", (None, None, None))]:
             if want and name not in want:
                 continue
             try:
-                results = unconvertible(tmp) + hf_checkpoint(tmp) if name == "refused" else \
-                    scenario(tmp, name, dtype, world, targets)
+                if name == "refused":
+                    results = unconvertible(tmp) + hf_checkpoint(tmp)
+                elif name == "tp":
+                    results = tensor_parallel(tmp)
+                else:
+                    results = scenario(tmp, name, dtype, world, targets)
             except Exception as e:
                 traceback.print_exc()
                 results = [(name, [f"{type(e).__name__}: {e}"])]

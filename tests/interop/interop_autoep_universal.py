@@ -1,0 +1,121 @@
+"""interop_autoep_universal.py: `zckpt to-universal` of DeepSpeed AutoEP (expert-parallel MoE) checkpoints against
+DeepSpeed 0.19.8's own ds_to_universal.py, run live on the fixtures of tests/fixtures/autoep (ZeRO-2 and ZeRO-3,
+fp32 and bf16, Mixtral and Qwen3-MoE, EP 2 on 2 ranks and EP 2 x expert-data-parallel 2 on 4).
+
+Per case:
+  same files    the same file set (zckpt adds zckpt-manifest.json) and the same latest_universal;
+  same content  every .pt equal: the same dict keys in the same order, tensors of the same dtype, shape and bytes,
+                equal Python values. That covers what DeepSpeed does on its own there: each expert weight one
+                folder zero/<prefix>.w{1,2,3}/ holding all experts ({'param', 'cat_dim', 'is_expert_param',
+                'ep_num_experts'}), at ZeRO-3 too; the router alias mlp.gate.gate.weight written at ZeRO-2 from the
+                module's 16-bit copy (fp32.pt only) and not at all at ZeRO-3; the model-states files saved again
+                with universal_checkpoint_info's expert_parameter_patterns and ds_autoep_layers set as DeepSpeed's
+                universal loader reads them.
+  refusals      `--format hdf5` refused in one line, nothing written.
+
+Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import torch  # noqa: E402
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIX = os.path.join(SRC, "tests", "fixtures", "autoep")
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
+CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_bf16", "qwen3_ep2_s2_bf16", "ep2dp2_s2_fp32", "ep2dp2_s3_fp32"]
+
+passed, failed = 0, 0
+
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def same(a, b, path, errs):
+    """Equal as values: tensors by dtype, shape and bytes; dicts with their key order."""
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        if not (torch.is_tensor(a) and torch.is_tensor(b)):
+            errs.append(f"{path}: tensor vs {type(b).__name__}")
+        elif a.dtype != b.dtype or a.shape != b.shape:
+            errs.append(f"{path}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}")
+        elif a.numel() and not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)):
+            errs.append(f"{path}: values differ")
+        return
+    if type(a) is not type(b):
+        errs.append(f"{path}: {type(a).__name__} vs {type(b).__name__}")
+    elif isinstance(a, dict):
+        if list(a.keys()) != list(b.keys()):
+            errs.append(f"{path}: keys {list(a.keys())} vs {list(b.keys())}")
+        else:
+            for k in a:
+                same(a[k], b[k], f"{path}.{k}", errs)
+    elif isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            errs.append(f"{path}: length {len(a)} vs {len(b)}")
+        else:
+            for i, (x, y) in enumerate(zip(a, b)):
+                same(x, y, f"{path}[{i}]", errs)
+    elif hasattr(a, "__dict__") and not isinstance(a, type):
+        same(vars(a), vars(b), f"{path}.__dict__", errs)
+    elif isinstance(a, float) and a != a:
+        if b == b:
+            errs.append(f"{path}: nan vs {b}")
+    elif a != b:
+        errs.append(f"{path}: {a!r} vs {b!r}")
+
+
+def files_under(d):
+    return sorted(os.path.relpath(os.path.join(dp, f), d) for dp, _, fs in os.walk(d) for f in fs)
+
+
+if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
+    print("SKIP: no zckpt binary or no AutoEP fixtures")
+    sys.exit(77)
+
+with tempfile.TemporaryDirectory() as tmp:
+    for case in CASES:
+        ckpt = os.path.join(FIX, case, "ckpt")
+        tag = open(os.path.join(ckpt, "latest")).read().strip()
+        ref, ours = os.path.join(tmp, case, "ref", "uc"), os.path.join(tmp, case, "ours", "uc")
+        os.makedirs(os.path.dirname(ref))
+        os.makedirs(os.path.dirname(ours))
+        r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                            os.path.join(ckpt, tag), "--output_folder", ref, "--num_extract_workers", "1",
+                            "--num_merge_workers", "1"], capture_output=True, text=True)
+        check(r.returncode == 0, f"{case}: ds_to_universal failed: {(r.stdout + r.stderr)[-1500:]}")
+        z = subprocess.run([ZCKPT, "to-universal", "-q", ckpt, ours], capture_output=True, text=True)
+        check(z.returncode == 0, f"{case}: zckpt to-universal failed: {z.stderr.strip()}")
+        if r.returncode or z.returncode:
+            continue
+        fa, fb = files_under(ref), [f for f in files_under(ours) if f != "zckpt-manifest.json"]
+        check(fa == fb, f"{case}: file sets differ: only DeepSpeed {sorted(set(fa) - set(fb))}, "
+                        f"only zckpt {sorted(set(fb) - set(fa))}")
+        la = open(os.path.join(os.path.dirname(ref), "latest_universal")).read()
+        lb = open(os.path.join(os.path.dirname(ours), "latest_universal")).read()
+        check(la == lb, f"{case}: latest_universal {la!r} vs {lb!r}")
+        errs = []
+        for f in sorted(set(fa) & set(fb)):
+            if f.endswith(".pt"):
+                same(torch.load(os.path.join(ref, f), weights_only=False),
+                     torch.load(os.path.join(ours, f), weights_only=False), f, errs)
+        check(not errs, f"{case}: content differs: " + "; ".join(errs[:8]))
+        experts = [f for f in fa if ".experts.w" in f]
+        print(f"{case}: {len(fa)} files equal to ds_to_universal's ({len(experts)} of the experts)")
+
+    h5 = os.path.join(tmp, "h5", "uc.h5")
+    z = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", os.path.join(FIX, "ep2_s2_fp32", "ckpt"), h5],
+                       capture_output=True, text=True)
+    check(z.returncode == 1 and len(z.stderr.strip().splitlines()) == 1 and "AutoEP" in z.stderr
+          and not os.path.exists(h5), f"--format hdf5 not refused in one line: rc {z.returncode} {z.stderr!r}")
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
