@@ -33,6 +33,7 @@
 #include "reshard_internal.h"
 #include "source.h"
 #include "transfer.h"
+#include "universal/universal.h"
 
 static zck_status zck__copy_file(const char *from, const char *to) {
   zck__source src;
@@ -117,6 +118,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
   ZCK_TRY(zck_ds_autoep_refuse(c, "reshard"));
+  ZCK_TRY(zck_ds_moe_refuse(c, "reshard"));
   if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);
@@ -218,7 +220,10 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_status st;
   switch (s.kind) {
   case ZCK__SRC_HDF5: st = zck__reshard_from_h5(&s, out, &o); break;
-  case ZCK__SRC_UNIVERSAL: st = zck__reshard_from_universal(&s, out, &o); break;
+  case ZCK__SRC_UNIVERSAL:
+    st = zck_uv_autoep_refuse(s.uv, "reshard");
+    if (st == ZCK_OK) st = zck__reshard_from_universal(&s, out, &o);
+    break;
   case ZCK__SRC_DCP: st = zck__reshard_from_dcp(&s, out, &o); break;
   default: st = zck__reshard_from_ds(&s, src, out, &o); break;
   }

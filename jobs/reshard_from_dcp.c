@@ -7,7 +7,8 @@
  * buffers are not params. The DeepSpeed manifest made here from the DCP's:
  *   - a param with optimizer state (or in a param group) is trainable, its group and the
  *     group's settings from optim.param_groups.<i>.*, the group's param order from its
- *     `params` list (FQNs): the order of DeepSpeed's flat buffers;
+ *     `params` list (FQNs): the order of DeepSpeed's flat buffers (torchtitan's flattened
+ *     optimizer: the groups formats/dcp makes of equal per-param settings);
  *   - a param without optimizer state that repeats a trainable param's bytes is that
  *     param's tied alias (zck_dcp_ties: DCP writes tied weights under both names);
  *   - else it is a buffer if FSDP2 did not shard it (an integer tensor, or one chunk in a

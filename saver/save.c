@@ -139,7 +139,7 @@ bool zck_saver_due(const zck_saver *s, int64_t step) {
 }
 
 zck_status zck_saver_save(zck_saver *s, const zck_saver_rank *r, int64_t step) {
-  if (s->tr.per_rank) return zck__saver_save_per_rank(s, r, step);
   if (s->tr.async_save) return zck__saver_save_async(s, r, step);
+  if (s->tr.per_rank) return zck__saver_save_per_rank(s, r, step);
   return zck__saver_collective(s, r, zck__saver_save_rank0, step);
 }

@@ -1,5 +1,6 @@
 /* save_async.c: saves written in the background (saver.h: async_save), for ranks that are
- * threads of one process.
+ * threads of one process (ranks that are processes: save_async_ranks.c, which shares the
+ * job and its joins defined here).
  *
  * A save of step N, collective, with one agreement (each one costs the ranks' skew):
  *  1. each rank waits until no writer reads the snapshots (at most one save in flight):
@@ -43,27 +44,13 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct zck__saver_job {
-  pthread_t thread;
-  zck_saver copy;              /* the bookkeeping of step N, the snapshots in copy.ranks */
-  zck_model *model;            /* copy.tr.model: the manifest's clone */
-  zck_saver_rank r0;           /* rank 0's snapshot, its optimizer step */
-  int64_t step;
-  zck_status status;           /* the writer's outcome (read after the join) */
-  char msg[1024];
-  atomic_bool done;            /* the writer has finished (a join will not wait) */
-  bool joined;                 /* written on rank 0's thread (no writer thread to join) */
-  atomic_int *busy;            /* the saver's writer_busy, cleared when done */
-} zck__saver_job;
-
-static double now_s(void) {
+double zck__saver_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void note(const zck_saver *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void note(const zck_saver *s, const char *fmt, ...) {
+void zck__saver_note(const zck_saver *s, const char *fmt, ...) {
   if (!s->h.note) return;
   char line[512];
   va_list ap;
@@ -73,8 +60,9 @@ static void note(const zck_saver *s, const char *fmt, ...) {
   s->h.note(s->h.ctx, line);
 }
 
-static void job_free(zck__saver_job *j) {
+void zck__saver_job_free(zck__saver_job *j) {
   if (!j) return;
+  zck__outdir_abort(&j->od); /* after a commit: frees the names only */
   free(j->copy.best_checkpoint);
   cJSON_Delete(j->copy.log_history);
   zck_model_free(j->model);
@@ -83,7 +71,7 @@ static void job_free(zck__saver_job *j) {
 
 static void *writer_main(void *arg) {
   zck__saver_job *j = arg;
-  j->status = zck__saver_save_rank0(&j->copy, &j->r0, j->step);
+  j->status = j->work ? j->work(j) : zck__saver_save_rank0(&j->copy, &j->r0, j->step);
   if (j->status != ZCK_OK) snprintf(j->msg, sizeof j->msg, "%s", zck_last_error());
   atomic_store(&j->done, true);
   atomic_store(j->busy, 0); /* the snapshots are free (release: after every read of them) */
@@ -99,11 +87,13 @@ static zck_status join(zck_saver *s, int64_t *step, char *msg, size_t cap) {
   zck_status st = j->status;
   *step = j->step;
   snprintf(msg, cap, "%s", j->msg);
-  job_free(j);
+  zck__saver_job_free(j);
   return st;
 }
 
 void zck__saver_job_end(zck_saver *s) {
+  /* ranks that are processes: rank 0's writer may wait for ranks that stopped */
+  if (s->job) atomic_store(&s->job->abandon, true);
   int64_t step;
   char msg[1024];
   (void)join(s, &step, msg, sizeof msg);
@@ -118,18 +108,18 @@ zck_status zck_saver_drain(zck_saver *s) {
 }
 
 /* Rank 0, step 1 of a save of `next` (0: the flush at the end): the save before it. */
-static zck_status wait_previous(zck_saver *s, const zck_saver_rank *r0, int64_t next) {
+zck_status zck__saver_wait_previous(zck_saver *s, const zck_saver_rank *r0, int64_t next) {
   (void)r0;
   zck__saver_job *j = s->job;
   if (j && !atomic_load(&j->done)) {
-    double t0 = now_s();
+    double t0 = zck__saver_now_s();
     int64_t prev = j->step;
     zck_status st = zck_saver_drain(s);
     if (next)
-      note(s, "async save: the save of step %lld waited %.3f s for the one of step %lld, still being written",
-           (long long)next, now_s() - t0, (long long)prev);
+      zck__saver_note(s, "async save: the save of step %lld waited %.3f s for the one of step %lld, still being written",
+           (long long)next, zck__saver_now_s() - t0, (long long)prev);
     else
-      note(s, "async save: the end of training waited %.3f s for the save of step %lld", now_s() - t0,
+      zck__saver_note(s, "async save: the end of training waited %.3f s for the save of step %lld", zck__saver_now_s() - t0,
            (long long)prev);
     return st;
   }
@@ -138,7 +128,7 @@ static zck_status wait_previous(zck_saver *s, const zck_saver_rank *r0, int64_t 
 
 /* Rank 0, step 2: the job of the save of `step`, its writer not started: a copy of the
  * bookkeeping as it is now. */
-static zck_status prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t step) {
+zck_status zck__saver_prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t step) {
   /* the live bookkeeping records this checkpoint as the best now, as a synchronous save
    * does, so the evaluations and saves that follow see it */
   char *final = zck_saver_checkpoint_path(s, step, true);
@@ -160,7 +150,7 @@ static zck_status prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t st
   j->step = step;
   j->busy = &s->writer_busy;
   if (!j->copy.log_history || !j->model || (s->best_checkpoint && !j->copy.best_checkpoint)) {
-    job_free(j);
+    zck__saver_job_free(j);
     return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for a background save");
   }
   s->job = j;
@@ -171,7 +161,7 @@ static zck_status prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t st
  * other ranks are not kept waiting behind a thread that competes for the CPU from its first
  * instant. A thread that cannot start: the save is written here and now, as a synchronous
  * one (its outcome kept for the next join, like the writer's). */
-static void start_job(zck_saver *s) {
+void zck__saver_start_job(zck_saver *s) {
   zck__saver_job *j = s->job;
   atomic_store(&s->writer_busy, 1);
   if (!pthread_create(&j->thread, NULL, writer_main, j)) return;
@@ -190,13 +180,14 @@ static void wait_writer_idle(const zck_saver *s) {
 }
 
 zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t step) {
+  if (s->tr.per_rank) return zck__saver_save_async_ranks(s, r, step);
   ZCK_FAIL_IF(!s->h.snapshot, ZCK_ERR_INVALID_ARG, "async save: the trainer has no snapshot hook");
   zck_comm *c = r->comm;
   bool lead = c->rank == 0;
   zck_status st = ZCK_OK;
   if (lead) {
-    st = wait_previous(s, r, step);
-    if (st == ZCK_OK) st = prepare_job(s, r, step);
+    st = zck__saver_wait_previous(s, r, step);
+    if (st == ZCK_OK) st = zck__saver_prepare_job(s, r, step);
   } else {
     wait_writer_idle(s);
   }
@@ -208,16 +199,17 @@ zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t 
   zck__saver_job *j = s->job;
   if (st != ZCK_OK) { /* never started: nothing was written */
     s->job = NULL;
-    job_free(j);
+    zck__saver_job_free(j);
     return st;
   }
   memcpy(j->copy.ranks, s->snaps, sizeof j->copy.ranks);
   j->r0.mem = s->snaps[0];
-  start_job(s);
+  zck__saver_start_job(s);
   return ZCK_OK;
 }
 
 zck_status zck_saver_flush(zck_saver *s, const zck_saver_rank *r) {
   if (!s->tr.async_save) return ZCK_OK;
-  return zck__saver_collective(s, r, wait_previous, 0);
+  if (s->tr.per_rank) return zck__saver_flush_ranks(s, r);
+  return zck__saver_collective(s, r, zck__saver_wait_previous, 0);
 }

@@ -135,3 +135,19 @@ zck_status zck__saver_gather_hashes(zck_comm *c, const zck__manifest_known *own,
   }
   return st;
 }
+
+zck_status zck__saver_hashes_encode(const zck__manifest_known *own, void **out, size_t *n) {
+  hbuf b = {0};
+  put_known(&b, own);
+  if (b.oom) {
+    free(b.p);
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+  }
+  *out = b.p;
+  *n = b.n;
+  return ZCK_OK;
+}
+
+zck_status zck__saver_hashes_decode(const void *p, size_t n, zck__manifest_known *all, size_t *cap) {
+  return get_known(p, (const uint8_t *)p + n, all, cap);
+}

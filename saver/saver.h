@@ -19,12 +19,13 @@
  *    states, `latest`, the HF files, the manifest last) and renames the folder into place.
  *    A rank that dies before leaves only a temporary folder behind, never `latest` on a
  *    half-written tag.
- *  - in the background (async_save, ranks that are threads; save_async.c): each rank
- *    snapshots what the save reads into host memory (the snapshot hook) and goes on
- *    training; a writer thread writes the same files from the snapshots as rank 0 does
- *    above, commits and rotates. At most one save is in flight: the next save, or
- *    zck_saver_flush at the end of training, waits for it and fails every rank when it
- *    failed.
+ *  - in the background (async_save; save_async.c): each rank snapshots what the save
+ *    reads into host memory (the snapshot hook) and goes on training; a writer thread
+ *    writes the same files from the snapshots as rank 0 does above, commits and rotates.
+ *    Ranks that are processes (save_async_ranks.c): a writer thread per rank writes that
+ *    rank's files as above, and rank 0's commits once every rank's files are in. At most
+ *    one save is in flight: the next save, or zck_saver_flush at the end of training,
+ *    waits for it and fails every rank when it failed.
  * Every rank reads its own partitions back; a resume that needs a reshard is resharded
  * once (rank 0) into a temporary tree beside the output that the others then read.
  * The temporary trees of dead runs are swept by the next run that makes one.
@@ -71,8 +72,8 @@ typedef struct zck_saver_train {
   bool one_rank;                 /* this saver belongs to one rank (process per rank): that
                                     rank keeps the bookkeeping; else rank 0 does */
   bool read_trainer_state;       /* a resume takes trainer_state.json's log and best */
-  bool async_save;               /* saves written in the background (save_async.c); ranks
-                                    that are threads only (not per_rank) */
+  bool async_save;               /* saves written in the background (save_async.c); per_rank
+                                    only with one_rank, and no stage-3 16-bit file there */
 } zck_saver_train;
 
 /* Receives bytes [byte_off, byte_off + n) of a file's data section. */

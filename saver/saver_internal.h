@@ -6,6 +6,9 @@
 
 #include "io.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 typedef struct zck_st_writer zck_st_writer;
 typedef struct zck_ds_ckpt zck_ds_ckpt;
 typedef struct zck_ds_info zck_ds_info;
@@ -84,15 +87,54 @@ zck_status zck__saver_collective(zck_saver *s, const zck_saver_rank *r,
                                  zck_status (*fn)(zck_saver *, const zck_saver_rank *, int64_t), int64_t arg);
 
 // ---- save_async.c
+/* A background save: its writer thread, and what it writes from. */
+typedef struct zck__saver_job {
+  pthread_t thread;
+  zck_saver copy;              /* the bookkeeping of step N, the snapshots in copy.ranks */
+  zck_model *model;            /* copy.tr.model: the manifest's clone */
+  zck_saver_rank r0;           /* this rank's snapshot (threads: rank 0's), its optimizer step */
+  int64_t step;
+  zck_status (*work)(struct zck__saver_job *j); /* the writer's work (NULL: zck__saver_save_rank0) */
+  zck_status status;           /* the writer's outcome (read after the join) */
+  char msg[1024];
+  atomic_bool done;            /* the writer has finished (a join will not wait) */
+  bool joined;                 /* written on rank 0's thread (no writer thread to join) */
+  atomic_int *busy;            /* the saver's writer_busy, cleared when done */
+  /* ranks that are processes (save_async_ranks.c) */
+  zck__outdir od;              /* rank 0: the temporary checkpoint folder it commits */
+  char dir[4096];              /* that folder, as every rank writes into it */
+  atomic_bool own_done;        /* this rank's own files are written (or failed): own_status */
+  zck_status own_status;
+  char own_msg[1024];
+  atomic_bool abandon;         /* rank 0's writer stops waiting for the others' files */
+} zck__saver_job;
+
 zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t step);
 /* Waits for the save in flight and forgets it, leaving the thread's error alone (free). */
 void zck__saver_job_end(zck_saver *s);
+/* The pieces that save_async_ranks.c shares: */
+double zck__saver_now_s(void);
+void zck__saver_note(const zck_saver *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Joins the save in flight (the log says when the save of `next`, 0: the end of training,
+ * waited for it) and returns its outcome. */
+zck_status zck__saver_wait_previous(zck_saver *s, const zck_saver_rank *r0, int64_t next);
+/* s->job for the save of `step`, its writer not started: a copy of the bookkeeping now. */
+zck_status zck__saver_prepare_job(zck_saver *s, const zck_saver_rank *r0, int64_t step);
+void zck__saver_start_job(zck_saver *s);
+void zck__saver_job_free(zck__saver_job *j);
+
+// ---- save_async_ranks.c: the same for ranks that are processes
+zck_status zck__saver_save_async_ranks(zck_saver *s, const zck_saver_rank *r, int64_t step);
+zck_status zck__saver_flush_ranks(zck_saver *s, const zck_saver_rank *r);
 
 // ---- save_hashes.c
 /* Every rank calls it after writing its own files: rank 0 gets every rank's manifest
  * hashes (own: a rank's writer's, or NULL) in all (an owned list, stream_hash.h). */
 zck_status zck__saver_gather_hashes(zck_comm *c, const struct zck__manifest_known *own, struct zck__manifest_known *all,
                                     size_t *cap);
+/* The same hashes as bytes (a file between processes): *out malloc'd; and back, added to all. */
+zck_status zck__saver_hashes_encode(const struct zck__manifest_known *own, void **out, size_t *n);
+zck_status zck__saver_hashes_decode(const void *p, size_t n, struct zck__manifest_known *all, size_t *cap);
 
 // ---- save_rank.c, resume_rank.c: one process per rank
 zck_status zck__saver_save_per_rank(zck_saver *s, const zck_saver_rank *r, int64_t step);

@@ -116,6 +116,15 @@ zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n) {
       k.fqn_len = (size_t)(dot - fqn);
       k.setting = dot + 1;
     }
+  } else if (n == 2 && optim_root(path[0]) && !strncmp(path[1], "param_groups.", 13)) {
+    /* and "param_groups.<fqn>.<k>": the settings of the param's group, per param */
+    const char *fqn = path[1] + 13, *dot = strrchr(fqn, '.');
+    if (dot && dot > fqn && dot[1]) {
+      k.kind = ZCK_DCP_KEY_PARAM_SETTING;
+      k.fqn = fqn;
+      k.fqn_len = (size_t)(dot - fqn);
+      k.setting = dot + 1;
+    }
   } else if (n == 2 && !strcmp(path[0], "model")) {
     k.kind = ZCK_DCP_KEY_MODEL;
     k.fqn = path[1];

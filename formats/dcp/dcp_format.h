@@ -106,7 +106,9 @@ typedef enum zck_dcp_key_kind {
   ZCK_DCP_KEY_OTHER = 0,          /* anything else (lr_scheduler, dataloader, ...): kept, unused */
   ZCK_DCP_KEY_MODEL,              /* model.<fqn> */
   ZCK_DCP_KEY_OPTIM_STATE,        /* optim.state.<fqn>.<k> */
-  ZCK_DCP_KEY_PARAM_GROUP         /* optim.param_groups.<i>.<k> */
+  ZCK_DCP_KEY_PARAM_GROUP,        /* optim.param_groups.<i>.<k> */
+  ZCK_DCP_KEY_PARAM_SETTING       /* flatten_optimizer_state_dict's (torchtitan's) per-param
+                                     setting: optimizer.param_groups.<fqn>.<k>, one leaf */
 } zck_dcp_key_kind;
 
 /* What a key names. fqn and setting point into the strings given (not NUL-terminated at
@@ -121,7 +123,8 @@ typedef struct zck_dcp_key {
 
 /* From a planner_data path (its components, in order): ("model", fqn), ("optim", "state",
  * fqn, k), ("optim", "param_groups", i, k) where i is given in decimal; (fqn) alone and
- * ("optimizer", "state.<fqn>.<k>") as torchtitan saves. Any other path is OTHER (a bytes
+ * ("optimizer", "state.<fqn>.<k>") and ("optimizer", "param_groups.<fqn>.<k>") as torchtitan
+ * saves. Any other path is OTHER (a bytes
  * entry a path calls MODEL is the reader's to take as OTHER: a top-level setting). */
 zck_dcp_key zck_dcp_key_from_path(const char *const *path, size_t n);
 /* From a flat key alone: "model." prefix, "optim.state." prefix with the setting after

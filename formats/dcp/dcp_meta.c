@@ -45,18 +45,6 @@ static zck_status mfail(const mctx *x, zck_status st, const char *fmt, ...) {
   return zck__fail(st, "%s: %s", x->path, msg);
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return true;
-  size_t n = *cap ? *cap * 2 : 64;
-  while (n < need) n *= 2;
-  void *q = zck__realloc(*p, n * elem);
-  if (!q) return false;
-  memset((char *)q + *cap * elem, 0, (n - *cap) * elem);
-  *p = q;
-  *cap = n;
-  return true;
-}
-
 /* Grows *p to exactly need elements (the counts are known before the entries are read:
  * no doubling slack in the tables that outlive the parse). */
 static bool reserve_exact(void **p, size_t *cap, size_t need, size_t elem) {
@@ -234,7 +222,7 @@ static size_t planner_path(const zck_pk_dict_index *pd, const char *key, const c
 
 static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zck_pk_dict_index *pd) {
   zck_dcp *c = x->c;
-  if (!grow((void **)&c->entries, &c->cap_entries, c->n_entries + 1, sizeof *c->entries)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(c->entries, c->cap_entries, c->n_entries + 1)) return ZCK_ERR_NO_MEMORY;
   size_t ei = c->n_entries;
   zck__dcp_entry *e = &c->entries[ei];
   e->item = SIZE_MAX;
@@ -283,7 +271,7 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
   if (!chunks || chunks->kind != ZCK_PK_LIST) return MFAIL(ZCK_ERR_FORMAT, "%s: chunks is not a list", key);
   e->first_chunk = c->n_chunks;
   e->n_chunks = chunks->u.seq.len;
-  if (!grow((void **)&c->chunks, &c->cap_chunks, c->n_chunks + e->n_chunks, sizeof *c->chunks)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(c->chunks, c->cap_chunks, c->n_chunks + e->n_chunks)) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < e->n_chunks; i++) {
     size_t ci = c->n_chunks;
     zck__dcp_chunk *ch = &c->chunks[ci];
@@ -485,7 +473,7 @@ static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
   if (!zck__strmap_get(&x->entry_index, fqn, &ei)) return MFAIL(ZCK_ERR_FORMAT, "storage_data names %s, which no entry lists", fqn);
   zck__dcp_entry *e = &c->entries[ei];
 
-  if (!grow((void **)&c->items, &c->cap_items, c->n_items + 1, sizeof *c->items)) return ZCK_ERR_NO_MEMORY;
+  if (!ZCK__GROW(c->items, c->cap_items, c->n_items + 1)) return ZCK_ERR_NO_MEMORY;
   size_t ii = c->n_items;
   zck__dcp_item *it = &c->items[ii];
   memset(it, 0, sizeof *it);
@@ -519,7 +507,7 @@ static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
   bool known = zck__strmap_get(&c->file_index, fpath, &fi);
   if (known) free(fpath);
   else {
-    if (!grow((void **)&c->files, &c->cap_files, c->n_files + 1, sizeof *c->files)) { free(fpath); return ZCK_ERR_NO_MEMORY; }
+    if (!ZCK__GROW(c->files, c->cap_files, c->n_files + 1)) { free(fpath); return ZCK_ERR_NO_MEMORY; }
     fi = c->n_files;
     zck__dcp_file *f = &c->files[fi];
     memset(f, 0, sizeof *f);

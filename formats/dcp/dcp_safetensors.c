@@ -52,13 +52,7 @@ static zck_status list_shards(const char *dir, char ***names, size_t *n) {
   zck_status s = ZCK_OK;
   while (s == ZCK_OK && (e = readdir(d))) {
     if (!shard_name(e->d_name)) continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 16;
-      char **q = zck__realloc(*names, cap * sizeof *q);
-      if (!q) { s = ZCK_ERR_NO_MEMORY; break; }
-      *names = q;
-    }
-    if (!((*names)[*n] = zck__strdup(e->d_name))) s = ZCK_ERR_NO_MEMORY;
+    if (!ZCK__GROW(*names, cap, *n + 1) || !((*names)[*n] = zck__strdup(e->d_name))) s = ZCK_ERR_NO_MEMORY;
     else (*n)++;
   }
   closedir(d);
@@ -73,14 +67,7 @@ typedef struct shard {
 } shard;
 
 static zck_status add_file(zck_dcp *c, const char *dir, const char *name, size_t *out) {
-  size_t need = c->n_files + 1;
-  if (need > c->cap_files) {
-    size_t cap = c->cap_files ? c->cap_files * 2 : 16;
-    zck__dcp_file *q = zck__realloc(c->files, cap * sizeof *q);
-    if (!q) return ZCK_ERR_NO_MEMORY;
-    c->files = q;
-    c->cap_files = cap;
-  }
+  if (!ZCK__GROW(c->files, c->cap_files, c->n_files + 1)) return ZCK_ERR_NO_MEMORY;
   zck__dcp_file *f = &c->files[c->n_files];
   memset(f, 0, sizeof *f);
   f->src.fd = -1;
@@ -150,13 +137,7 @@ static zck_status make_entries(zck_dcp *c, shard *sh, size_t n, zck__strmap *ind
       ZCK_TRY(saved_offsets(path, sh[i].info, t->name, t->ndim, off));
       size_t ei;
       if (!zck__strmap_get(index, t->name, &ei)) {
-        if (c->n_entries == c->cap_entries) {
-          size_t cap = c->cap_entries ? c->cap_entries * 2 : 64;
-          zck__dcp_entry *q = zck__realloc(c->entries, cap * sizeof *q);
-          if (!q) return ZCK_ERR_NO_MEMORY;
-          c->entries = q;
-          c->cap_entries = cap;
-        }
+        if (!ZCK__GROW(c->entries, c->cap_entries, c->n_entries + 1)) return ZCK_ERR_NO_MEMORY;
         ei = c->n_entries;
         zck__dcp_entry *e = &c->entries[ei];
         memset(e, 0, sizeof *e);

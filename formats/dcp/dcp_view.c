@@ -12,8 +12,7 @@ static const char *const state_settings[ZCK_STATE_KINDS] = {
   [ZCK_STATE_EXP_AVG] = "exp_avg", [ZCK_STATE_EXP_AVG_SQ] = "exp_avg_sq",
 };
 
-static zck_status set_setting(zck_dcp *c, uint32_t g, const zck__dcp_entry *e, const zck_pk *v, const char *file) {
-  zck_model *m = c->model;
+static zck_status set_setting(zck_model *m, uint32_t g, const zck__dcp_entry *e, const zck_pk *v, const char *file) {
   const char *k = e->setting;
   if (!strcmp(k, "params")) {
     if (v->kind != ZCK_PK_LIST && v->kind != ZCK_PK_TUPLE)
@@ -63,11 +62,84 @@ static zck_status read_param_groups(zck_dcp *c, const zck_dcp_open_opts *o) {
     zck__dcp_item *it = &c->items[e->item];
     zck__dcp_item_file itf;   /* the Python value a bytes item holds: torch.save of it */
     zck_status s = zck__dcp_item_open(c, it, o, &itf);
-    if (s == ZCK_OK) s = set_setting(c, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
+    if (s == ZCK_OK) s = set_setting(c->model, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
     zck__dcp_item_close(&itf);
     ZCK_TRY(s);
   }
   return ZCK_OK;
+}
+
+static bool same_hparam(const zck_hparam *a, const zck_hparam *b) {
+  if (a->kind != b->kind) return false;
+  switch (a->kind) {
+  case ZCK_HP_BOOL:
+  case ZCK_HP_INT: return a->i == b->i;
+  case ZCK_HP_FLOAT: return a->f[0] == b->f[0] || (a->f[0] != a->f[0] && b->f[0] != b->f[0]);
+  case ZCK_HP_FLOATS:
+    if (a->n_floats != b->n_floats) return false;
+    for (int i = 0; i < a->n_floats; i++)
+      if (a->f[i] != b->f[i]) return false;
+    return true;
+  case ZCK_HP_STRING: return !strcmp(a->s, b->s);
+  default: return true;
+  }
+}
+
+static bool same_settings(const zck_param_group *a, const zck_param_group *b) {
+  if (a->n_hparams != b->n_hparams) return false;
+  for (size_t i = 0; i < a->n_hparams; i++) {
+    size_t j = 0;
+    while (j < b->n_hparams && strcmp(a->hparams[i].key, b->hparams[j].key)) j++;
+    if (j == b->n_hparams || !same_hparam(&a->hparams[i], &b->hparams[j])) return false;
+  }
+  return true;
+}
+
+/* flatten_optimizer_state_dict (torchtitan) keeps each param's group settings under
+ * optimizer.param_groups.<fqn>.<k> and no group structure: the params whose settings are
+ * all equal form one group, groups in the order their first param has in the model,
+ * params in model order (torchtitan builds one group of every param; the DeepSpeed
+ * target then flattens them as that run would). Read into one scratch group per param. */
+static zck_status read_param_settings(zck_dcp *c, const zck_dcp_open_opts *o) {
+  zck_model *m = c->model;
+  zck_model *per = zck_model_new();   /* group p: param p's settings */
+  if (!per) return ZCK_ERR_NO_MEMORY;
+  bool *has = zck__calloc(m->n_params ? m->n_params : 1, sizeof *has);
+  zck_status s = has ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t p = 0; p < m->n_params && s == ZCK_OK; p++) s = zck_model_add_group(per, NULL);
+  for (size_t i = 0; i < c->n_entries && s == ZCK_OK; i++) {
+    const zck__dcp_entry *e = &c->entries[i];
+    if (e->k.kind != ZCK_DCP_KEY_PARAM_SETTING || !e->is_bytes) continue;
+    int64_t p = zck_model_find_param(m, e->fqn);
+    if (p < 0) {
+      s = zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: settings of %s, which is no model weight", c->dir, e->key, e->fqn);
+      break;
+    }
+    zck__dcp_item *it = &c->items[e->item];
+    zck__dcp_item_file itf;
+    s = zck__dcp_item_open(c, it, o, &itf);
+    if (s == ZCK_OK) s = set_setting(per, (uint32_t)p, e, zck_torch_root(itf.tf), it->win.name);
+    zck__dcp_item_close(&itf);
+    has[p] = true;
+  }
+  uint32_t *group_of = zck__malloc((m->n_params ? m->n_params : 1) * sizeof *group_of);
+  if (s == ZCK_OK && !group_of) s = ZCK_ERR_NO_MEMORY;
+  for (uint32_t p = 0; p < m->n_params && s == ZCK_OK; p++) {
+    if (!has[p]) continue;
+    uint32_t g = UINT32_MAX;
+    for (uint32_t q = 0; q < p && g == UINT32_MAX; q++)
+      if (has[q] && same_settings(&per->groups[p], &per->groups[q])) g = group_of[q];
+    if (g == UINT32_MAX) {
+      s = zck_model_add_group(m, &g);
+      if (s == ZCK_OK) s = zck_model_group_copy_settings(m, g, &per->groups[p]);
+    }
+    group_of[p] = g;
+    if (s == ZCK_OK) s = zck_model_group_add_param(m, g, p);
+  }
+  free(group_of);
+  free(has);
+  zck_model_free(per);
+  return s;
 }
 
 static zck_status build_model(zck_dcp *c, const zck_dcp_open_opts *o) {
@@ -95,6 +167,7 @@ static zck_status build_model(zck_dcp *c, const zck_dcp_open_opts *o) {
                        (unsigned long long)c->model->params[p].numel);
   }
   ZCK_TRY(read_param_groups(c, o));
+  if (!c->model->n_groups) ZCK_TRY(read_param_settings(c, o));
   /* trainable: in a param group or with optimizer state; a model-only save: every weight */
   bool *trainable = zck__calloc(c->model->n_params ? c->model->n_params : 1, sizeof *trainable);
   if (!trainable) return ZCK_ERR_NO_MEMORY;

@@ -270,12 +270,14 @@ zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i);
  * their fp32 masters, as DeepSpeed writes them after each step: ZCK_ERR_DAMAGED naming a file of another save.
  * Reads all expert weights; ZCK_OK for other checkpoints. */
 zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c);
-/* The one rule of the jobs that write a checkpoint again (reshard, to-universal, DCP): an AutoEP checkpoint's
- * manifest holds the HF model's names and merged experts, not AutoEP's layout, so they refuse it (one line naming
- * the folder and `job`) until they write AutoEP's files. ZCK_OK for other checkpoints. */
+/* The one rule of the jobs that write a checkpoint again but not AutoEP's layout (reshard, DCP, to-universal's HDF5):
+ * they refuse an AutoEP checkpoint (one line naming the folder and `job`) until they write AutoEP's files.
+ * ZCK_OK for other checkpoints. */
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job);
 /* AutoEP opened with autoep_ds_names: whether name is an expert weight (<prefix>.w1 / w2 / w3, [experts, ...]). */
 bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name);
+/* The same for a legacy deepspeed.moe.layer.MoE checkpoint (ds_moe.c): its expert files are not written yet. */
+zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);

@@ -25,9 +25,9 @@
  *                                              then w3's, as HF's forward chunks gate, up)
  *   <mlp>.experts.w2 [E, H, I]              -> <mlp>.experts.down_proj
  * The 16-bit expert weights of the expert files are checked (names, shapes, dtype) but not bound: every job
- * casts the fp32 masters, which is what DeepSpeed's own 16-bit copy holds after a step. Jobs that write
- * DeepSpeed files again (reshard, to-universal) refuse AutoEP sources for now (zck_ds_autoep_refuse,
- * ds_autoep_check.c). */
+ * casts the fp32 masters, which is what DeepSpeed's own 16-bit copy holds after a step. to-universal opens the
+ * checkpoint with DeepSpeed's names instead (zck_ds_open_opts.autoep_ds_names: the renaming is skipped, the layout
+ * above kept); reshard refuses AutoEP sources for now (zck_ds_autoep_refuse, ds_autoep_check.c). */
 #include "ds_autoep.h"
 
 #include <stdio.h>

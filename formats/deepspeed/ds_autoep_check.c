@@ -84,7 +84,8 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c) {
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job) {
   if (!c || !c->autoep) return ZCK_OK;
   return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP (expert-parallel) checkpoint: %s does not write AutoEP's layout "
-                   "yet (consolidate, inspect, verify and to-universal read it)", c->info.dir, job);
+                   "yet (consolidate, inspect, verify and to-universal read it; DeepSpeed's load_universal takes "
+                   "to-universal's folder to another EP size)", c->info.dir, job);
 }
 
 bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name) {

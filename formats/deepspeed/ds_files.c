@@ -348,6 +348,11 @@ static zck_status scan(zck__ds_fileset *fs) {
     zck__ds_prefix prefix = ZCK__DS_PREFIX_NONE;
     name_kind k = classify(name, &dp, &mp, &prefix);
     if (k == NAME_OTHER) continue;
+    if (k == NAME_UNKNOWN_STATES && !strncmp(name, "expp_rank_", 10)) {  /* engine.py _get_optimizer_ckpt_name */
+      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s/%s: a deepspeed.moe checkpoint without ZeRO (stage 0, per expert-parallel "
+                    "rank optimizer files): not supported, as by ds_to_universal.py", fs->dir, name);
+      break;
+    }
     if (k == NAME_UNKNOWN_STATES) {  /* DS-11 */
       s = zck__fail(ZCK_ERR_UNSUPPORTED,
                     "%s/%s: unsupported checkpoint layout (MoE expert, pipeline-layer or unknown states file); "

@@ -168,6 +168,7 @@ struct zck_ds_ckpt {
                                           DeepSpeed saves on global rank 0 only */
   struct zck__ds_offload *offload; /* ds_offload.c: open swap files of offloaded_tensors/ */
   struct zck__ds_autoep *autoep;   /* ds_autoep.c: an AutoEP checkpoint's layers, NULL: none */
+  bool legacy_moe;                 /* ds_moe.c: deepspeed.moe.layer.MoE expert files beside plain ZeRO shards */
 };
 
 /* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */
@@ -202,6 +203,13 @@ zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t
 
 /* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */
 zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
+
+/* ---- ds_moe.c: legacy deepspeed.moe.layer.MoE checkpoints */
+/* Expert files without ds_autoep_layers: accepted (c->legacy_moe) when the shards are plain ZeRO (ep_size 1),
+ * refused by name otherwise. No-op without expert files or for AutoEP. */
+zck_status zck__ds_moe_prepare(zck_ds_ckpt *c);
+/* After the describe: the experts' 16-bit weights are not bound (16-bit outputs cast the masters). */
+zck_status zck__ds_moe_finish(zck_ds_ckpt *c);
 
 /* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
 /* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */

@@ -295,10 +295,12 @@ zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t
   zck_status s = zck__ds_find_mp(path, o->tag, mp, &c->fs);
   if (s == ZCK_OK) s = c->fs.n_optims ? read_optims(c) : read_zero0(c);
   if (s == ZCK_OK && !c->zero0) s = read_models(c);
-  if (s == ZCK_OK && !c->zero0) s = zck__ds_autoep_prepare(c);
+  if (s == ZCK_OK && !c->zero0) s = zck__ds_moe_prepare(c);  /* before AutoEP's, which refuses expert files it lacks a record of */
+  if (s == ZCK_OK && !c->zero0 && !c->legacy_moe) s = zck__ds_autoep_prepare(c);
   if (s == ZCK_OK) s = check_steps(c);
   if (s == ZCK_OK) s = zck__ds_describe(c);
   if (s == ZCK_OK && c->autoep) s = zck__ds_autoep_finish(c, !o->autoep_ds_names);
+  if (s == ZCK_OK && c->legacy_moe) s = zck__ds_moe_finish(c);
   if (s != ZCK_OK) {
     zck_ds_close(c);
     return s;

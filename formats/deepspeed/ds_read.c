@@ -224,6 +224,9 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   }
   const zck_pk *module = zck_pk_dict_get(root, "module");
   if (!module) return zck__fail(ZCK_ERR_FORMAT, "%s: key 'module' missing (DeepSpeed's loader needs it)", path);
+  if (module->kind == ZCK_PK_NONE)  /* PipelineModule: its weights are in layer_<XX>-model_states.pt, per stage */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: 'module' is None: a PipelineModule (pipeline-parallel) checkpoint, its "
+                     "weights in layer_*-model_states.pt: not supported", path);
   ZCK_TRY(read_tensor_dict(mf, tf, module, &mf->module_names, &mf->module_t, &mf->n_module, "module"));
 
   ZCK_TRY(need_int(root, "dp_world_size", &mf->dp_world_size, path));

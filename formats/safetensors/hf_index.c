@@ -290,8 +290,9 @@ static char *zck__hf_dirname(const char *path) {
   return zck__strndup(path, (size_t)(slash - path));
 }
 
-static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_path) {
-  /* the shards' extension: the index name minus ".index.json", then its suffix */
+/* The index file, parsed; the shards' extension is the index name minus ".index.json",
+ * then its suffix. */
+static zck_status zck__hf_read_index(zck_hf_checkpoint *c, const char *index_path) {
   const char *base = strrchr(index_path, '/');
   base = base ? base + 1 : index_path;
   size_t bl = strlen(base);
@@ -310,15 +311,18 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
   if (s == ZCK_OK) s = zck_hf_index_parse(index_path, json, len, ext, &c->index);
   free(json);
   free(ext);
-  ZCK_TRY(s);
-  zck_hf_index *ix = c->index;
-  char q[ZCK__QNAME_MAX], q2[ZCK__QNAME_MAX];
+  return s;
+}
 
-  /* open every shard */
+/* Every shard the index names, opened; a missing one named with a tensor it holds. */
+static zck_status zck__hf_open_shards(zck_hf_checkpoint *c, const char *index_path) {
+  const zck_hf_index *ix = c->index;
+  char q[ZCK__QNAME_MAX], q2[ZCK__QNAME_MAX];
   char *dir = zck__hf_dirname(index_path);
   if (!dir) return ZCK_ERR_NO_MEMORY;
   c->files = zck__calloc(ix->nshards ? ix->nshards : 1, sizeof *c->files);
   if (!c->files) { free(dir); return ZCK_ERR_NO_MEMORY; }
+  zck_status s = ZCK_OK;
   for (size_t i = 0; i < ix->nshards && s == ZCK_OK; i++) {
     char *p = zck__path_join(dir, ix->shards[i]);
     if (!p) { s = ZCK_ERR_NO_MEMORY; break; }
@@ -338,18 +342,24 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
     free(p);
   }
   free(dir);
-  ZCK_TRY(s);
+  return s;
+}
 
-  /* every shard's tensors: each name in one shard only; unmapped ones kept and
-   * warned: transformers' from_pretrained takes every key of every shard file the
-   * weight_map names (safe_open(...).keys()), and huggingface_hub's load_torch_model and
-   * transformers' load_sharded_checkpoint load each such shard whole, the hub warning that
-   * "Shard files contain tensors absent from the index". Dropping them would lose weights
-   * those readers load. */
+/* Every shard's tensors: each name in one shard only; unmapped ones kept and warned:
+ * transformers' from_pretrained takes every key of every shard file the weight_map names
+ * (safe_open(...).keys()), and huggingface_hub's load_torch_model and transformers'
+ * load_sharded_checkpoint load each such shard whole, the hub warning that "Shard files
+ * contain tensors absent from the index". Dropping them would lose weights those readers
+ * load. *sum: the bytes total_size should count; *unmapped: how many are not in the map. */
+static zck_status zck__hf_check_shards(zck_hf_checkpoint *c, const char *index_path, uint64_t *sum,
+                                       size_t *unmapped) {
+  const zck_hf_index *ix = c->index;
+  char q[ZCK__QNAME_MAX];
   zck__strmap where;
   ZCK_TRY(zck__strmap_init(&where, ix->count));
-  uint64_t sum = 0;
-  size_t unmapped = 0;
+  zck_status s = ZCK_OK;
+  *sum = 0;
+  *unmapped = 0;
   for (size_t i = 0; i < c->nfiles && s == ZCK_OK; i++) {
     const zck_st_file *f = c->files[i];
     for (size_t k = 0; k < zck_st_count(f) && s == ZCK_OK; k++) {
@@ -365,23 +375,27 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
       }
       size_t mi;
       if (!zck__strmap_get(&ix->tensor_map, t->name, &mi)) {
-        sum += t->nbytes; /* loaded all the same: part of what total_size should count */
-        if (unmapped++ < 5)
+        *sum += t->nbytes; /* loaded all the same: part of what total_size should count */
+        if ((*unmapped)++ < 5)
           zck__strlist_addf(&c->warnings, "%s: tensor %s is absent from the weight_map; kept, as transformers loads "
                             "every tensor of a shard", zck_st_path(f), zck__qname(t->name, q));
       } else if (ix->shard_of[mi] == ix->shards[i]) {
-        sum += t->nbytes;
+        *sum += t->nbytes;
       }
     }
   }
-  if (unmapped > 5)
+  if (*unmapped > 5)
     zck__strlist_addf(&c->warnings, "%s: %zu more tensors absent from the weight_map, kept", index_path,
-                      unmapped - 5);
+                      *unmapped - 5);
   zck__strmap_free(&where);
-  ZCK_TRY(s);
+  return s;
+}
 
-  /* every weight_map entry in its shard, in weight_map order; then the unmapped
-   * ones, shard by shard in header order */
+/* The checkpoint's tensors: every weight_map entry in its shard, in weight_map order; then
+ * the unmapped ones, shard by shard in header order. */
+static zck_status zck__hf_list_tensors(zck_hf_checkpoint *c, const char *index_path, size_t unmapped) {
+  const zck_hf_index *ix = c->index;
+  char q[ZCK__QNAME_MAX], q2[ZCK__QNAME_MAX];
   size_t total = ix->count + unmapped;
   c->tensors = zck__calloc(total ? total : 1, sizeof *c->tensors);
   if (!c->tensors) return ZCK_ERR_NO_MEMORY;
@@ -411,6 +425,17 @@ static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_pat
       ZCK_TRY(zck__strmap_put(&c->map, t->name, c->count++, &dup, NULL));
     }
   }
+  return ZCK_OK;
+}
+
+static zck_status zck__hf_open_index(zck_hf_checkpoint *c, const char *index_path) {
+  uint64_t sum;
+  size_t unmapped;
+  ZCK_TRY(zck__hf_read_index(c, index_path));
+  ZCK_TRY(zck__hf_open_shards(c, index_path));
+  ZCK_TRY(zck__hf_check_shards(c, index_path, &sum, &unmapped));
+  ZCK_TRY(zck__hf_list_tensors(c, index_path, unmapped));
+  const zck_hf_index *ix = c->index;
   if (ix->has_total && ix->total_size != sum)
     zck__strlist_addf(&c->warnings, "%s: metadata.total_size is %llu but the tensors hold %llu bytes", index_path,
                       (unsigned long long)ix->total_size, (unsigned long long)sum);

@@ -163,6 +163,7 @@ typedef struct zck_uv_info {
   uint32_t world_size;        /* dp_world_size of the source */
   uint32_t tp_size;           /* mp_world_size: > 1 for an AutoTP source (its full tensors;
                                  the params' shapes are the affine map's logical shapes) */
+  uint32_t ep_size;           /* > 0: a DeepSpeed AutoEP source (uv_autoep.c): its experts whole, DeepSpeed's names */
   zck_dtype lp_dtype;         /* the module's trainable params (as the DeepSpeed reader) */
   zck_dtype master_dtype;     /* dtype of the fp32 files */
   zck_dtype state_dtype;      /* dtype of exp_avg / exp_avg_sq; INVALID without them */
@@ -210,6 +211,9 @@ typedef struct zck_uv_open_opts {
 zck_status zck_uv_open(const char *path, const zck_uv_open_opts *o, zck_uv_ckpt **out);
 void zck_uv_close(zck_uv_ckpt *c);
 const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c);
+/* The jobs that write DeepSpeed files from a universal folder (reshard) refuse one of an AutoEP source (info.ep_size)
+ * in one line naming the folder and `job`, as they refuse the AutoEP checkpoint itself; ZCK_OK for others. */
+zck_status zck_uv_autoep_refuse(const zck_uv_ckpt *c, const char *job);
 const zck_model *zck_uv_model(const zck_uv_ckpt *c);
 /* FP32 / EXP_AVG / EXP_AVG_SQ: a whole-tensor layout over the manifest's params (one store
  * per trainable param with elements) and its stores, reading the tensors in place.

@@ -80,6 +80,7 @@ struct zck_uv_ckpt {
   bool no_verify;              /* open option: stores check nothing they read */
   zck_ds_output *outputs;      /* zero_to_fp32's recipe (uv_outputs.c) */
   size_t n_outputs;
+  struct zck__uv_autoep *autoep;   /* uv_autoep.c: a DeepSpeed AutoEP source's layers, NULL: none */
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);
@@ -94,6 +95,13 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c);
 /* uv_autotp.c: mp_world_size (info.tp_size) > 1: the params' full shapes from the rank-0
  * model file's universal_checkpoint_info['affine_map'] (AutoTP), after the manifest. */
 zck_status zck__uv_autotp(zck_uv_ckpt *c);
+/* uv_autoep.c: a DeepSpeed AutoEP source (model0's universal_checkpoint_info['ds_autoep_layers']): c->module
+ * rewritten as the DeepSpeed reader lays AutoEP out (router alias dropped, expert params after their router at
+ * full shape), c->autoep and info.ep_size set; nothing for other folders. zck__uv_autoep_mult: an expert param's
+ * EP size (its param_shapes entry is one rank's experts), 0 for other names. */
+zck_status zck__uv_autoep_module(zck_uv_ckpt *c, const zck_pk *root);
+int64_t zck__uv_autoep_mult(const zck_uv_ckpt *c, const char *name);
+void zck__uv_autoep_free(struct zck__uv_autoep *a);
 /* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
 /* uv_identity.c: opens a .pt of the folder and refuses it when its archive name says it is

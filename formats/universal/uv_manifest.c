@@ -290,6 +290,8 @@ static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t 
     int nd;
     int64_t ps[ZCK_MAX_DIMS];
     ZCK_TRY(zck__uv_shape_of(b->train_shape[k], &nd, ps, path, "param_shapes", shape_of));
+    int64_t ep = zck__uv_autoep_mult(c, shape_of);   /* AutoEP: one rank's experts there */
+    if (ep && nd) ps[0] *= ep;
     if (stage <= 2 && !zck__uv_same_shape(ndim, shape, nd, ps)) {
       char x[96], y[96];
       return zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but param_shapes says %s", path, name,
@@ -457,6 +459,14 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
       st = zck__uv_tref_of(mf, b.module->u.dict.values[i], name, &c->module[c->n_module++]);
   }
   zck__uv_map_free(&seen);
+  if (st == ZCK_OK) st = zck__uv_autoep_module(c, root);
+  if (st == ZCK_OK && c->n_module > nm) {   /* AutoEP's experts added to module */
+    int64_t *pm = zck__realloc(c->param_mod, (c->n_module + 1) * sizeof *pm);
+    if (pm) c->param_mod = pm;
+    int64_t *bm = pm ? zck__realloc(c->buffer_mod, (c->n_module + 1) * sizeof *bm) : NULL;
+    if (bm) c->buffer_mod = bm;
+    if (!bm) st = ZCK_ERR_NO_MEMORY;
+  }
   if (st == ZCK_OK) st = zck__uv_index(c, &b, bn);
   if (st == ZCK_OK) st = zck__uv_map_init(&b.modmap, c->n_module);
   for (size_t i = 0; st == ZCK_OK && i < c->n_module; i++) zck__uv_map_put(&b.modmap, c->module[i].name, (int64_t)i);

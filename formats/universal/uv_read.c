@@ -282,7 +282,8 @@ static zck_status zck__uv_open_state(zck_uv_ckpt *c, const zck_uv_open_opts *o, 
   }
   const zck_torch_tensor *t = st == ZCK_OK ? zck_torch_tensor_of(f, node) : NULL;
   if (st == ZCK_OK && !t) st = zck__fail(ZCK_ERR_FORMAT, "%s: holds no tensor", path);
-  if (st == ZCK_OK && c->info.stage <= 2) {
+  /* stage 3's files are flat, but AutoEP's expert files are whole at every stage: w1 over w2 has their numel */
+  if (st == ZCK_OK && (c->info.stage <= 2 || zck__uv_autoep_mult(c, p->name))) {
     bool same = t->ndim == p->ndim;
     for (int i = 0; same && i < p->ndim; i++) same = t->shape[i] == p->shape[i];
     if (!same) {
@@ -553,6 +554,7 @@ void zck_uv_close(zck_uv_ckpt *c) {
   free(c->flat);
   free(c->unsaved_pairs);
   free(c->outputs);
+  zck__uv_autoep_free(c->autoep);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim);
   free(c->ds_version);

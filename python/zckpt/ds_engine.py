@@ -31,12 +31,23 @@ write): a crash inside that rewrite can leave it empty, which zckpt's resume (an
 zckpt.hf.last_complete_checkpoint) treat as no tag; DeepSpeed would not. Loads are the
 wrapped engine's.
 
+background=True (install(engine, background=True)): save() is torch.save into a file of the
+same name in memory (/dev/shm: the same bytes, the archive records the name) and a writer
+thread copies it into the staging folder and fsyncs it while training goes on. The engine
+then tells DeepSpeed it is decoupled, so DeepSpeed calls commit() at the next optimizer step
+(and writes `latest` after it), as it does for its own decoupled writer: the commit waits for
+this rank's writer, then proceeds as above. One save in flight: a save before the commit of
+the previous one commits it first. Not with the HF callback (the Trainer writes its own
+files into checkpoint-N before DeepSpeed's commit would come).
+
 Collective: every rank must use the engine (install() on every rank). Checkpoints must be on
 a filesystem every rank sees, as DeepSpeed's resume needs anyway.
 """
 import ctypes
 import os
 import shutil
+import tempfile
+import threading
 
 import torch
 
@@ -76,13 +87,17 @@ def _write_atomic(path, text):
 class ZckptCheckpointEngine(CheckpointEngine):
     """DeepSpeed's checkpoint engine `inner`, its tag folder committed whole (see above)."""
 
-    def __init__(self, inner, manifest=True):
+    def __init__(self, inner, manifest=True, background=False):
         super().__init__(None)
         self.name = "ZckptCheckpointEngine"
         self.inner = inner
         self.manifest = manifest
         self.final = None    # SAVE_DIR/TAG of the save in progress
         self.staging = None  # where its files go until commit
+        self.background = background
+        self.pending = None  # background: the CheckpointCommitInfo DeepSpeed will commit
+        self.writes = []     # background: this save's writer threads, each [thread, error]
+        self.memdir = None   # background: where save() serializes to, in memory
 
     def _redirect(self, path):
         if self.final is None:
@@ -93,6 +108,8 @@ class ZckptCheckpointEngine(CheckpointEngine):
         return path
 
     def create(self, info):
+        if self.pending is not None:  # one save in flight: the previous one commits first
+            self.commit_pending()
         self.final = os.path.abspath(os.path.join(info.save_dir, info.tag))
         d = _dist()
         pid = [os.getpid()]
@@ -109,6 +126,8 @@ class ZckptCheckpointEngine(CheckpointEngine):
             os.makedirs(self.staging)
         if d is not None:
             d.barrier()
+        if self.background:
+            self.pending = info
         return self.inner.create(info)
 
     def makedirs(self, path, exist_ok=False):
@@ -118,13 +137,59 @@ class ZckptCheckpointEngine(CheckpointEngine):
         # under its own name (torch.save records the file's name in the archive): the
         # staging folder is the temporary
         dst = self._redirect(path)
-        self.inner.save(state_dict, dst)
-        _fsync_path(dst)
+        if not self.background:
+            self.inner.save(state_dict, dst)
+            _fsync_path(dst)
+            return
+        # the snapshot: the same torch.save, into memory under the same name; the copy to
+        # the disk and its fsync go to a thread
+        if self.memdir is None:
+            self.memdir = tempfile.mkdtemp(prefix="zckpt-ds-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        mem = os.path.join(self.memdir, f"{len(self.writes)}")
+        os.makedirs(mem)
+        mem = os.path.join(mem, os.path.basename(dst))
+        self.inner.save(state_dict, mem)
+        job = [None, None]
+
+        def write():
+            try:
+                shutil.copyfile(mem, dst)
+                _fsync_path(dst)
+            except BaseException as e:  # reported by the commit
+                job[1] = e
+            finally:
+                shutil.rmtree(os.path.dirname(mem), ignore_errors=True)
+
+        job[0] = threading.Thread(target=write, name="zckpt-ds-writer", daemon=True)
+        job[0].start()
+        self.writes.append(job)
 
     def load(self, path, map_location=None):
         return self.inner.load(path, map_location=map_location)
 
+    def _join_writes(self):
+        error = None
+        for thread, _ in self.writes:
+            thread.join()
+        for _, e in self.writes:
+            error = error or e
+        self.writes = []
+        return error
+
     def commit(self, info):
+        if self.background:
+            self.pending = None
+            error = self._join_writes()
+            d = _dist()
+            failed = torch.tensor([0 if error is None else 1])
+            if d is not None:  # every rank stops at the same point when one failed
+                d.all_reduce(failed, op=d.ReduceOp.MAX)
+            if failed.item():  # not every rank's files are on the disk: no commit
+                if d is None or d.get_rank() == 0:
+                    shutil.rmtree(self.staging, ignore_errors=True)
+                self.final = self.staging = None
+                why = error if error is not None else "another rank's files could not be written"
+                raise RuntimeError(f"zckpt.ds_engine: background save of {info.tag}: {why}") from error
         d = _dist()
         if d is not None:
             d.barrier()  # every rank's files are in the staging folder
@@ -162,6 +227,27 @@ class ZckptCheckpointEngine(CheckpointEngine):
         if info.save_latest:
             _write_atomic(os.path.join(info.save_dir, "latest"), info.tag)
 
+    # background: DeepSpeed's protocol for a decoupled writer (engine.py: save_checkpoint
+    # leaves the commit and `latest` to the next optimizer step)
+    def is_decoupled(self):
+        return self.background
+
+    def get_commit_info(self):
+        return self.pending
+
+    def commit_pending(self):
+        """Commits the save whose files are still being written, and its `latest` (what
+        DeepSpeed's next optimizer step would do)."""
+        info = self.pending
+        if info is not None:
+            self.commit(info)
+
+    def cleanup(self):
+        self.commit_pending()
+        if self.memdir:
+            shutil.rmtree(self.memdir, ignore_errors=True)
+            self.memdir = None
+
     # the wrapped engine's answers
     def is_data_parallel_writer(self, dp_rank):
         return self.inner.is_data_parallel_writer(dp_rank)
@@ -170,14 +256,19 @@ class ZckptCheckpointEngine(CheckpointEngine):
         return self.inner.preserves_storage_sharing()
 
 
-def install(engine, manifest=True):
-    """Makes a deepspeed engine's save_checkpoint commit through zckpt (every rank)."""
+def install(engine, manifest=True, background=False):
+    """Makes a deepspeed engine's save_checkpoint commit through zckpt (every rank);
+    background: its files written by a thread, committed at the next optimizer step."""
     if not isinstance(engine.checkpoint_engine, ZckptCheckpointEngine):
         if engine.checkpoint_engine.is_decoupled():
             raise ValueError("zckpt.ds_engine: DeepSpeed's decoupled writer commits on its own; use the default writer")
         engine.checkpoint_engine = ZckptCheckpointEngine(engine.checkpoint_engine, manifest)
-    engine.checkpoint_engine.manifest = manifest
-    return engine.checkpoint_engine
+    ce = engine.checkpoint_engine
+    if ce.pending is not None:
+        ce.commit_pending()
+    ce.manifest = manifest
+    ce.background = background
+    return ce
 
 
 def install_default(manifest=True):

@@ -123,7 +123,8 @@ void ze_args_usage(FILE *f) {
           "buffers of one bucket) and trains on; a thread writes the same files a synchronous save\n"
           "writes, hashed as written, and renames checkpoint-N into place last, so a crash leaves the\n"
           "previous checkpoint the newest. One save at a time: the next one waits (the log says so).\n"
-          "A failed background write fails the run at the next save or at the end. Ranks as threads.\n"
+          "A failed background write fails the run at the next save or at the end. With --nproc each\n"
+          "rank writes its own files in the background; rank 0 commits once every rank's are in.\n"
           "\n"
           "Defaults differ from TrainingArguments where a tiny model needs it (max-steps, learning-rate,\n"
           "logging-steps). Exit status: 0 ok, 1 error, 2 usage error.\n",

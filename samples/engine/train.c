@@ -674,19 +674,12 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
     goto setup_done;
   }
   ze_gpt2_init(&run.cfg, run.init, a->seed);
-  /* the background writer is a thread of the one process that holds every rank; ranks that
-   * are processes each write their own files in phases agreed over the comm */
-  if ((a->async_save || run.ds.async_save) && (run.one_rank || a->per_rank_io)) {
-    s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: ranks that are processes (mpirun, --nproc) save synchronously; "
-                                       "async saves need the ranks as threads (--ranks)",
-                  a->async_save ? "--async-save" : "checkpoint.writer.decoupled");
-    goto setup_done;
-  }
   run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
-  ZCK_CHECK_GOTO(ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json,
-                                      run.ds.gather_16bit_on_save, run.one_rank || a->per_rank_io, run.one_rank,
-                                      a->async_save || run.ds.async_save),
-                 s, setup_done);
+  s = ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json, run.ds.gather_16bit_on_save,
+                           run.one_rank || a->per_rank_io, run.one_rank, a->async_save || run.ds.async_save);
+  if (s == ZCK_ERR_UNSUPPORTED && (a->async_save || run.ds.async_save))
+    s = zck__error_prepend(s, "%s", a->async_save ? "--async-save" : "checkpoint.writer.decoupled");
+  if (s != ZCK_OK) goto setup_done;
 setup_done:
   if (run.one_rank) s = zck_comm_agree(a->comm, s);
   if (s != ZCK_OK) goto done;

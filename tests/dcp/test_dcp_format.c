@@ -92,7 +92,10 @@ static void test_keys(void) {
   ZT_EQ_INT(k.fqn_len, strlen("model.norm.weight"));
   ZT_EQ_STR(k.setting, "exp_avg");
   const char *p8[] = {"optimizer", "param_groups.model.norm.weight.lr"};
-  ZT_EQ_INT(zck_dcp_key_from_path(p8, 2).kind, ZCK_DCP_KEY_OTHER);
+  k = zck_dcp_key_from_path(p8, 2);
+  ZT_EQ_INT(k.kind, ZCK_DCP_KEY_PARAM_SETTING);
+  ZT_EQ_INT(k.fqn_len, strlen("model.norm.weight"));
+  ZT_EQ_STR(k.setting, "lr");
   const char *p4[] = {"train_state", "step"};
   ZT_EQ_INT(zck_dcp_key_from_path(p4, 2).kind, ZCK_DCP_KEY_OTHER);
 

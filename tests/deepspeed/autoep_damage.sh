@@ -12,6 +12,9 @@
 #            (their output does not depend on them, as ds_to_universal's does not), so they pass
 #   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's
 #   refuse   reshard (DeepSpeed or DCP) and to-universal --format hdf5 of an AutoEP checkpoint: one line
+#   uv-*     the universal folder of an AutoEP checkpoint (zckpt to-universal; its manifest removed, as
+#            ds_to_universal's has none): an expert folder missing, or w1's fp32.pt over w2's (the same numel at
+#            ZeRO-3, where other params' files are flat): consolidate names the file, writes nothing
 #   flip     one bit of an expert weight: verify names it (zip CRC); consolidate, to-universal and inspect never read the
 #            module's 16-bit expert weights (they cast the fp32 masters), so they pass, as for any 16-bit weight
 set -u
@@ -80,6 +83,21 @@ for c in ep2_s2_fp32 ep2_s3_fp32; do
       bad "$c $job: exit $rc, not one AutoEP line or output left: $(cat "$W/se")"
     rm -rf "$W/out.w"
   done
+done
+
+# the universal folder read back: each expert file is whole and checked against its full shape
+for t in missing shape; do
+  rm -rf "$W/uc" "$W/latest_universal" "$W/out.uv"
+  "$Z" to-universal -q "$FIX/ep2_s3_fp32/ckpt" "$W/uc" || bad "uv-$t: to-universal failed"
+  rm -f "$W/uc/zckpt-manifest.json"
+  X="$W/uc/zero/model.layers.0.mlp.experts"
+  case $t in
+    missing) rm -r "$X.w2" ;;
+    shape) cp "$X.w1/fp32.pt" "$X.w2/fp32.pt" ;;
+  esac
+  "$Z" consolidate "$W/uc" "$W/out.uv" >"$W/so" 2>"$W/se"; rc=$?
+  [ $rc = 1 ] && [ "$(wc -l <"$W/se")" = 1 ] && grep -q "model.layers.0.mlp.experts.w2" "$W/se" && [ ! -e "$W/out.uv" ] && ok ||
+    bad "uv-$t: exit $rc, not one line naming experts.w2 or output left: $(cat "$W/se")"
 done
 
 echo "$passes passed, $fails failed"

@@ -7,7 +7,10 @@ For ZeRO 2 and 3 (a small transformers GPT2LMHeadModel, torch AdamW, 2 steps):
     `zckpt verify` finds B clean; `latest` names the tag; no staging folder is left;
   - the same tag saved again replaces the folder whole; a step later a second tag commits
     and `latest` moves to it;
-  - kill -9 of rank 1 in the middle of a third save (after its first file): the run dies,
+  - install(engine, background=True): a save of the same state writes the same files from a
+    thread; the tag folder and `latest` appear only at the next optimizer step's commit;
+  - kill -9 of rank 1 in the middle of a third save, a background one (in its writer thread,
+    after its first file): the run dies,
     B's `latest` still names the second tag, whose folder verifies clean, and the dead
     save's files are only in its staging folder; a new DeepSpeed run loads B
     (load_checkpoint) at that step, with install_default() in force, trains on and saves
@@ -53,7 +56,7 @@ def step(engine, k):
     engine.step()
 
 def same_tree(a, b):
-    fa = sorted(os.listdir(a))
+    fa = sorted(f for f in os.listdir(a) if f != "zckpt-manifest.json")
     fb = sorted(f for f in os.listdir(b) if f != "zckpt-manifest.json")
     assert fa == fb, (fa, fb)
     for f in fa:
@@ -83,17 +86,34 @@ for stage in (2, 3):
             assert zckpt.verify(B).result == "clean"
             left = [f for f in os.listdir(B) if "zck-tmp" in f]
             assert not left, left
+        # background: the same state's files, written by a thread, committed (with `latest`)
+        # by DeepSpeed's next optimizer step
+        C = os.path.join(out, f"z{stage}", "background")
+        zckpt.ds_engine.install(engine, background=True)
+        engine.save_checkpoint(C, tag="global_step3")
+        assert not os.path.exists(os.path.join(C, "global_step3"))  # not before the commit
         torch.distributed.barrier()
         step(engine, 3)
+        if rank == 0:
+            n = same_tree(os.path.join(B, "global_step3"), os.path.join(C, "global_step3"))
+            assert open(os.path.join(C, "latest")).read() == "global_step3"
+            assert zckpt.verify(C).result == "clean"
+            left = [f for f in os.listdir(C) if "zck-tmp" in f]
+            assert not left, left
+            print(f"ZeRO-{stage}: background save: {n} files equal, committed at the next step, verify clean", flush=True)
+        zckpt.ds_engine.install(engine)  # foreground again
+        if stage == 3:  # the third save in the background: rank 1 dies in its writer thread
+            zckpt.ds_engine.install(engine, background=True)
         if rank == 1 and stage == 3:
-            inner = engine.checkpoint_engine.inner
-            real = inner.save
-            def save_then_die(sd, path):
-                real(sd, path)
+            import shutil
+            real = shutil.copyfile
+            def copy_then_die(src, dst):
+                real(src, dst)
                 os.kill(os.getpid(), 9)
-            inner.save = save_then_die
+            shutil.copyfile = copy_then_die
         if stage == 3:
-            engine.save_checkpoint(B, tag="global_step4")  # rank 1 dies in it
+            engine.save_checkpoint(B, tag="global_step4")
+            engine.checkpoint_engine.commit_pending()  # rank 1 dies before this commit
     else:  # resume, through an engine made with install_default() in force
         zckpt.ds_engine.install_default()
         engine = make(stage)
@@ -135,7 +155,7 @@ def main():
         print("\n".join(l for l in text.splitlines() if l.startswith("ZeRO-")))
         if rc == 0:
             fail.append("the run with a rank killed in its save exited 0")
-        if text.count("verify clean") != 2:
+        if text.count("verify clean") != 4:
             print(text[-3000:], file=sys.stderr)
             print(open(log + ".rank1.log").read()[-2000:], file=sys.stderr)
             print("FAIL: the saves did not all check out")

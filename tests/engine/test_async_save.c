@@ -13,7 +13,7 @@
  *  - --device cuda's path simulated in host memory (sim_device): the snapshot copies the
  *    device arrays through the two staging buffers in buckets of 200 bytes (many chunks)
  *    and the offloaded ones directly.
- * And the refusal with ranks that are processes (per-rank I/O), in one line. */
+ * And the refusal of thread ranks forced to save per rank (per-rank I/O), in one line. */
 #include "engine_cmp.h"
 
 #include <unistd.h>

@@ -11,7 +11,12 @@ Per case:
                 module's 16-bit copy (fp32.pt only) and not at all at ZeRO-3; the model-states files saved again
                 with universal_checkpoint_info's expert_parameter_patterns and ds_autoep_layers set as DeepSpeed's
                 universal loader reads them.
-  refusals      `--format hdf5` refused in one line, nothing written.
+  read back     zckpt reads both folders (zckpt's and DeepSpeed's) as the AutoEP checkpoint under DeepSpeed's names
+                (the router alias is the router, not written again; each expert param whole): `zckpt consolidate` ==
+                the live engine's fp32 masters (expected_fp32) bit for bit, `--dtype bf16` of the bf16 cases == its
+                16-bit weights (expected_lp); `zckpt verify` clean on zckpt's folder.
+  refusals      `--format hdf5` refused in one line, nothing written; reshard (DeepSpeed or DCP) of the universal
+                folder refused in one line (it would not write AutoEP's layout), nothing written.
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
@@ -108,8 +113,35 @@ with tempfile.TemporaryDirectory() as tmp:
                 same(torch.load(os.path.join(ref, f), weights_only=False),
                      torch.load(os.path.join(ours, f), weights_only=False), f, errs)
         check(not errs, f"{case}: content differs: " + "; ".join(errs[:8]))
+        # read back: consolidate of both folders = the live engine's masters (and 16-bit weights)
+        from safetensors.torch import load_file
+        want = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
+        want_lp = load_file(os.path.join(FIX, case, "expected_lp.safetensors"))
+        lp = "bf16" if want_lp[next(iter(want_lp))].dtype == torch.bfloat16 else None
+        for who, d in (("zckpt", ours), ("DeepSpeed", ref)):
+            for dtype, expect in ((None, want), (lp, want_lp)) if lp else ((None, want),):
+                out = os.path.join(tmp, case, f"{who}_{dtype or 'fp32'}.safetensors")
+                r = subprocess.run([ZCKPT, "consolidate", "-q", *(["--dtype", dtype] if dtype else []), d, out],
+                                   capture_output=True, text=True)
+                check(r.returncode == 0, f"{case}: consolidate of {who}'s universal folder: {r.stderr.strip()}")
+                if r.returncode:
+                    continue
+                got = load_file(out)
+                bad = [k for k in expect if k not in got or got[k].dtype != expect[k].dtype
+                       or not torch.equal(got[k], expect[k])]
+                check(set(got) == set(expect) and not bad,
+                      f"{case}: consolidate ({dtype or 'fp32'}) of {who}'s universal folder differs from the live "
+                      f"engine's: keys {sorted(set(got) ^ set(expect))}, values {bad[:4]}")
+        r = subprocess.run([ZCKPT, "verify", ours], capture_output=True, text=True)
+        check(r.returncode == 0, f"{case}: verify of zckpt's universal folder: {r.stdout[-600:]} {r.stderr.strip()}")
+        for job in (["reshard", "--to-world-size", "1"], ["reshard", "--to-format", "dcp"]):
+            out = os.path.join(tmp, case, "resharded")
+            r = subprocess.run([ZCKPT, *job, ours, out], capture_output=True, text=True)
+            check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "AutoEP" in r.stderr
+                  and not os.path.exists(out), f"{case}: {' '.join(job)} of the universal folder not refused in one "
+                                               f"line: rc {r.returncode} {r.stderr!r}")
         experts = [f for f in fa if ".experts.w" in f]
-        print(f"{case}: {len(fa)} files equal to ds_to_universal's ({len(experts)} of the experts)")
+        print(f"{case}: {len(fa)} files equal to ds_to_universal's ({len(experts)} of the experts); both read back")
 
     h5 = os.path.join(tmp, "h5", "uc.h5")
     z = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", os.path.join(FIX, "ep2_s2_fp32", "ckpt"), h5],

@@ -27,6 +27,9 @@ rng_state_1.pth dropped; DeepSpeed with the fixture's tied HF Llama, the DCP's p
 (as the Trainer hands DeepSpeed its scheduler) loads it: the scheduler's state is scheduler.pt's, every trainable
 param's fp32 master, exp_avg and exp_avg_sq are dcp_to_torch_save's.
 
+A torchtitan step-N (tests/fixtures/dcp/titan_untied_w2_fp32: flatten_optimizer_state_dict, per-param settings
+and no group structure; zckpt groups the params whose settings are equal) resharded to ZeRO-2 W=1: DeepSpeed loads
+it with those groups and its state is dcp_to_torch_save's.
 FSDP2 + tensor parallel (tests/fixtures/dcp/llama_tp2_dp2_fp32: a dp 2 x tp 2 mesh, o_proj and down_proj in blocks
 that cut both dimensions) resharded to ZeRO-2 W=1: DeepSpeed loads it and every trainable param's fp32 master,
 exp_avg and exp_avg_sq are dcp_to_torch_save's.
@@ -240,6 +243,8 @@ def ds_loads_like_torch(tmp, label, dcp_dirs, out, model, scheduler):
         pt = os.path.join(tmp, f"{label}.{i}.pt")
         dcp_to_torch_save(d, pt)
         ref.update(torch.load(pt, weights_only=False))
+    if "model" not in ref:   # torchtitan's: model keys at the top, the optimizer flattened
+        ref = titan_unflattened(ref)
     osd = ref.get("optimizer", ref.get("optim"))
     spec = {"load": out, "groups": [g["params"] for g in osd["param_groups"]], "out": os.path.join(tmp, f"{label}.ds.pt"),
             "model": model, "scheduler": scheduler}
@@ -261,6 +266,40 @@ def ds_loads_like_torch(tmp, label, dcp_dirs, out, model, scheduler):
             if n not in osd["state"] or not same(g[k], osd["state"][n][k]):
                 probs.append(f"{n}: {k} differs from the DCP's")
     return got, probs
+
+
+def titan_unflattened(sd):
+    """dcp_to_torch_save of a torchtitan step-N as get_state_dict's nesting: the model's tensors, the flat
+    optimizer's state.<fqn>.<k> per param, and param groups of the params whose param_groups.<fqn>.<k> settings
+    are all equal (the flattened form keeps no group structure), in model order."""
+    flat = sd["optimizer"]
+    model = {k: v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    state, settings = {}, {}
+    for k, v in flat.items():
+        head, rest = k.split(".", 1)
+        fqn, key = rest.rsplit(".", 1)
+        (state if head == "state" else settings).setdefault(fqn, {})[key] = v
+    groups = []
+    for fqn in model:
+        if fqn not in settings:
+            continue
+        g = next((g for g in groups if g["settings"] == settings[fqn]), None)
+        if g is None:
+            g = {"settings": settings[fqn], "params": []}
+            groups.append(g)
+        g["params"].append(fqn)
+    return {"model": model, "optim": {"state": state, "param_groups": groups}}
+
+
+def titan(tmp):
+    src = os.path.join(HERE, "..", "fixtures", "dcp", "titan_untied_w2_fp32", "step-3")
+    out = os.path.join(tmp, "titan.ds")
+    label = "torchtitan step-N (flattened optimizer: per-param settings) -> DeepSpeed ZeRO-2 W=1: loaded"
+    err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
+    if err:
+        return [(label, [err])]
+    _, probs = ds_loads_like_torch(tmp, "titan", [src], out, [False, "fp32"], False)
+    return [(label, probs)]
 
 
 def tensor_parallel(tmp):
@@ -391,7 +430,7 @@ def main(argv):
                 if name == "refused":
                     results = unconvertible(tmp) + hf_checkpoint(tmp)
                 elif name == "tp":
-                    results = tensor_parallel(tmp)
+                    results = tensor_parallel(tmp) + titan(tmp)
                 else:
                     results = scenario(tmp, name, dtype, world, targets)
             except Exception as e:
