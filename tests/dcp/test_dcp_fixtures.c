@@ -107,7 +107,7 @@ static void check_case(const char *name) {
   const cJSON *case_ = cJSON_GetObjectItem(exp, "case");
   /* Accelerate and the HF Trainer: the model's folder and the optimizer's beside it, found
    * from the output_dir */
-  bool accelerate = !strncmp(name, "accelerate", 10) || !strncmp(name, "hf_trainer", 10);
+  bool accelerate = !strncmp(name, "accelerate", 10) || !strncmp(name, "hf_trainer", 10) || !strncmp(name, "fsdp1_", 6);
   ZT_EQ_INT(in->n_files, cJSON_GetObjectItem(case_, "world")->valueint * (accelerate ? 2 : 1));
   if (accelerate) ZT_ASSERT(strstr(in->dir, "/checkpoint-2/pytorch_model_fsdp_0"));
   /* st_*: safetensors storage (HuggingFaceStorageWriter): the model alone, no save id; its
@@ -195,7 +195,10 @@ int main(void) {
                          "accelerate_untied_w2_fp32", "llama_tied_w2_fp32_reloaded_w3",
                          "titan_untied_w2_fp32/step-3", "titan_untied_w2_fp32", "hf_trainer_tied_w2_fp32",
                          "hf_trainer_tied_w2_fp32/checkpoint-2", "llama_tp2_dp2_fp32",
-                         "st_tp2_dp2_fp32/sharded"};
+                         "st_tp2_dp2_fp32/sharded",
+                         /* FSDP1 SHARDED_STATE_DICT (make_dcp_fsdp1_fixtures.py) */
+                         "fsdp1_accelerate_untied_w2_fp32", "fsdp1_accelerate_tied_w3_origparams",
+                         "fsdp1_hf_trainer_tied_w2_fp32/checkpoint-2"};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(cases[i]);
   return 0;
 }

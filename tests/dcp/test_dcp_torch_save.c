@@ -52,7 +52,7 @@ int main(void) {
     n++;
   }
   fclose(f);
-  ZT_EQ_INT(n, 9);
+  ZT_EQ_INT(n, 12);
 
   /* without overwrite an existing file stays */
   zck_consolidate_opts keep = ZCK_CONSOLIDATE_OPTS_INIT;
