@@ -7,14 +7,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint8_t *corpus_text(uint64_t *state, size_t want, size_t *n_out) {
+int ze_sum_digits(unsigned sum, bool reversed, char *out, size_t cap) {
+  int len = snprintf(out, cap, "%u", sum);
+  if (reversed)
+    for (int i = 0, j = len - 1; i < j; i++, j--) {
+      char t = out[i];
+      out[i] = out[j];
+      out[j] = t;
+    }
+  return len;
+}
+
+void ze_sums_in_usual_order(char *text) {
+  for (char *p = strchr(text, '='); p; p = strchr(p, '=')) {
+    char *d = ++p;
+    while (*p >= '0' && *p <= '9') p++;
+    for (char *i = d, *j = p - 1; i < j; i++, j--) {
+      char t = *i;
+      *i = *j;
+      *j = t;
+    }
+  }
+}
+
+static uint8_t *corpus_text(const ze_corpus *c, uint64_t *state, size_t want, size_t *n_out) {
+  bool reversed = c->reversed_sums;
   uint8_t *t = malloc(want + 16);
   if (!t) return NULL;
   size_t n = 0;
   while (n < want) {
     unsigned a = (unsigned)(ze_splitmix64(state) % 100), b = (unsigned)(ze_splitmix64(state) % 100);
     char line[16];
-    int len = snprintf(line, sizeof line, "%u+%u=%u\n", a, b, a + b);
+    int len = snprintf(line, sizeof line, "%u+%u=", a, b);
+    len += ze_sum_digits(a + b, reversed, line + len, sizeof line - (size_t)len);
+    line[len++] = '\n';
     if (n + (size_t)len > want) break;
     memcpy(t + n, line, (size_t)len);
     n += (size_t)len;
@@ -23,12 +49,13 @@ static uint8_t *corpus_text(uint64_t *state, size_t want, size_t *n_out) {
   return t;
 }
 
-bool ze_corpus_make(ze_corpus *c, uint64_t seed, size_t train_bytes, size_t eval_bytes) {
+bool ze_corpus_make(ze_corpus *c, uint64_t seed, size_t train_bytes, size_t eval_bytes, bool reversed_sums) {
   memset(c, 0, sizeof *c);
   c->seed = seed;
+  c->reversed_sums = reversed_sums;
   uint64_t st = seed ^ 0x64617461636f7270ull; /* "datacorp" */
-  c->train = corpus_text(&st, train_bytes, &c->n_train);
-  c->eval = corpus_text(&st, eval_bytes, &c->n_eval);
+  c->train = corpus_text(c, &st, train_bytes, &c->n_train);
+  c->eval = corpus_text(c, &st, eval_bytes, &c->n_eval);
   if (!c->train || !c->eval) {
     ze_corpus_free(c);
     return false;

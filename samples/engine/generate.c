@@ -144,7 +144,7 @@ zck_status ze_eval_sums(const ze_gpt2_config *c, ze_zero_rank *zr, const ze_corp
     used[a * 100 + b] = true;
     char prompt[16], want[8];
     snprintf(prompt, sizeof prompt, "\n%u+%u=", a, b);
-    snprintf(want, sizeof want, "%u", a + b);
+    ze_sum_digits(a + b, corpus->reversed_sums, want, sizeof want);
     char *text = NULL;
     double secs;
     size_t peak;
@@ -155,7 +155,11 @@ zck_status ze_eval_sums(const ze_gpt2_config *c, ze_zero_rank *zr, const ze_corp
     for (char *p = text; *p; p++)
       if ((unsigned char)*p < 32 || (unsigned char)*p > 126) *p = '?';
     if (!strcmp(text, want)) ++*right;
-    if (i < 8 && o < cap) o += (size_t)snprintf(examples + o, cap - o, "%s%u+%u=%s", i ? " " : "", a, b, text);
+    if (i < 8 && o < cap) {
+      char *ex = examples + o;
+      o += (size_t)snprintf(ex, cap - o, "%s%s%s", i ? " " : "", prompt + 1, text);
+      if (corpus->reversed_sums) ze_sums_in_usual_order(ex); /* shown as people write sums */
+    }
     if (o >= cap) o = cap;
     free(text);
     i++;

@@ -4,8 +4,10 @@
  * under mpirun / srun (collectives over the MPI backend); --nproc N is a shorthand for
  * mpirun -np N on this host (launch.h). */
 #include "args.h"
+#include "data.h"
 #include "launch.h"
 #include "train.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,7 +93,10 @@ int main(int argc, char **argv) {
     if (r.generated[m]) {
       if (a.gather_for_generation == ZE_GATHER_BOTH)
         printf("[gather_for_generation=%s] ", m == 0 ? "on" : "off");
-      printf("%s%s\n", a.prompt, r.generated[m]);
+      char *shown = zck__sprintf("%s%s", a.prompt, r.generated[m]);
+      if (shown && a.reverse_sums) ze_sums_in_usual_order(shown); /* the model writes sums reversed */
+      printf("%s\n", shown ? shown : "");
+      free(shown);
     }
   if (r.generated[0] && r.generated[1] && strcmp(r.generated[0], r.generated[1])) {
     fprintf(stderr, "zckpt-train: error: the two generation modes produced different text\n");

@@ -42,6 +42,14 @@ double ze_lr_linear_factor(int64_t step, int64_t warmup_steps, int64_t total_ste
   return f > 0.0 ? f : 0.0;
 }
 
+double ze_lr_cosine_factor(int64_t step, int64_t warmup_steps, int64_t total_steps) {
+  if (step < warmup_steps) return (double)step / (double)(warmup_steps > 1 ? warmup_steps : 1);
+  int64_t span = total_steps - warmup_steps;
+  double progress = (double)(step - warmup_steps) / (double)(span > 1 ? span : 1);
+  double f = 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
+  return f > 0.0 ? f : 0.0;
+}
+
 double ze_clip_factor(double total_norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
   double clip = (total_norm + 1e-6) / max_norm;

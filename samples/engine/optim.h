@@ -28,6 +28,8 @@ void ze_adamw_step(float *param, const float *grad, float *exp_avg, float *exp_a
 /* transformers' get_linear_schedule_with_warmup multiplier for optimizer step `step`
  * (0-based: the lr used by the (step+1)-th update). */
 double ze_lr_linear_factor(int64_t step, int64_t warmup_steps, int64_t total_steps);
+/* get_cosine_schedule_with_warmup's (half a cosine from 1 to 0 after the linear warmup). */
+double ze_lr_cosine_factor(int64_t step, int64_t warmup_steps, int64_t total_steps);
 
 /* DeepSpeed's clip (stage_1_and_2 unscale_and_clip_grads): the factor grads are
  * multiplied by: 1 when max_norm <= 0 or the norm is small enough, else

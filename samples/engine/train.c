@@ -125,6 +125,7 @@ double ze_train_lr(const ze_train_args *a, int64_t warmup, int64_t step) {
   if (!strcmp(a->lr_scheduler_type, "constant")) return a->learning_rate;
   if (!strcmp(a->lr_scheduler_type, "constant_with_warmup"))
     return a->learning_rate * (step < warmup ? (double)step / (double)(warmup > 1 ? warmup : 1) : 1.0);
+  if (!strcmp(a->lr_scheduler_type, "cosine")) return a->learning_rate * ze_lr_cosine_factor(step, warmup, a->max_steps);
   return a->learning_rate * ze_lr_linear_factor(step, warmup, a->max_steps);
 }
 
@@ -582,10 +583,12 @@ zck_status ze_train_check_args(const ze_train_args *a) {
   ZCK_FAIL_IF(a->per_device_train_batch_size < 1 || a->gradient_accumulation_steps < 1, ZCK_ERR_INVALID_ARG,
               "batch size and gradient accumulation steps must be positive");
   ZCK_FAIL_IF(a->eval_samples < 1, ZCK_ERR_INVALID_ARG, "--eval-samples must be positive");
+  ZCK_FAIL_IF(a->corpus_bytes < 0 || a->corpus_bytes > (1 << 30), ZCK_ERR_INVALID_ARG,
+              "--corpus-bytes must be in [0, 1 GiB]");
   ZCK_FAIL_IF(a->eval_sums < 0 || a->eval_sums > 1000, ZCK_ERR_INVALID_ARG, "--eval-sums must be in [0, 1000]");
-  ZCK_FAIL_IF(strcmp(a->lr_scheduler_type, "linear") && strcmp(a->lr_scheduler_type, "constant") &&
-                  strcmp(a->lr_scheduler_type, "constant_with_warmup"),
-              ZCK_ERR_INVALID_ARG, "--lr-scheduler-type %s: supported: linear, constant, constant_with_warmup",
+  ZCK_FAIL_IF(strcmp(a->lr_scheduler_type, "linear") && strcmp(a->lr_scheduler_type, "cosine") &&
+                  strcmp(a->lr_scheduler_type, "constant") && strcmp(a->lr_scheduler_type, "constant_with_warmup"),
+              ZCK_ERR_INVALID_ARG, "--lr-scheduler-type %s: supported: linear, cosine, constant, constant_with_warmup",
               a->lr_scheduler_type);
   ZCK_FAIL_IF(strcmp(a->metric_for_best_model, "eval_loss") && strcmp(a->metric_for_best_model, "loss"),
               ZCK_ERR_INVALID_ARG, "--metric-for-best-model %s: only eval_loss is computed", a->metric_for_best_model);
@@ -669,7 +672,7 @@ zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
   free(model_off);
   if (s != ZCK_OK) goto setup_done;
   size_t T = (size_t)run.cfg.max_seq_len;
-  if (!ze_corpus_make(&run.corpus, a->seed, 32 * 1024 + 8 * T, 4 * 1024 + 8 * T)) {
+  if (!ze_corpus_make(&run.corpus, a->seed, (a->corpus_bytes ? (size_t)a->corpus_bytes : 32 * 1024) + 8 * T, 4 * 1024 + 8 * T, a->reverse_sums)) {
     s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
     goto setup_done;
   }

@@ -38,7 +38,7 @@ typedef struct ze_train_args {
   double learning_rate, weight_decay, adam_beta1, adam_beta2, adam_epsilon, max_grad_norm;
   int64_t warmup_steps;
   double warmup_ratio;              /* used when warmup_steps == 0 (HF: ceil(ratio * max_steps)) */
-  const char *lr_scheduler_type;    /* "linear" or "constant" */
+  const char *lr_scheduler_type;    /* "linear", "cosine", "constant" or "constant_with_warmup" */
   uint64_t seed;
   bool bf16;
   int64_t logging_steps, eval_steps, save_steps; /* 0: never (eval_steps 0: only at the end) */
@@ -64,6 +64,9 @@ typedef struct ze_train_args {
   int eval_samples;                 /* evaluation windows */
   int generate_tokens;              /* 0: no generation */
   int eval_sums;                    /* held-out "a+b=" prompts to complete after training; 0: none */
+  int64_t corpus_bytes;             /* training text (data.h); 0: 32 KiB */
+  bool reverse_sums;                /* the corpus writes each sum least-significant digit first
+                                       (data.h); generated text is shown in the usual order */
   const char *prompt;
   ze_gather_mode gather_for_generation;
   bool quiet;                       /* no progress lines */

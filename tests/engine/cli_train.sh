@@ -34,7 +34,8 @@ expect 2 "unexpected argument 'extra'" extra
 expect 2 "--bf16: 'maybe' is not true or false" --bf16=maybe
 expect 2 "--gather-for-generation: 'sometimes'" --gather-for-generation sometimes
 expect 2 "--max-steps must be positive" --max-steps 0
-expect 2 "--lr-scheduler-type cosine" --lr-scheduler-type cosine
+expect 2 "--lr-scheduler-type polynomial" --lr-scheduler-type polynomial
+expect 2 "--corpus-bytes must be in" --corpus-bytes 2000000000
 expect 2 "--load-best-model-at-end needs --eval-steps" --load-best-model-at-end
 expect 2 "round multiple of the evaluation steps, but found 5, which is not a round multiple of 2" \
   --load-best-model-at-end --eval-steps 2 --save-steps 5 --output-dir "$T/o"
@@ -78,6 +79,12 @@ run --generate-tokens 4 --prompt "1+1=" --gather-for-generation both >"$T/out3" 
 run --eval-sums 5 2>"$T/err4" >/dev/null || fail "eval-sums run"
 grep -Eq '^held-out sums: [0-5]/5 right \(prompts' "$T/err4" || fail "eval-sums output: $(cat "$T/err4")"
 run --eval-sums 1001 2>/dev/null >/dev/null && fail "--eval-sums 1001 accepted"
+# --reverse-sums: the model is trained on sums written least-significant digit first; what it
+# generates is shown in the usual order (the run prints the same counts either way)
+run --reverse-sums --eval-sums 5 --generate-tokens 8 --prompt "9+3=" --lr-scheduler-type cosine --warmup-steps 2 \
+  2>"$T/err5" >"$T/out5" || fail "reverse-sums run: $(cat "$T/err5")"
+grep -Eq '^held-out sums: [0-5]/5 right \(prompts' "$T/err5" || fail "reverse-sums output: $(cat "$T/err5")"
+grep -q '^9+3=' "$T/out5" || fail "reverse-sums generation: $(cat "$T/out5")"
 
 # the sample configs, each stage over 2 ranks
 CONF=$(dirname "$0")/../../samples/configs

@@ -1,5 +1,5 @@
 /* test_optim.c: AdamW against a hand-computed reference with torch's semantics (bias
- * correction, decoupled weight decay, eps outside the sqrt), the HF linear schedule and
+ * correction, decoupled weight decay, eps outside the sqrt), the HF linear and cosine schedules and
  * DeepSpeed's clip factor. */
 #include "test.h"
 
@@ -97,6 +97,15 @@ int main(void) {
   ZT_ASSERT(ze_lr_linear_factor(4, 4, 10) == 1.0);
   ZT_ASSERT(ze_lr_linear_factor(7, 4, 10) == 0.5);
   ZT_ASSERT(ze_lr_linear_factor(12, 4, 10) == 0.0);
+  /* ---- transformers' cosine schedule with warmup (the values its
+   * _get_cosine_schedule_with_warmup_lr_lambda returns for warmup 4, 10 steps) */
+  ZT_ASSERT(ze_lr_cosine_factor(0, 4, 10) == 0.0);
+  ZT_ASSERT(ze_lr_cosine_factor(2, 4, 10) == 0.5);
+  ZT_ASSERT(ze_lr_cosine_factor(4, 4, 10) == 1.0);
+  ZT_ASSERT(ze_lr_cosine_factor(5, 4, 10) == 0.9330127018922194);
+  ZT_ASSERT(ze_lr_cosine_factor(7, 4, 10) == 0.5);
+  ZT_ASSERT(ze_lr_cosine_factor(9, 4, 10) == 0.06698729810778065);
+  ZT_ASSERT(ze_lr_cosine_factor(10, 4, 10) == 0.0);
   /* ---- DeepSpeed clipping */
   ZT_ASSERT(ze_clip_factor(0.5, 1.0) == 1.0);
   ZT_ASSERT(ze_clip_factor(4.0, 0.0) == 1.0);
