@@ -23,6 +23,7 @@
 #include "plan.h"
 #include "source.h"
 #include "stream_hash.h"
+#include "threadpool.h"
 #include "to_universal.h"
 #include "universal/universal.h"
 
@@ -222,11 +223,16 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_
   uint64_t *numel = zck__calloc(j->m->n_params ? j->m->n_params : 1, sizeof *numel);
   zck_status st = dst && handle && params && pdst && dsrc && ddst && dext && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   uint64_t bytes = 0;
+  zck_uv_tensor_spec *specs = zck__calloc(n ? n : 1, sizeof *specs);
+  if (!specs) st = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     const zck__uvj_entry *e = &j->e[first + i];
-    st = zck_uv_writer_tensor(j->w, e->name, e->state, e->form, e->dtype, e->ndim, e->shape, &dst[i], &handle[i]);
+    specs[i] = (zck_uv_tensor_spec){e->name, e->state, e->form, e->dtype, e->ndim, e->shape};
     bytes += e->numel * zck_dtype_size(e->dtype);
   }
+  /* made on the job's threads, a parameter's three files together (zck__uvj_param_entries) */
+  if (st == ZCK_OK) st = zck_uv_writer_tensors(j->w, specs, n, dst, handle);
+  free(specs);
   if (st == ZCK_OK) zck_model_numels(j->m, numel);
   zck_exec_job jobs[4 + 2];
   size_t nj = 0;
@@ -866,6 +872,7 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   zck_uv_write_opts wo = ZCK_UV_WRITE_OPTS_INIT;
   wo.overwrite = o->overwrite != 0;
   wo.hash = true; /* the tensor files' manifest hashes as they are written */
+  wo.threads = o->threads ? (unsigned)o->threads : zck__default_threads();
   if (st == ZCK_OK) st = zck_uv_writer_create(out, &wo, &j.w);
   /* optimizer_state.pt and the model files: reserved first and copied with the first
    * batch, unless the descriptor limit is too tight for their files (a source and a

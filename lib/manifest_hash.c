@@ -11,6 +11,7 @@
  */
 #include "manifest.h"
 
+#include "exec.h"
 #include "io.h"
 #include "threadpool.h"
 
@@ -19,21 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
-#include <zlib.h>
+#include "hash_xxh3.h"
 
 #define ZCK__HASH_DEFAULT_STAGING ((size_t)4 << 20)
 #define ZCK__HASH_SLICE ((uint64_t)64 << 10)
-
-static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
-  while (n) { /* zlib takes uInt lengths */
-    uInt step = n > (1u << 30) ? (1u << 30) : (uInt)n;
-    crc = (uint32_t)crc32(crc, p, step);
-    p += step;
-    n -= step;
-  }
-  return crc;
-}
 
 void zck__hash_file_clear(zck__hash_file *f) {
   if (!f) return;
@@ -79,7 +69,7 @@ static bool feed_range(active_range *a, const uint8_t *buf, uint64_t pos, uint64
   if (hi > lo) {
     const uint8_t *p = buf + (lo - pos);
     size_t k = (size_t)(hi - lo);
-    if (r->want & ZCK__HASH_CRC32) a->crc = crc_update(a->crc, p, k);
+    if (r->want & ZCK__HASH_CRC32) a->crc = zck_crc32_update(a->crc, p, k); /* ISA-L, crc32.c */
     if (r->want & ZCK__HASH_XXH3) {
       if (whole_here) {
         r->xxh3 = XXH3_64bits(p, k);
@@ -145,14 +135,16 @@ static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
     for (uint64_t so = 0; st == ZCK_OK && so < n; so += ZCK__HASH_SLICE) {
       const uint8_t *sp = buf + so;
       uint64_t sn = n - so < ZCK__HASH_SLICE ? n - so : ZCK__HASH_SLICE, spos = pos + so;
-      XXH3_64bits_update(fst, sp, (size_t)sn);
-      for (uint64_t k = 0; cst && k < sn;) { /* chunk boundaries may fall inside the slice */
-        uint64_t take = f->chunk_size - chunk_fill < sn - k ? f->chunk_size - chunk_fill : sn - k;
-        XXH3_64bits_update(cst, sp + k, (size_t)take);
+      for (uint64_t k = 0; k < sn;) { /* chunk boundaries may fall inside the slice */
+        uint64_t take = cst && f->chunk_size - chunk_fill < sn - k ? f->chunk_size - chunk_fill : sn - k;
+        XXH3_64bits_update(fst, sp + k, (size_t)take);
+        /* the first chunk's hash is the file's hash at the chunk's end: no third pass over
+         * it (a file shorter than a chunk is hashed twice, not three times; as stream_hash.c) */
+        if (cst && chunk_k) XXH3_64bits_update(cst, sp + k, (size_t)take);
         k += take;
-        chunk_fill += take;
-        if (chunk_fill == f->chunk_size) {
-          f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+        if (cst && (chunk_fill += take) == f->chunk_size) {
+          f->chunks[chunk_k] = chunk_k ? XXH3_64bits_digest(cst) : XXH3_64bits_digest(fst);
+          chunk_k++;
           XXH3_64bits_reset(cst);
           chunk_fill = 0;
         }
@@ -189,7 +181,10 @@ static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
   }
   if (st == ZCK_OK) {
     f->xxh3 = XXH3_64bits_digest(fst);
-    if (cst && chunk_fill) f->chunks[chunk_k++] = XXH3_64bits_digest(cst);
+    if (cst && chunk_fill) { /* the last, partial chunk (the file itself when it is the first) */
+      f->chunks[chunk_k] = chunk_k ? XXH3_64bits_digest(cst) : f->xxh3;
+      chunk_k++;
+    }
     f->ok = true;
   }
 done:

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
+#include "hash_xxh3.h"
 
 typedef enum { SEG_BYTES, SEG_REGION, SEG_DEFER } seg_kind;
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "hash_xxh3.h"
 
 void *zck__malloc(size_t n) {
   void *p = malloc(n ? n : 1);

@@ -4,7 +4,7 @@
 #include "ds_internal.h"
 #include "strmap.h"
 #include "zip/zip.h"
-#include <xxhash.h>
+#include "hash_xxh3.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "hash_xxh3.h"
 
 #include "h5_write_internal.h"
 

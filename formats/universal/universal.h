@@ -53,8 +53,10 @@ typedef struct zck_uv_write_opts {
   bool write_latest;          /* <parent>/latest_universal (DeepSpeed always writes it) */
   bool hash;                  /* make the manifest hashes of the tensor files as they are
                                  written (zck_uv_writer_known) */
+  unsigned threads;           /* zck_uv_writer_tensors and finish_batch make and finish the
+                                 files on this many threads (0: 1) */
 } zck_uv_write_opts;
-#define ZCK_UV_WRITE_OPTS_INIT {false, true, false}
+#define ZCK_UV_WRITE_OPTS_INIT {false, true, false, 0}
 
 typedef enum zck_uv_form {
   ZCK_UV_CAT_DIM = 0,         /* {'cat_dim': 0, 'param': T} */
@@ -77,10 +79,24 @@ char *zck_uv_writer_tmp_file(const zck_uv_writer *w, const char *rel);
  * it (a plan writing it needs no dst_crc32). *handle: the file's number among the writer's. */
 zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
                                 zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle);
+/* One tensor file of zck_uv_writer_tensors: zero/<name>/<state>.pt, as zck_uv_writer_tensor's
+ * arguments. */
+typedef struct zck_uv_tensor_spec {
+  const char *name, *state;
+  zck_uv_form form;
+  zck_dtype dtype;
+  int ndim;
+  const int64_t *shape;
+} zck_uv_tensor_spec;
+/* Reserves n tensor files at once, made on opts.threads threads (one parameter's folder and
+ * its files per work item: a parameter's specs must be adjacent to be made in parallel),
+ * stores[i] / handles[i] as zck_uv_writer_tensor's. On failure none of them is reserved. */
+zck_status zck_uv_writer_tensors(zck_uv_writer *w, const zck_uv_tensor_spec *specs, size_t n, zck_store *stores,
+                                 size_t *handles);
 /* Number of tensor files reserved and not yet finished. */
 size_t zck_uv_writer_pending(const zck_uv_writer *w);
-/* Finishes every reserved tensor file (pickle, directory, rename) and frees their
- * descriptors. Call after the plan that fills them ran. */
+/* Finishes every reserved tensor file (pickle, directory, rename) on opts.threads threads
+ * and frees their descriptors. Call after the plan that fills them ran. */
 zck_status zck_uv_writer_finish_batch(zck_uv_writer *w);
 
 /* zero/<name>/step.pt: a 0-dim float32 tensor (is_tensor) or a Python int (with opts.hash,

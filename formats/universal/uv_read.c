@@ -15,7 +15,7 @@
 #include "io.h"
 #include "manifest.h"
 
-#include <xxhash.h>
+#include "hash_xxh3.h"
 
 static bool zck__uv_is_dir(const char *p) {
   struct stat st;

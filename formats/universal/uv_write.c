@@ -21,11 +21,13 @@
 #include "dist.h"
 #include "io.h"
 #include "stream_hash.h"
+#include "strmap.h"
+#include "threadpool.h"
 
 typedef struct zck__uv_tfile {
   zck_torch_writer *tw;
   zck__shash *h;                /* opts.hash: the file's manifest hashes as it is written */
-  char *path, *rel;             /* with h: where the file is, and its name in the folder */
+  char *path, *rel;             /* where the file is, and its name in the folder */
   uint64_t data_off;            /* the storage's offset in the file */
   zck_dtype dtype;              /* with h: the tensor, as describing the file finds it */
   int ndim;
@@ -214,19 +216,13 @@ static void zck__uv_tfile_free(zck__uv_tfile *f) {
   free(f);
 }
 
-/* The finished file's hashes into w->known (a file the stream could not hash is left to
- * the manifest writer, which reads it). */
-static zck_status zck__uv_keep_hashes(zck_uv_writer *w, zck__uv_tfile *f) {
+/* The finished file's hashes as its known-file record (*have false: the stream could not
+ * hash it, so the manifest writer reads it). Safe on any thread: it touches f only. */
+static zck_status zck__uv_known_record(zck__uv_tfile *f, zck__manifest_known_file *k, bool *have) {
+  *have = false;
   uint64_t reread = 0;
   ZCK_TRY(zck__shash_finish_laid_out(f->h, f->path, &reread)); /* its torch writer laid it all out */
   if (!zck__shash_done(f->h)) return ZCK_OK;
-  if (w->known.n_files == w->cap_known) {
-    size_t nc = w->cap_known ? 2 * w->cap_known : 64;
-    zck__manifest_known_file *v = zck__realloc(w->known.files, nc * sizeof *v);
-    if (!v) return ZCK_ERR_NO_MEMORY;
-    w->known.files = v;
-    w->cap_known = nc;
-  }
   /* its one tensor, as jobs/manifest_write.c names it: "" bare, else its key "param" */
   struct kt { zck__manifest_known_tensor t; int64_t shape[ZCK_MAX_DIMS]; } *kt = zck__malloc(sizeof *kt);
   if (!kt) return ZCK_ERR_NO_MEMORY;
@@ -235,69 +231,90 @@ static zck_status zck__uv_keep_hashes(zck_uv_writer *w, zck__uv_tfile *f) {
   memcpy(kt->shape, f->shape, sizeof kt->shape);
   kt->t = (zck__manifest_known_tensor){f->bare ? "" : "param", zck_dtype_name(f->dtype), f->ndim, kt->shape, f->data_off,
                                        numel * f->es};
-  zck__manifest_known_file *k = &w->known.files[w->known.n_files];
   zck_status st = zck__shash_known_file(f->h, f->rel, k);
   if (st != ZCK_OK) { free(kt); return st; }
   k->described = true;
   k->tensors = &kt->t;
   k->n_tensors = 1;
-  f->rel = NULL; /* owned by known now */
-  w->known.n_files++;
+  f->rel = NULL; /* owned by the record now */
+  *have = true;
   return ZCK_OK;
 }
 
-zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
-                                zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle) {
-  ZCK_TRY(zck_uv_check_name(name));
-  char *rel = zck__concat("zero/", name, "/", state, ".pt", (const char *)NULL);
-  char *path = NULL;
-  zck_status st = rel ? zck__uv_prepare(w, rel, &path) : ZCK_ERR_NO_MEMORY;
-  zck__uv_tfile *f = st == ZCK_OK ? zck__calloc(1, sizeof *f) : NULL;
-  if (st == ZCK_OK && !f) st = ZCK_ERR_NO_MEMORY;
-  if (f) pthread_mutex_init(&f->mu, NULL);
+static void zck__uv_record_free(zck__manifest_known_file *k) {
+  free((void *)k->path);
+  free((void *)k->chunks);
+  free((void *)k->ranges);
+  free((void *)k->tensors);
+}
+
+/* A record into w->known (taken over, also on failure). */
+static zck_status zck__uv_keep_record(zck_uv_writer *w, zck__manifest_known_file *k) {
+  if (w->known.n_files == w->cap_known) {
+    size_t nc = w->cap_known ? 2 * w->cap_known : 64;
+    zck__manifest_known_file *v = zck__realloc(w->known.files, nc * sizeof *v);
+    if (!v) { zck__uv_record_free(k); return ZCK_ERR_NO_MEMORY; }
+    w->known.files = v;
+    w->cap_known = nc;
+  }
+  w->known.files[w->known.n_files++] = *k;
+  return ZCK_OK;
+}
+
+/* One tensor file reserved at rel / path (both taken over, also on failure; its folder
+ * exists): its torch writer with the one storage, the tree sealed. Touches nothing of w
+ * but its options and the hash budget (atomic), so files are made on many threads. */
+static zck_status zck__uv_tfile_make(zck_uv_writer *w, char *rel, char *path, const zck_uv_tensor_spec *s,
+                                     zck__uv_tfile **out) {
+  *out = NULL;
+  zck__uv_tfile *f = zck__calloc(1, sizeof *f);
+  if (!f) { free(rel); free(path); return ZCK_ERR_NO_MEMORY; }
+  pthread_mutex_init(&f->mu, NULL);
+  f->path = path;
+  f->rel = rel;
+  zck_dtype dtype = s->dtype;
   uint64_t numel = 1;
-  for (int i = 0; i < ndim; i++) numel *= (uint64_t)shape[i];
+  for (int i = 0; i < s->ndim; i++) numel *= (uint64_t)s->shape[i];
   uint64_t data_off = 0;
-  if (f) f->numel = numel;
-  if (st == ZCK_OK && w->o.hash && !(f->h = zck__shash_new())) st = ZCK_ERR_NO_MEMORY;
+  f->numel = numel;
+  f->dtype = dtype;
+  zck_status st = ZCK_OK;
+  if (w->o.hash && !(f->h = zck__shash_new())) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) st = zck_torch_writer_create_hashed(path, f->h, &f->tw);
   if (st == ZCK_OK) st = zck_torch_writer_add_storage(f->tw, dtype, numel, &f->storage, &data_off);
   if (st == ZCK_OK && f->h) { /* the plan writes the whole tensor */
     f->data_off = data_off;
     f->dtype = dtype;
-    f->ndim = ndim;
-    for (int i = 0; i < ndim && i < ZCK_MAX_DIMS; i++) f->shape[i] = shape[i];
-    f->bare = form == ZCK_UV_BARE;
+    f->ndim = s->ndim;
+    for (int i = 0; i < s->ndim && i < ZCK_MAX_DIMS; i++) f->shape[i] = s->shape[i];
+    f->bare = s->form == ZCK_UV_BARE;
     zck__shash_cover(f->h, data_off, numel * zck_dtype_size(dtype));
     st = zck__shash_start(f->h, &w->budget, 0);
-    f->path = path;
-    f->rel = rel;
-    path = rel = NULL;
   }
   if (st == ZCK_OK) {
     zck_pk_doc *doc = zck_torch_writer_doc(f->tw);
-    zck_pk *t = zck_torch_writer_tensor(f->tw, f->storage, ndim, shape, NULL, 0, 0);
+    zck_pk *t = zck_torch_writer_tensor(f->tw, f->storage, s->ndim, s->shape, NULL, 0, 0);
     f->es = zck_dtype_size(dtype);
     if (!t) {
       st = ZCK_ERR_NO_MEMORY;
-    } else if (form == ZCK_UV_BARE) {
+    } else if (s->form == ZCK_UV_BARE) {
       f->root = t;
     } else {
       /* ds_to_universal's ckpt_dict: a plain dict, cat_dim set before param */
       f->root = zck_pk_new_dict(doc, 0);
       if (!f->root) st = ZCK_ERR_NO_MEMORY;
-      if (st == ZCK_OK && form == ZCK_UV_CAT_DIM &&
+      if (st == ZCK_OK && s->form == ZCK_UV_CAT_DIM &&
           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "cat_dim"), zck_pk_new_int(doc, 0)))
         st = ZCK_ERR_NO_MEMORY;
-      if (st == ZCK_OK && form == ZCK_UV_VOCAB &&
+      if (st == ZCK_OK && s->form == ZCK_UV_VOCAB &&
           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "vocab_tensor"), zck_pk_new_bool(doc, 1)))
         st = ZCK_ERR_NO_MEMORY;
       if (st == ZCK_OK && !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "param"), t)) st = ZCK_ERR_NO_MEMORY;
       /* deepspeed/checkpoint/autoep_universal.py: param first, then these */
-      if (st == ZCK_OK && form == ZCK_UV_EXPERT &&
+      if (st == ZCK_OK && s->form == ZCK_UV_EXPERT &&
           (!zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "cat_dim"), zck_pk_new_int(doc, 0)) ||
            !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "is_expert_param"), zck_pk_new_bool(doc, 1)) ||
-           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "ep_num_experts"), zck_pk_new_int(doc, ndim ? shape[0] : 0))))
+           !zck_pk_dict_set(doc, f->root, zck_pk_new_str(doc, "ep_num_experts"), zck_pk_new_int(doc, s->ndim ? s->shape[0] : 0))))
         st = ZCK_ERR_NO_MEMORY;
     }
     /* the tree is complete: pickled now, its nodes freed (a 64 KB node block per file: a
@@ -305,44 +322,160 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
     if (st == ZCK_OK) st = zck_torch_writer_seal(f->tw, f->root);
     f->root = NULL;
   }
-  if (st == ZCK_OK && w->n_files == w->cap_files) {
-    size_t nc = w->cap_files ? 2 * w->cap_files : 64;
-    zck__uv_tfile **v = zck__realloc(w->files, nc * sizeof *v);
-    if (!v) st = ZCK_ERR_NO_MEMORY;
-    else { w->files = v; w->cap_files = nc; }
-  }
   if (st != ZCK_OK) {
     zck__uv_tfile_free(f);
-    free(rel);
-    free(path);
     return st;
   }
-  w->files[w->n_files] = f;
-  *handle = w->handle_base + w->n_files;
-  w->n_files++;
-  zck__dist_register_noted(zck__uv_tensor_write, zck__uv_tensor_noted);
-  *store = zck_store_callback(NULL, zck__uv_tensor_write, f, dtype, numel, zck_uv_writer_path(w));
-  store->name = zck_uv_writer_path(w);
-  free(rel);
-  free(path);
+  *out = f;
   return ZCK_OK;
+}
+
+/* Appends made files to the pending batch, their stores and handles out. */
+static zck_status zck__uv_add_pending(zck_uv_writer *w, zck__uv_tfile **made, size_t n, zck_store *stores,
+                                      size_t *handles) {
+  if (w->n_files + n > w->cap_files) {
+    size_t nc = w->cap_files ? w->cap_files : 64;
+    while (nc < w->n_files + n) nc *= 2;
+    zck__uv_tfile **v = zck__realloc(w->files, nc * sizeof *v);
+    if (!v) {
+      for (size_t i = 0; i < n; i++) zck__uv_tfile_free(made[i]);
+      return ZCK_ERR_NO_MEMORY;
+    }
+    w->files = v;
+    w->cap_files = nc;
+  }
+  zck__dist_register_noted(zck__uv_tensor_write, zck__uv_tensor_noted);
+  for (size_t i = 0; i < n; i++) {
+    zck__uv_tfile *f = made[i];
+    w->files[w->n_files] = f;
+    handles[i] = w->handle_base + w->n_files;
+    w->n_files++;
+    stores[i] = zck_store_callback(NULL, zck__uv_tensor_write, f, f->dtype, f->numel, zck_uv_writer_path(w));
+    stores[i].name = zck_uv_writer_path(w);
+  }
+  return ZCK_OK;
+}
+
+zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
+                                zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle) {
+  zck_uv_tensor_spec s = {name, state, form, dtype, ndim, shape};
+  ZCK_TRY(zck_uv_check_name(name));
+  char *rel = zck__concat("zero/", name, "/", state, ".pt", (const char *)NULL);
+  char *path = NULL;
+  zck_status st = rel ? zck__uv_prepare(w, rel, &path) : ZCK_ERR_NO_MEMORY;
+  if (st != ZCK_OK) { free(rel); return st; }
+  zck__uv_tfile *f = NULL;
+  ZCK_TRY(zck__uv_tfile_make(w, rel, path, &s, &f));
+  return zck__uv_add_pending(w, &f, 1, store, handle);
+}
+
+/* ---- many tensor files at once, on the writer's threads
+ *
+ * files_floor (tests/bench) makes a universal folder's folders and files from two threads
+ * in half the time one takes: the kernel's inode and directory work per file is most of
+ * the job, and runs in parallel. Each work item is one parameter's folder (made first)
+ * and its files, so no file waits on a folder another thread is making. */
+
+/* A distributed job's ranks make their (placeholder) files on one thread: the ranks' file
+ * registries (dist.c) were not tried with files made concurrently. */
+static unsigned zck__uv_threads(const zck_uv_writer *w) {
+  return zck__dist_on() || !w->o.threads ? 1 : w->o.threads;
+}
+
+typedef struct zck__uv_many {
+  zck_uv_writer *w;
+  const zck_uv_tensor_spec *specs;
+  size_t *group;                /* specs [group[g], group[g + 1]) share a folder */
+  zck__uv_tfile **made;
+} zck__uv_many;
+
+static zck_status zck__uv_many_item(void *ctx, size_t g, unsigned thread) {
+  (void)thread;
+  zck__uv_many *m = ctx;
+  size_t a = m->group[g], b = m->group[g + 1];
+  char *dir = zck__concat("zero/", m->specs[a].name, (const char *)NULL);
+  char *full = dir ? zck__outdir_file(&m->w->dir, dir) : NULL;
+  free(dir);
+  zck_status st = full ? zck__mkdirs(full) : ZCK_ERR_NO_MEMORY;
+  free(full);
+  for (size_t i = a; st == ZCK_OK && i < b; i++) {
+    const zck_uv_tensor_spec *s = &m->specs[i];
+    char *rel = zck__concat("zero/", s->name, "/", s->state, ".pt", (const char *)NULL);
+    char *path = rel ? zck__outdir_file(&m->w->dir, rel) : NULL;
+    if (!path) { free(rel); return ZCK_ERR_NO_MEMORY; }
+    st = zck__uv_tfile_make(m->w, rel, path, s, &m->made[i]);
+  }
+  return st;
+}
+
+zck_status zck_uv_writer_tensors(zck_uv_writer *w, const zck_uv_tensor_spec *specs, size_t n, zck_store *stores,
+                                 size_t *handles) {
+  if (!n) return ZCK_OK;
+  for (size_t i = 0; i < n; i++) ZCK_TRY(zck_uv_check_name(specs[i].name));
+  zck__uv_many m = {w, specs, zck__calloc(n + 1, sizeof *m.group), zck__calloc(n, sizeof *m.made)};
+  zck_status st = m.group && m.made ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t ng = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++)
+    if (!i || strcmp(specs[i].name, specs[i - 1].name)) m.group[ng++] = i;
+  if (st == ZCK_OK) m.group[ng] = n;
+  /* a name twice, apart: two items would make its folder and files at once, so such a
+   * batch is made in order on this thread */
+  unsigned threads = zck__uv_threads(w);
+  zck__strmap seen;
+  if (st == ZCK_OK && threads > 1 && ng > 1 && (st = zck__strmap_init(&seen, ng)) == ZCK_OK) {
+    bool dup = false;
+    for (size_t g = 0; st == ZCK_OK && !dup && g < ng; g++) st = zck__strmap_put(&seen, specs[m.group[g]].name, g, &dup, NULL);
+    if (dup) threads = 1;
+    zck__strmap_free(&seen);
+  }
+  if (st == ZCK_OK) st = zck__parallel_for(ng, threads, zck__uv_many_item, &m);
+  if (st == ZCK_OK) {
+    st = zck__uv_add_pending(w, m.made, n, stores, handles);
+  } else {
+    for (size_t i = 0; m.made && i < n; i++) zck__uv_tfile_free(m.made[i]);
+  }
+  free(m.group);
+  free(m.made);
+  return st;
 }
 
 size_t zck_uv_writer_pending(const zck_uv_writer *w) { return w->n_files; }
 
+/* Finishing a batch: each file on the writer's threads (its CRC, directory, one write),
+ * its record kept in slot i, then the records appended in order. */
+typedef struct zck__uv_fin {
+  zck__uv_tfile **files;
+  zck__manifest_known_file *rec;
+  bool *have;
+} zck__uv_fin;
+
+static zck_status zck__uv_fin_item(void *ctx, size_t i, unsigned thread) {
+  (void)thread;
+  zck__uv_fin *c = ctx;
+  zck__uv_tfile *f = c->files[i];
+  uint32_t crc;
+  if (zck__uv_pieces_crc(f, f->numel * f->es, &crc)) zck_torch_writer_set_crc(f->tw, f->storage, crc);
+  zck_status st = zck_torch_writer_finish(f->tw, f->root);
+  if (st == ZCK_OK && f->h) st = zck__uv_known_record(f, &c->rec[i], &c->have[i]);
+  return st;
+}
+
 zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
-  zck_status st = ZCK_OK;
-  for (size_t i = 0; i < w->n_files; i++) {
-    zck__uv_tfile *f = w->files[i];
-    if (st == ZCK_OK) {
-      uint32_t crc;
-      if (zck__uv_pieces_crc(f, f->numel * f->es, &crc)) zck_torch_writer_set_crc(f->tw, f->storage, crc);
-      st = zck_torch_writer_finish(f->tw, f->root);
+  size_t n = w->n_files;
+  zck__uv_fin c = {w->files, zck__calloc(n ? n : 1, sizeof *c.rec), zck__calloc(n ? n : 1, sizeof *c.have)};
+  zck_status st = c.rec && c.have ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK && n) st = zck__parallel_for(n, zck__uv_threads(w), zck__uv_fin_item, &c);
+  for (size_t i = 0; i < n; i++) {
+    if (c.have && c.have[i]) {
+      zck_status s = st == ZCK_OK ? zck__uv_keep_record(w, &c.rec[i]) : ZCK_OK;
+      if (st != ZCK_OK) zck__uv_record_free(&c.rec[i]);
+      if (s != ZCK_OK) st = s;
     }
-    if (st == ZCK_OK && f->h) st = zck__uv_keep_hashes(w, f);
-    zck__uv_tfile_free(f);
+    zck__uv_tfile_free(w->files[i]);
   }
-  w->handle_base += w->n_files;
+  free(c.rec);
+  free(c.have);
+  w->handle_base += n;
   w->n_files = 0;
   return st;
 }

@@ -2,7 +2,10 @@
  * read the bytes it needs (every fp32 partition region of the checkpoint, in place; of a
  * DCP folder, every chunk of the model weights) once, and write as many bytes as the job
  * writes, once, into one file, with the same thread count, no conversion, one fsync at the
- * end. What no tool can beat.
+ * end. What no tool can beat: the writes go through the library's own pwrite loop
+ * (zck__pwrite_all: 256 KiB pieces, writeback started every MiB), the fastest way to hand
+ * this kernel the bytes that we know of, so a job that writes better than the floor means
+ * the floor needs the better way too.
  *
  * usage: io_floor CHECKPOINT OUT_FILE [THREADS [WRITE_BYTES]]
  * FLOOR_PARTS=all: every optimizer state (fp32, exp_avg, exp_avg_sq), the floor of
@@ -50,7 +53,10 @@ static void *worker(void *arg) {
       /* the same bytes at every copy of the read set inside the write size */
       for (uint64_t at = r->out_off + done; at < s->write_total; at += s->read_total) {
         size_t m = s->write_total - at < n ? (size_t)(s->write_total - at) : n;
-        if (pwrite(s->out, buf, m, (off_t)at) != (ssize_t)m) { perror("pwrite"); exit(1); }
+        if (zck__pwrite_all(s->out, buf, m, at, "io_floor") != ZCK_OK) {
+          fprintf(stderr, "io_floor: %s\n", zck_last_error());
+          exit(1);
+        }
       }
       done += n;
     }

@@ -14,7 +14,8 @@ optimizer_0/ (FSDP.optim_state_dict), use_orig_params False and True, W=2 and 3,
   to DS      `zckpt reshard checkpoint-2 DS --to-stage S --to-world-size W`: real DeepSpeed (CPU, torch
              AdamW) load_checkpoint's every fp32 master, exp_avg, exp_avg_sq = the FSDP1 optimizer's (torch's
              dcp_to_torch_save of optimizer_0/), Adam's step = its step; DeepSpeed then saves it itself.
-  from DS    that DeepSpeed save -> `zckpt reshard --to-format dcp-accelerate --to-world-size W'` ->
+  from DS    that DeepSpeed save -> `zckpt reshard --to-format dcp-accelerate --to-world-size W'` (for the
+             tied case the Python package's zckpt.reshard(format="dcp-accelerate")) ->
              Accelerate FSDP1 (use_orig_params=False, W' ranks) load_state: the full weights, exp_avg,
              exp_avg_sq, step and param-group settings FSDP1 then holds = the original fixture's, bit for bit.
   other      Accelerate FSDP1 save_state with LOCAL_STATE_DICT (each rank's padded flat-parameter shards):
@@ -317,9 +318,16 @@ def round_trip(tmp, case, stage, ds_world, back_world):
 
     label = f"{case}: DeepSpeed's save -> dcp-accelerate -> Accelerate FSDP1 W={back_world}"
     back = os.path.join(tmp, case + ".back")
-    r = run("reshard", "-q", saved, back, "--to-format", "dcp-accelerate", "--to-world-size", str(back_world))
-    if r.returncode:
-        return fail(f"{label}: reshard: {r.stderr.strip()}")
+    if tied:   # the Python package's zckpt.reshard(format="dcp-accelerate") is the same job
+        import zckpt
+        try:
+            zckpt.reshard(saved, back, format="dcp-accelerate", world_size=back_world)
+        except zckpt.Error as e:
+            return fail(f"{label}: zckpt.reshard: {e}")
+    else:
+        r = run("reshard", "-q", saved, back, "--to-format", "dcp-accelerate", "--to-world-size", str(back_world))
+        if r.returncode:
+            return fail(f"{label}: reshard: {r.stderr.strip()}")
     spec = {"case": BACK_PLUGIN, "tied": tied, "load": back,
             "out": os.path.join(tmp, case + ".back.pt")}
     err = launch(back_world, "--fsdp1", spec, tmp, case + ".back")
