@@ -7,10 +7,10 @@
 #include "dcp_meta_internal.h"
 
 #include <stdio.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Grows *p to exactly need elements (the counts are known before the entries are read:
  * no doubling slack in the tables that outlive the parse). */

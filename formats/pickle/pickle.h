@@ -113,7 +113,7 @@ typedef struct zck_pk_sink {
   /* The finished object; below: the node under it on the stack (the key it will be set
    * under, when it is a dict's value), or NULL. Sets *handle. */
   zck_status (*consume)(void *ctx, int cls, const zck_pk *obj, const zck_pk *below, uint32_t *handle);
-  /* The stream's bytes before pos are never read again (told every few MiB): the caller
+  /* The stream's bytes before pos are never read again (told every MiB): the caller
    * may give their pages back. May be NULL. */
   void (*passed)(void *ctx, size_t pos);
 } zck_pk_sink;

@@ -403,7 +403,7 @@ static zck_status check_depth(vm *v, zck_pk *root) {
 
 // ---- the loop
 
-#define PASSED_STEP ((size_t)4 << 20)
+#define PASSED_STEP ((size_t)1 << 20)
 
 static zck_status run(vm *v, zck_pk **root) {
   while (v->pos < v->len) {
