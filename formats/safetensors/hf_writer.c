@@ -86,6 +86,7 @@ zck_status zck_hf_writer_new(const char *out_dir, const zck_hf_options *opts, zc
   zck_hf_options defaults = ZCK_HF_OPTIONS_INIT;
   w->opts = opts ? *opts : defaults;
   if (!w->opts.max_shard_size) w->opts.max_shard_size = ZCK_HF_DEFAULT_MAX_SHARD;
+  if (w->opts.torch_dcp) w->opts.style = ZCK_HF_INDEX_HUB; /* torch's json.dump(indent=2), in mapping order */
   w->out_dir = zck__strdup(out_dir);
   w->prefix = zck__strdup(w->opts.prefix ? w->opts.prefix : "model");
   w->opts.prefix = NULL;
