@@ -269,14 +269,16 @@ int main(void) {
     ZT_OK(zck_dcp_open(d, NULL, &c));
     zck_state_view v;
     zck_dcp_state(c, &v);
-    /* the block holding o_proj[0][0]: 4 x 4, one piece a row */
+    /* the block holding o_proj[0][0]: 4 x 4, one strided piece (4 runs of 4, 8 apart) */
     const zck_model *m = zck_dcp_model(c);
     int64_t p = zck_model_find_param(m, O + strlen("model."));
     ZT_ASSERT(p >= 0);
     const zck_layout *l = v.part[ZCK_STATE_FP32].layout;
     const zck_piece *pc = &l->pieces[l->param_first[p]];
-    ZT_EQ_INT(l->param_first[p + 1] - l->param_first[p], 16);   /* 4 blocks of 4 rows */
-    ZT_EQ_INT(pc->count, 4);
+    ZT_EQ_INT(l->param_first[p + 1] - l->param_first[p], 4);   /* 4 blocks */
+    ZT_EQ_INT(pc->count, 16);
+    ZT_EQ_INT(pc->run, 4);
+    ZT_EQ_INT(pc->stride, 8);
     const zck_store *st = &v.part[ZCK_STATE_FP32].stores[pc->store];
     uint64_t at = st->source->base + st->base + 4 * 4 + 1;   /* inside its second row */
     ZT_ASSERT(strstr(st->source->name, "__0_0.distcp"));
