@@ -149,6 +149,11 @@ zck_status zck_dcp_ties_by_crc(const zck_dcp *c, int32_t *tied);
  * save_state, HF Trainer with FSDP), whose other files (trainer_state.json, scheduler.pt,
  * rng states) belong to the checkpoint; NULL for a plain DCP folder. malloc'd. */
 char *zck_dcp_save_root(const zck_dcp *c);
+/* An adapter-only PEFT save (the HF Trainer's FSDP checkpoint of a PEFT model): the adapter
+ * name its model keys drop, else NULL; and the name param p has in the module (and in the
+ * optimizer's state): its model key, with the adapter name put back in such a save. */
+const char *zck_dcp_peft_adapter(const zck_dcp *c);
+const char *zck_dcp_param_module_name(const zck_dcp *c, uint32_t p);
 /* Chunks of param p's model entry (0: none): FSDP2 shards a param (one chunk per rank,
  * empty ones included) and writes a replicated tensor (a buffer) once. */
 size_t zck_dcp_param_chunks(const zck_dcp *c, uint32_t p);
