@@ -577,7 +577,7 @@ bool ze_gpt2_backward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze
   memset(&w, 0, sizeof w);
   memset(&g, 0, sizeof g);
   if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
-  acts_walk(c, B, T, ws->gmem, d);
+  zck_gpt2_acts_walk(c, B, T, ws->gmem, d);
   memset(ws->gmem, 0, ws->n * sizeof(float));
   /* dlogits = (probs - onehot) * dloss, dloss = scale / BT for every position */
   float dloss = scale / (float)BT;
@@ -632,7 +632,7 @@ bool ze_gpt2_infer_last(const ze_gpt2_config *c, const ze_fetch *f, ze_gpt2_ws *
   int C = c->n_embd, V = c->vocab_size, H = c->n_head;
   if (n < 1 || n > ws->T || n > c->max_seq_len) return false;
   ze_acts *a = &ws->a;
-  acts_walk(c, 1, n, ws->mem, a);
+  zck_gpt2_acts_walk(c, 1, n, ws->mem, a);
   ze_gpt2_params p;
   memset(&p, 0, sizeof p);
   if (!f->fetch(f->ctx, -1, &p)) return false;
