@@ -117,6 +117,15 @@ typedef struct zck_dcp_record {
  * their zip directories. fn's error stops the walk. */
 zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx);
 
+/* ---- safetensors storage (dcp_safetensors.c)
+ * Whether c is a folder of torch's HuggingFaceStorageWriter (shard-*.safetensors). */
+bool zck_dcp_is_safetensors(const zck_dcp *c);
+/* The output file the writer put entry i in, read from its shard files' names
+ * shard-<r>-model-<i>-of-<n>: <i> (1 when saved without fqn_to_index_mapping), and in *of
+ * the <n> every shard name shares. 0 when the names do not say (a name of another shape,
+ * or the tensor in two files; *of: names that differ), or c is not safetensors storage. */
+uint32_t zck_dcp_st_file(const zck_dcp *c, size_t entry, uint32_t *of);
+
 /* ---- torch's dcp_to_torch_save (dcp_torch_save.c)
  * Writes at path the file torch.distributed.checkpoint.format_utils.dcp_to_torch_save(dir,
  * path) writes for the DCP folder c was opened on, byte for byte: the whole state dict

@@ -48,6 +48,7 @@ typedef struct zck__dcp_entry {
   uint64_t numel;
   size_t first_chunk, n_chunks;    /* into chunks[] */
   size_t item;                     /* bytes entries: their storage item */
+  uint32_t st_file;                /* safetensors storage: the <i> of its shards' names (0: they do not agree) */
 } zck__dcp_entry;
 
 /* A storage_data entry: one item of a data file. */
@@ -74,6 +75,7 @@ typedef struct zck__dcp_file {
 struct zck_dcp {
   zck_dcp_info info;
   bool safetensors;                /* safetensors storage (dcp_safetensors.c): no .metadata, no CRCs */
+  uint32_t st_files;               /* safetensors storage: the <n> of the shards' names (0: they do not agree) */
   char *dir;
   char *optim_dir;                 /* Accelerate's optimizer_0 beside pytorch_model_fsdp_0, or NULL */
   char *version, *save_id;
