@@ -10,8 +10,10 @@
  * fqn -> "model-<i>-of-<n>.safetensors"), in its order; without one, the mapping the save
  * used, as far as the shard names keep it: each tensor in the file <i> of its
  * shard-<r>-model-<i>-of-<n> names (all in 1 when saved without a mapping, which is what
- * the writer's own finish() passes then), files in increasing <i>, each in the state
- * dict's order (DCP_SHARDING_INFO's, shard by shard).
+ * the writer's own finish() passes then), files in increasing <i>, each in the order of
+ * state_dict_metadata (first seen in DCP_SHARDING_INFO, shard by shard): exact for a save
+ * without a mapping; with one, torch follows the mapping's order, which the shards do not
+ * keep (docs/layouts.md says when the guess holds).
  *
  * What torch cannot write is refused in one line instead: a 0-d tensor (torch writes zeros
  * for it), integer or bool tensors (torch.finfo raises), a mapping naming a tensor the

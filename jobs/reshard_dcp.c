@@ -21,7 +21,11 @@
  * Trainer's checkpoint-N save an FSDP model (FSDP1 or FSDP2) with SHARDED_STATE_DICT:
  * pytorch_model_fsdp_0/ ({"model": ...}) and optimizer_0/ ({"optimizer": ...}), which their
  * load_state / resume_from_checkpoint read. Nothing in a DeepSpeed source says which of the
- * two loaders the user has, so the target format names it.
+ * two loaders the user has, so the target format names it. From a DeepSpeed save root (an
+ * HF checkpoint-N/) it also carries the root's other files as the DeepSpeed reshard does
+ * (trainer_state.json, scheduler.pt, rng_state_<r>.pth of ranks below W, config): the
+ * Trainer's resume reads them beside the DCP folders (its global step, the lr scheduler and
+ * the data position follow trainer_state.json and scheduler.pt).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +45,11 @@
 #define ZCK__ACCELERATE_OPTIM_DIR "optimizer_0"
 
 /* Writes OUT from the source view src over m; step: Adam's step of the source. One
- * writer for get_state_dict's folder, two (model, then optimizer) for Accelerate's. */
+ * writer for get_state_dict's folder, two (model, then optimizer) for Accelerate's, with
+ * side_root's other files but side_skip (a save root and its tag folder; NULL: none). */
 static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model *m, bool has_optim, double step,
-                                     uint32_t world, const char *out, const zck_reshard_opts *o) {
+                                     uint32_t world, const char *side_root, const char *side_skip, const char *out,
+                                     const zck_reshard_opts *o) {
   zck__outdir d;
   memset(&d, 0, sizeof d);
   zck_dcp_writer *w[2] = {NULL, NULL};
@@ -81,6 +87,8 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
     st = zck_transfer(src, dst, n, &to);
   }
   for (int i = 0; st == ZCK_OK && i < n_writers; i++) st = zck_dcp_writer_commit(w[i]);
+  if (st == ZCK_OK && accelerate && side_root)
+    st = zck__reshard_carry_side_files(side_root, side_skip, d.tmp_path, world);
   if (st == ZCK_OK) {
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
@@ -166,7 +174,9 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
   if (st == ZCK_OK && s.uv) st = zck_uv_autoep_refuse(s.uv, "reshard --to-format dcp");
   if (st == ZCK_OK) {
     uint32_t world = o->to_world_size ? o->to_world_size : in.world;
-    st = zck__dcp_from_view(&s.view, s.m, in.has_optim, in.step, world, out, o);
+    const zck_ds_info *ds = s.ck ? zck_ds_info_of(s.ck) : NULL;
+    st = zck__dcp_from_view(&s.view, s.m, in.has_optim, in.step, world, ds ? ds->root : NULL, ds ? ds->tag : NULL,
+                            out, o);
   }
   zck__src_close(&s);
   return st;
