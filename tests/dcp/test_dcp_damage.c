@@ -339,6 +339,24 @@ int main(void) {
   }
   expect_refused(d, ".metadata", "global os.system is not a class of DCP metadata");
   free(d);
+  /* memo abuse: one ChunkStorageMetadata in the chunk lists of two tensors (the emitter
+   * writes the second as a memo GET of an object the reader has already read and freed) */
+  d = fresh_copy(tmp, "hostile_shared_chunk");
+  {
+    meta m = meta_load(d);
+    zck_pk *sdm = dget(m.state, "state_dict_metadata");
+    zck_pk *a = dget(dget(sdm, E)->u.obj.state, "chunks");
+    zck_pk *b = NULL;   /* another tensor's */
+    for (size_t i = 0; i < sdm->u.dict.len && !b; i++) {
+      zck_pk *st = sdm->u.dict.values[i]->u.obj.state, *l = st ? (zck_pk *)zck_pk_dict_get(st, "chunks") : NULL;
+      if (l && l != a && l->u.seq.len) b = l;
+    }
+    ZT_ASSERT(b);
+    b->u.seq.items[0] = a->u.seq.items[0];
+    meta_save(&m);
+  }
+  expect_refused(d, ".metadata", "already read");
+  free(d);
   d = fresh_copy(tmp, "hostile_root");
   {
     char *p = zck__path_join(d, ".metadata");
