@@ -356,8 +356,10 @@ typedef struct zck_gather_plan {
 zck_status zck_gather_plan_build(const zck_gather_src *srcs, size_t n_srcs, const zck_gather_extent *extents,
                                  size_t n_extents, zck_dtype out_dtype, size_t bucket_bytes, zck_gather_plan **out);
 void zck_gather_plan_free(zck_gather_plan *p);           /* NULL is fine */
-/* The extents of a layout's pieces: piece (param p, store s, param_off, store_off, count)
- * becomes (src s, store_off, param_dst_off[p] + param_off, count). Params whose
+/* The extents of a layout's pieces, planned by lib/plan (zck_plan_build into the output as
+ * a one-store layout, param p's elements from param_dst_off[p] on; strided pieces cut into
+ * runs): piece (param p, store s, param_off, store_off, count) becomes (src s, store_off,
+ * param_dst_off[p] + param_off, count), merged where contiguous. Params whose
  * param_dst_off is UINT64_MAX are left out (frozen, tied aliases...). */
 struct zck_layout;
 zck_status zck_gather_extents_from_layout(const struct zck_layout *l, const uint64_t *param_dst_off,
