@@ -63,6 +63,10 @@ def worker(spec_path):
             f"{os.path.basename(f.filename)}:{f.lineno}" for f in traceback.extract_tb(e.__traceback__)[::-1][:4])
         json.dump(out, open(f"{spec['out']}.{rank}", "w"))
         return
+    # ZeRO-1/2 link the params' views of the loaded Adam state at the next step; read them now
+    link = getattr(engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)
+    if link:
+        link()
     states = {"global_steps": engine.global_steps}
     for key, get in (("fp32", safe_get_full_fp32_param),
                      ("exp_avg", lambda p: safe_get_full_optimizer_state(p, "exp_avg")),
