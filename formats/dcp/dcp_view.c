@@ -12,14 +12,16 @@ static const char *const state_settings[ZCK_STATE_KINDS] = {
   [ZCK_STATE_EXP_AVG] = "exp_avg", [ZCK_STATE_EXP_AVG_SQ] = "exp_avg_sq",
 };
 
-static zck_status set_setting(zck_model *m, uint32_t g, const zck__dcp_entry *e, const zck_pk *v, const char *file) {
+/* A setting of group g of m; a "params" list names c's model weights. */
+static zck_status set_setting(zck_dcp *c, zck_model *m, uint32_t g, const zck__dcp_entry *e, const zck_pk *v,
+                              const char *file) {
   const char *k = e->setting;
   if (!strcmp(k, "params")) {
     if (v->kind != ZCK_PK_LIST && v->kind != ZCK_PK_TUPLE)
       return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a list of parameter names", file, e->key);
     for (size_t i = 0; i < v->u.seq.len; i++) {
       const char *fqn = zck_pk_as_str(v->u.seq.items[i]);
-      int64_t p = fqn ? zck_model_find_param(m, fqn) : -1;
+      int64_t p = fqn ? zck__dcp_find_weight(c, fqn) : -1;
       if (p < 0) return zck__fail(ZCK_ERR_FORMAT, "%s: %s names %s, which is no model weight", file, e->key, fqn ? fqn : "a non-string");
       ZCK_TRY_CTX(zck_model_group_add_param(m, g, (uint32_t)p), "%s: %s", file, e->key);
     }
@@ -62,7 +64,7 @@ static zck_status read_param_groups(zck_dcp *c, const zck_dcp_open_opts *o) {
     zck__dcp_item *it = &c->items[e->item];
     zck__dcp_item_file itf;   /* the Python value a bytes item holds: torch.save of it */
     zck_status s = zck__dcp_item_open(c, it, o, &itf);
-    if (s == ZCK_OK) s = set_setting(c->model, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
+    if (s == ZCK_OK) s = set_setting(c, c->model, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
     zck__dcp_item_close(&itf);
     ZCK_TRY(s);
   }
@@ -110,7 +112,7 @@ static zck_status read_param_settings(zck_dcp *c, const zck_dcp_open_opts *o) {
   for (size_t i = 0; i < c->n_entries && s == ZCK_OK; i++) {
     const zck__dcp_entry *e = &c->entries[i];
     if (e->k.kind != ZCK_DCP_KEY_PARAM_SETTING || !e->is_bytes) continue;
-    int64_t p = zck_model_find_param(m, e->fqn);
+    int64_t p = zck__dcp_find_weight(c, e->fqn);
     if (p < 0) {
       s = zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: settings of %s, which is no model weight", c->dir, e->key, e->fqn);
       break;
@@ -118,7 +120,7 @@ static zck_status read_param_settings(zck_dcp *c, const zck_dcp_open_opts *o) {
     zck__dcp_item *it = &c->items[e->item];
     zck__dcp_item_file itf;
     s = zck__dcp_item_open(c, it, o, &itf);
-    if (s == ZCK_OK) s = set_setting(per, (uint32_t)p, e, zck_torch_root(itf.tf), it->win.name);
+    if (s == ZCK_OK) s = set_setting(c, per, (uint32_t)p, e, zck_torch_root(itf.tf), it->win.name);
     zck__dcp_item_close(&itf);
     has[p] = true;
   }
@@ -157,7 +159,7 @@ static zck_status build_model(zck_dcp *c, const zck_dcp_open_opts *o) {
   for (size_t i = 0; i < c->n_entries; i++) {
     zck__dcp_entry *e = &c->entries[i];
     if (e->k.kind != ZCK_DCP_KEY_OPTIM_STATE) continue;
-    int64_t p = zck_model_find_param(c->model, e->fqn);
+    int64_t p = zck__dcp_find_weight(c, e->fqn);
     if (p < 0) return zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: optimizer state of %s, which is no model weight", c->dir, e->key, e->fqn);
     c->param_of_entry[i] = (uint32_t)p;
     any_state = true;
@@ -166,6 +168,7 @@ static zck_status build_model(zck_dcp *c, const zck_dcp_open_opts *o) {
       return zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: not a tensor of %s's %llu elements", c->dir, e->key, e->fqn,
                        (unsigned long long)c->model->params[p].numel);
   }
+  ZCK_TRY(zck__dcp_note_module_names(c));
   ZCK_TRY(read_param_groups(c, o));
   if (!c->model->n_groups) ZCK_TRY(read_param_settings(c, o));
   /* trainable: in a param group or with optimizer state; a model-only save: every weight */
