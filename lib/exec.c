@@ -32,8 +32,47 @@ zck_status zck_exec_run(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_
   return zck__exec_run_here(jobs, n_jobs, opts);
 }
 
-zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck_exec_opts *opts) {
+/* The jobs as the steps take them: a strided extent whose source side is not contiguous,
+ * or any strided extent of a job that wants its targets' CRCs (assembled extent by extent
+ * in target order), cut into one extent per run. *cut[j] is the plan made for job j, else
+ * NULL; *out is jobs itself when none was cut. */
+static zck_status cut_runs(const zck_exec_job *jobs, size_t n_jobs, zck_exec_job **out, zck_plan ***cut) {
+  *out = (zck_exec_job *)jobs;
+  *cut = NULL;
+  for (size_t jn = 0; jn < n_jobs; jn++) {
+    zck_plan *q;
+    ZCK_TRY(zck_plan_unstride(jobs[jn].plan, jobs[jn].dst_crc32 != NULL, &q));
+    if (!q) continue;
+    if (!*cut) {
+      *cut = zck__calloc(n_jobs, sizeof **cut);
+      *out = *cut ? zck__malloc(n_jobs * sizeof **out) : NULL;
+      if (!*out) {
+        zck_plan_free(q);
+        free(*cut);
+        *cut = NULL;
+        *out = (zck_exec_job *)jobs;
+        return ZCK_ERR_NO_MEMORY;
+      }
+      memcpy(*out, jobs, n_jobs * sizeof **out);
+    }
+    (*cut)[jn] = q;
+    (*out)[jn].plan = q;
+  }
+  return ZCK_OK;
+}
+
+static void free_cut(const zck_exec_job *jobs, zck_exec_job *cut_jobs, zck_plan **cut, size_t n_jobs) {
+  if (!cut) return;
+  for (size_t jn = 0; jn < n_jobs; jn++) zck_plan_free(cut[jn]);
+  free(cut);
+  if (cut_jobs != jobs) free(cut_jobs);
+}
+
+zck_status zck__exec_run_here(const zck_exec_job *given, size_t n_jobs, const zck_exec_opts *opts) {
   static const zck_exec_opts defaults = ZCK_EXEC_OPTS_INIT;
+  zck_exec_job *jobs;
+  zck_plan **cut;
+  ZCK_TRY(cut_runs(given, n_jobs, &jobs, &cut));
   exec_ctx c;
   memset(&c, 0, sizeof c);
   c.jobs = jobs;
@@ -46,7 +85,10 @@ zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck
   atomic_init(&c.failed, 0);
   zck_status s = ZCK_OK;
   c.js = zck__calloc(n_jobs ? n_jobs : 1, sizeof *c.js);
-  if (!c.js) return ZCK_ERR_NO_MEMORY;
+  if (!c.js) {
+    free_cut(given, jobs, cut, n_jobs);
+    return ZCK_ERR_NO_MEMORY;
+  }
   for (size_t jn = 0; jn < n_jobs && s == ZCK_OK; jn++) {
     s = zck__exec_check_job(&jobs[jn], jn, &c.total);
     if (s == ZCK_OK && jobs[jn].dst_crc32) s = zck__exec_prepare_crc(&jobs[jn], jn, &c.js[jn]);
@@ -85,6 +127,7 @@ zck_status zck__exec_run_here(const zck_exec_job *jobs, size_t n_jobs, const zck
     free(c.js[jn].crc_order);
   }
   free(c.js);
+  free_cut(given, jobs, cut, n_jobs);
   return s;
 }
 

@@ -48,8 +48,18 @@ zck_status zck__exec_check_job(const zck_exec_job *j, size_t job, uint64_t *tota
                 "copy job %zu: extent %zu names store %u -> %u beyond the plan's %zu -> %zu", job, i, e->src_store,
                 e->dst_store, p->n_src_stores, p->n_dst_stores);
     const zck_store *S = &j->src[e->src_store], *D = &j->dst[e->dst_store];
+    uint64_t dst_span = e->count;   /* from the first element written to one past the last */
+    if (zck_extent_strided(e)) {
+      /* exec.c left only strided extents whose source side is contiguous */
+      uint64_t runs = zck_runs_n(e->count, e->run);
+      ZCK_FAIL_IF(e->src_stride != e->run || e->dst_stride < e->run ||
+                      !zck__mul_u64(runs - 1, e->dst_stride, &dst_span) ||
+                      !zck__add_u64(dst_span, e->count - (runs - 1) * e->run, &dst_span),
+                  ZCK_ERR_INVALID_ARG, "copy job %zu: extent %zu: runs of %llu elements %llu apart in its target", job, i,
+                  (unsigned long long)e->run, (unsigned long long)e->dst_stride);
+    }
     ZCK_TRY(check_store_range(S, e->src_store, "source", e->src_off, e->count, e));
-    ZCK_TRY(check_store_range(D, e->dst_store, "target", e->dst_off, e->count, e));
+    ZCK_TRY(check_store_range(D, e->dst_store, "target", e->dst_off, dst_span, e));
     ZCK_FAIL_IF(S->kind == ZCK_STORE_CALLBACK && !S->read, ZCK_ERR_INVALID_ARG, "%s: cannot be read",
                 S->name ? S->name : "a source store");
     ZCK_FAIL_IF(D->kind == ZCK_STORE_SOURCE || (D->kind == ZCK_STORE_CALLBACK && !D->write), ZCK_ERR_INVALID_ARG,

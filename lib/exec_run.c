@@ -22,15 +22,13 @@ static zck_status report(exec_ctx *c, uint64_t bytes) {
   return stop ? zck__fail(ZCK_ERR_CANCELED, "canceled") : ZCK_OK;
 }
 
-/* Converts and writes count elements of one extent whose source elements are at sp,
- * starting at element `at` of the extent. Updates the extent CRC. */
-static zck_status emit(exec_ctx *c, uint8_t *cbuf, size_t job, size_t ei, const void *sp, uint64_t at, uint64_t count,
-                       uint32_t *crc) {
+/* Converts and writes count elements of one extent, whose source elements are at sp, to
+ * target element doff on. Updates the extent CRC. */
+static zck_status emit_run(exec_ctx *c, uint8_t *cbuf, size_t job, const zck_extent *e, const void *sp, uint64_t doff,
+                           uint64_t count, uint32_t *crc) {
   const zck_exec_job *j = &c->jobs[job];
-  const zck_extent *e = &j->plan->ext[ei];
   const zck_store *S = &j->src[e->src_store], *D = &j->dst[e->dst_store];
   size_t ds = zck_dtype_size(D->dtype), ss = zck_dtype_size(S->dtype);
-  uint64_t doff = e->dst_off + at;
   if (D->kind == ZCK_STORE_MEMORY) {
     uint8_t *dp = (uint8_t *)D->mem + doff * ds;
     ZCK_TRY(zck_convert(D->dtype, dp, S->dtype, sp, (size_t)count));
@@ -53,6 +51,28 @@ static zck_status emit(exec_ctx *c, uint8_t *cbuf, size_t job, size_t ei, const 
     ZCK_TRY(zck__store_write(D, e->dst_store, cbuf, doff + k, n));
     if (crc) *crc = zck_crc32_update(*crc, cbuf, (size_t)(n * ds));
     if (c->o->written) c->o->written(c->o->written_ctx, job, e->dst_store, doff + k, n, cbuf, (size_t)(n * ds));
+  }
+  return ZCK_OK;
+}
+
+/* Converts and writes count elements of extent ei, whose source elements are at sp,
+ * starting at element `at` of the extent: one run of the target, or of a strided extent
+ * (its source side contiguous: exec.c cut the others into runs) one write per run met. */
+static zck_status emit(exec_ctx *c, uint8_t *cbuf, size_t job, size_t ei, const void *sp, uint64_t at, uint64_t count,
+                       uint32_t *crc) {
+  const zck_exec_job *j = &c->jobs[job];
+  const zck_extent *e = &j->plan->ext[ei];
+  if (!zck_extent_strided(e)) return emit_run(c, cbuf, job, e, sp, e->dst_off + at, count, crc);
+  size_t ss = zck_dtype_size(j->src[e->src_store].dtype);
+  const uint8_t *s8 = sp;
+  while (count) {
+    uint64_t n = e->run - at % e->run;
+    if (n > count) n = count;
+    ZCK_TRY(emit_run(c, cbuf, job, e, s8, zck_extent_dst_at(e, at), n, crc));
+    if (atomic_load_explicit(&c->failed, memory_order_relaxed)) return ZCK_OK;
+    s8 += n * ss;
+    at += n;
+    count -= n;
   }
   return ZCK_OK;
 }
@@ -149,7 +169,8 @@ static zck_status run_batch_inner(exec_ctx *c, size_t bi, unsigned thread) {
   uint8_t *rbuf = c->bufs[thread], *cbuf = rbuf + c->half;
   if ((b->hi - b->lo) * ss <= c->half) { /* one read for the whole batch */
     const zck_store *D = &j->dst[e0->dst_store];
-    if (b->n == 1 && D->kind == ZCK_STORE_MEMORY && D->dtype == S->dtype && !ext_crc && !c->o->written) {
+    if (b->n == 1 && D->kind == ZCK_STORE_MEMORY && D->dtype == S->dtype && !ext_crc && !c->o->written &&
+        !zck_extent_strided(e0)) {
       uint8_t *dp = (uint8_t *)D->mem + e0->dst_off * zck_dtype_size(D->dtype);
       ZCK_TRY(zck__store_read(S, e0->src_store, dp, e0->src_off, e0->count));
       if (vr) set_piece(c, bi, S, b->lo, b->hi, zck_crc32_update(0, dp, (size_t)(e0->count * ss)));

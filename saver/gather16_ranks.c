@@ -56,7 +56,7 @@ static zck_status window_layout(const zck__g16 *g, const uint64_t *numel, size_t
     uint64_t b = t->begin / es, e = b + g->whole->stores[i].numel;
     if (b >= w1) break;
     uint64_t lo = b > w0 ? b : w0, hi = e < w1 ? e : w1;
-    if (lo < hi) pieces[n++] = (zck_piece){g->whole->stores[i].param, 0, lo - b, lo - w0, hi - lo};
+    if (lo < hi) pieces[n++] = (zck_piece){g->whole->stores[i].param, 0, lo - b, lo - w0, hi - lo, 0, 0};
     if (e > w1) break; /* continues in the next window */
   }
   *next = i;

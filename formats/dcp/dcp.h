@@ -19,7 +19,8 @@
  *     a param with optimizer state is trainable, one without it frozen;
  *   - a state view (lib/state.h): FP32 (trainable weights), EXP_AVG, EXP_AVG_SQ and
  *     FROZEN parts, each a custom layout whose stores are the chunks (a block that cuts an
- *     inner dimension is one piece per contiguous run of it), bound in place to
+ *     inner dimension is one strided piece, its rows runs a row stride apart: one extent
+ *     of the copy whatever its rows), bound in place to
  *     their bytes inside the items (a window source per item) with the zip CRC-32 of each
  *     record, so the executor checks every byte it streams;
  *   - the consolidation recipe (dcp_to_torch_save's model entries, in order, in their

@@ -19,7 +19,8 @@ have begun step 3 (training went on after the save) and each rank's file in the 
 the bytes the thread is writing (the kill lands during a write), while checkpoint-2 already holds the Trainer's
 own files (trainer_state.json). The checks after the kill and the resume (in the background too) are the same;
 the resume's checkpoint-3, committed by the callback when training ends (no step comes after it), is complete
-and clean, and DeepSpeed's zero_to_fp32 reads it.
+and clean, and DeepSpeed's zero_to_fp32 reads it. The resume runs with consolidate="every": checkpoint-2 and -3
+get consolidated/ once committed, equal to zero_to_fp32 bit for bit.
 Exit 0 when everything holds, 1 otherwise, 77 without the packages.
 """
 import glob
@@ -39,7 +40,8 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from interop_hf_trainer import GLOBAL_BATCH, build_model, dataset, ds_config, end_worker, free_port  # noqa: E402
+from interop_hf_trainer import (GLOBAL_BATCH, build_model, check_zero_to_fp32, dataset, ds_config, end_worker,  # noqa: E402
+                               free_port)
 
 WORLD, STAGE, STEPS, SLOW_TAG = 2, 2, 3, "global_step2"
 
@@ -71,7 +73,9 @@ def worker(mode, run_dir, work, resume_from=None, background=False):
     patch_for_cpu()
     from transformers import Trainer, TrainerCallback, TrainingArguments
     # installs the engine before the Trainer makes DeepSpeed's
-    callback = zh.ZckptCallback(ds_engine="background" if background else True)
+    # the background resume also consolidates every checkpoint once its save is committed
+    callback = zh.ZckptCallback("every" if background and mode == "resume" else None,
+                                ds_engine="background" if background else True)
     import zckpt.ds_engine as de
     rank = int(os.environ["RANK"])
     with open(os.path.join(work, f"pid.{mode}.{rank}"), "w") as f:
@@ -261,6 +265,12 @@ def main():
         n = len(get_fp32_state_dict_from_zero_checkpoint(os.path.join(run, "checkpoint-3")))
         print(f"checkpoint-2 and -3 of the resume: complete, verify clean; DeepSpeed's zero_to_fp32 reads {n} "
               "tensors from checkpoint-3")
+        if background:
+            # consolidated after the commit: checkpoint-2's at step 3's end, checkpoint-3's when training ended
+            for n in (2, 3):
+                ckpt = os.path.join(run, f"checkpoint-{n}")
+                check_zero_to_fp32(ckpt, os.path.join(ckpt, "consolidated", "model.safetensors"), fail)
+            print("checkpoint-2/consolidated and checkpoint-3/consolidated = DeepSpeed's zero_to_fp32 bit for bit")
         for _, _, _, memdir in writes or []:
             if os.path.exists(memdir):   # the killed process's snapshots in memory: the resume's engine sweeps them
                 fail(f"{memdir}: the killed run's in-memory snapshots are still there")
