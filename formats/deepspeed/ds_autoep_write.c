@@ -132,7 +132,7 @@ zck_status zck__ds_autoep_geometry(zck_ds_writer *w) {
     for (size_t e = 0; e < k; e++) {
       size_t id = w->lp_first[p] + e;
       st[id] = (zck_layout_store){-1, -1, k == 1 ? (int32_t)p : -1, n / k, n / k};
-      pc[id] = (zck_piece){p, (uint32_t)id, e * (n / k), 0, n / k};
+      pc[id] = (zck_piece){.param = p, .store = (uint32_t)id, .param_off = e * (n / k), .count = n / k};
     }
   }
   if (s == ZCK_OK) s = zck_layout_custom(m->n_params, w->geo.numel, st, n_lp, pc, n_lp, &w->lp_layout);
