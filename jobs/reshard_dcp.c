@@ -2,7 +2,10 @@
  * checkpoint as the torch Distributed Checkpoint FSDP2 would have saved at W ranks, with
  * all optimizer state (fp32 weights, exp_avg, exp_avg_sq, step, param-group settings).
  * SRC: anything reshard reads (jobs/source): a DeepSpeed checkpoint of any layout zckpt
- * reads, a universal folder, the HDF5 universal container.
+ * reads, a universal folder, the HDF5 universal container, or a DCP itself (another folder
+ * shape, world size or storage: torchtitan's step-N as Accelerate's folders; weights and
+ * Adam state as float32, as FSDP2 keeps them: a bf16 source's loader casts them back
+ * exactly; a model-only DCP stays model-only).
  *
  * The recipe of every job: the source described as a state view; the DCP writer reserves
  * OUT's files and hands back its views (formats/dcp/dcp_writer.h); one zck_transfer moves
@@ -18,11 +21,16 @@
  * Trainer's checkpoint-N save an FSDP model (FSDP1 or FSDP2) with SHARDED_STATE_DICT:
  * pytorch_model_fsdp_0/ ({"model": ...}) and optimizer_0/ ({"optimizer": ...}), which their
  * load_state / resume_from_checkpoint read. Nothing in a DeepSpeed source says which of the
- * two loaders the user has, so the target format names it.
+ * two loaders the user has, so the target format names it. From a DeepSpeed save root (an
+ * HF checkpoint-N/) it also carries the root's other files as the DeepSpeed reshard does
+ * (trainer_state.json, scheduler.pt, rng_state_<r>.pth of ranks below W, config): the
+ * Trainer's resume reads them beside the DCP folders (its global step, the lr scheduler and
+ * the data position follow trainer_state.json and scheduler.pt).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "dcp/dcp.h"
 #include "dcp/dcp_writer.h"
 #include "deepspeed/deepspeed.h"
 #include "hdf5/zck_h5.h"
@@ -37,9 +45,11 @@
 #define ZCK__ACCELERATE_OPTIM_DIR "optimizer_0"
 
 /* Writes OUT from the source view src over m; step: Adam's step of the source. One
- * writer for get_state_dict's folder, two (model, then optimizer) for Accelerate's. */
+ * writer for get_state_dict's folder, two (model, then optimizer) for Accelerate's, with
+ * side_root's other files but side_skip (a save root and its tag folder; NULL: none). */
 static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model *m, bool has_optim, double step,
-                                     uint32_t world, const char *out, const zck_reshard_opts *o) {
+                                     uint32_t world, const char *side_root, const char *side_skip, const char *out,
+                                     const zck_reshard_opts *o) {
   zck__outdir d;
   memset(&d, 0, sizeof d);
   zck_dcp_writer *w[2] = {NULL, NULL};
@@ -77,6 +87,8 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
     st = zck_transfer(src, dst, n, &to);
   }
   for (int i = 0; st == ZCK_OK && i < n_writers; i++) st = zck_dcp_writer_commit(w[i]);
+  if (st == ZCK_OK && accelerate && side_root)
+    st = zck__reshard_carry_side_files(side_root, side_skip, d.tmp_path, world);
   if (st == ZCK_OK) {
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;
@@ -98,6 +110,24 @@ typedef struct zck__dcp_src_info {
   bool has_optim;
   const char *dir;
 } zck__dcp_src_info;
+
+/* A DCP source (another folder shape, world size or storage: torchtitan's step-N as
+ * Accelerate's folders, a safetensors-storage save as torch_save storage): its Adam state
+ * must be Adam's with one step (zck_dcp_train_info), and an adapter-only PEFT save, whose
+ * optimizer names its params otherwise than its model folder, is refused by name. */
+static zck_status zck__dcp_src_dcp_info(const zck__src *s, zck__dcp_src_info *i) {
+  if (zck_dcp_peft_adapter(s->dcp))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an adapter-only PEFT save (the model keys drop the adapter name '%s', "
+                     "the optimizer's keep it): --to-format dcp does not rewrite it; reshard it to DeepSpeed or "
+                     "consolidate it", s->dir, zck_dcp_peft_adapter(s->dcp));
+  const zck_dcp_info *in = zck_dcp_info_of(s->dcp);
+  zck_dcp_train tr;
+  ZCK_TRY(zck_dcp_train_info(s->dcp, &tr));
+  *i = (zck__dcp_src_info){tr.world_size ? tr.world_size : 1, 1, tr.step, in->has_optimizer_state, s->dir};
+  if (i->has_optim && !tr.has_step)
+    return zck__fail(ZCK_ERR_NOT_FOUND, "%s: Adam's step is missing from the optimizer state", s->dir);
+  return ZCK_OK;
+}
 
 static zck__dcp_src_info zck__dcp_src_info_of(const zck__src *s) {
   zck__dcp_src_info i = {1, 1, 0.0, false, s->dir};
@@ -122,7 +152,8 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
   if (o->tag && (kind == ZCK__SRC_HDF5 || kind == ZCK__SRC_UNIVERSAL))
     return zck__fail(ZCK_ERR_INVALID_ARG, "--tag: %s is a universal checkpoint, which has no tags", src);
   zck__src_opts so = ZCK__SRC_OPTS_INIT;
-  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5);
+  so.reads = ZCK__SRC_BIT(ZCK__SRC_DEEPSPEED) | ZCK__SRC_BIT(ZCK__SRC_UNIVERSAL) | ZCK__SRC_BIT(ZCK__SRC_HDF5) |
+             ZCK__SRC_BIT(ZCK__SRC_DCP);
   so.tag = o->tag;
   so.threads = o->threads;
   so.force = o->force != 0;
@@ -132,8 +163,9 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
   zck__src s;
   ZCK_TRY(zck__src_open(&s, src, kind, &so));
   zck__dcp_src_info in = zck__dcp_src_info_of(&s);
-  zck_status st = ZCK_OK;
-  if (!in.has_optim)
+  zck_status st = s.dcp ? zck__dcp_src_dcp_info(&s, &in) : ZCK_OK;
+  /* a DCP may hold the model alone (its copy keeps it so); a DeepSpeed target needs Adam's */
+  if (st == ZCK_OK && !in.has_optim && !s.dcp)
     st = zck__fail(ZCK_ERR_NOT_FOUND, "%s: no optimizer state (exp_avg / exp_avg_sq) to convert", in.dir);
   if (st == ZCK_OK && in.tp > 1)
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in.dir);
@@ -142,7 +174,9 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
   if (st == ZCK_OK && s.uv) st = zck_uv_autoep_refuse(s.uv, "reshard --to-format dcp");
   if (st == ZCK_OK) {
     uint32_t world = o->to_world_size ? o->to_world_size : in.world;
-    st = zck__dcp_from_view(&s.view, s.m, true, in.step, world, out, o);
+    const zck_ds_info *ds = s.ck ? zck_ds_info_of(s.ck) : NULL;
+    st = zck__dcp_from_view(&s.view, s.m, in.has_optim, in.step, world, ds ? ds->root : NULL, ds ? ds->tag : NULL,
+                            out, o);
   }
   zck__src_close(&s);
   return st;

@@ -16,6 +16,10 @@
  *     writes a replicated tensor once), and a frozen param otherwise (so in a save of one
  *     rank, which cannot tell them apart, a floating buffer is taken as a frozen param);
  *   - model order is the DCP's (module.state_dict() order, as get_state_dict makes it);
+ *   - names are the module's (zck_dcp_param_module_name): an adapter-only PEFT save keys
+ *     its weights without the adapter name, which a PEFT engine's files keep; a param
+ *     group without params (the HF Trainer's no-decay group of a LoRA run) is dropped, as
+ *     DeepSpeed drops it from the optimizer it builds;
  *   - the 16-bit dtype of the target run: --to-dtype, else the trainable weights' dtype
  *     (FSDP2 mixed precision keeps fp32 params: an fp32 DeepSpeed run); not fp16, whose
  *     loss scaler state a DCP does not hold. Frozen params take
@@ -106,7 +110,9 @@ static zck_status zck__dcp_manifest(const zck_dcp *c, const zck_dcp_train *tr, z
       st = zck_model_add_buffer(m, a->name, a->ndim, a->shape, a->dtype, &bmap[p]);
       continue;
     }
-    st = zck_model_add_param(m, a->name, a->ndim, a->shape, lp, &pmap[p]);
+    /* the module's name: a PEFT adapter-only save's keys drop the adapter name, which the
+     * DeepSpeed files of a PEFT engine keep */
+    st = zck_model_add_param(m, zck_dcp_param_module_name(c, (uint32_t)p), a->ndim, a->shape, lp, &pmap[p]);
     if (st == ZCK_OK) zck_model_set_frozen(m, pmap[p], a->frozen && role == AS_PARAM);
   }
   /* aliases after every param is in: set_tied checks the source */
@@ -114,6 +120,9 @@ static zck_status zck__dcp_manifest(const zck_dcp *c, const zck_dcp_train *tr, z
     if (tied[p] >= 0) st = zck_model_set_tied(m, pmap[p], pmap[tied[p]]);
   for (size_t g = 0; st == ZCK_OK && g < src->n_groups; g++) {
     const zck_param_group *pg = &src->groups[g];
+    /* an empty group (the HF Trainer's no-decay group of a LoRA run) is dropped, as
+     * DeepSpeed drops it from the optimizer it builds for the same groups */
+    if (!pg->n_params) continue;
     uint32_t ng;
     st = zck_model_add_group(m, &ng);
     for (size_t i = 0; st == ZCK_OK && i < pg->n_params; i++)
@@ -214,6 +223,9 @@ zck_status zck__reshard_from_dcp(const zck__src *s, const char *out, const zck_r
   wo.step_is_tensor = tr.step_is_tensor;
   wo.has_optimizer_state = true;
   wo.save_latest = true;
+  /* an adapter-only PEFT save holds no base weights: the target is what DeepSpeed saves with
+   * exclude_frozen_parameters (the HF Trainer's save of a PEFT model), no frozen fragments */
+  wo.exclude_frozen = zck_dcp_peft_adapter(s->dcp) != NULL;
   char *side_root = zck_dcp_save_root(s->dcp);
   zck_torch_file *sched = NULL;
   if (st == ZCK_OK && side_root) st = zck__dcp_scheduler(side_root, &sched);

@@ -286,6 +286,7 @@ static zck_status zck__reserve_st_dir(zck__set_target *t, const char *dir) {
   ho.max_shard_size = t->o.max_shard_size;
   ho.overwrite = t->o.overwrite;
   ho.style = ZCK_HF_INDEX_SORTED; /* as transformers' save_pretrained and zero_to_fp32 */
+  ho.torch_dcp = t->o.torch_file_of != NULL;
   if (t->hash) {
     ho.before_commit = zck__manifest_before_commit;
     ho.before_commit_ctx = t;
@@ -294,6 +295,9 @@ static zck_status zck__reserve_st_dir(zck__set_target *t, const char *dir) {
   if (st == ZCK_OK && t->hash) zck_hf_writer_hash_inline(t->hf);
   for (size_t i = 0; st == ZCK_OK && i < s->n_meta; i++) st = zck_hf_writer_set_metadata(t->hf, s->meta_keys[i], s->meta_values[i]);
   if (st == ZCK_OK) st = zck__add_entries(s, zck__st_dir_add, t->hf, &t->slot);
+  for (size_t i = 0; st == ZCK_OK && ho.torch_dcp && i < s->n; i++)
+    st = s->v[i].alias_of >= 0 ? zck__fail(ZCK_ERR_INTERNAL, "tensor %s: an alias in torch's layout", s->v[i].name)
+                               : zck_hf_writer_set_file(t->hf, t->slot[i], t->o.torch_file_of[i]);
   if (st == ZCK_OK) st = zck_hf_writer_layout(t->hf);
   if (st == ZCK_OK && !(t->st_dst = zck__calloc(s->n ? s->n : 1, sizeof *t->st_dst))) st = ZCK_ERR_NO_MEMORY;
   /* a write error names the shard's destination (DIR/model.safetensors), not the bare

@@ -81,6 +81,9 @@ typedef struct zck__write_opts {
   bool no_verify;             /* skip the sources' CRC checks (exec.h verify on read) */
   zck_progress_fn progress;
   void *progress_ctx;
+  /* ST_DIR: [s->n] file numbers (>= 1): the folder torch's consolidate_safetensors_files
+   * writes (safetensors.h torch_dcp), entry i in file torch_file_of[i], in set order */
+  const uint32_t *torch_file_of;
   /* a directory's side files (config.json, ...): name and text each, written at commit */
   const char *const *side_names;
   const char *const *side_texts;

@@ -261,7 +261,7 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
       dsrc[k] = e->src;
       ddst[k] = dst[i];
       /* empty tensors have nothing to copy: left out of the plan */
-      if (e->numel) ext[ne++] = (zck_extent){(uint32_t)k, (uint32_t)k, 0, 0, 0, e->numel};
+      if (e->numel) ext[ne++] = (zck_extent){(uint32_t)k, (uint32_t)k, 0, 0, 0, e->numel, 0, 0, 0};
       k++;
     }
     zck_plan *plan = NULL;
@@ -478,7 +478,7 @@ zck_status zck__uvj_opt_job(zck__uvj_opt *os, zck_exec_job *job) {
   os->wrap = zck__calloc(n ? n : 1, sizeof *os->wrap);
   zck_status st = ext && os->src && os->dst && os->crc && os->wrap ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
-    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count};
+    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count, 0, 0, 0};
     os->src[i] = c->v[i].src;
     uint64_t nbytes = c->v[i].count * zck_dtype_size(c->v[i].dst.dtype);
     /* each storage is written whole; the file's hashes follow the copy */
@@ -502,7 +502,7 @@ zck_status zck_uv_copies_run(zck_torch_writer *tw, zck_uv_copies *c, const zck_e
   uint32_t *crc = zck__calloc(c->n, sizeof *crc);
   zck_status st = ext && src && dst && crc ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < c->n; i++) {
-    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count};
+    ext[i] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, c->v[i].count, 0, 0, 0};
     src[i] = c->v[i].src;
     dst[i] = c->v[i].dst;
   }
@@ -660,7 +660,7 @@ static zck_status zck__uvj_model_piece(zck__uvj_models *mf, size_t i, uint64_t o
   }
   zck_store st = zck_store_source(&mf->srcs[i], off, ZCK_U8, len, mf->srcs[i].name);
   st.record = r;
-  mf->ext[mf->n_s] = (zck_extent){(uint32_t)mf->n_s, (uint32_t)i, 0, 0, off, len};
+  mf->ext[mf->n_s] = (zck_extent){(uint32_t)mf->n_s, (uint32_t)i, 0, 0, off, len, 0, 0, 0};
   mf->s[mf->n_s++] = st;
   return ZCK_OK;
 }

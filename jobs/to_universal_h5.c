@@ -370,7 +370,7 @@ static zck_status zck__uvh_side_open(zck_h5_writer *w, const char *root, char *c
       int64_t len = (int64_t)sf->srcs[i].size;
       sf->s[i] = zck_store_source(&sf->srcs[i], 0, ZCK_U8, sf->srcs[i].size, sf->srcs[i].name);
       st = zck_h5_writer_dataset(w, dp, ZCK_U8, 1, &len, &sf->d[i]);
-      if (st == ZCK_OK && len) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, (uint64_t)len};
+      if (st == ZCK_OK && len) ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, 0, 0, (uint64_t)len, 0, 0, 0};
       sf->bytes += (uint64_t)len;
     }
     free(p);

@@ -74,60 +74,78 @@ static bool zck__verify_read_plain(const vctx *c, const vfile *f) {
   return !c->expected && ((f->type == VF_SAFETENSORS && f->open_status == ZCK_OK) || f->dcp_metadata);
 }
 
-zck_status zck__verify_data(vctx *c) {
-  zck_manifest *e = c->expected, *a = NULL;
-  size_t n_ranges = 0, n_hash = 0;
-  for (size_t i = 0; i < c->n_files; i++) {
-    vfile *f = &c->files[i];
-    n_ranges += f->n_recs;
-  }
-  if (e) n_ranges += e->n_tensors;
-  zck__hash_range *ranges = zck__calloc(n_ranges ? n_ranges : 1, sizeof *ranges);
-  zck__hash_file *hf = zck__calloc(c->n_files ? c->n_files : 1, sizeof *hf);
-  size_t *hf_of = zck__calloc(c->n_files ? c->n_files : 1, sizeof *hf_of);
-  size_t *slot = e ? zck__calloc(e->n_tensors ? e->n_tensors : 1, sizeof *slot) : NULL;
-  size_t *rec_base = zck__calloc(c->n_files ? c->n_files : 1, sizeof *rec_base);
-  bool *present = e ? zck__calloc(e->n_files ? e->n_files : 1, sizeof *present) : NULL; /* manifest files on disk */
-  zck_status st = ranges && hf && hf_of && rec_base && (!e || (slot && present)) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && e && i < c->n_files; i++)
-    if (c->files[i].mf >= 0) present[c->files[i].mf] = true;
-  if (st == ZCK_OK && e) st = zck_manifest_clone_unhashed(e, &a);
-  /* ranges of each file: its records' CRCs first, then its manifest tensors */
+/* Whether the data pass reads f: its records, its manifest tensors, or a plain file. */
+static bool zck__verify_reads(const vctx *c, const vfile *f) {
+  return f->n_recs > 0 || f->mf >= 0 || zck__verify_read_plain(c, f);
+}
+
+/* What the data pass reads: one hash job a file it reads, with the file's records' CRCs
+ * first, then its manifest tensors. */
+typedef struct vplan {
+  zck__hash_range *ranges;
+  zck__hash_file *hf;
+  size_t n_hash;
+  size_t *hf_of;               /* file -> its hash job */
+  size_t *rec_base;            /* file -> its first record's range */
+  size_t *slot;                /* expected tensor -> its range */
+  bool *present;               /* expected file -> on disk */
+} vplan;
+
+static zck_status plan_build(const vctx *c, vplan *p) {
+  zck_manifest *e = c->expected;
+  size_t n_ranges = e ? e->n_tensors : 0, nf = c->n_files ? c->n_files : 1;
+  for (size_t i = 0; i < c->n_files; i++) n_ranges += c->files[i].n_recs;
+  p->ranges = zck__calloc(n_ranges ? n_ranges : 1, sizeof *p->ranges);
+  p->hf = zck__calloc(nf, sizeof *p->hf);
+  p->hf_of = zck__calloc(nf, sizeof *p->hf_of);
+  p->rec_base = zck__calloc(nf, sizeof *p->rec_base);
+  p->slot = e ? zck__calloc(e->n_tensors ? e->n_tensors : 1, sizeof *p->slot) : NULL;
+  p->present = e ? zck__calloc(e->n_files ? e->n_files : 1, sizeof *p->present) : NULL;
+  if (!p->ranges || !p->hf || !p->hf_of || !p->rec_base || (e && (!p->slot || !p->present))) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; e && i < c->n_files; i++)
+    if (c->files[i].mf >= 0) p->present[c->files[i].mf] = true;
   size_t used = 0;
-  for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
-    vfile *f = &c->files[i];
-    bool recs = f->n_recs > 0;
-    if (!recs && f->mf < 0 && !zck__verify_read_plain(c, f)) continue;
-    zck__hash_file *h = &hf[n_hash];
-    hf_of[i] = n_hash++;
+  for (size_t i = 0; i < c->n_files; i++) {
+    const vfile *f = &c->files[i];
+    if (!zck__verify_reads(c, f)) continue;
+    zck__hash_file *h = &p->hf[p->n_hash];
+    p->hf_of[i] = p->n_hash++;
     h->path = f->full;
     h->chunk_size = f->mf >= 0 ? e->chunk_size : 0;
-    h->ranges = ranges + used;
-    rec_base[i] = used;
-    for (size_t k = 0; recs && k < f->n_recs; k++) /* compressed records: CRC of other bytes (torch rejects them) */
-      ranges[used++] = (zck__hash_range){f->recs[k].off, f->recs[k].size, f->recs[k].method ? 0u : ZCK__HASH_CRC32, 0, 0, false};
+    h->ranges = p->ranges + used;
+    p->rec_base[i] = used;
+    for (size_t k = 0; k < f->n_recs; k++) /* compressed records: CRC of other bytes (torch rejects them) */
+      p->ranges[used++] = (zck__hash_range){f->recs[k].off, f->recs[k].size, f->recs[k].method ? 0u : ZCK__HASH_CRC32,
+                                            0, 0, false};
     for (size_t t = 0; f->mf >= 0 && t < e->n_tensors; t++) {
       if (e->tensors[t].file != (size_t)f->mf) continue;
-      slot[t] = used;
-      ranges[used++] = (zck__hash_range){e->tensors[t].offset, e->tensors[t].nbytes, ZCK__HASH_XXH3, 0, 0, false};
+      p->slot[t] = used;
+      p->ranges[used++] = (zck__hash_range){e->tensors[t].offset, e->tensors[t].nbytes, ZCK__HASH_XXH3, 0, 0, false};
     }
-    h->n_ranges = (size_t)(ranges + used - h->ranges);
+    h->n_ranges = (size_t)(p->ranges + used - h->ranges);
   }
-  if (st == ZCK_OK) {
-    zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
-    ho.threads = c->o.threads;
-    ho.keep_going = true;
-    ho.progress = c->o.progress;
-    ho.progress_ctx = c->o.progress_ctx;
-    st = zck__hash_files_shared(hf, n_hash, &ho); /* under mpirun: each file read by one rank */
-  }
-  for (size_t i = 0; st == ZCK_OK && i < c->n_files; i++) {
+  return ZCK_OK;
+}
+
+static void plan_free(vplan *p) {
+  for (size_t i = 0; p->hf && i < p->n_hash; i++) zck__hash_file_clear(&p->hf[i]);
+  free(p->hf);
+  free(p->hf_of);
+  free(p->ranges);
+  free(p->slot);
+  free(p->rec_base);
+  free(p->present);
+}
+
+/* Each file read: reported, its records checked, and (a manifest file) its hashes taken
+ * into `a`, the manifest of what is on disk. */
+static void take_files(vctx *c, vplan *p, zck_manifest *a) {
+  for (size_t i = 0; i < c->n_files; i++) {
     vfile *f = &c->files[i];
-    bool recs = f->n_recs > 0;
     /* with a manifest, the files it does not list were reported and left out of the list
      * (verify.c); the symlinks left are checked, as the readers follow them, not reported */
-    if (!recs && f->mf < 0 && !zck__verify_read_plain(c, f)) continue;
-    zck__hash_file *h = &hf[hf_of[i]];
+    if (!zck__verify_reads(c, f)) continue;
+    zck__hash_file *h = &p->hf[p->hf_of[i]];
     c->r->pub.files++;
     if (h->ok) c->r->pub.bytes += h->size;
     if (h->ok) zck__vreport_checked(c->r, f->rel);
@@ -136,7 +154,7 @@ zck_status zck__verify_data(vctx *c) {
       zck__vreport_add(c->r, zck__verify_severity_of(h->status) == ZCK_VERIFY_DAMAGE ? ZCK_VERIFY_DAMAGE : ZCK_VERIFY_UNCHECKABLE,
                        "read", f->full, NULL, -1, 0, "%s", h->error ? h->error : "cannot read");
     }
-    if (h->ok && recs) check_records(c, f, ranges + rec_base[i]);
+    if (h->ok && f->n_recs > 0) check_records(c, f, p->ranges + p->rec_base[i]);
     if (f->mf < 0) continue;
     zck_manifest_file *af = &a->files[f->mf];
     af->hashed = h->ok;
@@ -145,38 +163,51 @@ zck_status zck__verify_data(vctx *c) {
     if (!h->ok) { af->error = h->error; h->error = NULL; }
     if (h->ok && h->n_chunks > 1) { af->chunks = h->chunks; af->n_chunks = h->n_chunks; h->chunks = NULL; }
   }
-  for (size_t t = 0; st == ZCK_OK && e && t < e->n_tensors; t++) {
-    if (!present[e->tensors[t].file]) continue;
-    a->tensors[t].hashed = ranges[slot[t]].done;
-    a->tensors[t].xxh3 = ranges[slot[t]].xxh3;
-    c->r->pub.tensors += ranges[slot[t]].done;
+}
+
+/* The tensor hashes, the files missing and the layout into `a`, then `a` against the
+ * manifest: every difference a finding. */
+static zck_status compare_with_manifest(vctx *c, const vplan *p, zck_manifest *a) {
+  zck_manifest *e = c->expected;
+  for (size_t t = 0; t < e->n_tensors; t++) {
+    if (!p->present[e->tensors[t].file]) continue;
+    a->tensors[t].hashed = p->ranges[p->slot[t]].done;
+    a->tensors[t].xxh3 = p->ranges[p->slot[t]].xxh3;
+    c->r->pub.tensors += p->ranges[p->slot[t]].done;
   }
-  if (st == ZCK_OK && e) {
-    /* files of the manifest that are not on disk: drop them from `actual` */
-    for (size_t i = 0; i < e->n_files; i++) a->files[i].missing = !present[i];
-    if (c->have_ds_layout) {
-      c->ds_layout.tag = e->has_layout ? e->layout.tag : NULL; /* the tag folder may be renamed */
-      st = zck_manifest_set_layout(a, &c->ds_layout);
-    } else {
-      a->has_layout = false;
-    }
+  for (size_t i = 0; i < e->n_files; i++) a->files[i].missing = !p->present[i]; /* dropped from `actual` */
+  if (c->have_ds_layout) {
+    c->ds_layout.tag = e->has_layout ? e->layout.tag : NULL; /* the tag folder may be renamed */
+    ZCK_TRY(zck_manifest_set_layout(a, &c->ds_layout));
+  } else {
+    a->has_layout = false;
   }
-  if (st == ZCK_OK && e) {
-    diff_ctx dc = {c, zck__calloc(e->n_files ? e->n_files : 1, sizeof(size_t)), 0};
-    if (!dc.tensor_findings) st = ZCK_ERR_NO_MEMORY;
-    else zck_manifest_compare(e, a, c->base, 0, on_diff, &dc);
-    if (dc.suppressed)
-      zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "tensor-xxh3", NULL, NULL, -1, 0,
-                       "%zu more damaged tensors not listed (at most %d per file)", dc.suppressed, VERIFY_MAX_TENSOR_FINDINGS);
-    free(dc.tensor_findings);
+  diff_ctx dc = {c, zck__calloc(e->n_files ? e->n_files : 1, sizeof(size_t)), 0};
+  if (!dc.tensor_findings) return ZCK_ERR_NO_MEMORY;
+  zck_manifest_compare(e, a, c->base, 0, on_diff, &dc);
+  if (dc.suppressed)
+    zck__vreport_add(c->r, ZCK_VERIFY_DAMAGE, "tensor-xxh3", NULL, NULL, -1, 0,
+                     "%zu more damaged tensors not listed (at most %d per file)", dc.suppressed, VERIFY_MAX_TENSOR_FINDINGS);
+  free(dc.tensor_findings);
+  return ZCK_OK;
+}
+
+zck_status zck__verify_data(vctx *c) {
+  zck_manifest *e = c->expected, *a = NULL;
+  vplan p = {0};
+  zck_status st = plan_build(c, &p);
+  if (st == ZCK_OK && e) st = zck_manifest_clone_unhashed(e, &a);
+  if (st == ZCK_OK) {
+    zck_manifest_hash_opts ho = ZCK_MANIFEST_HASH_OPTS_INIT;
+    ho.threads = c->o.threads;
+    ho.keep_going = true;
+    ho.progress = c->o.progress;
+    ho.progress_ctx = c->o.progress_ctx;
+    st = zck__hash_files_shared(p.hf, p.n_hash, &ho); /* under mpirun: each file read by one rank */
   }
-  for (size_t i = 0; hf && i < n_hash; i++) zck__hash_file_clear(&hf[i]);
-  free(hf);
-  free(hf_of);
-  free(ranges);
-  free(slot);
-  free(rec_base);
-  free(present);
+  if (st == ZCK_OK) take_files(c, &p, a);
+  if (st == ZCK_OK && e) st = compare_with_manifest(c, &p, a);
+  plan_free(&p);
   zck_manifest_free(a);
   return st;
 }

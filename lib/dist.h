@@ -7,7 +7,7 @@
  *     record (so a record, and its CRC check, belongs to one rank and every source byte is
  *     read once); a rank is only given records of files its node holds;
  *   - the file system: rank 0 alone creates, names, truncates, writes headers into,
- *     commits or removes the output (lib/io.c asks zck__dist_writes()); the other ranks
+ *     commits or removes the output (lib/io_outfile.c asks zck__dist_writes()); the other ranks
  *     open rank 0's temporary files when a copy starts and write only their share's bytes
  *     with pwrite;
  *   - the results: the CRCs a writer needs of what the copy wrote are combined across
@@ -89,7 +89,7 @@ zck_status zck__dist_view_open(const char *root, char **view);
 /* Removes the view folder (NULL is fine) and forgets its stubs. */
 void zck__dist_view_close(char *view);
 
-/* io.c's side of a rank > 0: output files rank 0 creates, opened here once it has. */
+/* io_outfile.c's side of a rank > 0: output files rank 0 creates, opened here once it has. */
 /* Registers fd (a placeholder) for the temporary file path rank 0 makes. */
 void zck__dist_outfile_add(int fd, const char *path);
 /* Forgets fd (closed by the caller). */

@@ -14,6 +14,9 @@
  *   file and folder of the tree, many at once, before its rename.
  * - fault injection: ZCK_FAULT="op:N[:errno]" (op = read|write|fsync|rename|open) makes the
  *   Nth such call fail, so the full-disk / EIO / crash paths are tested without root.
+ *
+ * One file a concern: io_source.c, io_raw.c (the retried calls), io_outfile.c, io_image.c,
+ * io_outdir.c, io_dirs.c, io_temp.c (temporary names, dead writers), io_fault.c.
  */
 #ifndef ZCK_IO_H
 #define ZCK_IO_H

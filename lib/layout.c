@@ -67,7 +67,17 @@ static zck_status piece_push(piece_vec *pv, uint32_t param, uint32_t store, uint
                              uint64_t count) {
   if (!count) return ZCK_OK;
   if (!ZCK__GROW(pv->v, pv->cap, pv->n + 1)) return ZCK_ERR_NO_MEMORY;
-  pv->v[pv->n++] = (zck_piece){param, store, param_off, store_off, count};
+  pv->v[pv->n++] = (zck_piece){param, store, param_off, store_off, count, 0, 0};
+  return ZCK_OK;
+}
+
+/* A piece as given, strided or not (one run: contiguous, run 0). */
+static zck_status piece_push_piece(piece_vec *pv, const zck_piece *p) {
+  if (!p->count) return ZCK_OK;
+  if (!ZCK__GROW(pv->v, pv->cap, pv->n + 1)) return ZCK_ERR_NO_MEMORY;
+  zck_piece *q = &pv->v[pv->n++];
+  *q = *p;
+  if (q->run >= q->count) q->run = q->stride = 0;
   return ZCK_OK;
 }
 
@@ -123,6 +133,83 @@ static int cmp_piece_store(const void *a, const void *b, void *ctx) {
   return 0;
 }
 
+// ---- overlaps of strided pieces
+
+/* Do the elements of piece a (strided or not) meet the positions [x0, x1)? */
+static bool runs_meet_range(const zck_piece *a, uint64_t x0, uint64_t x1) {
+  return zck_runs_before(a->param_off, a->count, a->run, a->stride, x1) >
+         zck_runs_before(a->param_off, a->count, a->run, a->stride, x0);
+}
+
+/* The whole runs of a strided piece (its short last run apart): n runs. */
+static uint64_t full_runs(const zck_piece *a) { return a->count / a->run; }
+
+/* Two strided pieces of one stride s, their whole runs only, a->param_off <= b->param_off:
+ * with b's start q rows and r elements after a's, b's run j meets a's run j + q when
+ * r < a->run, and a's run j + q + 1 when r + b->run > s. */
+static bool full_runs_meet(const zck_piece *a, const zck_piece *b) {
+  uint64_t s = a->stride, d = b->param_off - a->param_off, q = d / s, r = d % s;
+  uint64_t na = full_runs(a), nb = full_runs(b);
+  if (r < a->run && q < na && nb > 0) return true;
+  return r + b->run > s && q + 1 < na && nb > 0;
+}
+
+/* Budget of run comparisons for pieces of different strides, whose runs are walked. */
+#define ZCK__LAYOUT_OVERLAP_BUDGET ((uint64_t)1 << 27)
+
+/* Do two pieces of one param share an element? a->param_off <= b->param_off. */
+static zck_status pieces_meet(const zck_piece *a, const zck_piece *b, uint64_t *budget, bool *meet) {
+  if (!a->run || !b->run) {
+    const zck_piece *c = a->run ? b : a, *o = a->run ? a : b;   /* c contiguous */
+    *meet = runs_meet_range(o, c->param_off, c->param_off + c->count);
+    return ZCK_OK;
+  }
+  if (a->stride == b->stride) {
+    /* whole runs against whole runs, then each short last run (a range) against the other */
+    *meet = full_runs_meet(a, b);
+    uint64_t ta = full_runs(a) * a->run, tb = full_runs(b) * b->run;
+    if (!*meet && ta < a->count) {
+      uint64_t at = zck_runs_at(a->param_off, a->run, a->stride, ta);
+      *meet = runs_meet_range(b, at, at + a->count - ta);
+    }
+    if (!*meet && tb < b->count) {
+      uint64_t at = zck_runs_at(b->param_off, b->run, b->stride, tb);
+      *meet = runs_meet_range(a, at, at + b->count - tb);
+    }
+    return ZCK_OK;
+  }
+  /* different strides (blocks cut at different dimensions): the fewer runs, one by one */
+  const zck_piece *w = zck_runs_n(a->count, a->run) <= zck_runs_n(b->count, b->run) ? a : b, *o = w == a ? b : a;
+  *meet = false;
+  for (uint64_t k = 0; k < w->count && !*meet; k += w->run) {
+    if (!(*budget)--) return ZCK_ERR_LIMIT;
+    uint64_t at = zck_runs_at(w->param_off, w->run, w->stride, k), n = w->count - k < w->run ? w->count - k : w->run;
+    *meet = runs_meet_range(o, at, at + n);
+  }
+  return ZCK_OK;
+}
+
+/* Pieces sorted by (param, param_off): each compared with the later pieces that start
+ * inside its span; contiguous pieces alone cost one comparison each, as a sorted list
+ * needs; a dp x tp grid of strided blocks costs tp comparisons a block. */
+static zck_status check_overlaps(const zck_layout *l, const char *what) {
+  uint64_t budget = ZCK__LAYOUT_OVERLAP_BUDGET;
+  for (size_t i = 0; i < l->n_pieces; i++) {
+    const zck_piece *a = &l->pieces[i];
+    uint64_t end = zck_runs_end(a->param_off, a->count, a->run, a->stride);
+    for (size_t k = i + 1; k < l->n_pieces && l->pieces[k].param == a->param && l->pieces[k].param_off < end; k++) {
+      bool meet;
+      ZCK_FAIL_IF(!budget--, ZCK_ERR_LIMIT, "%s: parameter %u: too many pieces across one span to check", what,
+                  a->param);
+      zck_status s = pieces_meet(a, &l->pieces[k], &budget, &meet);
+      ZCK_FAIL_IF(s != ZCK_OK, ZCK_ERR_LIMIT, "%s: parameter %u: too many strided runs to check", what, a->param);
+      ZCK_FAIL_IF(meet, ZCK_ERR_FORMAT, "%s: parameter %u: element %llu is mapped twice", what, a->param,
+                  (unsigned long long)l->pieces[k].param_off);
+    }
+  }
+  return ZCK_OK;
+}
+
 static const char *kind_name(zck_layout_kind k) {
   switch (k) {
   case ZCK_LAYOUT_WHOLE: return "whole-tensor layout";
@@ -148,9 +235,19 @@ static zck_status layout_finish(zck_layout *l, piece_vec *pv) {
                 p->param, l->n_params);
     ZCK_FAIL_IF(p->store >= l->n_stores, ZCK_ERR_FORMAT, "%s: piece %zu names store %u of %zu", what, i, p->store,
                 l->n_stores);
-    ZCK_FAIL_IF(!zck__add_u64(p->param_off, p->count, &pe) || pe > l->param_numel[p->param], ZCK_ERR_FORMAT,
+    ZCK_FAIL_IF(p->run && p->stride < p->run, ZCK_ERR_FORMAT,
+                "%s: parameter %u: runs of %llu elements %llu apart overlap", what, p->param,
+                (unsigned long long)p->run, (unsigned long long)p->stride);
+    uint64_t span = p->count, last;   /* from the first element to one past the last */
+    if (p->run) {
+      uint64_t runs = zck_runs_n(p->count, p->run);
+      last = p->count - (runs - 1) * p->run;
+      ZCK_FAIL_IF(!zck__mul_u64(runs - 1, p->stride, &span) || !zck__add_u64(span, last, &span), ZCK_ERR_FORMAT,
+                  "%s: parameter %u: runs past any tensor", what, p->param);
+    }
+    ZCK_FAIL_IF(!zck__add_u64(p->param_off, span, &pe) || pe > l->param_numel[p->param], ZCK_ERR_FORMAT,
                 "%s: parameter %u: elements [%llu, %llu) lie past its %llu elements", what, p->param,
-                (unsigned long long)p->param_off, (unsigned long long)(p->param_off + p->count),
+                (unsigned long long)p->param_off, (unsigned long long)(p->param_off + span),
                 (unsigned long long)l->param_numel[p->param]);
     ZCK_FAIL_IF(!zck__add_u64(p->store_off, p->count, &se) || se > l->stores[p->store].numel, ZCK_ERR_FORMAT,
                 "%s: parameter %u: store %u elements [%llu, %llu) lie past its %llu elements", what, p->param,
@@ -166,12 +263,9 @@ static zck_status layout_finish(zck_layout *l, piece_vec *pv) {
   l->store_first = zck__calloc(l->n_stores + 1, sizeof *l->store_first);
   l->by_store = zck__malloc((l->n_pieces ? l->n_pieces : 1) * sizeof *l->by_store);
   if (!l->param_first || !l->store_first || !l->by_store) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(check_overlaps(l, what));
   for (size_t i = 0; i < l->n_pieces; i++) {
     const zck_piece *p = &l->pieces[i];
-    if (i && p->param == p[-1].param)
-      ZCK_FAIL_IF(p->param_off < p[-1].param_off + p[-1].count, ZCK_ERR_FORMAT,
-                  "%s: parameter %u: element %llu is mapped twice", what, p->param,
-                  (unsigned long long)p->param_off);
     l->param_first[p->param + 1]++;
     l->store_first[p->store + 1]++;
   }
@@ -449,8 +543,7 @@ zck_status zck_layout_custom(size_t n_params, const uint64_t *numel, const zck_l
   if (n_stores) memcpy(l->stores, stores, n_stores * sizeof *stores);
   piece_vec pv = {0};
   zck_status s = ZCK_OK;
-  for (size_t i = 0; i < n_pieces && s == ZCK_OK; i++)
-    s = piece_push(&pv, pieces[i].param, pieces[i].store, pieces[i].param_off, pieces[i].store_off, pieces[i].count);
+  for (size_t i = 0; i < n_pieces && s == ZCK_OK; i++) s = piece_push_piece(&pv, &pieces[i]);
   return layout_hand_out(l, &pv, s, out);
 }
 
@@ -474,7 +567,7 @@ zck_status zck_layout_restrict_rank(const zck_layout *src, int32_t rank, zck_lay
   }
   for (size_t i = 0; i < src->n_pieces && s == ZCK_OK; i++) {
     const zck_piece *p = &src->pieces[i];
-    if (src->stores[p->store].rank == rank) s = piece_push(&pv, p->param, p->store, p->param_off, p->store_off, p->count);
+    if (src->stores[p->store].rank == rank) s = piece_push_piece(&pv, p);
   }
   return layout_hand_out(l, &pv, s, out);
 }

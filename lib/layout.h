@@ -59,13 +59,48 @@ uint64_t zck_zero3_keep(uint64_t n, uint32_t w, uint32_t r);        /* real elem
 
 /* ---- the generic representation */
 
-/* One contiguous run of a param's flat array inside one store (counts in elements). */
+/* Strided runs: `count` elements cut into runs of `run` elements (the last one shorter when
+ * count is not a multiple of run), the k-th run starting `stride` elements after the
+ * (k-1)-th. run 0 means one run of count elements. A block of a 2-D tensor (a tensor
+ * parallel shard: rows x some columns) is one such set in the tensor's flat array, where a
+ * list of contiguous runs would cost one entry per row. Element k (0 <= k < count) lies at
+ * zck_runs_at(off, run, stride, k). */
+static inline uint64_t zck_runs_at(uint64_t off, uint64_t run, uint64_t stride, uint64_t k) {
+  return run ? off + k / run * stride + k % run : off + k;
+}
+/* How many runs count elements make. */
+static inline uint64_t zck_runs_n(uint64_t count, uint64_t run) {
+  return run ? (count + run - 1) / run : (count ? 1 : 0);
+}
+/* One past the last element (off when count is 0); the caller checks overflow first
+ * (layouts and the executor do). */
+static inline uint64_t zck_runs_end(uint64_t off, uint64_t count, uint64_t run, uint64_t stride) {
+  return count ? zck_runs_at(off, run, stride, count - 1) + 1 : off;
+}
+/* Of the elements, how many lie before position x: they lie in increasing order (stride >=
+ * run, which also keeps r * run <= d from overflowing). */
+static inline uint64_t zck_runs_before(uint64_t off, uint64_t count, uint64_t run, uint64_t stride, uint64_t x) {
+  if (x <= off) return 0;
+  uint64_t d = x - off, k = d;
+  if (run) {
+    uint64_t r = d / stride, in = d % stride;
+    k = r * run + (in < run ? in : run);
+  }
+  return k < count ? k : count;
+}
+
+/* A run of a param's flat array inside one store (counts in elements); or, with run set,
+ * strided runs of the param (zck_runs_at(param_off, run, stride, k)) back to back in the
+ * store (store_off + k): a chunk that cuts an inner dimension, one piece for all its rows. */
 typedef struct zck_piece {
   uint32_t param;      /* param index */
   uint32_t store;      /* store id in this layout */
   uint64_t param_off;  /* element offset in the param's flat array */
   uint64_t store_off;  /* element offset in the store */
-  uint64_t count;
+  uint64_t count;      /* elements in all */
+  uint64_t run;        /* 0: contiguous in the param; else runs of `run` elements (the last
+                          may be shorter)... */
+  uint64_t stride;     /* ...`stride` elements apart in the param (stride >= run) */
 } zck_piece;
 
 typedef struct zck_layout_store {
@@ -159,7 +194,9 @@ zck_status zck_layout_flat(size_t n_params, const uint64_t *numel, const zck_gro
 
 /* Anything else: explicit stores and pieces (in any order). Pieces of one param must not
  * overlap, must lie within the param and their store (ZCK_ERR_FORMAT otherwise: layouts
- * built from untrusted files come through here). Pieces of different params may share
+ * built from untrusted files come through here); strided pieces too (runs no longer than
+ * their stride), their overlaps checked pair by pair among the pieces whose spans meet,
+ * under a budget (ZCK_ERR_LIMIT) so that a hostile piece list cannot make it a hang. Pieces of different params may share
  * store elements only if the caller wants that (it is not checked). */
 zck_status zck_layout_custom(size_t n_params, const uint64_t *numel, const zck_layout_store *stores,
                              size_t n_stores, const zck_piece *pieces, size_t n_pieces,

@@ -90,109 +90,136 @@ static bool feed_range(active_range *a, const uint8_t *buf, uint64_t pos, uint64
   return true;
 }
 
-static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
-  zck__source src;
-  ZCK_TRY(zck__source_open(&src, f->path));
-  zck_status st = ZCK_OK;
-  XXH3_state_t *fst = XXH3_createState(), *cst = NULL;
-  zck__hash_range **sorted = zck__malloc((f->n_ranges ? f->n_ranges : 1) * sizeof *sorted);
-  active_range *act = zck__calloc(f->n_ranges ? f->n_ranges : 1, sizeof *act);
-  size_t n_act = 0, next = 0;
-  f->size = src.size;
-  f->n_chunks = f->chunk_size ? (size_t)zck__ceil_div(src.size, f->chunk_size) : 0;
-  f->chunks = f->n_chunks ? zck__calloc(f->n_chunks, sizeof *f->chunks) : NULL;
-  if (f->chunk_size) cst = XXH3_createState();
-  if (!fst || !sorted || !act || (f->n_chunks && !f->chunks) || (f->chunk_size && !cst)) {
-    st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
-    goto done;
+/* The whole-file hash and the chunk hashes of one file, fed its bytes in order. */
+typedef struct file_hashes {
+  zck__hash_file *f;
+  XXH3_state_t *whole, *chunk; /* chunk: NULL without chunks */
+  uint64_t chunk_k, chunk_fill; /* the chunk being hashed, and its bytes so far */
+} file_hashes;
+
+static void file_hashes_update(file_hashes *fh, const uint8_t *p, uint64_t n) {
+  uint64_t size = fh->f->chunk_size;
+  for (uint64_t k = 0; k < n;) { /* chunk boundaries may fall inside p */
+    uint64_t take = fh->chunk && size - fh->chunk_fill < n - k ? size - fh->chunk_fill : n - k;
+    XXH3_64bits_update(fh->whole, p + k, (size_t)take);
+    /* the first chunk's hash is the file's hash at the chunk's end: no third pass over
+     * it (a file shorter than a chunk is hashed twice, not three times; as stream_hash.c) */
+    if (fh->chunk && fh->chunk_k) XXH3_64bits_update(fh->chunk, p + k, (size_t)take);
+    k += take;
+    if (fh->chunk && (fh->chunk_fill += take) == size) {
+      fh->f->chunks[fh->chunk_k] = fh->chunk_k ? XXH3_64bits_digest(fh->chunk) : XXH3_64bits_digest(fh->whole);
+      fh->chunk_k++;
+      XXH3_64bits_reset(fh->chunk);
+      fh->chunk_fill = 0;
+    }
   }
-  XXH3_64bits_reset(fst);
-  if (cst) XXH3_64bits_reset(cst);
-  for (size_t i = 0; i < f->n_ranges; i++) {
-    f->ranges[i].done = false;
-    sorted[i] = &f->ranges[i];
+}
+
+static void file_hashes_finish(file_hashes *fh) {
+  zck__hash_file *f = fh->f;
+  f->xxh3 = XXH3_64bits_digest(fh->whole);
+  if (fh->chunk && fh->chunk_fill) { /* the last, partial chunk (the file itself when it is the first) */
+    f->chunks[fh->chunk_k] = fh->chunk_k ? XXH3_64bits_digest(fh->chunk) : f->xxh3;
+    fh->chunk_k++;
   }
-  qsort(sorted, f->n_ranges, sizeof *sorted, cmp_range_ptr);
-  /* empty ranges inside the file are done before any byte is read */
-  for (size_t i = 0; i < f->n_ranges; i++) {
-    zck__hash_range *r = sorted[i];
-    if (r->len == 0 && r->off <= src.size) {
+  f->ok = true;
+}
+
+/* The requested ranges of one file by offset, and those started but not finished. */
+typedef struct range_feed {
+  zck__hash_range **sorted;
+  size_t n, next;              /* next: the first range not started */
+  active_range *act;
+  size_t n_act;
+} range_feed;
+
+/* Sorts the ranges; the empty ones inside the file are done before any byte is read. */
+static void range_feed_start(range_feed *rf, zck__hash_range *ranges, uint64_t file_size) {
+  for (size_t i = 0; i < rf->n; i++) {
+    ranges[i].done = false;
+    rf->sorted[i] = &ranges[i];
+  }
+  qsort(rf->sorted, rf->n, sizeof *rf->sorted, cmp_range_ptr);
+  for (size_t i = 0; i < rf->n; i++) {
+    zck__hash_range *r = rf->sorted[i];
+    if (r->len == 0 && r->off <= file_size) {
       r->xxh3 = XXH3_64bits(NULL, 0);
       r->crc32 = 0;
       r->done = true;
     }
   }
+}
+
+/* Feeds [pos, pos + n) of the file to the ranges that start before its end and are not done. */
+static zck_status range_feed_update(range_feed *rf, const uint8_t *p, uint64_t pos, uint64_t n) {
+  while (rf->next < rf->n && rf->sorted[rf->next]->off < pos + n) {
+    zck__hash_range *r = rf->sorted[rf->next++];
+    if (!r->done) rf->act[rf->n_act++] = (active_range){r, NULL, 0};
+  }
+  zck_status st = ZCK_OK;
+  for (size_t a = 0; a < rf->n_act && st == ZCK_OK;) {
+    if (feed_range(&rf->act[a], p, pos, n, &st)) {
+      XXH3_freeState(rf->act[a].st);
+      rf->act[a] = rf->act[--rf->n_act];
+    } else {
+      a++;
+    }
+  }
+  return st;
+}
+
+/* n more bytes read: tells the progress callback, and fails once it asked to stop (it is
+ * not called again then). */
+static zck_status progress_add(hash_run *h, uint64_t n) {
+  if (!h->progress) return ZCK_OK;
+  pthread_mutex_lock(&h->lock);
+  h->done_bytes += n;
+  if (!h->canceled) h->canceled = h->progress(h->progress_ctx, h->done_bytes, h->total_bytes) != 0;
+  bool stop = h->canceled;
+  pthread_mutex_unlock(&h->lock);
+  return stop ? zck__fail(ZCK_ERR_CANCELED, "canceled") : ZCK_OK;
+}
+
+static zck_status hash_one_file(hash_run *h, zck__hash_file *f, uint8_t *buf) {
+  zck__source src;
+  ZCK_TRY(zck__source_open(&src, f->path));
+  zck_status st = ZCK_OK;
+  file_hashes fh = {f, XXH3_createState(), f->chunk_size ? XXH3_createState() : NULL, 0, 0};
+  range_feed rf = {zck__malloc((f->n_ranges ? f->n_ranges : 1) * sizeof *rf.sorted), f->n_ranges, 0,
+                   zck__calloc(f->n_ranges ? f->n_ranges : 1, sizeof *rf.act), 0};
+  f->size = src.size;
+  f->n_chunks = f->chunk_size ? (size_t)zck__ceil_div(src.size, f->chunk_size) : 0;
+  f->chunks = f->n_chunks ? zck__calloc(f->n_chunks, sizeof *f->chunks) : NULL;
+  if (!fh.whole || !rf.sorted || !rf.act || (f->n_chunks && !f->chunks) || (f->chunk_size && !fh.chunk)) {
+    st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+    goto done;
+  }
+  XXH3_64bits_reset(fh.whole);
+  if (fh.chunk) XXH3_64bits_reset(fh.chunk);
+  range_feed_start(&rf, f->ranges, src.size);
 #ifdef POSIX_FADV_SEQUENTIAL
   if (src.fd >= 0) (void)posix_fadvise(src.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
-  uint64_t chunk_k = 0, chunk_fill = 0;
-  for (uint64_t pos = 0; pos < src.size;) {
+  for (uint64_t pos = 0; st == ZCK_OK && pos < src.size;) {
     uint64_t n = src.size - pos < h->staging ? src.size - pos : h->staging;
     st = zck__source_read(&src, buf, (size_t)n, pos);
-    if (st != ZCK_OK) break;
     /* every hash over one slice while it is in the cache, then the next slice (hashing
      * is memory-bound: three passes over the whole buffer read it from memory three times) */
     for (uint64_t so = 0; st == ZCK_OK && so < n; so += ZCK__HASH_SLICE) {
-      const uint8_t *sp = buf + so;
-      uint64_t sn = n - so < ZCK__HASH_SLICE ? n - so : ZCK__HASH_SLICE, spos = pos + so;
-      for (uint64_t k = 0; k < sn;) { /* chunk boundaries may fall inside the slice */
-        uint64_t take = cst && f->chunk_size - chunk_fill < sn - k ? f->chunk_size - chunk_fill : sn - k;
-        XXH3_64bits_update(fst, sp + k, (size_t)take);
-        /* the first chunk's hash is the file's hash at the chunk's end: no third pass over
-         * it (a file shorter than a chunk is hashed twice, not three times; as stream_hash.c) */
-        if (cst && chunk_k) XXH3_64bits_update(cst, sp + k, (size_t)take);
-        k += take;
-        if (cst && (chunk_fill += take) == f->chunk_size) {
-          f->chunks[chunk_k] = chunk_k ? XXH3_64bits_digest(cst) : XXH3_64bits_digest(fst);
-          chunk_k++;
-          XXH3_64bits_reset(cst);
-          chunk_fill = 0;
-        }
-      }
-      while (next < f->n_ranges && sorted[next]->off < spos + sn) {
-        zck__hash_range *r = sorted[next++];
-        if (r->done) continue;
-        act[n_act++] = (active_range){r, NULL, 0};
-      }
-      for (size_t a = 0; a < n_act;) {
-        if (feed_range(&act[a], sp, spos, sn, &st)) {
-          XXH3_freeState(act[a].st);
-          act[a] = act[--n_act];
-        } else {
-          a++;
-        }
-        if (st != ZCK_OK) break;
-      }
+      uint64_t sn = n - so < ZCK__HASH_SLICE ? n - so : ZCK__HASH_SLICE;
+      file_hashes_update(&fh, buf + so, sn);
+      st = range_feed_update(&rf, buf + so, pos + so, sn);
     }
-    if (st != ZCK_OK) break;
     pos += n;
-    if (h->progress) {
-      pthread_mutex_lock(&h->lock);
-      h->done_bytes += n;
-      /* once asked to stop, the callback is not called again */
-      if (!h->canceled) h->canceled = h->progress(h->progress_ctx, h->done_bytes, h->total_bytes) != 0;
-      bool stop = h->canceled;
-      pthread_mutex_unlock(&h->lock);
-      if (stop) {
-        st = zck__fail(ZCK_ERR_CANCELED, "canceled");
-        break;
-      }
-    }
+    if (st == ZCK_OK) st = progress_add(h, n);
   }
-  if (st == ZCK_OK) {
-    f->xxh3 = XXH3_64bits_digest(fst);
-    if (cst && chunk_fill) { /* the last, partial chunk (the file itself when it is the first) */
-      f->chunks[chunk_k] = chunk_k ? XXH3_64bits_digest(cst) : f->xxh3;
-      chunk_k++;
-    }
-    f->ok = true;
-  }
+  if (st == ZCK_OK) file_hashes_finish(&fh);
 done:
-  for (size_t a = 0; a < n_act; a++) XXH3_freeState(act[a].st); /* ranges past the end stay !done */
-  XXH3_freeState(fst);
-  XXH3_freeState(cst);
-  free(sorted);
-  free(act);
+  for (size_t a = 0; a < rf.n_act; a++) XXH3_freeState(rf.act[a].st); /* ranges past the end stay !done */
+  XXH3_freeState(fh.whole);
+  XXH3_freeState(fh.chunk);
+  free(rf.sorted);
+  free(rf.act);
   zck__source_close(&src);
   return st;
 }

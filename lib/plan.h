@@ -2,7 +2,9 @@
  *
  * For every param, the source pieces and the target pieces (both sorted by param offset)
  * are swept together; each overlap becomes an extent "count elements from src store at
- * src_off to dst store at dst_off". Extents that continue each other in both stores are
+ * src_off to dst store at dst_off". A strided piece (a chunk that cuts an inner dimension)
+ * meets a contiguous one in at most two extents (a partial first run, then strided runs
+ * whose last may be partial); two strided pieces meet run by run. Extents that continue each other in both stores are
  * merged, big ones are split so threads balance, and the list is sorted by (src store,
  * src_off) so each source is read front to back. All counts and offsets are in elements;
  * the stores' dtypes are only known when the plan is executed (exec.h), so one plan
@@ -17,8 +19,22 @@ typedef struct zck_extent {
   uint32_t src_store, dst_store;
   uint32_t param;          /* the param the first elements belong to (for messages) */
   uint64_t src_off, dst_off;
-  uint64_t count;
+  uint64_t count;          /* elements in all */
+  /* strided (layout.h's runs): run 0, one run of count elements in both stores; else runs
+   * of `run` elements (the last may be shorter), the k-th at src_off + k * src_stride and
+   * dst_off + k * dst_stride (each stride >= run; a stride equal to run: that side is
+   * contiguous). A 2-D chunk copied into its tensor is one extent, not one per row. */
+  uint64_t run, src_stride, dst_stride;
 } zck_extent;
+
+static inline bool zck_extent_strided(const zck_extent *e) { return e->run && e->run < e->count; }
+/* Element k of the extent in its source and its target store. */
+static inline uint64_t zck_extent_src_at(const zck_extent *e, uint64_t k) {
+  return zck_runs_at(e->src_off, zck_extent_strided(e) ? e->run : 0, e->src_stride, k);
+}
+static inline uint64_t zck_extent_dst_at(const zck_extent *e, uint64_t k) {
+  return zck_runs_at(e->dst_off, zck_extent_strided(e) ? e->run : 0, e->dst_stride, k);
+}
 
 typedef struct zck_plan {
   zck_extent *ext;
@@ -53,10 +69,16 @@ zck_status zck_plan_build(const zck_layout *src, const zck_layout *dst, const zc
                           zck_plan **out);
 
 /* Building blocks (zck_plan_build uses them; exposed for hand-made plans). */
-/* Sorts (by the order), then merges extents contiguous in both stores. */
+/* Sorts (by the order), then merges extents contiguous in both stores (strided ones are
+ * left as they are). */
 void zck_plan_normalize(zck_plan *p, zck_plan_order order, bool merge);
-/* Splits extents longer than max_chunk elements (max_chunk 0: no-op). */
+/* Splits extents longer than max_chunk elements (max_chunk 0: no-op); a strided extent
+ * into strided ones of whole runs (runs longer than max_chunk: one run each, then split). */
 zck_status zck_plan_split(zck_plan *p, uint64_t max_chunk);
+/* The plan with strided extents cut into one contiguous extent per run: those whose source
+ * side is not contiguous (src_stride != run), or every one (all). *out is NULL when there is
+ * none to cut (use p). For consumers that take a contiguous target or source only. */
+zck_status zck_plan_unstride(const zck_plan *p, bool all, zck_plan **out);
 /* Makes a plan from an explicit extent list (copied). */
 zck_status zck_plan_from_extents(const zck_extent *ext, size_t n, size_t n_src_stores,
                                  size_t n_dst_stores, zck_plan **out);

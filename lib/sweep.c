@@ -3,7 +3,8 @@
  *
  * Every output is built as ".NAME.zck-tmp-PID" beside NAME and renamed at its commit; a
  * commit replacing an earlier NAME first moves that one aside as
- * ".NAME.zck-tmp-PID.zck-old-PID" (io.c). A writer killed in between leaves either.
+ * ".NAME.zck-tmp-PID.zck-old-PID" (io_outfile.c, io_outdir.c). A writer killed in between
+ * leaves either.
  *
  * The sweep of this process's own entries runs after an interruption with every other
  * thread stopped wherever it was, possibly inside malloc or stdio: so the code below uses

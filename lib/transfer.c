@@ -14,8 +14,9 @@ typedef struct zck__xfer {
   const char *const *names;  /* param names, when they index the source's layouts */
 } zck__xfer;
 
+/* contiguous: the target's ready hook reads the extents, and takes them one run each */
 static zck_status zck__xfer_add(zck__xfer *x, const zck_state_part *src, const zck_state_part *dst, bool allow_missing,
-                                bool by_dst, bool named) {
+                                bool by_dst, bool named, bool contiguous) {
   if (x->n == x->cap) {
     size_t nc = x->cap ? 2 * x->cap : 16;
     zck_exec_job *nj = zck__realloc(x->jobs, nc * sizeof *nj);
@@ -35,6 +36,14 @@ static zck_status zck__xfer_add(zck__xfer *x, const zck_state_part *src, const z
   }
   zck_plan *p = NULL;
   ZCK_TRY(zck_plan_build(src->layout, dst->layout, &po, &p));
+  zck_plan *runs = NULL;
+  zck_status s = contiguous ? zck_plan_unstride(p, true, &runs) : ZCK_OK;
+  if (runs || s != ZCK_OK) zck_plan_free(p);
+  if (s != ZCK_OK) return s;
+  if (runs) {
+    p = runs;
+    zck_plan_normalize(p, po.order, po.merge);
+  }
   x->plans[x->n] = p;
   x->jobs[x->n] = (zck_exec_job){p, src->stores, dst->stores, dst->crc};
   x->n++;
@@ -54,28 +63,31 @@ static const char *zck__xfer_what(int kind) {
 static zck_status zck__xfer_target(zck__xfer *x, const zck_state_view *src, const zck_state_view *dst, bool partial) {
   const zck_state_part *sp = src->part, *dp = dst->part;
   bool by_dst = dst->write_in_order;
+  /* a writer's ready hook (a DeepSpeed target: what each file receives, its hash order)
+   * reads every extent as one run of its target */
+  bool contig = dst->ready != NULL;
   const char *who = src->name ? src->name : "the source";
   for (int k = ZCK_STATE_FP32; k <= ZCK_STATE_EXP_AVG_SQ; k++) {
     if (!dp[k].layout) continue;
     if (!sp[k].layout) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no %s to copy", who, zck__xfer_what(k));
-    ZCK_TRY(zck__xfer_add(x, &sp[k], &dp[k], partial, by_dst, true));
+    ZCK_TRY(zck__xfer_add(x, &sp[k], &dp[k], partial, by_dst, true, contig));
   }
   if (dp[ZCK_STATE_LP].layout) {
     /* each of the two plans covers its own params: the other's are missing on purpose */
     const zck_state_part *lp = sp[ZCK_STATE_LP].layout ? &sp[ZCK_STATE_LP] : &sp[ZCK_STATE_FP32];
-    if (lp->layout) ZCK_TRY(zck__xfer_add(x, lp, &dp[ZCK_STATE_LP], true, by_dst, true));
+    if (lp->layout) ZCK_TRY(zck__xfer_add(x, lp, &dp[ZCK_STATE_LP], true, by_dst, true, contig));
     if (sp[ZCK_STATE_FROZEN].layout)
-      ZCK_TRY(zck__xfer_add(x, &sp[ZCK_STATE_FROZEN], &dp[ZCK_STATE_LP], true, by_dst, true));
+      ZCK_TRY(zck__xfer_add(x, &sp[ZCK_STATE_FROZEN], &dp[ZCK_STATE_LP], true, by_dst, true, contig));
   }
   if (dp[ZCK_STATE_FROZEN].layout) {
     if (!sp[ZCK_STATE_FROZEN].layout) return zck__fail(ZCK_ERR_NOT_FOUND, "%s: no frozen-parameter data", who);
-    ZCK_TRY(zck__xfer_add(x, &sp[ZCK_STATE_FROZEN], &dp[ZCK_STATE_FROZEN], partial, by_dst, true));
+    ZCK_TRY(zck__xfer_add(x, &sp[ZCK_STATE_FROZEN], &dp[ZCK_STATE_FROZEN], partial, by_dst, true, contig));
   }
   /* every file holding buffers gets the one copy (same geometry, one plan each) */
   const zck_layout *bl = dst->buffers.layout;
   for (size_t i = 0; src->buffers.layout && bl && i < dst->n_buffer_copies; i++) {
     zck_state_part copy = {bl, dst->buffers.stores + i * bl->n_stores, dst->buffers.crc ? dst->buffers.crc + i * bl->n_stores : NULL};
-    ZCK_TRY(zck__xfer_add(x, &src->buffers, &copy, partial, by_dst, false));
+    ZCK_TRY(zck__xfer_add(x, &src->buffers, &copy, partial, by_dst, false, contig));
   }
   return ZCK_OK;
 }

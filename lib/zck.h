@@ -241,6 +241,20 @@ ZCK_API zck_status zck_consolidate(const char *ckpt, const char *out, const zck_
  * an existing file; the old one stays whole until the new one is complete). */
 ZCK_API zck_status zck_dcp_to_torch_save(const char *dcp, const char *out, const zck_consolidate_opts *opts);
 
+/* What torch.distributed.checkpoint._consolidate_hf_safetensors.consolidate_safetensors_files(
+ * dcp, out, fqn_to_index_mapping) writes, byte for byte, for a DCP saved with safetensors
+ * storage (HuggingFaceStorageWriter(save_distributed=True): shard-*.safetensors): the
+ * folder out with model-0000i-of-0000N.safetensors (torch's headers: no __metadata__, no
+ * padding, the mapping's order) and model.safetensors.index.json, plus zckpt's manifest.
+ * fqn_to_index: a JSON file holding the mapping ({fqn: i}, as torch takes it) or an index
+ * whose weight_map names each tensor's file (torchtitan's fqn_to_index_mapping); NULL: the
+ * save's own, read from the shard names (everything in file 1 when saved without one).
+ * What torch cannot write is refused in one line (0-d and non-floating tensors; a mapping
+ * naming a tensor the checkpoint lacks or leaving one out). Of opts: threads, overwrite,
+ * progress, no_verify, summary. */
+ZCK_API zck_status zck_dcp_consolidate_safetensors(const char *dcp, const char *out, const char *fqn_to_index,
+                                                   const zck_consolidate_opts *opts);
+
 /* The newest complete checkpoint-N folder of a Hugging Face Trainer output_dir, picked as
  * transformers' trainer_utils.get_last_checkpoint does (names ^checkpoint-(\d+)$ that are
  * folders, largest N; ASCII digits) but passing over incomplete ones: complete means its

@@ -56,7 +56,7 @@ static zck_status window_layout(const zck__g16 *g, const uint64_t *numel, size_t
     uint64_t b = t->begin / es, e = b + g->whole->stores[i].numel;
     if (b >= w1) break;
     uint64_t lo = b > w0 ? b : w0, hi = e < w1 ? e : w1;
-    if (lo < hi) pieces[n++] = (zck_piece){g->whole->stores[i].param, 0, lo - b, lo - w0, hi - lo};
+    if (lo < hi) pieces[n++] = (zck_piece){g->whole->stores[i].param, 0, lo - b, lo - w0, hi - lo, 0, 0};
     if (e > w1) break; /* continues in the next window */
   }
   *next = i;
@@ -432,5 +432,62 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
     free(wrote[i].r);
     pthread_mutex_destroy(&wrote[i].mu);
   }
+  return st;
+}
+
+// ---- a background save's share (save_async_ranks.c): no collective
+
+zck_status zck__g16_write_own(const zck_saver *s, const zck_saver_rank *r, const zck__g16 *g, int fd, const char *path) {
+  const zck_model *m = s->tr.model;
+  size_t es = zck_dtype_size(s->tr.lp_dtype), hlen = 0, next = 0;
+  zck_st_writer_header(g->w, &hlen);
+  uint64_t count = (zck_st_writer_file_size(g->w) - hlen) / es;
+  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
+  zck_piece *pieces = zck__calloc(g->n + 1, sizeof *pieces);
+  zck_layout *l = NULL;
+  zck__saver_view src;
+  memset(&src, 0, sizeof src);
+  zck_status st = numel && pieces ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < g->n; i++)
+    if (zck_st_writer_tensor(g->w, g->slot[i])->begin % es)
+      st = zck__fail(ZCK_ERR_INTERNAL, "%s: tensor %zu is not element aligned", path, i);
+  if (st == ZCK_OK) {
+    zck_model_numels(m, numel);
+    /* the whole data section as one window, one store at the file's data offset */
+    st = window_layout(g, numel, m->n_params, es, 0, count, &next, pieces, &l);
+  }
+  if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
+  if (st == ZCK_OK) {
+    zck_store store = zck_store_fd(fd, hlen, s->tr.lp_dtype, count, path);
+    zck_state_view dst;
+    memset(&dst, 0, sizeof dst);
+    dst.model = m;
+    dst.name = path;
+    dst.part[ZCK_STATE_LP] = (zck_state_part){l, &store, NULL};
+    zck_transfer_opts o = ZCK_TRANSFER_OPTS_INIT;
+    o.partial = true; /* the other ranks hold the rest */
+    st = zck_transfer(&src.v, &dst, 1, &o);
+  }
+  zck__saver_view_free(s, &src);
+  zck_layout_free(l);
+  free(numel);
+  free(pieces);
+  return st;
+}
+
+zck_status zck__g16_hash_back(const zck__g16 *g, const char *path) {
+  size_t hlen = 0;
+  zck_st_writer_header(g->w, &hlen);
+  uint64_t end = zck_st_writer_file_size(g->w);
+  uint8_t *buf = zck__malloc(G16_WINDOW);
+  if (!buf) return ZCK_ERR_NO_MEMORY;
+  int fd = zck_st_writer_fd(g->w);
+  zck_status st = ZCK_OK;
+  for (uint64_t at = hlen; st == ZCK_OK && at < end; at += G16_WINDOW) {
+    size_t n = end - at < G16_WINDOW ? (size_t)(end - at) : G16_WINDOW;
+    st = zck__pread_all(fd, buf, n, at, path);
+    if (st == ZCK_OK) zck_st_writer_wrote(g->w, at, buf, n);
+  }
+  free(buf);
   return st;
 }

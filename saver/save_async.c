@@ -62,6 +62,7 @@ void zck__saver_note(const zck_saver *s, const char *fmt, ...) {
 
 void zck__saver_job_free(zck__saver_job *j) {
   if (!j) return;
+  zck__g16_free(&j->g16); /* uncommitted: the file goes (with its folder) */
   zck__outdir_abort(&j->od); /* after a commit: frees the names only */
   free(j->copy.best_checkpoint);
   cJSON_Delete(j->copy.log_history);

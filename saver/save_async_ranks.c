@@ -33,6 +33,7 @@
 #include "deepspeed/ds_writer.h"
 #include "error.h"
 #include "manifest.h"
+#include "safetensors/safetensors.h"
 #include "stream_hash.h"
 #include "util.h"
 
@@ -120,12 +121,53 @@ static zck_status collect(zck__saver_job *j, int world, zck__manifest_known *all
   return ZCK_OK;
 }
 
+/* Stage 3's model.safetensors: this rank's bytes of the file rank 0 created at the save
+ * (rank 0: through its writer's descriptor; the others open it), on the disk before the
+ * rank says it is done. */
+static zck_status write_own_g16(zck__saver_job *j, bool lead) {
+  zck_saver *t = &j->copy;
+  char path[sizeof j->dir + 32];
+  snprintf(path, sizeof path, "%s/model.safetensors", j->dir);
+  if (lead) return zck__g16_write_own(t, &j->r0, &j->g16, zck_st_writer_fd(j->g16.w), path);
+  zck__g16 g;
+  ZCK_TRY(zck__g16_init(t, path, &g)); /* the same layout as rank 0's, not opened */
+  zck_status st = ZCK_OK;
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) st = zck__fail_errno(errno, "%s: cannot open for writing", path);
+  if (st == ZCK_OK) st = zck__g16_write_own(t, &j->r0, &g, fd, path);
+  if (st == ZCK_OK) {
+    /* durable before rank 0 commits (another host's writes are not in rank 0's fsync) */
+    int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
+    if (fe || fsync(fd) != 0) st = zck__fail_errno(fe ? fe : errno, "%s: fsync failed", path);
+  }
+  if (fd >= 0) close(fd);
+  zck__g16_free(&g);
+  return st;
+}
+
+/* Rank 0, every rank's bytes in: model.safetensors hashed (read back in file order: the
+ * ranks wrote it in pieces, and XXH3 wants the bytes in order) when the manifest lists it,
+ * and committed. */
+static zck_status commit_g16(zck__saver_job *j, zck__manifest_known *model, size_t *cap) {
+  bool listed = j->copy.tr.save_only_model;
+  char path[sizeof j->dir + 32];
+  snprintf(path, sizeof path, "%s/model.safetensors", j->dir);
+  if (listed) ZCK_TRY(zck__g16_hash_back(&j->g16, path));
+  ZCK_TRY(zck_st_writer_commit(j->g16.w));
+  return listed ? zck_st_writer_known(j->g16.w, "model.safetensors", model, cap) : ZCK_OK;
+}
+
 static zck_status rank_work(zck__saver_job *j) {
   zck_saver *t = &j->copy;
   int rank = j->r0.comm->rank, world = j->r0.comm->size;
+  bool only_model = t->tr.save_only_model, g16 = zck__saver_g16_wanted(t);
   zck_ds_writer *w = NULL;
-  zck_status st = zck__saver_set_lr(t, j->step); /* the writer's own clone of the manifest */
-  if (st == ZCK_OK) st = zck__saver_write_deepspeed(t, &j->r0, j->dir, j->step, &j->r0, &w);
+  zck_status st = ZCK_OK;
+  if (!only_model) {
+    st = zck__saver_set_lr(t, j->step); /* the writer's own clone of the manifest */
+    if (st == ZCK_OK) st = zck__saver_write_deepspeed(t, &j->r0, j->dir, j->step, &j->r0, &w);
+  }
+  if (st == ZCK_OK && g16) st = write_own_g16(j, rank == 0);
   const zck__manifest_known *own = w ? zck__ds_writer_known(w, NULL, NULL) : NULL;
   if (st == ZCK_OK && rank > 0) st = leave_hashes(j->dir, rank, own);
   if (st != ZCK_OK) snprintf(j->own_msg, sizeof j->own_msg, "%s", zck_last_error());
@@ -147,7 +189,9 @@ static zck_status rank_work(zck__saver_job *j) {
   free(buf);
   zck_ds_writer_free(w);
   if (st == ZCK_OK) st = collect(j, world, &all, &cap);
-  if (st == ZCK_OK) st = zck__saver_finish(t, &j->r0, &j->od, j->step, true, &all, &model);
+  size_t cap_model = 0;
+  if (st == ZCK_OK && g16) st = commit_g16(j, &model, &cap_model);
+  if (st == ZCK_OK) st = zck__saver_finish(t, &j->r0, &j->od, j->step, true, only_model ? NULL : &all, &model);
   if (st == ZCK_OK) st = zck_saver_rotate(t);
   zck__known_free(&all);
   zck__known_free(&model);
@@ -156,6 +200,19 @@ static zck_status rank_work(zck__saver_job *j) {
 }
 
 // ---- the step loop's side (collective)
+
+/* Rank 0, stage 3's 16-bit save: model.safetensors made now (header, full size) in the
+ * temporary folder, so that every rank's writer can fill its own bytes; hashed when the
+ * manifest will list it. */
+static zck_status create_g16(zck__saver_job *j) {
+  char path[sizeof j->dir + 32];
+  snprintf(path, sizeof path, "%s/model.safetensors", j->dir);
+  ZCK_TRY(zck__g16_init(&j->copy, path, &j->g16));
+  atomic_init(&j->g16_budget.used, 0);
+  j->g16_budget.max = zck__shash_default_budget();
+  if (j->copy.tr.save_only_model) ZCK_TRY(zck_st_writer_hash(j->g16.w, &j->g16_budget));
+  return zck_st_writer_open(j->g16.w, path);
+}
 
 /* Each rank: its own files of the save in flight are written (waited for, said in the log
  * when it had to), agreed across ranks; rank 0 then joins its writer. Returns the agreed
@@ -215,6 +272,7 @@ zck_status zck__saver_save_async_ranks(zck_saver *s, const zck_saver_rank *r, in
       snprintf(tag, sizeof tag, "%s/global_step%lld", j->dir, (long long)step);
       if (mkdir(tag, 0755) != 0) st = zck__fail_errno(errno, "%s: cannot create", tag);
     }
+    if (st == ZCK_OK && zck__saver_g16_wanted(s)) st = create_g16(j);
   }
   /* one agreement: the save before (rank 0's commit of it), the snapshots, the folder */
   st = zck_comm_agree(c, st);

@@ -5,6 +5,7 @@
 #include "saver.h"
 
 #include "io.h"
+#include "stream_hash.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -64,6 +65,13 @@ zck_status zck__g16_write(const zck_saver *s, const zck_saver_rank *r0, const ch
  * that rank). */
 zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, const char *path,
                                  struct zck__manifest_known *known, size_t *cap);
+/* Per rank, no collective (a background save's writer): this rank's partitions' bytes of
+ * the file g lays out, straight into fd (open for writing, created by rank 0), by one
+ * partial transfer; the other ranks write the rest. */
+zck_status zck__g16_write_own(const zck_saver *s, const zck_saver_rank *r, const zck__g16 *g, int fd, const char *path);
+/* Rank 0, once every rank's bytes of g's open file are on the disk: its data section read
+ * back front to back into the hashes g->w makes (zck_st_writer_hash was set before open). */
+zck_status zck__g16_hash_back(const zck__g16 *g, const char *path);
 /* (tests) The window in bytes (0: the default, 16 MiB). */
 void zck__g16_set_window(size_t bytes);
 
@@ -107,6 +115,9 @@ typedef struct zck__saver_job {
   zck_status own_status;
   char own_msg[1024];
   atomic_bool abandon;         /* rank 0's writer stops waiting for the others' files */
+  zck__g16 g16;                /* rank 0, stage-3 16-bit save: model.safetensors, created at
+                                * the save so every rank's writer can fill its bytes */
+  zck__shash_budget g16_budget; /* its hashes' memory (when the manifest lists it) */
 } zck__saver_job;
 
 zck_status zck__saver_save_async(zck_saver *s, const zck_saver_rank *r, int64_t step);

@@ -18,15 +18,9 @@
 zck_status zck_saver_init(zck_saver *s, const zck_saver_opts *o, const zck_saver_train *tr, const zck_saver_hooks *h) {
   memset(s, 0, sizeof *s);
   /* the background writers of ranks that are processes write their own files and meet in
-   * the checkpoint folder (save_async_ranks.c); the stage-3 16-bit file is gathered over
-   * the comm, which only the step loop may use */
-  if (tr->async_save && tr->per_rank) {
-    ZCK_FAIL_IF(!tr->one_rank, ZCK_ERR_UNSUPPORTED,
-                "async saves of ranks that are threads are written by one process: drop the per-rank save");
-    ZCK_FAIL_IF(tr->stage == 3 && (tr->gather16 || tr->save_only_model), ZCK_ERR_UNSUPPORTED,
-                "ranks that are processes save the stage-3 16-bit model (stage3_gather_16bit_weights_on_model_save, "
-                "--save-only-model) synchronously: drop the async save or that option");
-  }
+   * the checkpoint folder (save_async_ranks.c) */
+  ZCK_FAIL_IF(tr->async_save && tr->per_rank && !tr->one_rank, ZCK_ERR_UNSUPPORTED,
+              "async saves of ranks that are threads are written by one process: drop the per-rank save");
   s->o = *o;
   s->tr = *tr;
   s->h = *h;

@@ -19,7 +19,8 @@
  *     a param with optimizer state is trainable, one without it frozen;
  *   - a state view (lib/state.h): FP32 (trainable weights), EXP_AVG, EXP_AVG_SQ and
  *     FROZEN parts, each a custom layout whose stores are the chunks (a block that cuts an
- *     inner dimension is one piece per contiguous run of it), bound in place to
+ *     inner dimension is one strided piece, its rows runs a row stride apart: one extent
+ *     of the copy whatever its rows), bound in place to
  *     their bytes inside the items (a window source per item) with the zip CRC-32 of each
  *     record, so the executor checks every byte it streams;
  *   - the consolidation recipe (dcp_to_torch_save's model entries, in order, in their
@@ -117,6 +118,15 @@ typedef struct zck_dcp_record {
  * their zip directories. fn's error stops the walk. */
 zck_status zck_dcp_each_record(const zck_dcp *c, zck_status (*fn)(void *ctx, const zck_dcp_record *r), void *ctx);
 
+/* ---- safetensors storage (dcp_safetensors.c)
+ * Whether c is a folder of torch's HuggingFaceStorageWriter (shard-*.safetensors). */
+bool zck_dcp_is_safetensors(const zck_dcp *c);
+/* The output file the writer put entry i in, read from its shard files' names
+ * shard-<r>-model-<i>-of-<n>: <i> (1 when saved without fqn_to_index_mapping), and in *of
+ * the <n> every shard name shares. 0 when the names do not say (a name of another shape,
+ * or the tensor in two files; *of: names that differ), or c is not safetensors storage. */
+uint32_t zck_dcp_st_file(const zck_dcp *c, size_t entry, uint32_t *of);
+
 /* ---- torch's dcp_to_torch_save (dcp_torch_save.c)
  * Writes at path the file torch.distributed.checkpoint.format_utils.dcp_to_torch_save(dir,
  * path) writes for the DCP folder c was opened on, byte for byte: the whole state dict
@@ -149,6 +159,11 @@ zck_status zck_dcp_ties_by_crc(const zck_dcp *c, int32_t *tied);
  * save_state, HF Trainer with FSDP), whose other files (trainer_state.json, scheduler.pt,
  * rng states) belong to the checkpoint; NULL for a plain DCP folder. malloc'd. */
 char *zck_dcp_save_root(const zck_dcp *c);
+/* An adapter-only PEFT save (the HF Trainer's FSDP checkpoint of a PEFT model): the adapter
+ * name its model keys drop, else NULL; and the name param p has in the module (and in the
+ * optimizer's state): its model key, with the adapter name put back in such a save. */
+const char *zck_dcp_peft_adapter(const zck_dcp *c);
+const char *zck_dcp_param_module_name(const zck_dcp *c, uint32_t p);
 /* Chunks of param p's model entry (0: none): FSDP2 shards a param (one chunk per rank,
  * empty ones included) and writes a replicated tensor (a buffer) once. */
 size_t zck_dcp_param_chunks(const zck_dcp *c, uint32_t p);

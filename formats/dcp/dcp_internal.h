@@ -48,6 +48,7 @@ typedef struct zck__dcp_entry {
   uint64_t numel;
   size_t first_chunk, n_chunks;    /* into chunks[] */
   size_t item;                     /* bytes entries: their storage item */
+  uint32_t st_file;                /* safetensors storage: the <i> of its shards' names (0: they do not agree) */
 } zck__dcp_entry;
 
 /* A storage_data entry: one item of a data file. */
@@ -74,6 +75,7 @@ typedef struct zck__dcp_file {
 struct zck_dcp {
   zck_dcp_info info;
   bool safetensors;                /* safetensors storage (dcp_safetensors.c): no .metadata, no CRCs */
+  uint32_t st_files;               /* safetensors storage: the <n> of the shards' names (0: they do not agree) */
   char *dir;
   char *optim_dir;                 /* Accelerate's optimizer_0 beside pytorch_model_fsdp_0, or NULL */
   char *version, *save_id;
@@ -90,11 +92,19 @@ struct zck_dcp {
   /* described */
   zck_model *model;
   uint32_t *param_of_entry;        /* [n_entries]: the param of a MODEL / OPTIM_STATE entry, or UINT32_MAX */
+  char *peft_adapter;              /* an adapter-only PEFT save: the adapter name its model keys drop (dcp_peft.c) */
+  const char **module_name;        /* with it, [n_params]: the optimizer's name of each param (an entry's fqn) or NULL */
   zck_layout *layout[ZCK_STATE_KINDS];
   zck_store *stores[ZCK_STATE_KINDS];
   zck_ds_output *outs;
   size_t n_outs;
 };
+
+/* dcp_peft.c: the param an optimizer fqn names: the model key itself, or in an adapter-only
+ * PEFT save that key without its adapter name (learned from the first such fqn, then held
+ * to); -1 if none. Then, once every state entry is placed, each param's module name. */
+int64_t zck__dcp_find_weight(zck_dcp *c, const char *fqn);
+zck_status zck__dcp_note_module_names(zck_dcp *c);
 
 /* dcp_meta.c: parses the metadata pickle of folder dir into c's entries, chunks, items and
  * files (names only; nothing opened), checking the chunk geometry. Called once per folder

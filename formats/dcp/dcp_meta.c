@@ -1,49 +1,16 @@
 /* dcp_meta.c: the .metadata pickle of a DCP folder, read as torch's unpickler would see it
  * (only the classes dcp_format.h lists), into entries, chunks, items and file names, with
  * the chunk geometry checked: every chunk a block inside its tensor, the chunks covering
- * the tensor exactly once, one item per chunk. */
-#include "dcp_internal.h"
+ * the tensor exactly once, one item per chunk. The per-chunk objects are read as the
+ * pickle streams (dcp_meta_objects.c); what is left of the tree here is one node per
+ * entry and per item. */
+#include "dcp_meta_internal.h"
 
-#include "pickle/pickle.h"
-#include "util.h"
-
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Which chunk of an entry starts at given offsets: an open-addressing table of chunk
- * indices, compared through the chunks themselves (a metadata of 100k chunks costs 32
- * bytes a chunk here, not a key string and a map entry). */
-typedef struct chunk_slot {
-  size_t chunk;                    /* SIZE_MAX: empty */
-  size_t entry;
-} chunk_slot;
-typedef struct chunk_table {
-  chunk_slot *slot;
-  size_t cap, n;                   /* cap: a power of two, at least twice n */
-} chunk_table;
-
-typedef struct mctx {
-  zck_dcp *c;
-  const char *dir;                 /* the folder whose .metadata this is */
-  const char *path;                /* the .metadata file, for messages */
-  zck__strmap entry_index;         /* key -> entry */
-  chunk_table chunk_index;         /* (entry, offsets) -> chunk */
-  size_t chunk_base;               /* c->n_chunks before this folder */
-  size_t entry_base;               /* c->n_entries before this folder */
-} mctx;
-
-#define MFAIL(st, ...) mfail(x, (st), __VA_ARGS__)
-static zck_status mfail(const mctx *x, zck_status st, const char *fmt, ...) ZCK__PRINTF(3, 4);
-static zck_status mfail(const mctx *x, zck_status st, const char *fmt, ...) {
-  char msg[768];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return zck__fail(st, "%s: %s", x->path, msg);
-}
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Grows *p to exactly need elements (the counts are known before the entries are read:
  * no doubling slack in the tables that outlive the parse). */
@@ -57,10 +24,19 @@ static bool reserve_exact(void **p, size_t *cap, size_t need, size_t elem) {
   return true;
 }
 
+/* Gives back a table's slack once it is full (it grew by doubling as the stream came). */
+static void shrink_exact(void **p, size_t *cap, size_t n, size_t elem) {
+  if (!n || n == *cap) return;
+  void *q = realloc(*p, n * elem);
+  if (!q) return;
+  *p = q;
+  *cap = n;
+}
+
 // ---- the chunk table
 
-static uint64_t chunk_hash(size_t entry, const int64_t *off, int nd) {
-  uint64_t h = (uint64_t)entry * 0x9E3779B97F4A7C15ull;
+static uint64_t chunk_hash(size_t tensor, const int64_t *off, int nd) {
+  uint64_t h = (uint64_t)tensor * 0x9E3779B97F4A7C15ull;
   for (int d = 0; d < nd; d++) {
     h = (h ^ (uint64_t)off[d]) * 0xBF58476D1CE4E5B9ull;
     h ^= h >> 29;
@@ -68,13 +44,13 @@ static uint64_t chunk_hash(size_t entry, const int64_t *off, int nd) {
   return h ^ (h >> 32);
 }
 
-/* The slot of (entry, off) in t: its chunk, or the empty slot where it would go. */
-static chunk_slot *table_probe(const zck_dcp *c, const chunk_table *t, size_t entry, const int64_t *off, int nd) {
+/* The slot of (tensor, off) in t: its chunk, or the empty slot where it would go. */
+static chunk_slot *table_probe(const zck_dcp *c, const chunk_table *t, size_t tensor, const int64_t *off, int nd) {
   size_t mask = t->cap - 1;
-  for (size_t i = (size_t)chunk_hash(entry, off, nd) & mask;; i = (i + 1) & mask) {
+  for (size_t i = (size_t)chunk_hash(tensor, off, nd) & mask;; i = (i + 1) & mask) {
     chunk_slot *s = &t->slot[i];
     if (s->chunk == SIZE_MAX) return s;
-    if (s->entry == entry && !memcmp(c->chunks[s->chunk].offsets, off, (size_t)nd * sizeof *off)) return s;
+    if (s->tensor == tensor && !memcmp(c->chunks[s->chunk].offsets, off, (size_t)nd * sizeof *off)) return s;
   }
 }
 
@@ -89,120 +65,25 @@ static bool table_reserve(const zck_dcp *c, chunk_table *t, size_t n) {
   for (size_t i = 0; i < t->cap; i++)
     if (t->slot[i].chunk != SIZE_MAX) {
       const zck__dcp_chunk *ch = &c->chunks[t->slot[i].chunk];
-      *table_probe(c, &nt, t->slot[i].entry, ch->offsets, ZCK_MAX_DIMS) = t->slot[i];
+      *table_probe(c, &nt, t->slot[i].tensor, ch->offsets, ZCK_MAX_DIMS) = t->slot[i];
     }
   free(t->slot);
   *t = nt;
   return true;
 }
 
-/* Adds chunk ci of entry; *dup when an earlier chunk of entry starts at the same offsets
- * (the table keeps the earlier one). */
-static bool table_add(const zck_dcp *c, chunk_table *t, size_t entry, size_t ci, bool *dup) {
+bool zck__dcp_table_add(const zck_dcp *c, chunk_table *t, size_t tensor, size_t ci, bool *dup) {
   if (!table_reserve(c, t, t->n + 1)) return false;
-  chunk_slot *s = table_probe(c, t, entry, c->chunks[ci].offsets, ZCK_MAX_DIMS);
+  chunk_slot *s = table_probe(c, t, tensor, c->chunks[ci].offsets, ZCK_MAX_DIMS);
   *dup = s->chunk != SIZE_MAX;
   if (!*dup) {
-    *s = (chunk_slot){ci, entry};
+    *s = (chunk_slot){ci, tensor};
     t->n++;
   }
   return true;
 }
 
-// ---- the allowed classes, in the forms torch writes them
-
-/* Every GLOBAL of the stream must be allowlisted, and nothing may be a persistent id
- * (torch's plain pickle.load has no persistent_load: it would raise). */
-static zck_status check_globals(mctx *x, const zck_pk_doc *doc) {
-  for (size_t i = 0, n = zck_pk_doc_node_count(doc); i < n; i++) {
-    const zck_pk *p = zck_pk_doc_node_at(doc, i);
-    if (p->kind == ZCK_PK_PERSID) return MFAIL(ZCK_ERR_FORMAT, "a persistent id, which a metadata pickle never holds");
-    if (p->kind == ZCK_PK_GLOBAL && !zck_dcp_global_allowed(p->u.global.module, p->u.global.name))
-      return MFAIL(ZCK_ERR_FORMAT, "global %s.%s is not a class of DCP metadata (refused)", p->u.global.module,
-                   p->u.global.name);
-    /* a path is built from strings, and nothing else is done to it */
-    if (p->kind == ZCK_PK_OBJECT && p->u.obj.callable->kind == ZCK_PK_GLOBAL &&
-        zck_dcp_is_path_class(p->u.obj.callable->u.global.module, p->u.obj.callable->u.global.name)) {
-      const zck_pk *a = p->u.obj.args;
-      bool ok = a && a->kind == ZCK_PK_TUPLE && !p->u.obj.state && !p->u.obj.list_items && !p->u.obj.dict_items;
-      for (size_t j = 0; ok && j < a->u.seq.len; j++) ok = a->u.seq.items[j]->kind == ZCK_PK_STR;
-      if (!ok) return MFAIL(ZCK_ERR_FORMAT, "a pathlib path not built from strings");
-    }
-  }
-  return ZCK_OK;
-}
-
-/* The BUILD state of a dataclass instance of class cls, made as NEWOBJ(cls, ()): a dict,
- * or NULL for a class with no fields (BytesStorageMetadata). */
-static zck_status dataclass_state(mctx *x, const zck_pk *node, zck_dcp_class cls, const char *where,
-                                  const zck_pk **state) {
-  *state = NULL;
-  if (!node || node->kind != ZCK_PK_OBJECT ||
-      !zck_pk_is_global(node->u.obj.callable, zck_dcp_class_module(cls), zck_dcp_class_name(cls)))
-    return MFAIL(ZCK_ERR_FORMAT, "%s: expected a %s", where, zck_dcp_class_name(cls));
-  if (!node->u.obj.newobj || !node->u.obj.args || node->u.obj.args->kind != ZCK_PK_TUPLE ||
-      node->u.obj.args->u.seq.len || node->u.obj.list_items || node->u.obj.dict_items)
-    return MFAIL(ZCK_ERR_FORMAT, "%s: a %s not built as torch pickles it", where, zck_dcp_class_name(cls));
-  const zck_pk *s = node->u.obj.state;
-  if (s && s->kind == ZCK_PK_NONE) s = NULL;
-  if (s && s->kind != ZCK_PK_DICT && cls != ZCK_DCP_CLS_TENSOR_PROPERTIES)
-    return MFAIL(ZCK_ERR_FORMAT, "%s: the state of a %s is not a dict", where, zck_dcp_class_name(cls));
-  *state = s;
-  return ZCK_OK;
-}
-
-/* A torch.Size (a tuple of ints >= 0) into v[]; n its length. */
-static zck_status size_of(mctx *x, const zck_pk *node, const char *where, int64_t *v, int *n) {
-  if (!node || node->kind != ZCK_PK_TUPLE || node->tag != ZCK_PK_TAG_TORCH_SIZE)
-    return MFAIL(ZCK_ERR_FORMAT, "%s: expected a torch.Size", where);
-  if (node->u.seq.len > ZCK_MAX_DIMS)
-    return MFAIL(ZCK_ERR_LIMIT, "%s: %zu dimensions (at most %d)", where, node->u.seq.len, ZCK_MAX_DIMS);
-  for (size_t i = 0; i < node->u.seq.len; i++) {
-    const zck_pk *d = node->u.seq.items[i];
-    if (d->kind != ZCK_PK_INT || d->u.i < 0) return MFAIL(ZCK_ERR_FORMAT, "%s: dimension %zu is not an int >= 0", where, i);
-    v[i] = d->u.i;
-  }
-  *n = (int)node->u.seq.len;
-  return ZCK_OK;
-}
-
-static const char *str_field(const zck_pk *state, const char *name) {
-  return zck_pk_as_str(zck_pk_dict_get(state, name));
-}
-
 // ---- entries
-
-static zck_status tensor_properties(mctx *x, const zck_pk *node, const char *key, zck_dtype *dtype) {
-  const zck_pk *st;
-  ZCK_TRY(dataclass_state(x, node, ZCK_DCP_CLS_TENSOR_PROPERTIES, key, &st));
-  /* __getstate__: (dtype, layout, requires_grad, memory format, pin_memory[, strides]) */
-  if (!st || st->kind != ZCK_PK_TUPLE || (st->u.seq.len != 5 && st->u.seq.len != 6))
-    return MFAIL(ZCK_ERR_FORMAT, "%s: TensorProperties state is not a 5- or 6-tuple", key);
-  const zck_pk *const *f = (const zck_pk *const *)st->u.seq.items;
-  if (f[0]->kind != ZCK_PK_GLOBAL || strcmp(f[0]->u.global.module, "torch"))
-    return MFAIL(ZCK_ERR_FORMAT, "%s: TensorProperties dtype is not a torch dtype", key);
-  *dtype = zck_dcp_dtype_of(f[0]->u.global.name);
-  if (*dtype == ZCK_DTYPE_INVALID)
-    return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: dtype torch.%s is not supported", key, f[0]->u.global.name);
-  const zck_pk *lay = f[1];
-  if (lay->kind != ZCK_PK_OBJECT || !zck_pk_is_global(lay->u.obj.callable, ZCK_DCP_LAYOUT_MODULE, ZCK_DCP_LAYOUT_NAME) ||
-      lay->u.obj.newobj || !lay->u.obj.args || lay->u.obj.args->u.seq.len != 1 ||
-      !zck_pk_as_str(lay->u.obj.args->u.seq.items[0]))
-    return MFAIL(ZCK_ERR_FORMAT, "%s: TensorProperties layout is not a torch layout", key);
-  const char *ls = zck_pk_as_str(lay->u.obj.args->u.seq.items[0]);
-  if (strcmp(ls, ZCK_DCP_LAYOUT_STRIDED))
-    return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: tensor layout %s is not supported (only torch.strided)", key, ls);
-  const zck_pk *mf = f[3];
-  int64_t enc;
-  if (mf->kind != ZCK_PK_OBJECT || !zck_pk_is_global(mf->u.obj.callable, zck_dcp_class_module(ZCK_DCP_CLS_MEM_FORMAT),
-                                                     zck_dcp_class_name(ZCK_DCP_CLS_MEM_FORMAT)) ||
-      mf->u.obj.newobj || !mf->u.obj.args || mf->u.obj.args->u.seq.len != 1 ||
-      !zck_pk_as_int(mf->u.obj.args->u.seq.items[0], &enc) || enc < ZCK_DCP_MEM_CONTIGUOUS || enc > ZCK_DCP_MEM_PRESERVE)
-    return MFAIL(ZCK_ERR_FORMAT, "%s: TensorProperties memory format is not a _MEM_FORMAT_ENCODING", key);
-  if (f[2]->kind != ZCK_PK_BOOL || f[4]->kind != ZCK_PK_BOOL)
-    return MFAIL(ZCK_ERR_FORMAT, "%s: TensorProperties requires_grad / pin_memory are not bools", key);
-  return ZCK_OK;
-}
 
 /* The path planner_data keeps for key, as strings into parts[] (ints in decimal in bufs). */
 static size_t planner_path(const zck_pk_dict_index *pd, const char *key, const char **parts, char (*bufs)[24], size_t cap) {
@@ -248,7 +129,7 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
       zck_pk_is_global(md->u.obj.callable, zck_dcp_class_module(ZCK_DCP_CLS_BYTES_STORAGE),
                        zck_dcp_class_name(ZCK_DCP_CLS_BYTES_STORAGE))) {
     const zck_pk *st;
-    ZCK_TRY(dataclass_state(x, md, ZCK_DCP_CLS_BYTES_STORAGE, key, &st));
+    ZCK_TRY(zck__dcp_dataclass_state(x, md, ZCK_DCP_CLS_BYTES_STORAGE, key, &st));
     e->is_bytes = true;
     if (k.kind == ZCK_DCP_KEY_MODEL && np == 1) {   /* a top-level setting, not a weight */
       e->k.kind = ZCK_DCP_KEY_OTHER;
@@ -259,41 +140,21 @@ static zck_status add_entry(mctx *x, const char *key, const zck_pk *md, const zc
       return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: a model entry that is bytes, not a tensor", key);
     return ZCK_OK;
   }
-  const zck_pk *st;
-  ZCK_TRY(dataclass_state(x, md, ZCK_DCP_CLS_TENSOR_STORAGE, key, &st));
-  ZCK_TRY(tensor_properties(x, zck_pk_dict_get(st, "properties"), key, &e->dtype));
-  ZCK_TRY(size_of(x, zck_pk_dict_get(st, "size"), key, e->shape, &e->ndim));
-  e->numel = 1;
-  for (int d = 0; d < e->ndim; d++)
-    if (!zck__mul_u64(e->numel, (uint64_t)e->shape[d], &e->numel) || e->numel >> 62)
-      return MFAIL(ZCK_ERR_LIMIT, "%s: shape too large", key);
-  const zck_pk *chunks = zck_pk_dict_get(st, "chunks");
-  if (!chunks || chunks->kind != ZCK_PK_LIST) return MFAIL(ZCK_ERR_FORMAT, "%s: chunks is not a list", key);
-  e->first_chunk = c->n_chunks;
-  e->n_chunks = chunks->u.seq.len;
-  if (!ZCK__GROW(c->chunks, c->cap_chunks, c->n_chunks + e->n_chunks)) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < e->n_chunks; i++) {
-    size_t ci = c->n_chunks;
-    zck__dcp_chunk *ch = &c->chunks[ci];
-    memset(ch, 0, sizeof *ch);
-    ch->item = SIZE_MAX;
-    c->n_chunks++;
-    const zck_pk *cs;
-    char where[96];
-    snprintf(where, sizeof where, "%.60s chunk %zu", key, i);
-    ZCK_TRY(dataclass_state(x, chunks->u.seq.items[i], ZCK_DCP_CLS_CHUNK, where, &cs));
-    int no, ns;
-    ZCK_TRY(size_of(x, zck_pk_dict_get(cs, "offsets"), where, ch->offsets, &no));
-    ZCK_TRY(size_of(x, zck_pk_dict_get(cs, "sizes"), where, ch->sizes, &ns));
-    if (no != e->ndim || ns != e->ndim)
-      return MFAIL(ZCK_ERR_FORMAT, "%s: %d offsets and %d sizes for a %d-dimensional tensor", where, no, ns, e->ndim);
-    if (!table_add(c, &x->chunk_index, ei, ci, &dup)) return ZCK_ERR_NO_MEMORY;
-    /* empty chunks (ranks past a short dimension: 1 row over 3 ranks) may share their
-     * offsets; torch's dedup then saves one item for them */
-    bool empty = false;
-    for (int d = 0; d < e->ndim; d++) empty |= ch->sizes[d] == 0;
-    if (dup && !empty) return MFAIL(ZCK_ERR_FORMAT, "%s: two chunks start at the same offsets", where);
+  /* a tensor: read (and checked) as it streamed */
+  if (!zck__dcp_consumed(md, ZCK_DCP_CLS_TENSOR_STORAGE)) {
+    const zck_pk *st;
+    ZCK_TRY(zck__dcp_dataclass_state(x, md, ZCK_DCP_CLS_TENSOR_STORAGE, key, &st));
+    return MFAIL(ZCK_ERR_FORMAT, "%s: a TensorStorageMetadata not built as torch pickles it", key);
   }
+  dcp_tensor_rec *r = &x->tensors[md->u.obj.sink_handle];
+  if (r->used) return MFAIL(ZCK_ERR_FORMAT, "%s: the TensorStorageMetadata of another key", key);
+  r->used = true;
+  e->dtype = r->dtype;
+  e->ndim = r->ndim;
+  memcpy(e->shape, r->shape, sizeof e->shape);
+  e->numel = r->numel;
+  e->first_chunk = r->first_chunk;
+  e->n_chunks = r->n_chunks;
   return ZCK_OK;
 }
 
@@ -442,85 +303,49 @@ zck_status zck__dcp_check_chunks(zck_dcp *c, const char *path, size_t i) {
 
 // ---- storage items
 
-static bool plain_file_name(const char *s) {
-  return *s && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, "..");
-}
-
+/* A storage_data pair: the MetadataIndex and _StorageInfo read as they streamed, the item
+ * bound to its entry and chunk. */
 static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
   zck_dcp *c = x->c;
-  const zck_pk *ks, *vs;
-  ZCK_TRY(dataclass_state(x, kn, ZCK_DCP_CLS_METADATA_INDEX, "storage_data key", &ks));
-  const char *fqn = str_field(ks, "fqn");
-  if (!fqn) return MFAIL(ZCK_ERR_FORMAT, "storage_data: a MetadataIndex without fqn");
-  ZCK_TRY(dataclass_state(x, vn, ZCK_DCP_CLS_STORAGE_INFO, fqn, &vs));
-  const char *rel = str_field(vs, "relative_path");
-  int64_t off, len;
-  if (!rel || !zck_pk_as_int(zck_pk_dict_get(vs, "offset"), &off) || !zck_pk_as_int(zck_pk_dict_get(vs, "length"), &len) ||
-      off < 0 || len < 0)
-    return MFAIL(ZCK_ERR_FORMAT, "%s: storage info without a relative_path, offset >= 0 and length >= 0", fqn);
-  if (!plain_file_name(rel)) return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: data file '%.200s' is not a file of the folder", fqn, rel);
-  const zck_pk *td = zck_pk_dict_get(vs, "transform_descriptors");
-  if (td && td->kind != ZCK_PK_NONE) {
-    if ((td->kind != ZCK_PK_LIST && td->kind != ZCK_PK_TUPLE))
-      return MFAIL(ZCK_ERR_FORMAT, "%s: transform_descriptors is not a list", fqn);
-    if (td->u.seq.len) {
-      const char *d = zck_pk_as_str(td->u.seq.items[0]);
-      return MFAIL(ZCK_ERR_UNSUPPORTED, "%s: unknown transform descriptor '%.100s' (compressed or transformed items are not read)",
-                   fqn, d ? d : "?");
-    }
+  if (!zck__dcp_consumed(kn, ZCK_DCP_CLS_METADATA_INDEX)) {
+    const zck_pk *ks;
+    ZCK_TRY(zck__dcp_dataclass_state(x, kn, ZCK_DCP_CLS_METADATA_INDEX, "storage_data key", &ks));
+    return MFAIL(ZCK_ERR_FORMAT, "storage_data key: a MetadataIndex not built as torch pickles it");
   }
+  dcp_index_rec *r = &x->indexes[kn->u.obj.sink_handle];
+  const char *fqn = x->fqns[r->fqn];
+  if (r->used) return MFAIL(ZCK_ERR_FORMAT, "%s: one MetadataIndex is two keys of storage_data", fqn);
+  r->used = true;
+  if (!zck__dcp_consumed(vn, ZCK_DCP_CLS_STORAGE_INFO)) {
+    const zck_pk *vs;
+    ZCK_TRY(zck__dcp_dataclass_state(x, vn, ZCK_DCP_CLS_STORAGE_INFO, fqn, &vs));
+    return MFAIL(ZCK_ERR_FORMAT, "%s: a _StorageInfo not built as torch pickles it", fqn);
+  }
+  size_t ii = x->item_base + vn->u.obj.sink_handle;
+  zck__dcp_item *it = &c->items[ii];
+  if (it->entry != SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: one _StorageInfo for two items", fqn);
   size_t ei;
   if (!zck__strmap_get(&x->entry_index, fqn, &ei)) return MFAIL(ZCK_ERR_FORMAT, "storage_data names %s, which no entry lists", fqn);
   zck__dcp_entry *e = &c->entries[ei];
-
-  if (!ZCK__GROW(c->items, c->cap_items, c->n_items + 1)) return ZCK_ERR_NO_MEMORY;
-  size_t ii = c->n_items;
-  zck__dcp_item *it = &c->items[ii];
-  memset(it, 0, sizeof *it);
-  it->win.fd = -1;
   it->entry = ei;
-  it->chunk = SIZE_MAX;
-  it->off = (uint64_t)off;
-  it->len = (uint64_t)len;
-  c->n_items++;
 
-  const zck_pk *on = zck_pk_dict_get(ks, "offset");
   if (e->is_bytes) {
-    if (on && on->kind != ZCK_PK_NONE) return MFAIL(ZCK_ERR_FORMAT, "%s: a bytes item with chunk offsets", fqn);
+    if (r->ndim != INDEX_NO_OFFSET) return MFAIL(ZCK_ERR_FORMAT, "%s: a bytes item with chunk offsets", fqn);
     if (e->item != SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: two items for one bytes entry", fqn);
     e->item = ii;
-  } else {
-    int64_t o[ZCK_MAX_DIMS] = {0};   /* past ndim: zeros, as in the chunks */
-    int no;
-    ZCK_TRY(size_of(x, on, fqn, o, &no));
-    const chunk_slot *hit = no == e->ndim && x->chunk_index.cap ? table_probe(c, &x->chunk_index, ei, o, ZCK_MAX_DIMS) : NULL;
-    if (!hit || hit->chunk == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: an item at offsets that start no chunk", fqn);
-    size_t ci = hit->chunk;
-    if (c->chunks[ci].item != SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: two items for one chunk", fqn);
-    c->chunks[ci].item = ii;
-    it->chunk = ci;
+    return ZCK_OK;
   }
-
-  size_t fi;
-  char *fpath = zck__path_join(x->dir, rel);
-  if (!fpath) return ZCK_ERR_NO_MEMORY;
-  bool known = zck__strmap_get(&c->file_index, fpath, &fi);
-  if (known) free(fpath);
-  else {
-    if (!ZCK__GROW(c->files, c->cap_files, c->n_files + 1)) { free(fpath); return ZCK_ERR_NO_MEMORY; }
-    fi = c->n_files;
-    zck__dcp_file *f = &c->files[fi];
-    memset(f, 0, sizeof *f);
-    f->src.fd = -1;
-    f->name = zck__strdup(rel);
-    f->path = fpath;
-    c->n_files++;
-    if (!f->name) return ZCK_ERR_NO_MEMORY;
-    bool dup;
-    size_t prev;
-    ZCK_TRY(zck__strmap_put(&c->file_index, f->path, fi, &dup, &prev));
-  }
-  it->file = fi;
+  if (r->ndim < 0) return MFAIL(ZCK_ERR_FORMAT, "%s: expected a torch.Size", fqn);
+  int64_t o[ZCK_MAX_DIMS] = {0};   /* past ndim: zeros, as in the chunks */
+  memcpy(o, x->offsets + r->offsets, (size_t)r->ndim * sizeof *o);
+  const chunk_slot *hit = r->ndim == e->ndim && e->n_chunks && x->chunk_index.cap
+                              ? table_probe(c, &x->chunk_index, e->first_chunk, o, ZCK_MAX_DIMS)
+                              : NULL;
+  if (!hit || hit->chunk == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: an item at offsets that start no chunk", fqn);
+  size_t ci = hit->chunk;
+  if (c->chunks[ci].item != SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: two items for one chunk", fqn);
+  c->chunks[ci].item = ii;
+  it->chunk = ci;
   return ZCK_OK;
 }
 
@@ -529,34 +354,23 @@ static zck_status add_item(mctx *x, const zck_pk *kn, const zck_pk *vn) {
 static zck_status parse_root(mctx *x, const zck_pk *root) {
   zck_dcp *c = x->c;
   const zck_pk *st;
-  ZCK_TRY(dataclass_state(x, root, ZCK_DCP_CLS_METADATA, "the root", &st));
+  ZCK_TRY(zck__dcp_dataclass_state(x, root, ZCK_DCP_CLS_METADATA, "the root", &st));
   const zck_pk *sdm = zck_pk_dict_get(st, "state_dict_metadata");
   const zck_pk *sd = zck_pk_dict_get(st, "storage_data");
   const zck_pk *pd = zck_pk_dict_get(st, "planner_data");
   if (!sdm || sdm->kind != ZCK_PK_DICT) return MFAIL(ZCK_ERR_FORMAT, "state_dict_metadata is not a dict");
   if (!sd || sd->kind != ZCK_PK_DICT)
     return MFAIL(ZCK_ERR_UNSUPPORTED, "storage_data is not a dict: not a checkpoint of the file-system storage");
-  const char *v = str_field(st, "version");
+  const char *v = zck_pk_as_str(zck_pk_dict_get(st, "version"));
   if (v && !c->version && !(c->version = zck__strdup(v))) return ZCK_ERR_NO_MEMORY;
   const zck_pk *sm = zck_pk_dict_get(st, "storage_meta");
   if (sm && sm->kind != ZCK_PK_NONE) {
     const zck_pk *ss;
-    ZCK_TRY(dataclass_state(x, sm, ZCK_DCP_CLS_STORAGE_META, "storage_meta", &ss));
-    const char *sid = str_field(ss, "save_id");
+    ZCK_TRY(zck__dcp_dataclass_state(x, sm, ZCK_DCP_CLS_STORAGE_META, "storage_meta", &ss));
+    const char *sid = zck_pk_as_str(zck_pk_dict_get(ss, "save_id"));
     if (sid && !c->save_id && !(c->save_id = zck__strdup(sid))) return ZCK_ERR_NO_MEMORY;
   }
-  /* the tables at their final sizes, counted before they fill (their slack would stay
-   * for the whole job) */
-  size_t n_chunks = 0;
-  for (size_t i = 0; i < sdm->u.dict.len; i++) {
-    const zck_pk *md = sdm->u.dict.values[i], *ms = md && md->kind == ZCK_PK_OBJECT ? md->u.obj.state : NULL;
-    const zck_pk *ch = ms && ms->kind == ZCK_PK_DICT ? zck_pk_dict_get(ms, "chunks") : NULL;
-    if (ch && ch->kind == ZCK_PK_LIST) n_chunks += ch->u.seq.len;
-  }
-  if (!reserve_exact((void **)&c->entries, &c->cap_entries, c->n_entries + sdm->u.dict.len, sizeof *c->entries) ||
-      !reserve_exact((void **)&c->chunks, &c->cap_chunks, c->n_chunks + n_chunks, sizeof *c->chunks) ||
-      !reserve_exact((void **)&c->items, &c->cap_items, c->n_items + sd->u.dict.len, sizeof *c->items) ||
-      !table_reserve(c, &x->chunk_index, n_chunks))
+  if (!reserve_exact((void **)&c->entries, &c->cap_entries, c->n_entries + sdm->u.dict.len, sizeof *c->entries))
     return ZCK_ERR_NO_MEMORY;
   zck_pk_dict_index pdi;
   ZCK_TRY(zck_pk_dict_index_init(&pdi, pd && pd->kind == ZCK_PK_DICT ? pd : NULL));
@@ -568,9 +382,15 @@ static zck_status parse_root(mctx *x, const zck_pk *root) {
   }
   zck_pk_dict_index_free(&pdi);
   ZCK_TRY(s);
+  /* every object read as it streamed is where torch reads it: chunks of no entry, or items
+   * of no storage_data key, would be bytes nothing accounts for */
+  for (size_t i = 0; i < x->n_tensors; i++)
+    if (!x->tensors[i].used) return MFAIL(ZCK_ERR_FORMAT, "a TensorStorageMetadata that is no entry of state_dict_metadata");
   for (size_t i = x->entry_base; i < c->n_entries; i++)
     if (!c->entries[i].is_bytes) ZCK_TRY(check_geometry(x, &c->entries[i]));
   for (size_t i = 0; i < sd->u.dict.len; i++) ZCK_TRY(add_item(x, sd->u.dict.keys[i], sd->u.dict.values[i]));
+  for (size_t i = x->item_base; i < c->n_items; i++)
+    if (c->items[i].entry == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "a _StorageInfo that is no value of storage_data");
   for (size_t i = x->entry_base; i < c->n_entries; i++) {
     const zck__dcp_entry *e = &c->entries[i];
     if (e->is_bytes && e->item == SIZE_MAX) return MFAIL(ZCK_ERR_FORMAT, "%s: no item holds it", e->key);
@@ -583,23 +403,52 @@ static zck_status parse_root(mctx *x, const zck_pk *root) {
   return ZCK_OK;
 }
 
+void zck__dcp_meta_passed(void *ctx, size_t pos) {
+  mctx *x = ctx;
+  /* whole pages inside the buffer only (its allocator's bookkeeping lies outside it);
+   * they read as zeros if touched again, which the VM never does */
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t from = ((uintptr_t)x->input + x->input_dropped + page - 1) & ~(page - 1);
+  uintptr_t to = ((uintptr_t)x->input + pos) & ~(page - 1);
+  if (pos > x->input_len || to <= from) return;
+  if (!madvise((void *)from, to - from, MADV_DONTNEED)) x->input_dropped = to - (uintptr_t)x->input;
+}
+
+/* The nodes the VM kept (the tree less the objects it handed over), checked as those were. */
+static zck_status check_nodes(mctx *x, const zck_pk_doc *doc) {
+  for (size_t i = 0, n = zck_pk_doc_node_count(doc); i < n; i++) ZCK_TRY(zck__dcp_check_node(x, zck_pk_doc_node_at(doc, i)));
+  return ZCK_OK;
+}
+
 zck_status zck__dcp_parse_metadata(zck_dcp *c, const char *dir, const zck_dcp_open_opts *o) {
   char *path = zck__path_join(dir, ZCK_DCP_METADATA_FILE);
   if (!path) return ZCK_ERR_NO_MEMORY;
-  mctx x = {.c = c, .dir = dir, .path = path, .chunk_base = c->n_chunks, .entry_base = c->n_entries};
+  mctx x = {.c = c, .dir = dir, .path = path, .entry_base = c->n_entries, .item_base = c->n_items};
   char *data = NULL;
   size_t len = 0;
   zck_pk_doc *doc = NULL;
   zck_status s = zck__read_small_file(path, (size_t)o->max_metadata_bytes, &data, &len);
-  if (s == ZCK_OK) s = zck_pickle_load(data, len, path, &o->torch.limits, &doc);
-  free(data);   /* the tree holds copies of its strings: the bytes go before the tables fill */
-  data = NULL;
-  if (s == ZCK_OK) s = check_globals(&x, doc);
+  if (s == ZCK_OK) {
+    x.input = data;
+    x.input_len = len;
+    zck_pk_sink sink = zck__dcp_meta_sink_of(&x);
+    s = zck_pickle_load_sink(data, len, path, &o->torch.limits, &sink, &doc);
+  }
+  free(data);
+  if (s == ZCK_OK) s = check_nodes(&x, doc);
   if (s == ZCK_OK) s = parse_root(&x, zck_pk_doc_root(doc));
   zck_pk_doc_free(doc);
-  free(data);
+  /* the tables grew as the stream came: their slack would stay for the whole job */
+  shrink_exact((void **)&c->chunks, &c->cap_chunks, c->n_chunks, sizeof *c->chunks);
+  shrink_exact((void **)&c->items, &c->cap_items, c->n_items, sizeof *c->items);
   zck__strmap_free(&x.entry_index);
   free(x.chunk_index.slot);
+  free(x.tensors);
+  free(x.indexes);
+  free(x.offsets);
+  for (size_t i = 0; i < x.n_fqns; i++) free(x.fqns[i]);
+  free(x.fqns);
+  zck__strmap_free(&x.fqn_index);
   free(path);
   return s;
 }

@@ -285,6 +285,8 @@ void zck_dcp_close(zck_dcp *c) {
   }
   zck_model_free(c->model);
   free(c->param_of_entry);
+  free(c->peft_adapter);
+  free(c->module_name);
   free(c->outs);
   zck__strmap_free(&c->file_index);
   free(c->entries);

@@ -8,7 +8,10 @@
  * by file (the state dict's order, which torch's own consolidation keeps). Every key is a
  * model weight (safetensors holds tensors only: no optimizer settings). The chunks fill
  * the entries, chunks, items and files the .metadata reader fills (dcp_meta.c), with the
- * same geometry checks; safetensors keeps no checksum, so the items carry no record. */
+ * same geometry checks; safetensors keeps no checksum, so the items carry no record.
+ * Each entry also keeps the <i> of its shards' names: the output file the save's
+ * fqn_to_index_mapping gave it, which torch's consolidation of the folder follows
+ * (jobs/consolidate_torch_st.c). */
 #include "dcp_internal.h"
 
 #include "safetensors/safetensors.h"
@@ -36,6 +39,36 @@ bool zck__dcp_safetensors_dir(const char *dir) {
   while (!any && (e = readdir(d))) any = shard_name(e->d_name);
   closedir(d);
   return any;
+}
+
+/* "shard-<r>-model-<i>-of-<n>.safetensors" (torch's _gen_file_name, numbers zero-filled to
+ * 5 digits or longer): false for a name of another shape, or numbers past 32 bits. */
+static bool shard_numbers(const char *n, uint32_t *file, uint32_t *of) {
+  const char *parts[4] = {"shard-", "-model-", "-of-", ".safetensors"};
+  uint64_t v[3] = {0, 0, 0};
+  const char *p = n;
+  for (int k = 0; k < 4; k++) {
+    size_t len = strlen(parts[k]);
+    if (strncmp(p, parts[k], len)) return false;
+    p += len;
+    if (k == 3) {
+      if (*p) return false;
+      *file = (uint32_t)v[1];
+      *of = (uint32_t)v[2];
+      return true;
+    }
+    if (*p < '0' || *p > '9') return false;
+    for (; *p >= '0' && *p <= '9'; p++)
+      if ((v[k] = v[k] * 10 + (uint64_t)(*p - '0')) > UINT32_MAX) return false;
+  }
+  return false;
+}
+
+bool zck_dcp_is_safetensors(const zck_dcp *c) { return c->safetensors; }
+
+uint32_t zck_dcp_st_file(const zck_dcp *c, size_t entry, uint32_t *of) {
+  *of = c->safetensors ? c->st_files : 0;
+  return c->safetensors && entry < c->n_entries ? c->entries[entry].st_file : 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -128,6 +161,10 @@ static zck_status open_shards(zck_dcp *c, const char *dir, char **names, size_t 
 static zck_status make_entries(zck_dcp *c, shard *sh, size_t n, zck__strmap *index) {
   for (size_t i = 0; i < n; i++) {
     const char *path = c->files[sh[i].file].path;
+    uint32_t file = 0, of = 0;
+    if (!shard_numbers(c->files[sh[i].file].name, &file, &of)) file = of = 0;
+    if (i == 0) c->st_files = of;
+    else if (c->st_files != of) c->st_files = 0;
     for (const cJSON *k = sh[i].info->child; k; k = k->next) {
       const zck_st_tensor *t = zck_st_find(sh[i].st, k->string);
       if (t->dtype == ZCK_DTYPE_INVALID)
@@ -150,6 +187,7 @@ static zck_status make_entries(zck_dcp *c, shard *sh, size_t n, zck__strmap *ind
           return ZCK_ERR_NO_MEMORY;
         }
         c->n_entries++;
+        e->st_file = file;
         e->k = (zck_dcp_key){ZCK_DCP_KEY_MODEL, e->fqn, strlen(e->fqn), NULL, 0};
         e->dtype = t->dtype;
         e->ndim = t->ndim;
@@ -158,6 +196,7 @@ static zck_status make_entries(zck_dcp *c, shard *sh, size_t n, zck__strmap *ind
         ZCK_TRY(zck__strmap_put(index, e->key, ei, &dup, &prev));
       }
       zck__dcp_entry *e = &c->entries[ei];
+      if (e->st_file != file) e->st_file = 0; /* in two output files: torch's writer puts a name in one */
       if (e->dtype != t->dtype || e->ndim != t->ndim)
         return zck__fail(ZCK_ERR_FORMAT, "%s: %s: a %s chunk of %d dimensions where another file has %s of %d", path, t->name,
                          zck_dtype_name(t->dtype), t->ndim, zck_dtype_name(e->dtype), e->ndim);

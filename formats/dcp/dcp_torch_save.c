@@ -285,6 +285,19 @@ static zck_status copy_storage(tsave *t, size_t si, void *buf) {
   return s;
 }
 
+/* The metadata's objects of every chunk and item, dropped as the pickle streams (the reader
+ * has read and checked them): the tree keeps the keys and planner_data paths used here. */
+static int drop_classify(void *ctx, const char *module, const char *name) {
+  (void)ctx;
+  int cls = zck_dcp_class_of(module, name);
+  return cls == ZCK_DCP_CLS_TENSOR_STORAGE || cls == ZCK_DCP_CLS_METADATA_INDEX || cls == ZCK_DCP_CLS_STORAGE_INFO ? cls : -1;
+}
+static zck_status drop(void *ctx, int cls, const zck_pk *obj, const zck_pk *below, uint32_t *handle) {
+  (void)ctx, (void)cls, (void)obj, (void)below;
+  *handle = 0;
+  return ZCK_OK;
+}
+
 zck_status zck_dcp_torch_save(zck_dcp *c, const char *path) {
   if (c->safetensors)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: safetensors storage, which torch's dcp_to_torch_save does not read (it has no .metadata)",
@@ -301,7 +314,8 @@ zck_status zck_dcp_torch_save(zck_dcp *c, const char *path) {
   /* the metadata again, as its own tree: the reader keeps only what it parsed, and the
    * keys must be its nodes (see above) */
   zck_status s = zck__read_small_file(meta_path, (size_t)t.o.max_metadata_bytes, &data, &len);
-  if (s == ZCK_OK) s = zck_pickle_load(data, len, meta_path, &t.o.torch.limits, &meta);
+  zck_pk_sink dropper = {NULL, drop_classify, NULL, drop, NULL};
+  if (s == ZCK_OK) s = zck_pickle_load_sink(data, len, meta_path, &t.o.torch.limits, &dropper, &meta);
   free(data);
   if (s == ZCK_OK) s = zck_torch_saver_create(path, &t.sv);
   if (s == ZCK_OK) {

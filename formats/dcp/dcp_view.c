@@ -12,14 +12,16 @@ static const char *const state_settings[ZCK_STATE_KINDS] = {
   [ZCK_STATE_EXP_AVG] = "exp_avg", [ZCK_STATE_EXP_AVG_SQ] = "exp_avg_sq",
 };
 
-static zck_status set_setting(zck_model *m, uint32_t g, const zck__dcp_entry *e, const zck_pk *v, const char *file) {
+/* A setting of group g of m; a "params" list names c's model weights. */
+static zck_status set_setting(zck_dcp *c, zck_model *m, uint32_t g, const zck__dcp_entry *e, const zck_pk *v,
+                              const char *file) {
   const char *k = e->setting;
   if (!strcmp(k, "params")) {
     if (v->kind != ZCK_PK_LIST && v->kind != ZCK_PK_TUPLE)
       return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a list of parameter names", file, e->key);
     for (size_t i = 0; i < v->u.seq.len; i++) {
       const char *fqn = zck_pk_as_str(v->u.seq.items[i]);
-      int64_t p = fqn ? zck_model_find_param(m, fqn) : -1;
+      int64_t p = fqn ? zck__dcp_find_weight(c, fqn) : -1;
       if (p < 0) return zck__fail(ZCK_ERR_FORMAT, "%s: %s names %s, which is no model weight", file, e->key, fqn ? fqn : "a non-string");
       ZCK_TRY_CTX(zck_model_group_add_param(m, g, (uint32_t)p), "%s: %s", file, e->key);
     }
@@ -62,7 +64,7 @@ static zck_status read_param_groups(zck_dcp *c, const zck_dcp_open_opts *o) {
     zck__dcp_item *it = &c->items[e->item];
     zck__dcp_item_file itf;   /* the Python value a bytes item holds: torch.save of it */
     zck_status s = zck__dcp_item_open(c, it, o, &itf);
-    if (s == ZCK_OK) s = set_setting(c->model, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
+    if (s == ZCK_OK) s = set_setting(c, c->model, e->k.group, e, zck_torch_root(itf.tf), it->win.name);
     zck__dcp_item_close(&itf);
     ZCK_TRY(s);
   }
@@ -110,7 +112,7 @@ static zck_status read_param_settings(zck_dcp *c, const zck_dcp_open_opts *o) {
   for (size_t i = 0; i < c->n_entries && s == ZCK_OK; i++) {
     const zck__dcp_entry *e = &c->entries[i];
     if (e->k.kind != ZCK_DCP_KEY_PARAM_SETTING || !e->is_bytes) continue;
-    int64_t p = zck_model_find_param(m, e->fqn);
+    int64_t p = zck__dcp_find_weight(c, e->fqn);
     if (p < 0) {
       s = zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: settings of %s, which is no model weight", c->dir, e->key, e->fqn);
       break;
@@ -118,7 +120,7 @@ static zck_status read_param_settings(zck_dcp *c, const zck_dcp_open_opts *o) {
     zck__dcp_item *it = &c->items[e->item];
     zck__dcp_item_file itf;
     s = zck__dcp_item_open(c, it, o, &itf);
-    if (s == ZCK_OK) s = set_setting(per, (uint32_t)p, e, zck_torch_root(itf.tf), it->win.name);
+    if (s == ZCK_OK) s = set_setting(c, per, (uint32_t)p, e, zck_torch_root(itf.tf), it->win.name);
     zck__dcp_item_close(&itf);
     has[p] = true;
   }
@@ -157,7 +159,7 @@ static zck_status build_model(zck_dcp *c, const zck_dcp_open_opts *o) {
   for (size_t i = 0; i < c->n_entries; i++) {
     zck__dcp_entry *e = &c->entries[i];
     if (e->k.kind != ZCK_DCP_KEY_OPTIM_STATE) continue;
-    int64_t p = zck_model_find_param(c->model, e->fqn);
+    int64_t p = zck__dcp_find_weight(c, e->fqn);
     if (p < 0) return zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: optimizer state of %s, which is no model weight", c->dir, e->key, e->fqn);
     c->param_of_entry[i] = (uint32_t)p;
     any_state = true;
@@ -166,6 +168,7 @@ static zck_status build_model(zck_dcp *c, const zck_dcp_open_opts *o) {
       return zck__fail(ZCK_ERR_FORMAT, "%s/.metadata: %s: not a tensor of %s's %llu elements", c->dir, e->key, e->fqn,
                        (unsigned long long)c->model->params[p].numel);
   }
+  ZCK_TRY(zck__dcp_note_module_names(c));
   ZCK_TRY(read_param_groups(c, o));
   if (!c->model->n_groups) ZCK_TRY(read_param_settings(c, o));
   /* trainable: in a param group or with optimizer state; a model-only save: every weight */
@@ -195,20 +198,44 @@ static bool entry_in_part(const zck_dcp *c, const zck__dcp_entry *e, size_t i, i
   }
 }
 
-static zck_status build_part(zck_dcp *c, int kind) {
-  size_t n = 0, n_pieces = 0;
-  for (size_t i = 0; i < c->n_entries; i++)
-    if (entry_in_part(c, &c->entries[i], i, kind)) {
-      const zck__dcp_entry *e = &c->entries[i];
-      n += e->n_chunks;
-      for (size_t j = 0; j < e->n_chunks; j++) n_pieces += c->chunks[e->first_chunk + j].n_runs;
+/* Chunk ch of param p (store k) as pieces: its runs (back to back in the chunk) merged
+ * into strided pieces while each starts one same stride after the last. A block of a 2-D
+ * tensor (FSDP2 + tensor parallel: rows x some columns) is one piece whatever its rows; a
+ * block cutting a deeper dimension one piece per index of the dimensions before that. */
+static zck_status chunk_pieces(const zck__dcp_entry *e, const zck__dcp_chunk *ch, uint32_t p, uint32_t k, zck_piece **pc,
+                               size_t *np, size_t *cap) {
+  zck__dcp_runs r;
+  uint64_t flat, len = ch->run_len;
+  zck_piece *cur = NULL;
+  zck__dcp_runs_init(&r, e->ndim, e->shape, ch);
+  for (uint64_t at = 0; zck__dcp_runs_next(&r, &flat); at += len) {
+    if (cur) {
+      uint64_t last = zck_runs_at(cur->param_off, cur->run, cur->stride, cur->count - 1) + 1 - len;
+      uint64_t step = flat - last;   /* from the start of the last run */
+      bool next = flat > last && step >= len && (cur->count == len || step == cur->stride);
+      if (next) {
+        if (cur->count == len) cur->run = len, cur->stride = step;
+        cur->count += len;
+        continue;
+      }
     }
+    if (!ZCK__GROW(*pc, *cap, *np + 1)) return ZCK_ERR_NO_MEMORY;
+    cur = &(*pc)[(*np)++];
+    *cur = (zck_piece){p, k, flat, at, len, 0, 0};
+  }
+  return ZCK_OK;
+}
+
+static zck_status build_part(zck_dcp *c, int kind) {
+  size_t n = 0, cap = 0;
+  for (size_t i = 0; i < c->n_entries; i++)
+    if (entry_in_part(c, &c->entries[i], i, kind)) n += c->entries[i].n_chunks;
   if (!n) return ZCK_OK;
   zck_layout_store *ls = zck__calloc(n, sizeof *ls);
-  zck_piece *pc = zck__calloc(n_pieces ? n_pieces : 1, sizeof *pc);
+  zck_piece *pc = NULL;
   zck_store *st = zck__calloc(n, sizeof *st);
   uint64_t *numel = zck__malloc((c->model->n_params ? c->model->n_params : 1) * sizeof *numel);
-  zck_status s = ls && pc && st && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status s = ls && st && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t k = 0, np = 0;
   for (size_t i = 0; i < c->n_entries && s == ZCK_OK; i++) {
     const zck__dcp_entry *e = &c->entries[i];
@@ -219,12 +246,8 @@ static zck_status build_part(zck_dcp *c, int kind) {
       if (!ch->numel) continue;
       zck__dcp_item *it = &c->items[ch->item];
       ls[k] = (zck_layout_store){-1, -1, e->n_chunks == 1 ? (int32_t)p : -1, ch->numel, ch->numel};
-      /* one piece per run: the chunk's bytes are its runs back to back */
-      zck__dcp_runs r;
-      uint64_t flat;
-      zck__dcp_runs_init(&r, e->ndim, e->shape, ch);
-      for (uint64_t at = 0; zck__dcp_runs_next(&r, &flat); at += ch->run_len)
-        pc[np++] = (zck_piece){p, (uint32_t)k, flat, at, ch->run_len};
+      s = chunk_pieces(e, ch, p, (uint32_t)k, &pc, &np, &cap);
+      if (s != ZCK_OK) break;
       st[k] = zck_store_source(&it->win, it->data_off, e->dtype, ch->numel, it->win.name);
       st[k].record = c->safetensors ? NULL : &it->rec;   /* safetensors keeps no CRC */
       k++;

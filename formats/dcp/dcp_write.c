@@ -88,7 +88,7 @@ static zck_status zck__dcp_tensor_chunk(zck_dcp_writer *w, zck__dcp_entry *e, ui
   w->names[w->n_names++] = name;
   size_t s = p->n++;
   p->ls[s] = (zck_layout_store){(int32_t)f, -1, (int32_t)lparam, numel, numel};
-  p->pieces[s] = (zck_piece){lparam, (uint32_t)s, (uint64_t)row0 * row_elems, 0, numel};
+  p->pieces[s] = (zck_piece){lparam, (uint32_t)s, (uint64_t)row0 * row_elems, 0, numel, 0, 0};
   p->stores[s] = zck_store_fd(w->files[f].fd, data_off, e->dtype, numel, name);
   p->crc[s] = zck_crc32_zeros(numel * zck_dtype_size(e->dtype));
   pd->part = part;

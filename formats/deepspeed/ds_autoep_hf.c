@@ -118,7 +118,7 @@ static zck_status remap_layout(const zck_layout *l, const zck_model *n, const re
     for (uint64_t done = 0; done < p->count;) {
       uint64_t off = p->param_off + done, e = off / half, j = off % half;
       uint64_t k = half - j < p->count - done ? half - j : p->count - done;
-      pieces[np++] = (zck_piece){to, p->store, e * 2 * half + (rm->upper[p->param] ? half : 0) + j, p->store_off + done, k};
+      pieces[np++] = (zck_piece){to, p->store, e * 2 * half + (rm->upper[p->param] ? half : 0) + j, p->store_off + done, k, 0, 0};
       done += k;
     }
   }

@@ -315,7 +315,7 @@ static zck_status compose(size_t n_params, uint32_t T, const tp_runs *R, const u
           cap = nc;
         }
         pcs[n_pcs++] = (zck_piece){(uint32_t)p, (uint32_t)(base[r->rank] + q->store), r->full_off + (a - r->shard_off),
-                                   q->store_off + (a - q->param_off), b - a};
+                                   q->store_off + (a - q->param_off), b - a, 0, 0};
       }
     }
   }

@@ -154,6 +154,10 @@ static zck_status opt_groups_of_flats(zck_ds_ckpt *c, size_t n_flat, int32_t *op
 typedef struct build {
   smap train, frozen, buffers, alias, module;
   size_t n_train;
+  /* the model param each name became (-1: none yet) */
+  int64_t *train_param;        /* flat index (param_shapes order) -> param */
+  int64_t *frozen_param;       /* frozen_param_shapes index -> param */
+  int64_t *alias_param;        /* shared_params index -> param */
 } build;
 
 static void build_free(build *b) {
@@ -162,6 +166,9 @@ static void build_free(build *b) {
   smap_free(&b->buffers);
   smap_free(&b->alias);
   smap_free(&b->module);
+  free(b->train_param);
+  free(b->frozen_param);
+  free(b->alias_param);
 }
 
 /* A shared_params source is saved when it is a trainable or frozen param of the files or
@@ -243,110 +250,110 @@ static zck_status index_names(zck_ds_ckpt *c, build *b) {
   return ZCK_OK;
 }
 
-zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
+/* The shape of module entry i (name, t): param_shapes' for a trainable param (stage-3
+ * module entries are [0]-shaped placeholders), frozen_param_shapes' for a frozen one, else
+ * the entry's own; *frozen when it is a frozen param. ai: its shared_params index, or -1. */
+static zck_status param_shape(zck_ds_ckpt *c, const build *b, const char *name, const zck__ds_tref *t, int64_t ai,
+                              int *ndim, const int64_t **shape, bool *frozen) {
   const zck__ds_model_file *m0 = &c->models[0];
   const char *path = m0->file->path;
   int stage = c->info.stage;
-  if (m0->n_param_shapes != c->optims[0].n_flat)  /* DS-50 / DS-60 */
-    return zck__fail(ZCK_ERR_MISMATCH, "%s: param_shapes has %zu groups but %s has %zu flat groups", path,
-                     m0->n_param_shapes, c->optims[0].file->name, c->optims[0].n_flat);
-  if (!(c->model = zck_model_new())) return ZCK_ERR_NO_MEMORY;
+  const char *shape_of = ai >= 0 ? m0->shared_src[ai] : name;   /* an alias has its source's shape */
+  char a[96], bb[96];
+  int64_t k;
+  *ndim = t->ndim;
+  *shape = t->shape;
+  *frozen = false;
+  if ((k = smap_get(&b->train, shape_of)) >= 0) {
+    size_t g = 0;
+    while (c->flat_first[g + 1] <= (size_t)k) g++;
+    const zck__ds_named_shape *ps = &m0->param_shapes[g].v[k - (int64_t)c->flat_first[g]];
+    if (stage <= 2 && !same_shape(t->ndim, t->shape, ps->ndim, ps->shape))
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but param_shapes[%zu] says %s", path, name,
+                       zck_shape_str(t->ndim, t->shape, a, sizeof a), g, zck_shape_str(ps->ndim, ps->shape, bb, sizeof bb));
+    if (stage == 3 && ai < 0 && t->numel != 0)  /* DS-27 */
+      ZCK_TRY(zck__ds_warn(c, "%s: module['%s'] is not a [0]-shaped placeholder; DeepSpeed's strict load would fail",
+                           path, name));
+    *shape = ps->shape;
+    *ndim = ps->ndim;
+  } else if ((k = smap_get(&b->frozen, shape_of)) >= 0) {
+    const zck__ds_named_shape *fs = &m0->frozen_shapes.v[k];
+    if (stage <= 2 && !same_shape(t->ndim, t->shape, fs->ndim, fs->shape))
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but frozen_param_shapes says %s", path, name,
+                       zck_shape_str(t->ndim, t->shape, a, sizeof a), zck_shape_str(fs->ndim, fs->shape, bb, sizeof bb));
+    *shape = fs->shape;
+    *ndim = fs->ndim;
+    *frozen = true;
+  } else if (stage <= 2 && (stage == 1 || !m0->has_frozen_shapes)) {
+    *frozen = true;   /* stage 1 / pre-0.9.1 stage 2: frozen params exist only in module */
+  } else if (ai < 0) {
+    return zck__fail(ZCK_ERR_FORMAT, "%s: module['%s'] is neither a buffer, a trainable param (param_shapes), a frozen "
+                     "param (frozen_param_shapes) nor a tied alias (shared_params)", path, name);
+  } else if (stage == 3) {
+    return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s': source '%s' is not a saved parameter", path, name,
+                     shape_of);
+  }
+  return ZCK_OK;
+}
+
+/* Every module entry a buffer or a param of the model, in module order. */
+static zck_status add_module_entries(zck_ds_ckpt *c, build *b) {
+  const zck__ds_model_file *m0 = &c->models[0];
   zck_model *m = c->model;
-  build b;
-  memset(&b, 0, sizeof b);
-  zck_status s = index_names(c, &b);
-  if (s != ZCK_OK) { build_free(&b); return s; }
-
-  c->param_mod = zck__calloc(m0->n_module + 1, sizeof *c->param_mod);
-  c->buffer_mod = zck__calloc(m0->n_module + 1, sizeof *c->buffer_mod);
-  int64_t *train_param = zck__calloc(b.n_train + 1, sizeof *train_param);   /* flat index -> param */
-  int64_t *frozen_param = zck__calloc(m0->frozen_shapes.n + 1, sizeof *frozen_param);
-  int64_t *alias_param = zck__calloc(m0->n_shared + 1, sizeof *alias_param);
-  if (!c->param_mod || !c->buffer_mod || !train_param || !frozen_param || !alias_param) { s = ZCK_ERR_NO_MEMORY; goto out; }
-  for (size_t i = 0; i < b.n_train; i++) train_param[i] = -1;
-  for (size_t i = 0; i < m0->frozen_shapes.n; i++) frozen_param[i] = -1;
-  for (size_t i = 0; i < m0->n_shared; i++) alias_param[i] = -1;
-
   for (size_t i = 0; i < m0->n_module; i++) {
     const char *name = m0->module_names[i];
     const zck__ds_tref *t = &m0->module_t[i];
-    int64_t k;
     uint32_t idx;
-    if (smap_get(&b.buffers, name) >= 0) {
-      ZCK_CHECK_GOTO(zck_model_add_buffer(m, name, t->ndim, t->shape, t->dtype, &idx), s, out);
+    if (smap_get(&b->buffers, name) >= 0) {
+      ZCK_TRY(zck_model_add_buffer(m, name, t->ndim, t->shape, t->dtype, &idx));
       c->buffer_mod[idx] = (int64_t)i;
       continue;
     }
-    const int64_t *shape = t->shape;
-    int ndim = t->ndim;
-    bool frozen = false;
-    int64_t ai = smap_get(&b.alias, name);
-    if (ai >= 0 && !source_saved(c, &b, m0->shared_src[ai])) continue;  /* unsaved source: kept in c->unsaved_ties */
-    const char *shape_of = ai >= 0 ? m0->shared_src[ai] : name;   /* an alias has its source's shape */
-    if ((k = smap_get(&b.train, shape_of)) >= 0) {
-      size_t g = 0;
-      while (c->flat_first[g + 1] <= (size_t)k) g++;
-      const zck__ds_named_shape *ps = &m0->param_shapes[g].v[k - (int64_t)c->flat_first[g]];
-      if (stage <= 2 && !same_shape(ndim, shape, ps->ndim, ps->shape)) {
-        char a[96], bb[96];
-        s = zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but param_shapes[%zu] says %s", path, name,
-                      zck_shape_str(ndim, shape, a, sizeof a), g, zck_shape_str(ps->ndim, ps->shape, bb, sizeof bb));
-        goto out;
-      }
-      if (stage == 3 && ai < 0 && t->numel != 0)  /* DS-27 */
-        ZCK_CHECK_GOTO(zck__ds_warn(c, "%s: module['%s'] is not a [0]-shaped placeholder; DeepSpeed's strict load "
-                                    "would fail", path, name), s, out);
-      shape = ps->shape;
-      ndim = ps->ndim;
-    } else if ((k = smap_get(&b.frozen, shape_of)) >= 0) {
-      const zck__ds_named_shape *fs = &m0->frozen_shapes.v[k];
-      if (stage <= 2 && !same_shape(ndim, shape, fs->ndim, fs->shape)) {
-        char a[96], bb[96];
-        s = zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but frozen_param_shapes says %s", path, name,
-                      zck_shape_str(ndim, shape, a, sizeof a), zck_shape_str(fs->ndim, fs->shape, bb, sizeof bb));
-        goto out;
-      }
-      shape = fs->shape;
-      ndim = fs->ndim;
-      frozen = true;
-    } else if (stage <= 2 && (stage == 1 || !m0->has_frozen_shapes)) {
-      frozen = true;   /* stage 1 / pre-0.9.1 stage 2: frozen params exist only in module */
-    } else if (ai < 0) {
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: module['%s'] is neither a buffer, a trainable param (param_shapes), a frozen "
-                    "param (frozen_param_shapes) nor a tied alias (shared_params)", path, name);
-      goto out;
-    } else if (stage == 3) {
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s': source '%s' is not a saved parameter", path, name,
-                    shape_of);
-      goto out;
-    }
-    ZCK_CHECK_GOTO(zck_model_add_param(m, name, ndim, shape, t->dtype, &idx), s, out);
+    int64_t ai = smap_get(&b->alias, name), k;
+    if (ai >= 0 && !source_saved(c, b, m0->shared_src[ai])) continue;  /* unsaved source: kept in c->unsaved_ties */
+    int ndim;
+    const int64_t *shape;
+    bool frozen;
+    ZCK_TRY(param_shape(c, b, name, t, ai, &ndim, &shape, &frozen));
+    ZCK_TRY(zck_model_add_param(m, name, ndim, shape, t->dtype, &idx));
     c->param_mod[idx] = (int64_t)i;
-    if (ai >= 0) alias_param[ai] = idx;
-    else if ((k = smap_get(&b.train, name)) >= 0) train_param[k] = idx;
-    else if ((k = smap_get(&b.frozen, name)) >= 0) frozen_param[k] = idx;
+    if (ai >= 0) b->alias_param[ai] = idx;
+    else if ((k = smap_get(&b->train, name)) >= 0) b->train_param[k] = idx;
+    else if ((k = smap_get(&b->frozen, name)) >= 0) b->frozen_param[k] = idx;
     if (frozen && ai < 0) zck_model_set_frozen(m, idx, true);
   }
+  return ZCK_OK;
+}
+
+/* Every name of param_shapes and frozen_param_shapes is a module entry; the flat groups'
+ * params in their order. */
+static zck_status check_listed(zck_ds_ckpt *c, const build *b) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  const char *path = m0->file->path;
   for (size_t g = 0, k = 0; g < m0->n_param_shapes; g++)
-    for (size_t i = 0; i < m0->param_shapes[g].n; i++, k++)
-      if (train_param[k] < 0) {
-        s = zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] names '%s', which is not in module", path, g,
-                      m0->param_shapes[g].v[i].name);
-        goto out;
-      } else {
-        c->flat_params[k] = (uint32_t)train_param[k];
-      }
-  for (size_t i = 0; i < m0->frozen_shapes.n; i++)
-    if (frozen_param[i] < 0) {
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not in module", path,
-                    m0->frozen_shapes.v[i].name);
-      goto out;
+    for (size_t i = 0; i < m0->param_shapes[g].n; i++, k++) {
+      if (b->train_param[k] < 0)
+        return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] names '%s', which is not in module", path, g,
+                         m0->param_shapes[g].v[i].name);
+      c->flat_params[k] = (uint32_t)b->train_param[k];
     }
+  for (size_t i = 0; i < m0->frozen_shapes.n; i++)
+    if (b->frozen_param[i] < 0)
+      return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes names '%s', which is not in module", path,
+                       m0->frozen_shapes.v[i].name);
+  return ZCK_OK;
+}
+
+/* shared_params: each alias tied to its source, or (an unsaved source) kept aside. */
+static zck_status add_ties(zck_ds_ckpt *c, const build *b) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  const char *path = m0->file->path;
+  zck_model *m = c->model;
   c->unsaved_ties = zck__calloc(m0->n_shared + 1, sizeof *c->unsaved_ties);
   c->unsaved_pairs = zck__calloc(2 * m0->n_shared + 1, sizeof *c->unsaved_pairs);
-  if (!c->unsaved_ties || !c->unsaved_pairs) { s = ZCK_ERR_NO_MEMORY; goto out; }
+  if (!c->unsaved_ties || !c->unsaved_pairs) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < m0->n_shared; i++) {
-    if (!source_saved(c, &b, m0->shared_src[i])) {
+    if (!source_saved(c, b, m0->shared_src[i])) {
       /* exclude_frozen_parameters left out a frozen tied source (PEFT's lm_head ->
        * wte): zero_to_fp32 drops the alias, ds_to_universal converts the rest. Not a
        * parameter here; kept for inspect and the outputs' metadata. */
@@ -355,57 +362,84 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
       c->unsaved_ties[c->n_unsaved_ties++] = i;
       continue;
     }
-    if (alias_param[i] < 0) {
-      ZCK_CHECK_GOTO(zck__ds_warn(c, "%s: shared_params alias '%s' is not in module; ignored", path, m0->shared_alias[i]),
-                     s, out);
+    if (b->alias_param[i] < 0) {
+      ZCK_TRY(zck__ds_warn(c, "%s: shared_params alias '%s' is not in module; ignored", path, m0->shared_alias[i]));
       continue;
     }
     int64_t src = zck_model_find_param(m, m0->shared_src[i]);
-    if (src < 0 || m->params[src].tied_to >= 0) {  /* DS-25 */
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of alias '%s' is not a parameter", path,
-                    m0->shared_src[i], m0->shared_alias[i]);
-      goto out;
-    }
-    ZCK_CHECK_GOTO(zck_model_set_tied(m, (uint32_t)alias_param[i], (uint32_t)src), s, out);
-    zck_model_set_frozen(m, (uint32_t)alias_param[i], m->params[src].frozen);
+    if (src < 0 || m->params[src].tied_to >= 0)  /* DS-25 */
+      return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of alias '%s' is not a parameter", path,
+                       m0->shared_src[i], m0->shared_alias[i]);
+    ZCK_TRY(zck_model_set_tied(m, (uint32_t)b->alias_param[i], (uint32_t)src));
+    zck_model_set_frozen(m, (uint32_t)b->alias_param[i], m->params[src].frozen);
   }
+  return ZCK_OK;
+}
 
-  /* groups */
-  {
-    size_t n_flat = m0->n_param_shapes, n_opt = 0;
-    int32_t *opt_of = zck__calloc(n_flat + 1, sizeof *opt_of);
-    uint32_t *order = zck__calloc(b.n_train + 1, sizeof *order);
-    uint32_t *perm = zck__calloc(b.n_train + 1, sizeof *perm);
-    uint32_t *ident = zck__calloc(b.n_train + 1, sizeof *ident);
-    if (!opt_of || !order || !perm || !ident) s = ZCK_ERR_NO_MEMORY;
-    if (s == ZCK_OK) s = opt_groups_of_flats(c, n_flat, opt_of, &n_opt);
-    for (size_t g = 0; s == ZCK_OK && g < n_opt; g++) {
-      uint32_t gi;
-      s = zck_model_add_group(m, &gi);
-      if (s == ZCK_OK && c->param_groups) s = add_hparams(c, gi, c->param_groups->u.seq.items[g], c->optims[0].file->path);
-    }
-    for (size_t f = 0; s == ZCK_OK && f < n_flat; f++) {
-      size_t a = c->flat_first[f], n = c->flat_first[f + 1] - a;
-      const uint32_t *src = c->flat_params + a;
-      if (stage >= 1 && stage <= 2 && c->info.round_robin && n) {
-        /* param_shapes is in round-robin order: group order G with flat F = RR(G), so
-         * G[RR(identity)[j]] = F[j]. */
-        for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;
-        zck_round_robin_order(ident, n, c->info.world_size, perm);
-        for (size_t j = 0; j < n; j++) order[perm[j]] = src[j];
-        src = order;
-      }
-      for (size_t j = 0; s == ZCK_OK && j < n; j++) s = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
-    }
-    free(opt_of);
-    free(order);
-    free(perm);
-    free(ident);
+/* The optimizer's groups (with their hyper-parameters) and their params in group order. */
+static zck_status add_groups(zck_ds_ckpt *c, const build *b) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  zck_model *m = c->model;
+  int stage = c->info.stage;
+  size_t n_flat = m0->n_param_shapes, n_opt = 0;
+  int32_t *opt_of = zck__calloc(n_flat + 1, sizeof *opt_of);
+  uint32_t *order = zck__calloc(b->n_train + 1, sizeof *order);
+  uint32_t *perm = zck__calloc(b->n_train + 1, sizeof *perm);
+  uint32_t *ident = zck__calloc(b->n_train + 1, sizeof *ident);
+  zck_status s = opt_of && order && perm && ident ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (s == ZCK_OK) s = opt_groups_of_flats(c, n_flat, opt_of, &n_opt);
+  for (size_t g = 0; s == ZCK_OK && g < n_opt; g++) {
+    uint32_t gi;
+    s = zck_model_add_group(m, &gi);
+    if (s == ZCK_OK && c->param_groups) s = add_hparams(c, gi, c->param_groups->u.seq.items[g], c->optims[0].file->path);
   }
-out:
-  free(train_param);
-  free(frozen_param);
-  free(alias_param);
+  for (size_t f = 0; s == ZCK_OK && f < n_flat; f++) {
+    size_t a = c->flat_first[f], n = c->flat_first[f + 1] - a;
+    const uint32_t *src = c->flat_params + a;
+    if (stage >= 1 && stage <= 2 && c->info.round_robin && n) {
+      /* param_shapes is in round-robin order: group order G with flat F = RR(G), so
+       * G[RR(identity)[j]] = F[j]. */
+      for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;
+      zck_round_robin_order(ident, n, c->info.world_size, perm);
+      for (size_t j = 0; j < n; j++) order[perm[j]] = src[j];
+      src = order;
+    }
+    for (size_t j = 0; s == ZCK_OK && j < n; j++) s = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
+  }
+  free(opt_of);
+  free(order);
+  free(perm);
+  free(ident);
+  return s;
+}
+
+zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
+  const zck__ds_model_file *m0 = &c->models[0];
+  const char *path = m0->file->path;
+  if (m0->n_param_shapes != c->optims[0].n_flat)  /* DS-50 / DS-60 */
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: param_shapes has %zu groups but %s has %zu flat groups", path,
+                     m0->n_param_shapes, c->optims[0].file->name, c->optims[0].n_flat);
+  if (!(c->model = zck_model_new())) return ZCK_ERR_NO_MEMORY;
+  build b;
+  memset(&b, 0, sizeof b);
+  zck_status s = index_names(c, &b);
+  if (s == ZCK_OK) {
+    c->param_mod = zck__calloc(m0->n_module + 1, sizeof *c->param_mod);
+    c->buffer_mod = zck__calloc(m0->n_module + 1, sizeof *c->buffer_mod);
+    b.train_param = zck__calloc(b.n_train + 1, sizeof *b.train_param);
+    b.frozen_param = zck__calloc(m0->frozen_shapes.n + 1, sizeof *b.frozen_param);
+    b.alias_param = zck__calloc(m0->n_shared + 1, sizeof *b.alias_param);
+    if (!c->param_mod || !c->buffer_mod || !b.train_param || !b.frozen_param || !b.alias_param) s = ZCK_ERR_NO_MEMORY;
+  }
+  if (s == ZCK_OK) {
+    for (size_t i = 0; i < b.n_train; i++) b.train_param[i] = -1;
+    for (size_t i = 0; i < m0->frozen_shapes.n; i++) b.frozen_param[i] = -1;
+    for (size_t i = 0; i < m0->n_shared; i++) b.alias_param[i] = -1;
+    s = add_module_entries(c, &b);
+  }
+  if (s == ZCK_OK) s = check_listed(c, &b);
+  if (s == ZCK_OK) s = add_ties(c, &b);
+  if (s == ZCK_OK) s = add_groups(c, &b);
   build_free(&b);
   return s;
 }

@@ -97,17 +97,9 @@ static zck_status module_index_build(const zck__ds_model_file *mf, module_index 
   return ZCK_OK;
 }
 
-/* The torch state_dict: param_groups numbering 0..n-1 in order, and per index the Adam
- * state (all or none). */
-static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, const zck_pk *osd, const char *what,
-                                   bool unfused) {
-  zck__ds_zero0 *z = &c->z0;
-  const char *path = zck_torch_name(tf);
-  const zck_pk *pg = zck_pk_dict_get(osd, "param_groups");
-  const zck_pk *st = zck_pk_dict_get(osd, "state");
-  if (!pg || pg->kind != ZCK_PK_LIST || !st || st->kind != ZCK_PK_DICT)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: %s has no param_groups list / state dict", path, what);
-  c->param_groups = pg;
+/* param_groups: the params numbered 0..n-1 in order, group by group (torch's state_dict
+ * numbers them so); z->group_first and z->n. */
+static zck_status read_group_params(zck__ds_zero0 *z, const zck_pk *pg, const char *path, const char *what) {
   z->n_groups = pg->u.seq.len;
   if (!(z->group_first = zck__calloc(z->n_groups + 1, sizeof *z->group_first))) return ZCK_ERR_NO_MEMORY;
   size_t n = 0;
@@ -120,13 +112,76 @@ static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, con
     z->group_first[g] = n;
     for (size_t i = 0; i < k; i++, n++)
       if (ids[i] != (int64_t)n) {
-        free(ids);  /* torch's state_dict numbers params in order, group by group */
+        free(ids);
         return zck__fail(ZCK_ERR_FORMAT, "%s: %s lists param %lld where %zu comes next", path, w, (long long)ids[i], n);
       }
     free(ids);
   }
   z->group_first[z->n_groups] = n;
   z->n = n;
+  return ZCK_OK;
+}
+
+/* Param k's exp_avg and exp_avg_sq: contiguous, of one shape. */
+static zck_status read_moments(zck__ds_zero0 *z, const zck_torch_file *tf, const zck_pk *sd, int64_t k,
+                               const char *what) {
+  const char *path = zck_torch_name(tf);
+  const zck_pk *ea = zck_pk_dict_get(sd, "exp_avg"), *eas = zck_pk_dict_get(sd, "exp_avg_sq");
+  if (!ea || !eas)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s['state'][%lld] has no exp_avg / exp_avg_sq (not an Adam optimizer)",
+                     path, what, (long long)k);
+  char w1[160], w2[160];
+  snprintf(w1, sizeof w1, "%s['state'][%lld]['exp_avg']", what, (long long)k);
+  snprintf(w2, sizeof w2, "%s['state'][%lld]['exp_avg_sq']", what, (long long)k);
+  ZCK_TRY(zck__ds_tensor(tf, ea, &z->exp_avg[k], w1));
+  ZCK_TRY(zck__ds_tensor(tf, eas, &z->exp_avg_sq[k], w2));
+  if (!same_shape(z->exp_avg[k].ndim, z->exp_avg[k].shape, z->exp_avg_sq[k].ndim, z->exp_avg_sq[k].shape))
+    return zck__fail(ZCK_ERR_MISMATCH, "%s: %s and exp_avg_sq differ in shape", path, w1);
+  if (!z->exp_avg[k].contiguous || !z->exp_avg_sq[k].contiguous)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s['state'][%lld]: a strided view", path, what, (long long)k);
+  return ZCK_OK;
+}
+
+/* Param k's Adam step: an int, a float or a one-element tensor (*is_tensor). */
+static zck_status read_step(const zck_torch_file *tf, const zck_pk *sd, int64_t k, const char *what, double *v,
+                            bool *is_tensor) {
+  const char *path = zck_torch_name(tf);
+  const zck_pk *step = zck_pk_dict_get(sd, "step");
+  const zck_torch_tensor *tt = step ? zck_torch_tensor_of(tf, step) : NULL;
+  int64_t iv;
+  *v = 0;
+  *is_tensor = false;
+  if (step && step->kind == ZCK_PK_INT && zck_pk_as_int(step, &iv)) {
+    *v = (double)iv;
+  } else if (step && step->kind == ZCK_PK_FLOAT) {
+    *v = step->u.f;
+  } else if (tt) {
+    uint8_t raw[16];
+    if (zck_torch_tensor_numel(tt) != 1 || zck_dtype_size(tt->dtype) > sizeof raw || !zck_dtype_convertible(ZCK_F64, tt->dtype))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][%lld]['step'] is not a scalar", path, what, (long long)k);
+    ZCK_TRY(zck_torch_tensor_read(tf, tt, raw, 0, 1));
+    ZCK_TRY(zck_convert(ZCK_F64, v, tt->dtype, raw, 1));
+    *is_tensor = true;
+  } else {
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][%lld]['step'] is missing or neither a number nor a tensor", path,
+                     what, (long long)k);
+  }
+  return ZCK_OK;
+}
+
+/* The torch state_dict: param_groups numbering 0..n-1 in order, and per index the Adam
+ * state (all or none). */
+static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, const zck_pk *osd, const char *what,
+                                   bool unfused) {
+  zck__ds_zero0 *z = &c->z0;
+  const char *path = zck_torch_name(tf);
+  const zck_pk *pg = zck_pk_dict_get(osd, "param_groups");
+  const zck_pk *st = zck_pk_dict_get(osd, "state");
+  if (!pg || pg->kind != ZCK_PK_LIST || !st || st->kind != ZCK_PK_DICT)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %s has no param_groups list / state dict", path, what);
+  c->param_groups = pg;
+  ZCK_TRY(read_group_params(z, pg, path, what));
+  size_t n = z->n;
   z->master = zck__calloc(n + 1, sizeof *z->master);
   z->exp_avg = zck__calloc(n + 1, sizeof *z->exp_avg);
   z->exp_avg_sq = zck__calloc(n + 1, sizeof *z->exp_avg_sq);
@@ -151,49 +206,11 @@ static zck_status read_torch_state(zck_ds_ckpt *c, const zck_torch_file *tf, con
     }
     seen[k] = true;
     const zck_pk *sd = st->u.dict.values[i];
-    const zck_pk *ea = zck_pk_dict_get(sd, "exp_avg"), *eas = zck_pk_dict_get(sd, "exp_avg_sq");
-    if (!ea || !eas) {
-      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s['state'][%lld] has no exp_avg / exp_avg_sq (not an Adam optimizer)",
-                    path, what, (long long)k);
-      break;
-    }
-    char w1[160], w2[160];
-    snprintf(w1, sizeof w1, "%s['state'][%lld]['exp_avg']", what, (long long)k);
-    snprintf(w2, sizeof w2, "%s['state'][%lld]['exp_avg_sq']", what, (long long)k);
-    if ((s = zck__ds_tensor(tf, ea, &z->exp_avg[k], w1)) != ZCK_OK) break;
-    if ((s = zck__ds_tensor(tf, eas, &z->exp_avg_sq[k], w2)) != ZCK_OK) break;
-    if (!same_shape(z->exp_avg[k].ndim, z->exp_avg[k].shape, z->exp_avg_sq[k].ndim, z->exp_avg_sq[k].shape)) {
-      s = zck__fail(ZCK_ERR_MISMATCH, "%s: %s and exp_avg_sq differ in shape", path, w1);
-      break;
-    }
-    if (!z->exp_avg[k].contiguous || !z->exp_avg_sq[k].contiguous) {
-      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s['state'][%lld]: a strided view", path, what, (long long)k);
-      break;
-    }
+    double v;
+    bool is_tensor;
+    if ((s = read_moments(z, tf, sd, k, what)) != ZCK_OK) break;
     /* the step, as the ZeRO readers check it (ds_open.c check_steps) */
-    const zck_pk *step = zck_pk_dict_get(sd, "step");
-    double v = 0;
-    bool is_tensor = false;
-    const zck_torch_tensor *tt = step ? zck_torch_tensor_of(tf, step) : NULL;
-    int64_t iv;
-    if (step && step->kind == ZCK_PK_INT && zck_pk_as_int(step, &iv)) {
-      v = (double)iv;
-    } else if (step && step->kind == ZCK_PK_FLOAT) {
-      v = step->u.f;
-    } else if (tt) {
-      uint8_t raw[16];
-      if (zck_torch_tensor_numel(tt) != 1 || zck_dtype_size(tt->dtype) > sizeof raw || !zck_dtype_convertible(ZCK_F64, tt->dtype)) {
-        s = zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][%lld]['step'] is not a scalar", path, what, (long long)k);
-        break;
-      }
-      if ((s = zck_torch_tensor_read(tf, tt, raw, 0, 1)) != ZCK_OK) break;
-      if ((s = zck_convert(ZCK_F64, &v, tt->dtype, raw, 1)) != ZCK_OK) break;
-      is_tensor = true;
-    } else {
-      s = zck__fail(ZCK_ERR_FORMAT, "%s: %s['state'][%lld]['step'] is missing or neither a number nor a tensor", path,
-                    what, (long long)k);
-      break;
-    }
+    if ((s = read_step(tf, sd, k, what, &v, &is_tensor)) != ZCK_OK) break;
     if (v < 16777216.0 && applied < 16777216 && v != (double)applied) {
       s = zck__fail(ZCK_ERR_MISMATCH, "%s: optimizer step %.17g (param %lld), but global_steps %lld - skipped_steps %lld%s "
                     "= %lld", path, v, (long long)k, (long long)c->models[0].global_steps,

@@ -285,75 +285,64 @@ static zck_status zck__h5_dtype_attr(zck_h5_dataset *d, const char *attr, zck_dt
                    attr, zck_dtype_name(stored));
 }
 
-zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset **out) {
-  *out = NULL;
-  zck_h5_dataset *d = zck__calloc(1, sizeof *d);
-  if (!d) return ZCK_ERR_NO_MEMORY;
-  d->f = f;
-  d->label = zck__sprintf("%s:%s", f->path, path);
-  if (!d->label) {
-    free(d);
-    return ZCK_ERR_NO_MEMORY;
-  }
-  zck_status st = ZCK_OK;
-  char *attr = NULL;
-  const zck__h5_mobj *o;
-  const char *why;
-  /* everything from the header as the forked child read it (h5_probe.c): the parent opens
-   * the dataset only to read it, by the address the child opened it at */
-  zck_status fs = zck__h5_find(f, path, &o, &why);
-  if (fs == ZCK_ERR_NOT_FOUND) { st = zck__fail(fs, "%s: no dataset", d->label); goto done; }
-  if (fs != ZCK_OK) { st = zck__fail(fs, "%s: %s", d->label, why); goto done; }
-  if (o->type != H5O_TYPE_DATASET || !o->ds) { st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label); goto done; }
-  const zck__h5_mdset *s = o->ds;
-  d->addr = o->addr;
-  if (s->err) { st = zck__fail(ZCK_ERR_FORMAT, "%s: unreadable header: %s", d->label, s->err); goto done; }
-  zck_dtype stored = (zck_dtype)s->dtype;
-  if (s->dtype <= 0 || s->dtype >= ZCK_DTYPE_COUNT) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: element type not supported (class %d, %zu bytes)", d->label, s->cls, (size_t)s->size); goto done; }
-  d->info.dtype = stored;
-  d->es = zck_dtype_size(stored);
+/* The element type and the dataspace: dims, shape and element count. */
+static zck_status zck__h5_dataset_shape(zck_h5_dataset *d, const zck__h5_mdset *s) {
+  if (s->dtype <= 0 || s->dtype >= ZCK_DTYPE_COUNT)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: element type not supported (class %d, %zu bytes)", d->label, s->cls,
+                     (size_t)s->size);
+  d->info.dtype = (zck_dtype)s->dtype;
+  d->es = zck_dtype_size(d->info.dtype);
   int nd = s->ndims;
-  if (s->space_cls == H5S_NULL || nd < 0 || nd > ZCK_H5_MAX_DIMS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: dataspace of %d dimensions", d->label, nd); goto done; }
+  if (s->space_cls == H5S_NULL || nd < 0 || nd > ZCK_H5_MAX_DIMS)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: dataspace of %d dimensions", d->label, nd);
   d->info.ndim = nd;
   d->info.numel = 1;
   for (int i = 0; i < nd; i++) {
     uint64_t dim = s->dims[i];
     d->dims[i] = dim;
     d->info.shape[i] = (int64_t)dim;
-    if (dim > ((uint64_t)1 << 62) || !zck__mul_u64(d->info.numel, dim, &d->info.numel)) {
-      st = zck__fail(ZCK_ERR_FORMAT, "%s: element count overflows", d->label);
-      goto done;
-    }
+    if (dim > ((uint64_t)1 << 62) || !zck__mul_u64(d->info.numel, dim, &d->info.numel))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: element count overflows", d->label);
   }
   uint64_t nbytes;
-  if (!zck__mul_u64(d->info.numel, d->es, &nbytes)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: size overflows", d->label); goto done; }
+  if (!zck__mul_u64(d->info.numel, d->es, &nbytes)) return zck__fail(ZCK_ERR_FORMAT, "%s: size overflows", d->label);
+  return ZCK_OK;
+}
+
+/* How the bytes are stored: contiguous, compact or in chunks (of bounded size), in this
+ * file. */
+static zck_status zck__h5_dataset_storage(zck_h5_dataset *d, const zck__h5_mdset *s) {
+  int nd = d->info.ndim;
   if (s->layout == H5D_CHUNKED) {
-    if (s->chunk_nd != nd) { st = zck__fail(ZCK_ERR_FORMAT, "%s: chunk dimensions: %s", d->label, s->chunk_err); goto done; }
+    if (s->chunk_nd != nd) return zck__fail(ZCK_ERR_FORMAT, "%s: chunk dimensions: %s", d->label, s->chunk_err);
     d->info.chunked = true;
     d->chunk_elems = 1;
     for (int i = 0; i < nd; i++) {
       uint64_t cd = s->chunk[i];
       d->cdims[i] = cd;
       d->info.chunk[i] = (int64_t)cd;
-      if (!cd || !zck__mul_u64(d->chunk_elems, cd, &d->chunk_elems) || d->chunk_elems > ((uint64_t)1 << 40)) {
-        st = zck__fail(ZCK_ERR_FORMAT, "%s: bad chunk dimensions", d->label);
-        goto done;
-      }
+      if (!cd || !zck__mul_u64(d->chunk_elems, cd, &d->chunk_elems) || d->chunk_elems > ((uint64_t)1 << 40))
+        return zck__fail(ZCK_ERR_FORMAT, "%s: bad chunk dimensions", d->label);
     }
     uint64_t cb = d->chunk_elems * d->es;
-    if (cb >= ((uint64_t)1 << 32)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: chunks of %llu bytes exceed 4 GiB", d->label, (unsigned long long)cb); goto done; }
-    if (cb > ZCK__H5_MAX_CHUNK_BYTES) { st = zck__fail(ZCK_ERR_LIMIT, "%s: chunks of %llu bytes exceed the 1 GiB limit", d->label, (unsigned long long)cb); goto done; }
+    if (cb >= ((uint64_t)1 << 32))
+      return zck__fail(ZCK_ERR_FORMAT, "%s: chunks of %llu bytes exceed 4 GiB", d->label, (unsigned long long)cb);
+    if (cb > ZCK__H5_MAX_CHUNK_BYTES)
+      return zck__fail(ZCK_ERR_LIMIT, "%s: chunks of %llu bytes exceed the 1 GiB limit", d->label, (unsigned long long)cb);
   } else if (s->layout != H5D_CONTIGUOUS && s->layout != H5D_COMPACT) {
-    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: storage layout %d not supported", d->label, s->layout);
-    goto done;
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: storage layout %d not supported", d->label, s->layout);
   }
-  if (s->external != 0) {
-    /* its bytes would be read from other files, named by the file */
-    st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: data stored in external files is not supported", d->label);
-    goto done;
-  }
+  if (s->external != 0) /* its bytes would be read from other files, named by the file */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: data stored in external files is not supported", d->label);
+  return ZCK_OK;
+}
+
+/* The filter pipeline: zstd, or optional filters only (H-05: never hand out bytes a
+ * filter we cannot undo produced). */
+static zck_status zck__h5_dataset_filters(zck_h5_dataset *d, const zck__h5_mdset *s) {
   int nf = s->nfilters;
-  if (nf < 0 || nf > ZCK__H5_MAX_FILTERS || nf > ZCK__H5M_MAX_FILTERS) { st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %d filters", d->label, nf); goto done; }
+  if (nf < 0 || nf > ZCK__H5_MAX_FILTERS || nf > ZCK__H5M_MAX_FILTERS)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %d filters", d->label, nf);
   d->nfilters = nf;
   d->info.zstd_level = -1;
   for (int i = 0; i < nf; i++) {
@@ -365,18 +354,23 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
       d->info.zstd_flags = flags;
       d->info.zstd_level = s->filters[i].level;
     } else if (!(flags & H5Z_FLAG_OPTIONAL)) {
-      /* H-05: never hand out bytes a filter we cannot undo produced */
-      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mandatory filter %d (%s) not supported", d->label, (int)id, s->filters[i].name);
-      goto done;
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: mandatory filter %d (%s) not supported", d->label, (int)id,
+                       s->filters[i].name);
     }
   }
-  if (s->fill_len && s->fill_len == d->es && d->es <= sizeof d->fill) memcpy(d->fill, s->fill, d->es);
-  /* its attributes from the object found above (not looked up by path again) */
+  return ZCK_OK;
+}
+
+/* Its attributes, from the object found (not looked up by path again): the dtype it
+ * stands for, and the checksum of an unchunked one. */
+static zck_status zck__h5_dataset_attrs(zck_h5_dataset *d, zck_h5_file *f, const zck__h5_mobj *o, const char *path) {
+  char *attr = NULL;
   const zck__h5_mattr *a;
-  st = zck__h5_attr_at(f, o, path, "dtype", false, &a);
+  zck_status st = zck__h5_attr_at(f, o, path, "dtype", false, &a);
   if (st == ZCK_OK) st = zck__h5_attr_text(f, a, path, "dtype", &attr);
-  if (st == ZCK_OK) st = zck__h5_dtype_attr(d, attr, stored);
+  if (st == ZCK_OK) st = zck__h5_dtype_attr(d, attr, d->info.dtype);
   else if (st == ZCK_ERR_NOT_FOUND) st = ZCK_OK;
+  free(attr);
   if (st == ZCK_OK && !d->info.chunked && d->info.numel) {
     /* the checksum zckpt writes for an unfiltered 0-dim dataset; optional (older files,
      * h5py, compact datasets: the checksum table covers those) */
@@ -385,14 +379,43 @@ zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset 
     if (hs == ZCK_OK) d->has_xxh3 = true;
     else if (hs != ZCK_ERR_NOT_FOUND) st = hs;
   }
+  return st;
+}
+
+zck_status zck_h5_dataset_open(zck_h5_file *f, const char *path, zck_h5_dataset **out) {
+  *out = NULL;
+  zck_h5_dataset *d = zck__calloc(1, sizeof *d);
+  if (!d) return ZCK_ERR_NO_MEMORY;
+  d->f = f;
+  d->label = zck__sprintf("%s:%s", f->path, path);
+  if (!d->label) {
+    free(d);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  const zck__h5_mobj *o;
+  const char *why;
+  /* everything from the header as the forked child read it (h5_probe.c): the parent opens
+   * the dataset only to read it, by the address the child opened it at */
+  zck_status st = zck__h5_find(f, path, &o, &why);
+  if (st == ZCK_ERR_NOT_FOUND) st = zck__fail(st, "%s: no dataset", d->label);
+  else if (st != ZCK_OK) st = zck__fail(st, "%s: %s", d->label, why);
+  else if (o->type != H5O_TYPE_DATASET || !o->ds) st = zck__fail(ZCK_ERR_FORMAT, "%s: not a dataset", d->label);
+  const zck__h5_mdset *s = st == ZCK_OK ? o->ds : NULL;
+  if (st == ZCK_OK) {
+    d->addr = o->addr;
+    if (s->err) st = zck__fail(ZCK_ERR_FORMAT, "%s: unreadable header: %s", d->label, s->err);
+  }
+  if (st == ZCK_OK) st = zck__h5_dataset_shape(d, s);
+  if (st == ZCK_OK) st = zck__h5_dataset_storage(d, s);
+  if (st == ZCK_OK) st = zck__h5_dataset_filters(d, s);
+  if (st == ZCK_OK && s->fill_len && s->fill_len == d->es && d->es <= sizeof d->fill) memcpy(d->fill, s->fill, d->es);
+  if (st == ZCK_OK) st = zck__h5_dataset_attrs(d, f, o, path);
   /* bound to the path asked for, the dtype after its attribute and the shape: another
    * dataset's contents under this name miss the table */
   if (st == ZCK_OK && f->sums && strcmp(path, ZCK__H5C_TABLE)) {
     d->summed = true;
-    d->sum_seed = zck__h5c_seed(path, d->info.dtype, nd, d->dims);
+    d->sum_seed = zck__h5c_seed(path, d->info.dtype, d->info.ndim, d->dims);
   }
-done:
-  free(attr);
   if (st != ZCK_OK) {
     zck_h5_dataset_close(d);
     return st;

@@ -30,7 +30,10 @@ typedef enum zck_pk_kind {
 
 /* Tags refine a kind: TORCH_SIZE on a TUPLE (torch.Size(...)); FROZENSET on a SET
  * (frozenset(...) / FROZENSET); BYTEARRAY on BYTES (bytearray(...) / BYTEARRAY8). */
-enum { ZCK_PK_TAG_NONE = 0, ZCK_PK_TAG_TORCH_SIZE = 1, ZCK_PK_TAG_FROZENSET = 2, ZCK_PK_TAG_BYTEARRAY = 3 };
+enum { ZCK_PK_TAG_NONE = 0, ZCK_PK_TAG_TORCH_SIZE = 1, ZCK_PK_TAG_FROZENSET = 2, ZCK_PK_TAG_BYTEARRAY = 3,
+       ZCK_PK_TAG_CONSUMED = 4,  /* on an OBJECT: handed to a sink (zck_pickle_load_sink) */
+       ZCK_PK_TAG_SEALED = 5     /* on an OBJECT: remade from the memo after a sink's object
+                                    (an enum member, a torch.layout): may not change */ };
 
 typedef struct zck_pk zck_pk;
 struct zck_pk {
@@ -54,6 +57,7 @@ struct zck_pk {
       zck_pk *callable;             /* a GLOBAL node */
       zck_pk *args;                 /* a TUPLE node */
       int newobj;                   /* 1 = NEWOBJ, 0 = REDUCE */
+      uint32_t sink_handle;         /* tag CONSUMED: what the sink made of it */
       zck_pk *state;                /* BUILD argument or NULL */
       zck_pk *list_items;           /* APPENDS onto the object (a LIST node) or NULL */
       zck_pk *dict_items;           /* SETITEMS onto the object (a DICT node) or NULL */
@@ -86,6 +90,35 @@ typedef struct zck_pk_doc zck_pk_doc;   /* the arena + root */
  *  - trailing bytes after STOP are ignored. */
 zck_status zck_pickle_load(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
                            zck_pk_doc **out);
+
+/* A consumer of objects while the stream loads, for pickles of many small objects whose
+ * trees would dwarf what is kept of them (a DCP .metadata of 100k chunks): an object of a
+ * class it names, made by NEWOBJ and given its state by BUILD, is handed to consume at that
+ * BUILD, and every node made since its NEWOBJ is freed there. The object stays in the tree
+ * as an OBJECT node tagged ZCK_PK_TAG_CONSUMED, with no state and the handle consume gave.
+ * Values memoized while it was read that the stream may fetch again (strings, ints, floats,
+ * globals, tuples of ints such as a torch.Size, objects REDUCE'd from such values as an
+ * enum member is) are kept in a compact form and remade on a GET (an object tagged
+ * ZCK_PK_TAG_SEALED); a GET of anything else made for a consumed object is refused (torch never writes
+ * one), as is an object whose parts escaped it (put into a container made before it, left
+ * on the stack below it) and any later change to a consumed object. Objects of its classes
+ * made while another is being read are left as they are. */
+typedef struct zck_pk_sink {
+  void *ctx;
+  /* A class id >= 0 if the sink consumes module.name, else -1. */
+  int (*classify)(void *ctx, const char *module, const char *name);
+  /* Every node made for a consumed object, before it is freed: what the caller refuses
+   * anywhere in the stream (a global outside its allowlist) it must refuse here. */
+  zck_status (*check)(void *ctx, const zck_pk *node);
+  /* The finished object; below: the node under it on the stack (the key it will be set
+   * under, when it is a dict's value), or NULL. Sets *handle. */
+  zck_status (*consume)(void *ctx, int cls, const zck_pk *obj, const zck_pk *below, uint32_t *handle);
+  /* The stream's bytes before pos are never read again (told every MiB): the caller
+   * may give their pages back. May be NULL. */
+  void (*passed)(void *ctx, size_t pos);
+} zck_pk_sink;
+zck_status zck_pickle_load_sink(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
+                                const zck_pk_sink *sink, zck_pk_doc **out);
 const zck_pk *zck_pk_doc_root(const zck_pk_doc *doc);
 void zck_pk_doc_free(zck_pk_doc *doc);
 /* Every node of the doc in creation order (for a loaded doc: the order of the stream, so

@@ -98,6 +98,26 @@ void zck_pk_doc_free(zck_pk_doc *d) {
   free(d);
 }
 
+zck__pk_mark zck__pk_doc_mark(const zck_pk_doc *d) {
+  return (zck__pk_mark){d->count, d->arena, d->big, d->arena ? d->arena->used : 0};
+}
+
+void zck__pk_doc_rollback(zck_pk_doc *d, const zck__pk_mark *m) {
+  for (size_t i = m->count; i < d->count; i++) pk_free_owned(&d->blocks[i / ZCK__PK_BLOCK][i % ZCK__PK_BLOCK]);
+  d->count = m->count;   /* the blocks stay, for the nodes to come */
+  while (d->arena != m->arena) {
+    zck__pk_chunk *next = d->arena->next;
+    free(d->arena);
+    d->arena = next;
+  }
+  if (d->arena) d->arena->used = m->arena_used;
+  while (d->big != m->big) {
+    zck__pk_chunk *next = d->big->next;
+    free(d->big);
+    d->big = next;
+  }
+}
+
 const zck_pk *zck_pk_doc_root(const zck_pk_doc *d) { return d ? d->root : NULL; }
 void zck_pk_doc_set_root(zck_pk_doc *d, zck_pk *root) { d->root = root; }
 size_t zck_pk_doc_node_count(const zck_pk_doc *d) { return d ? d->count : 0; }
@@ -269,6 +289,7 @@ static zck_pk *shared(zck_pk_doc *d, size_t slot, zck_pk_kind kind, int64_t v) {
   if (!(n = zck__pk_alloc(d, kind))) return NULL;
   if (kind == ZCK_PK_BOOL) n->u.b = (int)v;
   else if (kind == ZCK_PK_INT) n->u.i = v;
+  d->shared_top = d->count;
   return d->shared[slot] = n;
 }
 
@@ -279,6 +300,12 @@ zck_pk *zck_pk_new_int(zck_pk_doc *d, int64_t v) {
   zck_pk *n = zck__pk_alloc(d, ZCK_PK_INT);
   if (n) n->u.i = v;
   return n;
+}
+bool zck__pk_make_shared(zck_pk_doc *d) {
+  if (!zck_pk_new_none(d) || !zck_pk_new_bool(d, 0) || !zck_pk_new_bool(d, 1)) return false;
+  for (int64_t v = ZCK__PK_SHARED_MIN; v <= ZCK__PK_SHARED_MAX; v++)
+    if (!zck_pk_new_int(d, v)) return false;
+  return true;
 }
 zck_pk *zck_pk_new_float(zck_pk_doc *d, double v) {
   zck_pk *n = zck__pk_alloc(d, ZCK_PK_FLOAT);

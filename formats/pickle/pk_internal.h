@@ -36,6 +36,7 @@ struct zck_pk_doc {
   zck__pk_chunk *big;      /* requests too big for a chunk, one each */
   zck_pk **shared;         /* None, False, True, ints ZCK__PK_SHARED_MIN.. (made on first use) */
   size_t nshared;          /* slots of shared: a few first, all of them once a bigger int comes */
+  size_t shared_top;       /* 1 + the highest id of a shared node (a rollback must keep them) */
   size_t max_objects;      /* 0 = no limit (trees built by hand) */
   bool hit_limit;          /* the last allocation failed on max_objects */
   zck_pk *root;
@@ -45,6 +46,19 @@ struct zck_pk_doc {
 
 /* A zeroed node of the kind, or NULL with ZCK_ERR_NO_MEMORY / ZCK_ERR_LIMIT set. */
 zck_pk *zck__pk_alloc(zck_pk_doc *d, zck_pk_kind kind);
+/* Where a doc's allocations stand: zck__pk_doc_rollback frees every node and arena byte
+ * made after it (the nodes of an object a sink consumed, pk_sink.c). Nothing made before
+ * it may point at what is freed. */
+typedef struct zck__pk_mark {
+  size_t count;
+  zck__pk_chunk *arena, *big;
+  size_t arena_used;
+} zck__pk_mark;
+zck__pk_mark zck__pk_doc_mark(const zck_pk_doc *d);
+void zck__pk_doc_rollback(zck_pk_doc *d, const zck__pk_mark *m);
+/* Makes every shared node (None, the bools, the small ints) now, so none is made later
+ * inside an object a sink consumes. false on failure (error set). */
+bool zck__pk_make_shared(zck_pk_doc *d);
 /* n bytes (8-aligned) that live as long as the doc; NULL when out of memory. Only for what
  * is made with a node of d (its string, a tuple's items): a node's later growth could be
  * asked through another doc. */

@@ -53,6 +53,7 @@ static zck_status pop(vm *v, zck_pk **out) {
   *out = NULL;
   if (v->sp <= boundary(v)) return underflow(v);
   *out = v->stack[--v->sp];
+  zck__vm_window_sp(v);
   return ZCK_OK;
 }
 
@@ -71,6 +72,7 @@ static zck_status pop_mark(vm *v, zck_pk ***items, size_t *n) {
   *items = v->stack ? v->stack + m : NULL;   /* an empty stack may not be allocated yet */
   *n = v->sp - m;
   v->sp = m;
+  zck__vm_window_sp(v);
   return ZCK_OK;
 }
 
@@ -111,7 +113,7 @@ static zck_status read_len(vm *v, size_t width, uint64_t *n) {
  * (CPython's, torch.save's, ours) number memo entries densely from 0 and every entry costs
  * at least one byte before its PUT, so no real pickle has an index past its offset, however
  * many tensors it holds (a 100k-tensor model file passes 1<<20 entries); a hostile sparse
- * index is refused, and the memo array stays within 8 bytes per pickle byte. */
+ * index is refused, and the memo array stays within 4 bytes per pickle byte. */
 static size_t memo_limit(const vm *v) { return v->op_pos > v->lim.max_memo ? v->op_pos : v->lim.max_memo; }
 
 static zck_status memo_put(vm *v, uint64_t idx) {
@@ -124,21 +126,27 @@ static zck_status memo_put(vm *v, uint64_t idx) {
     size_t cap = v->memo_cap ? v->memo_cap : 64;
     while (cap <= idx) cap *= 2;
     if (cap > limit) cap = limit;
-    zck_pk **m = zck__realloc(v->memo, cap * sizeof *m);
+    uint32_t *m = zck__realloc(v->memo, cap * sizeof *m);
     if (!m) return zck__vm_oom(v);
     memset(m + v->memo_cap, 0, (cap - v->memo_cap) * sizeof *m);
     v->memo = m;
     v->memo_cap = cap;
   }
+  uint32_t slot;
+  if (!zck__vm_memo_slot(t, &slot)) return zck__vm_fail(v, ZCK_ERR_LIMIT, "more than %u objects to memoize", MEMO_MAX - 2);
   if (!v->memo[idx]) v->memo_count++;
-  v->memo[idx] = t;
+  v->memo[idx] = slot;
+  if (v->win.obj) zck__vm_window_put(v, idx);
   return ZCK_OK;
 }
 
 static zck_status memo_get(vm *v, uint64_t idx) {
   if (idx >= v->memo_cap || !v->memo[idx])
     return zck__vm_fail(v, ZCK_ERR_FORMAT, "memo value not found at index %llu", (unsigned long long)idx);
-  return push(v, v->memo[idx]);
+  zck_pk *n;
+  if (v->memo[idx] & 1) ZCK_TRY(zck__vm_memo_remake(v, (size_t)idx, &n));
+  else n = zck__vm_memo_node(v, v->memo[idx]);
+  return push(v, n);
 }
 
 static zck_status parse_uint_line(vm *v, uint64_t *out) {
@@ -165,6 +173,7 @@ static zck_status append_items(vm *v, zck_pk *target, zck_pk **items, size_t n, 
   /* an object given no items gains no empty list: the emitter writes none back, and for
    * Python nothing happened */
   if (!n && target->kind == ZCK_PK_OBJECT && !set) return ZCK_OK;
+  ZCK_TRY(zck__vm_window_touch(v, target));
   if (target->kind == ZCK_PK_OBJECT && !set) {
     if (!target->u.obj.list_items) VNEW(v, zck_pk_new_list(v->doc), target->u.obj.list_items);
     target = target->u.obj.list_items;
@@ -195,6 +204,7 @@ static bool key_hashable(const zck_pk *k, int depth, size_t *budget) {
 static zck_status set_items(vm *v, zck_pk *target, zck_pk **kv, size_t n) {
   if (n % 2) return zck__vm_fail(v, ZCK_ERR_FORMAT, "odd number of items (%zu) for key/value pairs", n);
   if (!n && target->kind == ZCK_PK_OBJECT) return ZCK_OK;   /* no empty dict for it either */
+  ZCK_TRY(zck__vm_window_touch(v, target));
   for (size_t i = 0; i < n; i += 2) {
     size_t budget = 4096;
     if (!key_hashable(kv[i], 0, &budget))
@@ -281,13 +291,20 @@ static zck_status op_reduce(vm *v, int newobj) {
   node = NULL;
   if (!newobj) ZCK_TRY(fold(v, callable, args, &node));
   if (!node) VNEW(v, zck_pk_new_object(v->doc, callable, args, newobj, NULL), node);
-  return push(v, node);
+  ZCK_TRY(push(v, node));
+  if (newobj && v->sink && !v->win.obj) {
+    int cls = v->sink->classify(v->sink->ctx, callable->u.global.module, callable->u.global.name);
+    if (cls >= 0) zck__vm_window_open(v, node, cls);
+  }
+  return ZCK_OK;
 }
 
 static zck_status op_build(vm *v) {
   zck_pk *state, *target;
   ZCK_TRY(pop(v, &state));
   ZCK_TRY(top(v, &target));
+  if (target == v->win.obj) return zck__vm_window_close(v, state);
+  ZCK_TRY(zck__vm_window_touch(v, target));
   if (target->kind == ZCK_PK_OBJECT) target->u.obj.state = state;
   else if (target->kind == ZCK_PK_DICT) target->u.dict.attrs = state;
   else return zck__vm_fail(v, ZCK_ERR_FORMAT, "cannot set the state of a %s", zck__pk_kind_name(target));
@@ -386,8 +403,14 @@ static zck_status check_depth(vm *v, zck_pk *root) {
 
 // ---- the loop
 
+#define PASSED_STEP ((size_t)1 << 20)
+
 static zck_status run(vm *v, zck_pk **root) {
   while (v->pos < v->len) {
+    if (v->sink && v->sink->passed && v->pos - v->passed >= PASSED_STEP) {
+      v->passed = v->pos;
+      v->sink->passed(v->sink->ctx, v->pos);
+    }
     v->op_pos = v->pos;
     v->op = v->p[v->pos++];
     v->doc->ops_seen[v->op >> 3] |= (uint8_t)(1u << (v->op & 7));
@@ -416,8 +439,10 @@ static zck_status run(vm *v, zck_pk **root) {
       v->marks[v->nmarks++] = v->sp;
       break;
     case ZPK_POP:
-      if (v->sp > boundary(v)) v->sp--;
-      else if (v->nmarks) v->nmarks--;   /* as Python: POP of an empty MARK frame drops the MARK */
+      if (v->sp > boundary(v)) {
+        v->sp--;
+        zck__vm_window_sp(v);
+      } else if (v->nmarks) v->nmarks--;   /* as Python: POP of an empty MARK frame drops the MARK */
       else return underflow(v);
       break;
     case ZPK_POP_MARK: ZCK_TRY(pop_mark(v, &items, &cnt)); break;
@@ -518,6 +543,7 @@ static zck_status run(vm *v, zck_pk **root) {
       cnt = (size_t)(v->op - ZPK_TUPLE1 + 1);
       if (v->sp < boundary(v) + cnt) return underflow(v);
       v->sp -= cnt;
+      zck__vm_window_sp(v);
       VNEW(v, copy_seq(v, ZCK_PK_TUPLE, v->stack + v->sp, cnt), n);
       ZCK_TRY(push(v, n));
       break;
@@ -605,8 +631,16 @@ static zck_status run(vm *v, zck_pk **root) {
 
 zck_status zck_pickle_load(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
                            zck_pk_doc **out) {
+  return zck_pickle_load_sink(data, len, name, limits, NULL, out);
+}
+
+zck_status zck_pickle_load_sink(const void *data, size_t len, const char *name, const zck_pk_limits *limits,
+                                const zck_pk_sink *sink, zck_pk_doc **out) {
   static const zck_pk_limits defaults = ZCK_PK_LIMITS_INIT;
   vm v = {0};
+  v.sink = sink;
+  zck__buf_init(&v.compact);
+  if (sink) zck__buf_byte(&v.compact, 0);   /* offset 0 is no compact value */
   *out = NULL;
   v.p = data;
   v.len = len;
@@ -624,6 +658,7 @@ zck_status zck_pickle_load(const void *data, size_t len, const char *name, const
   free(v.stack);
   free(v.marks);
   free(v.memo);
+  zck__vm_window_free(&v);
   if (s != ZCK_OK) {
     zck_pk_doc_free(v.doc);
     return s;

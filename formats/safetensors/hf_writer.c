@@ -2,7 +2,9 @@
  * assignment of huggingface_hub's split_state_dict_into_shards_factory, the file names of
  * SAFETENSORS_WEIGHTS_FILE_PATTERN, the index file as huggingface_hub (json.dump indent=2)
  * or transformers / DeepSpeed zero_to_fp32 (sort_keys=True, "\n") write it, and an output
- * directory that appears in one rename (zck__outdir). */
+ * directory that appears in one rename (zck__outdir). With torch_dcp, the files are
+ * assigned by the caller and named, headed and indexed as torch's
+ * consolidate_safetensors_files does (safetensors.h). */
 #include "st_internal.h"
 
 #include <stdlib.h>
@@ -53,6 +55,7 @@ typedef struct zck__hf_item {
   const uint64_t *shape;
   uint64_t nbytes;
   uint32_t shard;
+  uint32_t file;            /* torch_dcp: the file number set (0: none yet) */
   size_t local;             /* index in its shard's zck_st_writer */
 } zck__hf_item;
 
@@ -83,6 +86,7 @@ zck_status zck_hf_writer_new(const char *out_dir, const zck_hf_options *opts, zc
   zck_hf_options defaults = ZCK_HF_OPTIONS_INIT;
   w->opts = opts ? *opts : defaults;
   if (!w->opts.max_shard_size) w->opts.max_shard_size = ZCK_HF_DEFAULT_MAX_SHARD;
+  if (w->opts.torch_dcp) w->opts.style = ZCK_HF_INDEX_HUB; /* torch's json.dump(indent=2), in mapping order */
   w->out_dir = zck__strdup(out_dir);
   w->prefix = zck__strdup(w->opts.prefix ? w->opts.prefix : "model");
   w->opts.prefix = NULL;
@@ -118,6 +122,7 @@ void zck_hf_writer_free(zck_hf_writer *w) {
 
 zck_status zck_hf_writer_set_metadata(zck_hf_writer *w, const char *key, const char *value) {
   ZCK_ASSERT(!w->laid_out);
+  if (w->opts.torch_dcp) return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: torch's consolidation writes no metadata (\"%s\")", key);
   if (!strcmp(key, "total_size") || !strcmp(key, "total_parameters"))
     return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: metadata key \"%s\" is computed, not set", key);
   size_t kl = strlen(key), vl = strlen(value);
@@ -180,8 +185,56 @@ const char *zck_hf_writer_shard_name(const zck_hf_writer *w, size_t shard) {
   return w->shard_names[shard];
 }
 
+static zck_status zck__hf_layout_files(zck_hf_writer *w);
+
+zck_status zck_hf_writer_set_file(zck_hf_writer *w, size_t index, uint32_t file) {
+  ZCK_ASSERT(w->opts.torch_dcp && !w->laid_out && index < w->count);
+  if (!file) return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: tensor %s: file numbers start at 1", w->items[index].name);
+  w->items[index].file = file;
+  return ZCK_OK;
+}
+
+/* torch_dcp: one shard per file number used, in the order of its first tensor (torch's
+ * output_files_data, a dict filled in mapping order), named by number and the largest. */
+static zck_status zck__hf_torch_files(zck_hf_writer *w, size_t *nshards) {
+  if (!w->count) return zck__fail(ZCK_ERR_INVALID_ARG, "HF writer: no tensors (torch's consolidation takes max() of none)");
+  uint32_t max = 0;
+  for (size_t i = 0; i < w->count; i++) {
+    if (!w->items[i].file) return zck__fail(ZCK_ERR_INTERNAL, "HF writer: tensor %s has no file", w->items[i].name);
+    if (w->items[i].file > max) max = w->items[i].file;
+  }
+  uint32_t *file_of_shard = zck__malloc(w->count * sizeof *file_of_shard);
+  w->shard_names = zck__calloc(w->count, sizeof *w->shard_names);
+  if (!file_of_shard || !w->shard_names) { free(file_of_shard); return ZCK_ERR_NO_MEMORY; }
+  size_t n = 0;
+  for (size_t i = 0; i < w->count; i++) {
+    size_t sh = 0;
+    while (sh < n && file_of_shard[sh] != w->items[i].file) sh++; /* few files: a scan */
+    if (sh == n) file_of_shard[n++] = w->items[i].file;
+    w->items[i].shard = (uint32_t)sh;
+  }
+  zck_status s = ZCK_OK;
+  for (size_t sh = 0; s == ZCK_OK && sh < n; sh++)
+    if (!(w->shard_names[sh] = zck__sprintf("model-%05u-of-%05u.safetensors", file_of_shard[sh], max))) s = ZCK_ERR_NO_MEMORY;
+  free(file_of_shard);
+  *nshards = n;
+  return s;
+}
+
 zck_status zck_hf_writer_layout(zck_hf_writer *w) {
   ZCK_ASSERT(!w->laid_out);
+  if (w->opts.torch_dcp) {
+    size_t n = 0;
+    zck_status s = zck__hf_torch_files(w, &n);
+    w->nshards = w->shard_names ? n : 0; /* the names are freed by count */
+    ZCK_TRY(s);
+    if (!(w->shards = zck__calloc(n, sizeof *w->shards))) return ZCK_ERR_NO_MEMORY;
+    for (size_t sh = 0; sh < n; sh++) {
+      ZCK_TRY(zck_st_writer_new(&w->shards[sh]));
+      zck_st_writer_set_style(w->shards[sh], ZCK_ST_HEADER_TORCH_DCP);
+    }
+    return zck__hf_layout_files(w);
+  }
   uint64_t *sizes = zck__malloc((w->count ? w->count : 1) * sizeof *sizes);
   uint32_t *shard_of = zck__malloc((w->count ? w->count : 1) * sizeof *shard_of);
   if (!sizes || !shard_of) { free(sizes); free(shard_of); return ZCK_ERR_NO_MEMORY; }
@@ -204,6 +257,12 @@ zck_status zck_hf_writer_layout(zck_hf_writer *w) {
     if (nshards == 1)
       for (size_t m = 0; m < w->md.count; m++) ZCK_TRY(zck_st_writer_set_metadata(w->shards[s], w->md.keys[m], w->md.values[m]));
   }
+  return zck__hf_layout_files(w);
+}
+
+/* Every tensor into its shard's writer, every shard laid out and created (temporary tree). */
+static zck_status zck__hf_layout_files(zck_hf_writer *w) {
+  size_t nshards = w->nshards;
   for (size_t i = 0; i < w->count; i++) {
     zck__hf_item *it = &w->items[i];
     ZCK_TRY(zck_st_writer_add(w->shards[it->shard], it->name, it->dtype, it->ndim, it->shape, &it->local));
@@ -338,7 +397,7 @@ zck_status zck_hf_writer_commit(zck_hf_writer *w) {
     ZCK_TRY(zck_st_writer_commit(w->shards[s]));
     if (w->hash) ZCK_TRY(zck_st_writer_known(w->shards[s], w->shard_names[s], &w->known, &w->cap_known));
   }
-  if (w->nshards > 1) {
+  if (w->nshards > 1 || w->opts.torch_dcp) { /* torch writes its index whatever the count */
     zck__buf b;
     zck__buf_init(&b);
     zck_status s = zck__hf_index_json(w, &b);

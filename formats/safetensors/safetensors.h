@@ -123,6 +123,16 @@ zck_status zck_st_writer_new(zck_st_writer **out);
 /* Adds (or replaces the value of) a metadata entry; entries keep insertion order after
  * "format". Values are strings, as the format requires. */
 zck_status zck_st_writer_set_metadata(zck_st_writer *w, const char *key, const char *value);
+/* The header's style, before layout:
+ *  - REFERENCE (the default): as the reference serializer writes it (above);
+ *  - TORCH_DCP: as torch's consolidate_safetensors_files writes it (torch 2.15
+ *    _consolidate_hf_safetensors.py _write_metadata): tensors in add order, data back to back
+ *    in that order, the JSON of Python's json.dumps (separators ", " and ": ", non-ASCII and
+ *    control characters escaped as \uXXXX) of {NAME: {"shape": [..], "dtype": "F32",
+ *    "data_offsets": [BEGIN, END]}, ...}, no "__metadata__" (setting it drops every
+ *    metadata entry), no padding: the data starts at 8 + N whatever N is. */
+typedef enum zck_st_header_style { ZCK_ST_HEADER_REFERENCE = 0, ZCK_ST_HEADER_TORCH_DCP } zck_st_header_style;
+void zck_st_writer_set_style(zck_st_writer *w, zck_st_header_style style);
 /* Removes every metadata entry, "format" included; with none, the header has no
  * "__metadata__" at all (as save_file(metadata=None)). For faithful copies of existing
  * files: set the entries again in the source's order to reproduce its header exactly. */
@@ -200,8 +210,16 @@ typedef struct zck_hf_options {
    * included), before the rename: the last word, e.g. a manifest. NULL: none. */
   zck_status (*before_commit)(void *ctx, const char *tmp_dir);
   void *before_commit_ctx;
+  /* The folder torch's consolidate_safetensors_files(dir, out, fqn_to_index_mapping)
+   * writes, instead of HF sharding: each tensor in the file zck_hf_writer_set_file gives
+   * it (the mapping's index), files "model-{i:05}-of-{max:05}.safetensors" for the numbers
+   * used (max: the largest), their headers in the TORCH_DCP style (tensors in add order),
+   * and always model.safetensors.index.json: json.dump(indent=2) of {"metadata":
+   * {"total_size"}, "weight_map"} with the files in the order of their first tensor, each
+   * file's tensors in add order. max_shard_size, style, prefix and metadata do not apply. */
+  bool torch_dcp;
 } zck_hf_options;
-#define ZCK_HF_OPTIONS_INIT {0, ZCK_HF_INDEX_HUB, false, NULL, false, 0, NULL, NULL}
+#define ZCK_HF_OPTIONS_INIT {0, ZCK_HF_INDEX_HUB, false, NULL, false, 0, NULL, NULL, false}
 
 typedef struct zck_hf_writer zck_hf_writer;
 
@@ -214,6 +232,8 @@ zck_status zck_hf_writer_set_metadata(zck_hf_writer *w, const char *key, const c
  * is numel * bits / 8. */
 zck_status zck_hf_writer_add(zck_hf_writer *w, const char *name, zck_st_dtype dtype, int ndim,
                              const uint64_t *shape, size_t *index);
+/* torch_dcp: tensor `index` goes to file number `file` (>= 1); every tensor needs one. */
+zck_status zck_hf_writer_set_file(zck_hf_writer *w, size_t index, uint32_t file);
 /* Assigns shards, lays out every file, creates the temporary directory and every file
  * (headers written, sizes set). */
 zck_status zck_hf_writer_layout(zck_hf_writer *w);

@@ -5,6 +5,9 @@
  * at most one metadata entry the output is byte-identical to safetensors' save_file (the
  * reference keeps metadata in a HashMap, so with more entries its order is random).
  *
+ * The torch style (zck_st_writer_set_style) is the header torch's consolidate_safetensors_files
+ * writes instead (_consolidate_hf_safetensors.py _write_metadata): see safetensors.h.
+ *
  * Reserve-then-fill: after layout + open the file has its final size and every tensor its
  * offset, so the copy executor's threads pwrite data in any order. */
 #include "st_internal.h"
@@ -23,6 +26,7 @@ struct zck_st_writer {
   zck__buf header;         /* 8-byte length + padded JSON */
   uint64_t file_size;
   bool laid_out, opened, committed;
+  zck_st_header_style style;
   zck__outfile out;
   char *path;
   zck__shash *hash;        /* zck_st_writer_hash: the manifest hashes as written */
@@ -90,6 +94,12 @@ void zck_st_writer_clear_metadata(zck_st_writer *w) {
   zck__st_pairs_clear(&w->md);
 }
 
+void zck_st_writer_set_style(zck_st_writer *w, zck_st_header_style style) {
+  ZCK_ASSERT(!w->laid_out);
+  w->style = style;
+  if (style == ZCK_ST_HEADER_TORCH_DCP) zck__st_pairs_clear(&w->md); /* torch writes no "__metadata__" */
+}
+
 zck_status zck_st_writer_add(zck_st_writer *w, const char *name, zck_st_dtype dtype, int ndim, const uint64_t *shape,
                              size_t *index) {
   ZCK_ASSERT(!w->laid_out);
@@ -139,18 +149,28 @@ static int zck__st_cmp_write_order(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
+/* torch's json.dumps(metadata) of one entry: {"shape": [..], "dtype": "..", "data_offsets": [b, e]} */
+static void zck__st_torch_entry(zck__buf *b, const zck_st_tensor *t) {
+  zck__json_str_python(b, t->name);
+  zck__buf_str(b, ": {\"shape\": [");
+  for (int d = 0; d < t->ndim; d++) zck__buf_printf(b, d ? ", %llu" : "%llu", (unsigned long long)t->shape[d]);
+  zck__buf_printf(b, "], \"dtype\": \"%s\", \"data_offsets\": [%llu, %llu]}", zck_st_dtype_name(t->st_dtype),
+                  (unsigned long long)t->begin, (unsigned long long)t->end);
+}
+
 zck_status zck_st_writer_layout(zck_st_writer *w) {
   ZCK_ASSERT(!w->laid_out);
+  bool torch = w->style == ZCK_ST_HEADER_TORCH_DCP;
   zck_st_tensor **order = zck__malloc((w->count ? w->count : 1) * sizeof *order);
   if (!order) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < w->count; i++) order[i] = &w->tensors[i];
-  qsort(order, w->count, sizeof *order, zck__st_cmp_write_order);
+  if (!torch) qsort(order, w->count, sizeof *order, zck__st_cmp_write_order); /* torch: the caller's order */
 
   zck__buf *b = &w->header;
   b->len = 0;
   zck__buf_u64le(b, 0); /* patched below */
   zck__buf_byte(b, '{');
-  if (w->md.count) {
+  if (!torch && w->md.count) {
     zck__buf_str(b, "\"__metadata__\":{");
     for (size_t i = 0; i < w->md.count; i++) {
       if (i) zck__buf_byte(b, ',');
@@ -169,6 +189,11 @@ zck_status zck_st_writer_layout(zck_st_writer *w) {
       return zck__fail(ZCK_ERR_INVALID_ARG, "safetensors writer: total data size overflows");
     }
     t->end = off;
+    if (torch) {
+      if (i) zck__buf_str(b, ", ");
+      zck__st_torch_entry(b, t);
+      continue;
+    }
     if (i || w->md.count) zck__buf_byte(b, ',');
     zck__json_str_serde(b, t->name);
     zck__buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", zck_st_dtype_name(t->st_dtype));
@@ -177,7 +202,7 @@ zck_status zck_st_writer_layout(zck_st_writer *w) {
   }
   free(order);
   zck__buf_byte(b, '}');
-  while ((b->len - 8) % 8) zck__buf_byte(b, ' ');
+  while (!torch && (b->len - 8) % 8) zck__buf_byte(b, ' '); /* torch pads nothing */
   if (b->failed) return zck__fail(ZCK_ERR_NO_MEMORY, "safetensors writer: out of memory building the header");
   uint64_t n = b->len - 8;
   if (n > ZCK_ST_MAX_HEADER)

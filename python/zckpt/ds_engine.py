@@ -37,8 +37,11 @@ thread copies it into the staging folder and fsyncs it while training goes on. T
 then tells DeepSpeed it is decoupled, so DeepSpeed calls commit() at the next optimizer step
 (and writes `latest` after it), as it does for its own decoupled writer: the commit waits for
 this rank's writer, then proceeds as above. One save in flight: a save before the commit of
-the previous one commits it first. Not with the HF callback (the Trainer writes its own
-files into checkpoint-N before DeepSpeed's commit would come).
+the previous one commits it first. With the HF Trainer (zckpt.hf.ZckptCallback(
+ds_engine="background")) the commit, and so the manifest, comes after the Trainer has
+written the rest of checkpoint-N (its files follow save_checkpoint on every rank, before the
+next step): the manifest marks the whole checkpoint-N complete, as the callback's own does;
+commit_pending_all() commits the last save, after which no step comes.
 
 Collective: every rank must use the engine (install() on every rank). Checkpoints must be on
 a filesystem every rank sees, as DeepSpeed's resume needs anyway.
@@ -48,6 +51,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 
 import torch
 
@@ -82,6 +86,27 @@ def _write_atomic(path, text):
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_path(os.path.dirname(os.path.abspath(path)), True)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process
+        return True
+    return True
+
+
+def _memdir():
+    """A folder in memory for this process's snapshots, zckpt-ds-<pid>-*; those of processes that
+    are gone (killed during a background save: /dev/shm keeps them until a reboot) are removed."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    for name in os.listdir(base):
+        parts = name.split("-")
+        if name.startswith("zckpt-ds-") and len(parts) > 3 and parts[2].isdigit() and not _pid_alive(int(parts[2])):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"zckpt-ds-{os.getpid()}-", dir=base)
 
 
 class ZckptCheckpointEngine(CheckpointEngine):
@@ -144,7 +169,7 @@ class ZckptCheckpointEngine(CheckpointEngine):
         # the snapshot: the same torch.save, into memory under the same name; the copy to
         # the disk and its fsync go to a thread
         if self.memdir is None:
-            self.memdir = tempfile.mkdtemp(prefix="zckpt-ds-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            self.memdir = _memdir()
         mem = os.path.join(self.memdir, f"{len(self.writes)}")
         os.makedirs(mem)
         mem = os.path.join(mem, os.path.basename(dst))
@@ -153,8 +178,7 @@ class ZckptCheckpointEngine(CheckpointEngine):
 
         def write():
             try:
-                shutil.copyfile(mem, dst)
-                _fsync_path(dst)
+                self._write_file(mem, dst)
             except BaseException as e:  # reported by the commit
                 job[1] = e
             finally:
@@ -163,6 +187,11 @@ class ZckptCheckpointEngine(CheckpointEngine):
         job[0] = threading.Thread(target=write, name="zckpt-ds-writer", daemon=True)
         job[0].start()
         self.writes.append(job)
+
+    def _write_file(self, mem, dst):
+        """The writer thread's work for one file: its bytes from memory to the staging folder."""
+        shutil.copyfile(mem, dst)
+        _fsync_path(dst)
 
     def load(self, path, map_location=None):
         return self.inner.load(path, map_location=map_location)
@@ -271,21 +300,45 @@ def install(engine, manifest=True, background=False):
     return ce
 
 
-def install_default(manifest=True):
+# the engines install_default made, for commit_pending_all (weak: an engine DeepSpeed drops goes)
+_made = weakref.WeakSet()
+
+
+def install_default(manifest=True, background=False):
     """Every DeepSpeed engine created after this call (deepspeed.initialize, the HF Trainer's)
     saves through ZckptCheckpointEngine: wraps the checkpoint engine DeepSpeed would make
     (not its decoupled writer, which commits on its own). Idempotent; the last call's
-    manifest applies."""
+    manifest and background apply."""
     import deepspeed.runtime.engine as ds_engine_module
     make = ds_engine_module.create_checkpoint_engine
     if getattr(make, "_zckpt", False):
-        make._zckpt_manifest = manifest
+        make._zckpt_options = (manifest, background)
         return
 
     def create_checkpoint_engine(*args, **kwargs):
         inner = make(*args, **kwargs)
-        return inner if inner.is_decoupled() else ZckptCheckpointEngine(inner, create_checkpoint_engine._zckpt_manifest)
+        if inner.is_decoupled():
+            return inner
+        engine = ZckptCheckpointEngine(inner, *create_checkpoint_engine._zckpt_options)
+        _made.add(engine)
+        return engine
 
     create_checkpoint_engine._zckpt = True
-    create_checkpoint_engine._zckpt_manifest = manifest
+    create_checkpoint_engine._zckpt_options = (manifest, background)
     ds_engine_module.create_checkpoint_engine = create_checkpoint_engine
+
+
+def commit_pending_all():
+    """Commits the background saves still in flight in the engines install_default made (every
+    rank: the commit is collective), as DeepSpeed's next optimizer step would. Returns how many."""
+    n = 0
+    for engine in list(_made):
+        if engine.pending is not None:
+            engine.commit_pending()
+            n += 1
+    return n
+
+
+def pending_any():
+    """Whether an engine install_default made has a background save not yet committed."""
+    return any(engine.pending is not None for engine in list(_made))

@@ -25,7 +25,10 @@ ZckptCallback (a transformers.TrainerCallback; transformers is imported when it 
     written beside the weights).
     ds_engine=True also routes DeepSpeed's save_checkpoint through zckpt.ds_engine (the tag
     folder committed whole, `latest` atomically): a run killed during a save resumes from the
-    previous checkpoint.
+    previous checkpoint. ds_engine="background" writes DeepSpeed's files from a thread while
+    training goes on; the engine commits them at the next optimizer step and writes the
+    manifest then (the Trainer's own files of checkpoint-N are written by then), and the
+    callback commits the last save when training ends.
     Every rank calls the hooks; the others wait for the main process (on a gloo group of their
     own, so a long consolidation does not run into the training group's NCCL timeout), and a
     failure raises zckpt.Error on every rank.
@@ -405,11 +408,17 @@ def _callback_class():
             one model.safetensors, as zero_to_fp32 gives).
         manifest: write zckpt-manifest.json after each save (default True).
         timeout_s: how long the other ranks wait for the main process at each save.
-        ds_engine: DeepSpeed's save_checkpoint goes through zckpt.ds_engine (installed for every
-            DeepSpeed engine made after this callback, so make it before trainer.train()): the tag
-            folder appears whole or not at all and `latest` is written atomically, so a run
-            killed during a save resumes from the previous checkpoint (last_complete_checkpoint).
-            The manifest stays this callback's, written once all of checkpoint-N is.
+        ds_engine: True: DeepSpeed's save_checkpoint goes through zckpt.ds_engine (installed for
+            every DeepSpeed engine made after this callback, so make it before trainer.train()):
+            the tag folder appears whole or not at all and `latest` is written atomically, so a
+            run killed during a save resumes from the previous checkpoint
+            (last_complete_checkpoint). The manifest stays this callback's, written once all of
+            checkpoint-N is.
+            "background": the same, DeepSpeed's files written by a thread per rank while training
+            goes on (zckpt.ds_engine's background=True). The engine commits the tag folder at the
+            next optimizer step, the manifest with it (by then the Trainer has written the rest of
+            checkpoint-N); this callback commits the last save before the Trainer's final log
+            (so load_best_model_at_end finds it) and consolidates ("every") once a save is committed.
         """
 
         def __init__(self, consolidate=None, *, consolidated_name="consolidated", best_dir=None, dtype=None,
@@ -427,11 +436,16 @@ def _callback_class():
             self.timeout_s = timeout_s
             self.group = None
             self.last_saved = None
+            if ds_engine not in (False, True, "background"):
+                raise ValueError(f"ds_engine={ds_engine!r}: use False, True or 'background'")
+            self.background = ds_engine == "background"
+            self.uncommitted = []  # background: checkpoints saved whose consolidation waits for the commit
             if ds_engine:
                 from .ds_engine import install_default
-                # the engine's commit writes no manifest when this callback writes it after the
-                # Trainer's own files (else checkpoint-N would look complete before they are there)
-                install_default(manifest=not manifest)
+                # synchronous: the engine's commit writes no manifest, this callback writes it after the
+                # Trainer's own files (else checkpoint-N would look complete before they are there);
+                # background: the commit comes after those files, and writes it
+                install_default(manifest=manifest and self.background, background=self.background)
 
         # every rank runs these hooks; _main_does makes rank 0 work and the others wait
 
@@ -439,6 +453,9 @@ def _callback_class():
             d = _dist()
             if self.group is None and d is not None and d.get_world_size() > 1:
                 self.group = _gloo_group(self.timeout_s)
+            if self.background and args.save_total_limit == 1:
+                logger.warning("zckpt: save_total_limit=1 with background saves: the Trainer deletes the previous "
+                               "checkpoint before the new one is committed, so a crash in between leaves none")
 
         def on_save(self, args, state, control, **kwargs):
             # The Trainer's save: the DeepSpeed checkpoint (ends in a barrier), then each rank's
@@ -448,9 +465,45 @@ def _callback_class():
             ckpt = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
             self.last_saved = ckpt
             model = kwargs.get("model")
+            if self.background:
+                # DeepSpeed's files are still being written: the engine's commit, at the next
+                # optimizer step, writes the manifest; consolidation waits for it
+                if self.every:
+                    self.uncommitted.append((ckpt, model))
+                return
             _main_does(lambda: self._after_save(ckpt, model), self.group)
 
+        def on_step_end(self, args, state, control, **kwargs):
+            # the optimizer step just taken committed the background save before it
+            if self.uncommitted and not self._pending():
+                self._after_commit()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            # The Trainer's final log ("train_runtime") comes after the last step and before
+            # load_best_model_at_end and the rotation that keeps the best checkpoint: the last
+            # background save, which no optimizer step will commit, is committed here
+            if self.background and logs and "train_runtime" in logs:
+                self._commit_background()
+
+        def _pending(self):
+            from .ds_engine import pending_any
+            return pending_any()
+
+        def _commit_background(self):
+            from .ds_engine import commit_pending_all
+            commit_pending_all()  # every rank: the commit is collective
+            if self.uncommitted:
+                self._after_commit()
+
+        def _after_commit(self):
+            done, self.uncommitted = self.uncommitted, []
+            for ckpt, model in done:
+                _main_does(lambda: self._consolidate(ckpt, os.path.join(ckpt, self.consolidated_name), model)
+                           if os.path.isdir(ckpt) else None, self.group)
+
         def on_train_end(self, args, state, control, **kwargs):
+            if self.background:
+                self._commit_background()
             if self.best:
                 best = state.best_model_checkpoint or self.last_saved
                 out = self.best_dir or os.path.join(args.output_dir, "best_model")
@@ -491,11 +544,12 @@ def _callback_class():
             config = getattr(model, "config", None)
             if dcp and config is not None and not os.path.exists(os.path.join(out, "config.json")):
                 # an FSDP checkpoint-N holds no config.json to take along: the model's, named after
-                # its transformers class (fully_shard makes the model an FSDP<class>), and the
-                # folder's manifest made again to list it
+                # its transformers class (fully_shard makes the model an FSDP<class>; FSDP1 wraps
+                # it, in .module), and the folder's manifest made again to list it
                 if not getattr(config, "architectures", None):
                     import copy
-                    cls = next((c for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
+                    cls = next((c for m in (model, getattr(model, "module", None)) if m is not None
+                                for c in type(m).__mro__ if c.__module__.startswith("transformers.")), None)
                     config = copy.deepcopy(config)
                     config.architectures = [cls.__name__] if cls else None
                 config.save_pretrained(out)

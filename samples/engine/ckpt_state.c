@@ -50,7 +50,7 @@ static zck_status frozen_full_layout(const ze_zero_plan *plan, zck_layout **out)
   if (!pc) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < plan->n_frozen; i++) {
     uint32_t p = plan->frozen_params[i];
-    pc[i] = (zck_piece){p, 0, 0, plan->home[p].off, plan->numel[p]};
+    pc[i] = (zck_piece){p, 0, 0, plan->home[p].off, plan->numel[p], 0, 0};
   }
   zck_layout_store st = {-1, -1, -1, plan->frozen_numel, plan->frozen_numel};
   zck_status s = zck_layout_custom(plan->model->n_params, plan->numel, &st, 1, pc, plan->n_frozen, out);

@@ -193,7 +193,7 @@ static void test_packed_crc(void) {
   zck_piece pieces[NP];
   size_t n = 0;
   for (int p = 0; p < NP; p++)
-    if (numel[p]) pieces[n++] = (zck_piece){(uint32_t)p, 0, 0, (out_offset[p] - OUT_HDR) / 2, numel[p]};
+    if (numel[p]) pieces[n++] = (zck_piece){(uint32_t)p, 0, 0, (out_offset[p] - OUT_HDR) / 2, numel[p], 0, 0};
   zck_layout *packed;
   ZT_OK(zck_layout_custom(NP, numel, &st, 1, pieces, n, &packed));
   zck_plan *p;
@@ -320,7 +320,7 @@ static void test_errors(void) {
   }
 
   /* CRCs need each target byte written once */
-  zck_extent twice[] = {{0, 0, 0, 0, 0, 10}, {0, 0, 0, 10, 5, 10}};
+  zck_extent twice[] = {{0, 0, 0, 0, 0, 10, 0, 0, 0}, {0, 0, 0, 10, 5, 10, 0, 0, 0}};
   zck_plan *tp;
   ZT_OK(zck_plan_from_extents(twice, 2, W, NP, &tp));
   uint32_t crc[NP];

@@ -247,15 +247,15 @@ static void test_errors(void) {
 
   /* custom layouts from untrusted data */
   zck_layout_store st[] = {{-1, -1, -1, 8, 8}};
-  zck_piece overlap[] = {{0, 0, 0, 0, 3}, {0, 0, 2, 4, 2}};
+  zck_piece overlap[] = {{0, 0, 0, 0, 3, 0, 0}, {0, 0, 2, 4, 2, 0, 0}};
   ZT_ERR(zck_layout_custom(2, numel, st, 1, overlap, 2, &l), ZCK_ERR_FORMAT, "mapped twice");
-  zck_piece past_param[] = {{1, 0, 3, 0, 2}};
+  zck_piece past_param[] = {{1, 0, 3, 0, 2, 0, 0}};
   ZT_ERR(zck_layout_custom(2, numel, st, 1, past_param, 1, &l), ZCK_ERR_FORMAT, "past its 4 elements");
-  zck_piece past_store[] = {{1, 0, 0, 7, 2}};
+  zck_piece past_store[] = {{1, 0, 0, 7, 2, 0, 0}};
   ZT_ERR(zck_layout_custom(2, numel, st, 1, past_store, 1, &l), ZCK_ERR_FORMAT, "store 0");
-  zck_piece bad_store[] = {{1, 3, 0, 0, 2}};
+  zck_piece bad_store[] = {{1, 3, 0, 0, 2, 0, 0}};
   ZT_ERR(zck_layout_custom(2, numel, st, 1, bad_store, 1, &l), ZCK_ERR_FORMAT, "store 3");
-  zck_piece ok[] = {{1, 0, 2, 0, 2}, {1, 0, 0, 6, 2}, {0, 0, 0, 2, 4}};
+  zck_piece ok[] = {{1, 0, 2, 0, 2, 0, 0}, {1, 0, 0, 6, 2, 0, 0}, {0, 0, 0, 2, 4, 0, 0}};
   ZT_OK(zck_layout_custom(2, numel, st, 1, ok, 3, &l));
   ZT_EQ_U64(l->pieces[1].param_off, 0); /* sorted by param, offset */
   ZT_EQ_U64(l->pieces[1].store_off, 6);

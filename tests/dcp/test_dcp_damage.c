@@ -269,14 +269,16 @@ int main(void) {
     ZT_OK(zck_dcp_open(d, NULL, &c));
     zck_state_view v;
     zck_dcp_state(c, &v);
-    /* the block holding o_proj[0][0]: 4 x 4, one piece a row */
+    /* the block holding o_proj[0][0]: 4 x 4, one strided piece (4 runs of 4, 8 apart) */
     const zck_model *m = zck_dcp_model(c);
     int64_t p = zck_model_find_param(m, O + strlen("model."));
     ZT_ASSERT(p >= 0);
     const zck_layout *l = v.part[ZCK_STATE_FP32].layout;
     const zck_piece *pc = &l->pieces[l->param_first[p]];
-    ZT_EQ_INT(l->param_first[p + 1] - l->param_first[p], 16);   /* 4 blocks of 4 rows */
-    ZT_EQ_INT(pc->count, 4);
+    ZT_EQ_INT(l->param_first[p + 1] - l->param_first[p], 4);   /* 4 blocks */
+    ZT_EQ_INT(pc->count, 16);
+    ZT_EQ_INT(pc->run, 4);
+    ZT_EQ_INT(pc->stride, 8);
     const zck_store *st = &v.part[ZCK_STATE_FP32].stores[pc->store];
     uint64_t at = st->source->base + st->base + 4 * 4 + 1;   /* inside its second row */
     ZT_ASSERT(strstr(st->source->name, "__0_0.distcp"));
@@ -336,6 +338,24 @@ int main(void) {
     meta_save(&m);
   }
   expect_refused(d, ".metadata", "global os.system is not a class of DCP metadata");
+  free(d);
+  /* memo abuse: one ChunkStorageMetadata in the chunk lists of two tensors (the emitter
+   * writes the second as a memo GET of an object the reader has already read and freed) */
+  d = fresh_copy(tmp, "hostile_shared_chunk");
+  {
+    meta m = meta_load(d);
+    zck_pk *sdm = dget(m.state, "state_dict_metadata");
+    zck_pk *a = dget(dget(sdm, E)->u.obj.state, "chunks");
+    zck_pk *b = NULL;   /* another tensor's */
+    for (size_t i = 0; i < sdm->u.dict.len && !b; i++) {
+      zck_pk *st = sdm->u.dict.values[i]->u.obj.state, *l = st ? (zck_pk *)zck_pk_dict_get(st, "chunks") : NULL;
+      if (l && l != a && l->u.seq.len) b = l;
+    }
+    ZT_ASSERT(b);
+    b->u.seq.items[0] = a->u.seq.items[0];
+    meta_save(&m);
+  }
+  expect_refused(d, ".metadata", "already read");
   free(d);
   d = fresh_copy(tmp, "hostile_root");
   {

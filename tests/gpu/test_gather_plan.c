@@ -257,7 +257,7 @@ int main(void) {
   zck_gather_plan_free(p);
   zck_gather_plan_free(NULL);
   /* a param placed so far out that its piece's offset wraps: refused, not wrapped to 0 */
-  zck_piece piece = {0, 0, 16, 0, 4};
+  zck_piece piece = {0, 0, 16, 0, 4, 0, 0};
   zck_layout one = {0};
   one.n_params = 1;
   one.pieces = &piece;

@@ -143,7 +143,7 @@ with tempfile.TemporaryDirectory() as tmp:
         if r.returncode != 0:
             fail(f"{case}: zckpt verify failed: {r.stderr.strip()}")
         r = run("inspect", src)
-        if r.returncode != 0 or "embed_tokens" not in r.stdout:
+        if r.returncode != 0 or not all(k in r.stdout for k in ref):
             fail(f"{case}: zckpt inspect failed or lists no weights: {r.stderr.strip()}")
         print(f"{case}: consolidate = dcp_to_torch_save in {len(variants)} variants ({len(ref)} tensors); verify, inspect pass")
 

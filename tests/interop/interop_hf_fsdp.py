@@ -1,8 +1,11 @@
-"""interop_hf_fsdp.py LIBZCKPT: zckpt.hf.ZckptCallback with the real HF Trainer + FSDP on the CPU (torchrun, gloo).
+"""interop_hf_fsdp.py LIBZCKPT [VERSION]: zckpt.hf.ZckptCallback with the real HF Trainer + FSDP on the CPU
+(torchrun, gloo).
 
-The tiny Llama of tests/fixtures/gen/make_dcp_fixtures.py trains 3 steps at W=2 under the Trainer's own FSDP2
-(TrainingArguments(fsdp=True, fsdp_config={"version": 2, "state_dict_type": "SHARDED_STATE_DICT"}), on the CPU with
-that script's workaround), a checkpoint and an evaluation after each step, with ZckptCallback(("every", "best")).
+The tiny Llama of tests/fixtures/gen/make_dcp_fixtures.py trains 3 steps at W=2 under the Trainer's own FSDP
+(TrainingArguments(fsdp=True, fsdp_config={"version": VERSION, "state_dict_type": "SHARDED_STATE_DICT"}), on the
+CPU with that script's workaround; VERSION 2 by default, the Trainer's; 1 is FullyShardedDataParallel, the
+Trainer's use_orig_params=True, as make_dcp_fsdp1_fixtures.py runs it), a checkpoint and an evaluation after each
+step, with ZckptCallback(("every", "best")).
 Checks:
 - each checkpoint-N has zckpt-manifest.json in checkpoint-N/ (an FSDP save has no DeepSpeed tag folder), and
   zckpt.verify says clean against it without a finding (every file the Trainer wrote is listed, consolidated/
@@ -33,13 +36,33 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 WORLD, STEPS = 2, 3
 
 
-def worker(out_dir, result_path):
+def use_fsdp1_on_cpu():
+    """make_dcp_fsdp1_fixtures.py's Trainer workaround: FSDP kept, FSDP1 given the CPU as its device."""
+    import accelerate
+    import transformers.trainer
+    from make_dcp_fsdp1_fixtures import fsdp1_on_cpu
+
+    class Fsdp1OnCpuAccelerator(accelerate.Accelerator):
+        def __init__(self, *a, fsdp_plugin=None, **k):
+            super().__init__(*a, fsdp_plugin=fsdp_plugin, **k)
+            if fsdp_plugin is not None:
+                fsdp1_on_cpu(self, fsdp_plugin)
+    transformers.trainer.Accelerator = Fsdp1OnCpuAccelerator
+
+
+def worker(out_dir, result_path, version):
     import torch
     from make_dcp_fixtures import BATCH, SEQ, VOCAB, build_model, use_fsdp_on_cpu
     from make_hf_peft_fixtures import patch_for_cpu
     import zckpt.hf as zh
     patch_for_cpu()
-    use_fsdp_on_cpu()
+    fsdp_config = {"version": version, "state_dict_type": "SHARDED_STATE_DICT",
+                   "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
+    if version == 1:
+        use_fsdp1_on_cpu()
+        fsdp_config["sync_module_states"] = False   # its default True is refused on the CPU
+    else:
+        use_fsdp_on_cpu()
     from transformers import Trainer, TrainingArguments
 
     class Data(torch.utils.data.Dataset):
@@ -57,9 +80,7 @@ def worker(out_dir, result_path):
         output_dir=out_dir, per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH, max_steps=STEPS,
         save_strategy="steps", save_steps=1, eval_strategy="steps", eval_steps=1, metric_for_best_model="eval_loss",
         greater_is_better=True, learning_rate=1e-2, weight_decay=0.1, logging_steps=1, report_to=[], seed=42,
-        data_seed=42, use_cpu=False, dataloader_num_workers=0, disable_tqdm=True, fsdp=True,
-        fsdp_config={"version": 2, "state_dict_type": "SHARDED_STATE_DICT",
-                     "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
+        data_seed=42, use_cpu=False, dataloader_num_workers=0, disable_tqdm=True, fsdp=True, fsdp_config=fsdp_config)
     trainer = Trainer(model=build_model(True, "fp32"), args=args, train_dataset=Data(32, 100),
                       eval_dataset=Data(4, 900), callbacks=[zh.ZckptCallback(("every", "best"))])
     assert trainer.is_fsdp_enabled
@@ -99,6 +120,7 @@ def torchrun(argv, log):
 
 def main():
     os.environ["ZCKPT_LIBRARY"] = sys.argv[1]
+    version = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     import torch
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -134,6 +156,9 @@ def main():
         if not os.path.isfile(os.path.join(out, "config.json")):
             fail(f"{out}: no config.json")
         else:
+            arch = json.load(open(os.path.join(out, "config.json"))).get("architectures")
+            if arch != ["LlamaForCausalLM"]:
+                fail(f"{out}/config.json: architectures {arch}, want the model's class")
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging
             logging.disable_progress_bar()
@@ -146,11 +171,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="interop_hf_fsdp.")
     try:
         run = os.path.join(tmp, "run")
-        if torchrun(["save", run, os.path.join(tmp, "save.json")], os.path.join(tmp, "save.log")):
-            fail(f"W={WORLD} FSDP training with ZckptCallback failed")
+        if torchrun(["save", run, os.path.join(tmp, "save.json"), str(version)], os.path.join(tmp, "save.log")):
+            fail(f"W={WORLD} FSDP{version} training with ZckptCallback failed")
             return 1
         saved = json.load(open(os.path.join(tmp, "save.json")))
         print(f"trained {STEPS} steps at W={WORLD}, model wrapped as {saved['wrapped']}")
+        want = "FullyShardedDataParallel" if version == 1 else "FSDPLlamaForCausalLM"
+        if saved["wrapped"] != want:
+            fail(f"FSDP{version}: the Trainer wrapped the model as {saved['wrapped']}, want {want}")
         weights = {}
         for n in range(1, STEPS + 1):
             ckpt = os.path.join(run, f"checkpoint-{n}")
@@ -216,6 +244,6 @@ def main():
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "save":
-        worker(sys.argv[2], sys.argv[3])
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         sys.exit(main())

@@ -374,7 +374,7 @@ grep -q "(DS-" err.txt && bad "a spec code in an error: $(cat err.txt)" || ok
 (cd "$tmp" && "$make_big" mb --parms 10 >out.txt 2>&1); rc=$?
 [ "$rc" = 2 ] && [ ! -e mb ] && ok || bad "make_big_ckpt with a misspelt option: exit $rc"
 
-# an oversized `latest` was "0 bytes" (lib/io.c read the size after closing the file)
+# an oversized `latest` was "0 bytes" (zck__read_small_file read the size after closing the file)
 rm -rf c6; cp -r "$ck_src" c6; head -c 5000 /dev/zero | tr '\0' 'a' >c6/latest
 run 1 "c6/latest: 5000 bytes, more than the 4096 expected" "$zckpt" consolidate -q c6 o6
 # convert of an unreadable file was "not a torch .pt/.bin, ..."

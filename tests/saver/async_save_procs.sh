@@ -4,7 +4,9 @@
 # --async-save with one process per rank (--nproc, mpirun), where each rank's writer
 # thread writes its own files and rank 0's commits the checkpoint once every rank's files
 # are in (saver/save_async_ranks.c):
-#  - the checkpoints are byte-identical to a synchronous save's (ZeRO 2 and 3);
+#  - the checkpoints are byte-identical to a synchronous save's (ZeRO 2 and 3, and stage 3
+#    with the 16-bit model.safetensors each rank's writer fills its bytes of, with
+#    --save-only-model too, where the manifest lists that file);
 #  - a full disk (lib/io's ZCK_FAULT=write:K:ENOSPC, in every rank) during a background
 #    write fails the run with exit 1 and one line of zckpt-train's naming the save, at the
 #    next save or at the end of training; the checkpoints before stay complete, none after
@@ -31,14 +33,21 @@ if grep -q "built without MPI" "$tmp/one.log"; then echo "SKIP: zckpt-train buil
 # ---- same bytes as a synchronous save
 small=(--n-layer 1 --n-embd 32 --n-head 2 --n-positions 16 --per-device-train-batch-size 1 --logging-steps 1
        --eval-samples 1 --max-steps 6 --save-steps 2 --quiet)
-for run in "--zero-stage 2 --nproc 2" "--zero-stage 3 --bf16 --nproc 3"; do
+cat >"$tmp/g16.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
+ "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}}
+JSON
+for run in "--zero-stage 2 --nproc 2" "--zero-stage 3 --bf16 --nproc 3" "--deepspeed $tmp/g16.json --bf16 --nproc 3" \
+           "--deepspeed $tmp/g16.json --bf16 --nproc 2 --freeze transformer.wpe --save-only-model"; do
   read -ra extra <<<"$run"
   rm -rf "$tmp/run" "$tmp/sync"
   "$train" "${small[@]}" "${extra[@]}" --output-dir "$tmp/run" >/dev/null 2>"$tmp/err" || { echo "FAIL: sync $run: $(cat "$tmp/err")"; exit 1; }
   mv "$tmp/run" "$tmp/sync"
   "$train" "${small[@]}" "${extra[@]}" --async-save --output-dir "$tmp/run" >/dev/null 2>"$tmp/err" ||
     { echo "FAIL: async $run: $(cat "$tmp/err")"; exit 1; }
-  if diff -r "$tmp/sync" "$tmp/run" >"$tmp/d"; then echo "$run: async and sync checkpoints identical"
+  case $run in *g16.json*) [ -s "$tmp/run/checkpoint-6/model.safetensors" ] ||
+    { echo "FAIL: $run: no model.safetensors"; fail=$((fail + 1)); } ;; esac
+  if diff -r "$tmp/sync" "$tmp/run" >"$tmp/d"; then echo "${run//$tmp\//}: async and sync checkpoints identical"
   else echo "FAIL: $run: async and sync checkpoints differ:"; head -5 "$tmp/d"; fail=$((fail + 1)); fi
 done
 
@@ -70,8 +79,9 @@ done
 
 # ---- kill -9 of a random rank during background writes, resumed until the end
 steps=16
+# stage 3 with the 16-bit model.safetensors: a kill also lands while ranks fill that file
 args=(--n-layer 2 --n-embd 256 --n-head 2 --n-positions 16 --per-device-train-batch-size 1 --nproc 2
-      --zero-stage 3 --bf16 --eval-samples 1 --logging-steps 1 --save-steps 2 --max-steps $steps)
+      --deepspeed "$tmp/g16.json" --bf16 --eval-samples 1 --logging-steps 1 --save-steps 2 --max-steps $steps)
 rm -rf "$tmp/run"
 "$train" "${args[@]}" --output-dir "$tmp/run" >/dev/null 2>&1 || { echo "FAIL: the reference run failed"; exit 1; }
 mv "$tmp/run" "$tmp/ref"

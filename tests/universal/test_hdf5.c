@@ -147,7 +147,7 @@ static void test_round_trip(const char *tmp) {
     for (uint64_t a = 0; a < n;) {   /* pieces of 1..9 elements, in random order below */
       uint64_t c = 1 + (uint64_t)rand() % 9;
       if (c > n - a) c = n - a;
-      ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, a, a, c};
+      ext[ne++] = (zck_extent){(uint32_t)i, (uint32_t)i, 0, a, a, c, 0, 0, 0};
       a += c;
     }
   }
@@ -412,7 +412,7 @@ static void test_enospc(const char *tmp) {
     int64_t shape[1] = {40};
     zck_store dst, src = zck_store_memory(v, ZCK_F32, 40, "mem");
     ZT_OK(zck_h5_writer_dataset(w, "/v", ZCK_F32, 1, shape, &dst));
-    zck_extent e = {0, 0, 0, 0, 0, 40};
+    zck_extent e = {0, 0, 0, 0, 0, 40, 0, 0, 0};
     zck_plan *plan = NULL;
     ZT_OK(zck_plan_from_extents(&e, 1, 1, 1, &plan));
     zck__io_fault_set(ZCK_IO_OP_WRITE, (uint64_t)nth, ENOSPC);

@@ -17,7 +17,7 @@ static inline void *ut_read_store(const zck_store *s, uint64_t n) {
   size_t es = zck_dtype_size(s->dtype);
   void *buf = calloc(n ? n : 1, es);
   if (!n) return buf;
-  zck_extent e = {0, 0, 0, 0, 0, n};
+  zck_extent e = {0, 0, 0, 0, 0, n, 0, 0, 0};
   zck_plan *p = NULL;
   ZT_OK(zck_plan_from_extents(&e, 1, 1, 1, &p));
   zck_store d = zck_store_memory(buf, s->dtype, n, "mem");
