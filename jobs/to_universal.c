@@ -799,6 +799,18 @@ static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exe
 
 // ---- the DeepSpeed universal folder
 
+/* Reserves optimizer_state.pt and the model files (not AutoEP's: saved again after), their
+ * copy jobs into extra[0] and [1]. */
+static zck_status zck__uvj_extras(zck__uvj *j, const uint32_t *flat, size_t n_flat, bool autoep, zck__uvj_opt *os,
+                                  zck__uvj_opt *om, zck__uvj_models *mf, zck_exec_job extra[2]) {
+  zck_status st = zck__uvj_optimizer_state(j, os, &extra[0]);
+  if (st == ZCK_OK && !autoep)
+    st = j->info->stage == 0 ? zck__uvj_zero0_model(j, flat, n_flat, om, &extra[1]) : zck__uvj_model_files(j, mf, &extra[1]);
+  mf->bytes += om->bytes;
+  j->prog.total += os->bytes + mf->bytes;
+  return st;
+}
+
 /* Every file of the folder, finished in *wp's temporary folder; *lp: the layout its
  * manifest records (the source's). The manifest and the commit are
  * zck__to_universal_ds_commit's, once the caller closed the reader. */
@@ -830,22 +842,25 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   wo.hash = true; /* the tensor files' manifest hashes as they are written */
   wo.threads = o->threads ? (unsigned)o->threads : zck__default_threads();
   if (st == ZCK_OK) st = zck_uv_writer_create(out, &wo, &j.w);
-  /* the batches, then optimizer_state.pt and the model files in one executor run of their own */
+  /* optimizer_state.pt and the model files: reserved first (the model files' pickles are
+   * parsed for their manifest regions while the job's memory is low, not on top of the
+   * batches' file records) and copied after the batches, in one executor run of their own,
+   * unless the descriptor limit is too tight for their files (a source and a target per
+   * model file) beside a batch: then reserved after the batches too */
   zck__uvj_opt os = {0}, om = {0};   /* om: ZeRO-0's rebuilt model file */
   zck__uvj_models mf = {0};
   zck_exec_job extra[2];
   /* AutoEP: the model files are saved again with the experts named (to_universal_autoep.c), after the batches */
   const bool autoep = j.info->ep_size > 0;
   const size_t n_extra = autoep ? 1 : 2;
-  size_t per = zck__uvj_batch_files();
+  size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * zck_ds_model_file_count(ck);
+  bool first = per > 16 + extra_fds;
+  if (first) per -= extra_fds;
   zck_ds_state(ck, &j.src);
+  if (st == ZCK_OK && first) st = zck__uvj_extras(&j, flat, n_flat, autoep, &os, &om, &mf, extra);
   for (size_t i = 0; st == ZCK_OK && i < j.n; i += per) st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per);
-  if (st == ZCK_OK) st = zck__uvj_optimizer_state(&j, &os, &extra[0]);
-  if (st == ZCK_OK && !autoep)
-    st = j.info->stage == 0 ? zck__uvj_zero0_model(&j, flat, n_flat, &om, &extra[1]) : zck__uvj_model_files(&j, &mf, &extra[1]);
+  if (st == ZCK_OK && !first) st = zck__uvj_extras(&j, flat, n_flat, autoep, &os, &om, &mf, extra);
   if (st == ZCK_OK) {
-    mf.bytes += om.bytes;
-    j.prog.total += os.bytes + mf.bytes;
     zck_exec_opts eo = zck__uvj_exec_opts(o, &j.prog);
     st = zck_exec_run(extra, n_extra, &eo);
     zck__uvj_progress_advance(&j.prog, os.bytes + mf.bytes);
