@@ -1,18 +1,44 @@
 # Helpers shared by every folder: components of libzckpt, tests, fuzz targets.
 
-set(ZCK_INCLUDE_DIRS
-  ${PROJECT_SOURCE_DIR}/lib
-  ${PROJECT_SOURCE_DIR}/formats
-  ${PROJECT_SOURCE_DIR}/cuda
-  ${PROJECT_SOURCE_DIR}/saver
-  ${PROJECT_BINARY_DIR}/lib)
+# ---- layering, enforced by the include paths
+# What the code of each top folder may include besides the headers beside it: the public
+# header (include/zck.h) and the internal headers of the layers below it. The CLI and the
+# Python package use the public API only; jobs/ headers stay inside jobs/; cuda/ is reached
+# through its plain C headers. A folder missing here is a configure error.
+set(ZCK_SEES_lib     include lib)
+set(ZCK_SEES_formats include lib formats)
+set(ZCK_SEES_jobs    include lib formats)
+set(ZCK_SEES_saver   include lib formats)
+set(ZCK_SEES_cuda    include lib cuda)
+set(ZCK_SEES_samples include lib formats saver cuda)
+set(ZCK_SEES_tools   include)
+set(ZCK_SEES_python  include)
+set(ZCK_SEES_tests   include lib formats saver cuda)
+# Every internal header folder: what the tests (and their helper libraries) see.
+set(ZCK_INCLUDE_DIRS)
+foreach(d ${ZCK_SEES_tests})
+  list(APPEND ZCK_INCLUDE_DIRS ${PROJECT_SOURCE_DIR}/${d})
+endforeach()
+
+# zck_layer_includes(TARGET PRIVATE|PUBLIC) : the include paths of the folder that defines
+# TARGET (the top folder of the current CMakeLists.txt), from the table above.
+function(zck_layer_includes target scope)
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  string(REGEX REPLACE "/.*" "" top "${rel}")
+  if(NOT DEFINED ZCK_SEES_${top})
+    message(FATAL_ERROR "zckpt: no layer for folder '${top}/': add ZCK_SEES_${top} to cmake/ZckHelpers.cmake")
+  endif()
+  foreach(d ${ZCK_SEES_${top}})
+    target_include_directories(${target} ${scope} ${PROJECT_SOURCE_DIR}/${d})
+  endforeach()
+endfunction()
 
 # zck_component(NAME SOURCES a.c b.c [LIBS dep...])
 # An object library whose objects end up in libzckpt.
 function(zck_component name)
   cmake_parse_arguments(Z "" "" "SOURCES;LIBS" ${ARGN})
   add_library(zck_${name} OBJECT ${Z_SOURCES})
-  target_include_directories(zck_${name} PUBLIC ${ZCK_INCLUDE_DIRS})
+  zck_layer_includes(zck_${name} PRIVATE)
   target_compile_options(zck_${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:${ZCK_C_FLAGS}>)
   target_compile_definitions(zck_${name} PRIVATE _GNU_SOURCE)
   # libzckpt.so exports only zck.h's ZCK_API functions; our programs and tests link the
@@ -43,9 +69,7 @@ function(zck_finish_library)
       set(t zckpt_shared)
     endif()
     add_library(${t} ${kind} ${objs})
-    foreach(d ${ZCK_INCLUDE_DIRS})
-      target_include_directories(${t} PUBLIC $<BUILD_INTERFACE:${d}>)
-    endforeach()
+    target_include_directories(${t} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
     target_include_directories(${t} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
     target_link_libraries(${t} PUBLIC ${libs} Threads::Threads m)
     set_target_properties(${t} PROPERTIES OUTPUT_NAME zckpt VERSION ${PROJECT_VERSION}
@@ -53,10 +77,12 @@ function(zck_finish_library)
   endforeach()
 endfunction()
 
-# zck_program(NAME SOURCES ...) : an executable of ours linked to libzckpt.
+# zck_program(NAME SOURCES ...) : an executable of ours linked to libzckpt, seeing the
+# headers its folder's layer may include.
 function(zck_program name)
   cmake_parse_arguments(Z "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${Z_SOURCES})
+  zck_layer_includes(${name} PRIVATE)
   target_compile_options(${name} PRIVATE ${ZCK_C_FLAGS})
   target_compile_definitions(${name} PRIVATE _GNU_SOURCE)
   target_link_libraries(${name} PRIVATE zckpt ${Z_LIBS})

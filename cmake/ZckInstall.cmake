@@ -8,7 +8,7 @@ install(TARGETS zckpt-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET zckpt-train)
   install(TARGETS zckpt-train RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
-install(FILES ${PROJECT_SOURCE_DIR}/lib/zck.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/zck.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT zckptTargets NAMESPACE zckpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zckpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/zckptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/zckptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zckpt)

@@ -4,13 +4,15 @@
  * logic (sorting, merging, cutting into buckets, runs of contiguous output) is tested on
  * machines without a device, and the GPU path only has to convert and copy each bucket.
  * Output bytes reach the write callback in increasing offset order, one bucket after the
- * other, which is what a streaming file writer wants.
+ * other, which is what a streaming file writer wants. The extents are planned, sorted and
+ * merged by lib/plan, as every other copy's are; buckets are this file's own.
  */
 #include "cuda_internal.h"
 #include "zck_cuda.h"
 
 #include "error.h"
 #include "layout.h"
+#include "plan.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -24,12 +26,6 @@ void zck_gather_plan_free(zck_gather_plan *p) {
   free(p->runs);
   free(p->buckets);
   free(p);
-}
-
-static int cmp_extent(const void *a, const void *b) {
-  const zck_gather_extent *x = a, *y = b;
-  if (x->dst_off != y->dst_off) return x->dst_off < y->dst_off ? -1 : 1;
-  return (x->count > y->count) - (x->count < y->count);
 }
 
 static int gather_src_dtype_ok(zck_dtype t) { return t == ZCK_F32 || t == ZCK_BF16; }
@@ -59,7 +55,7 @@ zck_status zck_gather_plan_build(const zck_gather_src *srcs, size_t n_srcs, cons
                 "gather: extent %zu writes past the end of the addressable output", i);
   }
   zck_gather_plan *p = zck__calloc(1, sizeof *p);
-  zck_gather_extent *ext = zck__calloc(n_extents ? n_extents : 1, sizeof *ext);
+  zck_extent *ext = zck__calloc(n_extents ? n_extents : 1, sizeof *ext);
   if (!p || !ext) {
     free(p);
     free(ext);
@@ -79,33 +75,25 @@ zck_status zck_gather_plan_build(const zck_gather_src *srcs, size_t n_srcs, cons
     p->src_dtype[i] = srcs[i].dtype;
     p->src_numel[i] = srcs[i].numel;
   }
-  /* output order; empty extents dropped; overlaps refused; adjacent ones merged */
-  size_t n = 0;
+  /* output order, adjacent ones merged: a copy plan into the one output store (plan.h's
+   * sorting and merging); empty extents dropped, overlaps refused */
+  zck_plan plan = {ext, 0, n_srcs, 1, 0};
   for (size_t i = 0; i < n_extents; i++)
-    if (extents[i].count) ext[n++] = extents[i];
-  qsort(ext, n, sizeof *ext, cmp_extent);
-  size_t m = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (m) {
-      zck_gather_extent *last = &ext[m - 1];
-      uint64_t last_end = last->dst_off + last->count;
-      if (ext[i].dst_off < last_end) {
-        s = zck__fail(ZCK_ERR_INVALID_ARG, "gather: extents overlap in the output at element %llu",
-                      (unsigned long long)ext[i].dst_off);
-        goto done;
-      }
-      if (ext[i].dst_off == last_end && ext[i].src == last->src && ext[i].src_off == last->src_off + last->count) {
-        last->count += ext[i].count;
-        continue;
-      }
+    if (extents[i].count)
+      ext[plan.n++] = (zck_extent){extents[i].src, 0, 0, extents[i].src_off, extents[i].dst_off, extents[i].count, 0, 0, 0};
+  zck_plan_normalize(&plan, ZCK_PLAN_BY_DST, false);
+  for (size_t i = 1; i < plan.n; i++)
+    if (ext[i].dst_off < ext[i - 1].dst_off + ext[i - 1].count) {
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "gather: extents overlap in the output at element %llu",
+                    (unsigned long long)ext[i].dst_off);
+      goto done;
     }
-    ext[m++] = ext[i];
-  }
+  zck_plan_normalize(&plan, ZCK_PLAN_BY_DST, true);
   /* cut into buckets */
   size_t cap_items = 0, cap_runs = 0, cap_buckets = 0;
   zck_gather_bucket *cur = NULL;
-  for (size_t i = 0; i < m; i++) {
-    zck_gather_extent e = ext[i];
+  for (size_t i = 0; i < plan.n; i++) {
+    zck_gather_extent e = {ext[i].src_store, ext[i].src_off, ext[i].dst_off, ext[i].count};
     p->total += e.count;
     p->dst_end = e.dst_off + e.count;
     while (e.count) {
@@ -143,27 +131,50 @@ done:
   return ZCK_OK;
 }
 
+/* The extents are the copy plan (plan.h) from the layout into the output seen as a layout
+ * of its own: one store, param p's elements from param_dst_off[p] on; what the layout does
+ * not hold (another layout's params) is left out of it. */
 zck_status zck_gather_extents_from_layout(const zck_layout *l, const uint64_t *param_dst_off, zck_gather_extent **out,
                                           size_t *n_out) {
   *out = NULL;
   *n_out = 0;
-  zck_gather_extent *e = zck__calloc(l->n_pieces ? l->n_pieces : 1, sizeof *e);
-  if (!e) return ZCK_ERR_NO_MEMORY;
+  zck_piece *pc = zck__calloc(l->n_params ? l->n_params : 1, sizeof *pc);
+  if (!pc) return ZCK_ERR_NO_MEMORY;
   size_t n = 0;
-  for (size_t i = 0; i < l->n_pieces; i++) {
-    const zck_piece *pc = &l->pieces[i];
-    if (param_dst_off[pc->param] == UINT64_MAX) continue;
-    uint64_t dst;
-    if (__builtin_add_overflow(param_dst_off[pc->param], pc->param_off, &dst)) {
-      free(e);
-      return zck__fail(ZCK_ERR_INVALID_ARG, "gather: piece %zu of param %u lies past the addressable output", i,
-                       (unsigned)pc->param);
+  uint64_t end = 0, e_p;
+  for (size_t p = 0; p < l->n_params; p++) {
+    if (param_dst_off[p] == UINT64_MAX || l->param_first[p] == l->param_first[p + 1]) continue;
+    if (__builtin_add_overflow(param_dst_off[p], l->param_numel[p], &e_p)) {
+      free(pc);
+      return zck__fail(ZCK_ERR_INVALID_ARG, "gather: param %zu lies past the addressable output", p);
     }
-    e[n++] = (zck_gather_extent){pc->store, pc->store_off, dst, pc->count};
+    pc[n++] = (zck_piece){(uint32_t)p, 0, 0, param_dst_off[p], l->param_numel[p], 0, 0};
+    if (e_p > end) end = e_p;
   }
-  *out = e;
-  *n_out = n;
-  return ZCK_OK;
+  zck_layout_store st = {-1, -1, -1, end, end};
+  zck_layout *dst = NULL;
+  zck_plan *plan = NULL, *runs = NULL;
+  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
+  po.max_chunk = 0;              /* buckets cut them */
+  po.allow_missing = true;
+  po.order = ZCK_PLAN_BY_DST;
+  zck_status s = zck_layout_custom(l->n_params, l->param_numel, &st, 1, pc, n, &dst);
+  if (s == ZCK_OK) s = zck_plan_build(l, dst, &po, &plan);
+  if (s == ZCK_OK) s = zck_plan_unstride(plan, true, &runs);   /* the buckets copy runs */
+  const zck_plan *q = runs ? runs : plan;
+  zck_gather_extent *e = s == ZCK_OK ? zck__calloc(q->n ? q->n : 1, sizeof *e) : NULL;
+  if (s == ZCK_OK && !e) s = ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; s == ZCK_OK && i < q->n; i++)
+    e[i] = (zck_gather_extent){q->ext[i].src_store, q->ext[i].src_off, q->ext[i].dst_off, q->ext[i].count};
+  if (s == ZCK_OK) {
+    *out = e;
+    *n_out = q->n;
+  }
+  zck_plan_free(runs);
+  zck_plan_free(plan);
+  zck_layout_free(dst);
+  free(pc);
+  return s;
 }
 
 /* The plan was made for sources of these dtypes and sizes. */

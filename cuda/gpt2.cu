@@ -1,37 +1,13 @@
 // gpt2.cu: GPT-2 forward and backward on the device, step for step the CPU engine's
-// ze_gpt2_forward / ze_gpt2_backward (samples/engine/gpt2.c): the same flat parameter
-// buffer (offsets of zck_cuda_gpt2_offsets), the same activation buffers carved the same
-// way, the same kernels in the same order, on the context's stream. Parameters and
-// gradients come module by module through hooks (ZeRO-3 gathers them just before use); the
-// whole-model entry points are hooks over one flat buffer.
+// ze_gpt2_forward / ze_gpt2_backward (samples/engine/gpt2.c): the same flat parameter and
+// activation buffers (one description for both, gpt2_layout.h), the same kernels in the
+// same order, on the context's stream. Parameters and gradients come module by module
+// through hooks (ZeRO-3 gathers them just before use); the whole-model entry points are
+// hooks over one flat buffer.
 #include "common.cuh"
 
 #include <limits.h>
 #include <string.h>
-
-#define ZG_MAX_LAYERS 64
-
-/* Carved from a parameter buffer or a gradient buffer of the same layout (the forward
- * only reads through them). */
-struct zg_block_params {
-  float *ln_1_w, *ln_1_b, *attn_w, *attn_b, *attn_proj_w, *attn_proj_b;
-  float *ln_2_w, *ln_2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
-};
-struct zg_params {
-  float *wte, *wpe;
-  zg_block_params h[ZG_MAX_LAYERS];
-  float *ln_f_w, *ln_f_b;
-};
-
-struct zg_block_acts {
-  float *ln_1, *ln_1_mean, *ln_1_rstd, *qkv, *att, *atty, *attproj, *res2;
-  float *ln_2, *ln_2_mean, *ln_2_rstd, *fch, *fch_gelu, *fcproj, *res3;
-};
-struct zg_acts {
-  float *encoded;
-  zg_block_acts h[ZG_MAX_LAYERS];
-  float *ln_f, *ln_f_mean, *ln_f_rstd, *logits, *probs, *losses;
-};
 
 struct zck_cuda_gpt2 {
   zck_cuda_ctx *ctx;
@@ -45,99 +21,50 @@ struct zck_cuda_gpt2 {
   float *h_losses;           /* host, page-locked: B*T */
   int *h_tok;                /* host, page-locked: the upload's staging, like d_tok */
   cudaEvent_t tok_read;      /* the last upload out of h_tok is done */
-  size_t offsets[2 + 12 * ZG_MAX_LAYERS + 2 + 1];
 };
 
-// The CPU engine's acts_walk: the same buffers in the same order, strides of (B, T).
-static size_t zg_acts_walk(const zck_cuda_gpt2_config *c, int B, int T, float *mem, zg_acts *a) {
-  size_t BT = (size_t)B * T, C = (size_t)c->n_embd, V = (size_t)c->vocab_size, H = (size_t)c->n_head;
-  size_t off = 0;
-#define ZG_ACT(slot, count)          \
-  do {                               \
-    if (a) (slot) = mem + off;       \
-    off += (count);                  \
-  } while (0)
-  zg_acts dummy;
-  zg_acts *q = a ? a : &dummy;
-  ZG_ACT(q->encoded, BT * C);
-  for (int l = 0; l < c->n_layer; l++) {
-    zg_block_acts *b = &q->h[l];
-    ZG_ACT(b->ln_1, BT * C);
-    ZG_ACT(b->ln_1_mean, BT);
-    ZG_ACT(b->ln_1_rstd, BT);
-    ZG_ACT(b->qkv, BT * 3 * C);
-    ZG_ACT(b->att, (size_t)B * H * T * T);
-    ZG_ACT(b->atty, BT * C);
-    ZG_ACT(b->attproj, BT * C);
-    ZG_ACT(b->res2, BT * C);
-    ZG_ACT(b->ln_2, BT * C);
-    ZG_ACT(b->ln_2_mean, BT);
-    ZG_ACT(b->ln_2_rstd, BT);
-    ZG_ACT(b->fch, BT * 4 * C);
-    ZG_ACT(b->fch_gelu, BT * 4 * C);
-    ZG_ACT(b->fcproj, BT * C);
-    ZG_ACT(b->res3, BT * C);
-  }
-  ZG_ACT(q->ln_f, BT * C);
-  ZG_ACT(q->ln_f_mean, BT);
-  ZG_ACT(q->ln_f_rstd, BT);
-  ZG_ACT(q->logits, BT * V);
-  ZG_ACT(q->probs, BT * V);
-  ZG_ACT(q->losses, BT);
-#undef ZG_ACT
-  return off;
-}
-
-// Points the fields module `module` uses at t[] (zck_cuda_gpt2_module_tensors' order).
-static void zg_set_module(const zck_cuda_gpt2 *m, zg_params *p, int module, float *const *t) {
-  if (module == -1) {
-    p->wte = t[0];
-    p->wpe = t[1];
-  } else if (module == m->c.n_layer) {
-    p->ln_f_w = t[0];
-    p->ln_f_b = t[1];
-    p->wte = t[2];
-  } else {
-    zg_block_params *h = &p->h[module];
-    float **f[12] = {&h->ln_1_w, &h->ln_1_b, &h->attn_w,   &h->attn_b, &h->attn_proj_w, &h->attn_proj_b,
-                     &h->ln_2_w, &h->ln_2_b, &h->fc_w,     &h->fc_b,   &h->fc_proj_w,   &h->fc_proj_b};
-    for (int i = 0; i < 12; i++) *f[i] = t[i];
-  }
-}
-
-static zck_status zg_fetch(const zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, int module, zg_params *p) {
-  float *t[12] = {NULL};
+static zck_status zg_fetch(const zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, int module, zck_gpt2_params *p) {
+  float *t[ZCK_GPT2_BLOCK_TENSORS] = {NULL};
   ZCK_TRY(h->fetch(h->ctx, module, t));
-  zg_set_module(m, p, module, t);
+  zck_gpt2_point_module(&m->c, module, t, p);
   return ZCK_OK;
 }
 
-static zck_status zg_grads(const zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, int module, zg_params *p) {
-  float *t[12] = {NULL};
+static zck_status zg_grads(const zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, int module, zck_gpt2_params *p) {
+  float *t[ZCK_GPT2_BLOCK_TENSORS] = {NULL};
   ZCK_TRY(h->grads(h->ctx, module, t));
-  zg_set_module(m, p, module, t);
+  zck_gpt2_point_module(&m->c, module, t, p);
   return ZCK_OK;
 }
 
-// Whole-model hooks: every module's tensors are offset ranges of one flat buffer.
+// Whole-model hooks: every module's tensors are offset ranges of one flat buffer, carved
+// once into params and grads.
 struct zg_whole {
   const zck_cuda_gpt2 *m;
-  float *params, *grads;
+  zck_gpt2_params params, grads;
 };
 
-static zck_status zg_whole_point(const zg_whole *w, float *flat, int module, float **t) {
-  int idx[12];
-  int k = zck_cuda_gpt2_module_tensors(&w->m->c, module, idx);
-  for (int i = 0; i < k; i++) t[i] = flat + w->m->offsets[idx[i]];
+static zck_status zg_whole_point(const zg_whole *w, zck_gpt2_params *flat, int module, float **t) {
+  int idx[ZCK_GPT2_BLOCK_TENSORS];
+  int k = zck_gpt2_module_tensors(&w->m->c, module, idx);
+  for (int i = 0; i < k; i++) t[i] = *zck_gpt2_param_slot(&w->m->c, flat, idx[i]);
   return ZCK_OK;
 }
 static zck_status zg_whole_fetch(void *ctx, int module, float **t) {
   zg_whole *w = (zg_whole *)ctx;
-  return zg_whole_point(w, w->params, module, t);
+  return zg_whole_point(w, &w->params, module, t);
 }
 static zck_status zg_whole_grads(void *ctx, int module, float **t) {
   zg_whole *w = (zg_whole *)ctx;
-  return zg_whole_point(w, w->grads, module, t);
+  return zg_whole_point(w, &w->grads, module, t);
+}
+
+// Hooks over whole flat buffers (d_grads may be NULL: a forward only).
+static void zg_whole_init(zg_whole *w, const zck_cuda_gpt2 *m, const float *d_params, float *d_grads) {
+  memset(w, 0, sizeof *w);
+  w->m = m;
+  zck_gpt2_params_walk(&m->c, NULL, (float *)d_params, &w->params);
+  if (d_grads) zck_gpt2_params_walk(&m->c, NULL, d_grads, &w->grads);
 }
 
 extern "C" void zck_cuda_gpt2_free(zck_cuda_gpt2 *m) {
@@ -156,10 +83,10 @@ extern "C" void zck_cuda_gpt2_free(zck_cuda_gpt2 *m) {
 extern "C" zck_status zck_cuda_gpt2_create(zck_cuda_ctx *ctx, const zck_cuda_gpt2_config *c, int B, int T,
                                            zck_cuda_gpt2 **out) {
   *out = NULL;
-  ZCK_FAIL_IF(c->n_layer < 1 || c->n_layer > ZG_MAX_LAYERS || c->n_head < 1 || c->n_embd < 1 ||
-                  c->n_embd % c->n_head || c->vocab_size < 2 || c->max_seq_len < 1,
-              ZCK_ERR_INVALID_ARG, "cuda gpt2: bad configuration (L %d, H %d, C %d, V %d, T %d)", c->n_layer,
-              c->n_head, c->n_embd, c->vocab_size, c->max_seq_len);
+  char why[128];
+  ZCK_FAIL_IF(!zck_gpt2_config_valid(c, why, sizeof why), ZCK_ERR_INVALID_ARG,
+              "cuda gpt2: bad configuration (L %d, H %d, C %d, V %d, T %d): %s", c->n_layer, c->n_head, c->n_embd,
+              c->vocab_size, c->max_seq_len, why);
   ZCK_FAIL_IF(B < 1 || T < 1 || T > c->max_seq_len, ZCK_ERR_INVALID_ARG,
               "cuda gpt2: batch (%d, %d) with n_positions %d", B, T, c->max_seq_len);
   /* the kernels and cuBLAS take the row count B*T as an int */
@@ -172,8 +99,7 @@ extern "C" zck_status zck_cuda_gpt2_create(zck_cuda_ctx *ctx, const zck_cuda_gpt
   m->c = *c;
   m->B = B;
   m->T = T;
-  zck_cuda_gpt2_offsets(c, m->offsets);
-  m->n = zg_acts_walk(c, B, T, NULL, NULL);
+  m->n = zck_gpt2_acts_walk(c, B, T, NULL, NULL);
   size_t BT = (size_t)B * T;
   cudaError_t e = cudaMalloc(&m->mem, m->n * sizeof(float));
   if (e == cudaSuccess) e = cudaMalloc(&m->gmem, m->n * sizeof(float));
@@ -196,14 +122,14 @@ extern "C" size_t zck_cuda_gpt2_ws_bytes(const zck_cuda_gpt2 *m) {
 }
 
 extern "C" const float *zck_cuda_gpt2_logits(const zck_cuda_gpt2 *m) {
-  zg_acts a;
-  zg_acts_walk(&m->c, m->last_B ? m->last_B : m->B, m->last_T ? m->last_T : m->T, m->mem, &a);
+  zck_gpt2_acts a;
+  zck_gpt2_acts_walk(&m->c, m->last_B ? m->last_B : m->B, m->last_T ? m->last_T : m->T, m->mem, &a);
   return a.logits;
 }
 
 extern "C" const float *zck_cuda_gpt2_losses(const zck_cuda_gpt2 *m) {
-  zg_acts a;
-  zg_acts_walk(&m->c, m->last_B ? m->last_B : m->B, m->last_T ? m->last_T : m->T, m->mem, &a);
+  zck_gpt2_acts a;
+  zck_gpt2_acts_walk(&m->c, m->last_B ? m->last_B : m->B, m->last_T ? m->last_T : m->T, m->mem, &a);
   return a.losses;
 }
 
@@ -241,18 +167,18 @@ extern "C" zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_c
     ZCK_CU(cudaMemcpyAsync(d_tg, m->h_tok + BT, (size_t)BT * sizeof(int), cudaMemcpyHostToDevice, ctx->stream),
            "upload the targets");
   ZCK_CU(cudaEventRecord(m->tok_read, ctx->stream), "mark the token upload");
-  zg_params w;
+  zck_gpt2_params w;
   memset(&w, 0, sizeof w);
-  zg_acts a;
-  zg_acts_walk(c, B, T, m->mem, &a);
+  zck_gpt2_acts a;
+  zck_gpt2_acts_walk(c, B, T, m->mem, &a);
   ZCK_TRY(zg_fetch(m, hk, -1, &w));
   ZCK_TRY(zck_cuda_encoder_forward(a.encoded, d_in, w.wte, w.wpe, BT, T, C, st));
   if (hk->release) hk->release(hk->ctx, -1);
   const float *x = a.encoded;
   for (int l = 0; l < c->n_layer; l++) {
     ZCK_TRY(zg_fetch(m, hk, l, &w));
-    const zg_block_params *p = &w.h[l];
-    zg_block_acts *h = &a.h[l];
+    const zck_gpt2_block_params *p = &w.h[l];
+    zck_gpt2_block_acts *h = &a.h[l];
     ZCK_TRY(zck_cuda_layernorm_forward(h->ln_1, h->ln_1_mean, h->ln_1_rstd, x, p->ln_1_w, p->ln_1_b, BT, C, st));
     ZCK_TRY(zck_cuda_conv1d_forward(ctx, h->qkv, h->ln_1, p->attn_w, p->attn_b, BT, C, 3 * C));
     ZCK_TRY(zck_cuda_attention_forward(h->atty, h->att, h->qkv, B, T, C, H, st));
@@ -288,7 +214,8 @@ extern "C" zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_c
 
 extern "C" zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const int *inputs,
                                             const int *targets, int B, int T, float *loss) {
-  zg_whole w = {m, (float *)d_params, NULL};
+  zg_whole w;
+  zg_whole_init(&w, m, d_params, NULL);
   zck_cuda_gpt2_hooks h = {&w, zg_whole_fetch, NULL, zg_whole_grads, NULL};
   return zck_cuda_gpt2_forward_hooked(m, &h, inputs, targets, B, T, loss);
 }
@@ -302,12 +229,12 @@ extern "C" zck_status zck_cuda_gpt2_backward_hooked(zck_cuda_gpt2 *m, const zck_
   void *st = (void *)ctx->stream;
   ZCK_CU(cudaSetDevice(ctx->device), "select device %d", ctx->device);
   const int *d_in = m->d_tok, *d_tg = m->d_tok + (size_t)m->B * m->T;
-  zg_params w, g;
+  zck_gpt2_params w, g;
   memset(&w, 0, sizeof w);
   memset(&g, 0, sizeof g);
-  zg_acts a, d;
-  zg_acts_walk(c, B, T, m->mem, &a);
-  zg_acts_walk(c, B, T, m->gmem, &d);
+  zck_gpt2_acts a, d;
+  zck_gpt2_acts_walk(c, B, T, m->mem, &a);
+  zck_gpt2_acts_walk(c, B, T, m->gmem, &d);
   ZCK_CU(cudaMemsetAsync(m->gmem, 0, m->n * sizeof(float), ctx->stream), "clear the activation gradients");
   ZCK_TRY(zck_cuda_softmax_xent_backward(d.logits, a.probs, d_tg, BT, V, scale / (float)BT, st));
   ZCK_TRY(zg_fetch(m, hk, c->n_layer, &w));
@@ -322,8 +249,8 @@ extern "C" zck_status zck_cuda_gpt2_backward_hooked(zck_cuda_gpt2 *m, const zck_
   for (int l = c->n_layer - 1; l >= 0; l--) {
     ZCK_TRY(zg_fetch(m, hk, l, &w));
     ZCK_TRY(zg_grads(m, hk, l, &g));
-    const zg_block_params *p = &w.h[l], *gp = &g.h[l];
-    zg_block_acts *h = &a.h[l], *dh = &d.h[l];
+    const zck_gpt2_block_params *p = &w.h[l], *gp = &g.h[l];
+    zck_gpt2_block_acts *h = &a.h[l], *dh = &d.h[l];
     const float *x = l ? a.h[l - 1].res3 : a.encoded;
     float *dx = l ? d.h[l - 1].res3 : d.encoded;
     ZCK_TRY(zck_cuda_residual_backward(dh->res2, dh->fcproj, dh->res3, (size_t)BT * C, st));
@@ -355,7 +282,8 @@ extern "C" zck_status zck_cuda_gpt2_backward_hooked(zck_cuda_gpt2 *m, const zck_
 }
 
 extern "C" zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float *d_grads, float scale) {
-  zg_whole w = {m, (float *)d_params, d_grads};
+  zg_whole w;
+  zg_whole_init(&w, m, d_params, d_grads);
   zck_cuda_gpt2_hooks h = {&w, zg_whole_fetch, NULL, zg_whole_grads, NULL};
   return zck_cuda_gpt2_backward_hooked(m, &h, scale);
 }

@@ -4,7 +4,7 @@
  * Built without CUDA (ZCK_CUDA=OFF or no nvcc), every device call reports ZCK_ERR_NO_DEVICE
  * ("zck_cuda_malloc: zckpt was built without CUDA", naming the call); built with CUDA on a machine without a GPU, they report
  * ZCK_ERR_NO_DEVICE with the CUDA runtime's reason. The gather planner (zck_gather_*) and
- * the GPT-2 parameter table are plain C and work in every build.
+ * GPT-2's layout (gpt2_layout.h) are plain C and work in every build.
  *
  * Conventions:
  *  - `d_` pointers are device memory; everything else is host memory.
@@ -29,6 +29,7 @@ extern "C" {
 #endif
 
 #include "comm.h"
+#include "gpt2_layout.h"
 #include "zck.h"
 
 // ---- discovery
@@ -205,19 +206,9 @@ void zck_cuda_pack_plan_free(zck_cuda_pack_plan *p);    /* NULL is fine */
 zck_status zck_cuda_pack_run(const zck_cuda_pack_plan *p, int reverse, void *d_dst, zck_dtype dst_dtype,
                              const void *d_src, zck_dtype src_dtype, float divisor, void *stream);
 
-// ---- GPT-2 on the device, same parameter layout as the CPU engine
+// ---- GPT-2 on the device, the CPU engine's layouts (gpt2_layout.h)
 
-/* Field for field the same as ze_gpt2_config. */
-typedef struct zck_cuda_gpt2_config {
-  int vocab_size, max_seq_len, n_layer, n_head, n_embd;
-} zck_cuda_gpt2_config;
-/* Elements of the flat parameter buffer, and each tensor's element offset in it, in the
- * order of ze_gpt2_param_specs (wte, wpe, per layer ln_1 w/b, c_attn w/b, attn c_proj w/b,
- * ln_2 w/b, c_fc w/b, mlp c_proj w/b, then ln_f w/b). Plain C: every build.
- * zck_cuda_gpt2_offsets returns the number of tensors n and, when offsets is not NULL,
- * fills offsets[0..n] (offsets[n] = the total). */
-size_t zck_cuda_gpt2_numel(const zck_cuda_gpt2_config *c);
-size_t zck_cuda_gpt2_offsets(const zck_cuda_gpt2_config *c, size_t *offsets);
+typedef zck_gpt2_config zck_cuda_gpt2_config;
 
 /* A model's device workspace for batches up to (B, T): activations, their gradients, the
  * last batch's tokens. */
@@ -226,7 +217,7 @@ zck_status zck_cuda_gpt2_create(zck_cuda_ctx *ctx, const zck_cuda_gpt2_config *c
 void zck_cuda_gpt2_free(zck_cuda_gpt2 *m);               /* NULL is fine */
 size_t zck_cuda_gpt2_ws_bytes(const zck_cuda_gpt2 *m);
 /* Forward of host token arrays (B, T) (checked < V: ZCK_ERR_INVALID_ARG otherwise) over
- * the device parameters d_params (zck_cuda_gpt2_numel floats). With targets, *loss (if
+ * the device parameters d_params (zck_gpt2_params_walk's floats). With targets, *loss (if
  * not NULL) is the mean cross-entropy, summed in double in bt order as the CPU does. */
 zck_status zck_cuda_gpt2_forward(zck_cuda_gpt2 *m, const float *d_params, const int *inputs, const int *targets, int B,
                                  int T, float *loss);
@@ -236,7 +227,7 @@ zck_status zck_cuda_gpt2_backward(zck_cuda_gpt2 *m, const float *d_params, float
 /* Module-at-a-time execution (ZeRO-3), the CPU engine's ze_gpt2_hooks on the device.
  * Modules: -1 = embeddings (wte, wpe), 0..L-1 = blocks (their 12 tensors in parameters()
  * order), L = final (ln_f.weight, ln_f.bias, then wte for the tied lm_head); see
- * zck_cuda_gpt2_module_tensors. The call order is the CPU's: forward fetches -1, 0, .., L
+ * zck_gpt2_module_tensors. The call order is the CPU's: forward fetches -1, 0, .., L
  * (each released after its kernels are queued); backward fetches L, .., 0 with grads, and
  * asks for -1's grads last (no weights); grads_done(m) follows module m's backward. A
  * hook fills t[i] with the device pointer of the module's i-th tensor; kernels are only
@@ -250,9 +241,6 @@ typedef struct zck_cuda_gpt2_hooks {
   zck_status (*grads)(void *ctx, int module, float **t);
   zck_status (*grads_done)(void *ctx, int module); /* may be NULL */
 } zck_cuda_gpt2_hooks;
-/* Spec indices (positions in zck_cuda_gpt2_offsets' table) of a module's tensors; returns
- * their count (at most 12). Plain C: every build. */
-int zck_cuda_gpt2_module_tensors(const zck_cuda_gpt2_config *c, int module, int *spec_index);
 /* zck_cuda_gpt2_forward / _backward with the parameters (and gradients) from hooks. */
 zck_status zck_cuda_gpt2_forward_hooked(zck_cuda_gpt2 *m, const zck_cuda_gpt2_hooks *h, const int *inputs,
                                         const int *targets, int B, int T, float *loss);
@@ -368,8 +356,10 @@ typedef struct zck_gather_plan {
 zck_status zck_gather_plan_build(const zck_gather_src *srcs, size_t n_srcs, const zck_gather_extent *extents,
                                  size_t n_extents, zck_dtype out_dtype, size_t bucket_bytes, zck_gather_plan **out);
 void zck_gather_plan_free(zck_gather_plan *p);           /* NULL is fine */
-/* The extents of a layout's pieces: piece (param p, store s, param_off, store_off, count)
- * becomes (src s, store_off, param_dst_off[p] + param_off, count). Params whose
+/* The extents of a layout's pieces, planned by lib/plan (zck_plan_build into the output as
+ * a one-store layout, param p's elements from param_dst_off[p] on; strided pieces cut into
+ * runs): piece (param p, store s, param_off, store_off, count) becomes (src s, store_off,
+ * param_dst_off[p] + param_off, count), merged where contiguous. Params whose
  * param_dst_off is UINT64_MAX are left out (frozen, tied aliases...). */
 struct zck_layout;
 zck_status zck_gather_extents_from_layout(const struct zck_layout *l, const uint64_t *param_dst_off,

@@ -27,6 +27,7 @@
  * Trainer's resume reads them beside the DCP folders (its global step, the lr scheduler and
  * the data position follow trainer_state.json and scheduler.pt).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,14 @@ static zck_status zck__dcp_from_view(const zck_state_view *src, const zck_model 
   for (int i = 0; st == ZCK_OK && i < n_writers; i++) st = zck_dcp_writer_commit(w[i]);
   if (st == ZCK_OK && accelerate && side_root)
     st = zck__reshard_carry_side_files(side_root, side_skip, d.tmp_path, world);
+  /* but DeepSpeed's recovery scripts, which read a DeepSpeed tag folder that OUT does not have */
+  static const char *const ds_scripts[] = {"zero_to_fp32.py", "zero_to_torch.py"};
+  for (size_t i = 0; st == ZCK_OK && accelerate && side_root && i < sizeof ds_scripts / sizeof *ds_scripts; i++) {
+    char *p = zck__path_join(d.tmp_path, ds_scripts[i]);
+    if (!p) st = ZCK_ERR_NO_MEMORY;
+    else remove(p);  /* absent when the source had none */
+    free(p);
+  }
   if (st == ZCK_OK) {
     /* written last: its presence says the checkpoint is complete, its hashes what it holds */
     zck_manifest_opts mo = ZCK_MANIFEST_OPTS_INIT;

@@ -1,9 +1,10 @@
 /* cli_dist.c: a command started by mpirun / srun (`mpirun -np N zckpt consolidate ...`).
  *
- * Every rank parses the same arguments and runs the same job; lib/dist.h shares its copy
- * out and leaves the output to rank 0. Here: whether this process is such a rank, the
- * group, and the end: every rank waits for all the others, and rank 0 prints the one
- * error line of the lowest rank that failed on its own; every rank exits with its code.
+ * Every rank parses the same arguments and runs the same job; the library shares its copy
+ * out and leaves the output to rank 0 (zck.h's zck_dist_*). Here: whether this process may
+ * run as such a rank, and the end: every rank waits for all the others, and rank 0 prints
+ * the one error line of the lowest rank that failed on its own; every rank exits with its
+ * code.
  *
  * A build without MPI started as one of several ranks refuses (one line, from the first
  * rank): N independent copies would each write the same OUT.
@@ -14,8 +15,6 @@
 #include <time.h>
 
 #include "cli_dist.h"
-#include "comm.h"
-#include "dist.h"
 
 static bool zck__cli_buffering;
 static char zck__cli_buffered[2048];
@@ -51,9 +50,8 @@ bool zck_cli_dist_take_error(const char *line) {
 
 int zck_cli_dist_source(const char *in, const char **src) {
   *src = in;
-  if (!zck__dist_on()) return ZCK_EXIT_OK;
   char *view = NULL;
-  zck_status s = zck__dist_view_open(in, &view);
+  zck_status s = zck_dist_view_open(in, &view);
   if (s != ZCK_OK) return zck_cli_fail(s);
   if (view) {
     zck__cli_view = view;
@@ -63,35 +61,14 @@ int zck_cli_dist_source(const char *in, const char **src) {
   return ZCK_EXIT_OK;
 }
 
-bool zck_cli_dist_solo(void) {
-  if (!zck__dist_on()) return false;
-  if (zck__dist_rank() != 0) return true;
-  zck__dist_pause(true);
-  return false;
-}
+bool zck_cli_dist_solo(void) { return zck_dist_solo(); }
 
-long zck_cli_dist_tmp_pid(void) { return zck__dist_tmp_pid(); }
 void zck_cli_dist_interrupted(void) {
-  if (zck__cli_view) zck__dist_view_close(zck__cli_view);
+  if (zck__cli_view) zck_dist_view_close(zck__cli_view);
   zck__cli_view = NULL;
 }
 
-bool zck_cli_dist_quiet(void) { return zck__dist_on() && zck__dist_rank() != 0; }
-
-/* The launcher's word on this process: world size (0: unknown) and rank. */
-static void zck__cli_launch(long *size, long *rank) {
-  static const char *sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
-  static const char *ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
-  *size = 0;
-  *rank = 0;
-  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !*size; i++)
-    if (getenv(sizes[i])) *size = strtol(getenv(sizes[i]), NULL, 10);
-  for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
-    if (getenv(ranks[i])) {
-      *rank = strtol(getenv(ranks[i]), NULL, 10);
-      break;
-    }
-}
+bool zck_cli_dist_quiet(void) { return zck_dist_rank() > 0; }
 
 /* Whether this process may run the command: -1 yes, else the exit code of a refusal,
  * said once, by rank 0, which exits 1 (and so does the job: mpirun and srun return a
@@ -99,7 +76,7 @@ static void zck__cli_launch(long *size, long *rank) {
  * first would have mpirun kill rank 0 before it says why. Decided before the signal
  * thread starts, so a rank that mpirun ends with SIGTERM dies without a second line. */
 static int zck__cli_dist_refusal(const char *name, long size, long rank) {
-  if (!zck_comm_mpi_available()) {
+  if (!zck_dist_available()) {
     char n[32] = "several";
     if (size > 1) snprintf(n, sizeof n, "%ld", size);
     if (rank == 0)
@@ -137,8 +114,8 @@ static void zck__cli_trace_rank(int rank, double t0) {
 }
 
 int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char **argv) {
-  long size = 1, rank = 0;
-  if (zck_comm_mpi_launched()) zck__cli_launch(&size, &rank);
+  long size, rank;
+  zck_dist_launched(&size, &rank);
   if (size != 1) {
     int refused = zck__cli_dist_refusal(name, size, rank);
     if (refused >= 0) return refused;
@@ -150,38 +127,26 @@ int zck_cli_dist_run(const char *name, int (*run)(int, char **), int argc, char 
     zck__cli_trace_rank(0, t0);
     return rc;
   }
-  /* a rank whose share is done waits at the next agreement for the slowest one: a long
-   * copy is no hang (a dead rank ends the job through mpirun) */
-  setenv("ZCK_COMM_TIMEOUT_S", "604800", 0);
-  zck_comm *comm = NULL;
-  zck_status s = zck_comm_mpi_create(&comm);
+  int ranks = 1;
+  zck_status s = zck_dist_begin(&ranks);
   if (s != ZCK_OK) return zck_cli_fail(s);
-  if (comm->size == 1) {
-    zck_comm_mpi_destroy(comm);
-    return run(argc, argv);
-  }
-  s = zck__dist_begin(comm);
-  if (s != ZCK_OK) {
-    zck_comm_mpi_destroy(comm);
-    return zck_cli_fail(s);
-  }
+  if (ranks == 1) return run(argc, argv);
   zck__cli_buffering = true;
   zck__cli_buffered[0] = 0;
   int rc = run(argc, argv);
-  zck__dist_pause(false);
   zck__cli_buffering = false;
   char line[2048];
-  rc = zck__dist_finish(rc, zck__cli_buffered[0] ? zck__cli_buffered : NULL, line, sizeof line);
-  if (comm->rank == 0 && line[0]) fprintf(stderr, "zckpt: error: %s\n", line);
-  zck__cli_trace_rank(comm->rank, t0);
-  zck__dist_view_close(zck__cli_view);
+  rc = zck_dist_finish(rc, zck__cli_buffered[0] ? zck__cli_buffered : NULL, line, sizeof line);
+  int me = zck_dist_rank();
+  if (me == 0 && line[0]) fprintf(stderr, "zckpt: error: %s\n", line);
+  zck__cli_trace_rank(me, t0);
+  zck_dist_view_close(zck__cli_view);
   free(zck__cli_view_of);
   zck__cli_view = zck__cli_view_of = NULL;
-  /* no rank exits (and so has mpirun stop the others) before rank 0 has said it and
-   * every rank has removed its view */
-  comm->barrier(comm);
+  /* the command is over: a signal from here on ends the process with rc, silently, while
+   * zck_dist_end keeps every rank until rank 0 has said it and every rank has removed its
+   * view (a rank that exits first has mpirun stop the others) */
   zck_cli_signals_after(rc);
-  zck__dist_end();
-  zck_comm_mpi_destroy(comm);
+  zck_dist_end();
   return rc;
 }

@@ -20,11 +20,9 @@ void zck_cli_signals_after(int rc);
  * job; there true on the ranks other than 0, which then return at once, and false on rank
  * 0, which runs the command as a single process. */
 bool zck_cli_dist_solo(void);
-/* The pid that names temporaries: rank 0's under mpirun, else this process's. */
-long zck_cli_dist_tmp_pid(void);
 /* The source path the job reads: in itself, or in a distributed job whose ranks see
  * different files under it (node-local disks), this rank's view of the whole checkpoint
- * (jobs/dist_view.h; removed at the end). Returns ZCK_EXIT_OK or prints the error. */
+ * (zck_dist_view_open; removed at the end). Returns ZCK_EXIT_OK or prints the error. */
 int zck_cli_dist_source(const char *in, const char **src);
 /* text with this rank's view folder named as the path the user gave (malloc'd; NULL
  * without memory). */

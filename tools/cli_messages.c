@@ -24,7 +24,7 @@ static void zck__cli_user_line(char *buf) {
   /* the user asked for OUT, not for the temporary name it is built under:
    * "dir/.out.zck-tmp-PID/x" reads "dir/out/x" */
   char mark[48];
-  snprintf(mark, sizeof mark, ".zck-tmp-%ld", zck_cli_dist_tmp_pid()); /* rank 0's under mpirun */
+  snprintf(mark, sizeof mark, ".zck-tmp-%ld", zck_temporary_pid()); /* rank 0's under mpirun */
   for (char *hit; (hit = strstr(buf, mark));) {
     char *start = hit;
     while (start > buf && start[-1] != '/' && start[-1] != ' ' && start[-1] != '\'') start--;

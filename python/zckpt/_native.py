@@ -1,4 +1,4 @@
-"""ctypes bindings over lib/zck.h: the shared library and the structs the API uses.
+"""ctypes bindings over include/zck.h: the shared library and the structs the API uses.
 
 The library is found next to this package (the wheel installs it as zckpt/_lib/libzckpt.so)
 or at $ZCKPT_LIBRARY (a build tree). Structs are declared field for field as in zck.h; option

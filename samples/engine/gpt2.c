@@ -18,88 +18,19 @@
 
 // ---- parameter table
 
-bool ze_gpt2_config_valid(const ze_gpt2_config *c, char *why, size_t cap) {
-  const char *bad = NULL;
-  if (c->vocab_size < 2 || c->vocab_size > (1 << 20)) bad = "vocab size must be in [2, 2^20]";
-  else if (c->max_seq_len < 1 || c->max_seq_len > 65536) bad = "sequence length must be in [1, 65536]";
-  else if (c->n_layer < 1 || c->n_layer > ZE_MAX_LAYERS) bad = "n_layer must be in [1, 64]";
-  else if (c->n_head < 1 || c->n_embd < 1 || c->n_embd > 65536) bad = "n_head and n_embd must be positive";
-  else if (c->n_embd % c->n_head) bad = "n_embd must be a multiple of n_head";
-  if (bad && why) snprintf(why, cap, "%s", bad);
-  return !bad;
-}
-
-size_t ze_gpt2_n_tensors(const ze_gpt2_config *c) { return 2 + 12 * (size_t)c->n_layer + 2; }
-
-/* Walks the table in parameters() order: fills specs and/or carves pointers. */
-static size_t gpt2_walk(const ze_gpt2_config *c, ze_param_spec *specs, float *flat, ze_gpt2_params *p) {
-  size_t V = (size_t)c->vocab_size, T = (size_t)c->max_seq_len, C = (size_t)c->n_embd;
-  size_t n = 0, off = 0;
-#define ZE_ADD(slot, layer_, decay_, nd, d0, d1, ...)                                         \
-  do {                                                                                        \
-    size_t numel_ = (size_t)(d0) * (size_t)((nd) == 2 ? (d1) : 1);                           \
-    if (specs) {                                                                              \
-      ze_param_spec *s_ = &specs[n];                                                          \
-      snprintf(s_->name, sizeof s_->name, __VA_ARGS__);                                       \
-      s_->ndim = (nd);                                                                        \
-      s_->shape[0] = (int64_t)(d0);                                                           \
-      s_->shape[1] = (nd) == 2 ? (int64_t)(d1) : 0;                                           \
-      s_->numel = numel_;                                                                     \
-      s_->offset = off;                                                                       \
-      s_->decay = (decay_);                                                                   \
-      s_->layer = (layer_);                                                                   \
-    }                                                                                         \
-    if (p) (slot) = flat + off;                                                               \
-    n++;                                                                                      \
-    off += numel_;                                                                            \
-  } while (0)
-  ze_gpt2_params dummy;
-  ze_gpt2_params *q = p ? p : &dummy;
-  ZE_ADD(q->wte, -1, true, 2, V, C, "transformer.wte.weight");
-  ZE_ADD(q->wpe, -1, true, 2, T, C, "transformer.wpe.weight");
-  for (int l = 0; l < c->n_layer; l++) {
-    ze_block_params *b = &q->h[l];
-    ZE_ADD(b->ln_1_w, l, false, 1, C, 0, "transformer.h.%d.ln_1.weight", l);
-    ZE_ADD(b->ln_1_b, l, false, 1, C, 0, "transformer.h.%d.ln_1.bias", l);
-    ZE_ADD(b->attn_w, l, true, 2, C, 3 * C, "transformer.h.%d.attn.c_attn.weight", l);
-    ZE_ADD(b->attn_b, l, false, 1, 3 * C, 0, "transformer.h.%d.attn.c_attn.bias", l);
-    ZE_ADD(b->attn_proj_w, l, true, 2, C, C, "transformer.h.%d.attn.c_proj.weight", l);
-    ZE_ADD(b->attn_proj_b, l, false, 1, C, 0, "transformer.h.%d.attn.c_proj.bias", l);
-    ZE_ADD(b->ln_2_w, l, false, 1, C, 0, "transformer.h.%d.ln_2.weight", l);
-    ZE_ADD(b->ln_2_b, l, false, 1, C, 0, "transformer.h.%d.ln_2.bias", l);
-    ZE_ADD(b->fc_w, l, true, 2, C, 4 * C, "transformer.h.%d.mlp.c_fc.weight", l);
-    ZE_ADD(b->fc_b, l, false, 1, 4 * C, 0, "transformer.h.%d.mlp.c_fc.bias", l);
-    ZE_ADD(b->fc_proj_w, l, true, 2, 4 * C, C, "transformer.h.%d.mlp.c_proj.weight", l);
-    ZE_ADD(b->fc_proj_b, l, false, 1, C, 0, "transformer.h.%d.mlp.c_proj.bias", l);
-  }
-  ZE_ADD(q->ln_f_w, -2, false, 1, C, 0, "transformer.ln_f.weight");
-  ZE_ADD(q->ln_f_b, -2, false, 1, C, 0, "transformer.ln_f.bias");
-#undef ZE_ADD
-  return off;
-}
-
-size_t ze_gpt2_numel(const ze_gpt2_config *c) { return gpt2_walk(c, NULL, NULL, NULL); }
-void ze_gpt2_param_specs(const ze_gpt2_config *c, ze_param_spec *specs) { gpt2_walk(c, specs, NULL, NULL); }
+bool ze_gpt2_config_valid(const ze_gpt2_config *c, char *why, size_t cap) { return zck_gpt2_config_valid(c, why, cap); }
+size_t ze_gpt2_n_tensors(const ze_gpt2_config *c) { return zck_gpt2_n_tensors(c); }
+size_t ze_gpt2_numel(const ze_gpt2_config *c) { return zck_gpt2_params_walk(c, NULL, NULL, NULL); }
+void ze_gpt2_param_specs(const ze_gpt2_config *c, ze_param_spec *specs) { zck_gpt2_params_walk(c, specs, NULL, NULL); }
 void ze_gpt2_carve(const ze_gpt2_config *c, float *flat, ze_gpt2_params *p) {
   memset(p, 0, sizeof *p);
-  gpt2_walk(c, NULL, flat, p);
+  zck_gpt2_params_walk(c, NULL, flat, p);
 }
-
 int ze_gpt2_module_tensors(const ze_gpt2_config *c, int module, int *spec_index) {
-  if (module == -1) {
-    spec_index[0] = 0;
-    spec_index[1] = 1;
-    return 2;
-  }
-  if (module == c->n_layer) {
-    int n = (int)ze_gpt2_n_tensors(c);
-    spec_index[0] = n - 2;
-    spec_index[1] = n - 1;
-    spec_index[2] = 0; /* wte for lm_head */
-    return 3;
-  }
-  for (int i = 0; i < 12; i++) spec_index[i] = 2 + 12 * module + i;
-  return 12;
+  return zck_gpt2_module_tensors(c, module, spec_index);
+}
+float **ze_gpt2_param_slot(const ze_gpt2_config *c, ze_gpt2_params *p, int spec) {
+  return zck_gpt2_param_slot(c, p, spec);
 }
 
 size_t ze_gpt2_module_numel(const ze_gpt2_config *c, int module) {
@@ -112,18 +43,6 @@ size_t ze_gpt2_module_numel(const ze_gpt2_config *c, int module) {
   for (int i = 0; i < k; i++) total += specs[idx[i]].numel;
   free(specs);
   return total;
-}
-
-float **ze_gpt2_param_slot(const ze_gpt2_config *c, ze_gpt2_params *p, int spec) {
-  int n = (int)ze_gpt2_n_tensors(c);
-  if (spec == 0) return &p->wte;
-  if (spec == 1) return &p->wpe;
-  if (spec == n - 2) return &p->ln_f_w;
-  if (spec == n - 1) return &p->ln_f_b;
-  ze_block_params *b = &p->h[(spec - 2) / 12];
-  float **slots[12] = {&b->ln_1_w, &b->ln_1_b, &b->attn_w, &b->attn_b, &b->attn_proj_w, &b->attn_proj_b,
-                       &b->ln_2_w, &b->ln_2_b, &b->fc_w, &b->fc_b, &b->fc_proj_w, &b->fc_proj_b};
-  return slots[(spec - 2) % 12];
 }
 
 void ze_gpt2_carve_module(const ze_gpt2_config *c, int module, float *buf, ze_gpt2_params *p) {
@@ -166,33 +85,10 @@ void ze_gpt2_init(const ze_gpt2_config *c, float *flat, uint64_t seed) {
   free(specs);
 }
 
-// ---- activations
+// ---- activations (the layout of gpt2_layout.h)
 
-typedef struct ze_block_acts {
-  float *ln_1;                 /* (B, T, C) */
-  float *ln_1_mean, *ln_1_rstd;/* (B, T) */
-  float *qkv;                  /* (B, T, 3C) */
-  float *att;                  /* (B, H, T, T) softmax probabilities */
-  float *atty;                 /* (B, T, C) */
-  float *attproj;              /* (B, T, C) */
-  float *res2;                 /* (B, T, C) */
-  float *ln_2;                 /* (B, T, C) */
-  float *ln_2_mean, *ln_2_rstd;/* (B, T) */
-  float *fch;                  /* (B, T, 4C) */
-  float *fch_gelu;             /* (B, T, 4C) */
-  float *fcproj;               /* (B, T, C) */
-  float *res3;                 /* (B, T, C) */
-} ze_block_acts;
-
-typedef struct ze_acts {
-  float *encoded;              /* (B, T, C) */
-  ze_block_acts h[ZE_MAX_LAYERS];
-  float *ln_f;                 /* (B, T, C) */
-  float *ln_f_mean, *ln_f_rstd;/* (B, T) */
-  float *logits;               /* (B, T, V); backward: dlogits */
-  float *probs;                /* (B, T, V) */
-  float *losses;               /* (B, T) */
-} ze_acts;
+typedef zck_gpt2_block_acts ze_block_acts;
+typedef zck_gpt2_acts ze_acts;
 
 struct ze_gpt2_ws {
   int B, T;
@@ -201,55 +97,20 @@ struct ze_gpt2_ws {
   ze_acts a, g;                /* activations and their gradients */
 };
 
-static size_t acts_walk(const ze_gpt2_config *c, int B, int T, float *mem, ze_acts *a) {
-  size_t BT = (size_t)B * T, C = (size_t)c->n_embd, V = (size_t)c->vocab_size, H = (size_t)c->n_head;
-  size_t off = 0;
-#define ZE_ACT(slot, count) do { if (a) (slot) = mem + off; off += (count); } while (0)
-  ze_acts dummy;
-  ze_acts *q = a ? a : &dummy;
-  ZE_ACT(q->encoded, BT * C);
-  for (int l = 0; l < c->n_layer; l++) {
-    ze_block_acts *b = &q->h[l];
-    ZE_ACT(b->ln_1, BT * C);
-    ZE_ACT(b->ln_1_mean, BT);
-    ZE_ACT(b->ln_1_rstd, BT);
-    ZE_ACT(b->qkv, BT * 3 * C);
-    ZE_ACT(b->att, (size_t)B * H * T * T);
-    ZE_ACT(b->atty, BT * C);
-    ZE_ACT(b->attproj, BT * C);
-    ZE_ACT(b->res2, BT * C);
-    ZE_ACT(b->ln_2, BT * C);
-    ZE_ACT(b->ln_2_mean, BT);
-    ZE_ACT(b->ln_2_rstd, BT);
-    ZE_ACT(b->fch, BT * 4 * C);
-    ZE_ACT(b->fch_gelu, BT * 4 * C);
-    ZE_ACT(b->fcproj, BT * C);
-    ZE_ACT(b->res3, BT * C);
-  }
-  ZE_ACT(q->ln_f, BT * C);
-  ZE_ACT(q->ln_f_mean, BT);
-  ZE_ACT(q->ln_f_rstd, BT);
-  ZE_ACT(q->logits, BT * V);
-  ZE_ACT(q->probs, BT * V);
-  ZE_ACT(q->losses, BT);
-#undef ZE_ACT
-  return off;
-}
-
 ze_gpt2_ws *ze_gpt2_ws_new(const ze_gpt2_config *c, int B, int T) {
   ze_gpt2_ws *ws = calloc(1, sizeof *ws);
   if (!ws) return NULL;
   ws->B = B;
   ws->T = T;
-  ws->n = acts_walk(c, B, T, NULL, NULL);
+  ws->n = zck_gpt2_acts_walk(c, B, T, NULL, NULL);
   ws->mem = calloc(ws->n, sizeof(float));
   ws->gmem = calloc(ws->n, sizeof(float));
   if (!ws->mem || !ws->gmem) {
     ze_gpt2_ws_free(ws);
     return NULL;
   }
-  acts_walk(c, B, T, ws->mem, &ws->a);
-  acts_walk(c, B, T, ws->gmem, &ws->g);
+  zck_gpt2_acts_walk(c, B, T, ws->mem, &ws->a);
+  zck_gpt2_acts_walk(c, B, T, ws->gmem, &ws->g);
   return ws;
 }
 
@@ -674,7 +535,7 @@ bool ze_gpt2_forward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze_
   *loss = 0.0f;
   /* a smaller batch reuses the buffers with its own strides */
   if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
-  acts_walk(c, B, T, ws->mem, a);
+  zck_gpt2_acts_walk(c, B, T, ws->mem, a);
   if (!k->fetch(k->ctx, -1, &w)) return false;
   ze__gpt2_encoder_forward(a->encoded, inputs, w.wte, w.wpe, BT, T, C);
   if (k->release) k->release(k->ctx, -1);
@@ -716,7 +577,7 @@ bool ze_gpt2_backward_hooked(const ze_gpt2_config *c, const ze_gpt2_hooks *k, ze
   memset(&w, 0, sizeof w);
   memset(&g, 0, sizeof g);
   if (B < 1 || T < 1 || B > ws->B || T > ws->T) abort();
-  acts_walk(c, B, T, ws->gmem, d);
+  zck_gpt2_acts_walk(c, B, T, ws->gmem, d);
   memset(ws->gmem, 0, ws->n * sizeof(float));
   /* dlogits = (probs - onehot) * dloss, dloss = scale / BT for every position */
   float dloss = scale / (float)BT;
@@ -771,7 +632,7 @@ bool ze_gpt2_infer_last(const ze_gpt2_config *c, const ze_fetch *f, ze_gpt2_ws *
   int C = c->n_embd, V = c->vocab_size, H = c->n_head;
   if (n < 1 || n > ws->T || n > c->max_seq_len) return false;
   ze_acts *a = &ws->a;
-  acts_walk(c, 1, n, ws->mem, a);
+  zck_gpt2_acts_walk(c, 1, n, ws->mem, a);
   ze_gpt2_params p;
   memset(&p, 0, sizeof p);
   if (!f->fetch(f->ctx, -1, &p)) return false;

@@ -5,7 +5,9 @@
  * transformer.ln_f.bias); ze_gpt2_carve() points the fields of ze_gpt2_params into it, so a
  * parameter is an offset range of the buffer. lm_head.weight is tied to wte and has no storage.
  * Linear layers are HF Conv1D: weight [in, out], y = x @ W + b. GELU is "gelu_new" (tanh).
- * Activation memory is a second flat buffer carved the same way (ze_gpt2_ws).
+ * Activation memory is a second flat buffer carved the same way (ze_gpt2_ws). Both layouts
+ * are cuda/gpt2_layout.h's, the one description the device code uses too; the ze_ names
+ * below are the engine's for them.
  *
  * Determinism: every loop has a fixed order and no threads, so the same inputs give the same
  * bits. The engine is built with -ffp-contract=off so that holds across optimisation levels.
@@ -17,47 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ZE_MAX_LAYERS 64
+#include "gpt2_layout.h"
+
+#define ZE_MAX_LAYERS ZCK_GPT2_MAX_LAYERS
 #define ZE_LN_EPS 1e-5f
 
-typedef struct ze_gpt2_config {
-  int vocab_size;   /* V: byte-level, 256 */
-  int max_seq_len;  /* T: n_positions */
-  int n_layer;      /* L */
-  int n_head;       /* H */
-  int n_embd;       /* C, a multiple of H */
-} ze_gpt2_config;
-
-typedef struct ze_block_params {
-  float *ln_1_w, *ln_1_b;      /* (C) */
-  float *attn_w;               /* (C, 3C)  attn.c_attn.weight */
-  float *attn_b;               /* (3C) */
-  float *attn_proj_w;          /* (C, C)   attn.c_proj.weight */
-  float *attn_proj_b;          /* (C) */
-  float *ln_2_w, *ln_2_b;      /* (C) */
-  float *fc_w;                 /* (C, 4C)  mlp.c_fc.weight */
-  float *fc_b;                 /* (4C) */
-  float *fc_proj_w;            /* (4C, C)  mlp.c_proj.weight */
-  float *fc_proj_b;            /* (C) */
-} ze_block_params;
-
-typedef struct ze_gpt2_params {
-  float *wte;                  /* (V, C), also lm_head.weight */
-  float *wpe;                  /* (T, C) */
-  ze_block_params h[ZE_MAX_LAYERS];
-  float *ln_f_w, *ln_f_b;      /* (C) */
-} ze_gpt2_params;
-
-/* One parameter of the table, in parameters() order. */
-typedef struct ze_param_spec {
-  char name[64];               /* HF name */
-  int ndim;
-  int64_t shape[2];
-  size_t numel;
-  size_t offset;               /* element offset in the flat buffer */
-  bool decay;                  /* HF Trainer's decay group (not a bias, not a LayerNorm) */
-  int layer;                   /* block index, -1 for embeddings, -2 for ln_f */
-} ze_param_spec;
+typedef zck_gpt2_config ze_gpt2_config;
+typedef zck_gpt2_block_params ze_block_params;
+typedef zck_gpt2_params ze_gpt2_params;
+typedef zck_gpt2_spec ze_param_spec;
 
 /* Checks the configuration; writes a one-line reason into why. */
 bool ze_gpt2_config_valid(const ze_gpt2_config *c, char *why, size_t cap);

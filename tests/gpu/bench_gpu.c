@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
   OK(zck_cuda_ctx_create(0, &ctx));
   zck_cuda_gpt2 *m;
   OK(zck_cuda_gpt2_create(ctx, &g, B, T, &m));
-  size_t n = zck_cuda_gpt2_numel(&g);
+  size_t n = zck_gpt2_params_walk(&g, NULL, NULL, NULL);
   float *h_params = malloc(n * 4);
   uint64_t s = 1;
   for (size_t i = 0; i < n; i++) {

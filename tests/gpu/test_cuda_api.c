@@ -1,35 +1,52 @@
 /* test_cuda_api.c: the device interface where there is no device (label unit).
- * - The GPT-2 parameter table of cuda/ equals the CPU engine's (ze_gpt2_param_specs), and
- *   so do the tensors of each module (ze_gpt2_module_tensors).
+ * - GPT-2's one layout (cuda/gpt2_layout.h), which the CPU engine and the device code both
+ *   walk: Hugging Face's parameter count (124439808 for gpt2), tensors back to back in
+ *   buffer order, pointers carved where the table says, every tensor in one module in
+ *   buffer order (wte again in the last, for the tied lm_head).
  * - Without a device (or without CUDA), every device call returns ZCK_ERR_NO_DEVICE with a
  *   one-line reason and clears its outputs; frees accept NULL. The test names every
  *   function of zck_cuda.h, so a stub.c that falls behind the header fails to link. */
 #include "test.h"
 
-#include "gpt2.h"
 #include "zck_cuda.h"
 
 static void check_table(int V, int T, int L, int H, int C) {
-  ze_gpt2_config ec = {V, T, L, H, C};
-  zck_cuda_gpt2_config cc = {V, T, L, H, C};
-  size_t n = ze_gpt2_n_tensors(&ec);
-  ze_param_spec *specs = calloc(n, sizeof *specs);
-  size_t *offs = calloc(n + 1, sizeof *offs);
-  ze_gpt2_param_specs(&ec, specs);
-  ZT_EQ_U64(zck_cuda_gpt2_offsets(&cc, NULL), n);
-  ZT_EQ_U64(zck_cuda_gpt2_offsets(&cc, offs), n);
-  for (size_t i = 0; i < n; i++)
-    if (offs[i] != specs[i].offset) ZT_FAIL("%s: offset %zu, the engine's %zu", specs[i].name, offs[i], specs[i].offset);
-  ZT_EQ_U64(offs[n], ze_gpt2_numel(&ec));
-  ZT_EQ_U64(zck_cuda_gpt2_numel(&cc), ze_gpt2_numel(&ec));
-  for (int m = -1; m <= L; m++) {
-    int a[12], b[12];
-    int k = ze_gpt2_module_tensors(&ec, m, a);
-    ZT_EQ_INT(zck_cuda_gpt2_module_tensors(&cc, m, b), k);
-    ZT_EQ_MEM(a, b, (size_t)k * sizeof *a);
+  zck_gpt2_config c = {V, T, L, H, C};
+  size_t n = zck_gpt2_n_tensors(&c);
+  ZT_EQ_U64(n, 2 + 12 * (size_t)L + 2);
+  zck_gpt2_spec *specs = calloc(n, sizeof *specs);
+  size_t total = zck_gpt2_params_walk(&c, specs, NULL, NULL), off = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (specs[i].offset != off) ZT_FAIL("%s: offset %zu, expected %zu", specs[i].name, specs[i].offset, off);
+    off += specs[i].numel;
   }
+  ZT_EQ_U64(off, total);
+  size_t v = (size_t)V, t = (size_t)T, l = (size_t)L, e = (size_t)C;
+  ZT_EQ_U64(total, v * e + t * e + l * (12 * e * e + 13 * e) + 2 * e);
+  ZT_EQ_STR(specs[0].name, "transformer.wte.weight");
+  ZT_EQ_STR(specs[n - 1].name, "transformer.ln_f.bias");
+  if (total < (1u << 20)) {
+    float *flat = calloc(total, sizeof *flat);
+    zck_gpt2_params p;
+    zck_gpt2_params_walk(&c, NULL, flat, &p);
+    for (size_t i = 0; i < n; i++)
+      if (*zck_gpt2_param_slot(&c, &p, (int)i) != flat + specs[i].offset) ZT_FAIL("%s: carved elsewhere", specs[i].name);
+    free(flat);
+  }
+  size_t seen = 0;
+  for (int m = -1; m <= L; m++) {
+    int idx[12];
+    int k = zck_gpt2_module_tensors(&c, m, idx);
+    for (int i = 0; i < k; i++) {
+      if (m == L && i == 2) {
+        ZT_EQ_INT(idx[i], 0); /* wte for lm_head */
+        continue;
+      }
+      ZT_EQ_INT(idx[i], (int)seen++);
+    }
+  }
+  ZT_EQ_U64(seen, n);
   free(specs);
-  free(offs);
 }
 
 static int built;
@@ -41,6 +58,8 @@ static int built;
 int main(void) {
   check_table(256, 64, 2, 4, 64);
   check_table(50257, 1024, 12, 12, 768);
+  zck_gpt2_config gpt2 = {50257, 1024, 12, 12, 768};
+  ZT_EQ_U64(zck_gpt2_params_walk(&gpt2, NULL, NULL, NULL), 124439808); /* GPT2LMHeadModel's parameter count */
   check_table(2, 1, 1, 1, 1);
   check_table(300, 7, 3, 3, 9);
 

@@ -1,8 +1,10 @@
 """ds_harness.py: run real DeepSpeed (CPU, gloo, W processes) on the fixture model and snapshot its state.
 
-Used by interop_reshard.py. The model, param groups and ds_config come from
-tests/fixtures/gen/make_deepspeed_fixtures.py and the launcher from tests/fixtures/gen/ds_launch.py
-(imported, not copied). Two kinds of run, both launched as W processes of this file (`--worker SPEC`):
+Used by interop_reshard.py and the other interop scripts that run DeepSpeed; its last section holds what
+they share besides (the zckpt binary, the fixtures, comparisons, reporting). The model, param groups and
+ds_config come from tests/fixtures/gen/make_deepspeed_fixtures.py and the launcher from
+tests/fixtures/gen/ds_launch.py (imported, not copied). Two kinds of run, both launched as W processes of this
+file (`--worker SPEC`):
 
   train:  train `steps` steps from the fixture's initial weights, save_checkpoint(save_dir),
           snapshot, then train `more` steps (the "direct path" loss curve).
@@ -28,12 +30,15 @@ Snapshot (torch.save'd per rank to OUT.rank<r>.pt):
   parts     this rank's raw flat partitions per flat group: fp32, exp_avg, exp_avg_sq, step, lp
 """
 import collections
-import glob
+import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(os.path.dirname(HERE), "fixtures", "gen")
@@ -274,33 +279,27 @@ class RunFailed(Exception):
 def run(tmp, name, world, **spec):
     """Launch `world` workers with `spec`; return the per-rank results. Raises RunFailed with the error."""
     import torch
-    from ds_launch import launch, free_port, TIMED_OUT
     spec = dict(spec, world=world, out=os.path.join(tmp, name))
-    spec_path = os.path.join(tmp, name + ".json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    logs = os.path.join(tmp, name + ".log")
-    port = free_port()
-    try:
-        rc = launch(world, [os.path.abspath(__file__), "--worker", spec_path], port=port, log_prefix=logs,
-                    timeout=RUN_TIMEOUT_S)
-    finally:
-        remove_shm(port)
-    if rc != 0:
-        why = {-9: " (SIGKILL: out of memory?)", -11: " (SIGSEGV)", TIMED_OUT: f" (timed out after {RUN_TIMEOUT_S} s)"}.get(rc, "")
-        raise RunFailed(f"exit {rc}{why}: {error_of(logs, world)}")
+    err = launch_spec(__file__, "--worker", os.path.join(tmp, name + ".json"), spec, world,
+                      os.path.join(tmp, name + ".log"), RUN_TIMEOUT_S)
+    if err:
+        raise RunFailed(err)
     return [torch.load(f"{spec['out']}.rank{r}.pt", weights_only=False) for r in range(world)]
 
 
-def remove_shm(port):
-    """DeepSpeed's CPU shm all-reduce (used when LOCAL_SIZE == world size, as ds_launch sets it) creates
-    /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (66 MB each) and never unlinks it:
-    without this, every run leaks W x 66 MB of RAM."""
-    for f in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_*"):
-        try:
-            os.unlink(f)
-        except OSError:
-            pass
+def launch_spec(script, flag, spec_path, spec, world, logs, timeout):
+    """Writes spec (JSON) to spec_path and runs `script flag spec_path` on `world` ranks (ds_launch, which also
+    removes the /dev/shm buffers DeepSpeed's CPU all-reduce leaves), rank r logging to <logs>.rank<r>.log.
+    Returns None, or why it failed: the exit code and the first rank's error."""
+    from ds_launch import launch, TIMED_OUT
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    rc = launch(world, [os.path.abspath(script), flag, spec_path], log_prefix=logs, timeout=timeout)
+    if rc == 0:
+        return None
+    why = {-9: " (SIGKILL: out of memory?)", -11: " (SIGSEGV)",
+           TIMED_OUT: f" (timed out after {timeout} s)"}.get(rc, "")
+    return f"exit {rc}{why}: {error_of(logs, world)}"
 
 
 def error_of(logs, world):
@@ -335,13 +334,162 @@ def ds_to_universal(tag_dir, out_dir, log):
     return lines[-1] if lines else f"exit {r.returncode}"
 
 
+# ---- what the interop scripts share besides the runs: the zckpt binary, the committed fixtures,
+# comparisons, reporting
+
+SRC = os.path.dirname(os.path.dirname(HERE))
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
+FIXTURES = os.environ.get("ZCK_FIXTURES") or os.path.join(SRC, "tests", "fixtures")
+
+
+def zckpt(*args):
+    """Runs `zckpt ARGS...`: None when it succeeds, else its message (or exit code)."""
+    r = subprocess.run([ZCKPT, *args], capture_output=True, text=True)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+
+
+def fixture_checkpoints(kind="deepspeed"):
+    """[(case, its ckpt folder)] of the committed cases under tests/fixtures/<kind>, by name."""
+    root = os.path.join(FIXTURES, kind)
+    return [(c, os.path.join(root, c, "ckpt")) for c in sorted(os.listdir(root))
+            if os.path.isdir(os.path.join(root, c, "ckpt"))]
+
+
+def same(a, b):
+    """Tensors of one dtype and shape with equal values (torch.equal)."""
+    import torch
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and a.shape == b.shape and torch.equal(a, b))
+
+
+def bits_equal(a, b):
+    """Tensors of one dtype and shape with the same bytes (NaN payloads and -0.0 count)."""
+    import torch
+    return a.dtype == b.dtype and a.shape == b.shape and a.reshape(-1).view(torch.uint8).equal(
+        b.reshape(-1).view(torch.uint8))
+
+
+def same_obj(x, y):
+    """Two torch.load'ed objects equal throughout, tensors bit for bit."""
+    import torch
+    if torch.is_tensor(x):
+        return torch.is_tensor(y) and bits_equal(x, y)
+    if isinstance(x, dict):
+        return isinstance(y, dict) and list(x) == list(y) and all(same_obj(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return type(x) == type(y) and len(x) == len(y) and all(same_obj(u, v) for u, v in zip(x, y))
+    if type(x).__module__.startswith("deepspeed"):  # LossScaler & co. have no __eq__
+        return type(x) == type(y) and vars(x) == vars(y)
+    return x == y
+
+
+def group_settings_problems(got, want, who):
+    """Every param group's settings (lr, betas, eps, weight_decay, ...) against `who`'s. A list and a tuple of
+    the same values are equal: betas are a list in DeepSpeed's groups (its JSON config), a tuple in torch's."""
+    def seq(x):
+        return list(x) if isinstance(x, (list, tuple)) else x
+    probs = []
+    for g, w in enumerate(want):
+        have = got[g] if g < len(got) else {}
+        for k, v in w.items():
+            if seq(have.get(k)) != seq(v):
+                probs.append(f"param group {g}: {k} = {have.get(k)!r}, {who}'s {v!r}")
+    if len(got) != len(want):
+        probs.append(f"{len(got)} param groups, {who} had {len(want)}")
+    return probs
+
+
+def run_scenarios(scenarios, prefix, only=()):
+    """Runs each (name, scenario) that `only` (when given) names, as scenario(tmp) -> [(label, problems)], in one
+    temporary folder, and prints `ok   LABEL`, or `FAIL LABEL` and its problems, for each. A scenario that raises
+    (a DeepSpeed run that failed) is one failure, its traceback printed, and the others go on. Prints
+    `N passed, M failed`; returns the exit code."""
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for name, scenario in scenarios:
+            if only and name not in only:
+                continue
+            try:
+                results = scenario(tmp)
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                results = [(name, [f"{type(e).__name__}: {e}"])]
+            for label, probs in results:
+                if probs:
+                    failed += 1
+                    print(f"FAIL {label}")
+                    for p in probs:
+                        print(f"     {p}")
+                else:
+                    passed += 1
+                    print(f"ok   {label}")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+def run_cases(cases, prefix, shown=40, skipped=0):
+    """Runs each (label, check) as check(tmp) -> (problems, notes) in a temporary folder of its own, kept (and
+    named) when it fails. A failed DeepSpeed run or any exception is that case's failure, and the others go on.
+    Prints `N passed, M failed[, K skipped]`; returns the exit code (0: all passed, and one at least)."""
+    passed = failed = 0
+    for label, check in cases:
+        tmp = tempfile.mkdtemp(prefix=prefix)
+        try:
+            probs, notes = check(tmp)
+        except RunFailed as e:
+            probs, notes = [f"a DeepSpeed run failed: {e}"], []
+        except Exception:  # noqa: BLE001
+            probs, notes = ["harness error:\n" + traceback.format_exc()], []
+        if probs:
+            failed += 1
+            print(f"FAIL {label}")
+            for p in probs[:shown]:
+                print(f"    {p}")
+            if len(probs) > shown:
+                print(f"    ... {len(probs) - shown} more")
+            print(f"    (kept {tmp})")
+        else:
+            passed += 1
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"ok   {label}")
+        for n in notes:
+            print(f"    {n}")
+        sys.stdout.flush()
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+class Failures(list):
+    """fail = Failures(); fail("why") records and prints `FAIL why`; `if fail:` after the checks."""
+    def __call__(self, msg):
+        self.append(msg)
+        print("FAIL", msg)
+
+
+@contextlib.contextmanager
+def scratch(prefix):
+    """A temporary folder, removed afterwards unless ZCK_KEEP_TMP is set (then its path is printed)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        if os.environ.get("ZCK_KEEP_TMP"):
+            print("kept", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def end_worker():
+    """A worker done and checked: skip the interpreter teardown, where gloo / DeepSpeed threads sometimes
+    abort ("terminate called without an active exception")."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
-        # done and checked: skip the interpreter teardown, where gloo / DeepSpeed threads
-        # sometimes abort ("terminate called without an active exception")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        end_worker()
     else:
         sys.exit("usage: ds_harness.py --worker SPEC.json (launched by interop_reshard.py)")

@@ -5,6 +5,7 @@ DeepSpeed <-> DCP interop tests (interop_dcp_write.py, interop_dcp_to_ds.py).
                         MixedPrecisionPolicy computing in bf16 over fp32 params, as FSDP2 mixed precision
                         does), and torch AdamW over the fixture's param groups (lr 0.01, betas (0.9, 0.999),
                         eps 1e-8: the fixture ds_config's)
+  load_dcp(model, opt, path)   dcp.load of a {"model", "optim"} DCP into both (get_state_dict / set_state_dict)
   full(t)               a DTensor's full tensor (a plain tensor as it is), detached
   ds_loss(model, k, w)  the loss DeepSpeed logs for step k at world size w: each of its ranks' slice of the
                         global batch (ds_harness.batch), averaged as its all-reduce averages them
@@ -35,6 +36,16 @@ def build(world, dtype):
     return model, opt
 
 
+def load_dcp(model, opt, path):
+    """dcp.load of a {"model", "optim"} DCP into model and opt, through get_state_dict / set_state_dict."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=path)
+    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+
+
 def full(t):
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach()
 
@@ -58,14 +69,10 @@ def train_step(model, opt, k, rank, world):
 
 
 def launch(tmp, name, world, script, spec):
-    from ds_launch import launch as ds_launch
     spec = dict(spec, out=os.path.join(tmp, name))
-    spec_path = os.path.join(tmp, name + ".json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    logs = os.path.join(tmp, name + ".log")
-    rc = ds_launch(world, [os.path.abspath(script), "--fsdp2", spec_path], log_prefix=logs, timeout=300)
-    if rc != 0:
-        return [f"FSDP2 ranks failed (exit {rc}): {H.error_of(logs, world)}"], None
+    err = H.launch_spec(script, "--fsdp2", os.path.join(tmp, name + ".json"), spec, world,
+                        os.path.join(tmp, name + ".log"), 300)
+    if err:
+        return [f"FSDP2 ranks failed: {err}"], None
     res = [json.load(open(f"{spec['out']}.rank{r}.json")) for r in range(world)]
     return sorted({p for r in res for p in r.get("problems", [])}), res

@@ -18,15 +18,14 @@ Exit 0 when everything holds, 1 otherwise, 77 without the packages.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+import ds_harness as H  # noqa: E402
 import interop_hf_trainer as hft  # noqa: E402  (build_model, torchrun's port retries, same_bits)
 
 GLOBAL_BATCH = 6
@@ -113,17 +112,10 @@ def run(world, argv, log):
 
 def main():
     zckpt = os.environ["ZCK_BIN"]
-    failures = []
-
-    def fail(msg):
-        failures.append(msg)
-        print("FAIL", msg)
-
+    fail = H.Failures()
     import torch
 
-    keep = os.environ.get("ZCK_KEEP_TMP")
-    tmp = tempfile.mkdtemp(prefix="interop_accelerate.")
-    try:
+    with H.scratch("interop_accelerate.") as tmp:
         ckpt = os.path.join(tmp, "ckpt")
         if run(2, ["save", "3", ckpt, os.path.join(tmp, "save.json")], os.path.join(tmp, "save.log")):
             fail("W=2 ZeRO-3 Accelerate training failed")
@@ -187,12 +179,7 @@ def main():
         print(f"losses after resume: original {a['losses']}, resharded {b['losses']}, relative {rel}")
         if rel[0] > 1e-6 or rel[1] > 1e-4:
             fail(f"resharded resume's losses {b['losses']} vs {a['losses']}: relative {rel}")
-    finally:
-        if keep:
-            print("kept", tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failures else 0
+    return 1 if fail else 0
 
 
 if __name__ == "__main__":

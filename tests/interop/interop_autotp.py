@@ -50,7 +50,10 @@ GEN = os.path.join(SRC, "tests", "fixtures", "gen")
 FIX = os.path.join(SRC, "tests", "fixtures", "autotp")
 sys.path.insert(0, GEN)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
+sys.path.insert(0, HERE)
+import ds_harness as H  # noqa: E402
+
+ZCKPT = H.ZCKPT
 LOSS_RTOL = {"fp32": 1e-5, "bf16": 2e-2}
 # the default run (about 2 minutes on 2 cores): TP 2 x DP 1 fp32 ZeRO-1 tied, TP 2 x DP 2 bf16 ZeRO-3 tied (ZeRO-2
 # files are ZeRO-1's format: test_autotp covers them against the live engine; pass a case name to run any other)
@@ -136,17 +139,11 @@ def worker(spec_path):
 
 
 def run_load(tmp, name, spec):
-    from ds_launch import launch
     spec["out"] = os.path.join(tmp, name + ".result.pt")
-    sp = os.path.join(tmp, name + ".spec.json")
-    with open(sp, "w") as f:
-        json.dump(spec, f)
-    rc = launch(spec["world"], [os.path.abspath(__file__), "--worker", sp], timeout=600,
-                log_prefix=os.path.join(tmp, name))
-    if rc:
-        logs = "".join(l for l in open(os.path.join(tmp, f"{name}.rank0.log")).read().splitlines(True)
-                       if "Error" in l or "error" in l or "assert" in l)[-1500:]
-        raise AssertionError(f"{name}: DeepSpeed load failed (rc {rc}): {logs}")
+    err = H.launch_spec(__file__, "--worker", os.path.join(tmp, name + ".spec.json"), spec, spec["world"],
+                        os.path.join(tmp, name), 600)
+    if err:
+        raise AssertionError(f"{name}: DeepSpeed load failed: {err}")
     import torch
     return torch.load(spec["out"], weights_only=False)
 
@@ -157,23 +154,30 @@ def load_st(path):
         return load(f.read())
 
 
-def bits_equal(a, b):
-    import torch
-    return a.dtype == b.dtype and a.shape == b.shape and a.reshape(-1).view(torch.uint8).equal(
-        b.reshape(-1).view(torch.uint8))
+bits_equal, same_obj = H.bits_equal, H.same_obj
 
 
-def same_obj(x, y):
+def identity_problems(case, ident, exp, what="identity"):
+    """zckpt's reshard of the case to its own TP size, stage and dp size (--to-tp-size): the same .pt files as
+    DeepSpeed's, equal object for object."""
     import torch
-    if torch.is_tensor(x):
-        return torch.is_tensor(y) and bits_equal(x, y)
-    if isinstance(x, dict):
-        return isinstance(y, dict) and list(x) == list(y) and all(same_obj(x[k], y[k]) for k in x)
-    if isinstance(x, (list, tuple)):
-        return type(x) == type(y) and len(x) == len(y) and all(same_obj(u, v) for u, v in zip(x, y))
-    if type(x).__module__.startswith("deepspeed"):  # LossScaler & co. have no __eq__
-        return type(x) == type(y) and vars(x) == vars(y)
-    return x == y
+    ckpt = os.path.join(FIX, case, "ckpt")
+    fails = []
+    try:
+        subprocess.run([ZCKPT, "reshard", "-q", ckpt, ident, "--to-tp-size", str(exp["tp_size"]), "--to-stage",
+                        str(exp["stage"]), "--to-world-size", str(exp["dp_size"])], check=True)
+        src_tag = os.path.join(ckpt, "global_step2")
+        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
+        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
+        if names != ours:
+            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
+        for f in names:
+            if f in ours and not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
+                                          torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
+                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
+    except Exception as e:  # noqa: BLE001
+        fails.append(f"{case} {what}: {e}")
+    return fails
 
 
 def check_universal(case, tmp, exp, fails):
@@ -236,7 +240,6 @@ def check_universal(case, tmp, exp, fails):
 
 
 def check_case(case, tmp):
-    import torch
     fails = []
     with open(os.path.join(FIX, case, "expected.json")) as f:
         exp = json.load(f)
@@ -290,21 +293,7 @@ def check_case(case, tmp):
     # equal DeepSpeed's files object for object; at another stage and dp size, DeepSpeed's AutoTP engine at (TP, new DP)
     # loads them with a plain load_checkpoint (DeepSpeed refuses another DP size of its own files)
     tp, stage, dp = exp["tp_size"], exp["stage"], exp["dp_size"]
-    ident = os.path.join(tmp, f"{case}-tp{tp}-identity")
-    src_tag = os.path.join(FIX, case, "ckpt", "global_step2")
-    try:
-        subprocess.run([ZCKPT, "reshard", "-q", os.path.join(FIX, case, "ckpt"), ident, "--to-tp-size", str(tp),
-                        "--to-stage", str(stage), "--to-world-size", str(dp)], check=True)
-        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
-        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
-        if names != ours:
-            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
-        for f in names:
-            if f in ours and not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
-                                          torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
-                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
-    except Exception as e:  # noqa: BLE001
-        fails.append(f"{case} tp identity: {e}")
+    fails += identity_problems(case, os.path.join(tmp, f"{case}-tp{tp}-identity"), exp, "tp identity")
     # ... and from the TP 1 files above back to TP size tp (DeepSpeed's split by the model's config.json): the same
     # bytes as the direct reshard, loaded once for both
     stage2, dp2 = {1: 2, 2: 3, 3: 1}[stage], 2 if dp == 1 else 1
@@ -367,28 +356,15 @@ def check_map(case, tmp):
     own layout equal DeepSpeed's object for object (the reader and the writer of each); the qwen2 case at TP 4 (kv heads
     and grains leave ranks empty: rank 3 gets no MLP rows) is loaded by DeepSpeed's engine there, with its own
     universal_checkpoint_info; the kv2 case's universal folder (ds_to_universal fails on it) by load_universal."""
-    import torch
     fails = []
     with open(os.path.join(FIX, case, "expected.json")) as f:
         exp = json.load(f)
     ckpt = os.path.join(FIX, case, "ckpt")
     tp, stage, dp = exp["tp_size"], exp["stage"], exp["dp_size"]
-    ident = os.path.join(tmp, f"{case}-identity")
-    try:
-        subprocess.run([ZCKPT, "reshard", "-q", ckpt, ident, "--to-tp-size", str(tp), "--to-stage", str(stage),
-                        "--to-world-size", str(dp)], check=True)
-        src_tag = os.path.join(ckpt, "global_step2")
-        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
-        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
-        if names != ours:
-            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
-        for f in set(names) & set(ours):
-            if not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
-                            torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
-                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
+    probs = identity_problems(case, os.path.join(tmp, f"{case}-identity"), exp)
+    if not probs:
         print(f"  {case}: AutoTP files at the source's layout = DeepSpeed's")
-    except Exception as e:  # noqa: BLE001
-        fails.append(f"{case} identity: {e}")
+    fails += probs
     if "kv2" in case:
         # the universal folder: ds_to_universal fails on the empty shards (TypeError in _merge_zero_shards); zckpt's
         # (full tensors) is loaded by DeepSpeed's engine at TP 4 with load_universal: state bit for bit, same next loss
@@ -434,7 +410,6 @@ def check_frozen(case, tmp):
     the frozen params equal the source engine's (expected_frozen: its slices merged by ParamAffineMap.rebuild), next
     loss as above. ds_to_universal refuses the checkpoint (its tp-slice merge finds no fragments for the frozen params'
     patterns); zckpt to-universal writes them whole (test_autotp checks the files)."""
-    import torch
     fails = []
     with open(os.path.join(FIX, case, "expected.json")) as f:
         exp = json.load(f)
@@ -444,21 +419,7 @@ def check_frozen(case, tmp):
     frozen = load_st(os.path.join(FIX, case, "expected_frozen.safetensors"))
     tp, stage, dp, ref_loss = exp["tp_size"], exp["stage"], exp["dp_size"], exp["loss_step3"]
     base = {"tied": exp["tied"], "dtype": exp["dtype"], "frozen": True, "universal": False}
-    ident = os.path.join(tmp, f"{case}-identity")
-    try:
-        subprocess.run([ZCKPT, "reshard", "-q", ckpt, ident, "--to-tp-size", str(tp), "--to-stage", str(stage),
-                        "--to-world-size", str(dp)], check=True)
-        src_tag = os.path.join(ckpt, "global_step2")
-        names = sorted(f for f in os.listdir(src_tag) if f.endswith(".pt"))
-        ours = sorted(f for f in os.listdir(os.path.join(ident, "global_step2")) if f.endswith(".pt"))
-        if names != ours:
-            fails.append(f"{case}: AutoTP reshard files {ours} vs DeepSpeed's {names}")
-        for f in set(names) & set(ours):
-            if not same_obj(torch.load(os.path.join(src_tag, f), weights_only=False),
-                            torch.load(os.path.join(ident, "global_step2", f), weights_only=False)):
-                fails.append(f"{case}: AutoTP reshard to the source's own layout: {f} differs from DeepSpeed's")
-    except Exception as e:  # noqa: BLE001
-        fails.append(f"{case} identity: {e}")
+    fails += identity_problems(case, os.path.join(tmp, f"{case}-identity"), exp)
     r = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
                         os.path.join(ckpt, "global_step2"), "--output_folder", os.path.join(tmp, case + "-dsu"),
                         "--num_extract_workers", "1", "--num_merge_workers", "1"], capture_output=True, text=True)

@@ -13,28 +13,19 @@ import sys
 import tempfile
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
+import ds_harness as H  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # noqa: E402
 
 zckpt = os.environ["ZCK_BIN"]
-fixtures = os.environ.get("ZCK_FIXTURES", os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-root = os.path.join(fixtures, "deepspeed")
-
-
-def same_bits(a, b):
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
-
+same_bits = H.bits_equal
 
 failures, cases = [], 0
 with tempfile.TemporaryDirectory() as tmp:
-    for case in sorted(os.listdir(root)):
-        ckpt = os.path.join(root, case, "ckpt")
-        if not os.path.isdir(ckpt):
-            continue
+    for case, ckpt in H.fixture_checkpoints():
         try:
             ref = get_fp32_state_dict_from_zero_checkpoint(ckpt)
         except Exception as e:  # zero_to_fp32 itself cannot convert this one

@@ -41,21 +41,18 @@ Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a
 Usage: interop_dcp_to_ds.py [--lib LIBZCKPT] [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
 import filecmp
+import functools
 import json
 import os
 import subprocess
 import sys
-import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 import ds_harness as H  # noqa: E402
 import fsdp2_harness as F  # noqa: E402
 
-ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
 zckpt_py = None   # the Python package, with --lib
 STEPS = 2
 BF16_RTOL = 3e-2
@@ -110,10 +107,6 @@ def fsdp2_worker(spec_path):
 
 # ---- the checks
 
-def same(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-
-
 def compare(ref, res, stage, world, dtype):
     """DeepSpeed's state right after load_checkpoint (ds_harness snapshot) against FSDP2's."""
     snap = res[0]["snap"]
@@ -123,28 +116,21 @@ def compare(ref, res, stage, world, dtype):
     for n, want in ref["gathered"].items():
         got = snap["gathered"].get(n, {})
         for k in ("fp32", "exp_avg", "exp_avg_sq"):
-            if k not in got or not same(got[k], want[k].float()):
+            if k not in got or not H.same(got[k], want[k].float()):
                 probs.append(f"{n}: {k} differs from FSDP2's")
     steps = {float(p["step"]) for p in snap["parts"] if p.get("step") is not None}
     if steps != {ref["step"]}:
         probs.append(f"Adam step {sorted(steps)} != FSDP2's {ref['step']}")
     if snap["global_steps"] != int(ref["step"]):
         probs.append(f"global_steps {snap['global_steps']} != {int(ref['step'])}")
-    for g, want in enumerate(ref["param_groups"]):
-        got = snap["param_groups"][g] if g < len(snap["param_groups"]) else {}
-        for k, v in want.items():
-            seq = lambda x: list(x) if isinstance(x, (list, tuple)) else x  # noqa: E731
-            if seq(got.get(k)) != seq(v):
-                probs.append(f"param group {g}: {k} = {got.get(k)!r}, FSDP2's {v!r}")
-    if len(snap["param_groups"]) != len(ref["param_groups"]):
-        probs.append(f"{len(snap['param_groups'])} param groups, FSDP2 had {len(ref['param_groups'])}")
+    probs += H.group_settings_problems(snap["param_groups"], ref["param_groups"], "FSDP2")
     lp = snap["lp"]
     if "head.weight" in lp and "embed.weight" in lp and not torch.equal(lp["head.weight"], lp["embed.weight"]):
         probs.append("head.weight and embed.weight differ: no longer tied")
     for n, want in ref["lp"].items():
         if n == "frozen.weight" and dtype == "bf16":
             want = want.to(torch.bfloat16)
-        if n not in lp or not same(lp[n], want):
+        if n not in lp or not H.same(lp[n], want):
             probs.append(f"{n}: {lp.get(n)!r} != FSDP2's {want!r}")
     loss, want = res[0]["losses"][0], ref["losses"][str(world)]
     if dtype == "fp32" and loss != want:
@@ -155,8 +141,8 @@ def compare(ref, res, stage, world, dtype):
 
 
 def zckpt(*args):
-    r = subprocess.run([ZCKPT, *args], capture_output=True, text=True)
-    return None if r.returncode == 0 else f"zckpt {' '.join(args[:1])} failed (exit {r.returncode}): {r.stderr.strip()}"
+    err = H.zckpt(*args)
+    return err and f"zckpt {args[0]} failed: {err}"
 
 
 def same_tree(a, b):
@@ -248,22 +234,18 @@ def ds_loads_like_torch(tmp, label, dcp_dirs, out, model, scheduler):
     osd = ref.get("optimizer", ref.get("optim"))
     spec = {"load": out, "groups": [g["params"] for g in osd["param_groups"]], "out": os.path.join(tmp, f"{label}.ds.pt"),
             "model": model, "scheduler": scheduler}
-    with open(spec["out"] + ".json", "w") as f:
-        json.dump(spec, f)
-    from ds_launch import launch
-    logs = os.path.join(tmp, f"{label}.ds.log")
-    rc = launch(1, [os.path.abspath(__file__), "--hf-ds", spec["out"] + ".json"], log_prefix=logs, timeout=300)
+    err = H.launch_spec(__file__, "--hf-ds", spec["out"] + ".json", spec, 1, os.path.join(tmp, f"{label}.ds.log"), 300)
     probs = []
-    if rc != 0:
-        return None, [f"DeepSpeed failed (exit {rc}): {H.error_of(logs, 1)}"]
+    if err:
+        return None, [f"DeepSpeed failed: {err}"]
     got = torch.load(spec["out"], weights_only=False)
     if sorted(got["gathered"]) != sorted(osd["state"]):
         probs.append(f"trainable params {sorted(got['gathered'])} != the DCP's {sorted(osd['state'])}")
     for n, g in got["gathered"].items():
-        if not same(g["fp32"], ref["model"][n]):
+        if not H.same(g["fp32"], ref["model"][n]):
             probs.append(f"{n}: fp32 master differs from the DCP's weight")
         for k in ("exp_avg", "exp_avg_sq"):
-            if n not in osd["state"] or not same(g[k], osd["state"][n][k]):
+            if n not in osd["state"] or not H.same(g[k], osd["state"][n][k]):
                 probs.append(f"{n}: {k} differs from the DCP's")
     return got, probs
 
@@ -291,26 +273,27 @@ def titan_unflattened(sd):
     return {"model": model, "optim": {"state": state, "param_groups": groups}}
 
 
-def titan(tmp):
-    src = os.path.join(HERE, "..", "fixtures", "dcp", "titan_untied_w2_fp32", "step-3")
-    out = os.path.join(tmp, "titan.ds")
-    label = "torchtitan step-N (flattened optimizer: per-param settings) -> DeepSpeed ZeRO-2 W=1: loaded"
-    err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
-    if err:
-        return [(label, [err])]
-    _, probs = ds_loads_like_torch(tmp, "titan", [src], out, [False, "fp32"], False)
-    return [(label, probs)]
+# committed DCP fixtures resharded to ZeRO-2 W=1 and loaded by DeepSpeed: (name, folder below
+# tests/fixtures/dcp, the model's [tied, precision], label)
+DCP_FIXTURES = [
+    ("tp", "llama_tp2_dp2_fp32", [False, "tp"], "FSDP2 + tensor parallel (2-D blocks) -> DeepSpeed ZeRO-2 W=1: loaded"),
+    ("titan", "titan_untied_w2_fp32/step-3", [False, "fp32"],
+     "torchtitan step-N (flattened optimizer: per-param settings) -> DeepSpeed ZeRO-2 W=1: loaded"),
+]
 
 
-def tensor_parallel(tmp):
-    src = os.path.join(HERE, "..", "fixtures", "dcp", "llama_tp2_dp2_fp32")
-    out = os.path.join(tmp, "tp.ds")
-    label = "FSDP2 + tensor parallel (2-D blocks) -> DeepSpeed ZeRO-2 W=1: loaded"
-    err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
-    if err:
-        return [(label, [err])]
-    _, probs = ds_loads_like_torch(tmp, "tp", [src], out, [False, "tp"], False)
-    return [(label, probs)]
+def dcp_fixtures(tmp):
+    results = []
+    for name, folder, model, label in DCP_FIXTURES:
+        src = os.path.join(H.FIXTURES, "dcp", folder)
+        out = os.path.join(tmp, name + ".ds")
+        err = zckpt("reshard", "-q", src, out, "--to-stage", "2", "--to-world-size", "1")
+        if err:
+            results.append((label, [err]))
+            continue
+        _, probs = ds_loads_like_torch(tmp, name, [src], out, model, False)
+        results.append((label, probs))
+    return results
 
 
 def hf_checkpoint(tmp):
@@ -398,7 +381,7 @@ def unconvertible(tmp):
         probs = []
         for job in (["reshard", "--to-stage", "2"], ["to-universal"]):
             out = path + "." + job[0]
-            r = subprocess.run([ZCKPT, job[0], "-q", path, out, *job[1:]], capture_output=True, text=True)
+            r = subprocess.run([H.ZCKPT, job[0], "-q", path, out, *job[1:]], capture_output=True, text=True)
             lines = r.stderr.strip().splitlines()
             if r.returncode != 1 or len(lines) != 1 or path not in lines[0] or needle not in lines[0]:
                 probs.append(f"{job[0]}: exit {r.returncode}, expected 1 and one line naming {path} and '{needle}', "
@@ -416,43 +399,17 @@ def main(argv):
         sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
         import zckpt as zckpt_py
         argv = argv[2:]
-    if not os.path.exists(ZCKPT):
-        print(f"skip: no zckpt binary at {ZCKPT}")
+    if not os.path.exists(H.ZCKPT):
+        print(f"skip: no zckpt binary at {H.ZCKPT}")
         return 77
-    want = set(argv)
-    passed = failed = 0
-    with tempfile.TemporaryDirectory(prefix="zck-dcp2ds-") as tmp:
-        for name, (dtype, world, targets) in list(SOURCES.items()) + [("refused", (None, None, None)),
-                                                                      ("tp", (None, None, None))]:
-            if want and name not in want:
-                continue
-            try:
-                if name == "refused":
-                    results = unconvertible(tmp) + hf_checkpoint(tmp)
-                elif name == "tp":
-                    results = tensor_parallel(tmp) + titan(tmp)
-                else:
-                    results = scenario(tmp, name, dtype, world, targets)
-            except Exception as e:
-                traceback.print_exc()
-                results = [(name, [f"{type(e).__name__}: {e}"])]
-            for label, probs in results:
-                if probs:
-                    failed += 1
-                    print(f"FAIL {label}")
-                    for p in probs:
-                        print(f"     {p}")
-                else:
-                    passed += 1
-                    print(f"ok   {label}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    scenarios = [(name, functools.partial(scenario, name=name, dtype=dtype, world=world, targets=targets))
+                 for name, (dtype, world, targets) in SOURCES.items()]
+    scenarios += [("refused", lambda tmp: unconvertible(tmp) + hf_checkpoint(tmp)), ("tp", dcp_fixtures)]
+    return H.run_scenarios(scenarios, "zck-dcp2ds-", set(argv))
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] in ("--fsdp2", "--hf-ds"):
         (fsdp2_worker if sys.argv[1] == "--fsdp2" else hf_ds_worker)(sys.argv[2])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        H.end_worker()
     sys.exit(main(sys.argv[1:]))

@@ -22,22 +22,19 @@ naming the file, exit 1, nothing at OUT.
 Prints `N passed, M failed`; exits 0 only if every scenario passes (77 without a zckpt binary).
 Usage: interop_dcp_write.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 import ds_harness as H  # noqa: E402
 import fsdp2_harness as F  # noqa: E402
 
-ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
 STEPS, MORE = 2, 2
 LOSS_RTOL = {"fp32": 1e-4, "bf16": 3e-2}
 
@@ -49,8 +46,6 @@ SOURCES = [(3, "fp32", (2, 3)), (2, "bf16", (3,))]
 
 def fsdp2_worker(spec_path):
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     with open(spec_path) as f:
         spec = json.load(f)
@@ -58,10 +53,7 @@ def fsdp2_worker(spec_path):
     rank, world = dist.get_rank(), dist.get_world_size()
     ref = torch.load(spec["ref"], weights_only=False)
     model, opt = F.build(world, spec["dtype"])
-    msd, osd = get_state_dict(model, opt)
-    sd = {"model": msd, "optim": osd}
-    dcp.load(sd, checkpoint_id=spec["dcp"])
-    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    F.load_dcp(model, opt, spec["dcp"])
 
     probs = []
     full = F.full
@@ -85,14 +77,7 @@ def fsdp2_worker(spec_path):
         got, want = getattr(model, b), ref["lp"][b]
         if not torch.equal(got.to(want.dtype), want):
             probs.append(f"buffer {b}: {got.tolist()} != DeepSpeed's {want.tolist()}")
-    for g, (got, want) in enumerate(zip(opt.param_groups, ref["param_groups"])):
-        for k, v in want.items():
-            seq = lambda x: list(x) if isinstance(x, (list, tuple)) else x  # noqa: E731
-            # betas: a list in DeepSpeed's groups (from its JSON config), the tuple torch's AdamW makes in the DCP
-            if seq(got.get(k)) != seq(v):
-                probs.append(f"param group {g}: {k} = {got.get(k)!r}, DeepSpeed's {v!r}")
-    if len(opt.param_groups) != len(ref["param_groups"]):
-        probs.append(f"{len(opt.param_groups)} param groups, DeepSpeed had {len(ref['param_groups'])}")
+    probs += H.group_settings_problems(opt.param_groups, ref["param_groups"], "DeepSpeed")
 
     loss = F.ds_loss(model, STEPS, ref["ds_world"])
     want = ref["losses"][0]
@@ -145,7 +130,7 @@ def damaged(tmp, src_root):
         f.seek(start + info.file_size // 2)
         f.write(bytes([b[0] ^ 0x10]))
     out = os.path.join(tmp, "damaged.dcp")
-    r = subprocess.run([ZCKPT, "reshard", "-q", bad, out, "--to-format", "dcp", "--to-world-size", "3"],
+    r = subprocess.run([H.ZCKPT, "reshard", "-q", bad, out, "--to-format", "dcp", "--to-world-size", "3"],
                        capture_output=True, text=True)
     probs = []
     lines = r.stderr.strip().splitlines()
@@ -168,7 +153,7 @@ def scenario(tmp, stage, dtype, worlds):
     results = []
     for w in worlds:
         out = os.path.join(tmp, f"{name}.dcp{w}")
-        r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-format", "dcp", "--to-world-size", str(w)],
+        r = subprocess.run([H.ZCKPT, "reshard", "-q", src, out, "--to-format", "dcp", "--to-world-size", str(w)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             results.append((f"{name} -> FSDP2 W={w}", [f"zckpt reshard failed: {r.stderr.strip()}"]))
@@ -182,37 +167,16 @@ def scenario(tmp, stage, dtype, worlds):
 
 
 def main(argv):
-    if not os.path.exists(ZCKPT):
-        print(f"skip: no zckpt binary at {ZCKPT}")
+    if not os.path.exists(H.ZCKPT):
+        print(f"skip: no zckpt binary at {H.ZCKPT}")
         return 77
-    want = set(argv)
-    passed = failed = 0
-    with tempfile.TemporaryDirectory(prefix="zck-dcpw-") as tmp:
-        for stage, dtype, worlds in SOURCES:
-            if want and f"s{stage}w2_{dtype}" not in want:
-                continue
-            try:
-                results = scenario(tmp, stage, dtype, worlds)
-            except Exception as e:  # a DeepSpeed run that failed: one failure, the others go on
-                traceback.print_exc()
-                results = [(f"s{stage}w2_{dtype}", [f"{type(e).__name__}: {e}"])]
-            for label, probs in results:
-                if probs:
-                    failed += 1
-                    print(f"FAIL {label}")
-                    for p in probs:
-                        print(f"     {p}")
-                else:
-                    passed += 1
-                    print(f"ok   {label}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    scenarios = [(f"s{stage}w2_{dtype}", functools.partial(scenario, stage=stage, dtype=dtype, worlds=worlds))
+                 for stage, dtype, worlds in SOURCES]
+    return H.run_scenarios(scenarios, "zck-dcpw-", set(argv))
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--fsdp2":
         fsdp2_worker(sys.argv[2])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        H.end_worker()
     sys.exit(main(sys.argv[1:]))

@@ -196,6 +196,9 @@ def main():
                   "rng_state_0.pth", "rng_state_1.pth", "zckpt-manifest.json"):
             if f not in have:
                 fail(f"{out}: no {f}")
+        for f in ("latest", f"global_step{SAVED}", "zero_to_fp32.py"):   # DeepSpeed's, not an FSDP checkpoint's
+            if f in have:
+                fail(f"{out}: {f} carried over")
         if torchrun(["fsdp", fsdp, work, out], os.path.join(tmp, "fsdp.log")):
             fail(f"the FSDP2 Trainer resume at W={WORLD} from {out} failed")
             return 1

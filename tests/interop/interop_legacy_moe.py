@@ -28,30 +28,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
+sys.path.insert(0, HERE)
+import ds_harness as H  # noqa: E402
+
+ZCKPT = H.ZCKPT
 READ = ["moe_ep1_s2", "moe_ep1_s1"]
 REFUSED = {"moe_ep2_s2": ("zero_pp_rank_0_mp_rank_00_optim_states.pt", "ep_size > 1"),
            "moe_ep2_s0": ("expp_rank_", "stage 0"),
            "pipe_pp2_s1": ("mp_rank_00_model_states.pt", "PipelineModule")}
 
 
-def bits_equal(a, b):
-    import torch
-    return a.dtype == b.dtype and a.shape == b.shape and a.reshape(-1).view(torch.uint8).equal(
-        b.reshape(-1).view(torch.uint8))
-
-
-def same_obj(x, y):
-    import torch
-    if torch.is_tensor(x):
-        return torch.is_tensor(y) and bits_equal(x, y)
-    if isinstance(x, dict):
-        return isinstance(y, dict) and list(x) == list(y) and all(same_obj(x[k], y[k]) for k in x)
-    if isinstance(x, (list, tuple)):
-        return type(x) == type(y) and len(x) == len(y) and all(same_obj(u, v) for u, v in zip(x, y))
-    if type(x).__module__.startswith("deepspeed"):  # LossScaler & co. have no __eq__
-        return type(x) == type(y) and vars(x) == vars(y)
-    return x == y
+bits_equal, same_obj = H.bits_equal, H.same_obj
 
 
 def zckpt(*args):

@@ -16,19 +16,16 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ["ZCKPT_LIBRARY"] = sys.argv[1]
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+sys.path.insert(0, here)
 import torch  # noqa: E402
 from deepspeed.utils import zero_to_fp32 as ds  # noqa: E402
+import ds_harness as H  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 import zckpt  # noqa: E402
 
-root = os.path.join(os.environ.get("ZCK_FIXTURES", os.path.join(here, "..", "fixtures")), "deepspeed")
-
-
-def same_bits(a, b):
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+root = os.path.join(H.FIXTURES, "deepspeed")
+same_bits = H.bits_equal
 
 
 def compare(ref, ours, what, failures):
@@ -64,10 +61,7 @@ def load_dir(d):
 
 failures, cases = [], 0
 with tempfile.TemporaryDirectory() as tmp:
-    for case in sorted(os.listdir(root)):
-        ckpt = os.path.join(root, case, "ckpt")
-        if not os.path.isdir(ckpt):
-            continue
+    for case, ckpt in H.fixture_checkpoints():
         cases += 1
         for excl in (False, True):
             what = f"{case} exclude_frozen={excl}"

@@ -47,23 +47,19 @@ Usage: interop_reshard.py [SCENARIO...]   (ZCK_BIN = the zckpt binary)
 """
 import contextlib
 import filecmp
+import functools
 import glob
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
 import ds_harness as H  # noqa: E402
 
-ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build-dev", "bin", "zckpt")
 STEPS, MORE = 2, 3
 # fp16: the state after the load is checked exactly (and the first loss is the source's), but ZeRO-0's
 # FP16_UnfusedOptimizer and ZeRO-1/2's fp16 step unscale and clip in another order: 1% apart after 3 steps
@@ -135,11 +131,6 @@ def layout(stage, world, rank, full, numel):
 # comparisons: each returns a list of problems (strings)
 # ------------------------------------------------------------------------------------------------
 
-def same(a, b):
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-            and a.shape == b.shape and torch.equal(a, b))
-
-
 def describe(a, b):
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return f"{type(a).__name__} vs {type(b).__name__}"
@@ -153,7 +144,7 @@ def describe(a, b):
 
 def values_equal(a, b):
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return same(a, b)
+        return H.same(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -182,7 +173,7 @@ def cmp_gathered(got, ref, who):
         probs.append(f"{who}: trainable params {list(got)}, expected {list(ref)}")
     for n in ref:
         for k in ("fp32", "exp_avg", "exp_avg_sq"):
-            if n in got and not same(got[n][k], ref[n][k]):
+            if n in got and not H.same(got[n][k], ref[n][k]):
                 probs.append(f"{who}: {n} {k}: {describe(got[n][k], ref[n][k])}")
     return probs
 
@@ -192,7 +183,7 @@ def cmp_lp(got, ref, who):
     if list(got) != list(ref):
         probs.append(f"{who}: 16-bit state dict keys {list(got)}, expected {list(ref)}")
     for k in ref:
-        if k in got and not same(got[k], ref[k]):
+        if k in got and not H.same(got[k], ref[k]):
             probs.append(f"{who}: 16-bit {k}: {describe(got[k], ref[k])}")
     return probs
 
@@ -221,9 +212,9 @@ def cmp_parts_expected(res, src_snap, stage, world):
                     probs.append(f"rank {r} group {gi} {k}: {describe(got, want)}")
                     continue
                 if stage <= 2:  # DeepSpeed zero-pads stage 1/2 flat groups: padding must be zero
-                    if not same(got, want):
+                    if not H.same(got, want):
                         probs.append(f"rank {r} group {gi} {k}: {describe(got, want)}")
-                elif not same(got[mask], want[mask]):
+                elif not H.same(got[mask], want[mask]):
                     probs.append(f"rank {r} group {gi} {k}: {describe(got[mask], want[mask])} (real elements)")
     return probs
 
@@ -280,20 +271,27 @@ def cmp_losses(got, direct, before, dtype):
     return probs, worst
 
 
+def consolidate_pt(zck_ckpt, tmp):
+    """zckpt consolidate --format pt of zck_ckpt: (its state dict, None), or (None, the problem)."""
+    out = os.path.join(tmp, "consolidated")
+    err = H.zckpt("consolidate", "-q", "--format", "pt", zck_ckpt, out)
+    if err:
+        return None, f"zckpt consolidate failed: {err}"
+    return torch.load(os.path.join(out, "pytorch_model.bin"), weights_only=True), None
+
+
 def consolidated(zck_ckpt, src_ckpt, tmp, frozen_kept):
     """zckpt consolidate of the resharded checkpoint vs DeepSpeed zero_to_fp32 of the source. Stage-1
     checkpoints carry no frozen-parameter info (DeepSpeed never saves it there): frozen_kept=False."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-    out = os.path.join(tmp, "consolidated")
-    r = subprocess.run([ZCKPT, "consolidate", "-q", "--format", "pt", zck_ckpt, out], capture_output=True, text=True)
-    if r.returncode != 0:
-        return [f"zckpt consolidate failed: {r.stderr.strip()}"]
-    ours = torch.load(os.path.join(out, "pytorch_model.bin"), weights_only=True)
+    ours, err = consolidate_pt(zck_ckpt, tmp)
+    if err:
+        return [err]
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
         ref = get_fp32_state_dict_from_zero_checkpoint(src_ckpt)
     probs = []
     for k, t in ref.items():
-        if k in ours and not same(ours[k], t):
+        if k in ours and not H.same(ours[k], t):
             probs.append(f"consolidated {k}: {describe(ours[k], t)}")
     frozen = set(H.fixture_frozen()) if not frozen_kept else set()
     missing = [k for k in ref if k not in ours and k not in frozen]
@@ -305,9 +303,7 @@ def consolidated(zck_ckpt, src_ckpt, tmp, frozen_kept):
 # ------------------------------------------------------------------------------------------------
 
 def reshard(src, out, stage, world):
-    r = subprocess.run([ZCKPT, "reshard", "-q", src, out, "--to-stage", str(stage), "--to-world-size", str(world)],
-                       capture_output=True, text=True)
-    return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+    return H.zckpt("reshard", "-q", src, out, "--to-stage", str(stage), "--to-world-size", str(world))
 
 
 BF16_OPTIMIZER = {"data_types": {"grad_accum_dtype": "fp32"}}
@@ -316,13 +312,11 @@ BF16_OPTIMIZER = {"data_types": {"grad_accum_dtype": "fp32"}}
 def consolidated_live(zck_ckpt, src_snap, tmp):
     """Where zero_to_fp32 cannot read the source (ZeRO-0, BF16_Optimizer): zckpt consolidate of the reshard
     holds the source engine's fp32 masters."""
-    out = os.path.join(tmp, "consolidated")
-    r = subprocess.run([ZCKPT, "consolidate", "-q", "--format", "pt", zck_ckpt, out], capture_output=True, text=True)
-    if r.returncode != 0:
-        return [f"zckpt consolidate failed: {r.stderr.strip()}"]
-    ours = torch.load(os.path.join(out, "pytorch_model.bin"), weights_only=True)
+    ours, err = consolidate_pt(zck_ckpt, tmp)
+    if err:
+        return [err]
     return [f"consolidated {n}: {describe(ours.get(n), g['fp32'])}" for n, g in src_snap["gathered"].items()
-            if not same(ours.get(n), g["fp32"])]
+            if not H.same(ours.get(n), g["fp32"])]
 
 
 def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
@@ -370,7 +364,7 @@ def scenario_plain(name, src_cfg, dst_cfg, dtype, tmp):
         # equivalent ZeRO-1 checkpoint): load_universal lands on exactly the plain reshard's state, every rank
         uc_root = os.path.join(tmp, "zuc")
         os.makedirs(uc_root)
-        r = subprocess.run([ZCKPT, "to-universal", "-q", os.path.join(src_dir, tag),
+        r = subprocess.run([H.ZCKPT, "to-universal", "-q", os.path.join(src_dir, tag),
                             os.path.join(uc_root, tag + "_universal")], capture_output=True, text=True)
         if r.returncode:
             probs.append(f"zckpt to-universal of the ZeRO-0 source failed: {r.stderr.strip() or r.returncode}")
@@ -450,15 +444,15 @@ def scenario_nvme_target(name, src_cfg, dst_cfg, dtype, tmp):
                          f"{own[0]['snap']['param_groups']}")
         for n, g in ref["gathered"].items():
             got = rr["snap"]["gathered"].get(n)
-            if got is None or not same(got["fp32"], g["fp32"]):
+            if got is None or not H.same(got["fp32"], g["fp32"]):
                 probs.append(f"rank {r}: {n} fp32 master: {describe(got and got['fp32'], g['fp32'])}")
             for k in ("exp_avg", "exp_avg_sq"):
                 mine, theirs = got and got[k], own[0]["snap"]["gathered"][n][k]
-                if (mine is None) != (theirs is None) or (mine is not None and not same(mine, theirs)):
+                if (mine is None) != (theirs is None) or (mine is not None and not H.same(mine, theirs)):
                     probs.append(f"rank {r}: {n} {k} after the load: {describe(mine, theirs)} (DeepSpeed's own resume)")
     probs += cmp_lp(zr[0]["snap"]["lp"], ref["lp"], "rank 0")
     probs += consolidated_live(out, ref, tmp)
-    r = subprocess.run([ZCKPT, "verify", "-q", out], capture_output=True, text=True)
+    r = subprocess.run([H.ZCKPT, "verify", "-q", out], capture_output=True, text=True)
     if r.returncode:
         probs.append(f"zckpt verify of the NVMe reshard: exit {r.returncode}: {r.stdout.strip()} {r.stderr.strip()}")
     # the next loss (the weights as loaded) is the source engine's; the later ones are not comparable across world
@@ -513,7 +507,7 @@ def scenario(name, src_cfg, dst_cfg, dtype, with_universal, tmp):
     # the HDF5 container: to-universal --format hdf5, then reshard; the files are those of the direct reshard
     # (byte for byte) and DeepSpeed resumes from them to the same state, scheduler included
     h5 = os.path.join(tmp, "uc.h5")
-    r = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", src_dir, h5], capture_output=True, text=True)
+    r = subprocess.run([H.ZCKPT, "to-universal", "-q", "--format", "hdf5", src_dir, h5], capture_output=True, text=True)
     out_h = os.path.join(tmp, "zck_from_h5")
     err = (r.stderr.strip() or f"exit {r.returncode}") if r.returncode else reshard(h5, out_h, s1, w1)
     if err:
@@ -589,10 +583,10 @@ def async_io_usable():
 
 
 def main():
-    if not os.path.exists(ZCKPT):
-        print(f"SKIP: no zckpt binary at {ZCKPT} (set ZCK_BIN)")
+    if not os.path.exists(H.ZCKPT):
+        print(f"SKIP: no zckpt binary at {H.ZCKPT} (set ZCK_BIN)")
         return 77
-    passed = failed = skipped = 0
+    cases, skipped = [], 0
     only = sys.argv[1:]
     for name, src_cfg, dst_cfg, dtype, uni in SCENARIOS:
         if only and name not in only:
@@ -602,31 +596,8 @@ def main():
             skipped += 1
             print(f"skip {name} ({dtype}): DeepSpeed's async_io op cannot be built here (libaio-dev missing)")
             continue
-        tmp = tempfile.mkdtemp(prefix="zck_interop_reshard_")
-        try:
-            probs, notes = scenario(name, src_cfg, dst_cfg, dtype, uni, tmp)
-        except H.RunFailed as e:  # the source training itself (plain DeepSpeed) failed
-            probs, notes = [f"DeepSpeed training of the source failed: {e}"], []
-        except Exception:  # noqa
-            probs, notes = ["harness error:\n" + traceback.format_exc()], []
-        label = f"{name} ({dtype})"
-        if probs:
-            failed += 1
-            print(f"FAIL {label}")
-            for p in probs[:40]:
-                print(f"    {p}")
-            if len(probs) > 40:
-                print(f"    ... {len(probs) - 40} more")
-            print(f"    (kept {tmp})")
-        else:
-            passed += 1
-            shutil.rmtree(tmp, ignore_errors=True)
-            print(f"ok   {label}")
-        for n in notes:
-            print(f"    {n}")
-        sys.stdout.flush()
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-    return 0 if failed == 0 and passed > 0 else 1
+        cases.append((f"{name} ({dtype})", functools.partial(scenario, name, src_cfg, dst_cfg, dtype, uni)))
+    return H.run_cases(cases, "zck_interop_reshard_", skipped=skipped)
 
 
 if __name__ == "__main__":

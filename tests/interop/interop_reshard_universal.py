@@ -23,27 +23,20 @@ Known DeepSpeed behaviours, checked as such rather than skipped:
 
 Prints `N passed, M failed`; exit 0 only if all pass (77 without a zckpt binary).
 """
+import functools
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import ds_harness as H  # noqa: E402
 
-FIX = os.environ.get("ZCK_FIXTURES") or os.path.join(HERE, "..", "fixtures")
-ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build-dev", "bin", "zckpt")
+FIX = H.FIXTURES
+zck = H.zckpt
 TARGETS = [(s, w) for s in (1, 2, 3) for w in (1, 2, 3, 4)]
-
-
-def zck(*args):
-    r = subprocess.run([ZCKPT, *args], capture_output=True, text=True)
-    return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
 
 
 def tree(d):
@@ -80,13 +73,13 @@ def consolidate_check(case, src, uc_root, tmp, z2f=True):
         return [f"consolidate failed: {e}"], []
     from safetensors.torch import load_file
     ours, ref = load_file(b), load_file(a)
-    wrong = sorted(n for n in ref if n not in ours or not H_equal(ref[n], ours[n]))
+    wrong = sorted(n for n in ref if n not in ours or not H.same(ref[n], ours[n]))
     if not wrong and open(a, "rb").read() != open(b, "rb").read():
         return ["consolidate of ds_to_universal's folder: same tensors, other bytes"], []
     if z2f and not wrong:
         sd = fp32_of(src)
         for n, t in ours.items():
-            if n not in sd or not H_equal(sd[n].detach().contiguous(), t):
+            if n not in sd or not H.same(sd[n].detach().contiguous(), t):
                 return [f"consolidate of ds_to_universal's folder: {n} is not zero_to_fp32's"], []
         missing = sorted(set(sd) - set(ours))
         from safetensors import safe_open
@@ -184,7 +177,7 @@ def check_case(case, tmp):
             d.append("latest differs")
         if case.endswith("roundrobin"):
             ra, rb = fp32_of(a), fp32_of(b)
-            wrong = sorted(n for n in ra if not H_equal(ra[n], rb[n]))
+            wrong = sorted(n for n in ra if not H.same(ra[n], rb[n]))
             if not d or not wrong:
                 probs.append(f"stage {s} W {w}: expected DeepSpeed's round-robin misplacement to show")
             elif set(wrong) != {"fc1.weight", "fc2.weight", "fc1.bias", "ln.weight", "ln.bias", "fc2.bias"}:
@@ -209,43 +202,13 @@ def check_case(case, tmp):
     return probs, notes
 
 
-def H_equal(a, b):
-    import torch
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-
-
 def main():
-    if not os.path.exists(ZCKPT):
-        print(f"SKIP: no zckpt binary at {ZCKPT} (set ZCK_BIN)")
+    if not os.path.exists(H.ZCKPT):
+        print(f"SKIP: no zckpt binary at {H.ZCKPT} (set ZCK_BIN)")
         return 77
-    cases = sorted(c for c in os.listdir(os.path.join(FIX, "deepspeed"))
-                   if os.path.isdir(os.path.join(FIX, "deepspeed", c, "ckpt")))
-    if sys.argv[1:]:
-        cases = [c for c in cases if c in sys.argv[1:]]
-    passed = failed = 0
-    for case in cases:
-        tmp = tempfile.mkdtemp(prefix="zck_interop_rsu_")
-        try:
-            probs, notes = check_case(case, tmp)
-        except Exception as e:  # noqa
-            import traceback
-            probs, notes = ["harness error:\n" + traceback.format_exc()], []
-            del e
-        if probs:
-            failed += 1
-            print(f"FAIL {case}")
-            for p in probs[:20]:
-                print(f"    {p}")
-            print(f"    (kept {tmp})")
-        else:
-            passed += 1
-            shutil.rmtree(tmp, ignore_errors=True)
-            print(f"ok   {case}")
-        for n in notes:
-            print(f"    {n}")
-        sys.stdout.flush()
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    cases = [(case, functools.partial(check_case, case)) for case, _ in H.fixture_checkpoints()
+             if not sys.argv[1:] or case in sys.argv[1:]]
+    return H.run_cases(cases, "zck_interop_rsu_", shown=20)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def listing(d):
     return sorted(os.listdir(d))
 
 
-HEADER = os.environ.get("ZCK_HEADER") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lib", "zck.h")
+HEADER = os.environ.get("ZCK_HEADER") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "zck.h")
 
 
 def header_structs(text):

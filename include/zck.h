@@ -123,6 +123,9 @@ typedef enum zck_sweep_mode {
  * restored (either may be NULL) receive the number of entries. ZCK_ERR_NOT_FOUND or
  * ZCK_ERR_IO when dir cannot be opened; an entry that cannot be removed stays. */
 ZCK_API zck_status zck_sweep_temporaries(const char *dir, zck_sweep_mode mode, unsigned *removed, unsigned *restored);
+/* The PID in the names of the temporaries of a job this process runs: its own, or rank 0's
+ * in a distributed job (zck_dist_begin). */
+ZCK_API long zck_temporary_pid(void);
 
 /* ---- checksums */
 /* XXH3-64 of a byte range (the manifest's per-tensor checksum). */
@@ -392,6 +395,44 @@ typedef struct zck_universal_opts {
  *    readable with h5py + hdf5plugin.
  * Nothing is left at OUT on failure. */
 ZCK_API zck_status zck_to_universal(const char *src, const char *out, const zck_universal_opts *opts);
+
+/* ---- jobs on every rank of an MPI launch (mpirun / srun)
+ * Every rank calls the same job on the same arguments between zck_dist_begin and
+ * zck_dist_end: each builds the same plans and copies its share of the bytes; rank 0 alone
+ * creates, names and commits the output, and the ranks agree on the outcome. Without a
+ * distributed job (never begun, or a world of one) a job runs as one process. */
+
+/* 1 when an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK
+ * is set), in a build with or without MPI; then *size is the world size it announced (0:
+ * not said) and *rank this process's rank. Reads the environment only. */
+ZCK_API int zck_dist_launched(long *size, long *rank);
+/* 1 when this build runs jobs on several ranks (built with MPI); without it, N launched
+ * copies of a job would each write the same output. */
+ZCK_API int zck_dist_available(void);
+/* Joins the ranks of the launch (initializes MPI; collective). *size: the world size; 1
+ * means this process is alone and no distributed job began. A rank done with its share
+ * waits for the slowest at the next agreement (ZCK_COMM_TIMEOUT_S defaults to a week). */
+ZCK_API zck_status zck_dist_begin(int *size);
+/* This process's rank in the distributed job; -1 when none runs. */
+ZCK_API int zck_dist_rank(void);
+/* For a job that one process must do alone (the HDF5 writer): 0 outside a distributed job;
+ * in one, 1 on the ranks other than 0 (which return at once) and 0 on rank 0, which then
+ * runs the job as a single process while the others wait in zck_dist_finish. */
+ZCK_API int zck_dist_solo(void);
+/* The path a job should read for the source `in` (collective): *view is NULL when every
+ * rank sees the same files under in (or no distributed job runs), else a private folder
+ * holding this rank's view of the whole checkpoint (its node's files, and stand-ins for the
+ * files on other nodes' local disks); remove it with zck_dist_view_close. */
+ZCK_API zck_status zck_dist_view_open(const char *in, char **view);
+/* Removes a view folder and frees view (NULL is fine). */
+ZCK_API void zck_dist_view_close(char *view);
+/* The job ended on this rank with exit code rc and error line msg (or NULL). Waits until
+ * every rank has ended; returns the exit code of the lowest rank that failed on its own (0
+ * if none) and copies its line into out (out_size bytes; "" if none). */
+ZCK_API int zck_dist_finish(int rc, const char *msg, char *out, size_t out_size);
+/* Leaves the distributed job: waits for every rank (none exits first, which would have the
+ * launcher stop the others), then finalizes MPI. Nothing outside one. */
+ZCK_API void zck_dist_end(void);
 
 /* ---- integrity: manifests and verify
  * zckpt writes zckpt-manifest.json LAST into every directory it produces (a DeepSpeed tag
