@@ -1,12 +1,13 @@
 /* to_universal.c: `zckpt to-universal`: a DeepSpeed ZeRO checkpoint to a universal one.
  *
  * The DeepSpeed reader describes the source (manifest, ZeRO layouts of fp32 / exp_avg /
- * exp_avg_sq, the rank-0 pickles). For the DeepSpeed layout (this file) the universal
- * writer reserves zero/<param>/<state>.pt files batch by batch; each batch is one run of
- * the executor: per state a plan from the ZeRO layout to whole tensors, plus direct copies
- * (the 0.19.8 `module` fallback files). Then step.pt, zero/optimizer_state.pt (the rank-0
- * optimizer state as ds_to_universal reshapes it) and byte copies of the model-states
- * files, checked as they are copied; then zckpt-manifest.json, its tensor files' hashes
+ * exp_avg_sq, the rank-0 pickles) as a state view. For the DeepSpeed layout (this file) the
+ * universal writer reserves zero/<param>/<state>.pt files batch by batch and hands back the
+ * state views they make (whole tensors); each batch is one zck_transfer from the reader's
+ * view into them, then the direct copies (the 0.19.8 `module` fallback files). Then step.pt,
+ * zero/optimizer_state.pt (the rank-0 optimizer state as ds_to_universal reshapes it) and
+ * byte copies of the model-states files, checked as they are copied, in one executor run;
+ * then zckpt-manifest.json, its tensor files' hashes
  * made as they were written; the folder appears in one rename, then latest_universal.
  * Where ds_to_universal extracts every fragment to a temporary tree and merges it back,
  * each byte here is read once, straight from the rank files into the final files.
@@ -25,6 +26,7 @@
 #include "stream_hash.h"
 #include "threadpool.h"
 #include "to_universal.h"
+#include "transfer.h"
 #include "universal/universal.h"
 
 // ---- shared helpers
@@ -177,6 +179,7 @@ typedef struct zck__uvj {
   zck_uv_writer *w;
   zck_ds_view views[3];
   zck_ds_view frozen;       /* AutoTP with frozen params: their merged slices */
+  zck_state_view src;       /* the reader's view, the transfer's source */
   zck__uvj_entry *e;
   size_t n, cap;
   zck__uvj_progress prog;
@@ -208,120 +211,73 @@ static zck_status zck__uvj_tread_fn(void *ctx, void *dst, uint64_t off, uint64_t
   return zck_torch_tensor_read(r->f, r->t, dst, off, count);
 }
 
-/* One batch: reserve the files, one executor run (with the `extra` jobs: the copies of
- * optimizer_state.pt and the model files ride along with the first batch, so their I/O
- * overlaps the rest), finish the files. */
-static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n, const zck_exec_job *extra, size_t n_extra,
-                                 uint64_t extra_bytes) {
-  zck_store *dst = zck__calloc(n, sizeof *dst);
-  size_t *handle = zck__calloc(n, sizeof *handle);
-  uint32_t *params = zck__calloc(n, sizeof *params);
-  zck_store *pdst = zck__calloc(n, sizeof *pdst), *dsrc = zck__calloc(n, sizeof *dsrc), *ddst = zck__calloc(n, sizeof *ddst);
-  zck_extent *dext = zck__calloc(n, sizeof *dext);
-  zck_layout *dl[3] = {0};
-  zck_plan *plans[4] = {0};
-  uint64_t *numel = zck__calloc(j->m->n_params ? j->m->n_params : 1, sizeof *numel);
-  zck_status st = dst && handle && params && pdst && dsrc && ddst && dext && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  uint64_t bytes = 0;
+/* The state kind an entry's file holds of e->param (zck_uv_tensor_spec): fp32 / exp_avg /
+ * exp_avg_sq of the param; a tied alias from its source's fp32; an AutoTP frozen param from
+ * the frozen view; -1 a direct copy from e->src. */
+static int zck__uvj_kind(const zck__uvj_entry *e) {
+  static const int kind[3] = {ZCK_STATE_FP32, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ};
+  return e->part >= 0 && e->part < 3 ? kind[e->part] : e->part == ZCK__UVJ_ALIAS ? ZCK_STATE_FP32
+         : e->part == ZCK__UVJ_FROZEN ? ZCK_STATE_FROZEN : -1;
+}
+
+/* One batch: the writer reserves its files and hands back the state views they make, one
+ * zck_transfer fills those from the reader's view, the direct copies (the 0.19.8 `module`
+ * fallback files) run after it, and the writer finishes the files. */
+static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
+  zck_store *dst = zck__calloc(n ? n : 1, sizeof *dst);
+  size_t *handle = zck__calloc(n ? n : 1, sizeof *handle);
   zck_uv_tensor_spec *specs = zck__calloc(n ? n : 1, sizeof *specs);
-  if (!specs) st = ZCK_ERR_NO_MEMORY;
+  zck_status st = dst && handle && specs ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  uint64_t bytes = 0, direct_bytes = 0;
+  size_t nd = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     const zck__uvj_entry *e = &j->e[first + i];
-    specs[i] = (zck_uv_tensor_spec){e->name, e->state, e->form, e->dtype, e->ndim, e->shape};
-    bytes += e->numel * zck_dtype_size(e->dtype);
+    int kind = zck__uvj_kind(e);
+    specs[i] = (zck_uv_tensor_spec){e->name, e->state, e->form, e->dtype, e->ndim, e->shape, kind, e->param};
+    uint64_t b = e->numel * zck_dtype_size(e->dtype);
+    bytes += b;
+    if (kind < 0) direct_bytes += b, nd++;
   }
   /* made on the job's threads, a parameter's three files together (zck__uvj_param_entries) */
   if (st == ZCK_OK) st = zck_uv_writer_tensors(j->w, specs, n, dst, handle);
   free(specs);
-  if (st == ZCK_OK) zck_model_numels(j->m, numel);
-  zck_exec_job jobs[4 + 2];
-  size_t nj = 0;
-  for (int k = 0; st == ZCK_OK && k < 3; k++) {
-    size_t np = 0;
-    for (size_t i = 0; i < n; i++) {
-      if (j->e[first + i].part != k) continue;
-      params[np] = j->e[first + i].param;
-      pdst[np++] = dst[i];
-    }
-    if (!np) continue;
-    st = zck_layout_whole(j->m->n_params, numel, params, np, &dl[k]);
-    if (st == ZCK_OK) st = zck_plan_build(j->views[k].layout, dl[k], NULL, &plans[k]);
-    if (st != ZCK_OK) break;
-    zck_store *copy = zck__malloc(np * sizeof *copy);
-    if (!copy) { st = ZCK_ERR_NO_MEMORY; break; }
-    memcpy(copy, pdst, np * sizeof *copy);
-    /* no CRCs from the executor: the tensor files' stores take each piece's as they write
-     * it (uv_write.c) */
-    jobs[nj++] = (zck_exec_job){plans[k], j->views[k].stores, copy, NULL};
+  const zck_state_view *views = NULL;
+  size_t nv = 0;
+  if (st == ZCK_OK) st = zck_uv_writer_state(j->w, j->m, &views, &nv);
+  if (st == ZCK_OK && nv) {
+    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+    to.exec = zck__uvj_exec_opts(j->o, &j->prog);
+    st = zck_transfer(&j->src, views, nv, &to);
+    zck__uvj_progress_advance(&j->prog, bytes - direct_bytes);
   }
-  size_t nd = 0;
-  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
-    const zck__uvj_entry *e = &j->e[first + i];
-    if (e->part >= 0) continue;
-    dsrc[nd] = e->src;
-    ddst[nd] = dst[i];
-    dext[nd] = (zck_extent){(uint32_t)nd, (uint32_t)nd, 0, 0, 0, e->numel, 0, 0, 0};
-    nd++;
-  }
+  zck_store *dsrc = nd ? zck__calloc(nd, sizeof *dsrc) : NULL, *ddst = nd ? zck__calloc(nd, sizeof *ddst) : NULL;
+  zck_extent *ext = nd ? zck__calloc(nd, sizeof *ext) : NULL;
+  if (st == ZCK_OK && nd && !(dsrc && ddst && ext)) st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK && nd) {
-    /* empty tensors have nothing to copy: leave them out of the plan */
-    size_t ne = 0;
-    zck_extent *ex = zck__malloc(nd * sizeof *ex);
-    if (!ex) st = ZCK_ERR_NO_MEMORY;
-    for (size_t i = 0; st == ZCK_OK && i < nd; i++)
-      if (dext[i].count) ex[ne++] = dext[i];
-    if (st == ZCK_OK) st = zck_plan_from_extents(ex, ne, nd, nd, &plans[3]);
-    if (st == ZCK_OK) st = zck_plan_split(plans[3], ZCK_PLAN_DEFAULT_CHUNK);
-    free(ex);
-    if (st == ZCK_OK) jobs[nj++] = (zck_exec_job){plans[3], dsrc, ddst, NULL};
-  }
-  /* tied aliases and frozen params under AutoTP: one plan each from the fp32 / frozen view */
-  size_t n_alias = 0, first_alias = nj;
-  for (size_t i = 0; i < n; i++) n_alias += j->e[first + i].part >= ZCK__UVJ_ALIAS;
-  zck_exec_job *ajobs = n_alias ? zck__calloc(nj + n_alias + 2, sizeof *ajobs) : NULL;
-  zck_plan **aplans = n_alias ? zck__calloc(n_alias, sizeof *aplans) : NULL;
-  if (n_alias && (!ajobs || !aplans)) st = ZCK_ERR_NO_MEMORY;
-  zck_exec_job *alljobs = jobs;
-  if (st == ZCK_OK && n_alias) {
-    memcpy(ajobs, jobs, nj * sizeof *jobs);
-    alljobs = ajobs;
-    size_t a = 0;
-    for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    size_t k = 0, ne = 0;
+    for (size_t i = 0; i < n; i++) {
       const zck__uvj_entry *e = &j->e[first + i];
-      if (e->part < ZCK__UVJ_ALIAS) continue;
-      const zck_ds_view *from = e->part == ZCK__UVJ_FROZEN ? &j->frozen : &j->views[0];
-      zck_layout *al = NULL;
-      st = zck_layout_whole(j->m->n_params, numel, &e->param, 1, &al);
-      if (st == ZCK_OK) st = zck_plan_build(from->layout, al, NULL, &aplans[a]);
-      zck_layout_free(al);
-      if (st != ZCK_OK) break;
-      alljobs[nj++] = (zck_exec_job){aplans[a], from->stores, &dst[i], NULL};
-      a++;
+      if (zck__uvj_kind(e) >= 0) continue;
+      dsrc[k] = e->src;
+      ddst[k] = dst[i];
+      /* empty tensors have nothing to copy: left out of the plan */
+      if (e->numel) ext[ne++] = (zck_extent){(uint32_t)k, (uint32_t)k, 0, 0, 0, e->numel, 0, 0, 0};
+      k++;
     }
-  }
-  for (size_t q = 0; st == ZCK_OK && q < n_extra && q < 2; q++) alljobs[nj++] = extra[q];
-  if (st == ZCK_OK) {
+    zck_plan *plan = NULL;
+    st = zck_plan_from_extents(ext, ne, nd, nd, &plan);
+    if (st == ZCK_OK) st = zck_plan_split(plan, ZCK_PLAN_DEFAULT_CHUNK);
     zck_exec_opts eo = zck__uvj_exec_opts(j->o, &j->prog);
-    st = zck_exec_run(alljobs, nj, &eo);
-    zck__uvj_progress_advance(&j->prog, bytes + extra_bytes);
+    if (st == ZCK_OK) st = zck_exec_run(&(zck_exec_job){plan, dsrc, ddst, NULL}, 1, &eo);
+    zck__uvj_progress_advance(&j->prog, direct_bytes);
+    zck_plan_free(plan);
   }
-  nj = first_alias;
   if (st == ZCK_OK) st = zck_uv_writer_finish_batch(j->w);
-  for (size_t q = 0; q < nj; q++)
-    if (jobs[q].dst != ddst) free((void *)jobs[q].dst);
-  for (size_t a = 0; aplans && a < n_alias; a++) zck_plan_free(aplans[a]);
-  free(ajobs);
-  free(aplans);
-  for (int k = 0; k < 4; k++) zck_plan_free(plans[k]);
-  for (int k = 0; k < 3; k++) zck_layout_free(dl[k]);
-  free(dst);
-  free(handle);
-  free(params);
-  free(pdst);
   free(dsrc);
   free(ddst);
-  free(dext);
-  free(numel);
+  free(ext);
+  free(dst);
+  free(handle);
   return st;
 }
 
@@ -843,6 +799,18 @@ static zck_status zck__uvj_model_files(zck__uvj *j, zck__uvj_models *mf, zck_exe
 
 // ---- the DeepSpeed universal folder
 
+/* Reserves optimizer_state.pt and the model files (not AutoEP's: saved again after), their
+ * copy jobs into extra[0] and [1]. */
+static zck_status zck__uvj_extras(zck__uvj *j, const uint32_t *flat, size_t n_flat, bool autoep, zck__uvj_opt *os,
+                                  zck__uvj_opt *om, zck__uvj_models *mf, zck_exec_job extra[2]) {
+  zck_status st = zck__uvj_optimizer_state(j, os, &extra[0]);
+  if (st == ZCK_OK && !autoep)
+    st = j->info->stage == 0 ? zck__uvj_zero0_model(j, flat, n_flat, om, &extra[1]) : zck__uvj_model_files(j, mf, &extra[1]);
+  mf->bytes += om->bytes;
+  j->prog.total += os->bytes + mf->bytes;
+  return st;
+}
+
 /* Every file of the folder, finished in *wp's temporary folder; *lp: the layout its
  * manifest records (the source's). The manifest and the commit are
  * zck__to_universal_ds_commit's, once the caller closed the reader. */
@@ -874,9 +842,11 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   wo.hash = true; /* the tensor files' manifest hashes as they are written */
   wo.threads = o->threads ? (unsigned)o->threads : zck__default_threads();
   if (st == ZCK_OK) st = zck_uv_writer_create(out, &wo, &j.w);
-  /* optimizer_state.pt and the model files: reserved first and copied with the first
-   * batch, unless the descriptor limit is too tight for their files (a source and a
-   * target per model file) beside a batch: then after the batches, on their own */
+  /* optimizer_state.pt and the model files: reserved first (the model files' pickles are
+   * parsed for their manifest regions while the job's memory is low, not on top of the
+   * batches' file records) and copied after the batches, in one executor run of their own,
+   * unless the descriptor limit is too tight for their files (a source and a target per
+   * model file) beside a batch: then reserved after the batches too */
   zck__uvj_opt os = {0}, om = {0};   /* om: ZeRO-0's rebuilt model file */
   zck__uvj_models mf = {0};
   zck_exec_job extra[2];
@@ -884,24 +854,16 @@ static zck_status zck__to_universal_ds(const zck_ds_ckpt *ck, const char *out, c
   const bool autoep = j.info->ep_size > 0;
   const size_t n_extra = autoep ? 1 : 2;
   size_t per = zck__uvj_batch_files(), extra_fds = 1 + 2 * zck_ds_model_file_count(ck);
-  bool ride = per > 16 + extra_fds && j.n;
-  if (ride) per -= extra_fds;
-  for (int step = 0; step < 3 && st == ZCK_OK; step++) {
-    if (step == (ride ? 0 : 1)) { /* reserve the extra files */
-      st = zck__uvj_optimizer_state(&j, &os, &extra[0]);
-      if (st == ZCK_OK && !autoep)
-        st = j.info->stage == 0 ? zck__uvj_zero0_model(&j, flat, n_flat, &om, &extra[1]) : zck__uvj_model_files(&j, &mf, &extra[1]);
-      mf.bytes += om.bytes;
-      j.prog.total += os.bytes + mf.bytes;
-    } else if (step == (ride ? 1 : 0)) { /* the batches */
-      for (size_t i = 0; st == ZCK_OK && i < j.n; i += per)
-        st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per, ride && !i ? extra : NULL, ride && !i ? n_extra : 0,
-                            ride && !i ? os.bytes + mf.bytes : 0);
-    } else if (!ride) { /* the extra copies on their own */
-      zck_exec_opts eo = zck__uvj_exec_opts(o, &j.prog);
-      st = zck_exec_run(extra, n_extra, &eo);
-      zck__uvj_progress_advance(&j.prog, os.bytes + mf.bytes);
-    }
+  bool first = per > 16 + extra_fds;
+  if (first) per -= extra_fds;
+  zck_ds_state(ck, &j.src);
+  if (st == ZCK_OK && first) st = zck__uvj_extras(&j, flat, n_flat, autoep, &os, &om, &mf, extra);
+  for (size_t i = 0; st == ZCK_OK && i < j.n; i += per) st = zck__uvj_batch(&j, i, j.n - i < per ? j.n - i : per);
+  if (st == ZCK_OK && !first) st = zck__uvj_extras(&j, flat, n_flat, autoep, &os, &om, &mf, extra);
+  if (st == ZCK_OK) {
+    zck_exec_opts eo = zck__uvj_exec_opts(o, &j.prog);
+    st = zck_exec_run(extra, n_extra, &eo);
+    zck__uvj_progress_advance(&j.prog, os.bytes + mf.bytes);
   }
   zck__uvj_models_free(&mf);
   if (st == ZCK_OK && j.info->stage == 0) st = zck__uvj_opt_finish(&om);

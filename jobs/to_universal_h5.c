@@ -7,11 +7,12 @@
  * ds_config, lr_scheduler, loss scaler, module metadata and param order, clip_grad and
  * layout switches), so `zckpt reshard` of the container writes, byte for byte, the
  * checkpoint a reshard of the source writes (tests/reshard/test_reshard_universal.c).
- * Containers written before /resume_state are still read (lr_scheduler None). One
- * executor run copies every part (fp32, exp_avg, exp_avg_sq of the trainable params,
- * frozen params, buffers) from the rank files into dataset stores. The plans are ordered
- * by destination, so each dataset is filled front to back and only a few chunks per
- * thread wait in assembly; each chunk is compressed by the thread that completes it.
+ * Containers written before /resume_state are still read (lr_scheduler None). The
+ * datasets reserved are the target's state view (fp32, exp_avg, exp_avg_sq of the trainable
+ * params, frozen params, buffers), which one zck_transfer fills from the DeepSpeed reader's
+ * view, in destination order (write_in_order), so each dataset is filled front to back and
+ * only a few chunks per thread wait in assembly; each chunk is compressed by the thread
+ * that completes it.
  * The save root's other files (an HF checkpoint-N/'s rng_state_<r>.pth, trainer_state.json,
  * ...) go into /side_files byte for byte, so the reshard of the container carries them
  * over as the reshard of the source does (the same files: jobs/reshard.c). */
@@ -21,19 +22,18 @@
 #include <sys/stat.h>
 
 #include "hdf5/zck_h5.h"
-#include "plan.h"
 #include "to_universal.h"
+#include "transfer.h"
 #include "universal/universal.h"
 
 typedef struct zck__uvh_job {
   zck_layout *dst_layout;
-  zck_plan *plan;
   zck_store *dst;
   zck_dtype dtype;   /* every dataset's dtype when they share one, else INVALID */
 } zck__uvh_job;
 
-/* Datasets for params[0..n) of part (whole tensors, their own dtype unless `as`), and the
- * plan filling them from view. */
+/* Datasets for params[0..n) of part (whole tensors, in the dtype view holds them in): their
+ * whole layout and stores, one part of the target view. */
 static zck_status zck__uvh_part(zck_h5_writer *w, const zck_model *m, const zck_ds_view *view, zck_h5u_part part,
                                 const uint32_t *params, size_t n, zck__uvh_job *j) {
   memset(j, 0, sizeof *j);
@@ -53,16 +53,12 @@ static zck_status zck__uvh_part(zck_h5_writer *w, const zck_model *m, const zck_
     free(path);
     j->dtype = !i || j->dtype == dt ? dt : ZCK_DTYPE_INVALID;
   }
-  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
-  po.order = ZCK_PLAN_BY_DST;
   if (st == ZCK_OK) st = zck_layout_whole(m->n_params, numel, params, n, &j->dst_layout);
-  if (st == ZCK_OK) st = zck_plan_build(view->layout, j->dst_layout, &po, &j->plan);
   free(numel);
   return st;
 }
 
 static void zck__uvh_job_free(zck__uvh_job *j) {
-  zck_plan_free(j->plan);
   zck_layout_free(j->dst_layout);
   free(j->dst);
 }
@@ -81,10 +77,7 @@ static zck_status zck__uvh_buffers(zck_h5_writer *w, const zck_model *m, const z
     st = path ? zck_h5_writer_dataset(w, path, view->stores[i].dtype, b->ndim, b->shape, &j->dst[i]) : ZCK_ERR_NO_MEMORY;
     free(path);
   }
-  zck_plan_opts po = ZCK_PLAN_OPTS_INIT;
-  po.order = ZCK_PLAN_BY_DST;
   if (st == ZCK_OK) st = zck_layout_whole(n, numel, NULL, n, &j->dst_layout);
-  if (st == ZCK_OK) st = zck_plan_build(view->layout, j->dst_layout, &po, &j->plan);
   free(numel);
   return st;
 }
@@ -476,14 +469,24 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   if (st == ZCK_OK) st = zck__uvh_part_dtypes(w, jobs, n_flat);
   if (st == ZCK_OK) st = zck__uvh_resume_state(w, ck);
   if (st == ZCK_OK) {
-    zck_exec_job ej[5];
-    size_t nj = 0;
-    const zck_store *srcs[5] = {views[0].stores, views[1].stores, views[2].stores, frozen.stores, bufs.stores};
-    for (int k = 0; k < 5; k++)
-      if (jobs[k].plan) ej[nj++] = (zck_exec_job){jobs[k].plan, srcs[k], jobs[k].dst, NULL};
+    /* the datasets as the target view; the source's is the reader's */
+    zck_state_view from, dst;
+    zck_ds_state(ck, &from);
+    memset(&dst, 0, sizeof dst);
+    dst.model = m;
+    dst.name = out;
+    static const zck_state_kind kinds[4] = {ZCK_STATE_FP32, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ, ZCK_STATE_FROZEN};
+    for (int k = 0; k < 4; k++)
+      if (jobs[k].dst_layout) dst.part[kinds[k]] = (zck_state_part){jobs[k].dst_layout, jobs[k].dst, NULL};
+    if (jobs[4].dst_layout) {
+      dst.buffers = (zck_state_part){jobs[4].dst_layout, jobs[4].dst, NULL};
+      dst.n_buffer_copies = 1;
+    }
+    dst.write_in_order = true;
     zck__uvj_progress prog = {o->progress, o->progress_ctx, 0, 0};
-    zck_exec_opts eo = zck__uvj_exec_opts(o, &prog);
-    st = zck_exec_run(ej, nj, &eo);
+    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+    to.exec = zck__uvj_exec_opts(o, &prog);
+    st = zck_transfer(&from, &dst, 1, &to);
     zck__uvj_progress_advance(&prog, prog.total - prog.base);   /* what the run reported */
     if (st == ZCK_OK) st = zck__uvh_side_files(w, ck, out, o, &prog);
   }

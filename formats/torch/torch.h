@@ -194,6 +194,30 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root);
 /* Frees the writer; an unfinished file is removed. NULL is fine. */
 void zck_torch_writer_free(zck_torch_writer *w);
 
+/* A finished file of one storage as the pattern of others with the same tree and storage
+ * size, which differ from it only in the storage's bytes, the storage's CRC-32 (in its data
+ * descriptor and its directory record) and .data/serialization_id (and that record's CRC):
+ * a universal folder's per-parameter files, three per parameter, most of them of a few
+ * shapes, are then each one copy of the pattern, the data, and apply. */
+typedef struct zck_torch_pattern {
+  uint8_t *bytes;             /* the whole file; NULL: no pattern */
+  size_t len;
+  uint64_t data_off, data_len;/* the storage's bytes */
+  uint64_t data_crc_at[2];    /* where its CRC-32 is */
+  uint64_t sid_off;           /* .data/serialization_id's 40 bytes */
+  uint64_t sid_crc_at[2];
+  uint64_t pkl_xxh3;          /* what the serialization id is made of */
+  uint32_t pkl_crc;
+} zck_torch_pattern;
+/* zck_torch_writer_finish, the file's pattern kept in *p (p->bytes NULL when it cannot be:
+ * more than one storage, an empty one, or bytes no longer in memory). */
+zck_status zck_torch_writer_finish_pattern(zck_torch_writer *w, const zck_pk *root, zck_torch_pattern *p);
+/* file: p->len bytes, a copy of p->bytes with other data at p->data_off; makes it the file
+ * zck_torch_writer_finish would have written for that data. *data_crc (may be NULL): the
+ * data's CRC-32. */
+void zck_torch_pattern_apply(const zck_torch_pattern *p, uint8_t *file, uint32_t *data_crc);
+void zck_torch_pattern_free(zck_torch_pattern *p);
+
 /* ---- a file exactly as torch.save writes it (torch_save.c), for a tree complete before
  * its data: create; build the tree in the saver's doc (nodes of other docs may be part of
  * it: they must outlive layout), with one zck_torch_saver_tensor per tensor, called in the

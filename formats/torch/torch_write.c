@@ -393,7 +393,63 @@ zck_status zck_torch_writer_seal(zck_torch_writer *w, const zck_pk *root) {
   return ZCK_OK;
 }
 
-zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
+/* .data/serialization_id: torch writes two %020u numbers (a hash of the record names and
+ * the combined CRCs); it is only logged on load, so ours hashes the pickle instead. */
+static void serialization_id(uint64_t pkl_xxh3, uint32_t pkl_crc, uint32_t all_crc, char out[40]) {
+  put_decimal20(out, pkl_xxh3 % 10000000000000000000ULL);
+  put_decimal20(out + 20, ((uint64_t)all_crc << 32 | pkl_crc) % 10000000000000000000ULL);
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The finished file's bytes (still in its image, before the commit writes them out) and
+ * where they depend on its one storage's data: false when they are not all in the image. */
+static bool keep_pattern(zck_torch_writer *w, uint64_t pkl_xxh3, uint32_t pkl_crc, zck_torch_pattern *p) {
+  uint64_t data_slots[2], sid_slots[2];
+  if (w->n != 1 || !zck_zip_writer_crc_slots(w->zip, w->st[0].zip_index, data_slots) ||
+      !zck_zip_writer_crc_slots(w->zip, w->n + 3, sid_slots)) /* byteorder, data/0, data.pkl, version, then it */
+    return false;
+  uint64_t len = zck_zip_writer_size(w->zip);
+  uint8_t *bytes = len <= ((uint64_t)1 << 30) ? zck__malloc((size_t)len) : NULL;
+  if (!bytes || !zck__outfile_image_read(&w->out, bytes, (size_t)len, 0)) {
+    free(bytes);
+    return false;
+  }
+  *p = (zck_torch_pattern){bytes, (size_t)len, w->st[0].data_offset, w->st[0].nbytes, {data_slots[0], data_slots[1]},
+                           sid_slots[0] - 4 - 40, {sid_slots[0], sid_slots[1]}, pkl_xxh3, pkl_crc};
+  return true;
+}
+
+void zck_torch_pattern_apply(const zck_torch_pattern *p, uint8_t *file, uint32_t *data_crc) {
+  uint32_t crc = zck_crc32_update(0, file + p->data_off, (size_t)p->data_len);
+  char sid[40];
+  serialization_id(p->pkl_xxh3, p->pkl_crc, crc, sid);
+  memcpy(file + p->sid_off, sid, 40);
+  uint32_t sid_crc = zck_crc32_update(0, sid, 40);
+  for (int k = 0; k < 2; k++) {
+    put_le32(file + p->data_crc_at[k], crc);
+    put_le32(file + p->sid_crc_at[k], sid_crc);
+  }
+  if (data_crc) *data_crc = crc;
+}
+
+void zck_torch_pattern_free(zck_torch_pattern *p) {
+  free(p->bytes);
+  memset(p, 0, sizeof *p);
+}
+
+static zck_status finish(zck_torch_writer *w, const zck_pk *root, zck_torch_pattern *pattern);
+
+zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) { return finish(w, root, NULL); }
+
+zck_status zck_torch_writer_finish_pattern(zck_torch_writer *w, const zck_pk *root, zck_torch_pattern *p) {
+  memset(p, 0, sizeof *p);
+  return finish(w, root, p);
+}
+
+static zck_status finish(zck_torch_writer *w, const zck_pk *root, zck_torch_pattern *pattern) {
   ZCK_ASSERT(!w->finished && (w->sealed ? !root : root != NULL));
   uint32_t all_crc = 0;
   for (size_t i = 0; i < w->n; i++) {
@@ -413,15 +469,15 @@ zck_status zck_torch_writer_finish(zck_torch_writer *w, const zck_pk *root) {
   zck_status st;
   char name[300];
   st = zck_zip_writer_add(w->zip, entry_name(name, w->prefix, "data.pkl"), pkl.data, pkl.len);
-  /* .data/serialization_id: torch writes two %020u numbers (a hash of the record names
-   * and the combined CRCs); it is only logged on load, so ours hashes the pickle instead. */
   char sid[40];
-  put_decimal20(sid, zck_xxh3(pkl.data, pkl.len) % 10000000000000000000ULL);
-  put_decimal20(sid + 20, ((uint64_t)all_crc << 32 | zck_crc32_update(0, pkl.data, pkl.len)) % 10000000000000000000ULL);
+  uint64_t pkl_xxh3 = zck_xxh3(pkl.data, pkl.len);
+  uint32_t pkl_crc = zck_crc32_update(0, pkl.data, pkl.len);
+  serialization_id(pkl_xxh3, pkl_crc, all_crc, sid);
   zck__buf_free(&pkl);
   if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, entry_name(name, w->prefix, "version"), "3\n", 2);
   if (st == ZCK_OK) st = zck_zip_writer_add(w->zip, entry_name(name, w->prefix, ".data/serialization_id"), sid, 40);
   if (st == ZCK_OK) st = zck_zip_writer_finish(w->zip);
+  if (st == ZCK_OK && pattern && !keep_pattern(w, pkl_xxh3, pkl_crc, pattern)) memset(pattern, 0, sizeof *pattern);
   if (st == ZCK_OK) st = zck__outfile_commit(&w->out);
   if (st == ZCK_OK) w->finished = true;
   return st;

@@ -35,6 +35,7 @@
 #include "exec.h"
 #include "layout.h"
 #include "model.h"
+#include "state.h"
 #include "torch/torch.h"
 
 #include "manifest.h"
@@ -80,13 +81,16 @@ char *zck_uv_writer_tmp_file(const zck_uv_writer *w, const char *rel);
 zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
                                 zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle);
 /* One tensor file of zck_uv_writer_tensors: zero/<name>/<state>.pt, as zck_uv_writer_tensor's
- * arguments. */
+ * arguments, and what it holds for zck_uv_writer_state: state kind `kind` (state.h) of param
+ * `param` of the caller's model, whole; kind -1: bytes the caller copies itself. */
 typedef struct zck_uv_tensor_spec {
   const char *name, *state;
   zck_uv_form form;
   zck_dtype dtype;
   int ndim;
   const int64_t *shape;
+  int kind;
+  uint32_t param;
 } zck_uv_tensor_spec;
 /* Reserves n tensor files at once, made on opts.threads threads (one parameter's folder and
  * its files per work item: a parameter's specs must be adjacent to be made in parallel),
@@ -95,6 +99,11 @@ zck_status zck_uv_writer_tensors(zck_uv_writer *w, const zck_uv_tensor_spec *spe
                                  size_t *handles);
 /* Number of tensor files reserved and not yet finished. */
 size_t zck_uv_writer_pending(const zck_uv_writer *w);
+/* The pending tensor files as target state views over m (the model their specs' params index):
+ * per kind a whole layout over the params its files hold, bound to their stores. A param
+ * with two files of one kind (a tied alias written from its source's weights) has the second
+ * in a further view: *n views, valid until zck_uv_writer_finish_batch. */
+zck_status zck_uv_writer_state(zck_uv_writer *w, const zck_model *m, const zck_state_view **views, size_t *n);
 /* Finishes every reserved tensor file (pickle, directory, rename) on opts.threads threads
  * and frees their descriptors. Call after the plan that fills them ran. */
 zck_status zck_uv_writer_finish_batch(zck_uv_writer *w);

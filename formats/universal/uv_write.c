@@ -8,11 +8,19 @@
  * zip record's CRC is assembled from the pieces at finish (crc32_combine). In a
  * distributed job the pieces other ranks wrote reach the store through the executor's
  * written ranges (exec_dist.c, dist.h zck__dist_register_noted), as a DeepSpeed writer's
- * storages do, so every rank assembles the same CRC. */
+ * storages do, so every rank assembles the same CRC.
+ *
+ * Most tensor files of a folder share a few trees: files of the same state, form, dtype and
+ * shape differ only in their data and what depends on it (torch.h zck_torch_pattern). The
+ * first small file of each such key is made by the torch writer and kept as the pattern;
+ * later ones are a copy of it in memory that the plan writes the data into, patched and
+ * written with one write at finish: no torch, zip or hash writer per file, whose small
+ * allocations were about half of the job's CPU at 100k params. */
 #include "universal/universal.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,7 +32,23 @@
 #include "strmap.h"
 #include "threadpool.h"
 
+/* A key's pattern: made from the first file of the key (maker) once it is finished. */
+typedef struct zck__uv_pat {
+  char *key;
+  zck_torch_pattern p;          /* p.bytes NULL: none yet */
+  bool making;                  /* a pending file makes it */
+} zck__uv_pat;
+
+/* Files made from a pattern hold this many data bytes at most: the batch holds their
+ * images in memory until it is finished. */
+#define ZCK__UV_PATTERN_MAX_DATA ((uint64_t)64 << 10)
+
 typedef struct zck__uv_tfile {
+  int kind;                     /* what it holds (zck_uv_tensor_spec), for zck_uv_writer_state */
+  uint32_t param;
+  const zck_torch_pattern *pat; /* made from this pattern: img is the file, no torch writer */
+  uint8_t *img;
+  zck__uv_pat *maker;           /* its torch writer's file becomes this pattern */
   zck_torch_writer *tw;
   zck__shash *h;                /* opts.hash: the file's manifest hashes as it is written */
   char *path, *rel;             /* where the file is, and its name in the folder */
@@ -67,6 +91,18 @@ struct zck_uv_writer {
   zck__shash_budget budget;     /* pieces held ahead of the tensor files' hash cursors */
   zck__manifest_known known;    /* the hashed files (paths owned) */
   size_t cap_known;
+  zck__uv_pat **pats;           /* the patterns by key (stable addresses: files point at them) */
+  size_t n_pats, cap_pats;
+  zck__strmap pat_of;           /* key -> index in pats */
+  /* zck_uv_writer_state: the pending batch's views and what they point to */
+  zck_state_view *views;
+  size_t n_views;
+  zck_layout **layouts;         /* [n_views * ZCK_STATE_KINDS] */
+  zck_store *vstores;           /* [n_files]: the stores by view and kind */
+  uint32_t *vparams;
+  uint16_t *seen;               /* [ZCK_STATE_KINDS * n_params]: files of each kind per param (zeroed between batches) */
+  uint64_t *numel;              /* [n_params] */
+  size_t seen_params;
 };
 
 zck_status zck_uv_check_name(const char *name) {
@@ -208,6 +244,7 @@ static bool zck__uv_pieces_crc(zck__uv_tfile *f, uint64_t nbytes, uint32_t *out)
 static void zck__uv_tfile_free(zck__uv_tfile *f) {
   if (!f) return;
   pthread_mutex_destroy(&f->mu);
+  free(f->img);
   free(f->pieces);
   zck_torch_writer_free(f->tw);
   zck__shash_free(f->h);
@@ -218,12 +255,9 @@ static void zck__uv_tfile_free(zck__uv_tfile *f) {
 
 /* The finished file's hashes as its known-file record (*have false: the stream could not
  * hash it, so the manifest writer reads it). Safe on any thread: it touches f only. */
-static zck_status zck__uv_known_record(zck__uv_tfile *f, zck__manifest_known_file *k, bool *have) {
-  *have = false;
-  uint64_t reread = 0;
-  ZCK_TRY(zck__shash_finish_laid_out(f->h, f->path, &reread)); /* its torch writer laid it all out */
-  if (!zck__shash_done(f->h)) return ZCK_OK;
-  /* its one tensor, as jobs/manifest_write.c names it: "" bare, else its key "param" */
+/* The file's one tensor into its record k (hashed), which takes over f->rel as its path. */
+static zck_status zck__uv_known_tensor(zck__uv_tfile *f, zck__manifest_known_file *k) {
+  /* as jobs/manifest_write.c names it: "" bare, else its key "param" */
   struct kt { zck__manifest_known_tensor t; int64_t shape[ZCK_MAX_DIMS]; } *kt = zck__malloc(sizeof *kt);
   if (!kt) return ZCK_ERR_NO_MEMORY;
   uint64_t numel = 1;
@@ -231,12 +265,58 @@ static zck_status zck__uv_known_record(zck__uv_tfile *f, zck__manifest_known_fil
   memcpy(kt->shape, f->shape, sizeof kt->shape);
   kt->t = (zck__manifest_known_tensor){f->bare ? "" : "param", zck_dtype_name(f->dtype), f->ndim, kt->shape, f->data_off,
                                        numel * f->es};
-  zck_status st = zck__shash_known_file(f->h, f->rel, k);
-  if (st != ZCK_OK) { free(kt); return st; }
   k->described = true;
   k->tensors = &kt->t;
   k->n_tensors = 1;
+  k->path = f->rel;
   f->rel = NULL; /* owned by the record now */
+  return ZCK_OK;
+}
+
+static zck_status zck__uv_known_record(zck__uv_tfile *f, zck__manifest_known_file *k, bool *have) {
+  *have = false;
+  uint64_t reread = 0;
+  ZCK_TRY(zck__shash_finish_laid_out(f->h, f->path, &reread)); /* its torch writer laid it all out */
+  if (!zck__shash_done(f->h)) return ZCK_OK;
+  ZCK_TRY(zck__shash_known_file(f->h, NULL, k));
+  zck_status st = zck__uv_known_tensor(f, k);
+  if (st != ZCK_OK) {
+    free((void *)k->chunks);
+    free((void *)k->ranges);
+    return st;
+  }
+  *have = true;
+  return ZCK_OK;
+}
+
+/* The same for a file made from a pattern, from its image: what a stream hash of it gives
+ * (one chunk: the file is smaller than a chunk), with the tensor's bytes as its one range. */
+static zck_status zck__uv_known_image(zck__uv_tfile *f, uint64_t chunk_size, zck__manifest_known_file *k, bool *have) {
+  *have = false;
+  memset(k, 0, sizeof *k);
+  const zck_torch_pattern *p = f->pat;
+  if (p->len > chunk_size) return ZCK_OK; /* the manifest reads it */
+  uint64_t *chunks = zck__malloc(sizeof *chunks);
+  zck__manifest_known_range *r = zck__malloc(sizeof *r);
+  if (!chunks || !r) {
+    free(chunks);
+    free(r);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  k->size = p->len;
+  k->xxh3 = chunks[0] = zck_xxh3(f->img, p->len);
+  *r = (zck__manifest_known_range){p->data_off, p->data_len, zck_xxh3(f->img + p->data_off, (size_t)p->data_len)};
+  k->chunks = chunks;
+  k->n_chunks = 1;
+  k->ranges = r;
+  k->n_ranges = 1;
+  k->hashed = true;
+  zck_status st = zck__uv_known_tensor(f, k);
+  if (st != ZCK_OK) {
+    free(chunks);
+    free(r);
+    return st;
+  }
   *have = true;
   return ZCK_OK;
 }
@@ -330,6 +410,96 @@ static zck_status zck__uv_tfile_make(zck_uv_writer *w, char *rel, char *path, co
   return ZCK_OK;
 }
 
+/* A tensor file made from a pattern (rel / path taken over, also on failure): its image, the
+ * data zeros until the plan writes them (as the file's bytes no plan writes are). */
+static zck_status zck__uv_tfile_from_pattern(char *rel, char *path, const zck_uv_tensor_spec *s,
+                                             const zck_torch_pattern *p, zck__uv_tfile **out) {
+  *out = NULL;
+  zck__uv_tfile *f = zck__calloc(1, sizeof *f);
+  uint8_t *img = f ? zck__malloc(p->len) : NULL;
+  if (!img) {
+    free(f);
+    free(rel);
+    free(path);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  pthread_mutex_init(&f->mu, NULL);
+  memcpy(img, p->bytes, p->len);
+  memset(img + p->data_off, 0, (size_t)p->data_len);
+  f->pat = p;
+  f->img = img;
+  f->path = path;
+  f->rel = rel;
+  f->dtype = s->dtype;
+  f->es = zck_dtype_size(s->dtype);
+  f->numel = p->data_len / f->es;
+  f->data_off = p->data_off;
+  f->ndim = s->ndim;
+  for (int i = 0; i < s->ndim && i < ZCK_MAX_DIMS; i++) f->shape[i] = s->shape[i];
+  f->bare = s->form == ZCK_UV_BARE;
+  *out = f;
+  return ZCK_OK;
+}
+
+static zck_status zck__uv_pattern_write(void *ctx, const void *src, uint64_t off, uint64_t count) {
+  zck__uv_tfile *f = ctx;
+  uint64_t n = count * f->es, at = off * f->es;
+  if (at > f->pat->data_len || n > f->pat->data_len - at)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "%s: elements %llu..%llu written but the tensor has %llu", f->path,
+                     (unsigned long long)off, (unsigned long long)(off + count), (unsigned long long)f->numel);
+  memcpy(f->img + f->data_off + at, src, (size_t)n);
+  return ZCK_OK;
+}
+
+/* The pattern key of a tensor file: its state (the archive's folder), form, dtype and shape. */
+static void zck__uv_pattern_key(const zck_uv_tensor_spec *s, char *key, size_t cap) {
+  int n = snprintf(key, cap, "%s/%d/%d", s->state, (int)s->form, (int)s->dtype);
+  for (int d = 0; d < s->ndim && n > 0 && (size_t)n < cap; d++) n += snprintf(key + n, cap - (size_t)n, "/%lld", (long long)s->shape[d]);
+}
+
+/* Which pattern each spec is made from (pat[i]), or which pattern its file makes
+ * (maker[i]); both NULL: the torch writer alone. A key seen for the first time gets an
+ * entry, its first file makes it; the others of the key wait for it (the next batch). */
+static zck_status zck__uv_patterns_for(zck_uv_writer *w, const zck_uv_tensor_spec *specs, size_t n,
+                                       const zck_torch_pattern **pat, zck__uv_pat **maker) {
+  if (zck__dist_on()) return ZCK_OK; /* the ranks share the files on disk (dist.h) */
+  char key[512];
+  for (size_t i = 0; i < n; i++) {
+    const zck_uv_tensor_spec *s = &specs[i];
+    uint64_t numel = 1;
+    for (int d = 0; d < s->ndim; d++) numel *= (uint64_t)s->shape[d];
+    uint64_t bytes = numel * zck_dtype_size(s->dtype);
+    if (!bytes || bytes > ZCK__UV_PATTERN_MAX_DATA || s->ndim > ZCK_MAX_DIMS) continue;
+    zck__uv_pattern_key(s, key, sizeof key);
+    size_t k;
+    if (zck__strmap_get(&w->pat_of, key, &k)) {
+      zck__uv_pat *pt = w->pats[k];
+      if (pt->p.bytes) pat[i] = &pt->p;
+      else if (!pt->making) pt->making = true, maker[i] = pt;
+      continue;
+    }
+    zck__uv_pat *pt = zck__calloc(1, sizeof *pt);
+    char *kc = pt ? zck__strdup(key) : NULL;
+    if (!kc || !ZCK__GROW(w->pats, w->cap_pats, w->n_pats + 1)) {
+      free(kc);
+      free(pt);
+      return ZCK_ERR_NO_MEMORY;
+    }
+    pt->key = kc;
+    bool dup;
+    zck_status st = zck__strmap_put(&w->pat_of, kc, w->n_pats, &dup, NULL);
+    if (st != ZCK_OK) {
+      free(kc);
+      free(pt);
+      return st;
+    }
+    w->pats[w->n_pats++] = pt;
+    pt->making = true;
+    maker[i] = pt;
+  }
+  return ZCK_OK;
+}
+
 /* Appends made files to the pending batch, their stores and handles out. */
 static zck_status zck__uv_add_pending(zck_uv_writer *w, zck__uv_tfile **made, size_t n, zck_store *stores,
                                       size_t *handles) {
@@ -350,7 +520,8 @@ static zck_status zck__uv_add_pending(zck_uv_writer *w, zck__uv_tfile **made, si
     w->files[w->n_files] = f;
     handles[i] = w->handle_base + w->n_files;
     w->n_files++;
-    stores[i] = zck_store_callback(NULL, zck__uv_tensor_write, f, f->dtype, f->numel, zck_uv_writer_path(w));
+    stores[i] = zck_store_callback(NULL, f->img ? zck__uv_pattern_write : zck__uv_tensor_write, f, f->dtype, f->numel,
+                                   zck_uv_writer_path(w));
     stores[i].name = zck_uv_writer_path(w);
   }
   return ZCK_OK;
@@ -358,7 +529,7 @@ static zck_status zck__uv_add_pending(zck_uv_writer *w, zck__uv_tfile **made, si
 
 zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *state, zck_uv_form form,
                                 zck_dtype dtype, int ndim, const int64_t *shape, zck_store *store, size_t *handle) {
-  zck_uv_tensor_spec s = {name, state, form, dtype, ndim, shape};
+  zck_uv_tensor_spec s = {name, state, form, dtype, ndim, shape, -1, 0};
   ZCK_TRY(zck_uv_check_name(name));
   char *rel = zck__concat("zero/", name, "/", state, ".pt", (const char *)NULL);
   char *path = NULL;
@@ -366,6 +537,7 @@ zck_status zck_uv_writer_tensor(zck_uv_writer *w, const char *name, const char *
   if (st != ZCK_OK) { free(rel); return st; }
   zck__uv_tfile *f = NULL;
   ZCK_TRY(zck__uv_tfile_make(w, rel, path, &s, &f));
+  f->kind = -1;
   return zck__uv_add_pending(w, &f, 1, store, handle);
 }
 
@@ -387,6 +559,8 @@ typedef struct zck__uv_many {
   const zck_uv_tensor_spec *specs;
   size_t *group;                /* specs [group[g], group[g + 1]) share a folder */
   zck__uv_tfile **made;
+  const zck_torch_pattern **pat;/* zck__uv_patterns_for */
+  zck__uv_pat **maker;
 } zck__uv_many;
 
 static zck_status zck__uv_many_item(void *ctx, size_t g, unsigned thread) {
@@ -403,7 +577,16 @@ static zck_status zck__uv_many_item(void *ctx, size_t g, unsigned thread) {
     char *rel = zck__concat("zero/", s->name, "/", s->state, ".pt", (const char *)NULL);
     char *path = rel ? zck__outdir_file(&m->w->dir, rel) : NULL;
     if (!path) { free(rel); return ZCK_ERR_NO_MEMORY; }
-    st = zck__uv_tfile_make(m->w, rel, path, s, &m->made[i]);
+    if (m->pat[i]) {
+      st = zck__uv_tfile_from_pattern(rel, path, s, m->pat[i], &m->made[i]);
+    } else {
+      st = zck__uv_tfile_make(m->w, rel, path, s, &m->made[i]);
+      if (st == ZCK_OK) m->made[i]->maker = m->maker[i];
+    }
+    if (st == ZCK_OK) {
+      m->made[i]->kind = s->kind;
+      m->made[i]->param = s->param;
+    }
   }
   return st;
 }
@@ -412,8 +595,10 @@ zck_status zck_uv_writer_tensors(zck_uv_writer *w, const zck_uv_tensor_spec *spe
                                  size_t *handles) {
   if (!n) return ZCK_OK;
   for (size_t i = 0; i < n; i++) ZCK_TRY(zck_uv_check_name(specs[i].name));
-  zck__uv_many m = {w, specs, zck__calloc(n + 1, sizeof *m.group), zck__calloc(n, sizeof *m.made)};
-  zck_status st = m.group && m.made ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck__uv_many m = {w, specs, zck__calloc(n + 1, sizeof *m.group), zck__calloc(n, sizeof *m.made),
+                    zck__calloc(n, sizeof *m.pat), zck__calloc(n, sizeof *m.maker)};
+  zck_status st = m.group && m.made && m.pat && m.maker ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) st = zck__uv_patterns_for(w, specs, n, m.pat, m.maker);
   size_t ng = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++)
     if (!i || strcmp(specs[i].name, specs[i - 1].name)) m.group[ng++] = i;
@@ -434,12 +619,110 @@ zck_status zck_uv_writer_tensors(zck_uv_writer *w, const zck_uv_tensor_spec *spe
   } else {
     for (size_t i = 0; m.made && i < n; i++) zck__uv_tfile_free(m.made[i]);
   }
+  /* patterns that no file of a failed batch makes: the next file of their key does */
+  for (size_t i = 0; st != ZCK_OK && m.maker && i < n; i++)
+    if (m.maker[i]) m.maker[i]->making = false;
   free(m.group);
   free(m.made);
+  free(m.pat);
+  free(m.maker);
   return st;
 }
 
 size_t zck_uv_writer_pending(const zck_uv_writer *w) { return w->n_files; }
+
+// ---- the pending batch as target state views
+
+static void zck__uv_views_free(zck_uv_writer *w) {
+  for (size_t i = 0; w->layouts && i < w->n_views * ZCK_STATE_KINDS; i++) zck_layout_free(w->layouts[i]);
+  free(w->layouts);
+  free(w->views);
+  free(w->vstores);
+  free(w->vparams);
+  w->layouts = NULL;
+  w->views = NULL;
+  w->vstores = NULL;
+  w->vparams = NULL;
+  w->n_views = 0;
+}
+
+zck_status zck_uv_writer_state(zck_uv_writer *w, const zck_model *m, const zck_state_view **views, size_t *n_views) {
+  *views = NULL;
+  *n_views = 0;
+  zck__uv_views_free(w);
+  size_t np = m->n_params, n = w->n_files;
+  if (w->seen_params != np) {
+    free(w->seen);
+    free(w->numel);
+    w->seen = zck__calloc(ZCK_STATE_KINDS * (np ? np : 1), sizeof *w->seen);
+    w->numel = zck__calloc(np ? np : 1, sizeof *w->numel);
+    if (!w->seen || !w->numel) {
+      free(w->seen), w->seen = NULL;
+      free(w->numel), w->numel = NULL;
+      w->seen_params = 0;
+      return ZCK_ERR_NO_MEMORY;
+    }
+    zck_model_numels(m, w->numel);
+    w->seen_params = np;
+  }
+  /* each file's view: how many files of its kind and param come before it */
+  uint16_t *level = zck__malloc((n ? n : 1) * sizeof *level);
+  w->vstores = zck__malloc((n ? n : 1) * sizeof *w->vstores);
+  w->vparams = zck__malloc((n ? n : 1) * sizeof *w->vparams);
+  zck_status st = level && w->vstores && w->vparams ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  size_t nv = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) {
+    const zck__uv_tfile *f = w->files[i];
+    if (f->kind < 0) continue;
+    if (f->kind >= ZCK_STATE_KINDS || f->param >= np) {
+      st = zck__fail(ZCK_ERR_INVALID_ARG, "%s: tensor file %s: state kind %d of param %u (the model has %zu params)",
+                     w->final_path, f->rel ? f->rel : "?", f->kind, f->param, np);
+      break;
+    }
+    uint16_t *c = &w->seen[(size_t)f->kind * np + f->param];
+    level[i] = (*c)++;
+    if ((size_t)level[i] + 1 > nv) nv = (size_t)level[i] + 1;
+  }
+  for (size_t i = 0; i < n; i++) /* back to zeros for the next batch */
+    if (w->files[i]->kind >= 0 && w->files[i]->kind < ZCK_STATE_KINDS && w->files[i]->param < np)
+      w->seen[(size_t)w->files[i]->kind * np + w->files[i]->param] = 0;
+  if (st == ZCK_OK && nv) {
+    w->views = zck__calloc(nv, sizeof *w->views);
+    w->layouts = zck__calloc(nv * ZCK_STATE_KINDS, sizeof *w->layouts);
+    if (!w->views || !w->layouts) st = ZCK_ERR_NO_MEMORY;
+    else w->n_views = nv;
+  }
+  /* per view and kind, its files' params and stores side by side in vparams / vstores */
+  size_t at = 0;
+  for (size_t v = 0; st == ZCK_OK && v < nv; v++) {
+    zck_state_view *view = &w->views[v];
+    view->model = m;
+    view->name = w->final_path;
+    for (int k = 0; st == ZCK_OK && k < ZCK_STATE_KINDS; k++) {
+      size_t first = at;
+      for (size_t i = 0; i < n; i++) {
+        const zck__uv_tfile *f = w->files[i];
+        if (f->kind != k || level[i] != v) continue;
+        w->vparams[at] = f->param;
+        w->vstores[at] = zck_store_callback(NULL, f->img ? zck__uv_pattern_write : zck__uv_tensor_write, (void *)f,
+                                            f->dtype, f->numel, w->final_path);
+        at++;
+      }
+      if (at == first) continue;
+      zck_layout **l = &w->layouts[v * ZCK_STATE_KINDS + (size_t)k];
+      st = zck_layout_whole(np, w->numel, w->vparams + first, at - first, l);
+      if (st == ZCK_OK) view->part[k] = (zck_state_part){*l, w->vstores + first, NULL};
+    }
+  }
+  free(level);
+  if (st != ZCK_OK) {
+    zck__uv_views_free(w);
+    return st;
+  }
+  *views = w->views;
+  *n_views = w->n_views;
+  return ZCK_OK;
+}
 
 /* Finishing a batch: each file on the writer's threads (its CRC, directory, one write),
  * its record kept in slot i, then the records appended in order. */
@@ -447,22 +730,45 @@ typedef struct zck__uv_fin {
   zck__uv_tfile **files;
   zck__manifest_known_file *rec;
   bool *have;
+  bool hash;                    /* opts.hash */
+  uint64_t chunk_size;          /* the manifest's */
 } zck__uv_fin;
+
+/* A file made from its pattern: patched, written with one write. */
+static zck_status zck__uv_fin_pattern(zck__uv_fin *c, size_t i, zck__uv_tfile *f) {
+  zck_torch_pattern_apply(f->pat, f->img, NULL);
+  zck__outfile out;
+  ZCK_TRY(zck__outfile_create(&out, f->path));
+  zck_status st = zck__outfile_pwrite(&out, f->img, f->pat->len, 0);
+  if (st == ZCK_OK) st = zck__outfile_commit(&out);
+  else zck__outfile_abort(&out);
+  if (st == ZCK_OK && c->hash) st = zck__uv_known_image(f, c->chunk_size, &c->rec[i], &c->have[i]);
+  return st;
+}
 
 static zck_status zck__uv_fin_item(void *ctx, size_t i, unsigned thread) {
   (void)thread;
   zck__uv_fin *c = ctx;
   zck__uv_tfile *f = c->files[i];
+  if (f->img) return zck__uv_fin_pattern(c, i, f);
   uint32_t crc;
   if (zck__uv_pieces_crc(f, f->numel * f->es, &crc)) zck_torch_writer_set_crc(f->tw, f->storage, crc);
-  zck_status st = zck_torch_writer_finish(f->tw, f->root);
+  zck_status st;
+  if (f->maker) { /* the key's pattern: this thread alone writes it (one maker a key) */
+    st = zck_torch_writer_finish_pattern(f->tw, f->root, &f->maker->p);
+    if (st != ZCK_OK) zck_torch_pattern_free(&f->maker->p);
+    f->maker->making = false;
+  } else {
+    st = zck_torch_writer_finish(f->tw, f->root);
+  }
   if (st == ZCK_OK && f->h) st = zck__uv_known_record(f, &c->rec[i], &c->have[i]);
   return st;
 }
 
 zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
   size_t n = w->n_files;
-  zck__uv_fin c = {w->files, zck__calloc(n ? n : 1, sizeof *c.rec), zck__calloc(n ? n : 1, sizeof *c.have)};
+  zck__uv_fin c = {w->files, zck__calloc(n ? n : 1, sizeof *c.rec), zck__calloc(n ? n : 1, sizeof *c.have), w->o.hash,
+                   w->known.chunk_size};
   zck_status st = c.rec && c.have ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK && n) st = zck__parallel_for(n, zck__uv_threads(w), zck__uv_fin_item, &c);
   for (size_t i = 0; i < n; i++) {
@@ -475,6 +781,7 @@ zck_status zck_uv_writer_finish_batch(zck_uv_writer *w) {
   }
   free(c.rec);
   free(c.have);
+  zck__uv_views_free(w);
   w->handle_base += n;
   w->n_files = 0;
   return st;
@@ -684,6 +991,16 @@ void zck_uv_writer_free(zck_uv_writer *w) {
     free((void *)w->known.files[i].tensors);
   }
   free(w->known.files);
+  for (size_t i = 0; i < w->n_pats; i++) {
+    zck_torch_pattern_free(&w->pats[i]->p);
+    free(w->pats[i]->key);
+    free(w->pats[i]);
+  }
+  free(w->pats);
+  zck__strmap_free(&w->pat_of);
+  zck__uv_views_free(w);
+  free(w->seen);
+  free(w->numel);
   zck__outdir_abort(&w->dir);   /* after commit it only frees the path */
   free(w->final_path);
   free(w->made_dir);
