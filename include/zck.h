@@ -346,9 +346,11 @@ typedef struct zck_reshard_opts {
                                      as DeepSpeed 0.19.8 writes them for the target world size, or not) */
   uint64_t swap_min_bytes;    /* NVMe target: DeepSpeed swaps a sub-group whose fp32 partition has at least
                                  max(MIN_AIO_BYTES, aio.block_size) bytes; 0 = found from what the source swapped */
+  uint32_t to_ep_size;        /* a DeepSpeed AutoEP source: the target's expert-parallel size (dividing the world
+                                 size and every layer's experts); 0 = the source's. Written in AutoEP's own layout */
 } zck_reshard_opts;
 #define ZCK_RESHARD_OPTS_INIT {sizeof(zck_reshard_opts), 0, 0, 0, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL, \
-                               ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID, ZCK_RESHARD_OFFLOAD_KEEP, 0}
+                               ZCK_RESHARD_TO_DEEPSPEED, ZCK_DTYPE_INVALID, ZCK_RESHARD_OFFLOAD_KEEP, 0, 0}
 
 /* A DeepSpeed checkpoint at another ZeRO stage and world size, with all optimizer state
  * (fp32 master, exp_avg, exp_avg_sq, step), scheduler, counters and param groups, that

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "deepspeed/ds_writer.h"
+#include "hdf5/zck_h5.h"
 #include "manifest.h"
 #include "reshard_internal.h"
 #include "source.h"
@@ -117,8 +118,9 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
-  ZCK_TRY(zck_ds_autoep_refuse(c, "reshard"));
   ZCK_TRY(zck_ds_moe_refuse(c, "reshard"));
+  if (o.to_ep_size && !in->ep_size)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: %s is not an AutoEP (expert-parallel) checkpoint", src);
   if (in->stage == 0 && !o.to_stage)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: a ZeRO-0 checkpoint is resharded into a ZeRO stage: pass --to-stage 1, 2 "
                      "or 3", src);
@@ -142,6 +144,13 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
     return zck__fail(ZCK_ERR_INVALID_ARG, "--swap-min-bytes: only for an NVMe-offload target (ZeRO-3)");
   wo.swap_min_bytes = o.swap_min_bytes;
   if (nvme) ZCK_TRY(zck_ds_nvme_target((zck_ds_ckpt *)c, &wo));  /* c caches its ds_id numbering */
+  if (in->ep_size && (nvme || o.to_tp_size > 1))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP checkpoint: reshard does not write it with %s", src,
+                     nvme ? "NVMe offload" : "--to-tp-size (AutoEP folded with AutoTP)");
+  zck_ds_autoep_target *ae = NULL;   /* AutoEP: its own layout at the target's EP size */
+  if (in->ep_size) ZCK_TRY(zck_ds_autoep_target_new(c, o.to_ep_size ? o.to_ep_size : in->ep_size, wo.stage,
+                                                    wo.world_size, &ae));
+  wo.autoep = ae;
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
   if (st == ZCK_OK && o.to_tp_size > 1) {
     zck_state_view view;
@@ -149,7 +158,10 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
     zck__autotp_src as = {in->dir, &view, zck_ds_model(c), zck_ds_autotp_info(c), in->tp_size, in->root, in->tag, NULL, NULL, NULL};
     st = zck__reshard_autotp(&as, &wo, out, &o);
   }
-  if (st != ZCK_OK || o.to_tp_size > 1) return st;
+  if (st != ZCK_OK || o.to_tp_size > 1) {
+    zck_ds_autoep_target_free(ae);
+    return st;
+  }
 
   zck__outdir d;
   zck_ds_writer *w = NULL;
@@ -180,6 +192,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   if (st == ZCK_OK) st = zck__outdir_commit(&d);
   if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(c)->n_params);
   zck_ds_writer_free(w);
+  zck_ds_autoep_target_free(ae);
   zck__outdir_abort(&d);
   return st;
 }
@@ -195,6 +208,9 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   if (o.to_offload == ZCK_RESHARD_OFFLOAD_NVME && (o.to_format != ZCK_RESHARD_TO_DEEPSPEED || kind != ZCK__SRC_DEEPSPEED))
     return zck__fail(ZCK_ERR_UNSUPPORTED, "--to-offload nvme: written from a DeepSpeed ZeRO-3 checkpoint into DeepSpeed "
                      "files (the swap files are named by its parameter numbering); %s is not one", src);
+  if (o.to_ep_size && (kind != ZCK__SRC_DEEPSPEED || o.to_format != ZCK_RESHARD_TO_DEEPSPEED))
+    return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: a DeepSpeed AutoEP checkpoint into DeepSpeed files only; %s is "
+                     "not resharded so", src);
   if (o.to_format == ZCK_RESHARD_TO_DCP || o.to_format == ZCK_RESHARD_TO_DCP_ACCELERATE)
     return zck__reshard_to_dcp(src, kind, out, &o);
   if (o.to_format != ZCK_RESHARD_TO_DEEPSPEED) return zck__fail(ZCK_ERR_INVALID_ARG, "to_format %d: unknown", (int)o.to_format);
@@ -217,11 +233,15 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   so.force = o.force != 0;
   so.check_complete = true;   /* a universal folder's completeness is not checked (as before) */
   so.no_verify = o.no_verify != 0;
+  so.autoep_ds_names = true;   /* AutoEP: written again under DeepSpeed's names (experts.w1 / w2 / w3) */
   zck__src s;
   ZCK_TRY(zck__src_open(&s, src, kind, &so));
   zck_status st;
   switch (s.kind) {
-  case ZCK__SRC_HDF5: st = zck__reshard_from_h5(&s, out, &o); break;
+  case ZCK__SRC_HDF5:
+    st = zck_h5u_autoep_refuse(s.h5, "reshard");
+    if (st == ZCK_OK) st = zck__reshard_from_h5(&s, out, &o);
+    break;
   case ZCK__SRC_UNIVERSAL:
     st = zck_uv_autoep_refuse(s.uv, "reshard");
     if (st == ZCK_OK) st = zck__reshard_from_universal(&s, out, &o);

@@ -131,6 +131,21 @@ static zck_status zck__uvh_part_dtypes(zck_h5_writer *w, const zck__uvh_job *job
   return zck__uvh_attr_json(w, "part_dtypes", o);
 }
 
+/* autoep_layers: an AutoEP source's ds_autoep_layers (rank 0's), so that a reader knows the experts' layout
+ * (and a reshard of the container, which would not write it, refuses it by name). */
+static zck_status zck__uvh_autoep(zck_h5_writer *w, const zck_ds_ckpt *ck) {
+  const zck_pk *root = zck_torch_root(zck_ds_rank0_model(ck));
+  const zck_pk *l = zck_pk_dict_get(root, "ds_autoep_layers");
+  if (!l || l->kind == ZCK_PK_NONE) l = zck_pk_dict_get(root, "autoep_layers");   /* the older name */
+  size_t budget = ZCK__UVJ_JSON_VALUES;
+  cJSON *j = l ? zck__uvj_pk_json(l, 0, &budget) : NULL;
+  if (!j || !budget) {   /* the reader took this list at open: not reached for a file it accepted */
+    cJSON_Delete(j);
+    return zck__fail(ZCK_ERR_FORMAT, "%s: ds_autoep_layers cannot be kept in the container", zck_ds_model_file(ck, 0).path);
+  }
+  return zck__uvh_attr_json(w, "autoep_layers", j);
+}
+
 static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const char *src, const uint32_t *flat,
                                  size_t n_flat) {
   const zck_ds_info *info = zck_ds_info_of(ck);
@@ -225,6 +240,7 @@ static zck_status zck__uvh_attrs(zck_h5_writer *w, const zck_ds_ckpt *ck, const 
       st = zck__uvh_attr_json(w, "ds_config", j);
     }
   }
+  if (st == ZCK_OK && info->ep_size) st = zck__uvh_autoep(w, ck);
   return st;
 }
 

@@ -62,6 +62,9 @@ static const char zck__reshard_help[] =
   "                           than an AutoTP source's own reads the model config\n"
   "  --model-config FILE      config.json for --to-tp-size (default: config.json in SRC's\n"
   "                           checkpoint folder, where Hugging Face's Trainer saves it)\n"
+  "  --to-ep-size E           DeepSpeed AutoEP source: the target's expert-parallel size\n"
+  "                           (default: the source's); written in AutoEP's own ZeRO-2 layout\n"
+  "                           (expert files, ds_autoep_layers) for load_checkpoint\n"
   "  --sub-group-size N       ZeRO-3 target: sub_group_size of the target run (default:\n"
   "                           the source's, else 1e9); less than 1e18\n"
   "  --to-offload O           keep (default), none or nvme: where the optimizer state\n"
@@ -104,7 +107,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     {"no-verify", no_argument, 0, 'V'}, {"to-tp-size", required_argument, 0, 'T'},
     {"model-config", required_argument, 0, 'M'}, {"to-format", required_argument, 0, 'f'},
     {"to-dtype", required_argument, 0, 'D'}, {"to-offload", required_argument, 0, 'O'},
-    {"swap-min-bytes", required_argument, 0, 'S'},
+    {"swap-min-bytes", required_argument, 0, 'S'}, {"to-ep-size", required_argument, 0, 'E'},
     {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   zck_reshard_opts o = ZCK_RESHARD_OPTS_INIT;
   bool quiet = false;
@@ -130,6 +133,10 @@ int zck_cmd_reshard(int argc, char **argv) {
     case 'T':
       if (!zck__parse_u64(optarg, 4096, &v)) return zck_cli_usage_error("reshard", "--to-tp-size must be a positive integer");
       o.to_tp_size = (uint32_t)v;
+      break;
+    case 'E':
+      if (!zck__parse_u64(optarg, 1u << 20, &v)) return zck_cli_usage_error("reshard", "--to-ep-size must be a positive integer");
+      o.to_ep_size = (uint32_t)v;
       break;
     case 'M': o.model_config = optarg; break;
     case 'f':
@@ -171,7 +178,7 @@ int zck_cmd_reshard(int argc, char **argv) {
     if (!argv[i][0]) return zck_cli_usage_error("reshard", "empty path argument");
   /* a DeepSpeed source resharded to itself is a mistake worth a hint; a named format is a
    * change of its own (a DCP to DeepSpeed takes the defaults: stage 3, the DCP's ranks) */
-  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && !o.to_dtype && !format_named)
+  if (!o.to_stage && !o.to_world_size && !o.to_tp_size && !o.to_ep_size && !o.to_dtype && !format_named)
     return zck_cli_usage_error("reshard", "give --to-stage and/or --to-world-size (or --to-format for another format)");
   if (o.to_stage && o.to_format != ZCK_RESHARD_TO_DEEPSPEED)
     return zck_cli_usage_error("reshard", "--to-stage: a DCP checkpoint has no ZeRO stage");

@@ -341,9 +341,23 @@ typedef struct zck_ds_write_opts {
                                       DeepSpeed swaps them is not known (refused); 0, 0: none */
   uint64_t swap_align_bytes;       /* swap files are padded to a multiple of it (aligned swap buffers) */
   const int64_t *swap_ds_ids;      /* [n_params]: DeepSpeed's ds_id of each param (names the files) */
+  /* AutoEP (ds_autoep_write.c): the experts as DeepSpeed's AutoEP engine saves them at another EP size
+   * (zck_ds_autoep_target_new; the manifest under DeepSpeed's names). NULL: plain ZeRO */
+  const struct zck_ds_autoep_target *autoep;
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
-                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, 0, 0, NULL}
+                                true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, 0, 0, \
+                                NULL, NULL}
+
+/* An AutoEP target for a writer (zck_ds_write_opts.autoep): c's experts (c opened with autoep_ds_names) at EP size
+ * ep_size over `world` ranks at ZeRO `stage`, as DeepSpeed 0.19.8's AutoEP engine saves them: the experts' optimizer
+ * group partitioned over world / ep_size expert-data-parallel ranks, each expert's 16-bit weights in its own
+ * layer_<L>_expert_<E> file, ds_autoep_layers for the new placement. What DeepSpeed or this writer cannot take is
+ * refused in one line naming c. Borrows from c, which must outlive it. */
+typedef struct zck_ds_autoep_target zck_ds_autoep_target;
+zck_status zck_ds_autoep_target_new(const zck_ds_ckpt *c, uint32_t ep_size, int stage, uint32_t world,
+                                    zck_ds_autoep_target **out);
+void zck_ds_autoep_target_free(zck_ds_autoep_target *t);
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */

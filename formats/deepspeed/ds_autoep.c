@@ -397,10 +397,14 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
 zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
                                 const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
                                 zck_layout **out) {
+  return zck__ds_autoep_layout(n_params, numels, specs, n_flat, w, param_align, c->autoep->expert_group,
+                               c->autoep->ep_size, c->info.stage == 3, out);
+}
+
+zck_status zck__ds_autoep_layout(size_t n_params, const uint64_t *numels, const zck_group_spec *specs, size_t n_flat,
+                                 uint32_t w, uint32_t param_align, size_t eg, uint32_t E, bool z3, zck_layout **out) {
   *out = NULL;
-  const size_t eg = c->autoep->expert_group;
-  const uint32_t E = c->autoep->ep_size, D = c->autoep->edp_size;
-  const bool z3 = c->info.stage == 3;
+  const uint32_t D = w / E;
   zck_layout *base = NULL, *loc = NULL, *l = NULL;
   uint64_t *lnum = zck__calloc(n_params + 1, sizeof *lnum);
   if (!lnum) return ZCK_ERR_NO_MEMORY;

@@ -217,7 +217,8 @@ static zck_status build_geometry(zck_ds_writer *w) {
   if (!w->owners) return ZCK_ERR_NO_MEMORY;
   for (size_t p = 0; p < m->n_params; p++)
     if (m->params[p].tied_to < 0) w->owners[w->n_owners++] = (uint32_t)p;
-  if (w->stage <= 2) ZCK_TRY(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout));
+  if (w->o.autoep) ZCK_TRY(zck__ds_autoep_geometry(w));  /* train and LP layouts of an AutoEP target */
+  else if (w->stage <= 2) ZCK_TRY(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout));
   if (m->n_buffers) {
     uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);
     if (!bn) return ZCK_ERR_NO_MEMORY;
@@ -257,6 +258,7 @@ static zck_status build_file(void *ctx, size_t i, unsigned thread) {
   (void)thread;
   zck_ds_writer *w = ctx;
   if (i < w->n_models) return builds_model(w, (uint32_t)i) ? zck__ds_build_model_file(w, (uint32_t)i) : ZCK_OK;
+  if (i >= (size_t)w->n_models + w->w) return zck__ds_build_expert_file(w, i - w->n_models - w->w);  /* AutoEP */
   uint32_t r = (uint32_t)(i - w->n_models);
   return builds_optim(w, r) ? zck__ds_build_optim_file(w, r) : ZCK_OK;
 }
@@ -352,7 +354,7 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
   }
   /* other ranks' stores stay unbound in a rank-only writer (zeroed: ZCK_STORE_UNBOUND) */
   /* each file's tree is pickled and freed once built: threads bound how many are alive */
-  ZCK_CHECK_GOTO(zck__parallel_for((size_t)w->n_models + w->w, o->threads, build_file, w), s, fail);
+  ZCK_CHECK_GOTO(zck__parallel_for((size_t)w->n_models + w->w + w->n_expert_files, o->threads, build_file, w), s, fail);
   *out = w;
   return ZCK_OK;
 fail:
@@ -489,6 +491,12 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
     w->optim_w[r] = NULL;
     ZCK_TRY(s);
   }
+  for (size_t i = 0; i < w->n_expert_files; i++) {   /* AutoEP: hashed by the manifest writer, which reads them */
+    zck_status s = zck_torch_writer_finish(w->expert_w[i], NULL);
+    zck_torch_writer_free(w->expert_w[i]);
+    w->expert_w[i] = NULL;
+    ZCK_TRY(s);
+  }
   if (w->hash_started) ZCK_TRY(finish_hashes(w));
   ZCK_TRY(zck__ds_write_swap_commit(w));
   if (!w->rank_only && !w->joined) ZCK_TRY(zck__outdir_commit(&w->dir));
@@ -511,6 +519,12 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   if (!w) return;
   for (uint32_t r = 0; w->model_w && r < w->n_models; r++) zck_torch_writer_free(w->model_w[r]);
   for (uint32_t r = 0; w->optim_w && r < w->w; r++) zck_torch_writer_free(w->optim_w[r]);
+  for (size_t i = 0; w->expert_w && i < w->n_expert_files; i++) zck_torch_writer_free(w->expert_w[i]);
+  free(w->expert_w);
+  free(w->ae_layer);
+  free(w->lp_first);
+  if (w->ae_train) w->train = NULL;
+  zck_layout_free(w->ae_train);
   for (uint32_t r = 0; w->model_h && r < w->n_models; r++) zck__shash_free(w->model_h[r]);
   for (uint32_t r = 0; w->optim_h && r < w->w; r++) zck__shash_free(w->optim_h[r]);
   for (size_t i = 0; i < w->known.n_files; i++) {

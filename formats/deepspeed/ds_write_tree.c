@@ -104,6 +104,10 @@ static zck_pk *ds_config(zck_ds_writer *w, zck_pk_doc *d) {
   if ((w->o.param_align > 1 || zck_pk_dict_get(zo, "parameter_alignment")) &&
       !set_key(d, zo, "parameter_alignment", zck_pk_new_bool(d, w->o.param_align > 1)))
     return NULL;
+  if (w->o.autoep) {  /* AutoEP: the EP size the files are laid out for */
+    zck_pk *ep = zck__ds_pk_get_mut(cfg, "expert_parallel");
+    if (ep && ep->kind == ZCK_PK_DICT && !set_key(d, ep, "autoep_size", zck_pk_new_int(d, zck__ds_autoep_ep_size(w)))) return NULL;
+  }
   if (!w->o.ds_config) {
     zck_pk *bf = zck_pk_new_dict(d, 0);
     if (!bf || !put(d, bf, "enabled", zck_pk_new_bool(d, w->lp == ZCK_BF16)) || !put(d, cfg, "bf16", bf)) return NULL;
@@ -140,8 +144,13 @@ static zck_pk *param_groups(zck_ds_writer *w, zck_pk_doc *d) {
   for (size_t g = 0; g < m->n_groups; g++) {
     zck_pk *gd = zck_pk_new_dict(d, 0), *ids = zck_pk_new_list(d);
     if (!gd || !ids) return NULL;
-    for (size_t i = 0; i < m->groups[g].n_hparams; i++)
-      if (!put(d, gd, m->groups[g].hparams[i].key, hparam_value(d, &m->groups[g].hparams[i]))) return NULL;
+    char gname[32];
+    const char *rename = zck__ds_autoep_group_name(w, g, gname, sizeof gname);  /* AutoEP: ep_size_<E> */
+    for (size_t i = 0; i < m->groups[g].n_hparams; i++) {
+      const zck_hparam *h = &m->groups[g].hparams[i];
+      zck_pk *v = rename && !strcmp(h->key, "name") ? S(d, rename) : hparam_value(d, h);
+      if (!put(d, gd, h->key, v)) return NULL;
+    }
     for (size_t s = 0; s < w->n_flat; s++)
       if (w->flat[s].opt_group == (int32_t)g && !zck_pk_append(d, ids, zck_pk_new_int(d, (int64_t)s))) return NULL;
     if (!put(d, gd, "params", ids) || !zck_pk_append(d, l, gd)) return NULL;
@@ -194,13 +203,22 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     } else if (pp->tied_to >= 0) {
       const zck_param *src = &m->params[pp->tied_to];
       if (!(t = zck_torch_writer_tensor(tw, stor[pp->tied_to], src->ndim, src->shape, NULL, 0, 0))) goto nomem;
+    } else if (w->ae_layer && w->ae_layer[p] >= 0) {
+      continue;   /* AutoEP: an expert weight, in its expert files */
     } else {
       snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, pp->name);
-      ZCK_CHECK_GOTO(new_tensor(w, tw, hf, w->lp, pp->ndim, pp->shape, pp->numel, 0, label, &w->stores[ZCK_DS_LP][lpi],
+      size_t at = w->lp_first ? w->lp_first[p] : lpi;
+      ZCK_CHECK_GOTO(new_tensor(w, tw, hf, w->lp, pp->ndim, pp->shape, pp->numel, 0, label, &w->stores[ZCK_DS_LP][at],
                                 &stor[p], &t), s, out);
       lpi++;
     }
     if (!put(d, module, pp->name, t)) goto nomem;
+    char alias[1100];
+    if (w->stage <= 2 && zck__ds_autoep_alias(w, (uint32_t)p, alias, sizeof alias)) {
+      /* AutoEP's router alias: the same values (DeepSpeed saves a copy; here a view of the router's storage) */
+      zck_pk *a = zck_torch_writer_tensor(tw, stor[p], pp->ndim, pp->shape, NULL, 0, 0);
+      if (!a || !put(d, module, alias, a)) goto nomem;
+    }
   }
   for (size_t b = 0; b < m->n_buffers; b++) {
     const zck_buffer *bf = &m->buffers[b];
@@ -222,8 +240,14 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     zck_pk *od = zck_pk_new_dict(d, 1);
     if (!od) goto nomem;
     for (size_t i = 0; i < w->flat[g].n_params; i++) {
-      const zck_param *pp = &m->params[w->flat[g].params[i]];
-      if (!put(d, od, pp->name, torch_size(d, pp->ndim, pp->shape))) goto nomem;
+      uint32_t p = w->flat[g].params[i];
+      const zck_param *pp = &m->params[p];
+      int64_t shape[ZCK_MAX_DIMS];
+      memcpy(shape, pp->shape, (size_t)pp->ndim * sizeof *shape);
+      if (w->ae_layer && w->ae_layer[p] >= 0) shape[0] /= zck__ds_autoep_ep_size(w);   /* AutoEP: its local experts */
+      zck_pk *sz = torch_size(d, pp->ndim, shape);
+      if (sz && w->ae_layer) sz->tag = ZCK_PK_TAG_NONE;   /* AutoEP's engine saves plain tuples there */
+      if (!put(d, od, pp->name, sz)) goto nomem;
     }
     if (!zck_pk_append(d, ps, od)) goto nomem;
   }
@@ -277,6 +301,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       !put(d, root, "checkpoint_parallel_dimensions", cpd) || !put(d, root, "ds_config", ds_config(w, d)) ||
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;
+  if (w->o.autoep && !zck__ds_autoep_model_extras(w, d, root)) goto nomem;  /* num_experts, ds_autoep_layers, uci */
   if (tp > 1 && w->o.tp_info) {  /* AutoTP: DeepSpeed's record of the slicing, last (as DeepSpeed orders it) */
     zck_pk *uci = zck__ds_pk_copy(d, w->o.tp_info);
     if (!uci) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "universal_checkpoint_info"); goto out; }
@@ -305,14 +330,14 @@ static zck_pk *slice_mappings(zck_ds_writer *w, zck_pk_doc *d, uint32_t r, size_
   if (!od) return NULL;
   bool padded = false;
   for (size_t i = 0; i + 1 < lg->n_params; i++)
-    padded |= lg->offsets[i] + m->params[lg->params[i]].numel != lg->offsets[i + 1];
-  uint64_t P = lg->partition, lo = (uint64_t)r * P, hi = lo + P, run = 0;
+    padded |= lg->offsets[i] + zck__ds_flat_numel(w, lg->params[i]) != lg->offsets[i + 1];
+  uint64_t P = lg->partition, lo = (uint64_t)zck__ds_flat_rank(w, g, r) * P, hi = lo + P, run = 0;
   const zck_param_group *mg = &m->groups[g];
   for (size_t j = 0; j < mg->n_params; j++) {
     uint32_t p = mg->params[j];
     const zck_param *pp = &m->params[p];
     if (pp->frozen || pp->tied_to >= 0) continue;
-    uint64_t off = run, n = pp->numel;
+    uint64_t off = run, n = zck__ds_flat_numel(w, p);
     if (padded)
       for (size_t i = 0; i < lg->n_params; i++)
         if (lg->params[i] == p) off = lg->offsets[i];
@@ -371,7 +396,6 @@ static zck_status torch_optim_state(zck_ds_writer *w, zck_torch_writer *tw, zck_
 }
 
 zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
-  const zck_model *m = w->m;
   zck__ds_prefix prefix = w->lp == ZCK_BF16 ? ZCK__DS_PREFIX_BF16 : ZCK__DS_PREFIX_NONE;
   char *fname = zck__ds_optim_name_mp(prefix, r, w->o.mp_rank);
   char *path = fname ? zck__path_join(w->fdir, fname) : NULL;
@@ -426,7 +450,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
       uint64_t *nums = zck__calloc(n + 1, sizeof *nums);
       int64_t *pads = zck__calloc(n + 1, sizeof *pads);
       if (nums && pads) {
-        for (size_t i = 0; i < n; i++) nums[i] = m->params[w->flat[g].params[i]].numel;
+        for (size_t i = 0; i < n; i++) nums[i] = zck__ds_flat_numel(w, w->flat[g].params[i]);
         zck__ds_param_paddings(nums, n, w->o.param_align, pads);
         ok = zck_pk_append(d, pap, int_list(d, pads, n));
       } else {
@@ -435,7 +459,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
       free(nums);
       free(pads);
     }
-    for (size_t g = 0; g < w->n_flat; g++) v[g] = w->w;
+    for (size_t g = 0; g < w->n_flat; g++) v[g] = zck__ds_flat_count(w, g);   /* AutoEP: experts over their edp group */
     ok = ok && put(d, osd, "param_alignment_paddings", pap) && put(d, osd, "partition_count", int_list(d, v, w->n_flat)) &&
          put(d, osd, "ds_version", S(d, w->ds_version));
     free(v);

@@ -91,6 +91,14 @@ struct zck_ds_writer {
   zck__manifest_known known;
   zck_manifest_layout known_layout; /* known.layout: the tag folder's layout as written, so
                                        the manifest writer need not open the folder again */
+  /* AutoEP target (ds_autoep_write.c; o.autoep): the experts' flat group laid out per EP rank, their 16-bit
+   * weights in layer_<L>_expert_<E> files */
+  zck_layout *ae_train;             /* owns w->train when set */
+  int32_t *ae_layer;                /* [n_params]: an expert param's layer (index in the source's records), else -1 */
+  size_t ae_group;                  /* the experts' flat group */
+  size_t *lp_first;                 /* [n_params]: the param's first LP store (an expert param has one per expert) */
+  size_t n_expert_files;            /* layers x experts */
+  zck_torch_writer **expert_w;
   /* NVMe-offload target (ds_write_offload.c): the swap files (mu guards them) */
   struct zck__ds_swapfile **swap;
   size_t n_swap, cap_swap;
@@ -127,6 +135,22 @@ zck_status zck__ds_seal_file(zck_torch_writer *tw, const zck_pk *root, zck__ds_w
  * *out receives its callback store. */
 zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
                               zck_dtype dt, uint64_t numel, const char *name, zck_store *out);
+
+/* ds_autoep_write.c (w->o.autoep set): the layouts (train, LP) of an AutoEP target, called by build_geometry after
+ * the ZeRO geometry; the local numel of param p in its flat group (an expert param's numel / E); the index of rank
+ * r in flat group g's partition group (its expert-data-parallel rank in the experts' group); the expert file i
+ * (layer-major); module's router alias after param p, if p is a router (else NULL, nothing written); the model
+ * file's AutoEP entries (num_experts, ds_autoep_layers, universal_checkpoint_info) appended to root. */
+zck_status zck__ds_autoep_geometry(zck_ds_writer *w);
+uint32_t zck__ds_autoep_ep_size(const zck_ds_writer *w);
+uint64_t zck__ds_flat_numel(const zck_ds_writer *w, uint32_t p);
+uint32_t zck__ds_flat_rank(const zck_ds_writer *w, size_t g, uint32_t r);
+uint32_t zck__ds_flat_count(const zck_ds_writer *w, size_t g);
+zck_status zck__ds_build_expert_file(zck_ds_writer *w, size_t i);
+const char *zck__ds_autoep_alias(const zck_ds_writer *w, uint32_t p, char *buf, size_t cap);
+bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root);
+/* The name of optimizer group g in the target (AutoEP's expert group is named by its EP size), or NULL: kept. */
+const char *zck__ds_autoep_group_name(const zck_ds_writer *w, size_t g, char *buf, size_t cap);
 
 /* ds_write_offload.c: whether sub-group g of rank r goes to swap files (o.nvme_offload); creates
  * them, binding the sub-group's fp32 / exp_avg / exp_avg_sq target stores to them; commit /

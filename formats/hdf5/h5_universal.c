@@ -26,7 +26,7 @@ typedef struct zck__h5u_part {
 struct zck_h5u {
   zck_h5_file *f;
   zck_h5u_info info;
-  char *ds_version, *ds_config, *tag;
+  char *ds_version, *ds_config, *tag, *autoep;
   char **side;                     /* names under /side_files */
   char **unsaved;                  /* info.unsaved_ties */
   zck_model *m;
@@ -265,6 +265,7 @@ static zck_status zck__h5u_build(zck_h5u *u) {
   zck_h5_attr_f64(u->f, "/", "step", &u->info.step);
   if (zck_h5_attr_str(u->f, "/", "ds_version", &u->ds_version) == ZCK_OK) u->info.ds_version = u->ds_version;
   if (zck_h5_attr_str(u->f, "/", "ds_config", &u->ds_config) == ZCK_OK) u->info.ds_config_json = u->ds_config;
+  if (zck_h5_attr_str(u->f, "/", "autoep_layers", &u->autoep) == ZCK_OK) u->info.autoep_layers_json = u->autoep;
   zck_clear_error();
   ZCK_TRY(zck__h5u_part_dtypes(u));
   /* describing needs every trainable part's dtype (else the datasets are opened, which
@@ -499,6 +500,7 @@ void zck_h5u_close(zck_h5u *u) {
   free(u->ds_version);
   free(u->ds_config);
   free(u->tag);
+  free(u->autoep);
   for (size_t i = 0; u->side && i < u->info.n_side_files; i++) free(u->side[i]);
   free(u->side);
   for (size_t i = 0; u->unsaved && u->unsaved[i]; i++) free(u->unsaved[i]);
@@ -556,4 +558,10 @@ zck_status zck_h5u_side_file_write(const zck_h5u *u, size_t i, const char *path)
   zck_h5_dataset_close(d);
   free(ds_path);
   return st;
+}
+
+zck_status zck_h5u_autoep_refuse(const zck_h5u *u, const char *job) {
+  if (!u || !u->info.autoep_layers_json) return ZCK_OK;
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a universal container of an AutoEP (expert-parallel) checkpoint: %s does "
+                   "not write AutoEP's layout from it (consolidate, inspect and verify read it)", zck_h5_name(u->f), job);
 }

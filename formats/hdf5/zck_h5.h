@@ -182,6 +182,10 @@ zck_status zck_h5_attr_f64(zck_h5_file *f, const char *obj, const char *key, dou
  *                        frozen_param_shapes / _fragments None). Both optional (absent in
  *                        containers written before them: {} and 0)
  *       ds_config        JSON of the source's ds_config (inf/nan as strings)
+ *       autoep_layers    JSON list: the ds_autoep_layers of a DeepSpeed AutoEP (expert-parallel MoE)
+ *                        source's rank 0 (module_path, expert_key_prefix, num_experts, ep_size, ...;
+ *                        its expert params are /params/<prefix>.w{1,2,3} at the full shape
+ *                        [experts, ...], the router alias not kept). Absent for other sources
  *       part_dtypes      JSON object {"fp32": dtype, "exp_avg": .., "exp_avg_sq": ..}: the
  *                        dtype of every dataset of that part, for each part whose datasets
  *                        share one (optional: absent before it; a reader checks it against
@@ -249,6 +253,7 @@ typedef struct zck_h5u_info {
   const char *const *unsaved_ties;   /* [2 * n]: alias, source of tied aliases whose source
                                         was not saved (zck_ds_unsaved_tie), in source order */
   size_t n_unsaved_ties;
+  const char *autoep_layers_json;    /* a DeepSpeed AutoEP source's ds_autoep_layers; NULL for others */
 } zck_h5u_info;
 
 zck_status zck_h5u_open(const char *path, zck_h5u **out);
@@ -275,6 +280,10 @@ const zck_model *zck_h5u_model(const zck_h5u *u);
 zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **layout, const zck_store **stores);
 /* Buffers: a whole layout over the buffer index space; NULL layout when there are none. */
 void zck_h5u_buffers(const zck_h5u *u, const zck_layout **layout, const zck_store **stores);
+
+/* UNSUPPORTED, one line naming the container, when it holds an AutoEP (expert-parallel MoE) checkpoint
+ * (autoep_layers): `job` does not write AutoEP's layout from it. ZCK_OK for other containers. */
+zck_status zck_h5u_autoep_refuse(const zck_h5u *u, const char *job);
 
 /* Side file i < n_side_files: its name (a plain file name, checked at open: no '/', not a
  * dot file, not `latest` / `latest_universal`), and its bytes written to path (temporary

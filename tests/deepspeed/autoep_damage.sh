@@ -10,8 +10,13 @@
 #   stale    expert 2's file from the same run's save at step 1 (fp32 and bf16): verify names it (its weights are
 #            not the module copy of the masters); consolidate, to-universal and inspect read no expert weights
 #            (their output does not depend on them, as ds_to_universal's does not), so they pass
-#   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's
-#   refuse   reshard (DeepSpeed or DCP) and to-universal --format hdf5 of an AutoEP checkpoint: one line
+#   z3-copy  ZeRO-3: rank 0's model file copied over rank 1's; at EP 2 x expert-data-parallel 2, rank 0's over rank 2's
+#            (the same EP rank, another expert-data-parallel rank)
+#   swap-layer  layer 0's and layer 1's expert-1 files exchanged (the same shapes, other keys)
+#   copy-edp    EP 2 x expert-data-parallel 2 (4 ranks): expert 1's file copied over expert 2's
+#   extra    an expert file of a layer ds_autoep_layers does not list (layer_5_expert_0); a ZeRO-2 save's expert
+#            file in a ZeRO-3 checkpoint (whose experts are in the ZeRO shards): a stale file of another save
+#   refuse   reshard (DeepSpeed or DCP) of an AutoEP checkpoint and of its HDF5 universal container: one line
 #   uv-*     the universal folder of an AutoEP checkpoint (zckpt to-universal; its manifest removed, as
 #            ds_to_universal's has none): an expert folder missing, or w1's fp32.pt over w2's (the same numel at
 #            ZeRO-3, where other params' files are flat): consolidate names the file, writes nothing
@@ -70,18 +75,30 @@ done
 fresh ep2_s2_fp32; rm "$(e 2)"; jobs missing "$W/ck" layer_0_expert_2 fail
 fresh ep2_s3_fp32; cp "$T/zero_pp_rank_0_mp_rank_00_model_states.pt" "$T/zero_pp_rank_1_mp_rank_00_model_states.pt"
 jobs z3-copy "$W/ck" zero_pp_rank_1_mp_rank_00_model_states fail
+fresh ep2dp2_s3_fp32; cp "$T/zero_pp_rank_0_mp_rank_00_model_states.pt" "$T/zero_pp_rank_2_mp_rank_00_model_states.pt"
+jobs z3-copy-edp "$W/ck" zero_pp_rank_2_mp_rank_00_model_states fail
+fresh ep2_s2_fp32; L1="$T/layer_1_expert_1_mp_rank_00_model_states.pt"
+mv "$(e 1)" "$W/t.pt"; mv "$L1" "$(e 1)"; mv "$W/t.pt" "$L1"; jobs swap-layer "$W/ck" "layer_[01]_expert_1" fail
+fresh ep2dp2_s2_fp32; cp "$(e 1)" "$(e 2)"; jobs copy-edp "$W/ck" layer_0_expert_2 fail
+fresh ep2_s2_fp32; cp "$(e 0)" "$T/layer_5_expert_0_mp_rank_00_model_states.pt"; jobs extra-layer "$W/ck" layer_5_expert_0 fail
+fresh ep2_s3_fp32; cp "$FIX/ep2_s2_fp32/ckpt/global_step2/layer_0_expert_0_mp_rank_00_model_states.pt" "$(e 0)"
+jobs extra-z3 "$W/ck" layer_0_expert_0 fail
 fresh ep2_s2_fp32
 "$DAMAGE" flip "$(e 2)" model.layers.0.mlp.experts.w1.2 >"$W/dlog" 2>&1 || bad "flip: zck_damage: $(cat "$W/dlog")"
 jobs flip "$W/ck" layer_0_expert_2 verify-only
 
 # the jobs that do not write AutoEP's layout yet refuse it
 for c in ep2_s2_fp32 ep2_s3_fp32; do
-  for job in "reshard --to-world-size 1" "reshard --to-format dcp" "to-universal --format hdf5"; do
-    # shellcheck disable=SC2086
-    "$Z" $job "$FIX/$c/ckpt" "$W/out.w" >"$W/so" 2>"$W/se"; rc=$?
-    [ $rc = 1 ] && [ "$(wc -l <"$W/se")" = 1 ] && grep -q "AutoEP" "$W/se" && [ ! -e "$W/out.w" ] && ok ||
-      bad "$c $job: exit $rc, not one AutoEP line or output left: $(cat "$W/se")"
-    rm -rf "$W/out.w"
+  rm -f "$W/uc.h5"
+  "$Z" to-universal -q --format hdf5 "$FIX/$c/ckpt" "$W/uc.h5" || bad "$c: to-universal --format hdf5 failed"
+  for src in "$FIX/$c/ckpt" "$W/uc.h5"; do
+    for job in "reshard --to-world-size 1" "reshard --to-format dcp"; do
+      # shellcheck disable=SC2086
+      "$Z" $job "$src" "$W/out.w" >"$W/so" 2>"$W/se"; rc=$?
+      [ $rc = 1 ] && [ "$(wc -l <"$W/se")" = 1 ] && grep -q "AutoEP" "$W/se" && [ ! -e "$W/out.w" ] && ok ||
+        bad "$c $job ${src##*/}: exit $rc, not one AutoEP line or output left: $(cat "$W/se")"
+      rm -rf "$W/out.w"
+    done
   done
 done
 

@@ -15,17 +15,26 @@ Per case:
                 (the router alias is the router, not written again; each expert param whole): `zckpt consolidate` ==
                 the live engine's fp32 masters (expected_fp32) bit for bit, `--dtype bf16` of the bf16 cases == its
                 16-bit weights (expected_lp); `zckpt verify` clean on zckpt's folder.
-  refusals      `--format hdf5` refused in one line, nothing written; reshard (DeepSpeed or DCP) of the universal
-                folder refused in one line (it would not write AutoEP's layout), nothing written.
+  hdf5          `to-universal --format hdf5` (the one-file container): every dataset of /params equal to the
+                tensor of DeepSpeed's folder under that name (fp32, exp_avg, exp_avg_sq: dtype, shape, bytes; read
+                with h5py), the same params (the folder's router alias aside), the source's ds_autoep_layers in its
+                autoep_layers attribute; read back by zckpt: consolidate == the live engine's fp32 masters, verify
+                clean.
+  refusals      reshard (DeepSpeed or DCP) of the universal folder and of the container refused in one line (it
+                would not write AutoEP's layout), nothing written.
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
+import json
 import os
 import subprocess
 import sys
 import tempfile
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import h5py  # noqa: E402
+import hdf5plugin  # noqa: E402,F401  (the container's zstd filter)
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,6 +85,60 @@ def same(a, b, path, errs):
             errs.append(f"{path}: nan vs {b}")
     elif a != b:
         errs.append(f"{path}: {a!r} vs {b!r}")
+
+
+def refused(cmd, out, what):
+    r = subprocess.run([ZCKPT, *cmd], capture_output=True, text=True)
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "AutoEP" in r.stderr
+          and not os.path.exists(out), f"{what} not refused in one line: rc {r.returncode} {r.stderr!r}")
+
+
+def check_h5(case, ckpt, ref, want, tmp):
+    """zckpt's container against DeepSpeed's universal folder `ref`, then read back by zckpt."""
+    from safetensors.torch import load_file
+    h5 = os.path.join(tmp, case, "uc.h5")
+    z = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", ckpt, h5], capture_output=True, text=True)
+    check(z.returncode == 0, f"{case}: to-universal --format hdf5: {z.stderr.strip()}")
+    if z.returncode:
+        return
+    errs = []
+    with h5py.File(h5, "r") as f:
+        names = json.loads(f.attrs["param_names"])
+        layers = json.loads(f.attrs["autoep_layers"]) if "autoep_layers" in f.attrs else None
+        src = torch.load(os.path.join(ckpt, open(os.path.join(ckpt, "latest")).read().strip(),
+                                      "mp_rank_00_model_states.pt" if "_s3_" not in case else
+                                      "zero_pp_rank_0_mp_rank_00_model_states.pt"), weights_only=False)
+        if layers != json.loads(json.dumps(src["ds_autoep_layers"])):
+            errs.append(f"autoep_layers {layers} vs the source's {src['ds_autoep_layers']}")
+        folders = sorted(n for n in os.listdir(os.path.join(ref, "zero")) if os.path.isdir(os.path.join(ref, "zero", n)))
+        alias = [n for n in folders if n.endswith(".gate.gate.weight")]
+        if sorted(names) != sorted(set(folders) - set(alias)):
+            errs.append(f"params: only container {sorted(set(names) - set(folders))}, only folder "
+                        f"{sorted(set(folders) - set(names) - set(alias))}")
+        for n in names:
+            for part in ("fp32", "exp_avg", "exp_avg_sq"):
+                t = torch.load(os.path.join(ref, "zero", n, part + ".pt"), weights_only=False)
+                t = t["param"] if isinstance(t, dict) else t   # ZeRO-3's non-expert files: the flat tensor alone
+                d = f[f"params/{n}/{part}"]
+                a = np.ascontiguousarray(d[()])
+                if d.attrs["dtype"] != str(t.dtype).replace("torch.", "") or a.size != t.numel():
+                    errs.append(f"{n}/{part}: {d.attrs['dtype']} {a.shape} vs {t.dtype} {tuple(t.shape)}")
+                elif a.tobytes() != t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes():
+                    errs.append(f"{n}/{part}: values differ")
+    check(not errs, f"{case}: the container differs from DeepSpeed's universal folder: " + "; ".join(errs[:8]))
+    out = os.path.join(tmp, case, "h5_fp32.safetensors")
+    r = subprocess.run([ZCKPT, "consolidate", "-q", h5, out], capture_output=True, text=True)
+    check(r.returncode == 0, f"{case}: consolidate of the container: {r.stderr.strip()}")
+    if r.returncode == 0:
+        got = load_file(out)
+        bad = [k for k in want if k not in got or not torch.equal(got[k], want[k])]
+        check(set(got) == set(want) and not bad, f"{case}: consolidate of the container differs from the live "
+                                                 f"engine's: keys {sorted(set(got) ^ set(want))}, values {bad[:4]}")
+    r = subprocess.run([ZCKPT, "verify", h5], capture_output=True, text=True)
+    check(r.returncode == 0, f"{case}: verify of the container: {r.stdout[-600:]} {r.stderr.strip()}")
+    for job in (["reshard", "--to-world-size", "1"], ["reshard", "--to-format", "dcp"]):
+        res = os.path.join(tmp, case, "h5_resharded")
+        refused([*job, h5, res], res, f"{case}: {' '.join(job)} of the container")
 
 
 def files_under(d):
@@ -140,14 +203,10 @@ with tempfile.TemporaryDirectory() as tmp:
             check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "AutoEP" in r.stderr
                   and not os.path.exists(out), f"{case}: {' '.join(job)} of the universal folder not refused in one "
                                                f"line: rc {r.returncode} {r.stderr!r}")
+        check_h5(case, ckpt, ref, want, tmp)
         experts = [f for f in fa if ".experts.w" in f]
         print(f"{case}: {len(fa)} files equal to ds_to_universal's ({len(experts)} of the experts); both read back")
 
-    h5 = os.path.join(tmp, "h5", "uc.h5")
-    z = subprocess.run([ZCKPT, "to-universal", "-q", "--format", "hdf5", os.path.join(FIX, "ep2_s2_fp32", "ckpt"), h5],
-                       capture_output=True, text=True)
-    check(z.returncode == 1 and len(z.stderr.strip().splitlines()) == 1 and "AutoEP" in z.stderr
-          and not os.path.exists(h5), f"--format hdf5 not refused in one line: rc {z.returncode} {z.stderr!r}")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
