@@ -19,10 +19,7 @@ Prints `N passed, M failed`; exits 0 only if every check passes (77 without a zc
 """
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(HERE, "..", "fixtures", "gen")
@@ -30,6 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, GEN)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
+import ds_harness as H  # noqa: E402
 
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
 FIX = os.path.join(HERE, "..", "fixtures", "dcp", "hf_trainer_lora_w2_fp32")
@@ -38,8 +36,8 @@ TARGETS = [(2, 1), (3, 2)]
 
 
 def zckpt(*args):
-    r = subprocess.run([ZCKPT, *args], capture_output=True, text=True)
-    return None if r.returncode == 0 else f"zckpt {args[0]} failed (exit {r.returncode}): {r.stderr.strip()}"
+    err = H.zckpt(*args)
+    return err and f"zckpt {args[0]} failed: {err}"
 
 
 def torch_state(tmp):
@@ -140,14 +138,9 @@ def to_deepspeed(tmp, stage, world, model, optim, want_loss):
     if err:
         return [err]
     spec = {"load": out, "stage": stage, "out": out + ".res.pt"}
-    with open(out + ".json", "w") as f:
-        json.dump(spec, f)
-    from ds_launch import launch
-    from ds_harness import error_of
-    logs = out + ".log"
-    rc = launch(world, [os.path.abspath(__file__), "--ds", out + ".json"], log_prefix=logs, timeout=300)
-    if rc != 0:
-        return [f"DeepSpeed failed (exit {rc}): {error_of(logs, world)}"]
+    err = H.launch_spec(__file__, "--ds", out + ".json", spec, world, out + ".log", 300)
+    if err:
+        return [f"DeepSpeed failed: {err}"]
     got = torch.load(spec["out"], weights_only=False)
     probs = []
     if sorted(got["gathered"]) != sorted(optim["state"]):
@@ -165,41 +158,25 @@ def to_deepspeed(tmp, stage, world, model, optim, want_loss):
     return probs
 
 
+def scenario(tmp):
+    model, optim = torch_state(tmp)
+    results = [("HF Trainer FSDP + LoRA: inspect, verify, consolidate = dcp_to_torch_save", read_checks(tmp, model))]
+    want = torch_loss(model)
+    for stage, world in TARGETS:
+        results.append((f"HF Trainer FSDP + LoRA -> DeepSpeed ZeRO-{stage} W={world}: loaded, state and loss",
+                        to_deepspeed(tmp, stage, world, model, optim, want)))
+    return results
+
+
 def main():
     if not os.path.exists(ZCKPT):
         print(f"skip: no zckpt binary at {ZCKPT}")
         return 77
-    passed = failed = 0
-    with tempfile.TemporaryDirectory(prefix="zck-dcp-peft-") as tmp:
-        results = []
-        try:
-            model, optim = torch_state(tmp)
-            results.append(("HF Trainer FSDP + LoRA: inspect, verify, consolidate = dcp_to_torch_save",
-                            read_checks(tmp, model)))
-            want = torch_loss(model)
-            for stage, world in TARGETS:
-                results.append((f"HF Trainer FSDP + LoRA -> DeepSpeed ZeRO-{stage} W={world}: loaded, state and loss",
-                                to_deepspeed(tmp, stage, world, model, optim, want)))
-        except Exception as e:
-            traceback.print_exc()
-            results.append(("interop_dcp_peft", [f"{type(e).__name__}: {e}"]))
-        for label, probs in results:
-            if probs:
-                failed += 1
-                print(f"FAIL {label}")
-                for p in probs:
-                    print(f"     {p}")
-            else:
-                passed += 1
-                print(f"ok   {label}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return H.run_scenarios([("peft", scenario)], "zck-dcp-peft-")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--ds":
         ds_worker(sys.argv[2])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        H.end_worker()
     sys.exit(main())

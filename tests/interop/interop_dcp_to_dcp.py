@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(HERE, "..", "fixtures", "gen")
@@ -32,6 +31,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, GEN)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch  # noqa: E402
+import ds_harness as H  # noqa: E402
 import fsdp2_harness as F  # noqa: E402
 
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(HERE, "..", "..", "build", "bin", "zckpt")
@@ -213,33 +213,12 @@ def main():
     if not os.path.exists(ZCKPT):
         print(f"skip: no zckpt binary at {ZCKPT}")
         return 77
-    passed = failed = 0
-    with tempfile.TemporaryDirectory(prefix="zck-dcp2dcp-") as tmp:
-        results = []
-        for c in CASES:
-            try:
-                results += case(tmp, *c)
-            except Exception as e:
-                traceback.print_exc()
-                results.append((c[0], [f"{type(e).__name__}: {e}"]))
-        results += refused(tmp)
-        for label, probs in results:
-            if probs:
-                failed += 1
-                print(f"FAIL {label}")
-                for p in probs:
-                    print(f"     {p}")
-            else:
-                passed += 1
-                print(f"ok   {label}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    scenarios = [(c[0], lambda tmp, c=c: case(tmp, *c)) for c in CASES] + [("refused", refused)]
+    return H.run_scenarios(scenarios, "zck-dcp2dcp-")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--fsdp2":
         fsdp2_worker(sys.argv[2])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        H.end_worker()
     sys.exit(main())
