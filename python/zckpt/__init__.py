@@ -100,7 +100,7 @@ def consolidate(checkpoint, out, *, tag=None, dtype=None, max_shard_size=None, e
 
 def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None, tag=None, force=False,
             overwrite=False, threads=0, progress=None, no_verify=False, tp_size=None, model_config=None,
-            format="deepspeed", dtype=None, offload="keep", swap_min_bytes=None):
+            format="deepspeed", dtype=None, offload="keep", swap_min_bytes=None, ep_size=None):
     """A DeepSpeed checkpoint (or a universal folder / HDF5 file) as a DeepSpeed checkpoint
     for another ZeRO stage and/or world size; OUT is a new save root (OUT/latest, OUT/<tag>/).
     tp_size: write AutoTP files at that TP size (default: TP 1); another TP size than the
@@ -115,7 +115,8 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
     offload: where a DeepSpeed target keeps its optimizer state: "keep" (the source's: NVMe swap
     files for an NVMe-offloaded ZeRO-3 source), "none" (the rank files) or "nvme" (ZeRO-3 swap
     files in offloaded_tensors/); swap_min_bytes: the smallest fp32 partition DeepSpeed swaps, when
-    the source's swaps do not say (as zckpt reshard --swap-min-bytes)."""
+    the source's swaps do not say (as zckpt reshard --swap-min-bytes). ep_size: a DeepSpeed AutoEP
+    source's expert-parallel size in the target (as zckpt reshard --to-ep-size; default: the source's)."""
     formats = ("deepspeed", "dcp", "dcp-accelerate")   # enum zck_reshard_format's order
     if format not in formats:
         raise Error(f"format {format!r}: use deepspeed, dcp or dcp-accelerate", "invalid argument")
@@ -126,7 +127,8 @@ def reshard(checkpoint, out, *, world_size=None, stage=None, sub_group_size=None
                           tag=_b(tag), threads=threads, overwrite=int(bool(overwrite)), force=int(bool(force)),
                           no_verify=int(bool(no_verify)), to_tp_size=tp_size or 0, model_config=_b(model_config),
                           to_format=formats.index(format), to_dtype=_dtype(dtype),
-                          to_offload=offloads.index(offload), swap_min_bytes=_size(swap_min_bytes))
+                          to_offload=offloads.index(offload), swap_min_bytes=_size(swap_min_bytes),
+                          to_ep_size=ep_size or 0)
     run(N.lib.zck_reshard, _b(checkpoint), _b(out), o, opts=o, progress=progress, label="reshard")
     return os.fspath(out)
 

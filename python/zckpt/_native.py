@@ -82,7 +82,7 @@ class ReshardOpts(_Opts):
                 ("progress", PROGRESS), ("progress_ctx", ctypes.c_void_p), ("force", ctypes.c_int),
                 ("no_verify", ctypes.c_int), ("summary", ctypes.POINTER(JobSummary)), ("to_tp_size", ctypes.c_uint32),
                 ("model_config", ctypes.c_char_p), ("to_format", ctypes.c_int), ("to_dtype", ctypes.c_int),
-                ("to_offload", ctypes.c_int), ("swap_min_bytes", ctypes.c_uint64)]
+                ("to_offload", ctypes.c_int), ("swap_min_bytes", ctypes.c_uint64), ("to_ep_size", ctypes.c_uint32)]
 
 
 class UniversalOpts(_Opts):
@@ -132,6 +132,7 @@ _v = ctypes.c_void_p
 for name, args in [
     ("zck_consolidate", [_c, _c, ctypes.POINTER(ConsolidateOpts)]),
     ("zck_dcp_to_torch_save", [_c, _c, ctypes.POINTER(ConsolidateOpts)]),
+    ("zck_dcp_consolidate_safetensors", [_c, _c, _c, ctypes.POINTER(ConsolidateOpts)]),
     ("zck_reshard", [_c, _c, ctypes.POINTER(ReshardOpts)]),
     ("zck_to_universal", [_c, _c, ctypes.POINTER(UniversalOpts)]),
     ("zck_inspect", [_c, ctypes.POINTER(InspectOpts), _v]),

@@ -18,6 +18,8 @@ group) with the one-file mapping and with a three-file mapping in another order,
 3; bf16, fp16, fp64, 3-D and a non-ASCII name) is consolidated by its own finish and by zckpt from the shard names
 alone. Refused in one line, nothing at OUT: a .metadata DCP, a mapping leaving a tensor out or naming one the
 checkpoint lacks, an int64 tensor (torch.finfo raises) and a 0-d one (torch writes zeros for it, shown here).
+With the library's path (argv[1]): the Python package's zckpt.dcp.consolidate_safetensors_files writes the same
+files as torch's for the one-file and the three-file mapping, and refuses an unknown tensor in its mapping.
 """
 import json
 import os
@@ -33,6 +35,13 @@ from torch.distributed.checkpoint._consolidate_hf_safetensors import (consolidat
                                                                        consolidate_safetensors_files_on_every_rank)
 
 zckpt = os.environ["ZCK_BIN"]
+zckpt_py = None   # the Python package, when its library is given (argv[1])
+if len(sys.argv) > 1:
+    os.environ["ZCKPT_LIBRARY"] = sys.argv[1]
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    import importlib  # noqa: E402
+    zckpt_py = importlib.import_module("zckpt")   # not `import zckpt`: that name is the binary here
+    importlib.import_module("zckpt.dcp")
 fixtures = os.environ.get("ZCK_FIXTURES", os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 src = os.path.join(fixtures, "dcp", "st_tp2_dp2_fp32", "sharded")
 failures = []
@@ -176,6 +185,20 @@ with tempfile.TemporaryDirectory() as tmp:
     torch_st("live save, mapping from the shard names", os.path.join(live, "sharded"), out) and \
         same_files("live save, mapping from the shard names", out, live)
     print(f"--format torch-safetensors = torch's files byte for byte in 7 variants")
+    # the Python package's consolidate_safetensors_files, shaped as torch's: the same files
+    if zckpt_py:
+        py_one, py_three = os.path.join(tmp, "py-one"), os.path.join(tmp, "py-three")
+        zckpt_py.dcp.consolidate_safetensors_files(src, py_one)
+        same_files("zckpt.dcp.consolidate_safetensors_files", py_one, tdir)
+        zckpt_py.dcp.consolidate_safetensors_files(src, py_three, three, num_threads=2)
+        same_files("zckpt.dcp.consolidate_safetensors_files with a mapping", py_three, d3)
+        try:
+            zckpt_py.dcp.consolidate_safetensors_files(src, os.path.join(tmp, "py-bad"), {"no.such.weight": 1})
+            fail("zckpt.dcp.consolidate_safetensors_files: a mapping naming an unknown tensor was taken")
+        except zckpt_py.Error as e:
+            if "no.such.weight" not in str(e) or os.path.exists(os.path.join(tmp, "py-bad")):
+                fail(f"zckpt.dcp.consolidate_safetensors_files: refusal {e!r}, or something left at OUT")
+        print("zckpt.dcp.consolidate_safetensors_files = torch's files byte for byte (one file, three files)")
 
     # what torch's consolidation cannot write: refused
     refused("metadata dcp", os.path.join(fixtures, "dcp", "llama_tied_w2_fp32"), tmp, "safetensors storage",
