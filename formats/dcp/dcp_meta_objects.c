@@ -221,7 +221,7 @@ static zck_status read_index(mctx *x, const zck_pk *kn, uint32_t *handle) {
     if (!ZCK__GROW(x->offsets, x->cap_offsets, x->n_offsets + (size_t)no)) return ZCK_ERR_NO_MEMORY;
     r->offsets = x->n_offsets;
     r->ndim = no;
-    memcpy(x->offsets + x->n_offsets, o, (size_t)no * sizeof *o);
+    if (no) memcpy(x->offsets + x->n_offsets, o, (size_t)no * sizeof *o); /* a 0-d tensor: none, and maybe no array yet */
     x->n_offsets += (size_t)no;
   }
   *handle = (uint32_t)x->n_indexes++;

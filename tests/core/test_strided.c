@@ -212,6 +212,7 @@ static void blocks_make(blocks *b, uint64_t R, uint64_t C, const uint64_t *w, ui
 
 static void blocks_free(blocks *b) {
   zck_layout_free(b->layout);
+  zck__source_close(&b->src);
   free(b->file);
 }
 
