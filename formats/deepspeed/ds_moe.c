@@ -129,6 +129,6 @@ zck_status zck__ds_moe_finish(zck_ds_ckpt *c) {
 
 zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job) {
   if (!c || !c->legacy_moe) return ZCK_OK;
-  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: %s does not write its layout "
-                   "yet (consolidate, to-universal, inspect and verify read it)", c->info.dir, job);
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: %s does not write its expert "
+                   "files (reshard into DeepSpeed files does)", c->info.dir, job);
 }
