@@ -9,7 +9,8 @@
  * param_shapes: the shards are a plain ZeRO checkpoint, which ds_to_universal.py converts as one, so zckpt reads
  * them as one. With ep_size > 1 each rank's expert group holds its own experts under local names
  * (deepspeed_experts.0 on every rank) and a partition_count below the world size: ds_to_universal.py merges
- * different experts as fragments of one param and fails, so zckpt refuses it by name. */
+ * different experts as fragments of one param and fails, so zckpt refuses it by name. ds_moe_write.c writes the
+ * ep_size 1 layout again (reshard). */
 #include "ds_internal.h"
 
 #include <stdio.h>
