@@ -215,10 +215,9 @@ static zck_status build_geometry(zck_ds_writer *w) {
   /* lp module weights (stage 1/2) */
   w->owners = zck__calloc(m->n_params + 1, sizeof *w->owners);
   if (!w->owners) return ZCK_ERR_NO_MEMORY;
-  for (size_t p = 0; p < m->n_params; p++)
-    if (m->params[p].tied_to < 0) w->owners[w->n_owners++] = (uint32_t)p;
+  w->n_owners = zck_lp_params(m, w->owners);
   if (w->o.autoep) ZCK_TRY(zck__ds_autoep_geometry(w));  /* train and LP layouts of an AutoEP target */
-  else if (w->stage <= 2) ZCK_TRY(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout));
+  else if (w->stage <= 2) ZCK_TRY(zck_layout_lp(m, numels, w->owners, w->n_owners, &w->lp_layout));
   if (w->o.moe) ZCK_TRY(zck__ds_moe_geometry(w));  /* deepspeed.moe: the experts' 16-bit weights in their files */
   if (m->n_buffers) {
     uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);

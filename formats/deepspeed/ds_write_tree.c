@@ -265,7 +265,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       if (w->stage == 2) {  /* param.detach().cpu(): the module tensor's storage */
         if (!(t = zck_torch_writer_tensor(tw, stor[w->frozen[i]], pp->ndim, pp->shape, NULL, 0, 0))) goto nomem;
       } else {              /* this rank's ds_tensor: ceil(n/W) elements, padding included */
-        int64_t pn = (int64_t)zck_zero3_partition(pp->numel, w->w);
+        int64_t pn = (int64_t)zck_frozen_fragment_numel(pp->numel, 3, w->w);
         uint32_t id = zck_layout_store_id(w->frozen_layout, (uint32_t)i, r);
         snprintf(label, sizeof label, "%s/%s: frozen_param_fragments['%.900s']", w->shown, fname, pp->name);
         ZCK_CHECK_GOTO(new_tensor(w, tw, hf, w->lp, 1, &pn, (uint64_t)pn, 0, label, &w->stores[ZCK_DS_FROZEN][id], NULL, &t),
