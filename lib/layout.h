@@ -224,6 +224,13 @@ uint64_t zck_layout_param_covered(const zck_layout *l, uint32_t p);
 struct zck_model;
 zck_status zck_layout_model_groups(const struct zck_model *m, zck_group_spec **out, size_t *n_out);
 
+/* The inverse, as a reader rebuilds m's groups from a checkpoint's flat groups: the params
+ * of flat group f (flat[flat_first[f] .. flat_first[f+1]), in flat order) join m's group
+ * opt_of[f] in group order, round_robin_gradients' order (round_robin: stage 1/2 with it
+ * on, over `world` ranks) undone. */
+zck_status zck_layout_groups_to_model(struct zck_model *m, const uint32_t *flat, const size_t *flat_first,
+                                      size_t n_flat, const int32_t *opt_of, bool round_robin, uint32_t world);
+
 /* Round-robin order of DeepSpeed's round_robin_gradients (_round_robin_reorder): the
  * entries at positions i % w == 0 in order, then i % w == 1, ... out must not alias in. */
 void zck_round_robin_order(const uint32_t *in, size_t n, uint32_t w, uint32_t *out);

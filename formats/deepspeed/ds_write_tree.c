@@ -193,8 +193,10 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   for (size_t p = 0, lpi = 0; p < m->n_params; p++) {
     const zck_param *pp = &m->params[p];
     zck_pk *t = NULL;
+    int64_t zero = 0;
+    if (w->ae_layer && w->ae_layer[p] >= 0) continue;   /* AutoEP: an expert weight, in its expert files / ZeRO shards */
+    if (w->moe_file && w->moe_file[p] >= 0) continue;   /* deepspeed.moe: an expert weight, in its expert file */
     if (w->stage == 3) {
-      int64_t zero = 0;
       if (empty_storage == (size_t)-1) {
         uint64_t off;
         ZCK_CHECK_GOTO(zck__ds_add_storage(tw, hf, w->lp, 0, NULL, &empty_storage, &off), s, out);
@@ -203,8 +205,6 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     } else if (pp->tied_to >= 0) {
       const zck_param *src = &m->params[pp->tied_to];
       if (!(t = zck_torch_writer_tensor(tw, stor[pp->tied_to], src->ndim, src->shape, NULL, 0, 0))) goto nomem;
-    } else if ((w->ae_layer && w->ae_layer[p] >= 0) || (w->moe_file && w->moe_file[p] >= 0)) {
-      continue;   /* AutoEP's or deepspeed.moe's expert weight, in its expert files */
     } else {
       snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, pp->name);
       size_t at = w->lp_first ? w->lp_first[p] : lpi;
@@ -214,9 +214,11 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     }
     if (!put(d, module, pp->name, t)) goto nomem;
     char alias[1100];
-    if (w->stage <= 2 && zck__ds_autoep_alias(w, (uint32_t)p, alias, sizeof alias)) {
-      /* AutoEP's router alias: the same values (DeepSpeed saves a copy; here a view of the router's storage) */
-      zck_pk *a = zck_torch_writer_tensor(tw, stor[p], pp->ndim, pp->shape, NULL, 0, 0);
+    if (zck__ds_autoep_alias(w, (uint32_t)p, alias, sizeof alias)) {
+      /* AutoEP's router alias: the same values (DeepSpeed saves a copy; here a view of the router's storage; stage 3:
+       * a placeholder too) */
+      zck_pk *a = w->stage == 3 ? zck_torch_writer_tensor(tw, empty_storage, 1, &zero, NULL, 0, 0)
+                                : zck_torch_writer_tensor(tw, stor[p], pp->ndim, pp->shape, NULL, 0, 0);
       if (!a || !put(d, module, alias, a)) goto nomem;
     }
   }
@@ -301,8 +303,8 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       !put(d, root, "checkpoint_parallel_dimensions", cpd) || !put(d, root, "ds_config", ds_config(w, d)) ||
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;
-  if (w->o.autoep && !zck__ds_autoep_model_extras(w, d, root)) goto nomem;  /* num_experts, ds_autoep_layers, uci */
-  if (w->o.moe && !zck__ds_moe_model_extras(w, d, root)) goto nomem;        /* num_experts, ds_autoep_layers None */
+  if (w->o.autoep && !zck__ds_autoep_model_extras(w, d, root, r)) goto nomem;  /* num_experts, ds_autoep_layers, uci */
+  if (w->o.moe && !zck__ds_moe_model_extras(w, d, root)) goto nomem;           /* num_experts, ds_autoep_layers None */
   if (tp > 1 && w->o.tp_info) {  /* AutoTP: DeepSpeed's record of the slicing, last (as DeepSpeed orders it) */
     zck_pk *uci = zck__ds_pk_copy(d, w->o.tp_info);
     if (!uci) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "universal_checkpoint_info"); goto out; }
@@ -471,7 +473,9 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
     /* stage3.py _rigid_state_dict() */
     if (!put(d, osd, "zero_stage", zero_stage_enum(d, 3)) || !put(d, osd, "loss_scaler", ls) ||
         !put(d, osd, "dynamic_loss_scale", dyn) || !put(d, osd, "overflow", ovf) ||
-        !put(d, osd, "partition_count", zck_pk_new_int(d, w->w)) || !put(d, osd, "optimizer_state_dict", inner) ||
+        !put(d, osd, "partition_count", zck_pk_new_int(d, w->w)) ||
+        (w->o.autoep && !put(d, osd, "ds_zero_partition_groups", zck__ds_autoep_partition_groups(w, d, r))) ||
+        !put(d, osd, "optimizer_state_dict", inner) ||
         !put(d, osd, "fp32_flat_groups", flats))
       goto nomem;
   }

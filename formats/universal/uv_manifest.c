@@ -339,9 +339,7 @@ static zck_status zck__uv_groups(zck_uv_ckpt *c, zck__uv_build *b) {
     return zck__fail(ZCK_ERR_MISMATCH, "%s: param_groups has %zu groups but param_shapes (%s) has %zu flat groups: the "
                      "group of each parameter is unknown", opath, pg->u.seq.len, b->path, n_flat);
   int32_t *opt_of = zck__calloc(n_flat + 1, sizeof *opt_of);
-  uint32_t *order = zck__calloc(b->n_train + 1, sizeof *order), *perm = zck__calloc(b->n_train + 1, sizeof *perm);
-  uint32_t *ident = zck__calloc(b->n_train + 1, sizeof *ident);
-  zck_status st = opt_of && order && perm && ident ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status st = opt_of ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t next = 0;
   for (size_t g = 0; st == ZCK_OK && g < pg->u.seq.len; g++) {
     const zck_pk *grp = pg->u.seq.items[g];
@@ -374,23 +372,12 @@ static zck_status zck__uv_groups(zck_uv_ckpt *c, zck__uv_build *b) {
   if (st == ZCK_OK && c->info.stage == 3 && next != n_flat)
     st = zck__fail(ZCK_ERR_MISMATCH, "%s: param_groups cover %zu sub-groups but param_shapes (%s) has %zu: the group of "
                    "the others is unknown", opath, next, b->path, n_flat);
-  for (size_t f = 0; st == ZCK_OK && f < n_flat; f++) {
-    size_t a = b->flat_first[f], n = b->flat_first[f + 1] - a;
-    const uint32_t *src = c->flat + a;
-    if (c->info.stage <= 2 && c->info.round_robin && n) {
-      /* param_shapes is in round-robin order F = RR(G): G[RR(identity)[j]] = F[j] */
-      for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;
-      zck_round_robin_order(ident, n, c->info.world_size, perm);
-      for (size_t j = 0; j < n; j++) order[perm[j]] = src[j];
-      src = order;
-    }
-    for (size_t j = 0; st == ZCK_OK && j < n; j++) st = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
-    if (st != ZCK_OK) st = zck__error_prepend(st, "%s", opath);
-  }
+  /* param_shapes is in flat order: round-robin order in stage 1/2 with round_robin_gradients */
+  if (st == ZCK_OK &&
+      (st = zck_layout_groups_to_model(m, c->flat, b->flat_first, n_flat, opt_of,
+                                       c->info.stage <= 2 && c->info.round_robin, c->info.world_size)) != ZCK_OK)
+    st = zck__error_prepend(st, "%s", opath);
   free(opt_of);
-  free(order);
-  free(perm);
-  free(ident);
   return st;
 }
 
