@@ -283,6 +283,16 @@ zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
 const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c);
+/* A PipelineModule checkpoint (ds_pipe.c) holds one such optimizer file per stage, stage s's flat groups numbered
+ * from *first_group on: stage s's rank-0 optimizer file, NULL past the last stage (stage 0 is zck_ds_rank0_optim's,
+ * the only one of other checkpoints). */
+const zck_torch_file *zck_ds_stage_optim(const zck_ds_ckpt *c, uint32_t stage, size_t *first_group);
+/* Pipeline stages (mp_rank_<stage> file sets of a PipelineModule checkpoint); 1 for any other checkpoint. */
+uint32_t zck_ds_pipe_stages(const zck_ds_ckpt *c);
+/* The jobs that write DeepSpeed's files again refuse a pipeline source by name (its stage files are not written). */
+zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job);
+/* verify: a pipeline's layer files hold the module copies of this save's fp32 masters (ds_pipe_check.c). */
+zck_status zck_ds_pipe_check_layers(const zck_ds_ckpt *c);
 
 /* The tag folder's zckpt-manifest.json as the reader parsed it at open (lib/manifest.h;
  * its tensor XXH3s are already attached to the stores), or NULL when it has none or it
