@@ -254,7 +254,8 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
       snprintf(what, sizeof what, "%s[%zu]", fkey, g);
       zck__ds_tref real = f->fp32;
       real.numel = st->lean;   /* the store is what the layout reads: padding is not data */
-      c->stores[ZCK_DS_FP32][id] = zck__ds_source_store(c, &o->src, &real, path, what);
+      c->stores[ZCK_DS_FP32][id] = zck__ds_source_store(c, f->src ? f->src : &o->src, &real, f->path ? f->path : path,
+                                                        what);
       if (!c->info.has_optimizer_state) continue;
       const zck__ds_tref *ts[2] = {&f->exp_avg, &f->exp_avg_sq};
       const char *tn[2] = {"exp_avg", "exp_avg_sq"};
@@ -264,7 +265,8 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                            "%zu is %llu", path, skey, g, tn[k], (unsigned long long)ts[k]->numel,
                            c->info.stage == 3 ? "sub-group" : "padded", g, (unsigned long long)st->numel);
         snprintf(what, sizeof what, "%s['state'][%zu]['%s']", skey, g, tn[k]);
-        c->stores[ZCK_DS_EXP_AVG + k][id] = zck__ds_source_store(c, &o->src, ts[k], path, what);
+        c->stores[ZCK_DS_EXP_AVG + k][id] =
+            zck__ds_source_store(c, f->src ? f->src : &o->src, ts[k], f->path ? f->path : path, what);
       }
     }
   }
@@ -293,8 +295,9 @@ static zck_status build_lp(zck_ds_ckpt *c, const uint64_t *numels) {
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->params[owners[i]].name);
-    c->stores[ZCK_DS_LP][i] = zck__ds_source_store(c, &c->models[0].src, &m0->module_t[c->param_mod[owners[i]]],
-                                           m0->file->path, what);
+    size_t k = (size_t)c->param_mod[owners[i]];
+    c->stores[ZCK_DS_LP][i] = zck__ds_source_store(c, zck__ds_module_src(m0, k), &m0->module_t[k],
+                                                   zck__ds_module_path(m0, k), what);
   }
   free(owners);
   return s;
@@ -339,7 +342,8 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
         goto out;
       }
       snprintf(what, sizeof what, "module['%.500s']", pp->name);
-      c->stores[ZCK_DS_FROZEN][i] = zck__ds_source_store(c, &c->models[0].src, t, m0->file->path, what);
+      size_t k = (size_t)c->param_mod[fp[i]];
+      c->stores[ZCK_DS_FROZEN][i] = zck__ds_source_store(c, zck__ds_module_src(m0, k), t, zck__ds_module_path(m0, k), what);
       continue;
     }
     snprintf(what, sizeof what, "frozen_param_fragments['%.500s']", pp->name);
@@ -383,7 +387,8 @@ static zck_status build_buffers(zck_ds_ckpt *c) {
                        m->buffers[b].name);
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->buffers[b].name);
-    c->buffer_stores[b] = zck__ds_source_store(c, &c->models[0].src, t, m0->file->path, what);
+    size_t k = (size_t)c->buffer_mod[b];
+    c->buffer_stores[b] = zck__ds_source_store(c, zck__ds_module_src(m0, k), t, zck__ds_module_path(m0, k), what);
   }
   return ZCK_OK;
 }
