@@ -237,7 +237,8 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *o, zck_uv_ckpt 
 void zck_uv_close(zck_uv_ckpt *c);
 const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c);
 /* The jobs that write DeepSpeed files from a universal folder (reshard) refuse one of an AutoEP source (info.ep_size)
- * in one line naming the folder and `job`, as they refuse the AutoEP checkpoint itself; ZCK_OK for others. */
+ * in one line naming the folder and `job`, as they refuse the AutoEP checkpoint itself, and one of a legacy
+ * deepspeed.moe source (expert files: written from the DeepSpeed checkpoint only); ZCK_OK for others. */
 zck_status zck_uv_autoep_refuse(const zck_uv_ckpt *c, const char *job);
 const zck_model *zck_uv_model(const zck_uv_ckpt *c);
 /* FP32 / EXP_AVG / EXP_AVG_SQ: a whole-tensor layout over the manifest's params (one store

@@ -81,6 +81,7 @@ struct zck_uv_ckpt {
   zck_ds_output *outputs;      /* zero_to_fp32's recipe (uv_outputs.c) */
   size_t n_outputs;
   struct zck__uv_autoep *autoep;   /* uv_autoep.c: a DeepSpeed AutoEP source's layers, NULL: none */
+  bool legacy_moe;             /* uv_moe.c: a deepspeed.moe source, its experts added to module */
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);
@@ -102,6 +103,12 @@ zck_status zck__uv_autotp(zck_uv_ckpt *c);
 zck_status zck__uv_autoep_module(zck_uv_ckpt *c, const zck_pk *root);
 int64_t zck__uv_autoep_mult(const zck_uv_ckpt *c, const char *name);
 void zck__uv_autoep_free(struct zck__uv_autoep *a);
+/* uv_moe.c: a legacy deepspeed.moe source (param_shapes names experts `module` lacks): c->module gains them
+ * as the DeepSpeed reader lays them out (ds_moe.c), c->legacy_moe set; nothing for other folders. */
+zck_status zck__uv_moe_module(zck_uv_ckpt *c, const zck_pk *root);
+/* Refused by the jobs that write DeepSpeed files (through zck_uv_autoep_refuse): the writer of the expert files
+ * reads the DeepSpeed checkpoint's own file set. */
+zck_status zck__uv_moe_refuse(const zck_uv_ckpt *c, const char *job);
 /* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
 /* uv_identity.c: opens a .pt of the folder and refuses it when its archive name says it is

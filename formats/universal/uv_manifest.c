@@ -450,7 +450,8 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   }
   zck__uv_map_free(&seen);
   if (st == ZCK_OK) st = zck__uv_autoep_module(c, root);
-  if (st == ZCK_OK && c->n_module > nm) {   /* AutoEP's experts added to module */
+  if (st == ZCK_OK) st = zck__uv_moe_module(c, root);
+  if (st == ZCK_OK && c->n_module > nm) {   /* AutoEP's or deepspeed.moe's experts added to module */
     int64_t *pm = zck__realloc(c->param_mod, (c->n_module + 1) * sizeof *pm);
     if (pm) c->param_mod = pm;
     int64_t *bm = pm ? zck__realloc(c->buffer_mod, (c->n_module + 1) * sizeof *bm) : NULL;
