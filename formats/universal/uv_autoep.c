@@ -129,7 +129,10 @@ zck_status zck__uv_autoep_module(zck_uv_ckpt *c, const zck_pk *root) {
 }
 
 zck_status zck_uv_autoep_refuse(const zck_uv_ckpt *c, const char *job) {
-  if (c && !c->autoep) return zck__uv_moe_refuse(c, job);   /* the other expert layout */
+  if (c && !c->autoep) {   /* the other layouts whose writers read the DeepSpeed checkpoint's own files */
+    ZCK_TRY(zck__uv_moe_refuse(c, job));
+    return zck__uv_pipe_refuse(c, job);
+  }
   if (!c) return ZCK_OK;
   return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a universal folder of an AutoEP (expert-parallel) checkpoint: %s does "
                    "not write AutoEP's layout yet (consolidate, inspect and verify read it)", c->dir, job);

@@ -82,6 +82,7 @@ struct zck_uv_ckpt {
   size_t n_outputs;
   struct zck__uv_autoep *autoep;   /* uv_autoep.c: a DeepSpeed AutoEP source's layers, NULL: none */
   bool legacy_moe;             /* uv_moe.c: a deepspeed.moe source, its experts added to module */
+  struct zck__uv_pipe *pipe;   /* uv_pipe.c: a PipelineModule source's stage files, NULL: none */
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);
@@ -109,6 +110,13 @@ zck_status zck__uv_moe_module(zck_uv_ckpt *c, const zck_pk *root);
 /* Refused by the jobs that write DeepSpeed files (through zck_uv_autoep_refuse): the writer of the expert files
  * reads the DeepSpeed checkpoint's own file set. */
 zck_status zck__uv_moe_refuse(const zck_uv_ckpt *c, const char *job);
+/* uv_pipe.c: model0's module is None (a PipelineModule source): the other stages' model files opened and checked,
+ * *shapes and c->param_groups set to every stage's flat groups in stage order (each stage given stage 0's groups),
+ * c->module to every param (no bytes), info.tp_size to 1, c->pipe set. zck__uv_pipe_refuse: for the jobs that write
+ * DeepSpeed files (through zck_uv_autoep_refuse). */
+zck_status zck__uv_pipe_open(zck_uv_ckpt *c, const zck_pk *root, const zck_pk **shapes);
+zck_status zck__uv_pipe_refuse(const zck_uv_ckpt *c, const char *job);
+void zck__uv_pipe_free(struct zck__uv_pipe *p);
 /* uv_manifest.c: the frozen-parameter part and the buffers (after the manifest). */
 zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts);
 /* uv_identity.c: opens a .pt of the folder and refuses it when its archive name says it is

@@ -396,10 +396,9 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   b.shapes = zck_pk_dict_get(root, "param_shapes");
   b.frozen = zck_pk_dict_get(root, "frozen_param_shapes");
   b.shared = zck_pk_dict_get(root, "shared_params");
-  if (b.module && b.module->kind == ZCK_PK_NONE)  /* each stage's param_shapes are in its own mp_rank_<stage> file */
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: 'module' is None: the universal folder of a PipelineModule checkpoint, not "
-                     "read yet (read the pipeline checkpoint itself)", path);
-  if (!b.module || b.module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict", path);
+  bool pipe = b.module && b.module->kind == ZCK_PK_NONE;   /* PipelineModule: uv_pipe.c */
+  if (!pipe && (!b.module || b.module->kind != ZCK_PK_DICT))
+    return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict", path);
   if (!b.shapes || b.shapes->kind != ZCK_PK_LIST)
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or not a list of dicts: not a ZeRO checkpoint", path);
   if (b.frozen && b.frozen->kind == ZCK_PK_NONE) b.frozen = NULL;
@@ -434,7 +433,7 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   }
   /* module tensors (other values, e.g. _extra_state objects, are skipped as DeepSpeed's
    * reader does) */
-  size_t nm = b.module->u.dict.len;
+  size_t nm = pipe ? 0 : b.module->u.dict.len;
   c->module = zck__calloc(nm + 1, sizeof *c->module);
   c->param_mod = zck__calloc(nm + 1, sizeof *c->param_mod);
   c->buffer_mod = zck__calloc(nm + 1, sizeof *c->buffer_mod);
@@ -450,8 +449,9 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   }
   zck__uv_map_free(&seen);
   if (st == ZCK_OK) st = zck__uv_autoep_module(c, root);
-  if (st == ZCK_OK) st = zck__uv_moe_module(c, root);
-  if (st == ZCK_OK && c->n_module > nm) {   /* AutoEP's or deepspeed.moe's experts added to module */
+  if (st == ZCK_OK && !pipe) st = zck__uv_moe_module(c, root);
+  if (st == ZCK_OK && pipe) st = zck__uv_pipe_open(c, root, &b.shapes);   /* every stage's params, tp_size 1 */
+  if (st == ZCK_OK && c->n_module > nm) {   /* experts or a pipeline's params added to module */
     int64_t *pm = zck__realloc(c->param_mod, (c->n_module + 1) * sizeof *pm);
     if (pm) c->param_mod = pm;
     int64_t *bm = pm ? zck__realloc(c->buffer_mod, (c->n_module + 1) * sizeof *bm) : NULL;

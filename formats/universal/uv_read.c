@@ -554,6 +554,7 @@ void zck_uv_close(zck_uv_ckpt *c) {
   free(c->unsaved_pairs);
   free(c->outputs);
   zck__uv_autoep_free(c->autoep);
+  zck__uv_pipe_free(c->pipe);
   zck_torch_close(c->model0);
   zck_torch_close(c->optim);
   free(c->ds_version);

@@ -3,7 +3,7 @@
 # legacy deepspeed.moe checkpoint (ep_size 1, made by DeepSpeed 0.19.8: the experts in their expert files, not in
 # `module`) and of a PipelineModule (module None, one mp_rank_<stage> file per stage) read back: consolidate equals the
 # source's byte for byte (fp32 and --dtype bf16), verify passes; reshard from the deepspeed.moe folder is refused by
-# name, nothing written; a missing expert state or stage file: one line naming it.
+# name (as from a pipeline), nothing written; a missing expert state or stage file: one line naming it.
 set -u
 BIN=$1
 FX=$2/deepspeed-moe
@@ -11,7 +11,7 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-for f in moe_ep1_s1 moe_ep1_s2_bf16; do
+for f in moe_ep1_s1 moe_ep1_s2_bf16 pipe_pp2_s1 pipe_pp2_dp2_bf16; do
   "$BIN" to-universal -q --inject-missing-state "$FX/$f/ckpt" "$T/$f" 2>"$T/err" || fail "$f: to-universal: $(cat "$T/err")"
   for d in fp32 bf16; do
     rm -f "$T/src.safetensors" "$T/uv.safetensors"
@@ -23,6 +23,8 @@ for f in moe_ep1_s1 moe_ep1_s2_bf16; do
 done
 "$BIN" reshard -q --to-world-size 1 "$T/moe_ep1_s1" "$T/rs" 2>"$T/err" && fail "reshard wrote deepspeed.moe without expert files"
 [ "$(wc -l <"$T/err")" = 1 ] && grep -q "deepspeed.moe" "$T/err" && [ ! -e "$T/rs" ] || fail "reshard: $(cat "$T/err")"
+"$BIN" reshard -q --to-world-size 1 "$T/pipe_pp2_s1" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline from its universal folder"
+[ "$(wc -l <"$T/err")" = 1 ] && grep -q "PipelineModule" "$T/err" && [ ! -e "$T/rs" ] || fail "reshard: $(cat "$T/err")"
 
 # $1 folder, $2 what the line must name: consolidate fails in one line, no output
 refused() {
@@ -32,3 +34,5 @@ refused() {
 E=moe.deepspeed_moe.experts.deepspeed_experts.1.weight
 rm "$T/moe_ep1_s1/zero/$E/exp_avg.pt"
 refused moe_ep1_s1 "$E"
+rm "$T/pipe_pp2_s1/mp_rank_01_model_states.pt"
+refused pipe_pp2_s1 "mp_rank_01_model_states.pt: missing"
