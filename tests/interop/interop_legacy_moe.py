@@ -11,7 +11,9 @@ tests/fixtures/gen/make_legacy_moe_fixtures.py). zero_to_fp32.py reads none of t
                   global name; --dtype bf16 == those masters cast by torch
     to-universal  --inject-missing-state == DeepSpeed's own ds_to_universal.py --inject_missing_state of the same
                   folder, file for file (every zero/<param>/<state>.pt, optimizer_state.pt, mp_rank_00), and its
-                  exp_avg / exp_avg_sq of the non-expert params == the live engine's (expected_state)
+                  exp_avg / exp_avg_sq of the non-expert params == the live engine's (expected_state);
+                  ds_to_universal.py's folder read back: consolidate == the checkpoint's byte for byte, verify clean,
+                  reshard from it refused (the expert files are written from the DeepSpeed checkpoint only)
     reshard       (interop_legacy_moe_reshard: DeepSpeed loads what it writes); --to-format dcp refused in one line
   ep_size 2 (moe_ep2_s2) and no ZeRO (moe_ep2_s0: expp_rank_* optimizer files): every job refuses in one line naming the file and the
                 layout, writing nothing; ds_to_universal.py fails on ep_size 2 too (it merges two ranks' different
@@ -106,6 +108,21 @@ def check_read(case, tmp, fails):
         name, st = key.rsplit("/", 1)
         if not bits_equal(load(os.path.join(ours, "zero", name, st + ".pt"))["param"], t):
             fails.append(f"{case}: universal {name}/{st} differs from the live engine's")
+    # ds_to_universal.py's folder read back (its experts from zero/): consolidate == the checkpoint's, byte for byte
+    for dtype in ("fp32", "bf16"):
+        out = os.path.join(tmp, f"{case}-du-{dtype}.safetensors")
+        r = zckpt("consolidate", "-q", "--dtype", dtype, theirs, out)
+        mine = os.path.join(tmp, f"{case}-{dtype}.safetensors")
+        one = lambda p: os.path.join(p, "model.safetensors") if os.path.isdir(p) else p  # noqa: E731
+        with open(one(out) if not r.returncode else os.devnull, "rb") as a, open(one(mine), "rb") as b:
+            if r.returncode or a.read() != b.read():
+                fails.append(f"{case}: consolidate --dtype {dtype} of ds_to_universal's folder: {r.stderr.strip()[-300:]}")
+    r = zckpt("verify", theirs)
+    if r.returncode or "result: clean" not in r.stdout:
+        fails.append(f"{case}: verify of ds_to_universal's folder: {r.stdout[-300:]} {r.stderr[-300:]}")
+    r = zckpt("reshard", "--to-world-size", "1", theirs, os.path.join(tmp, case + "-du-reshard"))
+    if r.returncode != 1 or "deepspeed.moe" not in r.stderr or os.path.exists(os.path.join(tmp, case + "-du-reshard")):
+        fails.append(f"{case}: reshard from the universal folder should refuse: rc {r.returncode} {r.stderr.strip()}")
     r = zckpt("reshard", "--to-format", "dcp", "--to-world-size", "1", ckpt, os.path.join(tmp, case + "-reshard"))
     if r.returncode != 1 or "deepspeed.moe" not in r.stderr or len(r.stderr.strip().splitlines()) != 1 or \
             os.path.exists(os.path.join(tmp, case + "-reshard")):

@@ -8,7 +8,8 @@ x dp 2, bf16). zero_to_fp32.py reads neither (`module` is None). Per case:
     consolidate   == the live engine's gathered fp32 masters (expected_fp32) bit for bit, under the module's names
                   ("<layer>.<key>"); --dtype bf16 == those masters cast by torch
     to-universal  --inject-missing-state == DeepSpeed's ds_to_universal.py --inject_missing_state of the same folder,
-                  file for file, and its exp_avg / exp_avg_sq == the live engine's (expected_state)
+                  file for file, and its exp_avg / exp_avg_sq == the live engine's (expected_state);
+                  ds_to_universal.py's folder read back: consolidate == the pipeline's byte for byte, verify clean
     reshard       refused in one line naming the layout, nothing written
     damage        a layer file of another save (its records intact, other values, saved by torch under the same
                   name): verify names it and exits non-zero; consolidate still reads the masters
@@ -76,6 +77,17 @@ def check(case, tmp, fails):
         name, st = key.rsplit("/", 1)
         if not H.bits_equal(load(os.path.join(ours, "zero", name, st + ".pt"))["param"], t):
             fails.append(f"universal {name}/{st} differs from the live engine's")
+    # ds_to_universal.py's folder read back: consolidate == the pipeline's, byte for byte; verify clean
+    for dtype in ("fp32", "bf16"):
+        out = os.path.join(tmp, f"{case}-du-{dtype}.safetensors")
+        r = run("consolidate", "-q", "--dtype", dtype, theirs, out)
+        with open(out if not r.returncode else os.devnull, "rb") as a, \
+                open(os.path.join(tmp, f"{case}-{dtype}.safetensors"), "rb") as b:
+            if r.returncode or a.read() != b.read():
+                fails.append(f"consolidate --dtype {dtype} of ds_to_universal's folder: {r.stderr.strip()[-300:]}")
+    r = run("verify", theirs)
+    if r.returncode or "result: clean" not in r.stdout:
+        fails.append(f"verify of ds_to_universal's folder: {r.stdout[-300:]} {r.stderr[-300:]}")
     out = os.path.join(tmp, case + "-reshard")
     r = run("reshard", "--to-stage", "1", ckpt, out)
     if r.returncode != 1 or "PipelineModule" not in r.stderr or len(r.stderr.strip().splitlines()) != 1 or \
