@@ -237,6 +237,8 @@ zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_op
 zck_status zck__ds_moe_prepare(zck_ds_ckpt *c);
 /* After the describe: the experts' 16-bit weights are not bound (16-bit outputs cast the masters). */
 zck_status zck__ds_moe_finish(zck_ds_ckpt *c);
+/* The global expert id a param name carries (....deepspeed_experts.<E>....), -1: not an expert. */
+long zck__ds_moe_expert_id(const char *name);
 
 /* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
 /* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */

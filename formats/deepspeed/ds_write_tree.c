@@ -195,6 +195,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     zck_pk *t = NULL;
     int64_t zero = 0;
     if (w->ae_layer && w->ae_layer[p] >= 0) continue;   /* AutoEP: an expert weight, in its expert files / ZeRO shards */
+    if (w->moe_file && w->moe_file[p] >= 0) continue;   /* deepspeed.moe: an expert weight, in its expert file */
     if (w->stage == 3) {
       if (empty_storage == (size_t)-1) {
         uint64_t off;
@@ -247,7 +248,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       memcpy(shape, pp->shape, (size_t)pp->ndim * sizeof *shape);
       if (w->ae_layer && w->ae_layer[p] >= 0) shape[0] /= zck__ds_autoep_ep_size(w);   /* AutoEP: its local experts */
       zck_pk *sz = torch_size(d, pp->ndim, shape);
-      if (sz && w->ae_layer) sz->tag = ZCK_PK_TAG_NONE;   /* AutoEP's engine saves plain tuples there */
+      if (sz && (w->ae_layer || w->moe_file)) sz->tag = ZCK_PK_TAG_NONE;   /* _save_moe_checkpoint saves plain tuples */
       if (!put(d, od, pp->name, sz)) goto nomem;
     }
     if (!zck_pk_append(d, ps, od)) goto nomem;
@@ -303,6 +304,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;
   if (w->o.autoep && !zck__ds_autoep_model_extras(w, d, root, r)) goto nomem;  /* num_experts, ds_autoep_layers, uci */
+  if (w->o.moe && !zck__ds_moe_model_extras(w, d, root)) goto nomem;           /* num_experts, ds_autoep_layers None */
   if (tp > 1 && w->o.tp_info) {  /* AutoTP: DeepSpeed's record of the slicing, last (as DeepSpeed orders it) */
     zck_pk *uci = zck__ds_pk_copy(d, w->o.tp_info);
     if (!uci) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "universal_checkpoint_info"); goto out; }

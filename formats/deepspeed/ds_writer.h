@@ -99,6 +99,8 @@ struct zck_ds_writer {
   size_t *lp_first;                 /* [n_params]: the param's first LP store (an expert param has one per expert) */
   size_t n_expert_files;            /* layers x experts */
   zck_torch_writer **expert_w;
+  const int32_t *moe_file;          /* legacy deepspeed.moe target (ds_moe_write.c; o.moe): [n_params] the expert file
+                                       of an expert param (its 16-bit weight goes there, not to `module`), else -1 */
   /* NVMe-offload target (ds_write_offload.c): the swap files (mu guards them) */
   struct zck__ds_swapfile **swap;
   size_t n_swap, cap_swap;
@@ -153,6 +155,12 @@ bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root, 
 zck_pk *zck__ds_autoep_partition_groups(const zck_ds_writer *w, zck_pk_doc *d, uint32_t r);
 /* The name of optimizer group g in the target (AutoEP's expert group is named by its EP size), or NULL: kept. */
 const char *zck__ds_autoep_group_name(const zck_ds_writer *w, size_t g, char *buf, size_t cap);
+
+/* ds_moe_write.c (w->o.moe set): the experts' files (lp_first: each owner's LP store), called by build_geometry after
+ * the plain ZeRO geometry; expert file i (layer-major); the model file's num_experts and ds_autoep_layers (None). */
+zck_status zck__ds_moe_geometry(zck_ds_writer *w);
+zck_status zck__ds_moe_build_expert_file(zck_ds_writer *w, size_t i);
+bool zck__ds_moe_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root);
 
 /* ds_write_offload.c: whether sub-group g of rank r goes to swap files (o.nvme_offload); creates
  * them, binding the sub-group's fp32 / exp_avg / exp_avg_sq target stores to them; commit /

@@ -396,6 +396,9 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   b.shapes = zck_pk_dict_get(root, "param_shapes");
   b.frozen = zck_pk_dict_get(root, "frozen_param_shapes");
   b.shared = zck_pk_dict_get(root, "shared_params");
+  if (b.module && b.module->kind == ZCK_PK_NONE)  /* each stage's param_shapes are in its own mp_rank_<stage> file */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: 'module' is None: the universal folder of a PipelineModule checkpoint, not "
+                     "read yet (read the pipeline checkpoint itself)", path);
   if (!b.module || b.module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict", path);
   if (!b.shapes || b.shapes->kind != ZCK_PK_LIST)
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or not a list of dicts: not a ZeRO checkpoint", path);

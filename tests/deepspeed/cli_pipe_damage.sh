@@ -1,6 +1,7 @@
 #!/bin/sh
 # cli_pipe_damage.sh ZCKPT FIXTURES: a PipelineModule checkpoint (tests/fixtures/deepspeed-moe/pipe_pp2_s1, made by
-# DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal, and reshard refuses it in one line; a
+# DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal (folder and HDF5; the HDF5 container reads
+# back, the folder is refused by name), and reshard refuses it in one line; a
 # layer file missing or two swapped: one line naming the file, non-zero exit, nothing at OUT.
 set -u
 BIN=$1
@@ -15,6 +16,12 @@ grep -q "checked: 8 files" "$T/out" || fail "verify did not check the layer file
 "$BIN" inspect "$SRC" >"$T/out" 2>&1 || fail "intact inspect: $(cat "$T/out")"
 grep -q "^PipelineModule: 2 stages" "$T/out" && grep -q "^3.weight " "$T/out" || fail "inspect: $(cat "$T/out")"
 "$BIN" to-universal -q --inject-missing-state "$SRC" "$T/uv" 2>"$T/err" || fail "intact to-universal: $(cat "$T/err")"
+# its universal folder (module None, as ds_to_universal.py's) is refused by name; the HDF5 container reads back
+"$BIN" consolidate -q "$T/uv" "$T/uv.safetensors" 2>"$T/err" && fail "consolidate read the pipeline's universal folder"
+grep -q "PipelineModule" "$T/err" || fail "universal folder: $(cat "$T/err")"
+"$BIN" to-universal -q --inject-missing-state --format hdf5 "$SRC" "$T/c.h5" 2>"$T/err" || fail "hdf5: $(cat "$T/err")"
+"$BIN" consolidate -q "$T/c.h5" "$T/h5.safetensors" 2>"$T/err" || fail "hdf5 consolidate: $(cat "$T/err")"
+cmp -s "$T/ok.safetensors" "$T/h5.safetensors" || fail "the container's consolidate differs from the checkpoint's"
 "$BIN" reshard -q --to-stage 1 "$SRC" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline checkpoint"
 [ "$(wc -l <"$T/err")" = 1 ] && grep -q "PipelineModule" "$T/err" && [ ! -e "$T/rs" ] || fail "reshard: $(cat "$T/err")"
 
