@@ -191,6 +191,7 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     cJSON_AddNumberToObject(j, "consolidated_bytes", (double)out_bytes);
     if (in->bf16_optimizer) cJSON_AddStringToObject(j, "optimizer", "BF16_Optimizer");
     if (in->ep_size > 1) cJSON_AddNumberToObject(j, "ep_size", in->ep_size);
+    if (zck_ds_pipe_stages(c) > 1) cJSON_AddNumberToObject(j, "pp_size", zck_ds_pipe_stages(c));
     zck__inspect_model_json(j, m, NULL);
     cJSON *unsaved = cJSON_AddObjectToObject(j, "tied_to_unsaved");
     for (size_t i = 0; i < zck_ds_unsaved_tie_count(c); i++) {
@@ -210,6 +211,10 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
     if (in->tp_size > 1)
       fprintf(out, "AutoTP: %u tensor-parallel ranks x %u data-parallel (mp_rank_00..%02u), slices merged by the "
               "affine map; shapes below are the full tensors\n", in->tp_size, in->world_size, in->tp_size - 1);
+    if (zck_ds_pipe_stages(c) > 1)
+      fprintf(out, "PipelineModule: %u stages x %u data-parallel (mp_rank_00..%02u), 16-bit weights in "
+              "layer_<XX>-model_states.pt, named <XX>.<key> as the module names them\n", zck_ds_pipe_stages(c),
+              in->world_size, zck_ds_pipe_stages(c) - 1);
     if (in->ep_size > 1)
       fprintf(out, "AutoEP: %u expert-parallel ranks, experts merged; names below are the HF model's (gate_up_proj from "
               "w1 and w3, down_proj from w2, mlp.gate.weight from the router)\n", in->ep_size);

@@ -118,7 +118,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
-  ZCK_TRY(zck_ds_moe_refuse(c, "reshard"));
+  ZCK_TRY(zck_ds_pipe_refuse(c, "reshard"));
   if (o.to_ep_size && !in->ep_size)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: %s is not an AutoEP (expert-parallel) checkpoint", src);
   if (in->stage == 0 && !o.to_stage)
@@ -147,9 +147,17 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   if (in->ep_size && (nvme || o.to_tp_size > 1))
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP checkpoint: reshard does not write it with %s", src,
                      nvme ? "NVMe offload" : "--to-tp-size (AutoEP folded with AutoTP)");
+  zck_ds_moe_target *moe = NULL;     /* deepspeed.moe: its expert files again (NULL for other checkpoints) */
+  ZCK_TRY(zck_ds_moe_target_new(c, wo.stage, &moe));
+  if (moe && o.to_tp_size > 1) {
+    zck_ds_moe_target_free(moe);
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: reshard does not write it "
+                     "with --to-tp-size", src);
+  }
+  wo.moe = moe;
   zck_ds_autoep_target *ae = NULL;   /* AutoEP: its own layout at the target's EP size */
   if (in->ep_size) ZCK_TRY(zck_ds_autoep_target_new(c, o.to_ep_size ? o.to_ep_size : in->ep_size, wo.stage,
-                                                    wo.world_size, &ae));
+                                                    wo.world_size, &ae));  /* moe is NULL: never both */
   wo.autoep = ae;
   zck_status st = zck__reshard_check(in->dir, zck_ds_model(c), &wo, in->has_optimizer_state, &o);
   if (st == ZCK_OK && o.to_tp_size > 1) {
@@ -160,6 +168,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   }
   if (st != ZCK_OK || o.to_tp_size > 1) {
     zck_ds_autoep_target_free(ae);
+    zck_ds_moe_target_free(moe);
     return st;
   }
 
@@ -193,6 +202,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   if (st == ZCK_OK) zck__job_summary_fill(o.summary, out, zck_ds_model(c)->n_params);
   zck_ds_writer_free(w);
   zck_ds_autoep_target_free(ae);
+  zck_ds_moe_target_free(moe);
   zck__outdir_abort(&d);
   return st;
 }

@@ -180,6 +180,7 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
     st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoTP checkpoint: --to-format dcp writes data parallel only", in.dir);
   if (st == ZCK_OK && s.ck) st = zck_ds_autoep_refuse(s.ck, "reshard --to-format dcp");
   if (st == ZCK_OK && s.ck) st = zck_ds_moe_refuse(s.ck, "reshard --to-format dcp");
+  if (st == ZCK_OK && s.ck) st = zck_ds_pipe_refuse(s.ck, "reshard --to-format dcp");
   if (st == ZCK_OK && s.uv) st = zck_uv_autoep_refuse(s.uv, "reshard --to-format dcp");
   if (st == ZCK_OK && s.h5) st = zck_h5u_autoep_refuse(s.h5, "reshard --to-format dcp");
   if (st == ZCK_OK) {

@@ -419,9 +419,8 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, uint8_t *written) {
 
 // ---- step.pt (stage 1/2)
 
-/* base_optimizer_state['state'][g]['step'] of rank 0, per flat group. */
-static zck_status zck__uvj_steps(zck__uvj *j) {
-  const zck_torch_file *of = zck_ds_rank0_optim(j->ck);
+/* base_optimizer_state['state'][g]['step'] of rank 0, per flat group (a pipeline stage's from group g0 on). */
+static zck_status zck__uvj_stage_steps(zck__uvj *j, const zck_torch_file *of, size_t g0) {
   const zck_pk *osd = zck_pk_dict_get(zck_torch_root(of), "optimizer_state_dict");
   const zck_pk *bos = zck_pk_dict_get(osd, "base_optimizer_state");
   if (bos && bos->kind == ZCK_PK_LIST)
@@ -430,7 +429,8 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
   const zck_layout *l = j->views[0].layout;
   for (size_t g = 0; state && state->kind == ZCK_PK_DICT && g < state->u.dict.len; g++) {
     int64_t gi;
-    if (!zck_pk_as_int(state->u.dict.keys[g], &gi) || gi < 0 || (size_t)gi >= l->n_groups) continue;
+    if (!zck_pk_as_int(state->u.dict.keys[g], &gi) || gi < 0 || (size_t)gi + g0 >= l->n_groups) continue;
+    gi += (int64_t)g0;
     const zck_pk *step = zck_pk_dict_get(state->u.dict.values[g], "step");
     if (!step) continue;
     const zck_torch_tensor *t = zck_torch_tensor_of(of, step);
@@ -455,6 +455,13 @@ static zck_status zck__uvj_steps(zck__uvj *j) {
       if (p->numel) ZCK_TRY(zck_uv_writer_step(j->w, p->name, is_tensor, v));
     }
   }
+  return ZCK_OK;
+}
+
+static zck_status zck__uvj_steps(zck__uvj *j) {
+  size_t g0;
+  const zck_torch_file *of;
+  for (uint32_t stage = 0; (of = zck_ds_stage_optim(j->ck, stage, &g0)); stage++) ZCK_TRY(zck__uvj_stage_steps(j, of, g0));
   return ZCK_OK;
 }
 

@@ -151,6 +151,8 @@ static void check_deepspeed(vctx *c) {
   const zck_ds_info *in = zck_ds_info_of(ck);
   if ((st = zck_ds_autoep_check_experts(ck)) != ZCK_OK)   /* AutoEP expert files of another save */
     zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
+  if ((st = zck_ds_pipe_check_layers(ck)) != ZCK_OK)   /* PipelineModule layer files of another save */
+    zck__verify_add_status(c, st, "structure", NULL, zck_last_error());
   char detail[256];
   char tp[48] = "";
   if (in->tp_size > 1) snprintf(tp, sizeof tp, ", AutoTP %u tensor-parallel ranks", in->tp_size);

@@ -136,6 +136,9 @@ zck_status zck__mkdirs(const char *path);
  * made_top, each only if empty, undoing it after a failure. */
 zck_status zck__mkdirs_track(const char *path, char **made_top);
 void zck__rmdirs_made(const char *path, const char *made_top);
+/* After a failed save of path (a file or folder): the parent folders its create made
+ * (made_top, or NULL: none), so that it leaves no folders of its own behind. */
+void zck__rmdirs_made_for(const char *path, const char *made_top);
 /* OUT as a job writes it: a symlink to a folder ("model/" -> /disk/model) resolves to
  * its target (renaming the output over OUT itself would replace the link), a dangling
  * link is an error naming it, anything else is OUT as given. *resolved: caller frees. */

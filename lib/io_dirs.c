@@ -80,6 +80,13 @@ void zck__rmdirs_made(const char *path, const char *made_top) {
   free(p);
 }
 
+void zck__rmdirs_made_for(const char *path, const char *made_top) {
+  if (!path || !made_top) return;
+  char *parent = zck__parent_dir(path);
+  if (parent) zck__rmdirs_made(parent, made_top);
+  free(parent);
+}
+
 zck_status zck__resolve_out(const char *path, char **resolved) {
   *resolved = NULL;
   char *copy = zck__strdup(path);

@@ -260,24 +260,11 @@ zck_status zck__outdir_commit(zck__outdir *d) {
 
 void zck__outdir_abort(zck__outdir *d) {
   if (!d) return;
-  if (zck__follower()) {
-    if (d->tmp_path) zck__open_dirs_remove(d->tmp_path);
-    free(d->made_top);
-    free(d->tmp_path);
-    free(d->path);
-    memset(d, 0, sizeof *d);
-    return;
-  }
-  if (d->sync_fd > 0) close(d->sync_fd - 1);
-  if (d->tmp_path) {
-    zck__open_dirs_remove(d->tmp_path);
-    zck__remove_tree(d->tmp_path);
-  }
-  if (d->made_top && d->path) { /* a failed save leaves no folders of its own behind */
-    char *parent = zck__parent_dir(d->path);
-    if (parent) zck__rmdirs_made(parent, d->made_top);
-    free(parent);
-  }
+  bool lead = !zck__follower();   /* a follower rank only forgets: the lead removes the tree */
+  if (lead && d->sync_fd > 0) close(d->sync_fd - 1);
+  if (d->tmp_path) zck__open_dirs_remove(d->tmp_path);
+  if (lead && d->tmp_path) zck__remove_tree(d->tmp_path);
+  if (lead) zck__rmdirs_made_for(d->path, d->made_top);
   free(d->made_top);
   free(d->tmp_path);
   free(d->path);

@@ -39,16 +39,21 @@ static zck_status zck__outfile_follow(zck__outfile *f, const char *final_path) {
   return s;
 }
 
-static void zck__outfile_unfollow(zck__outfile *f) {
-  if (f->fd >= 0) {
-    zck__dist_outfile_remove(f->fd);
-    close(f->fd);
-  }
+/* f back to closed, its names freed. */
+static void zck__outfile_forget(zck__outfile *f) {
   free(f->made_top);
   free(f->tmp_path);
   free(f->path);
   memset(f, 0, sizeof *f);
   f->fd = -1;
+}
+
+static void zck__outfile_unfollow(zck__outfile *f) {
+  if (f->fd >= 0) {
+    zck__dist_outfile_remove(f->fd);
+    close(f->fd);
+  }
+  zck__outfile_forget(f);
 }
 
 /* ---- single output files */
@@ -229,14 +234,6 @@ void zck__outfile_abort(zck__outfile *f) {
   zck__outfile_image_free(f);
   if (f->fd >= 0) close(f->fd);
   if (f->tmp_path) unlink(f->tmp_path);
-  if (f->made_top && f->path) { /* a failed save leaves no folders of its own behind */
-    char *parent = zck__parent_dir(f->path);
-    if (parent) zck__rmdirs_made(parent, f->made_top);
-    free(parent);
-  }
-  free(f->made_top);
-  free(f->tmp_path);
-  free(f->path);
-  memset(f, 0, sizeof *f);
-  f->fd = -1;
+  zck__rmdirs_made_for(f->path, f->made_top);
+  zck__outfile_forget(f);
 }

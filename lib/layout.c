@@ -605,3 +605,24 @@ zck_status zck_layout_model_groups(const zck_model *m, zck_group_spec **out, siz
   *n_out = k; /* at most n_groups: zero-element params may empty a group */
   return ZCK_OK;
 }
+
+zck_status zck_layout_groups_to_model(zck_model *m, const uint32_t *flat, const size_t *flat_first, size_t n_flat,
+                                      const int32_t *opt_of, bool round_robin, uint32_t world) {
+  uint32_t *order = round_robin ? zck__calloc(flat_first[n_flat] + 1, sizeof *order) : NULL;
+  if (round_robin && !order) return ZCK_ERR_NO_MEMORY;
+  zck_status s = ZCK_OK;
+  for (size_t f = 0; s == ZCK_OK && f < n_flat; f++) {
+    size_t a = flat_first[f], n = flat_first[f + 1] - a;
+    const uint32_t *src = flat + a;
+    if (round_robin) {
+      /* the flat order F = RR(G) of group order G (zck_round_robin_order): G[i] = F[k] */
+      size_t k = 0;
+      for (uint32_t j = 0; j < world && (size_t)j < n; j++)
+        for (size_t i = j; i < n; i += world) order[i] = src[k++];
+      src = order;
+    }
+    for (size_t j = 0; s == ZCK_OK && j < n; j++) s = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
+  }
+  free(order);
+  return s;
+}

@@ -224,9 +224,47 @@ uint64_t zck_layout_param_covered(const zck_layout *l, uint32_t p);
 struct zck_model;
 zck_status zck_layout_model_groups(const struct zck_model *m, zck_group_spec **out, size_t *n_out);
 
+/* The inverse, as a reader rebuilds m's groups from a checkpoint's flat groups: the params
+ * of flat group f (flat[flat_first[f] .. flat_first[f+1]), in flat order) join m's group
+ * opt_of[f] in group order, round_robin_gradients' order (round_robin: stage 1/2 with it
+ * on, over `world` ranks) undone. */
+zck_status zck_layout_groups_to_model(struct zck_model *m, const uint32_t *flat, const size_t *flat_first,
+                                      size_t n_flat, const int32_t *opt_of, bool round_robin, uint32_t world);
+
 /* Round-robin order of DeepSpeed's round_robin_gradients (_round_robin_reorder): the
  * entries at positions i % w == 0 in order, then i % w == 1, ... out must not alias in. */
 void zck_round_robin_order(const uint32_t *in, size_t n, uint32_t w, uint32_t *out);
+
+/* ---- the 16-bit all-weights copy and the frozen params (layout_lp.c): one home for their
+ * rules, for every reader, writer and the saver */
+
+/* The params holding their own data (not tied aliases: they share their source's), in
+ * manifest order: what a 16-bit all-weights copy holds (stage 1/2's module, HF's
+ * model.safetensors). out (room for m->n_params, or NULL to count) gets them; returns how
+ * many. */
+size_t zck_lp_params(const struct zck_model *m, uint32_t *out);
+/* The frozen ones of them (frozen_param_shapes' params), in manifest order; as above. */
+size_t zck_frozen_params(const struct zck_model *m, uint32_t *out);
+
+/* The 16-bit all-weights layout: store i holds params[i] whole (the order the caller's file
+ * wants); params NULL: zck_lp_params' in manifest order. */
+zck_status zck_layout_lp(const struct zck_model *m, const uint64_t *numel, const uint32_t *params, size_t n,
+                         zck_layout **out);
+/* The frozen params' layout at a ZeRO stage: stage 3, each its own ZeRO-3 sub-group (the
+ * frozen_param_fragments of every rank: store i*W + r); stage 1/2, whole (store i). Either
+ * way frozen[i] of rank r is zck_layout_store_id(l, i, r) (r = 0 below stage 3). */
+zck_status zck_layout_frozen(size_t n_params, const uint64_t *numel, const uint32_t *frozen, size_t n_frozen,
+                             int stage, uint32_t world, zck_layout **out);
+/* Elements a frozen_param_fragments entry holds: stage 3 ceil(numel/W), else numel. */
+uint64_t zck_frozen_fragment_numel(uint64_t numel, int stage, uint32_t world);
+/* Checks that the fragment `what` of path holds `have` elements (zck_frozen_fragment_numel
+ * of a param of `numel`); ZCK_ERR_MISMATCH saying what it should hold. */
+zck_status zck_frozen_fragment_check(const char *path, const char *what, uint64_t have, uint64_t numel, int stage,
+                                     uint32_t world);
+/* The errors of a model file without the fragments a frozen param needs: none at all (stage
+ * 3 keeps frozen params nowhere else), or none for that param. */
+zck_status zck_frozen_fragments_absent(const char *path, const char *param);
+zck_status zck_frozen_fragment_missing(const char *path, const char *param);
 
 /* ---- the one ZeRO geometry of a manifest (layout_zero.c), for writers and the engine */
 

@@ -30,8 +30,7 @@ zck_status zck_zero_geometry_build(const zck_model *m, const zck_zero_opts *o, z
   uint32_t *idx = zck__calloc(n + 1, sizeof *idx);
   zck_status s = g->numel && g->frozen_params && specs && idx ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) zck_model_numels(m, g->numel);
-  for (size_t p = 0; s == ZCK_OK && p < n; p++)
-    if (m->params[p].frozen && m->params[p].tied_to < 0) g->frozen_params[g->n_frozen++] = (uint32_t)p;
+  if (s == ZCK_OK) g->n_frozen = zck_frozen_params(m, g->frozen_params);
   /* trainable params of every optimizer group, in group order */
   for (size_t gi = 0, used = 0; s == ZCK_OK && gi < m->n_groups; gi++) {
     size_t k = zck_model_group_trainable(m, (uint32_t)gi, idx + used, n - used);
@@ -59,13 +58,7 @@ zck_status zck_zero_geometry_build(const zck_model *m, const zck_zero_opts *o, z
   } else if (s == ZCK_OK) {
     s = zck_zero3_sub_groups(g->numel, specs, m->n_groups, o->world, o->sub_group_size, &g->flat, &g->n_flat);
     if (s == ZCK_OK) s = zck_layout_zero3(n, g->numel, g->flat, g->n_flat, o->world, &g->train);
-    if (s == ZCK_OK) {
-      zck_group_spec *fs = zck__calloc(g->n_frozen + 1, sizeof *fs);
-      if (!fs) s = ZCK_ERR_NO_MEMORY;
-      for (size_t i = 0; s == ZCK_OK && i < g->n_frozen; i++) fs[i] = (zck_group_spec){&g->frozen_params[i], 1, -1};
-      if (s == ZCK_OK) s = zck_layout_zero3(n, g->numel, fs, g->n_frozen, o->world, &g->frozen);
-      free(fs);
-    }
+    if (s == ZCK_OK) s = zck_layout_frozen(n, g->numel, g->frozen_params, g->n_frozen, 3, o->world, &g->frozen);
   }
   free(specs);
   free(idx);

@@ -37,12 +37,12 @@ zck_status zck__g16_init(const zck_saver *s, const char *path, zck__g16 *g) {
   g->slot = zck__calloc(m->n_params + 1, sizeof *g->slot);
   zck_status st = numel && owners && g->slot ? zck_st_writer_new(&g->w) : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) zck_model_numels(m, numel);
-  for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++) {
-    if (m->params[p].tied_to >= 0) continue;
+  size_t n_lp = st == ZCK_OK ? zck_lp_params(m, owners) : 0;
+  for (; st == ZCK_OK && g->n < n_lp; g->n++) {
+    const zck_param *pp = &m->params[owners[g->n]];
     uint64_t shape[ZCK_MAX_DIMS];
-    for (int d = 0; d < m->params[p].ndim; d++) shape[d] = (uint64_t)m->params[p].shape[d];
-    st = zck_st_writer_add(g->w, m->params[p].name, sd, m->params[p].ndim, shape, &g->slot[g->n]);
-    owners[g->n++] = (uint32_t)p;
+    for (int d = 0; d < pp->ndim; d++) shape[d] = (uint64_t)pp->shape[d];
+    st = zck_st_writer_add(g->w, pp->name, sd, pp->ndim, shape, &g->slot[g->n]);
   }
   if (st == ZCK_OK) st = zck_st_writer_layout(g->w);
   /* stores in the order of their bytes in the file: a copy in store order writes it front
@@ -53,7 +53,7 @@ zck_status zck__g16_init(const zck_saver *s, const char *path, zck__g16 *g) {
       size_t ts = g->slot[k]; g->slot[k] = g->slot[k - 1]; g->slot[k - 1] = ts;
       uint32_t to = owners[k]; owners[k] = owners[k - 1]; owners[k - 1] = to;
     }
-  if (st == ZCK_OK) st = zck_layout_whole(m->n_params, numel, owners, g->n, &g->whole);
+  if (st == ZCK_OK) st = zck_layout_lp(m, numel, owners, g->n, &g->whole);
   free(numel);
   free(owners);
   if (st != ZCK_OK) zck__g16_free(g);

@@ -101,22 +101,31 @@ static int range_cmp(const void *a, const void *b) {
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* This rank's elements of the file's tensors (layout l: one store, at `store`), from its
+ * memory; w (or NULL) notes the ranges it wrote. */
+static zck_status copy_own(const zck_saver *s, const zck__saver_view *src, const zck_layout *l, zck_store *store,
+                           const char *path, g16_wrote *w) {
+  zck_state_view dst;
+  memset(&dst, 0, sizeof dst);
+  dst.model = s->tr.model;
+  dst.name = path;
+  dst.part[ZCK_STATE_LP] = (zck_state_part){l, store, NULL};
+  zck_transfer_opts o = ZCK_TRANSFER_OPTS_INIT;
+  o.partial = true; /* the other ranks hold the rest */
+  if (w) {
+    o.exec.written = on_written;
+    o.exec.written_ctx = w;
+  }
+  return zck_transfer(&src->v, &dst, 1, &o);
+}
+
 /* This rank's elements of the window (layout l) into buf, and its ranges in w, sorted and
  * merged. */
 static zck_status window_fill(const zck_saver *s, const zck__saver_view *src, const zck_layout *l, void *buf,
                               uint64_t count, const char *path, g16_wrote *w) {
   zck_store store = zck_store_memory(buf, s->tr.lp_dtype, count, path);
-  zck_state_view dst;
-  memset(&dst, 0, sizeof dst);
-  dst.model = s->tr.model;
-  dst.name = path;
-  dst.part[ZCK_STATE_LP] = (zck_state_part){l, &store, NULL};
-  zck_transfer_opts o = ZCK_TRANSFER_OPTS_INIT;
-  o.partial = true; /* the other ranks hold the rest */
-  o.exec.written = on_written;
-  o.exec.written_ctx = w;
   w->n = 0;
-  ZCK_TRY(zck_transfer(&src->v, &dst, 1, &o));
+  ZCK_TRY(copy_own(s, src, l, &store, path, w));
   if (w->oom) return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory gathering the 16-bit weights", path);
   if (w->n) qsort(w->r, w->n, sizeof *w->r, range_cmp); /* none: w->r may be NULL */
   size_t k = 0;
@@ -281,6 +290,52 @@ static zck_status writer_start(g16_writer *wr, const uint8_t *buf, const g16_wro
   return wr->st == ZCK_OK ? ZCK_OK : zck__fail(wr->st, "%s", wr->msg);
 }
 
+// ---- what every rank's writer of its own bytes starts from (both ways below)
+
+typedef struct g16_share {
+  uint64_t *numel;       /* [n_params] */
+  zck_piece *pieces;     /* room for one window's pieces */
+  size_t hlen;           /* the header's bytes: where the data section starts */
+  uint64_t data;         /* the data section's bytes */
+  zck__saver_view src;   /* this rank's memory */
+} g16_share;
+
+/* The file g lays out, seen from rank r: its data section (every tensor element aligned)
+ * and r's memory as the source. */
+static zck_status share_init(const zck_saver *s, const zck_saver_rank *r, const zck__g16 *g, const char *path,
+                             g16_share *sh) {
+  const zck_model *m = s->tr.model;
+  size_t es = zck_dtype_size(s->tr.lp_dtype);
+  memset(sh, 0, sizeof *sh);
+  sh->numel = zck__calloc(m->n_params + 1, sizeof *sh->numel);
+  sh->pieces = zck__calloc(g->n + 1, sizeof *sh->pieces);
+  if (!sh->numel || !sh->pieces) return ZCK_ERR_NO_MEMORY;
+  zck_model_numels(m, sh->numel);
+  zck_st_writer_header(g->w, &sh->hlen);
+  sh->data = zck_st_writer_file_size(g->w) - sh->hlen;
+  for (size_t i = 0; i < g->n; i++)
+    if (zck_st_writer_tensor(g->w, g->slot[i])->begin % es)
+      return zck__fail(ZCK_ERR_INTERNAL, "%s: tensor %zu is not element aligned", path, i);
+  return zck__saver_source(s, r->mem, NULL, &sh->src);
+}
+
+static void share_free(const zck_saver *s, g16_share *sh) {
+  zck__saver_view_free(s, &sh->src);
+  free(sh->numel);
+  free(sh->pieces);
+  memset(sh, 0, sizeof *sh);
+}
+
+zck_status zck__g16_open_share(const char *path, int *fd) {
+  *fd = open(path, O_WRONLY | O_CLOEXEC);
+  return *fd < 0 ? zck__fail_errno(errno, "%s: cannot open for writing", path) : ZCK_OK;
+}
+
+zck_status zck__g16_sync_share(int fd, const char *path) {
+  int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
+  return fe || fsync(fd) != 0 ? zck__fail_errno(fe ? fe : errno, "%s: fsync failed", path) : ZCK_OK;
+}
+
 /* One all_reduce (MAX) of v[0..n): every rank's failure flags and sizes. */
 static zck_status agree_max(zck_comm *c, uint64_t *v, size_t n) {
   return c->all_reduce(c, v, v, n, ZCK_I64, ZCK_COMM_MAX);
@@ -296,41 +351,30 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   win = win < 8 ? 8 : win - win % 8; /* whole elements (es divides 8) */
   zck__g16 g;
   memset(&g, 0, sizeof g);
-  zck__saver_view src;
-  memset(&src, 0, sizeof src);
+  g16_share sh;
+  memset(&sh, 0, sizeof sh);
   zck__shash_budget budget = {0, zck__shash_default_budget()};
   g16_wrote wrote[2]; /* one per window buffer (the writer thread reads one) */
   memset(wrote, 0, sizeof wrote);
   pthread_mutex_init(&wrote[0].mu, NULL);
   pthread_mutex_init(&wrote[1].mu, NULL);
   g16_bytes pkt = {NULL, 0}, recv = {NULL, 0}, spans = {NULL, 0};
-  uint64_t *numel = NULL, *lens = NULL, data = 0;
+  uint64_t *lens = NULL;
   size_t *counts = NULL;           /* each rank's packet length in a window (rank 0: 0) */
   uint8_t *bufs[2] = {NULL, NULL}; /* one filled (and on rank 0 gathered), one written */
   int fd = -1;                     /* the other ranks' own descriptor of the file */
   g16_writer wr;
   memset(&wr, 0, sizeof wr);
-  zck_piece *pieces = NULL;
-  size_t hlen = 0;
   zck_status st = zck__g16_init(s, path, &g);
+  if (st == ZCK_OK) st = share_init(s, r, &g, path, &sh);
   if (st == ZCK_OK) {
-    numel = zck__calloc(m->n_params + 1, sizeof *numel);
-    pieces = zck__calloc(g.n + 1, sizeof *pieces);
     lens = zck__calloc(2 * (size_t)c->size, sizeof *lens);
     counts = zck__calloc((size_t)c->size, sizeof *counts);
     bufs[0] = zck__malloc(win);
     bufs[1] = zck__malloc(win);
-    if (!numel || !pieces || !lens || !counts || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
+    if (!lens || !counts || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
   }
-  if (st == ZCK_OK) {
-    zck_model_numels(m, numel);
-    zck_st_writer_header(g.w, &hlen);
-    data = zck_st_writer_file_size(g.w) - hlen; /* the data section */
-  }
-  for (size_t i = 0; st == ZCK_OK && i < g.n; i++)
-    if (zck_st_writer_tensor(g.w, g.slot[i])->begin % es)
-      st = zck__fail(ZCK_ERR_INTERNAL, "%s: tensor %zu is not element aligned", path, i);
-  if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
+  uint64_t data = sh.data;
   if (st == ZCK_OK && lead && known) st = zck_st_writer_hash(g.w, &budget);
   if (st == ZCK_OK && lead) st = zck_st_writer_open(g.w, path); /* created at full size */
   if (st == ZCK_OK && lead) wr = (g16_writer){.fd = zck_st_writer_fd(g.w), .hash = known ? g.w : NULL, .path = path, .es = es};
@@ -340,8 +384,7 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   zck_status coll = agree_max(c, ready, 2);
   bool stop = ready[0] != 0, gather = ready[1] != 0;
   if (coll == ZCK_OK && !stop && !lead) {
-    fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) st = zck__fail_errno(errno, "%s: cannot open for writing", path);
+    st = zck__g16_open_share(path, &fd);
     wr = (g16_writer){.fd = fd, .path = path, .es = es};
   }
   size_t next = 0, W = (size_t)c->size;
@@ -356,8 +399,8 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
     g16_wrote *w = &wrote[k % 2];
     if (st == ZCK_OK) {
       zck_layout *l = NULL;
-      st = window_layout(&g, numel, m->n_params, es, b0 / es, (b0 + nb) / es, &next, pieces, &l);
-      if (st == ZCK_OK) st = window_fill(s, &src, l, buf, nb / es, path, w);
+      st = window_layout(&g, sh.numel, m->n_params, es, b0 / es, (b0 + nb) / es, &next, sh.pieces, &l);
+      if (st == ZCK_OK) st = window_fill(s, &sh.src, l, buf, nb / es, path, w);
       zck_layout_free(l);
       if (st == ZCK_OK && gather && !lead) st = pack(w, buf, es, &pkt, &len, path);
     }
@@ -395,16 +438,13 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
       if (coll != ZCK_OK) break;
       if (lead && st == ZCK_OK) st = cover(w, es, buf, nb, &spans, n_sp, path);
     }
-    if (st == ZCK_OK) st = writer_start(&wr, buf, w, hlen + b0, nb);
+    if (st == ZCK_OK) st = writer_start(&wr, buf, w, sh.hlen + b0, nb);
   }
   zck_status ws = writer_join(&wr);
   if (st == ZCK_OK) st = ws;
   /* this rank's bytes are durable before rank 0 commits (the file may be on a network
    * file system, where rank 0's fsync does not cover another host's writes) */
-  if (fd >= 0 && st == ZCK_OK && coll == ZCK_OK && !stop) {
-    int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
-    if (fe || fsync(fd) != 0) st = zck__fail_errno(fe ? fe : errno, "%s: fsync failed", path);
-  }
+  if (fd >= 0 && st == ZCK_OK && coll == ZCK_OK && !stop) st = zck__g16_sync_share(fd, path);
   if (fd >= 0) close(fd);
   /* the last writes of every rank done: rank 0 commits only when none failed */
   if (coll == ZCK_OK && !stop) {
@@ -417,10 +457,8 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
   /* a peer's failure: nothing is committed here, and the agreement after names it */
   if (st == ZCK_OK && lead && !peer_failed) st = zck_st_writer_commit(g.w);
   if (st == ZCK_OK && lead && !peer_failed && known) st = zck_st_writer_known(g.w, "model.safetensors", known, cap);
-  zck__saver_view_free(s, &src);
+  share_free(s, &sh);
   zck__g16_free(&g);
-  free(numel);
-  free(pieces);
   free(lens);
   free(counts);
   free(bufs[0]);
@@ -438,40 +476,19 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
 // ---- a background save's share (save_async_ranks.c): no collective
 
 zck_status zck__g16_write_own(const zck_saver *s, const zck_saver_rank *r, const zck__g16 *g, int fd, const char *path) {
-  const zck_model *m = s->tr.model;
-  size_t es = zck_dtype_size(s->tr.lp_dtype), hlen = 0, next = 0;
-  zck_st_writer_header(g->w, &hlen);
-  uint64_t count = (zck_st_writer_file_size(g->w) - hlen) / es;
-  uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
-  zck_piece *pieces = zck__calloc(g->n + 1, sizeof *pieces);
+  size_t es = zck_dtype_size(s->tr.lp_dtype), next = 0;
   zck_layout *l = NULL;
-  zck__saver_view src;
-  memset(&src, 0, sizeof src);
-  zck_status st = numel && pieces ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; st == ZCK_OK && i < g->n; i++)
-    if (zck_st_writer_tensor(g->w, g->slot[i])->begin % es)
-      st = zck__fail(ZCK_ERR_INTERNAL, "%s: tensor %zu is not element aligned", path, i);
+  g16_share sh;
+  zck_status st = share_init(s, r, g, path, &sh);
+  uint64_t count = sh.data / es;
+  /* the whole data section as one window, one store at the file's data offset */
+  if (st == ZCK_OK) st = window_layout(g, sh.numel, s->tr.model->n_params, es, 0, count, &next, sh.pieces, &l);
   if (st == ZCK_OK) {
-    zck_model_numels(m, numel);
-    /* the whole data section as one window, one store at the file's data offset */
-    st = window_layout(g, numel, m->n_params, es, 0, count, &next, pieces, &l);
+    zck_store store = zck_store_fd(fd, sh.hlen, s->tr.lp_dtype, count, path);
+    st = copy_own(s, &sh.src, l, &store, path, NULL);
   }
-  if (st == ZCK_OK) st = zck__saver_source(s, r->mem, NULL, &src);
-  if (st == ZCK_OK) {
-    zck_store store = zck_store_fd(fd, hlen, s->tr.lp_dtype, count, path);
-    zck_state_view dst;
-    memset(&dst, 0, sizeof dst);
-    dst.model = m;
-    dst.name = path;
-    dst.part[ZCK_STATE_LP] = (zck_state_part){l, &store, NULL};
-    zck_transfer_opts o = ZCK_TRANSFER_OPTS_INIT;
-    o.partial = true; /* the other ranks hold the rest */
-    st = zck_transfer(&src.v, &dst, 1, &o);
-  }
-  zck__saver_view_free(s, &src);
+  share_free(s, &sh);
   zck_layout_free(l);
-  free(numel);
-  free(pieces);
   return st;
 }
 

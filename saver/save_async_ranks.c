@@ -131,15 +131,10 @@ static zck_status write_own_g16(zck__saver_job *j, bool lead) {
   if (lead) return zck__g16_write_own(t, &j->r0, &j->g16, zck_st_writer_fd(j->g16.w), path);
   zck__g16 g;
   ZCK_TRY(zck__g16_init(t, path, &g)); /* the same layout as rank 0's, not opened */
-  zck_status st = ZCK_OK;
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) st = zck__fail_errno(errno, "%s: cannot open for writing", path);
+  int fd = -1;
+  zck_status st = zck__g16_open_share(path, &fd);
   if (st == ZCK_OK) st = zck__g16_write_own(t, &j->r0, &g, fd, path);
-  if (st == ZCK_OK) {
-    /* durable before rank 0 commits (another host's writes are not in rank 0's fsync) */
-    int fe = zck__io_fault(ZCK_IO_OP_FSYNC);
-    if (fe || fsync(fd) != 0) st = zck__fail_errno(fe ? fe : errno, "%s: fsync failed", path);
-  }
+  if (st == ZCK_OK) st = zck__g16_sync_share(fd, path);
   if (fd >= 0) close(fd);
   zck__g16_free(&g);
   return st;

@@ -69,6 +69,11 @@ zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, co
  * the file g lays out, straight into fd (open for writing, created by rank 0), by one
  * partial transfer; the other ranks write the rest. */
 zck_status zck__g16_write_own(const zck_saver *s, const zck_saver_rank *r, const zck__g16 *g, int fd, const char *path);
+/* A rank other than 0: its own descriptor of the file rank 0 created at path; and its bytes
+ * there durable before rank 0 commits (rank 0's fsync does not cover another host's writes
+ * on a network file system). */
+zck_status zck__g16_open_share(const char *path, int *fd);
+zck_status zck__g16_sync_share(int fd, const char *path);
 /* Rank 0, once every rank's bytes of g's open file are on the disk: its data section read
  * back front to back into the hashes g->w makes (zck_st_writer_hash was set before open). */
 zck_status zck__g16_hash_back(const zck__g16 *g, const char *path);

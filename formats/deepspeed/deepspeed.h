@@ -276,12 +276,23 @@ zck_status zck_ds_autoep_check_experts(const zck_ds_ckpt *c);
 zck_status zck_ds_autoep_refuse(const zck_ds_ckpt *c, const char *job);
 /* AutoEP opened with autoep_ds_names: whether name is an expert weight (<prefix>.w1 / w2 / w3, [experts, ...]). */
 bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name);
-/* The same for a legacy deepspeed.moe.layer.MoE checkpoint (ds_moe.c): its expert files are not written yet. */
+/* The same for a legacy deepspeed.moe.layer.MoE checkpoint (ds_moe.c), for the jobs that do not write its expert
+ * files (reshard into DeepSpeed files does: zck_ds_moe_target_new). */
 zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
 const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c);
+/* A PipelineModule checkpoint (ds_pipe.c) holds one such optimizer file per stage, stage s's flat groups numbered
+ * from *first_group on: stage s's rank-0 optimizer file, NULL past the last stage (stage 0 is zck_ds_rank0_optim's,
+ * the only one of other checkpoints). */
+const zck_torch_file *zck_ds_stage_optim(const zck_ds_ckpt *c, uint32_t stage, size_t *first_group);
+/* Pipeline stages (mp_rank_<stage> file sets of a PipelineModule checkpoint); 1 for any other checkpoint. */
+uint32_t zck_ds_pipe_stages(const zck_ds_ckpt *c);
+/* The jobs that write DeepSpeed's files again refuse a pipeline source by name (its stage files are not written). */
+zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job);
+/* verify: a pipeline's layer files hold the module copies of this save's fp32 masters (ds_pipe_check.c). */
+zck_status zck_ds_pipe_check_layers(const zck_ds_ckpt *c);
 
 /* The tag folder's zckpt-manifest.json as the reader parsed it at open (lib/manifest.h;
  * its tensor XXH3s are already attached to the stores), or NULL when it has none or it
@@ -344,10 +355,13 @@ typedef struct zck_ds_write_opts {
   /* AutoEP (ds_autoep_write.c): the experts as DeepSpeed's AutoEP engine saves them at another EP size
    * (zck_ds_autoep_target_new; the manifest under DeepSpeed's names). NULL: plain ZeRO */
   const struct zck_ds_autoep_target *autoep;
+  /* legacy deepspeed.moe (ds_moe_write.c): the experts' 16-bit weights in layer_<L>_expert_<E> files, as
+   * DeepSpeed's _save_moe_checkpoint writes them at ep_size 1 (zck_ds_moe_target_new). NULL: none */
+  const struct zck_ds_moe_target *moe;
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
                                 true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, 0, 0, \
-                                NULL, NULL}
+                                NULL, NULL, NULL}
 
 /* An AutoEP target for a writer (zck_ds_write_opts.autoep): c's experts (c opened with autoep_ds_names) at EP size
  * ep_size over `world` ranks at ZeRO `stage`, as DeepSpeed 0.19.8's AutoEP engine saves them: the experts' optimizer
@@ -358,6 +372,15 @@ typedef struct zck_ds_autoep_target zck_ds_autoep_target;
 zck_status zck_ds_autoep_target_new(const zck_ds_ckpt *c, uint32_t ep_size, int stage, uint32_t world,
                                     zck_ds_autoep_target **out);
 void zck_ds_autoep_target_free(zck_ds_autoep_target *t);
+
+/* A legacy deepspeed.moe.layer.MoE target (zck_ds_write_opts.moe): c's experts (ep_size 1) written at ZeRO `stage`
+ * 1 or 2 and any world size as DeepSpeed 0.19.8 saves them: the experts' param group partitioned over every rank
+ * like any group, each (MoE layer, expert)'s 16-bit weights in its layer_<L>_expert_<E> file, `module` without
+ * them. Other stages are refused in one line naming c. *out NULL (ZCK_OK) for other checkpoints. Borrows from c,
+ * which must outlive it. */
+typedef struct zck_ds_moe_target zck_ds_moe_target;
+zck_status zck_ds_moe_target_new(const zck_ds_ckpt *c, int stage, zck_ds_moe_target **out);
+void zck_ds_moe_target_free(zck_ds_moe_target *t);
 
 /* Fills write options that reproduce c's configuration (stage, W, dtype, tag, counters,
  * step, scheduler, ds_config, ...). The pointers borrow from c. */

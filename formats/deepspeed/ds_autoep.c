@@ -27,7 +27,7 @@
  * The 16-bit expert weights of the expert files are checked (names, shapes, dtype) but not bound: every job
  * casts the fp32 masters, which is what DeepSpeed's own 16-bit copy holds after a step. to-universal opens the
  * checkpoint with DeepSpeed's names instead (zck_ds_open_opts.autoep_ds_names: the renaming is skipped, the layout
- * above kept); reshard refuses AutoEP sources for now (zck_ds_autoep_refuse, ds_autoep_check.c). */
+ * above kept); reshard writes AutoEP's own layout at the target's stage (ds_autoep_write.c). */
 #include "ds_autoep.h"
 
 #include <stdio.h>

@@ -1,18 +1,24 @@
 /* ds_autoep_write.c: the AutoEP parts of zck_ds_writer: a DeepSpeed AutoEP (expert-parallel MoE) checkpoint written
- * at another world size W and EP size E, as DeepSpeed 0.19.8's AutoEP engine saves it (runtime/engine.py
- * _save_moe_checkpoint, stage_1_and_2.state_dict) and loads it with load_checkpoint (load_moe_state_dict: each EP
- * rank reads the expert files of its experts; each rank its own optimizer file, so the layout must be the target's
- * own). ZeRO-2 only for now:
+ * at another world size W, EP size E and ZeRO stage, as DeepSpeed 0.19.8's AutoEP engine saves it (runtime/engine.py
+ * _save_moe_checkpoint, stage_1_and_2.state_dict, stage3._rigid_state_dict) and loads it with load_checkpoint (each
+ * rank reads its own optimizer file, so the layout must be the target's own):
  *   - the experts' optimizer group (`ep_size_<E>`, 'moe': True) holds, on rank d * E + e, edp rank d's partition of
  *     EP rank e's local flat (its experts' w1, w2, w3 at [n / E, ...]; ds_autoep.c zck__ds_autoep_layout, the
- *     readers' geometry), partition_count W / E; the other groups are ZeRO's over W;
- *   - mp_rank_00_model_states.pt: `module` without the expert weights and with the router twice
- *     (<mlp>.router.gate.weight, then its alias <mlp>.gate.gate.weight, here a view of the same storage: DeepSpeed
- *     saves two copies of the same values), param_shapes with the experts' local shapes, then num_experts,
- *     ds_autoep_layers (rank 0's record: the uniform placement at E, its affine maps) and
- *     universal_checkpoint_info (its version, expert_parameter_patterns, the same ds_autoep_layers);
- *   - layer_<L>_expert_<E>_mp_rank_00_model_states.pt: {<prefix>.w1.<E>, w2, w3} in the module dtype, cast from the
- *     fp32 masters (what DeepSpeed's 16-bit copy holds after a step);
+ *     readers' geometry), partitioned over the W / E ranks of EP rank e; the other groups are ZeRO's over W;
+ *   - param_shapes with the experts' local shapes, then num_experts, ds_autoep_layers (the uniform placement at E,
+ *     its affine maps) and universal_checkpoint_info (its version, expert_parameter_patterns, the same
+ *     ds_autoep_layers); the router twice in `module` (<mlp>.router.gate.weight, then its alias
+ *     <mlp>.gate.gate.weight);
+ *   - ZeRO-1/2 ('per_expert_files'): one mp_rank_00_model_states.pt, `module` without the expert weights (the
+ *     alias a view of the router's storage: DeepSpeed saves two copies of the same values), rank 0's record; and
+ *     layer_<L>_expert_<E>_mp_rank_00_model_states.pt: {<prefix>.w1.<E>, w2, w3} in the module dtype, cast from the
+ *     fp32 masters (what DeepSpeed's 16-bit copy holds after a step). ZeRO-1 writes the same files as ZeRO-2
+ *     (checked against DeepSpeed 0.19.8's own ZeRO-1 save, tests/fixtures/autoep/ep2_s1_fp32);
+ *   - ZeRO-3 ('zero3_partitioned'): no expert files; each rank's model file has `module`'s [0] placeholders (no
+ *     expert weights, the alias one too) and its own record (its ep_rank, expert-data-parallel rank, global expert
+ *     range: load_checkpoint checks them against the live placement), each optimizer file the experts' sub-group
+ *     and ds_zero_partition_groups (every sub-group's partition count, rank, ranks, family: stage 3 refuses a file
+ *     whose list differs from the live engine's);
  *   - the expert group's param group named `ep_size_<E>` (DeepSpeed finds the expert-data-parallel group by it),
  *     ds_config's expert_parallel.autoep_size E. */
 #include "ds_autoep.h"
@@ -36,10 +42,8 @@ zck_status zck_ds_autoep_target_new(const zck_ds_ckpt *c, uint32_t ep_size, int 
   *out = NULL;
   const char *dir = c->info.dir;
   if (!c->autoep) return zck__fail(ZCK_ERR_INVALID_ARG, "%s: not an AutoEP checkpoint (--to-ep-size)", dir);
-  if (stage != 2)
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP checkpoint: reshard writes AutoEP's ZeRO-2 layout only (target "
-                     "ZeRO-%d: not written yet; to-universal's folder loads at any stage DeepSpeed's load_universal "
-                     "takes)", dir, stage);
+  if (stage < 1 || stage > 3)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: an AutoEP checkpoint: target ZeRO-%d is not an AutoEP layout", dir, stage);
   const struct zck__ds_autoep_file *f = c->autoep->layers;
   if (!ep_size || world % ep_size)
     return zck__fail(ZCK_ERR_INVALID_ARG, "%s: EP size %u does not divide the world size %u (DeepSpeed's AutoEP needs "
@@ -82,8 +86,8 @@ zck_status zck__ds_autoep_geometry(zck_ds_writer *w) {
   const zck_model *m = w->m;
   const struct zck_ds_autoep_target *t = w->o.autoep;
   const struct zck__ds_autoep_file *f = t->layers;
-  if (w->stage != 2 || w->rank_only || w->o.tp_size > 1 || w->o.nvme_offload)
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP target: ZeRO-2, all ranks, no TP, no NVMe offload only");
+  if (w->rank_only || w->o.tp_size > 1 || w->o.nvme_offload)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP target: all ranks, no TP, no NVMe offload only");
   if (!(w->ae_layer = zck__malloc((m->n_params + 1) * sizeof *w->ae_layer)) ||
       !(w->lp_first = zck__calloc(m->n_params + 1, sizeof *w->lp_first)))
     return ZCK_ERR_NO_MEMORY;
@@ -103,19 +107,23 @@ zck_status zck__ds_autoep_geometry(zck_ds_writer *w) {
   if (n_exp != 3 * f->n)
     return zck__fail(ZCK_ERR_FORMAT, "the manifest holds %zu AutoEP expert weights; ds_autoep_layers needs %zu (open the "
                      "source with DeepSpeed's names)", n_exp, 3 * f->n);
-  /* the experts' flat group: all of them, nothing else */
+  /* the experts' flat group (ZeRO-3: sub-group): all of them, nothing else */
   for (size_t g = 0; g < w->n_flat; g++)
     for (size_t i = 0; i < w->flat[g].n_params; i++) {
       bool ex = w->ae_layer[w->flat[g].params[i]] >= 0;
       if (ex && group < 0) group = (int64_t)g;
+      if (ex && group != (int64_t)g)   /* sub_group_size smaller than the experts: the split of the local flat */
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP experts over several ZeRO-3 sub-groups (sub_group_size %llu): "
+                         "not supported", (unsigned long long)w->sub_group_size);
       if (ex != (group == (int64_t)g))
         return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP experts share an optimizer group with '%s': not supported",
                          m->params[w->flat[g].params[i]].name);
     }
   w->ae_group = (size_t)group;
   ZCK_TRY(zck__ds_autoep_layout(m->n_params, w->geo.numel, w->flat, w->n_flat, w->w, w->o.param_align, w->ae_group,
-                                t->ep_size, false, &w->ae_train));
+                                t->ep_size, w->stage == 3, &w->ae_train));
   w->train = w->ae_train;
+  if (w->stage == 3) return ZCK_OK;   /* no 16-bit weights saved, no expert files */
   /* LP stores: one per owner param, one per expert for the expert weights (in their expert files) */
   for (size_t i = 0; i < w->n_owners; i++) {
     uint32_t p = w->owners[i];
@@ -263,10 +271,12 @@ static zck_pk *affine(zck_pk_doc *d, const zck_param *pp, int64_t E) {
   return m;
 }
 
-/* ds_autoep_layers as rank 0 of the target records it (the _save_moe_checkpoint entry, key order included) */
-static zck_pk *layers_pk(zck_ds_writer *w, zck_pk_doc *d) {
+/* ds_autoep_layers as rank r of the target records it (the _save_moe_checkpoint entry, key order included; ZeRO-1/2
+ * save rank 0's only) */
+static zck_pk *layers_pk(zck_ds_writer *w, zck_pk_doc *d, uint32_t r) {
   const struct zck__ds_autoep_file *f = w->o.autoep->layers;
-  const int64_t E = w->o.autoep->ep_size, D = w->w / w->o.autoep->ep_size;
+  const int64_t E = w->o.autoep->ep_size, D = w->w / w->o.autoep->ep_size, ep = r % E, edp = r / E;
+  const bool z3 = w->stage == 3;
   zck_pk *list = zck_pk_new_list(d);
   for (size_t i = 0; list && i < f->n; i++) {
     const zck__ds_autoep_layer *l = &f->v[i];
@@ -284,18 +294,22 @@ static zck_pk *layers_pk(zck_ds_writer *w, zck_pk_doc *d) {
       int64_t p = weight_param(w, i, k);
       if (p < 0 || !put(d, params, w->m->params[p].name, affine(d, &w->m->params[p], E))) return NULL;
     }
+    /* checkpoint_format_version: AUTOEP_ZERO3_EXPERT_STATE_FORMAT_VERSION (1) at ZeRO-3, which load_checkpoint
+     * requires; None otherwise */
     if (!put(d, e, "expert_key_prefix", zck_pk_new_str(d, l->prefix)) ||
-        !put(d, e, "checkpoint_format", zck_pk_new_str(d, "per_expert_files")) ||
-        !put(d, e, "checkpoint_format_version", zck_pk_new_none(d)) || !put(d, e, "ep_group_name", zck_pk_new_str(d, group)) ||
-        !put(d, e, "ep_rank", zck_pk_new_int(d, 0)) || !put(d, e, "expert_data_parallel_rank", zck_pk_new_int(d, 0)) ||
+        !put(d, e, "checkpoint_format", zck_pk_new_str(d, z3 ? "zero3_partitioned" : "per_expert_files")) ||
+        !put(d, e, "checkpoint_format_version", z3 ? zck_pk_new_int(d, 1) : zck_pk_new_none(d)) ||
+        !put(d, e, "ep_group_name", zck_pk_new_str(d, group)) || !put(d, e, "ep_rank", zck_pk_new_int(d, ep)) ||
+        !put(d, e, "expert_data_parallel_rank", zck_pk_new_int(d, edp)) ||
         !put(d, e, "expert_data_parallel_world_size", zck_pk_new_int(d, D)) ||
-        !put(d, e, "global_expert_start", zck_pk_new_int(d, 0)) || !put(d, e, "global_expert_end", zck_pk_new_int(d, n / E)))
+        !put(d, e, "global_expert_start", zck_pk_new_int(d, ep * (n / E))) ||
+        !put(d, e, "global_expert_end", zck_pk_new_int(d, (ep + 1) * (n / E))))
       return NULL;
   }
   return list;
 }
 
-bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root) {
+bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root, uint32_t r) {
   const struct zck_ds_autoep_target *t = w->o.autoep;
   zck_pk *ne = t->num_experts ? zck__ds_pk_copy(d, t->num_experts) : NULL;
   if (!ne) {   /* self.num_experts: each MoE layer's */
@@ -305,9 +319,35 @@ bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root) 
   }
   zck_pk *uci = zck_pk_new_dict(d, 0), *pat = zck_pk_new_list(d);
   zck_pk *ver = t->uci_version ? zck__ds_pk_copy(d, t->uci_version) : zck_pk_new_float(d, 0.4);
-  return uci && pat && put(d, root, "num_experts", ne) && put(d, root, "ds_autoep_layers", layers_pk(w, d)) &&
+  return uci && pat && put(d, root, "num_experts", ne) && put(d, root, "ds_autoep_layers", layers_pk(w, d, r)) &&
          put(d, uci, "universal_checkpoint_version", ver) &&
          zck_pk_append(d, pat, zck_pk_new_str(d, ".*\\.experts\\.w[123]$")) &&
-         put(d, uci, "expert_parameter_patterns", pat) && put(d, uci, "ds_autoep_layers", layers_pk(w, d)) &&
+         put(d, uci, "expert_parameter_patterns", pat) && put(d, uci, "ds_autoep_layers", layers_pk(w, d, r)) &&
          put(d, root, "universal_checkpoint_info", uci);
+}
+
+/* ds_zero_partition_groups (stage3._zero3_partition_group_metadata): per sub-group its partition count, this rank's
+ * index, the ranks it is partitioned over, its family and group name; the experts' sub-group is partitioned over
+ * the expert-data-parallel ranks e, e + E, ... of EP rank e */
+zck_pk *zck__ds_autoep_partition_groups(const zck_ds_writer *w, zck_pk_doc *d, uint32_t r) {
+  const uint32_t E = w->o.autoep->ep_size;
+  zck_pk *list = zck_pk_new_list(d);
+  char gname[32];
+  snprintf(gname, sizeof gname, "ep_size_%u", E);
+  for (size_t g = 0; list && g < w->n_flat; g++) {
+    const bool ex = g == w->ae_group;
+    const uint32_t n = zck__ds_flat_count(w, g);
+    const char *name = ex ? gname : "replicated";
+    zck_pk *e = zck_pk_new_dict(d, 0), *ranks = zck_pk_new_list(d), *fam = zck_pk_new_list(d), *gn = zck_pk_new_list(d);
+    if (!e || !ranks || !fam || !gn || !zck_pk_append(d, list, e) || !put(d, e, "sub_group", zck_pk_new_int(d, (int64_t)g)) ||
+        !put(d, e, "partition_count", zck_pk_new_int(d, n)) ||
+        !put(d, e, "partition_rank", zck_pk_new_int(d, zck__ds_flat_rank(w, g, r))) ||
+        !put(d, e, "partition_ranks", ranks) || !put(d, e, "families", fam) || !put(d, e, "group_names", gn) ||
+        !zck_pk_append(d, fam, zck_pk_new_str(d, ex ? "autoep_expert" : "replicated")) ||
+        !zck_pk_append(d, gn, zck_pk_new_str(d, name)))
+      return NULL;
+    for (uint32_t k = 0; k < n; k++)
+      if (!zck_pk_append(d, ranks, zck_pk_new_int(d, ex ? (int64_t)(k * E + r % E) : (int64_t)k))) return NULL;
+  }
+  return list;
 }

@@ -254,7 +254,8 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
       snprintf(what, sizeof what, "%s[%zu]", fkey, g);
       zck__ds_tref real = f->fp32;
       real.numel = st->lean;   /* the store is what the layout reads: padding is not data */
-      c->stores[ZCK_DS_FP32][id] = zck__ds_source_store(c, &o->src, &real, path, what);
+      c->stores[ZCK_DS_FP32][id] = zck__ds_source_store(c, f->src ? f->src : &o->src, &real, f->path ? f->path : path,
+                                                        what);
       if (!c->info.has_optimizer_state) continue;
       const zck__ds_tref *ts[2] = {&f->exp_avg, &f->exp_avg_sq};
       const char *tn[2] = {"exp_avg", "exp_avg_sq"};
@@ -264,7 +265,8 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                            "%zu is %llu", path, skey, g, tn[k], (unsigned long long)ts[k]->numel,
                            c->info.stage == 3 ? "sub-group" : "padded", g, (unsigned long long)st->numel);
         snprintf(what, sizeof what, "%s['state'][%zu]['%s']", skey, g, tn[k]);
-        c->stores[ZCK_DS_EXP_AVG + k][id] = zck__ds_source_store(c, &o->src, ts[k], path, what);
+        c->stores[ZCK_DS_EXP_AVG + k][id] =
+            zck__ds_source_store(c, f->src ? f->src : &o->src, ts[k], f->path ? f->path : path, what);
       }
     }
   }
@@ -281,24 +283,21 @@ static zck_status build_lp(zck_ds_ckpt *c, const uint64_t *numels) {
   const zck__ds_model_file *m0 = &c->models[0];
   uint32_t *owners = zck__calloc(m->n_params + 1, sizeof *owners);
   if (!owners) return ZCK_ERR_NO_MEMORY;
-  size_t n = 0;
-  for (size_t p = 0; p < m->n_params; p++) {
-    if (m->params[p].tied_to >= 0) continue;
-    const zck__ds_tref *t = &m0->module_t[c->param_mod[p]];
-    if (!t->contiguous) {
+  size_t n = zck_lp_params(m, owners);
+  for (size_t i = 0; i < n; i++)
+    if (!m0->module_t[c->param_mod[owners[i]]].contiguous) {
+      c->lp_missing = zck__sprintf("module['%s'] is a strided view", m->params[owners[i]].name);
       free(owners);
-      c->lp_missing = zck__sprintf("module['%s'] is a strided view", m->params[p].name);
       return c->lp_missing ? ZCK_OK : ZCK_ERR_NO_MEMORY;
     }
-    owners[n++] = (uint32_t)p;
-  }
-  zck_status s = zck_layout_whole(m->n_params, numels, owners, n, &c->lp_layout);
+  zck_status s = zck_layout_lp(m, numels, owners, n, &c->lp_layout);
   if (s == ZCK_OK && !(c->stores[ZCK_DS_LP] = zck__calloc(n + 1, sizeof(zck_store)))) s = ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; s == ZCK_OK && i < n; i++) {
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->params[owners[i]].name);
-    c->stores[ZCK_DS_LP][i] = zck__ds_source_store(c, &c->models[0].src, &m0->module_t[c->param_mod[owners[i]]],
-                                           m0->file->path, what);
+    size_t k = (size_t)c->param_mod[owners[i]];
+    c->stores[ZCK_DS_LP][i] = zck__ds_source_store(c, zck__ds_module_src(m0, k), &m0->module_t[k],
+                                                   zck__ds_module_path(m0, k), what);
   }
   free(owners);
   return s;
@@ -313,31 +312,22 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
   const zck_model *m = c->model;
   const zck__ds_model_file *m0 = &c->models[0];
   uint32_t w = c->info.world_size;
-  size_t nf = 0;
-  for (size_t p = 0; p < m->n_params; p++) nf += m->params[p].frozen && m->params[p].tied_to < 0;
+  int stage = c->info.stage;
+  size_t nf = zck_frozen_params(m, NULL);
   if (m0->has_frozen_frags && m0->n_frags != m0->frozen_shapes.n)  /* DS-26 */
     return zck__fail(ZCK_ERR_MISMATCH, "%s: frozen_param_fragments has %zu entries but frozen_param_shapes has %zu",
                      m0->file->path, m0->n_frags, m0->frozen_shapes.n);
   if (!nf) return ZCK_OK;
   uint32_t *fp = zck__calloc(nf, sizeof *fp);
-  zck_group_spec *specs = zck__calloc(nf, sizeof *specs);
-  if (!fp || !specs) { free(fp); free(specs); return ZCK_ERR_NO_MEMORY; }
-  nf = 0;
-  for (size_t p = 0; p < m->n_params; p++)
-    if (m->params[p].frozen && m->params[p].tied_to < 0) fp[nf++] = (uint32_t)p;
+  if (!fp) return ZCK_ERR_NO_MEMORY;
+  zck_frozen_params(m, fp);
   zck_status s = ZCK_OK;
-  bool use_frags = c->info.stage >= 2 && m0->has_frozen_frags;
-  if (c->info.stage == 3 && !use_frags) {
-    s = zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' but no frozen_param_fragments", m0->file->path,
-                  m->params[fp[0]].name);
+  bool use_frags = stage >= 2 && m0->has_frozen_frags;
+  if (stage == 3 && !use_frags) {
+    s = zck_frozen_fragments_absent(m0->file->path, m->params[fp[0]].name);
     goto out;
   }
-  if (c->info.stage == 3) {
-    for (size_t i = 0; i < nf; i++) specs[i] = (zck_group_spec){&fp[i], 1, -1};
-    ZCK_CHECK_GOTO(zck_layout_zero3(m->n_params, numels, specs, nf, w, &c->frozen_layout), s, out);
-  } else {
-    ZCK_CHECK_GOTO(zck_layout_whole(m->n_params, numels, fp, nf, &c->frozen_layout), s, out);
-  }
+  ZCK_CHECK_GOTO(zck_layout_frozen(m->n_params, numels, fp, nf, stage, w, &c->frozen_layout), s, out);
   if (!(c->stores[ZCK_DS_FROZEN] = zck__calloc(c->frozen_layout->n_stores + 1, sizeof(zck_store)))) {
     s = ZCK_ERR_NO_MEMORY;
     goto out;
@@ -352,37 +342,30 @@ static zck_status build_frozen(zck_ds_ckpt *c, const uint64_t *numels) {
         goto out;
       }
       snprintf(what, sizeof what, "module['%.500s']", pp->name);
-      c->stores[ZCK_DS_FROZEN][i] = zck__ds_source_store(c, &c->models[0].src, t, m0->file->path, what);
+      size_t k = (size_t)c->param_mod[fp[i]];
+      c->stores[ZCK_DS_FROZEN][i] = zck__ds_source_store(c, zck__ds_module_src(m0, k), t, zck__ds_module_path(m0, k), what);
       continue;
     }
     snprintf(what, sizeof what, "frozen_param_fragments['%.500s']", pp->name);
-    uint64_t want = c->info.stage == 3 ? zck_zero3_partition(pp->numel, w) : pp->numel;
-    for (uint32_t r = 0; r < (c->info.stage == 3 ? w : 1); r++) {
+    for (uint32_t r = 0; r < (stage == 3 ? w : 1); r++) {
       zck__ds_model_file *mf = &c->models[r];
       int64_t k = find_frag(mf, pp->name);
       if (k < 0) {  /* DS-26 */
-        s = zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' missing from frozen_param_fragments", mf->file->path,
-                      pp->name);
+        s = zck_frozen_fragment_missing(mf->file->path, pp->name);
         goto out;
       }
       const zck__ds_tref *t = &mf->frag_t[k];
-      if (t->numel != want) {
-        s = zck__fail(ZCK_ERR_MISMATCH, "%s: %s has %llu elements; expected %llu (%s)", mf->file->path, what,
-                      (unsigned long long)t->numel, (unsigned long long)want,
-                      c->info.stage == 3 ? "ceil(numel / world size)" : "the parameter's numel");
-        goto out;
-      }
+      ZCK_CHECK_GOTO(zck_frozen_fragment_check(mf->file->path, what, t->numel, pp->numel, stage, w), s, out);
       if (!t->contiguous) {
         s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s is a strided view", mf->file->path, what);
         goto out;
       }
-      uint32_t id = c->info.stage == 3 ? zck_layout_store_id(c->frozen_layout, (uint32_t)i, r) : (uint32_t)i;
+      uint32_t id = zck_layout_store_id(c->frozen_layout, (uint32_t)i, r);
       c->stores[ZCK_DS_FROZEN][id] = zck__ds_source_store(c, &mf->src, t, mf->file->path, what);
     }
   }
 out:
   free(fp);
-  free(specs);
   return s;
 }
 
@@ -404,7 +387,8 @@ static zck_status build_buffers(zck_ds_ckpt *c) {
                        m->buffers[b].name);
     char what[600];
     snprintf(what, sizeof what, "module['%.500s']", m->buffers[b].name);
-    c->buffer_stores[b] = zck__ds_source_store(c, &c->models[0].src, t, m0->file->path, what);
+    size_t k = (size_t)c->buffer_mod[b];
+    c->buffer_stores[b] = zck__ds_source_store(c, zck__ds_module_src(m0, k), t, zck__ds_module_path(m0, k), what);
   }
   return ZCK_OK;
 }

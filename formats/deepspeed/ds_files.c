@@ -56,11 +56,14 @@ static const char *skip(const char *s, const char *lit) {
   return strncmp(s, lit, n) ? NULL : s + n;
 }
 
-typedef enum { NAME_OTHER, NAME_MODEL, NAME_Z3_MODEL, NAME_OPTIM, NAME_EXPERT, NAME_UNKNOWN_STATES } name_kind;
+typedef enum { NAME_OTHER, NAME_MODEL, NAME_Z3_MODEL, NAME_OPTIM, NAME_EXPERT, NAME_PIPE_LAYER, NAME_UNKNOWN_STATES } name_kind;
 
 /* Classifies a file name of the tag folder; fills dp/mp/prefix for the known kinds. */
 static name_kind classify(const char *name, uint32_t *dp, uint32_t *mp, zck__ds_prefix *prefix) {
   const char *p;
+  /* layer_{idx:02d}-model_states.pt (PipelineModule.ckpt_layer_path, no tensor parallelism): dp = the layer */
+  if ((p = skip(name, "layer_")) && (p = parse_mp(p, dp)) && !strcmp(p, "-model_states.pt")) return NAME_PIPE_LAYER;
+  if (!strncmp(name, "layer_", 6) && ends_with(name, "-model_states.pt")) return NAME_UNKNOWN_STATES;
   if (ends_with(name, "_model_states.pt")) {
     if ((p = skip(name, "mp_rank_")) && (p = parse_mp(p, mp)) && !strcmp(p, "_model_states.pt")) return NAME_MODEL;
     if ((p = skip(name, "zero_pp_rank_")) && (p = parse_rank(p, dp)) && (p = skip(p, "_mp_rank_")) &&
@@ -161,6 +164,8 @@ void zck__ds_fileset_free(zck__ds_fileset *fs) {
   for (size_t i = 0; i < fs->n_optims; i++) rankfile_free(&fs->optims[i]);
   for (size_t i = 0; i < fs->n_experts; i++) rankfile_free(&fs->experts[i]);
   free(fs->experts);
+  for (size_t i = 0; i < fs->n_layers; i++) rankfile_free(&fs->layers[i]);
+  free(fs->layers);
   free(fs->z3_models);
   free(fs->optims);
   memset(fs, 0, sizeof *fs);
@@ -353,11 +358,21 @@ static zck_status scan(zck__ds_fileset *fs) {
                     "rank optimizer files): not supported, as by ds_to_universal.py", fs->dir, name);
       break;
     }
+    if (k == NAME_UNKNOWN_STATES && !strncmp(name, "layer_", 6) && strstr(name, "-model_") &&
+        strstr(name, "-model_") != strstr(name, "-model_states.pt")) {  /* layer_XX-model_YY-model_states.pt */
+      s = zck__fail(ZCK_ERR_UNSUPPORTED, "%s/%s: a PipelineModule layer file of a tensor-parallel run (pipeline and "
+                    "tensor parallelism together): not supported", fs->dir, name);
+      break;
+    }
     if (k == NAME_UNKNOWN_STATES) {  /* DS-11 */
       s = zck__fail(ZCK_ERR_UNSUPPORTED,
                     "%s/%s: unsupported checkpoint layout (MoE expert, pipeline-layer or unknown states file); "
                     "zckpt reads plain ZeRO checkpoints only", fs->dir, name);
       break;
+    }
+    if (k == NAME_PIPE_LAYER) {  /* every stage's: ds_pipe.c reads them all */
+      s = push(&fs->layers, &fs->n_layers, dp, fs->dir, name, 0);
+      continue;
     }
     /* AutoTP: every mp rank's files form a ZeRO checkpoint of their own; keep this one's */
     if (mp >= fs->n_mp) fs->n_mp = mp + 1;

@@ -41,6 +41,9 @@ typedef struct zck__ds_fileset {
   zck__ds_rankfile *experts;  /* layer_<L>_expert_<E>_mp_rank_XX_model_states.pt (rank = E), in folder order:
                                  AutoEP's ZeRO-1/2 expert weights (ds_autoep.c refuses them otherwise) */
   size_t n_experts;
+  zck__ds_rankfile *layers;  /* layer_<XX>-model_states.pt (rank = XX), every pipeline stage's, in folder order:
+                                PipelineModule's 16-bit weights (ds_pipe.c) */
+  size_t n_layers;
   zck__ds_rankfile *optims; /* optimizer shards, sorted by rank */
   size_t n_optims;
   zck__ds_prefix prefix;

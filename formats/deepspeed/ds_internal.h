@@ -66,7 +66,17 @@ typedef struct zck__ds_model_file {
   char **warnings;                 /* raised while reading it (files are read on several threads): */
   size_t n_warnings;               /* the reader takes them in file order (zck__ds_take_warnings) */
   struct zck__ds_autoep_file *autoep;  /* its ds_autoep_layers (ds_autoep.c), NULL: none */
+  const zck__source **module_src;  /* PipelineModule (ds_pipe.c): [n_module] the layer file holding each entry */
+  const char **module_path;        /* and its path; NULL: every entry lies in src */
 } zck__ds_model_file;
+
+/* Where module entry i of mf lies (a pipeline's layer file, or the model file itself). */
+static inline const zck__source *zck__ds_module_src(const zck__ds_model_file *mf, size_t i) {
+  return mf->module_src ? mf->module_src[i] : &mf->src;
+}
+static inline const char *zck__ds_module_path(const zck__ds_model_file *mf, size_t i) {
+  return mf->module_path ? mf->module_path[i] : mf->file->path;
+}
 
 /* One flat group's tensors in an optimizer file. */
 typedef struct zck__ds_flat {
@@ -75,6 +85,8 @@ typedef struct zck__ds_flat {
   zck__ds_tref exp_avg, exp_avg_sq;
   bool has_step;                   /* the state's `step` (int, float or 0-dim tensor) */
   double step;
+  const zck__source *src;          /* PipelineModule (ds_pipe.c): the stage's file it lies in; NULL: its optim file */
+  const char *path;
 } zck__ds_flat;
 
 typedef struct zck__ds_optim_file {
@@ -169,6 +181,7 @@ struct zck_ds_ckpt {
   struct zck__ds_offload *offload; /* ds_offload.c: open swap files of offloaded_tensors/ */
   struct zck__ds_autoep *autoep;   /* ds_autoep.c: an AutoEP checkpoint's layers, NULL: none */
   bool legacy_moe;                 /* ds_moe.c: deepspeed.moe.layer.MoE expert files beside plain ZeRO shards */
+  struct zck__ds_pipe *pipe;       /* ds_pipe.c: a PipelineModule checkpoint's other stages and layer files */
 };
 
 /* ---- ds_pickle.c: reading DeepSpeed's objects out of pickle trees */
@@ -201,6 +214,20 @@ zck_status zck__ds_warn(zck_ds_ckpt *c, const char *fmt, ...) ZCK__PRINTF(2, 3);
 zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t mp, const zck__ds_model_file *tie_from,
                            zck_ds_ckpt **out);
 
+/* Stage 1 of zck__ds_open_mp: mp rank mp's files found and their pickles read, not described (ds_pipe.c merges
+ * several such before the describe). */
+zck_status zck__ds_open_files(const char *path, const zck_ds_open_opts *o, uint32_t mp, zck_ds_ckpt **out);
+
+/* ---- ds_pipe.c: PipelineModule checkpoints (module None, weights in layer_<XX>-model_states.pt, one mp_rank file
+ * set per stage). After stage 0's files are read: the other stages' files read and their records appended to c's
+ * (param_shapes, flat groups, param groups), the layer files' tensors made c's module entries under the names
+ * PipelineModule gives them ("<XX>.<key>"), so c describes as one ZeRO checkpoint of the whole model. */
+zck_status zck__ds_pipe_prepare(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
+void zck__ds_pipe_free(struct zck__ds_pipe *p);
+/* The model files of stages 1.. (after c's own), for the jobs that copy them. */
+size_t zck__ds_pipe_model_files(const zck_ds_ckpt *c);
+const zck__ds_rankfile *zck__ds_pipe_model_file(const zck_ds_ckpt *c, size_t i);
+
 /* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */
 zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
 
@@ -210,6 +237,8 @@ zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_op
 zck_status zck__ds_moe_prepare(zck_ds_ckpt *c);
 /* After the describe: the experts' 16-bit weights are not bound (16-bit outputs cast the masters). */
 zck_status zck__ds_moe_finish(zck_ds_ckpt *c);
+/* The global expert id a param name carries (....deepspeed_experts.<E>....), -1: not an expert. */
+long zck__ds_moe_expert_id(const char *name);
 
 /* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
 /* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */

@@ -20,54 +20,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a small name -> int map (open addressing) */
-typedef struct smap {
-  const char **keys;
-  int64_t *vals;
-  size_t cap;
-} smap;
+/* ---- name -> index lookups (lib/strmap.h) */
+typedef zck__strmap smap;
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-  return h;
-}
-
-static zck_status smap_init(smap *m, size_t n) {
-  m->cap = 16;
-  while (m->cap < 2 * n + 1) m->cap *= 2;
-  m->keys = zck__calloc(m->cap, sizeof *m->keys);
-  m->vals = zck__calloc(m->cap, sizeof *m->vals);
-  return m->keys && m->vals ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-}
-
-static void smap_free(smap *m) {
-  free(m->keys);
-  free(m->vals);
-  memset(m, 0, sizeof *m);
-}
-
-/* Inserts key (borrowed); returns the existing value's slot if present (no overwrite). */
-static int64_t *smap_put(smap *m, const char *key, int64_t val, bool *existed) {
-  size_t i = hash_str(key) & (m->cap - 1);
-  while (m->keys[i]) {
-    if (!strcmp(m->keys[i], key)) { *existed = true; return &m->vals[i]; }
-    i = (i + 1) & (m->cap - 1);
-  }
-  m->keys[i] = key;
-  m->vals[i] = val;
-  *existed = false;
-  return &m->vals[i];
-}
-
+/* The index of key, or -1. */
 static int64_t smap_get(const smap *m, const char *key) {
-  if (!m->cap) return -1;
-  size_t i = hash_str(key) & (m->cap - 1);
-  while (m->keys[i]) {
-    if (!strcmp(m->keys[i], key)) return m->vals[i];
-    i = (i + 1) & (m->cap - 1);
-  }
-  return -1;
+  size_t i;
+  return zck__strmap_get(m, key, &i) ? (int64_t)i : -1;
+}
+
+/* Inserts key (borrowed) -> i unless it is there; *existed says, *prev gets its index. */
+static zck_status smap_put(smap *m, const char *key, size_t i, bool *existed, size_t *prev) {
+  size_t ignored;
+  return zck__strmap_put(m, key, i, existed, prev ? prev : &ignored);
 }
 
 /* ---- hyper-parameters */
@@ -161,11 +126,11 @@ typedef struct build {
 } build;
 
 static void build_free(build *b) {
-  smap_free(&b->train);
-  smap_free(&b->frozen);
-  smap_free(&b->buffers);
-  smap_free(&b->alias);
-  smap_free(&b->module);
+  zck__strmap_free(&b->train);
+  zck__strmap_free(&b->frozen);
+  zck__strmap_free(&b->buffers);
+  zck__strmap_free(&b->alias);
+  zck__strmap_free(&b->module);
   free(b->train_param);
   free(b->frozen_param);
   free(b->alias_param);
@@ -195,7 +160,7 @@ static zck_status index_names(zck_ds_ckpt *c, build *b) {
   size_t nt = 0;
   for (size_t g = 0; g < m0->n_param_shapes; g++) nt += m0->param_shapes[g].n;
   b->n_train = nt;
-  ZCK_TRY(smap_init(&b->train, nt));
+  ZCK_TRY(zck__strmap_init(&b->train, nt));
   c->flat_first = zck__calloc(m0->n_param_shapes + 1, sizeof *c->flat_first);
   c->flat_params = zck__calloc(nt ? nt : 1, sizeof *c->flat_params);
   if (!c->flat_first || !c->flat_params) return ZCK_ERR_NO_MEMORY;
@@ -204,40 +169,41 @@ static zck_status index_names(zck_ds_ckpt *c, build *b) {
     c->flat_first[g] = k;
     for (size_t i = 0; i < m0->param_shapes[g].n; i++, k++) {
       bool existed;
-      int64_t *v = smap_put(&b->train, m0->param_shapes[g].v[i].name, (int64_t)k, &existed);
+      size_t v;
+      ZCK_TRY(smap_put(&b->train, m0->param_shapes[g].v[i].name, k, &existed, &v));
       if (existed) {  /* DS-23: zero_to_fp32 would silently collapse them */
         size_t g0 = 0;
-        while (g0 + 1 < m0->n_param_shapes && c->flat_first[g0 + 1] <= (size_t)*v) g0++;
+        while (g0 + 1 < m0->n_param_shapes && c->flat_first[g0 + 1] <= v) g0++;
         return zck__fail(ZCK_ERR_FORMAT, "%s: parameter '%s' appears twice in param_shapes (groups %zu and %zu)", path,
                          m0->param_shapes[g].v[i].name, g0, g);
       }
     }
   }
   c->flat_first[m0->n_param_shapes] = k;
-  ZCK_TRY(smap_init(&b->frozen, m0->frozen_shapes.n));
+  ZCK_TRY(zck__strmap_init(&b->frozen, m0->frozen_shapes.n));
   for (size_t i = 0; i < m0->frozen_shapes.n; i++) {
     bool existed;
-    smap_put(&b->frozen, m0->frozen_shapes.v[i].name, (int64_t)i, &existed);
+    ZCK_TRY(smap_put(&b->frozen, m0->frozen_shapes.v[i].name, i, &existed, NULL));
     if (existed) return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes lists '%s' twice", path, m0->frozen_shapes.v[i].name);
     if (smap_get(&b->train, m0->frozen_shapes.v[i].name) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is in both param_shapes and frozen_param_shapes", path,
                        m0->frozen_shapes.v[i].name);
   }
-  ZCK_TRY(smap_init(&b->buffers, m0->n_buffer_names));
+  ZCK_TRY(zck__strmap_init(&b->buffers, m0->n_buffer_names));
   for (size_t i = 0; i < m0->n_buffer_names; i++) {
     bool existed;
-    smap_put(&b->buffers, m0->buffer_names[i], (int64_t)i, &existed);
+    ZCK_TRY(smap_put(&b->buffers, m0->buffer_names[i], i, &existed, NULL));
   }
-  ZCK_TRY(smap_init(&b->module, m0->n_module));
+  ZCK_TRY(zck__strmap_init(&b->module, m0->n_module));
   for (size_t i = 0; i < m0->n_module; i++) {
     bool existed;
-    smap_put(&b->module, m0->module_names[i], (int64_t)i, &existed);
+    ZCK_TRY(smap_put(&b->module, m0->module_names[i], i, &existed, NULL));
   }
-  ZCK_TRY(smap_init(&b->alias, m0->n_shared));
+  ZCK_TRY(zck__strmap_init(&b->alias, m0->n_shared));
   for (size_t i = 0; i < m0->n_shared; i++) {
     const char *a = m0->shared_alias[i], *s = m0->shared_src[i];
     bool existed;
-    smap_put(&b->alias, a, (int64_t)i, &existed);
+    ZCK_TRY(smap_put(&b->alias, a, i, &existed, NULL));
     /* DS-25 */
     if (smap_get(&b->train, a) >= 0 || smap_get(&b->frozen, a) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s' is itself a saved parameter", path, a);
@@ -377,39 +343,22 @@ static zck_status add_ties(zck_ds_ckpt *c, const build *b) {
 }
 
 /* The optimizer's groups (with their hyper-parameters) and their params in group order. */
-static zck_status add_groups(zck_ds_ckpt *c, const build *b) {
+static zck_status add_groups(zck_ds_ckpt *c) {
   const zck__ds_model_file *m0 = &c->models[0];
   zck_model *m = c->model;
-  int stage = c->info.stage;
   size_t n_flat = m0->n_param_shapes, n_opt = 0;
   int32_t *opt_of = zck__calloc(n_flat + 1, sizeof *opt_of);
-  uint32_t *order = zck__calloc(b->n_train + 1, sizeof *order);
-  uint32_t *perm = zck__calloc(b->n_train + 1, sizeof *perm);
-  uint32_t *ident = zck__calloc(b->n_train + 1, sizeof *ident);
-  zck_status s = opt_of && order && perm && ident ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status s = opt_of ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (s == ZCK_OK) s = opt_groups_of_flats(c, n_flat, opt_of, &n_opt);
   for (size_t g = 0; s == ZCK_OK && g < n_opt; g++) {
     uint32_t gi;
     s = zck_model_add_group(m, &gi);
     if (s == ZCK_OK && c->param_groups) s = add_hparams(c, gi, c->param_groups->u.seq.items[g], c->optims[0].file->path);
   }
-  for (size_t f = 0; s == ZCK_OK && f < n_flat; f++) {
-    size_t a = c->flat_first[f], n = c->flat_first[f + 1] - a;
-    const uint32_t *src = c->flat_params + a;
-    if (stage >= 1 && stage <= 2 && c->info.round_robin && n) {
-      /* param_shapes is in round-robin order: group order G with flat F = RR(G), so
-       * G[RR(identity)[j]] = F[j]. */
-      for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;
-      zck_round_robin_order(ident, n, c->info.world_size, perm);
-      for (size_t j = 0; j < n; j++) order[perm[j]] = src[j];
-      src = order;
-    }
-    for (size_t j = 0; s == ZCK_OK && j < n; j++) s = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
-  }
+  bool rr = c->info.stage >= 1 && c->info.stage <= 2 && c->info.round_robin;
+  if (s == ZCK_OK)
+    s = zck_layout_groups_to_model(m, c->flat_params, c->flat_first, n_flat, opt_of, rr, c->info.world_size);
   free(opt_of);
-  free(order);
-  free(perm);
-  free(ident);
   return s;
 }
 
@@ -439,7 +388,7 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
   }
   if (s == ZCK_OK) s = check_listed(c, &b);
   if (s == ZCK_OK) s = add_ties(c, &b);
-  if (s == ZCK_OK) s = add_groups(c, &b);
+  if (s == ZCK_OK) s = add_groups(c);
   build_free(&b);
   return s;
 }

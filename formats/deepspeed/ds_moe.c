@@ -9,7 +9,8 @@
  * param_shapes: the shards are a plain ZeRO checkpoint, which ds_to_universal.py converts as one, so zckpt reads
  * them as one. With ep_size > 1 each rank's expert group holds its own experts under local names
  * (deepspeed_experts.0 on every rank) and a partition_count below the world size: ds_to_universal.py merges
- * different experts as fragments of one param and fails, so zckpt refuses it by name. */
+ * different experts as fragments of one param and fails, so zckpt refuses it by name. ds_moe_write.c writes the
+ * ep_size 1 layout again (reshard). */
 #include "ds_internal.h"
 
 #include <stdio.h>
@@ -18,8 +19,7 @@
 
 #define ZCK__DS_MOE_EXPERTS ".deepspeed_experts."
 
-/* The global expert id a param name carries (…​.deepspeed_experts.<E>.…), -1: not an expert. */
-static long expert_id(const char *name) {
+long zck__ds_moe_expert_id(const char *name) {
   const char *p = strstr(name, ZCK__DS_MOE_EXPERTS);
   if (!p) return -1;
   char *end;
@@ -55,7 +55,7 @@ static zck_status add_experts_to_module(zck__ds_model_file *mf, size_t n_experts
     for (size_t g = 0; g < mf->n_param_shapes && s == ZCK_OK; g++)
       for (size_t j = 0; j < mf->param_shapes[g].n && s == ZCK_OK; j++) {
         const zck__ds_named_shape *ps = &mf->param_shapes[g].v[j];
-        if (expert_id(ps->name) < 0) continue;
+        if (zck__ds_moe_expert_id(ps->name) < 0) continue;
         size_t e = k++;
         if (placed[e]) continue;
         /* the layer's prefix: "<m>.deepspeed_moe." of "<m>.deepspeed_moe.experts.deepspeed_experts.<E>..." */
@@ -91,7 +91,7 @@ zck_status zck__ds_moe_prepare(zck_ds_ckpt *c) {
   const zck__ds_model_file *m0 = &c->models[0];
   size_t n = 0;
   for (size_t g = 0; g < m0->n_param_shapes; g++)
-    for (size_t i = 0; i < m0->param_shapes[g].n; i++) n += expert_id(m0->param_shapes[g].v[i].name) >= 0;
+    for (size_t i = 0; i < m0->param_shapes[g].n; i++) n += zck__ds_moe_expert_id(m0->param_shapes[g].v[i].name) >= 0;
   if (!n) return ZCK_OK;  /* not deepspeed.moe's names: AutoEP's files without their record, refused there */
   if (c->info.stage == 3)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe expert file in a stage-3 checkpoint: not supported",
@@ -107,7 +107,7 @@ zck_status zck__ds_moe_prepare(zck_ds_ckpt *c) {
   for (size_t g = 0; g < m0->n_param_shapes; g++)
     for (size_t i = 0; i < m0->param_shapes[g].n; i++) {
       const char *name = m0->param_shapes[g].v[i].name;
-      long e = expert_id(name);
+      long e = zck__ds_moe_expert_id(name);
       if (e >= 0 && !has_expert_file(c, e))
         return zck__fail(ZCK_ERR_NOT_FOUND, "%s: incomplete MoE checkpoint: no layer_*_expert_%ld_mp_rank_%02u_model_states.pt "
                          "for %s", c->fs.dir, e, c->fs.mp, name);
@@ -130,6 +130,6 @@ zck_status zck__ds_moe_finish(zck_ds_ckpt *c) {
 
 zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job) {
   if (!c || !c->legacy_moe) return ZCK_OK;
-  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: %s does not write its layout "
-                   "yet (consolidate, to-universal, inspect and verify read it)", c->info.dir, job);
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: %s does not write its expert "
+                   "files (reshard into DeepSpeed files does)", c->info.dir, job);
 }

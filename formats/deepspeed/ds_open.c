@@ -283,18 +283,38 @@ static zck_status check_steps(const zck_ds_ckpt *c) {
   return ZCK_OK;
 }
 
+static zck_status open_files(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o, uint32_t mp) {
+  c->topts = o->torch;
+  c->threads = o->threads;
+  c->info.tp_size = 1;
+  zck_status s = zck__ds_find_mp(path, o->tag, mp, &c->fs);
+  if (s == ZCK_OK) s = c->fs.n_optims ? read_optims(c) : read_zero0(c);
+  if (s == ZCK_OK && !c->zero0) s = read_models(c);
+  return s;
+}
+
+zck_status zck__ds_open_files(const char *path, const zck_ds_open_opts *o, uint32_t mp, zck_ds_ckpt **out) {
+  *out = NULL;
+  zck_ds_ckpt *c = zck__calloc(1, sizeof *c);
+  if (!c) return ZCK_ERR_NO_MEMORY;
+  zck_status s = open_files(c, path, o, mp);
+  if (s != ZCK_OK) {
+    zck_ds_close(c);
+    return s;
+  }
+  *out = c;
+  return ZCK_OK;
+}
+
 zck_status zck__ds_open_mp(const char *path, const zck_ds_open_opts *o, uint32_t mp, const zck__ds_model_file *tie_from,
                            zck_ds_ckpt **out) {
   *out = NULL;
   zck_ds_ckpt *c = zck__calloc(1, sizeof *c);
   if (!c) return ZCK_ERR_NO_MEMORY;
-  c->topts = o->torch;
-  c->threads = o->threads;
   c->tie_from = tie_from;
-  c->info.tp_size = 1;
-  zck_status s = zck__ds_find_mp(path, o->tag, mp, &c->fs);
-  if (s == ZCK_OK) s = c->fs.n_optims ? read_optims(c) : read_zero0(c);
-  if (s == ZCK_OK && !c->zero0) s = read_models(c);
+  zck_status s = open_files(c, path, o, mp);
+  /* a PipelineModule's stages are merged into one ZeRO checkpoint before anything reads the records */
+  if (s == ZCK_OK && c->fs.n_layers && mp == 0) s = zck__ds_pipe_prepare(c, path, o);
   if (s == ZCK_OK && !c->zero0) s = zck__ds_moe_prepare(c);  /* before AutoEP's, which refuses expert files it lacks a record of */
   if (s == ZCK_OK && !c->zero0 && !c->legacy_moe) s = zck__ds_autoep_prepare(c);
   if (s == ZCK_OK) s = check_steps(c);
@@ -317,7 +337,7 @@ zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ck
   zck_ds_ckpt *c = NULL;
   zck_status s = zck__ds_open_mp(path, &o, 0, NULL, &c);
   if (s != ZCK_OK) return s;
-  if (c->fs.n_mp > 1) s = zck__ds_autotp(c, path, &o);
+  if (c->fs.n_mp > 1 && !c->pipe) s = zck__ds_autotp(c, path, &o);
   if (s == ZCK_OK && o.require_optimizer_state && !c->info.has_optimizer_state)  /* DS-48 */
     s = zck__fail(ZCK_ERR_NOT_FOUND,
                   "%s: no optimizer state (exp_avg / exp_avg_sq): saved before the first optimizer step, or removed",
@@ -360,6 +380,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   zck_manifest_free(c->manifest);
   zck__ds_offload_free(c->offload);
   zck__ds_autoep_free(c->autoep);
+  zck__ds_pipe_free(c->pipe);
   for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
   free(c->warnings);
   free(c->lp_missing);
@@ -425,10 +446,14 @@ const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c) { return c->loss_scaler; 
 const zck_pk *zck_ds_client_state(const zck_ds_ckpt *c) { return c->model0 ? zck_torch_root(c->model0) : NULL; }
 
 /* AutoTP: every TP rank's model files, rank 0's first. */
-size_t zck_ds_model_file_count(const zck_ds_ckpt *c) { return c->n_models * (c->n_tp + 1); }
+size_t zck_ds_model_file_count(const zck_ds_ckpt *c) { return c->n_models * (c->n_tp + 1) + zck__ds_pipe_model_files(c); }
 
 zck_ds_file zck_ds_model_file(const zck_ds_ckpt *c, size_t i) {
-  ZCK_ASSERT(i < c->n_models * (c->n_tp + 1));
+  ZCK_ASSERT(i < zck_ds_model_file_count(c));
+  if (i >= c->n_models * (c->n_tp + 1)) {  /* a pipeline's later stages */
+    const zck__ds_rankfile *f = zck__ds_pipe_model_file(c, i - c->n_models * (c->n_tp + 1));
+    return (zck_ds_file){f->name, f->path, f->size};
+  }
   const zck_ds_ckpt *sub = i < c->n_models ? c : c->tp[i / c->n_models - 1];
   const zck__ds_rankfile *f = sub->models[i % c->n_models].file;
   return (zck_ds_file){f->name, f->path, f->size};

@@ -96,6 +96,8 @@ void zck__ds_model_file_free(zck__ds_model_file *mf) {
   if (!mf) return;
   free_strs(mf->module_names, mf->n_module);
   free(mf->module_t);
+  free(mf->module_src);
+  free(mf->module_path);
   free_strs(mf->buffer_names, mf->n_buffer_names);
   for (size_t i = 0; i < mf->n_param_shapes; i++) free_shape_list(&mf->param_shapes[i]);
   free(mf->param_shapes);
@@ -224,10 +226,12 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
   }
   const zck_pk *module = zck_pk_dict_get(root, "module");
   if (!module) return zck__fail(ZCK_ERR_FORMAT, "%s: key 'module' missing (DeepSpeed's loader needs it)", path);
-  if (module->kind == ZCK_PK_NONE)  /* PipelineModule: its weights are in layer_<XX>-model_states.pt, per stage */
-    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: 'module' is None: a PipelineModule (pipeline-parallel) checkpoint, its "
-                     "weights in layer_*-model_states.pt: not supported", path);
-  ZCK_TRY(read_tensor_dict(mf, tf, module, &mf->module_names, &mf->module_t, &mf->n_module, "module"));
+  /* PipelineModule: its weights are in layer_<XX>-model_states.pt, which ds_pipe.c makes the module entries */
+  if (module->kind == ZCK_PK_NONE && !c->fs.n_layers)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: 'module' is None (a PipelineModule checkpoint) but the folder holds no "
+                     "layer_<XX>-model_states.pt files", path);
+  if (module->kind != ZCK_PK_NONE)
+    ZCK_TRY(read_tensor_dict(mf, tf, module, &mf->module_names, &mf->module_t, &mf->n_module, "module"));
 
   ZCK_TRY(need_int(root, "dp_world_size", &mf->dp_world_size, path));
   ZCK_TRY(need_int(root, "mp_world_size", &mf->mp_world_size, path));
@@ -256,6 +260,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
       if (!v || v->kind != ZCK_PK_INT || !zck_pk_as_int(v, &x) || x < 1)
         return zck__fail(ZCK_ERR_FORMAT, "%s: checkpoint_parallel_dimensions['%s'] is not a positive int", path, dims[k]);
       if (k == 1 && x == (int64_t)c->fs.n_mp) continue;  /* AutoTP's tp_degree: its files are here */
+      if (k == 0 && x == (int64_t)c->fs.n_mp && c->fs.n_layers) continue;  /* a pipeline's stages (ds_pipe.c) */
       if (x != 1)
         return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: %s = %lld: pipeline/tensor-parallel checkpoints are not supported", path,
                          dims[k], (long long)x);

@@ -215,10 +215,10 @@ static zck_status build_geometry(zck_ds_writer *w) {
   /* lp module weights (stage 1/2) */
   w->owners = zck__calloc(m->n_params + 1, sizeof *w->owners);
   if (!w->owners) return ZCK_ERR_NO_MEMORY;
-  for (size_t p = 0; p < m->n_params; p++)
-    if (m->params[p].tied_to < 0) w->owners[w->n_owners++] = (uint32_t)p;
+  w->n_owners = zck_lp_params(m, w->owners);
   if (w->o.autoep) ZCK_TRY(zck__ds_autoep_geometry(w));  /* train and LP layouts of an AutoEP target */
-  else if (w->stage <= 2) ZCK_TRY(zck_layout_whole(m->n_params, numels, w->owners, w->n_owners, &w->lp_layout));
+  else if (w->stage <= 2) ZCK_TRY(zck_layout_lp(m, numels, w->owners, w->n_owners, &w->lp_layout));
+  if (w->o.moe) ZCK_TRY(zck__ds_moe_geometry(w));  /* deepspeed.moe: the experts' 16-bit weights in their files */
   if (m->n_buffers) {
     uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);
     if (!bn) return ZCK_ERR_NO_MEMORY;
@@ -258,7 +258,10 @@ static zck_status build_file(void *ctx, size_t i, unsigned thread) {
   (void)thread;
   zck_ds_writer *w = ctx;
   if (i < w->n_models) return builds_model(w, (uint32_t)i) ? zck__ds_build_model_file(w, (uint32_t)i) : ZCK_OK;
-  if (i >= (size_t)w->n_models + w->w) return zck__ds_build_expert_file(w, i - w->n_models - w->w);  /* AutoEP */
+  if (i >= (size_t)w->n_models + w->w) {  /* expert files: AutoEP's or deepspeed.moe's */
+    size_t e = i - w->n_models - w->w;
+    return w->o.moe ? zck__ds_moe_build_expert_file(w, e) : zck__ds_build_expert_file(w, e);
+  }
   uint32_t r = (uint32_t)(i - w->n_models);
   return builds_optim(w, r) ? zck__ds_build_optim_file(w, r) : ZCK_OK;
 }
@@ -491,7 +494,7 @@ zck_status zck_ds_writer_commit(zck_ds_writer *w) {
     w->optim_w[r] = NULL;
     ZCK_TRY(s);
   }
-  for (size_t i = 0; i < w->n_expert_files; i++) {   /* AutoEP: hashed by the manifest writer, which reads them */
+  for (size_t i = 0; i < w->n_expert_files; i++) {   /* expert files: hashed by the manifest writer, which reads them */
     zck_status s = zck_torch_writer_finish(w->expert_w[i], NULL);
     zck_torch_writer_free(w->expert_w[i]);
     w->expert_w[i] = NULL;

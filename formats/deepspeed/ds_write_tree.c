@@ -193,8 +193,10 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   for (size_t p = 0, lpi = 0; p < m->n_params; p++) {
     const zck_param *pp = &m->params[p];
     zck_pk *t = NULL;
+    int64_t zero = 0;
+    if (w->ae_layer && w->ae_layer[p] >= 0) continue;   /* AutoEP: an expert weight, in its expert files / ZeRO shards */
+    if (w->moe_file && w->moe_file[p] >= 0) continue;   /* deepspeed.moe: an expert weight, in its expert file */
     if (w->stage == 3) {
-      int64_t zero = 0;
       if (empty_storage == (size_t)-1) {
         uint64_t off;
         ZCK_CHECK_GOTO(zck__ds_add_storage(tw, hf, w->lp, 0, NULL, &empty_storage, &off), s, out);
@@ -203,8 +205,6 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     } else if (pp->tied_to >= 0) {
       const zck_param *src = &m->params[pp->tied_to];
       if (!(t = zck_torch_writer_tensor(tw, stor[pp->tied_to], src->ndim, src->shape, NULL, 0, 0))) goto nomem;
-    } else if (w->ae_layer && w->ae_layer[p] >= 0) {
-      continue;   /* AutoEP: an expert weight, in its expert files */
     } else {
       snprintf(label, sizeof label, "%s/%s: module['%.900s']", w->shown, fname, pp->name);
       size_t at = w->lp_first ? w->lp_first[p] : lpi;
@@ -214,9 +214,11 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     }
     if (!put(d, module, pp->name, t)) goto nomem;
     char alias[1100];
-    if (w->stage <= 2 && zck__ds_autoep_alias(w, (uint32_t)p, alias, sizeof alias)) {
-      /* AutoEP's router alias: the same values (DeepSpeed saves a copy; here a view of the router's storage) */
-      zck_pk *a = zck_torch_writer_tensor(tw, stor[p], pp->ndim, pp->shape, NULL, 0, 0);
+    if (zck__ds_autoep_alias(w, (uint32_t)p, alias, sizeof alias)) {
+      /* AutoEP's router alias: the same values (DeepSpeed saves a copy; here a view of the router's storage; stage 3:
+       * a placeholder too) */
+      zck_pk *a = w->stage == 3 ? zck_torch_writer_tensor(tw, empty_storage, 1, &zero, NULL, 0, 0)
+                                : zck_torch_writer_tensor(tw, stor[p], pp->ndim, pp->shape, NULL, 0, 0);
       if (!a || !put(d, module, alias, a)) goto nomem;
     }
   }
@@ -246,7 +248,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       memcpy(shape, pp->shape, (size_t)pp->ndim * sizeof *shape);
       if (w->ae_layer && w->ae_layer[p] >= 0) shape[0] /= zck__ds_autoep_ep_size(w);   /* AutoEP: its local experts */
       zck_pk *sz = torch_size(d, pp->ndim, shape);
-      if (sz && w->ae_layer) sz->tag = ZCK_PK_TAG_NONE;   /* AutoEP's engine saves plain tuples there */
+      if (sz && (w->ae_layer || w->moe_file)) sz->tag = ZCK_PK_TAG_NONE;   /* _save_moe_checkpoint saves plain tuples */
       if (!put(d, od, pp->name, sz)) goto nomem;
     }
     if (!zck_pk_append(d, ps, od)) goto nomem;
@@ -265,7 +267,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       if (w->stage == 2) {  /* param.detach().cpu(): the module tensor's storage */
         if (!(t = zck_torch_writer_tensor(tw, stor[w->frozen[i]], pp->ndim, pp->shape, NULL, 0, 0))) goto nomem;
       } else {              /* this rank's ds_tensor: ceil(n/W) elements, padding included */
-        int64_t pn = (int64_t)zck_zero3_partition(pp->numel, w->w);
+        int64_t pn = (int64_t)zck_frozen_fragment_numel(pp->numel, 3, w->w);
         uint32_t id = zck_layout_store_id(w->frozen_layout, (uint32_t)i, r);
         snprintf(label, sizeof label, "%s/%s: frozen_param_fragments['%.900s']", w->shown, fname, pp->name);
         ZCK_CHECK_GOTO(new_tensor(w, tw, hf, w->lp, 1, &pn, (uint64_t)pn, 0, label, &w->stores[ZCK_DS_FROZEN][id], NULL, &t),
@@ -301,7 +303,8 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
       !put(d, root, "checkpoint_parallel_dimensions", cpd) || !put(d, root, "ds_config", ds_config(w, d)) ||
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;
-  if (w->o.autoep && !zck__ds_autoep_model_extras(w, d, root)) goto nomem;  /* num_experts, ds_autoep_layers, uci */
+  if (w->o.autoep && !zck__ds_autoep_model_extras(w, d, root, r)) goto nomem;  /* num_experts, ds_autoep_layers, uci */
+  if (w->o.moe && !zck__ds_moe_model_extras(w, d, root)) goto nomem;           /* num_experts, ds_autoep_layers None */
   if (tp > 1 && w->o.tp_info) {  /* AutoTP: DeepSpeed's record of the slicing, last (as DeepSpeed orders it) */
     zck_pk *uci = zck__ds_pk_copy(d, w->o.tp_info);
     if (!uci) { s = zck__error_prepend(ZCK_ERR_UNSUPPORTED, "universal_checkpoint_info"); goto out; }
@@ -470,7 +473,9 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
     /* stage3.py _rigid_state_dict() */
     if (!put(d, osd, "zero_stage", zero_stage_enum(d, 3)) || !put(d, osd, "loss_scaler", ls) ||
         !put(d, osd, "dynamic_loss_scale", dyn) || !put(d, osd, "overflow", ovf) ||
-        !put(d, osd, "partition_count", zck_pk_new_int(d, w->w)) || !put(d, osd, "optimizer_state_dict", inner) ||
+        !put(d, osd, "partition_count", zck_pk_new_int(d, w->w)) ||
+        (w->o.autoep && !put(d, osd, "ds_zero_partition_groups", zck__ds_autoep_partition_groups(w, d, r))) ||
+        !put(d, osd, "optimizer_state_dict", inner) ||
         !put(d, osd, "fp32_flat_groups", flats))
       goto nomem;
   }

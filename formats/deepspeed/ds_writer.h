@@ -99,6 +99,8 @@ struct zck_ds_writer {
   size_t *lp_first;                 /* [n_params]: the param's first LP store (an expert param has one per expert) */
   size_t n_expert_files;            /* layers x experts */
   zck_torch_writer **expert_w;
+  const int32_t *moe_file;          /* legacy deepspeed.moe target (ds_moe_write.c; o.moe): [n_params] the expert file
+                                       of an expert param (its 16-bit weight goes there, not to `module`), else -1 */
   /* NVMe-offload target (ds_write_offload.c): the swap files (mu guards them) */
   struct zck__ds_swapfile **swap;
   size_t n_swap, cap_swap;
@@ -136,11 +138,11 @@ zck_status zck__ds_seal_file(zck_torch_writer *tw, const zck_pk *root, zck__ds_w
 zck_status zck__ds_add_wstore(zck_ds_writer *w, zck_torch_writer *tw, zck__shash *hf, size_t storage, uint64_t off,
                               zck_dtype dt, uint64_t numel, const char *name, zck_store *out);
 
-/* ds_autoep_write.c (w->o.autoep set): the layouts (train, LP) of an AutoEP target, called by build_geometry after
+/* ds_autoep_write.c (w->o.autoep set): the layouts (train; LP at stage 1/2) of an AutoEP target, called by build_geometry after
  * the ZeRO geometry; the local numel of param p in its flat group (an expert param's numel / E); the index of rank
  * r in flat group g's partition group (its expert-data-parallel rank in the experts' group); the expert file i
  * (layer-major); module's router alias after param p, if p is a router (else NULL, nothing written); the model
- * file's AutoEP entries (num_experts, ds_autoep_layers, universal_checkpoint_info) appended to root. */
+ * file's AutoEP entries (num_experts, ds_autoep_layers, universal_checkpoint_info) of rank r appended to root. */
 zck_status zck__ds_autoep_geometry(zck_ds_writer *w);
 uint32_t zck__ds_autoep_ep_size(const zck_ds_writer *w);
 uint64_t zck__ds_flat_numel(const zck_ds_writer *w, uint32_t p);
@@ -148,9 +150,17 @@ uint32_t zck__ds_flat_rank(const zck_ds_writer *w, size_t g, uint32_t r);
 uint32_t zck__ds_flat_count(const zck_ds_writer *w, size_t g);
 zck_status zck__ds_build_expert_file(zck_ds_writer *w, size_t i);
 const char *zck__ds_autoep_alias(const zck_ds_writer *w, uint32_t p, char *buf, size_t cap);
-bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root);
+bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root, uint32_t r);
+/* Stage 3: the optimizer file's ds_zero_partition_groups of rank r. */
+zck_pk *zck__ds_autoep_partition_groups(const zck_ds_writer *w, zck_pk_doc *d, uint32_t r);
 /* The name of optimizer group g in the target (AutoEP's expert group is named by its EP size), or NULL: kept. */
 const char *zck__ds_autoep_group_name(const zck_ds_writer *w, size_t g, char *buf, size_t cap);
+
+/* ds_moe_write.c (w->o.moe set): the experts' files (lp_first: each owner's LP store), called by build_geometry after
+ * the plain ZeRO geometry; expert file i (layer-major); the model file's num_experts and ds_autoep_layers (None). */
+zck_status zck__ds_moe_geometry(zck_ds_writer *w);
+zck_status zck__ds_moe_build_expert_file(zck_ds_writer *w, size_t i);
+bool zck__ds_moe_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root);
 
 /* ds_write_offload.c: whether sub-group g of rank r goes to swap files (o.nvme_offload); creates
  * them, binding the sub-group's fp32 / exp_avg / exp_avg_sq target stores to them; commit /

@@ -339,9 +339,7 @@ static zck_status zck__uv_groups(zck_uv_ckpt *c, zck__uv_build *b) {
     return zck__fail(ZCK_ERR_MISMATCH, "%s: param_groups has %zu groups but param_shapes (%s) has %zu flat groups: the "
                      "group of each parameter is unknown", opath, pg->u.seq.len, b->path, n_flat);
   int32_t *opt_of = zck__calloc(n_flat + 1, sizeof *opt_of);
-  uint32_t *order = zck__calloc(b->n_train + 1, sizeof *order), *perm = zck__calloc(b->n_train + 1, sizeof *perm);
-  uint32_t *ident = zck__calloc(b->n_train + 1, sizeof *ident);
-  zck_status st = opt_of && order && perm && ident ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status st = opt_of ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   size_t next = 0;
   for (size_t g = 0; st == ZCK_OK && g < pg->u.seq.len; g++) {
     const zck_pk *grp = pg->u.seq.items[g];
@@ -374,23 +372,12 @@ static zck_status zck__uv_groups(zck_uv_ckpt *c, zck__uv_build *b) {
   if (st == ZCK_OK && c->info.stage == 3 && next != n_flat)
     st = zck__fail(ZCK_ERR_MISMATCH, "%s: param_groups cover %zu sub-groups but param_shapes (%s) has %zu: the group of "
                    "the others is unknown", opath, next, b->path, n_flat);
-  for (size_t f = 0; st == ZCK_OK && f < n_flat; f++) {
-    size_t a = b->flat_first[f], n = b->flat_first[f + 1] - a;
-    const uint32_t *src = c->flat + a;
-    if (c->info.stage <= 2 && c->info.round_robin && n) {
-      /* param_shapes is in round-robin order F = RR(G): G[RR(identity)[j]] = F[j] */
-      for (size_t j = 0; j < n; j++) ident[j] = (uint32_t)j;
-      zck_round_robin_order(ident, n, c->info.world_size, perm);
-      for (size_t j = 0; j < n; j++) order[perm[j]] = src[j];
-      src = order;
-    }
-    for (size_t j = 0; st == ZCK_OK && j < n; j++) st = zck_model_group_add_param(m, (uint32_t)opt_of[f], src[j]);
-    if (st != ZCK_OK) st = zck__error_prepend(st, "%s", opath);
-  }
+  /* param_shapes is in flat order: round-robin order in stage 1/2 with round_robin_gradients */
+  if (st == ZCK_OK &&
+      (st = zck_layout_groups_to_model(m, c->flat, b->flat_first, n_flat, opt_of,
+                                       c->info.stage <= 2 && c->info.round_robin, c->info.world_size)) != ZCK_OK)
+    st = zck__error_prepend(st, "%s", opath);
   free(opt_of);
-  free(order);
-  free(perm);
-  free(ident);
   return st;
 }
 
@@ -409,6 +396,9 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   b.shapes = zck_pk_dict_get(root, "param_shapes");
   b.frozen = zck_pk_dict_get(root, "frozen_param_shapes");
   b.shared = zck_pk_dict_get(root, "shared_params");
+  if (b.module && b.module->kind == ZCK_PK_NONE)  /* each stage's param_shapes are in its own mp_rank_<stage> file */
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: 'module' is None: the universal folder of a PipelineModule checkpoint, not "
+                     "read yet (read the pipeline checkpoint itself)", path);
   if (!b.module || b.module->kind != ZCK_PK_DICT) return zck__fail(ZCK_ERR_FORMAT, "%s: 'module' missing or not a dict", path);
   if (!b.shapes || b.shapes->kind != ZCK_PK_LIST)
     return zck__fail(ZCK_ERR_FORMAT, "%s: 'param_shapes' missing or not a list of dicts: not a ZeRO checkpoint", path);
@@ -542,22 +532,18 @@ static zck_status zck__uv_fragments_index(const zck_torch_file *f, zck_pk_dict_i
   return zck_pk_dict_index_init(x, zck_pk_dict_get(zck_torch_root(f), "frozen_param_fragments"));
 }
 
-/* frozen_param_fragments[name] of one model file (ffx: its index), checked to hold `want`
- * elements. */
+/* frozen_param_fragments[name] of one model file (ffx: its index), checked to hold what the
+ * stage keeps of p (lib/layout_lp.c). */
 static zck_status zck__uv_fragment(zck_uv_ckpt *c, const zck_torch_file *f, const zck_pk_dict_index *ffx,
-                                   const zck_param *p, uint64_t want, zck_store *out) {
+                                   const zck_param *p, zck_store *out) {
   const char *path = zck_torch_name(f);
   const zck_pk *node = zck_pk_dict_index_get(ffx, p->name);
-  if (!node)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' missing from frozen_param_fragments", path, p->name);
+  if (!node) return zck_frozen_fragment_missing(path, p->name);
   zck__uv_tref t;
   ZCK_TRY(zck__uv_tref_of(f, node, p->name, &t));
   char what[600];
   snprintf(what, sizeof what, "frozen_param_fragments['%.500s']", p->name);
-  if (t.numel != want)
-    return zck__fail(ZCK_ERR_MISMATCH, "%s: %s has %llu elements; expected %llu (%s)", path, what,
-                     (unsigned long long)t.numel, (unsigned long long)want,
-                     c->info.stage == 3 ? "ceil(numel / world size)" : "the parameter's numel");
+  ZCK_TRY(zck_frozen_fragment_check(path, what, t.numel, p->numel, c->info.stage, c->info.world_size));
   return zck__uv_aux(c, path, &t, what, out);
 }
 
@@ -588,16 +574,13 @@ static zck_status zck__uv_build_frozen_tp(zck_uv_ckpt *c, const zck_torch_open_o
   zck_layout **ls = zck__calloc(T, sizeof *ls);
   zck_model **sm = zck__calloc(T, sizeof *sm);
   uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
-  zck_group_spec *specs = zck__calloc(nf + 1, sizeof *specs);
   size_t n_stores = 0;
-  zck_status st = ls && sm && numel && specs ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < nf && specs; i++) specs[i] = (zck_group_spec){&fp[i], 1, -1};
+  zck_status st = ls && sm && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (uint32_t t = 0; st == ZCK_OK && t < T; t++) {
     st = zck_ds_autotp_shard_model(uci, m, t, &sm[t]);
     if (st != ZCK_OK) { st = zck__error_prepend(st, "%s", zck_torch_name(c->model0)); break; }
     zck_model_numels(sm[t], numel);
-    st = stage == 3 ? zck_layout_zero3(m->n_params, numel, specs, nf, w, &ls[t])
-                    : zck_layout_whole(m->n_params, numel, fp, nf, &ls[t]);
+    st = zck_layout_frozen(m->n_params, numel, fp, nf, stage, w, &ls[t]);
     if (st == ZCK_OK) n_stores += ls[t]->n_stores;
   }
   if (st == ZCK_OK && !(c->frozen_stores = zck__calloc(n_stores + 1, sizeof *c->frozen_stores))) st = ZCK_ERR_NO_MEMORY;
@@ -617,10 +600,9 @@ static zck_status zck__uv_build_frozen_tp(zck_uv_ckpt *c, const zck_torch_open_o
                    : zck_pk_dict_index_init(&idx, zck_pk_dict_get(zck_torch_root(f), "module"));
       for (size_t i = 0; st == ZCK_OK && i < nf; i++) {
         const zck_param *p = &sm[t]->params[fp[i]];
-        uint32_t id = stage == 3 ? zck_layout_store_id(ls[t], (uint32_t)i, r) : (uint32_t)i;
-        zck_store *out = &c->frozen_stores[base + id];
+        zck_store *out = &c->frozen_stores[base + zck_layout_store_id(ls[t], (uint32_t)i, r)];
         if (frags) {
-          st = zck__uv_fragment(c, f, &idx, p, stage == 3 ? zck_zero3_partition(p->numel, w) : p->numel, out);
+          st = zck__uv_fragment(c, f, &idx, p, out);
           continue;
         }
         const zck_pk *node = zck_pk_dict_index_get(&idx, p->name);
@@ -656,7 +638,6 @@ static zck_status zck__uv_build_frozen_tp(zck_uv_ckpt *c, const zck_torch_open_o
   free(ls);
   free(sm);
   free(numel);
-  free(specs);
   return st;
 }
 
@@ -664,8 +645,7 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
   const zck_model *m = c->m;
   uint32_t w = c->info.world_size;
   int stage = c->info.stage;
-  size_t nf = 0;
-  for (size_t p = 0; p < m->n_params; p++) nf += m->params[p].frozen && m->params[p].tied_to < 0;
+  size_t nf = zck_frozen_params(m, NULL);
   const zck_pk *root = zck_torch_root(c->model0);
   const zck_pk *ff = zck_pk_dict_get(root, "frozen_param_fragments");
   bool frags = ff && ff->kind != ZCK_PK_NONE;
@@ -675,30 +655,21 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
                      zck_torch_name(c->model0));
   if (!nf) return ZCK_OK;
   uint32_t *fp = zck__calloc(nf, sizeof *fp);
-  zck_group_spec *specs = zck__calloc(nf, sizeof *specs);
   uint64_t *numel = zck__calloc(m->n_params + 1, sizeof *numel);
   zck_torch_file *rf = NULL;
-  zck_status st = fp && specs && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  nf = 0;
-  for (size_t p = 0; st == ZCK_OK && p < m->n_params; p++)
-    if (m->params[p].frozen && m->params[p].tied_to < 0) fp[nf++] = (uint32_t)p;
-  if (st == ZCK_OK) zck_model_numels(m, numel);
+  zck_status st = fp && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  if (st == ZCK_OK) {
+    zck_frozen_params(m, fp);
+    zck_model_numels(m, numel);
+  }
   if (st == ZCK_OK && c->info.tp_size > 1 && (stage != 3 || frags)) {
     st = zck__uv_build_frozen_tp(c, topts, fp, nf, stage == 3 || (stage == 2 && frags));
     free(fp);
-    free(specs);
     free(numel);
     return st;
   }
-  if (st == ZCK_OK && stage == 3 && !frags)
-    st = zck__fail(ZCK_ERR_FORMAT, "%s: frozen parameter '%s' but no frozen_param_fragments", zck_torch_name(c->model0),
-                   m->params[fp[0]].name);
-  if (st == ZCK_OK && stage == 3) {
-    for (size_t i = 0; i < nf; i++) specs[i] = (zck_group_spec){&fp[i], 1, -1};
-    st = zck_layout_zero3(m->n_params, numel, specs, nf, w, &c->frozen_layout);
-  } else if (st == ZCK_OK) {
-    st = zck_layout_whole(m->n_params, numel, fp, nf, &c->frozen_layout);
-  }
+  if (st == ZCK_OK && stage == 3 && !frags) st = zck_frozen_fragments_absent(zck_torch_name(c->model0), m->params[fp[0]].name);
+  if (st == ZCK_OK) st = zck_layout_frozen(m->n_params, numel, fp, nf, stage, w, &c->frozen_layout);
   if (st == ZCK_OK && !(c->frozen_stores = zck__calloc(c->frozen_layout->n_stores + 1, sizeof *c->frozen_stores)))
     st = ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK && stage == 3) {
@@ -718,7 +689,7 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
       zck_pk_dict_index ffx = {0};
       if (st == ZCK_OK) st = zck__uv_fragments_index(f, &ffx);
       for (size_t i = 0; st == ZCK_OK && i < nf; i++)
-        st = zck__uv_fragment(c, f, &ffx, &m->params[fp[i]], zck_zero3_partition(m->params[fp[i]].numel, w),
+        st = zck__uv_fragment(c, f, &ffx, &m->params[fp[i]],
                               &c->frozen_stores[zck_layout_store_id(c->frozen_layout, (uint32_t)i, r)]);
       zck_pk_dict_index_free(&ffx);
       zck_torch_close(rf);
@@ -731,7 +702,7 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
     for (size_t i = 0; st == ZCK_OK && i < nf; i++) {
       const zck_param *p = &m->params[fp[i]];
       if (stage == 2 && frags) {
-        st = zck__uv_fragment(c, c->model0, &ffx, p, p->numel, &c->frozen_stores[i]);
+        st = zck__uv_fragment(c, c->model0, &ffx, p, &c->frozen_stores[i]);
       } else {
         char what[600];
         snprintf(what, sizeof what, "module['%.500s']", p->name);
@@ -741,7 +712,6 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
     zck_pk_dict_index_free(&ffx);
   }
   free(fp);
-  free(specs);
   free(numel);
   return st;
 }

@@ -513,8 +513,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
     }
   }
   if (st == ZCK_OK) {
-    size_t nf = 0;
-    for (size_t p = 0; p < c->m->n_params; p++) nf += c->m->params[p].frozen && c->m->params[p].tied_to < 0;
+    size_t nf = zck_frozen_params(c->m, NULL);
     c->cap_aux = nf * (c->info.stage == 3 ? c->info.world_size : 1) * (c->info.tp_size > 1 ? c->info.tp_size : 1) +
                  c->m->n_buffers;
     if (!(c->aux = zck__calloc(c->cap_aux + 1, sizeof *c->aux))) st = ZCK_ERR_NO_MEMORY;

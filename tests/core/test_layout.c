@@ -1,6 +1,7 @@
 /* test_layout.c: ZeRO partition math against hand-computed cases from the spec (§3) and
  * against independent re-implementations of zero_to_fp32's reconstruction (§4.3, §4.4). */
 #include "layout.h"
+#include "model.h"
 #include "test.h"
 #include "util.h"
 
@@ -450,6 +451,77 @@ static void test_round_robin(void) {
   ZT_EQ_INT(out[1], 11);
 }
 
+/* A reader's flat groups back to the model's groups: round_robin_gradients undone. */
+static void test_groups_to_model(void) {
+  zck_model *m = zck_model_new();
+  ZT_ASSERT(m);
+  int64_t shape[] = {2};
+  char name[8];
+  for (int p = 0; p < 7; p++) {
+    snprintf(name, sizeof name, "p%d", p);
+    ZT_OK(zck_model_add_param(m, name, 1, shape, ZCK_F32, NULL));
+  }
+  uint32_t g;
+  ZT_OK(zck_model_add_group(m, &g));
+  ZT_OK(zck_model_add_group(m, &g));
+  uint32_t group0[] = {4, 0, 6, 2, 5}, flat[7];
+  zck_round_robin_order(group0, 5, 3, flat);   /* flat group 0 as DeepSpeed saves it */
+  flat[5] = 1;
+  flat[6] = 3;
+  size_t first[] = {0, 5, 7};
+  int32_t opt_of[] = {1, 0};
+  ZT_OK(zck_layout_groups_to_model(m, flat, first, 2, opt_of, true, 3));
+  uint32_t got[7];
+  ZT_EQ_INT(zck_model_group_trainable(m, 1, got, 7), 5);
+  for (int i = 0; i < 5; i++) ZT_EQ_INT(got[i], group0[i]);
+  ZT_EQ_INT(zck_model_group_trainable(m, 0, got, 7), 2);
+  ZT_EQ_INT(got[0], 1);
+  ZT_EQ_INT(got[1], 3);
+  zck_model_free(m);
+}
+
+/* The 16-bit all-weights and the frozen layouts (layout_lp.c). */
+static void test_lp_and_frozen(void) {
+  zck_model *m = zck_model_new();
+  ZT_ASSERT(m);
+  int64_t s5[] = {5}, s3[] = {3};
+  ZT_OK(zck_model_add_param(m, "a", 1, s5, ZCK_BF16, NULL));
+  ZT_OK(zck_model_add_param(m, "b", 1, s3, ZCK_BF16, NULL));
+  ZT_OK(zck_model_add_param(m, "c", 1, s5, ZCK_BF16, NULL));
+  ZT_OK(zck_model_add_param(m, "d", 1, s3, ZCK_BF16, NULL));
+  zck_model_set_frozen(m, 0, true);
+  zck_model_set_frozen(m, 2, true);
+  ZT_OK(zck_model_set_tied(m, 2, 0));   /* c is a's alias: neither copy holds it */
+  uint32_t lp[4], fz[4];
+  ZT_EQ_INT(zck_lp_params(m, lp), 3);
+  ZT_EQ_INT(lp[2], 3);
+  ZT_EQ_INT(zck_frozen_params(m, NULL), 1);
+  ZT_EQ_INT(zck_frozen_params(m, fz), 1);
+  ZT_EQ_INT(fz[0], 0);
+  uint64_t numel[] = {5, 3, 5, 3};
+  zck_layout *l;
+  ZT_OK(zck_layout_lp(m, numel, NULL, 0, &l));
+  ZT_EQ_INT(l->n_stores, 3);
+  ZT_EQ_INT(l->stores[1].param, 1);
+  zck_layout_free(l);
+  /* stage 3: ceil(5/2) = 3 elements a rank, store i*W + r; else whole, store i */
+  ZT_OK(zck_layout_frozen(4, numel, fz, 1, 3, 2, &l));
+  ZT_EQ_INT(l->n_stores, 2);
+  ZT_EQ_U64(l->stores[zck_layout_store_id(l, 0, 1)].numel, 3);
+  zck_layout_free(l);
+  ZT_OK(zck_layout_frozen(4, numel, fz, 1, 2, 2, &l));
+  ZT_EQ_INT(l->n_stores, 1);
+  ZT_EQ_INT(zck_layout_store_id(l, 0, 0), 0);
+  ZT_EQ_U64(l->stores[0].numel, 5);
+  zck_layout_free(l);
+  ZT_EQ_U64(zck_frozen_fragment_numel(5, 3, 2), 3);
+  ZT_EQ_U64(zck_frozen_fragment_numel(5, 2, 2), 5);
+  ZT_OK(zck_frozen_fragment_check("f", "x", 3, 5, 3, 2));
+  ZT_ERR(zck_frozen_fragment_check("f", "x", 5, 5, 3, 2), ZCK_ERR_MISMATCH, "expected 3 (ceil(numel / world size))");
+  ZT_ERR(zck_frozen_fragment_check("f", "x", 3, 5, 2, 2), ZCK_ERR_MISMATCH, "expected 5 (the parameter's numel)");
+  zck_model_free(m);
+}
+
 static void test_whole_and_flat(void) {
   uint64_t numel[] = {3, 0, 5};
   zck_layout *l;
@@ -481,6 +553,8 @@ int main(void) {
   test_sub_groups();
   test_errors();
   test_round_robin();
+  test_groups_to_model();
+  test_lp_and_frozen();
   test_whole_and_flat();
   test_properties();
   return 0;

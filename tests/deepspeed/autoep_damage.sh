@@ -16,7 +16,9 @@
 #   copy-edp    EP 2 x expert-data-parallel 2 (4 ranks): expert 1's file copied over expert 2's
 #   extra    an expert file of a layer ds_autoep_layers does not list (layer_5_expert_0); a ZeRO-2 save's expert
 #            file in a ZeRO-3 checkpoint (whose experts are in the ZeRO shards): a stale file of another save
-#   refuse   reshard (DeepSpeed or DCP) of an AutoEP checkpoint and of its HDF5 universal container: one line
+#   refuse   reshard (DeepSpeed or DCP) of an AutoEP checkpoint and of its HDF5 universal container: one line; reshard
+#            into ZeRO-1 / ZeRO-3 of a damaged source (copy, z3-copy) names the file
+#   zckpt-z3 zckpt's own ZeRO-3 AutoEP output (W 4): intact, then rank 1's model file over rank 3's (the same EP rank)
 #   uv-*     the universal folder of an AutoEP checkpoint (zckpt to-universal; its manifest removed, as
 #            ds_to_universal's has none): an expert folder missing, or w1's fp32.pt over w2's (the same numel at
 #            ZeRO-3, where other params' files are flat): consolidate names the file, writes nothing
@@ -62,7 +64,7 @@ jobs() {
 fresh() { rm -rf "$W/ck" && cp -r "$FIX/$1/ckpt" "$W/ck" && T="$W/ck/global_step2"; }
 e() { echo "$T/layer_0_expert_$1_mp_rank_00_model_states.pt"; }
 
-for c in ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16 qwen3_ep2_s2_bf16 ep2dp2_s2_fp32 ep2dp2_s3_fp32; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
+for c in ep2_s1_fp32 ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16 qwen3_ep2_s2_bf16 ep2dp2_s2_fp32 ep2dp2_s3_fp32; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
 
 fresh ep2_s2_fp32; cp "$(e 1)" "$(e 2)"; jobs copy "$W/ck" layer_0_expert_2 fail
 fresh ep2_s2_fp32; mv "$(e 1)" "$W/t.pt"; mv "$(e 2)" "$(e 1)"; mv "$W/t.pt" "$(e 2)"; jobs swap "$W/ck" layer_0_expert_ fail
@@ -101,6 +103,27 @@ for c in ep2_s2_fp32 ep2_s3_fp32; do
     done
   done
 done
+
+# reshard into each AutoEP stage refuses a damaged source naming the file, writes nothing; zckpt's own ZeRO-3 output
+# with a rank's model file copied over another's is named by every job
+refused() {  # NAME DIR FILE ARGS...: reshard ARGS DIR refused in one line naming FILE, nothing written
+  n=$1 d=$2 f=$3; shift 3
+  rm -rf "$W/out.r"
+  "$Z" reshard "$@" "$d" "$W/out.r" >"$W/so" 2>"$W/se"; rc=$?
+  [ $rc = 1 ] && [ "$(wc -l <"$W/se")" = 1 ] && grep -q "^zckpt: error: .*$f" "$W/se" && [ ! -e "$W/out.r" ] && ok ||
+    bad "$n reshard $*: exit $rc, not one line naming $f or output left: $(cat "$W/se")"
+}
+for t in 1 3; do
+  fresh ep2_s2_fp32; cp "$(e 1)" "$(e 2)"; refused "copy" "$W/ck" layer_0_expert_2 --to-stage $t
+  fresh ep2_s3_fp32; cp "$T/zero_pp_rank_0_mp_rank_00_model_states.pt" "$T/zero_pp_rank_1_mp_rank_00_model_states.pt"
+  refused "z3-copy" "$W/ck" zero_pp_rank_1_mp_rank_00_model_states --to-stage $t
+done
+rm -rf "$W/z3"
+"$Z" reshard -q --to-stage 3 --to-world-size 4 "$FIX/ep2_s2_fp32/ckpt" "$W/z3" || bad "reshard to ZeRO-3 at W 4 failed"
+jobs "zckpt-z3" "$W/z3" - ok
+Z3="$W/z3/global_step2"
+cp "$Z3/zero_pp_rank_1_mp_rank_00_model_states.pt" "$Z3/zero_pp_rank_3_mp_rank_00_model_states.pt"
+jobs "zckpt-z3-copy" "$W/z3" zero_pp_rank_3_mp_rank_00_model_states fail
 
 # the universal folder read back: each expert file is whole and checked against its full shape
 for t in missing shape; do

@@ -95,6 +95,7 @@ int main(void) {
   if (!fp) zt_skip("tests/fixtures/autoep missing");
   fclose(fp);
   tmp = zt_tmpdir();
+  intact("ep2_s1_fp32", 1, 21);
   intact("ep2_s2_fp32", 2, 21);
   intact("ep2_s2_bf16", 2, 21);
   intact("ep2_s3_fp32", 3, 21);

@@ -43,6 +43,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(os.path.dirname(HERE), "fixtures", "gen")
 sys.path.insert(0, GEN)
+from ds_launch import end_worker  # noqa: E402  (the workers' clean end, re-exported)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 GLOBAL_BATCH = 12  # divisible by every world size used (1..4)
@@ -477,14 +478,6 @@ def scratch(prefix):
             print("kept", tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def end_worker():
-    """A worker done and checked: skip the interpreter teardown, where gloo / DeepSpeed threads sometimes
-    abort ("terminate called without an active exception")."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

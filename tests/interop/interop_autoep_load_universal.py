@@ -132,7 +132,8 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
-        sys.exit(0)
+        from ds_launch import end_worker
+        end_worker()
     if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
         print("SKIP: no zckpt binary or no AutoEP fixtures")
         sys.exit(77)

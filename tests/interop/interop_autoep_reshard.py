@@ -1,5 +1,5 @@
 """interop_autoep_reshard.py: `zckpt reshard` of DeepSpeed AutoEP checkpoints into AutoEP's own layout at another world
-size, EP size and ZeRO stage, loaded by DeepSpeed 0.19.8's AutoEP engine with plain load_checkpoint (no
+size, EP size and ZeRO stage (1, 2 or 3), loaded by DeepSpeed 0.19.8's AutoEP engine with plain load_checkpoint (no
 load_universal) on the CPU (gloo, the fixture generator's model, config and shims: tests/fixtures/gen/
 make_autoep_fixtures.py).
 
@@ -9,8 +9,8 @@ the module's 16-bit weights; expert params concatenated over the EP group in exp
 bit for bit, global_steps too, and the next step's loss on each rank the reference also has (same rank, same batch)
 is the reference's. zckpt reads its output back (verify clean, consolidate = the source's consolidate); a few more
 targets (bf16, Qwen3-MoE, W 4 -> 2) are checked that way only.
-What the writer does not take (a ZeRO-1/3 target, an EP size that does not divide) is refused in one line naming
-AutoEP, nothing written.
+What the writer does not take (an EP size that does not divide, ZeRO-3 experts split over sub-groups) is refused in
+one line naming AutoEP, nothing written.
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
@@ -29,14 +29,17 @@ sys.path.insert(0, GEN)
 
 # source case -> targets (world, ep, stage); the source's own layout is the reference run
 TARGETS = {
-    "ep2_s2_fp32": [(4, 2, 2), (2, 1, 2)],   # DP 2 -> 4 (experts over 2 edp ranks); EP 2 -> 1
-    "ep2_s3_fp32": [(2, 2, 2)],              # ZeRO-3 -> ZeRO-2
+    # DP 2 -> 4 (experts over 2 edp ranks); EP 2 -> 1; ZeRO-2 -> ZeRO-3; ZeRO-2 -> ZeRO-1 at EP 1
+    "ep2_s2_fp32": [(4, 2, 2), (2, 1, 2), (2, 2, 3), (2, 1, 1)],
+    # ZeRO-3 -> ZeRO-2; ZeRO-3 at W 4 (experts over 2 edp ranks); ZeRO-3 -> ZeRO-1
+    "ep2_s3_fp32": [(2, 2, 2), (4, 2, 3), (2, 2, 1)],
 }
 # resharded and read back by zckpt only (each DeepSpeed launch costs a minute on a small CI machine): bf16, where
 # verify checks every expert file's 16-bit weights against the masters they were cast from
-ZCKPT_ONLY = [("ep2_s2_bf16", 2, 1, 2), ("ep2dp2_s2_fp32", 2, 2, 2), ("qwen3_ep2_s2_bf16", 4, 1, 2)]
+ZCKPT_ONLY = [("ep2_s2_bf16", 2, 1, 2), ("ep2dp2_s2_fp32", 2, 2, 2), ("qwen3_ep2_s2_bf16", 4, 1, 2),
+              ("ep2_s3_bf16", 4, 1, 3), ("ep2dp2_s3_fp32", 2, 2, 1)]
 # refused in one line naming AutoEP: (source, zckpt reshard args)
-REFUSED = [("ep2_s2_fp32", ["--to-stage", "3"]), ("ep2_s2_fp32", ["--to-stage", "1"]),
+REFUSED = [("ep2_s2_fp32", ["--to-stage", "3", "--sub-group-size", "1000"]),   # experts over two sub-groups
            ("ep2_s2_fp32", ["--to-world-size", "2", "--to-ep-size", "3"]),
            ("ep2_s2_fp32", ["--to-world-size", "6", "--to-ep-size", "3"])]
 
@@ -159,7 +162,7 @@ def main():
             name = f"{case} -> W {world}, EP {ep}, ZeRO-{stage}"
             src, out = os.path.join(FIX, case, "ckpt"), os.path.join(tmp, f"{case}_{world}_{ep}_{stage}")
             r = subprocess.run([ZCKPT, "reshard", "-q", "--to-world-size", str(world), "--to-ep-size", str(ep),
-                                src, out], capture_output=True, text=True)
+                                "--to-stage", str(stage), src, out], capture_output=True, text=True)
             v = subprocess.run([ZCKPT, "verify", out], capture_output=True, text=True) if r.returncode == 0 else r
             a = subprocess.run([ZCKPT, "consolidate", "-q", src, out + ".a.safetensors"], capture_output=True, text=True)
             b = subprocess.run([ZCKPT, "consolidate", "-q", out, out + ".b.safetensors"], capture_output=True, text=True)
@@ -184,7 +187,8 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
-        sys.exit(0)
+        from ds_launch import end_worker
+        end_worker()
     if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
         print("SKIP: no zckpt binary or no AutoEP fixtures")
         sys.exit(77)

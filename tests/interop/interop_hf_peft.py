@@ -122,7 +122,8 @@ def scenario(case, exp, stage, world, tmp, via_h5=False):
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
-        return
+        from ds_launch import end_worker
+        end_worker()
     if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
         print("SKIP: no zckpt binary or no hf_peft fixtures")
         sys.exit(77)

@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SRC, "tests", "fixtures", "gen"))
 sys.path.insert(0, os.path.join(SRC, "python"))
+from ds_launch import end_worker  # noqa: E402  (re-exported to the Trainer tests)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 VOCAB, SEQ, GLOBAL_BATCH = 96, 16, 6
@@ -112,21 +113,6 @@ def worker(mode, stage, out_dir, result_path, resume_from=None):
         with open(result_path, "w") as f:
             json.dump(result, f)
     torch.distributed.barrier()
-
-
-def end_worker():
-    """A worker's clean end, once its results are written: every rank leaves the process group together, then
-    the process exits at once. Left to the interpreter's exit, a rank whose peer had already gone aborted now and
-    then in gloo's or DeepSpeed's shared-memory teardown (SIGABRT after a finished run: the launch failed)."""
-    import torch.distributed as dist
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def free_port():

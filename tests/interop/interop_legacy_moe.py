@@ -1,7 +1,7 @@
 """interop_legacy_moe.py: DeepSpeed's legacy MoE (deepspeed.moe.layer.MoE) and pipeline (PipelineModule) checkpoints
 through zckpt, checked against DeepSpeed itself.
 
-Sources: tests/fixtures/deepspeed-moe (DeepSpeed 0.19.8 on the CPU, made by
+Sources: tests/fixtures/deepspeed-moe (the pipeline case is interop_pipeline.py's; DeepSpeed 0.19.8 on the CPU, made by
 tests/fixtures/gen/make_legacy_moe_fixtures.py). zero_to_fp32.py reads none of them (checked here), so:
 
   ep_size 1 (moe_ep1_s2, moe_ep1_s1: experts in a param group of their own, partitioned over every rank, beside
@@ -12,8 +12,8 @@ tests/fixtures/gen/make_legacy_moe_fixtures.py). zero_to_fp32.py reads none of t
     to-universal  --inject-missing-state == DeepSpeed's own ds_to_universal.py --inject_missing_state of the same
                   folder, file for file (every zero/<param>/<state>.pt, optimizer_state.pt, mp_rank_00), and its
                   exp_avg / exp_avg_sq of the non-expert params == the live engine's (expected_state)
-    reshard       refused in one line naming the folder (zckpt does not write expert files yet)
-  ep_size 2 (moe_ep2_s2), no ZeRO (moe_ep2_s0: expp_rank_* optimizer files) and the pipeline (pipe_pp2_s1): every job refuses in one line naming the file and the
+    reshard       (interop_legacy_moe_reshard: DeepSpeed loads what it writes); --to-format dcp refused in one line
+  ep_size 2 (moe_ep2_s2) and no ZeRO (moe_ep2_s0: expp_rank_* optimizer files): every job refuses in one line naming the file and the
                 layout, writing nothing; ds_to_universal.py fails on ep_size 2 too (it merges two ranks' different
                 experts, both named deepspeed_experts.0, as fragments of one param).
 
@@ -34,8 +34,7 @@ import ds_harness as H  # noqa: E402
 ZCKPT = H.ZCKPT
 READ = ["moe_ep1_s2", "moe_ep1_s1"]
 REFUSED = {"moe_ep2_s2": ("zero_pp_rank_0_mp_rank_00_optim_states.pt", "ep_size > 1"),
-           "moe_ep2_s0": ("expp_rank_", "stage 0"),
-           "pipe_pp2_s1": ("mp_rank_00_model_states.pt", "PipelineModule")}
+           "moe_ep2_s0": ("expp_rank_", "stage 0")}
 
 
 bits_equal, same_obj = H.bits_equal, H.same_obj
@@ -107,10 +106,10 @@ def check_read(case, tmp, fails):
         name, st = key.rsplit("/", 1)
         if not bits_equal(load(os.path.join(ours, "zero", name, st + ".pt"))["param"], t):
             fails.append(f"{case}: universal {name}/{st} differs from the live engine's")
-    r = zckpt("reshard", "--to-stage", "1", ckpt, os.path.join(tmp, case + "-reshard"))
+    r = zckpt("reshard", "--to-format", "dcp", "--to-world-size", "1", ckpt, os.path.join(tmp, case + "-reshard"))
     if r.returncode != 1 or "deepspeed.moe" not in r.stderr or len(r.stderr.strip().splitlines()) != 1 or \
             os.path.exists(os.path.join(tmp, case + "-reshard")):
-        fails.append(f"{case}: reshard should refuse in one line: rc {r.returncode} {r.stderr.strip()}")
+        fails.append(f"{case}: reshard --to-format dcp should refuse in one line: rc {r.returncode} {r.stderr.strip()}")
 
 
 def check_refused(case, tmp, fails):

@@ -56,8 +56,5 @@ def main():
 
 if __name__ == "__main__":
     main()
-    # done and checked: skip the interpreter teardown, where gloo / DeepSpeed threads
-    # sometimes abort ("terminate called without an active exception")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    from ds_launch import end_worker
+    end_worker()

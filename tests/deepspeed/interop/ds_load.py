@@ -63,7 +63,8 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         ckpt, stage, dtype, extra, out = sys.argv[2:7]
         worker(ckpt, int(stage), dtype, json.loads(extra), out)
-        return
+        from ds_launch import end_worker
+        end_worker()
     ckpt, stage, world, dtype, extra, out = sys.argv[1:7]
     from ds_launch import launch
     rc = launch(int(world), [os.path.abspath(__file__), "--worker", ckpt, stage, dtype, extra, out],

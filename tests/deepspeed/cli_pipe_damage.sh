@@ -1,0 +1,50 @@
+#!/bin/sh
+# cli_pipe_damage.sh ZCKPT FIXTURES: a PipelineModule checkpoint (tests/fixtures/deepspeed-moe/pipe_pp2_s1, made by
+# DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal (folder and HDF5; the HDF5 container reads
+# back, the folder is refused by name), and reshard refuses it in one line; a
+# layer file missing or two swapped: one line naming the file, non-zero exit, nothing at OUT.
+set -u
+BIN=$1
+SRC=$2/deepspeed-moe/pipe_pp2_s1/ckpt
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN" consolidate -q "$SRC" "$T/ok.safetensors" 2>"$T/err" || fail "intact consolidate: $(cat "$T/err")"
+"$BIN" verify "$SRC" >"$T/out" 2>&1 || fail "intact verify: $(cat "$T/out")"
+grep -q "checked: 8 files" "$T/out" || fail "verify did not check the layer files: $(cat "$T/out")"
+"$BIN" inspect "$SRC" >"$T/out" 2>&1 || fail "intact inspect: $(cat "$T/out")"
+grep -q "^PipelineModule: 2 stages" "$T/out" && grep -q "^3.weight " "$T/out" || fail "inspect: $(cat "$T/out")"
+"$BIN" to-universal -q --inject-missing-state "$SRC" "$T/uv" 2>"$T/err" || fail "intact to-universal: $(cat "$T/err")"
+# its universal folder (module None, as ds_to_universal.py's) is refused by name; the HDF5 container reads back
+"$BIN" consolidate -q "$T/uv" "$T/uv.safetensors" 2>"$T/err" && fail "consolidate read the pipeline's universal folder"
+grep -q "PipelineModule" "$T/err" || fail "universal folder: $(cat "$T/err")"
+"$BIN" to-universal -q --inject-missing-state --format hdf5 "$SRC" "$T/c.h5" 2>"$T/err" || fail "hdf5: $(cat "$T/err")"
+"$BIN" consolidate -q "$T/c.h5" "$T/h5.safetensors" 2>"$T/err" || fail "hdf5 consolidate: $(cat "$T/err")"
+cmp -s "$T/ok.safetensors" "$T/h5.safetensors" || fail "the container's consolidate differs from the checkpoint's"
+"$BIN" reshard -q --to-stage 1 "$SRC" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline checkpoint"
+[ "$(wc -l <"$T/err")" = 1 ] && grep -q "PipelineModule" "$T/err" && [ ! -e "$T/rs" ] || fail "reshard: $(cat "$T/err")"
+
+# $1 case, $2 file the message must name, $3 jobs; every job: exit != 0, one line naming it, no OUT
+refused() {
+  for job in $3; do
+    rm -rf "$T/out.x"
+    case $job in
+      verify) "$BIN" verify "$T/$1" >"$T/err" 2>&1 && fail "$1: verify passed"
+              grep -q "^damaged: .*$2" "$T/err" || fail "$1: verify: $(cat "$T/err")"; continue ;;
+      consolidate) "$BIN" consolidate -q "$T/$1" "$T/out.x" 2>"$T/err" ;;
+      to-universal) "$BIN" to-universal -q --inject-missing-state "$T/$1" "$T/out.x" 2>"$T/err" ;;
+    esac && fail "$1: $job passed"
+    [ "$(wc -l <"$T/err")" = 1 ] && grep -q "$2" "$T/err" || fail "$1: $job: $(cat "$T/err")"
+    [ ! -e "$T/out.x" ] || fail "$1: $job left its output"
+  done
+}
+G=global_step2
+cp -r "$SRC" "$T/missing" && rm "$T/missing/$G/layer_02-model_states.pt"
+refused missing "layer_02-model_states.pt: missing" "verify consolidate to-universal"
+cp -r "$SRC" "$T/swapped" && mv "$T/swapped/$G/layer_02-model_states.pt" "$T/x" &&
+  mv "$T/swapped/$G/layer_03-model_states.pt" "$T/swapped/$G/layer_02-model_states.pt" &&
+  mv "$T/x" "$T/swapped/$G/layer_03-model_states.pt"
+refused swapped "layer_02-model_states.pt: holds 'layer_03-model_states'" "verify consolidate to-universal"
+# a layer file of another save (same records, other values) is interop_pipeline.py's: it needs torch to make one
+exit 0

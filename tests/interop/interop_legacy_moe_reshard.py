@@ -1,0 +1,207 @@
+"""interop_legacy_moe_reshard.py: `zckpt reshard` of DeepSpeed's legacy MoE checkpoints (deepspeed.moe.layer.MoE,
+ep_size 1: tests/fixtures/deepspeed-moe) into the same layout at another world size and ZeRO stage, loaded by
+DeepSpeed 0.19.8's engine with plain load_checkpoint on the CPU (gloo; the fixture generator's model and config:
+tests/fixtures/gen/make_legacy_moe_fixtures.py).
+
+The reference is what DeepSpeed saved: each param's fp32 master, exp_avg, exp_avg_sq and Adam step, cut from the
+source's own flat partitions (rank files concatenated, params in param_shapes order), which are the live engine's
+(the fp32 masters equal expected_fp32.safetensors too), and each 16-bit weight as the source's `module` and expert
+files hold it. Per target, after engine.load_checkpoint: every one of them from the engine's own partitions and
+module (the experts' weights loaded from the expert files zckpt wrote) equals it bit for bit, in fp32 and bf16; global_steps is 2; rank 0's loss on the next batch equals the
+reference's. zckpt reads the output back: verify clean, consolidate
+equal to the source's. The next loss is compared with DeepSpeed resuming the source's own files at its own layout
+(the gate's random token selection draws from torch's RNG, which no checkpoint holds: both runs seed it before
+that step; one such run serves every source whose saved state is the same bit for bit). A ZeRO-3 target is refused in one line naming deepspeed.moe, nothing written.
+
+Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GEN = os.path.join(SRC, "tests", "fixtures", "gen")
+FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
+ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
+sys.path.insert(0, GEN)
+
+# source -> (world, stage) targets loaded by DeepSpeed: bf16, W 2 -> 1 and ZeRO-2 -> 1 (the expert files' bf16 weights
+# cast from the masters); fp32, W 2 -> 3 (padded partitions of the experts' group) and ZeRO-1 -> 2
+TARGETS = [("moe_ep1_s2_bf16", 1, 1), ("moe_ep1_s1", 3, 2)]
+STATES = ("fp32", "exp_avg", "exp_avg_sq")
+
+
+def per_param(names, numels, flats):
+    """{name: 1-D slice} of one group's full flat (params back to back, padding at the end)."""
+    out, off = {}, 0
+    for n, k in zip(names, numels):
+        out[n] = flats[off:off + k].clone()
+        off += k
+    return out
+
+
+def worker(spec_path):
+    import torch
+    import make_legacy_moe_fixtures as g
+    import deepspeed
+    import deepspeed.comm as dist
+    spec = json.load(open(spec_path))
+    deepspeed.init_distributed(dist_backend="gloo")
+    case = spec["case"]
+    model = g.build_model(case)
+    cfg = g.ds_config(case)
+    cfg["zero_optimization"] = {"stage": spec["stage"]}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=g.model_parameters(case, model), config=cfg)
+    rank = dist.get_rank()
+    out = {"rank": rank}
+    try:
+        engine.load_checkpoint(spec["load_dir"], load_optimizer_states=True, load_lr_scheduler_states=True)
+    except Exception as e:  # noqa: BLE001 (reported: what DeepSpeed refuses, and why)
+        out["error"] = f"{type(e).__name__}: {e}"
+        json.dump(out, open(f"{spec['out']}.{rank}", "w"))
+        return
+    opt = engine.optimizer
+    names = {p: n for n, p in engine.module.named_parameters()}
+    mine = []
+    for i, part in enumerate(opt.single_partition_of_fp32_groups):
+        st = opt.optimizer.state[part]
+        mine.append({"fp32": part.detach().clone(), "exp_avg": st["exp_avg"].clone(),
+                     "exp_avg_sq": st["exp_avg_sq"].clone(), "step": float(st["step"])})
+    parts = [None] * dist.get_world_size()
+    torch.distributed.all_gather_object(parts, mine)
+    states = {"global_steps": engine.global_steps, "lp": {n: p.detach().clone() for n, p in
+                                                          engine.module.named_parameters()}}
+    for i, group in enumerate(opt.bit16_groups):
+        gn = [names[p] for p in group]
+        for key in STATES:
+            full = torch.cat([parts[r][i][key] for r in range(len(parts))])
+            states.setdefault(key, {}).update(per_param(gn, [p.numel() for p in group], full))
+        states.setdefault("step", {}).update({n: parts[0][i]["step"] for n in gn})
+    if rank == 0:
+        torch.save(states, spec["out"] + ".states.pt")
+    torch.manual_seed(7)  # the gate's random token selection (use_rts) draws from torch's RNG, which is not saved
+    out["loss"] = g.train_step(engine, case, 2)
+    json.dump(out, open(f"{spec['out']}.{rank}", "w"))
+
+
+def reference(case):
+    """What DeepSpeed saved, per param, from the source's own files."""
+    import torch
+    tag = os.path.join(FIX, case, "ckpt", "global_step2")
+    model = torch.load(os.path.join(tag, "mp_rank_00_model_states.pt"), weights_only=False)
+    files = sorted((f for f in os.listdir(tag) if "zero_pp_rank_" in f), key=lambda f: int(f.split("zero_pp_rank_")[1].split("_")[0]))
+    osds = [torch.load(os.path.join(tag, f), weights_only=False)["optimizer_state_dict"] for f in files]
+    ref = {"fp32": {}, "exp_avg": {}, "exp_avg_sq": {}, "step": {}, "lp": dict(model["module"])}
+    for f in os.listdir(tag):  # the experts' 16-bit weights, under their global names (= local at ep_size 1)
+        if f.startswith("layer_") and "_expert_" in f:
+            ref["lp"].update(torch.load(os.path.join(tag, f), weights_only=True))
+    for i, shapes in enumerate(model["param_shapes"]):
+        numels = [int(torch.Size(s).numel()) for s in shapes.values()]
+        flats = {"fp32": torch.cat([o["single_partition_of_fp32_groups"][i] for o in osds])}
+        for key in ("exp_avg", "exp_avg_sq"):
+            flats[key] = torch.cat([o["base_optimizer_state"]["state"][i][key] for o in osds])
+        for key in STATES:
+            ref[key].update(per_param(list(shapes), numels, flats[key]))
+        ref["step"].update({n: float(osds[0]["base_optimizer_state"]["state"][i]["step"]) for n in shapes})
+    return ref
+
+
+def run(tmp, name, case, load_dir, world, stage):
+    """DeepSpeed's engine at (world, stage) loading load_dir: (states, rank 0's next loss) or (None, why)."""
+    import torch
+    from ds_launch import launch
+    spec, out = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".out")
+    json.dump({"case": case, "load_dir": load_dir, "stage": stage, "out": out}, open(spec, "w"))
+    rc = launch(world, [os.path.abspath(__file__), "--worker", spec], timeout=600, log_prefix=os.path.join(tmp, name))
+    res = [json.load(open(f"{out}.{r}")) for r in range(world) if os.path.exists(f"{out}.{r}")]
+    if rc or len(res) != world:
+        logs = "".join(open(os.path.join(tmp, f"{name}.rank{r}.log")).read()[-1200:] for r in range(world)
+                       if os.path.exists(os.path.join(tmp, f"{name}.rank{r}.log")))
+        return None, f"the ranks failed (rc {rc}): {logs}"
+    errs = [x["error"] for x in res if "error" in x]
+    if errs:
+        return None, f"DeepSpeed's load_checkpoint refuses it: {errs[0]}"
+    return torch.load(out + ".states.pt", weights_only=False), [x["loss"] for x in res if x["rank"] == 0][0]
+
+
+def main():
+    import torch
+    from safetensors.torch import load_file
+    passed = failed = 0
+
+    def check(ok, what):
+        nonlocal passed, failed
+        passed += bool(ok)
+        failed += not ok
+        if not ok:
+            print("FAIL:", what)
+
+    zck = lambda *a: subprocess.run([ZCKPT, *a], capture_output=True, text=True)
+    same = lambda x, y: x.dtype == y.dtype and torch.equal(x, y)
+    same_state = lambda a, b: all(set(a[k]) == set(b[k]) and all(same(torch.as_tensor(a[k][n]), torch.as_tensor(b[k][n]))
+                                                                 for n in a[k]) for k in (*STATES, "step", "lp"))
+    resumed = []  # (reference states, rank 0's next loss when DeepSpeed resumes those files itself)
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, world, stage in TARGETS:
+            name = f"{case} -> W {world}, ZeRO-{stage}"
+            info = json.load(open(os.path.join(FIX, case, "expected.json")))
+            src, out = os.path.join(FIX, case, "ckpt"), os.path.join(tmp, f"{case}_{world}_{stage}")
+            ref = reference(case)
+            ref_loss = next((l for r, l in resumed if same_state(r, ref)), None)
+            if ref_loss is None:
+                st, ref_loss = run(tmp, case + "_ref", case, src, info["world_size"], info["stage"])
+                check(st is not None, f"{case}: DeepSpeed does not resume its own files: {ref_loss}")
+                if st is None:
+                    continue
+                resumed.append((ref, ref_loss))
+            masters = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
+            check(set(masters) == set(ref["fp32"]) and all(torch.equal(masters[n].flatten(), t)
+                                                            for n, t in ref["fp32"].items()),
+                  f"{case}: the source's flat partitions are not the live engine's masters")
+            r = zck("reshard", "-q", "--to-world-size", str(world), "--to-stage", str(stage), src, out)
+            check(r.returncode == 0, f"{name}: zckpt reshard: {r.stderr.strip()}")
+            if r.returncode:
+                continue
+            v = zck("verify", out)
+            check(v.returncode == 0 and "result: clean" in v.stdout, f"{name}: verify: {v.stdout[-600:]} {v.stderr}")
+            a, b = zck("consolidate", "-q", src, out + ".a.safetensors"), zck("consolidate", "-q", out, out + ".b.safetensors")
+            ok = a.returncode == 0 and b.returncode == 0
+            if ok:
+                x, y = load_file(out + ".a.safetensors"), load_file(out + ".b.safetensors")
+                ok = set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x)
+            check(ok, f"{name}: consolidate of the output differs from the source's: {a.stderr} {b.stderr}")
+            states, loss = run(tmp, f"{case}_{world}_{stage}", case, out, world, stage)
+            check(states is not None, f"{name}: {loss}")
+            if states is None:
+                continue
+            check(states["global_steps"] == 2, f"{name}: global_steps {states['global_steps']}")
+            for key in (*STATES, "step"):
+                got, want = states.get(key, {}), ref[key]
+                bad = [n for n in want if n not in got or (got[n] != want[n] if key == "step" else
+                                                           not torch.equal(got[n], want[n]))]
+                check(not bad and set(got) == set(want), f"{name}: {key} after load differs from the source's: {bad[:4]}")
+            bad = [n for n, t in ref["lp"].items() if n not in states["lp"] or states["lp"][n].dtype != t.dtype
+                   or not torch.equal(states["lp"][n], t)]
+            check(not bad and len(states["lp"]) == len(ref["lp"]) == len(masters),
+                  f"{name}: 16-bit weights after load differ from the source's module and expert files: {bad[:4]}")
+            check(loss == ref_loss, f"{name}: next loss {loss} vs {ref_loss} resuming the source's own files")
+            print(f"{name}: loaded, every state equal, next loss {loss} = DeepSpeed resuming the source's")
+        out = os.path.join(tmp, "refused")
+        r = zck("reshard", "--to-stage", "3", os.path.join(FIX, "moe_ep1_s2", "ckpt"), out)
+        check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "deepspeed.moe" in r.stderr
+              and not os.path.exists(out), f"--to-stage 3: not refused in one line: rc {r.returncode} {r.stderr!r}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+        sys.exit(0)
+    if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
+        print("SKIP: no zckpt binary or fixtures")
+        sys.exit(77)
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""interop_pipeline.py: DeepSpeed PipelineModule checkpoints (layer_<XX>-model_states.pt beside one mp_rank_<stage>
+file set per pipeline stage) through zckpt, checked against DeepSpeed itself.
+
+Sources: tests/fixtures/deepspeed-moe/pipe_* (DeepSpeed 0.19.8 on the CPU, made by
+tests/fixtures/gen/make_legacy_moe_fixtures.py): pipe_pp2_s1 (2 stages x dp 1, fp32) and pipe_pp2_dp2_bf16 (2 stages
+x dp 2, bf16). zero_to_fp32.py reads neither (`module` is None). Per case:
+    verify        clean, every layer file among the files checked
+    consolidate   == the live engine's gathered fp32 masters (expected_fp32) bit for bit, under the module's names
+                  ("<layer>.<key>"); --dtype bf16 == those masters cast by torch
+    to-universal  --inject-missing-state == DeepSpeed's ds_to_universal.py --inject_missing_state of the same folder,
+                  file for file, and its exp_avg / exp_avg_sq == the live engine's (expected_state)
+    reshard       refused in one line naming the layout, nothing written
+    damage        a layer file of another save (its records intact, other values, saved by torch under the same
+                  name): verify names it and exits non-zero; consolidate still reads the masters
+Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import ds_harness as H  # noqa: E402
+
+FIX = os.path.join(H.FIXTURES, "deepspeed-moe")
+CASES = [c for c in ("pipe_pp2_s1", "pipe_pp2_dp2_bf16") if os.path.isdir(os.path.join(FIX, c))]
+
+
+def run(*args):
+    return subprocess.run([H.ZCKPT, *args], capture_output=True, text=True)
+
+
+def files(p):
+    return sorted(os.path.relpath(os.path.join(dp, f), p) for dp, _, fs in os.walk(p) for f in fs
+                  if f != "zckpt-manifest.json")
+
+
+def check(case, tmp, fails):
+    import torch
+    from safetensors.torch import load_file
+    ckpt = os.path.join(FIX, case, "ckpt")
+    tag = os.path.join(ckpt, "global_step2")
+    exp = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
+    n_files = len(os.listdir(tag))
+    r = run("verify", ckpt)
+    if r.returncode or "result: clean" not in r.stdout or f"checked: {n_files} files" not in r.stdout:
+        fails.append(f"verify: {r.stdout[-300:]} {r.stderr[-300:]}")
+    for dtype in ("fp32", "bf16"):
+        out = os.path.join(tmp, f"{case}-{dtype}.safetensors")
+        r = run("consolidate", "-q", "--dtype", dtype, ckpt, out)
+        if r.returncode:
+            fails.append(f"consolidate --dtype {dtype}: {r.stderr.strip()}")
+            continue
+        got = load_file(out)
+        want = {k: v if dtype == "fp32" else v.to(torch.bfloat16) for k, v in exp.items()}
+        bad = sorted(set(got) ^ set(want)) or [k for k in want if not H.bits_equal(got[k], want[k])]
+        if bad:
+            fails.append(f"consolidate --dtype {dtype} differs from the live engine's masters: {bad[:4]}")
+    ours, theirs = os.path.join(tmp, case + "-zu"), os.path.join(tmp, case + "-du")
+    r = run("to-universal", "-q", "--inject-missing-state", ckpt, ours)
+    err = H.ds_to_universal(tag, theirs, os.path.join(tmp, case + "-du.log"))
+    if r.returncode or err:
+        fails.append(f"to-universal: {r.stderr.strip()} / ds_to_universal: {err}")
+        return
+    if files(ours) != files(theirs):
+        fails.append(f"universal files differ: {sorted(set(files(ours)) ^ set(files(theirs)))}")
+        return
+    load = lambda p: torch.load(p, map_location="cpu", weights_only=False)  # noqa: E731
+    bad = [f for f in files(theirs) if not H.same_obj(load(os.path.join(ours, f)), load(os.path.join(theirs, f)))]
+    if bad:
+        fails.append(f"universal files differ from ds_to_universal's: {bad[:4]}")
+    for key, t in load_file(os.path.join(FIX, case, "expected_state.safetensors")).items():
+        name, st = key.rsplit("/", 1)
+        if not H.bits_equal(load(os.path.join(ours, "zero", name, st + ".pt"))["param"], t):
+            fails.append(f"universal {name}/{st} differs from the live engine's")
+    out = os.path.join(tmp, case + "-reshard")
+    r = run("reshard", "--to-stage", "1", ckpt, out)
+    if r.returncode != 1 or "PipelineModule" not in r.stderr or len(r.stderr.strip().splitlines()) != 1 or \
+            os.path.exists(out):
+        fails.append(f"reshard should refuse in one line: rc {r.returncode} {r.stderr.strip()}")
+    other = os.path.join(tmp, case + "-other")
+    shutil.copytree(ckpt, other)
+    layer = os.path.join(other, "global_step2", "layer_00-model_states.pt")
+    sd = torch.load(layer)
+    sd["weight"] = sd["weight"] * 2  # what an earlier step's file would hold: the same records, other values
+    torch.save(sd, layer)
+    r = run("verify", other)
+    damaged = [ln for ln in r.stdout.splitlines() if ln.startswith("damaged:")]
+    if r.returncode == 0 or len(damaged) != 1 or "layer_00-model_states.pt" not in damaged[0]:
+        fails.append(f"verify of a layer file of another save: rc {r.returncode} {r.stdout[-300:]}")
+
+
+def main():
+    if not os.path.exists(H.ZCKPT) or not CASES:
+        print("SKIP: no zckpt binary or fixtures")
+        return 77
+    import torch  # noqa: F401  (the comparisons need it; imported before the tmp folder)
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in CASES:
+            fails = []
+            check(case, tmp, fails)
+            for f in fails:
+                print("FAIL", case + ":", f)
+            print(("ok   " if not fails else "FAIL ") + case)
+            passed += not fails
+            failed += bool(fails)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
