@@ -18,12 +18,13 @@
 # REPS=N runs every row N times, rounds interleaved (floor, job, floor, job, ...) so the
 # load of a shared machine hits a job and its floor alike, and reports the median of each
 # row (wall, cpu, RSS) and the ratios of the medians. JOBS=universal runs only the two
-# to-universal layouts and their floors. Each round's outputs are deleted after the round,
-# outside the timed rows (300k-file folders take minutes to remove, and ext4 makes the
-# next file creations pay for recent deletes for a while: the floors pay the same).
+# to-universal layouts and their floors. Nothing is deleted between rounds (ext4 makes the
+# next file creations pay for recent deletes for a while, and 300k-file folders take
+# minutes to remove): a count's folder goes after its last round, unless KEEP=1 (then the
+# caller removes WORKDIR/COUNT, e.g. in the background while the next count runs).
 #
 # usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)
-#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores; REPS=1; JOBS=all
+#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores; REPS=1; JOBS=all; KEEP=0
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 counts=${1:-"10000 100000"}
@@ -73,9 +74,8 @@ for n in $counts; do
       timed "$n" h5_floor_open $bin/h5_floor open "$o/floor.h5" "$n"
       timed "$n" inspect_h5 $bin/zckpt inspect "$o/u.h5"
     fi
-    rm -rf "$o"; sync
   done
-  rm -rf "$d"
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$d"
 done
 # one row per (count, job): the median of its rounds (wall, RSS and cpu each on its own)
 awk '{ k = $1 " " $2; if (!(k in n)) order[++m] = k; i = ++n[k]; w[k, i] = $3; r[k, i] = $4; c[k, i] = $5 }
