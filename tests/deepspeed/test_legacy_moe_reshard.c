@@ -1,8 +1,8 @@
 /* test_legacy_moe_reshard.c: zck_reshard of a legacy DeepSpeed-MoE checkpoint (deepspeed.moe.layer.MoE, ep_size 1;
  * tests/fixtures/deepspeed-moe/moe_ep1_s2, a real DeepSpeed 0.19.8 save), with no Python: to W 3 at ZeRO-1 and back
- * to W 2 at ZeRO-2, each output read back as a deepspeed.moe checkpoint (its expert files, the experts in their own
- * group) whose fp32 masters and Adam moments equal the source's param for param; a ZeRO-3 target and --to-tp-size
- * refused in one line naming deepspeed.moe, nothing written. interop_legacy_moe_reshard has DeepSpeed load them. */
+ * to W 2 at ZeRO-2 (and moe_ep1_s2_bf16 to W 1 at ZeRO-1), each output read back as a deepspeed.moe checkpoint (its expert files, the experts in their own
+ * group) whose fp32 masters and Adam moments equal the source's param for param; a ZeRO-3 target, --to-tp-size and
+ * an expert file under another layer's number refused in one line, nothing written. interop_legacy_moe_reshard has DeepSpeed load them. */
 #include "ds_test_util.h"
 
 #include <stdlib.h>
@@ -63,6 +63,15 @@ int main(void) {
   o.to_stage = 2;
   ZT_OK(zck_reshard(w3, w2, &o));
   same_state(src, w2, 2, 2);
+  /* bf16: the expert files' weights are cast from the masters (verify checks them against the manifest) */
+  char *bf = zt_fixture("deepspeed-moe/moe_ep1_s2_bf16/ckpt"), *w1 = join(tmp, "bf16_w1s1");
+  o.to_world_size = 1;
+  o.to_stage = 1;
+  ZT_OK(zck_reshard(bf, w1, &o));
+  same_state(bf, w1, 1, 1);
+  free(bf);
+  free(w1);
+  o.to_world_size = 2;
   o.to_stage = 3;
   ZT_ERR(zck_reshard(src, no, &o), ZCK_ERR_UNSUPPORTED, "deepspeed.moe");
   ZT_ASSERT(stat(no, &sb) != 0);
@@ -70,6 +79,16 @@ int main(void) {
   o.to_tp_size = 2;
   ZT_ERR(zck_reshard(src, no, &o), ZCK_ERR_UNSUPPORTED, "deepspeed.moe");
   ZT_ASSERT(stat(no, &sb) != 0);
+  /* an expert file under another MoE layer's number: the reader finds expert 1's file, the writer would not write
+   * that name again: refused, nothing written */
+  o.to_tp_size = 0;
+  o.to_stage = 1;
+  char *cp = join(tmp, "renamed"), *from = join(cp, "global_step2/layer_0_expert_1_mp_rank_00_model_states.pt"),
+       *to = join(cp, "global_step2/layer_1_expert_1_mp_rank_00_model_states.pt");
+  if (zt_copy_tree(src, cp) != 0 || rename(from, to) != 0) ZT_FAIL("copy %s", src);
+  ZT_ERR(zck_reshard(cp, no, &o), ZCK_ERR_FORMAT, "layer_0_expert_1_mp_rank_00_model_states.pt");
+  ZT_ASSERT(stat(no, &sb) != 0);
+  free(cp); free(from); free(to);
   free(ef); free(no); free(w2); free(w3); free(tmp); free(probe); free(src);
   return 0;
 }

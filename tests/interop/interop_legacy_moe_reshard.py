@@ -5,9 +5,9 @@ tests/fixtures/gen/make_legacy_moe_fixtures.py).
 
 The reference is what DeepSpeed saved: each param's fp32 master, exp_avg, exp_avg_sq and Adam step, cut from the
 source's own flat partitions (rank files concatenated, params in param_shapes order), which are the live engine's
-(the fp32 masters equal expected_fp32.safetensors too). Per target, after engine.load_checkpoint: every one of
-them from the engine's own partitions, and every 16-bit module weight (experts included, loaded from the expert
-files zckpt wrote), equals it bit for bit; global_steps is 2; rank 0's loss on the next batch equals the
+(the fp32 masters equal expected_fp32.safetensors too), and each 16-bit weight as the source's `module` and expert
+files hold it. Per target, after engine.load_checkpoint: every one of them from the engine's own partitions and
+module (the experts' weights loaded from the expert files zckpt wrote) equals it bit for bit, in fp32 and bf16; global_steps is 2; rank 0's loss on the next batch equals the
 reference's. zckpt reads the output back: verify clean, consolidate
 equal to the source's. The next loss is compared with DeepSpeed resuming the source's own files at its own layout
 (the gate's random token selection draws from torch's RNG, which no checkpoint holds: both runs seed it before
@@ -28,9 +28,9 @@ FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 sys.path.insert(0, GEN)
 
-# source -> (world, stage) targets loaded by DeepSpeed: W 2 -> 1 and ZeRO-2 -> 1; W 2 -> 3 (padded partitions of
-# the experts' group) and ZeRO-1 -> 2
-TARGETS = [("moe_ep1_s2", 1, 1), ("moe_ep1_s1", 3, 2)]
+# source -> (world, stage) targets loaded by DeepSpeed: bf16, W 2 -> 1 and ZeRO-2 -> 1 (the expert files' bf16 weights
+# cast from the masters); fp32, W 2 -> 3 (padded partitions of the experts' group) and ZeRO-1 -> 2
+TARGETS = [("moe_ep1_s2_bf16", 1, 1), ("moe_ep1_s1", 3, 2)]
 STATES = ("fp32", "exp_avg", "exp_avg_sq")
 
 
@@ -92,9 +92,12 @@ def reference(case):
     import torch
     tag = os.path.join(FIX, case, "ckpt", "global_step2")
     model = torch.load(os.path.join(tag, "mp_rank_00_model_states.pt"), weights_only=False)
-    files = sorted((f for f in os.listdir(tag) if f.startswith("zero_pp_rank_")), key=lambda f: int(f.split("_")[3]))
+    files = sorted((f for f in os.listdir(tag) if "zero_pp_rank_" in f), key=lambda f: int(f.split("zero_pp_rank_")[1].split("_")[0]))
     osds = [torch.load(os.path.join(tag, f), weights_only=False)["optimizer_state_dict"] for f in files]
-    ref = {"fp32": {}, "exp_avg": {}, "exp_avg_sq": {}, "step": {}}
+    ref = {"fp32": {}, "exp_avg": {}, "exp_avg_sq": {}, "step": {}, "lp": dict(model["module"])}
+    for f in os.listdir(tag):  # the experts' 16-bit weights, under their global names (= local at ep_size 1)
+        if f.startswith("layer_") and "_expert_" in f:
+            ref["lp"].update(torch.load(os.path.join(tag, f), weights_only=True))
     for i, shapes in enumerate(model["param_shapes"]):
         numels = [int(torch.Size(s).numel()) for s in shapes.values()]
         flats = {"fp32": torch.cat([o["single_partition_of_fp32_groups"][i] for o in osds])}
@@ -137,9 +140,9 @@ def main():
             print("FAIL:", what)
 
     zck = lambda *a: subprocess.run([ZCKPT, *a], capture_output=True, text=True)
-    same_state = lambda a, b: all(set(a[k]) == set(b[k]) and all(torch.equal(torch.as_tensor(a[k][n]),
-                                                                           torch.as_tensor(b[k][n])) for n in a[k])
-                                  for k in (*STATES, "step"))
+    same = lambda x, y: x.dtype == y.dtype and torch.equal(x, y)
+    same_state = lambda a, b: all(set(a[k]) == set(b[k]) and all(same(torch.as_tensor(a[k][n]), torch.as_tensor(b[k][n]))
+                                                                 for n in a[k]) for k in (*STATES, "step", "lp"))
     resumed = []  # (reference states, rank 0's next loss when DeepSpeed resumes those files itself)
     with tempfile.TemporaryDirectory() as tmp:
         for case, world, stage in TARGETS:
@@ -180,8 +183,10 @@ def main():
                 bad = [n for n in want if n not in got or (got[n] != want[n] if key == "step" else
                                                            not torch.equal(got[n], want[n]))]
                 check(not bad and set(got) == set(want), f"{name}: {key} after load differs from the source's: {bad[:4]}")
-            bad = [n for n, t in states["lp"].items() if n not in masters or not torch.equal(t, masters[n])]
-            check(not bad and len(states["lp"]) == len(masters), f"{name}: 16-bit weights after load: {bad[:4]}")
+            bad = [n for n, t in ref["lp"].items() if n not in states["lp"] or states["lp"][n].dtype != t.dtype
+                   or not torch.equal(states["lp"][n], t)]
+            check(not bad and len(states["lp"]) == len(ref["lp"]) == len(masters),
+                  f"{name}: 16-bit weights after load differ from the source's module and expert files: {bad[:4]}")
             check(loss == ref_loss, f"{name}: next loss {loss} vs {ref_loss} resuming the source's own files")
             print(f"{name}: loaded, every state equal, next loss {loss} = DeepSpeed resuming the source's")
         out = os.path.join(tmp, "refused")
