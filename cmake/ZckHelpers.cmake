@@ -4,16 +4,17 @@
 # What the code of each top folder may include besides the headers beside it: the public
 # header (include/zck.h) and the internal headers of the layers below it. The CLI and the
 # Python package use the public API only; jobs/ headers stay inside jobs/; cuda/ is reached
-# through its plain C headers. A folder missing here is a configure error.
+# through its plain C headers (cuda/include: zck_cuda.h and the GPT-2 layout), never its
+# internals. A folder missing here is a configure error.
 set(ZCK_SEES_lib     include lib)
 set(ZCK_SEES_formats include lib formats)
 set(ZCK_SEES_jobs    include lib formats)
 set(ZCK_SEES_saver   include lib formats)
-set(ZCK_SEES_cuda    include lib cuda)
-set(ZCK_SEES_samples include lib formats saver cuda)
+set(ZCK_SEES_cuda    include lib cuda cuda/include)
+set(ZCK_SEES_samples include lib formats saver cuda/include)
 set(ZCK_SEES_tools   include)
 set(ZCK_SEES_python  include)
-set(ZCK_SEES_tests   include lib formats saver cuda)
+set(ZCK_SEES_tests   include lib formats saver cuda cuda/include)
 # Every internal header folder: what the tests (and their helper libraries) see.
 set(ZCK_INCLUDE_DIRS)
 foreach(d ${ZCK_SEES_tests})

@@ -13,7 +13,7 @@
  * is device memory. Device kernels never touch host arrays: data crosses with copies.
  *
  * The operations go through a table (ze_dev_ops) so the same code runs on two backends:
- *   cuda: kernels and copies queued on the rank's stream (cuda/zck_cuda.h);
+ *   cuda: kernels and copies queued on the rank's stream (cuda/include/zck_cuda.h);
  *   sim:  the "device" is host memory and every operation is the CPU loop. It exists for
  *         the tests: the whole device path (placement, copies, bucketing, callback stores
  *         of the savers, the on-save gather plan) runs on machines without a GPU and must

@@ -6,7 +6,7 @@
  * parameter is an offset range of the buffer. lm_head.weight is tied to wte and has no storage.
  * Linear layers are HF Conv1D: weight [in, out], y = x @ W + b. GELU is "gelu_new" (tanh).
  * Activation memory is a second flat buffer carved the same way (ze_gpt2_ws). Both layouts
- * are cuda/gpt2_layout.h's, the one description the device code uses too; the ze_ names
+ * are cuda/include/gpt2_layout.h's, the one description the device code uses too; the ze_ names
  * below are the engine's for them.
  *
  * Determinism: every loop has a fixed order and no threads, so the same inputs give the same

@@ -621,86 +621,60 @@ static void run_free(ze_run *run) {
   free(run->specs);
 }
 
-zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
-  memset(res, 0, sizeof *res);
-  zck_comm_agree_reset();
-  ZCK_TRY(ze_train_check_args(a));
-  ze_run run;
-  memset(&run, 0, sizeof run);
-  run.a = a;
-  run.res = res;
-  run.cfg = a->model;
-  zck_status s = ZCK_OK;
-  zck_comm *comms[ZE_MAX_RANKS] = {0};
-  ze_rank_thread threads[ZE_MAX_RANKS];
-  /* one rank of a group of processes: every setup step ends in an agreement, so a failure
-   * on one rank stops all of them at the same point */
-  run.one_rank = a->comm != NULL;
-  run.silent = a->quiet || (run.one_rank && a->comm->rank != 0);
-  int W = ze_train_world(a);
-
-  run.on_device = !strcmp(a->device, "cuda");
-  if (run.on_device && !a->sim_device) s = ze_cuda_check();
-  if (s != ZCK_OK) goto setup_done;
+/* Everything a run needs before its ranks start: the DeepSpeed config, the manifest, the
+ * ZeRO plan, the corpus, the initial weights and the checkpoint tracker. */
+static zck_status run_setup(ze_run *run, const ze_train_args *a, int W) {
+  run->on_device = !strcmp(a->device, "cuda");
+  if (run->on_device && !a->sim_device) ZCK_TRY(ze_cuda_check());
   /* DeepSpeed config: given, or the one a plain run amounts to */
+  zck_status s;
   if (a->deepspeed)
-    s = ze_ds_config_load(a->deepspeed, a, &run.ds);
+    s = ze_ds_config_load(a->deepspeed, a, &run->ds);
   else
-    s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run.ds);
-  if (s != ZCK_OK) goto setup_done;
-  ZCK_CHECK_GOTO(ze_build_manifest(a, &run.cfg, run.ds.has_optimizer, &run.model), s, setup_done);
-  run.n_specs = ze_gpt2_n_tensors(&run.cfg);
-  run.specs = zck__calloc(run.n_specs, sizeof *run.specs);
-  uint64_t *model_off = zck__calloc(run.model->n_params, sizeof *model_off);
-  size_t model_numel = ze_gpt2_numel(&run.cfg);
-  run.init = zck__calloc(model_numel, sizeof(float));
-  if (!run.specs || !model_off || !run.init) {
+    s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run->ds);
+  if (s != ZCK_OK) return s;
+  ZCK_TRY(ze_build_manifest(a, &run->cfg, run->ds.has_optimizer, &run->model));
+  run->n_specs = ze_gpt2_n_tensors(&run->cfg);
+  run->specs = zck__calloc(run->n_specs, sizeof *run->specs);
+  uint64_t *model_off = zck__calloc(run->model->n_params, sizeof *model_off);
+  size_t model_numel = ze_gpt2_numel(&run->cfg);
+  run->init = zck__calloc(model_numel, sizeof(float));
+  if (!run->specs || !model_off || !run->init) {
     free(model_off);
-    s = ZCK_ERR_NO_MEMORY;
-    goto setup_done;
+    return ZCK_ERR_NO_MEMORY;
   }
-  ze_gpt2_param_specs(&run.cfg, run.specs);
-  for (size_t i = 0; i < run.n_specs; i++) model_off[i] = run.specs[i].offset;
-  model_off[run.n_specs] = 0; /* lm_head.weight -> wte */
-  ze_zero_opts zo = {run.ds.stage,
+  ze_gpt2_param_specs(&run->cfg, run->specs);
+  for (size_t i = 0; i < run->n_specs; i++) model_off[i] = run->specs[i].offset;
+  model_off[run->n_specs] = 0; /* lm_head.weight -> wte */
+  ze_zero_opts zo = {run->ds.stage,
                      (uint32_t)W,
                      a->bf16 ? ZCK_BF16 : ZCK_F32,
-                     run.ds.sub_group_size,
-                     run.ds.reduce_bucket_size,
-                     run.ds.allgather_bucket_size};
-  s = ze_zero_plan_build(&run.plan, run.model, model_off, model_numel, &zo);
+                     run->ds.sub_group_size,
+                     run->ds.reduce_bucket_size,
+                     run->ds.allgather_bucket_size};
+  s = ze_zero_plan_build(&run->plan, run->model, model_off, model_numel, &zo);
   free(model_off);
-  if (s != ZCK_OK) goto setup_done;
-  size_t T = (size_t)run.cfg.max_seq_len;
-  if (!ze_corpus_make(&run.corpus, a->seed, (a->corpus_bytes ? (size_t)a->corpus_bytes : 32 * 1024) + 8 * T, 4 * 1024 + 8 * T, a->reverse_sums)) {
-    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
-    goto setup_done;
-  }
-  ze_gpt2_init(&run.cfg, run.init, a->seed);
-  run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
-  s = ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json, run.ds.gather_16bit_on_save,
-                           run.one_rank || a->per_rank_io, run.one_rank, a->async_save || run.ds.async_save);
-  if (s == ZCK_ERR_UNSUPPORTED && (a->async_save || run.ds.async_save))
+  if (s != ZCK_OK) return s;
+  size_t T = (size_t)run->cfg.max_seq_len;
+  if (!ze_corpus_make(&run->corpus, a->seed, (a->corpus_bytes ? (size_t)a->corpus_bytes : 32 * 1024) + 8 * T,
+                      4 * 1024 + 8 * T, a->reverse_sums))
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
+  ze_gpt2_init(&run->cfg, run->init, a->seed);
+  run->warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
+  s = ze_ckpt_tracker_init(&run->tracker, a, &run->cfg, run->model, &run->plan, run->ds.json, run->ds.gather_16bit_on_save,
+                           run->one_rank || a->per_rank_io, run->one_rank, a->async_save || run->ds.async_save);
+  if (s == ZCK_ERR_UNSUPPORTED && (a->async_save || run->ds.async_save))
     s = zck__error_prepend(s, "%s", a->async_save ? "--async-save" : "checkpoint.writer.decoupled");
-  if (s != ZCK_OK) goto setup_done;
-setup_done:
-  if (run.one_rank) s = zck_comm_agree(a->comm, s);
-  if (s != ZCK_OK) goto done;
-  if (a->resume_from_checkpoint) {
-    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume, a->comm), s, done);
-    if (run.resume.resharded) ze_test_kill_after_reshard(run.resume.global_step);
-    run.resuming = true;
-    run.first_step = run.resume.global_step;
-    if (run.first_step >= a->max_steps) {
-      s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the checkpoint is at step %lld, not before --max-steps %lld",
-                    a->resume_from_checkpoint, (long long)run.first_step, (long long)a->max_steps);
-      goto done;
-    }
-  }
-  res->async_save = run.tracker.sv.tr.async_save;
-  int64_t n_steps = a->max_steps - run.first_step;
+  return s;
+}
+
+/* The result's per-step and per-rank arrays. */
+static zck_status results_alloc(const ze_run *run, ze_train_result *res, int W) {
+  const ze_train_args *a = run->a;
+  res->async_save = run->tracker.sv.tr.async_save;
+  int64_t n_steps = a->max_steps - run->first_step;
   size_t n_evals = a->eval_steps > 0 ? (size_t)(a->max_steps / a->eval_steps) + 1 : 1;
-  res->first_step = run.first_step;
+  res->first_step = run->first_step;
   res->losses = zck__calloc((size_t)n_steps, sizeof *res->losses);
   res->grad_norms = zck__calloc((size_t)n_steps, sizeof *res->grad_norms);
   res->lrs = zck__calloc((size_t)n_steps, sizeof *res->lrs);
@@ -717,61 +691,65 @@ setup_done:
   if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
       !res->mem_host || !res->dev_workspace || !res->dev_used_peak || !res->save_stalls || !res->snapshot_seconds ||
       !res->snapshot_bytes)
-    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
-  if (run.one_rank) s = zck_comm_agree(a->comm, s);
-  if (s != ZCK_OK) goto done;
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
+  return ZCK_OK;
+}
 
-  ze_log(&run,
+/* The run's banner, and what the config's settings change (or not) on this device. */
+static void log_banner(ze_run *run, int W) {
+  const ze_train_args *a = run->a;
+  ze_log(run,
          "zckpt-train: GPT-2 L=%d H=%d C=%d T=%d V=%d (%zu parameters) | ZeRO-%d on %d rank%s (%s) | %s | "
          "global batch %d x %d tokens | matmuls: %s",
-         run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size,
-         run.plan.model_numel, run.ds.stage, W, W > 1 ? "s" : "", run.one_rank ? "a process each" : "local threads", a->bf16 ? "bf16" : "fp32",
-         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len,
-         run.on_device ? "the device's" : ze_gpt2_matmul_backend());
-  bool cuda = run.on_device;
-  if (run.ds.offload_param && run.ds.stage < 3)
-    ze_log(&run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "
-                 "and so does zckpt-train", run.ds.stage);
-  if (!cuda && (run.ds.offload_optimizer || (run.ds.offload_param && run.ds.stage == 3)))
-    ze_log(&run, "offload to cpu: every rank's model states already live in host memory on --device cpu; "
-                 "offloading (and pin_memory) changes nothing");
-  if (cuda && run.ds.offload_optimizer)
-    ze_log(&run, "offload_optimizer: fp32 masters, moments and gradient partitions in %shost memory, AdamW on the "
-                 "CPU; the 16-bit params stay on the device",
-           run.ds.offload_optimizer_pin ? "page-locked " : "");
-  if (cuda && run.ds.offload_param && run.ds.stage == 3)
-    ze_log(&run, "offload_param: the 16-bit partitions in %shost memory, copied to the device module by module",
-           run.ds.offload_param_pin ? "page-locked " : "");
-  if (run.ds.overlap_comm && run.ds.overlap_comm_given)
-    ze_log(&run, cuda ? "overlap_comm: stage-3 gathers (the prefetch of the next modules before the current one "
-                        "computes) and stage 2/3 gradient reductions run on a second stream of each rank, the compute "
-                        "stream waits for each one's event just before it needs the result"
-                      : "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap "
-                        "on --device cpu)");
-  if (run.resuming)
-    ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
+         run->cfg.n_layer, run->cfg.n_head, run->cfg.n_embd, run->cfg.max_seq_len, run->cfg.vocab_size,
+         run->plan.model_numel, run->ds.stage, W, W > 1 ? "s" : "", run->one_rank ? "a process each" : "local threads",
+         a->bf16 ? "bf16" : "fp32",
+         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run->cfg.max_seq_len,
+         run->on_device ? "the device's" : ze_gpt2_matmul_backend());
+  bool cuda = run->on_device;
+  if (run->ds.offload_param && run->ds.stage < 3)
+    ze_log(run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "
+                "and so does zckpt-train", run->ds.stage);
+  if (!cuda && (run->ds.offload_optimizer || (run->ds.offload_param && run->ds.stage == 3)))
+    ze_log(run, "offload to cpu: every rank's model states already live in host memory on --device cpu; "
+                "offloading (and pin_memory) changes nothing");
+  if (cuda && run->ds.offload_optimizer)
+    ze_log(run, "offload_optimizer: fp32 masters, moments and gradient partitions in %shost memory, AdamW on the "
+                "CPU; the 16-bit params stay on the device",
+           run->ds.offload_optimizer_pin ? "page-locked " : "");
+  if (cuda && run->ds.offload_param && run->ds.stage == 3)
+    ze_log(run, "offload_param: the 16-bit partitions in %shost memory, copied to the device module by module",
+           run->ds.offload_param_pin ? "page-locked " : "");
+  if (run->ds.overlap_comm && run->ds.overlap_comm_given)
+    ze_log(run, cuda ? "overlap_comm: stage-3 gathers (the prefetch of the next modules before the current one "
+                       "computes) and stage 2/3 gradient reductions run on a second stream of each rank, the compute "
+                       "stream waits for each one's event just before it needs the result"
+                     : "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap "
+                       "on --device cpu)");
+  if (run->resuming)
+    ze_log(run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run->first_step);
+}
 
-  if (run.one_rank) {
-    /* this thread is the one rank */
-    ze_rank_thread rt = {&run, a->comm, NULL, 0, ZCK_OK, ""};
-    rank_main(&rt);
-    if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
-    if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
-    goto done;
-  }
-  ZCK_CHECK_GOTO(zck_comm_local_create(W, comms), s, done);
+/* The ranks as threads of this process, each with its own comm (and device comm): run to
+ * the end, the first real failure reported. */
+static zck_status run_threads(ze_run *run, ze_train_result *res, int W) {
+  const ze_train_args *a = run->a;
+  zck_comm *comms[ZE_MAX_RANKS] = {0};
+  ze_rank_thread threads[ZE_MAX_RANKS];
+  ZCK_TRY(zck_comm_local_create(W, comms));
   /* --device cuda: a second group for the collectives on device memory */
   zck_comm *dcomms[ZE_MAX_RANKS] = {0};
-  if (run.on_device) {
+  zck_status s = ZCK_OK;
+  if (run->on_device) {
     s = a->sim_device ? zck_comm_local_create(W, dcomms) : zck_comm_nccl_create_local(W, dcomms);
     if (s != ZCK_OK) {
       zck_comm_local_destroy(comms, W);
-      goto done;
+      return s;
     }
   }
   int started = 0;
   for (int r = 0; r < W; r++) {
-    threads[r] = (ze_rank_thread){&run, comms[r], dcomms[r], 0, ZCK_OK, ""};
+    threads[r] = (ze_rank_thread){run, comms[r], dcomms[r], 0, ZCK_OK, ""};
     if (pthread_create(&threads[r].thread, NULL, rank_main, &threads[r])) {
       s = zck__fail(ZCK_ERR_INTERNAL, "cannot start rank thread %d", r);
       comms[0]->abort(comms[0]);
@@ -783,13 +761,13 @@ setup_done:
   for (int r = 0; r < started; r++) pthread_join(threads[r].thread, NULL);
   /* a run that stopped with a save still being written (a rank failed after it started):
    * that save ends first, and its own failure is not dropped */
-  zck_status wr = zck_saver_drain(&run.tracker.sv);
+  zck_status wr = zck_saver_drain(&run->tracker.sv);
   char wmsg[1024] = "";
   if (wr != ZCK_OK) snprintf(wmsg, sizeof wmsg, "%s", zck_last_error());
   zck_comm_local_destroy(comms, W);
-  if (run.on_device && a->sim_device)
+  if (run->on_device && a->sim_device)
     zck_comm_local_destroy(dcomms, W);
-  else if (run.on_device)
+  else if (run->on_device)
     zck_comm_nccl_destroy_local(dcomms, W);
   if (s == ZCK_OK) {
     /* report the first real failure, not the "another rank failed" of the others */
@@ -805,8 +783,53 @@ setup_done:
     else if (wr != ZCK_OK)
       s = zck__fail(wr, "%s", wmsg);
   }
-  if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
-  for (int r = 0; s == ZCK_OK && r < W; r++) res->snapshot_bytes[r] = ze_ckpt_snapshot_bytes(&run.tracker, r);
+  if (s == ZCK_OK && run->tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run->tracker.sv.best_checkpoint);
+  for (int r = 0; s == ZCK_OK && r < W; r++) res->snapshot_bytes[r] = ze_ckpt_snapshot_bytes(&run->tracker, r);
+  return s;
+}
+
+zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
+  memset(res, 0, sizeof *res);
+  zck_comm_agree_reset();
+  ZCK_TRY(ze_train_check_args(a));
+  ze_run run;
+  memset(&run, 0, sizeof run);
+  run.a = a;
+  run.res = res;
+  run.cfg = a->model;
+  /* one rank of a group of processes: every setup step ends in an agreement, so a failure
+   * on one rank stops all of them at the same point */
+  run.one_rank = a->comm != NULL;
+  run.silent = a->quiet || (run.one_rank && a->comm->rank != 0);
+  int W = ze_train_world(a);
+  zck_status s = run_setup(&run, a, W);
+  if (run.one_rank) s = zck_comm_agree(a->comm, s);
+  if (s != ZCK_OK) goto done;
+  if (a->resume_from_checkpoint) {
+    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume, a->comm), s, done);
+    if (run.resume.resharded) ze_test_kill_after_reshard(run.resume.global_step);
+    run.resuming = true;
+    run.first_step = run.resume.global_step;
+    if (run.first_step >= a->max_steps) {
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the checkpoint is at step %lld, not before --max-steps %lld",
+                    a->resume_from_checkpoint, (long long)run.first_step, (long long)a->max_steps);
+      goto done;
+    }
+  }
+  s = results_alloc(&run, res, W);
+  if (run.one_rank) s = zck_comm_agree(a->comm, s);
+  if (s != ZCK_OK) goto done;
+
+  log_banner(&run, W);
+  if (run.one_rank) {
+    /* this thread is the one rank */
+    ze_rank_thread rt = {&run, a->comm, NULL, 0, ZCK_OK, ""};
+    rank_main(&rt);
+    if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
+    if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
+    goto done;
+  }
+  s = run_threads(&run, res, W);
 done:
   if (s != ZCK_OK) {
     ze_train_result_free(res);

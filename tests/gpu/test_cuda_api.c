@@ -1,5 +1,5 @@
 /* test_cuda_api.c: the device interface where there is no device (label unit).
- * - GPT-2's one layout (cuda/gpt2_layout.h), which the CPU engine and the device code both
+ * - GPT-2's one layout (cuda/include/gpt2_layout.h), which the CPU engine and the device code both
  *   walk: Hugging Face's parameter count (124439808 for gpt2), tensors back to back in
  *   buffer order, pointers carved where the table says, every tensor in one module in
  *   buffer order (wte again in the last, for the tied lm_head).
