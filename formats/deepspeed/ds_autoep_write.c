@@ -16,7 +16,7 @@
  *     (checked against DeepSpeed 0.19.8's own ZeRO-1 save, tests/fixtures/autoep/ep2_s1_fp32);
  *   - ZeRO-3 ('zero3_partitioned'): no expert files; each rank's model file has `module`'s [0] placeholders (no
  *     expert weights, the alias one too) and its own record (its ep_rank, expert-data-parallel rank, global expert
- *     range: load_checkpoint checks them against the live placement), each optimizer file the experts' sub-group
+ *     range: load_checkpoint checks them against the live placement), each optimizer file the experts' sub-groups
  *     and ds_zero_partition_groups (every sub-group's partition count, rank, ranks, family: stage 3 refuses a file
  *     whose list differs from the live engine's);
  *   - the expert group's param group named `ep_size_<E>` (DeepSpeed finds the expert-data-parallel group by it),
@@ -337,7 +337,7 @@ bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root, 
 }
 
 /* ds_zero_partition_groups (stage3._zero3_partition_group_metadata): per sub-group its partition count, this rank's
- * index, the ranks it is partitioned over, its family and group name; the experts' sub-group is partitioned over
+ * index, the ranks it is partitioned over, its family and group name; the experts' sub-groups are partitioned over
  * the expert-data-parallel ranks e, e + E, ... of EP rank e */
 zck_pk *zck__ds_autoep_partition_groups(const zck_ds_writer *w, zck_pk_doc *d, uint32_t r) {
   const uint32_t E = w->o.autoep->ep_size;
