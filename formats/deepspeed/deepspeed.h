@@ -289,7 +289,7 @@ const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c);
 const zck_torch_file *zck_ds_stage_optim(const zck_ds_ckpt *c, uint32_t stage, size_t *first_group);
 /* Pipeline stages (mp_rank_<stage> file sets of a PipelineModule checkpoint); 1 for any other checkpoint. */
 uint32_t zck_ds_pipe_stages(const zck_ds_ckpt *c);
-/* The jobs that write DeepSpeed's files again refuse a pipeline source by name (its stage files are not written). */
+/* The jobs that cannot write a pipeline's layout (reshard into DCP) refuse a pipeline source by name. */
 zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job);
 /* reshard of a pipeline at another data-parallel size (jobs/reshard_pipe.c): stage s's model as its stage files
  * describe it (its param_shapes' params, in c's model order, with their optimizer groups), whose params are c's model's
