@@ -318,6 +318,140 @@ static void exec_opts(const ze_run *run, ze_exec_opts *xo) {
   xo->overlap_comm = run->ds.overlap_comm;
 }
 
+/* A rank's batch buffers: token windows, inputs and targets of a micro-batch, and every
+ * rank's micro-batch losses. */
+typedef struct rank_batch {
+  int *tok, *inputs, *targets;
+  float *micro;
+} rank_batch;
+
+/* One optimizer step of rank rt: its micro-batches forward and backward, the loss averaged
+ * over every rank's, the gradient norm and AdamW at learning rate lr. */
+static zck_status rank_step(ze_rank_thread *rt, ze_zero_rank *zr, ze_exec *x, ze_gpt2_ws *ws, rank_batch *bb,
+                            int64_t step, double lr, float *loss, double *norm) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  zck_comm *comm = rt->comm;
+  int r = comm->rank, W = comm->size;
+  int B = a->per_device_train_batch_size, GAS = a->gradient_accumulation_steps, T = run->cfg.max_seq_len;
+  int64_t G = (int64_t)W * B * GAS;
+  float *micro = bb->micro;
+  memset(micro, 0, (size_t)GAS * W * sizeof *micro);
+  for (int m = 0; m < GAS; m++) {
+    /* sample k of the global batch of step `step` goes to rank (k / B) % W, micro-batch
+     * k / (B W): every W sees the same samples in each optimizer step */
+    for (int b = 0; b < B; b++) {
+      uint64_t k = (uint64_t)(step * G + ((int64_t)m * W + r) * B + b);
+      int *win = bb->tok + (size_t)b * (T + 1);
+      ze_corpus_train_window(&run->corpus, k, T, win);
+      memcpy(bb->inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
+      memcpy(bb->targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
+    }
+    float scale = 1.0f / (float)GAS;
+    ZCK_TRY(ze_exec_train_micro(x, ws, bb->inputs, bb->targets, B, T, scale, m == GAS - 1, &micro[m * W + r]));
+  }
+  ZCK_TRY(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM));
+  double sum = 0.0;
+  for (int i = 0; i < GAS * W; i++) sum += micro[i];
+  *loss = (float)(sum / (GAS * W));
+  ZCK_TRY(ze_zero_grad_norm(zr, norm));
+  ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
+  ZCK_TRY(ze_zero_step(zr, &hp, ze_clip_factor(*norm, a->max_grad_norm)));
+  if (zr->dev) ze_dzero_sample(zr->dev);
+  return ZCK_OK;
+}
+
+/* What a run makes of its final weights, after training: kept for the caller, dumped, text
+ * generated, held-out sums (every rank takes part: stage 3 gathers). */
+static zck_status rank_outputs(ze_rank_thread *rt, ze_zero_rank *zr, ze_exec *x, ze_gpt2_ws *ws) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  int r = rt->comm->rank;
+  bool lead = r == 0, keeper = lead || run->one_rank;
+  zck_status s = ZCK_OK;
+  float *full = NULL; /* the final weights (exports) */
+  if (a->keep_params || a->dump_dir) {
+    full = zck__malloc(run->plan.model_numel * sizeof(float));
+    if (!full) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the final weights", r);
+    ZCK_CHECK_GOTO(ze_exec_full_params(x, full), s, done);
+  }
+  if (keeper && a->keep_params) {
+    run->res->params = full;
+    run->res->n_params = run->plan.model_numel;
+    full = NULL;
+  }
+  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, run->res->params ? run->res->params : full, ws), s, done);
+  if (a->generate_tokens > 0) {
+    int modes[2], n_modes = 0;
+    if (a->gather_for_generation != ZE_GATHER_OFF) modes[n_modes++] = 0;
+    if (a->gather_for_generation != ZE_GATHER_ON) modes[n_modes++] = 1;
+    for (int i = 0; i < n_modes; i++) {
+      int md = modes[i];
+      char *text = NULL;
+      double secs = 0;
+      size_t peak = 0;
+      ZCK_CHECK_GOTO(ze_generate(&run->cfg, zr, md == 0, a->prompt, a->generate_tokens, &text, &secs, &peak), s, done);
+      if (lead) {
+        run->res->generated[md] = text;
+        run->res->gen_seconds[md] = secs;
+        run->res->gen_peak_bytes[md] = peak;
+        ze_log(run, "generate (gather_for_generation=%s): %.2f ms, peak gathered parameters %.1f KiB",
+               md == 0 ? "on" : "off", 1e3 * secs, (double)peak / 1024.0);
+      } else {
+        free(text);
+      }
+    }
+  }
+  if (a->eval_sums > 0) {
+    int right = 0;
+    char ex[256];
+    ZCK_CHECK_GOTO(ze_eval_sums(&run->cfg, zr, &run->corpus, a->eval_sums, (uint64_t)a->seed, &right, ex, sizeof ex),
+                   s, done);
+    if (lead) ze_log(run, "held-out sums: %d/%d right (prompts 'a+b=' not in the training text; %s ...)", right,
+                     a->eval_sums, ex);
+  }
+done:
+  free(full);
+  return s;
+}
+
+/* The end of training: the final evaluation, the last save on the disk, the best model
+ * reloaded (and exported), and the memory the training took. */
+static zck_status rank_finish(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr, ze_exec *x, ze_gpt2_ws *ws) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  int r = rt->comm->rank;
+  bool lead = r == 0, keeper = lead || run->one_rank;
+  float final_eval;
+  ZCK_TRY(rank_eval(run, zr, x, ws, &final_eval));
+  if (keeper) {
+    run->res->final_eval_loss = final_eval;
+    ze_log(run, "final eval_loss %.6f", final_eval);
+  }
+  /* --async-save: the last save is written (and its failure every rank's) before the run
+   * reads checkpoints back or ends */
+  ZCK_TRY(ze_ckpt_flush(&run->tracker, zr));
+  if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
+    ZCK_TRY(ze_ckpt_load_best(&run->tracker, zr));
+    if (lead) {
+      ze_log(run, "loaded the best model from %s", run->tracker.sv.best_checkpoint);
+      ZCK_TRY(ze_ckpt_export_best(&run->tracker));
+      ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
+    }
+  }
+  /* the peak of training (steps, evaluations, saves, the best-model reload); what follows
+   * (exports, generation) is not training */
+  run->res->mem[r] = zr->mem;
+  if (zr->dev) {
+    if (keeper) run->res->mem_on_device = true; /* one writer (the ranks' threads share res) */
+    run->res->mem_host[r] = zr->dev->host;
+    run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
+    run->res->dev_used_peak[r] = zr->dev->used_peak;
+  }
+  if (lead) log_memory(run, zr, r, cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0);
+  return ZCK_OK;
+}
+
 static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr) {
   ze_run *run = rt->run;
   const ze_train_args *a = run->a;
@@ -330,14 +464,12 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   bool lead = r == 0, keeper = lead || run->one_rank;
   zck_status s = ZCK_OK;
   ze_exec *x = NULL;
-  float *full = NULL; /* the final weights (exports) */
   ze_exec_opts xo;
   exec_opts(run, &xo);
   ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
-  int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
-  int *inputs = zck__calloc((size_t)B * T, sizeof(int)), *targets = zck__calloc((size_t)B * T, sizeof(int));
-  float *micro = zck__calloc((size_t)GAS * W, sizeof(float));
-  if (!ws || !tok || !inputs || !targets || !micro) {
+  rank_batch bb = {zck__calloc((size_t)B * (T + 1), sizeof(int)), zck__calloc((size_t)B * T, sizeof(int)),
+                   zck__calloc((size_t)B * T, sizeof(int)), zck__calloc((size_t)GAS * W, sizeof(float))};
+  if (!ws || !bb.tok || !bb.inputs || !bb.targets || !bb.micro) {
     s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for activations", r);
     goto done;
   }
@@ -351,36 +483,14 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   }
   /* --device cuda: the kernels run the modules; (sim: the CPU's over the simulated memory) */
   if (cr->model) ze_exec_set_driver(x, ze_cuda_driver(cr));
-  int64_t G = (int64_t)W * B * GAS;
   double t_log = now_seconds(), loss_acc = 0.0, t_loop = t_log;
   int64_t n_acc = 0;
   for (int64_t step = run->first_step; step < a->max_steps; step++) {
     ze_test_kill_point(comm, step + 1, false);
     double lr = ze_train_lr(a, run->warmup, step);
-    memset(micro, 0, (size_t)GAS * W * sizeof *micro);
-    for (int m = 0; m < GAS; m++) {
-      /* sample k of the global batch of step `step` goes to rank (k / B) % W, micro-batch
-       * k / (B W): every W sees the same samples in each optimizer step */
-      for (int b = 0; b < B; b++) {
-        uint64_t k = (uint64_t)(step * G + ((int64_t)m * W + r) * B + b);
-        int *win = tok + (size_t)b * (T + 1);
-        ze_corpus_train_window(&run->corpus, k, T, win);
-        memcpy(inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
-        memcpy(targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
-      }
-      float scale = 1.0f / (float)GAS;
-      s = ze_exec_train_micro(x, ws, inputs, targets, B, T, scale, m == GAS - 1, &micro[m * W + r]);
-      if (s != ZCK_OK) goto done;
-    }
-    ZCK_CHECK_GOTO(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM), s, done);
-    double sum = 0.0;
-    for (int i = 0; i < GAS * W; i++) sum += micro[i];
-    float loss = (float)(sum / (GAS * W));
+    float loss;
     double norm;
-    ZCK_CHECK_GOTO(ze_zero_grad_norm(zr, &norm), s, done);
-    ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
-    ZCK_CHECK_GOTO(ze_zero_step(zr, &hp, ze_clip_factor(norm, a->max_grad_norm)), s, done);
-    if (zr->dev) ze_dzero_sample(zr->dev);
+    ZCK_CHECK_GOTO(rank_step(rt, zr, x, ws, &bb, step, lr, &loss, &norm), s, done);
     int64_t global = step + 1, i = step - run->first_step;
     if (keeper) {
       run->res->losses[i] = loss;
@@ -426,85 +536,15 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
     }
   }
   if (lead) run->res->loop_seconds = now_seconds() - t_loop;
-  float final_eval;
-  ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &final_eval), s, done);
-  if (keeper) {
-    run->res->final_eval_loss = final_eval;
-    ze_log(run, "final eval_loss %.6f", final_eval);
-  }
-  /* --async-save: the last save is written (and its failure every rank's) before the run
-   * reads checkpoints back or ends */
-  ZCK_CHECK_GOTO(ze_ckpt_flush(&run->tracker, zr), s, done);
-  if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
-    ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
-    if (lead) {
-      ze_log(run, "loaded the best model from %s", run->tracker.sv.best_checkpoint);
-      ZCK_CHECK_GOTO(ze_ckpt_export_best(&run->tracker), s, done);
-      ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
-    }
-  }
-  /* the peak of training (steps, evaluations, saves, the best-model reload); what follows
-   * (exports, generation) is not training */
-  run->res->mem[r] = zr->mem;
-  if (zr->dev) {
-    if (keeper) run->res->mem_on_device = true; /* one writer (the ranks' threads share res) */
-    run->res->mem_host[r] = zr->dev->host;
-    run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
-    run->res->dev_used_peak[r] = zr->dev->used_peak;
-  }
-  if (lead) log_memory(run, zr, r, cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0);
-  if (a->keep_params || a->dump_dir) {
-    /* every rank takes part (stage 3 gathers) */
-    full = zck__malloc(run->plan.model_numel * sizeof(float));
-    if (!full) {
-      s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the final weights", r);
-      goto done;
-    }
-    ZCK_CHECK_GOTO(ze_exec_full_params(x, full), s, done);
-  }
-  if (keeper && a->keep_params) {
-    run->res->params = full;
-    run->res->n_params = run->plan.model_numel;
-    full = NULL;
-  }
-  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, run->res->params ? run->res->params : full, ws), s, done);
-  if (a->generate_tokens > 0) {
-    int modes[2], n_modes = 0;
-    if (a->gather_for_generation != ZE_GATHER_OFF) modes[n_modes++] = 0;
-    if (a->gather_for_generation != ZE_GATHER_ON) modes[n_modes++] = 1;
-    for (int i = 0; i < n_modes; i++) {
-      int md = modes[i];
-      char *text = NULL;
-      double secs = 0;
-      size_t peak = 0;
-      ZCK_CHECK_GOTO(ze_generate(&run->cfg, zr, md == 0, a->prompt, a->generate_tokens, &text, &secs, &peak), s, done);
-      if (lead) {
-        run->res->generated[md] = text;
-        run->res->gen_seconds[md] = secs;
-        run->res->gen_peak_bytes[md] = peak;
-        ze_log(run, "generate (gather_for_generation=%s): %.2f ms, peak gathered parameters %.1f KiB",
-               md == 0 ? "on" : "off", 1e3 * secs, (double)peak / 1024.0);
-      } else {
-        free(text);
-      }
-    }
-  }
-  if (a->eval_sums > 0) {
-    int right = 0;
-    char ex[256];
-    ZCK_CHECK_GOTO(ze_eval_sums(&run->cfg, zr, &run->corpus, a->eval_sums, (uint64_t)a->seed, &right, ex, sizeof ex),
-                   s, done);
-    if (lead) ze_log(run, "held-out sums: %d/%d right (prompts 'a+b=' not in the training text; %s ...)", right,
-                     a->eval_sums, ex);
-  }
+  ZCK_CHECK_GOTO(rank_finish(rt, zr, cr, x, ws), s, done);
+  ZCK_CHECK_GOTO(rank_outputs(rt, zr, x, ws), s, done);
 done:
-  free(full);
   ze_exec_free(x);
   ze_gpt2_ws_free(ws);
-  free(tok);
-  free(inputs);
-  free(targets);
-  free(micro);
+  free(bb.tok);
+  free(bb.inputs);
+  free(bb.targets);
+  free(bb.micro);
   return s;
 }
 

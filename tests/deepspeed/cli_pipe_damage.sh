@@ -1,8 +1,8 @@
 #!/bin/sh
 # cli_pipe_damage.sh ZCKPT FIXTURES: a PipelineModule checkpoint (tests/fixtures/deepspeed-moe/pipe_pp2_s1, made by
 # DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal (folder and HDF5; the HDF5 container reads
-# back, the folder is refused by name), and reshard refuses it in one line; a
-# layer file missing or two swapped: one line naming the file, non-zero exit, nothing at OUT.
+# back, the folder is refused by name); reshard writes it at another dp size (interop_pipeline_reshard) but refuses a
+# ZeRO-2 target in one line; a layer file missing or two swapped: one line naming the file, non-zero exit, nothing at OUT.
 set -u
 BIN=$1
 SRC=$2/deepspeed-moe/pipe_pp2_s1/ckpt
@@ -22,7 +22,7 @@ grep -q "PipelineModule" "$T/err" || fail "universal folder: $(cat "$T/err")"
 "$BIN" to-universal -q --inject-missing-state --format hdf5 "$SRC" "$T/c.h5" 2>"$T/err" || fail "hdf5: $(cat "$T/err")"
 "$BIN" consolidate -q "$T/c.h5" "$T/h5.safetensors" 2>"$T/err" || fail "hdf5 consolidate: $(cat "$T/err")"
 cmp -s "$T/ok.safetensors" "$T/h5.safetensors" || fail "the container's consolidate differs from the checkpoint's"
-"$BIN" reshard -q --to-stage 1 "$SRC" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline checkpoint"
+"$BIN" reshard -q --to-stage 2 "$SRC" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline checkpoint at ZeRO-2"
 [ "$(wc -l <"$T/err")" = 1 ] && grep -q "PipelineModule" "$T/err" && [ ! -e "$T/rs" ] || fail "reshard: $(cat "$T/err")"
 
 # $1 case, $2 file the message must name, $3 jobs; every job: exit != 0, one line naming it, no OUT

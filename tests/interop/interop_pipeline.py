@@ -9,7 +9,8 @@ x dp 2, bf16). zero_to_fp32.py reads neither (`module` is None). Per case:
                   ("<layer>.<key>"); --dtype bf16 == those masters cast by torch
     to-universal  --inject-missing-state == DeepSpeed's ds_to_universal.py --inject_missing_state of the same folder,
                   file for file, and its exp_avg / exp_avg_sq == the live engine's (expected_state)
-    reshard       refused in one line naming the layout, nothing written
+    reshard       --to-stage 2 refused in one line naming the layout, nothing written (PipelineEngine takes ZeRO-1 at
+                  most; another dp size: interop_pipeline_reshard.py)
     damage        a layer file of another save (its records intact, other values, saved by torch under the same
                   name): verify names it and exits non-zero; consolidate still reads the masters
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
@@ -77,7 +78,7 @@ def check(case, tmp, fails):
         if not H.bits_equal(load(os.path.join(ours, "zero", name, st + ".pt"))["param"], t):
             fails.append(f"universal {name}/{st} differs from the live engine's")
     out = os.path.join(tmp, case + "-reshard")
-    r = run("reshard", "--to-stage", "1", ckpt, out)
+    r = run("reshard", "--to-stage", "2", ckpt, out)
     if r.returncode != 1 or "PipelineModule" not in r.stderr or len(r.stderr.strip().splitlines()) != 1 or \
             os.path.exists(out):
         fails.append(f"reshard should refuse in one line: rc {r.returncode} {r.stderr.strip()}")
