@@ -36,7 +36,7 @@
 #include "transfer.h"
 #include "universal/universal.h"
 
-static zck_status zck__copy_file(const char *from, const char *to) {
+zck_status zck__copy_file(const char *from, const char *to) {
   zck__source src;
   ZCK_TRY(zck__source_open(&src, from));
   zck__outfile f;
@@ -118,7 +118,6 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
-  ZCK_TRY(zck_ds_pipe_refuse(c, "reshard"));
   if (o.to_ep_size && !in->ep_size)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: %s is not an AutoEP (expert-parallel) checkpoint", src);
   if (in->stage == 0 && !o.to_stage)
@@ -132,6 +131,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   wo.save_latest = true;
   wo.overwrite = false;
   wo.threads = o.threads;
+  if (zck_ds_pipe_stages(c) > 1) return zck__reshard_pipe(c, &wo, out, &o);   /* PipelineModule: its stage files */
   /* NVMe offload: DeepSpeed swaps only at ZeRO-3; the swap files are named by the source's ds_ids */
   bool nvme = o.to_offload == ZCK_RESHARD_OFFLOAD_NVME ||
               (o.to_offload == ZCK_RESHARD_OFFLOAD_KEEP && zck_ds_nvme_offloaded(c) && wo.stage == 3);

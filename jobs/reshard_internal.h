@@ -26,6 +26,13 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *skip, con
 /* Whether a side file is carried over to world size `world`: all but rng_state_<r>.pth of
  * ranks r >= world. */
 bool zck__reshard_side_kept(const char *name, uint32_t world);
+/* Copies the file from into to (created; the whole file or nothing). */
+zck_status zck__copy_file(const char *from, const char *to);
+
+/* A DeepSpeed PipelineModule source (zck_ds_pipe_stages(c) > 1) in the same pipeline layout at wo's data-parallel size
+ * (reshard_pipe.c); what that layout cannot take is refused in one line naming c. */
+zck_status zck__reshard_pipe(const zck_ds_ckpt *c, const zck_ds_write_opts *wo, const char *out,
+                             const zck_reshard_opts *o);
 
 /* A source of whole tensors over a manifest (the universal formats). */
 typedef struct zck__whole_src {

@@ -168,7 +168,8 @@ typedef struct zck__uvj_entry {
   uint64_t numel;
   int part;                 /* ZCK_DS_FP32 / EXP_AVG / EXP_AVG_SQ, or -1: `src` */
   uint32_t param;
-  zck_store src;
+  zck_store *src;           /* part -1 only (rare): kept apart, in ctx, so the entries of
+                               100k params x 3 states stay ~120 bytes each */
 } zck__uvj_entry;
 
 typedef struct zck__uvj {
@@ -258,7 +259,7 @@ static zck_status zck__uvj_batch(zck__uvj *j, size_t first, size_t n) {
     for (size_t i = 0; i < n; i++) {
       const zck__uvj_entry *e = &j->e[first + i];
       if (zck__uvj_kind(e) >= 0) continue;
-      dsrc[k] = e->src;
+      dsrc[k] = *e->src;
       ddst[k] = dst[i];
       /* empty tensors have nothing to copy: left out of the plan */
       if (e->numel) ext[ne++] = (zck_extent){(uint32_t)k, (uint32_t)k, 0, 0, 0, e->numel, 0, 0, 0};
@@ -381,8 +382,14 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, uint8_t *written) {
     e->ndim = t->ndim;
     for (int d = 0; d < t->ndim; d++) e->shape[d] = t->shape[d];
     e->numel = t->numel;
+    void **cv = zck__realloc(j->ctx, (j->n_ctx + 1) * sizeof *cv);
+    zck_store *src = cv ? zck__malloc(sizeof *src) : NULL;
+    if (cv) j->ctx = cv;
+    if (!src) return ZCK_ERR_NO_MEMORY;
+    j->ctx[j->n_ctx++] = src;
+    e->src = src;
     if (zck_torch_tensor_contiguous(t)) {
-      e->src = zck_store_source(zck_torch_source(mf), zck_torch_tensor_file_offset(mf, t), t->dtype, t->numel, zck_torch_name(mf));
+      *src = zck_store_source(zck_torch_source(mf), zck_torch_tensor_file_offset(mf, t), t->dtype, t->numel, zck_torch_name(mf));
       zck_record_check rc; /* its zip CRC, checked as the copy reads it; one block owns the name */
       if (zck_torch_tensor_record(mf, t, &rc)) {
         char what[600];
@@ -395,7 +402,7 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, uint8_t *written) {
         rc.what = (const char *)(r + 1);
         *r = rc;
         j->ctx[j->n_ctx++] = r;
-        e->src.record = r;
+        src->record = r;
       }
     } else {
       void **v = zck__realloc(j->ctx, (j->n_ctx + 1) * sizeof *v);
@@ -404,7 +411,7 @@ static zck_status zck__uvj_module_entries(zck__uvj *j, uint8_t *written) {
       if (!r) return ZCK_ERR_NO_MEMORY;
       *r = (zck__uvj_tread){mf, t};
       j->ctx[j->n_ctx++] = r;
-      e->src = zck_store_callback(zck__uvj_tread_fn, NULL, r, t->dtype, t->numel, zck_torch_name(mf));
+      *src = zck_store_callback(zck__uvj_tread_fn, NULL, r, t->dtype, t->numel, zck_torch_name(mf));
     }
   }
   return ZCK_OK;

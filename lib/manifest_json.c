@@ -1,8 +1,8 @@
 /* manifest_json.c: zckpt-manifest.json text, written by hand and read with cJSON.
  *
  * Written by hand so the output is deterministic (same checkpoint, same bytes), one file
- * or tensor per line (diffable, greppable), with exact 64-bit integers, and streamed into
- * one buffer rather than a tree of a million nodes. Read with cJSON and validated field
+ * or tensor per line (diffable, greppable), with exact 64-bit integers, and streamed (into
+ * the file a chunk at a time) rather than built as a tree of a million nodes. Read with cJSON and validated field
  * by field: every error names the manifest and the JSON path ("files[3].size"). The
  * tensor table of a plain manifest is read without the tree (manifest_tensors.c).
  */
@@ -80,116 +80,157 @@ static void put_i64(zck__buf *b, int64_t v) {
   put_u64(b, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
 }
 
-zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len) {
-  for (size_t i = 0; i < m->n_files; i++)
-    if (!m->files[i].hashed) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file %s was not hashed", m->files[i].path);
+/* Where the text goes: one buffer (to_json), or a file written a chunk at a time so a
+ * manifest of 100k params (~250 MB of text) never sits in memory whole. */
+typedef struct json_sink {
   zck__buf b;
-  zck__buf_init(&b);
-  zck__buf_str(&b, "{\n  \"format\": \"zckpt-manifest\",\n");
-  zck__buf_printf(&b, "  \"format_version\": %d,\n  \"tool\": ", ZCK_MANIFEST_FORMAT_VERSION);
-  put_string(&b, m->tool ? m->tool : "zckpt");
-  zck__buf_str(&b, ",\n  \"version\": ");
-  put_string(&b, m->version ? m->version : ZCK_VERSION_STRING);
-  zck__buf_printf(&b, ",\n  \"kind\": \"%s\",\n", zck_manifest_kind_name(m->kind));
+  zck__outfile *file;          /* NULL: keep everything in b */
+  uint64_t written;            /* bytes already flushed to file */
+  zck_status st;
+} json_sink;
+
+#define JSON_FLUSH_AT (1u << 20)
+
+static void sink_flush(json_sink *s) {
+  if (!s->file || s->st != ZCK_OK || s->b.failed || !s->b.len) return;
+  s->st = zck__outfile_pwrite(s->file, s->b.data, s->b.len, s->written);
+  s->written += s->b.len;
+  s->b.len = 0;
+}
+
+/* Called between records: a record is small, so the buffer stays near JSON_FLUSH_AT. */
+static inline void sink_maybe_flush(json_sink *s) {
+  if (s->file && s->b.len >= JSON_FLUSH_AT) sink_flush(s);
+}
+
+static void emit_json(const zck_manifest *m, json_sink *s) {
+  zck__buf *b = &s->b;
+  zck__buf_str(b, "{\n  \"format\": \"zckpt-manifest\",\n");
+  zck__buf_printf(b, "  \"format_version\": %d,\n  \"tool\": ", ZCK_MANIFEST_FORMAT_VERSION);
+  put_string(b, m->tool ? m->tool : "zckpt");
+  zck__buf_str(b, ",\n  \"version\": ");
+  put_string(b, m->version ? m->version : ZCK_VERSION_STRING);
+  zck__buf_printf(b, ",\n  \"kind\": \"%s\",\n", zck_manifest_kind_name(m->kind));
   if (m->has_layout) {
     const zck_manifest_layout *l = &m->layout;
-    zck__buf_str(&b, "  \"layout\": {");
-    if (l->tag) { zck__buf_str(&b, "\"tag\": "); put_string(&b, l->tag); zck__buf_str(&b, ", "); }
-    zck__buf_printf(&b, "\"stage\": %d, \"world_size\": %u, \"groups\": %llu", l->stage, l->world_size, ULL(l->groups));
-    if (l->lp_dtype) { zck__buf_str(&b, ", \"lp_dtype\": "); put_string(&b, l->lp_dtype); }
-    if (l->master_dtype) { zck__buf_str(&b, ", \"master_dtype\": "); put_string(&b, l->master_dtype); }
-    zck__buf_printf(&b, ", \"bf16_prefix\": %s},\n", l->bf16_prefix ? "true" : "false");
+    zck__buf_str(b, "  \"layout\": {");
+    if (l->tag) { zck__buf_str(b, "\"tag\": "); put_string(b, l->tag); zck__buf_str(b, ", "); }
+    zck__buf_printf(b, "\"stage\": %d, \"world_size\": %u, \"groups\": %llu", l->stage, l->world_size, ULL(l->groups));
+    if (l->lp_dtype) { zck__buf_str(b, ", \"lp_dtype\": "); put_string(b, l->lp_dtype); }
+    if (l->master_dtype) { zck__buf_str(b, ", \"master_dtype\": "); put_string(b, l->master_dtype); }
+    zck__buf_printf(b, ", \"bf16_prefix\": %s},\n", l->bf16_prefix ? "true" : "false");
   }
-  zck__buf_printf(&b, "  \"chunk_size\": %llu,\n  \"files\": [", ULL(m->chunk_size));
-  for (size_t i = 0; i < m->n_files; i++) {
+  zck__buf_printf(b, "  \"chunk_size\": %llu,\n  \"files\": [", ULL(m->chunk_size));
+  for (size_t i = 0; i < m->n_files && s->st == ZCK_OK; i++) {
     const zck_manifest_file *f = &m->files[i];
-    zck__buf_str(&b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
-    put_string(&b, f->path);
-    zck__buf_str(&b, ", \"size\": ");
-    put_u64(&b, f->size);
-    zck__buf_str(&b, ", \"xxh3\": ");
-    put_hex(&b, f->xxh3);
+    zck__buf_str(b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
+    put_string(b, f->path);
+    zck__buf_str(b, ", \"size\": ");
+    put_u64(b, f->size);
+    zck__buf_str(b, ", \"xxh3\": ");
+    put_hex(b, f->xxh3);
     if (f->n_chunks) {
-      zck__buf_str(&b, ", \"chunks\": [");
+      zck__buf_str(b, ", \"chunks\": [");
       for (size_t k = 0; k < f->n_chunks; k++) {
-        if (k) zck__buf_str(&b, ", ");
-        put_hex(&b, f->chunks[k]);
+        if (k) zck__buf_str(b, ", ");
+        put_hex(b, f->chunks[k]);
       }
-      zck__buf_byte(&b, ']');
+      zck__buf_byte(b, ']');
     }
-    zck__buf_byte(&b, '}');
+    zck__buf_byte(b, '}');
+    sink_maybe_flush(s);
   }
-  zck__buf_str(&b, m->n_files ? "\n  ],\n  \"tensors\": [" : "],\n  \"tensors\": [");
-  /* Each file's path as JSON once (every tensor line names its file), and the buffer sized
-   * for the tensor lines up front: at 100k params they are 83 MB, which doubling would
-   * copy and fault in about twice over. */
+  zck__buf_str(b, m->n_files ? "\n  ],\n  \"tensors\": [" : "],\n  \"tensors\": [");
+  /* Each file's path as JSON once (every tensor line names its file). */
   zck__buf paths;
   zck__buf_init(&paths);
   size_t *path_at = zck__malloc((m->n_files + 1) * sizeof *path_at);
-  if (!path_at) b.failed = true;
+  if (!path_at) b->failed = true;
   for (size_t f = 0; path_at && f < m->n_files; f++) {
     path_at[f] = paths.len;
     put_string(&paths, m->files[f].path);
   }
   if (path_at) path_at[m->n_files] = paths.len;
-  size_t want = 0;
-  for (size_t i = 0; path_at && i < m->n_tensors; i++) {
-    const zck_manifest_tensor *t = &m->tensors[i];
-    want += path_at[t->file + 1] - path_at[t->file] + strlen(t->name) + strlen(t->dtype) + (size_t)t->ndim * 22 + 160;
-  }
-  zck__buf_reserve(&b, want);
-  for (size_t i = 0; i < m->n_tensors && !b.failed && !paths.failed; i++) {
-    const zck_manifest_tensor *t = &m->tensors[i];
-    zck__buf_str(&b, i ? ",\n    {\"file\": " : "\n    {\"file\": ");
-    zck__buf_append(&b, paths.data + path_at[t->file], path_at[t->file + 1] - path_at[t->file]);
-    zck__buf_str(&b, ", \"name\": ");
-    put_string(&b, t->name);
-    zck__buf_str(&b, ", \"dtype\": ");
-    put_string(&b, t->dtype);
-    zck__buf_str(&b, ", \"shape\": [");
-    for (int d = 0; d < t->ndim; d++) {
-      if (d) zck__buf_str(&b, ", ");
-      put_i64(&b, t->shape[d]);
+  if (!s->file) {
+    /* all of it in memory: the buffer sized for the tensor lines up front (at 100k params
+     * they are 83 MB, which doubling would copy and fault in about twice over) */
+    size_t want = 0;
+    for (size_t i = 0; path_at && i < m->n_tensors; i++) {
+      const zck_manifest_tensor *t = &m->tensors[i];
+      want += path_at[t->file + 1] - path_at[t->file] + strlen(t->name) + strlen(t->dtype) + (size_t)t->ndim * 22 + 160;
     }
-    zck__buf_str(&b, "], \"offset\": ");
-    put_u64(&b, t->offset);
-    zck__buf_str(&b, ", \"nbytes\": ");
-    put_u64(&b, t->nbytes);
-    zck__buf_str(&b, ", \"xxh3\": ");
-    put_hex(&b, t->xxh3);
-    zck__buf_byte(&b, '}');
+    zck__buf_reserve(b, want);
   }
-  zck__buf_str(&b, m->n_tensors ? "\n  ]\n}\n" : "]\n}\n");
-  zck__buf_byte(&b, 0);
-  if (paths.failed) b.failed = true;
+  for (size_t i = 0; i < m->n_tensors && !b->failed && !paths.failed && s->st == ZCK_OK; i++) {
+    const zck_manifest_tensor *t = &m->tensors[i];
+    zck__buf_str(b, i ? ",\n    {\"file\": " : "\n    {\"file\": ");
+    zck__buf_append(b, paths.data + path_at[t->file], path_at[t->file + 1] - path_at[t->file]);
+    zck__buf_str(b, ", \"name\": ");
+    put_string(b, t->name);
+    zck__buf_str(b, ", \"dtype\": ");
+    put_string(b, t->dtype);
+    zck__buf_str(b, ", \"shape\": [");
+    for (int d = 0; d < t->ndim; d++) {
+      if (d) zck__buf_str(b, ", ");
+      put_i64(b, t->shape[d]);
+    }
+    zck__buf_str(b, "], \"offset\": ");
+    put_u64(b, t->offset);
+    zck__buf_str(b, ", \"nbytes\": ");
+    put_u64(b, t->nbytes);
+    zck__buf_str(b, ", \"xxh3\": ");
+    put_hex(b, t->xxh3);
+    zck__buf_byte(b, '}');
+    sink_maybe_flush(s);
+  }
+  zck__buf_str(b, m->n_tensors ? "\n  ]\n}\n" : "]\n}\n");
+  if (paths.failed) b->failed = true;
   zck__buf_free(&paths);
   free(path_at);
-  if (b.failed) {
-    zck__buf_free(&b);
+}
+
+static zck_status check_hashed(const zck_manifest *m) {
+  for (size_t i = 0; i < m->n_files; i++)
+    if (!m->files[i].hashed) return zck__fail(ZCK_ERR_INVALID_ARG, "manifest: file %s was not hashed", m->files[i].path);
+  return ZCK_OK;
+}
+
+zck_status zck_manifest_to_json(const zck_manifest *m, char **text, size_t *len) {
+  ZCK_TRY(check_hashed(m));
+  json_sink s = {.file = NULL, .st = ZCK_OK};
+  zck__buf_init(&s.b);
+  emit_json(m, &s);
+  zck__buf_byte(&s.b, 0);
+  if (s.b.failed) {
+    zck__buf_free(&s.b);
     return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
   }
-  *text = (char *)b.data;
-  if (len) *len = b.len - 1;
+  *text = (char *)s.b.data;
+  if (len) *len = s.b.len - 1;
   return ZCK_OK;
 }
 
 zck_status zck_manifest_write(const zck_manifest *m, const char *dir) {
   if (!zck__dist_writes()) return ZCK_OK; /* a distributed job's rank 0 writes it */
-  char *text = NULL;
-  size_t len = 0;
-  ZCK_TRY(zck_manifest_to_json(m, &text, &len));
+  ZCK_TRY(check_hashed(m));
   char *path = zck__path_join(dir, ZCK_MANIFEST_NAME);
   char *marker = zck__path_join(dir, ZCK_MANIFEST_PARTIAL_NAME);
   zck__outfile f;
   zck_status st = (path && marker) ? zck__outfile_create(&f, path) : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) {
-    st = zck__outfile_pwrite(&f, text, len, 0);
+    json_sink s = {.file = &f, .st = ZCK_OK};
+    zck__buf_init(&s.b);
+    zck__buf_reserve(&s.b, JSON_FLUSH_AT + 4096);
+    emit_json(m, &s);
+    sink_flush(&s);
+    st = s.st;
+    if (st == ZCK_OK && s.b.failed) st = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory");
+    zck__buf_free(&s.b);
     if (st == ZCK_OK) st = zck__outfile_commit(&f);
     else zck__outfile_abort(&f);
   }
   /* the manifest is the completion mark: only now does the partial marker go */
   if (st == ZCK_OK && unlink(marker) == 0) st = zck__fsync_path(dir, true);
-  free(text);
   free(path);
   free(marker);
   return st;

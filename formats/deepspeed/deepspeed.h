@@ -289,8 +289,15 @@ const zck_torch_file *zck_ds_rank0_optim(const zck_ds_ckpt *c);
 const zck_torch_file *zck_ds_stage_optim(const zck_ds_ckpt *c, uint32_t stage, size_t *first_group);
 /* Pipeline stages (mp_rank_<stage> file sets of a PipelineModule checkpoint); 1 for any other checkpoint. */
 uint32_t zck_ds_pipe_stages(const zck_ds_ckpt *c);
-/* The jobs that write DeepSpeed's files again refuse a pipeline source by name (its stage files are not written). */
+/* The jobs that cannot write a pipeline's layout (reshard into DCP) refuse a pipeline source by name. */
 zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job);
+/* reshard of a pipeline at another data-parallel size (jobs/reshard_pipe.c): stage s's model as its stage files
+ * describe it (its param_shapes' params, in c's model order, with their optimizer groups), whose params are c's model's
+ * [*first, *first + n); refused by name when a stage's params do not fit that (tied or frozen params). */
+zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t *first);
+/* The layer_<XX>-model_states.pt files (which a data-parallel size does not change): how many, and file i's path. */
+size_t zck_ds_pipe_layer_files(const zck_ds_ckpt *c);
+const char *zck_ds_pipe_layer_file(const zck_ds_ckpt *c, size_t i);
 /* verify: a pipeline's layer files hold the module copies of this save's fp32 masters (ds_pipe_check.c). */
 zck_status zck_ds_pipe_check_layers(const zck_ds_ckpt *c);
 
@@ -358,10 +365,14 @@ typedef struct zck_ds_write_opts {
   /* legacy deepspeed.moe (ds_moe_write.c): the experts' 16-bit weights in layer_<L>_expert_<E> files, as
    * DeepSpeed's _save_moe_checkpoint writes them at ep_size 1 (zck_ds_moe_target_new). NULL: none */
   const struct zck_ds_moe_target *moe;
+  /* PipelineModule (pp_size > 1, stage 1): this writer makes pipeline stage mp_rank's files (mp_rank_<stage> names,
+   * `module` None, mp_world_size and pp_degree pp_size) as PipelineEngine saves them; the layer_<XX> files, which
+   * hold the weights, are the caller's. Rank 0 leads, the others join it, as for AutoTP. 0/1: no pipeline */
+  uint32_t pp_size;
 } zck_ds_write_opts;
 #define ZCK_DS_WRITE_OPTS_INIT {0, 0, 0, ZCK_DTYPE_INVALID, false, 1, NULL, false, true, 0, 0, -1, \
                                 true, true, 0.0, 0.0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, false, 0, 0, NULL, 0, false, 0, 0, 0, 0, \
-                                NULL, NULL, NULL}
+                                NULL, NULL, NULL, 0}
 
 /* An AutoEP target for a writer (zck_ds_write_opts.autoep): c's experts (c opened with autoep_ds_names) at EP size
  * ep_size over `world` ranks at ZeRO `stage`, as DeepSpeed 0.19.8's AutoEP engine saves them: the experts' optimizer

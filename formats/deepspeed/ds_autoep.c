@@ -201,36 +201,45 @@ static zck_status rewrite_module(zck_ds_ckpt *c, zck__ds_model_file *mf, const s
   return s;
 }
 
-/* Expert params take their full shape [experts, ...] in param_shapes; all of them in one group, only them. */
-static zck_status full_shapes(zck__ds_model_file *mf, const struct zck__ds_autoep_file *f, size_t *expert_group) {
+/* Expert params take their full shape [experts, ...] in param_shapes; all of them in one group (ZeRO-3: the
+ * consecutive sub-groups of their param group), only them. */
+static zck_status full_shapes(zck__ds_model_file *mf, const struct zck__ds_autoep_file *f, size_t *expert_group,
+                              size_t *n_groups) {
   size_t found = 0;
-  int64_t group = -1;
-  for (size_t g = 0; g < mf->n_param_shapes; g++)
+  int64_t first = -1, last = -1;
+  for (size_t g = 0; g < mf->n_param_shapes; g++) {
+    size_t here = 0;
+    const char *dense = NULL;
     for (size_t j = 0; j < mf->param_shapes[g].n; j++) {
       zck__ds_named_shape *ps = &mf->param_shapes[g].v[j];
       const zck__ds_autoep_layer *l;
-      int w = zck__ds_autoep_weight(f, ps->name, &l);
-      if (!w) {
-        if (group == (int64_t)g)
-          return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param_shapes[%zu] mixes '%s' with the AutoEP experts: not supported",
-                           mf->file->path, g, ps->name);
+      if (!zck__ds_autoep_weight(f, ps->name, &l)) {
+        if (!dense) dense = ps->name;
         continue;
       }
-      if (group >= 0 && group != (int64_t)g)
-        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP experts in two param_shapes groups (%lld and %zu): not "
-                         "supported", mf->file->path, (long long)group, g);
-      group = (int64_t)g;
       if (ps->ndim != 3 || ps->shape[0] != l->num_local)
         return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes['%s'] is not [%lld local experts, ., .]", mf->file->path,
                          ps->name, (long long)l->num_local);
       ps->shape[0] = l->num_experts;
       ps->numel *= (uint64_t)l->ep_size;
-      found++;
+      here++;
     }
+    if (!here) continue;
+    if (dense)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param_shapes[%zu] mixes '%s' with the AutoEP experts: not supported",
+                       mf->file->path, g, dense);
+    if (first >= 0 && last + 1 != (int64_t)g)
+      return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: AutoEP experts in param_shapes groups %lld and %zu, not consecutive: "
+                       "not supported", mf->file->path, (long long)last, g);
+    if (first < 0) first = (int64_t)g;
+    last = (int64_t)g;
+    found += here;
+  }
   if (found != 3 * f->n)
     return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes holds %zu AutoEP expert weights; ds_autoep_layers needs %zu",
                      mf->file->path, found, 3 * f->n);
-  *expert_group = (size_t)group;
+  *expert_group = (size_t)first;
+  *n_groups = (size_t)(last - first + 1);
   return ZCK_OK;
 }
 
@@ -366,24 +375,30 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c) {
   a->layers = f;
   if (c->info.stage <= 2) ZCK_TRY(check_expert_files(c, f, m0));
   for (size_t r = 0; r < c->n_models; r++) {
-    size_t g = 0;
-    ZCK_TRY(full_shapes(&c->models[r], f, &g));
-    if (r && g != a->expert_group)
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: AutoEP experts in param_shapes[%zu]; %s has them in [%zu]",
-                       c->models[r].file->path, g, m0->file->path, a->expert_group);
+    size_t g = 0, n = 0;
+    ZCK_TRY(full_shapes(&c->models[r], f, &g, &n));
+    if (r && (g != a->expert_group || n != a->n_expert_groups))
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: AutoEP experts in param_shapes[%zu..%zu]; %s has them in [%zu..%zu]",
+                       c->models[r].file->path, g, g + n - 1, m0->file->path, a->expert_group,
+                       a->expert_group + a->n_expert_groups - 1);
     a->expert_group = g;
+    a->n_expert_groups = n;
   }
+  if (c->info.stage <= 2 && a->n_expert_groups != 1)   /* stage 1/2 flat groups are the param groups */
+    return zck__fail(ZCK_ERR_FORMAT, "%s: AutoEP experts in %zu param_shapes groups of a stage-%d checkpoint",
+                     m0->file->path, a->n_expert_groups, c->info.stage);
   ZCK_TRY(rewrite_module(c, &c->models[0], f));   /* the other ranks' module entries are not kept (ds_open.c) */
   /* stage 1/2: the expert group is partitioned over the expert-data-parallel group (1 rank), the others over W */
   if (c->info.stage <= 2)
     for (uint32_t r = 0; r < W; r++) {
       const zck__ds_optim_file *o = &c->optims[r];
       for (size_t g = 0; g < o->n_counts; g++) {
-        int64_t need = g == a->expert_group ? (int64_t)a->edp_size : (int64_t)W;
+        bool ex = g >= a->expert_group && g < a->expert_group + a->n_expert_groups;
+        int64_t need = ex ? (int64_t)a->edp_size : (int64_t)W;
         if (o->counts[g] != need)
           return zck__fail(ZCK_ERR_MISMATCH, "%s: partition_count[%zu] is %lld; the %s group of this AutoEP run is "
                            "partitioned over %lld", o->file->path, g, (long long)o->counts[g],
-                           g == a->expert_group ? "expert" : "dense", (long long)need);
+                           ex ? "expert" : "dense", (long long)need);
       }
     }
   c->info.ep_size = a->ep_size;
@@ -398,43 +413,46 @@ zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uin
                                 const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
                                 zck_layout **out) {
   return zck__ds_autoep_layout(n_params, numels, specs, n_flat, w, param_align, c->autoep->expert_group,
-                               c->autoep->ep_size, c->info.stage == 3, out);
+                               c->autoep->n_expert_groups, c->autoep->ep_size, c->info.stage == 3, out);
 }
 
 zck_status zck__ds_autoep_layout(size_t n_params, const uint64_t *numels, const zck_group_spec *specs, size_t n_flat,
-                                 uint32_t w, uint32_t param_align, size_t eg, uint32_t E, bool z3, zck_layout **out) {
+                                 uint32_t w, uint32_t param_align, size_t eg, size_t n_eg, uint32_t E, bool z3,
+                                 zck_layout **out) {
   *out = NULL;
   const uint32_t D = w / E;
   zck_layout *base = NULL, *loc = NULL, *l = NULL;
   uint64_t *lnum = zck__calloc(n_params + 1, sizeof *lnum);
   if (!lnum) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < specs[eg].n_params; i++) lnum[specs[eg].params[i]] = numels[specs[eg].params[i]] / E;
+  for (size_t k = eg; k < eg + n_eg; k++)
+    for (size_t i = 0; i < specs[k].n_params; i++) lnum[specs[k].params[i]] = numels[specs[k].params[i]] / E;
   zck_status s = z3 ? zck_layout_zero3(n_params, numels, specs, n_flat, w, &base)
                     : zck_layout_zero12(n_params, numels, specs, n_flat, w, param_align, &base);
-  zck_group_spec one = specs[eg];
-  if (s == ZCK_OK)
-    s = z3 ? zck_layout_zero3(n_params, lnum, &one, 1, D, &loc)
-           : zck_layout_zero12(n_params, lnum, &one, 1, D, param_align, &loc);
+  if (s == ZCK_OK)   /* the experts' groups alone, local numels, over the D expert-data-parallel ranks */
+    s = z3 ? zck_layout_zero3(n_params, lnum, specs + eg, n_eg, D, &loc)
+           : zck_layout_zero12(n_params, lnum, specs + eg, n_eg, D, param_align, &loc);
   zck_layout_store *stores = s == ZCK_OK ? zck__calloc(base->n_stores + 1, sizeof *stores) : NULL;
   zck_piece *pieces = s == ZCK_OK ? zck__calloc(base->n_pieces + E * loc->n_pieces + 1, sizeof *pieces) : NULL;
   if (s == ZCK_OK && (!stores || !pieces)) s = ZCK_ERR_NO_MEMORY;
   size_t np = 0;
   if (s == ZCK_OK) {
     memcpy(stores, base->stores, base->n_stores * sizeof *stores);
-    for (uint32_t d = 0; d < D; d++)
-      for (uint32_t e = 0; e < E; e++) {
-        zck_layout_store st = loc->stores[d];
-        st.rank = (int32_t)(d * E + e);
-        st.group = (int32_t)eg;
-        stores[eg * w + d * E + e] = st;
-      }
+    for (size_t k = 0; k < n_eg; k++)
+      for (uint32_t d = 0; d < D; d++)
+        for (uint32_t e = 0; e < E; e++) {
+          zck_layout_store st = loc->stores[k * D + d];
+          st.rank = (int32_t)(d * E + e);
+          st.group = (int32_t)(eg + k);
+          stores[(eg + k) * w + d * E + e] = st;
+        }
     for (size_t i = 0; i < base->n_pieces; i++)
       if (!lnum[base->pieces[i].param]) pieces[np++] = base->pieces[i];
     for (uint32_t e = 0; e < E; e++)
       for (size_t i = 0; i < loc->n_pieces; i++) {
         zck_piece p = loc->pieces[i];
+        uint32_t k = p.store / D, d = p.store % D;   /* loc's store k * D + d: group eg + k, edp rank d */
         p.param_off += e * lnum[p.param];
-        p.store = (uint32_t)(eg * w + p.store * E + e);   /* loc's store d is edp rank d */
+        p.store = (uint32_t)((eg + k) * w + d * E + e);
         pieces[np++] = p;
       }
     s = zck_layout_custom(n_params, numels, stores, base->n_stores, pieces, np, &l);
@@ -444,7 +462,7 @@ zck_status zck__ds_autoep_layout(size_t n_params, const uint64_t *numels, const 
     l->world = w;
     if (!(l->groups = zck__calloc(n_flat + 1, sizeof *l->groups))) s = ZCK_ERR_NO_MEMORY;
     for (size_t g = 0; s == ZCK_OK && g < n_flat; g++) {
-      const zck_layout_group *from = g == eg ? &loc->groups[0] : &base->groups[g];
+      const zck_layout_group *from = g >= eg && g < eg + n_eg ? &loc->groups[g - eg] : &base->groups[g];
       zck_layout_group *to = &l->groups[g];
       *to = *from;
       to->opt_group = base->groups[g].opt_group;

@@ -20,7 +20,8 @@ struct zck__ds_autoep {
   uint32_t ep_size, edp_size;                 /* E x D = the world size; rank r is edp rank r / E, EP rank r % E
                                                  (groups.py without use_data_before_expert_parallelism) */
   const struct zck__ds_autoep_file *layers;   /* rank 0's model file's */
-  size_t expert_group;                        /* the param_shapes group of the experts */
+  size_t expert_group, n_expert_groups;       /* the param_shapes groups of the experts: one at ZeRO-1/2; at ZeRO-3
+                                                 the consecutive sub-groups sub_group_size splits their group into */
 };
 
 /* The layer whose module_path + rest is name, or NULL. */

@@ -16,7 +16,7 @@
  *     (checked against DeepSpeed 0.19.8's own ZeRO-1 save, tests/fixtures/autoep/ep2_s1_fp32);
  *   - ZeRO-3 ('zero3_partitioned'): no expert files; each rank's model file has `module`'s [0] placeholders (no
  *     expert weights, the alias one too) and its own record (its ep_rank, expert-data-parallel rank, global expert
- *     range: load_checkpoint checks them against the live placement), each optimizer file the experts' sub-group
+ *     range: load_checkpoint checks them against the live placement), each optimizer file the experts' sub-groups
  *     and ds_zero_partition_groups (every sub-group's partition count, rank, ranks, family: stage 3 refuses a file
  *     whose list differs from the live engine's);
  *   - the expert group's param group named `ep_size_<E>` (DeepSpeed finds the expert-data-parallel group by it),
@@ -74,12 +74,16 @@ uint64_t zck__ds_flat_numel(const zck_ds_writer *w, uint32_t p) {
   return w->ae_layer && w->ae_layer[p] >= 0 ? n / w->o.autoep->ep_size : n;
 }
 
+static bool expert_flat(const zck_ds_writer *w, size_t g) {
+  return w->ae_layer && g >= w->ae_group && g < w->ae_group + w->ae_n_groups;
+}
+
 uint32_t zck__ds_flat_rank(const zck_ds_writer *w, size_t g, uint32_t r) {
-  return w->ae_layer && g == w->ae_group ? r / w->o.autoep->ep_size : r;
+  return expert_flat(w, g) ? r / w->o.autoep->ep_size : r;
 }
 
 uint32_t zck__ds_flat_count(const zck_ds_writer *w, size_t g) {
-  return w->ae_layer && g == w->ae_group ? w->w / w->o.autoep->ep_size : w->w;
+  return expert_flat(w, g) ? w->w / w->o.autoep->ep_size : w->w;
 }
 
 zck_status zck__ds_autoep_geometry(zck_ds_writer *w) {
@@ -107,21 +111,27 @@ zck_status zck__ds_autoep_geometry(zck_ds_writer *w) {
   if (n_exp != 3 * f->n)
     return zck__fail(ZCK_ERR_FORMAT, "the manifest holds %zu AutoEP expert weights; ds_autoep_layers needs %zu (open the "
                      "source with DeepSpeed's names)", n_exp, 3 * f->n);
-  /* the experts' flat group (ZeRO-3: sub-group): all of them, nothing else */
+  /* the experts' flat group: all of them, nothing else (ZeRO-3: the consecutive sub-groups of their param group;
+   * lib/layout splits it by partition numel ceil(n / W) = ceil((n / E) / D), as DeepSpeed splits the local flat) */
+  int64_t last = -1;
   for (size_t g = 0; g < w->n_flat; g++)
     for (size_t i = 0; i < w->flat[g].n_params; i++) {
       bool ex = w->ae_layer[w->flat[g].params[i]] >= 0;
       if (ex && group < 0) group = (int64_t)g;
-      if (ex && group != (int64_t)g)   /* sub_group_size smaller than the experts: the split of the local flat */
-        return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP experts over several ZeRO-3 sub-groups (sub_group_size %llu): "
-                         "not supported", (unsigned long long)w->sub_group_size);
-      if (ex != (group == (int64_t)g))
+      if (ex && (int64_t)g > last) {
+        if (last >= 0 && (int64_t)g != last + 1)
+          return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP experts in flat groups %lld and %zu: not supported",
+                           (long long)last, g);
+        last = (int64_t)g;
+      }
+      if (ex != (group >= 0 && (int64_t)g >= group && (int64_t)g <= last))
         return zck__fail(ZCK_ERR_UNSUPPORTED, "AutoEP experts share an optimizer group with '%s': not supported",
                          m->params[w->flat[g].params[i]].name);
     }
   w->ae_group = (size_t)group;
+  w->ae_n_groups = (size_t)(last - group + 1);
   ZCK_TRY(zck__ds_autoep_layout(m->n_params, w->geo.numel, w->flat, w->n_flat, w->w, w->o.param_align, w->ae_group,
-                                t->ep_size, w->stage == 3, &w->ae_train));
+                                w->ae_n_groups, t->ep_size, w->stage == 3, &w->ae_train));
   w->train = w->ae_train;
   if (w->stage == 3) return ZCK_OK;   /* no 16-bit weights saved, no expert files */
   /* LP stores: one per owner param, one per expert for the expert weights (in their expert files) */
@@ -327,7 +337,7 @@ bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root, 
 }
 
 /* ds_zero_partition_groups (stage3._zero3_partition_group_metadata): per sub-group its partition count, this rank's
- * index, the ranks it is partitioned over, its family and group name; the experts' sub-group is partitioned over
+ * index, the ranks it is partitioned over, its family and group name; the experts' sub-groups are partitioned over
  * the expert-data-parallel ranks e, e + E, ... of EP rank e */
 zck_pk *zck__ds_autoep_partition_groups(const zck_ds_writer *w, zck_pk_doc *d, uint32_t r) {
   const uint32_t E = w->o.autoep->ep_size;
@@ -335,7 +345,7 @@ zck_pk *zck__ds_autoep_partition_groups(const zck_ds_writer *w, zck_pk_doc *d, u
   char gname[32];
   snprintf(gname, sizeof gname, "ep_size_%u", E);
   for (size_t g = 0; list && g < w->n_flat; g++) {
-    const bool ex = g == w->ae_group;
+    const bool ex = expert_flat(w, g);
     const uint32_t n = zck__ds_flat_count(w, g);
     const char *name = ex ? gname : "replicated";
     zck_pk *e = zck_pk_new_dict(d, 0), *ranks = zck_pk_new_list(d), *fam = zck_pk_new_list(d), *gn = zck_pk_new_list(d);

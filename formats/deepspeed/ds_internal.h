@@ -251,11 +251,13 @@ zck_status zck__ds_autoep_prepare(zck_ds_ckpt *c);
 zck_status zck__ds_autoep_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels,
                                  const zck_group_spec *specs, size_t n_flat, uint32_t w, uint32_t param_align,
                                  zck_layout **out);
-/* The same for any EP size E (dividing w): the dense groups ZeRO's over the w ranks, the experts' flat group eg
- * EP rank e's local flat (numels / E) partitioned over the w / E expert-data-parallel ranks, rank d * E + e holding
- * edp rank d's part of it. Readers and the AutoEP writer (ds_autoep_write.c) share it. */
+/* The same for any EP size E (dividing w): the dense groups ZeRO's over the w ranks, the experts' flat groups
+ * eg .. eg + n_eg - 1 (stage 3: their sub-groups) EP rank e's local flat (numels / E) partitioned over the w / E
+ * expert-data-parallel ranks, rank d * E + e holding edp rank d's part of it. Readers and the AutoEP writer
+ * (ds_autoep_write.c) share it. */
 zck_status zck__ds_autoep_layout(size_t n_params, const uint64_t *numels, const zck_group_spec *specs, size_t n_flat,
-                                 uint32_t w, uint32_t param_align, size_t eg, uint32_t E, bool z3, zck_layout **out);
+                                 uint32_t w, uint32_t param_align, size_t eg, size_t n_eg, uint32_t E, bool z3,
+                                 zck_layout **out);
 /* After describe: the manifest, layouts and recipe under the HF model's names. */
 zck_status zck__ds_autoep_finish(zck_ds_ckpt *c, bool hf_names);
 void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f);

@@ -69,6 +69,67 @@ zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job) {
                    c->pipe->n_stages, job);
 }
 
+size_t zck_ds_pipe_layer_files(const zck_ds_ckpt *c) { return c->pipe ? c->fs.n_layers : 0; }
+
+const char *zck_ds_pipe_layer_file(const zck_ds_ckpt *c, size_t i) { return c->fs.layers[i].path; }
+
+/* The params of stage s: those of param_shapes[first_group[s] .. first_group[s + 1]) (merge_shapes appended each
+ * stage's groups in stage order, and the model lists param_shapes' params in that order). */
+zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t *first) {
+  *out = NULL;
+  *first = 0;
+  const struct zck__ds_pipe *p = c->pipe;
+  const zck_model *m = c->model;
+  const zck__ds_model_file *m0 = &c->models[0];
+  ZCK_ASSERT(p && s < p->n_stages);
+  size_t g0 = p->first_group[s], g1 = s + 1 < p->n_stages ? p->first_group[s + 1] : m0->n_param_shapes;
+  int64_t lo = -1, hi = -1;
+  for (size_t g = g0; g < g1; g++)
+    for (size_t j = 0; j < m0->param_shapes[g].n; j++) {
+      int64_t i = zck_model_find_param(m, m0->param_shapes[g].v[j].name);
+      if (i < 0 || (hi >= 0 && i != hi))
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: pipeline stage %u's param '%s' is not where its stage's params are "
+                         "in the model: reshard does not write it", c->info.dir, s, m0->param_shapes[g].v[j].name);
+      if (lo < 0) lo = i;
+      hi = i + 1;
+    }
+  if (lo < 0) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: pipeline stage %u has no params", c->info.dir, s);
+  zck_model *sm = zck_model_new();
+  if (!sm) return ZCK_ERR_NO_MEMORY;
+  zck_status st = ZCK_OK;
+  for (int64_t i = lo; st == ZCK_OK && i < hi; i++) {
+    const zck_param *pp = &m->params[i];
+    if (pp->tied_to >= 0 || pp->frozen)
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: '%s' is a %s param of a pipeline stage: reshard does not write it",
+                     c->info.dir, pp->name, pp->frozen ? "frozen" : "tied");
+    else
+      st = zck_model_add_param(sm, pp->name, pp->ndim, pp->shape, pp->dtype, NULL);
+  }
+  /* the stage's optimizer groups: those of its params (a stage's optimizer is its own) */
+  for (size_t g = 0; st == ZCK_OK && g < m->n_groups; g++) {
+    const zck_param_group *pg = &m->groups[g];
+    size_t in = 0;
+    for (size_t k = 0; k < pg->n_params; k++) in += (int64_t)pg->params[k] >= lo && (int64_t)pg->params[k] < hi;
+    if (!in) continue;
+    if (in != pg->n_params) {
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: optimizer group %zu spans pipeline stages", c->info.dir, g);
+      break;
+    }
+    uint32_t ng;
+    st = zck_model_add_group(sm, &ng);
+    if (st == ZCK_OK) st = zck_model_group_copy_settings(sm, ng, pg);
+    for (size_t k = 0; st == ZCK_OK && k < pg->n_params; k++)
+      st = zck_model_group_add_param(sm, ng, (uint32_t)(pg->params[k] - lo));
+  }
+  if (st != ZCK_OK) {
+    zck_model_free(sm);
+    return st;
+  }
+  *out = sm;
+  *first = (uint32_t)lo;
+  return ZCK_OK;
+}
+
 // ---- the stages
 
 /* A stage's files agree with stage 0's: the same run, step and dp group. */

@@ -217,7 +217,7 @@ static zck_status build_geometry(zck_ds_writer *w) {
   if (!w->owners) return ZCK_ERR_NO_MEMORY;
   w->n_owners = zck_lp_params(m, w->owners);
   if (w->o.autoep) ZCK_TRY(zck__ds_autoep_geometry(w));  /* train and LP layouts of an AutoEP target */
-  else if (w->stage <= 2) ZCK_TRY(zck_layout_lp(m, numels, w->owners, w->n_owners, &w->lp_layout));
+  else if (w->stage <= 2 && w->o.pp_size <= 1) ZCK_TRY(zck_layout_lp(m, numels, w->owners, w->n_owners, &w->lp_layout));
   if (w->o.moe) ZCK_TRY(zck__ds_moe_geometry(w));  /* deepspeed.moe: the experts' 16-bit weights in their files */
   if (m->n_buffers) {
     uint64_t *bn = zck__calloc(m->n_buffers, sizeof *bn);
@@ -306,8 +306,15 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
     }
     w->o.save_latest = false;
   }
-  if (o->tp_size > 1 && (o->mp_rank >= o->tp_size || (o->mp_rank > 0) != (lead != NULL))) {
-    s = zck__fail(ZCK_ERR_INVALID_ARG, "mp rank %u of %u: rank 0 leads, the others join it", o->mp_rank, o->tp_size);
+  uint32_t mp_size = o->tp_size > 1 ? o->tp_size : o->pp_size;
+  if (mp_size > 1 && (o->mp_rank >= mp_size || (o->mp_rank > 0) != (lead != NULL))) {
+    s = zck__fail(ZCK_ERR_INVALID_ARG, "mp rank %u of %u: rank 0 leads, the others join it", o->mp_rank, mp_size);
+    goto fail;
+  }
+  /* a pipeline stage's weights are in the caller's layer files: nothing of `module` is written here */
+  if (o->pp_size > 1 && (o->tp_size > 1 || o->stage != 1 || m->n_buffers || o->autoep || o->moe)) {
+    s = zck__fail(ZCK_ERR_UNSUPPORTED, "a PipelineModule stage is written at ZeRO-1, without buffers, tensor or expert "
+                  "parallelism");
     goto fail;
   }
   ZCK_CHECK_GOTO(build_geometry(w), s, fail);

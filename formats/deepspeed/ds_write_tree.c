@@ -184,13 +184,14 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   ZCK_CHECK_GOTO(zck_torch_writer_create_hashed(path, hf, &w->model_w[r]), s, out);
   zck_torch_writer *tw = w->model_w[r];
   zck_pk_doc *d = zck_torch_writer_doc(tw);
-  zck_pk *root = zck_pk_new_dict(d, 0), *module = zck_pk_new_dict(d, 1);
+  bool pipe = w->o.pp_size > 1;   /* PipelineModule: module None, the weights in the layer files */
+  zck_pk *root = zck_pk_new_dict(d, 0), *module = pipe ? zck_pk_new_none(d) : zck_pk_new_dict(d, 1);
   if (!root || !module) goto nomem;
-  if (w->o.module_attrs && !(module->u.dict.attrs = zck__ds_pk_copy(d, w->o.module_attrs))) goto nomem;
+  if (!pipe && w->o.module_attrs && !(module->u.dict.attrs = zck__ds_pk_copy(d, w->o.module_attrs))) goto nomem;
   char label[1200];
   /* module: params (lp dtype, full in stage 1/2, [0] placeholders in stage 3), then buffers */
   size_t empty_storage = (size_t)-1;
-  for (size_t p = 0, lpi = 0; p < m->n_params; p++) {
+  for (size_t p = 0, lpi = 0; !pipe && p < m->n_params; p++) {
     const zck_param *pp = &m->params[p];
     zck_pk *t = NULL;
     int64_t zero = 0;
@@ -296,10 +297,11 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
   if (w->o.global_samples >= 0 && !put(d, root, "global_samples", zck_pk_new_int(d, w->o.global_samples))) goto nomem;
   if (w->o.step_ahead > 0 && !put(d, root, "zckpt_step_ahead", zck_pk_new_int(d, w->o.step_ahead))) goto nomem;
   zck_pk *cpd = zck_pk_new_dict(d, 0);
-  int64_t tp = w->o.tp_size > 1 ? w->o.tp_size : 1;
-  if (!cpd || !put(d, cpd, "pp_degree", zck_pk_new_int(d, 1)) || !put(d, cpd, "tp_degree", zck_pk_new_int(d, tp)))
+  int64_t tp = w->o.tp_size > 1 ? w->o.tp_size : 1, pp = pipe ? w->o.pp_size : 1;
+  if (!cpd || !put(d, cpd, "pp_degree", zck_pk_new_int(d, pp)) || !put(d, cpd, "tp_degree", zck_pk_new_int(d, tp)))
     goto nomem;
-  if (!put(d, root, "dp_world_size", zck_pk_new_int(d, w->w)) || !put(d, root, "mp_world_size", zck_pk_new_int(d, tp)) ||
+  if (!put(d, root, "dp_world_size", zck_pk_new_int(d, w->w)) ||
+      !put(d, root, "mp_world_size", zck_pk_new_int(d, tp * pp)) ||
       !put(d, root, "checkpoint_parallel_dimensions", cpd) || !put(d, root, "ds_config", ds_config(w, d)) ||
       !put(d, root, "ds_version", S(d, w->ds_version)))
     goto nomem;

@@ -95,7 +95,7 @@ struct zck_ds_writer {
    * weights in layer_<L>_expert_<E> files */
   zck_layout *ae_train;             /* owns w->train when set */
   int32_t *ae_layer;                /* [n_params]: an expert param's layer (index in the source's records), else -1 */
-  size_t ae_group;                  /* the experts' flat group */
+  size_t ae_group, ae_n_groups;     /* the experts' flat groups (stage 3: consecutive sub-groups) */
   size_t *lp_first;                 /* [n_params]: the param's first LP store (an expert param has one per expert) */
   size_t n_expert_files;            /* layers x experts */
   zck_torch_writer **expert_w;

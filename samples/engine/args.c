@@ -153,6 +153,75 @@ static bool parse_bool_word(const char *s, bool *out) {
   return false;
 }
 
+/* --name's value val into its field of a (o: its row of opts). */
+static int set_value(const opt *o, const char *name, const char *val, ze_train_args *a, char *err, size_t cap) {
+  char *end = NULL;
+  errno = 0;
+  switch (o->kind) {
+  case OPT_INT:
+  case OPT_I64: {
+    long long v = strtoll(val, &end, 10);
+    if (!*val || *end || errno || (o->kind == OPT_INT && (v < -2147483647LL || v > 2147483647LL)))
+      return usage_err(err, cap, "--%s: '%s' is not an integer", name, val);
+    if (v < 0 && strcmp(name, "max-steps")) return usage_err(err, cap, "--%s: '%s' must not be negative", name, val);
+    if (o->kind == OPT_INT) *(int *)((char *)a + o->off) = (int)v;
+    else *(int64_t *)((char *)a + o->off) = v;
+    break;
+  }
+  case OPT_U64: {
+    if (val[0] == '-') return usage_err(err, cap, "--%s: '%s' must not be negative", name, val);
+    unsigned long long v = strtoull(val, &end, 10);
+    if (!*val || *end || errno) return usage_err(err, cap, "--%s: '%s' is not an integer", name, val);
+    *(uint64_t *)((char *)a + o->off) = v;
+    break;
+  }
+  case OPT_DOUBLE: {
+    double v = strtod(val, &end);
+    if (!*val || *end || errno || v != v) return usage_err(err, cap, "--%s: '%s' is not a number", name, val);
+    if (v < 0) return usage_err(err, cap, "--%s: '%s' must not be negative", name, val);
+    *(double *)((char *)a + o->off) = v;
+    break;
+  }
+  case OPT_STR:
+    if (!*val) return usage_err(err, cap, "--%s: empty value", name);
+    *(const char **)((char *)a + o->off) = val;
+    break;
+  case OPT_SPECIAL:
+    if (!strcmp(name, "freeze")) {
+      if (a->n_freeze >= ZE_MAX_FREEZE) return usage_err(err, cap, "--freeze: at most %d prefixes", ZE_MAX_FREEZE);
+      if (!*val) return usage_err(err, cap, "--freeze: empty prefix");
+      a->freeze[a->n_freeze++] = val;
+    } else {
+      if (!strcmp(val, "on") || !strcasecmp(val, "true")) a->gather_for_generation = ZE_GATHER_ON;
+      else if (!strcmp(val, "off") || !strcasecmp(val, "false")) a->gather_for_generation = ZE_GATHER_OFF;
+      else if (!strcmp(val, "both")) a->gather_for_generation = ZE_GATHER_BOTH;
+      else return usage_err(err, cap, "--gather-for-generation: '%s' is not on, off or both", val);
+    }
+    break;
+  default: break;
+  }
+  return ZE_ARGS_OK;
+}
+
+/* The values given, checked together: what is wrong is a usage error. */
+static int check_values(const ze_train_args *a, char *err, size_t cap) {
+  if (a->max_steps <= 0) return usage_err(err, cap, "--max-steps must be positive");
+  if (a->ranks < 1 || a->ranks > 64) return usage_err(err, cap, "--ranks %d: must be in [1, 64]", a->ranks);
+  if (a->nproc_arg[1] && (a->nproc < 1 || a->nproc > 1024))
+    return usage_err(err, cap, "--nproc %d: must be in [1, 1024]", a->nproc);
+  if (a->nproc && a->ranks > 1)
+    return usage_err(err, cap, "--nproc (processes) and --ranks (threads of one process) exclude each other");
+  if (a->zero_stage < 0 || a->zero_stage > 3)
+    return usage_err(err, cap, "--zero-stage %d: must be 1, 2 or 3", a->zero_stage);
+  if (a->per_device_train_batch_size < 1) return usage_err(err, cap, "--per-device-train-batch-size must be positive");
+  if (a->gradient_accumulation_steps < 1) return usage_err(err, cap, "--gradient-accumulation-steps must be positive");
+  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
+    return usage_err(err, cap, "--device %s: must be cpu or cuda", a->device);
+  if (a->adam_beta1 >= 1.0 || a->adam_beta2 >= 1.0) return usage_err(err, cap, "--adam-beta1/2 must be below 1");
+  if (a->warmup_ratio > 1.0) return usage_err(err, cap, "--warmup-ratio must be in [0, 1]");
+  return ZE_ARGS_OK;
+}
+
 int ze_args_parse(int argc, char **argv, ze_train_args *a, char *err, size_t cap) {
   ze_train_args_default(a);
   for (int i = 1; i < argc; i++) {
@@ -199,66 +268,8 @@ int ze_args_parse(int argc, char **argv, ze_train_args *a, char *err, size_t cap
       a->nproc_arg[0] = at;
       a->nproc_arg[1] = i - at + 1;
     }
-    char *end = NULL;
-    errno = 0;
-    switch (o->kind) {
-    case OPT_INT:
-    case OPT_I64: {
-      long long v = strtoll(val, &end, 10);
-      if (!*val || *end || errno || (o->kind == OPT_INT && (v < -2147483647LL || v > 2147483647LL)))
-        return usage_err(err, cap, "--%s: '%s' is not an integer", name, val);
-      if (v < 0 && strcmp(name, "max-steps")) return usage_err(err, cap, "--%s: '%s' must not be negative", name, val);
-      if (o->kind == OPT_INT) *(int *)((char *)a + o->off) = (int)v;
-      else *(int64_t *)((char *)a + o->off) = v;
-      break;
-    }
-    case OPT_U64: {
-      if (val[0] == '-') return usage_err(err, cap, "--%s: '%s' must not be negative", name, val);
-      unsigned long long v = strtoull(val, &end, 10);
-      if (!*val || *end || errno) return usage_err(err, cap, "--%s: '%s' is not an integer", name, val);
-      *(uint64_t *)((char *)a + o->off) = v;
-      break;
-    }
-    case OPT_DOUBLE: {
-      double v = strtod(val, &end);
-      if (!*val || *end || errno || v != v) return usage_err(err, cap, "--%s: '%s' is not a number", name, val);
-      if (v < 0) return usage_err(err, cap, "--%s: '%s' must not be negative", name, val);
-      *(double *)((char *)a + o->off) = v;
-      break;
-    }
-    case OPT_STR:
-      if (!*val) return usage_err(err, cap, "--%s: empty value", name);
-      *(const char **)((char *)a + o->off) = val;
-      break;
-    case OPT_SPECIAL:
-      if (!strcmp(name, "freeze")) {
-        if (a->n_freeze >= ZE_MAX_FREEZE) return usage_err(err, cap, "--freeze: at most %d prefixes", ZE_MAX_FREEZE);
-        if (!*val) return usage_err(err, cap, "--freeze: empty prefix");
-        a->freeze[a->n_freeze++] = val;
-      } else {
-        if (!strcmp(val, "on") || !strcasecmp(val, "true")) a->gather_for_generation = ZE_GATHER_ON;
-        else if (!strcmp(val, "off") || !strcasecmp(val, "false")) a->gather_for_generation = ZE_GATHER_OFF;
-        else if (!strcmp(val, "both")) a->gather_for_generation = ZE_GATHER_BOTH;
-        else return usage_err(err, cap, "--gather-for-generation: '%s' is not on, off or both", val);
-      }
-      break;
-    default: break;
-    }
+    int rc = set_value(o, name, val, a, err, cap);
+    if (rc != ZE_ARGS_OK) return rc;
   }
-  /* value checks that are usage errors */
-  if (a->max_steps <= 0) return usage_err(err, cap, "--max-steps must be positive");
-  if (a->ranks < 1 || a->ranks > 64) return usage_err(err, cap, "--ranks %d: must be in [1, 64]", a->ranks);
-  if (a->nproc_arg[1] && (a->nproc < 1 || a->nproc > 1024))
-    return usage_err(err, cap, "--nproc %d: must be in [1, 1024]", a->nproc);
-  if (a->nproc && a->ranks > 1)
-    return usage_err(err, cap, "--nproc (processes) and --ranks (threads of one process) exclude each other");
-  if (a->zero_stage < 0 || a->zero_stage > 3)
-    return usage_err(err, cap, "--zero-stage %d: must be 1, 2 or 3", a->zero_stage);
-  if (a->per_device_train_batch_size < 1) return usage_err(err, cap, "--per-device-train-batch-size must be positive");
-  if (a->gradient_accumulation_steps < 1) return usage_err(err, cap, "--gradient-accumulation-steps must be positive");
-  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda"))
-    return usage_err(err, cap, "--device %s: must be cpu or cuda", a->device);
-  if (a->adam_beta1 >= 1.0 || a->adam_beta2 >= 1.0) return usage_err(err, cap, "--adam-beta1/2 must be below 1");
-  if (a->warmup_ratio > 1.0) return usage_err(err, cap, "--warmup-ratio must be in [0, 1]");
-  return ZE_ARGS_OK;
+  return check_values(a, err, cap);
 }

@@ -318,6 +318,140 @@ static void exec_opts(const ze_run *run, ze_exec_opts *xo) {
   xo->overlap_comm = run->ds.overlap_comm;
 }
 
+/* A rank's batch buffers: token windows, inputs and targets of a micro-batch, and every
+ * rank's micro-batch losses. */
+typedef struct rank_batch {
+  int *tok, *inputs, *targets;
+  float *micro;
+} rank_batch;
+
+/* One optimizer step of rank rt: its micro-batches forward and backward, the loss averaged
+ * over every rank's, the gradient norm and AdamW at learning rate lr. */
+static zck_status rank_step(ze_rank_thread *rt, ze_zero_rank *zr, ze_exec *x, ze_gpt2_ws *ws, rank_batch *bb,
+                            int64_t step, double lr, float *loss, double *norm) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  zck_comm *comm = rt->comm;
+  int r = comm->rank, W = comm->size;
+  int B = a->per_device_train_batch_size, GAS = a->gradient_accumulation_steps, T = run->cfg.max_seq_len;
+  int64_t G = (int64_t)W * B * GAS;
+  float *micro = bb->micro;
+  memset(micro, 0, (size_t)GAS * W * sizeof *micro);
+  for (int m = 0; m < GAS; m++) {
+    /* sample k of the global batch of step `step` goes to rank (k / B) % W, micro-batch
+     * k / (B W): every W sees the same samples in each optimizer step */
+    for (int b = 0; b < B; b++) {
+      uint64_t k = (uint64_t)(step * G + ((int64_t)m * W + r) * B + b);
+      int *win = bb->tok + (size_t)b * (T + 1);
+      ze_corpus_train_window(&run->corpus, k, T, win);
+      memcpy(bb->inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
+      memcpy(bb->targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
+    }
+    float scale = 1.0f / (float)GAS;
+    ZCK_TRY(ze_exec_train_micro(x, ws, bb->inputs, bb->targets, B, T, scale, m == GAS - 1, &micro[m * W + r]));
+  }
+  ZCK_TRY(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM));
+  double sum = 0.0;
+  for (int i = 0; i < GAS * W; i++) sum += micro[i];
+  *loss = (float)(sum / (GAS * W));
+  ZCK_TRY(ze_zero_grad_norm(zr, norm));
+  ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
+  ZCK_TRY(ze_zero_step(zr, &hp, ze_clip_factor(*norm, a->max_grad_norm)));
+  if (zr->dev) ze_dzero_sample(zr->dev);
+  return ZCK_OK;
+}
+
+/* What a run makes of its final weights, after training: kept for the caller, dumped, text
+ * generated, held-out sums (every rank takes part: stage 3 gathers). */
+static zck_status rank_outputs(ze_rank_thread *rt, ze_zero_rank *zr, ze_exec *x, ze_gpt2_ws *ws) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  int r = rt->comm->rank;
+  bool lead = r == 0, keeper = lead || run->one_rank;
+  zck_status s = ZCK_OK;
+  float *full = NULL; /* the final weights (exports) */
+  if (a->keep_params || a->dump_dir) {
+    full = zck__malloc(run->plan.model_numel * sizeof(float));
+    if (!full) return zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the final weights", r);
+    ZCK_CHECK_GOTO(ze_exec_full_params(x, full), s, done);
+  }
+  if (keeper && a->keep_params) {
+    run->res->params = full;
+    run->res->n_params = run->plan.model_numel;
+    full = NULL;
+  }
+  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, run->res->params ? run->res->params : full, ws), s, done);
+  if (a->generate_tokens > 0) {
+    int modes[2], n_modes = 0;
+    if (a->gather_for_generation != ZE_GATHER_OFF) modes[n_modes++] = 0;
+    if (a->gather_for_generation != ZE_GATHER_ON) modes[n_modes++] = 1;
+    for (int i = 0; i < n_modes; i++) {
+      int md = modes[i];
+      char *text = NULL;
+      double secs = 0;
+      size_t peak = 0;
+      ZCK_CHECK_GOTO(ze_generate(&run->cfg, zr, md == 0, a->prompt, a->generate_tokens, &text, &secs, &peak), s, done);
+      if (lead) {
+        run->res->generated[md] = text;
+        run->res->gen_seconds[md] = secs;
+        run->res->gen_peak_bytes[md] = peak;
+        ze_log(run, "generate (gather_for_generation=%s): %.2f ms, peak gathered parameters %.1f KiB",
+               md == 0 ? "on" : "off", 1e3 * secs, (double)peak / 1024.0);
+      } else {
+        free(text);
+      }
+    }
+  }
+  if (a->eval_sums > 0) {
+    int right = 0;
+    char ex[256];
+    ZCK_CHECK_GOTO(ze_eval_sums(&run->cfg, zr, &run->corpus, a->eval_sums, (uint64_t)a->seed, &right, ex, sizeof ex),
+                   s, done);
+    if (lead) ze_log(run, "held-out sums: %d/%d right (prompts 'a+b=' not in the training text; %s ...)", right,
+                     a->eval_sums, ex);
+  }
+done:
+  free(full);
+  return s;
+}
+
+/* The end of training: the final evaluation, the last save on the disk, the best model
+ * reloaded (and exported), and the memory the training took. */
+static zck_status rank_finish(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr, ze_exec *x, ze_gpt2_ws *ws) {
+  ze_run *run = rt->run;
+  const ze_train_args *a = run->a;
+  int r = rt->comm->rank;
+  bool lead = r == 0, keeper = lead || run->one_rank;
+  float final_eval;
+  ZCK_TRY(rank_eval(run, zr, x, ws, &final_eval));
+  if (keeper) {
+    run->res->final_eval_loss = final_eval;
+    ze_log(run, "final eval_loss %.6f", final_eval);
+  }
+  /* --async-save: the last save is written (and its failure every rank's) before the run
+   * reads checkpoints back or ends */
+  ZCK_TRY(ze_ckpt_flush(&run->tracker, zr));
+  if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
+    ZCK_TRY(ze_ckpt_load_best(&run->tracker, zr));
+    if (lead) {
+      ze_log(run, "loaded the best model from %s", run->tracker.sv.best_checkpoint);
+      ZCK_TRY(ze_ckpt_export_best(&run->tracker));
+      ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
+    }
+  }
+  /* the peak of training (steps, evaluations, saves, the best-model reload); what follows
+   * (exports, generation) is not training */
+  run->res->mem[r] = zr->mem;
+  if (zr->dev) {
+    if (keeper) run->res->mem_on_device = true; /* one writer (the ranks' threads share res) */
+    run->res->mem_host[r] = zr->dev->host;
+    run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
+    run->res->dev_used_peak[r] = zr->dev->used_peak;
+  }
+  if (lead) log_memory(run, zr, r, cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0);
+  return ZCK_OK;
+}
+
 static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *cr) {
   ze_run *run = rt->run;
   const ze_train_args *a = run->a;
@@ -330,14 +464,12 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   bool lead = r == 0, keeper = lead || run->one_rank;
   zck_status s = ZCK_OK;
   ze_exec *x = NULL;
-  float *full = NULL; /* the final weights (exports) */
   ze_exec_opts xo;
   exec_opts(run, &xo);
   ze_gpt2_ws *ws = ze_gpt2_ws_new(&run->cfg, B, T);
-  int *tok = zck__calloc((size_t)B * (T + 1), sizeof(int));
-  int *inputs = zck__calloc((size_t)B * T, sizeof(int)), *targets = zck__calloc((size_t)B * T, sizeof(int));
-  float *micro = zck__calloc((size_t)GAS * W, sizeof(float));
-  if (!ws || !tok || !inputs || !targets || !micro) {
+  rank_batch bb = {zck__calloc((size_t)B * (T + 1), sizeof(int)), zck__calloc((size_t)B * T, sizeof(int)),
+                   zck__calloc((size_t)B * T, sizeof(int)), zck__calloc((size_t)GAS * W, sizeof(float))};
+  if (!ws || !bb.tok || !bb.inputs || !bb.targets || !bb.micro) {
     s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for activations", r);
     goto done;
   }
@@ -351,36 +483,14 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
   }
   /* --device cuda: the kernels run the modules; (sim: the CPU's over the simulated memory) */
   if (cr->model) ze_exec_set_driver(x, ze_cuda_driver(cr));
-  int64_t G = (int64_t)W * B * GAS;
   double t_log = now_seconds(), loss_acc = 0.0, t_loop = t_log;
   int64_t n_acc = 0;
   for (int64_t step = run->first_step; step < a->max_steps; step++) {
     ze_test_kill_point(comm, step + 1, false);
     double lr = ze_train_lr(a, run->warmup, step);
-    memset(micro, 0, (size_t)GAS * W * sizeof *micro);
-    for (int m = 0; m < GAS; m++) {
-      /* sample k of the global batch of step `step` goes to rank (k / B) % W, micro-batch
-       * k / (B W): every W sees the same samples in each optimizer step */
-      for (int b = 0; b < B; b++) {
-        uint64_t k = (uint64_t)(step * G + ((int64_t)m * W + r) * B + b);
-        int *win = tok + (size_t)b * (T + 1);
-        ze_corpus_train_window(&run->corpus, k, T, win);
-        memcpy(inputs + (size_t)b * T, win, (size_t)T * sizeof(int));
-        memcpy(targets + (size_t)b * T, win + 1, (size_t)T * sizeof(int));
-      }
-      float scale = 1.0f / (float)GAS;
-      s = ze_exec_train_micro(x, ws, inputs, targets, B, T, scale, m == GAS - 1, &micro[m * W + r]);
-      if (s != ZCK_OK) goto done;
-    }
-    ZCK_CHECK_GOTO(comm->all_reduce(comm, micro, micro, (size_t)GAS * W, ZCK_F32, ZCK_COMM_SUM), s, done);
-    double sum = 0.0;
-    for (int i = 0; i < GAS * W; i++) sum += micro[i];
-    float loss = (float)(sum / (GAS * W));
+    float loss;
     double norm;
-    ZCK_CHECK_GOTO(ze_zero_grad_norm(zr, &norm), s, done);
-    ze_adamw_hp hp = {lr, a->adam_beta1, a->adam_beta2, a->adam_epsilon, 0.0};
-    ZCK_CHECK_GOTO(ze_zero_step(zr, &hp, ze_clip_factor(norm, a->max_grad_norm)), s, done);
-    if (zr->dev) ze_dzero_sample(zr->dev);
+    ZCK_CHECK_GOTO(rank_step(rt, zr, x, ws, &bb, step, lr, &loss, &norm), s, done);
     int64_t global = step + 1, i = step - run->first_step;
     if (keeper) {
       run->res->losses[i] = loss;
@@ -426,85 +536,15 @@ static zck_status rank_loop(ze_rank_thread *rt, ze_zero_rank *zr, ze_cuda_rank *
     }
   }
   if (lead) run->res->loop_seconds = now_seconds() - t_loop;
-  float final_eval;
-  ZCK_CHECK_GOTO(rank_eval(run, zr, x, ws, &final_eval), s, done);
-  if (keeper) {
-    run->res->final_eval_loss = final_eval;
-    ze_log(run, "final eval_loss %.6f", final_eval);
-  }
-  /* --async-save: the last save is written (and its failure every rank's) before the run
-   * reads checkpoints back or ends */
-  ZCK_CHECK_GOTO(ze_ckpt_flush(&run->tracker, zr), s, done);
-  if (a->load_best_model_at_end && run->tracker.sv.best_checkpoint) {
-    ZCK_CHECK_GOTO(ze_ckpt_load_best(&run->tracker, zr), s, done);
-    if (lead) {
-      ze_log(run, "loaded the best model from %s", run->tracker.sv.best_checkpoint);
-      ZCK_CHECK_GOTO(ze_ckpt_export_best(&run->tracker), s, done);
-      ze_log(run, "wrote the best model to %s/model.safetensors", a->output_dir);
-    }
-  }
-  /* the peak of training (steps, evaluations, saves, the best-model reload); what follows
-   * (exports, generation) is not training */
-  run->res->mem[r] = zr->mem;
-  if (zr->dev) {
-    if (keeper) run->res->mem_on_device = true; /* one writer (the ranks' threads share res) */
-    run->res->mem_host[r] = zr->dev->host;
-    run->res->dev_workspace[r] = cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0;
-    run->res->dev_used_peak[r] = zr->dev->used_peak;
-  }
-  if (lead) log_memory(run, zr, r, cr->model ? zck_cuda_gpt2_ws_bytes(cr->model) : 0);
-  if (a->keep_params || a->dump_dir) {
-    /* every rank takes part (stage 3 gathers) */
-    full = zck__malloc(run->plan.model_numel * sizeof(float));
-    if (!full) {
-      s = zck__fail(ZCK_ERR_NO_MEMORY, "rank %d: out of memory for the final weights", r);
-      goto done;
-    }
-    ZCK_CHECK_GOTO(ze_exec_full_params(x, full), s, done);
-  }
-  if (keeper && a->keep_params) {
-    run->res->params = full;
-    run->res->n_params = run->plan.model_numel;
-    full = NULL;
-  }
-  if (lead && a->dump_dir) ZCK_CHECK_GOTO(ze_dump_weights(run, run->res->params ? run->res->params : full, ws), s, done);
-  if (a->generate_tokens > 0) {
-    int modes[2], n_modes = 0;
-    if (a->gather_for_generation != ZE_GATHER_OFF) modes[n_modes++] = 0;
-    if (a->gather_for_generation != ZE_GATHER_ON) modes[n_modes++] = 1;
-    for (int i = 0; i < n_modes; i++) {
-      int md = modes[i];
-      char *text = NULL;
-      double secs = 0;
-      size_t peak = 0;
-      ZCK_CHECK_GOTO(ze_generate(&run->cfg, zr, md == 0, a->prompt, a->generate_tokens, &text, &secs, &peak), s, done);
-      if (lead) {
-        run->res->generated[md] = text;
-        run->res->gen_seconds[md] = secs;
-        run->res->gen_peak_bytes[md] = peak;
-        ze_log(run, "generate (gather_for_generation=%s): %.2f ms, peak gathered parameters %.1f KiB",
-               md == 0 ? "on" : "off", 1e3 * secs, (double)peak / 1024.0);
-      } else {
-        free(text);
-      }
-    }
-  }
-  if (a->eval_sums > 0) {
-    int right = 0;
-    char ex[256];
-    ZCK_CHECK_GOTO(ze_eval_sums(&run->cfg, zr, &run->corpus, a->eval_sums, (uint64_t)a->seed, &right, ex, sizeof ex),
-                   s, done);
-    if (lead) ze_log(run, "held-out sums: %d/%d right (prompts 'a+b=' not in the training text; %s ...)", right,
-                     a->eval_sums, ex);
-  }
+  ZCK_CHECK_GOTO(rank_finish(rt, zr, cr, x, ws), s, done);
+  ZCK_CHECK_GOTO(rank_outputs(rt, zr, x, ws), s, done);
 done:
-  free(full);
   ze_exec_free(x);
   ze_gpt2_ws_free(ws);
-  free(tok);
-  free(inputs);
-  free(targets);
-  free(micro);
+  free(bb.tok);
+  free(bb.inputs);
+  free(bb.targets);
+  free(bb.micro);
   return s;
 }
 
@@ -621,86 +661,60 @@ static void run_free(ze_run *run) {
   free(run->specs);
 }
 
-zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
-  memset(res, 0, sizeof *res);
-  zck_comm_agree_reset();
-  ZCK_TRY(ze_train_check_args(a));
-  ze_run run;
-  memset(&run, 0, sizeof run);
-  run.a = a;
-  run.res = res;
-  run.cfg = a->model;
-  zck_status s = ZCK_OK;
-  zck_comm *comms[ZE_MAX_RANKS] = {0};
-  ze_rank_thread threads[ZE_MAX_RANKS];
-  /* one rank of a group of processes: every setup step ends in an agreement, so a failure
-   * on one rank stops all of them at the same point */
-  run.one_rank = a->comm != NULL;
-  run.silent = a->quiet || (run.one_rank && a->comm->rank != 0);
-  int W = ze_train_world(a);
-
-  run.on_device = !strcmp(a->device, "cuda");
-  if (run.on_device && !a->sim_device) s = ze_cuda_check();
-  if (s != ZCK_OK) goto setup_done;
+/* Everything a run needs before its ranks start: the DeepSpeed config, the manifest, the
+ * ZeRO plan, the corpus, the initial weights and the checkpoint tracker. */
+static zck_status run_setup(ze_run *run, const ze_train_args *a, int W) {
+  run->on_device = !strcmp(a->device, "cuda");
+  if (run->on_device && !a->sim_device) ZCK_TRY(ze_cuda_check());
   /* DeepSpeed config: given, or the one a plain run amounts to */
+  zck_status s;
   if (a->deepspeed)
-    s = ze_ds_config_load(a->deepspeed, a, &run.ds);
+    s = ze_ds_config_load(a->deepspeed, a, &run->ds);
   else
-    s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run.ds);
-  if (s != ZCK_OK) goto setup_done;
-  ZCK_CHECK_GOTO(ze_build_manifest(a, &run.cfg, run.ds.has_optimizer, &run.model), s, setup_done);
-  run.n_specs = ze_gpt2_n_tensors(&run.cfg);
-  run.specs = zck__calloc(run.n_specs, sizeof *run.specs);
-  uint64_t *model_off = zck__calloc(run.model->n_params, sizeof *model_off);
-  size_t model_numel = ze_gpt2_numel(&run.cfg);
-  run.init = zck__calloc(model_numel, sizeof(float));
-  if (!run.specs || !model_off || !run.init) {
+    s = ze_ds_config_default(a, a->zero_stage ? a->zero_stage : 2, &run->ds);
+  if (s != ZCK_OK) return s;
+  ZCK_TRY(ze_build_manifest(a, &run->cfg, run->ds.has_optimizer, &run->model));
+  run->n_specs = ze_gpt2_n_tensors(&run->cfg);
+  run->specs = zck__calloc(run->n_specs, sizeof *run->specs);
+  uint64_t *model_off = zck__calloc(run->model->n_params, sizeof *model_off);
+  size_t model_numel = ze_gpt2_numel(&run->cfg);
+  run->init = zck__calloc(model_numel, sizeof(float));
+  if (!run->specs || !model_off || !run->init) {
     free(model_off);
-    s = ZCK_ERR_NO_MEMORY;
-    goto setup_done;
+    return ZCK_ERR_NO_MEMORY;
   }
-  ze_gpt2_param_specs(&run.cfg, run.specs);
-  for (size_t i = 0; i < run.n_specs; i++) model_off[i] = run.specs[i].offset;
-  model_off[run.n_specs] = 0; /* lm_head.weight -> wte */
-  ze_zero_opts zo = {run.ds.stage,
+  ze_gpt2_param_specs(&run->cfg, run->specs);
+  for (size_t i = 0; i < run->n_specs; i++) model_off[i] = run->specs[i].offset;
+  model_off[run->n_specs] = 0; /* lm_head.weight -> wte */
+  ze_zero_opts zo = {run->ds.stage,
                      (uint32_t)W,
                      a->bf16 ? ZCK_BF16 : ZCK_F32,
-                     run.ds.sub_group_size,
-                     run.ds.reduce_bucket_size,
-                     run.ds.allgather_bucket_size};
-  s = ze_zero_plan_build(&run.plan, run.model, model_off, model_numel, &zo);
+                     run->ds.sub_group_size,
+                     run->ds.reduce_bucket_size,
+                     run->ds.allgather_bucket_size};
+  s = ze_zero_plan_build(&run->plan, run->model, model_off, model_numel, &zo);
   free(model_off);
-  if (s != ZCK_OK) goto setup_done;
-  size_t T = (size_t)run.cfg.max_seq_len;
-  if (!ze_corpus_make(&run.corpus, a->seed, (a->corpus_bytes ? (size_t)a->corpus_bytes : 32 * 1024) + 8 * T, 4 * 1024 + 8 * T, a->reverse_sums)) {
-    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
-    goto setup_done;
-  }
-  ze_gpt2_init(&run.cfg, run.init, a->seed);
-  run.warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
-  s = ze_ckpt_tracker_init(&run.tracker, a, &run.cfg, run.model, &run.plan, run.ds.json, run.ds.gather_16bit_on_save,
-                           run.one_rank || a->per_rank_io, run.one_rank, a->async_save || run.ds.async_save);
-  if (s == ZCK_ERR_UNSUPPORTED && (a->async_save || run.ds.async_save))
+  if (s != ZCK_OK) return s;
+  size_t T = (size_t)run->cfg.max_seq_len;
+  if (!ze_corpus_make(&run->corpus, a->seed, (a->corpus_bytes ? (size_t)a->corpus_bytes : 32 * 1024) + 8 * T,
+                      4 * 1024 + 8 * T, a->reverse_sums))
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the corpus");
+  ze_gpt2_init(&run->cfg, run->init, a->seed);
+  run->warmup = a->warmup_steps > 0 ? a->warmup_steps : (int64_t)ceil((double)a->max_steps * a->warmup_ratio);
+  s = ze_ckpt_tracker_init(&run->tracker, a, &run->cfg, run->model, &run->plan, run->ds.json, run->ds.gather_16bit_on_save,
+                           run->one_rank || a->per_rank_io, run->one_rank, a->async_save || run->ds.async_save);
+  if (s == ZCK_ERR_UNSUPPORTED && (a->async_save || run->ds.async_save))
     s = zck__error_prepend(s, "%s", a->async_save ? "--async-save" : "checkpoint.writer.decoupled");
-  if (s != ZCK_OK) goto setup_done;
-setup_done:
-  if (run.one_rank) s = zck_comm_agree(a->comm, s);
-  if (s != ZCK_OK) goto done;
-  if (a->resume_from_checkpoint) {
-    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume, a->comm), s, done);
-    if (run.resume.resharded) ze_test_kill_after_reshard(run.resume.global_step);
-    run.resuming = true;
-    run.first_step = run.resume.global_step;
-    if (run.first_step >= a->max_steps) {
-      s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the checkpoint is at step %lld, not before --max-steps %lld",
-                    a->resume_from_checkpoint, (long long)run.first_step, (long long)a->max_steps);
-      goto done;
-    }
-  }
-  res->async_save = run.tracker.sv.tr.async_save;
-  int64_t n_steps = a->max_steps - run.first_step;
+  return s;
+}
+
+/* The result's per-step and per-rank arrays. */
+static zck_status results_alloc(const ze_run *run, ze_train_result *res, int W) {
+  const ze_train_args *a = run->a;
+  res->async_save = run->tracker.sv.tr.async_save;
+  int64_t n_steps = a->max_steps - run->first_step;
   size_t n_evals = a->eval_steps > 0 ? (size_t)(a->max_steps / a->eval_steps) + 1 : 1;
-  res->first_step = run.first_step;
+  res->first_step = run->first_step;
   res->losses = zck__calloc((size_t)n_steps, sizeof *res->losses);
   res->grad_norms = zck__calloc((size_t)n_steps, sizeof *res->grad_norms);
   res->lrs = zck__calloc((size_t)n_steps, sizeof *res->lrs);
@@ -717,61 +731,65 @@ setup_done:
   if (!res->losses || !res->grad_norms || !res->lrs || !res->eval_losses || !res->eval_steps_at || !res->mem ||
       !res->mem_host || !res->dev_workspace || !res->dev_used_peak || !res->save_stalls || !res->snapshot_seconds ||
       !res->snapshot_bytes)
-    s = zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
-  if (run.one_rank) s = zck_comm_agree(a->comm, s);
-  if (s != ZCK_OK) goto done;
+    return zck__fail(ZCK_ERR_NO_MEMORY, "out of memory for the results");
+  return ZCK_OK;
+}
 
-  ze_log(&run,
+/* The run's banner, and what the config's settings change (or not) on this device. */
+static void log_banner(ze_run *run, int W) {
+  const ze_train_args *a = run->a;
+  ze_log(run,
          "zckpt-train: GPT-2 L=%d H=%d C=%d T=%d V=%d (%zu parameters) | ZeRO-%d on %d rank%s (%s) | %s | "
          "global batch %d x %d tokens | matmuls: %s",
-         run.cfg.n_layer, run.cfg.n_head, run.cfg.n_embd, run.cfg.max_seq_len, run.cfg.vocab_size,
-         run.plan.model_numel, run.ds.stage, W, W > 1 ? "s" : "", run.one_rank ? "a process each" : "local threads", a->bf16 ? "bf16" : "fp32",
-         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run.cfg.max_seq_len,
-         run.on_device ? "the device's" : ze_gpt2_matmul_backend());
-  bool cuda = run.on_device;
-  if (run.ds.offload_param && run.ds.stage < 3)
-    ze_log(&run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "
-                 "and so does zckpt-train", run.ds.stage);
-  if (!cuda && (run.ds.offload_optimizer || (run.ds.offload_param && run.ds.stage == 3)))
-    ze_log(&run, "offload to cpu: every rank's model states already live in host memory on --device cpu; "
-                 "offloading (and pin_memory) changes nothing");
-  if (cuda && run.ds.offload_optimizer)
-    ze_log(&run, "offload_optimizer: fp32 masters, moments and gradient partitions in %shost memory, AdamW on the "
-                 "CPU; the 16-bit params stay on the device",
-           run.ds.offload_optimizer_pin ? "page-locked " : "");
-  if (cuda && run.ds.offload_param && run.ds.stage == 3)
-    ze_log(&run, "offload_param: the 16-bit partitions in %shost memory, copied to the device module by module",
-           run.ds.offload_param_pin ? "page-locked " : "");
-  if (run.ds.overlap_comm && run.ds.overlap_comm_given)
-    ze_log(&run, cuda ? "overlap_comm: stage-3 gathers (the prefetch of the next modules before the current one "
-                        "computes) and stage 2/3 gradient reductions run on a second stream of each rank, the compute "
-                        "stream waits for each one's event just before it needs the result"
-                      : "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap "
-                        "on --device cpu)");
-  if (run.resuming)
-    ze_log(&run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run.first_step);
+         run->cfg.n_layer, run->cfg.n_head, run->cfg.n_embd, run->cfg.max_seq_len, run->cfg.vocab_size,
+         run->plan.model_numel, run->ds.stage, W, W > 1 ? "s" : "", run->one_rank ? "a process each" : "local threads",
+         a->bf16 ? "bf16" : "fp32",
+         W * a->per_device_train_batch_size * a->gradient_accumulation_steps, run->cfg.max_seq_len,
+         run->on_device ? "the device's" : ze_gpt2_matmul_backend());
+  bool cuda = run->on_device;
+  if (run->ds.offload_param && run->ds.stage < 3)
+    ze_log(run, "zero_optimization.offload_param applies to ZeRO stage 3 only: DeepSpeed ignores it at stage %d, "
+                "and so does zckpt-train", run->ds.stage);
+  if (!cuda && (run->ds.offload_optimizer || (run->ds.offload_param && run->ds.stage == 3)))
+    ze_log(run, "offload to cpu: every rank's model states already live in host memory on --device cpu; "
+                "offloading (and pin_memory) changes nothing");
+  if (cuda && run->ds.offload_optimizer)
+    ze_log(run, "offload_optimizer: fp32 masters, moments and gradient partitions in %shost memory, AdamW on the "
+                "CPU; the 16-bit params stay on the device",
+           run->ds.offload_optimizer_pin ? "page-locked " : "");
+  if (cuda && run->ds.offload_param && run->ds.stage == 3)
+    ze_log(run, "offload_param: the 16-bit partitions in %shost memory, copied to the device module by module",
+           run->ds.offload_param_pin ? "page-locked " : "");
+  if (run->ds.overlap_comm && run->ds.overlap_comm_given)
+    ze_log(run, cuda ? "overlap_comm: stage-3 gathers (the prefetch of the next modules before the current one "
+                       "computes) and stage 2/3 gradient reductions run on a second stream of each rank, the compute "
+                       "stream waits for each one's event just before it needs the result"
+                     : "overlap_comm: the collectives run in each rank's own thread, one after the other (no overlap "
+                       "on --device cpu)");
+  if (run->resuming)
+    ze_log(run, "resuming from %s at step %lld", a->resume_from_checkpoint, (long long)run->first_step);
+}
 
-  if (run.one_rank) {
-    /* this thread is the one rank */
-    ze_rank_thread rt = {&run, a->comm, NULL, 0, ZCK_OK, ""};
-    rank_main(&rt);
-    if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
-    if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
-    goto done;
-  }
-  ZCK_CHECK_GOTO(zck_comm_local_create(W, comms), s, done);
+/* The ranks as threads of this process, each with its own comm (and device comm): run to
+ * the end, the first real failure reported. */
+static zck_status run_threads(ze_run *run, ze_train_result *res, int W) {
+  const ze_train_args *a = run->a;
+  zck_comm *comms[ZE_MAX_RANKS] = {0};
+  ze_rank_thread threads[ZE_MAX_RANKS];
+  ZCK_TRY(zck_comm_local_create(W, comms));
   /* --device cuda: a second group for the collectives on device memory */
   zck_comm *dcomms[ZE_MAX_RANKS] = {0};
-  if (run.on_device) {
+  zck_status s = ZCK_OK;
+  if (run->on_device) {
     s = a->sim_device ? zck_comm_local_create(W, dcomms) : zck_comm_nccl_create_local(W, dcomms);
     if (s != ZCK_OK) {
       zck_comm_local_destroy(comms, W);
-      goto done;
+      return s;
     }
   }
   int started = 0;
   for (int r = 0; r < W; r++) {
-    threads[r] = (ze_rank_thread){&run, comms[r], dcomms[r], 0, ZCK_OK, ""};
+    threads[r] = (ze_rank_thread){run, comms[r], dcomms[r], 0, ZCK_OK, ""};
     if (pthread_create(&threads[r].thread, NULL, rank_main, &threads[r])) {
       s = zck__fail(ZCK_ERR_INTERNAL, "cannot start rank thread %d", r);
       comms[0]->abort(comms[0]);
@@ -783,13 +801,13 @@ setup_done:
   for (int r = 0; r < started; r++) pthread_join(threads[r].thread, NULL);
   /* a run that stopped with a save still being written (a rank failed after it started):
    * that save ends first, and its own failure is not dropped */
-  zck_status wr = zck_saver_drain(&run.tracker.sv);
+  zck_status wr = zck_saver_drain(&run->tracker.sv);
   char wmsg[1024] = "";
   if (wr != ZCK_OK) snprintf(wmsg, sizeof wmsg, "%s", zck_last_error());
   zck_comm_local_destroy(comms, W);
-  if (run.on_device && a->sim_device)
+  if (run->on_device && a->sim_device)
     zck_comm_local_destroy(dcomms, W);
-  else if (run.on_device)
+  else if (run->on_device)
     zck_comm_nccl_destroy_local(dcomms, W);
   if (s == ZCK_OK) {
     /* report the first real failure, not the "another rank failed" of the others */
@@ -805,8 +823,53 @@ setup_done:
     else if (wr != ZCK_OK)
       s = zck__fail(wr, "%s", wmsg);
   }
-  if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
-  for (int r = 0; s == ZCK_OK && r < W; r++) res->snapshot_bytes[r] = ze_ckpt_snapshot_bytes(&run.tracker, r);
+  if (s == ZCK_OK && run->tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run->tracker.sv.best_checkpoint);
+  for (int r = 0; s == ZCK_OK && r < W; r++) res->snapshot_bytes[r] = ze_ckpt_snapshot_bytes(&run->tracker, r);
+  return s;
+}
+
+zck_status ze_train_run(const ze_train_args *a, ze_train_result *res) {
+  memset(res, 0, sizeof *res);
+  zck_comm_agree_reset();
+  ZCK_TRY(ze_train_check_args(a));
+  ze_run run;
+  memset(&run, 0, sizeof run);
+  run.a = a;
+  run.res = res;
+  run.cfg = a->model;
+  /* one rank of a group of processes: every setup step ends in an agreement, so a failure
+   * on one rank stops all of them at the same point */
+  run.one_rank = a->comm != NULL;
+  run.silent = a->quiet || (run.one_rank && a->comm->rank != 0);
+  int W = ze_train_world(a);
+  zck_status s = run_setup(&run, a, W);
+  if (run.one_rank) s = zck_comm_agree(a->comm, s);
+  if (s != ZCK_OK) goto done;
+  if (a->resume_from_checkpoint) {
+    ZCK_CHECK_GOTO(ze_ckpt_load(&run.tracker, a->resume_from_checkpoint, &run.resume, a->comm), s, done);
+    if (run.resume.resharded) ze_test_kill_after_reshard(run.resume.global_step);
+    run.resuming = true;
+    run.first_step = run.resume.global_step;
+    if (run.first_step >= a->max_steps) {
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "%s: the checkpoint is at step %lld, not before --max-steps %lld",
+                    a->resume_from_checkpoint, (long long)run.first_step, (long long)a->max_steps);
+      goto done;
+    }
+  }
+  s = results_alloc(&run, res, W);
+  if (run.one_rank) s = zck_comm_agree(a->comm, s);
+  if (s != ZCK_OK) goto done;
+
+  log_banner(&run, W);
+  if (run.one_rank) {
+    /* this thread is the one rank */
+    ze_rank_thread rt = {&run, a->comm, NULL, 0, ZCK_OK, ""};
+    rank_main(&rt);
+    if (rt.status != ZCK_OK) s = zck__fail(rt.status, "%s", rt.msg);
+    if (s == ZCK_OK && run.tracker.sv.best_checkpoint) res->best_checkpoint = zck__strdup(run.tracker.sv.best_checkpoint);
+    goto done;
+  }
+  s = run_threads(&run, res, W);
 done:
   if (s != ZCK_OK) {
     ze_train_result_free(res);

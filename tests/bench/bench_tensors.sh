@@ -15,8 +15,16 @@
 # the container's groups and datasets, laid out as it lays them out, with their dtype attribute) beside
 # to-universal --format hdf5 and inspect of the container.
 #
+# REPS=N runs every row N times, rounds interleaved (floor, job, floor, job, ...) so the
+# load of a shared machine hits a job and its floor alike, and reports the median of each
+# row (wall, cpu, RSS) and the ratios of the medians. JOBS=universal runs only the two
+# to-universal layouts and their floors. Nothing is deleted between rounds (ext4 makes the
+# next file creations pay for recent deletes for a while, and 300k-file folders take
+# minutes to remove): a count's folder goes after its last round, unless KEEP=1 (then the
+# caller removes WORKDIR/COUNT, e.g. in the background while the next count runs).
+#
 # usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)
-#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores
+#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores; REPS=1; JOBS=all; KEEP=0
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 counts=${1:-"10000 100000"}
@@ -25,6 +33,8 @@ bin=${ZCK_BUILD:-build}/bin
 stage=${STAGE:-3}
 world=${WORLD:-2}
 threads=${THREADS:-$(nproc)}
+reps=${REPS:-1}
+jobs=${JOBS:-all}
 rm -rf "$work"; mkdir -p "$work"
 : >"$work/results"
 timed() { # count label cmd...: appends "count label wall_s peak_kb cpu_s" to results
@@ -36,33 +46,55 @@ timed() { # count label cmd...: appends "count label wall_s peak_kb cpu_s" to re
   echo "$n $label $wall $rss $cpu" >>"$work/results"
   printf '%7s %-14s %8.2f s wall %8.2f s cpu %9.1f MB\n' "$n" "$label" "$wall" "$cpu" "$(echo "$rss / 1024" | bc -l)"
 }
+echo "== $(date -u '+%F %H:%M') UTC, commit $(git rev-parse --short HEAD), $threads threads, $reps round(s), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for n in $counts; do
   d=$work/$n
   $bin/make_big_ckpt "$d/ckpt" --tensors "$n" --stage "$stage" --world "$world" 2>/dev/null
   q=(-q --threads "$threads")
-  timed "$n" inspect $bin/zckpt inspect "$d/ckpt"
-  timed "$n" verify $bin/zckpt verify -q --threads "$threads" "$d/ckpt"
-  timed "$n" consolidate $bin/zckpt consolidate "${q[@]}" "$d/ckpt" "$d/st"
-  timed "$n" reshard $bin/zckpt reshard "${q[@]}" "$d/ckpt" "$d/rs" --to-stage "$stage" --to-world-size $((world * 2))
-  timed "$n" reshard_back $bin/zckpt reshard "${q[@]}" "$d/rs" "$d/rs2" --to-stage "$stage" --to-world-size "$world"
-  # each starts with nothing of the bench's own waiting to be written (the floor's syncfs,
-  # and the job's for a tree this big, would pay for it)
-  sync; timed "$n" files_floor1 $bin/files_floor "$d/floor1" "$n" 1200 1
-  sync; timed "$n" files_floor $bin/files_floor "$d/floor" "$n" 1200 "$threads"
-  sync; timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$d/uv/u"
-  timed "$n" h5_floor_write $bin/h5_floor write "$d/floor.h5" "$n"
-  timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$d/u.h5"
-  # reading the container back: h5_floor_open opens every dataset; inspect describes the container (its
-  # forked walk lists /params and opens none of its groups), so its ratio to that floor is below 1
-  timed "$n" h5_floor_open $bin/h5_floor open "$d/floor.h5" "$n"
-  timed "$n" inspect_h5 $bin/zckpt inspect "$d/u.h5"
-  rm -rf "$d"
+  for rep in $(seq 1 "$reps"); do
+    o=$d/r$rep
+    mkdir -p "$o"
+    if [ "$jobs" = all ]; then
+      timed "$n" inspect $bin/zckpt inspect "$d/ckpt"
+      timed "$n" verify $bin/zckpt verify -q --threads "$threads" "$d/ckpt"
+      timed "$n" consolidate $bin/zckpt consolidate "${q[@]}" "$d/ckpt" "$o/st"
+      timed "$n" reshard $bin/zckpt reshard "${q[@]}" "$d/ckpt" "$o/rs" --to-stage "$stage" --to-world-size $((world * 2))
+      timed "$n" reshard_back $bin/zckpt reshard "${q[@]}" "$o/rs" "$o/rs2" --to-stage "$stage" --to-world-size "$world"
+      # each starts with nothing of the bench's own waiting to be written (the floor's syncfs,
+      # and the job's for a tree this big, would pay for it)
+      sync; timed "$n" files_floor1 $bin/files_floor "$o/floor1" "$n" 1200 1
+    fi
+    sync; timed "$n" files_floor $bin/files_floor "$o/floor" "$n" 1200 "$threads"
+    sync; timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$o/uv/u"
+    timed "$n" h5_floor_write $bin/h5_floor write "$o/floor.h5" "$n"
+    timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$o/u.h5"
+    if [ "$jobs" = all ]; then
+      # reading the container back: h5_floor_open opens every dataset; inspect describes the container (its
+      # forked walk lists /params and opens none of its groups), so its ratio to that floor is below 1
+      timed "$n" h5_floor_open $bin/h5_floor open "$o/floor.h5" "$n"
+      timed "$n" inspect_h5 $bin/zckpt inspect "$o/u.h5"
+    fi
+  done
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$d"
 done
-echo "== per job, largest count / smallest: wall and cpu ratios (linear cost: the count ratio)"
+# one row per (count, job): the median of its rounds (wall, RSS and cpu each on its own)
+awk '{ k = $1 " " $2; if (!(k in n)) order[++m] = k; i = ++n[k]; w[k, i] = $3; r[k, i] = $4; c[k, i] = $5 }
+     function med(a, k, cnt,   v, i, j, t) {
+       for (i = 1; i <= cnt; i++) v[i] = a[k, i]
+       for (i = 2; i <= cnt; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+       return cnt % 2 ? v[(cnt + 1) / 2] : (v[cnt / 2] + v[cnt / 2 + 1]) / 2 }
+     END { for (x = 1; x <= m; x++) { k = order[x]; print k, med(w, k, n[k]), med(r, k, n[k]), med(c, k, n[k]) } }' \
+  "$work/results" >"$work/medians"
+if [ "$reps" -gt 1 ]; then
+  echo "== medians of $reps rounds (wall s, cpu s, max RSS MB)"
+  awk '{ printf "%7s %-14s %8.2f s wall %8.2f s cpu %9.1f MB\n", $1, $2, $3, $5, $4 / 1024 }' "$work/medians"
+fi
+cp "$work/results" "$work/rounds"; cp "$work/medians" "$work/results"
+echo "== per job, largest count / smallest: wall, cpu and max RSS ratios (linear cost: the count ratio)"
 awk 'NR == FNR { if (!first) first = $1; last = $1; next }
-     $1 == first { t0[$2] = $3; c0[$2] = $5 } $1 == last { t1[$2] = $3; c1[$2] = $5; order[++k] = $2 }
+     $1 == first { t0[$2] = $3; c0[$2] = $5; r0[$2] = $4 } $1 == last { t1[$2] = $3; c1[$2] = $5; r1[$2] = $4; order[++k] = $2 }
      END { for (i = 1; i <= k; i++) { j = order[i]
-             if (t0[j] > 0 && c0[j] > 0 && t1[j] != "FAIL") printf "%-14s %8.1f wall %8.1f cpu\n", j, t1[j] / t0[j], c1[j] / c0[j]
+             if (t0[j] > 0 && c0[j] > 0 && t1[j] != "FAIL") printf "%-14s %8.1f wall %8.1f cpu %8.1f rss\n", j, t1[j] / t0[j], c1[j] / c0[j], r1[j] / r0[j]
              else printf "%-14s %8s\n", j, "-" } }' \
   "$work/results" "$work/results"
 echo "== each job / its floor measured in the same run: wall and cpu ratios"
@@ -74,4 +106,5 @@ ratio() { # job floor
 }
 ratio universal_ds files_floor
 ratio universal_h5 h5_floor_write
-ratio inspect_h5 h5_floor_open
+[ "$jobs" = all ] && ratio inspect_h5 h5_floor_open
+true

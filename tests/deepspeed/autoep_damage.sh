@@ -64,7 +64,7 @@ jobs() {
 fresh() { rm -rf "$W/ck" && cp -r "$FIX/$1/ckpt" "$W/ck" && T="$W/ck/global_step2"; }
 e() { echo "$T/layer_0_expert_$1_mp_rank_00_model_states.pt"; }
 
-for c in ep2_s1_fp32 ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16 qwen3_ep2_s2_bf16 ep2dp2_s2_fp32 ep2dp2_s3_fp32; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
+for c in ep2_s1_fp32 ep2_s3_sg600_fp32 ep2_s2_fp32 ep2_s2_bf16 ep2_s3_fp32 ep2_s3_bf16 qwen3_ep2_s2_bf16 ep2dp2_s2_fp32 ep2dp2_s3_fp32; do fresh $c; jobs "intact-$c" "$W/ck" - ok; done
 
 fresh ep2_s2_fp32; cp "$(e 1)" "$(e 2)"; jobs copy "$W/ck" layer_0_expert_2 fail
 fresh ep2_s2_fp32; mv "$(e 1)" "$W/t.pt"; mv "$(e 2)" "$(e 1)"; mv "$W/t.pt" "$(e 2)"; jobs swap "$W/ck" layer_0_expert_ fail

@@ -1,8 +1,9 @@
 #!/bin/sh
 # cli_pipe_damage.sh ZCKPT FIXTURES: a PipelineModule checkpoint (tests/fixtures/deepspeed-moe/pipe_pp2_s1, made by
-# DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal (folder and HDF5, both read back), and
-# reshard refuses it in one line; a
-# layer file missing or two swapped: one line naming the file, non-zero exit, nothing at OUT.
+# DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal (folder and HDF5, both read back);
+# reshard writes it at dp 2 (verify clean, the same masters; DeepSpeed loading
+# it: interop_pipeline_reshard) and refuses a ZeRO-2 target in one line; a layer file missing or two swapped: every
+# job (reshard too) one line naming the file, non-zero exit, nothing at OUT.
 set -u
 BIN=$1
 SRC=$2/deepspeed-moe/pipe_pp2_s1/ckpt
@@ -22,8 +23,15 @@ cmp -s "$T/ok.safetensors" "$T/uv.safetensors" || fail "the universal folder's c
 "$BIN" to-universal -q --inject-missing-state --format hdf5 "$SRC" "$T/c.h5" 2>"$T/err" || fail "hdf5: $(cat "$T/err")"
 "$BIN" consolidate -q "$T/c.h5" "$T/h5.safetensors" 2>"$T/err" || fail "hdf5 consolidate: $(cat "$T/err")"
 cmp -s "$T/ok.safetensors" "$T/h5.safetensors" || fail "the container's consolidate differs from the checkpoint's"
-"$BIN" reshard -q --to-stage 1 "$SRC" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline checkpoint"
+"$BIN" reshard -q --to-stage 2 "$SRC" "$T/rs" 2>"$T/err" && fail "reshard wrote a pipeline checkpoint at ZeRO-2"
 [ "$(wc -l <"$T/err")" = 1 ] && grep -q "PipelineModule" "$T/err" && [ ! -e "$T/rs" ] || fail "reshard: $(cat "$T/err")"
+# at dp 2: the same layout (every stage's files for 2 dp ranks, the layer files), verify clean, the same masters
+"$BIN" reshard -q --to-world-size 2 "$SRC" "$T/dp2" 2>"$T/err" || fail "reshard --to-world-size 2: $(cat "$T/err")"
+[ -e "$T/dp2/global_step2/zero_pp_rank_1_mp_rank_01_optim_states.pt" ] &&
+  [ -e "$T/dp2/global_step2/layer_03-model_states.pt" ] || fail "reshard at dp 2: $(ls "$T/dp2/global_step2")"
+"$BIN" verify "$T/dp2" >"$T/out" 2>&1 && grep -q "checked: 10 files" "$T/out" || fail "verify dp 2: $(cat "$T/out")"
+"$BIN" consolidate -q "$T/dp2" "$T/dp2.safetensors" 2>"$T/err" || fail "consolidate dp 2: $(cat "$T/err")"
+cmp -s "$T/ok.safetensors" "$T/dp2.safetensors" || fail "consolidate at dp 2 differs from the source's"
 
 # $1 case, $2 file the message must name, $3 jobs; every job: exit != 0, one line naming it, no OUT
 refused() {
@@ -34,6 +42,7 @@ refused() {
               grep -q "^damaged: .*$2" "$T/err" || fail "$1: verify: $(cat "$T/err")"; continue ;;
       consolidate) "$BIN" consolidate -q "$T/$1" "$T/out.x" 2>"$T/err" ;;
       to-universal) "$BIN" to-universal -q --inject-missing-state "$T/$1" "$T/out.x" 2>"$T/err" ;;
+      reshard) "$BIN" reshard -q --to-world-size 2 "$T/$1" "$T/out.x" 2>"$T/err" ;;
     esac && fail "$1: $job passed"
     [ "$(wc -l <"$T/err")" = 1 ] && grep -q "$2" "$T/err" || fail "$1: $job: $(cat "$T/err")"
     [ ! -e "$T/out.x" ] || fail "$1: $job left its output"
@@ -41,10 +50,10 @@ refused() {
 }
 G=global_step2
 cp -r "$SRC" "$T/missing" && rm "$T/missing/$G/layer_02-model_states.pt"
-refused missing "layer_02-model_states.pt: missing" "verify consolidate to-universal"
+refused missing "layer_02-model_states.pt: missing" "verify consolidate to-universal reshard"
 cp -r "$SRC" "$T/swapped" && mv "$T/swapped/$G/layer_02-model_states.pt" "$T/x" &&
   mv "$T/swapped/$G/layer_03-model_states.pt" "$T/swapped/$G/layer_02-model_states.pt" &&
   mv "$T/x" "$T/swapped/$G/layer_03-model_states.pt"
-refused swapped "layer_02-model_states.pt: holds 'layer_03-model_states'" "verify consolidate to-universal"
+refused swapped "layer_02-model_states.pt: holds 'layer_03-model_states'" "verify consolidate to-universal reshard"
 # a layer file of another save (same records, other values) is interop_pipeline.py's: it needs torch to make one
 exit 0

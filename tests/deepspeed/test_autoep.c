@@ -99,6 +99,7 @@ int main(void) {
   intact("ep2_s2_fp32", 2, 21);
   intact("ep2_s2_bf16", 2, 21);
   intact("ep2_s3_fp32", 3, 21);
+  intact("ep2_s3_sg600_fp32", 3, 21);   /* the experts over two ZeRO-3 sub-groups */
   intact("ep2_s3_bf16", 3, 21);
   intact("qwen3_ep2_s2_bf16", 2, 25);
   intact("ep2dp2_s2_fp32", 2, 21);  /* EP 2 x expert-data-parallel 2 */

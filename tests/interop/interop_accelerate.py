@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import ds_harness as H  # noqa: E402
-import interop_hf_trainer as hft  # noqa: E402  (build_model, torchrun's port retries, same_bits)
+import interop_hf_trainer as hft  # noqa: E402  (build_model, torchrun (ds_launch's), same_bits)
 
 GLOBAL_BATCH = 6
 
@@ -101,13 +101,7 @@ def worker(mode, stage, ckpt, result_path):
 
 
 def run(world, argv, log):
-    # torchrun of this file (interop_hf_trainer.torchrun launches its __file__: launch this one)
-    saved = hft.__file__
-    hft.__file__ = os.path.abspath(__file__)
-    try:
-        return hft.torchrun(world, argv, log)
-    finally:
-        hft.__file__ = saved
+    return hft.torchrun(world, __file__, argv, log)   # this file's ranks
 
 
 def main():

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(SRC, "tests", "fixtures", "autoep")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
-CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_bf16", "qwen3_ep2_s2_bf16", "ep2dp2_s2_fp32", "ep2dp2_s3_fp32"]
+CASES = ["ep2_s2_fp32", "ep2_s2_bf16", "ep2_s3_fp32", "ep2_s3_sg600_fp32", "ep2_s3_bf16", "qwen3_ep2_s2_bf16", "ep2dp2_s2_fp32", "ep2dp2_s3_fp32"]
 
 passed, failed = 0, 0
 

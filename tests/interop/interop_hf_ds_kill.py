@@ -40,8 +40,8 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from interop_hf_trainer import (GLOBAL_BATCH, build_model, check_zero_to_fp32, dataset, ds_config, end_worker,  # noqa: E402
-                               free_port)
+from ds_launch import clean_shm, free_port, torchrun_popen  # noqa: E402
+from interop_hf_trainer import GLOBAL_BATCH, build_model, check_zero_to_fp32, dataset, ds_config, end_worker  # noqa: E402
 
 WORLD, STAGE, STEPS, SLOW_TAG = 2, 2, 3, "global_step2"
 
@@ -116,21 +116,8 @@ def worker(mode, run_dir, work, resume_from=None, background=False):
 
 
 def launch(argv, log):
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join([os.path.join(SRC, "python"), os.environ.get("PYTHONPATH", "")]))
     port = free_port()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
-           "--master-addr", "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)] + argv
-    return subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT), port
-
-
-def clean_shm(port):
-    # DeepSpeed's CPU shared-memory all-reduce leaves a file per process (killed ones too)
-    for leftover in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*"):
-        try:
-            os.unlink(leftover)
-        except OSError:
-            pass
+    return torchrun_popen(WORLD, __file__, argv, log, port), port
 
 
 def losses(path):

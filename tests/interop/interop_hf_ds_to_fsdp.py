@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(SRC, "python"))
 sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from interop_hf_trainer import end_worker, free_port  # noqa: E402
+from ds_launch import end_worker, torchrun  # noqa: E402
 
 WORLD, STAGE, STEPS, SAVED = 2, 3, 4, 2
 
@@ -141,23 +141,6 @@ def fsdp_worker(run_dir, work, resume_from):
     trainer.train(resume_from_checkpoint=resume_from)
 
 
-def torchrun(argv, log):
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join([os.path.join(SRC, "python"), os.environ.get("PYTHONPATH", "")]))
-    for _ in range(3):
-        # a port found free can be taken by another test before torchrun binds it: then try another one
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), os.path.abspath(__file__)] + argv
-        with open(log, "w") as f:
-            rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-        text = open(log).read()
-        if rc == 0 or "EADDRINUSE" not in text:
-            break
-    if rc != 0:
-        sys.stdout.write(text[-6000:])
-    return rc
-
-
 def losses(path):
     return {r["step"]: r["loss"] for r in map(json.loads, open(path))} if os.path.exists(path) else {}
 
@@ -181,7 +164,7 @@ def main():
     run, work, fsdp = (os.path.join(tmp, x) for x in ("run", "work", "fsdp"))
     os.makedirs(work)
     try:
-        if torchrun(["ds", run, work], os.path.join(tmp, "ds.log")):
+        if torchrun(WORLD, __file__, ["ds", run, work], os.path.join(tmp, "ds.log")):
             fail(f"the DeepSpeed ZeRO-{STAGE} Trainer run at W={WORLD} failed")
             return 1
         src, out = os.path.join(run, f"checkpoint-{SAVED}"), os.path.join(fsdp, f"checkpoint-{SAVED}")
@@ -199,7 +182,7 @@ def main():
         for f in ("latest", f"global_step{SAVED}", "zero_to_fp32.py"):   # DeepSpeed's, not an FSDP checkpoint's
             if f in have:
                 fail(f"{out}: {f} carried over")
-        if torchrun(["fsdp", fsdp, work, out], os.path.join(tmp, "fsdp.log")):
+        if torchrun(WORLD, __file__, ["fsdp", fsdp, work, out], os.path.join(tmp, "fsdp.log")):
             fail(f"the FSDP2 Trainer resume at W={WORLD} from {out} failed")
             return 1
 

@@ -23,8 +23,6 @@ import json
 import os
 import pickle
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 
@@ -32,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SRC, "tests", "fixtures", "gen"))
 sys.path.insert(0, os.path.join(SRC, "python"))
+from ds_launch import torchrun  # noqa: E402
 
 WORLD, STEPS = 2, 3
 
@@ -95,29 +94,6 @@ def worker(out_dir, result_path, version):
     os._exit(0)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(argv, log):
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join([os.path.join(SRC, "python"), os.environ.get("PYTHONPATH", "")]))
-    for _ in range(3):
-        # a port found free can be taken by another test before torchrun binds it: then try another one
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(WORLD),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), os.path.abspath(__file__)] + argv
-        with open(log, "w") as f:
-            rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-        text = open(log).read()
-        if rc == 0 or "EADDRINUSE" not in text:
-            break
-    if rc != 0:
-        sys.stdout.write(text[-6000:])
-    return rc
-
-
 def main():
     os.environ["ZCKPT_LIBRARY"] = sys.argv[1]
     version = int(sys.argv[2]) if len(sys.argv) > 2 else 2
@@ -171,7 +147,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="interop_hf_fsdp.")
     try:
         run = os.path.join(tmp, "run")
-        if torchrun(["save", run, os.path.join(tmp, "save.json"), str(version)], os.path.join(tmp, "save.log")):
+        if torchrun(WORLD, __file__, ["save", run, os.path.join(tmp, "save.json"), str(version)], os.path.join(tmp, "save.log")):
             fail(f"W={WORLD} FSDP{version} training with ZckptCallback failed")
             return 1
         saved = json.load(open(os.path.join(tmp, "save.json")))

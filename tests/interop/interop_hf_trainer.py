@@ -29,8 +29,6 @@ Exit 0 when everything holds, 1 otherwise, 77 without the packages.
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 
@@ -38,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SRC, "tests", "fixtures", "gen"))
 sys.path.insert(0, os.path.join(SRC, "python"))
-from ds_launch import end_worker  # noqa: E402  (re-exported to the Trainer tests)
+from ds_launch import end_worker, free_port, torchrun  # noqa: E402,F401  (re-exported to the Trainer tests)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 VOCAB, SEQ, GLOBAL_BATCH = 96, 16, 6
@@ -115,37 +113,6 @@ def worker(mode, stage, out_dir, result_path, resume_from=None):
     torch.distributed.barrier()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(world, argv, log):
-    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join([os.path.join(SRC, "python"), os.environ.get("PYTHONPATH", "")]))
-    for attempt in range(3):
-        # a port found free can be taken by another test before torchrun binds it: then try another one
-        port = free_port()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(world),
-               "--master-addr", "127.0.0.1", "--master-port", str(port), os.path.abspath(__file__)] + argv
-        with open(log, "w") as f:
-            rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-        import glob  # DeepSpeed's CPU shared-memory all-reduce leaves a file per process
-        for leftover in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*"):
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
-        with open(log) as f:
-            text = f.read()
-        if rc == 0 or "EADDRINUSE" not in text:
-            break
-    if rc != 0:
-        sys.stdout.write(text[-6000:])
-    return rc
-
-
 def same_bits(a, b):
     import torch
     if a.dtype != b.dtype or a.shape != b.shape:
@@ -200,7 +167,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="interop_hf_trainer.")
     try:
         run = os.path.join(tmp, "run")
-        if torchrun(3, ["save", "3", run, os.path.join(tmp, "save.json")], os.path.join(tmp, "save.log")):
+        if torchrun(3, __file__, ["save", "3", run, os.path.join(tmp, "save.json")], os.path.join(tmp, "save.log")):
             fail("W=3 ZeRO-3 training with ZckptCallback failed")
             return 1
         with open(os.path.join(tmp, "save.json")) as f:
@@ -239,7 +206,7 @@ def main():
         if saved["resume_path"] != ckpt:
             fail(f"prepare_resume changed a checkpoint whose layout the run has: {saved['resume_path']}")
         res = os.path.join(tmp, "resume.json")
-        if torchrun(2, ["resume", "2", os.path.join(tmp, "resume-w2z2"), res, ckpt], os.path.join(tmp, "resume.log")):
+        if torchrun(2, __file__, ["resume", "2", os.path.join(tmp, "resume-w2z2"), res, ckpt], os.path.join(tmp, "resume.log")):
             fail("W=2 ZeRO-2 resume through prepare_resume failed")
             return 1
         with open(res) as f:

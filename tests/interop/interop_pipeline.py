@@ -10,7 +10,8 @@ x dp 2, bf16). zero_to_fp32.py reads neither (`module` is None). Per case:
     to-universal  --inject-missing-state == DeepSpeed's ds_to_universal.py --inject_missing_state of the same folder,
                   file for file, and its exp_avg / exp_avg_sq == the live engine's (expected_state);
                   ds_to_universal.py's folder read back: consolidate == the pipeline's byte for byte, verify clean
-    reshard       refused in one line naming the layout, nothing written
+    reshard       --to-stage 2 refused in one line naming the layout, nothing written (PipelineEngine takes ZeRO-1 at
+                  most; another dp size: interop_pipeline_reshard.py)
     damage        a layer file of another save (its records intact, other values, saved by torch under the same
                   name): verify names it and exits non-zero; consolidate still reads the masters
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
@@ -89,7 +90,7 @@ def check(case, tmp, fails):
     if r.returncode or "result: clean" not in r.stdout:
         fails.append(f"verify of ds_to_universal's folder: {r.stdout[-300:]} {r.stderr[-300:]}")
     out = os.path.join(tmp, case + "-reshard")
-    r = run("reshard", "--to-stage", "1", ckpt, out)
+    r = run("reshard", "--to-stage", "2", ckpt, out)
     if r.returncode != 1 or "PipelineModule" not in r.stderr or len(r.stderr.strip().splitlines()) != 1 or \
             os.path.exists(out):
         fails.append(f"reshard should refuse in one line: rc {r.returncode} {r.stderr.strip()}")
