@@ -165,5 +165,6 @@ zck_status zck__uv_pipe_open(zck_uv_ckpt *c, const zck_pk *root, const zck_pk **
 zck_status zck__uv_pipe_refuse(const zck_uv_ckpt *c, const char *job) {
   if (!c->pipe) return ZCK_OK;
   return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a universal folder of a PipelineModule checkpoint (%u stages): %s does not "
-                   "write its layout yet (consolidate, inspect and verify read it)", c->dir, c->pipe->n_stages, job);
+                   "write its layout from it: the folder carries no layer files (consolidate, inspect and verify read "
+                   "it; reshard the pipeline checkpoint itself)", c->dir, c->pipe->n_stages, job);
 }
