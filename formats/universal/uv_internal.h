@@ -83,6 +83,7 @@ struct zck_uv_ckpt {
   struct zck__uv_autoep *autoep;   /* uv_autoep.c: a DeepSpeed AutoEP source's layers, NULL: none */
   bool legacy_moe;             /* uv_moe.c: a deepspeed.moe source, its experts added to module */
   struct zck__uv_pipe *pipe;   /* uv_pipe.c: a PipelineModule source's stage files, NULL: none */
+  const zck_torch_open_opts *topts;   /* the open's options for the files the manifest opens; NULL after it */
 };
 
 zck_status zck__uv_tstore_read(void *ctx, void *dst, uint64_t off, uint64_t count);

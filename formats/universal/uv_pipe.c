@@ -93,7 +93,7 @@ zck_status zck__uv_pipe_open(zck_uv_ckpt *c, const zck_pk *root, const zck_pk **
     zck_status st = f ? ZCK_OK : zck__fail(ZCK_ERR_NOT_FOUND, "%s: missing (stage %u of the %lld of the pipeline)", sp, s,
                                            (long long)pp);
     if (f) fclose(f);
-    if (st == ZCK_OK) st = zck__uv_torch_open(sp, NULL, &p->stages[s - 1]);
+    if (st == ZCK_OK) st = zck__uv_torch_open(sp, c->topts, &p->stages[s - 1]);
     if (st == ZCK_OK) p->n_stages = s + 1;
     const zck_pk *r = st == ZCK_OK ? zck_torch_root(p->stages[s - 1]) : NULL;
     if (st == ZCK_OK && (!r || r->kind != ZCK_PK_DICT)) st = zck__fail(ZCK_ERR_FORMAT, "%s: not a model-states dict", sp);

@@ -486,7 +486,9 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
     free(mp);
   }
   if (st == ZCK_OK) zck__uv_config(c);
+  c->topts = &o.torch;
   if (st == ZCK_OK) st = zck__uv_build_manifest(c);
+  c->topts = NULL;
   if (st == ZCK_OK) {
     /* the lp dtype: the module's trainable params (stage-3 placeholders keep the dtype) */
     for (size_t p = 0; p < c->m->n_params && !c->info.lp_dtype; p++)
