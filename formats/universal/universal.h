@@ -230,6 +230,8 @@ typedef struct zck_uv_open_opts {
  * model-states file: params in module order, tied aliases, frozen params, buffers, and
  * the optimizer groups of zero/optimizer_state.pt's param_groups; so a reshard from the
  * universal folder lays out exactly what a reshard from the original checkpoint does.
+ * deepspeed.moe experts (uv_moe.c) and a PipelineModule's stages (uv_pipe.c) are laid out
+ * as the DeepSpeed reader lays out those checkpoints.
  * Errors are one line naming the file (a latest_universal naming no folder, a state file
  * of the wrong form, shape or size; a group layout that does not add up; a param missing
  * one of its states). */
@@ -238,7 +240,8 @@ void zck_uv_close(zck_uv_ckpt *c);
 const zck_uv_info *zck_uv_info_of(const zck_uv_ckpt *c);
 /* The jobs that write DeepSpeed files from a universal folder (reshard) refuse one of an AutoEP source (info.ep_size)
  * in one line naming the folder and `job`, as they refuse the AutoEP checkpoint itself, and one of a legacy
- * deepspeed.moe source (expert files: written from the DeepSpeed checkpoint only); ZCK_OK for others. */
+ * deepspeed.moe or a PipelineModule source (expert files, layer files: written from the DeepSpeed checkpoint only,
+ * the folder carries neither); ZCK_OK for others. */
 zck_status zck_uv_autoep_refuse(const zck_uv_ckpt *c, const char *job);
 const zck_model *zck_uv_model(const zck_uv_ckpt *c);
 /* FP32 / EXP_AVG / EXP_AVG_SQ: a whole-tensor layout over the manifest's params (one store
