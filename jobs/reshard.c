@@ -249,7 +249,7 @@ zck_status zck_reshard(const char *src, const char *out, const zck_reshard_opts 
   zck_status st;
   switch (s.kind) {
   case ZCK__SRC_HDF5:
-    st = zck_h5u_autoep_refuse(s.h5, "reshard");
+    st = zck_h5u_moe_refuse(s.h5, "reshard");
     if (st == ZCK_OK) st = zck__reshard_from_h5(&s, out, &o);
     break;
   case ZCK__SRC_UNIVERSAL:

@@ -182,7 +182,7 @@ zck_status zck__reshard_to_dcp(const char *src, zck__src_kind kind, const char *
   if (st == ZCK_OK && s.ck) st = zck_ds_moe_refuse(s.ck, "reshard --to-format dcp");
   if (st == ZCK_OK && s.ck) st = zck_ds_pipe_refuse(s.ck, "reshard --to-format dcp");
   if (st == ZCK_OK && s.uv) st = zck_uv_autoep_refuse(s.uv, "reshard --to-format dcp");
-  if (st == ZCK_OK && s.h5) st = zck_h5u_autoep_refuse(s.h5, "reshard --to-format dcp");
+  if (st == ZCK_OK && s.h5) st = zck_h5u_moe_refuse(s.h5, "reshard --to-format dcp");
   if (st == ZCK_OK) {
     uint32_t world = o->to_world_size ? o->to_world_size : in.world;
     const zck_ds_info *ds = s.ck ? zck_ds_info_of(s.ck) : NULL;

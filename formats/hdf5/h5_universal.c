@@ -560,8 +560,26 @@ zck_status zck_h5u_side_file_write(const zck_h5u *u, size_t i, const char *path)
   return st;
 }
 
-zck_status zck_h5u_autoep_refuse(const zck_h5u *u, const char *job) {
-  if (!u || !u->info.autoep_layers_json) return ZCK_OK;
-  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a universal container of an AutoEP (expert-parallel) checkpoint: %s does "
-                   "not write AutoEP's layout from it (consolidate, inspect and verify read it)", zck_h5_name(u->f), job);
+/* Whether a param group carries deepspeed.moe's marker (`moe: True`, set by
+ * split_params_into_different_moe_groups_for_optimizer on the experts' group). */
+static bool has_moe_group(const zck_model *m) {
+  for (uint32_t g = 0; g < m->n_groups; g++) {
+    const zck_hparam *h = zck_model_group_get(m, g, "moe");
+    if (h && h->kind == ZCK_HP_BOOL && h->i) return true;
+  }
+  return false;
+}
+
+zck_status zck_h5u_moe_refuse(const zck_h5u *u, const char *job) {
+  if (!u) return ZCK_OK;
+  if (u->info.autoep_layers_json)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a universal container of an AutoEP (expert-parallel) checkpoint: %s does "
+                     "not write AutoEP's layout from it (consolidate, inspect and verify read it)", zck_h5_name(u->f), job);
+  /* the expert-file writer works from the source's own expert files, which the container does not hold; a
+   * plain ZeRO layout of the same params would not load into deepspeed.moe's engine */
+  if (has_moe_group(u->m))
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a universal container of a deepspeed.moe (expert files) checkpoint: %s "
+                     "does not write its expert files from it (consolidate, inspect and verify read it)",
+                     zck_h5_name(u->f), job);
+  return ZCK_OK;
 }

@@ -282,8 +282,9 @@ zck_status zck_h5u_get(const zck_h5u *u, zck_h5u_part part, const zck_layout **l
 void zck_h5u_buffers(const zck_h5u *u, const zck_layout **layout, const zck_store **stores);
 
 /* UNSUPPORTED, one line naming the container, when it holds an AutoEP (expert-parallel MoE) checkpoint
- * (autoep_layers): `job` does not write AutoEP's layout from it. ZCK_OK for other containers. */
-zck_status zck_h5u_autoep_refuse(const zck_h5u *u, const char *job);
+ * (autoep_layers) or a deepspeed.moe one (a param group with `moe: true`): `job` does not write their
+ * expert layouts from it. ZCK_OK for other containers. */
+zck_status zck_h5u_moe_refuse(const zck_h5u *u, const char *job);
 
 /* Side file i < n_side_files: its name (a plain file name, checked at open: no '/', not a
  * dot file, not `latest` / `latest_universal`), and its bytes written to path (temporary
