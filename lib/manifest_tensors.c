@@ -142,17 +142,6 @@ typedef struct table {
   size_t n_dims, cap_dims;
 } table;
 
-static bool grow(void **v, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return true;
-  size_t cap2 = *cap ? *cap : 1024;
-  while (cap2 < need) cap2 *= 2;
-  void *nv = zck__realloc(*v, cap2 * size);
-  if (!nv) return false;
-  *v = nv;
-  *cap = cap2;
-  return true;
-}
-
 enum { K_FILE, K_NAME, K_DTYPE, K_SHAPE, K_OFFSET, K_NBYTES, K_XXH3, K_ALL = (1 << 7) - 1 };
 
 static int key_of(const char *k, size_t n) {
@@ -163,7 +152,7 @@ static int key_of(const char *k, size_t n) {
 }
 
 static bool read_tensor(scan *s, table *t) {
-  if (!take(s, '{') || !grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v)) return false;
+  if (!take(s, '{') || !zck__grow((void **)&t->v, &t->cap, t->n + 1, sizeof *t->v)) return false;
   entry *e = &t->v[t->n];
   memset(e, 0, sizeof *e);
   e->shape_at = t->n_dims;
@@ -189,7 +178,7 @@ static bool read_tensor(scan *s, table *t) {
       do {
         uint64_t d;
         if (e->ndim == ZCK_MANIFEST_MAX_DIMS || !plain_uint(s, &d) ||
-            !grow((void **)&t->dims, &t->cap_dims, t->n_dims + 1, sizeof *t->dims))
+            !zck__grow((void **)&t->dims, &t->cap_dims, t->n_dims + 1, sizeof *t->dims))
           return false;
         t->dims[t->n_dims++] = (int64_t)d;
         e->ndim++;

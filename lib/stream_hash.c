@@ -82,15 +82,8 @@ struct zck__shash {
 static const uint8_t zeros[1 << 16];
 #define SLICE ((uint64_t)64 << 10)
 
-static bool grow(void **v, size_t *cap, size_t n, size_t es) {
-  if (n < *cap) return true;
-  size_t nc = *cap ? 2 * *cap : 16;
-  void *p = realloc(*v, nc * es);
-  if (!p) return false;
-  *v = p;
-  *cap = nc;
-  return true;
-}
+/* room for element n (the array holds n) */
+static bool grow(void **v, size_t *cap, size_t n, size_t es) { return zck__grow(v, cap, n + 1, es); }
 
 zck__shash *zck__shash_new(void) {
   zck__shash *h = calloc(1, sizeof *h);
