@@ -27,20 +27,11 @@ GEN = os.path.join(SRC, "tests", "fixtures", "gen")
 FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 sys.path.insert(0, GEN)
+from zero12_reload import STATES, check_loaded, check_readback, per_param, run_ranks, saved_states  # noqa: E402
 
 # source -> (world, stage) targets loaded by DeepSpeed: bf16, W 2 -> 1 and ZeRO-2 -> 1 (the expert files' bf16 weights
 # cast from the masters); fp32, W 2 -> 3 (padded partitions of the experts' group) and ZeRO-1 -> 2
 TARGETS = [("moe_ep1_s2_bf16", 1, 1), ("moe_ep1_s1", 3, 2)]
-STATES = ("fp32", "exp_avg", "exp_avg_sq")
-
-
-def per_param(names, numels, flats):
-    """{name: 1-D slice} of one group's full flat (params back to back, padding at the end)."""
-    out, off = {}, 0
-    for n, k in zip(names, numels):
-        out[n] = flats[off:off + k].clone()
-        off += k
-    return out
 
 
 def worker(spec_path):
@@ -91,40 +82,19 @@ def reference(case):
     """What DeepSpeed saved, per param, from the source's own files."""
     import torch
     tag = os.path.join(FIX, case, "ckpt", "global_step2")
-    model = torch.load(os.path.join(tag, "mp_rank_00_model_states.pt"), weights_only=False)
-    files = sorted((f for f in os.listdir(tag) if "zero_pp_rank_" in f), key=lambda f: int(f.split("zero_pp_rank_")[1].split("_")[0]))
-    osds = [torch.load(os.path.join(tag, f), weights_only=False)["optimizer_state_dict"] for f in files]
-    ref = {"fp32": {}, "exp_avg": {}, "exp_avg_sq": {}, "step": {}, "lp": dict(model["module"])}
+    load = lambda f: torch.load(os.path.join(tag, f), weights_only=False)  # noqa: E731
+    model = load("mp_rank_00_model_states.pt")
+    ref = saved_states(load, model, [f for f in os.listdir(tag) if "zero_pp_rank_" in f])
+    ref["lp"] = dict(model["module"])
     for f in os.listdir(tag):  # the experts' 16-bit weights, under their global names (= local at ep_size 1)
         if f.startswith("layer_") and "_expert_" in f:
             ref["lp"].update(torch.load(os.path.join(tag, f), weights_only=True))
-    for i, shapes in enumerate(model["param_shapes"]):
-        numels = [int(torch.Size(s).numel()) for s in shapes.values()]
-        flats = {"fp32": torch.cat([o["single_partition_of_fp32_groups"][i] for o in osds])}
-        for key in ("exp_avg", "exp_avg_sq"):
-            flats[key] = torch.cat([o["base_optimizer_state"]["state"][i][key] for o in osds])
-        for key in STATES:
-            ref[key].update(per_param(list(shapes), numels, flats[key]))
-        ref["step"].update({n: float(osds[0]["base_optimizer_state"]["state"][i]["step"]) for n in shapes})
     return ref
 
 
 def run(tmp, name, case, load_dir, world, stage):
     """DeepSpeed's engine at (world, stage) loading load_dir: (states, rank 0's next loss) or (None, why)."""
-    import torch
-    from ds_launch import launch
-    spec, out = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".out")
-    json.dump({"case": case, "load_dir": load_dir, "stage": stage, "out": out}, open(spec, "w"))
-    rc = launch(world, [os.path.abspath(__file__), "--worker", spec], timeout=600, log_prefix=os.path.join(tmp, name))
-    res = [json.load(open(f"{out}.{r}")) for r in range(world) if os.path.exists(f"{out}.{r}")]
-    if rc or len(res) != world:
-        logs = "".join(open(os.path.join(tmp, f"{name}.rank{r}.log")).read()[-1200:] for r in range(world)
-                       if os.path.exists(os.path.join(tmp, f"{name}.rank{r}.log")))
-        return None, f"the ranks failed (rc {rc}): {logs}"
-    errs = [x["error"] for x in res if "error" in x]
-    if errs:
-        return None, f"DeepSpeed's load_checkpoint refuses it: {errs[0]}"
-    return torch.load(out + ".states.pt", weights_only=False), [x["loss"] for x in res if x["rank"] == 0][0]
+    return run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir, "stage": stage}, world)
 
 
 def main():
@@ -165,28 +135,13 @@ def main():
             check(r.returncode == 0, f"{name}: zckpt reshard: {r.stderr.strip()}")
             if r.returncode:
                 continue
-            v = zck("verify", out)
-            check(v.returncode == 0 and "result: clean" in v.stdout, f"{name}: verify: {v.stdout[-600:]} {v.stderr}")
-            a, b = zck("consolidate", "-q", src, out + ".a.safetensors"), zck("consolidate", "-q", out, out + ".b.safetensors")
-            ok = a.returncode == 0 and b.returncode == 0
-            if ok:
-                x, y = load_file(out + ".a.safetensors"), load_file(out + ".b.safetensors")
-                ok = set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x)
-            check(ok, f"{name}: consolidate of the output differs from the source's: {a.stderr} {b.stderr}")
+            check_readback(zck, check, name, src, out)
             states, loss = run(tmp, f"{case}_{world}_{stage}", case, out, world, stage)
             check(states is not None, f"{name}: {loss}")
             if states is None:
                 continue
             check(states["global_steps"] == 2, f"{name}: global_steps {states['global_steps']}")
-            for key in (*STATES, "step"):
-                got, want = states.get(key, {}), ref[key]
-                bad = [n for n in want if n not in got or (got[n] != want[n] if key == "step" else
-                                                           not torch.equal(got[n], want[n]))]
-                check(not bad and set(got) == set(want), f"{name}: {key} after load differs from the source's: {bad[:4]}")
-            bad = [n for n, t in ref["lp"].items() if n not in states["lp"] or states["lp"][n].dtype != t.dtype
-                   or not torch.equal(states["lp"][n], t)]
-            check(not bad and len(states["lp"]) == len(ref["lp"]) == len(masters),
-                  f"{name}: 16-bit weights after load differ from the source's module and expert files: {bad[:4]}")
+            check_loaded(check, name, ref, states, len(masters), "module and expert files")
             check(loss == ref_loss, f"{name}: next loss {loss} vs {ref_loss} resuming the source's own files")
             print(f"{name}: loaded, every state equal, next loss {loss} = DeepSpeed resuming the source's")
         out = os.path.join(tmp, "refused")
@@ -200,7 +155,8 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
-        sys.exit(0)
+        from ds_launch import end_worker
+        end_worker()
     if not os.path.exists(ZCKPT) or not os.path.isdir(FIX):
         print("SKIP: no zckpt binary or fixtures")
         sys.exit(77)

@@ -25,20 +25,11 @@ GEN = os.path.join(SRC, "tests", "fixtures", "gen")
 FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 sys.path.insert(0, GEN)
+from zero12_reload import STATES, check_loaded, check_readback, per_param, run_ranks, saved_states  # noqa: E402
 
 PP = 2
 # source -> dp size of the target: fp32 dp 1 -> 2 (4 ranks), bf16 dp 2 -> 1 (2 ranks)
 TARGETS = [("pipe_pp2_s1", 2), ("pipe_pp2_dp2_bf16", 1)]
-STATES = ("fp32", "exp_avg", "exp_avg_sq")
-
-
-def per_param(names, numels, flat):
-    """{name: 1-D slice} of one group's full flat (params back to back, padding at the end)."""
-    out, off = {}, 0
-    for n, k in zip(names, numels):
-        out[n] = flat[off:off + k].clone()
-        off += k
-    return out
 
 
 def worker(spec_path):
@@ -91,7 +82,7 @@ def worker(spec_path):
 
 
 def reference(case):
-    """What DeepSpeed saved, per param, from the source's own files."""
+    """What DeepSpeed saved, per param, from the source's own files: every stage's flat groups, the layer files."""
     import torch
     tag = os.path.join(FIX, case, "ckpt", "global_step2")
     load = lambda f: torch.load(os.path.join(tag, f), weights_only=False)  # noqa: E731
@@ -100,38 +91,17 @@ def reference(case):
         if f.startswith("layer_"):
             ref["lp"].update({f"{int(f[6:8])}.{k}": v for k, v in load(f).items()})
     for s in range(PP):
-        model = load(f"mp_rank_{s:02d}_model_states.pt")
         suffix = f"_mp_rank_{s:02d}_optim_states.pt"
-        files = sorted((f for f in os.listdir(tag) if f.endswith(suffix) and "zero_pp_rank_" in f),
-                       key=lambda f: int(f.split("zero_pp_rank_")[1].split("_")[0]))
-        osds = [load(f)["optimizer_state_dict"] for f in files]
-        for i, shapes in enumerate(model["param_shapes"]):
-            numels = [int(torch.Size(x).numel()) for x in shapes.values()]
-            flats = {"fp32": torch.cat([o["single_partition_of_fp32_groups"][i] for o in osds])}
-            for key in ("exp_avg", "exp_avg_sq"):
-                flats[key] = torch.cat([o["base_optimizer_state"]["state"][i][key] for o in osds])
-            for key in STATES:
-                ref[key].update(per_param(list(shapes), numels, flats[key]))
-            ref["step"].update({n: float(osds[0]["base_optimizer_state"]["state"][i]["step"]) for n in shapes})
+        stage = saved_states(load, load(f"mp_rank_{s:02d}_model_states.pt"),
+                             [f for f in os.listdir(tag) if f.endswith(suffix) and "zero_pp_rank_" in f])
+        for key, v in stage.items():
+            ref[key].update(v)
     return ref
 
 
 def run(tmp, name, case, load_dir, world):
     """PipelineEngine on `world` ranks loading load_dir: (states, rank 0's next loss) or (None, why)."""
-    import torch
-    from ds_launch import launch
-    spec, out = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".out")
-    json.dump({"case": case, "load_dir": load_dir, "out": out}, open(spec, "w"))
-    rc = launch(world, [os.path.abspath(__file__), "--worker", spec], timeout=600, log_prefix=os.path.join(tmp, name))
-    res = [json.load(open(f"{out}.{r}")) for r in range(world) if os.path.exists(f"{out}.{r}")]
-    if rc or len(res) != world:
-        logs = "".join(open(os.path.join(tmp, f"{name}.rank{r}.log")).read()[-1200:] for r in range(world)
-                       if os.path.exists(os.path.join(tmp, f"{name}.rank{r}.log")))
-        return None, f"the ranks failed (rc {rc}): {logs}"
-    errs = [x["error"] for x in res if "error" in x]
-    if errs:
-        return None, f"DeepSpeed's load_checkpoint refuses it: {errs[0]}"
-    return torch.load(out + ".states.pt", weights_only=False), [x["loss"] for x in res if x["rank"] == 0][0]
+    return run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir}, world)
 
 
 def main():
@@ -164,28 +134,13 @@ def main():
             check(r.returncode == 0, f"{name}: zckpt reshard: {r.stderr.strip()}")
             if r.returncode:
                 continue
-            v = zck("verify", out)
-            check(v.returncode == 0 and "result: clean" in v.stdout, f"{name}: verify: {v.stdout[-600:]} {v.stderr}")
-            a, b = zck("consolidate", "-q", src, out + ".a.safetensors"), zck("consolidate", "-q", out, out + ".b.safetensors")
-            ok = a.returncode == 0 and b.returncode == 0
-            if ok:
-                x, y = load_file(out + ".a.safetensors"), load_file(out + ".b.safetensors")
-                ok = set(x) == set(y) and all(torch.equal(x[k], y[k]) for k in x)
-            check(ok, f"{name}: consolidate of the output differs from the source's: {a.stderr} {b.stderr}")
+            check_readback(zck, check, name, src, out)
             states, loss = run(tmp, f"{case}_{dp}", case, out, PP * dp)
             check(states is not None, f"{name}: {loss}")
             if states is None:
                 continue
             check(states["global_steps"] == [2], f"{name}: global_steps {states['global_steps']}")
-            for key in (*STATES, "step"):
-                got, want = states.get(key, {}), ref[key]
-                bad = [n for n in want if n not in got or (got[n] != want[n] if key == "step" else
-                                                           not torch.equal(got[n], want[n]))]
-                check(not bad and set(got) == set(want), f"{name}: {key} after load differs from the source's: {bad[:4]}")
-            bad = [n for n, t in ref["lp"].items() if n not in states["lp"] or states["lp"][n].dtype != t.dtype
-                   or not torch.equal(states["lp"][n], t)]
-            check(not bad and len(states["lp"]) == len(ref["lp"]) == len(masters),
-                  f"{name}: 16-bit weights after load differ from the source's layer files: {bad[:4]}")
+            check_loaded(check, name, ref, states, len(masters), "layer files")
             check(loss == info["loss_step3"], f"{name}: next loss {loss} vs {info['loss_step3']} (the live engine's)")
             print(f"{name}: loaded, every state equal, next loss {loss} = the live engine's")
         out = os.path.join(tmp, "refused")
@@ -199,5 +154,6 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker(sys.argv[2])
-        sys.exit(0)
+        from ds_launch import end_worker
+        end_worker()
     sys.exit(main())
