@@ -22,10 +22,15 @@ typedef struct zck__strmap {
 } zck__strmap;
 /* A zeroed table is empty and valid too (put sizes it); init presizes it. */
 zck_status zck__strmap_init(zck__strmap *m, size_t expected);
-/* Inserts key -> index; *existing receives the previous index and nothing is inserted when
- * the key is already there (returns ZCK_OK either way; *dup tells). */
+/* Inserts key -> index; *existing (when not NULL) receives the previous index and nothing is
+ * inserted when the key is already there (returns ZCK_OK either way; *dup tells). */
 zck_status zck__strmap_put(zck__strmap *m, const char *key, size_t index, bool *dup, size_t *existing);
 bool zck__strmap_get(const zck__strmap *m, const char *key, size_t *index);
+/* The index of key, or -1 when absent. */
+static inline int64_t zck__strmap_find(const zck__strmap *m, const char *key) {
+  size_t i;
+  return zck__strmap_get(m, key, &i) ? (int64_t)i : -1;
+}
 void zck__strmap_free(zck__strmap *m);
 
 #endif

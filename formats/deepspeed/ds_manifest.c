@@ -20,21 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- name -> index lookups (lib/strmap.h) */
-typedef zck__strmap smap;
-
-/* The index of key, or -1. */
-static int64_t smap_get(const smap *m, const char *key) {
-  size_t i;
-  return zck__strmap_get(m, key, &i) ? (int64_t)i : -1;
-}
-
-/* Inserts key (borrowed) -> i unless it is there; *existed says, *prev gets its index. */
-static zck_status smap_put(smap *m, const char *key, size_t i, bool *existed, size_t *prev) {
-  size_t ignored;
-  return zck__strmap_put(m, key, i, existed, prev ? prev : &ignored);
-}
-
 /* ---- hyper-parameters */
 
 static zck_status add_hparams(zck_ds_ckpt *c, uint32_t g, const zck_pk *group, const char *path) {
@@ -117,7 +102,7 @@ static zck_status opt_groups_of_flats(zck_ds_ckpt *c, size_t n_flat, int32_t *op
 /* ---- the manifest */
 
 typedef struct build {
-  smap train, frozen, buffers, alias, module;
+  zck__strmap train, frozen, buffers, alias, module;  /* name -> index */
   size_t n_train;
   /* the model param each name became (-1: none yet) */
   int64_t *train_param;        /* flat index (param_shapes order) -> param */
@@ -140,11 +125,11 @@ static void build_free(build *b) {
  * (stage 1, pre-0.9.1 stage 2) a non-buffer `module` entry. One saved with
  * exclude_frozen_parameters (HF Trainer + PEFT) is not: its alias is no parameter. */
 static bool source_saved(const zck_ds_ckpt *c, const build *b, const char *src) {
-  if (smap_get(&b->train, src) >= 0 || smap_get(&b->frozen, src) >= 0) return true;
+  if (zck__strmap_find(&b->train, src) >= 0 || zck__strmap_find(&b->frozen, src) >= 0) return true;
   const zck__ds_model_file *m0 = &c->models[0];
   bool module_holds_frozen = c->info.stage <= 1 || (c->info.stage == 2 && !m0->has_frozen_shapes);
-  return module_holds_frozen && smap_get(&b->module, src) >= 0 && smap_get(&b->buffers, src) < 0 &&
-         smap_get(&b->alias, src) < 0;
+  return module_holds_frozen && zck__strmap_find(&b->module, src) >= 0 && zck__strmap_find(&b->buffers, src) < 0 &&
+         zck__strmap_find(&b->alias, src) < 0;
 }
 
 static bool same_shape(int nd_a, const int64_t *a, int nd_b, const int64_t *b) {
@@ -170,7 +155,7 @@ static zck_status index_names(zck_ds_ckpt *c, build *b) {
     for (size_t i = 0; i < m0->param_shapes[g].n; i++, k++) {
       bool existed;
       size_t v;
-      ZCK_TRY(smap_put(&b->train, m0->param_shapes[g].v[i].name, k, &existed, &v));
+      ZCK_TRY(zck__strmap_put(&b->train, m0->param_shapes[g].v[i].name, k, &existed, &v));
       if (existed) {  /* DS-23: zero_to_fp32 would silently collapse them */
         size_t g0 = 0;
         while (g0 + 1 < m0->n_param_shapes && c->flat_first[g0 + 1] <= v) g0++;
@@ -183,34 +168,34 @@ static zck_status index_names(zck_ds_ckpt *c, build *b) {
   ZCK_TRY(zck__strmap_init(&b->frozen, m0->frozen_shapes.n));
   for (size_t i = 0; i < m0->frozen_shapes.n; i++) {
     bool existed;
-    ZCK_TRY(smap_put(&b->frozen, m0->frozen_shapes.v[i].name, i, &existed, NULL));
+    ZCK_TRY(zck__strmap_put(&b->frozen, m0->frozen_shapes.v[i].name, i, &existed, NULL));
     if (existed) return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes lists '%s' twice", path, m0->frozen_shapes.v[i].name);
-    if (smap_get(&b->train, m0->frozen_shapes.v[i].name) >= 0)
+    if (zck__strmap_find(&b->train, m0->frozen_shapes.v[i].name) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is in both param_shapes and frozen_param_shapes", path,
                        m0->frozen_shapes.v[i].name);
   }
   ZCK_TRY(zck__strmap_init(&b->buffers, m0->n_buffer_names));
   for (size_t i = 0; i < m0->n_buffer_names; i++) {
     bool existed;
-    ZCK_TRY(smap_put(&b->buffers, m0->buffer_names[i], i, &existed, NULL));
+    ZCK_TRY(zck__strmap_put(&b->buffers, m0->buffer_names[i], i, &existed, NULL));
   }
   ZCK_TRY(zck__strmap_init(&b->module, m0->n_module));
   for (size_t i = 0; i < m0->n_module; i++) {
     bool existed;
-    ZCK_TRY(smap_put(&b->module, m0->module_names[i], i, &existed, NULL));
+    ZCK_TRY(zck__strmap_put(&b->module, m0->module_names[i], i, &existed, NULL));
   }
   ZCK_TRY(zck__strmap_init(&b->alias, m0->n_shared));
   for (size_t i = 0; i < m0->n_shared; i++) {
     const char *a = m0->shared_alias[i], *s = m0->shared_src[i];
     bool existed;
-    ZCK_TRY(smap_put(&b->alias, a, i, &existed, NULL));
+    ZCK_TRY(zck__strmap_put(&b->alias, a, i, &existed, NULL));
     /* DS-25 */
-    if (smap_get(&b->train, a) >= 0 || smap_get(&b->frozen, a) >= 0)
+    if (zck__strmap_find(&b->train, a) >= 0 || zck__strmap_find(&b->frozen, a) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s' is itself a saved parameter", path, a);
     if (!strcmp(a, s)) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params maps '%s' to itself", path, a);
   }
   for (size_t i = 0; i < m0->n_shared; i++)
-    if (smap_get(&b->alias, m0->shared_src[i]) >= 0)
+    if (zck__strmap_find(&b->alias, m0->shared_src[i]) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of '%s' is itself an alias (chain or cycle)",
                        path, m0->shared_src[i], m0->shared_alias[i]);
   return ZCK_OK;
@@ -230,7 +215,7 @@ static zck_status param_shape(zck_ds_ckpt *c, const build *b, const char *name, 
   *ndim = t->ndim;
   *shape = t->shape;
   *frozen = false;
-  if ((k = smap_get(&b->train, shape_of)) >= 0) {
+  if ((k = zck__strmap_find(&b->train, shape_of)) >= 0) {
     size_t g = 0;
     while (c->flat_first[g + 1] <= (size_t)k) g++;
     const zck__ds_named_shape *ps = &m0->param_shapes[g].v[k - (int64_t)c->flat_first[g]];
@@ -242,7 +227,7 @@ static zck_status param_shape(zck_ds_ckpt *c, const build *b, const char *name, 
                            path, name));
     *shape = ps->shape;
     *ndim = ps->ndim;
-  } else if ((k = smap_get(&b->frozen, shape_of)) >= 0) {
+  } else if ((k = zck__strmap_find(&b->frozen, shape_of)) >= 0) {
     const zck__ds_named_shape *fs = &m0->frozen_shapes.v[k];
     if (stage <= 2 && !same_shape(t->ndim, t->shape, fs->ndim, fs->shape))
       return zck__fail(ZCK_ERR_MISMATCH, "%s: module['%s'] has shape %s but frozen_param_shapes says %s", path, name,
@@ -270,12 +255,12 @@ static zck_status add_module_entries(zck_ds_ckpt *c, build *b) {
     const char *name = m0->module_names[i];
     const zck__ds_tref *t = &m0->module_t[i];
     uint32_t idx;
-    if (smap_get(&b->buffers, name) >= 0) {
+    if (zck__strmap_find(&b->buffers, name) >= 0) {
       ZCK_TRY(zck_model_add_buffer(m, name, t->ndim, t->shape, t->dtype, &idx));
       c->buffer_mod[idx] = (int64_t)i;
       continue;
     }
-    int64_t ai = smap_get(&b->alias, name), k;
+    int64_t ai = zck__strmap_find(&b->alias, name), k;
     if (ai >= 0 && !source_saved(c, b, m0->shared_src[ai])) continue;  /* unsaved source: kept in c->unsaved_ties */
     int ndim;
     const int64_t *shape;
@@ -284,8 +269,8 @@ static zck_status add_module_entries(zck_ds_ckpt *c, build *b) {
     ZCK_TRY(zck_model_add_param(m, name, ndim, shape, t->dtype, &idx));
     c->param_mod[idx] = (int64_t)i;
     if (ai >= 0) b->alias_param[ai] = idx;
-    else if ((k = smap_get(&b->train, name)) >= 0) b->train_param[k] = idx;
-    else if ((k = smap_get(&b->frozen, name)) >= 0) b->frozen_param[k] = idx;
+    else if ((k = zck__strmap_find(&b->train, name)) >= 0) b->train_param[k] = idx;
+    else if ((k = zck__strmap_find(&b->frozen, name)) >= 0) b->frozen_param[k] = idx;
     if (frozen && ai < 0) zck_model_set_frozen(m, idx, true);
   }
   return ZCK_OK;

@@ -22,54 +22,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-// ---- a small name -> index map (open addressing)
+// ---- name -> index lookups (lib/strmap.h)
 
-typedef struct zck__uv_map {
-  const char **keys;
-  int64_t *vals;
-  size_t cap;
-} zck__uv_map;
-
-static uint64_t zck__uv_hash(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-  return h;
-}
-
-static zck_status zck__uv_map_init(zck__uv_map *m, size_t n) {
-  m->cap = 16;
-  while (m->cap < 2 * n + 1) m->cap *= 2;
-  m->keys = zck__calloc(m->cap, sizeof *m->keys);
-  m->vals = zck__calloc(m->cap, sizeof *m->vals);
-  return m->keys && m->vals ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-}
-
-static void zck__uv_map_free(zck__uv_map *m) {
-  free(m->keys);
-  free(m->vals);
-  memset(m, 0, sizeof *m);
-}
-
-/* Inserts (key borrowed); returns the previous value, or -1 if the key is new. */
-static int64_t zck__uv_map_put(zck__uv_map *m, const char *key, int64_t val) {
-  size_t i = zck__uv_hash(key) & (m->cap - 1);
-  while (m->keys[i]) {
-    if (!strcmp(m->keys[i], key)) return m->vals[i];
-    i = (i + 1) & (m->cap - 1);
-  }
-  m->keys[i] = key;
-  m->vals[i] = val;
-  return -1;
-}
-
-static int64_t zck__uv_map_get(const zck__uv_map *m, const char *key) {
-  if (!m->cap) return -1;
-  size_t i = zck__uv_hash(key) & (m->cap - 1);
-  while (m->keys[i]) {
-    if (!strcmp(m->keys[i], key)) return m->vals[i];
-    i = (i + 1) & (m->cap - 1);
-  }
-  return -1;
+/* Inserts key (borrowed) -> i unless it is there (*was_there then says so). */
+static zck_status map_put(zck__strmap *m, const char *key, size_t i, bool *was_there) {
+  return zck__strmap_put(m, key, i, was_there, NULL);
 }
 
 // ---- pickle helpers
@@ -156,7 +113,7 @@ static zck_status zck__uv_hparams(zck_model *m, uint32_t g, const zck_pk *group)
 typedef struct zck__uv_build {
   const char *path;            /* the model-states file */
   const zck_pk *module, *shapes, *frozen, *shared;
-  zck__uv_map train, fz, buffers, alias, modmap;
+  zck__strmap train, fz, buffers, alias, modmap;  /* name -> index */
   size_t n_train;
   size_t *flat_first;          /* [n_flat groups + 1] into the flat order */
   const char **train_name;     /* flat index -> name */
@@ -165,11 +122,11 @@ typedef struct zck__uv_build {
 } zck__uv_build;
 
 static void zck__uv_build_free(zck__uv_build *b) {
-  zck__uv_map_free(&b->train);
-  zck__uv_map_free(&b->fz);
-  zck__uv_map_free(&b->buffers);
-  zck__uv_map_free(&b->alias);
-  zck__uv_map_free(&b->modmap);
+  zck__strmap_free(&b->train);
+  zck__strmap_free(&b->fz);
+  zck__strmap_free(&b->buffers);
+  zck__strmap_free(&b->alias);
+  zck__strmap_free(&b->modmap);
   free(b->flat_first);
   free(b->train_name);
   free(b->train_shape);
@@ -194,7 +151,7 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
   b->train_shape = zck__calloc(nt + 1, sizeof *b->train_shape);
   b->train_param = zck__calloc(nt + 1, sizeof *b->train_param);
   if (!b->flat_first || !b->train_name || !b->train_shape || !b->train_param) return ZCK_ERR_NO_MEMORY;
-  ZCK_TRY(zck__uv_map_init(&b->train, nt));
+  ZCK_TRY(zck__strmap_init(&b->train, nt));
   size_t k = 0;
   for (size_t g = 0; g < ng; g++) {
     const zck_pk *d = b->shapes->u.seq.items[g];
@@ -205,8 +162,10 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
       b->train_name[k] = name;
       b->train_shape[k] = d->u.dict.values[i];
       b->train_param[k] = -1;
-      int64_t prev = zck__uv_map_put(&b->train, name, (int64_t)k);
-      if (prev >= 0) {  /* a param in two flat groups */
+      bool dup;
+      size_t prev;
+      ZCK_TRY(zck__strmap_put(&b->train, name, k, &dup, &prev));
+      if (dup) {  /* a param in two flat groups */
         size_t g0 = 0;
         while (g0 + 1 < ng && b->flat_first[g0 + 1] <= (size_t)prev) g0++;
         return zck__fail(ZCK_ERR_FORMAT, "%s: parameter '%s' appears twice in param_shapes (groups %zu and %zu): one "
@@ -218,38 +177,42 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
   size_t nf = b->frozen ? b->frozen->u.dict.len : 0;
   b->frozen_param = zck__calloc(nf + 1, sizeof *b->frozen_param);
   if (!b->frozen_param) return ZCK_ERR_NO_MEMORY;
-  ZCK_TRY(zck__uv_map_init(&b->fz, nf));
+  ZCK_TRY(zck__strmap_init(&b->fz, nf));
   for (size_t i = 0; i < nf; i++) {
     const char *name = zck_pk_as_str(b->frozen->u.dict.keys[i]);
     if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes: key %zu is not a string", path, i);
     b->frozen_param[i] = -1;
-    if (zck__uv_map_put(&b->fz, name, (int64_t)i) >= 0)
+    bool dup;
+    ZCK_TRY(map_put(&b->fz, name, i, &dup));
+    if (dup)
       return zck__fail(ZCK_ERR_FORMAT, "%s: frozen_param_shapes lists '%s' twice", path, name);
-    if (zck__uv_map_get(&b->train, name) >= 0)
+    if (zck__strmap_find(&b->train, name) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: '%s' is in both param_shapes and frozen_param_shapes", path, name);
   }
-  ZCK_TRY(zck__uv_map_init(&b->buffers, bn->u.seq.len));
+  ZCK_TRY(zck__strmap_init(&b->buffers, bn->u.seq.len));
   for (size_t i = 0; i < bn->u.seq.len; i++) {
     const char *s = zck_pk_as_str(bn->u.seq.items[i]);
     if (!s) return zck__fail(ZCK_ERR_FORMAT, "%s: buffer_names[%zu] is not a string", path, i);
-    zck__uv_map_put(&b->buffers, s, (int64_t)i);
+    bool dup;
+    ZCK_TRY(map_put(&b->buffers, s, i, &dup));
   }
   size_t ns = b->shared ? b->shared->u.dict.len : 0;
   b->alias_param = zck__calloc(ns + 1, sizeof *b->alias_param);
   if (!b->alias_param) return ZCK_ERR_NO_MEMORY;
-  ZCK_TRY(zck__uv_map_init(&b->alias, ns));
+  ZCK_TRY(zck__strmap_init(&b->alias, ns));
   for (size_t i = 0; i < ns; i++) {
     const char *a = zck_pk_as_str(b->shared->u.dict.keys[i]), *s = zck_pk_as_str(b->shared->u.dict.values[i]);
     if (!a || !s) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params entry %zu is not str -> str", path, i);
     b->alias_param[i] = -1;
-    zck__uv_map_put(&b->alias, a, (int64_t)i);
-    if (zck__uv_map_get(&b->train, a) >= 0 || zck__uv_map_get(&b->fz, a) >= 0)
+    bool dup;
+    ZCK_TRY(map_put(&b->alias, a, i, &dup));
+    if (zck__strmap_find(&b->train, a) >= 0 || zck__strmap_find(&b->fz, a) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params alias '%s' is itself a saved parameter", path, a);
     if (!strcmp(a, s)) return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params maps '%s' to itself", path, a);
   }
   for (size_t i = 0; i < ns; i++) {
     const char *s = zck_pk_as_str(b->shared->u.dict.values[i]);
-    if (zck__uv_map_get(&b->alias, s) >= 0)
+    if (zck__strmap_find(&b->alias, s) >= 0)
       return zck__fail(ZCK_ERR_FORMAT, "%s: shared_params: source '%s' of '%s' is itself an alias (chain or cycle)", path,
                        s, zck_pk_as_str(b->shared->u.dict.keys[i]));
   }
@@ -261,10 +224,10 @@ static zck_status zck__uv_index(zck_uv_ckpt *c, zck__uv_build *b, const zck_pk *
  * reader's ds_manifest.c decides): one left out by exclude_frozen_parameters (HF + PEFT's
  * lm_head -> wte) is not, and its alias is no parameter. */
 static bool zck__uv_source_saved(const zck_uv_ckpt *c, const zck__uv_build *b, const char *src) {
-  if (zck__uv_map_get(&b->train, src) >= 0 || zck__uv_map_get(&b->fz, src) >= 0) return true;
+  if (zck__strmap_find(&b->train, src) >= 0 || zck__strmap_find(&b->fz, src) >= 0) return true;
   bool module_holds_frozen = c->info.stage == 1 || (c->info.stage == 2 && !b->frozen);
-  return module_holds_frozen && zck__uv_map_get(&b->modmap, src) >= 0 && zck__uv_map_get(&b->buffers, src) < 0 &&
-         zck__uv_map_get(&b->alias, src) < 0;
+  return module_holds_frozen && zck__strmap_find(&b->modmap, src) >= 0 && zck__strmap_find(&b->buffers, src) < 0 &&
+         zck__strmap_find(&b->alias, src) < 0;
 }
 
 /* One `module` entry: a buffer, or a param classified as the DeepSpeed reader does. */
@@ -274,7 +237,7 @@ static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t 
   zck_model *m = c->m;
   int stage = c->info.stage;
   uint32_t idx;
-  if (zck__uv_map_get(&b->buffers, name) >= 0) {
+  if (zck__strmap_find(&b->buffers, name) >= 0) {
     ZCK_TRY_CTX(zck_model_add_buffer(m, name, t->ndim, t->shape, t->dtype, &idx), "%s", path);
     c->buffer_mod[idx] = (int64_t)i;
     return ZCK_OK;
@@ -283,10 +246,10 @@ static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t 
   int64_t shape[ZCK_MAX_DIMS];
   memcpy(shape, t->shape, sizeof shape);
   bool frozen = false;
-  int64_t ai = zck__uv_map_get(&b->alias, name), k;
+  int64_t ai = zck__strmap_find(&b->alias, name), k;
   const char *shape_of = ai >= 0 ? zck_pk_as_str(b->shared->u.dict.values[ai]) : name;
   if (ai >= 0 && !zck__uv_source_saved(c, b, shape_of)) return ZCK_OK;   /* its source was not saved */
-  if ((k = zck__uv_map_get(&b->train, shape_of)) >= 0) {
+  if ((k = zck__strmap_find(&b->train, shape_of)) >= 0) {
     int nd;
     int64_t ps[ZCK_MAX_DIMS];
     ZCK_TRY(zck__uv_shape_of(b->train_shape[k], &nd, ps, path, "param_shapes", shape_of));
@@ -299,7 +262,7 @@ static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t 
     }
     ndim = nd;
     memcpy(shape, ps, sizeof shape);
-  } else if ((k = zck__uv_map_get(&b->fz, shape_of)) >= 0) {
+  } else if ((k = zck__strmap_find(&b->fz, shape_of)) >= 0) {
     int nd;
     int64_t fs[ZCK_MAX_DIMS];
     ZCK_TRY(zck__uv_shape_of(b->frozen->u.dict.values[k], &nd, fs, path, "frozen_param_shapes", shape_of));
@@ -323,8 +286,8 @@ static zck_status zck__uv_module_entry(zck_uv_ckpt *c, zck__uv_build *b, size_t 
   ZCK_TRY_CTX(zck_model_add_param(m, name, ndim, shape, t->dtype, &idx), "%s", path);
   c->param_mod[idx] = (int64_t)i;
   if (ai >= 0) b->alias_param[ai] = idx;
-  else if ((k = zck__uv_map_get(&b->train, name)) >= 0) b->train_param[k] = idx;
-  else if ((k = zck__uv_map_get(&b->fz, name)) >= 0) b->frozen_param[k] = idx;
+  else if ((k = zck__strmap_find(&b->train, name)) >= 0) b->train_param[k] = idx;
+  else if ((k = zck__strmap_find(&b->fz, name)) >= 0) b->frozen_param[k] = idx;
   if (frozen && ai < 0) zck_model_set_frozen(m, idx, true);
   return ZCK_OK;
 }
@@ -438,16 +401,18 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
   c->param_mod = zck__calloc(nm + 1, sizeof *c->param_mod);
   c->buffer_mod = zck__calloc(nm + 1, sizeof *c->buffer_mod);
   if (!c->module || !c->param_mod || !c->buffer_mod || !(c->m = zck_model_new())) return ZCK_ERR_NO_MEMORY;
-  zck__uv_map seen;
-  zck_status st = zck__uv_map_init(&seen, nm);
+  zck__strmap seen = {0};
+  zck_status st = zck__strmap_init(&seen, nm);
   for (size_t i = 0; st == ZCK_OK && i < nm; i++) {
     const char *name = zck_pk_as_str(b.module->u.dict.keys[i]);
+    bool dup = false;
     if (!name) st = zck__fail(ZCK_ERR_FORMAT, "%s: module: key %zu is not a string", path, i);
-    else if (zck__uv_map_put(&seen, name, (int64_t)i) >= 0) st = zck__fail(ZCK_ERR_FORMAT, "%s: module: duplicate key '%s'", path, name);
-    else if (zck_torch_tensor_of(mf, b.module->u.dict.values[i]))
+    else st = map_put(&seen, name, i, &dup);
+    if (st == ZCK_OK && dup) st = zck__fail(ZCK_ERR_FORMAT, "%s: module: duplicate key '%s'", path, name);
+    else if (st == ZCK_OK && zck_torch_tensor_of(mf, b.module->u.dict.values[i]))
       st = zck__uv_tref_of(mf, b.module->u.dict.values[i], name, &c->module[c->n_module++]);
   }
-  zck__uv_map_free(&seen);
+  zck__strmap_free(&seen);
   if (st == ZCK_OK) st = zck__uv_autoep_module(c, root);
   if (st == ZCK_OK && !pipe) st = zck__uv_moe_module(c, root);
   if (st == ZCK_OK && pipe) st = zck__uv_pipe_open(c, root, &b.shapes);   /* every stage's params, tp_size 1 */
@@ -459,8 +424,11 @@ zck_status zck__uv_build_manifest(zck_uv_ckpt *c) {
     if (!bm) st = ZCK_ERR_NO_MEMORY;
   }
   if (st == ZCK_OK) st = zck__uv_index(c, &b, bn);
-  if (st == ZCK_OK) st = zck__uv_map_init(&b.modmap, c->n_module);
-  for (size_t i = 0; st == ZCK_OK && i < c->n_module; i++) zck__uv_map_put(&b.modmap, c->module[i].name, (int64_t)i);
+  if (st == ZCK_OK) st = zck__strmap_init(&b.modmap, c->n_module);
+  for (size_t i = 0; st == ZCK_OK && i < c->n_module; i++) {
+    bool dup;
+    st = map_put(&b.modmap, c->module[i].name, i, &dup);
+  }
   c->n_flat = b.n_train;
   c->info.n_flat_groups = b.shapes->u.seq.len;
   if (st == ZCK_OK && !(c->flat = zck__calloc(b.n_train + 1, sizeof *c->flat))) st = ZCK_ERR_NO_MEMORY;
