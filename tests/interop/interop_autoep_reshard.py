@@ -26,6 +26,7 @@ GEN = os.path.join(SRC, "tests", "fixtures", "gen")
 FIX = os.path.join(SRC, "tests", "fixtures", "autoep")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 sys.path.insert(0, GEN)
+from zero12_reload import run_ranks  # noqa: E402
 
 # source case -> targets (world, ep, stage); the source's own layout is the reference run
 TARGETS = {
@@ -88,20 +89,8 @@ def worker(spec_path):
 def run(tmp, name, case, load_dir, world, ep, stage, sgs=None):
     """DeepSpeed's engine at (world, ep, stage, sub_group_size) loading load_dir: (states, losses by rank) or (None,
     why)."""
-    import torch
-    from ds_launch import launch
-    spec, out = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".out")
-    json.dump({"case": case, "load_dir": load_dir, "ep": ep, "stage": stage, "sgs": sgs, "out": out}, open(spec, "w"))
-    rc = launch(world, [os.path.abspath(__file__), "--worker", spec], timeout=600, log_prefix=os.path.join(tmp, name))
-    res = [json.load(open(f"{out}.{r}")) for r in range(world) if os.path.exists(f"{out}.{r}")]
-    if rc or len(res) != world:
-        logs = "".join(open(os.path.join(tmp, f"{name}.rank{r}.log")).read()[-1200:] for r in range(world)
-                       if os.path.exists(os.path.join(tmp, f"{name}.rank{r}.log")))
-        return None, f"the ranks failed (rc {rc}): {logs}"
-    errs = [x["error"] for x in res if "error" in x]
-    if errs:
-        return None, f"DeepSpeed's load_checkpoint refuses it: {errs[0]}"
-    return torch.load(out + ".states.pt", weights_only=False), [x["loss"] for x in sorted(res, key=lambda x: x["rank"])]
+    return run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir, "ep": ep, "stage": stage, "sgs": sgs},
+                     world)
 
 
 def main():

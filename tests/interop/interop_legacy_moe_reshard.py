@@ -94,7 +94,8 @@ def reference(case):
 
 def run(tmp, name, case, load_dir, world, stage):
     """DeepSpeed's engine at (world, stage) loading load_dir: (states, rank 0's next loss) or (None, why)."""
-    return run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir, "stage": stage}, world)
+    states, losses = run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir, "stage": stage}, world)
+    return states, losses[0] if states is not None else losses
 
 
 def main():

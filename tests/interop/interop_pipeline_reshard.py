@@ -101,7 +101,8 @@ def reference(case):
 
 def run(tmp, name, case, load_dir, world):
     """PipelineEngine on `world` ranks loading load_dir: (states, rank 0's next loss) or (None, why)."""
-    return run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir}, world)
+    states, losses = run_ranks(__file__, tmp, name, {"case": case, "load_dir": load_dir}, world)
+    return states, losses[0] if states is not None else losses
 
 
 def main():

@@ -4,8 +4,9 @@ what DeepSpeed itself saved (interop_legacy_moe_reshard, interop_pipeline_reshar
     per_param(names, numels, flat)       {name: 1-D slice} of a group's full flat partition (padding at the end)
     saved_states(load, model, osd_files) each param's fp32 master, exp_avg, exp_avg_sq and Adam step, cut from one
                                          mp_rank's model file and its dp ranks' optimizer files (in dp order)
-    run_ranks(script, tmp, name, spec, world)   `script --worker SPEC` on `world` ranks (ds_launch): (states, rank 0's
-                                         next loss), or (None, why) with the ranks' logs or DeepSpeed's refusal
+    run_ranks(script, tmp, name, spec, world)   `script --worker SPEC` on `world` ranks (ds_launch): (states, each
+                                         rank's next loss in rank order), or (None, why) with the ranks' logs or
+                                         DeepSpeed's refusal
     check_readback(zck, check, name, src, out)  zckpt reads the output back: verify clean, consolidate = the source's
     check_loaded(check, name, ref, states, n_masters, lp_from)  after load_checkpoint, every state and 16-bit weight
                                          equals the reference bit for bit
@@ -59,7 +60,7 @@ def run_ranks(script, tmp, name, spec, world):
     errs = [x["error"] for x in res if "error" in x]
     if errs:
         return None, f"DeepSpeed's load_checkpoint refuses it: {errs[0]}"
-    return torch.load(out + ".states.pt", weights_only=False), [x["loss"] for x in res if x["rank"] == 0][0]
+    return torch.load(out + ".states.pt", weights_only=False), [x["loss"] for x in sorted(res, key=lambda x: x["rank"])]
 
 
 def check_readback(zck, check, name, src, out):
