@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "deepspeed/ds_writer.h"
+#include "zip/zip.h"
 #include "manifest.h"
 #include "reshard_internal.h"
 #include "transfer.h"
@@ -56,9 +57,23 @@ static zck_status target_view(const zck_model *src_m, const uint64_t *numel, sta
   return ZCK_OK;
 }
 
+/* A layer file's records checked before its bytes are copied: the transfer reads none of them (the weights are
+ * copied as they are), so nothing else would. */
+static zck_status check_layer_file(const char *path) {
+  zck__source src;
+  ZCK_TRY(zck__source_open(&src, path));
+  zck_zip *z = NULL;
+  zck_status st = zck_zip_open(&src, &z);
+  if (st == ZCK_OK) st = zck_zip_check_all(z);
+  zck_zip_close(z);
+  zck__source_close(&src);
+  return st;
+}
+
 static zck_status copy_layer_files(const zck_ds_ckpt *c, const char *dir) {
   for (size_t i = 0; i < zck_ds_pipe_layer_files(c); i++) {
     const char *from = zck_ds_pipe_layer_file(c, i), *slash = strrchr(from, '/');
+    ZCK_TRY(check_layer_file(from));
     char *to = zck__path_join(dir, slash ? slash + 1 : from);
     zck_status st = to ? zck__copy_file(from, to) : ZCK_ERR_NO_MEMORY;
     free(to);

@@ -55,5 +55,14 @@ cp -r "$SRC" "$T/swapped" && mv "$T/swapped/$G/layer_02-model_states.pt" "$T/x" 
   mv "$T/swapped/$G/layer_03-model_states.pt" "$T/swapped/$G/layer_02-model_states.pt" &&
   mv "$T/x" "$T/swapped/$G/layer_03-model_states.pt"
 refused swapped "layer_02-model_states.pt: holds 'layer_03-model_states'" "verify consolidate to-universal reshard"
+# a bit flipped in a layer file's weight (record data/0 lies at bytes 832..1088): reshard copies that file as it is,
+# so it checks the file's zip CRCs first; consolidate and to-universal read no layer weight (the masters are the values)
+cp -r "$SRC" "$T/flipped" && L="$T/flipped/$G/layer_00-model_states.pt" &&
+  b=$(od -An -tu1 -j900 -N1 "$L" | tr -d ' ') && printf "$(printf '\\%03o' $((b ^ 64)))" |
+  dd of="$L" bs=1 seek=900 conv=notrunc 2>/dev/null
+cmp -s "$SRC/$G/layer_00-model_states.pt" "$L" && fail "the flip did not happen"
+refused flipped "layer_00-model_states.pt: entry \"layer_00-model_states/data/0\": CRC-32 mismatch" "reshard"
+"$BIN" verify "$T/flipped" >"$T/err" 2>&1 && fail "flipped: verify passed"
+grep -q "^damaged: .*layer_00-model_states.pt: zip record" "$T/err" || fail "flipped: verify: $(cat "$T/err")"
 # a layer file of another save (same records, other values) is interop_pipeline.py's: it needs torch to make one
 exit 0
