@@ -182,6 +182,26 @@ static int64_t weight_param(const zck_ds_writer *w, size_t l, int k) {
   return zck_model_find_param(w->m, pn);
 }
 
+zck_status zck__ds_expert_file_open(zck_ds_writer *w, size_t i, const char *name, char **path, zck_pk **root) {
+  *root = NULL;
+  if (!(*path = zck__path_join(w->fdir, name))) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck_torch_writer_create(*path, &w->expert_w[i]));
+  zck_pk_doc *d = zck_torch_writer_doc(w->expert_w[i]);
+  return d && (*root = zck_pk_new_dict(d, 0)) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
+zck_status zck__ds_expert_tensor(zck_ds_writer *w, size_t i, zck_pk *root, const char *key, const char *label,
+                                 uint64_t numel, int ndim, const int64_t *shape, zck_store *out) {
+  zck_torch_writer *tw = w->expert_w[i];
+  uint64_t off;
+  size_t idx;
+  zck_pk *t;
+  ZCK_TRY(zck__ds_add_storage(tw, NULL, w->lp, numel, NULL, &idx, &off));
+  if (!(t = zck_torch_writer_tensor(tw, idx, ndim, shape, NULL, 0, 0))) return ZCK_ERR_NO_MEMORY;
+  ZCK_TRY(zck__ds_add_wstore(w, tw, NULL, idx, off, w->lp, numel, label, out));
+  return put(zck_torch_writer_doc(tw), root, key, t) ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+}
+
 zck_status zck__ds_build_expert_file(zck_ds_writer *w, size_t i) {
   const struct zck__ds_autoep_file *f = w->o.autoep->layers;
   size_t l = 0;
@@ -190,13 +210,9 @@ zck_status zck__ds_build_expert_file(zck_ds_writer *w, size_t i) {
   char name[128], label[1300];
   snprintf(name, sizeof name, "layer_%lld_expert_%lld_mp_rank_00_model_states.pt", (long long)f->v[l].layer_id,
            (long long)e);
-  char *path = zck__path_join(w->fdir, name);
-  if (!path) return ZCK_ERR_NO_MEMORY;
-  zck_status s = zck_torch_writer_create(path, &w->expert_w[i]);
-  zck_torch_writer *tw = w->expert_w[i];
-  zck_pk_doc *d = s == ZCK_OK ? zck_torch_writer_doc(tw) : NULL;
-  zck_pk *root = d ? zck_pk_new_dict(d, 0) : NULL;
-  if (s == ZCK_OK && !root) s = ZCK_ERR_NO_MEMORY;
+  char *path = NULL;
+  zck_pk *root;
+  zck_status s = zck__ds_expert_file_open(w, i, name, &path, &root);
   for (int k = 1; s == ZCK_OK && k <= 3; k++) {
     int64_t p = weight_param(w, l, k);
     if (p < 0) { s = zck__fail(ZCK_ERR_FORMAT, "%s: no param %s.w%d", path, f->v[l].prefix, k); break; }
@@ -204,16 +220,10 @@ zck_status zck__ds_build_expert_file(zck_ds_writer *w, size_t i) {
     char key[1100];
     snprintf(key, sizeof key, "%s.w%d.%lld", f->v[l].prefix, k, (long long)e);
     snprintf(label, sizeof label, "%s/%s: '%.1000s'", w->shown, name, key);
-    uint64_t off, numel = (uint64_t)(pp->shape[1] * pp->shape[2]);
-    size_t idx;
-    zck_pk *t;
-    s = zck__ds_add_storage(tw, NULL, w->lp, numel, NULL, &idx, &off);
-    if (s == ZCK_OK && !(t = zck_torch_writer_tensor(tw, idx, 2, pp->shape + 1, NULL, 0, 0))) s = ZCK_ERR_NO_MEMORY;
-    if (s == ZCK_OK)
-      s = zck__ds_add_wstore(w, tw, NULL, idx, off, w->lp, numel, label, &w->stores[ZCK_DS_LP][w->lp_first[p] + (size_t)e]);
-    if (s == ZCK_OK && !put(d, root, key, t)) s = ZCK_ERR_NO_MEMORY;
+    s = zck__ds_expert_tensor(w, i, root, key, label, (uint64_t)(pp->shape[1] * pp->shape[2]), 2, pp->shape + 1,
+                              &w->stores[ZCK_DS_LP][w->lp_first[p] + (size_t)e]);
   }
-  if (s == ZCK_OK) s = zck_torch_writer_seal(tw, root);
+  if (s == ZCK_OK) s = zck_torch_writer_seal(w->expert_w[i], root);
   free(path);
   return s;
 }

@@ -168,27 +168,17 @@ zck_status zck__ds_moe_build_expert_file(zck_ds_writer *w, size_t i) {
   const zck_ds_moe_target *t = w->o.moe;
   char name[96], label[1300];
   file_name(name, sizeof name, t->layer[i], t->expert[i]);
-  char *path = zck__path_join(w->fdir, name);
-  if (!path) return ZCK_ERR_NO_MEMORY;
-  zck_status s = zck_torch_writer_create(path, &w->expert_w[i]);
-  zck_torch_writer *tw = w->expert_w[i];
-  zck_pk_doc *d = s == ZCK_OK ? zck_torch_writer_doc(tw) : NULL;
-  zck_pk *root = d ? zck_pk_new_dict(d, 0) : NULL;
-  if (s == ZCK_OK && !root) s = ZCK_ERR_NO_MEMORY;
+  char *path = NULL;
+  zck_pk *root;
+  zck_status s = zck__ds_expert_file_open(w, i, name, &path, &root);
   for (size_t p = 0; s == ZCK_OK && p < w->m->n_params; p++) {
     if (t->file_of[p] != (int32_t)i) continue;
     const zck_param *pp = &w->m->params[p];
     snprintf(label, sizeof label, "%s/%s: '%.1000s'", w->shown, name, pp->name);
-    uint64_t off;
-    size_t idx;
-    zck_pk *tn = NULL;
-    s = zck__ds_add_storage(tw, NULL, w->lp, pp->numel, NULL, &idx, &off);
-    if (s == ZCK_OK && !(tn = zck_torch_writer_tensor(tw, idx, pp->ndim, pp->shape, NULL, 0, 0))) s = ZCK_ERR_NO_MEMORY;
-    if (s == ZCK_OK)
-      s = zck__ds_add_wstore(w, tw, NULL, idx, off, w->lp, pp->numel, label, &w->stores[ZCK_DS_LP][w->lp_first[p]]);
-    if (s == ZCK_OK && !put(d, root, pp->name, tn)) s = ZCK_ERR_NO_MEMORY;
+    s = zck__ds_expert_tensor(w, i, root, pp->name, label, pp->numel, pp->ndim, pp->shape,
+                              &w->stores[ZCK_DS_LP][w->lp_first[p]]);
   }
-  if (s == ZCK_OK) s = zck_torch_writer_seal(tw, root);
+  if (s == ZCK_OK) s = zck_torch_writer_seal(w->expert_w[i], root);
   free(path);
   return s;
 }

@@ -149,6 +149,12 @@ uint64_t zck__ds_flat_numel(const zck_ds_writer *w, uint32_t p);
 uint32_t zck__ds_flat_rank(const zck_ds_writer *w, size_t g, uint32_t r);
 uint32_t zck__ds_flat_count(const zck_ds_writer *w, size_t g);
 zck_status zck__ds_build_expert_file(zck_ds_writer *w, size_t i);
+/* The steps of an expert file, shared by the AutoEP and deepspeed.moe writers: its writer created at fdir/name into
+ * w->expert_w[i] (*path: the caller frees it, also on failure) with an empty root dict; one 16-bit tensor of numel
+ * elements under key, its storage reserved and its target store registered into *out. */
+zck_status zck__ds_expert_file_open(zck_ds_writer *w, size_t i, const char *name, char **path, zck_pk **root);
+zck_status zck__ds_expert_tensor(zck_ds_writer *w, size_t i, zck_pk *root, const char *key, const char *label,
+                                 uint64_t numel, int ndim, const int64_t *shape, zck_store *out);
 const char *zck__ds_autoep_alias(const zck_ds_writer *w, uint32_t p, char *buf, size_t cap);
 bool zck__ds_autoep_model_extras(zck_ds_writer *w, zck_pk_doc *d, zck_pk *root, uint32_t r);
 /* Stage 3: the optimizer file's ds_zero_partition_groups of rank r. */
