@@ -243,9 +243,9 @@ static zck_status check_names(const zck_ds_ckpt *c, const zck__ds_model_file *mf
       long idx = layer_of_name(name);
       int64_t t = tied_of_name(c->pipe, name);
       if (t >= 0 && c->pipe->tied[t].layer < 0)
-        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: '%s' (TiedLayerSpec '%s') is in no layer file (every layer using it "
-                         "has a forward_fn, whose layer DeepSpeed does not save): its 16-bit weight is not in the "
-                         "checkpoint: not supported", mf->file->path, name, c->pipe->tied[t].key);
+        return zck__fail(ZCK_ERR_NOT_FOUND, "%s: '%s' (TiedLayerSpec '%s') is in no layer file here: the layer file "
+                         "of its use is missing, or every use has a forward_fn (DeepSpeed saves no file for those)",
+                         mf->file->path, name, c->pipe->tied[t].key);
       if (t >= 0) continue;
       if (idx < 0)
         return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param '%s' is not under a layer index: not supported",
