@@ -6,9 +6,10 @@
  * TP rank (stage 0 leads, the others write into its temporary tag folder), each over the model of its stage's params
  * (zck_ds_pipe_stage_model: the source's params [first, first + n)), its view laid back over the source's param
  * numbering, one transfer from the source into all of them. The layer_<XX>-model_states.pt files (the weights, written
- * by dp rank 0 of each stage from its module) are copied as they are: the 16-bit weights do not change with the dp
- * size. PipelineEngine takes ZeRO 0 and 1 only (runtime/pipe/engine.py), so the target is ZeRO-1; another pipeline
- * degree is refused (the layers move between stages: not written yet). */
+ * by dp rank 0 of each stage from its module) are copied as they are, each record's CRC-32 checked in the same pass
+ * (zck_zip_copy_file_checked): the 16-bit weights do not change with the dp size. PipelineEngine takes ZeRO 0 and 1
+ * only (runtime/pipe/engine.py), so the target is ZeRO-1; another pipeline degree is refused (the layers move between
+ * stages: not written yet). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,25 +58,13 @@ static zck_status target_view(const zck_model *src_m, const uint64_t *numel, sta
   return ZCK_OK;
 }
 
-/* A layer file's records checked before its bytes are copied: the transfer reads none of them (the weights are
- * copied as they are), so nothing else would. */
-static zck_status check_layer_file(const char *path) {
-  zck__source src;
-  ZCK_TRY(zck__source_open(&src, path));
-  zck_zip *z = NULL;
-  zck_status st = zck_zip_open(&src, &z);
-  if (st == ZCK_OK) st = zck_zip_check_all(z);
-  zck_zip_close(z);
-  zck__source_close(&src);
-  return st;
-}
-
 static zck_status copy_layer_files(const zck_ds_ckpt *c, const char *dir) {
   for (size_t i = 0; i < zck_ds_pipe_layer_files(c); i++) {
     const char *from = zck_ds_pipe_layer_file(c, i), *slash = strrchr(from, '/');
-    ZCK_TRY(check_layer_file(from));
     char *to = zck__path_join(dir, slash ? slash + 1 : from);
-    zck_status st = to ? zck__copy_file(from, to) : ZCK_ERR_NO_MEMORY;
+    /* checked as it is copied: the transfer reads none of its records (the weights go over as they are), so nothing
+     * else would */
+    zck_status st = to ? zck_zip_copy_file_checked(from, to) : ZCK_ERR_NO_MEMORY;
     free(to);
     ZCK_TRY(st);
   }
