@@ -158,16 +158,17 @@ static zck_status zck__copy_json(const char *from, const char *to, bool *checked
     zck__source_close(&src);
     return zck__copy_file(from, to);
   }
-  uint8_t *text = zck__malloc((size_t)src.size + 1);
-  zck_status st = text ? zck__source_read(&src, text, (size_t)src.size, 0) : ZCK_ERR_NO_MEMORY;
+  size_t n = (size_t)src.size;
+  uint8_t *text = zck__malloc(n + 1);
+  zck_status st = text ? zck__source_read(&src, text, n, 0) : ZCK_ERR_NO_MEMORY;
   zck__source_close(&src);
   size_t at = 0;
-  const char *why = st == ZCK_OK ? zck__json_problem(text, (size_t)src.size, &at) : NULL;
+  const char *why = st == ZCK_OK ? zck__json_problem(text, n, &at) : NULL;
   if (why) st = zck__fail(ZCK_ERR_DAMAGED, "%s: not JSON: %s at byte %zu", from, why, at);
   zck__outfile f;
   if (st == ZCK_OK) st = zck__outfile_create(&f, to);
   if (st == ZCK_OK) {
-    st = zck__outfile_pwrite(&f, text, (size_t)src.size, 0);
+    st = zck__outfile_pwrite(&f, text, n, 0);
     if (st == ZCK_OK) st = zck__outfile_commit(&f);
     else zck__outfile_abort(&f);
   }
