@@ -219,7 +219,7 @@ zck_status zck__copy_side_file(const char *from, const char *to, bool *checked) 
   } else if (zck__ends_with(from, ".json")) {
     st = zck__copy_json(from, to, &ok);
   } else if ((st = zck__looks_zip(from, &zip)) == ZCK_OK) {
-    st = zip ? zck_zip_copy_file_checked(from, to) : zck__copy_file(from, to);
+    st = zip ? zck_zip_copy_file_checked(from, to, 0, NULL) : zck__copy_file(from, to);
     ok = zip && st == ZCK_OK;
   }
   if (checked) *checked = ok;
