@@ -33,6 +33,7 @@
 #include "hdf5/zck_h5.h"
 #include "manifest.h"
 #include "reshard_internal.h"
+#include "side_copy.h"
 #include "source.h"
 #include "transfer.h"
 #include "universal/universal.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reshard_internal.h"
+#include "side_copy.h"
 #include "safetensors/safetensors.h"
 #include "zip/zip.h"
 
@@ -150,6 +150,12 @@ done:
   return why;
 }
 
+zck_status zck__json_check(const char *name, const void *text, size_t n) {
+  size_t at = 0;
+  const char *why = zck__json_problem(text, n, &at);
+  return why ? zck__fail(ZCK_ERR_DAMAGED, "%s: not JSON: %s at byte %zu", name, why, at) : ZCK_OK;
+}
+
 /* The file read whole, checked, then written from the same bytes. */
 static zck_status zck__copy_json(const char *from, const char *to, bool *checked) {
   zck__source src;
@@ -162,9 +168,7 @@ static zck_status zck__copy_json(const char *from, const char *to, bool *checked
   uint8_t *text = zck__malloc(n + 1);
   zck_status st = text ? zck__source_read(&src, text, n, 0) : ZCK_ERR_NO_MEMORY;
   zck__source_close(&src);
-  size_t at = 0;
-  const char *why = st == ZCK_OK ? zck__json_problem(text, n, &at) : NULL;
-  if (why) st = zck__fail(ZCK_ERR_DAMAGED, "%s: not JSON: %s at byte %zu", from, why, at);
+  if (st == ZCK_OK) st = zck__json_check(from, text, n);
   zck__outfile f;
   if (st == ZCK_OK) st = zck__outfile_create(&f, to);
   if (st == ZCK_OK) {
