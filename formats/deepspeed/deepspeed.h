@@ -295,9 +295,10 @@ uint32_t zck_ds_pipe_stages(const zck_ds_ckpt *c);
 /* The jobs that cannot write a pipeline's layout (reshard into DCP) refuse a pipeline source by name. */
 zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job);
 /* reshard of a pipeline at another data-parallel size (jobs/reshard_pipe.c): stage s's model as its stage files
- * describe it (its param_shapes' params, in c's model order, with their optimizer groups), whose params are c's model's
- * [*first, *first + n); refused by name when a stage's params do not fit that (tied or frozen params). */
-zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t *first);
+ * describe it (its param_shapes' params with their optimizer groups: the copies of TiedLayerSpec weights an earlier
+ * stage holds first, then its own params in c's model order), stage param j being c's param (*src_of)[j] (the
+ * caller frees it); refused by name when a stage's params do not fit that (frozen params, aliases). */
+zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t **src_of);
 /* The layer_<XX>-model_states.pt files (which a data-parallel size does not change): how many, and file i's path. */
 size_t zck_ds_pipe_layer_files(const zck_ds_ckpt *c);
 const char *zck_ds_pipe_layer_file(const zck_ds_ckpt *c, size_t i);
