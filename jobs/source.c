@@ -19,7 +19,7 @@
 #include "hdf5/zck_h5.h"
 #include "io.h"
 #include "reshard_internal.h"
-#include "side_copy.h"
+#include "safetensors/safetensors.h"
 #include "universal/universal.h"
 
 // ---- sniffing

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "hdf5/zck_h5.h"
+#include "side_copy.h"
 #include "to_universal.h"
 #include "transfer.h"
 #include "universal/universal.h"
@@ -390,7 +391,9 @@ static zck_status zck__uvh_side_open(zck_h5_writer *w, const char *root, char *c
   size_t ne = 0;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     char *p = zck__path_join(root, names[i]), *dp = zck__sprintf("%s/%s", ZCK_H5U_SIDE_FILES, names[i]);
-    st = p && dp ? zck__source_open(&sf->srcs[i], p) : ZCK_ERR_NO_MEMORY;
+    /* checked as reshard checks the files it carries (a small file read twice: here, then by the copy) */
+    st = p && dp ? zck__copy_side_file(p, NULL) : ZCK_ERR_NO_MEMORY;
+    if (st == ZCK_OK) st = zck__source_open(&sf->srcs[i], p);
     if (st == ZCK_OK) {
       sf->open[i] = true;
       int64_t len = (int64_t)sf->srcs[i].size;

@@ -89,6 +89,11 @@ zck_status zck_st_open(const char *path, zck_st_file **out);
 zck_status zck_st_open_source(const zck__source *src, zck_st_file **out);
 void zck_st_close(zck_st_file *f);
 
+/* The n bytes of text are one JSON value as Python's json module writes it (NaN, Infinity and -Infinity included),
+ * in UTF-8, nested at most 128 deep (the pull parser of safetensors headers and HF indexes, with Python's three
+ * literals); else ZCK_ERR_DAMAGED: "NAME: invalid JSON at byte N: what". For a side file taken along as it is. */
+zck_status zck__json_check(const char *name, const void *text, size_t n);
+
 const char *zck_st_path(const zck_st_file *f);          /* source name, for messages */
 const zck__source *zck_st_source(const zck_st_file *f);
 uint64_t zck_st_header_len(const zck_st_file *f);       /* N */

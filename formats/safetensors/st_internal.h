@@ -67,6 +67,7 @@ typedef struct zck__jp {
   const char *tensor;     /* value errors start "tensor NAME: " when set (rendered only on error) */
   long elem;              /* value errors say "CTX[elem]" when >= 0 */
   zck__buf str;           /* the last decoded string (NUL-terminated) */
+  bool python;            /* also NaN, Infinity and -Infinity, as Python's json module writes them */
 } zck__jp;
 
 void zck__jp_init(zck__jp *jp, const char *file, const char *what, const void *data, size_t n, uint64_t base);

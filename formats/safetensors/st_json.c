@@ -38,7 +38,7 @@ zck_status zck__jp_fail(zck__jp *jp, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  return zck__fail(ZCK_ERR_FORMAT, "%s: invalid %s JSON at byte %llu: %s", jp->file, jp->what,
+  return zck__fail(ZCK_ERR_FORMAT, "%s: invalid %s%sJSON at byte %llu: %s", jp->file, jp->what, *jp->what ? " " : "",
                    (unsigned long long)zck__jp_offset(jp), what);
 }
 
@@ -321,6 +321,8 @@ zck_status zck__jp_skip(zck__jp *jp) {
   case 'n': return zck__jp_literal(jp, "null");
   case -1: return zck__jp_fail(jp, "unexpected end, expected a value");
   default:
+    if (jp->python && (c == 'N' || c == 'I' || (c == '-' && jp->end - jp->p > 1 && jp->p[1] == 'I')))
+      return zck__jp_literal(jp, c == 'N' ? "NaN" : c == 'I' ? "Infinity" : "-Infinity");
     if (c == '-' || (c >= '0' && c <= '9')) {
       zck__jnum n;
       return zck__jp_number(jp, &n);
@@ -333,4 +335,16 @@ zck_status zck__jp_finish(zck__jp *jp) {
   int c = zck__jp_peek(jp);
   if (c != -1) return zck__jp_fail(jp, "trailing characters after the top-level value (byte 0x%02x)", (unsigned)c);
   return ZCK_OK;
+}
+
+zck_status zck__json_check(const char *name, const void *text, size_t n) {
+  size_t bad = zck__utf8_check(text, n);
+  if (bad != n) return zck__fail(ZCK_ERR_DAMAGED, "%s: invalid JSON at byte %zu: not UTF-8", name, bad);
+  zck__jp jp;
+  zck__jp_init(&jp, name, "", text, n, 0);
+  jp.python = true;
+  zck_status st = zck__jp_skip(&jp);
+  if (st == ZCK_OK) st = zck__jp_finish(&jp);
+  zck__jp_free(&jp);
+  return st == ZCK_OK ? ZCK_OK : ZCK_ERR_DAMAGED;   /* the line says what; a side file that fails is damage */
 }

@@ -42,7 +42,7 @@ zck_status zck_zip_read_range(const zck_zip *z, const zck_zip_entry *e, void *ds
 /* ---- checked copy (zip_copy.c), for a job that puts an archive into its output as it is */
 struct zck__manifest_known_file;
 /* Copies the archive's bytes into out at the same offsets in one pass through a bounded buffer, checking the
- * CRC-32 of every record as its bytes go by: DAMAGED, naming the archive and the record, on the first mismatch;
+ * CRC-32 of every record as its bytes go by (out NULL: the check alone): DAMAGED, naming the archive and the record, on the first mismatch;
  * UNSUPPORTED for a compressed record (its CRC is of other bytes). The caller commits out only on ZCK_OK.
  * known (NULL: none): on ZCK_OK, the copy's manifest hashes from the same bytes (size, XXH3 of the file and of each
  * chunk_size piece (0: the manifest's default), one range per record; chunks and ranges malloc'd, path left NULL),
@@ -50,7 +50,7 @@ struct zck__manifest_known_file;
 zck_status zck_zip_copy_checked(const zck_zip *z, zck__outfile *out, uint64_t chunk_size,
                                 struct zck__manifest_known_file *known);
 /* The file `from` opened (its structure checked as zck_zip_open does) and copied so into `to` (created, committed
- * only once every record checked; nothing at `to` otherwise). */
+ * only once every record checked; nothing at `to` otherwise). `to` NULL: the check alone. */
 zck_status zck_zip_copy_file_checked(const char *from, const char *to, uint64_t chunk_size,
                                      struct zck__manifest_known_file *known);
 

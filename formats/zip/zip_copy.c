@@ -138,7 +138,7 @@ zck_status zck_zip_copy_checked(const zck_zip *z, zck__outfile *out, uint64_t ch
   for (uint64_t off = 0; st == ZCK_OK && off < src->size;) {
     size_t n = src->size - off < ZCK_ZIP_COPY_CHUNK ? (size_t)(src->size - off) : ZCK_ZIP_COPY_CHUNK;
     st = zck__source_read(src, buf, n, off);
-    if (st == ZCK_OK) st = zck__outfile_pwrite(out, buf, n, off);
+    if (st == ZCK_OK && out) st = zck__outfile_pwrite(out, buf, n, off);
     if (st == ZCK_OK) zck__zip_hashes_file(&h, buf, off, n);
     uint64_t stop = off + n;
     /* records do not overlap (zck_zip_open): each piece of this chunk belongs to one of them at most */
@@ -173,10 +173,10 @@ zck_status zck_zip_copy_file_checked(const char *from, const char *to, uint64_t 
   memset(&f, 0, sizeof f);
   f.fd = -1;
   zck_status st = zck_zip_open(&src, &z);
-  if (st == ZCK_OK) st = zck__outfile_create(&f, to);
-  if (st == ZCK_OK) st = zck_zip_copy_checked(z, &f, chunk_size, known);
-  if (st == ZCK_OK) st = zck__outfile_commit(&f);
-  else zck__outfile_abort(&f);
+  if (st == ZCK_OK && to) st = zck__outfile_create(&f, to);
+  if (st == ZCK_OK) st = zck_zip_copy_checked(z, to ? &f : NULL, chunk_size, known);
+  if (st == ZCK_OK && to) st = zck__outfile_commit(&f);
+  else if (to) zck__outfile_abort(&f);
   zck_zip_close(z);
   zck__source_close(&src);
   return st;

@@ -53,13 +53,25 @@ damaged rng_state_0.pth 100 4 'entry "nested/data.pkl": CRC-32 mismatch'
 damaged rng_state_0.pth 0 64 'not a zip archive'
 # i.i64's shape [4] (byte 134) becomes [5]: 40 bytes that the header gives 32
 damaged model.safetensors 134 1 'tensor i.i64: data_offsets'
-damaged trainer_state.json 0 64 'not JSON'
-damaged trainer_state.json 20 64 'not JSON'
-damaged config.json 2 64 'not JSON'
+damaged trainer_state.json 0 64 'invalid JSON'
+damaged trainer_state.json 20 64 'invalid JSON'
+damaged config.json 2 64 'invalid JSON'
 # consolidate into an HF folder takes config.json along: checked as well
 "$BIN" consolidate -q "$HF" "$T/hfout/" 2>"$T/err" || fail "consolidate intact: $(cat "$T/err")"
 cmp -s "$HF/config.json" "$T/hfout/config.json" || fail "consolidate: config.json not taken along byte for byte"
 "$BIN" consolidate -q "$T/d" "$T/out/" 2>"$T/err" && fail "consolidate took a damaged config.json along"
-[ "$(wc -l <"$T/err")" = 1 ] && grep -q "/d/config.json: not JSON" "$T/err" || fail "consolidate: $(cat "$T/err")"
+[ "$(wc -l <"$T/err")" = 1 ] && grep -q "/d/config.json: invalid JSON" "$T/err" || fail "consolidate: $(cat "$T/err")"
 [ ! -e "$T/out" ] || fail "consolidate left its output"
+# to-universal --format hdf5 keeps them in /side_files: checked as well (config.json damaged in $T/d, then a record)
+"$BIN" to-universal -q --format hdf5 "$HF" "$T/ok.h5" 2>"$T/err" || fail "to-universal hdf5 intact: $(cat "$T/err")"
+"$BIN" to-universal -q --format hdf5 "$T/d" "$T/out" 2>"$T/err" && fail "to-universal hdf5 kept a damaged config.json"
+[ "$(wc -l <"$T/err")" = 1 ] && grep -q "/d/config.json: invalid JSON" "$T/err" || fail "to-universal hdf5: $(cat "$T/err")"
+[ ! -e "$T/out" ] || fail "to-universal hdf5 left its output"
+cp "$HF/config.json" "$T/d/config.json"
+flip "$T/d/scheduler.pt" 1880 64
+cmp -s "$HF/scheduler.pt" "$T/d/scheduler.pt" && fail "scheduler.pt: the flip did not happen"
+"$BIN" to-universal -q --format hdf5 "$T/d" "$T/out" 2>"$T/err" && fail "to-universal hdf5 kept a damaged scheduler.pt"
+[ "$(wc -l <"$T/err")" = 1 ] && grep -q '/d/scheduler.pt: entry "module_state_dict/data/1": CRC-32 mismatch' "$T/err" ||
+  fail "to-universal hdf5: $(cat "$T/err")"
+[ ! -e "$T/out" ] || fail "to-universal hdf5 left its output"
 exit 0
