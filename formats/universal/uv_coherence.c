@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec.h"
+#include "hash_xxh3.h"
+#include "io.h"
+#include "manifest.h"
 #include "util.h"
 
 /* Elements compared per param: the copy of every element is exact, so a prefix refuses nothing valid, and a master
@@ -30,6 +34,43 @@ static bool same_copy(zck_dtype dt, const uint8_t *copy, float master) {
   return got == (dt == ZCK_BF16 ? zck__bf16_round(master) : zck__f16_round(master));
 }
 
+/* On a difference: a flipped byte is said as the damage it is (the record's CRC-32), not as a file of another step. */
+static zck_status check_record(const zck__source *src, const char *path, const zck_record_check *rec, const char *what) {
+  uint8_t buf[1 << 16];
+  uint32_t crc = 0;
+  for (uint64_t pos = 0; pos < rec->size;) {
+    size_t n = rec->size - pos < sizeof buf ? (size_t)(rec->size - pos) : sizeof buf;
+    ZCK_TRY(zck__source_read(src, buf, n, rec->off + pos));
+    crc = zck_crc32_update(crc, buf, n);
+    pos += n;
+  }
+  if (crc != rec->crc32)
+    return zck__fail(ZCK_ERR_DAMAGED, "%s: %s: CRC-32 mismatch (stored %08x, read %08x)", path, what, rec->crc32, crc);
+  return ZCK_OK;
+}
+
+/* The same for a file zckpt's manifest lists: its XXH3 says the file was replaced, as a job reading it would. */
+static zck_status check_xxh3(const zck__source *src, const zck__uv_tstore *ts) {
+  XXH3_state_t *h = XXH3_createState();
+  uint8_t *buf = h ? zck__malloc(1 << 16) : NULL;
+  zck_status s = buf ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  uint64_t end = ts->base + ts->numel * ts->es;
+  if (s == ZCK_OK) XXH3_64bits_reset(h);
+  for (uint64_t pos = ts->base; s == ZCK_OK && pos < end; pos += 1 << 16) {
+    size_t n = end - pos < (1 << 16) ? (size_t)(end - pos) : (size_t)1 << 16;
+    s = zck__source_read(src, buf, n, pos);
+    if (s == ZCK_OK) XXH3_64bits_update(h, buf, n);
+  }
+  uint64_t got = s == ZCK_OK ? XXH3_64bits_digest(h) : 0;
+  if (s == ZCK_OK && got != ts->xxh3)
+    s = zck__fail(ZCK_ERR_DAMAGED, "%s: tensor bytes [%llu, %llu) differ from " ZCK_MANIFEST_NAME " (XXH3 stored %016llx, "
+                  "read %016llx): replaced or damaged since zckpt wrote it", ts->path, (unsigned long long)ts->base,
+                  (unsigned long long)end, (unsigned long long)ts->xxh3, (unsigned long long)got);
+  free(buf);
+  XXH3_freeState(h);
+  return s;
+}
+
 static zck_status check_param(const zck__source *model, const zck__uv_tstore *ts, const zck__uv_tref *t,
                               const char *name, const char *model_path, float *m, uint8_t *v) {
   uint64_t n = ts->numel < ZCK__UV_COHERENCE_ELEMS ? ts->numel : ZCK__UV_COHERENCE_ELEMS;
@@ -37,14 +78,17 @@ static zck_status check_param(const zck__source *model, const zck__uv_tstore *ts
   zck__source f;
   ZCK_TRY(zck__source_open(&f, ts->path));
   zck_status s = zck__source_read(&f, m, n * 4, ts->base);
+  if (s == ZCK_OK) s = zck__source_read(model, v, n * esz, t->offset);
+  uint64_t i = 0;
+  while (s == ZCK_OK && i < n && same_copy(t->dtype, v + i * esz, m[i])) i++;
+  if (s == ZCK_OK && i < n && ts->has_rec) s = check_record(&f, ts->path, &ts->rec, "tensor record");
+  if (s == ZCK_OK && i < n && ts->has_xxh3) s = check_xxh3(&f, ts);
+  if (s == ZCK_OK && i < n && t->has_rec) s = check_record(model, model_path, &t->rec, "module tensor record");
+  if (s == ZCK_OK && i < n)
+    s = zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' element %llu is not the fp32 master of its copy in %s's module: "
+                  "an fp32.pt of another step?", ts->path, name, (unsigned long long)i, model_path);
   zck__source_close(&f);
-  ZCK_TRY(s);
-  ZCK_TRY(zck__source_read(model, v, n * esz, t->offset));
-  for (uint64_t i = 0; i < n; i++)
-    if (!same_copy(t->dtype, v + i * esz, m[i]))
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' element %llu is not the fp32 master of its copy in %s's module: "
-                       "an fp32.pt of another step?", ts->path, name, (unsigned long long)i, model_path);
-  return ZCK_OK;
+  return s;
 }
 
 zck_status zck__uv_check_masters(const zck_uv_ckpt *c, const uint32_t *params) {

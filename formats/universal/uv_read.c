@@ -504,7 +504,6 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   if (st == ZCK_OK) st = zck__uv_states(c, &o, params);
   if (st == ZCK_OK && !c->info.lp_dtype) c->info.lp_dtype = c->info.master_dtype;
   if (st == ZCK_OK) st = zck__uv_step(c, &o, params);
-  if (st == ZCK_OK) st = zck__uv_check_masters(c, params);
   if (st == ZCK_OK) zck__uv_param_align(c);
   if (st == ZCK_OK) {
     uint64_t *numel = zck__calloc(c->m->n_params + 1, sizeof *numel);
@@ -525,6 +524,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   if (st == ZCK_OK) st = zck__uv_build_buffers(c);
   if (st == ZCK_OK) st = zck__uv_build_outputs(c);
   if (st == ZCK_OK && !o.no_verify) st = zck__uv_expect_manifest(c);
+  if (st == ZCK_OK) st = zck__uv_check_masters(c, params);   /* after the manifest: a replaced file is said as such */
   free(opath);
   free(params);
   if (st != ZCK_OK) {
