@@ -6,7 +6,8 @@
 #   - the model file(s) from the other tag (ZeRO-3: one rank's zero_pp_rank_N model file);
 #   - a universal folder's zero/<param>/fp32.pt, or its whole param folder, from the other step's universal
 #     folder, with zckpt's manifest and without (as ds_to_universal.py writes it);
-#   - a DCP's .metadata from the other save (harmless: the same layout; the output is byte-identical).
+#   - a DCP's .metadata from the other save (harmless: the same layout; the output is byte-identical), and a
+#     .distcp of another layout (the run reloaded at another world size).
 # Each file is shown to be the other tag's (cmp). Every job is refused: exit 1 (verify: 3), one line naming the
 # file, no output, the input unchanged, an earlier output under the same name intact.
 set -u
@@ -110,4 +111,11 @@ stale "$D/step1/.metadata" "$d/.metadata"
 "$BIN" consolidate -q "$D/step2" "$T/dcp.safetensors" || fail "dcp intact: consolidate exit $?"
 "$BIN" consolidate -q "$d" "$T/dcpmeta.safetensors" || fail "dcp with the other .metadata: consolidate exit $?"
 cmp "$T/dcp.safetensors" "$T/dcpmeta.safetensors" || fail "dcp: the other save's .metadata changed the output"
+# a .distcp of another layout (the run reloaded at 3 ranks): its items are not where .metadata says
+L=$2/dcp/llama_tied_w2_fp32
+d=$T/dcplayout && rm -rf "$d" && cp -r "$L" "$d" && cp "${L}_reloaded_w3/__1_0.distcp" "$d/"
+stale "${L}_reloaded_w3/__1_0.distcp" "$d/__1_0.distcp"
+"$BIN" consolidate -q "$d" "$T/dcplayout.safetensors" 2>"$T/e"
+[ $? = 1 ] && grep -q "$d/__1_0.distcp" "$T/e" && [ "$(wc -l <"$T/e")" = 1 ] || fail "dcp: the other layout's .distcp: $(cat "$T/e")"
+[ ! -e "$T/dcplayout.safetensors" ] || fail "dcp: output left behind"
 echo "ok"
