@@ -7,6 +7,8 @@
  * An fp32.pt taken from the folder of another step of the same run has the right name, shape, dtype, archive
  * name and zip CRCs; its values are not the masters of that copy, and consolidate or reshard would mix two steps.
  * Where zckpt's manifest is present its XXH3 catches it too (uv_expect.c); ds_to_universal.py writes none.
+ * The same check refuses ds_to_universal.py's folder of a round_robin_gradients checkpoint: it follows
+ * param_slice_mappings, whose offsets ignore the reordering, so the reordered params hold each other's values.
  *
  * A stage-3 source's module holds empty placeholders, a PipelineModule's, AutoEP's and deepspeed.moe's are laid
  * out by their own readers, AutoTP's are slices: none is compared. exp_avg.pt / exp_avg_sq.pt have no copy
@@ -86,7 +88,7 @@ static zck_status check_param(const zck__source *model, const zck__uv_tstore *ts
   if (s == ZCK_OK && i < n && t->has_rec) s = check_record(model, model_path, &t->rec, "module tensor record");
   if (s == ZCK_OK && i < n)
     s = zck__fail(ZCK_ERR_MISMATCH, "%s: '%s' element %llu is not the fp32 master of its copy in %s's module: "
-                  "an fp32.pt of another step?", ts->path, name, (unsigned long long)i, model_path);
+                  "an fp32.pt of another step, or another param's values?", ts->path, name, (unsigned long long)i, model_path);
   zck__source_close(&f);
   return s;
 }
