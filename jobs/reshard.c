@@ -33,6 +33,7 @@
 #include "hdf5/zck_h5.h"
 #include "manifest.h"
 #include "reshard_internal.h"
+#include "side_copy.h"
 #include "source.h"
 #include "transfer.h"
 #include "universal/universal.h"
@@ -86,7 +87,7 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *tag, cons
     char *from = zck__path_join(root, n), *to = zck__path_join(dst, n);
     struct stat sb;
     if (!from || !to) st = ZCK_ERR_NO_MEMORY;
-    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_side_file(from, to, NULL);
+    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_side_file(from, to);
     free(from);
     free(to);
   }
@@ -99,6 +100,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
+  ZCK_TRY(zck_ds_moe_keep_ep(c, o.to_ep_size));   /* deepspeed.moe: the EP size kept (ds_moe_ep.c) */
   if (o.to_ep_size && !in->ep_size)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: %s is not an AutoEP (expert-parallel) checkpoint", src);
   if (in->stage == 0 && !o.to_stage)
