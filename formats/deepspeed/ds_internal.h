@@ -231,7 +231,7 @@ const zck__ds_rankfile *zck__ds_pipe_model_file(const zck_ds_ckpt *c, size_t i);
 /* TiedLayerSpec weights (ds_pipe_tied.c): later stages' copies of a weight are left out of the model, and the training
  * layout is DeepSpeed's ZeRO-1 partition of each flat group with them counted but no piece pointing at them. */
 bool zck__ds_pipe_has_replicas(const zck_ds_ckpt *c);
-zck_status zck__ds_pipe_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
+zck_status zck__ds_pipe_train(zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
                               size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out);
 
 /* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */

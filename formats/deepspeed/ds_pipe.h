@@ -14,6 +14,7 @@ typedef struct zck__ds_pipe_replica {
   size_t group;              /* c's flat group (stage groups appended) */
   size_t pos;                /* its place among the group's params as the stage's param_shapes list them */
   uint64_t numel;
+  uint64_t offset;           /* where it begins in the flat group (zck__ds_pipe_train) */
 } zck__ds_pipe_replica;
 
 struct zck__ds_pipe {
@@ -44,6 +45,8 @@ zck_status zck__ds_pipe_layer_tied(const zck_ds_ckpt *c, const zck__strmap *shap
  * taken out and recorded, and their param_slice_mappings and alignment paddings in every rank's optimizer file. */
 zck_status zck__ds_pipe_take_replicas(zck_ds_ckpt *c, zck_ds_ckpt *sub, uint32_t s, size_t first,
                                       const zck__strmap *earlier);
+/* verify: every replica's fp32 master (and Adam state) equals the first stage's copy, bit for bit. */
+zck_status zck__ds_pipe_check_replicas(const zck_ds_ckpt *c);
 zck_status zck__ds_pipe_strip_optim(const struct zck__ds_pipe *p, zck__ds_optim_file *so, size_t first);
 
 #endif

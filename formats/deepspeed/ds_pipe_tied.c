@@ -100,7 +100,7 @@ zck_status zck__ds_pipe_take_replicas(zck_ds_ckpt *c, zck_ds_ckpt *sub, uint32_t
         return zck__fail(ZCK_ERR_MISMATCH, "%s: param '%s' is also an earlier pipeline stage's, and not a TiedLayerSpec "
                          "weight (tied_modules.<key>.*): stale file from another run?", ms->file->path, ps->name);
       if (!ZCK__GROW(p->replicas, p->cap_replicas, p->n_replicas + 1)) return ZCK_ERR_NO_MEMORY;
-      p->replicas[p->n_replicas++] = (zck__ds_pipe_replica){ps->name, s, first + g, j, ps->numel};
+      p->replicas[p->n_replicas++] = (zck__ds_pipe_replica){ps->name, s, first + g, j, ps->numel, 0};
     }
     l->n = keep;
   }
@@ -147,11 +147,75 @@ zck_status zck__ds_pipe_strip_optim(const struct zck__ds_pipe *p, zck__ds_optim_
   return ZCK_OK;
 }
 
+// ---- verify: the copies equal the first stage's
+
+#define ZCK__TIED_BLOCK ((uint64_t)1 << 16)   /* elements compared at a time */
+
+/* Elements [off, off + n) of flat group g (of partition P) as kind k (0 fp32, 1 exp_avg, 2 exp_avg_sq) holds them,
+ * n not crossing a rank's partition. */
+static zck_status read_flat(const zck_ds_ckpt *c, size_t g, uint64_t P, int k, uint64_t off, uint64_t n, float *out) {
+  const zck__ds_optim_file *o = &c->optims[off / P];
+  const zck__ds_flat *f = &o->flat[g];
+  const zck__ds_tref *t = k == 0 ? &f->fp32 : k == 1 ? &f->exp_avg : &f->exp_avg_sq;
+  return zck__source_read(f->src ? f->src : &o->src, out, n * 4, t->offset + (off % P) * 4);
+}
+
+static uint32_t stage_of_group(const struct zck__ds_pipe *p, size_t g) {
+  uint32_t s = 0;
+  while (s + 1 < p->n_stages && p->first_group[s + 1] <= g) s++;
+  return s;
+}
+
+static zck_status check_replica(const zck_ds_ckpt *c, const zck__ds_pipe_replica *r, float *a, float *b) {
+  const zck_layout *L = c->train_layout;
+  int64_t p = zck_model_find_param(c->model, r->name);
+  ZCK_ASSERT(p >= 0);
+  uint64_t Pr = L->groups[r->group].partition;
+  int kinds = c->info.has_optimizer_state && c->info.state_dtype == ZCK_F32 ? 3 : 1;
+  static const char *what[] = {"fp32 master", "exp_avg", "exp_avg_sq"};
+  for (size_t q = L->param_first[p]; q < L->param_first[p + 1]; q++) {
+    const zck_piece *pc = &L->pieces[q];   /* ZeRO-1: contiguous in its store */
+    const zck_layout_store *st = &L->stores[pc->store];
+    uint64_t Po = L->groups[st->group].partition;
+    for (uint64_t done = 0; done < pc->count;) {
+      uint64_t e = pc->param_off + done, at = r->offset + e, n = pc->count - done;
+      if (n > ZCK__TIED_BLOCK) n = ZCK__TIED_BLOCK;
+      if (n > Pr - at % Pr) n = Pr - at % Pr;   /* the replica's rank boundary */
+      for (int k = 0; k < kinds; k++) {
+        ZCK_TRY(read_flat(c, (size_t)st->group, Po, k, (uint64_t)st->rank * Po + pc->store_off + done, n, a));
+        ZCK_TRY(read_flat(c, r->group, Pr, k, at, n, b));
+        for (uint64_t i = 0; i < n; i++)
+          if (memcmp(&a[i], &b[i], 4)) {
+            const zck__ds_optim_file *o = &c->optims[(at + i) / Pr];
+            const zck__ds_flat *f = &o->flat[r->group];
+            return zck__fail(ZCK_ERR_DAMAGED, "%s: element %llu of '%s' (its copy in pipeline stage %u) is not stage "
+                             "%u's %s: DeepSpeed keeps a TiedLayerSpec weight's copies equal: a stage file of another "
+                             "save?", f->path ? f->path : o->file->path, (unsigned long long)(e + i), r->name, r->stage,
+                             stage_of_group(c->pipe, (size_t)st->group), what[k]);
+          }
+      }
+      done += n;
+    }
+  }
+  return ZCK_OK;
+}
+
+zck_status zck__ds_pipe_check_replicas(const zck_ds_ckpt *c) {
+  const struct zck__ds_pipe *p = c->pipe;
+  if (!p || !p->n_replicas || c->info.master_dtype != ZCK_F32 || !c->train_layout) return ZCK_OK;
+  float *a = zck__calloc(ZCK__TIED_BLOCK, sizeof *a), *b = zck__calloc(ZCK__TIED_BLOCK, sizeof *b);
+  zck_status s = a && b ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t r = 0; s == ZCK_OK && r < p->n_replicas; r++) s = check_replica(c, &p->replicas[r], a, b);
+  free(a);
+  free(b);
+  return s;
+}
+
 // ---- the training layout
 
-zck_status zck__ds_pipe_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
+zck_status zck__ds_pipe_train(zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
                               size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out) {
-  const struct zck__ds_pipe *p = c->pipe;
+  struct zck__ds_pipe *p = c->pipe;
   *out = NULL;
   size_t nx = n_params + p->n_replicas, total = 0;
   for (size_t g = 0; g < n_flat; g++) total += specs[g].n_params;
@@ -198,6 +262,8 @@ zck_status zck__ds_pipe_train(const zck_ds_ckpt *c, size_t n_params, const uint6
     if (!(l->groups = zck__calloc(n_flat + 1, sizeof *l->groups))) s = ZCK_ERR_NO_MEMORY;
     for (size_t g = 0; s == ZCK_OK && g < n_flat; g++) {
       const zck_layout_group *from = &base->groups[g];
+      for (size_t i = 0; i < from->n_params; i++)   /* where each replica lies in its flat group (verify reads it) */
+        if (from->params[i] >= n_params) p->replicas[from->params[i] - n_params].offset = from->offsets[i];
       zck_layout_group *to = &l->groups[g];
       *to = *from;
       size_t n = from->n_params ? from->n_params : 1;

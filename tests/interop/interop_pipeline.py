@@ -17,7 +17,8 @@ TiedLayerSpec weight in both stages (tied_modules.embed.weight, once in the outp
     reshard       --to-stage 2 refused in one line naming the layout, nothing written (PipelineEngine takes ZeRO-1 at
                   most; another dp size: interop_pipeline_reshard.py)
     damage        a layer file of another save (its records intact, other values, saved by torch under the same
-                  name): verify names it and exits non-zero; consolidate still reads the masters
+                  name): verify names it and exits non-zero; consolidate still reads the masters. With a tied
+                  weight, stage 1's copy made unequal to stage 0's: verify names the stage file and the element
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
 import os
@@ -114,6 +115,24 @@ def check(case, tmp, fails):
     damaged = [ln for ln in r.stdout.splitlines() if ln.startswith("damaged:")]
     if r.returncode == 0 or len(damaged) != 1 or "layer_00-model_states.pt" not in damaged[0]:
         fails.append(f"verify of a layer file of another save: rc {r.returncode} {r.stdout[-300:]}")
+    if "tied" not in case:
+        return
+    # a later stage's copy of the tied weight that is not the first stage's (a stage file of another save): verify
+    # names the file; DeepSpeed keeps the copies equal (their grads are all-reduced)
+    stale = os.path.join(tmp, case + "-stale")
+    shutil.copytree(ckpt, stale)
+    f = [n for n in os.listdir(os.path.join(stale, "global_step2"))
+         if n.endswith("zero_pp_rank_0_mp_rank_01_optim_states.pt")][0]
+    path = os.path.join(stale, "global_step2", f)
+    sd = torch.load(path, weights_only=False)
+    with torch.no_grad():
+        sd["optimizer_state_dict"]["single_partition_of_fp32_groups"][0][5] += 1e-3  # the copy comes first
+    torch.save(sd, path)
+    r = run("verify", stale)
+    damaged = [ln for ln in r.stdout.splitlines() if ln.startswith("damaged:")]
+    if r.returncode == 0 or len(damaged) != 1 or f not in damaged[0] or "element 5 of 'tied_modules.embed.weight'" \
+            not in damaged[0]:
+        fails.append(f"verify of a stale copy of the tied weight: rc {r.returncode} {r.stdout[-300:]}")
 
 
 def main():
