@@ -8,11 +8,13 @@
  * layout switches), so `zckpt reshard` of the container writes, byte for byte, the
  * checkpoint a reshard of the source writes (tests/reshard/test_reshard_universal.c).
  * Containers written before /resume_state are still read (lr_scheduler None). The
- * datasets reserved are the target's state view (fp32, exp_avg, exp_avg_sq of the trainable
- * params, frozen params, buffers), which one zck_transfer fills from the DeepSpeed reader's
- * view, in destination order (write_in_order), so each dataset is filled front to back and
- * only a few chunks per thread wait in assembly; each chunk is compressed by the thread
- * that completes it.
+ * datasets are reserved batch by batch (ZCK__UVH_BATCH_PARAMS params: their fp32, exp_avg
+ * and exp_avg_sq; then the frozen params; then the buffers), each batch a target state view
+ * that one zck_transfer fills from the DeepSpeed reader's view, in destination order
+ * (write_in_order), so each dataset is filled front to back and only a few chunks per
+ * thread wait in assembly; each chunk is compressed by the thread that completes it. After
+ * each batch the writer settles it (makes its datasets, keeps only their checksums), so the
+ * job's memory is bounded by a batch, not by the tensor count.
  * The save root's other files (an HF checkpoint-N/'s rng_state_<r>.pth, trainer_state.json,
  * ...) go into /side_files byte for byte, so the reshard of the container carries them
  * over as the reshard of the source does (the same files: jobs/reshard.c). */
@@ -26,59 +28,63 @@
 #include "transfer.h"
 #include "universal/universal.h"
 
+/* The datasets of one batch in one part of the target view: their whole layout and stores. */
 typedef struct zck__uvh_job {
   zck_layout *dst_layout;
   zck_store *dst;
-  zck_dtype dtype;   /* every dataset's dtype when they share one, else INVALID */
 } zck__uvh_job;
 
+/* Params per batch: the datasets of a batch (three per trainable param), with their plans,
+ * executor tables and the writer's state, are what the job holds at a time. */
+#define ZCK__UVH_BATCH_PARAMS 4096
+
+/* The dtype a view holds param p in: its first piece's store's. */
+static zck_dtype zck__uvh_dtype(const zck_ds_view *view, uint32_t p) {
+  const zck_layout *l = view->layout;
+  size_t pf = l->param_first[p];
+  return pf < l->param_first[p + 1] ? view->stores[l->pieces[pf].store].dtype : view->stores[0].dtype;
+}
+
 /* Datasets for params[0..n) of part (whole tensors, in the dtype view holds them in): their
- * whole layout and stores, one part of the target view. */
-static zck_status zck__uvh_part(zck_h5_writer *w, const zck_model *m, const zck_ds_view *view, zck_h5u_part part,
-                                const uint32_t *params, size_t n, zck__uvh_job *j) {
+ * whole layout and stores, one part of the target view. numel: every param's. */
+static zck_status zck__uvh_part(zck_h5_writer *w, const zck_model *m, const uint64_t *numel, const zck_ds_view *view,
+                                zck_h5u_part part, const uint32_t *params, size_t n, zck__uvh_job *j) {
   memset(j, 0, sizeof *j);
   if (!n) return ZCK_OK;
-  uint64_t *numel = zck__calloc(m->n_params ? m->n_params : 1, sizeof *numel);
   j->dst = zck__calloc(n, sizeof *j->dst);
-  zck_status st = numel && j->dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
-  if (st == ZCK_OK) zck_model_numels(m, numel);
+  zck_status st = j->dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
     const zck_param *p = &m->params[params[i]];
     char *path = zck_h5u_path(part, p->name);
-    /* the dtype of the store holding the param's first piece */
-    const zck_layout *l = view->layout;
-    size_t pf = l->param_first[params[i]];
-    zck_dtype dt = pf < l->param_first[params[i] + 1] ? view->stores[l->pieces[pf].store].dtype : view->stores[0].dtype;
-    st = path ? zck_h5_writer_dataset(w, path, dt, p->ndim, p->shape, &j->dst[i]) : ZCK_ERR_NO_MEMORY;
+    st = path ? zck_h5_writer_dataset(w, path, zck__uvh_dtype(view, params[i]), p->ndim, p->shape, &j->dst[i])
+              : ZCK_ERR_NO_MEMORY;
     free(path);
-    j->dtype = !i || j->dtype == dt ? dt : ZCK_DTYPE_INVALID;
   }
   if (st == ZCK_OK) st = zck_layout_whole(m->n_params, numel, params, n, &j->dst_layout);
-  free(numel);
   return st;
 }
 
 static void zck__uvh_job_free(zck__uvh_job *j) {
   zck_layout_free(j->dst_layout);
   free(j->dst);
+  memset(j, 0, sizeof *j);
 }
 
-static zck_status zck__uvh_buffers(zck_h5_writer *w, const zck_model *m, const zck_ds_view *view, zck__uvh_job *j) {
+/* Datasets for buffers idx[0..n). numel: every buffer's. */
+static zck_status zck__uvh_buffers(zck_h5_writer *w, const zck_model *m, const uint64_t *numel, const zck_ds_view *view,
+                                   const uint32_t *idx, size_t n, zck__uvh_job *j) {
   memset(j, 0, sizeof *j);
-  if (!view->layout || !m->n_buffers) return ZCK_OK;
-  size_t n = m->n_buffers;
+  if (!n) return ZCK_OK;
   j->dst = zck__calloc(n, sizeof *j->dst);
-  uint64_t *numel = zck__calloc(n, sizeof *numel);
-  zck_status st = j->dst && numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  zck_status st = j->dst ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; st == ZCK_OK && i < n; i++) {
-    const zck_buffer *b = &m->buffers[i];
-    numel[i] = b->numel;
+    const zck_buffer *b = &m->buffers[idx[i]];
     char *path = zck_h5u_buffer_path(b->name);
-    st = path ? zck_h5_writer_dataset(w, path, view->stores[i].dtype, b->ndim, b->shape, &j->dst[i]) : ZCK_ERR_NO_MEMORY;
+    st = path ? zck_h5_writer_dataset(w, path, view->stores[idx[i]].dtype, b->ndim, b->shape, &j->dst[i])
+              : ZCK_ERR_NO_MEMORY;
     free(path);
   }
-  if (st == ZCK_OK) st = zck_layout_whole(n, numel, NULL, n, &j->dst_layout);
-  free(numel);
+  if (st == ZCK_OK) st = zck_layout_whole(m->n_buffers, numel, idx, n, &j->dst_layout);
   return st;
 }
 
@@ -115,12 +121,16 @@ static cJSON *zck__uvh_hparam_json(const zck_hparam *h) {
 
 /* part_dtypes (zck_h5.h): the dtype of every dataset of a trainable part, for the parts
  * whose datasets share one, so a reader can describe the params without their headers. */
-static zck_status zck__uvh_part_dtypes(zck_h5_writer *w, const zck__uvh_job *jobs, size_t n_flat) {
+static zck_status zck__uvh_part_dtypes(zck_h5_writer *w, const zck_ds_view *views, const uint32_t *flat, size_t n_flat) {
   if (!n_flat) return ZCK_OK;
   static const char *const keys[3] = {"fp32", "exp_avg", "exp_avg_sq"};
   cJSON *o = cJSON_CreateObject();
-  for (int k = 0; o && k < 3; k++)
-    if (jobs[k].dtype != ZCK_DTYPE_INVALID) cJSON_AddStringToObject(o, keys[k], zck_dtype_name(jobs[k].dtype));
+  for (int k = 0; o && k < 3; k++) {
+    zck_dtype dt = zck__uvh_dtype(&views[k], flat[0]);
+    for (size_t i = 1; dt != ZCK_DTYPE_INVALID && i < n_flat; i++)
+      if (zck__uvh_dtype(&views[k], flat[i]) != dt) dt = ZCK_DTYPE_INVALID;
+    if (dt != ZCK_DTYPE_INVALID) cJSON_AddStringToObject(o, keys[k], zck_dtype_name(dt));
+  }
   return zck__uvh_attr_json(w, "part_dtypes", o);
 }
 
@@ -425,13 +435,93 @@ static zck_status zck__uvh_side_files(zck_h5_writer *w, const zck_ds_ckpt *ck, c
   return st;
 }
 
+// ---- the tensors, batch by batch
+
+typedef struct zck__uvh {
+  zck_h5_writer *w;
+  const zck_model *m;
+  const zck_ds_view *views;       /* [3]: fp32, exp_avg, exp_avg_sq */
+  const zck_ds_view *frozen, *bufs;
+  const uint64_t *numel;          /* every param's */
+  const uint64_t *buf_numel;      /* every buffer's */
+  zck_state_view from;            /* the reader's view, every batch's source */
+  const char *out;
+  const zck_universal_opts *o;
+  zck__uvj_progress prog;
+} zck__uvh;
+
+typedef enum { ZCK__UVH_TRAINABLE, ZCK__UVH_FROZEN, ZCK__UVH_BUFFERS } zck__uvh_what;
+
+/* Bytes of the datasets of idx[0..n). */
+static uint64_t zck__uvh_bytes(const zck__uvh *j, zck__uvh_what what, const uint32_t *idx, size_t n) {
+  uint64_t b = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (what == ZCK__UVH_BUFFERS) {
+      b += j->buf_numel[idx[i]] * zck_dtype_size(j->bufs->stores[idx[i]].dtype);
+    } else if (what == ZCK__UVH_FROZEN) {
+      b += j->numel[idx[i]] * zck_dtype_size(zck__uvh_dtype(j->frozen, idx[i]));
+    } else {
+      for (int k = 0; k < 3; k++) b += j->numel[idx[i]] * zck_dtype_size(zck__uvh_dtype(&j->views[k], idx[i]));
+    }
+  }
+  return b;
+}
+
+/* One batch: the datasets of idx[0..n) (a trainable param's three states, a frozen param,
+ * a buffer) declared, filled by one zck_transfer from the reader's view in destination
+ * order (each dataset filled front to back), then settled (made, and let go of but for
+ * their checksums). */
+static zck_status zck__uvh_batch(zck__uvh *j, zck__uvh_what what, const uint32_t *idx, size_t n) {
+  static const zck_h5u_part hparts[3] = {ZCK_H5U_FP32, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ};
+  static const zck_state_kind kinds[3] = {ZCK_STATE_FP32, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ};
+  zck__uvh_job jobs[3];
+  memset(jobs, 0, sizeof jobs);
+  zck_state_view dst;
+  memset(&dst, 0, sizeof dst);
+  dst.model = j->m;
+  dst.name = j->out;
+  dst.write_in_order = true;
+  zck_status st = ZCK_OK;
+  if (what == ZCK__UVH_TRAINABLE) {
+    for (int k = 0; st == ZCK_OK && k < 3; k++) {
+      st = zck__uvh_part(j->w, j->m, j->numel, &j->views[k], hparts[k], idx, n, &jobs[k]);
+      dst.part[kinds[k]] = (zck_state_part){jobs[k].dst_layout, jobs[k].dst, NULL};
+    }
+  } else if (what == ZCK__UVH_FROZEN) {
+    st = zck__uvh_part(j->w, j->m, j->numel, j->frozen, ZCK_H5U_FROZEN, idx, n, &jobs[0]);
+    dst.part[ZCK_STATE_FROZEN] = (zck_state_part){jobs[0].dst_layout, jobs[0].dst, NULL};
+  } else {
+    st = zck__uvh_buffers(j->w, j->m, j->buf_numel, j->bufs, idx, n, &jobs[0]);
+    dst.buffers = (zck_state_part){jobs[0].dst_layout, jobs[0].dst, NULL};
+    dst.n_buffer_copies = 1;
+  }
+  if (st == ZCK_OK) {
+    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
+    to.exec = zck__uvj_exec_opts(j->o, &j->prog);
+    st = zck_transfer(&j->from, &dst, 1, &to);
+    zck__uvj_progress_advance(&j->prog, zck__uvh_bytes(j, what, idx, n));
+  }
+  if (st == ZCK_OK) st = zck_h5_writer_settle(j->w);
+  for (int k = 0; k < 3; k++) zck__uvh_job_free(&jobs[k]);
+  return st;
+}
+
+/* Every dataset of idx[0..n), ZCK__UVH_BATCH_PARAMS at a time. */
+static zck_status zck__uvh_batches(zck__uvh *j, zck__uvh_what what, const uint32_t *idx, size_t n) {
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i < n; i += ZCK__UVH_BATCH_PARAMS)
+    st = zck__uvh_batch(j, what, idx + i, n - i < ZCK__UVH_BATCH_PARAMS ? n - i : ZCK__UVH_BATCH_PARAMS);
+  return st;
+}
+
 zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const char *out, const zck_universal_opts *o) {
   const zck_model *m = zck_ds_model(ck);
   zck_ds_view views[3], frozen = {0}, bufs = zck_ds_buffers(ck);
   static const zck_ds_part parts[3] = {ZCK_DS_FP32, ZCK_DS_EXP_AVG, ZCK_DS_EXP_AVG_SQ};
   for (int k = 0; k < 3; k++) ZCK_TRY(zck_ds_get(ck, parts[k], &views[k]));
-  uint32_t *flat = NULL, *fz = NULL;
-  size_t n_flat = 0, n_fz = 0;
+  uint32_t *flat = NULL, *fz = NULL, *bidx = NULL;
+  uint64_t *numel = NULL, *bnumel = NULL;
+  size_t n_flat = 0, n_fz = 0, n_buf = bufs.layout ? m->n_buffers : 0;
   ZCK_TRY(zck__uvj_flat_params(&views[0], &flat, &n_flat));
   zck_status st = ZCK_OK;
   for (size_t i = 0; st == ZCK_OK && i < n_flat; i++) st = zck_uv_check_name(m->params[flat[i]].name);
@@ -452,6 +542,19 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   }
   for (size_t i = 0; st == ZCK_OK && i < m->n_buffers; i++) st = zck_uv_check_name(m->buffers[i].name);
   if (st == ZCK_ERR_FORMAT) st = zck__error_prepend(st, "%s", zck_ds_info_of(ck)->dir); /* which checkpoint */
+  if (st == ZCK_OK) {
+    numel = zck__calloc(m->n_params ? m->n_params : 1, sizeof *numel);
+    bnumel = zck__calloc(n_buf ? n_buf : 1, sizeof *bnumel);
+    bidx = zck__calloc(n_buf ? n_buf : 1, sizeof *bidx);
+    if (!numel || !bnumel || !bidx) st = ZCK_ERR_NO_MEMORY;
+  }
+  if (st == ZCK_OK) {
+    zck_model_numels(m, numel);
+    for (size_t i = 0; i < n_buf; i++) {
+      bnumel[i] = m->buffers[i].numel;
+      bidx[i] = (uint32_t)i;
+    }
+  }
   zck_h5_write_opts wo = ZCK_H5_WRITE_OPTS_INIT;
   wo.level = o->level;
   wo.chunk_bytes = o->chunk_bytes;
@@ -459,41 +562,25 @@ zck_status zck__to_universal_h5(const zck_ds_ckpt *ck, const char *src, const ch
   wo.compact_bytes = ZCK_H5U_COMPACT_BYTES;
   zck_h5_writer *w = NULL;
   if (st == ZCK_OK) st = zck_h5_writer_create(out, &wo, &w);
-  zck__uvh_job jobs[5];
-  memset(jobs, 0, sizeof jobs);
-  static const zck_h5u_part hparts[3] = {ZCK_H5U_FP32, ZCK_H5U_EXP_AVG, ZCK_H5U_EXP_AVG_SQ};
-  for (int k = 0; st == ZCK_OK && k < 3; k++) st = zck__uvh_part(w, m, &views[k], hparts[k], flat, n_flat, &jobs[k]);
-  if (st == ZCK_OK && n_fz) st = zck__uvh_part(w, m, &frozen, ZCK_H5U_FROZEN, fz, n_fz, &jobs[3]);
-  if (st == ZCK_OK) st = zck__uvh_buffers(w, m, &bufs, &jobs[4]);
   if (st == ZCK_OK) st = zck__uvh_attrs(w, ck, src, flat, n_flat);
-  if (st == ZCK_OK) st = zck__uvh_part_dtypes(w, jobs, n_flat);
+  if (st == ZCK_OK) st = zck__uvh_part_dtypes(w, views, flat, n_flat);
   if (st == ZCK_OK) st = zck__uvh_resume_state(w, ck);
   if (st == ZCK_OK) {
-    /* the datasets as the target view; the source's is the reader's */
-    zck_state_view from, dst;
-    zck_ds_state(ck, &from);
-    memset(&dst, 0, sizeof dst);
-    dst.model = m;
-    dst.name = out;
-    static const zck_state_kind kinds[4] = {ZCK_STATE_FP32, ZCK_STATE_EXP_AVG, ZCK_STATE_EXP_AVG_SQ, ZCK_STATE_FROZEN};
-    for (int k = 0; k < 4; k++)
-      if (jobs[k].dst_layout) dst.part[kinds[k]] = (zck_state_part){jobs[k].dst_layout, jobs[k].dst, NULL};
-    if (jobs[4].dst_layout) {
-      dst.buffers = (zck_state_part){jobs[4].dst_layout, jobs[4].dst, NULL};
-      dst.n_buffer_copies = 1;
-    }
-    dst.write_in_order = true;
-    zck__uvj_progress prog = {o->progress, o->progress_ctx, 0, 0};
-    zck_transfer_opts to = ZCK_TRANSFER_OPTS_INIT;
-    to.exec = zck__uvj_exec_opts(o, &prog);
-    st = zck_transfer(&from, &dst, 1, &to);
-    zck__uvj_progress_advance(&prog, prog.total - prog.base);   /* what the run reported */
-    if (st == ZCK_OK) st = zck__uvh_side_files(w, ck, out, o, &prog);
+    zck__uvh j = {w, m, views, &frozen, &bufs, numel, bnumel, {0}, out, o, {o->progress, o->progress_ctx, 0, 0}};
+    zck_ds_state(ck, &j.from);
+    j.prog.total = zck__uvh_bytes(&j, ZCK__UVH_TRAINABLE, flat, n_flat) + zck__uvh_bytes(&j, ZCK__UVH_FROZEN, fz, n_fz) +
+                   zck__uvh_bytes(&j, ZCK__UVH_BUFFERS, bidx, n_buf);
+    st = zck__uvh_batches(&j, ZCK__UVH_TRAINABLE, flat, n_flat);
+    if (st == ZCK_OK) st = zck__uvh_batches(&j, ZCK__UVH_FROZEN, fz, n_fz);
+    if (st == ZCK_OK) st = zck__uvh_batches(&j, ZCK__UVH_BUFFERS, bidx, n_buf);
+    if (st == ZCK_OK) st = zck__uvh_side_files(w, ck, out, o, &j.prog);
   }
   if (st == ZCK_OK) st = zck_h5_writer_commit(w);
   zck_h5_writer_free(w);
-  for (int k = 0; k < 5; k++) zck__uvh_job_free(&jobs[k]);
   free(flat);
   free(fz);
+  free(bidx);
+  free(numel);
+  free(bnumel);
   return st;
 }

@@ -279,6 +279,9 @@ bool zck_ds_autoep_is_expert(const zck_ds_ckpt *c, const char *name);
 /* The same for a legacy deepspeed.moe.layer.MoE checkpoint (ds_moe.c), for the jobs that do not write its expert
  * files (reshard into DeepSpeed files does: zck_ds_moe_target_new). */
 zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
+/* The same for deepspeed.moe with expert parallelism (ep_size > 1), for the jobs that DeepSpeed's own tools do not
+ * run on it (to-universal: ds_to_universal.py fails on it). */
+zck_status zck_ds_moe_ep_refuse(const zck_ds_ckpt *c, const char *job);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);

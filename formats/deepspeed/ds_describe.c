@@ -203,6 +203,8 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
   }
   zck_status s = c->autoep ? zck__ds_autoep_train(c, m->n_params, numels, specs, n_flat, w, c->info.param_align,
                                                   &c->train_layout)
+                 : c->moe ? zck__ds_moe_train(c, m->n_params, numels, specs, n_flat, w, c->info.param_align,
+                                              &c->train_layout)
                  : c->info.stage == 3 ? zck_layout_zero3(m->n_params, numels, specs, n_flat, w, &c->train_layout)
                  : zck_layout_zero12(m->n_params, numels, specs, n_flat, w, c->info.param_align, &c->train_layout);
   free(specs);

@@ -170,6 +170,7 @@ struct zck_ds_ckpt {
   struct zck__ds_offload *offload; /* ds_offload.c: open swap files of offloaded_tensors/ */
   struct zck__ds_autoep *autoep;   /* ds_autoep.c: an AutoEP checkpoint's layers, NULL: none */
   bool legacy_moe;                 /* ds_moe.c: deepspeed.moe.layer.MoE expert files beside plain ZeRO shards */
+  struct zck__ds_moe *moe;         /* ds_moe_ep.c: its expert parallelism (ep_size > 1), NULL: none */
   struct zck__ds_pipe *pipe;       /* ds_pipe.c: a PipelineModule checkpoint's other stages and layer files */
 };
 
@@ -228,6 +229,25 @@ zck_status zck__ds_moe_prepare(zck_ds_ckpt *c);
 zck_status zck__ds_moe_finish(zck_ds_ckpt *c);
 /* The global expert id a param name carries (....deepspeed_experts.<E>....), -1: not an expert. */
 long zck__ds_moe_expert_id(const char *name);
+
+/* ---- ds_moe_ep.c: deepspeed.moe with ep_size E > 1 (the experts' flat group partitioned over W / E ranks) */
+struct zck__ds_moe {
+  uint32_t ep_size, edp_size;      /* E, D = W / E */
+  size_t group;                    /* the experts' flat group */
+  size_t n_local;                  /* params of one EP rank's flat (its local experts) */
+  uint32_t *pos;                   /* [E * n_local]: where EP rank e's local param i sits in the group's params */
+};
+/* From zck__ds_moe_prepare when the partition counts differ: the experts' records rewritten to their global names
+ * (param_shapes, every rank's param_slice_mappings), c->moe set. */
+zck_status zck__ds_moe_expand_ep(zck_ds_ckpt *c);
+/* build_train's layout: the other groups ZeRO's over the w ranks; group eg is EP rank e's local flat (the params
+ * specs[eg].params[pos[e * n_local + i]], i < n_local) partitioned over the w / E ranks d * E + e. */
+zck_status zck__ds_moe_layout(size_t n_params, const uint64_t *numels, const zck_group_spec *specs, size_t n_flat,
+                              uint32_t w, uint32_t param_align, size_t eg, uint32_t E, size_t n_local,
+                              const uint32_t *pos, zck_layout **out);
+zck_status zck__ds_moe_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
+                             size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out);
+void zck__ds_moe_free(struct zck__ds_moe *m);
 
 /* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
 /* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */

@@ -8,9 +8,9 @@
  * parallel group. With ep_size 1 that group is the whole dp world and the experts carry their global names in
  * param_shapes: the shards are a plain ZeRO checkpoint, which ds_to_universal.py converts as one, so zckpt reads
  * them as one. With ep_size > 1 each rank's expert group holds its own experts under local names
- * (deepspeed_experts.0 on every rank) and a partition_count below the world size: ds_to_universal.py merges
- * different experts as fragments of one param and fails, so zckpt refuses it by name. ds_moe_write.c writes the
- * ep_size 1 layout again (reshard). */
+ * (deepspeed_experts.0 on every rank) and a partition_count below the world size: ds_moe_ep.c rewrites those
+ * records to the global names first (ds_to_universal.py fails on it: to-universal refuses it by name).
+ * ds_moe_write.c writes the layout again (reshard). */
 #include "ds_internal.h"
 
 #include <stdio.h>
@@ -96,13 +96,13 @@ zck_status zck__ds_moe_prepare(zck_ds_ckpt *c) {
   if (c->info.stage == 3)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe expert file in a stage-3 checkpoint: not supported",
                      c->fs.experts[0].path);
-  for (size_t r = 0; r < c->info.world_size; r++) {
-    const zck__ds_optim_file *o = &c->optims[r];
-    if (o->mixed_counts)
-      return zck__fail(ZCK_ERR_UNSUPPORTED,
-                       "%s: deepspeed.moe expert parallelism (ep_size > 1: an expert group partitioned over fewer "
-                       "ranks than the %u of the run, its experts under local names): not supported, as by "
-                       "ds_to_universal.py", o->file->path, c->info.world_size);
+  bool mixed = false;
+  for (size_t r = 0; r < c->info.world_size; r++) mixed |= c->optims[r].mixed_counts;
+  if (mixed) {  /* ep_size > 1: the experts' records under their global names (ds_moe_ep.c) */
+    ZCK_TRY(zck__ds_moe_expand_ep(c));
+    n = 0;
+    for (size_t g = 0; g < m0->n_param_shapes; g++)
+      for (size_t i = 0; i < m0->param_shapes[g].n; i++) n += zck__ds_moe_expert_id(m0->param_shapes[g].v[i].name) >= 0;
   }
   for (size_t g = 0; g < m0->n_param_shapes; g++)
     for (size_t i = 0; i < m0->param_shapes[g].n; i++) {

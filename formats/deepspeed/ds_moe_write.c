@@ -122,6 +122,7 @@ zck_status zck_ds_moe_target_new(const zck_ds_ckpt *c, int stage, zck_ds_moe_tar
   *out = NULL;
   const char *dir = c->info.dir;
   if (!c->legacy_moe) return ZCK_OK;
+  ZCK_TRY(zck_ds_moe_ep_refuse(c, "reshard"));
   if (stage != 1 && stage != 2)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: reshard writes its ZeRO-1/2 "
                      "layout only (target ZeRO-%d)", dir, stage);

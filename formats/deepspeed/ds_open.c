@@ -380,6 +380,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   zck_manifest_free(c->manifest);
   zck__ds_offload_free(c->offload);
   zck__ds_autoep_free(c->autoep);
+  zck__ds_moe_free(c->moe);
   zck__ds_pipe_free(c->pipe);
   for (size_t i = 0; i < c->n_warnings; i++) free(c->warnings[i]);
   free(c->warnings);

@@ -117,12 +117,14 @@ static int zck__h5c_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-zck_status zck__h5c_writer_table(zck_h5_writer *w, zck__h5c_ds *const *ds, size_t n, uint64_t piece_bytes) {
-  size_t total = 0;
+zck_status zck__h5c_writer_table(zck_h5_writer *w, zck__h5c_ds *const *ds, size_t n, const uint64_t *settled,
+                                 size_t n_settled, uint64_t piece_bytes) {
+  size_t total = n_settled;
   for (size_t i = 0; i < n; i++) total += ds[i]->on ? (size_t)ds[i]->g.n : 0;
   uint64_t *v = zck__malloc((total ? total : 1) * sizeof *v);
   if (!v) return ZCK_ERR_NO_MEMORY;
-  size_t k = 0;
+  if (n_settled) memcpy(v, settled, n_settled * sizeof *v);
+  size_t k = n_settled;
   for (size_t i = 0; i < n; i++)
     if (ds[i]->on) for (uint64_t j = 0; j < ds[i]->g.n; j++) v[k++] = ds[i]->sums[j];
   qsort(v, total, sizeof *v, zck__h5c_cmp);

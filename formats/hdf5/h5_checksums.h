@@ -73,8 +73,10 @@ zck_status zck__h5c_writer_ds(const char *label, zck__h5c_ds *c, const char *pat
                               uint64_t n_chunks);
 /* Chunk id of d is complete in buf (its elements first): records its hash. */
 void zck__h5c_writer_chunk(zck__h5c_ds *c, uint64_t id, const void *buf, size_t es);
-/* At the commit, once every chunk is in: the table dataset and its root attributes. */
-zck_status zck__h5c_writer_table(zck_h5_writer *w, zck__h5c_ds *const *ds, size_t n, uint64_t piece_bytes);
+/* At the commit, once every chunk is in: the table dataset and its root attributes, of the
+ * hashes of ds[0..n) and settled[0..n_settled) (those of datasets already let go of). */
+zck_status zck__h5c_writer_table(zck_h5_writer *w, zck__h5c_ds *const *ds, size_t n, const uint64_t *settled,
+                                 size_t n_settled, uint64_t piece_bytes);
 
 // ---- reader (h5_read.c hooks)
 

@@ -464,6 +464,43 @@ static void zck__h5w_discard(zck_h5_writer *w) {
   H5Eclear2(H5E_DEFAULT);
 }
 
+// ---- settling a batch
+
+/* Keeps d's piece hashes for the commit's table and frees d. */
+static zck_status zck__h5w_settle_one(zck_h5_writer *w, zck__h5w_ds *d) {
+  size_t n = d->sums.on ? (size_t)d->sums.g.n : 0;
+  if (w->n_settled + n > w->cap_settled) {
+    size_t nc = w->cap_settled ? 2 * w->cap_settled : 1024;
+    while (nc < w->n_settled + n) nc *= 2;
+    uint64_t *v = zck__realloc(w->settled_sums, nc * sizeof *v);
+    if (!v) return ZCK_ERR_NO_MEMORY;
+    w->settled_sums = v;
+    w->cap_settled = nc;
+  }
+  if (n) memcpy(w->settled_sums + w->n_settled, d->sums.sums, n * sizeof *d->sums.sums);
+  w->n_settled += n;
+  zck__h5w_ds_free(d);
+  return ZCK_OK;
+}
+
+zck_status zck_h5_writer_settle(zck_h5_writer *w) {
+  zck__h5_lock();
+  /* made as the commit makes them, group by group: a batch's params' states together */
+  zck_status st = zck__h5w_create_all_deferred(w, true);
+  if (st != ZCK_OK) st = zck__error_prepend(st, "%s", w->out.path);
+  size_t kept = 0;
+  for (size_t i = 0; i < w->n_ds; i++) {
+    zck__h5w_ds *d = w->ds[i];
+    bool done = st == ZCK_OK && d->created && !d->deferred && d->written == d->n_chunks && !d->n_slots &&
+                strcmp(d->path, ZCK__H5C_TABLE);
+    if (done) st = zck__h5w_settle_one(w, d);
+    if (!done) w->ds[kept++] = d;
+  }
+  w->n_ds = kept;
+  zck__h5_unlock();
+  return st;
+}
+
 // ---- commit
 
 /* Bytes reserved past the file's end of allocation before the final flush (HDF5 1.10
@@ -494,12 +531,12 @@ zck_status zck_h5_writer_commit(zck_h5_writer *w) {
     zck__h5c_ds **sums = zck__malloc((w->n_ds ? w->n_ds : 1) * sizeof *sums);
     if (!sums) return ZCK_ERR_NO_MEMORY;
     for (size_t i = 0; i < w->n_ds; i++) sums[i] = &w->ds[i]->sums;
-    st = zck__h5c_writer_table(w, sums, w->n_ds, w->chunk_bytes);
+    st = zck__h5c_writer_table(w, sums, w->n_ds, w->settled_sums, w->n_settled, w->chunk_bytes);
     free(sums);
   }
   if (st != ZCK_OK) return st;
   zck__h5_lock();
-  st = zck__h5w_create_all_deferred(w);
+  st = zck__h5w_create_all_deferred(w, false);
   /* the root attributes' digest (zck_h5.h), once they are all written */
   uint64_t digest = 0;
   if (st == ZCK_OK) st = zck__h5_attrs_digest(w->file, &digest);
@@ -558,6 +595,7 @@ void zck_h5_writer_free(zck_h5_writer *w) {
   for (size_t i = 0; i < w->n_bufs; i++) free(w->bufs[i]);
   free(w->bufs);
   free(w->ds);
+  free(w->settled_sums);
   pthread_mutex_destroy(&w->pool_mu);
   free(w);
 }

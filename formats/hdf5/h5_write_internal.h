@@ -107,6 +107,9 @@ struct zck_h5_writer {
   hid_t dcpl_compact;       /* of a compact one */
   uint64_t deferred_bytes;
   size_t n_deferred;
+  /* the piece hashes of the datasets zck_h5_writer_settle let go of, for the commit's table */
+  uint64_t *settled_sums;
+  size_t n_settled, cap_settled;
 };
 
 // ---- h5_write.c
@@ -137,8 +140,9 @@ zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, siz
 hid_t zck__h5w_ftype(zck_h5_writer *w, zck_dtype dtype);
 /* Creates d's dataset in the open group g with its dtype attribute, open in *out. */
 zck_status zck__h5w_make(zck_h5_writer *w, zck__h5w_ds *d, hid_t g, hid_t *out);
-/* The commit's creation of the datasets made at the commit. */
-zck_status zck__h5w_create_all_deferred(zck_h5_writer *w);
+/* The creation of the datasets waiting for the commit: all of them, or (complete_only)
+ * those whose chunk has come (zck_h5_writer_settle). */
+zck_status zck__h5w_create_all_deferred(zck_h5_writer *w, bool complete_only);
 /* Writes attribute key of object obj (a dataset not made yet is made first). */
 zck_status zck__h5w_attr(zck_h5_writer *w, const char *obj, const char *key, hid_t type, const void *v);
 /* Closes the ids the writer keeps open besides the file. */

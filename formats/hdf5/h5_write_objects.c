@@ -273,6 +273,7 @@ static zck_status zck__h5w_create_deferred(zck__h5w_ds *d, hid_t g) {
   free(d->frame);
   d->frame = NULL;
   d->deferred = false;
+  w->deferred_bytes -= d->numel * d->es;   /* its chunk no longer waits: room for later ones */
   d->created = true;
   return ZCK_OK;
 }
@@ -303,18 +304,23 @@ static int zck__h5w_deferred_cmp(const void *a, const void *b) {
   return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* The commit's creation of the deferred datasets with their groups, group by group (each
- * group entered, made if missing, once: the writer's stack of open groups keeps it open),
- * in the order they were declared within a group. Lock held. */
-zck_status zck__h5w_create_all_deferred(zck_h5_writer *w) {
+/* A deferred dataset the commit (or a settle) makes now. */
+static bool zck__h5w_due(const zck__h5w_ds *d, bool complete_only) {
+  return d->deferred && (!complete_only || (d->written == d->n_chunks && !d->n_slots));
+}
+
+/* The creation of the deferred datasets with their groups, group by group (each group
+ * entered, made if missing, once: the writer's stack of open groups keeps it open), in
+ * the order they were declared within a group. Lock held. */
+zck_status zck__h5w_create_all_deferred(zck_h5_writer *w, bool complete_only) {
   size_t n = 0;
-  for (size_t i = 0; i < w->n_ds; i++) n += w->ds[i]->deferred;
+  for (size_t i = 0; i < w->n_ds; i++) n += zck__h5w_due(w->ds[i], complete_only);
   if (!n) return ZCK_OK;
   zck__h5w_ds **v = zck__malloc(n * sizeof *v);
   if (!v) return ZCK_ERR_NO_MEMORY;
   n = 0;
   for (size_t i = 0; i < w->n_ds; i++)
-    if (w->ds[i]->deferred) {
+    if (zck__h5w_due(w->ds[i], complete_only)) {
       v[n] = w->ds[i];
       v[n++]->dir_len = zck__h5w_dir_len(w->ds[i]->path);   /* once, not per comparison */
     }

@@ -94,7 +94,8 @@ typedef struct zck_h5_write_opts {
 zck_status zck_h5_writer_create(const char *path, const zck_h5_write_opts *o, zck_h5_writer **out);
 /* Creates dataset `path` ("/params/x/fp32"; missing groups are created) and returns a
  * callback store taking element ranges of the row-major flattening, in any order, from
- * any thread; a range must not be written twice. The store stays valid until free. */
+ * any thread; a range must not be written twice. The store stays valid until free (or
+ * until zck_h5_writer_settle, once its data is all written). */
 zck_status zck_h5_writer_dataset(zck_h5_writer *w, const char *path, zck_dtype dtype, int ndim,
                                  const int64_t *shape, zck_store *store);
 /* Creates a group (and its parents) if missing. */
@@ -103,6 +104,11 @@ zck_status zck_h5_writer_group(zck_h5_writer *w, const char *path);
 zck_status zck_h5_writer_attr_str(zck_h5_writer *w, const char *obj, const char *key, const char *value);
 zck_status zck_h5_writer_attr_i64(zck_h5_writer *w, const char *obj, const char *key, int64_t value);
 zck_status zck_h5_writer_attr_f64(zck_h5_writer *w, const char *obj, const char *key, double value);
+/* Makes every dataset whose data is all written (one-chunk ones wait for this or the
+ * commit, h5_write_objects.c) and keeps of each only its checksums: the stores of those
+ * datasets are spent. A caller filling the file batch by batch calls it after each, so the
+ * writer holds a batch's datasets, not the file's (100k params: 300k datasets). */
+zck_status zck_h5_writer_settle(zck_h5_writer *w);
 /* Fails if some dataset was not completely written; else closes, fsyncs, renames. */
 zck_status zck_h5_writer_commit(zck_h5_writer *w);
 /* An uncommitted file is removed. NULL is fine. */

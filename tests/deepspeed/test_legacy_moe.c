@@ -1,8 +1,9 @@
 /* test_legacy_moe.c: legacy DeepSpeed-MoE (deepspeed.moe.layer.MoE) checkpoints
  * (tests/fixtures/deepspeed-moe, real DeepSpeed 0.19.8 saves) through the reader, with no Python: at ep_size 1 the
  * manifest holds every expert under its global name in the expert param group, every element placed once, the
- * 16-bit view refused by name (the expert files are not bound); a missing expert file, ep_size 2, ZeRO-0's
- * expp_rank_* files refused in one line naming the file and the layout. interop_legacy_moe checks the values against
+ * 16-bit view refused by name (the expert files are not bound); at ep_size 2 the same (each rank's local expert
+ * under its global name); a missing expert file (ep_size 1 and 2), ZeRO-0's expp_rank_* files refused in one line
+ * naming the file and the layout. interop_legacy_moe checks the values against
  * DeepSpeed (the PipelineModule fixtures beside them: cli_pipe_damage, interop_pipeline). */
 #include "ds_test_util.h"
 
@@ -74,15 +75,19 @@ int main(void) {
   fclose(fp);
   intact("moe_ep1_s2", 2);
   intact("moe_ep1_s1", 1);
-  refused_fixture("moe_ep2_s2", ZCK_ERR_UNSUPPORTED, "zero_pp_rank_0_mp_rank_00_optim_states.pt", "ep_size > 1");
+  intact("moe_ep2_s2", 2);
   refused_fixture("moe_ep2_s0", ZCK_ERR_UNSUPPORTED, "expp_rank_", "stage 0");
 
-  /* an expert file missing: named by the expert id and the param that needs it */
-  char *tmp = zt_tmpdir(), *src = zt_fixture("deepspeed-moe/moe_ep1_s2/ckpt"), *dst = fmt("%s/ckpt", tmp);
-  if (zt_copy_tree(src, dst) != 0) ZT_FAIL("cp %s", src);
-  char *gone = fmt("%s/global_step2/layer_0_expert_1_mp_rank_00_model_states.pt", dst);
-  if (remove(gone) != 0) ZT_FAIL("rm %s", gone);
-  refused("expert_missing", dst, ZCK_ERR_NOT_FOUND, "expert_1", "deepspeed_experts.1.weight");
-  free(gone); free(dst); free(src); free(tmp);
+  /* an expert file missing: named by the expert id and the param that needs it (at ep_size 2: rank 1's expert) */
+  const char *cases[] = {"moe_ep1_s2", "moe_ep2_s2"};
+  for (int k = 0; k < 2; k++) {
+    char *tmp = zt_tmpdir(), *rel = fmt("deepspeed-moe/%s/ckpt", cases[k]), *src = zt_fixture(rel),
+         *dst = fmt("%s/ckpt", tmp);
+    if (zt_copy_tree(src, dst) != 0) ZT_FAIL("cp %s", src);
+    char *gone = fmt("%s/global_step2/layer_0_expert_1_mp_rank_00_model_states.pt", dst);
+    if (remove(gone) != 0) ZT_FAIL("rm %s", gone);
+    refused(cases[k], dst, ZCK_ERR_NOT_FOUND, "expert_1", "deepspeed_experts.1.weight");
+    free(gone); free(dst); free(src); free(rel); free(tmp);
+  }
   return 0;
 }

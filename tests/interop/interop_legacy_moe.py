@@ -15,9 +15,17 @@ tests/fixtures/gen/make_legacy_moe_fixtures.py). zero_to_fp32.py reads none of t
                   ds_to_universal.py's folder read back: consolidate == the checkpoint's byte for byte, verify clean,
                   reshard from it refused (the expert files are written from the DeepSpeed checkpoint only)
     reshard       (interop_legacy_moe_reshard: DeepSpeed loads what it writes); --to-format dcp refused in one line
-  ep_size 2 (moe_ep2_s2) and no ZeRO (moe_ep2_s0: expp_rank_* optimizer files): every job refuses in one line naming the file and the
-                layout, writing nothing; ds_to_universal.py fails on ep_size 2 too (it merges two ranks' different
-                experts, both named deepspeed_experts.0, as fragments of one param).
+  ep_size 2 (moe_ep2_s2: each rank's expert group holds its own expert under the local name deepspeed_experts.0,
+                partition_count 1 of 2)
+    verify        clean; inspect lists each expert once under its global name
+    consolidate   == the live engine's gathered fp32 masters, every expert under its global name (the names and
+                  tensors of the same model at ep_size 1); --dtype bf16 == those masters cast by torch
+    to-universal  (ds and hdf5) refused in one line naming ep_size 2, nothing written: ds_to_universal.py fails on
+                  it (it merges two ranks' different experts, both named deepspeed_experts.0, as fragments of one
+                  param), checked here
+    reshard       (interop_legacy_moe_reshard: DeepSpeed loads what it writes)
+  no ZeRO (moe_ep2_s0: expp_rank_* optimizer files): every job refuses in one line naming the file and the layout,
+                writing nothing.
 
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
@@ -35,8 +43,8 @@ import ds_harness as H  # noqa: E402
 
 ZCKPT = H.ZCKPT
 READ = ["moe_ep1_s2", "moe_ep1_s1"]
-REFUSED = {"moe_ep2_s2": ("zero_pp_rank_0_mp_rank_00_optim_states.pt", "ep_size > 1"),
-           "moe_ep2_s0": ("expp_rank_", "stage 0")}
+READ_EP = ["moe_ep2_s2"]
+REFUSED = {"moe_ep2_s0": ("expp_rank_", "stage 0")}
 
 
 bits_equal, same_obj = H.bits_equal, H.same_obj
@@ -61,16 +69,10 @@ def zero_to_fp32_fails(ckpt, out):
     return (r.stderr.strip().splitlines() or ["?"])[-1] if r.returncode else None
 
 
-def check_read(case, tmp, fails):
+def check_consolidate(case, ckpt, exp, tmp, fails):
+    """consolidate --dtype fp32 / bf16 == the live engine's gathered masters (cast by torch for bf16)."""
     import torch
     from safetensors.torch import load_file
-    ckpt = os.path.join(FIX, case, "ckpt")
-    exp = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
-    if not zero_to_fp32_fails(ckpt, os.path.join(tmp, case + "-z2f")):
-        fails.append(f"{case}: zero_to_fp32 ran (the comparison below is against the live engine because it did not)")
-    r = zckpt("verify", ckpt)
-    if r.returncode or "result: clean" not in r.stdout or "checked: 5 files" not in r.stdout:
-        fails.append(f"{case}: verify: {r.stdout[-300:]} {r.stderr[-300:]}")
     for dtype in ("fp32", "bf16"):
         out = os.path.join(tmp, f"{case}-{dtype}.safetensors")
         r = zckpt("consolidate", "-q", "--dtype", dtype, ckpt, out)
@@ -82,6 +84,44 @@ def check_read(case, tmp, fails):
         bad = sorted(set(got) ^ set(want)) or [k for k in want if not bits_equal(got[k], want[k])]
         if bad:
             fails.append(f"{case}: consolidate --dtype {dtype} differs from the live engine's masters: {bad[:4]}")
+
+
+def check_read_ep(case, tmp, fails):
+    """ep_size 2: read as the ep_size 1 model; to-universal refused by name, as ds_to_universal.py fails."""
+    from safetensors.torch import load_file
+    ckpt = os.path.join(FIX, case, "ckpt")
+    exp = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
+    r = zckpt("verify", ckpt)
+    if r.returncode or "result: clean" not in r.stdout or "checked: 5 files" not in r.stdout:
+        fails.append(f"{case}: verify: {r.stdout[-300:]} {r.stderr[-300:]}")
+    r = zckpt("inspect", ckpt)
+    experts = [n for n in exp if ".deepspeed_experts." in n]
+    if r.returncode or any(r.stdout.count(n + " ") != 1 for n in experts):
+        fails.append(f"{case}: inspect does not list each expert once: {r.stdout[-600:]} {r.stderr[-300:]}")
+    check_consolidate(case, ckpt, exp, tmp, fails)
+    for fmt in ("ds", "hdf5"):
+        out = os.path.join(tmp, f"{case}-zu-{fmt}")
+        r = zckpt("to-universal", "--format", fmt, "--inject-missing-state", ckpt, out)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode != 1 or len(lines) != 1 or "deepspeed.moe" not in lines[0] or "ep_size 2" not in lines[0] \
+                or os.path.exists(out):
+            fails.append(f"{case}: to-universal --format {fmt} should refuse in one line naming ep_size 2: "
+                         f"rc {r.returncode} {r.stderr.strip()[-300:]}")
+    if not ds_to_universal(os.path.join(ckpt, "global_step2"), os.path.join(tmp, case + "-du")).returncode:
+        fails.append(f"{case}: ds_to_universal converted it: to-universal should then too")
+
+
+def check_read(case, tmp, fails):
+    import torch
+    from safetensors.torch import load_file
+    ckpt = os.path.join(FIX, case, "ckpt")
+    exp = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
+    if not zero_to_fp32_fails(ckpt, os.path.join(tmp, case + "-z2f")):
+        fails.append(f"{case}: zero_to_fp32 ran (the comparison below is against the live engine because it did not)")
+    r = zckpt("verify", ckpt)
+    if r.returncode or "result: clean" not in r.stdout or "checked: 5 files" not in r.stdout:
+        fails.append(f"{case}: verify: {r.stdout[-300:]} {r.stderr[-300:]}")
+    check_consolidate(case, ckpt, exp, tmp, fails)
     ours, theirs = os.path.join(tmp, case + "-zu"), os.path.join(tmp, case + "-du")
     r = zckpt("to-universal", "-q", "--inject-missing-state", ckpt, ours)
     if r.returncode:
@@ -141,9 +181,6 @@ def check_refused(case, tmp, fails):
                          f"{r.stderr.strip()[-300:]}")
         if len(job) > 2 and os.path.exists(job[-1]):
             fails.append(f"{case}: {job[0]} left {job[-1]}")
-    if case == "moe_ep2_s2" and not ds_to_universal(os.path.join(ckpt, "global_step2"),
-                                                   os.path.join(tmp, case + "-du")).returncode:
-        fails.append(f"{case}: ds_to_universal converted it: zckpt should read it then")
 
 
 def main():
@@ -153,9 +190,9 @@ def main():
     import torch  # noqa: F401  (the comparisons need it; imported before the tmp folder)
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for case in READ + list(REFUSED):
+        for case in READ + READ_EP + list(REFUSED):
             fails = []
-            (check_read if case in READ else check_refused)(case, tmp, fails)
+            (check_read if case in READ else check_read_ep if case in READ_EP else check_refused)(case, tmp, fails)
             for f in fails:
                 print("FAIL", f)
             print(("ok   " if not fails else "FAIL ") + case)
