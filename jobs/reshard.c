@@ -33,6 +33,7 @@
 #include "hdf5/zck_h5.h"
 #include "manifest.h"
 #include "reshard_internal.h"
+#include "side_copy.h"
 #include "source.h"
 #include "transfer.h"
 #include "universal/universal.h"
@@ -86,7 +87,7 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *tag, cons
     char *from = zck__path_join(root, n), *to = zck__path_join(dst, n);
     struct stat sb;
     if (!from || !to) st = ZCK_ERR_NO_MEMORY;
-    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_side_file(from, to, NULL);
+    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_side_file(from, to);
     free(from);
     free(to);
   }

@@ -22,16 +22,11 @@ zck_status zck__reshard_check(const char *src, const zck_model *m, const zck_ds_
 
 /* Copies every regular file of root into dst except DeepSpeed's own (`latest`,
  * `latest_universal`, the tag folder `skip`) and rng_state_<r>.pth of ranks r >= world,
- * each through zck__copy_side_file. */
+ * each through zck__copy_side_file (side_copy.h). */
 zck_status zck__reshard_carry_side_files(const char *root, const char *skip, const char *dst, uint32_t world);
 /* Whether a side file is carried over to world size `world`: all but rng_state_<r>.pth of
  * ranks r >= world. */
 bool zck__reshard_side_kept(const char *name, uint32_t world);
-/* side_copy.c: copies a source's other file from into to (created; the whole file or nothing), checked as its
- * format allows in the same pass (a zip's record CRCs, a safetensors header and sizes, JSON syntax): DAMAGED (one
- * line naming from) and nothing at `to` when it fails; *checked (may be NULL): whether the file had a check (false:
- * a format of no check, copied as it is). */
-zck_status zck__copy_side_file(const char *from, const char *to, bool *checked);
 
 /* A DeepSpeed PipelineModule source (zck_ds_pipe_stages(c) > 1) in the same pipeline layout at wo's data-parallel size
  * (reshard_pipe.c); what that layout cannot take is refused in one line naming c. */

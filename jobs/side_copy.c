@@ -6,19 +6,21 @@
  *     zip end record is a damaged archive, refused as such;
  *   - safetensors: the header parses and its tensors tile the file exactly (zck_st_open); the tensor bytes carry no
  *     checksum;
- *   - JSON: the text is JSON as Python's json module writes it (NaN, Infinity and -Infinity included), in UTF-8;
+ *   - JSON (up to 256 MiB): the text is JSON as Python's json module writes it (NaN, Infinity and -Infinity
+ *     included), in UTF-8;
  *   - anything else (scripts, tokenizer.model, merges.txt, a legacy torch pickle) has no check of its own and is
  *     copied unchecked.
  * A file that fails its check stops the job with one line naming it; the output is never committed. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "reshard_internal.h"
+#include "side_copy.h"
 #include "safetensors/safetensors.h"
 #include "zip/zip.h"
 
 #define ZCK_SIDE_CHUNK ((size_t)1 << 20)
-/* A JSON side file is checked whole in memory (tokenizer.json is tens of MB at most); a bigger one is copied unchecked. */
+/* A JSON side file is checked whole in memory (tokenizer.json is tens of MB at most); a bigger one is copied
+ * unchecked. */
 #define ZCK_SIDE_JSON_MAX ((uint64_t)256 << 20)
 
 /* The bytes as they are, for a file of no check. */
@@ -150,8 +152,14 @@ done:
   return why;
 }
 
+zck_status zck__json_check(const char *name, const void *text, size_t n) {
+  size_t at = 0;
+  const char *why = zck__json_problem(text, n, &at);
+  return why ? zck__fail(ZCK_ERR_DAMAGED, "%s: not JSON: %s at byte %zu", name, why, at) : ZCK_OK;
+}
+
 /* The file read whole, checked, then written from the same bytes. */
-static zck_status zck__copy_json(const char *from, const char *to, bool *checked) {
+static zck_status zck__copy_json(const char *from, const char *to) {
   zck__source src;
   ZCK_TRY(zck__source_open(&src, from));
   if (src.size > ZCK_SIDE_JSON_MAX) {
@@ -162,9 +170,7 @@ static zck_status zck__copy_json(const char *from, const char *to, bool *checked
   uint8_t *text = zck__malloc(n + 1);
   zck_status st = text ? zck__source_read(&src, text, n, 0) : ZCK_ERR_NO_MEMORY;
   zck__source_close(&src);
-  size_t at = 0;
-  const char *why = st == ZCK_OK ? zck__json_problem(text, n, &at) : NULL;
-  if (why) st = zck__fail(ZCK_ERR_DAMAGED, "%s: not JSON: %s at byte %zu", from, why, at);
+  if (st == ZCK_OK) st = zck__json_check(from, text, n);
   zck__outfile f;
   if (st == ZCK_OK) st = zck__outfile_create(&f, to);
   if (st == ZCK_OK) {
@@ -173,7 +179,6 @@ static zck_status zck__copy_json(const char *from, const char *to, bool *checked
     else zck__outfile_abort(&f);
   }
   free(text);
-  if (st == ZCK_OK) *checked = true;
   return st;
 }
 
@@ -207,21 +212,16 @@ static zck_status zck__looks_zip(const char *path, bool *zip) {
   return st;
 }
 
-zck_status zck__copy_side_file(const char *from, const char *to, bool *checked) {
-  bool ok = false, zip = false;
-  zck_status st = ZCK_OK;
+zck_status zck__copy_side_file(const char *from, const char *to) {
   if (zck__ends_with(from, ".safetensors")) {
+    /* the header and sizes; the tensor bytes have no checksum to check */
     zck_st_file *sf = NULL;
-    st = zck_st_open(from, &sf);
+    zck_status st = zck_st_open(from, &sf);
     zck_st_close(sf);
-    if (st == ZCK_OK) st = zck__copy_file(from, to);
-    ok = st == ZCK_OK;
-  } else if (zck__ends_with(from, ".json")) {
-    st = zck__copy_json(from, to, &ok);
-  } else if ((st = zck__looks_zip(from, &zip)) == ZCK_OK) {
-    st = zip ? zck_zip_copy_file_checked(from, to, 0, NULL) : zck__copy_file(from, to);
-    ok = zip && st == ZCK_OK;
+    return st == ZCK_OK ? zck__copy_file(from, to) : st;
   }
-  if (checked) *checked = ok;
-  return st;
+  if (zck__ends_with(from, ".json")) return zck__copy_json(from, to);
+  bool zip = false;
+  ZCK_TRY(zck__looks_zip(from, &zip));
+  return zip ? zck_zip_copy_file_checked(from, to, 0, NULL) : zck__copy_file(from, to);
 }

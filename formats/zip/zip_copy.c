@@ -6,7 +6,9 @@
  * CRC-32 of the record it belongs to. A record whose CRC disagrees with the directory's stops the copy: the caller,
  * which writes into an outfile it commits only when the copy returned OK, leaves no output. Reading the file twice
  * (a check, then a copy) would double the bytes read and leave a window in which the file could change between the
- * two. */
+ * two. The same bytes give, when asked, the manifest's hashes of the copy, so its manifest does not read it back.
+ * Not checked: the bytes between records that zck_zip_open does not read (a local header's extra field padding, the
+ * data descriptors); readers take every record's CRC and size from the directory. */
 #include "zip_internal.h"
 
 #include "hash_xxh3.h"
@@ -123,7 +125,8 @@ static void zck__zip_hashes_end(zck__zip_hashes *h, zck_status st) {
   XXH3_freeState(h->rec);
 }
 
-zck_status zck_zip_copy_checked(const zck_zip *z, zck__outfile *out, uint64_t chunk_size, zck__manifest_known_file *known) {
+zck_status zck_zip_copy_checked(const zck_zip *z, zck__outfile *out, uint64_t chunk_size,
+                                zck__manifest_known_file *known) {
   const zck__source *src = zck_zip_source(z);
   const zck_zip_entry **rec = NULL;
   size_t n_rec = 0, k = 0;
@@ -148,7 +151,8 @@ zck_status zck_zip_copy_checked(const zck_zip *z, zck__outfile *out, uint64_t ch
       if (known) XXH3_64bits_update(h.rec, buf + (a - off), (size_t)(b - a));
       if (end > stop) break;   /* goes on in the next chunk */
       if (crc != e->crc32) st = zck__zip_crc_fail(z, e, crc);
-      if (known) h.ranges[known->n_ranges++] = (zck__manifest_known_range){e->data_offset, e->size, XXH3_64bits_digest(h.rec)};
+      if (known)
+        h.ranges[known->n_ranges++] = (zck__manifest_known_range){e->data_offset, e->size, XXH3_64bits_digest(h.rec)};
       crc = 0;
       k++;
     }

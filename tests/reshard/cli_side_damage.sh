@@ -6,6 +6,7 @@
 # file's first bytes, a safetensors header (a shape no longer matching the bytes), JSON that no longer parses: each
 # one line naming the file, exit != 0, nothing at OUT. Files of no format of their own (zero_to_fp32.py) and a
 # safetensors file's tensor bytes carry no check: they come over as they are (docs/guarantees.md says so).
+# consolidate's HF folder takes config.json along, checked as well.
 set -u
 BIN=$1
 FX=$2
@@ -25,9 +26,10 @@ cp "$FX/torch/nested.pt" "$HF/rng_state_1.pth"
 cp "$FX/safetensors/dtypes.safetensors" "$HF/model.safetensors"
 printf '{\n  "global_step": 2,\n  "log_history": [{"grad_norm": NaN, "loss": 1.5e-3, "x": -Infinity}],\n  "s": "caf\303\251 \\u00e9"\n}\n' \
   >"$HF/trainer_state.json"
+printf '{\n  "architectures": ["GPT2LMHeadModel"],\n  "n_embd": 32\n}\n' >"$HF/config.json"
 
 "$BIN" reshard -q --to-world-size 1 "$HF" "$T/ok" 2>"$T/err" || fail "intact: $(cat "$T/err")"
-for f in scheduler.pt rng_state_0.pth model.safetensors trainer_state.json zero_to_fp32.py zero_to_torch.py; do
+for f in scheduler.pt rng_state_0.pth model.safetensors trainer_state.json config.json zero_to_fp32.py zero_to_torch.py; do
   cmp -s "$HF/$f" "$T/ok/$f" || fail "$f not carried byte for byte"
 done
 [ ! -e "$T/ok/rng_state_1.pth" ] || fail "rng_state_1.pth carried to 1 rank"
@@ -53,4 +55,11 @@ damaged rng_state_0.pth 0 64 'not a zip archive'
 damaged model.safetensors 134 1 'tensor i.i64: data_offsets'
 damaged trainer_state.json 0 64 'not JSON'
 damaged trainer_state.json 20 64 'not JSON'
+damaged config.json 2 64 'not JSON'
+# consolidate into an HF folder takes config.json along: checked as well
+"$BIN" consolidate -q "$HF" "$T/hfout/" 2>"$T/err" || fail "consolidate intact: $(cat "$T/err")"
+cmp -s "$HF/config.json" "$T/hfout/config.json" || fail "consolidate: config.json not taken along byte for byte"
+"$BIN" consolidate -q "$T/d" "$T/out/" 2>"$T/err" && fail "consolidate took a damaged config.json along"
+[ "$(wc -l <"$T/err")" = 1 ] && grep -q "/d/config.json: not JSON" "$T/err" || fail "consolidate: $(cat "$T/err")"
+[ ! -e "$T/out" ] || fail "consolidate left its output"
 exit 0
