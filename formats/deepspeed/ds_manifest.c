@@ -405,17 +405,6 @@ zck_status zck__ds_manifest_build(const zck__ds_records *r, zck__ds_manifest *ou
   return s;
 }
 
-void zck__ds_manifest_free(zck__ds_manifest *m) {
-  zck_model_free(m->model);
-  free(m->param_mod);
-  free(m->buffer_mod);
-  free(m->flat_params);
-  free(m->flat_first);
-  free(m->unsaved_ties);
-  free(m->unsaved_pairs);
-  memset(m, 0, sizeof *m);
-}
-
 // ---- the DeepSpeed reader's: rank 0's model file
 
 static zck_status ds_warn(void *c, const char *msg) {
@@ -448,7 +437,6 @@ zck_status zck__ds_build_manifest(zck_ds_ckpt *c) {
   zck__ds_manifest o;
   zck_status s = zck__ds_manifest_build(&r, &o);
   free(module);
-  /* c's fields, freed with c (whatever was built before an error too) */
   c->model = o.model;
   c->param_mod = o.param_mod;
   c->buffer_mod = o.buffer_mod;

@@ -61,7 +61,8 @@ typedef struct zck__ds_records {
   void *warn_ctx;
 } zck__ds_records;
 
-/* What it builds. Every array is the caller's to free (zck__ds_manifest_free). */
+/* What it builds, the caller's (each reader keeps the fields in its own struct and frees
+ * them with it; also after an error: whatever was built by then). */
 typedef struct zck__ds_manifest {
   zck_model *model;
   int64_t *param_mod;          /* [n_params]: the param's `module` entry */
@@ -74,6 +75,5 @@ typedef struct zck__ds_manifest {
 } zck__ds_manifest;
 
 zck_status zck__ds_manifest_build(const zck__ds_records *r, zck__ds_manifest *out);
-void zck__ds_manifest_free(zck__ds_manifest *m);
 
 #endif

@@ -143,7 +143,6 @@ static zck_status build_model(zck_uv_ckpt *c, const char *path, const zck_pk *sh
     for (size_t g = 0; g < r.n_flat; g++) c->n_flat += r.param_shapes[g].n;
     c->info.n_flat_groups = r.n_flat;
   }
-  /* c's fields, freed with c (whatever was built before an error too) */
   c->m = o.model;
   c->param_mod = o.param_mod;
   c->buffer_mod = o.buffer_mod;
