@@ -100,6 +100,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
+  ZCK_TRY(zck_ds_moe_keep_ep(c, o.to_ep_size));   /* deepspeed.moe: the EP size kept (ds_moe_ep.c) */
   if (o.to_ep_size && !in->ep_size)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: %s is not an AutoEP (expert-parallel) checkpoint", src);
   if (in->stage == 0 && !o.to_stage)

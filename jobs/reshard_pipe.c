@@ -4,9 +4,10 @@
  * ([bf16_]zero_pp_rank_<d>_mp_rank_<stage>_optim_states.pt, one per dp rank of each stage) and each stage's
  * mp_rank_<stage>_model_states.pt (dp_world_size). So: one DeepSpeed writer per stage, as reshard_autotp.c has one per
  * TP rank (stage 0 leads, the others write into its temporary tag folder), each over the model of its stage's params
- * (zck_ds_pipe_stage_model: the source's params [first, first + n)), its view laid back over the source's param
- * numbering, one transfer from the source into all of them. The layer_<XX>-model_states.pt files (the weights, written
- * by dp rank 0 of each stage from its module) are copied as they are, each record's CRC-32 checked in the same pass
+ * (zck_ds_pipe_stage_model: the source's params it holds; a TiedLayerSpec weight's copy in a later stage is written
+ * from the first stage's, which DeepSpeed keeps equal to it), its view laid back over the source's param numbering,
+ * one transfer from the source into all of them. The layer_<XX>-model_states.pt files (the weights, written by dp rank
+ * 0 of each stage from its module) are copied as they are, each record's CRC-32 checked in the same pass
  * (zck_zip_copy_file_checked): the 16-bit weights do not change with the dp size. PipelineEngine takes ZeRO 0 and 1
  * only (runtime/pipe/engine.py), so the target is ZeRO-1; another pipeline degree is refused (the layers move between
  * stages: not written yet). */
@@ -23,17 +24,18 @@
 
 typedef struct stage_target {
   zck_model *m;                              /* the stage's params */
-  uint32_t first;                            /* they are the source's [first, first + n) */
+  uint32_t *src_of;                          /* stage param j is the source's src_of[j] */
   zck_ds_writer *w;
   zck_layout *full[ZCK_STATE_KINDS];         /* the writer's layouts over the source's params (each distinct once) */
 } stage_target;
 
-/* l with its params numbered first + p in a model of n params of these numels. */
-static zck_status shift_layout(const zck_layout *l, size_t n, const uint64_t *numel, uint32_t first, zck_layout **out) {
+/* l with its params p numbered src_of[p] in a model of n params of these numels. */
+static zck_status shift_layout(const zck_layout *l, size_t n, const uint64_t *numel, const uint32_t *src_of,
+                               zck_layout **out) {
   zck_piece *pc = zck__malloc((l->n_pieces + 1) * sizeof *pc);
   if (!pc) return ZCK_ERR_NO_MEMORY;
   memcpy(pc, l->pieces, l->n_pieces * sizeof *pc);
-  for (size_t i = 0; i < l->n_pieces; i++) pc[i].param += first;
+  for (size_t i = 0; i < l->n_pieces; i++) pc[i].param = src_of[pc[i].param];
   zck_status st = zck_layout_custom(n, numel, l->stores, l->n_stores, pc, l->n_pieces, out);
   free(pc);
   return st;
@@ -51,7 +53,7 @@ static zck_status target_view(const zck_model *src_m, const uint64_t *numel, sta
       if (shard[j] == l) done = x->full[j];
     if (!done) {
       shard[k] = l;
-      ZCK_TRY(shift_layout(l, src_m->n_params, numel, x->first, &x->full[k]));
+      ZCK_TRY(shift_layout(l, src_m->n_params, numel, x->src_of, &x->full[k]));
       done = x->full[k];
     }
     v->part[k].layout = done;
@@ -122,7 +124,7 @@ zck_status zck__reshard_pipe(const zck_ds_ckpt *c, const zck_ds_write_opts *wo, 
     ws.pp_size = P;
     ws.save_latest = s == 0;
     ws.module_attrs = NULL;   /* `module` is None */
-    st = zck_ds_pipe_stage_model(c, s, &x[s].m, &x[s].first);
+    st = zck_ds_pipe_stage_model(c, s, &x[s].m, &x[s].src_of);
     if (st == ZCK_OK)
       st = s == 0 ? zck_ds_writer_create(d.tmp_path, x[s].m, &ws, &x[s].w)
                   : zck__ds_writer_create_joined(x[0].w, x[s].m, &ws, &x[s].w);
@@ -163,6 +165,7 @@ zck_status zck__reshard_pipe(const zck_ds_ckpt *c, const zck_ds_write_opts *wo, 
     zck_ds_writer_free(x[s].w);
     for (int k = 0; k < ZCK_STATE_KINDS; k++) zck_layout_free(x[s].full[k]);
     zck_model_free(x[s].m);
+    free(x[s].src_of);
   }
   zck__known_free(&layers);
   zck__outdir_abort(&d);

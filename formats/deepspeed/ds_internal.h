@@ -217,13 +217,18 @@ void zck__ds_pipe_free(struct zck__ds_pipe *p);
 /* The model files of stages 1.. (after c's own), for the jobs that copy them. */
 size_t zck__ds_pipe_model_files(const zck_ds_ckpt *c);
 const zck__ds_rankfile *zck__ds_pipe_model_file(const zck_ds_ckpt *c, size_t i);
+/* TiedLayerSpec weights (ds_pipe_tied.c): later stages' copies of a weight are left out of the model, and the training
+ * layout is DeepSpeed's ZeRO-1 partition of each flat group with them counted but no piece pointing at them. */
+bool zck__ds_pipe_has_replicas(const zck_ds_ckpt *c);
+zck_status zck__ds_pipe_train(zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
+                              size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out);
 
 /* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */
 zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
 
 /* ---- ds_moe.c: legacy deepspeed.moe.layer.MoE checkpoints */
-/* Expert files without ds_autoep_layers: accepted (c->legacy_moe) when the shards are plain ZeRO (ep_size 1),
- * refused by name otherwise. No-op without expert files or for AutoEP. */
+/* Expert files without ds_autoep_layers: accepted (c->legacy_moe) when the shards are ZeRO-1/2 (ep_size 1, or > 1
+ * through zck__ds_moe_expand_ep), refused by name otherwise. No-op without expert files or for AutoEP. */
 zck_status zck__ds_moe_prepare(zck_ds_ckpt *c);
 /* After the describe: the experts' 16-bit weights are not bound (16-bit outputs cast the masters). */
 zck_status zck__ds_moe_finish(zck_ds_ckpt *c);
@@ -248,6 +253,8 @@ zck_status zck__ds_moe_layout(size_t n_params, const uint64_t *numels, const zck
 zck_status zck__ds_moe_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
                              size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out);
 void zck__ds_moe_free(struct zck__ds_moe *m);
+/* An expert param's name with its expert id moved by delta (global <-> local); NULL: no memory. */
+char *zck__ds_moe_renamed(const char *name, long delta);
 
 /* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
 /* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */
