@@ -82,16 +82,7 @@ static void on_written(void *ctx, size_t job, uint32_t dst_store, uint64_t off, 
   (void)job, (void)dst_store, (void)bytes, (void)n_bytes;
   g16_wrote *w = ctx;
   pthread_mutex_lock(&w->mu);
-  if (w->n == w->cap && !w->oom) {
-    size_t nc = w->cap ? 2 * w->cap : 256;
-    g16_range *nr = realloc(w->r, nc * sizeof *nr);
-    if (nr) {
-      w->r = nr;
-      w->cap = nc;
-    } else {
-      w->oom = true;
-    }
-  }
+  if (!w->oom && !ZCK__GROW(w->r, w->cap, w->n + 1)) w->oom = true; /* window_fill says so */
   if (!w->oom) w->r[w->n++] = (g16_range){off, count};
   pthread_mutex_unlock(&w->mu);
 }
@@ -183,19 +174,23 @@ static int span_cmp(const void *a, const void *b) {
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
-static zck_status span_push(g16_bytes *spans, size_t *n, g16_span sp, const char *path) {
-  if ((*n + 1) * sizeof sp > spans->cap) {
-    size_t want = 2 * spans->cap > 256 * sizeof sp ? 2 * spans->cap : 256 * sizeof sp;
-    ZCK_TRY(bytes_reserve(spans, want, path));
-  }
-  ((g16_span *)spans->p)[(*n)++] = sp;
+/* The spans of a window on rank 0 (n of them; room for cap). */
+typedef struct g16_spans {
+  g16_span *v;
+  size_t n, cap;
+} g16_spans;
+
+static zck_status span_push(g16_spans *spans, g16_span sp, const char *path) {
+  if (!ZCK__GROW(spans->v, spans->cap, spans->n + 1))
+    return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory gathering the 16-bit weights", path);
+  spans->v[spans->n++] = sp;
   return ZCK_OK;
 }
 
 /* Rank 0: rank k's packet of len bytes into the window out of nb bytes, its ranges noted
  * in spans. The packets are this run's own, but checked all the same. */
-static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, uint64_t nb, g16_bytes *spans,
-                         size_t *n_sp, const char *path) {
+static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, uint64_t nb, g16_spans *spans,
+                         const char *path) {
   uint64_t n = 0;
   if (len >= 8) memcpy(&n, p, 8);
   if (len < 8 || n > (len - 8) / 16)
@@ -208,7 +203,7 @@ static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, ui
     if (off > nb || l > nb - off || l > (uint64_t)(end - at))
       return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
     memcpy(out + off, at, (size_t)l);
-    ZCK_TRY(span_push(spans, n_sp, (g16_span){off, l}, path));
+    ZCK_TRY(span_push(spans, (g16_span){off, l}, path));
     at += l;
   }
   return ZCK_OK;
@@ -217,13 +212,12 @@ static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, ui
 /* Rank 0, the window's packets unpacked: its own ranges noted too, the ranges must not
  * overlap, and bytes no rank wrote become zeros (ZeRO-3 partitions cover every tensor, so
  * there are none, but a stale byte of the previous window must never reach the file). */
-static zck_status cover(const g16_wrote *own, size_t es, uint8_t *out, uint64_t nb, g16_bytes *spans, size_t n_sp,
-                        const char *path) {
-  for (size_t i = 0; i < own->n; i++) ZCK_TRY(span_push(spans, &n_sp, (g16_span){own->r[i].off * es, own->r[i].n * es}, path));
-  g16_span *sp = (g16_span *)spans->p;
-  if (n_sp) qsort(sp, n_sp, sizeof *sp, span_cmp);
+static zck_status cover(const g16_wrote *own, size_t es, uint8_t *out, uint64_t nb, g16_spans *spans, const char *path) {
+  for (size_t i = 0; i < own->n; i++) ZCK_TRY(span_push(spans, (g16_span){own->r[i].off * es, own->r[i].n * es}, path));
+  g16_span *sp = spans->v;
+  if (spans->n) qsort(sp, spans->n, sizeof *sp, span_cmp);
   uint64_t pos = 0;
-  for (size_t i = 0; i < n_sp; i++) {
+  for (size_t i = 0; i < spans->n; i++) {
     if (sp[i].off < pos) return zck__fail(ZCK_ERR_INTERNAL, "%s: the ranks' shares of the 16-bit weights overlap", path);
     if (sp[i].off > pos) memset(out + pos, 0, (size_t)(sp[i].off - pos));
     pos = sp[i].off + sp[i].len;
@@ -358,7 +352,8 @@ typedef struct g16_run {
   zck__shash_budget budget;
   g16_wrote wrote[2];              /* one per window buffer (the writer thread reads one) */
   uint8_t *bufs[2];                /* one filled (and on rank 0 gathered), one written */
-  g16_bytes pkt, recv, spans;
+  g16_bytes pkt, recv;
+  g16_spans spans;                 /* rank 0: the ranges each rank wrote of a window */
   uint64_t *lens;                  /* every rank's (failed, packet length) of a window */
   size_t *counts;                  /* each rank's packet length in a window (rank 0: 0) */
   size_t next;                     /* window_layout's first tensor of the next window */
@@ -381,7 +376,7 @@ static void run_free(g16_run *x) {
   free(x->bufs[1]);
   free(x->pkt.p);
   free(x->recv.p);
-  free(x->spans.p);
+  free(x->spans.v);
   for (int i = 0; i < 2; i++) {
     free(x->wrote[i].r);
     pthread_mutex_destroy(&x->wrote[i].mu);
@@ -435,7 +430,8 @@ static zck_status run_start(g16_run *x, const zck_saver *s, const zck_saver_rank
 static zck_status window_gather(g16_run *x, zck_status st, uint8_t *buf, const g16_wrote *w, uint64_t nb,
                                 uint64_t longest) {
   zck_comm *c = x->c;
-  size_t total = 0, W = (size_t)c->size, n_sp = 0;
+  size_t total = 0, W = (size_t)c->size;
+  x->spans.n = 0;
   for (size_t q = 1; q < W; q++) {
     x->counts[q] = (size_t)x->lens[2 * q + 1];
     total += x->counts[q];
@@ -446,14 +442,14 @@ static zck_status window_gather(g16_run *x, zck_status st, uint8_t *buf, const g
   if (c->gather) {
     x->coll = c->gather(c, x->lead ? NULL : x->pkt.p, x->recv.p, x->counts, ZCK_U8, 0);
     for (size_t q = 1, at = 0; q < W && x->coll == ZCK_OK && x->lead && st == ZCK_OK; at += x->counts[q], q++)
-      st = unpack(x->recv.p + at, x->counts[q], (int)q, buf, nb, &x->spans, &n_sp, x->path);
+      st = unpack(x->recv.p + at, x->counts[q], (int)q, buf, nb, &x->spans, x->path);
   }
   for (size_t q = 1; !c->gather && q < W && x->coll == ZCK_OK; q++) {
     x->coll = c->broadcast(c, (size_t)c->rank == q ? x->pkt.p : x->recv.p, x->counts[q], ZCK_U8, (int)q);
     if (x->coll == ZCK_OK && x->lead && st == ZCK_OK)
-      st = unpack(x->recv.p, x->counts[q], (int)q, buf, nb, &x->spans, &n_sp, x->path);
+      st = unpack(x->recv.p, x->counts[q], (int)q, buf, nb, &x->spans, x->path);
   }
-  if (x->coll == ZCK_OK && x->lead && st == ZCK_OK) st = cover(w, x->es, buf, nb, &x->spans, n_sp, x->path);
+  if (x->coll == ZCK_OK && x->lead && st == ZCK_OK) st = cover(w, x->es, buf, nb, &x->spans, x->path);
   return st;
 }
 
