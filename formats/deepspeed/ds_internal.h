@@ -4,6 +4,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/ds_files.h"
+#include "deepspeed/ds_manifest.h"
 #include "strmap.h"
 
 /* DeepSpeed's defaults (runtime/zero/config.py). */
@@ -24,18 +25,6 @@ typedef struct zck__ds_tref {
   uint32_t rec_crc;
   char rec_key[24];      /* the storage key: record <archive>/data/<key> */
 } zck__ds_tref;
-
-typedef struct zck__ds_named_shape {
-  char *name;
-  int ndim;
-  int64_t shape[ZCK_MAX_DIMS];
-  uint64_t numel;
-} zck__ds_named_shape;
-
-typedef struct zck__ds_shape_list {
-  zck__ds_named_shape *v;
-  size_t n;
-} zck__ds_shape_list;
 
 /* What we keep of one model-states file. */
 typedef struct zck__ds_model_file {
@@ -290,7 +279,7 @@ zck_status zck__ds_autoep_finish(zck_ds_ckpt *c, bool hf_names);
 void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f);
 void zck__ds_autoep_free(struct zck__ds_autoep *a);
 
-/* ---- ds_manifest.c */
+/* ---- ds_manifest.c: c->model and its indices, from models[0] and param_groups (ds_manifest.h) */
 zck_status zck__ds_build_manifest(zck_ds_ckpt *c);
 
 /* ---- ds_describe.c */

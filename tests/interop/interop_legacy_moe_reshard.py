@@ -4,7 +4,8 @@ tests/fixtures/deepspeed-moe) into the same layout at another world size and ZeR
 tests/fixtures/gen/make_legacy_moe_fixtures.py). ep_size 1, and ep_size 2 with the EP size kept (moe_ep2_s2, W 2 ->
 4: the experts' group of each EP rank then partitioned over 2 expert-data-parallel ranks; rank r is EP rank r % 2).
 At ep_size 2 every state is compared per global expert (EP rank e's local expert l is expert e * local + l: the
-name of its expert file), and a reshard to the source's own layout equals DeepSpeed's files object for object.
+name of its expert file), and a reshard to the source's own layout equals DeepSpeed's files object for object (fp32
+and bf16, moe_ep2_s2_bf16).
 
 The reference is what DeepSpeed saved: each param's fp32 master, exp_avg, exp_avg_sq and Adam step, cut from the
 source's own flat partitions (rank files concatenated, params in param_shapes order), which are the live engine's
@@ -191,15 +192,16 @@ def main():
             check_loaded(check, name, ref, states, len(masters), "module and expert files")
             check(loss == ref_loss, f"{name}: next loss {loss} vs {ref_loss} resuming the source's own files")
             print(f"{name}: loaded, every state equal, next loss {loss} = DeepSpeed resuming the source's")
-        # ep_size 2 resharded to its own layout: DeepSpeed's own files, object for object
+        # ep_size 2 resharded to its own layout: DeepSpeed's own files, object for object (fp32 and bf16)
         import ds_harness as H
-        src, out = os.path.join(FIX, "moe_ep2_s2", "ckpt"), os.path.join(tmp, "ep2_same")
-        r = zck("reshard", "-q", "--to-world-size", "2", "--to-stage", "2", src, out)
-        tag = os.path.join(src, "global_step2")
-        load = lambda p: torch.load(p, map_location="cpu", weights_only=False)  # noqa: E731
-        bad = [f for f in os.listdir(tag) if r.returncode or not os.path.exists(os.path.join(out, "global_step2", f))
-               or not H.same_obj(load(os.path.join(tag, f)), load(os.path.join(out, "global_step2", f)))]
-        check(not bad, f"moe_ep2_s2 -> its own layout: files differ from DeepSpeed's: {bad} {r.stderr.strip()}")
+        for case in ("moe_ep2_s2", "moe_ep2_s2_bf16"):
+            src, out = os.path.join(FIX, case, "ckpt"), os.path.join(tmp, case + "_same")
+            r = zck("reshard", "-q", "--to-world-size", "2", "--to-stage", "2", src, out)
+            tag = os.path.join(src, "global_step2")
+            load = lambda p: torch.load(p, map_location="cpu", weights_only=False)  # noqa: E731
+            bad = [f for f in os.listdir(tag) if r.returncode or not os.path.exists(os.path.join(out, "global_step2", f))
+                   or not H.same_obj(load(os.path.join(tag, f)), load(os.path.join(out, "global_step2", f)))]
+            check(not bad, f"{case} -> its own layout: files differ from DeepSpeed's: {bad} {r.stderr.strip()}")
         out = os.path.join(tmp, "refused")
         r = zck("reshard", "--to-stage", "3", os.path.join(FIX, "moe_ep1_s2", "ckpt"), out)
         check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "deepspeed.moe" in r.stderr
