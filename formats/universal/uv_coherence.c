@@ -15,6 +15,7 @@
  * anywhere to compare with (a whole param folder from another step is refused by its step.pt, uv_read.c). */
 #include "uv_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,10 +30,13 @@
  * reads at most this much more of each param than it did. */
 #define ZCK__UV_COHERENCE_ELEMS ((uint64_t)4096)
 
+/* A NaN master's copy is any NaN: torch's scalar cast writes 0x7FC0, its AVX-512 cast 0xFFFF, CUDA's 0x7FFF. */
 static bool same_copy(zck_dtype dt, const uint8_t *copy, float master) {
   if (dt == ZCK_F32) return !memcmp(copy, &master, 4);
   uint16_t got;
   memcpy(&got, copy, 2);
+  if (isnan(master))
+    return dt == ZCK_BF16 ? (got & 0x7F80) == 0x7F80 && (got & 0x7F) : (got & 0x7C00) == 0x7C00 && (got & 0x3FF);
   return got == (dt == ZCK_BF16 ? zck__bf16_round(master) : zck__f16_round(master));
 }
 
