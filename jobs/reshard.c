@@ -17,7 +17,8 @@
  * into place, so a failure leaves nothing.
  *
  * Hugging Face checkpoint-N/ folders: every regular file of the root is carried over
- * except DeepSpeed's own (`latest`, the tag folders) and per-rank RNG states.
+ * except DeepSpeed's own (`latest`, the tag folders) and per-rank RNG states, each checked
+ * as far as its format allows as it is copied (side_copy.c).
  * rng_state_<r>.pth is kept for ranks r < W'; ranks >= W' are dropped; new ranks have no
  * RNG file, for which the Trainer warns and goes on with fresh RNG state (reproducible
  * data order is kept by the sampler's seed, not by these files).
@@ -32,29 +33,10 @@
 #include "hdf5/zck_h5.h"
 #include "manifest.h"
 #include "reshard_internal.h"
+#include "side_copy.h"
 #include "source.h"
 #include "transfer.h"
 #include "universal/universal.h"
-
-zck_status zck__copy_file(const char *from, const char *to) {
-  zck__source src;
-  ZCK_TRY(zck__source_open(&src, from));
-  zck__outfile f;
-  zck_status st = zck__outfile_create(&f, to);
-  uint8_t *buf = st == ZCK_OK ? zck__malloc(1 << 20) : NULL;
-  if (st == ZCK_OK && !buf) st = ZCK_ERR_NO_MEMORY;
-  for (uint64_t off = 0; st == ZCK_OK && off < src.size;) {
-    size_t n = src.size - off > (1 << 20) ? (1 << 20) : (size_t)(src.size - off);
-    st = zck__source_read(&src, buf, n, off);
-    if (st == ZCK_OK) st = zck__outfile_pwrite(&f, buf, n, off);
-    off += n;
-  }
-  free(buf);
-  if (st == ZCK_OK) st = zck__outfile_commit(&f);
-  else zck__outfile_abort(&f);
-  zck__source_close(&src);
-  return st;
-}
 
 static zck_status zck__same_model(const zck_model *a, const zck_model *b) {
   if (a == b) return ZCK_OK;
@@ -105,7 +87,7 @@ zck_status zck__reshard_carry_side_files(const char *root, const char *tag, cons
     char *from = zck__path_join(root, n), *to = zck__path_join(dst, n);
     struct stat sb;
     if (!from || !to) st = ZCK_ERR_NO_MEMORY;
-    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_file(from, to);
+    else if (lstat(from, &sb) == 0 && S_ISREG(sb.st_mode)) st = zck__copy_side_file(from, to);
     free(from);
     free(to);
   }
@@ -118,6 +100,7 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   const zck_reshard_opts o = *op;
   const zck_ds_ckpt *c = s->ck;
   const zck_ds_info *in = zck_ds_info_of(c);
+  ZCK_TRY(zck_ds_moe_keep_ep(c, o.to_ep_size));   /* deepspeed.moe: the EP size kept (ds_moe_ep.c) */
   if (o.to_ep_size && !in->ep_size)
     return zck__fail(ZCK_ERR_INVALID_ARG, "--to-ep-size: %s is not an AutoEP (expert-parallel) checkpoint", src);
   if (in->stage == 0 && !o.to_stage)

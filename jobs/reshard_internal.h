@@ -21,13 +21,12 @@ zck_status zck__reshard_check(const char *src, const zck_model *m, const zck_ds_
                               const zck_reshard_opts *o);
 
 /* Copies every regular file of root into dst except DeepSpeed's own (`latest`,
- * `latest_universal`, the tag folder `skip`) and rng_state_<r>.pth of ranks r >= world. */
+ * `latest_universal`, the tag folder `skip`) and rng_state_<r>.pth of ranks r >= world,
+ * each through zck__copy_side_file (side_copy.h). */
 zck_status zck__reshard_carry_side_files(const char *root, const char *skip, const char *dst, uint32_t world);
 /* Whether a side file is carried over to world size `world`: all but rng_state_<r>.pth of
  * ranks r >= world. */
 bool zck__reshard_side_kept(const char *name, uint32_t world);
-/* Copies the file from into to (created; the whole file or nothing). */
-zck_status zck__copy_file(const char *from, const char *to);
 
 /* A DeepSpeed PipelineModule source (zck_ds_pipe_stages(c) > 1) in the same pipeline layout at wo's data-parallel size
  * (reshard_pipe.c); what that layout cannot take is refused in one line naming c. */

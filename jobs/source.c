@@ -19,6 +19,7 @@
 #include "hdf5/zck_h5.h"
 #include "io.h"
 #include "reshard_internal.h"
+#include "side_copy.h"
 #include "universal/universal.h"
 
 // ---- sniffing
@@ -206,13 +207,16 @@ void zck__src_close(zck__src *s) {
 
 // ---- side files an output folder takes along
 
-/* Side files of an HF checkpoint-N/ folder that make the output loadable on its own. */
-static void zck__src_folder_side_files(const char *root, char ***names, char ***texts, size_t *n) {
+/* Side files of an HF checkpoint-N/ folder that make the output loadable on its own; one that is there but is not
+ * JSON fails the job (the output would take damaged bytes along). */
+static zck_status zck__src_folder_side_files(const char *root, char ***names, char ***texts, size_t *n) {
   static const char *candidates[] = {"config.json", "generation_config.json"};
-  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+  zck_status st = ZCK_OK;
+  for (size_t i = 0; st == ZCK_OK && i < sizeof candidates / sizeof candidates[0]; i++) {
     char *p = zck__path_join(root, candidates[i]);
     char *text = NULL;
-    if (p && zck__read_small_file(p, 1 << 20, &text, NULL) == ZCK_OK) {
+    size_t len = 0;
+    if (p && zck__read_small_file(p, 1 << 20, &text, &len) == ZCK_OK && (st = zck__json_check(p, text, len)) == ZCK_OK) {
       char **nn = realloc(*names, (*n + 1) * sizeof *nn);
       char **tt = realloc(*texts, (*n + 1) * sizeof *tt);
       if (nn) *names = nn;
@@ -227,7 +231,8 @@ static void zck__src_folder_side_files(const char *root, char ***names, char ***
     free(text);
     free(p);
   }
-  zck_clear_error();
+  if (st == ZCK_OK) zck_clear_error();
+  return st;
 }
 
 /* A side file of the container (/side_files/NAME), as one from a folder: at most 1 MiB,
@@ -268,8 +273,8 @@ static zck_status zck__src_h5_side(const zck__src *s, const char *name, char ***
 }
 
 zck_status zck__src_side_files(const zck__src *s, char ***names, char ***texts, size_t *n) {
-  if (s->ck) zck__src_folder_side_files(zck_ds_info_of(s->ck)->root, names, texts, n);
-  else if (s->uv && zck_uv_info_of(s->uv)->root) zck__src_folder_side_files(zck_uv_info_of(s->uv)->root, names, texts, n);
+  if (s->ck) return zck__src_folder_side_files(zck_ds_info_of(s->ck)->root, names, texts, n);
+  else if (s->uv && zck_uv_info_of(s->uv)->root) return zck__src_folder_side_files(zck_uv_info_of(s->uv)->root, names, texts, n);
   else if (s->h5) {
     ZCK_TRY(zck__src_h5_side(s, "config.json", names, texts, n));
     ZCK_TRY(zck__src_h5_side(s, "generation_config.json", names, texts, n));

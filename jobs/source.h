@@ -97,7 +97,8 @@ void zck__src_close(zck__src *s);
 
 /* config.json / generation_config.json of the source's save root (an HF checkpoint-N/;
  * the container's /side_files), for an output folder: names and texts, free() each. A
- * container's that cannot be read (damaged) fails. */
+ * container's that cannot be read (damaged) fails, and so does a folder's that is not
+ * JSON (zck__json_check). */
 zck_status zck__src_side_files(const zck__src *s, char ***names, char ***texts, size_t *n);
 
 #endif

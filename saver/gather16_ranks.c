@@ -82,16 +82,7 @@ static void on_written(void *ctx, size_t job, uint32_t dst_store, uint64_t off, 
   (void)job, (void)dst_store, (void)bytes, (void)n_bytes;
   g16_wrote *w = ctx;
   pthread_mutex_lock(&w->mu);
-  if (w->n == w->cap && !w->oom) {
-    size_t nc = w->cap ? 2 * w->cap : 256;
-    g16_range *nr = realloc(w->r, nc * sizeof *nr);
-    if (nr) {
-      w->r = nr;
-      w->cap = nc;
-    } else {
-      w->oom = true;
-    }
-  }
+  if (!w->oom && !ZCK__GROW(w->r, w->cap, w->n + 1)) w->oom = true; /* window_fill says so */
   if (!w->oom) w->r[w->n++] = (g16_range){off, count};
   pthread_mutex_unlock(&w->mu);
 }
@@ -183,19 +174,23 @@ static int span_cmp(const void *a, const void *b) {
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
-static zck_status span_push(g16_bytes *spans, size_t *n, g16_span sp, const char *path) {
-  if ((*n + 1) * sizeof sp > spans->cap) {
-    size_t want = 2 * spans->cap > 256 * sizeof sp ? 2 * spans->cap : 256 * sizeof sp;
-    ZCK_TRY(bytes_reserve(spans, want, path));
-  }
-  ((g16_span *)spans->p)[(*n)++] = sp;
+/* The spans of a window on rank 0 (n of them; room for cap). */
+typedef struct g16_spans {
+  g16_span *v;
+  size_t n, cap;
+} g16_spans;
+
+static zck_status span_push(g16_spans *spans, g16_span sp, const char *path) {
+  if (!ZCK__GROW(spans->v, spans->cap, spans->n + 1))
+    return zck__fail(ZCK_ERR_NO_MEMORY, "%s: out of memory gathering the 16-bit weights", path);
+  spans->v[spans->n++] = sp;
   return ZCK_OK;
 }
 
 /* Rank 0: rank k's packet of len bytes into the window out of nb bytes, its ranges noted
  * in spans. The packets are this run's own, but checked all the same. */
-static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, uint64_t nb, g16_bytes *spans,
-                         size_t *n_sp, const char *path) {
+static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, uint64_t nb, g16_spans *spans,
+                         const char *path) {
   uint64_t n = 0;
   if (len >= 8) memcpy(&n, p, 8);
   if (len < 8 || n > (len - 8) / 16)
@@ -208,7 +203,7 @@ static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, ui
     if (off > nb || l > nb - off || l > (uint64_t)(end - at))
       return zck__fail(ZCK_ERR_INTERNAL, "%s: rank %d's share of the 16-bit weights is malformed", path, k);
     memcpy(out + off, at, (size_t)l);
-    ZCK_TRY(span_push(spans, n_sp, (g16_span){off, l}, path));
+    ZCK_TRY(span_push(spans, (g16_span){off, l}, path));
     at += l;
   }
   return ZCK_OK;
@@ -217,13 +212,12 @@ static zck_status unpack(const uint8_t *p, uint64_t len, int k, uint8_t *out, ui
 /* Rank 0, the window's packets unpacked: its own ranges noted too, the ranges must not
  * overlap, and bytes no rank wrote become zeros (ZeRO-3 partitions cover every tensor, so
  * there are none, but a stale byte of the previous window must never reach the file). */
-static zck_status cover(const g16_wrote *own, size_t es, uint8_t *out, uint64_t nb, g16_bytes *spans, size_t n_sp,
-                        const char *path) {
-  for (size_t i = 0; i < own->n; i++) ZCK_TRY(span_push(spans, &n_sp, (g16_span){own->r[i].off * es, own->r[i].n * es}, path));
-  g16_span *sp = (g16_span *)spans->p;
-  if (n_sp) qsort(sp, n_sp, sizeof *sp, span_cmp);
+static zck_status cover(const g16_wrote *own, size_t es, uint8_t *out, uint64_t nb, g16_spans *spans, const char *path) {
+  for (size_t i = 0; i < own->n; i++) ZCK_TRY(span_push(spans, (g16_span){own->r[i].off * es, own->r[i].n * es}, path));
+  g16_span *sp = spans->v;
+  if (spans->n) qsort(sp, spans->n, sizeof *sp, span_cmp);
   uint64_t pos = 0;
-  for (size_t i = 0; i < n_sp; i++) {
+  for (size_t i = 0; i < spans->n; i++) {
     if (sp[i].off < pos) return zck__fail(ZCK_ERR_INTERNAL, "%s: the ranks' shares of the 16-bit weights overlap", path);
     if (sp[i].off > pos) memset(out + pos, 0, (size_t)(sp[i].off - pos));
     pos = sp[i].off + sp[i].len;
@@ -341,135 +335,181 @@ static zck_status agree_max(zck_comm *c, uint64_t *v, size_t n) {
   return c->all_reduce(c, v, v, n, ZCK_I64, ZCK_COMM_MAX);
 }
 
+// ---- the collective: every rank, window by window
+
+/* One rank's run. A failure anywhere stops every rank before the same collective: st is
+ * this rank's own failure; coll a failed collective, stop another rank's failure (every
+ * rank learns it from the agreement before the next collective). */
+typedef struct g16_run {
+  const zck_saver *s;
+  zck_comm *c;
+  const char *path;
+  bool lead;                       /* rank 0: creates, hashes and commits the file */
+  bool gather;                     /* rank 0 hashes the file: the other ranks' bytes go to it */
+  size_t es, win;                  /* element size; window bytes */
+  zck__g16 g;
+  g16_share sh;
+  zck__shash_budget budget;
+  g16_wrote wrote[2];              /* one per window buffer (the writer thread reads one) */
+  uint8_t *bufs[2];                /* one filled (and on rank 0 gathered), one written */
+  g16_bytes pkt, recv;
+  g16_spans spans;                 /* rank 0: the ranges each rank wrote of a window */
+  uint64_t *lens;                  /* every rank's (failed, packet length) of a window */
+  size_t *counts;                  /* each rank's packet length in a window (rank 0: 0) */
+  size_t next;                     /* window_layout's first tensor of the next window */
+  int fd;                          /* the other ranks' own descriptor of the file */
+  g16_writer wr;
+  zck_status coll;
+  bool stop;
+} g16_run;
+
+static bool run_going(const g16_run *x) {
+  return x->coll == ZCK_OK && !x->stop;
+}
+
+static void run_free(g16_run *x) {
+  share_free(x->s, &x->sh);
+  zck__g16_free(&x->g);
+  free(x->lens);
+  free(x->counts);
+  free(x->bufs[0]);
+  free(x->bufs[1]);
+  free(x->pkt.p);
+  free(x->recv.p);
+  free(x->spans.v);
+  for (int i = 0; i < 2; i++) {
+    free(x->wrote[i].r);
+    pthread_mutex_destroy(&x->wrote[i].mu);
+  }
+}
+
+/* The file laid out, this rank's buffers, rank 0's file created (at full size, hashed as
+ * written when known); then every rank ready, or none goes on (a rank that failed here does
+ * not know the windows), and the other ranks open the file. */
+static zck_status run_start(g16_run *x, const zck_saver *s, const zck_saver_rank *r, const char *path, bool known) {
+  memset(x, 0, sizeof *x);
+  x->s = s;
+  x->c = r->comm;
+  x->path = path;
+  x->lead = x->c->rank == 0;
+  x->es = zck_dtype_size(s->tr.lp_dtype);
+  x->win = g_window ? g_window : G16_WINDOW;
+  x->win = x->win < 8 ? 8 : x->win - x->win % 8; /* whole elements (es divides 8) */
+  x->budget = (zck__shash_budget){0, zck__shash_default_budget()};
+  x->fd = -1;
+  pthread_mutex_init(&x->wrote[0].mu, NULL);
+  pthread_mutex_init(&x->wrote[1].mu, NULL);
+  zck_status st = zck__g16_init(s, path, &x->g);
+  if (st == ZCK_OK) st = share_init(s, r, &x->g, path, &x->sh);
+  if (st == ZCK_OK) {
+    x->lens = zck__calloc(2 * (size_t)x->c->size, sizeof *x->lens);
+    x->counts = zck__calloc((size_t)x->c->size, sizeof *x->counts);
+    x->bufs[0] = zck__malloc(x->win);
+    x->bufs[1] = zck__malloc(x->win);
+    if (!x->lens || !x->counts || !x->bufs[0] || !x->bufs[1]) st = ZCK_ERR_NO_MEMORY;
+  }
+  if (st == ZCK_OK && x->lead && known) st = zck_st_writer_hash(x->g.w, &x->budget);
+  if (st == ZCK_OK && x->lead) st = zck_st_writer_open(x->g.w, path);
+  if (st == ZCK_OK && x->lead)
+    x->wr = (g16_writer){.fd = zck_st_writer_fd(x->g.w), .hash = known ? x->g.w : NULL, .path = path, .es = x->es};
+  uint64_t ready[2] = {st != ZCK_OK, x->lead && known};
+  x->coll = agree_max(x->c, ready, 2);
+  x->stop = ready[0] != 0;
+  x->gather = ready[1] != 0;
+  if (run_going(x) && !x->lead) {
+    st = zck__g16_open_share(path, &x->fd);
+    x->wr = (g16_writer){.fd = x->fd, .path = path, .es = x->es};
+  }
+  return st;
+}
+
+/* Each other rank's packet of the window (nb bytes in buf) to rank 0 alone, by the comm's
+ * gather (rank 0 holding all of them at once); a backend without one broadcasts each
+ * packet, of its own length, which every rank then receives. Rank 0 unpacks them beside
+ * its own ranges (w). longest: the longest packet. */
+static zck_status window_gather(g16_run *x, zck_status st, uint8_t *buf, const g16_wrote *w, uint64_t nb,
+                                uint64_t longest) {
+  zck_comm *c = x->c;
+  size_t total = 0, W = (size_t)c->size;
+  x->spans.n = 0;
+  for (size_t q = 1; q < W; q++) {
+    x->counts[q] = (size_t)x->lens[2 * q + 1];
+    total += x->counts[q];
+  }
+  st = bytes_reserve(&x->recv, c->gather ? (x->lead ? total : 0) : (size_t)longest, x->path);
+  uint64_t failed = st != ZCK_OK;
+  if ((x->coll = agree_max(c, &failed, 1)) != ZCK_OK || (x->stop = failed != 0)) return st;
+  if (c->gather) {
+    x->coll = c->gather(c, x->lead ? NULL : x->pkt.p, x->recv.p, x->counts, ZCK_U8, 0);
+    for (size_t q = 1, at = 0; q < W && x->coll == ZCK_OK && x->lead && st == ZCK_OK; at += x->counts[q], q++)
+      st = unpack(x->recv.p + at, x->counts[q], (int)q, buf, nb, &x->spans, x->path);
+  }
+  for (size_t q = 1; !c->gather && q < W && x->coll == ZCK_OK; q++) {
+    x->coll = c->broadcast(c, (size_t)c->rank == q ? x->pkt.p : x->recv.p, x->counts[q], ZCK_U8, (int)q);
+    if (x->coll == ZCK_OK && x->lead && st == ZCK_OK)
+      st = unpack(x->recv.p, x->counts[q], (int)q, buf, nb, &x->spans, x->path);
+  }
+  if (x->coll == ZCK_OK && x->lead && st == ZCK_OK) st = cover(w, x->es, buf, nb, &x->spans, x->path);
+  return st;
+}
+
+/* Window k, bytes [b0, b0 + nb) of the data section: this rank's elements cast into it (and
+ * packed for rank 0), every rank's failure and packet length agreed, the packets gathered,
+ * then this rank's ranges written while the next window is filled. */
+static zck_status run_window(g16_run *x, zck_status st, uint64_t b0, uint64_t k) {
+  uint64_t nb = x->sh.data - b0 < x->win ? x->sh.data - b0 : x->win, len = 8;
+  uint8_t *buf = x->bufs[k % 2];
+  g16_wrote *w = &x->wrote[k % 2];
+  if (st == ZCK_OK) {
+    zck_layout *l = NULL;
+    st = window_layout(&x->g, x->sh.numel, x->s->tr.model->n_params, x->es, b0 / x->es, (b0 + nb) / x->es, &x->next,
+                       x->sh.pieces, &l);
+    if (st == ZCK_OK) st = window_fill(x->s, &x->sh.src, l, buf, nb / x->es, x->path, w);
+    zck_layout_free(l);
+    if (st == ZCK_OK && x->gather && !x->lead) st = pack(w, buf, x->es, &x->pkt, &len, x->path);
+  }
+  uint64_t mine[2] = {st != ZCK_OK, len}, longest = 0;
+  if ((x->coll = x->c->all_gather(x->c, mine, x->lens, 2, ZCK_I64)) != ZCK_OK) return st;
+  for (size_t q = 0; q < (size_t)x->c->size; q++) {
+    x->stop = x->stop || x->lens[2 * q];
+    if (q && x->lens[2 * q + 1] > longest) longest = x->lens[2 * q + 1];
+  }
+  if (x->stop) return st;
+  if (x->gather && ((st = window_gather(x, st, buf, w, nb, longest)) != ZCK_OK || !run_going(x))) return st;
+  return st == ZCK_OK ? writer_start(&x->wr, buf, w, x->sh.hlen + b0, nb) : st;
+}
+
+/* After the last window: this rank's writes done and durable (the file may be on a
+ * network file system, where rank 0's fsync does not cover another host's writes), a last
+ * agreement, and rank 0 commits only when no rank failed (a peer's failure: nothing is
+ * committed here, and the caller's agreement names it). */
+static zck_status run_finish(g16_run *x, zck_status st, zck__manifest_known *known, size_t *cap) {
+  zck_status ws = writer_join(&x->wr);
+  if (st == ZCK_OK) st = ws;
+  if (x->fd >= 0 && st == ZCK_OK && run_going(x)) st = zck__g16_sync_share(x->fd, x->path);
+  if (x->fd >= 0) close(x->fd);
+  if (run_going(x)) {
+    uint64_t failed = st != ZCK_OK;
+    x->coll = agree_max(x->c, &failed, 1);
+    x->stop = failed != 0;
+  }
+  bool peer_failed = x->stop && st == ZCK_OK;
+  if (st == ZCK_OK) st = x->coll;
+  if (st == ZCK_OK && x->lead && !peer_failed) st = zck_st_writer_commit(x->g.w);
+  if (st == ZCK_OK && x->lead && !peer_failed && known) st = zck_st_writer_known(x->g.w, "model.safetensors", known, cap);
+  return st;
+}
+
 zck_status zck__g16_gather_ranks(const zck_saver *s, const zck_saver_rank *r, const char *path,
                                  zck__manifest_known *known, size_t *cap) {
-  zck_comm *c = r->comm;
-  bool lead = c->rank == 0;
-  const zck_model *m = s->tr.model;
-  size_t es = zck_dtype_size(s->tr.lp_dtype);
-  size_t win = g_window ? g_window : G16_WINDOW;
-  win = win < 8 ? 8 : win - win % 8; /* whole elements (es divides 8) */
-  zck__g16 g;
-  memset(&g, 0, sizeof g);
-  g16_share sh;
-  memset(&sh, 0, sizeof sh);
-  zck__shash_budget budget = {0, zck__shash_default_budget()};
-  g16_wrote wrote[2]; /* one per window buffer (the writer thread reads one) */
-  memset(wrote, 0, sizeof wrote);
-  pthread_mutex_init(&wrote[0].mu, NULL);
-  pthread_mutex_init(&wrote[1].mu, NULL);
-  g16_bytes pkt = {NULL, 0}, recv = {NULL, 0}, spans = {NULL, 0};
-  uint64_t *lens = NULL;
-  size_t *counts = NULL;           /* each rank's packet length in a window (rank 0: 0) */
-  uint8_t *bufs[2] = {NULL, NULL}; /* one filled (and on rank 0 gathered), one written */
-  int fd = -1;                     /* the other ranks' own descriptor of the file */
-  g16_writer wr;
-  memset(&wr, 0, sizeof wr);
-  zck_status st = zck__g16_init(s, path, &g);
-  if (st == ZCK_OK) st = share_init(s, r, &g, path, &sh);
-  if (st == ZCK_OK) {
-    lens = zck__calloc(2 * (size_t)c->size, sizeof *lens);
-    counts = zck__calloc((size_t)c->size, sizeof *counts);
-    bufs[0] = zck__malloc(win);
-    bufs[1] = zck__malloc(win);
-    if (!lens || !counts || !bufs[0] || !bufs[1]) st = ZCK_ERR_NO_MEMORY;
-  }
-  uint64_t data = sh.data;
-  if (st == ZCK_OK && lead && known) st = zck_st_writer_hash(g.w, &budget);
-  if (st == ZCK_OK && lead) st = zck_st_writer_open(g.w, path); /* created at full size */
-  if (st == ZCK_OK && lead) wr = (g16_writer){.fd = zck_st_writer_fd(g.w), .hash = known ? g.w : NULL, .path = path, .es = es};
-  /* every rank ready, or none goes on (a rank that failed here does not know the windows);
-   * and whether rank 0 hashes the file: only then do the other ranks' bytes go to it */
-  uint64_t ready[2] = {st != ZCK_OK, lead && known};
-  zck_status coll = agree_max(c, ready, 2);
-  bool stop = ready[0] != 0, gather = ready[1] != 0;
-  if (coll == ZCK_OK && !stop && !lead) {
-    st = zck__g16_open_share(path, &fd);
-    wr = (g16_writer){.fd = fd, .path = path, .es = es};
-  }
-  size_t next = 0, W = (size_t)c->size;
+  g16_run x;
+  zck_status st = run_start(&x, s, r, path, known != NULL);
   /* every rank runs every window, the collectives in step, until one of them fails: each
-   * collective is preceded by an agreement that every rank can take part in it. Every
-   * rank writes its own ranges of each window once its collectives are done, while the
-   * next window is gathered: a failed write shows in the next window's agreement, or the
-   * last one */
-  for (uint64_t b0 = 0, k = 0; coll == ZCK_OK && !stop && b0 < data; b0 += win, k++) {
-    uint64_t nb = data - b0 < win ? data - b0 : win, len = 8;
-    uint8_t *buf = bufs[k % 2];
-    g16_wrote *w = &wrote[k % 2];
-    if (st == ZCK_OK) {
-      zck_layout *l = NULL;
-      st = window_layout(&g, sh.numel, m->n_params, es, b0 / es, (b0 + nb) / es, &next, sh.pieces, &l);
-      if (st == ZCK_OK) st = window_fill(s, &sh.src, l, buf, nb / es, path, w);
-      zck_layout_free(l);
-      if (st == ZCK_OK && gather && !lead) st = pack(w, buf, es, &pkt, &len, path);
-    }
-    /* every rank's failure and packet length */
-    uint64_t mine[2] = {st != ZCK_OK, len};
-    if ((coll = c->all_gather(c, mine, lens, 2, ZCK_I64)) != ZCK_OK) break;
-    uint64_t longest = 0;
-    for (size_t q = 0; q < W; q++) {
-      stop = stop || lens[2 * q];
-      if (q && lens[2 * q + 1] > longest) longest = lens[2 * q + 1];
-    }
-    if (stop) break;
-    if (gather) {
-      /* each rank's packet goes to rank 0 alone, by the comm's gather (rank 0 holding all
-       * of them at once); a backend without one broadcasts each packet, of its own length,
-       * which every rank then receives */
-      size_t total = 0;
-      for (size_t q = 1; q < W; q++) {
-        counts[q] = (size_t)lens[2 * q + 1];
-        total += counts[q];
-      }
-      st = bytes_reserve(&recv, c->gather ? (lead ? total : 0) : (size_t)longest, path);
-      uint64_t failed = st != ZCK_OK;
-      if ((coll = agree_max(c, &failed, 1)) != ZCK_OK || (stop = failed != 0)) break;
-      size_t n_sp = 0;
-      if (c->gather) {
-        coll = c->gather(c, lead ? NULL : pkt.p, recv.p, counts, ZCK_U8, 0);
-        for (size_t q = 1, at = 0; q < W && coll == ZCK_OK && lead && st == ZCK_OK; at += counts[q], q++)
-          st = unpack(recv.p + at, counts[q], (int)q, buf, nb, &spans, &n_sp, path);
-      }
-      for (size_t q = 1; !c->gather && q < W && coll == ZCK_OK; q++) {
-        coll = c->broadcast(c, (size_t)c->rank == q ? pkt.p : recv.p, counts[q], ZCK_U8, (int)q);
-        if (coll == ZCK_OK && lead && st == ZCK_OK) st = unpack(recv.p, counts[q], (int)q, buf, nb, &spans, &n_sp, path);
-      }
-      if (coll != ZCK_OK) break;
-      if (lead && st == ZCK_OK) st = cover(w, es, buf, nb, &spans, n_sp, path);
-    }
-    if (st == ZCK_OK) st = writer_start(&wr, buf, w, sh.hlen + b0, nb);
-  }
-  zck_status ws = writer_join(&wr);
-  if (st == ZCK_OK) st = ws;
-  /* this rank's bytes are durable before rank 0 commits (the file may be on a network
-   * file system, where rank 0's fsync does not cover another host's writes) */
-  if (fd >= 0 && st == ZCK_OK && coll == ZCK_OK && !stop) st = zck__g16_sync_share(fd, path);
-  if (fd >= 0) close(fd);
-  /* the last writes of every rank done: rank 0 commits only when none failed */
-  if (coll == ZCK_OK && !stop) {
-    uint64_t failed = st != ZCK_OK;
-    coll = agree_max(c, &failed, 1);
-    stop = failed != 0;
-  }
-  bool peer_failed = stop && st == ZCK_OK;
-  if (st == ZCK_OK) st = coll;
-  /* a peer's failure: nothing is committed here, and the agreement after names it */
-  if (st == ZCK_OK && lead && !peer_failed) st = zck_st_writer_commit(g.w);
-  if (st == ZCK_OK && lead && !peer_failed && known) st = zck_st_writer_known(g.w, "model.safetensors", known, cap);
-  share_free(s, &sh);
-  zck__g16_free(&g);
-  free(lens);
-  free(counts);
-  free(bufs[0]);
-  free(bufs[1]);
-  free(pkt.p);
-  free(recv.p);
-  free(spans.p);
-  for (int i = 0; i < 2; i++) {
-    free(wrote[i].r);
-    pthread_mutex_destroy(&wrote[i].mu);
-  }
+   * collective is preceded by an agreement that every rank can take part in it. A failed
+   * write shows in the next window's agreement, or the last one */
+  for (uint64_t b0 = 0, k = 0; run_going(&x) && b0 < x.sh.data; b0 += x.win, k++) st = run_window(&x, st, b0, k);
+  st = run_finish(&x, st, known, cap);
+  run_free(&x);
   return st;
 }
 

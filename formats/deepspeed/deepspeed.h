@@ -282,6 +282,9 @@ zck_status zck_ds_moe_refuse(const zck_ds_ckpt *c, const char *job);
 /* The same for deepspeed.moe with expert parallelism (ep_size > 1), for the jobs that DeepSpeed's own tools do not
  * run on it (to-universal: ds_to_universal.py fails on it). */
 zck_status zck_ds_moe_ep_refuse(const zck_ds_ckpt *c, const char *job);
+/* reshard of a deepspeed.moe checkpoint keeps its EP size: ZCK_OK for ep_size 0 (not asked), the source's, or another
+ * kind of checkpoint; else refused in one line. */
+zck_status zck_ds_moe_keep_ep(const zck_ds_ckpt *c, uint32_t ep_size);
 /* Rank 0's model-states and optimizer files as torch files: their pickles, and their
  * tensors' bytes through zck_torch_source() / zck_torch_tensor_read(). */
 const zck_torch_file *zck_ds_rank0_model(const zck_ds_ckpt *c);
@@ -295,9 +298,10 @@ uint32_t zck_ds_pipe_stages(const zck_ds_ckpt *c);
 /* The jobs that cannot write a pipeline's layout (reshard into DCP) refuse a pipeline source by name. */
 zck_status zck_ds_pipe_refuse(const zck_ds_ckpt *c, const char *job);
 /* reshard of a pipeline at another data-parallel size (jobs/reshard_pipe.c): stage s's model as its stage files
- * describe it (its param_shapes' params, in c's model order, with their optimizer groups), whose params are c's model's
- * [*first, *first + n); refused by name when a stage's params do not fit that (tied or frozen params). */
-zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t *first);
+ * describe it (its param_shapes' params with their optimizer groups: the copies of TiedLayerSpec weights an earlier
+ * stage holds first, then its own params in c's model order), stage param j being c's param (*src_of)[j] (the
+ * caller frees it); refused by name when a stage's params do not fit that (frozen params, aliases). */
+zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t **src_of);
 /* The layer_<XX>-model_states.pt files (which a data-parallel size does not change): how many, and file i's path. */
 size_t zck_ds_pipe_layer_files(const zck_ds_ckpt *c);
 const char *zck_ds_pipe_layer_file(const zck_ds_ckpt *c, size_t i);
@@ -366,7 +370,7 @@ typedef struct zck_ds_write_opts {
    * (zck_ds_autoep_target_new; the manifest under DeepSpeed's names). NULL: plain ZeRO */
   const struct zck_ds_autoep_target *autoep;
   /* legacy deepspeed.moe (ds_moe_write.c): the experts' 16-bit weights in layer_<L>_expert_<E> files, as
-   * DeepSpeed's _save_moe_checkpoint writes them at ep_size 1 (zck_ds_moe_target_new). NULL: none */
+   * DeepSpeed's _save_moe_checkpoint writes them, at the source's EP size (zck_ds_moe_target_new). NULL: none */
   const struct zck_ds_moe_target *moe;
   /* PipelineModule (pp_size > 1, stage 1): this writer makes pipeline stage mp_rank's files (mp_rank_<stage> names,
    * `module` None, mp_world_size and pp_degree pp_size) as PipelineEngine saves them; the layer_<XX> files, which
@@ -387,9 +391,9 @@ zck_status zck_ds_autoep_target_new(const zck_ds_ckpt *c, uint32_t ep_size, int 
                                     zck_ds_autoep_target **out);
 void zck_ds_autoep_target_free(zck_ds_autoep_target *t);
 
-/* A legacy deepspeed.moe.layer.MoE target (zck_ds_write_opts.moe): c's experts (ep_size 1) written at ZeRO `stage`
- * 1 or 2 and any world size as DeepSpeed 0.19.8 saves them: the experts' param group partitioned over every rank
- * like any group, each (MoE layer, expert)'s 16-bit weights in its layer_<L>_expert_<E> file, `module` without
+/* A legacy deepspeed.moe.layer.MoE target (zck_ds_write_opts.moe): c's experts written at ZeRO `stage` 1 or 2 and
+ * any world size (a multiple of c's EP size) as DeepSpeed 0.19.8 saves them: the experts' param group partitioned
+ * over every rank (ep_size 1) or each EP rank's over its expert-data-parallel ranks (ds_moe_write.c), each (MoE layer, expert)'s 16-bit weights in its layer_<L>_expert_<E> file, `module` without
  * them. Other stages are refused in one line naming c. *out NULL (ZCK_OK) for other checkpoints. Borrows from c,
  * which must outlive it. */
 typedef struct zck_ds_moe_target zck_ds_moe_target;

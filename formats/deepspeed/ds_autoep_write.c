@@ -79,10 +79,12 @@ static bool expert_flat(const zck_ds_writer *w, size_t g) {
 }
 
 uint32_t zck__ds_flat_rank(const zck_ds_writer *w, size_t g, uint32_t r) {
+  if (w->moe_ep > 1 && g == w->moe_group) return r / w->moe_ep;   /* deepspeed.moe's experts (ds_moe_write.c) */
   return expert_flat(w, g) ? r / w->o.autoep->ep_size : r;
 }
 
 uint32_t zck__ds_flat_count(const zck_ds_writer *w, size_t g) {
+  if (w->moe_ep > 1 && g == w->moe_group) return w->w / w->moe_ep;
   return expert_flat(w, g) ? w->w / w->o.autoep->ep_size : w->w;
 }
 

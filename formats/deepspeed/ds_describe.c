@@ -205,6 +205,8 @@ static zck_status build_train(zck_ds_ckpt *c, const uint64_t *numels) {
                                                   &c->train_layout)
                  : c->moe ? zck__ds_moe_train(c, m->n_params, numels, specs, n_flat, w, c->info.param_align,
                                               &c->train_layout)
+                 : zck__ds_pipe_has_replicas(c) ? zck__ds_pipe_train(c, m->n_params, numels, specs, n_flat, w,
+                                                                     c->info.param_align, &c->train_layout)
                  : c->info.stage == 3 ? zck_layout_zero3(m->n_params, numels, specs, n_flat, w, &c->train_layout)
                  : zck_layout_zero12(m->n_params, numels, specs, n_flat, w, c->info.param_align, &c->train_layout);
   free(specs);

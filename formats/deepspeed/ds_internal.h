@@ -4,6 +4,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/ds_files.h"
+#include "deepspeed/ds_manifest.h"
 #include "strmap.h"
 
 /* DeepSpeed's defaults (runtime/zero/config.py). */
@@ -24,18 +25,6 @@ typedef struct zck__ds_tref {
   uint32_t rec_crc;
   char rec_key[24];      /* the storage key: record <archive>/data/<key> */
 } zck__ds_tref;
-
-typedef struct zck__ds_named_shape {
-  char *name;
-  int ndim;
-  int64_t shape[ZCK_MAX_DIMS];
-  uint64_t numel;
-} zck__ds_named_shape;
-
-typedef struct zck__ds_shape_list {
-  zck__ds_named_shape *v;
-  size_t n;
-} zck__ds_shape_list;
 
 /* What we keep of one model-states file. */
 typedef struct zck__ds_model_file {
@@ -228,13 +217,18 @@ void zck__ds_pipe_free(struct zck__ds_pipe *p);
 /* The model files of stages 1.. (after c's own), for the jobs that copy them. */
 size_t zck__ds_pipe_model_files(const zck_ds_ckpt *c);
 const zck__ds_rankfile *zck__ds_pipe_model_file(const zck_ds_ckpt *c, size_t i);
+/* TiedLayerSpec weights (ds_pipe_tied.c): later stages' copies of a weight are left out of the model, and the training
+ * layout is DeepSpeed's ZeRO-1 partition of each flat group with them counted but no piece pointing at them. */
+bool zck__ds_pipe_has_replicas(const zck_ds_ckpt *c);
+zck_status zck__ds_pipe_train(zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
+                              size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out);
 
 /* ---- ds_autotp.c: the other TP ranks opened and c's parts merged over them (after describe) */
 zck_status zck__ds_autotp(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o);
 
 /* ---- ds_moe.c: legacy deepspeed.moe.layer.MoE checkpoints */
-/* Expert files without ds_autoep_layers: accepted (c->legacy_moe) when the shards are plain ZeRO (ep_size 1),
- * refused by name otherwise. No-op without expert files or for AutoEP. */
+/* Expert files without ds_autoep_layers: accepted (c->legacy_moe) when the shards are ZeRO-1/2 (ep_size 1, or > 1
+ * through zck__ds_moe_expand_ep), refused by name otherwise. No-op without expert files or for AutoEP. */
 zck_status zck__ds_moe_prepare(zck_ds_ckpt *c);
 /* After the describe: the experts' 16-bit weights are not bound (16-bit outputs cast the masters). */
 zck_status zck__ds_moe_finish(zck_ds_ckpt *c);
@@ -259,6 +253,8 @@ zck_status zck__ds_moe_layout(size_t n_params, const uint64_t *numels, const zck
 zck_status zck__ds_moe_train(const zck_ds_ckpt *c, size_t n_params, const uint64_t *numels, const zck_group_spec *specs,
                              size_t n_flat, uint32_t w, uint32_t param_align, zck_layout **out);
 void zck__ds_moe_free(struct zck__ds_moe *m);
+/* An expert param's name with its expert id moved by delta (global <-> local); NULL: no memory. */
+char *zck__ds_moe_renamed(const char *name, long delta);
 
 /* ---- ds_autoep.c: AutoEP (expert-parallel MoE) checkpoints */
 /* The model file's ds_autoep_layers, parsed into mf->autoep (none: left NULL). */
@@ -283,7 +279,7 @@ zck_status zck__ds_autoep_finish(zck_ds_ckpt *c, bool hf_names);
 void zck__ds_autoep_file_free(struct zck__ds_autoep_file *f);
 void zck__ds_autoep_free(struct zck__ds_autoep *a);
 
-/* ---- ds_manifest.c */
+/* ---- ds_manifest.c: c->model and its indices, from models[0] and param_groups (ds_manifest.h) */
 zck_status zck__ds_build_manifest(zck_ds_ckpt *c);
 
 /* ---- ds_describe.c */

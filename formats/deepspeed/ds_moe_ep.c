@@ -39,8 +39,7 @@ static size_t prefix_len(const char *name) {
   return p ? (size_t)(p - name) + sizeof MOE_EXPERTS - 1 : 0;
 }
 
-/* name with its expert id moved by delta; NULL: no memory. */
-static char *moved(const char *name, long delta) {
+char *zck__ds_moe_renamed(const char *name, long delta) {
   size_t pl = prefix_len(name);
   char *end;
   long id = strtol(name + pl, &end, 10);
@@ -75,7 +74,8 @@ static zck_status layer_runs(const zck_ds_ckpt *c, const zck__ds_shape_list *l, 
     if (!n || strncmp(l->v[r[n - 1].first].name, name, pl) || prefix_len(l->v[r[n - 1].first].name) != pl) {
       for (size_t k = 0; k < n && s == ZCK_OK; k++)
         if (prefix_len(l->v[r[k].first].name) == pl && !strncmp(l->v[r[k].first].name, name, pl))
-          s = zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes lists the experts of '%.*s' in two places", path, (int)pl, name);
+          s = zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes lists the experts of '%.*s' in two places", path, (int)pl,
+                        name);
       r[n++] = (run){i, 0, 0};
     }
     r[n - 1].n++;
@@ -108,7 +108,7 @@ static zck_status rename_slices(zck__ds_optim_file *o, size_t g, long shift_per_
     if (!pl || !ru)
       return zck__fail(ZCK_ERR_FORMAT, "%s: param_slice_mappings[%zu] names '%s', not an expert of the MoE layers in "
                        "param_shapes", o->file->path, g, name);
-    char *to = moved(name, shift_per_local * ru->local);
+    char *to = zck__ds_moe_renamed(name, shift_per_local * ru->local);
     if (!to) return ZCK_ERR_NO_MEMORY;
     free(name);
     o->psm_names[g][k] = to;
@@ -168,7 +168,7 @@ zck_status zck__ds_moe_expand_ep(zck_ds_ckpt *c) {
     for (uint32_t e = 0; e < E && s == ZCK_OK; e++)
       for (size_t i = runs[k].first; i < runs[k].first + runs[k].n; i++) {
         v[n] = l->v[i];
-        if (!(v[n].name = moved(l->v[i].name, (long)e * runs[k].local))) { s = ZCK_ERR_NO_MEMORY; break; }
+        if (!(v[n].name = zck__ds_moe_renamed(l->v[i].name, (long)e * runs[k].local))) { s = ZCK_ERR_NO_MEMORY; break; }
         pos[e * n_local + i] = (uint32_t)n++;
       }
   for (uint32_t r = 1; r < W && s == ZCK_OK; r++)  /* EP rank 0's names are already the global ones */
@@ -292,4 +292,12 @@ zck_status zck_ds_moe_ep_refuse(const zck_ds_ckpt *c, const char *job) {
   if (!c || !c->moe) return ZCK_OK;
   return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: deepspeed.moe with expert parallelism (ep_size %u > 1): %s is not "
                    "supported (DeepSpeed's ds_to_universal.py fails on it too)", c->info.dir, c->moe->ep_size, job);
+}
+
+zck_status zck_ds_moe_keep_ep(const zck_ds_ckpt *c, uint32_t ep_size) {
+  if (!c || !c->legacy_moe || !ep_size) return ZCK_OK;
+  uint32_t have = c->moe ? c->moe->ep_size : 1;
+  if (ep_size == have) return ZCK_OK;
+  return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: deepspeed.moe at ep_size %u: reshard keeps the EP size (--to-ep-size %u "
+                   "is not supported)", c->info.dir, have, ep_size);
 }

@@ -1,16 +1,20 @@
-/* ds_moe_write.c: the deepspeed.moe parts of zck_ds_writer: a legacy DeepSpeed-MoE checkpoint (deepspeed.moe.layer.MoE,
- * ep_size 1) written at another world size W and ZeRO stage 1 or 2, as DeepSpeed 0.19.8 saves it
+/* ds_moe_write.c: the deepspeed.moe parts of zck_ds_writer: a legacy DeepSpeed-MoE checkpoint (deepspeed.moe.layer.MoE)
+ * written at another world size W and ZeRO stage 1 or 2 with its EP size kept, as DeepSpeed 0.19.8 saves it
  * (runtime/engine.py _save_moe_checkpoint) and loads it with load_checkpoint (load_moe_state_dict: each rank reads
- * the expert files of its local experts, at ep_size 1 all of them; each rank its own optimizer file):
- *   - the experts' param group ('name': 'ep_size_1', 'moe': True, kept from the source) is partitioned over all W
- *     ranks like any group (its expert-data-parallel group is the whole world at ep_size 1): the plain ZeRO layout;
+ * the expert files of its local experts; each rank its own optimizer file):
+ *   - ep_size 1: the experts' param group ('name': 'ep_size_1', 'moe': True, kept from the source) is partitioned
+ *     over all W ranks like any group (its expert-data-parallel group is the whole world): the plain ZeRO layout;
+ *   - ep_size E > 1 (W a multiple of E): the group holds EP rank e's experts on ranks d * E + e, partitioned over
+ *     those W / E ranks (partition_count W / E; ds_moe_ep.c's layout, the reader's); param_shapes,
+ *     param_slice_mappings and param_alignment_paddings list EP rank 0's experts, whose names are the local names
+ *     every EP rank uses;
  *   - mp_rank_00_model_states.pt: `module` without the experts (_get_non_moe_state_dict), param_shapes with them
  *     (plain tuples, as that path saves them), then num_experts (the source's) and ds_autoep_layers None;
- *   - layer_<L>_expert_<E>_mp_rank_00_model_states.pt: {<name>: tensor} of expert E of MoE layer L (L counts the
- *     MoE layers in module order), its params in module order, in the module dtype: the fp32 masters cast, which is
- *     what DeepSpeed's 16-bit copy holds after a step.
- * The file set is the source's (it does not depend on W at ep_size 1); the target checks that it names them alike.
- * ep_size > 1 is refused when the source is opened (ds_moe.c), stage 3 here. */
+ *   - layer_<L>_expert_<E>_mp_rank_00_model_states.pt: {<name>: tensor} of global expert E of MoE layer L (L counts
+ *     the MoE layers in module order), its params in module order, in the module dtype: the fp32 masters cast,
+ *     which is what DeepSpeed's 16-bit copy holds after a step.
+ * The file set is the source's (it does not depend on W); the target checks that it names them alike. Stage 3 is
+ * refused here, another EP size by the reshard job (zck_ds_moe_keep_ep). */
 #include "ds_writer.h"
 
 #include <stdio.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 
 struct zck_ds_moe_target {
+  uint32_t ep_size;         /* the source's (kept) */
   size_t n_params;
   int32_t *file_of;         /* [n_params]: the expert file of an expert param, else -1 */
   size_t n_files;
@@ -122,7 +127,6 @@ zck_status zck_ds_moe_target_new(const zck_ds_ckpt *c, int stage, zck_ds_moe_tar
   *out = NULL;
   const char *dir = c->info.dir;
   if (!c->legacy_moe) return ZCK_OK;
-  ZCK_TRY(zck_ds_moe_ep_refuse(c, "reshard"));
   if (stage != 1 && stage != 2)
     return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: a deepspeed.moe (expert files) checkpoint: reshard writes its ZeRO-1/2 "
                      "layout only (target ZeRO-%d)", dir, stage);
@@ -133,6 +137,7 @@ zck_status zck_ds_moe_target_new(const zck_ds_ckpt *c, int stage, zck_ds_moe_tar
   zck_ds_moe_target *t = zck__calloc(1, sizeof *t);
   if (!t) return ZCK_ERR_NO_MEMORY;
   t->num_experts = ne;
+  t->ep_size = c->moe ? c->moe->ep_size : 1;
   t->n_params = zck_ds_model(c)->n_params;
   zck_status s = map_files(c, t);
   if (s != ZCK_OK) {
@@ -145,6 +150,73 @@ zck_status zck_ds_moe_target_new(const zck_ds_ckpt *c, int stage, zck_ds_moe_tar
 
 /* ---- the writer's parts */
 
+/* ep_size E > 1: the experts' flat group is EP rank e's experts (global ids [e * local, (e + 1) * local) of each
+ * layer, in the group's order), partitioned over the W / E ranks d * E + e (ds_moe_ep.c's layout, the reader's). */
+static zck_status ep_geometry(zck_ds_writer *w, const zck_ds_moe_target *t) {
+  const uint32_t E = t->ep_size;
+  const zck_model *m = w->m;
+  if (w->w % E)
+    return zck__fail(ZCK_ERR_INVALID_ARG, "deepspeed.moe target: ep_size %u does not divide the world size %u (DeepSpeed "
+                     "needs ep_size x expert-data-parallel size = world size)", E, w->w);
+  if (w->o.param_align > 1 || w->o.round_robin)
+    return zck__fail(ZCK_ERR_UNSUPPORTED, "deepspeed.moe target with ep_size %u: parameter_alignment and "
+                     "round_robin_gradients are not supported", E);
+  size_t eg = (size_t)-1;
+  for (size_t g = 0; g < w->n_flat; g++)
+    for (size_t i = 0; i < w->flat[g].n_params; i++) {
+      bool ex = t->file_of[w->flat[g].params[i]] >= 0;
+      if (ex && eg == (size_t)-1) eg = g;
+      if (ex != (g == eg))
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "deepspeed.moe target: the experts share an optimizer group with '%s' or "
+                         "span two: not written", m->params[w->flat[g].params[i]].name);
+    }
+  const zck_group_spec *f = &w->flat[eg];
+  const size_t n_local = f->n_params / E;
+  if (!(w->moe_other_ep = zck__calloc(m->n_params + 1, sizeof *w->moe_other_ep)) ||
+      !(w->moe_pos = zck__calloc(f->n_params + 1, sizeof *w->moe_pos)))
+    return ZCK_ERR_NO_MEMORY;
+  size_t *count = zck__calloc(E, sizeof *count);
+  if (!count) return ZCK_ERR_NO_MEMORY;
+  zck_status s = f->n_params % E ? zck__fail(ZCK_ERR_FORMAT, "deepspeed.moe target: %zu expert params do not split "
+                                             "over ep_size %u", f->n_params, E) : ZCK_OK;
+  for (size_t i = 0; s == ZCK_OK && i < f->n_params; i++) {
+    uint32_t p = f->params[i];
+    int32_t file = t->file_of[p];
+    int64_t n = t->num_experts->u.seq.items[t->layer[file]]->u.i;
+    if (n % E) {
+      s = zck__fail(ZCK_ERR_INVALID_ARG, "deepspeed.moe target: ep_size %u does not divide the %lld experts of MoE layer "
+                    "%lld", E, (long long)n, (long long)t->layer[file]);
+      break;
+    }
+    uint32_t e = (uint32_t)(t->expert[file] / (n / E));
+    if (count[e] == n_local) {
+      s = zck__fail(ZCK_ERR_FORMAT, "deepspeed.moe target: EP rank %u has more than %zu expert params", e, n_local);
+      break;
+    }
+    size_t at = e * n_local + count[e]++;
+    w->moe_pos[at] = (uint32_t)i;
+    w->moe_other_ep[p] = e > 0;
+    /* EP rank e's i-th expert param is EP rank 0's i-th under another id: the same local module */
+    if (e) {
+      char *local = zck__ds_moe_renamed(m->params[p].name, -(long)e * (n / E));
+      const char *first = m->params[f->params[w->moe_pos[at - e * n_local]]].name;
+      if (!local) s = ZCK_ERR_NO_MEMORY;
+      else if (strcmp(local, first))
+        s = zck__fail(ZCK_ERR_FORMAT, "deepspeed.moe target: '%s' of EP rank %u is not '%s' of EP rank 0 (the experts "
+                      "are not in module order)", m->params[p].name, e, first);
+      free(local);
+    }
+  }
+  free(count);
+  ZCK_TRY(s);
+  ZCK_TRY(zck__ds_moe_layout(m->n_params, w->geo.numel, w->flat, w->n_flat, w->w, w->o.param_align, eg, E, n_local,
+                             w->moe_pos, &w->moe_train));
+  w->train = w->moe_train;
+  w->moe_ep = E;
+  w->moe_group = eg;
+  return ZCK_OK;
+}
+
 zck_status zck__ds_moe_geometry(zck_ds_writer *w) {
   const zck_ds_moe_target *t = w->o.moe;
   if (w->stage > 2 || w->rank_only || w->o.tp_size > 1 || w->o.nvme_offload || w->o.autoep)
@@ -153,6 +225,7 @@ zck_status zck__ds_moe_geometry(zck_ds_writer *w) {
     return zck__fail(ZCK_ERR_INVALID_ARG, "deepspeed.moe target: made for %zu params, the manifest has %zu", t->n_params,
                      w->m->n_params);
   w->moe_file = t->file_of;
+  if (t->ep_size > 1) ZCK_TRY(ep_geometry(w, t));
   /* the plain LP layout has one store per owner, in owner order; the expert files address theirs by param */
   if (!(w->lp_first = zck__calloc(w->m->n_params + 1, sizeof *w->lp_first))) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; i < w->n_owners; i++) w->lp_first[w->owners[i]] = i;

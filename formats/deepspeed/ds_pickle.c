@@ -1,7 +1,9 @@
-/* ds_pickle.c: DeepSpeed's objects in pickle trees: shapes, tensors, ZeroStageEnum, int
- * lists, and deep copies of trees carried from a read checkpoint into a written one. */
+/* ds_pickle.c: DeepSpeed's objects in pickle trees: shapes (and dicts of them), tensors,
+ * ZeroStageEnum, int lists, and deep copies of trees carried from a read checkpoint into a
+ * written one. */
 #include "ds_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,4 +217,30 @@ zck_pk *zck__ds_pk_copy(zck_pk_doc *d, const zck_pk *node) {
   free(m.from);
   free(m.to);
   return c;
+}
+
+/* An ordered dict of name -> shape (param_shapes[g], frozen_param_shapes). */
+zck_status zck__ds_read_shape_dict(const zck_pk *d, zck__ds_shape_list *out, const char *path, const char *what) {
+  if (!d || d->kind != ZCK_PK_DICT)
+    return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a dict of shapes", path, what);
+  out->v = zck__calloc(d->u.dict.len ? d->u.dict.len : 1, sizeof *out->v);
+  if (!out->v) return ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; i < d->u.dict.len; i++) {
+    const char *name = zck_pk_as_str(d->u.dict.keys[i]);
+    if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: key %zu is not a string", path, what, i);
+    char ctx[512];
+    snprintf(ctx, sizeof ctx, "%s: %s['%.200s']", path, what, name);
+    zck__ds_named_shape *s = &out->v[out->n];
+    ZCK_TRY(zck__ds_shape(d->u.dict.values[i], s, ctx));
+    if (!(s->name = zck__strdup(name))) return ZCK_ERR_NO_MEMORY;
+    out->n++;
+  }
+  return ZCK_OK;
+}
+
+void zck__ds_shape_list_free(zck__ds_shape_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i].name);
+  free(l->v);
+  l->v = NULL;
+  l->n = 0;
 }

@@ -14,24 +14,18 @@
  * tensors become c's module entries. ds_to_universal.py reads such a folder the same way (one zero/<name>
  * per param of every stage; optimizer_state.pt from stage 0's files).
  *
- * Not read (refused by name): TiedLayerSpec weights (tied_modules.*, shared across stages), pipeline with
- * tensor parallelism (layer_XX-model_YY-model_states.pt, refused in ds_files.c), and ZeRO-0 pipelines (no
- * optimizer shards). */
-#include "ds_internal.h"
+ * TiedLayerSpec weights (tied_modules.<key>.*, a copy in every stage that uses the key): ds_pipe_tied.c.
+ *
+ * Not read (refused by name): pipeline with tensor parallelism (layer_XX-model_YY-model_states.pt, refused in
+ * ds_files.c), and ZeRO-0 pipelines (no optimizer shards). */
+#include "ds_pipe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct zck__ds_pipe {
-  zck_ds_ckpt **stages;      /* [n_stages - 1]: stages 1.. (files read, not described) */
-  uint32_t n_stages;
-  size_t *first_group;       /* [n_stages]: stage s's flat groups are c's from first_group[s] on */
-  zck__source *layer_src;    /* [n_layers]: fs.layers' sources, in layer order */
-  bool *layer_open;
-  size_t n_layers;
-  zck_pk_doc *doc;           /* the merged param_groups list */
-};
+#include "util.h"
+
 
 void zck__ds_pipe_free(struct zck__ds_pipe *p) {
   if (!p) return;
@@ -43,6 +37,10 @@ void zck__ds_pipe_free(struct zck__ds_pipe *p) {
   free(p->layer_src);
   free(p->layer_open);
   zck_pk_doc_free(p->doc);
+  for (size_t i = 0; i < p->n_replicas; i++) free(p->replicas[i].name);
+  free(p->replicas);
+  for (size_t i = 0; i < p->n_tied; i++) free(p->tied[i].key);
+  free(p->tied);
   free(p);
 }
 
@@ -74,10 +72,11 @@ size_t zck_ds_pipe_layer_files(const zck_ds_ckpt *c) { return c->pipe ? c->fs.n_
 const char *zck_ds_pipe_layer_file(const zck_ds_ckpt *c, size_t i) { return c->fs.layers[i].path; }
 
 /* The params of stage s: those of param_shapes[first_group[s] .. first_group[s + 1]) (merge_shapes appended each
- * stage's groups in stage order, and the model lists param_shapes' params in that order). */
-zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t *first) {
+ * stage's groups in stage order, and the model lists param_shapes' params in that order), after the copies of
+ * TiedLayerSpec weights an earlier stage holds (tied_modules are registered before the layers). */
+zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model **out, uint32_t **src_of) {
   *out = NULL;
-  *first = 0;
+  *src_of = NULL;
   const struct zck__ds_pipe *p = c->pipe;
   const zck_model *m = c->model;
   const zck__ds_model_file *m0 = &c->models[0];
@@ -93,23 +92,41 @@ zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model *
       if (lo < 0) lo = i;
       hi = i + 1;
     }
-  if (lo < 0) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: pipeline stage %u has no params", c->info.dir, s);
+  if (lo < 0) return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: pipeline stage %u has no params of its own", c->info.dir, s);
+  size_t nr = 0;
+  for (size_t r = 0; r < p->n_replicas; r++) nr += p->replicas[r].stage == s;
+  size_t n = nr + (size_t)(hi - lo);
+  uint32_t *src = zck__calloc(n + 1, sizeof *src);
+  int64_t *local = zck__calloc(m->n_params + 1, sizeof *local);   /* source param -> stage param, -1 */
   zck_model *sm = zck_model_new();
-  if (!sm) return ZCK_ERR_NO_MEMORY;
-  zck_status st = ZCK_OK;
+  zck_status st = src && local && sm ? ZCK_OK : ZCK_ERR_NO_MEMORY;
+  for (size_t i = 0; st == ZCK_OK && i < m->n_params; i++) local[i] = -1;
+  size_t k = 0;
+  for (size_t r = 0; st == ZCK_OK && r < p->n_replicas; r++) {
+    if (p->replicas[r].stage != s) continue;
+    int64_t i = zck_model_find_param(m, p->replicas[r].name);
+    ZCK_ASSERT(i >= 0);   /* an earlier stage's param of that name */
+    local[i] = (int64_t)k;
+    src[k++] = (uint32_t)i;
+  }
   for (int64_t i = lo; st == ZCK_OK && i < hi; i++) {
-    const zck_param *pp = &m->params[i];
+    local[i] = (int64_t)k;
+    src[k++] = (uint32_t)i;
+  }
+  for (size_t j = 0; st == ZCK_OK && j < n; j++) {
+    const zck_param *pp = &m->params[src[j]];
     if (pp->tied_to >= 0 || pp->frozen)
       st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: '%s' is a %s param of a pipeline stage: reshard does not write it",
                      c->info.dir, pp->name, pp->frozen ? "frozen" : "tied");
     else
       st = zck_model_add_param(sm, pp->name, pp->ndim, pp->shape, pp->dtype, NULL);
   }
-  /* the stage's optimizer groups: those of its params (a stage's optimizer is its own) */
+  /* the stage's optimizer groups: those of its own params (a stage's optimizer is its own), each replica put back at
+   * its place in the group it lay in (the group of the flat group's other params) */
   for (size_t g = 0; st == ZCK_OK && g < m->n_groups; g++) {
     const zck_param_group *pg = &m->groups[g];
     size_t in = 0;
-    for (size_t k = 0; k < pg->n_params; k++) in += (int64_t)pg->params[k] >= lo && (int64_t)pg->params[k] < hi;
+    for (size_t q = 0; q < pg->n_params; q++) in += (int64_t)pg->params[q] >= lo && (int64_t)pg->params[q] < hi;
     if (!in) continue;
     if (in != pg->n_params) {
       st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: optimizer group %zu spans pipeline stages", c->info.dir, g);
@@ -118,15 +135,38 @@ zck_status zck_ds_pipe_stage_model(const zck_ds_ckpt *c, uint32_t s, zck_model *
     uint32_t ng;
     st = zck_model_add_group(sm, &ng);
     if (st == ZCK_OK) st = zck_model_group_copy_settings(sm, ng, pg);
-    for (size_t k = 0; st == ZCK_OK && k < pg->n_params; k++)
-      st = zck_model_group_add_param(sm, ng, (uint32_t)(pg->params[k] - lo));
+    size_t q = 0, pos = 0;
+    while (st == ZCK_OK && (q < pg->n_params || pos < pg->n_params + nr)) {
+      size_t r = p->n_replicas;
+      for (size_t x = 0; x < p->n_replicas && r == p->n_replicas; x++) {
+        const zck__ds_pipe_replica *rp = &p->replicas[x];
+        size_t f = rp->group;   /* the model group of its flat group: that of the flat group's first param */
+        bool here = rp->stage == s && rp->pos == pos && c->flat_first[f] < c->flat_first[f + 1] &&
+                    m->params[c->flat_params[c->flat_first[f]]].group == (int32_t)g;
+        if (here) r = x;
+      }
+      if (r < p->n_replicas) {
+        st = zck_model_group_add_param(sm, ng, (uint32_t)local[zck_model_find_param(m, p->replicas[r].name)]);
+      } else if (q < pg->n_params) {
+        st = zck_model_group_add_param(sm, ng, (uint32_t)local[pg->params[q++]]);
+      } else {
+        break;
+      }
+      pos++;
+    }
   }
+  for (size_t j = 0; st == ZCK_OK && j < n; j++)
+    if (sm->params[j].group < 0)
+      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: '%s' is alone in its flat group of pipeline stage %u: reshard does not "
+                     "write it", c->info.dir, sm->params[j].name, s);
+  free(local);
   if (st != ZCK_OK) {
     zck_model_free(sm);
+    free(src);
     return st;
   }
   *out = sm;
-  *first = (uint32_t)lo;
+  *src_of = src;
   return ZCK_OK;
 }
 
@@ -160,7 +200,7 @@ static zck_status check_stage(const zck_ds_ckpt *c, const zck_ds_ckpt *sub, uint
   return ZCK_OK;
 }
 
-// ---- the layer files: module entries "XX.K"
+// ---- the layer files: module entries "XX.K" (a TiedLayerSpec's: "tied_modules.<key>.K")
 
 /* The layer index a param name starts with ("12.weight" -> 12), -1: none. */
 static long layer_of_name(const char *name) {
@@ -176,15 +216,40 @@ static const zck__ds_rankfile *find_layer(const zck_ds_ckpt *c, long idx) {
   return NULL;
 }
 
+/* The TiedLayerSpec a name of tied_modules.<key>.* is a weight of, -1: none. */
+static int64_t tied_of_name(const struct zck__ds_pipe *p, const char *name) {
+  size_t n = strlen("tied_modules.");
+  if (strncmp(name, "tied_modules.", n)) return -1;
+  for (size_t t = 0; t < p->n_tied; t++) {
+    size_t k = strlen(p->tied[t].key);
+    if (!strncmp(name + n, p->tied[t].key, k) && name[n + k] == '.') return (int64_t)t;
+  }
+  return -1;
+}
+
+/* The layer file holding a param's weight (NULL: none). */
+static const zck__ds_rankfile *layer_of_param(const zck_ds_ckpt *c, const char *name) {
+  int64_t t = tied_of_name(c->pipe, name);
+  if (t >= 0) return c->pipe->tied[t].layer >= 0 ? &c->fs.layers[c->pipe->tied[t].layer] : NULL;
+  long idx = layer_of_name(name);
+  return idx < 0 ? NULL : find_layer(c, idx);
+}
+
 /* Every param of every stage names a layer whose file is here. */
 static zck_status check_names(const zck_ds_ckpt *c, const zck__ds_model_file *mf) {
   for (size_t g = 0; g < mf->n_param_shapes; g++)
     for (size_t j = 0; j < mf->param_shapes[g].n; j++) {
       const char *name = mf->param_shapes[g].v[j].name;
       long idx = layer_of_name(name);
+      int64_t t = tied_of_name(c->pipe, name);
+      if (t >= 0 && c->pipe->tied[t].layer < 0)
+        return zck__fail(ZCK_ERR_NOT_FOUND, "%s: '%s' (TiedLayerSpec '%s') is in no layer file here: the layer file "
+                         "of its use is missing, or every use has a forward_fn (DeepSpeed saves no file for those)",
+                         mf->file->path, name, c->pipe->tied[t].key);
+      if (t >= 0) continue;
       if (idx < 0)
-        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param '%s' is not under a layer index (a TiedLayerSpec weight, tied "
-                         "across pipeline stages?): not supported", mf->file->path, name);
+        return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param '%s' is not under a layer index: not supported",
+                         mf->file->path, name);
       if (!find_layer(c, idx))
         return zck__fail(ZCK_ERR_NOT_FOUND, "%s/layer_%02ld-model_states.pt: missing: it holds '%s' of %s", c->fs.dir,
                          idx, name, mf->file->name);
@@ -197,8 +262,18 @@ static int by_rank(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* One layer file's tensors appended to the module entries of mf. */
-static zck_status read_layer(zck_ds_ckpt *c, zck__ds_model_file *mf, size_t i, size_t *cap) {
+static zck_status grow_module(zck__ds_model_file *mf, size_t *cap) {
+  if (mf->n_module < *cap) return ZCK_OK;
+  size_t c0 = *cap, c1 = *cap, c2 = *cap;
+  if (!ZCK__GROW(mf->module_names, c0, mf->n_module + 1) || !ZCK__GROW(mf->module_t, c1, mf->n_module + 1) ||
+      !ZCK__GROW(mf->module_src, c2, mf->n_module + 1) || !ZCK__GROW(mf->module_path, *cap, mf->n_module + 1))
+    return ZCK_ERR_NO_MEMORY;
+  return ZCK_OK;
+}
+
+/* One layer file's tensors appended to the module entries of mf, under "<XX>.<K>", or "tied_modules.<key>.<K>" when
+ * its keys are a TiedLayerSpec's (the first such file of a key: a later one is another stage's module copy). */
+static zck_status read_layer(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck__strmap *shapes, size_t i, size_t *cap) {
   struct zck__ds_pipe *p = c->pipe;
   const zck__ds_rankfile *lf = &c->fs.layers[i];
   ZCK_TRY(zck__source_open(&p->layer_src[i], lf->path));
@@ -215,35 +290,31 @@ static zck_status read_layer(zck_ds_ckpt *c, zck__ds_model_file *mf, size_t i, s
   const zck_pk *root = zck_torch_root(tf);
   if (s == ZCK_OK && (!root || root->kind != ZCK_PK_DICT))
     s = zck__fail(ZCK_ERR_FORMAT, "%s: not a layer's state_dict (a dict of tensors)", lf->path);
+  const char **keys = s == ZCK_OK ? zck__calloc(root->u.dict.len + 1, sizeof *keys) : NULL;
+  if (s == ZCK_OK && !keys) s = ZCK_ERR_NO_MEMORY;
   for (size_t k = 0; s == ZCK_OK && k < root->u.dict.len; k++) {
-    const char *key = zck_pk_as_str(root->u.dict.keys[k]);
-    const zck_pk *v = root->u.dict.values[k];
-    if (!key || !zck_torch_tensor_of(tf, v)) {
+    keys[k] = zck_pk_as_str(root->u.dict.keys[k]);
+    if (!keys[k] || !zck_torch_tensor_of(tf, root->u.dict.values[k]))
       s = zck__fail(ZCK_ERR_FORMAT, "%s: entry %zu of the layer's state_dict is not a named tensor", lf->path, k);
-      break;
-    }
-    if (mf->n_module == *cap) {
-      size_t nc = *cap ? 2 * *cap : 16;
-      char **nn = zck__realloc(mf->module_names, nc * sizeof *nn);
-      if (nn) mf->module_names = nn;
-      zck__ds_tref *nt = zck__realloc(mf->module_t, nc * sizeof *nt);
-      if (nt) mf->module_t = nt;
-      const zck__source **ns = zck__realloc(mf->module_src, nc * sizeof *ns);
-      if (ns) mf->module_src = ns;
-      const char **np = zck__realloc(mf->module_path, nc * sizeof *np);
-      if (np) mf->module_path = np;
-      if (!nn || !nt || !ns || !np) { s = ZCK_ERR_NO_MEMORY; break; }
-      *cap = nc;
-    }
+  }
+  int64_t tied = -1;
+  if (s == ZCK_OK) s = zck__ds_pipe_layer_tied(c, shapes, lf, keys, root->u.dict.len, &tied);
+  bool copy = tied >= 0 && p->tied[tied].layer >= 0;   /* a later stage's copy: its entries are not the module's */
+  if (s == ZCK_OK && tied >= 0 && !copy) p->tied[tied].layer = (int64_t)i;
+  for (size_t k = 0; s == ZCK_OK && !copy && k < root->u.dict.len; k++) {
+    if ((s = grow_module(mf, cap)) != ZCK_OK) break;
     size_t n = mf->n_module;
     char what[300];
-    snprintf(what, sizeof what, "'%.200s'", key);
-    if ((s = zck__ds_tensor(tf, v, &mf->module_t[n], what)) != ZCK_OK) break;
-    if (!(mf->module_names[n] = zck__sprintf("%u.%s", lf->rank, key))) { s = ZCK_ERR_NO_MEMORY; break; }
+    snprintf(what, sizeof what, "'%.200s'", keys[k]);
+    if ((s = zck__ds_tensor(tf, root->u.dict.values[k], &mf->module_t[n], what)) != ZCK_OK) break;
+    mf->module_names[n] = tied >= 0 ? zck__sprintf("tied_modules.%s.%s", p->tied[tied].key, keys[k])
+                                    : zck__sprintf("%u.%s", lf->rank, keys[k]);
+    if (!mf->module_names[n]) { s = ZCK_ERR_NO_MEMORY; break; }
     mf->module_src[n] = &p->layer_src[i];
     mf->module_path[n] = lf->path;
     mf->n_module++;
   }
+  free(keys);
   zck_torch_close(tf);
   return s;
 }
@@ -254,11 +325,11 @@ static zck_status check_shapes(const zck_ds_ckpt *c, const zck__strmap *names, c
   for (size_t g = 0; g < mf->n_param_shapes; g++)
     for (size_t j = 0; j < mf->param_shapes[g].n; j++) {
       const zck__ds_named_shape *ps = &mf->param_shapes[g].v[j];
-      const char *key = strchr(ps->name, '.') + 1;
+      const char *key = tied_of_name(c->pipe, ps->name) >= 0 ? ps->name : strchr(ps->name, '.') + 1;
       size_t i;
       if (!zck__strmap_get(names, ps->name, &i))
         return zck__fail(ZCK_ERR_MISMATCH, "%s: no '%s', which %s names '%s': a layer file swapped or from another run",
-                         find_layer(c, layer_of_name(ps->name))->path, key, mf->file->name, ps->name);
+                         layer_of_param(c, ps->name)->path, key, mf->file->name, ps->name);
       const zck__ds_tref *t = &m0->module_t[i];
       bool same = t->ndim == ps->ndim;
       for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == ps->shape[d];
@@ -267,6 +338,20 @@ static zck_status check_shapes(const zck_ds_ckpt *c, const zck__strmap *names, c
                          "layer file swapped or from another run", m0->module_path[i], key, t->ndim,
                          (unsigned long long)t->numel, mf->file->name, ps->name, ps->ndim, (unsigned long long)ps->numel);
     }
+  return ZCK_OK;
+}
+
+/* The names of every stage's param_shapes (borrowed). */
+static zck_status all_shapes(const zck_ds_ckpt *c, zck__strmap *m) {
+  const struct zck__ds_pipe *p = c->pipe;
+  for (uint32_t s = 0; s < p->n_stages; s++) {
+    const zck__ds_model_file *mf = s ? &p->stages[s - 1]->models[0] : &c->models[0];
+    for (size_t g = 0; g < mf->n_param_shapes; g++)
+      for (size_t j = 0; j < mf->param_shapes[g].n; j++) {
+        bool dup;
+        ZCK_TRY(zck__strmap_put(m, mf->param_shapes[g].v[j].name, 0, &dup, NULL));
+      }
+  }
   return ZCK_OK;
 }
 
@@ -279,12 +364,17 @@ static zck_status read_layers(zck_ds_ckpt *c) {
   p->layer_open = zck__calloc(n + 1, sizeof *p->layer_open);
   if (!p->layer_src || !p->layer_open) return ZCK_ERR_NO_MEMORY;
   p->n_layers = n;
+  ZCK_TRY(zck__ds_pipe_tied_keys(c));
+  zck__strmap shapes = {0};
+  zck_status st = all_shapes(c, &shapes);
+  size_t cap = 0;
+  for (size_t i = 0; st == ZCK_OK && i < n; i++) st = read_layer(c, m0, &shapes, i, &cap);
+  zck__strmap_free(&shapes);
+  ZCK_TRY(st);
   ZCK_TRY(check_names(c, m0));
   for (uint32_t s = 1; s < p->n_stages; s++) ZCK_TRY(check_names(c, &p->stages[s - 1]->models[0]));
-  size_t cap = 0;
-  for (size_t i = 0; i < n; i++) ZCK_TRY(read_layer(c, m0, i, &cap));
   zck__strmap names = {0};
-  zck_status st = zck__strmap_init(&names, m0->n_module);
+  st = zck__strmap_init(&names, m0->n_module);
   for (size_t i = 0; st == ZCK_OK && i < m0->n_module; i++) {
     bool dup = false;
     st = zck__strmap_put(&names, m0->module_names[i], i, &dup, NULL);
@@ -297,25 +387,18 @@ static zck_status read_layers(zck_ds_ckpt *c) {
 
 // ---- the records of stages 1.. appended to c's
 
-/* grow *v (n elements of size sz) by m more, zeroed */
-static void *grow(void *v, size_t n, size_t m, size_t sz) {
-  char *nv = zck__realloc(v, (n + m + 1) * sz);
-  if (nv) memset(nv + n * sz, 0, (m + 1) * sz);
-  return nv;
-}
+/* *v (n elements) grown to hold m more and a spare one, the new ones zeroed */
+#define ZCK__PIPE_GROW(v, n, m) ((void)(cap_ = (n)), ZCK__GROW((v), cap_, (n) + (m) + 1))
 
 static zck_status merge_shapes(zck_ds_ckpt *c, zck_ds_ckpt *sub) {
   zck__ds_model_file *m0 = &c->models[0], *ms = &sub->models[0];
-  zck__ds_shape_list *nv = grow(m0->param_shapes, m0->n_param_shapes, ms->n_param_shapes, sizeof *nv);
-  if (!nv) return ZCK_ERR_NO_MEMORY;
-  m0->param_shapes = nv;
-  memcpy(nv + m0->n_param_shapes, ms->param_shapes, ms->n_param_shapes * sizeof *nv);
+  size_t cap_;
+  if (!ZCK__PIPE_GROW(m0->param_shapes, m0->n_param_shapes, ms->n_param_shapes)) return ZCK_ERR_NO_MEMORY;
+  memcpy(m0->param_shapes + m0->n_param_shapes, ms->param_shapes, ms->n_param_shapes * sizeof *m0->param_shapes);
   m0->n_param_shapes += ms->n_param_shapes;
   ms->n_param_shapes = 0;  /* the names are m0's now */
-  char **nb = grow(m0->buffer_names, m0->n_buffer_names, ms->n_buffer_names, sizeof *nb);
-  if (!nb) return ZCK_ERR_NO_MEMORY;
-  m0->buffer_names = nb;
-  memcpy(nb + m0->n_buffer_names, ms->buffer_names, ms->n_buffer_names * sizeof *nb);
+  if (!ZCK__PIPE_GROW(m0->buffer_names, m0->n_buffer_names, ms->n_buffer_names)) return ZCK_ERR_NO_MEMORY;
+  memcpy(m0->buffer_names + m0->n_buffer_names, ms->buffer_names, ms->n_buffer_names * sizeof *m0->buffer_names);
   m0->n_buffer_names += ms->n_buffer_names;
   ms->n_buffer_names = 0;
   return ZCK_OK;
@@ -323,18 +406,18 @@ static zck_status merge_shapes(zck_ds_ckpt *c, zck_ds_ckpt *sub) {
 
 #define ZCK__PIPE_APPEND(field, count)                                                         \
   do {                                                                                         \
-    void *nv_ = grow(o->field, o->count, so->count, sizeof *o->field);                         \
-    if (!nv_) return ZCK_ERR_NO_MEMORY;                                                        \
-    o->field = nv_;                                                                            \
+    if (!ZCK__PIPE_GROW(o->field, o->count, so->count)) return ZCK_ERR_NO_MEMORY;              \
     memcpy(o->field + o->count, so->field, so->count * sizeof *o->field);                      \
   } while (0)
 
 /* Rank r's flat groups of the stage appended after c's, each keeping its own file. */
 static zck_status merge_flats(zck_ds_ckpt *c, zck_ds_ckpt *sub, uint32_t r) {
   zck__ds_optim_file *o = &c->optims[r], *so = &sub->optims[r];
+  size_t cap_;
   if (o->has_param_paddings != so->has_param_paddings || !o->psm_names != !so->psm_names)
     return zck__fail(ZCK_ERR_MISMATCH, "%s: param_alignment_paddings or param_slice_mappings present in one pipeline "
                      "stage's files and not in %s", so->file->path, o->file->name);
+  ZCK_TRY(zck__ds_pipe_strip_optim(c->pipe, so, o->n_flat));
   for (size_t g = 0; g < so->n_flat; g++) {
     so->flat[g].src = &so->src;
     so->flat[g].path = so->file->path;
@@ -378,6 +461,16 @@ static zck_status merge_groups(zck_ds_ckpt *c) {
   return ZCK_OK;
 }
 
+/* The names of m0's param_shapes (borrowed), so far. */
+static zck_status names_so_far(const zck__ds_model_file *m0, zck__strmap *m) {
+  for (size_t g = 0; g < m0->n_param_shapes; g++)
+    for (size_t j = 0; j < m0->param_shapes[g].n; j++) {
+      bool dup;
+      ZCK_TRY(zck__strmap_put(m, m0->param_shapes[g].v[j].name, 0, &dup, NULL));
+    }
+  return ZCK_OK;
+}
+
 zck_status zck__ds_pipe_prepare(zck_ds_ckpt *c, const char *path, const zck_ds_open_opts *o) {
   const zck__ds_model_file *m0 = &c->models[0];
   if (c->zero0)
@@ -406,9 +499,16 @@ zck_status zck__ds_pipe_prepare(zck_ds_ckpt *c, const char *path, const zck_ds_o
   for (uint32_t s = 1; s < P; s++) {
     zck_ds_ckpt *sub = p->stages[s - 1];
     p->first_group[s] = c->optims[0].n_flat;
+    zck__strmap earlier = {0};
+    zck_status st = names_so_far(&c->models[0], &earlier);
+    if (st == ZCK_OK) st = zck__ds_pipe_take_replicas(c, sub, s, p->first_group[s], &earlier);
+    zck__strmap_free(&earlier);
+    ZCK_TRY(st);
     ZCK_TRY(merge_shapes(c, sub));
     for (uint32_t r = 0; r < c->info.world_size; r++) ZCK_TRY(merge_flats(c, sub, r));
     for (size_t i = 0; i < sub->n_warnings; i++) ZCK_TRY(zck__ds_warn(c, "%s", sub->warnings[i]));
   }
   return merge_groups(c);
 }
+
+bool zck__ds_pipe_has_replicas(const zck_ds_ckpt *c) { return c->pipe && c->pipe->n_replicas; }

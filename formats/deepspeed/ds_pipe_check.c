@@ -2,8 +2,9 @@
  *
  * DeepSpeed writes each layer file from the module, whose weights are the 16-bit (or fp32) copy of the fp32
  * masters it writes back after every step (round to nearest even). The records of a layer file of another save of
- * the same run (same names, shapes, dtype and archive name) are intact; its values are not those copies. */
-#include "ds_internal.h"
+ * the same run (same names, shapes, dtype and archive name) are intact; its values are not those copies. A later
+ * stage's copy of a TiedLayerSpec weight equals the first stage's (ds_pipe_tied.c checks it). */
+#include "ds_pipe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,5 +67,5 @@ zck_status zck_ds_pipe_check_layers(const zck_ds_ckpt *c) {
   }
   free(m);
   free(v);
-  return s;
+  return s == ZCK_OK ? zck__ds_pipe_check_replicas(c) : s;
 }

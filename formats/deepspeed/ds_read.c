@@ -85,12 +85,6 @@ static void free_strs(char **v, size_t n) {
   free(v);
 }
 
-static void free_shape_list(zck__ds_shape_list *l) {
-  for (size_t i = 0; i < l->n; i++) free(l->v[i].name);
-  free(l->v);
-  l->v = NULL;
-  l->n = 0;
-}
 
 void zck__ds_model_file_free(zck__ds_model_file *mf) {
   if (!mf) return;
@@ -99,9 +93,9 @@ void zck__ds_model_file_free(zck__ds_model_file *mf) {
   free(mf->module_src);
   free(mf->module_path);
   free_strs(mf->buffer_names, mf->n_buffer_names);
-  for (size_t i = 0; i < mf->n_param_shapes; i++) free_shape_list(&mf->param_shapes[i]);
+  for (size_t i = 0; i < mf->n_param_shapes; i++) zck__ds_shape_list_free(&mf->param_shapes[i]);
   free(mf->param_shapes);
-  free_shape_list(&mf->frozen_shapes);
+  zck__ds_shape_list_free(&mf->frozen_shapes);
   free_strs(mf->frag_names, mf->n_frags);
   free(mf->frag_t);
   zck__strmap_free(&mf->frag_map);
@@ -142,25 +136,6 @@ void zck__ds_optim_file_free(zck__ds_optim_file *of) {
   const zck__ds_rankfile *keep = of->file;
   memset(of, 0, sizeof *of);
   of->file = keep;
-}
-
-/* An ordered dict of name -> shape (param_shapes[g], frozen_param_shapes). */
-static zck_status read_shape_dict(const zck_pk *d, zck__ds_shape_list *out, const char *path, const char *what) {
-  if (!d || d->kind != ZCK_PK_DICT)
-    return zck__fail(ZCK_ERR_FORMAT, "%s: %s is not a dict of shapes", path, what);
-  out->v = zck__calloc(d->u.dict.len ? d->u.dict.len : 1, sizeof *out->v);
-  if (!out->v) return ZCK_ERR_NO_MEMORY;
-  for (size_t i = 0; i < d->u.dict.len; i++) {
-    const char *name = zck_pk_as_str(d->u.dict.keys[i]);
-    if (!name) return zck__fail(ZCK_ERR_FORMAT, "%s: %s: key %zu is not a string", path, what, i);
-    char ctx[512];
-    snprintf(ctx, sizeof ctx, "%s: %s['%.200s']", path, what, name);
-    zck__ds_named_shape *s = &out->v[out->n];
-    ZCK_TRY(zck__ds_shape(d->u.dict.values[i], s, ctx));
-    if (!(s->name = zck__strdup(name))) return ZCK_ERR_NO_MEMORY;
-    out->n++;
-  }
-  return ZCK_OK;
 }
 
 static zck_status need_int(const zck_pk *root, const char *key, int64_t *out, const char *path) {
@@ -278,7 +253,7 @@ static zck_status read_model(zck_ds_ckpt *c, zck__ds_model_file *mf, const zck_t
     char what[64];
     snprintf(what, sizeof what, "param_shapes[%zu]", g);
     mf->n_param_shapes++;
-    ZCK_TRY(read_shape_dict(ps->u.seq.items[g], &mf->param_shapes[g], path, what));
+    ZCK_TRY(zck__ds_read_shape_dict(ps->u.seq.items[g], &mf->param_shapes[g], path, what));
   }
 
   return read_model_tail(c, mf, tf, root, path);
@@ -290,7 +265,7 @@ static zck_status read_model_tail(zck_ds_ckpt *c, zck__ds_model_file *mf, const 
   const zck_pk *fs = zck_pk_dict_get(root, "frozen_param_shapes");
   if (fs && fs->kind != ZCK_PK_NONE) {
     mf->has_frozen_shapes = true;
-    ZCK_TRY(read_shape_dict(fs, &mf->frozen_shapes, path, "frozen_param_shapes"));
+    ZCK_TRY(zck__ds_read_shape_dict(fs, &mf->frozen_shapes, path, "frozen_param_shapes"));
   }
   const zck_pk *ff = zck_pk_dict_get(root, "frozen_param_fragments");
   if (ff && ff->kind != ZCK_PK_NONE) {

@@ -533,8 +533,11 @@ void zck_ds_writer_free(zck_ds_writer *w) {
   free(w->expert_w);
   free(w->ae_layer);
   free(w->lp_first);
-  if (w->ae_train) w->train = NULL;
+  if (w->ae_train || w->moe_train) w->train = NULL;
   zck_layout_free(w->ae_train);
+  zck_layout_free(w->moe_train);
+  free(w->moe_other_ep);
+  free(w->moe_pos);
   for (uint32_t r = 0; w->model_h && r < w->n_models; r++) zck__shash_free(w->model_h[r]);
   for (uint32_t r = 0; w->optim_h && r < w->w; r++) zck__shash_free(w->optim_h[r]);
   for (size_t i = 0; i < w->known.n_files; i++) {

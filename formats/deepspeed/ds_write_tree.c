@@ -245,6 +245,7 @@ zck_status zck__ds_build_model_file(zck_ds_writer *w, uint32_t r) {
     for (size_t i = 0; i < w->flat[g].n_params; i++) {
       uint32_t p = w->flat[g].params[i];
       const zck_param *pp = &m->params[p];
+      if (w->moe_other_ep && w->moe_other_ep[p]) continue;   /* deepspeed.moe: EP rank 0's experts only */
       int64_t shape[ZCK_MAX_DIMS];
       memcpy(shape, pp->shape, (size_t)pp->ndim * sizeof *shape);
       if (w->ae_layer && w->ae_layer[p] >= 0) shape[0] /= zck__ds_autoep_ep_size(w);   /* AutoEP: its local experts */
@@ -342,6 +343,7 @@ static zck_pk *slice_mappings(zck_ds_writer *w, zck_pk_doc *d, uint32_t r, size_
     uint32_t p = mg->params[j];
     const zck_param *pp = &m->params[p];
     if (pp->frozen || pp->tied_to >= 0) continue;
+    if (w->moe_other_ep && w->moe_other_ep[p]) continue;   /* deepspeed.moe: the local names (EP rank 0's) */
     uint64_t off = run, n = zck__ds_flat_numel(w, p);
     if (padded)
       for (size_t i = 0; i < lg->n_params; i++)
@@ -455,7 +457,12 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
       uint64_t *nums = zck__calloc(n + 1, sizeof *nums);
       int64_t *pads = zck__calloc(n + 1, sizeof *pads);
       if (nums && pads) {
-        for (size_t i = 0; i < n; i++) nums[i] = zck__ds_flat_numel(w, w->flat[g].params[i]);
+        size_t k = 0;   /* deepspeed.moe: one EP rank's experts (the local flat) */
+        for (size_t i = 0; i < n; i++) {
+          uint32_t p = w->flat[g].params[i];
+          if (!w->moe_other_ep || !w->moe_other_ep[p]) nums[k++] = zck__ds_flat_numel(w, p);
+        }
+        n = k;
         zck__ds_param_paddings(nums, n, w->o.param_align, pads);
         ok = zck_pk_append(d, pap, int_list(d, pads, n));
       } else {
@@ -464,7 +471,7 @@ zck_status zck__ds_build_optim_file(zck_ds_writer *w, uint32_t r) {
       free(nums);
       free(pads);
     }
-    for (size_t g = 0; g < w->n_flat; g++) v[g] = zck__ds_flat_count(w, g);   /* AutoEP: experts over their edp group */
+    for (size_t g = 0; g < w->n_flat; g++) v[g] = zck__ds_flat_count(w, g);   /* AutoEP, deepspeed.moe: experts over their edp group */
     ok = ok && put(d, osd, "param_alignment_paddings", pap) && put(d, osd, "partition_count", int_list(d, v, w->n_flat)) &&
          put(d, osd, "ds_version", S(d, w->ds_version));
     free(v);

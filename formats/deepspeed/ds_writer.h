@@ -101,6 +101,15 @@ struct zck_ds_writer {
   zck_torch_writer **expert_w;
   const int32_t *moe_file;          /* legacy deepspeed.moe target (ds_moe_write.c; o.moe): [n_params] the expert file
                                        of an expert param (its 16-bit weight goes there, not to `module`), else -1 */
+  /* ... with ep_size E > 1 (ds_moe_write.c): the experts' flat group moe_group laid out per EP rank (moe_train owns
+   * w->train); moe_other_ep[p]: an expert of EP rank e > 0, absent from param_shapes, param_slice_mappings and the
+   * paddings, which list EP rank 0's experts (their names are the local names every EP rank uses); moe_pos: the
+   * layout's [E * local] positions in the group */
+  uint32_t moe_ep;
+  size_t moe_group;
+  zck_layout *moe_train;
+  bool *moe_other_ep;
+  uint32_t *moe_pos;
   /* NVMe-offload target (ds_write_offload.c): the swap files (mu guards them) */
   struct zck__ds_swapfile **swap;
   size_t n_swap, cap_swap;

@@ -126,6 +126,9 @@ zck_status zck__uv_build_frozen(zck_uv_ckpt *c, const zck_torch_open_opts *topts
 zck_status zck__uv_torch_open(const char *path, const zck_torch_open_opts *opts, zck_torch_file **out);
 zck_status zck__uv_check_identity(const zck_torch_file *f, const char *path);
 zck_status zck__uv_build_buffers(zck_uv_ckpt *c);
+/* uv_coherence.c: each trainable param's fp32.pt against its 16-bit copy in the model-states file (a ZeRO-1/2
+ * source): an fp32.pt of another step is refused. params: the param of each store, in store order. */
+zck_status zck__uv_check_masters(const zck_uv_ckpt *c, const uint32_t *params);
 /* uv_outputs.c: c->outputs, after the frozen params and buffers. */
 zck_status zck__uv_build_outputs(zck_uv_ckpt *c);
 

@@ -9,12 +9,15 @@
  * Read here as the DeepSpeed reader reads the pipeline itself (ds_pipe.c): stage s's flat groups appended after
  * those of the stages before it, each with stage 0's group of its index, and the params under their names "XX.K"
  * (XX the layer index) in param_shapes order, which is module order, the dtype the run's config gives. Frozen
- * params and buffers lived in the layer files only: a stage naming some is refused, as are TiedLayerSpec weights. */
+ * params and buffers lived in the layer files only: a stage naming some is refused. A TiedLayerSpec weight is read once
+ * (merge_stages). */
 #include "uv_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "strmap.h"
 
 struct zck__uv_pipe {
   zck_torch_file **stages;   /* [n_stages - 1]: mp_rank_01.. */
@@ -69,6 +72,53 @@ static zck_dtype module_dtype(const zck_pk *root) {
   return ZCK_F32;
 }
 
+/* Every stage's param_shapes and param_groups appended to shp and grp, in stage order; a later stage's copy of a
+ * TiedLayerSpec weight (tied_modules.<key>.*, in the param_shapes of every stage using it) left out: zero/ holds the
+ * weight once, and the pipeline reader keeps the first stage's (formats/deepspeed/ds_pipe_tied.c). */
+static zck_status merge_stages(zck_uv_ckpt *c, struct zck__uv_pipe *p, const zck_pk *pg0, zck_pk *shp, zck_pk *grp,
+                               zck__strmap *seen, size_t *n_names) {
+  *n_names = 0;
+  for (uint32_t s = 0; s < p->n_stages; s++) {
+    const zck_torch_file *f = s ? p->stages[s - 1] : c->model0;
+    const zck_pk *ps = zck_pk_dict_get(zck_torch_root(f), "param_shapes");
+    if (ps->u.seq.len != pg0->u.seq.len)
+      return zck__fail(ZCK_ERR_MISMATCH, "%s: %zu flat groups, but zero/optimizer_state.pt has %zu param_groups (stage "
+                       "0's, which DeepSpeed gives every stage)", zck_torch_name(f), ps->u.seq.len, pg0->u.seq.len);
+    for (size_t g = 0; g < ps->u.seq.len; g++) {
+      const zck_pk *d = ps->u.seq.items[g];
+      if (!d || d->kind != ZCK_PK_DICT)
+        return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict of shapes", zck_torch_name(f), g);
+      zck_pk *own = NULL;   /* d without the copies of TiedLayerSpec weights an earlier stage holds */
+      for (size_t i = 0; i < d->u.dict.len; i++) {
+        const char *name = zck_pk_as_str(d->u.dict.keys[i]);
+        char *end = NULL;
+        if (name && name[0] >= '0' && name[0] <= '9') (void)strtol(name, &end, 10);
+        size_t tp_len = strlen("tied_modules.");
+        bool tied = name && !strncmp(name, "tied_modules.", tp_len) && strchr(name + tp_len, '.');
+        if (!tied && (!end || *end != '.'))
+          return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param '%s' is neither under a layer index nor a TiedLayerSpec "
+                           "weight (tied_modules.<key>.*): not supported", zck_torch_name(f), name ? name : "?");
+        bool dup = false;
+        ZCK_TRY(zck__strmap_put(seen, name, 0, &dup, NULL));
+        if (dup && !tied)
+          return zck__fail(ZCK_ERR_MISMATCH, "%s: param '%s' is also an earlier stage's", zck_torch_name(f), name);
+        if (dup && !own) {   /* the names before it, then those after it that are the stage's own */
+          if (!(own = zck_pk_new_dict(p->doc, 1))) return ZCK_ERR_NO_MEMORY;
+          for (size_t k = 0; k < i; k++)
+            if (!zck_pk_dict_set(p->doc, own, d->u.dict.keys[k], d->u.dict.values[k])) return ZCK_ERR_NO_MEMORY;
+        } else if (!dup && own && !zck_pk_dict_set(p->doc, own, d->u.dict.keys[i], d->u.dict.values[i])) {
+          return ZCK_ERR_NO_MEMORY;
+        }
+      }
+      if (own) d = own;
+      *n_names += d->u.dict.len;
+      if (!zck_pk_append(p->doc, shp, (zck_pk *)d) || !zck_pk_append(p->doc, grp, (zck_pk *)pg0->u.seq.items[g]))
+        return ZCK_ERR_NO_MEMORY;
+    }
+  }
+  return ZCK_OK;
+}
+
 zck_status zck__uv_pipe_open(zck_uv_ckpt *c, const zck_pk *root, const zck_pk **shapes) {
   const char *path = zck_torch_name(c->model0);
   const zck_pk *cpd = zck_pk_dict_get(root, "checkpoint_parallel_dimensions");
@@ -107,29 +157,10 @@ zck_status zck__uv_pipe_open(zck_uv_ckpt *c, const zck_pk *root, const zck_pk **
   if (!shp || !grp) return ZCK_ERR_NO_MEMORY;
   const zck_pk *pg0 = c->param_groups;
   size_t n_names = 0;
-  for (uint32_t s = 0; s < p->n_stages; s++) {
-    const zck_torch_file *f = s ? p->stages[s - 1] : c->model0;
-    const zck_pk *ps = zck_pk_dict_get(zck_torch_root(f), "param_shapes");
-    if (ps->u.seq.len != pg0->u.seq.len)
-      return zck__fail(ZCK_ERR_MISMATCH, "%s: %zu flat groups, but zero/optimizer_state.pt has %zu param_groups (stage "
-                       "0's, which DeepSpeed gives every stage)", zck_torch_name(f), ps->u.seq.len, pg0->u.seq.len);
-    for (size_t g = 0; g < ps->u.seq.len; g++) {
-      const zck_pk *d = ps->u.seq.items[g];
-      if (!d || d->kind != ZCK_PK_DICT)
-        return zck__fail(ZCK_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict of shapes", zck_torch_name(f), g);
-      for (size_t i = 0; i < d->u.dict.len; i++) {
-        const char *name = zck_pk_as_str(d->u.dict.keys[i]);
-        char *end = NULL;
-        if (name && name[0] >= '0' && name[0] <= '9') (void)strtol(name, &end, 10);
-        if (!end || *end != '.')
-          return zck__fail(ZCK_ERR_UNSUPPORTED, "%s: param '%s' is not under a layer index (a TiedLayerSpec weight, "
-                           "tied across pipeline stages?): not supported", zck_torch_name(f), name ? name : "?");
-      }
-      n_names += d->u.dict.len;
-      if (!zck_pk_append(p->doc, shp, (zck_pk *)d) || !zck_pk_append(p->doc, grp, (zck_pk *)pg0->u.seq.items[g]))
-        return ZCK_ERR_NO_MEMORY;
-    }
-  }
+  zck__strmap seen = {0};   /* names of the stages so far (borrowed from their files) */
+  zck_status st = merge_stages(c, p, pg0, shp, grp, &seen, &n_names);
+  zck__strmap_free(&seen);
+  ZCK_TRY(st);
   /* `module`: every param, no bytes (the weights are only in zero/) */
   zck__uv_tref *m = zck__calloc(n_names + 1, sizeof *m);
   if (!m) return ZCK_ERR_NO_MEMORY;

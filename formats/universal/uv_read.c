@@ -392,8 +392,8 @@ static zck_status zck__uv_step(zck_uv_ckpt *c, const zck_uv_open_opts *o, const 
     if (st == ZCK_OK) st = zck__uv_step_value(f, zck_torch_root(f), &v, &is_t, "the step");
     zck_torch_close(f);
     if (st == ZCK_OK && first && (v != c->info.step || is_t != c->info.step_is_tensor))
-      st = zck__fail(ZCK_ERR_UNSUPPORTED, "%s: step %g, but %s has %g: a DeepSpeed checkpoint holds one step for "
-                     "every group", sp, v, first, c->info.step);
+      st = zck__fail(ZCK_ERR_MISMATCH, "%s: step %g, but %s has %g: a DeepSpeed checkpoint holds one step for "
+                     "every group (a param folder of another step?)", sp, v, first, c->info.step);
     free(sp);
     ZCK_TRY(st);
     if (!first) {
@@ -524,6 +524,7 @@ zck_status zck_uv_open(const char *path, const zck_uv_open_opts *opts, zck_uv_ck
   if (st == ZCK_OK) st = zck__uv_build_buffers(c);
   if (st == ZCK_OK) st = zck__uv_build_outputs(c);
   if (st == ZCK_OK && !o.no_verify) st = zck__uv_expect_manifest(c);
+  if (st == ZCK_OK) st = zck__uv_check_masters(c, params);   /* after the manifest: a replaced file is said as such */
   free(opath);
   free(params);
   if (st != ZCK_OK) {

@@ -36,11 +36,23 @@ const zck_zip_entry *zck_zip_find(const zck_zip *z, const char *name);
 const zck__source *zck_zip_source(const zck_zip *z);
 /* Reads the whole of a stored entry into dst (entry->size bytes) and checks its CRC. */
 zck_status zck_zip_read_entry(const zck_zip *z, const zck_zip_entry *e, void *dst);
-/* Checks the CRC-32 of every stored entry, reading each through a bounded buffer (DAMAGED, naming the
- * archive and the entry, on the first mismatch): for a job that copies the archive's bytes as they are. */
-zck_status zck_zip_check_all(const zck_zip *z);
 /* Reads a range of a stored entry (no CRC check: partial). */
 zck_status zck_zip_read_range(const zck_zip *z, const zck_zip_entry *e, void *dst, uint64_t n, uint64_t off);
+
+/* ---- checked copy (zip_copy.c), for a job that puts an archive into its output as it is */
+struct zck__manifest_known_file;
+/* Copies the archive's bytes into out at the same offsets in one pass through a bounded buffer, checking the
+ * CRC-32 of every record as its bytes go by: DAMAGED, naming the archive and the record, on the first mismatch;
+ * UNSUPPORTED for a compressed record (its CRC is of other bytes). The caller commits out only on ZCK_OK.
+ * known (NULL: none): on ZCK_OK, the copy's manifest hashes from the same bytes (size, XXH3 of the file and of each
+ * chunk_size piece (0: the manifest's default), one range per record; chunks and ranges malloc'd, path left NULL),
+ * so that the manifest of the output does not read the copy back. */
+zck_status zck_zip_copy_checked(const zck_zip *z, zck__outfile *out, uint64_t chunk_size,
+                                struct zck__manifest_known_file *known);
+/* The file `from` opened (its structure checked as zck_zip_open does) and copied so into `to` (created, committed
+ * only once every record checked; nothing at `to` otherwise). */
+zck_status zck_zip_copy_file_checked(const char *from, const char *to, uint64_t chunk_size,
+                                     struct zck__manifest_known_file *known);
 
 /* ---- writer */
 typedef struct zck_zip_writer zck_zip_writer;

@@ -418,32 +418,6 @@ zck_status zck_zip_read_range(const zck_zip *z, const zck_zip_entry *e, void *ds
   return zck__source_read(src, dst, (size_t)n, e->data_offset + off);
 }
 
-zck_status zck_zip_check_all(const zck_zip *z) {
-  enum { CHUNK = 1 << 20 };
-  uint8_t *buf = zck__malloc(CHUNK);
-  if (!buf) return ZCK_ERR_NO_MEMORY;
-  zck_status st = ZCK_OK;
-  for (size_t i = 0; st == ZCK_OK && i < zck_zip_count(z); i++) {
-    const zck_zip_entry *e = zck_zip_entry_at(z, i);
-    if (e->method) continue;
-    uint32_t crc = 0;
-    for (uint64_t off = 0; st == ZCK_OK && off < e->size; off += CHUNK) {
-      uint64_t n = e->size - off < CHUNK ? e->size - off : CHUNK;
-      st = zck_zip_read_range(z, e, buf, n, off);
-      if (st == ZCK_OK) crc = zck_crc32(crc, buf, (size_t)n);
-    }
-    if (st == ZCK_OK && crc != e->crc32) {
-      const zck__source *src = z->src;
-      char shown[96];
-      zck__zip_name_for_message(shown, sizeof shown, e->name, strlen(e->name));
-      st = ZFAIL(ZCK_ERR_DAMAGED, "entry \"%s\": CRC-32 mismatch: the directory says %08x, the data has %08x", shown,
-                 e->crc32, crc);
-    }
-  }
-  free(buf);
-  return st;
-}
-
 zck_status zck_zip_read_entry(const zck_zip *z, const zck_zip_entry *e, void *dst) {
   ZCK_TRY(zck_zip_read_range(z, e, dst, e->size, 0));
   uint32_t crc = zck_crc32(0, dst, (size_t)e->size);

@@ -3,7 +3,9 @@
 # DeepSpeed 0.19.8) is read by consolidate, verify, inspect and to-universal (folder and HDF5, both read back);
 # reshard writes it at dp 2 (verify clean, the same masters; DeepSpeed loading
 # it: interop_pipeline_reshard) and refuses a ZeRO-2 target in one line; a layer file missing or two swapped: every
-# job (reshard too) one line naming the file, non-zero exit, nothing at OUT.
+# job (reshard too) one line naming the file, non-zero exit, nothing at OUT. With a TiedLayerSpec weight
+# (deepspeed-pipe/pipe_tied_pp2_s1): the weight once, read back from to-universal's folder and container, resharded at
+# dp 2; its layer file missing named.
 set -u
 BIN=$1
 SRC=$2/deepspeed-moe/pipe_pp2_s1/ckpt
@@ -64,5 +66,21 @@ cmp -s "$SRC/$G/layer_00-model_states.pt" "$L" && fail "the flip did not happen"
 refused flipped "layer_00-model_states.pt: entry \"layer_00-model_states/data/0\": CRC-32 mismatch" "reshard"
 "$BIN" verify "$T/flipped" >"$T/err" 2>&1 && fail "flipped: verify passed"
 grep -q "^damaged: .*layer_00-model_states.pt: zip record" "$T/err" || fail "flipped: verify: $(cat "$T/err")"
+# a TiedLayerSpec weight (tests/fixtures/deepspeed-pipe/pipe_tied_pp2_s1: tied_modules.embed.weight, in both stages'
+# flat groups, its layer file layer_00): read once; its layer file missing is named by every job
+TIED=$2/deepspeed-pipe/pipe_tied_pp2_s1/ckpt
+"$BIN" inspect "$TIED" >"$T/out" 2>&1 && grep -q "^tied_modules.embed.weight " "$T/out" || fail "tied inspect: $(cat "$T/out")"
+"$BIN" consolidate -q "$TIED" "$T/tied.safetensors" 2>"$T/err" || fail "tied consolidate: $(cat "$T/err")"
+for form in ds hdf5; do   # its universal folder and container read back; its reshard at dp 2 verifies clean
+  "$BIN" to-universal -q --inject-missing-state --format $form "$TIED" "$T/tied.$form" 2>"$T/err" &&
+    "$BIN" consolidate -q "$T/tied.$form" "$T/tied-$form.safetensors" 2>>"$T/err" &&
+    cmp -s "$T/tied.safetensors" "$T/tied-$form.safetensors" || fail "tied to-universal $form read back: $(cat "$T/err")"
+done
+"$BIN" reshard -q --to-world-size 2 "$TIED" "$T/tied2" 2>"$T/err" && "$BIN" verify "$T/tied2" >"$T/out" 2>&1 &&
+  "$BIN" consolidate -q "$T/tied2" "$T/tied2.safetensors" 2>"$T/err" && cmp -s "$T/tied.safetensors" "$T/tied2.safetensors" ||
+  fail "tied reshard at dp 2: $(cat "$T/err" "$T/out")"
+cp -r "$TIED" "$T/tied_missing" && rm "$T/tied_missing/$G/layer_00-model_states.pt"
+refused tied_missing "'tied_modules.embed.weight' (TiedLayerSpec 'embed') is in no layer file here" \
+  "consolidate to-universal reshard"
 # a layer file of another save (same records, other values) is interop_pipeline.py's: it needs torch to make one
 exit 0

@@ -15,11 +15,12 @@ tests/fixtures/gen/make_legacy_moe_fixtures.py). zero_to_fp32.py reads none of t
                   ds_to_universal.py's folder read back: consolidate == the checkpoint's byte for byte, verify clean,
                   reshard from it refused (the expert files are written from the DeepSpeed checkpoint only)
     reshard       (interop_legacy_moe_reshard: DeepSpeed loads what it writes); --to-format dcp refused in one line
-  ep_size 2 (moe_ep2_s2: each rank's expert group holds its own expert under the local name deepspeed_experts.0,
-                partition_count 1 of 2)
+  ep_size 2 (moe_ep2_s2, moe_ep2_s2_bf16: each rank's expert group holds its own expert under the local name
+                deepspeed_experts.0, partition_count 1 of 2)
     verify        clean; inspect lists each expert once under its global name
     consolidate   == the live engine's gathered fp32 masters, every expert under its global name (the names and
-                  tensors of the same model at ep_size 1); --dtype bf16 == those masters cast by torch
+                  tensors of the same model at ep_size 1); --dtype bf16 == those masters cast by torch, and (bf16
+                  run) == the engine's own 16-bit weights as it saved them (`module` and every rank's expert file)
     to-universal  (ds and hdf5) refused in one line naming ep_size 2, nothing written: ds_to_universal.py fails on
                   it (it merges two ranks' different experts, both named deepspeed_experts.0, as fragments of one
                   param), checked here
@@ -43,7 +44,7 @@ import ds_harness as H  # noqa: E402
 
 ZCKPT = H.ZCKPT
 READ = ["moe_ep1_s2", "moe_ep1_s1"]
-READ_EP = ["moe_ep2_s2"]
+READ_EP = ["moe_ep2_s2", "moe_ep2_s2_bf16"]
 REFUSED = {"moe_ep2_s0": ("expp_rank_", "stage 0")}
 
 
@@ -99,6 +100,17 @@ def check_read_ep(case, tmp, fails):
     if r.returncode or any(r.stdout.count(n + " ") != 1 for n in experts):
         fails.append(f"{case}: inspect does not list each expert once: {r.stdout[-600:]} {r.stderr[-300:]}")
     check_consolidate(case, ckpt, exp, tmp, fails)
+    if case.endswith("_bf16"):
+        import torch
+        tag = os.path.join(ckpt, "global_step2")
+        lp = dict(torch.load(os.path.join(tag, "mp_rank_00_model_states.pt"), weights_only=False)["module"])
+        for f in os.listdir(tag):
+            if f.startswith("layer_"):
+                lp.update(torch.load(os.path.join(tag, f), weights_only=True))
+        got = load_file(os.path.join(tmp, f"{case}-bf16.safetensors"))
+        bad = sorted(set(got) ^ set(lp)) or [k for k in lp if not bits_equal(got[k], lp[k])]
+        if bad:
+            fails.append(f"{case}: consolidate --dtype bf16 differs from the engine's saved 16-bit weights: {bad[:4]}")
     for fmt in ("ds", "hdf5"):
         out = os.path.join(tmp, f"{case}-zu-{fmt}")
         r = zckpt("to-universal", "--format", fmt, "--inject-missing-state", ckpt, out)

@@ -1,7 +1,11 @@
 """interop_legacy_moe_reshard.py: `zckpt reshard` of DeepSpeed's legacy MoE checkpoints (deepspeed.moe.layer.MoE,
-ep_size 1: tests/fixtures/deepspeed-moe) into the same layout at another world size and ZeRO stage, loaded by
-DeepSpeed 0.19.8's engine with plain load_checkpoint on the CPU (gloo; the fixture generator's model and config:
-tests/fixtures/gen/make_legacy_moe_fixtures.py).
+tests/fixtures/deepspeed-moe) into the same layout at another world size and ZeRO stage, loaded by DeepSpeed
+0.19.8's engine with plain load_checkpoint on the CPU (gloo; the fixture generator's model and config:
+tests/fixtures/gen/make_legacy_moe_fixtures.py). ep_size 1, and ep_size 2 with the EP size kept (moe_ep2_s2, W 2 ->
+4: the experts' group of each EP rank then partitioned over 2 expert-data-parallel ranks; rank r is EP rank r % 2).
+At ep_size 2 every state is compared per global expert (EP rank e's local expert l is expert e * local + l: the
+name of its expert file), and a reshard to the source's own layout equals DeepSpeed's files object for object (fp32
+and bf16, moe_ep2_s2_bf16).
 
 The reference is what DeepSpeed saved: each param's fp32 master, exp_avg, exp_avg_sq and Adam step, cut from the
 source's own flat partitions (rank files concatenated, params in param_shapes order), which are the live engine's
@@ -17,6 +21,7 @@ Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,11 +32,45 @@ GEN = os.path.join(SRC, "tests", "fixtures", "gen")
 FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 sys.path.insert(0, GEN)
-from zero12_reload import STATES, check_loaded, check_readback, per_param, run_ranks, saved_states  # noqa: E402
+from zero12_reload import STATES, check_loaded, check_readback, per_param, run_ranks, saved_states, zero_rank  # noqa: E402
 
 # source -> (world, stage) targets loaded by DeepSpeed: bf16, W 2 -> 1 and ZeRO-2 -> 1 (the expert files' bf16 weights
 # cast from the masters); fp32, W 2 -> 3 (padded partitions of the experts' group) and ZeRO-1 -> 2
-TARGETS = [("moe_ep1_s2_bf16", 1, 1), ("moe_ep1_s1", 3, 2)]
+# ep_size 2, fp32: W 2 -> 4 and ZeRO-2 -> 1 (the experts over 2 expert-data-parallel ranks per EP rank)
+TARGETS = [("moe_ep1_s2_bf16", 1, 1), ("moe_ep1_s1", 3, 2), ("moe_ep2_s2", 4, 1)]
+
+
+def global_name(name, ep_rank, ep_size):
+    """The name of EP rank ep_rank's local expert param `name` in the whole model (its expert file's)."""
+    import make_legacy_moe_fixtures as g
+    m = re.match(r"(.*\.deepspeed_experts\.)(\d+)(\..*)", name)
+    return name if not m or ep_size == 1 else f"{m[1]}{int(m[2]) + ep_rank * (g.EXPERTS // ep_size)}{m[3]}"
+
+
+def ep_groups(partition_counts, world, ep_size):
+    """Per flat group: the rank lists whose partitions, concatenated, make one full flat, with their EP rank (the
+    experts' group, partitioned over fewer than `world` ranks: one list per EP rank e, ranks e, e + E, ...)."""
+    return [[(e, list(range(e, world, ep_size))) for e in range(ep_size)] if c != world else [(0, list(range(world)))]
+            for c in partition_counts]
+
+
+def saved_states_ep(load, model, osd_files, ep_size):
+    """saved_states at ep_size > 1: each EP rank's experts under their global names."""
+    import torch
+    osds = [load(f)["optimizer_state_dict"] for f in sorted(osd_files, key=zero_rank)]
+    ref = {"fp32": {}, "exp_avg": {}, "exp_avg_sq": {}, "step": {}}
+    for i, ranks in enumerate(ep_groups(osds[0]["partition_count"], len(osds), ep_size)):
+        shapes = model["param_shapes"][i]
+        numels = [int(torch.Size(s).numel()) for s in shapes.values()]
+        for e, rs in ranks:
+            names = [global_name(n, e, ep_size) for n in shapes]
+            flats = {"fp32": torch.cat([osds[r]["single_partition_of_fp32_groups"][i] for r in rs])}
+            for key in ("exp_avg", "exp_avg_sq"):
+                flats[key] = torch.cat([osds[r]["base_optimizer_state"]["state"][i][key] for r in rs])
+            for key in STATES:
+                ref[key].update(per_param(names, numels, flats[key]))
+            ref["step"].update({n: float(osds[rs[0]]["base_optimizer_state"]["state"][i]["step"]) for n in names})
+    return ref
 
 
 def worker(spec_path):
@@ -56,21 +95,27 @@ def worker(spec_path):
         return
     opt = engine.optimizer
     names = {p: n for n, p in engine.module.named_parameters()}
+    world, ep = dist.get_world_size(), g.CASES[case][2]
     mine = []
     for i, part in enumerate(opt.single_partition_of_fp32_groups):
         st = opt.optimizer.state[part]
         mine.append({"fp32": part.detach().clone(), "exp_avg": st["exp_avg"].clone(),
                      "exp_avg_sq": st["exp_avg_sq"].clone(), "step": float(st["step"])})
-    parts = [None] * dist.get_world_size()
+    parts, lps = [None] * world, [None] * world
     torch.distributed.all_gather_object(parts, mine)
-    states = {"global_steps": engine.global_steps, "lp": {n: p.detach().clone() for n, p in
-                                                          engine.module.named_parameters()}}
-    for i, group in enumerate(opt.bit16_groups):
-        gn = [names[p] for p in group]
-        for key in STATES:
-            full = torch.cat([parts[r][i][key] for r in range(len(parts))])
-            states.setdefault(key, {}).update(per_param(gn, [p.numel() for p in group], full))
-        states.setdefault("step", {}).update({n: parts[0][i]["step"] for n in gn})
+    # the 16-bit weights of every EP rank's experts (rank r is EP rank r % ep), under their global names
+    torch.distributed.all_gather_object(lps, [(global_name(n, rank % ep, ep), p.detach().clone())
+                                              for n, p in engine.module.named_parameters()])
+    states = {"global_steps": engine.global_steps, "lp": {n: t for part in lps for n, t in part}}
+    counts = [world if not opt.is_moe_param_group[i] else world // ep for i in range(len(opt.bit16_groups))]
+    for i, ranks in enumerate(ep_groups(counts, world, ep)):
+        group = opt.bit16_groups[i]
+        for e, rs in ranks:
+            gn = [global_name(names[p], e, ep) for p in group]
+            for key in STATES:
+                full = torch.cat([parts[r][i][key] for r in rs])
+                states.setdefault(key, {}).update(per_param(gn, [p.numel() for p in group], full))
+            states.setdefault("step", {}).update({n: parts[rs[0]][i]["step"] for n in gn})
     if rank == 0:
         torch.save(states, spec["out"] + ".states.pt")
     torch.manual_seed(7)  # the gate's random token selection (use_rts) draws from torch's RNG, which is not saved
@@ -84,9 +129,11 @@ def reference(case):
     tag = os.path.join(FIX, case, "ckpt", "global_step2")
     load = lambda f: torch.load(os.path.join(tag, f), weights_only=False)  # noqa: E731
     model = load("mp_rank_00_model_states.pt")
-    ref = saved_states(load, model, [f for f in os.listdir(tag) if "zero_pp_rank_" in f])
+    files = [f for f in os.listdir(tag) if "zero_pp_rank_" in f]
+    ep = json.load(open(os.path.join(FIX, case, "expected.json")))["ep_size"]
+    ref = saved_states(load, model, files) if ep == 1 else saved_states_ep(load, model, files, ep)
     ref["lp"] = dict(model["module"])
-    for f in os.listdir(tag):  # the experts' 16-bit weights, under their global names (= local at ep_size 1)
+    for f in os.listdir(tag):  # the experts' 16-bit weights, under their global names
         if f.startswith("layer_") and "_expert_" in f:
             ref["lp"].update(torch.load(os.path.join(tag, f), weights_only=True))
     return ref
@@ -145,6 +192,16 @@ def main():
             check_loaded(check, name, ref, states, len(masters), "module and expert files")
             check(loss == ref_loss, f"{name}: next loss {loss} vs {ref_loss} resuming the source's own files")
             print(f"{name}: loaded, every state equal, next loss {loss} = DeepSpeed resuming the source's")
+        # ep_size 2 resharded to its own layout: DeepSpeed's own files, object for object (fp32 and bf16)
+        import ds_harness as H
+        for case in ("moe_ep2_s2", "moe_ep2_s2_bf16"):
+            src, out = os.path.join(FIX, case, "ckpt"), os.path.join(tmp, case + "_same")
+            r = zck("reshard", "-q", "--to-world-size", "2", "--to-stage", "2", src, out)
+            tag = os.path.join(src, "global_step2")
+            load = lambda p: torch.load(p, map_location="cpu", weights_only=False)  # noqa: E731
+            bad = [f for f in os.listdir(tag) if r.returncode or not os.path.exists(os.path.join(out, "global_step2", f))
+                   or not H.same_obj(load(os.path.join(tag, f)), load(os.path.join(out, "global_step2", f)))]
+            check(not bad, f"{case} -> its own layout: files differ from DeepSpeed's: {bad} {r.stderr.strip()}")
         out = os.path.join(tmp, "refused")
         r = zck("reshard", "--to-stage", "3", os.path.join(FIX, "moe_ep1_s2", "ckpt"), out)
         check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "deepspeed.moe" in r.stderr

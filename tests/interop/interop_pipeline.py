@@ -3,17 +3,22 @@ file set per pipeline stage) through zckpt, checked against DeepSpeed itself.
 
 Sources: tests/fixtures/deepspeed-moe/pipe_* (DeepSpeed 0.19.8 on the CPU, made by
 tests/fixtures/gen/make_legacy_moe_fixtures.py): pipe_pp2_s1 (2 stages x dp 1, fp32) and pipe_pp2_dp2_bf16 (2 stages
-x dp 2, bf16). zero_to_fp32.py reads neither (`module` is None). Per case:
+x dp 2, bf16); tests/fixtures/deepspeed-pipe/pipe_tied_* (make_pipe_tied_fixtures.py): the same two layouts with a
+TiedLayerSpec weight in both stages (tied_modules.embed.weight, once in the outputs). zero_to_fp32.py reads none
+(`module` is None). Per case:
     verify        clean, every layer file among the files checked
     consolidate   == the live engine's gathered fp32 masters (expected_fp32) bit for bit, under the module's names
                   ("<layer>.<key>"); --dtype bf16 == those masters cast by torch
     to-universal  --inject-missing-state == DeepSpeed's ds_to_universal.py --inject_missing_state of the same folder,
-                  file for file, and its exp_avg / exp_avg_sq == the live engine's (expected_state);
+                  file for file (run with one extract worker, as ds_harness runs it: with several, it fails on
+                  pipe_tied_pp2_dp2_bf16, see tests/fixtures/deepspeed-pipe/README.md), and its fp32 / exp_avg /
+                  exp_avg_sq == the live engine's (expected_fp32 / expected_state);
                   ds_to_universal.py's folder read back: consolidate == the pipeline's byte for byte, verify clean
     reshard       --to-stage 2 refused in one line naming the layout, nothing written (PipelineEngine takes ZeRO-1 at
                   most; another dp size: interop_pipeline_reshard.py)
     damage        a layer file of another save (its records intact, other values, saved by torch under the same
-                  name): verify names it and exits non-zero; consolidate still reads the masters
+                  name): verify names it and exits non-zero; consolidate still reads the masters. With a tied
+                  weight, stage 1's copy made unequal to stage 0's: verify names the stage file and the element
 Prints `N passed, M failed`; exits 0 only if all pass (77 without a zckpt binary or the fixtures).
 """
 import os
@@ -27,8 +32,10 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import ds_harness as H  # noqa: E402
 
-FIX = os.path.join(H.FIXTURES, "deepspeed-moe")
-CASES = [c for c in ("pipe_pp2_s1", "pipe_pp2_dp2_bf16") if os.path.isdir(os.path.join(FIX, c))]
+# case -> its fixture folder
+ROOTS = {"pipe_pp2_s1": "deepspeed-moe", "pipe_pp2_dp2_bf16": "deepspeed-moe",
+         "pipe_tied_pp2_s1": "deepspeed-pipe", "pipe_tied_pp2_dp2_bf16": "deepspeed-pipe"}
+CASES = [c for c, r in ROOTS.items() if os.path.isdir(os.path.join(H.FIXTURES, r, c))]
 
 
 def run(*args):
@@ -43,6 +50,7 @@ def files(p):
 def check(case, tmp, fails):
     import torch
     from safetensors.torch import load_file
+    FIX = os.path.join(H.FIXTURES, ROOTS[case])
     ckpt = os.path.join(FIX, case, "ckpt")
     tag = os.path.join(ckpt, "global_step2")
     exp = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
@@ -74,6 +82,9 @@ def check(case, tmp, fails):
     bad = [f for f in files(theirs) if not H.same_obj(load(os.path.join(ours, f)), load(os.path.join(theirs, f)))]
     if bad:
         fails.append(f"universal files differ from ds_to_universal's: {bad[:4]}")
+    for name, t in exp.items():
+        if not H.bits_equal(load(os.path.join(ours, "zero", name, "fp32.pt"))["param"], t):
+            fails.append(f"universal {name}/fp32 differs from the live engine's")
     for key, t in load_file(os.path.join(FIX, case, "expected_state.safetensors")).items():
         name, st = key.rsplit("/", 1)
         if not H.bits_equal(load(os.path.join(ours, "zero", name, st + ".pt"))["param"], t):
@@ -104,6 +115,24 @@ def check(case, tmp, fails):
     damaged = [ln for ln in r.stdout.splitlines() if ln.startswith("damaged:")]
     if r.returncode == 0 or len(damaged) != 1 or "layer_00-model_states.pt" not in damaged[0]:
         fails.append(f"verify of a layer file of another save: rc {r.returncode} {r.stdout[-300:]}")
+    if "tied" not in case:
+        return
+    # a later stage's copy of the tied weight that is not the first stage's (a stage file of another save): verify
+    # names the file; DeepSpeed keeps the copies equal (their grads are all-reduced)
+    stale = os.path.join(tmp, case + "-stale")
+    shutil.copytree(ckpt, stale)
+    f = [n for n in os.listdir(os.path.join(stale, "global_step2"))
+         if n.endswith("zero_pp_rank_0_mp_rank_01_optim_states.pt")][0]
+    path = os.path.join(stale, "global_step2", f)
+    sd = torch.load(path, weights_only=False)
+    with torch.no_grad():
+        sd["optimizer_state_dict"]["single_partition_of_fp32_groups"][0][5] += 1e-3  # the copy comes first
+    torch.save(sd, path)
+    r = run("verify", stale)
+    damaged = [ln for ln in r.stdout.splitlines() if ln.startswith("damaged:")]
+    if r.returncode == 0 or len(damaged) != 1 or f not in damaged[0] or "element 5 of 'tied_modules.embed.weight'" \
+            not in damaged[0]:
+        fails.append(f"verify of a stale copy of the tied weight: rc {r.returncode} {r.stdout[-300:]}")
 
 
 def main():

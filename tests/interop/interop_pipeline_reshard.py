@@ -1,7 +1,9 @@
 """interop_pipeline_reshard.py: `zckpt reshard` of DeepSpeed PipelineModule checkpoints (tests/fixtures/deepspeed-moe/
-pipe_*: 2 stages, layer_<XX>-model_states.pt beside one mp_rank_<stage> file set per stage) into the same pipeline
-layout at another data-parallel size, loaded by DeepSpeed 0.19.8's PipelineEngine with plain load_checkpoint on the
-CPU (gloo; the fixture generator's model and config: tests/fixtures/gen/make_legacy_moe_fixtures.py).
+pipe_*: 2 stages, layer_<XX>-model_states.pt beside one mp_rank_<stage> file set per stage; tests/fixtures/
+deepspeed-pipe/pipe_tied_pp2_s1: the same with a TiedLayerSpec weight in both stages) into the same pipeline layout at
+another data-parallel size, loaded by DeepSpeed 0.19.8's PipelineEngine with plain load_checkpoint on the CPU (gloo;
+the fixture generators' models and configs: tests/fixtures/gen/make_legacy_moe_fixtures.py and
+make_pipe_tied_fixtures.py).
 
 The reference is what DeepSpeed saved: each param's fp32 master, exp_avg and exp_avg_sq cut from its stage's own flat
 partitions (that stage's dp rank files concatenated, params in its param_shapes order), its Adam step, and each 16-bit weight as its
@@ -22,22 +24,33 @@ import tempfile
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GEN = os.path.join(SRC, "tests", "fixtures", "gen")
-FIX = os.path.join(SRC, "tests", "fixtures", "deepspeed-moe")
+FIXTURES = os.path.join(SRC, "tests", "fixtures")
 ZCKPT = os.environ.get("ZCK_BIN") or os.path.join(SRC, "build", "bin", "zckpt")
 sys.path.insert(0, GEN)
 from zero12_reload import STATES, check_loaded, check_readback, per_param, run_ranks, saved_states  # noqa: E402
 
 PP = 2
-# source -> dp size of the target: fp32 dp 1 -> 2 (4 ranks), bf16 dp 2 -> 1 (2 ranks)
-TARGETS = [("pipe_pp2_s1", 2), ("pipe_pp2_dp2_bf16", 1)]
+# source -> dp size of the target: fp32 dp 1 -> 2 (4 ranks), bf16 dp 2 -> 1 (2 ranks); with a TiedLayerSpec weight
+# (each stage's flat group holds a copy: stage 1's is written from stage 0's) fp32 dp 1 -> 2
+TARGETS = [("pipe_pp2_s1", 2), ("pipe_pp2_dp2_bf16", 1), ("pipe_tied_pp2_s1", 2)]
+# case -> (fixture folder, the generator module that builds its model)
+SOURCES = {"pipe_pp2_s1": ("deepspeed-moe", "make_legacy_moe_fixtures"),
+           "pipe_pp2_dp2_bf16": ("deepspeed-moe", "make_legacy_moe_fixtures"),
+           "pipe_tied_pp2_s1": ("deepspeed-pipe", "make_pipe_tied_fixtures"),
+           "pipe_tied_pp2_dp2_bf16": ("deepspeed-pipe", "make_pipe_tied_fixtures")}  # not a target (CI time)
+
+
+def fix(case):
+    return os.path.join(FIXTURES, SOURCES[case][0])
 
 
 def worker(spec_path):
+    import importlib
     import torch
-    import make_legacy_moe_fixtures as g
     import deepspeed
     import deepspeed.comm as dist
     spec = json.load(open(spec_path))
+    g = importlib.import_module(SOURCES[spec["case"]][1])
     deepspeed.init_distributed(dist_backend="gloo")
     case = spec["case"]
     model = g.build_model(case)
@@ -83,13 +96,17 @@ def worker(spec_path):
 
 def reference(case):
     """What DeepSpeed saved, per param, from the source's own files: every stage's flat groups, the layer files."""
+    import importlib
     import torch
-    tag = os.path.join(FIX, case, "ckpt", "global_step2")
+    g = importlib.import_module(SOURCES[case][1])
+    names = g.layer_names(case) if hasattr(g, "layer_names") else {}  # a TiedLayerSpec's layer file: its module's
+    tag = os.path.join(fix(case), case, "ckpt", "global_step2")
     load = lambda f: torch.load(os.path.join(tag, f), weights_only=False)  # noqa: E731
     ref = {"fp32": {}, "exp_avg": {}, "exp_avg_sq": {}, "step": {}, "lp": {}}
     for f in sorted(os.listdir(tag)):
         if f.startswith("layer_"):
-            ref["lp"].update({f"{int(f[6:8])}.{k}": v for k, v in load(f).items()})
+            prefix = names.get(int(f[6:8]), f"{int(f[6:8])}.")
+            ref["lp"].update({prefix + k: v for k, v in load(f).items()})
     for s in range(PP):
         suffix = f"_mp_rank_{s:02d}_optim_states.pt"
         stage = saved_states(load, load(f"mp_rank_{s:02d}_model_states.pt"),
@@ -106,7 +123,7 @@ def run(tmp, name, case, load_dir, world):
 
 
 def main():
-    if not os.path.exists(ZCKPT) or not all(os.path.isdir(os.path.join(FIX, c)) for c, _ in TARGETS):
+    if not os.path.exists(ZCKPT) or not all(os.path.isdir(os.path.join(fix(c), c)) for c, _ in TARGETS):
         print("SKIP: no zckpt binary or fixtures")
         return 77
     import torch
@@ -124,10 +141,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case, dp in TARGETS:
             name = f"{case} -> dp {dp}"
-            info = json.load(open(os.path.join(FIX, case, "expected.json")))
-            src, out = os.path.join(FIX, case, "ckpt"), os.path.join(tmp, f"{case}_{dp}")
+            info = json.load(open(os.path.join(fix(case), case, "expected.json")))
+            src, out = os.path.join(fix(case), case, "ckpt"), os.path.join(tmp, f"{case}_{dp}")
             ref = reference(case)
-            masters = load_file(os.path.join(FIX, case, "expected_fp32.safetensors"))
+            masters = load_file(os.path.join(fix(case), case, "expected_fp32.safetensors"))
             check(set(masters) == set(ref["fp32"]) and all(torch.equal(masters[n].flatten(), t)
                                                             for n, t in ref["fp32"].items()),
                   f"{case}: the source's flat partitions are not the live engine's masters")
@@ -145,7 +162,7 @@ def main():
             check(loss == info["loss_step3"], f"{name}: next loss {loss} vs {info['loss_step3']} (the live engine's)")
             print(f"{name}: loaded, every state equal, next loss {loss} = the live engine's")
         out = os.path.join(tmp, "refused")
-        r = zck("reshard", "--to-stage", "2", os.path.join(FIX, "pipe_pp2_s1", "ckpt"), out)
+        r = zck("reshard", "--to-stage", "2", os.path.join(fix("pipe_pp2_s1"), "pipe_pp2_s1", "ckpt"), out)
         check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "PipelineModule" in r.stderr
               and not os.path.exists(out), f"--to-stage 2: not refused in one line: rc {r.returncode} {r.stderr!r}")
     print(f"{passed} passed, {failed} failed")

@@ -24,7 +24,10 @@ for r in 0 1 2 3; do head -c $((1000 + r)) /dev/urandom >"$HF/rng_state_$r.pth";
 printf '{"global_step": 2}' >"$HF/trainer_state.json"
 printf 'sched' >"$HF/scheduler.pt"
 : >"$HF/empty.bin"
-head -c 3000000 /dev/urandom >"$HF/model.safetensors"   # several 1 MiB chunks
+# several 1 MiB chunks; a real safetensors file (reshard checks a carried one's header): one U8 tensor
+h='{"w":{"dtype":"U8","shape":[3000000],"data_offsets":[0,3000000]}}'
+while [ $((${#h} % 8)) != 0 ]; do h="$h "; done
+{ printf "\\$(printf %03o ${#h})\\0\\0\\0\\0\\0\\0\\0%s" "$h"; head -c 3000000 /dev/urandom; } >"$HF/model.safetensors"
 mkdir "$HF/runs" && printf x >"$HF/runs/events"
 ln -s trainer_state.json "$HF/link.json"
 printf x >"$HF/.hidden"
