@@ -494,8 +494,8 @@ static zck_status zck__h5w_settle_here(zck_h5_writer *w) {
     zck__h5w_ds *d = w->ds[i];
     bool done = st == ZCK_OK && d->created && !d->deferred && d->written == d->n_chunks && !d->n_slots &&
                 strcmp(d->path, ZCK__H5C_TABLE);
-    if (done) st = zck__h5w_settle_one(w, d);
-    if (!done) w->ds[kept++] = d;
+    if (done && (st = zck__h5w_settle_one(w, d)) == ZCK_OK) continue;
+    w->ds[kept++] = d;   /* not done, or its checksums could not be kept: still the writer's to free */
   }
   w->n_ds = kept;
   zck__h5_unlock();
