@@ -137,12 +137,19 @@ zck_status zck__h5w_group_at(zck_h5_writer *w, const char *path, bool whole, siz
     if (!name) return ZCK_ERR_NO_MEMORY;
     int upto = (int)(start[lv - 1] + len[lv - 1]);
     hid_t parent = w->gh[lv - 1];
-    htri_t ex = H5Lexists(parent, name, H5P_DEFAULT);
-    if (ex < 0) {
-      free(name);
-      return zck__h5_fail(ZCK_ERR_INVALID_ARG, "%.*s: bad HDF5 path", upto, path);
+    /* made first, looked up only when that fails: most groups are new (a container's
+     * param groups), and a lookup in a group of 100k names costs as much as the making
+     * (libhdf5 checks the name before it makes anything) */
+    hid_t g = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      htri_t ex = H5Lexists(parent, name, H5P_DEFAULT);
+      if (ex < 0) {
+        free(name);
+        return zck__h5_fail(ZCK_ERR_INVALID_ARG, "%.*s: bad HDF5 path", upto, path);
+      }
+      if (ex) g = H5Gopen2(parent, name, H5P_DEFAULT);
     }
-    hid_t g = ex ? H5Gopen2(parent, name, H5P_DEFAULT) : H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0) {
       free(name);
       return zck__h5_fail(ZCK_ERR_IO, "%.*s: cannot create group", upto, path);

@@ -18,13 +18,14 @@
 # REPS=N runs every row N times, rounds interleaved (floor, job, floor, job, ...) so the
 # load of a shared machine hits a job and its floor alike, and reports the median of each
 # row (wall, cpu, RSS) and the ratios of the medians. JOBS=universal runs only the two
-# to-universal layouts and their floors. Nothing is deleted between rounds (ext4 makes the
+# to-universal layouts and their floors; JOBS=hdf5 only the HDF5 container and its floor.
+# Nothing is deleted between rounds (ext4 makes the
 # next file creations pay for recent deletes for a while, and 300k-file folders take
 # minutes to remove): a count's folder goes after its last round, unless KEEP=1 (then the
 # caller removes WORKDIR/COUNT, e.g. in the background while the next count runs).
 #
 # usage: tests/bench/bench_tensors.sh [COUNTS] [WORKDIR]   COUNTS: "10000 100000" (default)
-#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores; REPS=1; JOBS=all; KEEP=0
+#        STAGE=3 (default) WORLD=2; ZCK_BUILD=build; THREADS=all cores; REPS=1; JOBS=all|universal|hdf5; KEEP=0
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 counts=${1:-"10000 100000"}
@@ -64,8 +65,10 @@ for n in $counts; do
       # and the job's for a tree this big, would pay for it)
       sync; timed "$n" files_floor1 $bin/files_floor "$o/floor1" "$n" 1200 1
     fi
-    sync; timed "$n" files_floor $bin/files_floor "$o/floor" "$n" 1200 "$threads"
-    sync; timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$o/uv/u"
+    if [ "$jobs" != hdf5 ]; then
+      sync; timed "$n" files_floor $bin/files_floor "$o/floor" "$n" 1200 "$threads"
+      sync; timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$o/uv/u"
+    fi
     timed "$n" h5_floor_write $bin/h5_floor write "$o/floor.h5" "$n"
     timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$o/u.h5"
     if [ "$jobs" = all ]; then
@@ -104,7 +107,7 @@ ratio() { # job floor
              if (fw[n] > 0 && fc[n] > 0 && uw[n] != "FAIL") printf "%7s %-14s / %-14s %6.2f wall %6.2f cpu\n", n, job, floor, uw[n] / fw[n], uc[n] / fc[n]
              else printf "%7s %-14s / %-14s %6s\n", n, job, floor, "-" } }' "$work/results"
 }
-ratio universal_ds files_floor
+[ "$jobs" != hdf5 ] && ratio universal_ds files_floor
 ratio universal_h5 h5_floor_write
 [ "$jobs" = all ] && ratio inspect_h5 h5_floor_open
 true

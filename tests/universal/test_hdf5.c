@@ -10,7 +10,9 @@
  *    object header read back exact (by range, and by HDF5's own H5Dread), larger ones stay
  *    zstd-chunked; one bit flipped in a compact dataset's bytes in the file (where the
  *    default file format has no checksum) is refused DAMAGED in one line naming the file
- *    and the dataset, by the checksum table. */
+ *    and the dataset, by the checksum table;
+ *  - a file filled batch by batch, each settled (zck_h5_writer_settle), reads back exact
+ *    and checked, and a dataset left incomplete is still refused at the commit. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <hdf5.h>
@@ -508,6 +510,62 @@ static void test_compact(const char *tmp) {
   free(big);
 }
 
+/* A file filled batch by batch (zck_h5_writer_settle after each, as to-universal does):
+ * settled datasets, compact, chunked and in groups an earlier batch made, read back exact
+ * and through the checksum table; a dataset not yet complete stays for the commit, which
+ * refuses it. */
+static void test_settle(const char *tmp) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/settle.h5", tmp);
+  enum { NB = 100 };
+  float v[3][NB];
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < NB; i++) v[k][i] = (float)(k * 1000 + i) + 0.5f;
+  static const char *const names[3] = {"/p/a/x", "/p/b/x", "/p/a/y"};   /* /p/a again in batch 2 */
+  const int64_t small[1] = {4}, big[1] = {NB};
+  for (int partial = 0; partial < 2; partial++) {
+    zck_h5_write_opts o = ZCK_H5_WRITE_OPTS_INIT;
+    o.compact_bytes = 16;       /* 4 floats: compact; 100: chunked */
+    o.chunk_bytes = 64;
+    o.overwrite = true;
+    zck_h5_writer *w = NULL;
+    ZT_OK(zck_h5_writer_create(path, &o, &w));
+    for (int k = 0; k < 3; k++) {
+      zck_store s, t;
+      char sp[64];
+      snprintf(sp, sizeof sp, "%s_small", names[k]);
+      ZT_OK(zck_h5_writer_dataset(w, names[k], ZCK_F32, 1, big, &s));
+      ZT_OK(zck_h5_writer_dataset(w, sp, ZCK_F32, 1, small, &t));
+      ZT_OK(s.write(s.ctx, v[k], 0, partial && k == 2 ? NB / 2 : NB));
+      ZT_OK(t.write(t.ctx, v[k], 0, 4));
+      if (k != 1) ZT_OK(zck_h5_writer_settle(w));   /* batches {0, 1} and {2} */
+    }
+    if (partial) {
+      ZT_ERR(zck_h5_writer_commit(w), ZCK_ERR_INTERNAL, "/p/a/y: 3 of 7 chunks written");
+      zck_h5_writer_free(w);
+      continue;
+    }
+    ZT_OK(zck_h5_writer_commit(w));
+    zck_h5_writer_free(w);
+    zck_h5_file *f = NULL;
+    ZT_OK(zck_h5_open(path, &f));
+    for (int k = 0; k < 3; k++)
+      for (int sm = 0; sm < 2; sm++) {
+        char sp[64];
+        snprintf(sp, sizeof sp, "%s%s", names[k], sm ? "_small" : "");
+        zck_h5_dataset *d = NULL;
+        ZT_OK(zck_h5_dataset_open(f, sp, &d));
+        float got[NB];
+        uint64_t n = sm ? 4 : NB;
+        ZT_EQ_U64(zck_h5_dataset_info_of(d)->numel, n);
+        ZT_OK(zck_h5_dataset_read(d, got, 0, n));   /* each piece found in the table */
+        ZT_ASSERT(!memcmp(got, v[k], n * sizeof *got));
+        zck_h5_dataset_close(d);
+      }
+    zck_h5_close(f);
+  }
+}
+
 int main(void) {
   char *tmp = zt_tmpdir();
   test_fixture();
@@ -515,6 +573,7 @@ int main(void) {
   test_malformed(tmp);
   test_enospc(tmp);
   test_compact(tmp);
+  test_settle(tmp);
   free(tmp);
   return 0;
 }
