@@ -109,6 +109,11 @@ typedef struct zck_ds_info {
  * "FILE: what is wrong". */
 zck_status zck_ds_open(const char *path, const zck_ds_open_opts *opts, zck_ds_ckpt **out);
 void zck_ds_close(zck_ds_ckpt *c);
+/* Frees rank 0's model-states pickle (at 100k params ~100 MB of objects) once a writer has
+ * deep-copied what it carries (ds_config, lr_scheduler, module attrs): the stores read the
+ * file through its own source, so a copy needs none of it. ds_config, lr_scheduler and the
+ * client state read as NULL afterwards. */
+void zck_ds_drop_model_pickle(zck_ds_ckpt *c);
 
 const zck_ds_info *zck_ds_info_of(const zck_ds_ckpt *c);
 

@@ -441,6 +441,13 @@ const zck_ds_output *zck_ds_outputs(const zck_ds_ckpt *c, size_t *n) {
   return c->outputs;
 }
 
+void zck_ds_drop_model_pickle(zck_ds_ckpt *c) {
+  zck_torch_close(c->model0);
+  c->model0 = NULL;
+  c->ds_config = NULL;
+  c->lr_scheduler = NULL;
+}
+
 const zck_pk *zck_ds_ds_config(const zck_ds_ckpt *c) { return c->ds_config; }
 const zck_pk *zck_ds_lr_scheduler(const zck_ds_ckpt *c) { return c->lr_scheduler; }
 const zck_pk *zck_ds_loss_scaler(const zck_ds_ckpt *c) { return c->loss_scaler; }
