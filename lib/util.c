@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include "hash_xxh3.h"
 
 void *zck__malloc(size_t n) {
@@ -12,6 +15,12 @@ void *zck__malloc(size_t n) {
   if (!p) zck__fail(ZCK_ERR_NO_MEMORY, "out of memory allocating %zu bytes", n);
   return p;
 }
+void zck__heap_trim(void) {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 void *zck__calloc(size_t count, size_t size) {
   void *p = calloc(count ? count : 1, size ? size : 1);
   if (!p) zck__fail(ZCK_ERR_NO_MEMORY, "out of memory allocating %zu x %zu bytes", count, size);

@@ -20,6 +20,10 @@ void *zck__calloc(size_t count, size_t size);
 void *zck__realloc(void *p, size_t n);
 char *zck__strdup(const char *s);
 char *zck__strndup(const char *s, size_t n);
+/* Gives the pages of freed memory back to the system (glibc: every malloc arena; elsewhere
+ * nothing). Called after big transient structures are freed on worker threads: their
+ * arenas keep those pages resident, and allocations on other threads do not reuse them. */
+void zck__heap_trim(void);
 /* A growable array: makes *p (of *cap elements of elem bytes) hold at least need
  * elements, doubling from 16, the new elements zeroed. false (error set) when out of
  * memory or when the size overflows; *p and *cap are then unchanged. */

@@ -7,9 +7,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <string.h>
 
 static bool same_shape_lists(const zck__ds_model_file *a, const zck__ds_model_file *b) {
@@ -215,6 +212,8 @@ static zck_status read_models(zck_ds_ckpt *c) {
   zck_status s = x.st && x.why ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   for (size_t r = 0; s == ZCK_OK && r < c->n_models; r++) x.st[r] = ZCK_ERR_INTERNAL;
   if (s == ZCK_OK) (void)zck__parallel_for(c->n_models, c->threads, read_one_model, &x);
+  /* the other ranks' pickles (~1 KB a param each) were freed on the reading threads */
+  if (c->n_models > 1) zck__heap_trim();
   for (size_t r = 0; s == ZCK_OK && r < c->n_models; r++) {
     if (x.st[r] != ZCK_OK) {
       s = x.why[r] ? zck__fail(x.st[r], "%s", x.why[r]) : ZCK_ERR_NO_MEMORY;
@@ -466,12 +465,7 @@ zck_status zck_ds_drop_model_pickle(zck_ds_ckpt *c, zck_ds_write_opts *o) {
   c->carried = d;
   zck_torch_close(c->model0);
   c->model0 = NULL;
-#ifdef __GLIBC__
-  /* the model files were read on worker threads, whose malloc arenas keep the pages of
-   * what they freed (the other ranks' pickles, and now this one) resident; the writer's
-   * trees and the copy, on other threads, would not reuse them */
-  malloc_trim(0);
-#endif
+  zck__heap_trim(); /* read on a worker thread: its arena would keep the pages */
   return ZCK_OK;
 }
 
