@@ -158,6 +158,9 @@ static zck_status zck__reshard_from_ds(const zck__src *s, const char *src, const
   zck__outdir d;
   zck_ds_writer *w = NULL;
   st = zck__outdir_create(&d, out, o.overwrite != 0);
+  /* the source's rank-0 pickle is not held while the writer builds its files and through
+   * the copy (expert, tensor-parallel and NVMe sources keep theirs) */
+  if (st == ZCK_OK && !moe && !ae && !nvme && in->tp_size <= 1) st = zck_ds_drop_model_pickle((zck_ds_ckpt *)c, &wo);
   if (st == ZCK_OK) st = zck_ds_writer_create(d.tmp_path, zck_ds_model(c), &wo, &w);
   /* the manifest's hashes are computed from the bytes as the copy writes them */
   if (st == ZCK_OK) zck__ds_writer_hash_inline(w, 0, 0);

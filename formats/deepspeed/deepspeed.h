@@ -411,6 +411,14 @@ bool zck_ds_nvme_offloaded(const zck_ds_ckpt *c);
  * aio.block_size) when that is). The ids live as long as c. */
 zck_status zck_ds_nvme_target(zck_ds_ckpt *c, zck_ds_write_opts *o);
 
+/* Frees rank 0's model-states pickle (at 100k params ~100 MB of objects, mostly
+ * param_shapes) before a writer is made from o (zck_ds_write_opts_from(c, o)): what o
+ * borrows of it (ds_config, lr_scheduler, module attrs) is copied first into a small doc c
+ * owns, and o and c point there. The stores read the file through its own source, so the
+ * copy needs nothing else of it. An object that cannot be copied (it holds a tensor) keeps
+ * the pickle, for the writer to refuse as before. */
+zck_status zck_ds_drop_model_pickle(zck_ds_ckpt *c, zck_ds_write_opts *o);
+
 /* Creates <root>/<tag> under a temporary name with every file reserved. m must outlive
  * the writer. Fails with ZCK_ERR_EXISTS if the tag folder exists (unless overwrite).
  * The files follow DeepSpeed 0.19.8 (key order included) with these choices: one storage

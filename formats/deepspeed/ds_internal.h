@@ -137,6 +137,7 @@ struct zck_ds_ckpt {
   size_t n_optims;                 /* entries allocated in optims */
   /* rank-0 files kept open for their pickled objects */
   zck_torch_file *model0, *optim0;
+  zck_pk_doc *carried;             /* model0's objects a writer carries, once model0 is dropped */
   const zck_pk *ds_config, *lr_scheduler, *loss_scaler, *param_groups;
   zck_model *model;
   int64_t *param_mod;              /* [n_params]: index of the param's `module` entry in models[0] */

@@ -7,6 +7,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 static bool same_shape_lists(const zck__ds_model_file *a, const zck__ds_model_file *b) {
@@ -360,6 +363,7 @@ void zck_ds_close(zck_ds_ckpt *c) {
   for (size_t r = 0; r < c->n_optims; r++) zck__ds_optim_file_free(&c->optims[r]);
   free(c->optims);
   zck_torch_close(c->model0);
+  zck_pk_doc_free(c->carried);
   zck_torch_close(c->optim0);
   zck__ds_zero0_free(&c->z0);
   zck_model_free(c->model);
@@ -439,6 +443,36 @@ zck_ds_view zck_ds_buffers(const zck_ds_ckpt *c) {
 const zck_ds_output *zck_ds_outputs(const zck_ds_ckpt *c, size_t *n) {
   *n = c->n_outputs;
   return c->outputs;
+}
+
+zck_status zck_ds_drop_model_pickle(zck_ds_ckpt *c, zck_ds_write_opts *o) {
+  if (!c->model0 || c->carried) return ZCK_OK;
+  zck_pk_doc *d = zck_pk_doc_new();
+  if (!d) return ZCK_ERR_NO_MEMORY;
+  zck_pk *cfg = NULL, *sched = NULL, *attrs = NULL;
+  bool ok = (!c->ds_config || (cfg = zck__ds_pk_copy(d, c->ds_config))) &&
+            (!c->lr_scheduler || (sched = zck__ds_pk_copy(d, c->lr_scheduler))) &&
+            (!o->module_attrs || (attrs = zck__ds_pk_copy(d, o->module_attrs)));
+  if (!ok) {
+    zck_pk_doc_free(d);
+    zck_clear_error();
+    return ZCK_OK;
+  }
+  if (o->ds_config == c->ds_config) o->ds_config = cfg;
+  if (o->lr_scheduler == c->lr_scheduler) o->lr_scheduler = sched;
+  o->module_attrs = attrs;
+  c->ds_config = cfg;
+  c->lr_scheduler = sched;
+  c->carried = d;
+  zck_torch_close(c->model0);
+  c->model0 = NULL;
+#ifdef __GLIBC__
+  /* the model files were read on worker threads, whose malloc arenas keep the pages of
+   * what they freed (the other ranks' pickles, and now this one) resident; the writer's
+   * trees and the copy, on other threads, would not reuse them */
+  malloc_trim(0);
+#endif
+  return ZCK_OK;
 }
 
 const zck_pk *zck_ds_ds_config(const zck_ds_ckpt *c) { return c->ds_config; }

@@ -266,6 +266,23 @@ static zck_status build_file(void *ctx, size_t i, unsigned thread) {
   return builds_optim(w, r) ? zck__ds_build_optim_file(w, r) : ZCK_OK;
 }
 
+/* Item i: optimizer file i, or expert file i - w (build_file's items after the model files). */
+static zck_status build_other_file(void *ctx, size_t i, unsigned thread) {
+  zck_ds_writer *w = ctx;
+  return build_file(ctx, w->n_models + i, thread);
+}
+
+/* Model-file trees alive at once hold at most this many params in all (at least one tree):
+ * at 100k params one at a time, which keeps reshard's peak RSS under 600 MB. */
+#define ZCK__DS_TREE_PARAMS ((size_t)1 << 17)
+
+static unsigned model_build_threads(const zck_model *m, unsigned threads) {
+  unsigned t = zck__worker_count(SIZE_MAX, threads);
+  size_t fit = m->n_params ? ZCK__DS_TREE_PARAMS / m->n_params : t;
+  if (fit < 1) fit = 1;
+  return fit < t ? (unsigned)fit : t;
+}
+
 static zck_status create(const char *root, const zck_model *m, const zck_ds_write_opts *o, bool rank_only,
                          uint32_t rank, const zck_ds_writer *lead, zck_ds_writer **out) {
   ZCK_ASSERT(root && m && o && out);
@@ -363,8 +380,11 @@ static zck_status create(const char *root, const zck_model *m, const zck_ds_writ
     goto fail;
   }
   /* other ranks' stores stay unbound in a rank-only writer (zeroed: ZCK_STORE_UNBOUND) */
-  /* each file's tree is pickled and freed once built: threads bound how many are alive */
-  ZCK_CHECK_GOTO(zck__parallel_for((size_t)w->n_models + w->w + w->n_expert_files, o->threads, build_file, w), s, fail);
+  /* each file's tree is pickled and freed once built: threads bound how many are alive.
+   * A model file's tree holds every param (~1.5 KB each: its objects, the dump's memo table,
+   * the pickle), so those are built on fewer threads as the model grows. */
+  ZCK_CHECK_GOTO(zck__parallel_for(w->n_models, model_build_threads(m, o->threads), build_file, w), s, fail);
+  ZCK_CHECK_GOTO(zck__parallel_for((size_t)w->w + w->n_expert_files, o->threads, build_other_file, w), s, fail);
   *out = w;
   return ZCK_OK;
 fail:
