@@ -213,7 +213,8 @@ zck_status zck__inspect_deepspeed(const char *path, const zck_inspect_opts *o, F
               "affine map; shapes below are the full tensors\n", in->tp_size, in->world_size, in->tp_size - 1);
     if (zck_ds_pipe_stages(c) > 1)
       fprintf(out, "PipelineModule: %u stages x %u data-parallel (mp_rank_00..%02u), 16-bit weights in "
-              "layer_<XX>-model_states.pt, named <XX>.<key> as the module names them\n", zck_ds_pipe_stages(c),
+              "layer_<XX>-model_states.pt, named <XX>.<key> as the module names them (a TiedLayerSpec weight once, as "
+              "tied_modules.<key>.<name>)\n", zck_ds_pipe_stages(c),
               in->world_size, zck_ds_pipe_stages(c) - 1);
     if (in->ep_size > 1)
       fprintf(out, "AutoEP: %u expert-parallel ranks, experts merged; names below are the HF model's (gate_up_proj from "

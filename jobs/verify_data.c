@@ -104,6 +104,20 @@ static zck_status plan_build(const vctx *c, vplan *p) {
   if (!p->ranges || !p->hf || !p->hf_of || !p->rec_base || (e && (!p->slot || !p->present))) return ZCK_ERR_NO_MEMORY;
   for (size_t i = 0; e && i < c->n_files; i++)
     if (c->files[i].mf >= 0) p->present[c->files[i].mf] = true;
+  /* the manifest's tensors grouped by file, in their order (a counting sort): each file's ranges in one pass, not a
+   * scan of every tensor per file (a universal folder at 100k params: 400k files x 400k tensors) */
+  size_t *first = e ? zck__calloc(e->n_files + 1, sizeof *first) : NULL;
+  size_t *by_file = e ? zck__malloc((e->n_tensors ? e->n_tensors : 1) * sizeof *by_file) : NULL;
+  if (e && (!first || !by_file)) {
+    free(first);
+    free(by_file);
+    return ZCK_ERR_NO_MEMORY;
+  }
+  for (size_t t = 0; e && t < e->n_tensors; t++) first[e->tensors[t].file + 1]++;
+  for (size_t k = 0; e && k < e->n_files; k++) first[k + 1] += first[k];
+  for (size_t t = 0, *next = first; e && t < e->n_tensors; t++) by_file[next[e->tensors[t].file]++] = t;
+  for (size_t k = e ? e->n_files : 0; k > 0; k--) first[k] = first[k - 1]; /* the fill moved each start to its end */
+  if (e) first[0] = 0;
   size_t used = 0;
   for (size_t i = 0; i < c->n_files; i++) {
     const vfile *f = &c->files[i];
@@ -117,13 +131,15 @@ static zck_status plan_build(const vctx *c, vplan *p) {
     for (size_t k = 0; k < f->n_recs; k++) /* compressed records: CRC of other bytes (torch rejects them) */
       p->ranges[used++] = (zck__hash_range){f->recs[k].off, f->recs[k].size, f->recs[k].method ? 0u : ZCK__HASH_CRC32,
                                             0, 0, false};
-    for (size_t t = 0; f->mf >= 0 && t < e->n_tensors; t++) {
-      if (e->tensors[t].file != (size_t)f->mf) continue;
+    for (size_t k = f->mf >= 0 ? first[f->mf] : 0; f->mf >= 0 && k < first[f->mf + 1]; k++) {
+      size_t t = by_file[k];
       p->slot[t] = used;
       p->ranges[used++] = (zck__hash_range){e->tensors[t].offset, e->tensors[t].nbytes, ZCK__HASH_XXH3, 0, 0, false};
     }
     h->n_ranges = (size_t)(p->ranges + used - h->ranges);
   }
+  free(first);
+  free(by_file);
   return ZCK_OK;
 }
 

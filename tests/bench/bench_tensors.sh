@@ -3,7 +3,7 @@
 # ZeRO checkpoint of that many small MoE-shaped tensors (make_big_ckpt --tensors; a few
 # dozen bytes each, so the time is the per-tensor work, not bytes), then every job on it:
 # inspect, verify, consolidate, reshard (and reading its own output back), to-universal in
-# both layouts, inspect of the HDF5 container. Reports wall time and peak RSS of each
+# both layouts, verify and consolidate of the universal folder, inspect of the HDF5 container. Reports wall time and peak RSS of each
 # (/usr/bin/time), and per job the ratio time(largest)/time(smallest): linear cost makes it
 # the count ratio (10 for 10k -> 100k), quadratic cost its square. cpu (user + system seconds) is shown too: on a shared
 # machine it is steadier than the wall time.
@@ -68,6 +68,11 @@ for n in $counts; do
     if [ "$jobs" != hdf5 ]; then
       sync; timed "$n" files_floor $bin/files_floor "$o/floor" "$n" 1200 "$threads"
       sync; timed "$n" universal_ds $bin/zckpt to-universal "${q[@]}" --format ds "$d/ckpt" "$o/uv/u"
+    fi
+    if [ "$jobs" = all ]; then
+      # reading that folder back (three files per param and a manifest listing each)
+      timed "$n" verify_uv $bin/zckpt verify -q --threads "$threads" "$o/uv/u"
+      timed "$n" consolidate_uv $bin/zckpt consolidate "${q[@]}" "$o/uv/u" "$o/uv.st"
     fi
     timed "$n" h5_floor_write $bin/h5_floor write "$o/floor.h5" "$n"
     timed "$n" universal_h5 $bin/zckpt to-universal "${q[@]}" --format hdf5 "$d/ckpt" "$o/u.h5"

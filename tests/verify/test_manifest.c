@@ -343,6 +343,13 @@ static void test_plain_reader(void) {
   m->files[fb].size = (uint64_t)1 << 52;
   m->files[fa].hashed = m->files[fb].hashed = true;
   m->files[fb].xxh3 = 0xfedcba9876543210ull;
+  size_t fc; /* a file hashed in three chunks */
+  ZT_OK(zck_manifest_add_file(m, "c.pt", &fc));
+  m->files[fc].size = 3 * m->chunk_size - 1;
+  m->files[fc].hashed = true;
+  m->files[fc].n_chunks = 3;
+  ZT_ASSERT((m->files[fc].chunks = malloc(3 * sizeof *m->files[fc].chunks)));
+  for (size_t k = 0; k < 3; k++) m->files[fc].chunks[k] = 0x1111111111111111ull * (k + 1);
   int64_t s3[3] = {2, 0, 7}, s1[1] = {9007199254740991};
   ZT_OK(zck_manifest_add_tensor(m, fa, "module.w", "bfloat16", 3, s3, 64, 0, NULL));
   ZT_OK(zck_manifest_add_tensor(m, fa, "", "float32", 0, NULL, 0, 4, NULL));
@@ -371,6 +378,12 @@ static void test_plain_reader(void) {
     {"\"offset\": 0,", "\"offset\": -0,", false},
     {"\"nbytes\": 96", "\"nbytes\": 96, \"note\": null", false},
     {"\"tensors\"", "\"tensor\\u0073\"", false},
+    /* the files table (manifest_tensors.c reads it too) */
+    {"{\"path\": \"a.pt\", \"size\": 4096", "{ \"size\":4096 ,\r\n\t\"path\":\"a.pt\"", true},
+    {"\"path\": \"a.pt\"", "\"path\": \"a\\u002ept\"", false},
+    {"\"size\": 4096", "\"size\": 4096, \"note\": 1", false},
+    {"\"files\"", "\"file\\u0073\"", false},
+    {"\"chunks\": [", "\"chunks\" : [ ", true},
   };
   for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
     const char *at = strstr(text, edits[i].from);
