@@ -238,7 +238,9 @@ static zck_status zck__h5u_part_dtypes(zck_h5u *u) {
   return st;
 }
 
-static zck_status zck__h5u_build(zck_h5u *u) {
+/* The root's attributes: format and version, the run's counters and strings, the part dtypes, the tag and the side
+ * files. */
+static zck_status zck__h5u_header(zck_h5u *u) {
   const char *fn = zck_h5_name(u->f);
   char *fmt = NULL;
   zck_status st = zck_h5_attr_str(u->f, "/", "zckpt_format", &fmt);
@@ -274,33 +276,31 @@ static zck_status zck__h5u_build(zck_h5u *u) {
                  u->part_dtype[2] != ZCK_DTYPE_INVALID;
   ZCK_TRY(zck__h5u_unsaved(u));
   ZCK_TRY(zck__h5u_tag(u));
-  ZCK_TRY(zck__h5u_side_list(u));
-  cJSON *names = NULL, *shapes = NULL, *groups = NULL, *tied = NULL, *frozen = NULL, *bufs = NULL;
-  st = zck__h5u_json(u, "param_names", cJSON_Array, &names);
-  if (st == ZCK_OK) st = zck__h5u_json(u, "param_shapes", cJSON_Object, &shapes);
-  if (st == ZCK_OK) st = zck__h5u_json(u, "param_groups", cJSON_Array, &groups);
-  if (st == ZCK_OK) st = zck__h5u_json(u, "tied_parameters", cJSON_Object, &tied);
-  if (st == ZCK_OK) st = zck__h5u_json(u, "frozen_parameters", cJSON_Array, &frozen);
-  if (st == ZCK_OK) st = zck__h5u_json(u, "buffer_names", cJSON_Array, &bufs);
-  if (st == ZCK_OK && (!names || !shapes)) st = zck__fail(ZCK_ERR_FORMAT, "%s: param_names / param_shapes attributes missing", fn);
-  if (st == ZCK_OK && !(u->m = zck_model_new())) st = ZCK_ERR_NO_MEMORY;
+  return zck__h5u_side_list(u);
+}
+
+/* The model's JSON attributes, parsed once for the steps below. */
+typedef struct h5u_lists {
+  cJSON *names, *shapes, *groups, *tied, *frozen, *bufs;
+} h5u_lists;
+
+/* The trainable params in param_names' order, each with its three parts' datasets; their model indices in
+ * trainable[0..*k). */
+static zck_status zck__h5u_trainable(zck_h5u *u, const h5u_lists *l, uint32_t *trainable, size_t *k) {
+  const char *fn = zck_h5_name(u->f);
   zck_model *m = u->m;
-  size_t nt = names ? (size_t)cJSON_GetArraySize(names) : 0;
-  for (int k = 0; st == ZCK_OK && k < 3; k++) st = zck__h5u_alloc(&u->parts[k], nt);
-  uint32_t *trainable = zck__calloc(nt ? nt : 1, sizeof *trainable);
-  if (st == ZCK_OK && !trainable) st = ZCK_ERR_NO_MEMORY;
+  zck_status st = ZCK_OK;
   const cJSON *it;
-  size_t k = 0;
   /* param_shapes lists the names in param_names' order (the writer makes both): the next
    * entry is tried first, so 100k params cost 100k compares, not a search each */
-  const cJSON *next_shape = shapes ? shapes->child : NULL;
-  cJSON_ArrayForEach(it, names) {
+  const cJSON *next_shape = l->shapes ? l->shapes->child : NULL;
+  cJSON_ArrayForEach(it, l->names) {
     if (st != ZCK_OK) break;
     if (!cJSON_IsString(it)) { st = zck__fail(ZCK_ERR_FORMAT, "%s: param_names holds a non-string", fn); break; }
     int nd = 0;
     int64_t shape[ZCK_MAX_DIMS] = {0};
     const cJSON *sh = next_shape && next_shape->string && !strcmp(next_shape->string, it->valuestring)
-                          ? next_shape : cJSON_GetObjectItemCaseSensitive(shapes, it->valuestring);
+                          ? next_shape : cJSON_GetObjectItemCaseSensitive(l->shapes, it->valuestring);
     next_shape = sh ? sh->next : NULL;
     st = zck__h5u_shape(sh, &nd, shape, it->valuestring);
     uint32_t pi;
@@ -311,12 +311,19 @@ static zck_status zck__h5u_build(zck_h5u *u) {
       free(p);
     }
     if (st == ZCK_OK) {
-      trainable[k++] = pi;
-      m->params[pi].dtype = u->parts[0].stores[k - 1].dtype;
+      trainable[(*k)++] = pi;
+      m->params[pi].dtype = u->parts[0].stores[*k - 1].dtype;
     }
   }
-  /* groups: hyper-parameters (numbers are floats unless int_hyperparameters names them)
-   * and membership */
+  return st;
+}
+
+/* The param groups: hyper-parameters (numbers are floats unless int_hyperparameters names them) and membership. */
+static zck_status zck__h5u_groups(zck_h5u *u, const cJSON *groups) {
+  const char *fn = zck_h5_name(u->f);
+  zck_model *m = u->m;
+  zck_status st = ZCK_OK;
+  const cJSON *it;
   cJSON_ArrayForEach(it, groups) {
     if (st != ZCK_OK) break;
     uint32_t g;
@@ -343,13 +350,18 @@ static zck_status zck__h5u_build(zck_h5u *u) {
       }
     }
   }
-  /* frozen params (their datasets give shape and dtype), then tied aliases, buffers */
-  size_t nf = frozen ? (size_t)cJSON_GetArraySize(frozen) : 0;
-  if (st == ZCK_OK) st = zck__h5u_alloc(&u->parts[ZCK_H5U_FROZEN], nf);
-  uint32_t *fz = zck__calloc(nf ? nf : 1, sizeof *fz);
-  if (st == ZCK_OK && !fz) st = ZCK_ERR_NO_MEMORY;
-  size_t kf = 0;
-  cJSON_ArrayForEach(it, frozen) {
+  return st;
+}
+
+/* The frozen params saved (their datasets give shape and dtype; model indices in fz[0..*kf)), then the tied aliases
+ * and the buffers. */
+static zck_status zck__h5u_others(zck_h5u *u, const h5u_lists *l, uint32_t *fz, size_t *kf) {
+  const char *fn = zck_h5_name(u->f);
+  zck_model *m = u->m;
+  size_t nf = l->frozen ? (size_t)cJSON_GetArraySize(l->frozen) : 0;
+  zck_status st = zck__h5u_alloc(&u->parts[ZCK_H5U_FROZEN], nf);
+  const cJSON *it;
+  cJSON_ArrayForEach(it, l->frozen) {
     if (st != ZCK_OK || !cJSON_IsString(it)) break;
     char *p = zck_h5u_path(ZCK_H5U_FROZEN, it->valuestring);
     if (!p) { st = ZCK_ERR_NO_MEMORY; break; }
@@ -357,14 +369,14 @@ static zck_status zck__h5u_build(zck_h5u *u) {
     if (have) st = zck__h5u_add(u, &u->parts[ZCK_H5U_FROZEN], p, 0, NULL, false);
     free(p);
     if (!have || st != ZCK_OK) continue;
-    zck_h5_dataset *d = u->parts[ZCK_H5U_FROZEN].ds[kf];
+    zck_h5_dataset *d = u->parts[ZCK_H5U_FROZEN].ds[*kf];
     const zck_h5_dataset_info *di = zck_h5_dataset_info_of(d);
     uint32_t pi;
     st = zck_model_add_param(m, it->valuestring, di->ndim, di->shape, di->dtype, &pi);
     if (st == ZCK_OK) zck_model_set_frozen(m, pi, true);
-    fz[kf++] = pi;
+    fz[(*kf)++] = pi;
   }
-  for (cJSON *t = tied ? tied->child : NULL; st == ZCK_OK && t; t = t->next) {
+  for (cJSON *t = l->tied ? l->tied->child : NULL; st == ZCK_OK && t; t = t->next) {
     int64_t si = cJSON_IsString(t) ? zck_model_find_param(m, t->valuestring) : -1;
     if (si < 0) { st = zck__fail(ZCK_ERR_FORMAT, "%s: tied_parameters: %s names no parameter", fn, t->string); break; }
     const zck_param *sp = &m->params[si];
@@ -372,9 +384,9 @@ static zck_status zck__h5u_build(zck_h5u *u) {
     st = zck_model_add_param(m, t->string, sp->ndim, sp->shape, sp->dtype, &pi);
     if (st == ZCK_OK) st = zck_model_set_tied(m, pi, (uint32_t)si);
   }
-  size_t nb = bufs ? (size_t)cJSON_GetArraySize(bufs) : 0;
+  size_t nb = l->bufs ? (size_t)cJSON_GetArraySize(l->bufs) : 0;
   if (st == ZCK_OK) st = zck__h5u_alloc(&u->buffers, nb);
-  cJSON_ArrayForEach(it, bufs) {
+  cJSON_ArrayForEach(it, l->bufs) {
     if (st != ZCK_OK || !cJSON_IsString(it)) break;
     char *p = zck_h5u_buffer_path(it->valuestring);
     st = p ? zck__h5u_add(u, &u->buffers, p, 0, NULL, false) : ZCK_ERR_NO_MEMORY;
@@ -383,9 +395,14 @@ static zck_status zck__h5u_build(zck_h5u *u) {
     const zck_h5_dataset_info *di = zck_h5_dataset_info_of(u->buffers.ds[u->buffers.n - 1]);
     st = zck_model_add_buffer(m, it->valuestring, di->ndim, di->shape, di->dtype, NULL);
   }
-  /* layouts */
-  uint64_t *numel = st == ZCK_OK ? zck__calloc(m->n_params ? m->n_params : 1, sizeof *numel) : NULL;
-  if (st == ZCK_OK && !numel) st = ZCK_ERR_NO_MEMORY;
+  return st;
+}
+
+/* Each part's layout: every dataset one whole tensor. */
+static zck_status zck__h5u_layouts(zck_h5u *u, const uint32_t *trainable, size_t k, const uint32_t *fz, size_t kf) {
+  zck_model *m = u->m;
+  uint64_t *numel = zck__calloc(m->n_params ? m->n_params : 1, sizeof *numel);
+  zck_status st = numel ? ZCK_OK : ZCK_ERR_NO_MEMORY;
   if (st == ZCK_OK) zck_model_numels(m, numel);
   for (int s = 0; st == ZCK_OK && s < 3; s++) st = zck_layout_whole(m->n_params, numel, trainable, k, &u->parts[s].layout);
   if (st == ZCK_OK && kf) st = zck_layout_whole(m->n_params, numel, fz, kf, &u->parts[ZCK_H5U_FROZEN].layout);
@@ -397,14 +414,39 @@ static zck_status zck__h5u_build(zck_h5u *u) {
     free(bn);
   }
   free(numel);
+  return st;
+}
+
+/* The container read as a model: header, trainable params, groups, the others, layouts. */
+static zck_status zck__h5u_build(zck_h5u *u) {
+  ZCK_TRY(zck__h5u_header(u));
+  const char *fn = zck_h5_name(u->f);
+  h5u_lists l = {0};
+  zck_status st = zck__h5u_json(u, "param_names", cJSON_Array, &l.names);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "param_shapes", cJSON_Object, &l.shapes);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "param_groups", cJSON_Array, &l.groups);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "tied_parameters", cJSON_Object, &l.tied);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "frozen_parameters", cJSON_Array, &l.frozen);
+  if (st == ZCK_OK) st = zck__h5u_json(u, "buffer_names", cJSON_Array, &l.bufs);
+  if (st == ZCK_OK && (!l.names || !l.shapes)) st = zck__fail(ZCK_ERR_FORMAT, "%s: param_names / param_shapes attributes missing", fn);
+  if (st == ZCK_OK && !(u->m = zck_model_new())) st = ZCK_ERR_NO_MEMORY;
+  size_t nt = l.names ? (size_t)cJSON_GetArraySize(l.names) : 0, nf = l.frozen ? (size_t)cJSON_GetArraySize(l.frozen) : 0;
+  for (int s = 0; st == ZCK_OK && s < 3; s++) st = zck__h5u_alloc(&u->parts[s], nt);
+  uint32_t *trainable = zck__calloc(nt ? nt : 1, sizeof *trainable), *fz = zck__calloc(nf ? nf : 1, sizeof *fz);
+  if (st == ZCK_OK && (!trainable || !fz)) st = ZCK_ERR_NO_MEMORY;
+  size_t k = 0, kf = 0;
+  if (st == ZCK_OK) st = zck__h5u_trainable(u, &l, trainable, &k);
+  if (st == ZCK_OK) st = zck__h5u_groups(u, l.groups);
+  if (st == ZCK_OK) st = zck__h5u_others(u, &l, fz, &kf);
+  if (st == ZCK_OK) st = zck__h5u_layouts(u, trainable, k, fz, kf);
   free(trainable);
   free(fz);
-  cJSON_Delete(names);
-  cJSON_Delete(shapes);
-  cJSON_Delete(groups);
-  cJSON_Delete(tied);
-  cJSON_Delete(frozen);
-  cJSON_Delete(bufs);
+  cJSON_Delete(l.names);
+  cJSON_Delete(l.shapes);
+  cJSON_Delete(l.groups);
+  cJSON_Delete(l.tied);
+  cJSON_Delete(l.frozen);
+  cJSON_Delete(l.bufs);
   return st;
 }
 
