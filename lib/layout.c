@@ -342,6 +342,19 @@ static zck_status group_copy(zck_layout_group *dst, const zck_group_spec *src) {
   return ZCK_OK;
 }
 
+zck_status zck_layout_group_dup(zck_layout_group *to, const zck_layout_group *from) {
+  *to = *from;
+  size_t n = from->n_params ? from->n_params : 1;
+  to->params = zck__malloc(n * sizeof *to->params);
+  to->offsets = zck__calloc(n, sizeof *to->offsets);
+  if (!to->params || !to->offsets) return ZCK_ERR_NO_MEMORY;
+  if (from->n_params) {
+    memcpy(to->params, from->params, from->n_params * sizeof *to->params);
+    memcpy(to->offsets, from->offsets, from->n_params * sizeof *to->offsets);
+  }
+  return ZCK_OK;
+}
+
 /* Lays the params of a group end to end with inter-param alignment (none after the last,
  * as stage_1_and_2.py does); fills offsets and returns N. */
 static zck_status flat_offsets(const char *what, size_t g, zck_layout_group *gr, const uint64_t *numel,

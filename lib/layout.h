@@ -206,6 +206,10 @@ zck_status zck_layout_custom(size_t n_params, const uint64_t *numel, const zck_l
  * store/group tables unchanged): the target of "load rank r". */
 zck_status zck_layout_restrict_rank(const zck_layout *l, int32_t rank, zck_layout **out);
 
+/* *to = *from with its own copies of params and offsets (ZCK_ERR_NO_MEMORY leaves to's arrays for
+ * zck_layout_free, NULL where not allocated). */
+zck_status zck_layout_group_dup(zck_layout_group *to, const zck_layout_group *from);
+
 void zck_layout_free(zck_layout *l);
 
 /* Store id of (group, rank) in zero12 / zero3 layouts. */

@@ -462,19 +462,9 @@ zck_status zck__ds_autoep_layout(size_t n_params, const uint64_t *numels, const 
     l->world = w;
     if (!(l->groups = zck__calloc(n_flat + 1, sizeof *l->groups))) s = ZCK_ERR_NO_MEMORY;
     for (size_t g = 0; s == ZCK_OK && g < n_flat; g++) {
-      const zck_layout_group *from = g >= eg && g < eg + n_eg ? &loc->groups[g - eg] : &base->groups[g];
-      zck_layout_group *to = &l->groups[g];
-      *to = *from;
-      to->opt_group = base->groups[g].opt_group;
-      size_t n = from->n_params ? from->n_params : 1;
-      to->params = zck__malloc(n * sizeof *to->params);
-      to->offsets = zck__calloc(n, sizeof *to->offsets);
+      s = zck_layout_group_dup(&l->groups[g], g >= eg && g < eg + n_eg ? &loc->groups[g - eg] : &base->groups[g]);
+      l->groups[g].opt_group = base->groups[g].opt_group;
       l->n_groups = g + 1;
-      if (!to->params || !to->offsets) { s = ZCK_ERR_NO_MEMORY; break; }
-      if (from->n_params) {
-        memcpy(to->params, from->params, from->n_params * sizeof *to->params);
-        memcpy(to->offsets, from->offsets, from->n_params * sizeof *to->offsets);
-      }
     }
   }
   free(stores);
